@@ -1,0 +1,3 @@
+from ffncli.cli import main
+
+main()

@@ -1,0 +1,163 @@
+"""The Typer app: parse options, call one core function, render. No math here.
+
+The single error boundary is :func:`run`: a core ``FfnError`` becomes one ``error: ...`` line
+on stderr and exit code 2; a failed check exits 1. Heavy modules (NumPy) are imported inside
+the commands that need them, so ``ffncli params`` starts as fast as Typer does.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from ffncli.errors import ExitCode, FfnError, InputError
+
+if TYPE_CHECKING:
+    from ffncli.spec import ModelSpec
+
+app = typer.Typer(
+    name="ffncli",
+    help="Inspect, run and count the position-wise feed-forward network (FFN) of Transformers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+# Options shared by every command that needs a spec.
+PresetOpt = Annotated[Optional[str], typer.Option(
+    "--preset", "-p", help="Built-in preset name (see `ffncli presets`) or a YAML file.")]
+ConfigOpt = Annotated[Optional[Path], typer.Option(
+    "--config", help="A Hugging Face config.json.", dir_okay=False)]
+DModelOpt = Annotated[Optional[int], typer.Option("--d-model", help="What-if: model width.")]
+DffOpt = Annotated[Optional[int], typer.Option("--d-ff", help="What-if: FFN hidden width.")]
+ActOpt = Annotated[Optional[str], typer.Option(
+    "--activation", help="What-if: relu, gelu, gelu_tanh, silu, swish, sigmoid, identity "
+    "(keeps the gating), or glu, reglu, geglu, swiglu, bilinear (gated).")]
+GatedOpt = Annotated[Optional[bool], typer.Option(
+    "--gated/--no-gated", help="What-if: a gated (GLU) FFN with three matrices, or not.",
+    show_default=False)]
+ExpertsOpt = Annotated[Optional[int], typer.Option("--experts", help="What-if: experts.")]
+TopKOpt = Annotated[Optional[int], typer.Option("--top-k", help="What-if: experts per token.")]
+BetaOpt = Annotated[Optional[float], typer.Option(
+    "--beta", help="Swish_beta: x * sigmoid(beta x) for silu/swish.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def resolve_spec(
+    preset: str | None,
+    config: Path | None,
+    *,
+    d_model: int | None = None,
+    d_ff: int | None = None,
+    activation: str | None = None,
+    gated: bool | None = None,
+    experts: int | None = None,
+    top_k: int | None = None,
+    beta: float | None = None,
+    capacity_factor: float | None = None,
+    match_params: bool = False,
+    multiple_of: int = 1,
+    default_preset: str | None = None,
+) -> ModelSpec:
+    from ffncli.spec import Overrides, apply_overrides, load_preset
+
+    if preset is not None and config is not None:
+        raise InputError("give --preset or --config, not both")
+    if config is not None:
+        from ffncli.hfconfig import load_config
+
+        spec = load_config(config)
+    elif preset is not None:
+        spec = load_preset(preset)
+    elif default_preset is not None:
+        spec = load_preset(default_preset)
+    else:
+        raise InputError("give a model: --preset NAME|FILE or --config config.json")
+    overrides = Overrides(d_model=d_model, d_ff=d_ff, activation=activation, gated=gated,
+                          experts=experts, top_k=top_k, beta=beta,
+                          capacity_factor=capacity_factor, match_params=match_params,
+                          multiple_of=multiple_of)
+    return apply_overrides(spec, overrides)
+
+
+@app.command()
+def params(
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    d_model: DModelOpt = None,
+    d_ff: DffOpt = None,
+    activation: ActOpt = None,
+    gated: GatedOpt = None,
+    experts: ExpertsOpt = None,
+    top_k: TopKOpt = None,
+    match_params: Annotated[bool, typer.Option(
+        "--match-params", help="Pick d_ff of a gated FFN so it has about the parameters of the "
+        "two-matrix FFN of the given d_ff (the 2/3 rule, rounded to nearest).")] = False,
+    multiple_of: Annotated[int, typer.Option(
+        "--multiple-of", help="With --match-params: round d_ff up to a multiple of this "
+        "(LLaMA uses 256).", min=1)] = 1,
+    seq_len: Annotated[Optional[int], typer.Option(
+        "--seq-len", help="Sequence length for attention-score FLOPs (default: the preset's).",
+        min=1)] = None,
+    weights: Annotated[Optional[Path], typer.Option(
+        "--weights", help="A .safetensors file: count its parameters from the header alone "
+        "and compare with the spec (exit 1 on a mismatch).", dir_okay=False)] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Count parameters, FLOPs per token and weight memory: FFN, attention, norms, model."""
+    from dataclasses import replace
+
+    from ffncli import render
+    from ffncli.counting import count
+
+    spec = resolve_spec(preset, config, d_model=d_model, d_ff=d_ff, activation=activation,
+                        gated=gated, experts=experts, top_k=top_k, match_params=match_params,
+                        multiple_of=multiple_of)
+    if seq_len is not None:
+        spec = replace(spec, seq_len=seq_len)
+    file_count = None
+    if weights is not None:
+        from ffncli.checkpoint import count_file, read_header
+
+        file_count = count_file(read_header(weights))
+    result = render.ParamsResult(count(spec), file_count, str(weights) if weights else None)
+    if as_json:
+        render.emit_json(render.params_json(result))
+    else:
+        render.print_params(result)
+    if not result.matches:
+        raise typer.Exit(ExitCode.CHECK_FAILED)
+
+
+@app.command()
+def presets(as_json: JsonOpt = False) -> None:
+    """List the built-in presets with their sizes."""
+    from ffncli import render
+    from ffncli.spec import load_preset, preset_names
+
+    rows = render.presets_rows([load_preset(name) for name in preset_names()])
+    if as_json:
+        render.emit_json({"presets": rows})
+    else:
+        render.print_presets(rows)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the app once and return its exit code: the one place user errors are caught."""
+    try:
+        app(args=argv, prog_name="ffncli", standalone_mode=True)
+    except FfnError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return int(ExitCode.USAGE)
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return int(ExitCode.OK)
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,258 @@
+"""Rich tables for people and JSON documents for programs, both from the same result objects.
+
+JSON goes to stdout with ``print`` (never through Rich, which would wrap it). Rich never
+parses user text as markup: every user string is passed as ``Text``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ffncli.checkpoint import GROUPS, FileCount
+from ffncli.counting import LayerCount, ModelCount, Row, count
+
+
+def console(stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped output has no terminal width; a wide fixed width keeps numbers whole.
+    width = None if stream.isatty() or "COLUMNS" in os.environ else 160
+    return Console(file=stream, highlight=False, markup=False, width=width)
+
+
+def emit_json(doc: dict[str, Any]) -> None:
+    print(json.dumps(doc, indent=2))
+
+
+def _n(value: int) -> str:
+    return f"{value:,}"
+
+
+def _pct(share: float) -> str:
+    return f"{share:.1%}"
+
+
+def _table(title: str, columns: Iterable[str]) -> Table:
+    table = Table(title=Text(title), title_justify="left", show_edge=False, pad_edge=False)
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i > 0)
+    return table
+
+
+# ---------------------------------------------------------------------------------------------
+# params
+
+
+@dataclass(frozen=True)
+class ParamsResult:
+    count: ModelCount
+    file: FileCount | None = None
+    weights_path: str | None = None
+
+    @property
+    def mismatches(self) -> dict[str, tuple[int, int]]:
+        """Groups whose spec and file counts differ: {group: (spec, file)}."""
+        if self.file is None:
+            return {}
+        spec_groups = {**dict.fromkeys(GROUPS, 0), **self.count.groups}
+        return {g: (spec_groups[g], self.file.groups[g]) for g in GROUPS
+                if spec_groups[g] != self.file.groups[g]}
+
+    @property
+    def matches(self) -> bool:
+        return not self.mismatches
+
+
+def _rows_json(rows: Iterable[Row]) -> list[dict[str, Any]]:
+    return [{"name": r.name, "shape": r.shape, "params": r.params} for r in rows]
+
+
+def _layer_json(layer: LayerCount) -> dict[str, Any]:
+    return {
+        "kind": layer.kind,
+        "count": layer.count,
+        "ffn": layer.ffn,
+        "ffn_active": layer.ffn_active,
+        "attention": layer.attention,
+        "norm": layer.norm,
+        "total": layer.total,
+        "active": layer.active,
+        "ffn_share": round(layer.ffn_share, 6),
+        "ffn_active_share": round(layer.ffn_active_share, 6),
+        "ffn_rows": _rows_json(layer.ffn_rows),
+        "attention_rows": _rows_json(layer.attention_rows),
+        "flops_per_token": {
+            "ffn": layer.flops.ffn,
+            "attention_projections": layer.flops.attention_projections,
+            "attention_scores": layer.flops.attention_scores,
+            "total": layer.flops.total,
+            "ffn_share": round(layer.flops.ffn_share, 6),
+        },
+    }
+
+
+def params_json(result: ParamsResult) -> dict[str, Any]:
+    c, spec = result.count, result.count.spec
+    doc: dict[str, Any] = {
+        "model": spec.name,
+        "family": spec.family,
+        "d_model": spec.d_model,
+        "d_ff": spec.ffn.d_ff,
+        "activation": spec.ffn.activation,
+        "gated": spec.ffn.gated,
+        "ffn_kind": spec.ffn.label,
+        "experts": spec.ffn.experts,
+        "top_k": spec.ffn.top_k,
+        "total_params": c.total,
+        "active_params": c.active,
+        "layers": [_layer_json(layer) for layer in c.layers],
+        "groups": dict(c.groups),
+        "other": _rows_json(c.other_rows),
+        "flops_per_token": {
+            "seq_len": spec.seq_len,
+            "ffn": c.flops_ffn,
+            "head": c.head_flops,
+            "total": c.flops_total,
+            "ffn_share": round(c.flops_ffn_share, 6),
+        },
+        "memory_bytes": c.memory_bytes(),
+    }
+    if result.file is not None:
+        doc.update(
+            weights=result.weights_path,
+            file_params=result.file.total,
+            file_groups=dict(result.file.groups),
+            buffers=[{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)}
+                     for b in result.file.buffers],
+            matches=result.matches,
+            mismatches={g: {"spec": s, "file": f} for g, (s, f) in result.mismatches.items()},
+        )
+    return doc
+
+
+def _layer_title(layer: LayerCount) -> str:
+    if layer.kind == "ffn":
+        return "FFN (FFN-only spec: no attention, norms or embeddings)"
+    return f"{layer.kind} layer (x {layer.count})"
+
+
+def print_params(result: ParamsResult) -> None:
+    out = console()
+    c, spec = result.count, result.count.spec
+    ffn = spec.ffn
+    moe = f", {ffn.experts} experts, top-{ffn.top_k}" if ffn.is_moe else ""
+    out.print(Text(f"{spec.name}: d_model {spec.d_model}, d_ff {ffn.d_ff}, {ffn.label}{moe}"))
+    for layer in c.layers:
+        out.print()
+        table = _table(_layer_title(layer), ("part", "shape", "params"))
+        for row in layer.ffn_rows:
+            table.add_row(Text(f"FFN {row.name}"), row.shape, _n(row.params))
+        for row in layer.attention_rows:
+            table.add_row(Text(f"attention {row.name}"), row.shape, _n(row.params))
+        if layer.norm:
+            table.add_row("norms", "", _n(layer.norm))
+        out.print(table)
+        label = f"{layer.kind} layer total:" if layer.kind != "ffn" else "FFN total:"
+        lines = [("FFN weights per layer:", _n(layer.ffn))]
+        if layer.ffn_active != layer.ffn:
+            lines.append(("active per token:", _n(layer.ffn_active)))
+        lines += [(label, _n(layer.total)), ("share in the FFN:", _pct(layer.ffn_share))]
+        if layer.ffn_active != layer.ffn:
+            lines.append(("active share in the FFN:", _pct(layer.ffn_active_share)))
+        width = max(len(name) for name, _ in lines) + 1
+        for name, value in lines:
+            out.print(f"{name:<{width}}{value}")
+    if not spec.ffn_only:
+        out.print()
+        table = _table("whole model", ("part", "shape", "params"))
+        for layer in c.layers:
+            table.add_row(f"{layer.count} {layer.kind} layers", f"{layer.count} x "
+                          f"{_n(layer.total)}", _n(layer.count * layer.total))
+        for row in c.other_rows:
+            table.add_row(Text(row.name), row.shape, _n(row.params))
+        table.add_row("total", "", _n(c.total))
+        if c.active != c.total:
+            table.add_row("active per token", "", _n(c.active))
+        out.print(table)
+    _print_flops(out, c)
+    _print_memory(out, c)
+    if result.file is not None:
+        _print_file(out, result)
+
+
+def _print_flops(out: Console, c: ModelCount) -> None:
+    out.print()
+    table = _table(f"FLOPs per token (2 per multiply-add) at seq_len {c.spec.seq_len}",
+                   ("layer", "FFN", "attn proj", "attn scores", "total", "FFN share"))
+    for layer in c.layers:
+        f = layer.flops
+        table.add_row(f"{layer.kind}", _n(f.ffn), _n(f.attention_projections),
+                      _n(f.attention_scores), _n(f.total), _pct(f.ffn_share))
+    if c.head_flops:
+        table.add_row("output head", "", "", "", _n(c.head_flops), "")
+    table.add_row("whole model", _n(c.flops_ffn), "", "", _n(c.flops_total),
+                  _pct(c.flops_ffn_share))
+    out.print(table)
+
+
+def _print_memory(out: Console, c: ModelCount) -> None:
+    out.print()
+    note = " (all experts, not only the active ones)" if c.spec.ffn.is_moe else ""
+    table = _table(f"weight memory{note}", ("dtype", "bytes", "GiB"))
+    for dtype, size in c.memory_bytes().items():
+        table.add_row(dtype, _n(size), f"{size / 2**30:,.2f}")
+    out.print(table)
+
+
+def _print_file(out: Console, result: ParamsResult) -> None:
+    assert result.file is not None
+    out.print()
+    spec_groups = result.count.groups
+    table = _table(Text(f"{result.weights_path}: header count vs spec").plain,
+                   ("group", "spec", "file", ""))
+    for group in GROUPS:
+        s, f = spec_groups.get(group, 0), result.file.groups[group]
+        if s or f:
+            table.add_row(group, _n(s), _n(f), "ok" if s == f else "DIFFERS")
+    table.add_row("total", _n(result.count.total), _n(result.file.total),
+                  "ok" if result.matches else "DIFFERS")
+    out.print(table)
+    for name in result.file.unplaced:
+        out.print(Text(f"unplaced tensor (counted as other): {name}"))
+    for b in result.file.buffers:
+        out.print(Text(f"buffer (not a parameter): {b.name} {b.dtype} {list(b.shape)}"))
+    out.print("matches the spec" if result.matches else "does NOT match the spec")
+
+
+# ---------------------------------------------------------------------------------------------
+# presets
+
+
+def presets_rows(specs: list[Any]) -> list[dict[str, Any]]:
+    rows = []
+    for spec in specs:
+        c = count(spec)
+        rows.append({
+            "name": spec.name, "family": spec.family, "d_model": spec.d_model,
+            "d_ff": spec.ffn.d_ff, "activation": spec.ffn.label,
+            "layers": spec.layers.encoder + spec.layers.decoder if not spec.ffn_only else 0,
+            "total_params": c.total, "active_params": c.active, "description": spec.description,
+        })
+    return rows
+
+
+def print_presets(rows: list[dict[str, Any]]) -> None:
+    table = _table("built-in presets", ("name", "family", "d_model", "d_ff", "activation",
+                                        "layers", "total"))
+    for r in rows:
+        layers = str(r["layers"]) if r["layers"] else "FFN only"
+        table.add_row(Text(r["name"]), Text(r["family"]), str(r["d_model"]), str(r["d_ff"]),
+                      Text(r["activation"]), layers, _n(r["total_params"]))
+    console().print(table)

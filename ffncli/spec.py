@@ -1,0 +1,426 @@
+"""Typed, frozen model specs, validated once; built-in YAML presets.
+
+A spec describes an architecture, not weights: widths, the FFN's activation and gating, the
+attention's heads, the norms, the layer stacks and the embeddings. ``counting`` turns it into
+parameter counts; ``ffn`` and ``weights`` turn its FFN part into a function.
+
+This module must not import NumPy: ``ffncli params`` is integer arithmetic and starts fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field, fields, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from ffncli.errors import SpecError
+
+# Activations applied elementwise. ``gelu`` is the exact (erf) GELU; ``gelu_tanh`` is the tanh
+# approximation (GPT-2's ``gelu_new``, PyTorch's ``approximate="tanh"``). ``swish`` is
+# ``silu`` with a ``beta`` other than 1.
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swish", "sigmoid", "identity")
+
+# The GLU family (Shazeer, 2020): act(x W + b) * (x V + c), each name a gated activation.
+GLU_VARIANTS = {
+    "glu": "sigmoid",
+    "reglu": "relu",
+    "geglu": "gelu",
+    "swiglu": "silu",
+    "bilinear": "identity",
+}
+
+NormKind = Literal["layernorm", "rmsnorm"]
+HeadKind = Literal["tied", "untied", "none"]
+
+
+@dataclass(frozen=True)
+class FfnSpec:
+    """The position-wise FFN of one layer: d_model -> d_ff -> d_model."""
+
+    d_ff: int
+    activation: str = "relu"
+    gated: bool = False  # act(x W + b) * (x V + c): W is activated, V is not
+    bias: bool = True  # biases on every projection of the FFN
+    beta: float = 1.0  # Swish_beta(x) = x * sigmoid(beta * x); 1 for silu
+    experts: int = 1  # > 1: mixture of experts, each expert one FFN of this shape
+    top_k: int = 1
+    router_bias: bool = False
+    capacity_factor: float | None = None  # MoE only: drop tokens past ceil(cf * n * k / E)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 1
+
+    @property
+    def label(self) -> str:
+        """The activation as people name it: ``relu``, ``swiglu``, ``geglu (gelu_tanh)``."""
+        if not self.gated:
+            return self.activation
+        for name, act in GLU_VARIANTS.items():
+            if act == self.activation:
+                return name
+        if self.activation == "gelu_tanh":
+            return "geglu (gelu_tanh)"
+        return f"gated {self.activation}"
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    heads: int
+    kv_heads: int | None = None  # grouped-query attention; None means heads
+    head_dim: int | None = None  # None means d_model // heads
+    qkv_bias: bool = True
+    out_bias: bool = True
+    relative_buckets: int = 0  # T5: a (buckets x heads) bias table in each stack's first layer
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    kind: NormKind = "layernorm"
+    bias: bool = True
+    per_layer: int = 2  # norms in an encoder or decoder-only layer; cross-attention adds one
+    final: bool = True  # one norm after the last layer of each stack
+
+
+@dataclass(frozen=True)
+class LayersSpec:
+    encoder: int = 0
+    decoder: int = 1  # with encoder > 0, decoder layers also have cross-attention
+
+
+@dataclass(frozen=True)
+class EmbeddingsSpec:
+    vocab: int
+    dim: int | None = None  # word-embedding width when it differs from d_model (OPT-350m)
+    positions: int = 0  # learned position rows (0: sinusoidal or rotary, no parameters)
+    position_offset: int = 0  # extra learned rows (OPT keeps 2)
+    token_types: int = 0
+    norm: bool = False  # a norm right after the embeddings (BERT)
+    head: HeadKind = "tied"  # output projection to the vocabulary
+    head_bias: bool = False
+
+
+@dataclass(frozen=True)
+class InitSpec:
+    """Random weights: numpy.random.default_rng(seed).normal(0, std), biases zero."""
+
+    std: float = 0.02
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    d_model: int
+    ffn: FfnSpec
+    family: str = "custom"
+    description: str = ""
+    attention: AttentionSpec | None = None
+    norm: NormSpec | None = None
+    layers: LayersSpec = field(default_factory=LayersSpec)
+    embeddings: EmbeddingsSpec | None = None
+    pooler: bool = False
+    seq_len: int = 1024
+    init: InitSpec = field(default_factory=InitSpec)
+
+    @property
+    def ffn_only(self) -> bool:
+        return self.attention is None and self.embeddings is None and self.norm is None
+
+    @property
+    def d_ff(self) -> int:
+        return self.ffn.d_ff
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: one place, one message format ("<source>: <key>: expected ..., got ...").
+
+_SECTIONS: dict[str, type] = {
+    "ffn": FfnSpec,
+    "attention": AttentionSpec,
+    "norm": NormSpec,
+    "layers": LayersSpec,
+    "embeddings": EmbeddingsSpec,
+    "init": InitSpec,
+}
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "ffn.activation": ACTIVATIONS,
+    "norm.kind": ("layernorm", "rmsnorm"),
+    "embeddings.head": ("tied", "untied", "none"),
+}
+
+_MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other integer must be >= 1
+    "attention.relative_buckets": 0,
+    "norm.per_layer": 0,
+    "layers.encoder": 0,
+    "layers.decoder": 0,
+    "embeddings.positions": 0,
+    "embeddings.position_offset": 0,
+    "embeddings.token_types": 0,
+    "init.seed": 0,
+}
+
+
+def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
+    def bad(expected: str) -> SpecError:
+        return SpecError(f"{source}: key '{key}': expected {expected}, got {value!r}")
+
+    optional = "None" in annotation
+    if value is None:
+        if optional:
+            return None
+        raise bad(_describe(key, annotation))
+    if annotation.startswith("bool"):
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if annotation.startswith("int"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad(_describe(key, annotation))
+        low = _MINIMUM.get(key, 1)
+        if value < low:
+            raise bad(_describe(key, annotation))
+        return value
+    if annotation.startswith("float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise bad("a positive number")
+        return float(value)
+    if not isinstance(value, str) or not value:
+        raise bad("a non-empty string")
+    choices = _CHOICES.get(key)
+    if choices is not None and value not in choices:
+        raise SpecError(
+            f"{source}: key '{key}': expected one of {', '.join(choices)}, got {value!r}"
+            + _suggest(value, choices)
+        )
+    return value
+
+
+def _describe(key: str, annotation: str) -> str:
+    if annotation.startswith("int"):
+        return "a whole number >= 0" if _MINIMUM.get(key, 1) == 0 else "a whole number >= 1"
+    return "a value"
+
+
+def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def _build(source: str, prefix: str, cls: type, data: Any) -> Any:
+    where = prefix.rstrip(".") or "top level"
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{source}: '{where}' must be a mapping of keys to values, got {data!r}")
+    allowed = {f.name: f for f in fields(cls)}
+    for key in data:
+        if key not in allowed:
+            raise SpecError(
+                f"{source}: unknown key '{prefix}{key}'{_suggest(str(key), list(allowed))}; "
+                f"allowed keys: {', '.join(allowed)}"
+            )
+    values: dict[str, Any] = {}
+    for name, f in allowed.items():
+        if name not in data:
+            no_default = (
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            )
+            if no_default:
+                raise SpecError(f"{source}: missing key '{prefix}{name}'")
+            continue
+        if not prefix and name in _SECTIONS:
+            if data[name] is None and "None" in str(f.type):
+                values[name] = None
+            else:
+                values[name] = _build(source, f"{prefix}{name}.", _SECTIONS[name], data[name])
+        else:
+            values[name] = _check_value(source, f"{prefix}{name}", data[name], str(f.type))
+    return cls(**values)
+
+
+def validate(spec: ModelSpec, source: str) -> ModelSpec:
+    """Cross-field rules a single key cannot express. Returns the spec unchanged."""
+    ffn = spec.ffn
+    if ffn.top_k > ffn.experts:
+        raise SpecError(
+            f"{source}: key 'ffn.top_k': expected at most ffn.experts ({ffn.experts}), "
+            f"got {ffn.top_k}"
+        )
+    if ffn.capacity_factor is not None and not ffn.is_moe:
+        raise SpecError(f"{source}: key 'ffn.capacity_factor': only a mixture of experts "
+                        "(ffn.experts > 1) has a capacity")
+    att = spec.attention
+    if att is not None:
+        kv = att.kv_heads or att.heads
+        if att.heads % kv:
+            raise SpecError(
+                f"{source}: key 'attention.kv_heads': expected a divisor of attention.heads "
+                f"({att.heads}), got {kv}"
+            )
+        if att.head_dim is None and spec.d_model % att.heads:
+            raise SpecError(
+                f"{source}: key 'attention.heads': d_model {spec.d_model} is not divisible by "
+                f"{att.heads} heads; give attention.head_dim"
+            )
+    if spec.layers.encoder == 0 and spec.layers.decoder == 0:
+        raise SpecError(f"{source}: key 'layers': expected at least one encoder or decoder layer")
+    return spec
+
+
+def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> ModelSpec:
+    """Build and validate a spec from parsed YAML (or any mapping)."""
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{source}: expected a mapping of keys to values, got {type(data).__name__}")
+    if "name" not in data:
+        data = {**data, "name": default_name}
+    spec = _build(source, "", ModelSpec, data)
+    return validate(spec, source)
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets: built-in names or YAML files.
+
+
+def preset_names() -> list[str]:
+    folder = resources.files("ffncli.presets")
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    import yaml  # imported here: only preset loading needs it
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise SpecError(f"{source}: invalid YAML{where}: {problem}") from None
+
+
+def read_text(path: Path, what: str, error: type[Exception] = SpecError) -> str:
+    """Read a small user text file, turning OS errors into one-line user errors."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise error(f"{what} is a directory, not a file: {path}") from None
+    except UnicodeDecodeError:
+        raise error(f"{path}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror}") from None
+
+
+def load_preset(name_or_path: str) -> ModelSpec:
+    """A built-in preset by name, or a YAML file by path."""
+    looks_like_path = name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path
+    if not looks_like_path:
+        names = preset_names()
+        if name_or_path not in names:
+            raise SpecError(
+                f"unknown preset '{name_or_path}'{_suggest(name_or_path, names)}; "
+                f"built-in presets: {', '.join(names)}"
+            )
+        text = resources.files("ffncli.presets").joinpath(f"{name_or_path}.yaml").read_text(
+            encoding="utf-8"
+        )
+        source = f"preset {name_or_path}"
+        default_name = name_or_path
+    else:
+        path = Path(name_or_path)
+        text = read_text(path, "preset file")
+        source = str(path)
+        default_name = path.stem
+    return spec_from_mapping(_parse_yaml(text, source), source, default_name)
+
+
+# ---------------------------------------------------------------------------------------------
+# What-if overrides, shared by every command.
+
+
+@dataclass(frozen=True)
+class Overrides:
+    d_model: int | None = None
+    d_ff: int | None = None
+    activation: str | None = None  # a plain activation keeps the gating; a GLU name sets it
+    gated: bool | None = None
+    experts: int | None = None
+    top_k: int | None = None
+    capacity_factor: float | None = None
+    beta: float | None = None
+    match_params: bool = False
+    multiple_of: int = 1
+
+
+def match_gated_d_ff(d_model: int, d_ff: int, bias: bool, multiple_of: int = 1) -> int:
+    """The gated FFN width with (about) the parameters of a two-matrix FFN of width ``d_ff``.
+
+    Two matrices: 2 d f (+ f + d biases). Three: 3 d g (+ 2 g + d). Solving for g gives the
+    seeds' 2/3 rule, g = 2 f / 3 without biases and f (2d + 1) / (3d + 2) with them. The result
+    is rounded to the nearest integer (halves up); with ``multiple_of`` > 1 it is then rounded
+    up to a multiple of it, as LLaMA does (16384 * 2/3 -> 11008 with multiple_of 256).
+    """
+    numerator = d_ff * (2 * d_model + 1) if bias else 2 * d_ff
+    denominator = 3 * d_model + 2 if bias else 3
+    g = (2 * numerator + denominator) // (2 * denominator)  # round half up, exact integers
+    if multiple_of > 1:
+        g = -(-g // multiple_of) * multiple_of
+    return max(g, 1)
+
+
+def apply_overrides(spec: ModelSpec, ov: Overrides) -> ModelSpec:
+    """A new spec with the what-if values applied, validated again."""
+    ffn = spec.ffn
+    changes: dict[str, Any] = {}
+    if ov.activation is not None:
+        if ov.activation in GLU_VARIANTS:
+            changes.update(activation=GLU_VARIANTS[ov.activation], gated=True)
+        elif ov.activation in ACTIVATIONS:
+            changes["activation"] = ov.activation
+        else:
+            choices = ACTIVATIONS + tuple(GLU_VARIANTS)
+            raise SpecError(
+                f"option --activation: expected one of {', '.join(choices)}, "
+                f"got {ov.activation!r}{_suggest(ov.activation, choices)}"
+            )
+    if ov.gated is not None:
+        changes["gated"] = ov.gated
+    for name in ("d_ff", "experts", "top_k", "beta"):
+        value = getattr(ov, name)
+        if value is not None:
+            if value <= 0:
+                raise SpecError(f"option --{name.replace('_', '-')}: expected a positive "
+                                f"number, got {value}")
+            changes[name] = value
+    if ov.experts is not None and ov.top_k is None and ffn.top_k > ov.experts:
+        changes["top_k"] = ov.experts
+    if ov.capacity_factor is not None:
+        changes["capacity_factor"] = ov.capacity_factor
+    new_ffn = replace(ffn, **changes)
+    d_model = spec.d_model
+    if ov.d_model is not None:
+        if ov.d_model <= 0:
+            raise SpecError(f"option --d-model: expected a positive number, got {ov.d_model}")
+        d_model = ov.d_model
+    if ov.match_params:
+        if not new_ffn.gated:
+            raise SpecError(
+                "option --match-params: needs a gated FFN; add --activation swiglu (or geglu, "
+                "reglu, glu, bilinear) or --gated"
+            )
+        new_ffn = replace(
+            new_ffn, d_ff=match_gated_d_ff(d_model, new_ffn.d_ff, new_ffn.bias, ov.multiple_of)
+        )
+    attention = spec.attention
+    if attention is not None and ov.d_model is not None and attention.head_dim is None:
+        if d_model % attention.heads:
+            raise SpecError(
+                f"option --d-model: {d_model} is not divisible by the {attention.heads} "
+                "attention heads"
+            )
+    new = replace(spec, d_model=d_model, ffn=new_ffn)
+    return validate(new, "overrides")

@@ -1,0 +1,43 @@
+"""Shared test set-up: a fixed terminal, and the CLI run in-process through its one boundary."""
+
+from __future__ import annotations
+
+import json
+import os
+
+# Pin the terminal before Typer or Rich is imported, so output does not depend on the runner.
+os.environ["COLUMNS"] = "200"
+os.environ["TERMINAL_WIDTH"] = "200"
+os.environ["_TYPER_FORCE_DISABLE_TERMINAL"] = "1"
+os.environ["NO_COLOR"] = "1"
+
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from ffncli.cli import run  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+CONFIGS = DATA / "configs"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> dict:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli(capsys):
+    def invoke(*args: str) -> Result:
+        capsys.readouterr()
+        code = run([str(a) for a in args])
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return invoke
