@@ -133,6 +133,111 @@ def params(
         raise typer.Exit(ExitCode.CHECK_FAILED)
 
 
+# Options of the commands that run an FFN.
+WeightsOpt = Annotated[Optional[Path], typer.Option(
+    "--weights", help="FFN weights: .npz (w1 b1 w2 b2; gated w b v c w2 b2) or a Hugging Face "
+    ".safetensors checkpoint (with --layer). Default: random, from the preset's seed.",
+    dir_okay=False)]
+LayerOpt = Annotated[int, typer.Option("--layer", help="Layer of a .safetensors checkpoint.",
+                                       min=0)]
+InputOpt = Annotated[Optional[Path], typer.Option(
+    "--input", "-i", help="Tokens: .npy (1-D, 2-D tokens x d_model, or 3-D batch x seq x "
+    "d_model), or .txt/.csv with one token per row.", dir_okay=False)]
+RandomOpt = Annotated[Optional[int], typer.Option(
+    "--random", help="Instead of --input: N tokens drawn from normal(0, 1) with --seed.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of --random tokens.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float64: the computation's "
+                                                      "dtype.")]
+MemOpt = Annotated[Optional[str], typer.Option(
+    "--max-memory", help="Budget for random weights (default 2GB, never more than is free).")]
+CapacityOpt = Annotated[Optional[float], typer.Option(
+    "--capacity-factor", help="Mixture of experts: each expert takes at most "
+    "ceil(cf * tokens * top_k / experts) tokens, in order; the rest are dropped.")]
+NonfiniteOpt = Annotated[bool, typer.Option(
+    "--allow-nonfinite", help="Compute with NaN and infinity instead of refusing them.")]
+
+
+def _model(preset, config, weights, layer, dtype, max_memory, **overrides):
+    """The spec (from --config, a config.json beside the weights, or --preset) and its FFN."""
+    from ffncli import runner
+    from ffncli.weights import default_config_beside, parse_size
+
+    if config is None and preset is None and weights is not None:
+        if weights.suffix.lower() == ".safetensors":
+            config = default_config_beside(weights)
+    if config is None and preset is None:
+        raise InputError("give a model: --preset NAME|FILE, --config config.json, or "
+                         "--weights model.safetensors with a config.json beside it")
+    spec = resolve_spec(preset, config, **overrides)
+    budget = parse_size(max_memory) if max_memory is not None else None
+    return runner.build_model(spec, weights, layer, runner.parse_dtype(dtype), budget)
+
+
+def _progress(total: int, as_json: bool):
+    """A progress bar on stderr for long work on a terminal; None otherwise."""
+    if as_json or not sys.stderr.isatty() or total < 200_000:
+        return None, None
+    from rich.progress import Progress
+
+    from ffncli.render import console
+
+    bar = Progress(console=console(stderr=True), transient=True)
+    task = bar.add_task("tokens", total=total)
+    return bar, lambda done: bar.update(task, completed=done)
+
+
+@app.command("run")
+def run_cmd(
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    weights: WeightsOpt = None,
+    layer: LayerOpt = 0,
+    input: InputOpt = None,
+    random: RandomOpt = None,
+    seed: SeedOpt = 0,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", help="Write the output to this .npy (atomically).", dir_okay=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
+    residual: Annotated[bool, typer.Option("--residual", help="Return x + FFN(x).")] = False,
+    dtype: DtypeOpt = "float32",
+    precision: Annotated[int, typer.Option("--precision", help="Digits shown.", min=0,
+                                           max=12)] = 4,
+    allow_nonfinite: NonfiniteOpt = False,
+    max_memory: MemOpt = None,
+    d_model: DModelOpt = None,
+    d_ff: DffOpt = None,
+    activation: ActOpt = None,
+    gated: GatedOpt = None,
+    experts: ExpertsOpt = None,
+    top_k: TopKOpt = None,
+    beta: BetaOpt = None,
+    capacity_factor: CapacityOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the FFN on token vectors: print the output, or stream it to a .npy file."""
+    from ffncli import render, runner
+
+    model = _model(preset, config, weights, layer, dtype, max_memory, d_model=d_model,
+                   d_ff=d_ff, activation=activation, gated=gated, experts=experts,
+                   top_k=top_k, beta=beta, capacity_factor=capacity_factor)
+    tokens = runner.resolve_input(input, random, model.ffn.d_model, seed)
+    if as_json and out is None and tokens.n_tokens > runner.SMALL_TOKENS:
+        raise InputError(f"--json prints at most {runner.SMALL_TOKENS} output tokens; the input "
+                         f"has {tokens.n_tokens:,}: add --out FILE.npy")
+    bar, progress = _progress(tokens.n_tokens, as_json)
+    if bar is not None:
+        with bar:
+            result = runner.run_ffn(model, tokens, out=out, force=force, residual=residual,
+                                    allow_nonfinite=allow_nonfinite, progress=progress)
+    else:
+        result = runner.run_ffn(model, tokens, out=out, force=force, residual=residual,
+                                allow_nonfinite=allow_nonfinite)
+    if as_json:
+        render.emit_json(render.run_json(result))
+    else:
+        render.print_run(result, precision)
+
+
 @app.command()
 def presets(as_json: JsonOpt = False) -> None:
     """List the built-in presets with their sizes."""

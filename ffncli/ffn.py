@@ -1,0 +1,406 @@
+"""The FFN math: activations, the dense FFN, the gated (GLU) FFN and the mixture of experts.
+
+Row vectors, weights stored ``[in, out]``, exactly as in the NumPy lesson::
+
+    ffn(x) = act(x @ w1 + b1) @ w2 + b2                       # dense
+    ffn(x) = (act(x @ w + b) * (x @ v + c)) @ w2 + b2         # gated: W is activated, V is not
+
+Each formula has a plain function (``dense_ffn``, ``gated_ffn``, ``moe_ffn``) that reads like
+the paper and is the reference for the tests. :class:`Ffn` is the engine the commands use: the
+same math over chunks of tokens with preallocated buffers, biases and activations applied in
+place, so the time goes to the matrix products (see ``benchmarks/bench_ffn.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Callable, Union
+
+import numpy as np
+
+Array = np.ndarray
+
+# ---------------------------------------------------------------------------------------------
+# Activations: the plain formulas.
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+
+
+def relu(x: Array) -> Array:
+    return np.maximum(x, 0)
+
+
+def gelu(x: Array) -> Array:
+    """Exact GELU: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))."""
+    return 0.5 * x * (1 + erf(x * _INV_SQRT2))
+
+
+def gelu_tanh(x: Array) -> Array:
+    """GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+
+
+def sigmoid(x: Array) -> Array:
+    with np.errstate(over="ignore"):
+        return 1 / (1 + np.exp(-x))
+
+
+def silu(x: Array, beta: float = 1.0) -> Array:
+    """Swish_beta(x) = x * sigmoid(beta x); beta = 1 is SiLU."""
+    return x * sigmoid(beta * x)
+
+
+def identity(x: Array) -> Array:
+    return x
+
+
+def activate(x: Array, name: str, beta: float = 1.0) -> Array:
+    if name in ("silu", "swish"):
+        return silu(x, beta)
+    return _PLAIN[name](x)
+
+
+_PLAIN: dict[str, Callable[[Array], Array]] = {
+    "relu": relu, "gelu": gelu, "gelu_tanh": gelu_tanh, "sigmoid": sigmoid, "identity": identity,
+}
+
+# ---------------------------------------------------------------------------------------------
+# erf, vectorised. float32: Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, float32's own
+# precision near 1). float64: a Chebyshev series fitted to math.erf on [0, 6] (|error| < 1e-14;
+# erf(6) rounds to 1 in float64).
+
+_AS_P = 0.3275911
+_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def _erfc_abs_as(z_abs: Array) -> Array:
+    """erfc(|z|) by A&S 7.1.26: t P(t) exp(-z^2), t = 1 / (1 + p |z|)."""
+    t = 1 / (1 + _AS_P * z_abs)
+    poly = _AS_A[4]
+    for a in _AS_A[3::-1]:
+        poly = poly * t + a
+    return poly * t * np.exp(-z_abs * z_abs)
+
+
+@functools.cache
+def _erf_chebyshev() -> np.ndarray:
+    nodes = 3 + 3 * np.cos(np.pi * (np.arange(2000) + 0.5) / 2000)
+    values = np.array([math.erf(v) for v in nodes])
+    return np.polynomial.chebyshev.chebfit((nodes - 3) / 3, values, 40)
+
+
+def erf(x: Array) -> Array:
+    x = np.asarray(x)
+    if x.dtype == np.float64:
+        z = np.minimum(np.abs(x), 6.0)
+        return np.copysign(np.polynomial.chebyshev.chebval((z - 3) / 3, _erf_chebyshev()), x)
+    z = np.abs(x)
+    return np.copysign(1 - _erfc_abs_as(z), x).astype(x.dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Weights.
+
+
+@dataclass(frozen=True)
+class DenseWeights:
+    w1: Array  # (d_model, d_ff)
+    b1: Array | None  # (d_ff,)
+    w2: Array  # (d_ff, d_model)
+    b2: Array | None  # (d_model,)
+
+
+@dataclass(frozen=True)
+class GatedWeights:
+    w: Array  # (d_model, d_ff), activated (the gate)
+    b: Array | None
+    v: Array  # (d_model, d_ff), linear (the "up" projection)
+    c: Array | None
+    w2: Array  # (d_ff, d_model)
+    b2: Array | None
+
+
+ExpertWeights = Union[DenseWeights, GatedWeights]
+
+
+@dataclass(frozen=True)
+class MoEWeights:
+    router: Array  # (d_model, experts)
+    router_bias: Array | None
+    experts: tuple[ExpertWeights, ...]
+    top_k: int
+    capacity_factor: float | None = None  # tokens past ceil(cf * n * k / E) per expert dropped
+
+
+Weights = Union[DenseWeights, GatedWeights, MoEWeights]
+
+
+def weights_shape(weights: Weights) -> tuple[int, int]:
+    """(d_model, d_ff) of the weights."""
+    first = weights.experts[0] if isinstance(weights, MoEWeights) else weights
+    return first.w2.shape[1], first.w2.shape[0]
+
+
+def weights_dtype(weights: Weights) -> np.dtype:
+    first = weights.experts[0] if isinstance(weights, MoEWeights) else weights
+    return first.w2.dtype
+
+
+# ---------------------------------------------------------------------------------------------
+# The formulas, plainly: the reference the engine is tested against.
+
+
+def _affine(x: Array, w: Array, b: Array | None) -> Array:
+    return x @ w if b is None else x @ w + b
+
+
+def dense_ffn(x: Array, p: DenseWeights, act: str, beta: float = 1.0) -> Array:
+    h = activate(_affine(x, p.w1, p.b1), act, beta)  # (n, d_model) -> (n, d_ff)
+    return _affine(h, p.w2, p.b2)  # (n, d_ff) -> (n, d_model)
+
+
+def gated_ffn(x: Array, p: GatedWeights, act: str, beta: float = 1.0) -> Array:
+    h = activate(_affine(x, p.w, p.b), act, beta) * _affine(x, p.v, p.c)  # (n, d_ff)
+    return _affine(h, p.w2, p.b2)  # (n, d_ff) -> (n, d_model)
+
+
+def expert_ffn(x: Array, p: ExpertWeights, act: str, beta: float = 1.0) -> Array:
+    return gated_ffn(x, p, act, beta) if isinstance(p, GatedWeights) else dense_ffn(x, p, act,
+                                                                                   beta)
+
+
+def route(x: Array, p: MoEWeights) -> tuple[Array, Array]:
+    """Per token: the top-k experts (n, k) and their weights (n, k), summing to 1.
+
+    Softmax over all experts, keep the k largest, renormalise (the Mixtral convention; the
+    same as a softmax over the k chosen logits). Ties go to the lower expert index.
+    """
+    logits = _affine(x, p.router, p.router_bias)  # (n, d_model) -> (n, E)
+    order = np.argsort(-logits, axis=1, kind="stable")[:, : p.top_k]  # (n, k)
+    chosen = np.take_along_axis(logits, order, axis=1)
+    weights = np.exp(chosen - chosen[:, :1])  # the largest first: no overflow
+    return order, weights / weights.sum(axis=1, keepdims=True)
+
+
+def capacity(p: MoEWeights, n_tokens: int) -> int | None:
+    if p.capacity_factor is None:
+        return None
+    return math.ceil(p.capacity_factor * n_tokens * p.top_k / len(p.experts))
+
+
+def moe_ffn(x: Array, p: MoEWeights, act: str, beta: float = 1.0) -> Array:
+    """Each token's chosen experts, weighted; grouped by expert: one gather, one product, one
+    scatter-add per expert. With a capacity, an expert takes tokens in order until full."""
+    order, gate = route(x, p)
+    out = np.zeros_like(x, shape=(x.shape[0], weights_shape(p)[0]))
+    cap = capacity(p, x.shape[0])
+    for e, expert in enumerate(p.experts):
+        rows, slot = np.nonzero(order == e)  # tokens that chose e, in token order
+        if cap is not None:
+            rows, slot = rows[:cap], slot[:cap]
+        if rows.size:
+            out[rows] += gate[rows, slot, None] * expert_ffn(x[rows], expert, act, beta)
+    return out
+
+
+def ffn(x: Array, p: Weights, act: str, beta: float = 1.0) -> Array:
+    """The FFN of any kind on a (tokens, d_model) matrix, plainly."""
+    if isinstance(p, MoEWeights):
+        return moe_ffn(x, p, act, beta)
+    return expert_ffn(x, p, act, beta)
+
+
+# ---------------------------------------------------------------------------------------------
+# In-place activations for the engine: they overwrite ``h`` and use only the scratch buffers
+# they are given (``SCRATCH[name]`` of them, each shaped like ``h``).
+
+
+def _relu_(h: Array, s: list[Array], beta: float) -> None:
+    np.maximum(h, 0, out=h)
+
+
+def _identity_(h: Array, s: list[Array], beta: float) -> None:
+    pass
+
+
+def _sigmoid_(h: Array, s: list[Array], beta: float) -> None:
+    with np.errstate(over="ignore"):
+        np.negative(h, out=h)
+        np.exp(h, out=h)
+    np.add(h, 1, out=h)
+    np.reciprocal(h, out=h)
+
+
+def _silu_(h: Array, s: list[Array], beta: float) -> None:
+    e = s[0]
+    np.multiply(h, -beta, out=e)  # x / (1 + exp(-beta x))
+    with np.errstate(over="ignore"):
+        np.exp(e, out=e)
+    np.add(e, 1, out=e)
+    np.divide(h, e, out=h)
+
+
+def _gelu_tanh_(h: Array, s: list[Array], beta: float) -> None:
+    u = s[0]
+    np.multiply(h, h, out=u)  # x^2, never x**3
+    np.multiply(u, 0.044715 * _SQRT_2_OVER_PI, out=u)
+    np.add(u, _SQRT_2_OVER_PI, out=u)
+    np.multiply(u, h, out=u)  # sqrt(2/pi) (x + 0.044715 x^3)
+    np.tanh(u, out=u)
+    np.add(u, 1, out=u)
+    np.multiply(h, u, out=h)
+    np.multiply(h, 0.5, out=h)
+
+
+def _gelu_(h: Array, s: list[Array], beta: float) -> None:
+    """x Phi(x) = 0.5 (x + |x| (1 - erfc(|x| / sqrt 2))), erfc by A&S 7.1.26 in float32."""
+    if h.dtype != np.float32:
+        h[...] = gelu(h)  # float64: the accurate erf, out of place
+        return
+    ax, t, acc = s
+    np.abs(h, out=ax)
+    np.multiply(ax, _AS_P * _INV_SQRT2, out=t)
+    np.add(t, 1, out=t)
+    np.reciprocal(t, out=t)  # t = 1 / (1 + p |x| / sqrt 2)
+    np.multiply(t, _AS_A[4], out=acc)
+    for coef in _AS_A[3::-1]:  # Horner: acc = t P(t)
+        np.add(acc, coef, out=acc)
+        np.multiply(acc, t, out=acc)
+    np.multiply(ax, ax, out=t)
+    np.multiply(t, -0.5, out=t)
+    np.exp(t, out=t)  # exp(-x^2 / 2)
+    np.multiply(acc, t, out=acc)  # erfc(|x| / sqrt 2)
+    np.subtract(1, acc, out=acc)
+    np.multiply(acc, ax, out=acc)
+    np.add(h, acc, out=h)
+    np.multiply(h, 0.5, out=h)
+
+
+_INPLACE: dict[str, Callable[[Array, list[Array], float], None]] = {
+    "relu": _relu_, "identity": _identity_, "sigmoid": _sigmoid_, "silu": _silu_,
+    "swish": _silu_, "gelu_tanh": _gelu_tanh_, "gelu": _gelu_,
+}
+SCRATCH = {"relu": 0, "identity": 0, "sigmoid": 0, "silu": 1, "swish": 1, "gelu_tanh": 1,
+           "gelu": 3}
+
+# ---------------------------------------------------------------------------------------------
+# The engine.
+
+DEFAULT_CHUNK_ELEMENTS = 1 << 21  # hidden-buffer elements per chunk (8 MB in float32)
+
+
+def default_chunk_tokens(d_ff: int) -> int:
+    """Tokens per chunk: a hidden buffer of about 2M elements, 256 to 4096 tokens."""
+    return int(min(4096, max(256, DEFAULT_CHUNK_ELEMENTS // d_ff)))
+
+
+class Ffn:
+    """The FFN as a function of token matrices, over chunks with buffers reused between them.
+
+    ``ffn(x)`` takes (tokens, d_model) and returns (tokens, d_model) in the weights' dtype.
+    ``ffn.hidden(x)`` returns the activated hidden layer (for a gated FFN, the activated
+    gate act(x W + b)). The caller's arrays are never modified.
+    """
+
+    def __init__(self, weights: Weights, activation: str, beta: float = 1.0,
+                 chunk_tokens: int | None = None) -> None:
+        if activation not in _INPLACE:
+            raise ValueError(f"unknown activation {activation!r}")
+        self.weights, self.activation, self.beta = weights, activation, beta
+        self.d_model, self.d_ff = weights_shape(weights)
+        self.dtype = weights_dtype(weights)
+        self.chunk_tokens = chunk_tokens or default_chunk_tokens(self.d_ff)
+        self._buffers: dict[str, Array] = {}
+
+    # -- buffers ------------------------------------------------------------------------------
+
+    def _buffer(self, name: str, rows: int, cols: int) -> Array:
+        """A (rows, cols) view of a reusable buffer; grown, never shrunk."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != cols:
+            buf = np.empty((max(rows, self.chunk_tokens if rows <= self.chunk_tokens else rows),
+                            cols), dtype=self.dtype)
+            self._buffers[name] = buf
+        return buf[:rows]
+
+    def _scratch(self, rows: int) -> list[Array]:
+        return [self._buffer(f"scratch{i}", rows, self.d_ff)
+                for i in range(SCRATCH[self.activation])]
+
+    # -- one chunk ----------------------------------------------------------------------------
+
+    def _hidden_chunk(self, x: Array, p: ExpertWeights) -> Array:
+        """act(x W1 + b1), or act(x W + b) * (x V + c), into the reused hidden buffer."""
+        rows = x.shape[0]
+        h = np.matmul(x, p.w1 if isinstance(p, DenseWeights) else p.w,
+                      out=self._buffer("hidden", rows, self.d_ff))  # (n, d) -> (n, f)
+        bias = p.b1 if isinstance(p, DenseWeights) else p.b
+        if bias is not None:
+            np.add(h, bias, out=h)
+        _INPLACE[self.activation](h, self._scratch(rows), self.beta)
+        if isinstance(p, GatedWeights):
+            u = np.matmul(x, p.v, out=self._buffer("up", rows, self.d_ff))  # (n, d) -> (n, f)
+            if p.c is not None:
+                np.add(u, p.c, out=u)
+            np.multiply(h, u, out=h)
+        return h
+
+    def _expert_chunk(self, x: Array, p: ExpertWeights, out: Array) -> None:
+        h = self._hidden_chunk(x, p)
+        np.matmul(h, p.w2, out=out)  # (n, f) -> (n, d)
+        if p.b2 is not None:
+            np.add(out, p.b2, out=out)
+
+    def _moe_chunk(self, x: Array, p: MoEWeights, out: Array) -> None:
+        order, gate = route(x, p)
+        gate = gate.astype(self.dtype, copy=False)
+        out[...] = 0
+        cap = capacity(p, x.shape[0])
+        for e, expert in enumerate(p.experts):
+            rows, slot = np.nonzero(order == e)
+            if cap is not None:
+                rows, slot = rows[:cap], slot[:cap]
+            if rows.size == 0:
+                continue
+            y = self._buffer("expert_out", rows.size, self.d_model)
+            self._expert_chunk(np.take(x, rows, axis=0), expert, y)  # one gather
+            np.multiply(y, gate[rows, slot, None], out=y)
+            out[rows] += y  # rows are distinct: a plain scatter-add
+
+    # -- whole inputs -------------------------------------------------------------------------
+
+    def chunk(self, x: Array, out: Array) -> None:
+        """FFN of one chunk (rows <= chunk_tokens, any rows really) into ``out``."""
+        x = np.ascontiguousarray(x, dtype=self.dtype)
+        if isinstance(self.weights, MoEWeights):
+            self._moe_chunk(x, self.weights, out)
+        else:
+            self._expert_chunk(x, self.weights, out)
+
+    def __call__(self, x: Array, out: Array | None = None) -> Array:
+        if x.ndim != 2 or x.shape[1] != self.d_model:
+            raise ValueError(f"expected (tokens, {self.d_model}), got {x.shape}")
+        n = x.shape[0]
+        if out is None:
+            out = np.empty((n, self.d_model), dtype=self.dtype)
+        step = self.chunk_tokens
+        for start in range(0, n, step):
+            self.chunk(x[start:start + step], out[start:start + step])
+        return out
+
+    def hidden(self, x: Array) -> Array:
+        """The activated hidden layer of a dense or gated FFN for one chunk (a fresh copy)."""
+        if isinstance(self.weights, MoEWeights):
+            raise ValueError("hidden() of a mixture of experts: use each expert's Ffn")
+        x = np.ascontiguousarray(x, dtype=self.dtype)
+        p = self.weights
+        rows = x.shape[0]
+        h = np.matmul(x, p.w1 if isinstance(p, DenseWeights) else p.w)
+        bias = p.b1 if isinstance(p, DenseWeights) else p.b
+        if bias is not None:
+            np.add(h, bias, out=h)
+        _INPLACE[self.activation](h, self._scratch(rows), self.beta)
+        return h

@@ -1,0 +1,157 @@
+"""`ffncli run` as a library call: build the FFN, stream the input through it, report.
+
+Also the pieces that `permute-check` and `relu-stats` share with it: choosing the weights
+(random, .npz, .safetensors) and the input (a file or seeded random tokens).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ffncli import weights as W
+from ffncli.errors import InputError
+from ffncli.ffn import Ffn, MoEWeights
+from ffncli.spec import ModelSpec
+from ffncli.tokens import AtomicNpyWriter, TokenInput, check_finite, from_array, open_input
+
+SMALL_TOKENS = 1024  # inputs up to this size get the lesson's checks and a full JSON output
+DTYPES = {"float32": np.float32, "float64": np.float64}
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Model:
+    spec: ModelSpec
+    ffn: Ffn
+    source: str  # where the weights came from, for people
+
+
+def parse_dtype(name: str) -> np.dtype:
+    if name not in DTYPES:
+        raise InputError(f"option --dtype: expected float32 or float64, got {name!r}")
+    return np.dtype(DTYPES[name])
+
+
+def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dtype,
+                max_memory: int | None = None, chunk_tokens: int | None = None) -> Model:
+    if weights is None:
+        params = W.random_weights(spec, dtype, max_memory)
+        source = f"random: normal(0, {spec.init.std:g}), seed {spec.init.seed}"
+    elif weights.suffix.lower() == ".npz":
+        params = W.npz_weights(weights, spec, dtype)
+        source = str(weights)
+    elif weights.suffix.lower() == ".safetensors":
+        params = W.safetensors_weights(weights, spec, layer, dtype)
+        source = f"{weights}, layer {layer}"
+    else:
+        raise InputError(f"option --weights: expected a .npz or .safetensors file, got {weights}")
+    return Model(spec, Ffn(params, spec.ffn.activation, spec.ffn.beta, chunk_tokens), source)
+
+
+def resolve_input(path: Path | None, random: int | None, d_model: int, seed: int) -> TokenInput:
+    if (path is None) == (random is None):
+        raise InputError("give the tokens: --input FILE (.npy, .txt, .csv) or --random N")
+    if path is not None:
+        return open_input(path, d_model)
+    if random is None or random < 1:
+        raise InputError(f"option --random: expected a number of tokens >= 1, got {random}")
+    rng = np.random.default_rng(seed)
+    return from_array(rng.normal(0.0, 1.0, (random, d_model)))
+
+
+@dataclass(frozen=True)
+class RunResult:
+    input_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+    d_ff: int
+    dtype: str
+    weights: str
+    activation: str
+    residual: bool
+    head: np.ndarray  # the first output rows (all of them for small inputs)
+    out_path: str | None
+    checks: dict[str, bool] = field(default_factory=dict)  # small inputs only
+    inactive_per_token: list[int] | None = None  # small inputs, dense or gated only
+
+    @property
+    def n_tokens(self) -> int:
+        return int(np.prod(self.input_shape[:-1])) if len(self.input_shape) > 1 else 1
+
+
+def _lesson_checks(ffn: Ffn, x: np.ndarray, y: np.ndarray) -> dict[str, bool]:
+    """The lesson's two prints: one position at a time, and swapped positions."""
+    one_by_one = np.vstack([ffn(x[i:i + 1]) for i in range(x.shape[0])])
+    swapped = ffn(x[::-1].copy())
+    return {
+        "same_as_one_position_at_a_time": bool(np.allclose(one_by_one, y)),
+        "swapping_positions_only_swaps_the_outputs": bool(np.allclose(swapped, y[::-1])),
+    }
+
+
+def _inactive(ffn: Ffn, x: np.ndarray) -> list[int] | None:
+    """Hidden units at or below zero before the activation, per token (the lesson's 8 8 7)."""
+    if isinstance(ffn.weights, MoEWeights):
+        return None
+    p = ffn.weights
+    pre = x.astype(ffn.dtype) @ (p.w1 if hasattr(p, "w1") else p.w)
+    bias = p.b1 if hasattr(p, "b1") else p.b
+    if bias is not None:
+        pre += bias
+    return [int(v) for v in (pre <= 0).sum(axis=1)]
+
+
+def run_ffn(model: Model, tokens: TokenInput, *, out: Path | None = None, force: bool = False,
+            residual: bool = False, allow_nonfinite: bool = False, head_rows: int = 8,
+            progress: Progress | None = None) -> RunResult:
+    ffn = model.ffn
+    dtype = ffn.dtype
+    rows = ffn.chunk_tokens
+    if not allow_nonfinite:
+        check_finite(tokens, dtype, rows)
+    out_shape = tokens.shape[:-1] + (ffn.d_model,)
+    small = tokens.n_tokens <= SMALL_TOKENS
+    writer = (AtomicNpyWriter(out, out_shape, dtype, force, (tokens.path,))
+              if out is not None else None)
+    checks: dict[str, bool] = {}
+    inactive = None
+    if small:
+        x = tokens.matrix(dtype)
+        with np.errstate(all="ignore") if allow_nonfinite else nullcontext():
+            y = ffn(x)
+            if residual:
+                y += x
+            checks = _lesson_checks(ffn, x, y - x if residual else y)
+            inactive = _inactive(ffn, x)
+        if writer is not None:
+            with writer:
+                writer.write(y)
+        head = y
+        if progress:
+            progress(tokens.n_tokens)
+    else:
+        head = np.empty((0, ffn.d_model), dtype=dtype)
+        y_buf = np.empty((rows, ffn.d_model), dtype=dtype)
+        with (writer if writer is not None else nullcontext()):
+            for start, x in tokens.chunks(rows, dtype):
+                y = y_buf[: x.shape[0]]
+                ffn.chunk(x, y)
+                if residual:
+                    np.add(y, x, out=y)
+                if head.shape[0] < head_rows:
+                    head = np.vstack([head, y[: head_rows - head.shape[0]]])
+                if writer is not None:
+                    writer.write(y)
+                if progress:
+                    progress(start + x.shape[0])
+    return RunResult(
+        input_shape=tokens.shape, output_shape=out_shape, d_ff=ffn.d_ff, dtype=dtype.name,
+        weights=model.source, activation=model.spec.ffn.label, residual=residual, head=head,
+        out_path=str(out) if out is not None else None, checks=checks,
+        inactive_per_token=inactive,
+    )

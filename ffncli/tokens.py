@@ -1,0 +1,223 @@
+"""Token matrices in and out: .npy (read in chunks, never unpickled), .txt/.csv, atomic writes.
+
+A large ``.npy`` input is read chunk by chunk with ``readinto`` into one reused buffer, and
+the output is written chunk by chunk to a temporary file that is renamed into place at the
+end. Neither is memory-mapped: mapped pages count towards resident memory, and a 2 GB input
+read through ``np.load(mmap_mode="r")`` would show 2 GB more of it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ffncli.errors import InputError, OutputError
+
+IN_MEMORY_BYTES = 64 * 2**20  # inputs up to this size are read whole
+
+
+@dataclass
+class TokenInput:
+    """A (tokens, d_model) view of an input: its leading shape, and its chunks on demand."""
+
+    path: Path | None
+    shape: tuple[int, ...]  # as stored: (d,), (n, d) or (b, s, d)
+    file_dtype: np.dtype
+    data: np.ndarray | None = None  # small inputs: the whole (n, d) matrix
+    offset: int = 0  # large .npy inputs: where the data starts
+
+    @property
+    def d_model(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def n_tokens(self) -> int:
+        return int(np.prod(self.shape[:-1], dtype=np.int64)) if len(self.shape) > 1 else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.n_tokens * self.d_model * self.file_dtype.itemsize
+
+    def chunks(self, rows: int, dtype: np.dtype) -> Iterator[tuple[int, np.ndarray]]:
+        """(first token index, (m, d_model) array in ``dtype``) for consecutive chunks.
+
+        The array is a reused buffer: valid until the next chunk is read."""
+        if self.data is not None:
+            matrix = self.data.astype(dtype, copy=False)
+            for start in range(0, self.n_tokens, rows):
+                yield start, matrix[start:start + rows]
+            return
+        assert self.path is not None
+        d = self.d_model
+        raw = np.empty((rows, d), dtype=self.file_dtype)
+        cast = raw if self.file_dtype == dtype else np.empty((rows, d), dtype=dtype)
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            for start in range(0, self.n_tokens, rows):
+                m = min(rows, self.n_tokens - start)
+                view = raw[:m]
+                got = f.readinto(memoryview(view).cast("B"))
+                if got != view.nbytes:
+                    raise InputError(f"{self.path}: file ends early, at token {start + got // (d * self.file_dtype.itemsize)} of {self.n_tokens}")
+                if cast is not raw:
+                    np.copyto(cast[:m], view, casting="unsafe")
+                yield start, cast[:m]
+
+    def matrix(self, dtype: np.dtype) -> np.ndarray:
+        """The whole input as one (tokens, d_model) array (small inputs)."""
+        if self.data is not None:
+            return self.data.astype(dtype, copy=False)
+        out = np.empty((self.n_tokens, self.d_model), dtype=dtype)
+        for start, chunk in self.chunks(65536, dtype):
+            out[start:start + chunk.shape[0]] = chunk
+        return out
+
+
+def _check_dtype(path: Path, dtype: np.dtype) -> None:
+    if dtype.kind not in "fiu":
+        what = {"O": "Python objects", "U": "strings", "S": "bytes", "c": "complex numbers",
+                "b": "booleans", "V": "structured records"}.get(dtype.kind, str(dtype))
+        raise InputError(f"{path}: expected real numbers, got an array of {what} ({dtype})")
+
+
+def _check_shape(path: Path, shape: tuple[int, ...], d_model: int) -> None:
+    if len(shape) not in (1, 2, 3):
+        raise InputError(f"{path}: expected 1-D (one token), 2-D (tokens x d_model) or 3-D "
+                         f"(batch x seq x d_model), got {len(shape)}-D {shape}")
+    if 0 in shape:
+        raise InputError(f"{path}: the array is empty {shape}")
+    if shape[-1] != d_model:
+        raise InputError(f"{path}: expected d_model {d_model}, got {shape[-1]} (shape {shape})")
+
+
+def open_input(path: Path, d_model: int) -> TokenInput:
+    """Open a .npy, .txt or .csv token file; small files are read whole."""
+    if not path.exists():
+        raise InputError(f"input file not found: {path}")
+    if path.is_dir():
+        raise InputError(f"input is a directory, not a file: {path}")
+    suffix = path.suffix.lower()
+    if suffix in (".txt", ".csv"):
+        return _open_text(path, d_model)
+    if suffix != ".npy":
+        raise InputError(f"{path}: expected a .npy, .txt or .csv file")
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            offset = f.tell()
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(f"{path}: not a valid .npy file ({exc})") from None
+    _check_dtype(path, dtype)
+    _check_shape(path, shape, d_model)
+    token = TokenInput(path, tuple(shape), dtype, offset=offset)
+    if fortran or token.nbytes <= IN_MEMORY_BYTES:
+        array = np.load(path, allow_pickle=False, mmap_mode="r" if fortran else None)
+        token.data = np.ascontiguousarray(array).reshape(token.n_tokens, d_model)
+    size = path.stat().st_size
+    if token.data is None and size < offset + token.nbytes:
+        raise InputError(f"{path}: the file is truncated ({size} bytes, the header promises "
+                         f"{offset + token.nbytes})")
+    return token
+
+
+def _open_text(path: Path, d_model: int) -> TokenInput:
+    delimiter = "," if path.suffix.lower() == ".csv" else None
+    try:
+        array = np.loadtxt(path, delimiter=delimiter, ndmin=2, dtype=np.float64, comments="#")
+    except ValueError as exc:
+        raise InputError(f"{path}: not a table of numbers, one token per row ({exc})") from None
+    shape = tuple(array.shape)
+    if array.size == 0:
+        raise InputError(f"{path}: the file has no numbers")
+    _check_shape(path, shape, d_model)
+    return TokenInput(path, shape, array.dtype, data=array)
+
+
+def from_array(array: np.ndarray, name: str = "input") -> TokenInput:
+    shape = tuple(array.shape)
+    return TokenInput(None, shape, array.dtype, data=array.reshape(-1, shape[-1]))
+
+
+def check_finite(token: TokenInput, dtype: np.dtype, rows: int) -> None:
+    """Refuse NaN and infinity, saying how many and where the first one is."""
+    bad = 0
+    first: tuple[int, int] | None = None
+    for start, chunk in token.chunks(rows, dtype):
+        finite = np.isfinite(chunk)
+        if not finite.all():
+            n_bad = int(finite.size - np.count_nonzero(finite))
+            if first is None:
+                i, j = np.argwhere(~finite)[0]
+                first = (start + int(i), int(j))
+            bad += n_bad
+    if first is not None:
+        raise InputError(
+            f"{token.path or 'input'}: {bad} non-finite value{'s' if bad > 1 else ''} (NaN or "
+            f"infinity), the first at token {first[0]}, column {first[1]}; pass "
+            "--allow-nonfinite to compute with them"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Output.
+
+
+class AtomicNpyWriter:
+    """Write a .npy chunk by chunk into a temporary file beside the target, then rename it.
+
+    Nothing is left behind on failure, and an existing file is replaced only with ``force``.
+    """
+
+    def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, force: bool,
+                 inputs: tuple[Path | None, ...] = ()) -> None:
+        if path.suffix.lower() != ".npy":
+            raise OutputError(f"option --out: expected a .npy path, got {path}")
+        for source in inputs:
+            if source is not None and _same_file(path, source):
+                raise OutputError(f"option --out: {path} is the input file; choose another path")
+        if path.is_dir():
+            raise OutputError(f"option --out: {path} is a directory")
+        if path.exists() and not force:
+            raise OutputError(f"option --out: {path} exists; pass --force to replace it")
+        if not path.parent.is_dir():
+            raise OutputError(f"option --out: folder {path.parent} does not exist")
+        self.path, self.shape, self.dtype = path, shape, np.dtype(dtype)
+        self._file = None
+        self._tmp: str | None = None
+
+    def __enter__(self) -> "AtomicNpyWriter":
+        fd, self._tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.",
+                                         suffix=".tmp")
+        self._file = os.fdopen(fd, "wb")
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
+                  "shape": self.shape}
+        np.lib.format.write_array_header_2_0(self._file, header)
+        return self
+
+    def write(self, chunk: np.ndarray) -> None:
+        assert self._file is not None
+        self._file.write(memoryview(np.ascontiguousarray(chunk, dtype=self.dtype)).cast("B"))
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        assert self._file is not None and self._tmp is not None
+        self._file.close()
+        if exc_type is None:
+            os.replace(self._tmp, self.path)
+        else:
+            os.unlink(self._tmp)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()

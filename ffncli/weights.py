@@ -1,0 +1,286 @@
+"""Where FFN weights come from: seeded random draws, .npz files, real .safetensors checkpoints.
+
+Every source returns the ``ffn`` module's weight classes in ``[in, out]`` layout and the
+requested dtype, with shapes checked against the spec.
+
+Random draws (``numpy.random.default_rng(init.seed).normal(0, init.std)``, float64, then cast)
+happen in this order, biases zero: dense W1 (d_model x d_ff), W2 (d_ff x d_model); gated W,
+V, W2; mixture of experts: the router (d_model x experts) first, then each expert in turn.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ffncli.checkpoint import Header, TensorInfo, read_header
+from ffncli.counting import ffn_params
+from ffncli.errors import MemoryBudgetError, WeightsError
+from ffncli.ffn import DenseWeights, ExpertWeights, GatedWeights, MoEWeights, Weights
+from ffncli.spec import ModelSpec
+
+DEFAULT_BUDGET = 2 * 10**9
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory budget.
+
+
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo, in bytes (None where there is no such file)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def parse_size(text: str) -> int:
+    """'2GB', '512MB', '1.5G', '1000000' -> bytes (powers of 1000; KiB, MiB, GiB of 1024)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)\s*", text.lower())
+    if not m:
+        raise WeightsError(f"option --max-memory: expected a size such as 2GB or 512MB, "
+                           f"got {text!r}")
+    unit = m.group(2).rstrip("b")
+    scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+             "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}[unit]
+    return int(float(m.group(1)) * scale)
+
+
+def check_budget(spec: ModelSpec, dtype: np.dtype, budget: int | None) -> int:
+    """Refuse random weights that would not fit; returns the bytes they need."""
+    need = ffn_params(spec.d_model, spec.ffn) * np.dtype(dtype).itemsize
+    free = available_memory()
+    limit = DEFAULT_BUDGET if budget is None else budget
+    if free is not None:
+        limit = min(limit, free)
+    if need > limit:
+        raise MemoryBudgetError(
+            f"the random weights of one FFN layer of {spec.name} need {need / 1e9:.2f} GB in "
+            f"{np.dtype(dtype).name}, over the {limit / 1e9:.2f} GB budget; shrink it "
+            "(--d-model, --d-ff, --experts) or raise --max-memory"
+            + ("" if free is None or need <= free else
+               f" (only {free / 1e9:.2f} GB of memory is free)")
+        )
+    return need
+
+
+# ---------------------------------------------------------------------------------------------
+# Random.
+
+
+def _draw_expert(rng: np.random.Generator, spec: ModelSpec, dtype: np.dtype) -> ExpertWeights:
+    d, f, std = spec.d_model, spec.ffn.d_ff, spec.init.std
+
+    def normal(shape: tuple[int, int]) -> np.ndarray:
+        return rng.normal(0, std, shape).astype(dtype, copy=False)
+
+    def zeros(n: int) -> np.ndarray | None:
+        return np.zeros(n, dtype=dtype) if spec.ffn.bias else None
+
+    if spec.ffn.gated:
+        w, v, w2 = normal((d, f)), normal((d, f)), normal((f, d))
+        return GatedWeights(w, zeros(f), v, zeros(f), w2, zeros(d))
+    w1, w2 = normal((d, f)), normal((f, d))
+    return DenseWeights(w1, zeros(f), w2, zeros(d))
+
+
+def random_weights(spec: ModelSpec, dtype: np.dtype, budget: int | None = None) -> Weights:
+    check_budget(spec, dtype, budget)
+    rng = np.random.default_rng(spec.init.seed)
+    ffn = spec.ffn
+    if not ffn.is_moe:
+        return _draw_expert(rng, spec, dtype)
+    router = rng.normal(0, spec.init.std, (spec.d_model, ffn.experts)).astype(dtype)
+    experts = tuple(_draw_expert(rng, spec, dtype) for _ in range(ffn.experts))
+    router_bias = np.zeros(ffn.experts, dtype=dtype) if ffn.router_bias else None
+    return MoEWeights(router, router_bias, experts, ffn.top_k, ffn.capacity_factor)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape checks shared by the file readers.
+
+
+def _checked(source: str, name: str, array: np.ndarray, shape: tuple[int, ...],
+             dtype: np.dtype) -> np.ndarray:
+    if array.shape != shape:
+        raise WeightsError(f"{source}: '{name}': expected shape {shape}, got {array.shape}")
+    if array.dtype.kind != "f":
+        raise WeightsError(f"{source}: '{name}': expected floating-point values, got "
+                           f"{array.dtype}")
+    return np.ascontiguousarray(array, dtype=dtype)
+
+
+def _assemble(source: str, spec: ModelSpec, dtype: np.dtype,
+              get: Callable[[str], np.ndarray | None], prefix: str = "") -> ExpertWeights:
+    """Build one expert from named [in, out] arrays: w1 b1 w2 b2, or w b v c w2 b2."""
+    d, f = spec.d_model, spec.ffn.d_ff
+
+    def need(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        array = get(prefix + name)
+        if array is None:
+            raise WeightsError(f"{source}: missing array '{prefix + name}'")
+        return _checked(source, prefix + name, array, shape, dtype)
+
+    def maybe(name: str, n: int) -> np.ndarray | None:
+        array = get(prefix + name)
+        return None if array is None else _checked(source, prefix + name, array, (n,), dtype)
+
+    if spec.ffn.gated:
+        return GatedWeights(need("w", (d, f)), maybe("b", f), need("v", (d, f)), maybe("c", f),
+                            need("w2", (f, d)), maybe("b2", d))
+    return DenseWeights(need("w1", (d, f)), maybe("b1", f), need("w2", (f, d)), maybe("b2", d))
+
+
+def npz_weights(path: Path, spec: ModelSpec, dtype: np.dtype) -> Weights:
+    """Arrays ``w1 b1 w2 b2`` (dense), ``w b v c w2 b2`` (gated, W activated), all [in, out];
+    biases optional. Mixture of experts: ``router`` (d_model x E), optional ``router_bias``,
+    and each expert's arrays prefixed ``experts.<e>.``."""
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise WeightsError(f"weights file not found: {path}") from None
+    except (OSError, ValueError) as exc:
+        raise WeightsError(f"{path}: not a readable .npz file ({exc})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise WeightsError(f"{path}: expected an .npz archive of named arrays, got one array")
+    source = str(path)
+    with archive:
+        def get(name: str) -> np.ndarray | None:
+            if name not in archive.files:
+                return None
+            try:
+                return archive[name]
+            except ValueError:
+                raise WeightsError(f"{path}: array '{name}' holds Python objects; refusing to "
+                                   "unpickle it") from None
+
+        ffn = spec.ffn
+        if not ffn.is_moe:
+            return _assemble(source, spec, dtype, get)
+        router = get("router")
+        if router is None:
+            raise WeightsError(f"{path}: missing array 'router'")
+        router = _checked(source, "router", router, (spec.d_model, ffn.experts), dtype)
+        rb = get("router_bias")
+        rb = None if rb is None else _checked(source, "router_bias", rb, (ffn.experts,), dtype)
+        experts = tuple(_assemble(source, spec, dtype, get, f"experts.{e}.")
+                        for e in range(ffn.experts))
+        return MoEWeights(router, rb, experts, ffn.top_k, ffn.capacity_factor)
+
+
+# ---------------------------------------------------------------------------------------------
+# .safetensors checkpoints: one layer's FFN, read tensor by tensor.
+
+
+def read_tensor(header: Header, info: TensorInfo) -> np.ndarray:
+    """One tensor's bytes from the file (nothing else is read), as float32 or float64."""
+    if info.dtype not in ("F32", "F16", "BF16", "F64"):
+        raise WeightsError(f"{header.path}: tensor '{info.name}' has dtype {info.dtype}; "
+                           "F32, F16, BF16 and F64 can be loaded")
+    raw_dtype = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "F64": "<f8"}[info.dtype]
+    with open(header.path, "rb") as f:
+        array = np.fromfile(f, dtype=raw_dtype, count=info.numel, offset=info.start)
+    if info.dtype == "BF16":  # the top 16 bits of a float32
+        array = (array.astype(np.uint32) << 16).view(np.float32)
+    elif info.dtype == "F16":
+        array = array.astype(np.float32)
+    return array.reshape(info.shape)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one family keeps a layer's FFN: tensor names (with {i} the layer, {e} an expert)
+    and whether matrices are nn.Linear ([out, in], transposed on load) or Conv1D ([in, out])."""
+
+    names: dict[str, str]  # our name (w1, w2 or w, v, w2) -> checkpoint name stem
+    linear: bool = True
+    router: str | None = None  # mixture of experts: router stem; names then hold {e}
+
+
+_BERT = Layout({"w1": "layer.{i}.intermediate.dense", "w2": "layer.{i}.output.dense"})
+_LLAMA = Layout({"w": "layers.{i}.mlp.gate_proj", "v": "layers.{i}.mlp.up_proj",
+                 "w2": "layers.{i}.mlp.down_proj"})
+LAYOUTS: dict[str, Layout] = {
+    "bert": _BERT,
+    "roberta": _BERT,
+    "distilbert": Layout({"w1": "layer.{i}.ffn.lin1", "w2": "layer.{i}.ffn.lin2"}),
+    "gpt2": Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"}, linear=False),
+    "opt": Layout({"w1": "layers.{i}.fc1", "w2": "layers.{i}.fc2"}),
+    "gpt_neox": Layout({"w1": "layers.{i}.mlp.dense_h_to_4h", "w2": "layers.{i}.mlp.dense_4h_to_h"}),
+    "phi": Layout({"w1": "layers.{i}.mlp.fc1", "w2": "layers.{i}.mlp.fc2"}),
+    "llama": _LLAMA, "mistral": _LLAMA, "qwen2": _LLAMA, "gemma": _LLAMA,
+    "mixtral": Layout({"w": "layers.{i}.block_sparse_moe.experts.{e}.w1",
+                       "v": "layers.{i}.block_sparse_moe.experts.{e}.w3",
+                       "w2": "layers.{i}.block_sparse_moe.experts.{e}.w2"},
+                      router="layers.{i}.block_sparse_moe.gate"),
+    "t5": Layout({"w1": "encoder.block.{i}.layer.1.DenseReluDense.wi",
+                  "w2": "encoder.block.{i}.layer.1.DenseReluDense.wo"}),
+    "t5-gated": Layout({"w": "encoder.block.{i}.layer.1.DenseReluDense.wi_0",
+                        "v": "encoder.block.{i}.layer.1.DenseReluDense.wi_1",
+                        "w2": "encoder.block.{i}.layer.1.DenseReluDense.wo"}),
+}
+
+
+def _find(header: Header, stem: str) -> TensorInfo | None:
+    """The tensor named ``stem`` under any prefix (``transformer.``, ``model.``, ``bert.``)."""
+    hits = [info for name, info in header.tensors.items()
+            if name == stem or name.endswith("." + stem)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _layers_present(header: Header) -> str:
+    found = sorted({int(m.group(1)) for name in header.tensors
+                    for m in [re.search(r"(?:layer|layers|h|block)\.(\d+)\.", name)] if m})
+    return f"layers {found[0]}-{found[-1]}" if found else "no numbered layers"
+
+
+def safetensors_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> Weights:
+    """Layer ``layer``'s FFN from a Hugging Face checkpoint (only its tensors are read)."""
+    family = "t5-gated" if spec.family == "t5" and spec.ffn.gated else spec.family
+    layout = LAYOUTS.get(family)
+    if layout is None:
+        raise WeightsError(f"no checkpoint layout for family '{spec.family}'; known: "
+                           f"{', '.join(k for k in LAYOUTS if k != 't5-gated')}")
+    header = read_header(path)
+    source = str(path)
+
+    def tensor(stem: str, required: bool) -> np.ndarray | None:
+        info = _find(header, stem)
+        if info is None:
+            if required:
+                raise WeightsError(f"{path}: no tensor '{stem}' for layer {layer} (the file "
+                                   f"has {_layers_present(header)})")
+            return None
+        array = read_tensor(header, info)
+        return array.T if layout.linear and array.ndim == 2 else array
+
+    def expert(e: int) -> ExpertWeights:
+        arrays: dict[str, np.ndarray | None] = {}
+        for ours, stem in layout.names.items():
+            stem = stem.format(i=layer, e=e)
+            arrays[ours] = tensor(stem + ".weight", required=True)
+            bias_name = {"w1": "b1", "w2": "b2", "w": "b", "v": "c"}[ours]
+            arrays[bias_name] = tensor(stem + ".bias", required=False)
+        return _assemble(source, spec, dtype, arrays.get)
+
+    if layout.router is None:
+        return expert(0)
+    ffn = spec.ffn
+    router = tensor(layout.router.format(i=layer) + ".weight", required=True)
+    router = _checked(source, "router", router, (spec.d_model, ffn.experts), dtype)
+    experts = tuple(expert(e) for e in range(ffn.experts))
+    return MoEWeights(router, None, experts, ffn.top_k, ffn.capacity_factor)
+
+
+def default_config_beside(path: Path) -> Path | None:
+    beside = path.parent / "config.json"
+    return beside if beside.is_file() and os.access(beside, os.R_OK) else None
