@@ -68,21 +68,13 @@ _PLAIN: dict[str, Callable[[Array], Array]] = {
 }
 
 # ---------------------------------------------------------------------------------------------
-# erf, vectorised. float32: Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, float32's own
-# precision near 1). float64: a Chebyshev series fitted to math.erf on [0, 6] (|error| < 1e-14;
-# erf(6) rounds to 1 in float64).
+# erf, vectorised. The plain path: a Chebyshev series fitted to math.erf on [0, 6] and
+# evaluated in float64 (|error| < 1e-14; erf(6) rounds to 1). The engine's float32 GELU uses
+# Abramowitz & Stegun 7.1.26 in place (|error| <= 1.5e-7 in exact arithmetic, ~5e-7 evaluated
+# in float32), which is about three times cheaper.
 
 _AS_P = 0.3275911
 _AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-
-
-def _erfc_abs_as(z_abs: Array) -> Array:
-    """erfc(|z|) by A&S 7.1.26: t P(t) exp(-z^2), t = 1 / (1 + p |z|)."""
-    t = 1 / (1 + _AS_P * z_abs)
-    poly = _AS_A[4]
-    for a in _AS_A[3::-1]:
-        poly = poly * t + a
-    return poly * t * np.exp(-z_abs * z_abs)
 
 
 @functools.cache
@@ -93,12 +85,11 @@ def _erf_chebyshev() -> np.ndarray:
 
 
 def erf(x: Array) -> Array:
+    """erf computed in float64 (|error| < 1e-14), returned in the input's float dtype."""
     x = np.asarray(x)
-    if x.dtype == np.float64:
-        z = np.minimum(np.abs(x), 6.0)
-        return np.copysign(np.polynomial.chebyshev.chebval((z - 3) / 3, _erf_chebyshev()), x)
-    z = np.abs(x)
-    return np.copysign(1 - _erfc_abs_as(z), x).astype(x.dtype, copy=False)
+    z = np.minimum(np.abs(x.astype(np.float64, copy=False)), 6.0)
+    result = np.copysign(np.polynomial.chebyshev.chebval((z - 3) / 3, _erf_chebyshev()), x)
+    return result.astype(x.dtype if x.dtype.kind == "f" else np.float64, copy=False)
 
 
 # ---------------------------------------------------------------------------------------------
