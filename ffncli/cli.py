@@ -173,6 +173,12 @@ def _model(preset, config, weights, layer, dtype, max_memory, **overrides):
     return runner.build_model(spec, weights, layer, runner.parse_dtype(dtype), budget)
 
 
+def _no_bar():
+    from contextlib import nullcontext
+
+    return nullcontext()
+
+
 def _progress(total: int, as_json: bool):
     """A progress bar on stderr for long work on a terminal; None otherwise."""
     if as_json or not sys.stderr.isatty() or total < 200_000:
@@ -225,17 +231,136 @@ def run_cmd(
         raise InputError(f"--json prints at most {runner.SMALL_TOKENS} output tokens; the input "
                          f"has {tokens.n_tokens:,}: add --out FILE.npy")
     bar, progress = _progress(tokens.n_tokens, as_json)
-    if bar is not None:
-        with bar:
-            result = runner.run_ffn(model, tokens, out=out, force=force, residual=residual,
-                                    allow_nonfinite=allow_nonfinite, progress=progress)
-    else:
+    with bar if bar is not None else _no_bar():
         result = runner.run_ffn(model, tokens, out=out, force=force, residual=residual,
-                                allow_nonfinite=allow_nonfinite)
+                                allow_nonfinite=allow_nonfinite, progress=progress)
     if as_json:
         render.emit_json(render.run_json(result))
     else:
         render.print_run(result, precision)
+
+
+@app.command("permute-check")
+def permute_check_cmd(
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    weights: WeightsOpt = None,
+    layer: LayerOpt = 0,
+    impl: Annotated[Optional[str], typer.Option(
+        "--impl", help="Check your own FFN: package.module:function, importable from the "
+        "current directory, taking (tokens, d_model) and returning (tokens, d_out).")] = None,
+    input: InputOpt = None,
+    random: RandomOpt = None,
+    seed: SeedOpt = 0,
+    trials: Annotated[int, typer.Option("--trials", help="Random permutations, besides "
+                                        "reverse, cyclic shift and first/last swap.", min=0)] = 8,
+    dtype: DtypeOpt = "float32",
+    rtol: Annotated[Optional[float], typer.Option(
+        "--rtol", help="Relative tolerance (default: float32 1.3e-6, float64 1e-7).")] = None,
+    atol: Annotated[Optional[float], typer.Option(
+        "--atol", help="Absolute tolerance (default: float32 1e-5, float64 1e-7).")] = None,
+    junit_xml: Annotated[Optional[Path], typer.Option(
+        "--junit-xml", help="Also write a JUnit XML report (one testcase per property).",
+        dir_okay=False)] = None,
+    allow_nonfinite: NonfiniteOpt = False,
+    max_memory: MemOpt = None,
+    d_model: DModelOpt = None,
+    d_ff: DffOpt = None,
+    activation: ActOpt = None,
+    gated: GatedOpt = None,
+    experts: ExpertsOpt = None,
+    top_k: TopKOpt = None,
+    beta: BetaOpt = None,
+    capacity_factor: CapacityOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check that an FFN is position-wise: exit 0 if every property holds, 1 if not."""
+    from ffncli import checks, render, runner
+    from ffncli.tokens import check_finite
+
+    np_dtype = runner.parse_dtype(dtype)
+    if impl is not None:
+        if weights is not None:
+            raise InputError("give --impl or --weights, not both")
+        if d_model is None and preset is None and config is None:
+            raise InputError("option --impl: give the width with --d-model N (or a --preset)")
+        width = d_model if d_model is not None else resolve_spec(preset, config).d_model
+        fn, target = checks.load_impl(impl), impl
+    else:
+        model = _model(preset, config, weights, layer, dtype, max_memory, d_model=d_model,
+                       d_ff=d_ff, activation=activation, gated=gated, experts=experts,
+                       top_k=top_k, beta=beta, capacity_factor=capacity_factor)
+        width, fn, target = model.ffn.d_model, model.ffn, model.spec.name
+    tokens = runner.resolve_input(input, random, width, seed)
+    if not allow_nonfinite:
+        check_finite(tokens, np_dtype, 65536)
+    if tokens.n_tokens > 100_000:
+        raise InputError(f"permute-check holds the input in memory and runs it many times; "
+                         f"{tokens.n_tokens:,} tokens is too many (at most 100,000)")
+    x = tokens.matrix(np_dtype)
+    report = checks.permute_check(checks.guarded(fn, target, np_dtype), x, target=target,
+                                  input_shape=tokens.shape if len(tokens.shape) > 1 else
+                                  (1, tokens.d_model), trials=trials, seed=seed, rtol=rtol,
+                                  atol=atol)
+    if junit_xml is not None:
+        try:
+            junit_xml.write_text(checks.junit_xml(report), encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"option --junit-xml: cannot write {junit_xml}: "
+                             f"{exc.strerror}") from None
+    if as_json:
+        render.emit_json(render.check_json(report))
+    else:
+        render.print_check(report)
+    if not report.passed:
+        raise typer.Exit(ExitCode.CHECK_FAILED)
+
+
+@app.command("relu-stats")
+def relu_stats_cmd(
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    weights: WeightsOpt = None,
+    layer: LayerOpt = 0,
+    input: InputOpt = None,
+    random: RandomOpt = None,
+    seed: SeedOpt = 0,
+    threshold: Annotated[Optional[float], typer.Option(
+        "--threshold", help="Count |act| <= T as inactive (default: pre-activation <= 0).")
+    ] = None,
+    target_sparsity: Annotated[Optional[float], typer.Option(
+        "--target-sparsity", help="Pick T as this quantile of |act| on the first tokens (the "
+        "CATS rule), e.g. 0.5.")] = None,
+    dtype: DtypeOpt = "float32",
+    allow_nonfinite: NonfiniteOpt = False,
+    max_memory: MemOpt = None,
+    d_model: DModelOpt = None,
+    d_ff: DffOpt = None,
+    activation: ActOpt = None,
+    gated: GatedOpt = None,
+    experts: ExpertsOpt = None,
+    top_k: TopKOpt = None,
+    beta: BetaOpt = None,
+    capacity_factor: CapacityOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Activation sparsity of the hidden layer: per token, per unit, overlap, savings."""
+    from ffncli import render, runner
+    from ffncli.sparsity import relu_stats
+
+    model = _model(preset, config, weights, layer, dtype, max_memory, d_model=d_model,
+                   d_ff=d_ff, activation=activation, gated=gated, experts=experts,
+                   top_k=top_k, beta=beta, capacity_factor=capacity_factor)
+    tokens = runner.resolve_input(input, random, model.ffn.d_model, seed)
+    bar, progress = _progress(tokens.n_tokens, as_json)
+    with bar if bar is not None else _no_bar():
+        result = relu_stats(model.ffn, tokens, threshold=threshold,
+                            target_sparsity=target_sparsity, allow_nonfinite=allow_nonfinite,
+                            progress=progress)
+    if as_json:
+        render.emit_json(render.stats_json(result))
+    else:
+        render.print_stats(result)
 
 
 @app.command()

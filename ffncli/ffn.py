@@ -277,6 +277,11 @@ _INPLACE: dict[str, Callable[[Array, list[Array], float], None]] = {
 SCRATCH = {"relu": 0, "identity": 0, "sigmoid": 0, "silu": 1, "swish": 1, "gelu_tanh": 1,
            "gelu": 3}
 
+
+def activate_inplace(h: Array, name: str, beta: float = 1.0) -> None:
+    """The engine's activation on ``h``, overwriting it (scratch allocated here)."""
+    _INPLACE[name](h, [np.empty_like(h) for _ in range(SCRATCH[name])], beta)
+
 # ---------------------------------------------------------------------------------------------
 # The engine.
 

@@ -40,7 +40,8 @@ def _pct(share: float) -> str:
 
 
 def _table(title: str, columns: Iterable[str]) -> Table:
-    table = Table(title=Text(title), title_justify="left", show_edge=False, pad_edge=False)
+    table = Table(title=Text(title), title_justify="left", show_edge=False, pad_edge=False,
+                  min_width=len(title))
     for i, name in enumerate(columns):
         table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i > 0)
     return table
@@ -313,3 +314,138 @@ def print_run(result: Any, precision: int = 4) -> None:
         out.print(f"hidden units switched off per token (pre-activation <= 0): [{counts}{more}]")
     if result.out_path:
         out.print(Text(f"wrote {result.out_path} {_shape(result.output_shape)} {result.dtype}"))
+
+
+# ---------------------------------------------------------------------------------------------
+# permute-check
+
+
+def check_json(report: Any) -> dict[str, Any]:
+    return {
+        "target": report.target,
+        "passed": report.passed,
+        "tokens": report.tokens,
+        "input_shape": list(report.input_shape),
+        "d_model": report.d_model,
+        "dtype": report.dtype,
+        "properties": [{
+            "name": p.name, "passed": p.passed, "trials": p.trials, "max_abs": p.max_abs,
+            "max_rel": p.max_rel, "rtol": p.rtol, "atol": p.atol, "worst_token": p.worst_token,
+            "bit_identical": p.bit_identical, "counterexample": p.counterexample,
+        } for p in report.properties],
+    }
+
+
+def print_check(report: Any) -> None:
+    out = console()
+    out.print(Text(f"permute-check {report.target}: {report.tokens:,} tokens of d_model "
+                   f"{report.d_model}, {report.dtype}"))
+    table = _table("properties", ("property", "result", "trials", "max abs", "max rel",
+                                  "rtol", "atol", "worst token", "bit-identical"))
+    for p in report.properties:
+        table.add_row(p.name, "PASS" if p.passed else "FAIL", str(p.trials), f"{p.max_abs:.3g}",
+                      f"{p.max_rel:.3g}", f"{p.rtol:g}", f"{p.atol:g}", str(p.worst_token),
+                      "yes" if p.bit_identical else "no")
+    out.print(table)
+    for p in report.properties:
+        if p.counterexample:
+            out.print(Text(f"{p.name} FAILED: {p.counterexample}"))
+    out.print("position-wise: every property holds" if report.passed else
+              "NOT position-wise: see the failures above")
+
+
+# ---------------------------------------------------------------------------------------------
+# relu-stats
+
+
+def stats_json(r: Any) -> dict[str, Any]:
+    from ffncli.sparsity import pairwise_overlap
+
+    doc: dict[str, Any] = {
+        "d_ff": r.d_ff,
+        "d_model": r.d_model,
+        "experts": r.experts,
+        "top_k": r.top_k,
+        "activation": r.activation,
+        "definition": r.rule.description,
+        "threshold": r.rule.threshold,
+        "tokens": r.tokens,
+        "inactive_per_token": r.inactive_per_token,
+        "mean_inactive_fraction": r.mean_inactive_fraction,
+        "dead_units": r.dead_units,
+        "always_active_units": r.always_active_units,
+        "w2_macs_per_token": r.w2_macs_per_token,
+        "w2_macs_saved_per_token": r.w2_macs_saved_per_token,
+    }
+    if r.experts == 1:
+        s = r.stats[0]
+        doc.update(activity_histogram=s.activity_histogram(),
+                   aggregated_sparsity=s.aggregated_sparsity(),
+                   hot_unit_coverage=s.hot_unit_coverage(),
+                   overlap=s.overlap_summary())
+    else:
+        doc["per_expert"] = [{
+            "expert": e, "tokens": s.tokens, "mean_inactive_fraction": s.mean_inactive_fraction,
+            "dead_units": len(s.dead_units), "always_active_units": len(s.always_active_units),
+            "hot_unit_coverage": s.hot_unit_coverage(),
+        } for e, s in enumerate(r.stats)]
+    if r.small_masks is not None:
+        doc["pairwise_overlap"] = pairwise_overlap(r.small_masks, r.units)
+    return doc
+
+
+def print_stats(r: Any) -> None:
+    out = console()
+    moe = f", {r.experts} experts, top-{r.top_k} (units numbered expert * d_ff + unit)" \
+        if r.experts > 1 else ""
+    out.print(Text(f"relu-stats: {r.tokens:,} tokens, d_ff {r.d_ff}, {r.activation}{moe}"))
+    out.print(Text(r.rule.description))
+    slots = r.d_ff * r.top_k
+    shown = r.inactive_per_token[:32]
+    out.print(f"inactive hidden units per token (of {slots}): [{' '.join(map(str, shown))}"
+              f"{' ...' if len(r.inactive_per_token) > 32 else ''}]")
+    out.print(f"mean inactive fraction: {r.mean_inactive_fraction:.1%}")
+    out.print(f"dead on this sample (never active): {len(r.dead_units)} units"
+              + (f" {r.dead_units[:20]}" if r.dead_units else ""))
+    out.print(f"active for every token: {len(r.always_active_units)} units"
+              + (f" {r.always_active_units[:20]}" if r.always_active_units else ""))
+    out.print(f"W2 multiply-adds skipped by leaving out inactive units: "
+              f"{r.w2_macs_saved_per_token:,.0f} of {r.w2_macs_per_token:,} per token "
+              f"({r.w2_macs_saved_per_token / r.w2_macs_per_token:.1%})")
+    if r.experts == 1:
+        s = r.stats[0]
+        table = _table("units by how often they are active", ("active for", "units"))
+        for row in s.activity_histogram():
+            table.add_row(str(row["bin"]), str(row["units"]))
+        out.print(table)
+        table = _table("aggregated sparsity: units unused by all of the first t tokens",
+                       ("t", "unused share"))
+        for row in s.aggregated_sparsity():
+            table.add_row(f"{row['tokens']:,}", _pct(row["unused_share"]))
+        out.print(table)
+        table = _table("hot units: the fewest units carrying a share of all activations",
+                       ("share of activations", "units", "share of units"))
+        for row in s.hot_unit_coverage():
+            table.add_row(_pct(row["share"]), str(row["units"]), _pct(row["unit_share"]))
+        out.print(table)
+        ov = s.overlap_summary()
+        if ov["pairs"] and r.small_masks is None:
+            out.print(f"overlap of consecutive tokens' inactive sets: Jaccard "
+                      f"{ov['mean_jaccard']:.3f} ± {ov['std_jaccard']:.3f}; shared "
+                      f"{ov['mean_shared']:.1f} units vs {ov['mean_shared_by_chance']:.1f} "
+                      "by chance")
+    else:
+        table = _table("per expert", ("expert", "tokens", "inactive", "dead", "always active"))
+        for e, s in enumerate(r.stats):
+            table.add_row(str(e), f"{s.tokens:,}", _pct(s.mean_inactive_fraction),
+                          str(len(s.dead_units)), str(len(s.always_active_units)))
+        out.print(table)
+    if r.small_masks is not None and r.tokens > 1:
+        from ffncli.sparsity import pairwise_overlap
+
+        table = _table("shared inactive units between tokens", ("tokens", "shared", "Jaccard",
+                                                                "by chance"))
+        for row in pairwise_overlap(r.small_masks, r.units):
+            table.add_row(f"{row['a']} & {row['b']}", str(row["shared"]),
+                          f"{row['jaccard']:.3f}", f"{row['by_chance']:.1f}")
+        out.print(table)
