@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Union
 
@@ -235,15 +237,16 @@ def _silu_(h: Array, s: list[Array], beta: float) -> None:
 
 
 def _gelu_tanh_(h: Array, s: list[Array], beta: float) -> None:
+    """0.5 x (1 + tanh(z)) computed as x / (1 + exp(-2 z)): one exp instead of a slower tanh."""
     u = s[0]
     np.multiply(h, h, out=u)  # x^2, never x**3
-    np.multiply(u, 0.044715 * _SQRT_2_OVER_PI, out=u)
-    np.add(u, _SQRT_2_OVER_PI, out=u)
-    np.multiply(u, h, out=u)  # sqrt(2/pi) (x + 0.044715 x^3)
-    np.tanh(u, out=u)
+    np.multiply(u, -2 * 0.044715 * _SQRT_2_OVER_PI, out=u)
+    np.add(u, -2 * _SQRT_2_OVER_PI, out=u)
+    np.multiply(u, h, out=u)  # -2 z = -2 sqrt(2/pi) (x + 0.044715 x^3)
+    with np.errstate(over="ignore"):
+        np.exp(u, out=u)
     np.add(u, 1, out=u)
-    np.multiply(h, u, out=h)
-    np.multiply(h, 0.5, out=h)
+    np.divide(h, u, out=h)
 
 
 def _gelu_(h: Array, s: list[Array], beta: float) -> None:
@@ -285,20 +288,55 @@ def activate_inplace(h: Array, name: str, beta: float = 1.0) -> None:
 # ---------------------------------------------------------------------------------------------
 # The engine.
 
-DEFAULT_CHUNK_ELEMENTS = 1 << 21  # hidden-buffer elements per chunk (8 MB in float32)
+DEFAULT_CHUNK_ELEMENTS = 1 << 23  # hidden-buffer elements per chunk: big products are fastest
+BLOCK_BYTES = 1 << 18  # elementwise work goes block by block through the core's cache
+_THREADS = max(1, min(os.cpu_count() or 1, 8))
+_pool: ThreadPoolExecutor | None = None
 
 
 def default_chunk_tokens(d_ff: int) -> int:
-    """Tokens per chunk: a hidden buffer of about 2M elements, 256 to 4096 tokens."""
-    return int(min(4096, max(256, DEFAULT_CHUNK_ELEMENTS // d_ff)))
+    """Tokens per chunk: a hidden buffer of about 8M elements, 256 to 8192 tokens."""
+    return int(min(8192, max(256, DEFAULT_CHUNK_ELEMENTS // d_ff)))
+
+
+def _blocks(rows: int, cols: int, itemsize: int) -> list[tuple[int, int]]:
+    step = max(1, BLOCK_BYTES // (cols * itemsize))
+    return [(lo, min(lo + step, rows)) for lo in range(0, rows, step)]
+
+
+def _in_parallel(part: Callable[[int, int, int], None], rows: int, cols: int,
+                 itemsize: int) -> None:
+    """Run ``part(lo, hi, worker)`` over cache-sized row blocks, on every core.
+
+    A multi-pass activation over a block that fits in the core's cache costs a fraction of the
+    same passes over the whole hidden buffer. NumPy's ufuncs are single-threaded but release
+    the GIL, so workers run side by side, as BLAS does; each has its own scratch buffers.
+    """
+    global _pool
+    blocks = _blocks(rows, cols, itemsize)
+    workers = min(_THREADS, len(blocks))
+    if workers == 1:
+        for lo, hi in blocks:
+            part(lo, hi, 0)
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="ffncli")
+
+    def run(worker: int) -> None:
+        for lo, hi in blocks[worker::workers]:
+            part(lo, hi, worker)
+
+    futures = [_pool.submit(run, w) for w in range(1, workers)]
+    run(0)  # the calling thread takes a share rather than wait
+    for future in futures:
+        future.result()
 
 
 class Ffn:
     """The FFN as a function of token matrices, over chunks with buffers reused between them.
 
-    ``ffn(x)`` takes (tokens, d_model) and returns (tokens, d_model) in the weights' dtype.
-    ``ffn.hidden(x)`` returns the activated hidden layer (for a gated FFN, the activated
-    gate act(x W + b)). The caller's arrays are never modified.
+    ``ffn(x)`` takes (tokens, d_model) and returns (tokens, d_model) in the weights' dtype;
+    ``ffn.chunk(x, out)`` does one chunk into ``out``. The caller's arrays are never modified.
     """
 
     def __init__(self, weights: Weights, activation: str, beta: float = 1.0,
@@ -317,13 +355,13 @@ class Ffn:
         """A (rows, cols) view of a reusable buffer; grown, never shrunk."""
         buf = self._buffers.get(name)
         if buf is None or buf.shape[0] < rows or buf.shape[1] != cols:
-            buf = np.empty((max(rows, self.chunk_tokens if rows <= self.chunk_tokens else rows),
-                            cols), dtype=self.dtype)
+            buf = np.empty((rows, cols), dtype=self.dtype)
             self._buffers[name] = buf
         return buf[:rows]
 
-    def _scratch(self, rows: int) -> list[Array]:
-        return [self._buffer(f"scratch{i}", rows, self.d_ff)
+    def _scratch(self, worker: int, rows: int) -> list[Array]:
+        """A worker's scratch buffers for one block of rows."""
+        return [self._buffer(f"scratch{worker}.{i}", rows, self.d_ff)
                 for i in range(SCRATCH[self.activation])]
 
     # -- one chunk ----------------------------------------------------------------------------
@@ -331,17 +369,25 @@ class Ffn:
     def _hidden_chunk(self, x: Array, p: ExpertWeights) -> Array:
         """act(x W1 + b1), or act(x W + b) * (x V + c), into the reused hidden buffer."""
         rows = x.shape[0]
-        h = np.matmul(x, p.w1 if isinstance(p, DenseWeights) else p.w,
+        gated = isinstance(p, GatedWeights)
+        h = np.matmul(x, p.w if gated else p.w1,
                       out=self._buffer("hidden", rows, self.d_ff))  # (n, d) -> (n, f)
-        bias = p.b1 if isinstance(p, DenseWeights) else p.b
-        if bias is not None:
-            np.add(h, bias, out=h)
-        _INPLACE[self.activation](h, self._scratch(rows), self.beta)
-        if isinstance(p, GatedWeights):
-            u = np.matmul(x, p.v, out=self._buffer("up", rows, self.d_ff))  # (n, d) -> (n, f)
-            if p.c is not None:
-                np.add(u, p.c, out=u)
-            np.multiply(h, u, out=h)
+        u = np.matmul(x, p.v, out=self._buffer("up", rows, self.d_ff)) if gated else None
+        bias = p.b if gated else p.b1
+        up_bias = p.c if gated else None
+
+        def part(lo: int, hi: int, worker: int) -> None:  # bias, activation, gate on a block
+            hp = h[lo:hi]
+            if bias is not None:
+                np.add(hp, bias, out=hp)
+            _INPLACE[self.activation](hp, self._scratch(worker, hi - lo), self.beta)
+            if u is not None:
+                up = u[lo:hi]
+                if up_bias is not None:
+                    np.add(up, up_bias, out=up)
+                np.multiply(hp, up, out=hp)
+
+        _in_parallel(part, rows, self.d_ff, self.dtype.itemsize)
         return h
 
     def _expert_chunk(self, x: Array, p: ExpertWeights, out: Array) -> None:
@@ -386,17 +432,3 @@ class Ffn:
         for start in range(0, n, step):
             self.chunk(x[start:start + step], out[start:start + step])
         return out
-
-    def hidden(self, x: Array) -> Array:
-        """The activated hidden layer of a dense or gated FFN for one chunk (a fresh copy)."""
-        if isinstance(self.weights, MoEWeights):
-            raise ValueError("hidden() of a mixture of experts: use each expert's Ffn")
-        x = np.ascontiguousarray(x, dtype=self.dtype)
-        p = self.weights
-        rows = x.shape[0]
-        h = np.matmul(x, p.w1 if isinstance(p, DenseWeights) else p.w)
-        bias = p.b1 if isinstance(p, DenseWeights) else p.b
-        if bias is not None:
-            np.add(h, bias, out=h)
-        _INPLACE[self.activation](h, self._scratch(rows), self.beta)
-        return h

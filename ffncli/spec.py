@@ -10,9 +10,7 @@ This module must not import NumPy: ``ffncli params`` is integer arithmetic and s
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field, fields, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -207,6 +205,8 @@ def _describe(key: str, annotation: str) -> str:
 
 
 def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
+    import difflib  # only on the error path
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
@@ -284,9 +284,14 @@ def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> M
 # Presets: built-in names or YAML files.
 
 
+def _preset_folder() -> Path:
+    import ffncli.presets  # the package that holds the YAML files (presets/ in the source)
+
+    return Path(ffncli.presets.__file__).parent
+
+
 def preset_names() -> list[str]:
-    folder = resources.files("ffncli.presets")
-    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return sorted(p.stem for p in _preset_folder().glob("*.yaml"))
 
 
 def _parse_yaml(text: str, source: str) -> Any:
@@ -325,9 +330,7 @@ def load_preset(name_or_path: str) -> ModelSpec:
                 f"unknown preset '{name_or_path}'{_suggest(name_or_path, names)}; "
                 f"built-in presets: {', '.join(names)}"
             )
-        text = resources.files("ffncli.presets").joinpath(f"{name_or_path}.yaml").read_text(
-            encoding="utf-8"
-        )
+        text = (_preset_folder() / f"{name_or_path}.yaml").read_text(encoding="utf-8")
         source = f"preset {name_or_path}"
         default_name = name_or_path
     else:
