@@ -214,21 +214,24 @@ def bench_streaming(gigabytes: float) -> dict:
             raise SystemExit(f"{label} failed: {proc.stderr[-500:]}")
         rss_mb = int(proc.stderr.strip().splitlines()[-1]) / 1024
         results[label] = (seconds, rss_mb)
-    # The in-memory engine on a slice of the same data, scaled to the whole file.
+    # The same work in memory on a slice of the same data, scaled to the whole file.
+    from ffncli.sparsity import relu_stats
     from ffncli.spec import load_preset
+    from ffncli.tokens import from_array
     from ffncli.weights import random_weights
 
     engine = F.Ffn(random_weights(load_preset("base"), np.dtype(np.float32)), "relu")
     part = min(n, 262144)
     x = np.load(src, mmap_mode="r")[:part].copy()
     out = np.empty((part, d), np.float32)
-    per_token = medians({"mem": lambda: engine(x, out)}, 3)["mem"] / part
-    in_memory = per_token * n
+    per_token = medians({"run --out": lambda: engine(x, out),
+                         "relu-stats": lambda: relu_stats(engine, from_array(x))}, 3)
     summary = {}
     for label, (seconds, rss_mb) in results.items():
+        in_memory = per_token[label] / part * n
         summary[label] = {"throughput_vs_in_memory": in_memory / seconds, "peak_rss_mb": rss_mb}
         print(f"streaming {gigabytes:g} GB {label}: {in_memory / seconds:.2f} of in-memory "
-              f"throughput, peak RSS {rss_mb:.0f} MB")
+              f"throughput, peak RSS {rss_mb:.0f} MB ({seconds:.1f} s in a new process)")
     for p in (src, dst):
         p.unlink(missing_ok=True)
     folder.rmdir()
@@ -257,7 +260,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small shapes, no streaming run")
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--stream-gb", type=float, default=2.0)
+    parser.add_argument("--streaming-only", action="store_true")
     args = parser.parse_args()
+    if args.streaming_only:
+        stream = bench_streaming(args.stream_gb)
+        return int(any(s["throughput_vs_in_memory"] < 0.9 or s["peak_rss_mb"] > 500
+                       for s in stream.values()))
     try:
         from threadpoolctl import threadpool_info
 

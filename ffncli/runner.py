@@ -112,8 +112,8 @@ def run_ffn(model: Model, tokens: TokenInput, *, out: Path | None = None, force:
     ffn = model.ffn
     dtype = ffn.dtype
     rows = ffn.chunk_tokens
-    if not allow_nonfinite:
-        check_finite(tokens, dtype, rows)
+    if not allow_nonfinite and tokens.data is not None:
+        check_finite(tokens, dtype, rows)  # large inputs are checked chunk by chunk below
     out_shape = tokens.shape[:-1] + (ffn.d_model,)
     small = tokens.n_tokens <= SMALL_TOKENS
     writer = (AtomicNpyWriter(out, out_shape, dtype, force, (tokens.path,))
@@ -138,7 +138,7 @@ def run_ffn(model: Model, tokens: TokenInput, *, out: Path | None = None, force:
         head = np.empty((0, ffn.d_model), dtype=dtype)
         y_buf = np.empty((rows, ffn.d_model), dtype=dtype)
         with (writer if writer is not None else nullcontext()):
-            for start, x in tokens.chunks(rows, dtype):
+            for start, x in tokens.chunks(rows, dtype, finite=not allow_nonfinite):
                 y = y_buf[: x.shape[0]]
                 ffn.chunk(x, y)
                 if residual:

@@ -47,13 +47,13 @@ class UnitStats:
     def update(self, inactive: np.ndarray) -> np.ndarray:
         """Add a chunk's (m, U) inactive mask; returns inactive units per token (m,)."""
         m = inactive.shape[0]
-        per_token = inactive.sum(axis=1)
-        active = ~inactive
-        self.active_count += active.sum(axis=0)
-        any_active = active.any(axis=0)
-        first = np.argmax(active, axis=0) + self.tokens
-        new = (self.first_active < 0) & any_active
-        self.first_active[new] = first[new]
+        per_token = np.count_nonzero(inactive, axis=1)
+        active_here = m - np.count_nonzero(inactive, axis=0)
+        self.active_count += active_here
+        unseen = (self.first_active < 0) & (active_here > 0)
+        if unseen.any():  # after the first chunks, usually no unit is left to find
+            cols = np.nonzero(unseen)[0]
+            self.first_active[cols] = np.argmin(inactive[:, cols], axis=0) + self.tokens
         if m:
             if self.first_inactive is None:
                 self.first_inactive = inactive[0].copy()
@@ -69,10 +69,11 @@ class UnitStats:
         if masks.shape[0] < 2:
             return
         a, b = masks[:-1], masks[1:]
-        shared = (a & b).sum(axis=1)
-        union = (a | b).sum(axis=1)
+        shared = np.count_nonzero(a & b, axis=1)
+        union = np.count_nonzero(a | b, axis=1)
         jac = np.where(union > 0, shared / np.maximum(union, 1), 1.0)
-        chance = a.sum(axis=1) * b.sum(axis=1) / self.d_units
+        sizes = np.count_nonzero(masks, axis=1)
+        chance = sizes[:-1] * sizes[1:] / self.d_units
         self.pair_jaccard_sum += float(jac.sum())
         self.pair_jaccard_sq += float((jac * jac).sum())
         self.pair_chance_sum += float(chance.sum())
@@ -332,7 +333,6 @@ def relu_stats(ffn: Ffn, tokens, *, threshold: float | None = None,
                progress=None) -> SparsityResult:
     """Stream ``tokens`` (a tokens.TokenInput) through the hidden layer and count."""
     from ffncli.errors import InputError
-    from ffncli.tokens import check_finite
 
     if threshold is not None and target_sparsity is not None:
         raise InputError("give --threshold or --target-sparsity, not both")
@@ -342,14 +342,16 @@ def relu_stats(ffn: Ffn, tokens, *, threshold: float | None = None,
         raise InputError(f"option --target-sparsity: expected a share between 0 and 1, got "
                          f"{target_sparsity}")
     rows = ffn.chunk_tokens
-    if not allow_nonfinite:
-        check_finite(tokens, ffn.dtype, rows)
     if target_sparsity is not None:
-        _, first = next(tokens.chunks(min(CALIBRATION_TOKENS, tokens.n_tokens), ffn.dtype))
+        calibration = tokens.chunks(min(CALIBRATION_TOKENS, tokens.n_tokens), ffn.dtype,
+                                    finite=not allow_nonfinite)
+        _, first = next(calibration)
+        first = first.copy()
+        calibration.close()
         threshold = calibrate_threshold(ffn, first, target_sparsity)
     rule = Rule(threshold, describe_rule(ffn.activation, threshold, target_sparsity))
     acc = SparsityAccumulator(ffn, rule, keep_masks=tokens.n_tokens <= SMALL_OVERLAP)
-    for start, x in tokens.chunks(rows, ffn.dtype):
+    for start, x in tokens.chunks(rows, ffn.dtype, finite=not allow_nonfinite):
         acc.update(x)
         if progress:
             progress(start + x.shape[0])

@@ -43,30 +43,65 @@ class TokenInput:
     def nbytes(self) -> int:
         return self.n_tokens * self.d_model * self.file_dtype.itemsize
 
-    def chunks(self, rows: int, dtype: np.dtype) -> Iterator[tuple[int, np.ndarray]]:
+    def chunks(self, rows: int, dtype: np.dtype,
+               finite: bool = False) -> Iterator[tuple[int, np.ndarray]]:
         """(first token index, (m, d_model) array in ``dtype``) for consecutive chunks.
 
-        The array is a reused buffer: valid until the next chunk is read."""
-        if self.data is not None:
-            matrix = self.data.astype(dtype, copy=False)
-            for start in range(0, self.n_tokens, rows):
-                yield start, matrix[start:start + rows]
-            return
+        The array is a reused buffer, valid until the next chunk is asked for. A file is read
+        one chunk ahead on a second thread, so reading overlaps the caller's work. With
+        ``finite``, a chunk holding NaN or infinity raises InputError (saying how many the
+        whole input has, and where the first is) before it is yielded."""
+        source = self._matrix_chunks(rows, dtype) if self.data is not None else \
+            self._file_chunks(rows, dtype)
+        for start, chunk in source:
+            if finite and not np.isfinite(chunk).all():
+                self._nonfinite_error(start, chunk, source)
+            yield start, chunk
+
+    def _matrix_chunks(self, rows: int, dtype: np.dtype) -> Iterator[tuple[int, np.ndarray]]:
+        assert self.data is not None
+        matrix = self.data.astype(dtype, copy=False)
+        for start in range(0, self.n_tokens, rows):
+            yield start, matrix[start:start + rows]
+
+    def _file_chunks(self, rows: int, dtype: np.dtype) -> Iterator[tuple[int, np.ndarray]]:
         assert self.path is not None
-        d = self.d_model
-        raw = np.empty((rows, d), dtype=self.file_dtype)
-        cast = raw if self.file_dtype == dtype else np.empty((rows, d), dtype=dtype)
-        with open(self.path, "rb") as f:
+        d, n = self.d_model, self.n_tokens
+        raws = [np.empty((rows, d), dtype=self.file_dtype) for _ in range(2)]
+        casts = raws if self.file_dtype == dtype else [np.empty((rows, d), dtype=dtype)
+                                                       for _ in range(2)]
+
+        def read(f, start: int, slot: int) -> np.ndarray:
+            m = min(rows, n - start)
+            view = raws[slot][:m]
+            got = f.readinto(memoryview(view).cast("B"))
+            if got != view.nbytes:
+                raise InputError(f"{self.path}: file ends early, in the chunk at token {start}")
+            if casts is not raws:
+                np.copyto(casts[slot][:m], view, casting="unsafe")
+            return casts[slot][:m]
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        with open(self.path, "rb") as f, ThreadPoolExecutor(1) as reader:
             f.seek(self.offset)
-            for start in range(0, self.n_tokens, rows):
-                m = min(rows, self.n_tokens - start)
-                view = raw[:m]
-                got = f.readinto(memoryview(view).cast("B"))
-                if got != view.nbytes:
-                    raise InputError(f"{self.path}: file ends early, at token {start + got // (d * self.file_dtype.itemsize)} of {self.n_tokens}")
-                if cast is not raw:
-                    np.copyto(cast[:m], view, casting="unsafe")
-                yield start, cast[:m]
+            pending = reader.submit(read, f, 0, 0)
+            for i, start in enumerate(range(0, n, rows)):
+                chunk = pending.result()
+                if start + rows < n:
+                    pending = reader.submit(read, f, start + rows, (i + 1) % 2)
+                yield start, chunk
+
+    def _nonfinite_error(self, start: int, chunk: np.ndarray,
+                         rest: Iterator[tuple[int, np.ndarray]]) -> None:
+        bad = ~np.isfinite(chunk)
+        i, j = (int(v) for v in np.argwhere(bad)[0])
+        count = int(bad.sum()) + sum(int((~np.isfinite(c)).sum()) for _, c in rest)
+        raise InputError(
+            f"{self.path or 'input'}: {count} non-finite value{'s' if count > 1 else ''} (NaN "
+            f"or infinity), the first at token {start + i}, column {j}; pass "
+            "--allow-nonfinite to compute with them"
+        )
 
     def matrix(self, dtype: np.dtype) -> np.ndarray:
         """The whole input as one (tokens, d_model) array (small inputs)."""
@@ -148,23 +183,9 @@ def from_array(array: np.ndarray, name: str = "input") -> TokenInput:
 
 
 def check_finite(token: TokenInput, dtype: np.dtype, rows: int) -> None:
-    """Refuse NaN and infinity, saying how many and where the first one is."""
-    bad = 0
-    first: tuple[int, int] | None = None
-    for start, chunk in token.chunks(rows, dtype):
-        finite = np.isfinite(chunk)
-        if not finite.all():
-            n_bad = int(finite.size - np.count_nonzero(finite))
-            if first is None:
-                i, j = np.argwhere(~finite)[0]
-                first = (start + int(i), int(j))
-            bad += n_bad
-    if first is not None:
-        raise InputError(
-            f"{token.path or 'input'}: {bad} non-finite value{'s' if bad > 1 else ''} (NaN or "
-            f"infinity), the first at token {first[0]}, column {first[1]}; pass "
-            "--allow-nonfinite to compute with them"
-        )
+    """Refuse NaN and infinity anywhere in the input (one pass over it)."""
+    for _ in token.chunks(rows, dtype, finite=True):
+        pass
 
 
 # ---------------------------------------------------------------------------------------------

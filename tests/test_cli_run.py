@@ -204,3 +204,17 @@ def test_minilm_checkpoint_via_cli_uses_config_beside(cli):
                   Path(d) / "t.npy", "--json").json()
     np.testing.assert_allclose(np.array(doc["output"]), ref["minilm_layer2"], rtol=1e-4,
                                atol=1e-5)
+
+
+def test_streamed_nonfinite_leaves_nothing_behind(cli, tmp_path, monkeypatch):
+    monkeypatch.setattr(T, "IN_MEMORY_BYTES", 0)
+    x = np.ones((3000, 4), dtype=np.float32)
+    x[2500, 3] = np.nan
+    x[2999, 0] = np.inf
+    np.save(tmp_path / "x.npy", x)
+    r = cli("run", "--preset", "toy", "--input", tmp_path / "x.npy", "--out", tmp_path / "y.npy")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (f"error: {tmp_path / 'x.npy'}: 2 non-finite values (NaN or infinity), the "
+                     "first at token 2500, column 3; pass --allow-nonfinite to compute with "
+                     "them\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
