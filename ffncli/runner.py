@@ -136,9 +136,13 @@ def run_ffn(model: Model, tokens: TokenInput, *, out: Path | None = None, force:
             progress(tokens.n_tokens)
     else:
         head = np.empty((0, ffn.d_model), dtype=dtype)
-        y_buf = np.empty((rows, ffn.d_model), dtype=dtype)
-        with (writer if writer is not None else nullcontext()):
-            for start, x in tokens.chunks(rows, dtype, finite=not allow_nonfinite):
+        y_bufs = [np.empty((rows, ffn.d_model), dtype=dtype) for _ in range(2)]  # one is written
+        with (writer if writer is not None else nullcontext()):  # while the other is filled
+            for i, (start, x) in enumerate(tokens.chunks(rows, dtype,
+                                                         finite=not allow_nonfinite)):
+                y_buf = y_bufs[i % 2]
+                if writer is not None:
+                    writer.wait(y_buf)
                 y = y_buf[: x.shape[0]]
                 ffn.chunk(x, y)
                 if residual:

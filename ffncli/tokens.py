@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -80,8 +81,6 @@ class TokenInput:
             if casts is not raws:
                 np.copyto(casts[slot][:m], view, casting="unsafe")
             return casts[slot][:m]
-
-        from concurrent.futures import ThreadPoolExecutor
 
         with open(self.path, "rb") as f, ThreadPoolExecutor(1) as reader:
             f.seek(self.offset)
@@ -195,7 +194,8 @@ def check_finite(token: TokenInput, dtype: np.dtype, rows: int) -> None:
 class AtomicNpyWriter:
     """Write a .npy chunk by chunk into a temporary file beside the target, then rename it.
 
-    Nothing is left behind on failure, and an existing file is replaced only with ``force``.
+    Writes happen on a writer thread, overlapping the caller's work. Nothing is left behind
+    on failure, and an existing file is replaced only with ``force``.
     """
 
     def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, force: bool,
@@ -214,23 +214,41 @@ class AtomicNpyWriter:
         self.path, self.shape, self.dtype = path, shape, np.dtype(dtype)
         self._file = None
         self._tmp: str | None = None
+        self._writer: ThreadPoolExecutor | None = None
+        self._pending: dict[int, Future] = {}
 
     def __enter__(self) -> "AtomicNpyWriter":
         fd, self._tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.",
                                          suffix=".tmp")
         self._file = os.fdopen(fd, "wb")
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="ffncli-writer")
         header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
                   "shape": self.shape}
         np.lib.format.write_array_header_2_0(self._file, header)
         return self
 
     def write(self, chunk: np.ndarray) -> None:
-        assert self._file is not None
-        self._file.write(memoryview(np.ascontiguousarray(chunk, dtype=self.dtype)).cast("B"))
+        """Queue a C-contiguous chunk for writing on the writer thread, in order. The caller
+        must not change ``chunk`` until ``wait(chunk)`` (or the end of the ``with``)."""
+        assert self._file is not None and self._writer is not None
+        data = memoryview(np.ascontiguousarray(chunk, dtype=self.dtype)).cast("B")
+        self._pending[id(chunk.base if chunk.base is not None else chunk)] = \
+            self._writer.submit(self._file.write, data)
+
+    def wait(self, buffer: np.ndarray) -> None:
+        """Block until the queued writes from ``buffer`` are done, so it can be reused."""
+        future = self._pending.pop(id(buffer), None)
+        if future is not None:
+            future.result()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        assert self._file is not None and self._tmp is not None
-        self._file.close()
+        assert self._file is not None and self._tmp is not None and self._writer is not None
+        try:
+            for future in self._pending.values():
+                future.result()
+        finally:
+            self._writer.shutdown(wait=True)
+            self._file.close()
         if exc_type is None:
             os.replace(self._tmp, self.path)
         else:
