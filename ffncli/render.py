@@ -43,7 +43,7 @@ def _table(title: str, columns: Iterable[str]) -> Table:
     table = Table(title=Text(title), title_justify="left", show_edge=False, pad_edge=False,
                   min_width=len(title))
     for i, name in enumerate(columns):
-        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=i > 0)
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
     return table
 
 
@@ -216,8 +216,8 @@ def _print_file(out: Console, result: ParamsResult) -> None:
     assert result.file is not None
     out.print()
     spec_groups = result.count.groups
-    table = _table(Text(f"{result.weights_path}: header count vs spec").plain,
-                   ("group", "spec", "file", ""))
+    out.print(Text(f"weights: {result.weights_path}"))
+    table = _table("header count vs spec", ("group", "spec", "file", ""))
     for group in GROUPS:
         s, f = spec_groups.get(group, 0), result.file.groups[group]
         if s or f:
@@ -341,12 +341,15 @@ def print_check(report: Any) -> None:
     out.print(Text(f"permute-check {report.target}: {report.tokens:,} tokens of d_model "
                    f"{report.d_model}, {report.dtype}"))
     table = _table("properties", ("property", "result", "trials", "max abs", "max rel",
-                                  "rtol", "atol", "worst token", "bit-identical"))
+                                  "worst token", "bit-identical"))
     for p in report.properties:
         table.add_row(p.name, "PASS" if p.passed else "FAIL", str(p.trials), f"{p.max_abs:.3g}",
-                      f"{p.max_rel:.3g}", f"{p.rtol:g}", f"{p.atol:g}", str(p.worst_token),
+                      f"{p.max_rel:.3g}", str(p.worst_token) if p.max_abs else "-",
                       "yes" if p.bit_identical else "no")
     out.print(table)
+    first = report.properties[0]
+    out.print(f"tolerance: |got - expected| <= atol + rtol * |expected|, rtol {first.rtol:g}, "
+              f"atol {first.atol:g}")
     for p in report.properties:
         if p.counterexample:
             out.print(Text(f"{p.name} FAILED: {p.counterexample}"))

