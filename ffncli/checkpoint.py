@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ffncli.errors import WeightsError
+from ffncli.errors import WeightsError, reading
 
 FLOAT_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}
 INT_DTYPES = {"I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1,
@@ -44,24 +44,17 @@ class Header:
 
 def read_header(path: Path) -> Header:
     """Parse and check the header; no tensor data is read."""
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            f.seek(0)
-            prefix = f.read(8)
-            if len(prefix) < 8:
-                raise WeightsError(f"{path}: not a safetensors file (shorter than 8 bytes)")
-            (n,) = struct.unpack("<Q", prefix)
-            if n > _MAX_HEADER or n + 8 > size:
-                raise WeightsError(f"{path}: not a safetensors file (header length {n} does "
-                                   f"not fit a file of {size} bytes)")
-            raw = f.read(n)
-    except FileNotFoundError:
-        raise WeightsError(f"weights file not found: {path}") from None
-    except IsADirectoryError:
-        raise WeightsError(f"weights file is a directory, not a file: {path}") from None
-    except OSError as exc:
-        raise WeightsError(f"cannot read {path}: {exc.strerror}") from None
+    with reading(path, "weights file", WeightsError), open(path, "rb") as f:
+        size = f.seek(0, 2)
+        f.seek(0)
+        prefix = f.read(8)
+        if len(prefix) < 8:
+            raise WeightsError(f"{path}: not a safetensors file (shorter than 8 bytes)")
+        (n,) = struct.unpack("<Q", prefix)
+        if n > _MAX_HEADER or n + 8 > size:
+            raise WeightsError(f"{path}: not a safetensors file (header length {n} does "
+                               f"not fit a file of {size} bytes)")
+        raw = f.read(n)
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):

@@ -7,7 +7,10 @@ line and exits with ``ExitCode.USAGE``. Anything else is a bug and keeps its tra
 
 from __future__ import annotations
 
+import contextlib
 import enum
+from pathlib import Path
+from typing import Iterator
 
 
 class ExitCode(enum.IntEnum):
@@ -46,3 +49,18 @@ class OutputError(FfnError):
 
 class ImplError(FfnError):
     """A user implementation (--impl) cannot be imported or returns the wrong thing."""
+
+
+@contextlib.contextmanager
+def reading(path: Path, what: str, error: type[FfnError]) -> Iterator[None]:
+    """Turn the OS errors of reading a user's file into one-line ``error`` messages."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise error(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise error(f"{what} is a directory, not a file: {path}") from None
+    except UnicodeDecodeError:
+        raise error(f"{path}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror}") from None

@@ -12,15 +12,28 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from ffncli.checkpoint import GROUPS, FileCount
 from ffncli.counting import LayerCount, ModelCount, Row, count
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text as RichText
+
+# Rich is imported on first use: `--json` output never needs it, and it costs ~50 ms.
+
+
+def Text(text: str) -> RichText:  # noqa: N802 - stands in for rich.text.Text
+    from rich.text import Text as RichText
+
+    return RichText(text)
+
 
 def console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     # Piped output has no terminal width; a wide fixed width keeps numbers whole.
     width = None if stream.isatty() or "COLUMNS" in os.environ else 160
@@ -40,6 +53,8 @@ def _pct(share: float) -> str:
 
 
 def _table(title: str, columns: Iterable[str]) -> Table:
+    from rich.table import Table
+
     table = Table(title=Text(title), title_justify="left", show_edge=False, pad_edge=False,
                   min_width=len(title))
     for i, name in enumerate(columns):

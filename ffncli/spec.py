@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from ffncli.errors import SpecError
+from ffncli.errors import FfnError, SpecError, reading
 
 # Activations applied elementwise. ``gelu`` is the exact (erf) GELU; ``gelu_tanh`` is the tanh
 # approximation (GPT-2's ``gelu_new``, PyTorch's ``approximate="tanh"``). ``swish`` is
@@ -306,18 +306,10 @@ def _parse_yaml(text: str, source: str) -> Any:
         raise SpecError(f"{source}: invalid YAML{where}: {problem}") from None
 
 
-def read_text(path: Path, what: str, error: type[Exception] = SpecError) -> str:
+def read_text(path: Path, what: str, error: type[FfnError] = SpecError) -> str:
     """Read a small user text file, turning OS errors into one-line user errors."""
-    try:
+    with reading(path, what, error):
         return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{what} not found: {path}") from None
-    except IsADirectoryError:
-        raise error(f"{what} is a directory, not a file: {path}") from None
-    except UnicodeDecodeError:
-        raise error(f"{path}: not a UTF-8 text file") from None
-    except OSError as exc:
-        raise error(f"cannot read {path}: {exc.strerror}") from None
 
 
 def load_preset(name_or_path: str) -> ModelSpec:
