@@ -211,8 +211,16 @@ def ffn(x: Array, p: Weights, act: str, beta: float = 1.0) -> Array:
 # they are given (``SCRATCH[name]`` of them, each shaped like ``h``).
 
 
+@functools.lru_cache(maxsize=16)
+def _zeros_row(cols: int, dtype: np.dtype) -> Array:
+    row = np.zeros(cols, dtype=dtype)
+    row.flags.writeable = False
+    return row
+
+
 def _relu_(h: Array, s: list[Array], beta: float) -> None:
-    np.maximum(h, 0, out=h)
+    # A row of zeros, not the scalar 0: NumPy's maximum against an array is ~2x faster here.
+    np.maximum(h, _zeros_row(h.shape[-1], h.dtype), out=h)
 
 
 def _identity_(h: Array, s: list[Array], beta: float) -> None:
@@ -250,7 +258,7 @@ def _gelu_tanh_(h: Array, s: list[Array], beta: float) -> None:
 
 
 def _gelu_(h: Array, s: list[Array], beta: float) -> None:
-    """x Phi(x) = 0.5 (x + |x| (1 - erfc(|x| / sqrt 2))), erfc by A&S 7.1.26 in float32."""
+    """x Phi(x) = max(x, 0) - |x| erfc(|x| / sqrt 2) / 2, erfc by A&S 7.1.26 in float32."""
     if h.dtype != np.float32:
         h[...] = gelu(h)  # float64: the accurate erf, out of place
         return
@@ -259,18 +267,17 @@ def _gelu_(h: Array, s: list[Array], beta: float) -> None:
     np.multiply(ax, _AS_P * _INV_SQRT2, out=t)
     np.add(t, 1, out=t)
     np.reciprocal(t, out=t)  # t = 1 / (1 + p |x| / sqrt 2)
-    np.multiply(t, _AS_A[4], out=acc)
-    for coef in _AS_A[3::-1]:  # Horner: acc = t P(t)
-        np.add(acc, coef, out=acc)
+    np.multiply(t, 0.5 * _AS_A[4], out=acc)
+    for coef in _AS_A[3::-1]:  # Horner: acc = t P(t) / 2
+        np.add(acc, 0.5 * coef, out=acc)
         np.multiply(acc, t, out=acc)
-    np.multiply(ax, ax, out=t)
-    np.multiply(t, -0.5, out=t)
+    np.multiply(ax, -0.5, out=t)  # t no longer needed
+    np.multiply(t, ax, out=t)
     np.exp(t, out=t)  # exp(-x^2 / 2)
-    np.multiply(acc, t, out=acc)  # erfc(|x| / sqrt 2)
-    np.subtract(1, acc, out=acc)
+    np.multiply(acc, t, out=acc)  # erfc(|x| / sqrt 2) / 2
     np.multiply(acc, ax, out=acc)
-    np.add(h, acc, out=h)
-    np.multiply(h, 0.5, out=h)
+    _relu_(h, s, beta)
+    np.subtract(h, acc, out=h)
 
 
 _INPLACE: dict[str, Callable[[Array, list[Array], float], None]] = {
