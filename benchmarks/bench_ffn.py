@@ -189,50 +189,62 @@ def _fmt_row(r: dict) -> str:
             f"{f(r['vs_torch'], 'x')} (torch {f(r['torch_vs_gemm'])})  {r['gflops']:6.1f} GFLOP/s")
 
 
-def bench_streaming(gigabytes: float) -> dict:
-    """`ffncli run --out` and `relu-stats` on a large .npy: peak RSS and relative throughput."""
-    d = 512
-    n = int(gigabytes * 1e9 / (4 * d))
-    folder = Path(tempfile.mkdtemp(prefix="ffncli-bench-"))
-    src, dst = folder / "tokens.npy", folder / "out.npy"
-    mm = np.lib.format.open_memmap(src, mode="w+", dtype=np.float32, shape=(n, d))
+def _write_tokens(path: Path, n: int, d: int) -> None:
+    mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, d))
     rng = np.random.default_rng(2)
     for s in range(0, n, 65536):
         mm[s:s + 65536] = rng.normal(size=(min(65536, n - s), d)).astype(np.float32)
     mm.flush()
     del mm
+
+
+def bench_streaming(gigabytes: float, reps: int = 3) -> dict:
+    """Streaming a large .npy: throughput against the same work in memory (in this process,
+    interleaved, on a quarter of the size), and peak resident memory of `ffncli run --out` and
+    `ffncli relu-stats` on the whole file (in a new process, /usr/bin/time)."""
+    from ffncli import runner, tokens
+    from ffncli.sparsity import relu_stats
+    from ffncli.spec import load_preset
+    from ffncli.weights import random_weights
+
+    d = 512
+    folder = Path(tempfile.mkdtemp(prefix="ffncli-bench-"))
+    big, small, dst = folder / "tokens.npy", folder / "quarter.npy", folder / "out.npy"
+    n_big = int(gigabytes * 1e9 / (4 * d))
+    n_small = n_big // 4
+    _write_tokens(big, n_big, d)
+    _write_tokens(small, n_small, d)
+    spec = load_preset("base")
+    model = runner.Model(spec, F.Ffn(random_weights(spec, np.dtype(np.float32)), "relu"), "")
+    x = np.load(small)
+    out = np.empty_like(x)
+    saved, tokens.IN_MEMORY_BYTES = tokens.IN_MEMORY_BYTES, 0  # force the chunked reader
+    try:
+        t = medians({
+            "run in memory": lambda: model.ffn(x, out),
+            "run --out": lambda: runner.run_ffn(model, tokens.open_input(small, d), out=dst,
+                                                force=True),
+            "relu-stats in memory": lambda: relu_stats(model.ffn, tokens.from_array(x)),
+            "relu-stats": lambda: relu_stats(model.ffn, tokens.open_input(small, d)),
+        }, reps)
+    finally:
+        tokens.IN_MEMORY_BYTES = saved
+    summary = {}
     cli = [sys.executable, "-m", "ffncli"]
-    common = ["--preset", "base", "--input", str(src)]
-    results = {}
+    common = ["--preset", "base", "--input", str(big)]
     for label, args in (("run --out", ["run", *common, "--out", str(dst), "--force"]),
                         ("relu-stats", ["relu-stats", *common, "--json"])):
-        t = time.perf_counter()
         proc = subprocess.run(["/usr/bin/time", "-f", "%M", *cli, *args], capture_output=True,
                               text=True)
-        seconds = time.perf_counter() - t
         if proc.returncode != 0:
             raise SystemExit(f"{label} failed: {proc.stderr[-500:]}")
         rss_mb = int(proc.stderr.strip().splitlines()[-1]) / 1024
-        results[label] = (seconds, rss_mb)
-    # The same work in memory on a slice of the same data, scaled to the whole file.
-    from ffncli.sparsity import relu_stats
-    from ffncli.spec import load_preset
-    from ffncli.tokens import from_array
-    from ffncli.weights import random_weights
-
-    engine = F.Ffn(random_weights(load_preset("base"), np.dtype(np.float32)), "relu")
-    part = min(n, 262144)
-    x = np.load(src, mmap_mode="r")[:part].copy()
-    out = np.empty((part, d), np.float32)
-    per_token = medians({"run --out": lambda: engine(x, out),
-                         "relu-stats": lambda: relu_stats(engine, from_array(x))}, 3)
-    summary = {}
-    for label, (seconds, rss_mb) in results.items():
-        in_memory = per_token[label] / part * n
-        summary[label] = {"throughput_vs_in_memory": in_memory / seconds, "peak_rss_mb": rss_mb}
-        print(f"streaming {gigabytes:g} GB {label}: {in_memory / seconds:.2f} of in-memory "
-              f"throughput, peak RSS {rss_mb:.0f} MB ({seconds:.1f} s in a new process)")
-    for p in (src, dst):
+        ratio = t[label.replace(" --out", "") + " in memory" if label == "relu-stats" else
+                  "run in memory"] / t[label]
+        summary[label] = {"throughput_vs_in_memory": ratio, "peak_rss_mb": rss_mb}
+        print(f"streaming {label}: {ratio:.2f} of in-memory throughput ({n_small:,} tokens), "
+              f"peak RSS {rss_mb:.0f} MB on {gigabytes:g} GB ({n_big:,} tokens)")
+    for p in (big, small, dst):
         p.unlink(missing_ok=True)
     folder.rmdir()
     return summary

@@ -19,7 +19,7 @@ from ffncli.spec import (
     LayersSpec,
     ModelSpec,
     NormSpec,
-    _suggest,
+    suggest,
     read_text,
     validate,
 )
@@ -312,7 +312,7 @@ def spec_from_config(data: Any, source: str) -> ModelSpec:
     if reader is None:
         raise ConfigError(
             f"{source}: unsupported model_type {model_type!r}"
-            f"{_suggest(str(model_type), SUPPORTED_MODEL_TYPES)}; supported: "
+            f"{suggest(str(model_type), SUPPORTED_MODEL_TYPES)}; supported: "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     return validate(reader(_Config(data, source)), source)

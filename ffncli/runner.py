@@ -15,7 +15,7 @@ import numpy as np
 
 from ffncli import weights as W
 from ffncli.errors import InputError
-from ffncli.ffn import Ffn, MoEWeights
+from ffncli.ffn import DenseWeights, Ffn, MoEWeights
 from ffncli.spec import ModelSpec
 from ffncli.tokens import AtomicNpyWriter, TokenInput, check_finite, from_array, open_input
 
@@ -99,10 +99,10 @@ def _inactive(ffn: Ffn, x: np.ndarray) -> list[int] | None:
     if isinstance(ffn.weights, MoEWeights):
         return None
     p = ffn.weights
-    pre = x.astype(ffn.dtype) @ (p.w1 if hasattr(p, "w1") else p.w)
-    bias = p.b1 if hasattr(p, "b1") else p.b
-    if bias is not None:
-        pre += bias
+    w, b = (p.w1, p.b1) if isinstance(p, DenseWeights) else (p.w, p.b)
+    pre = x.astype(ffn.dtype) @ w
+    if b is not None:
+        pre += b
     return [int(v) for v in (pre <= 0).sum(axis=1)]
 
 

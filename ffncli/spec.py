@@ -193,7 +193,7 @@ def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
     if choices is not None and value not in choices:
         raise SpecError(
             f"{source}: key '{key}': expected one of {', '.join(choices)}, got {value!r}"
-            + _suggest(value, choices)
+            + suggest(value, choices)
         )
     return value
 
@@ -204,7 +204,7 @@ def _describe(key: str, annotation: str) -> str:
     return "a value"
 
 
-def _suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
+def suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
     import difflib  # only on the error path
 
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
@@ -219,7 +219,7 @@ def _build(source: str, prefix: str, cls: type, data: Any) -> Any:
     for key in data:
         if key not in allowed:
             raise SpecError(
-                f"{source}: unknown key '{prefix}{key}'{_suggest(str(key), list(allowed))}; "
+                f"{source}: unknown key '{prefix}{key}'{suggest(str(key), list(allowed))}; "
                 f"allowed keys: {', '.join(allowed)}"
             )
     values: dict[str, Any] = {}
@@ -319,7 +319,7 @@ def load_preset(name_or_path: str) -> ModelSpec:
         names = preset_names()
         if name_or_path not in names:
             raise SpecError(
-                f"unknown preset '{name_or_path}'{_suggest(name_or_path, names)}; "
+                f"unknown preset '{name_or_path}'{suggest(name_or_path, names)}; "
                 f"built-in presets: {', '.join(names)}"
             )
         text = (_preset_folder() / f"{name_or_path}.yaml").read_text(encoding="utf-8")
@@ -380,7 +380,7 @@ def apply_overrides(spec: ModelSpec, ov: Overrides) -> ModelSpec:
             choices = ACTIVATIONS + tuple(GLU_VARIANTS)
             raise SpecError(
                 f"option --activation: expected one of {', '.join(choices)}, "
-                f"got {ov.activation!r}{_suggest(ov.activation, choices)}"
+                f"got {ov.activation!r}{suggest(ov.activation, choices)}"
             )
     if ov.gated is not None:
         changes["gated"] = ov.gated
