@@ -168,3 +168,20 @@ def test_random_weights_follow_the_documented_draw_order():
         np.testing.assert_array_equal(expert.w, rng.normal(0, 0.5, (12, 20)))
         np.testing.assert_array_equal(expert.v, rng.normal(0, 0.5, (12, 20)))
         np.testing.assert_array_equal(expert.w2, rng.normal(0, 0.5, (20, 12)))
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("gated", [False, True])
+def test_engine_blocks_and_threads_equal_plain_path(act, gated, monkeypatch):
+    """d_ff 4096: the activation runs in 16-row cache blocks spread over worker threads."""
+    spec = ModelSpec(name="wide", d_model=16, ffn=FfnSpec(d_ff=4096, activation=act,
+                     gated=gated), init=InitSpec(std=0.3, seed=5))
+    p = random_weights(spec, np.float32)
+    x = np.random.default_rng(6).normal(size=(203, 16)).astype(np.float32)
+    plain = F.ffn(x, p, act)
+    assert len(F._blocks(203, 4096, 4)) > 2
+    threaded = F.Ffn(p, act, chunk_tokens=128)(x)
+    scale = max(1.0, float(np.abs(plain).max()))  # float32 sums over 4096 terms
+    np.testing.assert_allclose(threaded, plain, rtol=2e-5, atol=2e-6 * scale)
+    monkeypatch.setattr(F, "_THREADS", 1)
+    np.testing.assert_array_equal(F.Ffn(p, act, chunk_tokens=128)(x), threaded)
