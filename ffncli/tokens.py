@@ -176,7 +176,7 @@ def _open_text(path: Path, d_model: int) -> TokenInput:
     return TokenInput(path, shape, array.dtype, data=array)
 
 
-def from_array(array: np.ndarray, name: str = "input") -> TokenInput:
+def from_array(array: np.ndarray) -> TokenInput:
     shape = tuple(array.shape)
     return TokenInput(None, shape, array.dtype, data=array.reshape(-1, shape[-1]))
 
