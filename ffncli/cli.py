@@ -8,8 +8,9 @@ the commands that need them, so ``ffncli params`` starts as fast as Typer does.
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Iterator, Optional
 
 import typer
 
@@ -173,23 +174,19 @@ def _model(preset, config, weights, layer, dtype, max_memory, **overrides):
     return runner.build_model(spec, weights, layer, runner.parse_dtype(dtype), budget)
 
 
-def _no_bar():
-    from contextlib import nullcontext
-
-    return nullcontext()
-
-
-def _progress(total: int, as_json: bool):
-    """A progress bar on stderr for long work on a terminal; None otherwise."""
+@contextmanager
+def _progress(total: int, as_json: bool) -> Iterator[Callable[[int], None] | None]:
+    """A progress callback drawing a bar on stderr for long work on a terminal, else None."""
     if as_json or not sys.stderr.isatty() or total < 200_000:
-        return None, None
+        yield None
+        return
     from rich.progress import Progress
 
     from ffncli.render import console
 
-    bar = Progress(console=console(stderr=True), transient=True)
-    task = bar.add_task("tokens", total=total)
-    return bar, lambda done: bar.update(task, completed=done)
+    with Progress(console=console(stderr=True), transient=True) as bar:
+        task = bar.add_task("tokens", total=total)
+        yield lambda done: bar.update(task, completed=done)
 
 
 @app.command("run")
@@ -230,8 +227,7 @@ def run_cmd(
     if as_json and out is None and tokens.n_tokens > runner.SMALL_TOKENS:
         raise InputError(f"--json prints at most {runner.SMALL_TOKENS} output tokens; the input "
                          f"has {tokens.n_tokens:,}: add --out FILE.npy")
-    bar, progress = _progress(tokens.n_tokens, as_json)
-    with bar if bar is not None else _no_bar():
+    with _progress(tokens.n_tokens, as_json) as progress:
         result = runner.run_ffn(model, tokens, out=out, force=force, residual=residual,
                                 allow_nonfinite=allow_nonfinite, progress=progress)
     if as_json:
@@ -276,7 +272,7 @@ def permute_check_cmd(
 ) -> None:
     """Check that an FFN is position-wise: exit 0 if every property holds, 1 if not."""
     from ffncli import checks, render, runner
-    from ffncli.tokens import check_finite
+    from ffncli.tokens import check_finite, from_array
 
     np_dtype = runner.parse_dtype(dtype)
     if impl is not None:
@@ -292,12 +288,14 @@ def permute_check_cmd(
                        top_k=top_k, beta=beta, capacity_factor=capacity_factor)
         width, fn, target = model.ffn.d_model, model.ffn, model.spec.name
     tokens = runner.resolve_input(input, random, width, seed)
-    if not allow_nonfinite:
-        check_finite(tokens, np_dtype, 65536)
     if tokens.n_tokens > 100_000:
         raise InputError(f"permute-check holds the input in memory and runs it many times; "
                          f"{tokens.n_tokens:,} tokens is too many (at most 100,000)")
-    x = tokens.matrix(np_dtype)
+    x = tokens.matrix(np_dtype)  # read once; checked in memory
+    if not allow_nonfinite:
+        in_memory = from_array(x)
+        in_memory.path = tokens.path  # name the file in the error
+        check_finite(in_memory, np_dtype, x.shape[0])
     report = checks.permute_check(checks.guarded(fn, target, np_dtype), x, target=target,
                                   input_shape=tokens.shape if len(tokens.shape) > 1 else
                                   (1, tokens.d_model), trials=trials, seed=seed, rtol=rtol,
@@ -352,8 +350,7 @@ def relu_stats_cmd(
                    d_ff=d_ff, activation=activation, gated=gated, experts=experts,
                    top_k=top_k, beta=beta, capacity_factor=capacity_factor)
     tokens = runner.resolve_input(input, random, model.ffn.d_model, seed)
-    bar, progress = _progress(tokens.n_tokens, as_json)
-    with bar if bar is not None else _no_bar():
+    with _progress(tokens.n_tokens, as_json) as progress:
         result = relu_stats(model.ffn, tokens, threshold=threshold,
                             target_sparsity=target_sparsity, allow_nonfinite=allow_nonfinite,
                             progress=progress)

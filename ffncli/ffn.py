@@ -160,6 +160,13 @@ def gated_ffn(x: Array, p: GatedWeights, act: str, beta: float = 1.0) -> Array:
     return _affine(h, p.w2, p.b2)  # (n, d_ff) -> (n, d_model)
 
 
+def pre_activation(x: Array, p: ExpertWeights) -> Array:
+    """x W1 + b1, or for a gated FFN the gate's x W + b: what the activation is applied to."""
+    if isinstance(p, GatedWeights):
+        return _affine(x, p.w, p.b)  # (n, d_model) -> (n, d_ff)
+    return _affine(x, p.w1, p.b1)
+
+
 def expert_ffn(x: Array, p: ExpertWeights, act: str, beta: float = 1.0) -> Array:
     return gated_ffn(x, p, act, beta) if isinstance(p, GatedWeights) else dense_ffn(x, p, act,
                                                                                    beta)

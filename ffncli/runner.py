@@ -15,7 +15,7 @@ import numpy as np
 
 from ffncli import weights as W
 from ffncli.errors import InputError
-from ffncli.ffn import DenseWeights, Ffn, MoEWeights
+from ffncli.ffn import Ffn, MoEWeights, pre_activation
 from ffncli.spec import ModelSpec
 from ffncli.tokens import AtomicNpyWriter, TokenInput, check_finite, from_array, open_input
 
@@ -98,11 +98,7 @@ def _inactive(ffn: Ffn, x: np.ndarray) -> list[int] | None:
     """Hidden units at or below zero before the activation, per token (the lesson's 8 8 7)."""
     if isinstance(ffn.weights, MoEWeights):
         return None
-    p = ffn.weights
-    w, b = (p.w1, p.b1) if isinstance(p, DenseWeights) else (p.w, p.b)
-    pre = x.astype(ffn.dtype) @ w
-    if b is not None:
-        pre += b
+    pre = pre_activation(x.astype(ffn.dtype, copy=False), ffn.weights)
     return [int(v) for v in (pre <= 0).sum(axis=1)]
 
 
@@ -124,10 +120,10 @@ def run_ffn(model: Model, tokens: TokenInput, *, out: Path | None = None, force:
         x = tokens.matrix(dtype)
         with np.errstate(all="ignore") if allow_nonfinite else nullcontext():
             y = ffn(x)
+            checks = _lesson_checks(ffn, x, y)
+            inactive = _inactive(ffn, x)
             if residual:
                 y += x
-            checks = _lesson_checks(ffn, x, y - x if residual else y)
-            inactive = _inactive(ffn, x)
         if writer is not None:
             with writer:
                 writer.write(y)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ffncli.ffn import DenseWeights, Ffn, MoEWeights, activate_inplace, capacity, route
+from ffncli.ffn import (ExpertWeights, Ffn, MoEWeights, activate_inplace, capacity,
+                        pre_activation, route)
 
 MAX_TOKENS_LISTED = 10_000
 SMALL_OVERLAP = 16  # up to this many tokens: the full pairwise overlap table
@@ -171,11 +172,8 @@ class Rule:
     description: str
 
 
-def inactive_mask(ffn: Ffn, p, x: np.ndarray, rule: Rule) -> np.ndarray:
-    w, b = (p.w1, p.b1) if isinstance(p, DenseWeights) else (p.w, p.b)
-    pre = np.matmul(x, w)  # (m, d) -> (m, f)
-    if b is not None:
-        np.add(pre, b, out=pre)
+def inactive_mask(ffn: Ffn, p: ExpertWeights, x: np.ndarray, rule: Rule) -> np.ndarray:
+    pre = pre_activation(x, p)  # (m, d) -> (m, f), a fresh array
     if rule.threshold is None:
         return pre <= 0
     act = expert_activation(ffn, pre)
@@ -192,11 +190,7 @@ def calibrate_threshold(ffn: Ffn, x: np.ndarray, target: float) -> float:
     """The CATS rule: T such that a share ``target`` of |act(x W + b)| is <= T."""
     values = []
     for p, rows in _expert_inputs(ffn, x):
-        w, b = (p.w1, p.b1) if isinstance(p, DenseWeights) else (p.w, p.b)
-        pre = x[rows] @ w
-        if b is not None:
-            pre += b
-        values.append(np.abs(expert_activation(ffn, pre)).ravel())
+        values.append(np.abs(expert_activation(ffn, pre_activation(x[rows], p))).ravel())
     return float(np.quantile(np.concatenate(values), target))
 
 
