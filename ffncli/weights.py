@@ -55,6 +55,10 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * scale)
 
 
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 10**8 else f"{n / 1e6:.2f} MB"
+
+
 def check_budget(spec: ModelSpec, dtype: np.dtype, budget: int | None) -> int:
     """Refuse random weights that would not fit; returns the bytes they need."""
     need = ffn_params(spec.d_model, spec.ffn) * np.dtype(dtype).itemsize
@@ -64,11 +68,11 @@ def check_budget(spec: ModelSpec, dtype: np.dtype, budget: int | None) -> int:
         limit = min(limit, free)
     if need > limit:
         raise MemoryBudgetError(
-            f"the random weights of one FFN layer of {spec.name} need {need / 1e9:.2f} GB in "
-            f"{np.dtype(dtype).name}, over the {limit / 1e9:.2f} GB budget; shrink it "
+            f"the random weights of one FFN layer of {spec.name} need {_size(need)} in "
+            f"{np.dtype(dtype).name}, over the {_size(limit)} budget; shrink it "
             "(--d-model, --d-ff, --experts) or raise --max-memory"
             + ("" if free is None or need <= free else
-               f" (only {free / 1e9:.2f} GB of memory is free)")
+               f" (only {_size(free)} of memory is free)")
         )
     return need
 

@@ -167,3 +167,10 @@ def test_cli_impl_needs_a_width(cli, in_tests):
     r = cli("permute-check", "--impl", "impls.ffns:good", "--random", "4")
     assert (r.code, r.err) == (2, "error: option --impl: give the width with --d-model N (or a "
                                   "--preset)\n")
+
+
+def test_trials_flag_sets_the_number_of_permutations(cli):
+    for trials, expected in (("0", 3), ("5", 8)):  # reverse, cyclic shift, swap + random
+        doc = cli("permute-check", "--preset", "tiny", "--random", "6", "--trials", trials,
+                  "--json").json()
+        assert doc["properties"][0]["trials"] == expected

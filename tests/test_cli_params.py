@@ -64,6 +64,15 @@ def test_params_overrides_and_match_params(cli):
     assert doc["layers"][0]["flops_per_token"]["attention_scores"] == 2 * 2 * 1024 * 512
 
 
+def test_params_gated_flags(cli):
+    gated = cli("params", "--preset", "base", "--gated", "--json").json()
+    assert (gated["gated"], gated["ffn_kind"]) == (True, "reglu")
+    assert gated["layers"][0]["ffn"] == 3 * 512 * 2048 + 2 * 2048 + 512
+    dense = cli("params", "--preset", "llama2-7b", "--no-gated", "--json").json()
+    assert dense["gated"] is False
+    assert dense["layers"][0]["ffn"] == 2 * 4096 * 11008
+
+
 def test_params_ffn_only_spec(cli):
     doc = cli("params", "--preset", "tiny", "--json").json()
     assert doc["total_params"] == 148

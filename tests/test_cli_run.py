@@ -218,3 +218,20 @@ def test_streamed_nonfinite_leaves_nothing_behind(cli, tmp_path, monkeypatch):
                      "first at token 2500, column 3; pass --allow-nonfinite to compute with "
                      "them\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
+
+
+def test_precision_seed_and_max_memory_change_the_result(cli, cat_sat):
+    r2 = cli("run", "--preset", "tiny", "--input", cat_sat, "--precision", "2")
+    assert "0     │ -0.89 │ -0.11 │ 1.13 │ 0.99" in r2.out.splitlines()
+    r6 = cli("run", "--preset", "tiny", "--input", cat_sat, "--precision", "6")
+    assert any(line.startswith("0     │ -0.8922") and line.count(".") == 4 and
+               len(line.split("│")[1].strip()) == len("-0.892200") for line in r6.out.splitlines())
+    a = cli("run", "--preset", "tiny", "--random", "3", "--seed", "1", "--json").json()
+    b = cli("run", "--preset", "tiny", "--random", "3", "--seed", "2", "--json").json()
+    assert a["output"] != b["output"]
+    # base: one FFN layer is 2,099,712 float32 parameters = 8.40 MB
+    r = cli("run", "--preset", "base", "--random", "2", "--max-memory", "1MB")
+    assert (r.code, r.err) == (2, "error: the random weights of one FFN layer of base need "
+                                  "8.40 MB in float32, over the 1.00 MB budget; shrink it "
+                                  "(--d-model, --d-ff, --experts) or raise --max-memory\n")
+    assert cli("run", "--preset", "base", "--random", "2", "--max-memory", "10MB").code == 0
