@@ -12,6 +12,8 @@ these machines are shared and noisy, and absolute times are not comparable betwe
 - "vs torch": PyTorch CPU (F.linear + activation), when importable, divided by ffncli's.
 - streaming: `ffncli run --out` and `ffncli relu-stats` on a 2 GB .npy in a subprocess, peak
   resident memory and throughput relative to the in-memory engine.
+Like the `ffncli` command, it sets OPENBLAS_THREAD_TIMEOUT=18 before NumPy loads OpenBLAS (see
+ffncli/blas.py); `--openblas-default` leaves it unset, to measure what that buys.
 Exits 1 when a ratio misses its target (the targets are in TARGETS below).
 """
 
@@ -29,9 +31,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ffncli.blas import THREAD_TIMEOUT_VAR, quiet_idle_threads  # noqa: E402
+
+if "--openblas-default" not in sys.argv[1:]:
+    quiet_idle_threads()  # as the ffncli command does, before NumPy loads OpenBLAS
+
+import numpy as np  # noqa: E402
 
 from ffncli import ffn as F  # noqa: E402
 
@@ -273,6 +280,9 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--stream-gb", type=float, default=2.0)
     parser.add_argument("--streaming-only", action="store_true")
+    parser.add_argument("--openblas-default", action="store_true",
+                        help=f"leave {THREAD_TIMEOUT_VAR} unset, to measure what setting it "
+                        "buys (see ffncli/blas.py)")
     args = parser.parse_args()
     if args.streaming_only:
         stream = bench_streaming(args.stream_gb)
@@ -286,7 +296,8 @@ def main() -> int:
     except ImportError:
         blas = "threadpoolctl not installed"
     print(f"numpy {np.__version__}, {os.cpu_count()} cpus, BLAS: {blas}, OPENBLAS_CORETYPE="
-          f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
+          f"{os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, {THREAD_TIMEOUT_VAR}="
+          f"{os.environ.get(THREAD_TIMEOUT_VAR, '(unset)')}")
     rows: list[dict] = []
     for name, (n, d, f, acts) in (QUICK if args.quick else SHAPES).items():
         bench_shape(name, n, d, f, acts, args.reps, rows)

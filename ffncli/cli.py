@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Callable, Iterator, Optional
 
 import typer
 
+from ffncli.blas import quiet_idle_threads
 from ffncli.errors import ExitCode, FfnError, InputError
 
 if TYPE_CHECKING:
@@ -387,4 +388,5 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
+    quiet_idle_threads()  # before anything imports NumPy: see ffncli/blas.py
     sys.exit(run())

@@ -303,7 +303,7 @@ def activate_inplace(h: Array, name: str, beta: float = 1.0) -> None:
 # The engine.
 
 DEFAULT_CHUNK_ELEMENTS = 1 << 23  # hidden-buffer elements per chunk: big products are fastest
-BLOCK_BYTES = 1 << 18  # elementwise work goes block by block through the core's cache
+BLOCK_BYTES = 1 << 19  # elementwise work goes block by block through the core's cache
 _THREADS = max(1, min(os.cpu_count() or 1, 8))
 _pool: ThreadPoolExecutor | None = None
 
@@ -324,22 +324,24 @@ def _in_parallel(part: Callable[[int, int, int], None], rows: int, cols: int,
 
     A multi-pass activation over a block that fits in the core's cache costs a fraction of the
     same passes over the whole hidden buffer. NumPy's ufuncs are single-threaded but release
-    the GIL, so workers run side by side, as BLAS does; each has its own scratch buffers.
+    the GIL, so workers run side by side, as BLAS does; each has its own scratch buffers and
+    takes the next block when it is done with one (a shared iterator: a core slowed by another
+    process does less of the work, instead of holding everyone up at the end).
     """
     global _pool
     blocks = _blocks(rows, cols, itemsize)
     workers = min(_THREADS, len(blocks))
+    todo = iter(blocks)  # next() on a list iterator is atomic under the GIL
+
+    def run(worker: int) -> None:
+        for lo, hi in todo:
+            part(lo, hi, worker)
+
     if workers == 1:
-        for lo, hi in blocks:
-            part(lo, hi, 0)
+        run(0)
         return
     if _pool is None:
         _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="ffncli")
-
-    def run(worker: int) -> None:
-        for lo, hi in blocks[worker::workers]:
-            part(lo, hi, worker)
-
     futures = [_pool.submit(run, w) for w in range(1, workers)]
     run(0)  # the calling thread takes a share rather than wait
     for future in futures:

@@ -173,7 +173,7 @@ def test_random_weights_follow_the_documented_draw_order():
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("gated", [False, True])
 def test_engine_blocks_and_threads_equal_plain_path(act, gated, monkeypatch):
-    """d_ff 4096: the activation runs in 16-row cache blocks spread over worker threads."""
+    """d_ff 4096: the activation runs in 32-row cache blocks spread over worker threads."""
     spec = ModelSpec(name="wide", d_model=16, ffn=FfnSpec(d_ff=4096, activation=act,
                      gated=gated), init=InitSpec(std=0.3, seed=5))
     p = random_weights(spec, np.float32)

@@ -1,0 +1,45 @@
+"""Start-up: counting needs no NumPy, and OpenBLAS is configured before NumPy loads it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import json, os, sys
+from ffncli import cli
+before = "numpy" in sys.modules
+sys.argv = ["ffncli", *sys.argv[1:]]
+try:
+    cli.main()
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"numpy_at_import": before, "numpy_after": "numpy" in sys.modules,
+                  "timeout": os.environ.get("OPENBLAS_THREAD_TIMEOUT"), "code": code}))
+"""
+
+
+def probe(*argv: str, timeout_env: str | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    if timeout_env is not None:
+        env["OPENBLAS_THREAD_TIMEOUT"] = timeout_env
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], env=env, capture_output=True,
+                          text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_params_never_imports_numpy():
+    result = probe("params", "--preset", "base", "--json")
+    assert result == {"numpy_at_import": False, "numpy_after": False, "timeout": "18",
+                      "code": 0}
+
+
+@pytest.mark.parametrize("user_value, expected", [(None, "18"), ("24", "24")])
+def test_run_sets_the_openblas_timeout_before_numpy_unless_the_user_did(user_value, expected):
+    result = probe("run", "--preset", "base", "--random", "3", "--json", timeout_env=user_value)
+    assert result == {"numpy_at_import": False, "numpy_after": True, "timeout": expected,
+                      "code": 0}
