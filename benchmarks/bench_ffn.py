@@ -20,6 +20,7 @@ Exits 1 when a ratio misses its target (the targets are in TARGETS below).
 from __future__ import annotations
 
 import argparse
+import compileall
 import math
 import os
 import resource
@@ -258,10 +259,17 @@ def bench_streaming(gigabytes: float, reps: int = 3) -> dict:
 
 
 def bench_startup(reps: int) -> dict:
+    """Start-up against `import numpy`, with ffncli's bytecode compiled as `pip install` does
+    (without it, PYTHONDONTWRITEBYTECODE=1, set on some machines, recompiles every run)."""
+    compileall.compile_dir(str(Path(F.__file__).parent), quiet=1)
     cmds = {
         "import numpy": [sys.executable, "-c", "import numpy"],
+        "import typer, rich, yaml (the floor)": [
+            sys.executable, "-c", "import typer, yaml, rich.console, rich.table"],
         "ffncli params --preset base": [sys.executable, "-m", "ffncli", "params", "--preset",
                                         "base"],
+        "ffncli params --preset base --json": [sys.executable, "-m", "ffncli", "params",
+                                               "--preset", "base", "--json"],
         "ffncli run --preset tiny --random 3": [sys.executable, "-m", "ffncli", "run",
                                                 "--preset", "tiny", "--random", "3"],
     }

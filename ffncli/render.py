@@ -37,7 +37,7 @@ def console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     # Piped output has no terminal width; a wide fixed width keeps numbers whole.
     width = None if stream.isatty() or "COLUMNS" in os.environ else 160
-    return Console(file=stream, highlight=False, markup=False, width=width)
+    return Console(file=stream, highlight=False, markup=False, emoji=False, width=width)
 
 
 def emit_json(doc: dict[str, Any]) -> None:
