@@ -57,13 +57,18 @@ QUICK = {"base": (2048, 512, 2048, ("relu", "gelu_tanh", "silu", "gelu")),
          "swiglu": (512, 1024, 2816, ("swiglu",))}
 
 
-def medians(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
-    """Interleave the candidates rep by rep (so drift hits all alike); median seconds each."""
+def medians(fns: dict[str, Callable[[], object]], reps: int,
+            settle: Callable[[], object] | None = None) -> dict[str, float]:
+    """Interleave the candidates rep by rep (so drift hits all alike); median seconds each.
+    ``settle`` runs, untimed, before each call (so one call's aftermath does not land on the
+    next one's clock)."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     for fn in fns.values():  # warm-up: buffers, BLAS threads, page faults
         fn()
     for _ in range(reps):
         for name, fn in fns.items():
+            if settle is not None:
+                settle()
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)
@@ -222,6 +227,7 @@ def bench_streaming(gigabytes: float, reps: int = 3) -> dict:
     n_small = n_big // 4
     _write_tokens(big, n_big, d)
     _write_tokens(small, n_small, d)
+    os.sync()  # else the kernel writes 2.5 GB back to disk during the measurements below
     spec = load_preset("base")
     model = runner.Model(spec, F.Ffn(random_weights(spec, np.dtype(np.float32)), "relu"), "")
     x = np.load(small)
@@ -234,7 +240,8 @@ def bench_streaming(gigabytes: float, reps: int = 3) -> dict:
                                                 force=True),
             "relu-stats in memory": lambda: relu_stats(model.ffn, tokens.from_array(x)),
             "relu-stats": lambda: relu_stats(model.ffn, tokens.open_input(small, d)),
-        }, reps)
+        }, reps, settle=os.sync)  # the kernel writes `run --out`'s file back to disk later;
+        # without this it would do so on the clock of whichever run comes next
     finally:
         tokens.IN_MEMORY_BYTES = saved
     summary = {}

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -115,6 +120,39 @@ def test_out_is_atomic_and_never_clobbers(cli, tmp_path, cat_sat):
     assert r.code == 2 and "is the input file" in r.err
     assert np.array_equal(np.load(tmp_path / "x.npy"), np.ones((3, 4)))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["the_cat_sat.txt", "x.npy", "y.npy"]
+
+
+def test_out_file_mode_follows_the_umask(cli, tmp_path, cat_sat):
+    out = tmp_path / "y.npy"
+    umask = os.umask(0o027)
+    try:
+        assert cli("run", "--preset", "tiny", "--input", cat_sat, "--out", out).code == 0
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640  # what np.save would make, not 0o600
+
+
+def test_out_in_a_folder_that_cannot_be_written(cli, cat_sat):
+    r = cli("run", "--preset", "tiny", "--input", cat_sat, "--out", "/sys/y.npy")
+    assert (r.code, r.err) == (2, "error: option --out: cannot write in /sys: Permission "
+                                  "denied\n")
+
+
+def test_out_too_large_for_the_disk_fails_before_the_work(tmp_path):
+    """A real limit (RLIMIT_FSIZE, in a child process): the whole file is reserved first, so
+    a full disk is one error line before any work, and the old file and the folder are kept."""
+    out = tmp_path / "y.npy"
+    out.write_bytes(b"precious")
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))"
+    done = subprocess.run(
+        [sys.executable, "-c", f"{limit}; from ffncli.cli import main; main()", "run",
+         "--preset", "tiny", "--random", "3000", "--out", str(out), "--force"],
+        capture_output=True, text=True)
+    size = 128 + 3000 * 4 * 4  # the .npy 2.0 header, then 3000 x 4 float32
+    assert (done.returncode, done.stderr) == (
+        2, f"error: option --out: cannot reserve {size:,} bytes for {out}: File too large\n")
+    assert out.read_bytes() == b"precious"
+    assert [p.name for p in tmp_path.iterdir()] == ["y.npy"]
 
 
 def _write(tmp_path, name, array=None, text=None):
