@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Union
@@ -331,11 +332,15 @@ def _in_parallel(part: Callable[[int, int, int], None], rows: int, cols: int,
     global _pool
     blocks = _blocks(rows, cols, itemsize)
     workers = min(_THREADS, len(blocks))
-    todo = iter(blocks)  # next() on a list iterator is atomic under the GIL
+    todo, lock = iter(blocks), threading.Lock()  # the lock: safe without a GIL too
 
     def run(worker: int) -> None:
-        for lo, hi in todo:
-            part(lo, hi, worker)
+        while True:
+            with lock:
+                block = next(todo, None)
+            if block is None:
+                return
+            part(*block, worker)
 
     if workers == 1:
         run(0)
