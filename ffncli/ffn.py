@@ -78,6 +78,7 @@ _PLAIN: dict[str, Callable[[Array], Array]] = {
 
 _AS_P = 0.3275911
 _AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_AS_K = _AS_P * _INV_SQRT2  # t = 1 / (1 + p z) with z = |x| / sqrt 2
 
 
 @functools.cache
@@ -272,9 +273,8 @@ def _gelu_(h: Array, s: list[Array], beta: float) -> None:
         return
     ax, t, acc = s
     np.abs(h, out=ax)
-    np.multiply(ax, _AS_P * _INV_SQRT2, out=t)
-    np.add(t, 1, out=t)
-    np.reciprocal(t, out=t)  # t = 1 / (1 + p |x| / sqrt 2)
+    np.add(ax, 1 / _AS_K, out=t)
+    np.divide(1 / _AS_K, t, out=t)  # t = 1 / (1 + k |x|) = (1/k) / (1/k + |x|): two passes
     np.multiply(t, 0.5 * _AS_A[4], out=acc)
     for coef in _AS_A[3::-1]:  # Horner: acc = t P(t) / 2
         np.add(acc, 0.5 * coef, out=acc)
