@@ -193,6 +193,10 @@ def check_finite(token: TokenInput, dtype: np.dtype, rows: int) -> None:
 # Output.
 
 
+_NO_ROOM = tuple(getattr(errno, name) for name in ("ENOSPC", "EFBIG", "EDQUOT")
+                 if hasattr(errno, name))  # disk full, file too large, quota exceeded
+
+
 class AtomicNpyWriter:
     """Write a .npy chunk by chunk into a temporary file beside the target, then rename it.
 
@@ -253,7 +257,7 @@ class AtomicNpyWriter:
         try:
             fallocate(self._file.fileno(), 0, size)
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            if exc.errno in _NO_ROOM:
                 raise OutputError(f"option --out: cannot reserve {size:,} bytes for "
                                   f"{self.path}: {exc.strerror}") from None
             # EOPNOTSUPP and the like: the file system cannot reserve; plain writes will do.
