@@ -149,7 +149,10 @@ def weights_dtype(weights: Weights) -> np.dtype:
 
 
 def _affine(x: Array, w: Array, b: Array | None) -> Array:
-    return x @ w if b is None else x @ w + b
+    y = x @ w  # a fresh array: adding the bias in place saves a second one
+    if b is not None:
+        y += b
+    return y
 
 
 def dense_ffn(x: Array, p: DenseWeights, act: str, beta: float = 1.0) -> Array:
@@ -193,16 +196,23 @@ def capacity(p: MoEWeights, n_tokens: int) -> int | None:
     return math.ceil(p.capacity_factor * n_tokens * p.top_k / len(p.experts))
 
 
+def dispatch(order: Array, p: MoEWeights) -> list[tuple[Array, Array]]:
+    """Per expert: the tokens that chose it, in token order, and in which of their k slots.
+    With a capacity, an expert takes tokens in order until full; the rest are dropped."""
+    cap = capacity(p, order.shape[0])  # None: rows[:None] keeps them all
+    groups = []
+    for e in range(len(p.experts)):
+        rows, slot = np.nonzero(order == e)  # (n, k) -> tokens that chose e, their slot
+        groups.append((rows[:cap], slot[:cap]))
+    return groups
+
+
 def moe_ffn(x: Array, p: MoEWeights, act: str, beta: float = 1.0) -> Array:
     """Each token's chosen experts, weighted; grouped by expert: one gather, one product, one
     scatter-add per expert. With a capacity, an expert takes tokens in order until full."""
     order, gate = route(x, p)
     out = np.zeros_like(x, shape=(x.shape[0], weights_shape(p)[0]))
-    cap = capacity(p, x.shape[0])
-    for e, expert in enumerate(p.experts):
-        rows, slot = np.nonzero(order == e)  # tokens that chose e, in token order
-        if cap is not None:
-            rows, slot = rows[:cap], slot[:cap]
+    for expert, (rows, slot) in zip(p.experts, dispatch(order, p)):
         if rows.size:
             out[rows] += gate[rows, slot, None] * expert_ffn(x[rows], expert, act, beta)
     return out
@@ -421,11 +431,7 @@ class Ffn:
         order, gate = route(x, p)
         gate = gate.astype(self.dtype, copy=False)
         out[...] = 0
-        cap = capacity(p, x.shape[0])
-        for e, expert in enumerate(p.experts):
-            rows, slot = np.nonzero(order == e)
-            if cap is not None:
-                rows, slot = rows[:cap], slot[:cap]
+        for expert, (rows, slot) in zip(p.experts, dispatch(order, p)):
             if rows.size == 0:
                 continue
             y = self._buffer("expert_out", rows.size, self.d_model)

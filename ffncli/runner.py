@@ -108,10 +108,10 @@ def run_ffn(model: Model, tokens: TokenInput, *, out: Path | None = None, force:
     ffn = model.ffn
     dtype = ffn.dtype
     rows = ffn.chunk_tokens
-    if not allow_nonfinite and tokens.data is not None:
-        check_finite(tokens, dtype, rows)  # large inputs are checked chunk by chunk below
     out_shape = tokens.shape[:-1] + (ffn.d_model,)
     small = tokens.n_tokens <= SMALL_TOKENS
+    if not allow_nonfinite and small:
+        check_finite(tokens, dtype, rows)  # large inputs are checked chunk by chunk below
     writer = (AtomicNpyWriter(out, out_shape, dtype, force, (tokens.path,))
               if out is not None else None)
     checks: dict[str, bool] = {}

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ffncli.ffn import (ExpertWeights, Ffn, MoEWeights, activate_inplace, capacity,
+from ffncli.errors import InputError
+from ffncli.ffn import (ExpertWeights, Ffn, MoEWeights, activate_inplace, dispatch,
                         pre_activation, route)
 
 MAX_TOKENS_LISTED = 10_000
@@ -200,12 +201,7 @@ def _expert_inputs(ffn: Ffn, x: np.ndarray):
     if not isinstance(p, MoEWeights):
         return [(p, np.arange(x.shape[0]))]
     order, _ = route(x, p)
-    cap = capacity(p, x.shape[0])
-    pairs = []
-    for e, expert in enumerate(p.experts):
-        rows = np.nonzero((order == e).any(axis=1))[0]
-        pairs.append((expert, rows[:cap] if cap is not None else rows))
-    return pairs
+    return [(expert, rows) for expert, (rows, _) in zip(p.experts, dispatch(order, p))]
 
 
 @dataclass
@@ -326,8 +322,6 @@ def relu_stats(ffn: Ffn, tokens, *, threshold: float | None = None,
                target_sparsity: float | None = None, allow_nonfinite: bool = False,
                progress=None) -> SparsityResult:
     """Stream ``tokens`` (a tokens.TokenInput) through the hidden layer and count."""
-    from ffncli.errors import InputError
-
     if threshold is not None and target_sparsity is not None:
         raise InputError("give --threshold or --target-sparsity, not both")
     if threshold is not None and threshold < 0:
