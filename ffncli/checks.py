@@ -19,11 +19,20 @@ from typing import Callable
 import numpy as np
 
 from ffncli.errors import ImplError
+from ffncli.validate import number
 
 Fn = Callable[[np.ndarray], np.ndarray]
 
 # Default tolerances: float32 as torch.testing.assert_close, float64 tighter.
 TOLERANCES = {"float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7)}
+
+
+def tolerances(dtype: np.dtype | str, rtol: float | None = None,
+               atol: float | None = None) -> tuple[float, float]:
+    """(rtol, atol) for results in ``dtype``: the defaults above, or the caller's values."""
+    default_rtol, default_atol = TOLERANCES.get(np.dtype(dtype).name, TOLERANCES["float64"])
+    return (default_rtol if rtol is None else number("--rtol", rtol),
+            default_atol if atol is None else number("--atol", atol))
 
 
 @dataclass(frozen=True)
@@ -262,9 +271,7 @@ def permute_check(f: Fn, x: np.ndarray, *, target: str, input_shape: tuple[int, 
                   atol: float | None = None) -> CheckReport:
     """Run every property on ``x`` (tokens, d_model); ``input_shape`` tells the batch."""
     dtype = x.dtype.name
-    default_rtol, default_atol = TOLERANCES.get(dtype, TOLERANCES["float64"])
-    rtol = default_rtol if rtol is None else rtol
-    atol = default_atol if atol is None else atol
+    rtol, atol = tolerances(dtype, rtol, atol)
     batch, seq = (input_shape[0], input_shape[1]) if len(input_shape) == 3 else (1, x.shape[0])
     rng = np.random.default_rng(seed)
     y = f(x)

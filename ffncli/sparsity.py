@@ -16,8 +16,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ffncli.errors import InputError
-from ffncli.ffn import (ExpertWeights, Ffn, MoEWeights, activate_inplace, dispatch,
-                        pre_activation, route)
+from ffncli.ffn import (
+    ExpertWeights,
+    Ffn,
+    MoEWeights,
+    activate_inplace,
+    dispatch,
+    pre_activation,
+    route,
+)
+from ffncli.validate import number
 
 MAX_TOKENS_LISTED = 10_000
 SMALL_OVERLAP = 16  # up to this many tokens: the full pairwise overlap table
@@ -324,8 +332,8 @@ def relu_stats(ffn: Ffn, tokens, *, threshold: float | None = None,
     """Stream ``tokens`` (a tokens.TokenInput) through the hidden layer and count."""
     if threshold is not None and target_sparsity is not None:
         raise InputError("give --threshold or --target-sparsity, not both")
-    if threshold is not None and threshold < 0:
-        raise InputError(f"option --threshold: expected a number >= 0, got {threshold}")
+    if threshold is not None:
+        number("--threshold", threshold)
     if target_sparsity is not None and not 0 < target_sparsity < 1:
         raise InputError(f"option --target-sparsity: expected a share between 0 and 1, got "
                          f"{target_sparsity}")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from ffncli.errors import FfnError, SpecError, reading
+from ffncli.validate import number
 
 # Activations applied elementwise. ``gelu`` is the exact (erf) GELU; ``gelu_tanh`` is the tanh
 # approximation (GPT-2's ``gelu_new``, PyTorch's ``approximate="tanh"``). ``swish`` is
@@ -384,17 +385,17 @@ def apply_overrides(spec: ModelSpec, ov: Overrides) -> ModelSpec:
             )
     if ov.gated is not None:
         changes["gated"] = ov.gated
-    for name in ("d_ff", "experts", "top_k", "beta"):
+    for name in ("d_ff", "experts", "top_k", "beta", "capacity_factor"):
         value = getattr(ov, name)
         if value is not None:
-            if value <= 0:
+            if name in ("beta", "capacity_factor"):
+                number(f"--{name.replace('_', '-')}", value, positive=True, error=SpecError)
+            elif value <= 0:
                 raise SpecError(f"option --{name.replace('_', '-')}: expected a positive "
                                 f"number, got {value}")
             changes[name] = value
     if ov.experts is not None and ov.top_k is None and ffn.top_k > ov.experts:
         changes["top_k"] = ov.experts
-    if ov.capacity_factor is not None:
-        changes["capacity_factor"] = ov.capacity_factor
     new_ffn = replace(ffn, **changes)
     d_model = spec.d_model
     if ov.d_model is not None:

@@ -52,7 +52,10 @@ def parse_size(text: str) -> int:
     unit = m.group(2).rstrip("b")
     scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
              "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}[unit]
-    return int(float(m.group(1)) * scale)
+    size = int(float(m.group(1)) * scale)
+    if size < 1:
+        raise WeightsError(f"option --max-memory: expected a size above 0, got {text!r}")
+    return size
 
 
 def _size(n: int) -> str:
@@ -63,9 +66,8 @@ def check_budget(spec: ModelSpec, dtype: np.dtype, budget: int | None) -> int:
     """Refuse random weights that would not fit; returns the bytes they need."""
     need = ffn_params(spec.d_model, spec.ffn) * np.dtype(dtype).itemsize
     free = available_memory()
-    limit = DEFAULT_BUDGET if budget is None else budget
-    if free is not None:
-        limit = min(limit, free)
+    limit = memory_limit(budget)
+    assert limit is not None  # a default is given
     if need > limit:
         raise MemoryBudgetError(
             f"the random weights of one FFN layer of {spec.name} need {_size(need)} in "
@@ -75,6 +77,32 @@ def check_budget(spec: ModelSpec, dtype: np.dtype, budget: int | None) -> int:
                f" (only {_size(free)} of memory is free)")
         )
     return need
+
+
+def memory_limit(budget: int | None, default: int | None = DEFAULT_BUDGET) -> int | None:
+    """The budget in force: ``--max-memory`` (else ``default``), never more than is free."""
+    limit = default if budget is None else budget
+    free = available_memory()
+    if free is not None:
+        limit = free if limit is None else min(limit, free)
+    return limit
+
+
+def check_working_set(what: str, need: int, how: str) -> None:
+    """Refuse work whose buffers would not fit in the memory that is free: one line saying
+    what to change, instead of a MemoryError (or the system's out-of-memory killer) later."""
+    free = available_memory()
+    if free is not None and need > free:
+        raise MemoryBudgetError(f"{what} needs {_size(need)} of memory, over the "
+                                f"{_size(free)} that is free; {how}")
+
+
+def engine_bytes(d_model: int, d_ff: int, experts: int, dtype: np.dtype,
+                 chunk_tokens: int) -> int:
+    """The engine's buffers for one chunk (hidden, gate, input, two outputs) and the
+    per-unit counters of relu-stats (three int64 per unit of every expert)."""
+    item = np.dtype(dtype).itemsize
+    return chunk_tokens * (2 * d_ff + 4 * d_model) * item + 24 * d_ff * experts
 
 
 # ---------------------------------------------------------------------------------------------
