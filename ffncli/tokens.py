@@ -11,11 +11,12 @@ from __future__ import annotations
 import errno
 import math
 import os
-import tempfile
+import secrets
+import stat
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 import numpy as np
 
@@ -193,6 +194,9 @@ def check_finite(token: TokenInput, dtype: np.dtype, rows: int) -> None:
 # Output.
 
 
+_NO_LINKS = tuple(getattr(errno, name) for name in ("EPERM", "ENOTSUP", "EOPNOTSUPP", "EXDEV",
+                                                    "EMLINK", "ENOSYS")
+                  if hasattr(errno, name))  # hard links refused by the file system
 _NO_ROOM = tuple(getattr(errno, name) for name in ("ENOSPC", "EFBIG", "EDQUOT")
                  if hasattr(errno, name))  # disk full, file too large, quota exceeded
 
@@ -211,40 +215,57 @@ class AtomicNpyWriter:
         for source in inputs:
             if source is not None and _same_file(path, source):
                 raise OutputError(f"option --out: {path} is the input file; choose another path")
-        if path.is_dir():
+        try:
+            info = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            info = None
+        except OSError as exc:
+            raise OutputError(f"option --out: cannot use {path}: {exc.strerror or exc}") from None
+        if info is not None and stat.S_ISDIR(info.st_mode):
             raise OutputError(f"option --out: {path} is a directory")
-        if path.exists() and not force:
+        if info is not None and not force:
             raise OutputError(f"option --out: {path} exists; pass --force to replace it")
         if not path.parent.is_dir():
             raise OutputError(f"option --out: folder {path.parent} does not exist")
-        self.path, self.shape, self.dtype = path, shape, np.dtype(dtype)
-        self._file = None
+        self.path, self.shape, self.dtype, self.force = path, shape, np.dtype(dtype), force
+        self._file: BinaryIO | None = None
         self._tmp: str | None = None
         self._writer: ThreadPoolExecutor | None = None
         self._pending: dict[int, Future] = {}
 
     def __enter__(self) -> "AtomicNpyWriter":
-        folder = self.path.parent
-        try:
-            fd, self._tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.path.name}.",
-                                             suffix=".tmp")
-        except OSError as exc:
-            raise OutputError(f"option --out: cannot write in {folder}: {exc.strerror}") from None
-        try:
-            self._file = os.fdopen(fd, "wb")
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(self._tmp, 0o666 & ~umask)  # as open() would, not mkstemp's 0o600
+        try:  # from the moment the name is chosen, a signal or an error removes the file
+            self._file = self._create_temporary()
             header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
                       "shape": self.shape}
-            np.lib.format.write_array_header_2_0(self._file, header)
-            self._file.flush()
+            try:
+                np.lib.format.write_array_header_2_0(self._file, header)
+                self._file.flush()
+            except OSError as exc:
+                raise self._error(exc) from None
             self._reserve(self._file.tell() + math.prod(self.shape) * self.dtype.itemsize)
         except BaseException:
             self._discard()
             raise
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="ffncli-writer")
         return self
+
+    def _create_temporary(self) -> BinaryIO:
+        """A new hidden file beside the target, mode 0o666 less the umask as open() gives.
+        ``self._tmp`` is set before the file exists, so an interrupt can always remove it."""
+        folder = self.path.parent
+        for _ in range(100):
+            self._tmp = str(folder / f".{self.path.name}.{secrets.token_hex(4)}.tmp")
+            try:
+                return open(os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666),
+                            "wb")
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                self._tmp = None
+                raise OutputError(f"option --out: cannot write in {folder}: "
+                                  f"{exc.strerror or exc}") from None
+        raise OutputError(f"option --out: cannot find a free temporary name in {folder}")
 
     def _reserve(self, size: int) -> None:
         """Allocate the whole file up front: a full disk fails now, not after the work, and
@@ -280,7 +301,10 @@ class AtomicNpyWriter:
         try:
             future.result()
         except OSError as exc:
-            raise OutputError(f"option --out: cannot write {self.path}: {exc.strerror}") from None
+            raise self._error(exc) from None
+
+    def _error(self, exc: OSError) -> OutputError:
+        return OutputError(f"option --out: cannot write {self.path}: {exc.strerror or exc}")
 
     def _discard(self) -> None:
         """Close and delete the temporary file; the first error is the one being raised."""
@@ -290,7 +314,11 @@ class AtomicNpyWriter:
             except OSError:
                 pass
         if self._tmp is not None:
-            os.unlink(self._tmp)
+            try:
+                os.unlink(self._tmp)
+            except FileNotFoundError:
+                pass
+            self._tmp = None
 
     def __exit__(self, exc_type, exc, tb) -> None:
         assert self._file is not None and self._tmp is not None and self._writer is not None
@@ -302,15 +330,47 @@ class AtomicNpyWriter:
                 try:
                     self._file.close()
                 except OSError as err:
-                    raise OutputError(f"option --out: cannot write {self.path}: "
-                                      f"{err.strerror}") from None
+                    raise self._error(err) from None
+                self._publish()
         except BaseException:
             self._discard()
             raise
         if exc_type is not None:
             self._discard()
-        else:
+
+    def _publish(self) -> None:
+        """Give the finished file its name. With ``force``, an atomic replace (an existing
+        file stays whole until then). Without it, a hard link, which fails if the name was
+        taken while we worked: of two runs writing one path, only one can succeed."""
+        assert self._tmp is not None
+        if self.force:
             os.replace(self._tmp, self.path)
+            self._tmp = None
+            return
+        try:
+            os.link(self._tmp, self.path)
+        except FileExistsError:
+            raise OutputError(f"option --out: {self.path} appeared while this run was "
+                              "writing; it was left alone (pass --force to replace it)") from None
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise self._error(exc) from None
+            self._claim_and_replace()  # a file system without hard links
+            return
+        os.unlink(self._tmp)
+        self._tmp = None
+
+    def _claim_and_replace(self) -> None:
+        assert self._tmp is not None
+        try:
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            raise OutputError(f"option --out: {self.path} appeared while this run was "
+                              "writing; it was left alone (pass --force to replace it)") from None
+        except OSError as exc:
+            raise self._error(exc) from None
+        os.replace(self._tmp, self.path)
+        self._tmp = None
 
 
 def _same_file(a: Path, b: Path) -> bool:

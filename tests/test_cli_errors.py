@@ -1,0 +1,333 @@
+"""One error language: every mistake is one `error:` line on stderr and exit 2; signals exit
+128 + n and leave nothing behind; a full or closed stdout is one line; nothing is overwritten."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ffncli import tokens as T
+from ffncli.errors import OutputError
+
+LESSON = "0.8446 0.5777 0.8446 0.5777\n0.5777 0.8446 0.5777 0.8446\n0.7881 0.7881 0.7881 0.7881\n"
+MOE = ("--preset", "base", "--d-model", "16", "--d-ff", "32", "--experts", "4", "--top-k", "1")
+# The console script as a user runs it (signals, real stdout), from this interpreter.
+FFNCLI = [sys.executable, "-c", "from ffncli.cli import main; main()"]
+
+
+@pytest.fixture
+def cat_sat(tmp_path):
+    path = tmp_path / "the_cat_sat.txt"
+    path.write_text(LESSON)
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run summary's checks are permute-check's comparison, and each can say False.
+
+
+@pytest.mark.parametrize("preset", ["base", "gpt2", "minilm-l6"])
+def test_run_summary_checks_hold_on_position_wise_ffns(cli, preset):
+    r = cli("run", "--preset", preset, "--random", "3", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["checks"] == {"same_as_one_position_at_a_time": True,
+                                  "swapping_positions_only_swaps_the_outputs": True}
+
+
+def test_run_summary_checks_fail_on_a_capped_mixture_of_experts(cli):
+    """Tokens past an expert's capacity are dropped in order: not position-wise, and the
+    summary says so for both checks (a constant True would pass the test above)."""
+    r = cli("run", *MOE, "--capacity-factor", "0.5", "--random", "8", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["checks"] == {"same_as_one_position_at_a_time": False,
+                                  "swapping_positions_only_swaps_the_outputs": False}
+    plain = cli("run", "--preset", "tiny", "--random", "3")
+    assert "same as one position at a time: True" in plain.out
+    capped = cli("run", *MOE, "--capacity-factor", "0.5", "--random", "8")
+    assert "same as one position at a time: False" in capped.out
+
+
+# ---------------------------------------------------------------------------------------------
+# Typer's own usage errors, in our words.
+
+
+@pytest.mark.parametrize("args, line", [
+    (("params", "--preset", "base", "--jsn"), "no such option: --jsn (did you mean '--json'?)"),
+    (("run", "--preset", "tiny", "--inptu", "x.npy"),
+     "no such option: --inptu (did you mean '--input'?)"),
+    (("params", "--preset", "base", "--zzzzzz"), "no such option: --zzzzzz"),
+    (("params", "--preset", "base", "--d-model", "abc"),
+     "option '--d-model': 'abc' is not a valid int."),
+    (("run", "--preset", "tiny", "--random"), "option '--random' requires an argument."),
+    (("run", "--preset", "tiny", "--random", "3", "--layer", "-1"),
+     "option '--layer': -1 is not in the range x>=0."),
+    (("prams",), "no such command 'prams'."),
+    (("params", "extra"), "got unexpected extra argument(s) (extra)"),
+])
+def test_usage_errors_are_one_line(cli, args, line):
+    r = cli(*args)
+    assert (r.code, r.out) == (2, "")
+    assert r.err.startswith("error: " + line), r.err
+    assert r.err.count("\n") == 1 and "Usage" not in r.err and "Traceback" not in r.err
+
+
+def test_no_arguments_prints_the_help(cli):
+    r = cli()
+    assert r.code == 0 and "Usage: ffncli" in r.out and "permute-check" in r.out
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers: NaN, infinity and negatives are refused wherever they mean nothing.
+
+
+@pytest.mark.parametrize("args, line", [
+    (("permute-check", "--rtol", "nan"), "option --rtol: expected a number >= 0, got nan"),
+    (("permute-check", "--rtol", "inf"), "option --rtol: expected a number >= 0, got inf"),
+    (("permute-check", "--atol", "-1"), "option --atol: expected a number >= 0, got -1.0"),
+    (("run", "--activation", "silu", "--beta", "nan"),
+     "option --beta: expected a number > 0, got nan"),
+    (("run", "--beta", "inf"), "option --beta: expected a number > 0, got inf"),
+    (("run", "--beta", "0"), "option --beta: expected a number > 0, got 0.0"),
+    (("relu-stats", "--threshold", "nan"), "option --threshold: expected a number >= 0, got nan"),
+    (("relu-stats", "--threshold", "-inf"),
+     "option --threshold: expected a number >= 0, got -inf"),
+    (("relu-stats", "--target-sparsity", "nan"),
+     "option --target-sparsity: expected a share between 0 and 1, got nan"),
+    (("run", "--seed", "-1"), "option --seed: expected a whole number >= 0, got -1"),
+    (("permute-check", "--trials", "-1"), "option '--trials': -1 is not in the range x>=0."),
+    (("run", "--max-memory", "0"), "option --max-memory: expected a size above 0, got '0'"),
+    (("run", "--max-memory", "nan"),
+     "option --max-memory: expected a size such as 2GB or 512MB, got 'nan'"),
+])
+def test_meaningless_numbers_are_refused(cli, cat_sat, args, line):
+    command, *options = args
+    source = ("--input", cat_sat) if "--seed" not in options else ("--random", "3")
+    r = cli(command, "--preset", "tiny", *source, *options)
+    assert (r.code, r.err, r.out) == (2, f"error: {line}\n", "")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_capacity_factor_must_be_a_positive_number(cli, value):
+    r = cli("run", *MOE, "--capacity-factor", value, "--random", "3")
+    shown = {"-1": "-1.0", "0": "0.0"}.get(value, value)
+    assert (r.code, r.err) == (2, f"error: option --capacity-factor: expected a number > 0, "
+                                  f"got {shown}\n")
+
+
+@pytest.mark.parametrize("n", ["0", "-5"])
+def test_random_needs_tokens(cli, n):
+    r = cli("run", "--preset", "tiny", "--random", n)
+    assert (r.code, r.err) == (2, f"error: option --random: expected a number of tokens >= 1, "
+                                  f"got {n}\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes: what scales with the spec or the options is streamed, shrunk or refused.
+
+
+def test_huge_random_streams_in_bounded_memory(cli):
+    """--random draws chunk by chunk: the chunks are exactly the rows of one whole draw."""
+    from ffncli.runner import resolve_input
+
+    tokens = resolve_input(None, 10**12, 4, seed=5)
+    assert tokens.n_tokens == 10**12
+    whole = np.random.default_rng(5).normal(0.0, 1.0, (1000, 4)).astype(np.float32)
+    got = []
+    for start, chunk in tokens.chunks(300, np.dtype(np.float32)):
+        got.append(chunk.copy())
+        if start >= 700:
+            break
+    np.testing.assert_array_equal(np.vstack(got)[:1000], whole)
+    small = resolve_input(None, 7, 4, seed=5)
+    np.testing.assert_array_equal(small.matrix(np.dtype(np.float64)),
+                                  np.random.default_rng(5).normal(0.0, 1.0, (7, 4)))
+
+
+def test_streamed_random_equals_the_whole_draw_through_the_ffn(cli, tmp_path):
+    out = tmp_path / "y.npy"
+    r = cli("run", "--preset", "tiny", "--random", "3000", "--out", out)
+    assert r.code == 0, r.err
+    from ffncli.ffn import ffn as plain_ffn
+    from ffncli.spec import load_preset
+    from ffncli.weights import random_weights
+
+    spec = load_preset("tiny")
+    x = np.random.default_rng(0).normal(0.0, 1.0, (3000, 4)).astype(np.float32)
+    p = random_weights(spec, np.dtype(np.float32))
+    np.testing.assert_allclose(np.load(out), plain_ffn(x, p, "relu"),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_many_experts_are_refused_before_any_allocation(cli):
+    r = cli("run", "--preset", "base", "--experts", "3000000", "--random", "3")
+    assert r.code == 2
+    assert r.err.startswith("error: the random weights of one FFN layer of base need "
+                            "25202.69 GB in float32, over the ")
+
+
+def test_a_very_wide_hidden_layer_gets_smaller_chunks(monkeypatch):
+    """d_ff so wide that 256 tokens of hidden buffer would not fit: fewer tokens per chunk;
+    not even one token: one error line."""
+    from ffncli import runner, weights
+    from ffncli.errors import MemoryBudgetError
+    from ffncli.spec import load_preset, Overrides, apply_overrides
+
+    spec = apply_overrides(load_preset("tiny"), Overrides(d_ff=1_000_000))
+    # 8,000,064 bytes a token (hidden and gate, float32) + 24 MB of per-unit counters: with
+    # 200 MB free, chunks use at most half: 8 tokens (88 MB), not 16 (152 MB).
+    monkeypatch.setattr(weights, "available_memory", lambda: 200 * 10**6)
+    assert runner._fitting_chunk(spec, np.dtype(np.float32)) == 8
+    monkeypatch.setattr(weights, "available_memory", lambda: 10**6)
+    with pytest.raises(MemoryBudgetError, match=r"^one FFN layer of tiny \(d_model 4, d_ff "
+                       r"1,000,000\) on one token needs 32\.02 MB of memory, over the 1\.00 MB "
+                       r"that is free; shrink it"):
+        runner._fitting_chunk(spec, np.dtype(np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# Names the user typed, shown escaped; paths that cannot be used.
+
+
+def test_control_characters_in_a_file_name_do_not_split_the_line(cli, tmp_path):
+    name = tmp_path / "evil\nname\x1b[31m.npy"
+    r = cli("run", "--preset", "tiny", "--input", name)
+    assert r.code == 2 and r.err.count("\n") == 1
+    assert "evil\\nname\\x1b[31m.npy" in r.err and "\x1b" not in r.err
+
+
+def test_a_too_long_name_and_a_file_used_as_a_folder(cli, tmp_path, cat_sat):
+    long = tmp_path / ("x" * 300 + ".npy")
+    r = cli("run", "--preset", "tiny", "--input", long)
+    assert r.code == 2 and r.err.count("\n") == 1 and "File name too long" in r.err
+    r = cli("run", "--preset", "tiny", "--input", Path(cat_sat) / "inside.npy")
+    assert r.code == 2 and r.err.count("\n") == 1 and r.err.startswith("error: ")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root enters every folder")
+def test_a_folder_that_cannot_be_entered(cli, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "x.npy").write_bytes(b"")
+    locked.chmod(0)
+    try:
+        r = cli("run", "--preset", "tiny", "--input", locked / "x.npy")
+    finally:
+        locked.chmod(0o755)
+    assert r.code == 2 and r.err.count("\n") == 1 and "Permission denied" in r.err
+
+
+def test_numpy_warnings_never_reach_stderr(cli, tmp_path):
+    """1e39 overflows float32: NumPy warns while casting; the user sees one line."""
+    path = tmp_path / "big.txt"
+    path.write_text("1e39 0 0 0\n")
+    r = cli("run", "--preset", "tiny", "--input", path)
+    assert r.code == 2 and r.err.count("\n") == 1, r.err
+    assert "RuntimeWarning" not in r.err
+    r = cli("run", "--preset", "tiny", "--input", path, "--allow-nonfinite")
+    assert (r.code, r.err) == (0, "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Standard output that cannot be written.
+
+
+def test_a_full_stdout_is_one_error_line():
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([*FFNCLI, "params", "--preset", "base", "--json"], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+    assert (p.returncode, p.stderr) == (
+        2, "error: cannot write to standard output: No space left on device\n")
+
+
+def test_a_pipe_closed_early_is_one_error_line():
+    p = subprocess.Popen([*FFNCLI, "run", "--preset", "tiny", "--random", "1000", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.stdout.close()  # the reader went away before the output came
+    err = p.stderr.read()
+    p.wait(timeout=60)
+    assert (p.returncode, err) == (2, "error: cannot write to standard output: Broken pipe\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Signals: exit 128 + n, at most one line, no temporary file, an existing target intact.
+
+
+def _start_streaming(folder: Path, *extra: str) -> subprocess.Popen:
+    p = subprocess.Popen([*FFNCLI, "run", "--preset", "gpt2", "--random", "200000", "--out",
+                          "y.npy", *extra], cwd=folder, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not glob.glob(str(folder / ".y.npy.*.tmp")):
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return p
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_removes_the_temporary_file(tmp_path, name):
+    p = _start_streaming(tmp_path)
+    p.send_signal(getattr(signal, name))
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + getattr(signal, name)
+    assert err == f"error: interrupted by {name}\n"
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_signal_keeps_the_force_target_intact(tmp_path):
+    target = tmp_path / "y.npy"
+    np.save(target, np.arange(5.0))
+    before = target.read_bytes()
+    p = _start_streaming(tmp_path, "--force")
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM
+    assert target.read_bytes() == before and os.listdir(tmp_path) == ["y.npy"]
+
+
+# ---------------------------------------------------------------------------------------------
+# --out: the final name is claimed without overwriting.
+
+
+def _write(path: Path, value: float, force: bool = False) -> T.AtomicNpyWriter:
+    writer = T.AtomicNpyWriter(path, (2, 3), np.dtype(np.float32), force)
+    writer.__enter__()
+    writer.write(np.full((2, 3), value, dtype=np.float32))
+    return writer
+
+
+def test_a_file_that_appears_while_writing_is_not_replaced(tmp_path):
+    path = tmp_path / "y.npy"
+    writer = _write(path, 1.0)
+    path.write_bytes(b"someone else's")
+    with pytest.raises(OutputError, match=r"appeared while this run was writing; it was left "
+                                          r"alone \(pass --force to replace it\)$"):
+        writer.__exit__(None, None, None)
+    assert path.read_bytes() == b"someone else's" and os.listdir(tmp_path) == ["y.npy"]
+
+
+def test_two_runs_to_one_path_cannot_both_succeed(tmp_path):
+    path = tmp_path / "y.npy"
+    first, second = _write(path, 1.0), _write(path, 2.0)
+    first.__exit__(None, None, None)
+    with pytest.raises(OutputError, match="appeared while this run was writing"):
+        second.__exit__(None, None, None)
+    np.testing.assert_array_equal(np.load(path), np.full((2, 3), 1.0, dtype=np.float32))
+    assert os.listdir(tmp_path) == ["y.npy"]
+
+
+def test_force_replaces_atomically(tmp_path):
+    path = tmp_path / "y.npy"
+    path.write_bytes(b"old")
+    writer = _write(path, 3.0, force=True)
+    assert path.read_bytes() == b"old"  # untouched until the end
+    writer.__exit__(None, None, None)
+    np.testing.assert_array_equal(np.load(path), np.full((2, 3), 3.0, dtype=np.float32))
