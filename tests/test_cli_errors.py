@@ -187,7 +187,7 @@ def test_a_very_wide_hidden_layer_gets_smaller_chunks(monkeypatch):
     assert runner._fitting_chunk(spec, np.dtype(np.float32)) == 8
     monkeypatch.setattr(weights, "available_memory", lambda: 10**6)
     with pytest.raises(MemoryBudgetError, match=r"^one FFN layer of tiny \(d_model 4, d_ff "
-                       r"1,000,000\) on one token needs 32\.02 MB of memory, over the 1\.00 MB "
+                       r"1,000,000\) on one token needs 32\.00 MB of memory, over the 1\.00 MB "
                        r"that is free; shrink it"):
         runner._fitting_chunk(spec, np.dtype(np.float32))
 
