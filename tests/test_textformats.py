@@ -84,13 +84,6 @@ BAD_YAML = [
 ]
 
 
-@pytest.mark.parametrize("text,where,problem", BAD_YAML, ids=range(len(BAD_YAML)))
-def test_parse_yaml_bad(text, where, problem):
-    with pytest.raises(Malformed) as exc:
-        parse_yaml(text)
-    assert (exc.value.where, exc.value.problem) == (where, problem)
-
-
 def test_parse_json_good():
     text = '{"a": [1, -2.5e3, "x[[{\\"", null, true], "b": {"c": {}}, "d": "\\u00e9"}'
     assert parse_json(text) == {"a": [1, -2500.0, 'x[[{"', None, True], "b": {"c": {}},
@@ -121,10 +114,14 @@ BAD_JSON = [
 ]
 
 
-@pytest.mark.parametrize("text,where,problem", BAD_JSON, ids=range(len(BAD_JSON)))
-def test_parse_json_bad(text, where, problem):
+BAD_TEXTS = [(parse_yaml, *case) for case in BAD_YAML] + [(parse_json, *case) for case in BAD_JSON]
+
+
+@pytest.mark.parametrize("parse,text,where,problem", BAD_TEXTS,
+                         ids=[f"{p.__name__}-{i}" for i, (p, *_) in enumerate(BAD_TEXTS)])
+def test_bad_texts(parse, text, where, problem):
     with pytest.raises(Malformed) as exc:
-        parse_json(text)
+        parse(text)
     assert (exc.value.where, exc.value.problem) == (where, problem)
 
 
@@ -345,26 +342,19 @@ def scratch(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("fuzz")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=mutated(YAML_TEXTS, YAML_SPECIALS))
-def test_fuzz_yaml_presets(scratch, text):
-    """A preset, or one SpecError line: never another exception."""
-    path = scratch / "p.yaml"
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fuzz_mutated_presets_and_configs(scratch, data):
+    """A spec that counts, or one SpecError (preset) or ConfigError line: nothing else."""
+    if data.draw(st.booleans()):
+        path, load = scratch / "config.json", load_config
+        text = data.draw(mutated(JSON_TEXTS, JSON_SPECIALS))
+    else:
+        path, load = scratch / "preset.yaml", lambda p: load_preset(str(p))
+        text = data.draw(mutated(YAML_TEXTS, YAML_SPECIALS))
     path.write_text(text, encoding="utf-8")
     try:
-        count(load_preset(str(path)))
-    except SpecError as exc:
-        assert "\n" not in str(exc)
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=mutated(JSON_TEXTS, JSON_SPECIALS))
-def test_fuzz_json_configs(scratch, text):
-    """A spec, or one ConfigError (or SpecError, from the shared checks) line."""
-    path = scratch / "config.json"
-    path.write_text(text, encoding="utf-8")
-    try:
-        count(load_config(path))
+        count(load(path))
     except (ConfigError, SpecError) as exc:
         assert "\n" not in str(exc)
 
