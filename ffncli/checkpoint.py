@@ -7,18 +7,23 @@ it is instant on a 15 GB checkpoint. This module does not import NumPy.
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
+from typing import Iterable
 
-from ffncli.errors import WeightsError, reading
+from ffncli.errors import WeightsError, open_file
+from ffncli.textformats import Malformed, brief, parse_json
 
 FLOAT_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}
 INT_DTYPES = {"I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1,
               "BOOL": 1}
-_MAX_HEADER = 100 * 1024 * 1024  # the format's own limit is 100 MB
+MAX_HEADER = 100_000_000  # the format's own limit (safetensors' MAX_HEADER_SIZE)
+MAX_DIMS = 64  # dimensions of one tensor (NumPy's limit; real tensors have at most 5 or so)
+MAX_DIM = 2**63 - 1  # one dimension: what an int64 index holds
+_FIELDS = ("dtype", "shape", "data_offsets")
 
 GROUPS = ("embeddings", "attention", "ffn", "norms", "head", "pooler", "other")
 
@@ -43,48 +48,113 @@ class Header:
 
 
 def read_header(path: Path) -> Header:
-    """Parse and check the header; no tensor data is read."""
-    with reading(path, "weights file", WeightsError), open(path, "rb") as f:
+    """Parse and check the header; no tensor data is read.
+
+    Everything is checked before it is trusted: the header length against the format's limit
+    and the file's size, the JSON strictly (no duplicate keys, NaN or deep nesting), and each
+    entry's fields, dtype, shape and byte range, which must lie in the data and overlap no
+    other tensor's (gaps between tensors are allowed)."""
+    with open_file(path, "weights file", WeightsError) as f:
         size = f.seek(0, 2)
         f.seek(0)
         prefix = f.read(8)
         if len(prefix) < 8:
             raise WeightsError(f"{path}: not a safetensors file (shorter than 8 bytes)")
         (n,) = struct.unpack("<Q", prefix)
-        if n > _MAX_HEADER or n + 8 > size:
-            raise WeightsError(f"{path}: not a safetensors file (header length {n} does "
-                               f"not fit a file of {size} bytes)")
+        if n > MAX_HEADER:
+            raise WeightsError(f"{path}: not a safetensors file (header length {n:,} is over "
+                               f"the format's limit of {MAX_HEADER:,} bytes)")
+        if 8 + n > size:
+            raise WeightsError(f"{path}: not a safetensors file (header length {n:,} runs "
+                               f"past the end of the file, {size:,} bytes)")
         raw = f.read(n)
+    if len(raw) < n:  # the file shrank after it was measured
+        raise WeightsError(f"{path}: not a safetensors file (header length {n:,} runs past the "
+                           f"end of the file, {8 + len(raw):,} bytes)")
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise WeightsError(f"{path}: not a safetensors file (header is not JSON)") from None
+        data = parse_json(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise WeightsError(f"{path}: not a safetensors file (header is not UTF-8 text)") from None
+    except Malformed as exc:
+        raise WeightsError(f"{path}: not a safetensors file (header is not valid "
+                           f"JSON{exc.where}: {exc.problem})") from None
     if not isinstance(data, dict):
         raise WeightsError(f"{path}: not a safetensors file (header is not a JSON object)")
-    base = 8 + n
+    base, data_size = 8 + n, size - 8 - n
     tensors: dict[str, TensorInfo] = {}
     for name, entry in data.items():
         if name == "__metadata__":
+            _check_metadata(path, entry)
             continue
-        tensors[name] = _tensor(path, name, entry, base, size)
+        tensors[name] = _tensor(path, name, entry, base, data_size)
+    _check_overlaps(path, tensors.values(), base)
     return Header(path, tensors)
 
 
-def _tensor(path: Path, name: str, entry: object, base: int, size: int) -> TensorInfo:
-    try:
-        dtype = entry["dtype"]  # type: ignore[index]
-        shape = tuple(int(s) for s in entry["shape"])  # type: ignore[index]
-        start, end = (int(o) for o in entry["data_offsets"])  # type: ignore[index]
-    except (TypeError, KeyError, ValueError):
-        raise WeightsError(f"{path}: tensor '{name}' has a malformed header entry") from None
+def _check_metadata(path: Path, entry: object) -> None:
+    """Free-form text: a mapping of strings to strings, as the format defines it."""
+    if not (isinstance(entry, dict)
+            and all(isinstance(v, str) for v in entry.values())):
+        raise WeightsError(f"{path}: header key '__metadata__': expected a mapping of strings "
+                           f"to strings, got {brief(entry)}")
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _tensor(path: Path, name: str, entry: object, base: int, data_size: int) -> TensorInfo:
+    where = f"{path}: tensor '{name}'"
+    if not isinstance(entry, dict):
+        raise WeightsError(f"{where}: expected an object with dtype, shape and data_offsets, "
+                           f"got {brief(entry)}")
+    for key in entry:
+        if key not in _FIELDS:
+            raise WeightsError(f"{where}: unknown field {brief(key)}; expected dtype, shape, "
+                               "data_offsets")
+    for key in _FIELDS:
+        if key not in entry:
+            raise WeightsError(f"{where}: missing field '{key}'")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str):
+        raise WeightsError(f"{where}: dtype: expected a string such as 'F32', got {brief(dtype)}")
     itemsize = FLOAT_DTYPES.get(dtype) or INT_DTYPES.get(dtype)
     if itemsize is None:
-        raise WeightsError(f"{path}: tensor '{name}' has unknown dtype {dtype!r}")
-    info = TensorInfo(name, dtype, shape, base + start, base + end)
-    if end - start != info.numel * itemsize or base + end > size or start < 0:
-        raise WeightsError(f"{path}: tensor '{name}' has a byte range that does not match its "
-                           f"shape {list(shape)} and dtype {dtype}, or runs past the file's end")
+        raise WeightsError(f"{where}: unknown dtype {brief(dtype)}; known: "
+                           f"{', '.join([*FLOAT_DTYPES, *INT_DTYPES])}")
+    if not isinstance(shape, list) or not all(_whole(d) for d in shape):
+        raise WeightsError(f"{where}: shape: expected a list of whole numbers >= 0, got "
+                           f"{brief(shape)}")
+    if len(shape) > MAX_DIMS or any(d > MAX_DIM for d in shape):
+        raise WeightsError(f"{where}: shape: expected at most {MAX_DIMS} dimensions, each "
+                           f"below 2**63, got {brief(shape)}")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_whole, offsets))):
+        raise WeightsError(f"{where}: data_offsets: expected [start, end], two whole numbers "
+                           f">= 0, got {brief(offsets)}")
+    start, end = offsets
+    if start > end:
+        raise WeightsError(f"{where}: data_offsets: expected start <= end, got "
+                           f"{brief(offsets)}")
+    if end > data_size:
+        raise WeightsError(f"{where}: data_offsets {brief(offsets)} run past the end of the "
+                           f"data ({data_size:,} bytes after the header)")
+    info = TensorInfo(name, dtype, tuple(shape), base + start, base + end)
+    if end - start != info.numel * itemsize:
+        raise WeightsError(f"{where}: data_offsets {brief(offsets)} hold {end - start:,} "
+                           f"bytes, but shape {brief(shape)} of {dtype} needs "
+                           f"{info.numel * itemsize:,}")
     return info
+
+
+def _check_overlaps(path: Path, tensors: Iterable[TensorInfo], base: int) -> None:
+    """No two tensors share a byte (empty ones occupy none). Sorted by start, each must end
+    before the next begins."""
+    ranges = sorted((t for t in tensors if t.end > t.start), key=lambda t: (t.start, t.end))
+    for a, b in pairwise(ranges):
+        if b.start < a.end:
+            raise WeightsError(
+                f"{path}: tensors '{a.name}' and '{b.name}' overlap (data_offsets "
+                f"[{a.start - base}, {a.end - base}] and [{b.start - base}, {b.end - base}])")
 
 
 def is_buffer(info: TensorInfo) -> bool:

@@ -7,7 +7,6 @@ Llama does not.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,6 +22,7 @@ from ffncli.spec import (
     read_text,
     validate,
 )
+from ffncli.textformats import MAX_INT, Malformed, brief, parse_json
 
 # Hugging Face activation names -> ours.
 _ACTIVATIONS = {
@@ -39,14 +39,16 @@ _ACTIVATIONS = {
 
 
 class _Config:
-    """Typed access to one config's keys, with errors that name the file and the key."""
+    """Typed access to one config's keys, with errors that name the file and the key. Values
+    are checked, never coerced: booleans are not numbers, 768.0 is not a whole number, a list
+    is not a name, and whole numbers stop at 2**53."""
 
     def __init__(self, data: dict[str, Any], source: str) -> None:
         self.data, self.source = data, source
 
     def error(self, key: str, expected: str) -> ConfigError:
         return ConfigError(
-            f"{self.source}: key '{key}': expected {expected}, got {self.data.get(key)!r}"
+            f"{self.source}: key '{key}': expected {expected}, got {brief(self.data.get(key))}"
         )
 
     def int(self, key: str, default: int | None = None) -> int:
@@ -57,6 +59,8 @@ class _Config:
             return default
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise self.error(key, "a whole number >= 1")
+        if value > MAX_INT:
+            raise self.error(key, f"at most 2**53 ({MAX_INT:,})")
         return value
 
     def bool(self, key: str, default: bool) -> bool:
@@ -71,12 +75,23 @@ class _Config:
         value = self.data.get(key, default)
         if value is None:
             value = default
+        if not isinstance(value, str):
+            raise self.error(key, f"an activation name ({', '.join(_ACTIVATIONS)})")
         if value not in _ACTIVATIONS:
             raise ConfigError(
                 f"{self.source}: key '{key}': unsupported activation {value!r}; supported: "
                 f"{', '.join(_ACTIVATIONS)}"
             )
         return _ACTIVATIONS[value]
+
+    def name(self, default: str) -> str:
+        """The model's name: ``_name_or_path`` when it is a non-empty string."""
+        value = self.data.get("_name_or_path")
+        if value is None or value == "":
+            return default
+        if not isinstance(value, str):
+            raise self.error("_name_or_path", "a string")
+        return value
 
 
 def _decoder_only(
@@ -93,7 +108,7 @@ def _decoder_only(
     seq_default: int = 2048,
 ) -> ModelSpec:
     return ModelSpec(
-        name=str(c.data.get("_name_or_path") or family),
+        name=c.name(family),
         family=family,
         description=f"from {c.source}",
         d_model=c.int(d_key),
@@ -124,7 +139,7 @@ def _gpt2(c: _Config) -> ModelSpec:
 def _bert_like(c: _Config, family: str, token_types_default: int) -> ModelSpec:
     """BERT and RoBERTa, counted as BertModel / RobertaModel with their pooler."""
     return ModelSpec(
-        name=str(c.data.get("_name_or_path") or family),
+        name=c.name(family),
         family="bert",
         description=f"from {c.source}",
         d_model=c.int("hidden_size", 768),
@@ -148,7 +163,7 @@ def _distilbert(c: _Config) -> ModelSpec:
     """DistilBertModel: no token types, no pooler; sinusoidal positions are frozen."""
     sinusoidal = c.bool("sinusoidal_pos_embds", False)
     return ModelSpec(
-        name=str(c.data.get("_name_or_path") or "distilbert"),
+        name=c.name("distilbert"),
         family="distilbert",
         description=f"from {c.source}",
         d_model=c.int("dim", 768),
@@ -181,7 +196,7 @@ def _t5(c: _Config) -> ModelSpec:
     d = c.int("d_model", 512)
     layers = c.int("num_layers", 6)
     return ModelSpec(
-        name=str(c.data.get("_name_or_path") or "t5"),
+        name=c.name("t5"),
         family="t5",
         description=f"from {c.source}",
         d_model=d,
@@ -308,10 +323,13 @@ def spec_from_config(data: Any, source: str) -> ModelSpec:
     if model_type is None:
         raise ConfigError(f"{source}: missing key 'model_type'; supported: "
                           f"{', '.join(SUPPORTED_MODEL_TYPES)}")
-    reader = _READERS.get(model_type) if isinstance(model_type, str) else None
+    if not isinstance(model_type, str):
+        raise ConfigError(f"{source}: key 'model_type': expected a string such as 'llama', got "
+                          f"{brief(model_type)}")
+    reader = _READERS.get(model_type)
     if reader is None:
         raise ConfigError(
-            f"{source}: unsupported model_type {model_type!r}"
+            f"{source}: unsupported model_type {brief(model_type)}"
             f"{suggest(str(model_type), SUPPORTED_MODEL_TYPES)}; supported: "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}"
         )
@@ -319,11 +337,11 @@ def spec_from_config(data: Any, source: str) -> ModelSpec:
 
 
 def load_config(path: Path) -> ModelSpec:
+    """A config.json: a regular file of at most 4 MiB, strict JSON (no duplicate keys, NaN,
+    Infinity or nesting past 64 levels), then :func:`spec_from_config`."""
     text = read_text(path, "config file", ConfigError)
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from None
+        data = parse_json(text)
+    except Malformed as exc:
+        raise ConfigError(f"{path}: invalid JSON{exc.where}: {exc.problem}") from None
     return spec_from_config(data, str(path))

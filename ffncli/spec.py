@@ -165,8 +165,12 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
 
 
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
+    """One key's value, checked, never coerced: booleans are not numbers, 512.0 is not a whole
+    number, NaN and infinity are not positive, and whole numbers stop at 2**53."""
+    from ffncli.textformats import MAX_INT, brief
+
     def bad(expected: str) -> SpecError:
-        return SpecError(f"{source}: key '{key}': expected {expected}, got {value!r}")
+        return SpecError(f"{source}: key '{key}': expected {expected}, got {brief(value)}")
 
     optional = "None" in annotation
     if value is None:
@@ -183,9 +187,12 @@ def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
         low = _MINIMUM.get(key, 1)
         if value < low:
             raise bad(_describe(key, annotation))
+        if value > MAX_INT:
+            raise bad(f"at most 2**53 ({MAX_INT:,})")
         return value
     if annotation.startswith("float"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not 0 < value < float("inf")):  # also refuses NaN
             raise bad("a positive number")
         return float(value)
     if not isinstance(value, str) or not value:
@@ -193,7 +200,7 @@ def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
     choices = _CHOICES.get(key)
     if choices is not None and value not in choices:
         raise SpecError(
-            f"{source}: key '{key}': expected one of {', '.join(choices)}, got {value!r}"
+            f"{source}: key '{key}': expected one of {', '.join(choices)}, got {brief(value)}"
             + suggest(value, choices)
         )
     return value
@@ -296,21 +303,22 @@ def preset_names() -> list[str]:
 
 
 def _parse_yaml(text: str, source: str) -> Any:
-    import yaml  # imported here: only preset loading needs it
+    """``yaml.safe_load``'s types, but strict: duplicate keys, aliases that expand past
+    10,000 values and nesting past 64 levels are one-line errors (see ffncli.textformats)."""
+    from ffncli.textformats import Malformed, parse_yaml
 
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "not valid YAML"
-        raise SpecError(f"{source}: invalid YAML{where}: {problem}") from None
+        return parse_yaml(text)
+    except Malformed as exc:
+        raise SpecError(f"{source}: invalid YAML{exc.where}: {exc.problem}") from None
 
 
 def read_text(path: Path, what: str, error: type[FfnError] = SpecError) -> str:
-    """Read a small user text file, turning OS errors into one-line user errors."""
-    with reading(path, what, error):
-        return path.read_text(encoding="utf-8")
+    """Read a small user text file (a regular file of at most 4 MiB, UTF-8), turning every
+    problem, OS errors included, into a one-line user error."""
+    from ffncli.textformats import read_text as read_small_text
+
+    return read_small_text(path, what, error)
 
 
 def load_preset(name_or_path: str) -> ModelSpec:
@@ -323,14 +331,14 @@ def load_preset(name_or_path: str) -> ModelSpec:
                 f"unknown preset '{name_or_path}'{suggest(name_or_path, names)}; "
                 f"built-in presets: {', '.join(names)}"
             )
-        text = (_preset_folder() / f"{name_or_path}.yaml").read_text(encoding="utf-8")
+        path = _preset_folder() / f"{name_or_path}.yaml"
         source = f"preset {name_or_path}"
         default_name = name_or_path
     else:
         path = Path(name_or_path)
-        text = read_text(path, "preset file")
         source = str(path)
         default_name = path.stem
+    text = read_text(path, "preset file")
     return spec_from_mapping(_parse_yaml(text, source), source, default_name)
 
 

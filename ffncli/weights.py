@@ -214,13 +214,42 @@ def npz_weights(path: Path, spec: ModelSpec, dtype: np.dtype) -> Weights:
 
 
 def read_tensor(header: Header, info: TensorInfo) -> np.ndarray:
-    """One tensor's bytes from the file (nothing else is read), as float32 or float64."""
+    """One tensor's bytes from the file (nothing else is read), as float32 or float64.
+
+    Exactly ``end - start`` bytes are read into an array allocated for them, after checking
+    that they match the shape and lie inside the file as it is now; a file cut short since its
+    header was read is an error, never a shorter array."""
+    from ffncli.errors import open_file
+
+    path, where = header.path, f"{header.path}: tensor '{info.name}'"
     if info.dtype not in ("F32", "F16", "BF16", "F64"):
-        raise WeightsError(f"{header.path}: tensor '{info.name}' has dtype {info.dtype}; "
+        raise WeightsError(f"{path}: tensor '{info.name}' has dtype {info.dtype}; "
                            "F32, F16, BF16 and F64 can be loaded")
-    raw_dtype = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "F64": "<f8"}[info.dtype]
-    with open(header.path, "rb") as f:
-        array = np.fromfile(f, dtype=raw_dtype, count=info.numel, offset=info.start)
+    raw_dtype = np.dtype({"F32": "<f4", "F16": "<f2", "BF16": "<u2", "F64": "<f8"}[info.dtype])
+    nbytes = info.numel * raw_dtype.itemsize
+    if info.start < 0 or info.end - info.start != nbytes:
+        raise WeightsError(f"{where}: bytes {info.start}-{info.end} of the file do not hold "
+                           f"shape {list(info.shape)} of {info.dtype} ({nbytes:,} bytes)")
+    extent = raw_dtype.itemsize  # what NumPy must address: zero-length dimensions aside
+    for d in info.shape:
+        extent *= max(d, 1)
+    if len(info.shape) > 32 or extent >= 2**63:  # NumPy >= 1.24 holds 32 dimensions, < 2**63 B
+        raise WeightsError(f"{where}: shape {list(info.shape)} cannot be held by an array")
+    with open_file(path, "weights file", WeightsError) as f:
+        size = os.fstat(f.fileno()).st_size
+        if info.end > size:
+            raise WeightsError(f"{where}: its bytes {info.start:,}-{info.end:,} run past the "
+                               f"end of the file ({size:,} bytes); was it cut short?")
+        array = np.empty(info.numel, dtype=raw_dtype)
+        buffer = memoryview(array.view(np.uint8))
+        f.seek(info.start)
+        done = 0
+        while done < nbytes:  # one read() returns at most ~2 GB on Linux
+            got = f.readinto(buffer[done:])
+            if not got:
+                raise WeightsError(f"{where}: the file ends after {done:,} of its "
+                                   f"{nbytes:,} bytes; was it cut short?")
+            done += got
     if info.dtype == "BF16":  # the top 16 bits of a float32
         array = (array.astype(np.uint32) << 16).view(np.float32)
     elif info.dtype == "F16":
