@@ -18,7 +18,7 @@ from ffncli.checks import compare, tolerances
 from ffncli.errors import InputError
 from ffncli.ffn import Ffn, MoEWeights, default_chunk_tokens, pre_activation
 from ffncli.spec import ModelSpec
-from ffncli.tokens import AtomicNpyWriter, TokenInput, check_finite, from_array, open_input
+from ffncli.tokens import AtomicNpyWriter, TokenInput, check_finite, open_input
 
 SMALL_TOKENS = 1024  # inputs up to this size get the lesson's checks and a full JSON output
 DTYPES = {"float32": np.float32, "float64": np.float64}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from ffncli.errors import FfnError, SpecError, reading
+from ffncli.errors import FfnError, SpecError
 from ffncli.validate import number
 
 # Activations applied elementwise. ``gelu`` is the exact (erf) GELU; ``gelu_tanh`` is the tanh
