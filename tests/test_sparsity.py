@@ -76,20 +76,24 @@ def test_statistics_against_direct_numpy(act, gated):
     assert r.w2_macs_saved_per_token == pytest.approx(mask.sum() * 10 / 300)
 
 
+def _chunked_and_merged(mask: np.ndarray, chunk: int, split: int) -> tuple[UnitStats, UnitStats]:
+    """The statistics of ``mask`` fed in chunks, and merged from two halves cut at ``split``."""
+    chunked = UnitStats(mask.shape[1])
+    for start in range(0, mask.shape[0], chunk):
+        chunked.update(mask[start:start + chunk])
+    a, b = UnitStats(mask.shape[1]), UnitStats(mask.shape[1])
+    a.update(mask[:split])
+    b.update(mask[split:])
+    return chunked, merge(a, b)
+
+
 def test_chunked_equals_whole_and_merge_equals_one_pass():
     rng = np.random.default_rng(0)
     mask = rng.random((257, 33)) < 0.6
     mask[:, 5] = True  # dead
     whole = UnitStats(33)
     whole.update(mask)
-    chunked = UnitStats(33)
-    for start in range(0, 257, 50):
-        chunked.update(mask[start:start + 50])
-    a, b = UnitStats(33), UnitStats(33)
-    a.update(mask[:100])
-    b.update(mask[100:])
-    merged = merge(a, b)
-    for s in (chunked, merged):
+    for s in _chunked_and_merged(mask, chunk=50, split=100):
         assert s.tokens == whole.tokens and s.inactive_total == whole.inactive_total
         np.testing.assert_array_equal(s.active_count, whole.active_count)
         np.testing.assert_array_equal(s.first_active, whole.first_active)
@@ -169,13 +173,7 @@ def test_first_activity_found_in_a_later_chunk_and_a_later_merge():
     mask[23, 2] = mask[31, 2] = False
     mask[12, 3] = False
     expected = [0, -1, 23, 12]
-    chunked = UnitStats(4)
-    for start in range(0, 40, 7):
-        chunked.update(mask[start:start + 7])
-    a, b = UnitStats(4), UnitStats(4)
-    a.update(mask[:10])
-    b.update(mask[10:])
-    for s in (chunked, merge(a, b)):
+    for s in _chunked_and_merged(mask, chunk=7, split=10):
         assert s.first_active.tolist() == expected
         assert s.aggregated_sparsity() == [
             {"tokens": t, "unused_share": share} for t, share in
