@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from ffncli.counting import count, ffn_params
-from ffncli.hfconfig import load_config
-from ffncli.spec import FfnSpec, Overrides, apply_overrides, load_preset, match_gated_d_ff
+from ffncli.counting import (attention_params, attention_widths, count, ffn_params,
+                             norm_params)
+from ffncli.errors import SpecError
+from ffncli.hfconfig import load_config, spec_from_config
+from ffncli.spec import (AttentionSpec, FfnSpec, NormSpec, Overrides, apply_overrides,
+                         load_preset, match_gated_d_ff, spec_from_mapping)
 
 from conftest import CONFIGS
 
@@ -172,3 +177,130 @@ def test_memory_counts_all_experts():
     c = count(load_preset("mixtral-8x7b"))
     assert c.memory_bytes() == {"float32": 4 * 46_702_792_704, "bfloat16": 2 * 46_702_792_704,
                                 "int8": 46_702_792_704}
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention widths: head_dim and kv_heads other than d_model / heads.
+
+# gemma-7b: 16 heads of 256 = 4096 wide on a d_model of 3072 (not 3072 / 16 = 192). Published
+# total 8,537,680,896 (safetensors index total_size 17,075,361,792 bytes of bf16); GemmaConfig
+# ties the embeddings when the key is absent.
+GEMMA_7B = {"model_type": "gemma", "hidden_size": 3072, "intermediate_size": 24576,
+            "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 256,
+            "num_hidden_layers": 28, "vocab_size": 256000, "hidden_act": "gelu"}
+
+
+def test_head_dim_wider_than_d_model_over_heads():
+    spec = spec_from_config(GEMMA_7B, "gemma-7b")
+    c = count(spec)
+    assert c.total == 8_537_680_896
+    layer = c.layers[0]
+    assert layer.attention == 4 * 3072 * 4096  # Q, K, V: 3072 x 4096; O: 4096 x 3072
+    assert [r.shape for r in layer.attention_rows] == ["3072 x 4096"] * 3 + ["4096 x 3072"]
+    assert layer.flops.attention_scores == 2 * 2 * spec.seq_len * 4096
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_attention_params_equals_the_breakdown(name):
+    spec = load_preset(name)
+    assert attention_params(spec.d_model, spec.attention) == LAYERS[name][0]
+
+
+def test_attention_params_with_a_wide_head_dim_and_biases_on_q_k_v_only():
+    spec = spec_from_config(GEMMA_7B, "gemma-7b")
+    assert attention_params(3072, spec.attention) == 4 * 3072 * 4096
+    # Qwen2: biases on Q, K, V (896 + 2 x 128), none on O.
+    qwen = AttentionSpec(heads=14, kv_heads=2, qkv_bias=True, out_bias=False)
+    assert attention_params(896, qwen) == 896 * 896 + 896 + 2 * (896 * 128 + 128) + 896 * 896
+
+
+def test_grouped_query_flops_llama3():
+    layer = count(load_preset("llama3-8b")).layers[0]  # Q, O 4096 wide; K, V 8 x 128 = 1024
+    assert layer.flops.attention_projections == 2 * (2 * 4096 * 4096 + 2 * 4096 * 1024)
+    assert layer.flops.attention_scores == 2 * 2 * 8192 * 4096  # seq_len 8192, against Q's width
+
+
+def test_cross_attention_doubles_the_decoder_score_flops():
+    enc, dec = count(load_preset("base")).layers
+    assert dec.flops.attention_scores == 2 * enc.flops.attention_scores == 2 * 2 * 2 * 512 * 512
+
+
+def test_head_flops_use_the_embedding_width():
+    """OPT-350m projects 1024 -> 512 before its tied head: 2 x 512 x 50272 per token."""
+    assert count(load_config(CONFIGS / "opt-350m.config.json")).head_flops == 2 * 512 * 50272
+
+
+@pytest.mark.parametrize("kind,bias,params", [("layernorm", True, 2 * 64),
+                                              ("layernorm", False, 64),
+                                              ("rmsnorm", False, 64), ("rmsnorm", True, 64)])
+def test_norm_params_rmsnorm_has_no_bias(kind, bias, params):
+    assert norm_params(64, NormSpec(kind=kind, bias=bias)) == params
+
+
+def test_router_bias_is_its_own_flag():
+    ffn = FfnSpec(d_ff=8, experts=4, top_k=2, bias=False, router_bias=True)
+    assert ffn_params(6, ffn) == 4 * (6 * 8 + 8 * 6) + 6 * 4 + 4  # the router's 4 biases
+    assert ffn_params(6, FfnSpec(d_ff=8, experts=4, top_k=2, bias=True)) == (
+        4 * (6 * 8 + 8 + 8 * 6 + 6) + 6 * 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# config.json keys left out take the reference class's defaults.
+
+
+def _without(name: str, *keys: str) -> dict:
+    data = json.loads((CONFIGS / name).read_text())
+    for key in keys:
+        data.pop(key)
+    return data
+
+
+@pytest.mark.parametrize("name,key", [
+    ("llama-2-7b.config.json", "num_key_value_heads"),  # LlamaConfig: None -> heads
+    ("mixtral-8x7b.config.json", "num_experts_per_tok"),  # MixtralConfig: 2
+    ("bert-base-uncased.config.json", "type_vocab_size"),  # BertConfig: 2
+])
+def test_config_defaults_of_the_reference_classes(name, key):
+    total, active = CONFIG_TOTALS[name]
+    c = count(spec_from_config(_without(name, key), name))
+    assert (c.total, c.active) == (total, active if active is not None else total)
+
+
+def test_gpt2_medium_n_inner_null_is_4_d_model():
+    """GPT2Config: n_inner None means 4 * n_embd. gpt2-medium: 354,823,168 parameters."""
+    data = {**json.loads((CONFIGS / "gpt2.config.json").read_text()),
+            "n_embd": 1024, "n_layer": 24, "n_head": 16, "n_inner": None}
+    spec = spec_from_config(data, "gpt2-medium")
+    assert spec.ffn.d_ff == 4096
+    assert count(spec).total == 354_823_168
+
+
+# ---------------------------------------------------------------------------------------------
+# Overrides and validation.
+
+
+def test_beta_override_reaches_the_spec():
+    spec = apply_overrides(load_preset("base"), Overrides(activation="swish", beta=1.5))
+    assert (spec.ffn.activation, spec.ffn.beta) == ("swish", 1.5)
+
+
+def test_fewer_experts_than_top_k_clamps_top_k():
+    """Mixtral with one expert is Mistral-7B, parameter for parameter."""
+    spec = apply_overrides(load_preset("mixtral-8x7b"), Overrides(experts=1))
+    assert (spec.ffn.experts, spec.ffn.top_k) == (1, 1)
+    assert (count(spec).total, count(spec).active) == (7_241_732_096, 7_241_732_096)
+
+
+def test_match_params_uses_the_overridden_d_model():
+    # g = f (2d + 1) / (3d + 2) at d = 256: 2048 x 513 / 770 = 1364.45 -> 1364 (not d = 512's 1365)
+    spec = apply_overrides(load_preset("base"), Overrides(d_model=256, activation="swiglu",
+                                                          match_params=True))
+    assert (spec.d_model, spec.ffn.d_ff) == (256, 1364)
+
+
+def test_explicit_head_dim_needs_no_divisible_d_model():
+    spec = spec_from_mapping({"d_model": 10, "ffn": {"d_ff": 4},
+                              "attention": {"heads": 4, "head_dim": 8}}, "t")
+    assert attention_widths(10, spec.attention) == (32, 32)
+    with pytest.raises(SpecError, match="d_model 10 is not divisible by 4 heads"):
+        spec_from_mapping({"d_model": 10, "ffn": {"d_ff": 4}, "attention": {"heads": 4}}, "t")

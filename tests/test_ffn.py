@@ -185,3 +185,101 @@ def test_engine_blocks_and_threads_equal_plain_path(act, gated, monkeypatch):
     np.testing.assert_allclose(threaded, plain, rtol=2e-5, atol=2e-6 * scale)
     monkeypatch.setattr(F, "_THREADS", 1)
     np.testing.assert_array_equal(F.Ffn(p, act, chunk_tokens=128)(x), threaded)
+
+
+# ---------------------------------------------------------------------------------------------
+# Routing, capacity and dispatch against hand-computed values and a loop over tokens.
+
+
+def _zero_experts(d_model: int, experts: int) -> tuple[F.DenseWeights, ...]:
+    zero = F.DenseWeights(np.zeros((d_model, 1)), None, np.zeros((1, d_model)), None)
+    return (zero,) * experts
+
+
+def test_route_is_a_stable_softmax_over_the_top_k_logits():
+    """Logits 1000 apart: the weights come from differences, never exp(1000)."""
+    router = np.array([[1000.0, 999.0, 0.0, -1000.0]])  # d_model 1, 4 experts: logits = x r
+    p = F.MoEWeights(router, None, _zero_experts(1, 4), top_k=2)
+    order, weights = F.route(np.array([[1.0], [-1.0], [0.5], [0.0]]), p)
+    assert order.tolist() == [[0, 1], [3, 2], [0, 1], [0, 1]]  # a tie goes to the lower index
+    for row, gap in zip(weights, (1.0, 1000.0, 0.5, 0.0)):  # gap: logit 1 - logit 2
+        assert row == pytest.approx([1 / (1 + math.exp(-gap)),
+                                     math.exp(-gap) / (1 + math.exp(-gap))], rel=1e-12, abs=0)
+
+
+@pytest.mark.parametrize("cf,n,k,experts,expected", [
+    (0.5, 16, 1, 2, 4),  # 4 exactly
+    (1.0, 15, 1, 2, 8),  # 7.5 -> 8
+    (1.25, 10, 2, 4, 7),  # 6.25 -> 7: k tokens' worth of slots per token
+    (1.0, 3, 2, 4, 2),  # 1.5 -> 2
+    (2.0, 5, 1, 3, 4),  # 3.33 -> 4
+    (None, 5, 1, 3, None),  # no capacity: every token kept
+])
+def test_capacity_is_the_ceiling_of_cf_n_k_over_experts(cf, n, k, experts, expected):
+    p = F.MoEWeights(np.zeros((1, experts)), None, _zero_experts(1, experts), k, cf)
+    assert F.capacity(p, n) == expected
+
+
+def _kept_by_loop(order: np.ndarray, cap: int, experts: int) -> np.ndarray:
+    """Tokens in order, each of a token's k choices kept while its expert has room."""
+    kept = np.zeros(order.shape, dtype=bool)
+    taken = [0] * experts
+    for i, choices in enumerate(order):
+        for s, e in enumerate(choices):
+            if taken[e] < cap:
+                kept[i, s] = True
+                taken[e] += 1
+    return kept
+
+
+def test_capacity_keeps_tokens_in_token_order_against_a_loop():
+    """top-2 of 4 experts, capacity ceil(0.6 * 25 * 2 / 4) = 8: some experts overflow."""
+    spec = _spec(activation="gelu", experts=4, top_k=2, capacity_factor=0.6, bias=True)
+    p = random_weights(spec, np.float64)
+    x = np.random.default_rng(4).normal(size=(25, 12))
+    order, _ = F.route(x, p)
+    assert F.capacity(p, 25) == 8
+    kept = _kept_by_loop(order, 8, 4)
+    assert (~kept).any()  # the case under test: tokens are dropped
+    for e, (rows, slot) in enumerate(F.dispatch(order, p)):
+        expected_rows, expected_slot = np.nonzero(kept & (order == e))
+        assert rows.tolist() == expected_rows.tolist()
+        assert slot.tolist() == expected_slot.tolist()
+    expected = np.zeros((25, 12))
+    for i, token in enumerate(x):
+        logits = token @ p.router
+        probs = np.exp(logits - logits.max())
+        for s, e in enumerate(order[i]):
+            if kept[i, s]:
+                gate = probs[e] / probs[order[i]].sum()
+                expected[i] += gate * F.dense_ffn(token[None], p.experts[e], "gelu")[0]
+    np.testing.assert_allclose(F.moe_ffn(x, p, "gelu"), expected, rtol=1e-12, atol=1e-12)
+    out = np.full((25, 12), 7.0)  # a used buffer: dropped tokens must come out as zeros
+    engine = F.Ffn(p, "gelu", chunk_tokens=25)  # capacity is per chunk: one chunk here
+    np.testing.assert_allclose(engine(x, out=out), expected, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine's chunks and blocks.
+
+
+@pytest.mark.parametrize("d_ff,tokens", [(1, 8192), (1024, 8192), (2048, 4096), (3072, 2730),
+                                         (32768, 256), (1 << 20, 256)])
+def test_default_chunk_holds_about_8m_hidden_values_within_256_to_8192_tokens(d_ff, tokens):
+    assert F.default_chunk_tokens(d_ff) == tokens  # min(8192, max(256, 2**23 // d_ff))
+    p = F.DenseWeights(np.zeros((2, d_ff), np.float32), None, np.zeros((d_ff, 2), np.float32),
+                       None)
+    assert F.Ffn(p, "relu").chunk_tokens == tokens
+
+
+@pytest.mark.parametrize("rows,cols,itemsize", [(203, 4096, 4), (203, 4096, 8), (7, 16, 4),
+                                                (1000, 100_000, 8), (1, 3, 4)])
+def test_blocks_cover_the_rows_once_and_fit_the_cache(rows, cols, itemsize):
+    blocks = F._blocks(rows, cols, itemsize)
+    assert [lo for lo, _ in blocks] == [0] + [hi for _, hi in blocks[:-1]]  # contiguous
+    assert blocks[-1][1] == rows
+    row_bytes = cols * itemsize
+    for lo, hi in blocks:  # each block fits in 512 KiB, unless one row alone does not
+        assert (hi - lo) * row_bytes <= F.BLOCK_BYTES or hi - lo == 1
+    for lo, hi in blocks[:-1]:  # and is as large as fits: one row more would not
+        assert (hi - lo + 1) * row_bytes > F.BLOCK_BYTES

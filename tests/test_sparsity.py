@@ -3,11 +3,13 @@ chunked equals whole, merge equals one pass."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
 from ffncli import ffn as F
-from ffncli.sparsity import UnitStats, merge, relu_stats
+from ffncli.sparsity import UnitStats, merge, pairwise_overlap, relu_stats
 from ffncli.spec import FfnSpec, InitSpec, ModelSpec
 from ffncli.tokens import from_array
 from ffncli.weights import random_weights
@@ -74,20 +76,24 @@ def test_statistics_against_direct_numpy(act, gated):
     assert r.w2_macs_saved_per_token == pytest.approx(mask.sum() * 10 / 300)
 
 
+def _chunked_and_merged(mask: np.ndarray, chunk: int, split: int) -> tuple[UnitStats, UnitStats]:
+    """The statistics of ``mask`` fed in chunks, and merged from two halves cut at ``split``."""
+    chunked = UnitStats(mask.shape[1])
+    for start in range(0, mask.shape[0], chunk):
+        chunked.update(mask[start:start + chunk])
+    a, b = UnitStats(mask.shape[1]), UnitStats(mask.shape[1])
+    a.update(mask[:split])
+    b.update(mask[split:])
+    return chunked, merge(a, b)
+
+
 def test_chunked_equals_whole_and_merge_equals_one_pass():
     rng = np.random.default_rng(0)
     mask = rng.random((257, 33)) < 0.6
     mask[:, 5] = True  # dead
     whole = UnitStats(33)
     whole.update(mask)
-    chunked = UnitStats(33)
-    for start in range(0, 257, 50):
-        chunked.update(mask[start:start + 50])
-    a, b = UnitStats(33), UnitStats(33)
-    a.update(mask[:100])
-    b.update(mask[100:])
-    merged = merge(a, b)
-    for s in (chunked, merged):
+    for s in _chunked_and_merged(mask, chunk=50, split=100):
         assert s.tokens == whole.tokens and s.inactive_total == whole.inactive_total
         np.testing.assert_array_equal(s.active_count, whole.active_count)
         np.testing.assert_array_equal(s.first_active, whole.first_active)
@@ -135,3 +141,140 @@ def test_bad_stats_options(cli):
     r = cli("relu-stats", "--preset", "tiny", "--random", "5", "--target-sparsity", "1.5")
     assert (r.code, r.err) == (2, "error: option --target-sparsity: expected a share between 0 "
                                   "and 1, got 1.5\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-computed cases: pre-activations exactly at 0, thresholds exactly at a value.
+
+# d_model 1, d_ff 3, W1 = [1, -1, 0], no bias: pre-activations x, -x, 0.
+HAND_X = np.array([[2.0], [0.0], [-1.0]])  # pre: [2 -2 0], [0 0 0], [-1 1 0]
+
+
+def _hand_ffn() -> F.Ffn:
+    p = F.DenseWeights(np.array([[1.0, -1.0, 0.0]]), None, np.ones((3, 1)), None)
+    return F.Ffn(p, "relu")
+
+
+@pytest.mark.parametrize("threshold,expected", [
+    (None, [2, 3, 2]),  # pre <= 0: a unit at exactly 0 is off (ReLU gives exactly 0)
+    (0.0, [2, 3, 2]),  # |relu(pre)| <= 0: the same units
+    (1.0, [2, 3, 3]),  # relu values [2 0 0], [0 0 0], [0 1 0]
+    (2.0, [3, 3, 3]),
+])
+def test_inactive_at_exactly_zero_and_at_the_threshold(threshold, expected):
+    r = relu_stats(_hand_ffn(), from_array(HAND_X), threshold=threshold)
+    assert r.inactive_per_token == expected
+
+
+def test_first_activity_found_in_a_later_chunk_and_a_later_merge():
+    """Unit 2 first fires at token 23, unit 1 never: chunks of 7 and a merge at 10."""
+    mask = np.ones((40, 4), dtype=bool)  # all inactive
+    mask[:, 0] = False  # unit 0 always active
+    mask[23, 2] = mask[31, 2] = False
+    mask[12, 3] = False
+    expected = [0, -1, 23, 12]
+    for s in _chunked_and_merged(mask, chunk=7, split=10):
+        assert s.first_active.tolist() == expected
+        assert s.aggregated_sparsity() == [
+            {"tokens": t, "unused_share": share} for t, share in
+            [(1, 0.75), (2, 0.75), (4, 0.75), (8, 0.75), (16, 0.5), (32, 0.25), (40, 0.25)]]
+
+
+def _pairs_direct(mask: np.ndarray) -> dict:
+    """Consecutive tokens: shared inactive units, and what two random sets of those sizes share."""
+    n, u = mask.shape
+    shared = [(mask[i] & mask[i + 1]).sum() for i in range(n - 1)]
+    chance = [mask[i].sum() * mask[i + 1].sum() / u for i in range(n - 1)]
+    return {"mean_shared": np.mean(shared), "mean_shared_by_chance": np.mean(chance)}
+
+
+def test_three_way_merge_equals_one_pass_and_chance_overlap_against_direct():
+    rng = np.random.default_rng(8)
+    mask = rng.random((90, 21)) < rng.random(21)  # units of different activity
+    whole = UnitStats(21)
+    whole.update(mask)
+    parts = [UnitStats(21) for _ in range(3)]
+    for s, (lo, hi) in zip(parts, [(0, 30), (30, 31), (31, 90)]):
+        s.update(mask[lo:hi])
+    merged = merge(merge(parts[0], parts[1]), parts[2])
+    assert merged.pairs == whole.pairs == 89
+    assert merged.overlap_summary() == pytest.approx(whole.overlap_summary())
+    direct = _pairs_direct(mask)
+    summary = whole.overlap_summary()
+    assert summary["mean_shared"] == pytest.approx(direct["mean_shared"])
+    assert summary["mean_shared_by_chance"] == pytest.approx(direct["mean_shared_by_chance"])
+
+
+def test_two_tokens_with_no_inactive_units_are_identical_sets():
+    """J(A, B) = 1 for A = B = {}, in the summary and in the pairwise table alike."""
+    mask = np.zeros((2, 5), dtype=bool)
+    s = UnitStats(5)
+    s.update(mask)
+    assert s.overlap_summary()["mean_jaccard"] == 1.0
+    assert pairwise_overlap(mask, 5)[0]["jaccard"] == 1.0
+
+
+def test_no_tokens_no_always_active_units():
+    s = UnitStats(3)
+    assert (s.always_active_units, s.activity_histogram(), s.aggregated_sparsity()) == ([], [], [])
+
+
+def test_activity_histogram_against_integer_bins():
+    """20 tokens; unit u is active for counts[u] of them. Bins: never, (k/10, (k+1)/10] for
+    k < 9, (90%, 100%), always."""
+    counts = [0, 1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 17, 18, 19, 19, 20, 20]
+    n = 20
+    mask = np.ones((n, len(counts)), dtype=bool)
+    for u, c in enumerate(counts):
+        mask[:c, u] = False
+    s = UnitStats(len(counts))
+    s.update(mask)
+    expected = [0] * 12
+    for c in counts:
+        if c == 0:
+            expected[0] += 1
+        elif c == n:
+            expected[11] += 1
+        else:
+            expected[1 + min(-(-10 * c // n) - 1, 9)] += 1  # ceil(10 c / n) - 1
+    assert [row["units"] for row in s.activity_histogram()] == expected
+    assert expected == [1, 2, 2, 1, 1, 1, 1, 1, 1, 2, 2, 2]  # by hand from the counts
+
+
+def test_hot_unit_share_is_of_units():
+    rng = np.random.default_rng(2)
+    s = UnitStats(40)
+    s.update(rng.random((60, 40)) < np.linspace(0.05, 0.95, 40))
+    ranked = np.sort(s.active_count)[::-1]
+    for row in s.hot_unit_coverage():
+        share = Fraction(str(row["share"]))  # 0.8 exactly, not the float's rounding
+        k = next(k for k in range(1, 41) if int(ranked[:k].sum()) >= share * int(ranked.sum()))
+        assert (row["units"], row["unit_share"]) == (k, k / 40)
+
+
+def test_moe_unit_ids_and_w2_macs():
+    """A dead unit of expert 1 is unit 1 * d_ff + 3 of all experts' units."""
+    spec = _spec("relu", experts=3, top_k=2, d_ff=16)
+    p = random_weights(spec, np.float64)
+    p.experts[1].b1[3] = -100.0  # never above zero for these tokens
+    x = np.random.default_rng(3).normal(size=(50, 10))
+    r = relu_stats(F.Ffn(p, "relu", chunk_tokens=16), from_array(x))
+    order, _ = F.route(x, p)
+    dead = []
+    for e, ex in enumerate(p.experts):
+        rows = np.nonzero((order == e).any(axis=1))[0]
+        pre = x[rows] @ ex.w1 + ex.b1
+        dead += [e * 16 + u for u in np.nonzero((pre <= 0).all(axis=0))[0]]
+    assert 1 * 16 + 3 in dead
+    assert r.dead_units == dead
+    assert r.w2_macs_per_token == 16 * 10 * 2  # two experts' W2 per token
+
+
+@pytest.mark.parametrize("n,table", [(16, True), (17, False)])
+def test_pairwise_table_for_up_to_16_tokens(n, table):
+    x = np.random.default_rng(1).normal(size=(n, 10))
+    r = relu_stats(F.Ffn(random_weights(_spec(), np.float64), "relu"), from_array(x))
+    assert (r.small_masks is not None) == table
+    if table:
+        p = random_weights(_spec(), np.float64)
+        np.testing.assert_array_equal(r.small_masks, (x @ p.w1 + p.b1) <= 0)
