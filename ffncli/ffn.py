@@ -196,14 +196,24 @@ def capacity(p: MoEWeights, n_tokens: int) -> int | None:
     return math.ceil(p.capacity_factor * n_tokens * p.top_k / len(p.experts))
 
 
-def dispatch(order: Array, p: MoEWeights) -> list[tuple[Array, Array]]:
+def dispatch(order: Array, p: MoEWeights,
+             room: list[int] | None = None) -> list[tuple[Array, Array]]:
     """Per expert: the tokens that chose it, in token order, and in which of their k slots.
-    With a capacity, an expert takes tokens in order until full; the rest are dropped."""
-    cap = capacity(p, order.shape[0])  # None: rows[:None] keeps them all
+    With a capacity, an expert takes tokens in order until full; the rest are dropped.
+
+    ``room``: for an input taken chunk by chunk, the places each expert still has (from
+    :func:`capacity` of the whole input), used up here; without it, these tokens are the
+    whole input."""
+    if room is None:
+        cap = capacity(p, order.shape[0])
+        room = [cap] * len(p.experts) if cap is not None else None
     groups = []
     for e in range(len(p.experts)):
         rows, slot = np.nonzero(order == e)  # (n, k) -> tokens that chose e, their slot
-        groups.append((rows[:cap], slot[:cap]))
+        if room is not None:
+            rows, slot = rows[:room[e]], slot[:room[e]]
+            room[e] -= rows.size
+        groups.append((rows, slot))
     return groups
 
 
@@ -379,6 +389,15 @@ class Ffn:
         self.dtype = weights_dtype(weights)
         self.chunk_tokens = chunk_tokens or default_chunk_tokens(self.d_ff)
         self._buffers: dict[str, Array] = {}
+        self.capacity_left: list[int] | None = None  # capped experts: places left
+
+    def begin(self, n_tokens: int) -> "Ffn":
+        """Start an input of ``n_tokens`` that will come chunk by chunk: an expert capacity
+        is then that of the whole input, as ``moe_ffn`` on all of it, whatever the chunks."""
+        p = self.weights
+        cap = capacity(p, n_tokens) if isinstance(p, MoEWeights) else None
+        self.capacity_left = [cap] * len(p.experts) if cap is not None else None
+        return self
 
     # -- buffers ------------------------------------------------------------------------------
 
@@ -431,7 +450,7 @@ class Ffn:
         order, gate = route(x, p)
         gate = gate.astype(self.dtype, copy=False)
         out[...] = 0
-        for expert, (rows, slot) in zip(p.experts, dispatch(order, p)):
+        for expert, (rows, slot) in zip(p.experts, dispatch(order, p, self.capacity_left)):
             if rows.size == 0:
                 continue
             y = self._buffer("expert_out", rows.size, self.d_model)
@@ -456,6 +475,8 @@ class Ffn:
         if out is None:
             out = np.empty((n, self.d_model), dtype=self.dtype)
         step = self.chunk_tokens
+        self.begin(n)
         for start in range(0, n, step):
             self.chunk(x[start:start + step], out[start:start + step])
+        self.capacity_left = None
         return out

@@ -184,6 +184,7 @@ def run_ffn(model: Model, tokens: TokenInput, *, out: Path | None = None, force:
     else:
         head = np.empty((0, ffn.d_model), dtype=dtype)
         y_bufs = [np.empty((rows, ffn.d_model), dtype=dtype) for _ in range(2)]  # one is written
+        ffn.begin(tokens.n_tokens)  # an expert capacity is that of the whole input
         with (writer if writer is not None else nullcontext()):  # while the other is filled
             for i, (start, x) in enumerate(tokens.chunks(rows, dtype,
                                                          finite=not allow_nonfinite)):

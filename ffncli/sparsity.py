@@ -203,13 +203,14 @@ def calibrate_threshold(ffn: Ffn, x: np.ndarray, target: float) -> float:
     return float(np.quantile(np.concatenate(values), target))
 
 
-def _expert_inputs(ffn: Ffn, x: np.ndarray):
-    """(expert weights, token rows) pairs: the one FFN on all rows, or each expert's tokens."""
+def _expert_inputs(ffn: Ffn, x: np.ndarray, room: list[int] | None = None):
+    """(expert weights, token rows) pairs: the one FFN on all rows, or each expert's tokens
+    (``room``: the places capped experts have left, for a chunk of a longer input)."""
     p = ffn.weights
     if not isinstance(p, MoEWeights):
         return [(p, np.arange(x.shape[0]))]
     order, _ = route(x, p)
-    return [(expert, rows) for expert, (rows, _) in zip(p.experts, dispatch(order, p))]
+    return [(expert, rows) for expert, (rows, _) in zip(p.experts, dispatch(order, p, room))]
 
 
 @dataclass
@@ -277,7 +278,7 @@ class SparsityAccumulator:
         counts = np.zeros(x.shape[0], dtype=np.int64)
         full = np.zeros((x.shape[0], self.experts * self.ffn.d_ff), dtype=bool) \
             if self.keep_masks else None
-        for e, (p, rows) in enumerate(_expert_inputs(self.ffn, x)):
+        for e, (p, rows) in enumerate(_expert_inputs(self.ffn, x, self.ffn.capacity_left)):
             if rows.size == 0:
                 continue
             mask = inactive_mask(self.ffn, p, x[rows], self.rule)
@@ -347,6 +348,7 @@ def relu_stats(ffn: Ffn, tokens, *, threshold: float | None = None,
         threshold = calibrate_threshold(ffn, first, target_sparsity)
     rule = Rule(threshold, describe_rule(ffn.activation, threshold, target_sparsity))
     acc = SparsityAccumulator(ffn, rule, keep_masks=tokens.n_tokens <= SMALL_OVERLAP)
+    ffn.begin(tokens.n_tokens)  # an expert capacity is that of the whole input
     for start, x in tokens.chunks(rows, ffn.dtype, finite=not allow_nonfinite):
         acc.update(x)
         if progress:
