@@ -1,5 +1,9 @@
 """Token matrices in and out: .npy (read in chunks, never unpickled), .txt/.csv, atomic writes.
 
+Every .npy header is parsed and checked here (:func:`read_npy_header`, also used for the
+members of .npz weights), and its promises are checked against the file's size before any
+array is allocated: numpy's own loader trusts the header.
+
 A large ``.npy`` input is read chunk by chunk with ``readinto`` into one reused buffer, and
 the output is written chunk by chunk to a temporary file that is renamed into place at the
 end. Neither is memory-mapped: mapped pages count towards resident memory, and a 2 GB input
@@ -8,11 +12,14 @@ read through ``np.load(mmap_mode="r")`` would show 2 GB more of it.
 
 from __future__ import annotations
 
+import ast
 import errno
+import io
 import math
 import os
 import secrets
 import stat
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +27,129 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
-from ffncli.errors import InputError, OutputError
+from ffncli.errors import FfnError, InputError, OutputError, check_file, open_file
 
 IN_MEMORY_BYTES = 64 * 2**20  # inputs up to this size are read whole
+TEXT_MAX_BYTES = 64 * 2**20  # .txt/.csv are parsed whole: up to 4x this as float64 ("0 ")
+
+
+# ---------------------------------------------------------------------------------------------
+# The .npy header, checked.
+
+NPY_MAGIC = b"\x93NUMPY"
+NPY_VERSIONS = {(1, 0): 2, (2, 0): 4, (3, 0): 4}  # version -> bytes of the header length
+NPY_MAX_HEADER = 10_000  # numpy's own limit (max_header_size in numpy.lib.format)
+NPY_MAX_DIMS = 64  # numpy's
+_MAX_DIM = 2**63 - 1
+_KEYS = ("descr", "fortran_order", "shape")
+
+
+def _excerpt(text: str, limit: int = 60) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class NpyHeader:
+    """What a checked .npy header promises: ``nbytes`` of data from ``offset`` on."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran: bool
+    offset: int
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    def check_size(self, size: int, source: str, error: type[FfnError],
+                   what: str = "file") -> None:
+        """Refuse a ``size`` other than the header's promise (before anything is allocated)."""
+        need = self.offset + self.nbytes
+        if size != need:
+            state = "truncated" if size < need else "longer than its header says"
+            promise = f"{need:,}" if need <= _MAX_DIM else "more than 2**63 - 1"
+            raise error(f"{source}: the {what} is {state} ({size:,} bytes, the header "
+                        f"promises {promise})")
+
+
+def read_npy_header(f: BinaryIO, size: int, source: str, error: type[FfnError],
+                    what: str = "file") -> NpyHeader:
+    """Read and check the .npy header at the start of ``f``, ``size`` bytes in all.
+
+    Nothing numpy's helpers would do with a hostile header (a huge allocation, an exception
+    of any type) can happen: the format version, the header's length, its literal, its keys
+    and each value are checked here, and every failure is one ``error`` line. The data size is
+    left to :meth:`NpyHeader.check_size`, so that the caller can refuse a dtype first."""
+    if size == 0:
+        raise error(f"{source}: the {what} is empty; expected a .npy array")
+    start = f.read(8)
+    if start[:6] != NPY_MAGIC[:len(start[:6])]:
+        raise error(f"{source}: not a .npy array (the {what} does not start with the .npy "
+                    "magic string)")
+    cut = error(f"{source}: the {what} is truncated ({size:,} byte{'s' if size > 1 else ''}, "
+                "it ends inside the .npy header)")
+    if len(start) < 8:
+        raise cut
+    version = (start[6], start[7])
+    if version not in NPY_VERSIONS:
+        raise error(f"{source}: unsupported .npy format version {version[0]}.{version[1]}; "
+                    "expected 1.0, 2.0 or 3.0")
+    raw = f.read(NPY_VERSIONS[version])
+    if len(raw) < NPY_VERSIONS[version]:
+        raise cut
+    length = int.from_bytes(raw, "little")
+    if length > NPY_MAX_HEADER:
+        raise error(f"{source}: the .npy header is {length:,} bytes long; expected at most "
+                    f"{NPY_MAX_HEADER:,}")
+    offset = 8 + len(raw) + length
+    text = f.read(length)
+    if len(text) < length:
+        raise cut
+    decoded = text.decode("utf-8" if version >= (3, 0) else "latin-1", errors="replace")
+    header = _literal(decoded)
+    if not isinstance(header, dict) or set(header) != set(_KEYS):
+        raise error(f"{source}: .npy header: expected a dict of 'descr', 'fortran_order' and "
+                    f"'shape', got {_excerpt(decoded)}")
+    shape, fortran = header["shape"], header["fortran_order"]
+    if not (isinstance(shape, tuple) and len(shape) <= NPY_MAX_DIMS
+            and all(type(n) is int and 0 <= n <= _MAX_DIM for n in shape)):
+        raise error(f"{source}: .npy header: 'shape': expected a tuple of at most "
+                    f"{NPY_MAX_DIMS} integers from 0 to 2**63 - 1, got {_excerpt(repr(shape))}")
+    if type(fortran) is not bool:
+        raise error(f"{source}: .npy header: 'fortran_order': expected True or False, got "
+                    f"{_excerpt(repr(fortran))}")
+    return NpyHeader(shape, _dtype(header["descr"], source, error), fortran, offset)
+
+
+def _literal(text: str) -> object:
+    """The header's Python literal, or None where it is not one (a bounded text: numpy's
+    helpers fail here with ValueError, SyntaxError, TypeError, MemoryError...)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning: invalid decimal literal...
+            return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, OverflowError):
+        return None
+
+
+def _dtype(descr: object, source: str, error: type[FfnError]) -> np.dtype:
+    """A dtype string ('<f4', '>f8', '|O'), or a list of fields (a structured dtype, which
+    the callers refuse with their own words)."""
+    if isinstance(descr, (str, list)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # numpy 2 deprecates some aliases ('a5')
+            try:
+                return np.lib.format.descr_to_dtype(descr)
+            except (TypeError, ValueError, SyntaxError, KeyError, IndexError, OverflowError,
+                    RecursionError):  # what numpy's parser raises on a malformed value
+                pass
+    raise error(f"{source}: .npy header: 'descr': expected a dtype such as '<f4', got "
+                f"{_excerpt(repr(descr))}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Input.
 
 
 @dataclass
@@ -34,6 +161,7 @@ class TokenInput:
     file_dtype: np.dtype
     data: np.ndarray | None = None  # small inputs: the whole (n, d) matrix
     offset: int = 0  # large .npy inputs: where the data starts
+    fortran: bool = False  # large .npy inputs: stored column by column, (n, d) only
 
     @property
     def d_model(self) -> int:
@@ -69,23 +197,37 @@ class TokenInput:
             yield start, matrix[start:start + rows]
 
     def _file_chunks(self, rows: int, dtype: np.dtype) -> Iterator[tuple[int, np.ndarray]]:
+        """Chunks read from the file. In Fortran order each of the d_model columns is a
+        contiguous run of n_tokens values, so a chunk is d_model reads, transposed on copy."""
         assert self.path is not None
-        d, n = self.d_model, self.n_tokens
-        raws = [np.empty((rows, d), dtype=self.file_dtype) for _ in range(2)]
-        casts = raws if self.file_dtype == dtype else [np.empty((rows, d), dtype=dtype)
-                                                       for _ in range(2)]
+        d, n, itemsize = self.d_model, self.n_tokens, self.file_dtype.itemsize
+        raws = [np.empty((d, rows) if self.fortran else (rows, d), dtype=self.file_dtype)
+                for _ in range(2)]
+        casts = raws if self.file_dtype == dtype and not self.fortran else \
+            [np.empty((rows, d), dtype=dtype) for _ in range(2)]
 
-        def read(f, start: int, slot: int) -> np.ndarray:
-            m = min(rows, n - start)
-            view = raws[slot][:m]
-            got = f.readinto(memoryview(view).cast("B"))
-            if got != view.nbytes:
+        def fill(f: BinaryIO, view: np.ndarray, start: int) -> None:
+            if f.readinto(memoryview(view).cast("B")) != view.nbytes:
                 raise InputError(f"{self.path}: file ends early, in the chunk at token {start}")
-            if casts is not raws:
-                np.copyto(casts[slot][:m], view, casting="unsafe")
+
+        def read(f: BinaryIO, start: int, slot: int) -> np.ndarray:
+            m = min(rows, n - start)
+            if self.fortran:  # (d, m) -> (m, d)
+                view = raws[slot][:, :m]
+                for j in range(d):
+                    f.seek(self.offset + (j * n + start) * itemsize)
+                    fill(f, view[j], start)
+                view = view.T
+            else:
+                view = raws[slot][:m]
+                fill(f, view, start)
+            if casts is raws:
+                return view
+            np.copyto(casts[slot][:m], view, casting="unsafe")
             return casts[slot][:m]
 
-        with open(self.path, "rb") as f, ThreadPoolExecutor(1) as reader:
+        with open_file(self.path, "input file", InputError) as f, \
+                ThreadPoolExecutor(1) as reader:
             f.seek(self.offset)
             pending = reader.submit(read, f, 0, 0)
             for i, start in enumerate(range(0, n, rows)):
@@ -134,44 +276,54 @@ def _check_shape(path: Path, shape: tuple[int, ...], d_model: int) -> None:
 
 def open_input(path: Path, d_model: int) -> TokenInput:
     """Open a .npy, .txt or .csv token file; small files are read whole."""
-    if not path.exists():
-        raise InputError(f"input file not found: {path}")
-    if path.is_dir():
-        raise InputError(f"input is a directory, not a file: {path}")
     suffix = path.suffix.lower()
     if suffix in (".txt", ".csv"):
         return _open_text(path, d_model)
     if suffix != ".npy":
+        check_file(path, "input file", InputError)
         raise InputError(f"{path}: expected a .npy, .txt or .csv file")
-    try:
-        with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            else:
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-            offset = f.tell()
-    except (ValueError, OSError, EOFError) as exc:
-        raise InputError(f"{path}: not a valid .npy file ({exc})") from None
-    _check_dtype(path, dtype)
-    _check_shape(path, shape, d_model)
-    token = TokenInput(path, tuple(shape), dtype, offset=offset)
-    if fortran or token.nbytes <= IN_MEMORY_BYTES:
-        array = np.load(path, allow_pickle=False, mmap_mode="r" if fortran else None)
-        token.data = np.ascontiguousarray(array).reshape(token.n_tokens, d_model)
-    size = path.stat().st_size
-    if token.data is None and size < offset + token.nbytes:
-        raise InputError(f"{path}: the file is truncated ({size} bytes, the header promises "
-                         f"{offset + token.nbytes})")
+    with open_file(path, "input file", InputError) as f:
+        size = os.fstat(f.fileno()).st_size
+        header = read_npy_header(f, size, str(path), InputError)
+        _check_dtype(path, header.dtype)
+        _check_shape(path, header.shape, d_model)
+        header.check_size(size, str(path), InputError)
+        token = TokenInput(path, header.shape, header.dtype, offset=header.offset,
+                           fortran=header.fortran)
+        if token.nbytes <= IN_MEMORY_BYTES:
+            token.data = _read_whole(f, path, header).reshape(token.n_tokens, d_model)
+        elif header.fortran and sum(n > 1 for n in header.shape[:-1]) > 1:
+            raise InputError(f"{path}: a 3-D array in Fortran order is read whole, up to "
+                             f"{IN_MEMORY_BYTES:,} bytes, and this one is {token.nbytes:,}; "
+                             "save it in C order (numpy.ascontiguousarray) or as 2-D (tokens "
+                             "x d_model)")
     return token
+
+
+def _read_whole(f: BinaryIO, path: Path, header: NpyHeader) -> np.ndarray:
+    """The data after a checked header, as a C-order array of the header's shape."""
+    raw = np.empty(header.nbytes, dtype=np.uint8)
+    got = f.readinto(memoryview(raw))
+    if got != header.nbytes:  # the file changed since its size was checked
+        raise InputError(f"{path}: the file is truncated ({header.offset + got:,} bytes, the "
+                         f"header promises {header.offset + header.nbytes:,})")
+    array = raw.view(header.dtype).reshape(header.shape, order="F" if header.fortran else "C")
+    return np.ascontiguousarray(array)
 
 
 def _open_text(path: Path, d_model: int) -> TokenInput:
     delimiter = "," if path.suffix.lower() == ".csv" else None
-    try:
-        array = np.loadtxt(path, delimiter=delimiter, ndmin=2, dtype=np.float64, comments="#")
-    except ValueError as exc:
-        raise InputError(f"{path}: not a table of numbers, one token per row ({exc})") from None
+    with open_file(path, "input file", InputError, TEXT_MAX_BYTES) as f, \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # loadtxt warns on a file without numbers: see below
+        try:
+            array = np.loadtxt(io.TextIOWrapper(f, encoding="utf-8"), delimiter=delimiter,
+                               ndmin=2, dtype=np.float64, comments="#")
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: not a UTF-8 text file") from None
+        except ValueError as exc:
+            raise InputError(f"{path}: not a table of numbers, one token per row "
+                             f"({_excerpt(str(exc), 200)})") from None
     shape = tuple(array.shape)
     if array.size == 0:
         raise InputError(f"{path}: the file has no numbers")

@@ -10,19 +10,24 @@ V, W2; mixture of experts: the router (d_model x experts) first, then each exper
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import zipfile
+import zlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
 from ffncli.checkpoint import Header, TensorInfo, read_header
 from ffncli.counting import ffn_params
-from ffncli.errors import MemoryBudgetError, WeightsError
+from ffncli.errors import MemoryBudgetError, WeightsError, open_file
 from ffncli.ffn import DenseWeights, ExpertWeights, GatedWeights, MoEWeights, Weights
 from ffncli.spec import ModelSpec
+from ffncli.tokens import NpyHeader, read_npy_header
 
 DEFAULT_BUDGET = 2 * 10**9
 
@@ -172,28 +177,98 @@ def _assemble(source: str, spec: ModelSpec, dtype: np.dtype,
     return DenseWeights(need("w1", (d, f)), maybe("b1", f), need("w2", (f, d)), maybe("b2", d))
 
 
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError,
+               OSError, NotImplementedError, RuntimeError)  # what zipfile raises on bad data
+
+
+@contextlib.contextmanager
+def _zip_errors(label: str) -> Iterator[None]:
+    """zipfile's errors on a damaged archive (a bad CRC, a cut deflate stream, an unknown
+    compression, a bad UTF-8 name) as one WeightsError line."""
+    try:
+        yield
+    except _ZIP_ERRORS as exc:
+        why = str(exc) or type(exc).__name__
+        raise WeightsError(f"{label}: cannot unzip it ({why})") from None
+
+
+class _NpzMember:
+    """One .npy array of an .npz archive: its header is checked on opening, its data is read
+    only when it is converted (``np.asarray``). ``_checked`` compares the header's shape and
+    dtype with the spec first, so a member claiming a huge array (a zip bomb) is refused
+    before anything is allocated or decompressed."""
+
+    def __init__(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo, label: str) -> None:
+        self.archive, self.info, self.label = archive, info, label
+        with _zip_errors(label), archive.open(info) as stream:
+            header = read_npy_header(stream, info.file_size, label, WeightsError, "member")
+        if header.dtype.hasobject:
+            raise WeightsError(f"{label} holds Python objects; refusing to unpickle it")
+        header.check_size(info.file_size, label, WeightsError, "member")
+        self.header: NpyHeader = header
+        self.shape, self.dtype = header.shape, header.dtype
+
+    def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
+        h = self.header
+        raw = np.empty(h.nbytes, dtype=np.uint8)
+        view, done = memoryview(raw), 0
+        with _zip_errors(self.label), self.archive.open(self.info) as stream:
+            stream.read(h.offset)  # the header, checked in __init__
+            while done < h.nbytes:
+                got = stream.readinto(view[done:done + 2**20])
+                if not got:
+                    break
+                done += got  # on reading the last byte zipfile checks the CRC
+        if done != h.nbytes:
+            raise WeightsError(f"{self.label}: the member is truncated ({h.offset + done:,} "
+                               f"bytes, the header promises {h.offset + h.nbytes:,})")
+        array = raw.view(h.dtype).reshape(h.shape, order="F" if h.fortran else "C")
+        return array if dtype is None else array.astype(dtype)
+
+
+def _open_zip(path: Path, f: BinaryIO) -> zipfile.ZipFile:
+    if f.read(4) not in (b"PK\x03\x04", b"PK\x05\x06"):  # a zip's first member, or its end
+        raise WeightsError(f"{path}: not an .npz archive (a zip file of .npy arrays)")
+    f.seek(0)
+    try:
+        return zipfile.ZipFile(f)
+    except _ZIP_ERRORS as exc:
+        raise WeightsError(f"{path}: the .npz archive is cut short or damaged ({exc})") \
+            from None
+
+
+def _npz_members(path: Path, archive: zipfile.ZipFile) -> dict[str, _NpzMember]:
+    """The archive's arrays by name (``w1`` for member ``w1.npy``), every member checked:
+    named ``<name>.npy``, once, not encrypted, a .npy header whose promise matches the
+    member's size."""
+    infos = archive.infolist()
+    if not infos:
+        raise WeightsError(f"{path}: the .npz archive holds no arrays")
+    name, times = Counter(info.filename for info in infos).most_common(1)[0]
+    if times > 1:
+        raise WeightsError(f"{path}: member '{name}' appears {times} times in the archive")
+    members: dict[str, _NpzMember] = {}
+    for info in infos:
+        label = f"{path}: member '{info.filename}'"
+        if not info.filename.endswith(".npy"):
+            raise WeightsError(f"{label}: expected only <name>.npy arrays in an .npz archive")
+        if info.flag_bits & 0x1:
+            raise WeightsError(f"{label} is encrypted")
+        members[info.filename[:-4]] = _NpzMember(archive, info, label)
+    return members
+
+
 def npz_weights(path: Path, spec: ModelSpec, dtype: np.dtype) -> Weights:
     """Arrays ``w1 b1 w2 b2`` (dense), ``w b v c w2 b2`` (gated, W activated), all [in, out];
     biases optional. Mixture of experts: ``router`` (d_model x E), optional ``router_bias``,
-    and each expert's arrays prefixed ``experts.<e>.``."""
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise WeightsError(f"weights file not found: {path}") from None
-    except (OSError, ValueError) as exc:
-        raise WeightsError(f"{path}: not a readable .npz file ({exc})") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise WeightsError(f"{path}: expected an .npz archive of named arrays, got one array")
+    and each expert's arrays prefixed ``experts.<e>.``. Every member's header is checked
+    when the archive is opened; only the arrays the spec uses are read."""
     source = str(path)
-    with archive:
+    with open_file(path, "weights file", WeightsError) as f, _open_zip(path, f) as archive:
+        members = _npz_members(path, archive)
+
         def get(name: str) -> np.ndarray | None:
-            if name not in archive.files:
-                return None
-            try:
-                return archive[name]
-            except ValueError:
-                raise WeightsError(f"{path}: array '{name}' holds Python objects; refusing to "
-                                   "unpickle it") from None
+            return members.get(name)  # type: ignore[return-value]  # read by np.asarray
 
         ffn = spec.ffn
         if not ffn.is_moe:

