@@ -36,7 +36,7 @@ app = typer.Typer(
 PresetOpt = Annotated[Optional[str], typer.Option(
     "--preset", "-p", help="Built-in preset name (see `ffncli presets`) or a YAML file.")]
 ConfigOpt = Annotated[Optional[Path], typer.Option(
-    "--config", help="A Hugging Face config.json.", dir_okay=False)]
+    "--config", help="A Hugging Face config.json.")]
 DModelOpt = Annotated[Optional[int], typer.Option("--d-model", help="What-if: model width.")]
 DffOpt = Annotated[Optional[int], typer.Option("--d-ff", help="What-if: FFN hidden width.")]
 ActOpt = Annotated[Optional[str], typer.Option(
@@ -110,7 +110,7 @@ def params(
         min=1)] = None,
     weights: Annotated[Optional[Path], typer.Option(
         "--weights", help="A .safetensors file: count its parameters from the header alone "
-        "and compare with the spec (exit 1 on a mismatch).", dir_okay=False)] = None,
+        "and compare with the spec (exit 1 on a mismatch).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Count parameters, FLOPs per token and weight memory: FFN, attention, norms, model."""
@@ -141,13 +141,12 @@ def params(
 # Options of the commands that run an FFN.
 WeightsOpt = Annotated[Optional[Path], typer.Option(
     "--weights", help="FFN weights: .npz (w1 b1 w2 b2; gated w b v c w2 b2) or a Hugging Face "
-    ".safetensors checkpoint (with --layer). Default: random, from the preset's seed.",
-    dir_okay=False)]
+    ".safetensors checkpoint (with --layer). Default: random, from the preset's seed.")]
 LayerOpt = Annotated[int, typer.Option("--layer", help="Layer of a .safetensors checkpoint.",
                                        min=0)]
 InputOpt = Annotated[Optional[Path], typer.Option(
     "--input", "-i", help="Tokens: .npy (1-D, 2-D tokens x d_model, or 3-D batch x seq x "
-    "d_model), or .txt/.csv with one token per row.", dir_okay=False)]
+    "d_model), or .txt/.csv with one token per row.")]
 RandomOpt = Annotated[Optional[int], typer.Option(
     "--random", help="Instead of --input: N tokens drawn from normal(0, 1) with --seed.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of --random tokens.")]
@@ -203,7 +202,7 @@ def run_cmd(
     random: RandomOpt = None,
     seed: SeedOpt = 0,
     out: Annotated[Optional[Path], typer.Option(
-        "--out", "-o", help="Write the output to this .npy (atomically).", dir_okay=False)] = None,
+        "--out", "-o", help="Write the output to this .npy (atomically).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
     residual: Annotated[bool, typer.Option("--residual", help="Return x + FFN(x).")] = False,
     dtype: DtypeOpt = "float32",

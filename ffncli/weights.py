@@ -263,25 +263,38 @@ def npz_weights(path: Path, spec: ModelSpec, dtype: np.dtype) -> Weights:
     biases optional. Mixture of experts: ``router`` (d_model x E), optional ``router_bias``,
     and each expert's arrays prefixed ``experts.<e>.``. Every member's header is checked
     when the archive is opened; only the arrays the spec uses are read."""
-    source = str(path)
     with open_file(path, "weights file", WeightsError) as f, _open_zip(path, f) as archive:
         members = _npz_members(path, archive)
+        asked: set[str] = set()
 
         def get(name: str) -> np.ndarray | None:
+            asked.add(name)
             return members.get(name)  # type: ignore[return-value]  # read by np.asarray
 
-        ffn = spec.ffn
-        if not ffn.is_moe:
-            return _assemble(source, spec, dtype, get)
-        router = get("router")
-        if router is None:
-            raise WeightsError(f"{path}: missing array 'router'")
-        router = _checked(source, "router", router, (spec.d_model, ffn.experts), dtype)
-        rb = get("router_bias")
-        rb = None if rb is None else _checked(source, "router_bias", rb, (ffn.experts,), dtype)
-        experts = tuple(_assemble(source, spec, dtype, get, f"experts.{e}.")
-                        for e in range(ffn.experts))
-        return MoEWeights(router, rb, experts, ffn.top_k, ffn.capacity_factor)
+        weights = _npz_assemble(path, spec, dtype, get)
+        unused = sorted(set(members) - asked)
+        if unused:  # a misspelt bias would otherwise be left out without a word
+            raise WeightsError(f"{path}: unexpected array{'s' if len(unused) > 1 else ''} "
+                               f"{', '.join(repr(n) for n in unused)}; a {spec.ffn.label} FFN "
+                               f"reads {', '.join(repr(n) for n in sorted(asked))}")
+        return weights
+
+
+def _npz_assemble(path: Path, spec: ModelSpec, dtype: np.dtype,
+                  get: Callable[[str], np.ndarray | None]) -> Weights:
+    source = str(path)
+    ffn = spec.ffn
+    if not ffn.is_moe:
+        return _assemble(source, spec, dtype, get)
+    router = get("router")
+    if router is None:
+        raise WeightsError(f"{path}: missing array 'router'")
+    router = _checked(source, "router", router, (spec.d_model, ffn.experts), dtype)
+    rb = get("router_bias")
+    rb = None if rb is None else _checked(source, "router_bias", rb, (ffn.experts,), dtype)
+    experts = tuple(_assemble(source, spec, dtype, get, f"experts.{e}.")
+                    for e in range(ffn.experts))
+    return MoEWeights(router, rb, experts, ffn.top_k, ffn.capacity_factor)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -479,3 +479,17 @@ def test_fuzz_npz_weights(scratch, raw):
                 assert name not in numpy_reads.files
             else:
                 np.testing.assert_array_equal(mine, numpy_reads[name].astype(np.float32))
+
+
+def test_npz_arrays_the_ffn_does_not_read_are_refused(cli, tmp_path):
+    """A misspelt bias (b_1 for b1) would otherwise be left out of the FFN without a word."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "w.npz"
+    np.savez(path, w1=rng.normal(size=(4, 16)), b_1=rng.normal(size=16),
+             w2=rng.normal(size=(16, 4)), b2=rng.normal(size=4))
+    r = cli("run", "--preset", "tiny", "--weights", path, "--random", "2")
+    assert (r.code, r.err) == (2, f"error: {path}: unexpected array 'b_1'; a relu FFN reads "
+                                  "'b1', 'b2', 'w1', 'w2'\n")
+    np.savez(path, w1=rng.normal(size=(4, 16)), b1=rng.normal(size=16),
+             w2=rng.normal(size=(16, 4)), b2=rng.normal(size=4))
+    assert cli("run", "--preset", "tiny", "--weights", path, "--random", "2").code == 0
