@@ -9,16 +9,22 @@ batch rows do not affect each other either.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import inspect
 import os
+import signal
 import sys
+import tempfile
 import time
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from ffncli.errors import ImplError
+from ffncli.errors import ImplError, InputError, Interrupted, OutputError, shown
 from ffncli.validate import number
 
 Fn = Callable[[np.ndarray], np.ndarray]
@@ -95,23 +101,109 @@ class CheckReport:
 
 # ---------------------------------------------------------------------------------------------
 # Calling the function under test safely.
+#
+# The code under test is the user's: it may exit, hang, raise anything, return NaN, hand back
+# a view of its input or one buffer it reuses, or change its input in place. None of these may
+# let the check pass: each is an ImplError (exit 2) naming the implementation. Only
+# ffncli's own Interrupted (SIGINT, SIGTERM, SIGHUP) goes through untouched.
 
 
-def load_impl(target: str) -> Fn:
-    """``package.module:function``, importable from the current directory."""
+class _TimedOut(BaseException):
+    """Raised by the SIGALRM handler of :func:`_time_limit`; a BaseException, so that an
+    implementation's ``except Exception`` does not swallow it."""
+
+
+_LONGEST_TIMER = 1e8  # seconds (three years): setitimer overflows time_t past about 1e11
+
+
+def check_timeout(seconds: float | None) -> None:
+    """Refuse a ``--timeout`` that is not a positive finite number, or that this platform
+    cannot enforce (it needs ``signal.setitimer``, which Windows lacks)."""
+    if seconds is None:
+        return
+    number("--timeout", seconds, positive=True)
+    if not hasattr(signal, "setitimer"):
+        raise InputError("option --timeout: not available on this platform (it needs "
+                         "signal.setitimer)")
+
+
+class _Alarm:
+    fired = False  # the limit passed, even if the code under test swallowed _TimedOut
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None) -> Iterator[_Alarm]:
+    """Raise :class:`_TimedOut` in the main thread once ``seconds`` have passed.
+
+    A real-time interval timer sends SIGALRM; its handler raises only while the limit is
+    armed, so a signal that lands after the call has returned is ignored. The timer repeats
+    and the alarm records that it fired, in case the code under test swallows the exception.
+    The previous SIGALRM handler and timer are restored afterwards. Python runs the handler
+    between bytecodes, so a single long NumPy call is stopped when it returns."""
+    alarm = _Alarm()
+    if seconds is None:
+        yield alarm
+        return
+    armed = True
+
+    def on_alarm(signum: int, frame: object) -> None:
+        if armed:
+            alarm.fired = True
+            raise _TimedOut
+
+    seconds = min(seconds, _LONGEST_TIMER)
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    started = time.monotonic()
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds, seconds)
+    try:
+        yield alarm
+    finally:
+        armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if old_delay > 0:  # someone else's timer was running: let it go on
+            left = max(old_delay - (time.monotonic() - started), 1e-6)
+            signal.setitimer(signal.ITIMER_REAL, left, old_interval)
+
+
+def _late(what: str, timeout: float | None, during: str = "") -> str:
+    return f"{what} did not finish within the --timeout of {timeout:g} s{during}"
+
+
+def _what_it_raised(exc: BaseException) -> str:
+    """``called sys.exit(0)``, ``raised KeyboardInterrupt``, ``raised ValueError: bad``."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({'' if exc.code is None else repr(exc.code)})"
+    message = str(exc)
+    return f"raised {type(exc).__name__}" + (f": {message}" if message else "")
+
+
+def load_impl(target: str, *, timeout: float | None = None) -> Fn:
+    """``package.module:function``, importable from the current directory. The import runs
+    under ``timeout`` seconds, if given; whatever it raises (even ``sys.exit``) is an
+    ImplError, except ffncli's own :class:`Interrupted`."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ImplError(f"option --impl: expected module:function, got {target!r}")
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
+    alarm = _Alarm()
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise ImplError(f"option --impl: cannot import module {module_name!r} ({exc})") from None
-    except Exception as exc:  # the user's module failed while importing
-        raise ImplError(f"option --impl: importing {module_name!r} raised "
-                        f"{type(exc).__name__}: {exc}") from None
+        with _time_limit(timeout) as alarm:
+            module = importlib.import_module(module_name)
+    except Interrupted:
+        raise
+    except BaseException as exc:  # the user's module failed (or exited) while importing
+        if alarm.fired:
+            raise ImplError(_late(f"option --impl: importing {module_name!r}", timeout)) from None
+        if isinstance(exc, ModuleNotFoundError):
+            raise ImplError(f"option --impl: cannot import module {module_name!r} "
+                            f"({exc})") from None
+        raise ImplError(f"option --impl: importing {module_name!r} "
+                        f"{_what_it_raised(exc)}") from None
+    if alarm.fired:  # it caught the timeout's exception and went on
+        raise ImplError(_late(f"option --impl: importing {module_name!r}", timeout))
     fn = getattr(module, attr, None)
     if fn is None:
         raise ImplError(f"option --impl: module {module_name!r} has no attribute {attr!r}")
@@ -120,25 +212,81 @@ def load_impl(target: str) -> Fn:
     return fn
 
 
-def guarded(fn: Fn, name: str, dtype: np.dtype) -> Fn:
-    """Call ``fn`` with a fresh copy of its input and check what it returns."""
+def impl_sources(target: str) -> list[Path]:
+    """The source files of an imported ``module:function``: its module and, when the function
+    is defined elsewhere, that file too (inputs a report must not be written over)."""
+    module_name, _, attr = target.partition(":")
+    module = sys.modules.get(module_name)
+    found = [getattr(module, "__file__", None)]
+    try:
+        found.append(inspect.getsourcefile(getattr(module, attr)))
+    except (TypeError, AttributeError):  # a builtin, a C function, a callable instance
+        pass
+    return list(dict.fromkeys(Path(f) for f in found if f))
+
+
+def guarded(fn: Fn, name: str, dtype: np.dtype, *, timeout: float | None = None) -> Fn:
+    """``fn`` as the checks may call it: each call gets its own copy of the input, runs under
+    ``timeout`` seconds (if given), and must leave that copy unchanged and return a finite
+    (tokens, d_out) array of real numbers, with the same d_out every call. The output is
+    copied, so a view of the input or a buffer ``fn`` reuses cannot change it later."""
+    check_timeout(timeout)
+    widths: list[int] = []  # d_out of the first call
 
     def call(x: np.ndarray) -> np.ndarray:
+        given = x.copy()
+        calling = f"a call on {x.shape[0]:,} tokens"
+        alarm = _Alarm()
         try:
-            y = fn(x.copy())
-        except Exception as exc:
-            raise ImplError(f"{name} raised {type(exc).__name__}: {exc}") from None
+            with _time_limit(timeout) as alarm:
+                y = fn(given)
+        except Interrupted:
+            raise
+        except BaseException as exc:  # sys.exit, KeyboardInterrupt: never a silent exit 0
+            if alarm.fired:
+                raise ImplError(_late(name, timeout, f" ({calling})")) from None
+            instead = " instead of returning its output" if isinstance(exc, SystemExit) else ""
+            raise ImplError(f"{name} {_what_it_raised(exc)}{instead}") from None
+        if alarm.fired:  # it caught the timeout's exception and went on
+            raise ImplError(_late(name, timeout, f" ({calling})"))
+        if not _same_bits(given, x):
+            raise ImplError(f"{name} changed its input in place ({calling}); the caller's "
+                            f"tokens would be lost: copy them before changing them")
         if not isinstance(y, np.ndarray):
             raise ImplError(f"{name} returned {type(y).__name__}; expected a numpy array of "
                             f"shape ({x.shape[0]}, d_out)")
         if y.ndim != 2 or y.shape[0] != x.shape[0]:
             raise ImplError(f"{name} returned shape {y.shape} for input {x.shape}; expected "
                             f"({x.shape[0]}, d_out)")
+        if y.shape[1] == 0:  # every property would hold, vacuously
+            raise ImplError(f"{name} returned shape {y.shape} for input {x.shape}; expected "
+                            f"({x.shape[0]}, d_out) with d_out >= 1")
+        if widths and y.shape[1] != widths[0]:
+            raise ImplError(f"{name} returned shape {y.shape} for input {x.shape}; expected "
+                            f"({x.shape[0]}, {widths[0]}), the d_out of its first call")
         if y.dtype.kind not in "fiu":
             raise ImplError(f"{name} returned dtype {y.dtype}; expected real numbers")
-        return y
+        bad = np.isfinite(x).all(axis=1) & ~np.isfinite(y).all(axis=1)
+        if bad.any():  # NaN == NaN would let every property pass
+            row = int(bad.argmax())
+            kind = "NaN" if np.isnan(y[row]).any() else "infinity"
+            raise ImplError(f"{name} returned {kind} in output row {row} for a finite token "
+                            f"({calling}); the properties cannot be checked on it")
+        if not widths:
+            widths.append(y.shape[1])
+        return np.array(y, copy=True)
 
     return call
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal shape, dtype and bits (so -0.0 is not 0.0, and an untouched NaN is itself)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.itemsize not in (1, 2, 4, 8):
+        return bool(np.array_equal(a, b, equal_nan=True))
+    as_int = np.dtype(f"u{a.itemsize}")
+    return bool(np.array_equal(a.view(as_int), b.view(as_int)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,8 +311,8 @@ def _permutations(seq: int, batch: int, trials: int,
 
 
 def _fmt(row: np.ndarray) -> str:
-    shown = ", ".join(f"{v:.6g}" for v in row[:4])
-    return f"[{shown}{', ...' if row.size > 4 else ''}]"
+    head = ", ".join(f"{v:.6g}" for v in row[:4])
+    return f"[{head}{', ...' if row.size > 4 else ''}]"
 
 
 class _Worst:
@@ -287,15 +435,11 @@ def permute_check(f: Fn, x: np.ndarray, *, target: str, input_shape: tuple[int, 
 
 def junit_xml(report: CheckReport) -> str:
     """One testsuite, one testcase per property, a <failure> for each that failed."""
-    import xml.etree.ElementTree as ET
-
     failures = sum(not p.passed for p in report.properties)
-    suites = ET.Element("testsuites")
-    suite = ET.SubElement(suites, "testsuite", name="ffncli permute-check",
-                          tests=str(len(report.properties)), failures=str(failures),
-                          errors="0", time=f"{sum(p.seconds for p in report.properties):.6f}")
+    suites, suite = _junit_suite(len(report.properties), failures, 0,
+                                 sum(p.seconds for p in report.properties))
     for p in report.properties:
-        case = ET.SubElement(suite, "testcase", classname=f"ffncli.permute-check.{report.target}",
+        case = ET.SubElement(suite, "testcase", classname=_classname(report.target),
                              name=p.name, time=f"{p.seconds:.6f}")
         if not p.passed:
             failure = ET.SubElement(case, "failure", message=p.counterexample or "failed",
@@ -303,3 +447,81 @@ def junit_xml(report: CheckReport) -> str:
             failure.text = (f"max abs deviation {p.max_abs:.3g}, max rel {p.max_rel:.3g}, "
                             f"rtol {p.rtol:g}, atol {p.atol:g}, worst token {p.worst_token}")
     return ET.tostring(suites, encoding="unicode", xml_declaration=True)
+
+
+def junit_error_xml(target: str, message: str) -> str:
+    """The report of a check that could not run (the implementation exited, hung, returned
+    NaN...): one testcase with an <error>, so that last run's report does not stay behind
+    looking like this run's. Control characters are escaped: XML 1.0 cannot hold them."""
+    suites, suite = _junit_suite(1, 0, 1, 0.0)
+    case = ET.SubElement(suite, "testcase", classname=_classname(target), name="permute-check",
+                         time="0")
+    ET.SubElement(case, "error", message=shown(message), type="ImplError")
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True)
+
+
+def _classname(target: str) -> str:
+    return shown(f"ffncli.permute-check.{target}")
+
+
+def _junit_suite(tests: int, failures: int, errors: int,
+                 seconds: float) -> tuple[ET.Element, ET.Element]:
+    suites = ET.Element("testsuites")
+    suite = ET.SubElement(suites, "testsuite", name="ffncli permute-check", tests=str(tests),
+                          failures=str(failures), errors=str(errors), time=f"{seconds:.6f}")
+    return suites, suite
+
+
+def check_report_path(path: Path, inputs: Iterable[tuple[str, Path | None]]) -> Path:
+    """Where a ``--junit-xml`` report will go (a symbolic link is followed, as ``open`` would),
+    refused before any work if it is one of the command's ``inputs`` (named by what they
+    are: ``[("--input file", path), ...]``), a directory, a device, or in no folder."""
+    for what, source in inputs:
+        if source is not None and _same_file(path, source):
+            raise OutputError(f"option --junit-xml: {path} is an input of this command (the "
+                              f"{what}); choose another path")
+    target = Path(os.path.realpath(path))
+    if target.is_dir():
+        raise OutputError(f"option --junit-xml: {path} is a directory; expected a file path")
+    if target.exists() and not target.is_file():
+        raise OutputError(f"option --junit-xml: {path} is not a regular file (a FIFO, socket or "
+                          f"device); expected a file path")
+    if not target.parent.is_dir():
+        raise OutputError(f"option --junit-xml: folder {path.parent} does not exist")
+    return target
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """The same file: by device and inode when both exist, else by their resolved paths."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def write_report(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: into a temporary file beside it, synced, then
+    renamed over it, so that a crash or a full disk never leaves half a report (nor deletes
+    last run's). ``path`` comes from :func:`check_report_path`."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.",
+                                   suffix=".tmp")
+    except OSError as exc:
+        raise OutputError(f"option --junit-xml: cannot write in {path.parent}: "
+                          f"{exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # as open() would, not mkstemp's 0o600
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise OutputError(f"option --junit-xml: cannot write {path}: "
+                              f"{exc.strerror or exc}") from None
+        raise

@@ -259,8 +259,13 @@ def permute_check_cmd(
     atol: Annotated[Optional[float], typer.Option(
         "--atol", help="Absolute tolerance (default: float32 1e-5, float64 1e-7).")] = None,
     junit_xml: Annotated[Optional[Path], typer.Option(
-        "--junit-xml", help="Also write a JUnit XML report (one testcase per property).",
+        "--junit-xml", help="Also write a JUnit XML report (one testcase per property; an "
+        "<error> if the FFN misbehaves), atomically, never over an input of the command.",
         dir_okay=False)] = None,
+    timeout: Annotated[Optional[float], typer.Option(
+        "--timeout", metavar="SECONDS", help="Limit on each call of the FFN (the check makes "
+        "about 80 + --trials) and on importing the --impl module: one that takes longer is an "
+        "error, exit 2. POSIX only. Default: no limit.", show_default=False)] = None,
     allow_nonfinite: NonfiniteOpt = False,
     max_memory: MemOpt = None,
     d_model: DModelOpt = None,
@@ -275,40 +280,57 @@ def permute_check_cmd(
 ) -> None:
     """Check that an FFN is position-wise: exit 0 if every property holds, 1 if not."""
     from ffncli import checks, render, runner
+    from ffncli.errors import ImplError
     from ffncli.tokens import check_finite, from_array
 
     np_dtype = runner.parse_dtype(dtype)
+    checks.check_timeout(timeout)
     if impl is not None:
         if weights is not None:
             raise InputError("give --impl or --weights, not both")
         if d_model is None and preset is None and config is None:
             raise InputError("option --impl: give the width with --d-model N (or a --preset)")
         width = d_model if d_model is not None else resolve_spec(preset, config).d_model
-        fn, target = checks.load_impl(impl), impl
+        fn, target = checks.load_impl(impl, timeout=timeout), impl
     else:
         model = _model(preset, config, weights, layer, dtype, max_memory, d_model=d_model,
                        d_ff=d_ff, activation=activation, gated=gated, experts=experts,
                        top_k=top_k, beta=beta, capacity_factor=capacity_factor)
         width, fn, target = model.ffn.d_model, model.ffn, model.spec.name
+    report_path = None
+    if junit_xml is not None:
+        beside = weights.parent / "config.json" if weights is not None else None
+        preset_file = Path(preset) if preset and Path(preset).is_file() else None
+        inputs = [("--input file", input), ("--preset file", preset_file),
+                  ("--config file", config), ("--weights file", weights),
+                  ("config.json beside the --weights", beside)]
+        inputs += [("--impl module's source", p)
+                   for p in (checks.impl_sources(impl) if impl else ())]
+        report_path = checks.check_report_path(junit_xml, inputs)
     tokens = runner.resolve_input(input, random, width, seed)
     if tokens.n_tokens > 100_000:
         raise InputError(f"permute-check holds the input in memory and runs it many times; "
                          f"{tokens.n_tokens:,} tokens is too many (at most 100,000)")
+    runner.check_in_memory(tokens, np_dtype, 6, "permute-check")  # input, outputs, trials
     x = tokens.matrix(np_dtype)  # read once; checked in memory
     if not allow_nonfinite:
         in_memory = from_array(x)
         in_memory.path = tokens.path  # name the file in the error
         check_finite(in_memory, np_dtype, x.shape[0])
-    report = checks.permute_check(checks.guarded(fn, target, np_dtype), x, target=target,
-                                  input_shape=tokens.shape if len(tokens.shape) > 1 else
-                                  (1, tokens.d_model), trials=trials, seed=seed, rtol=rtol,
-                                  atol=atol)
-    if junit_xml is not None:
-        try:
-            junit_xml.write_text(checks.junit_xml(report), encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"option --junit-xml: cannot write {junit_xml}: "
-                             f"{exc.strerror}") from None
+    try:
+        report = checks.permute_check(checks.guarded(fn, target, np_dtype, timeout=timeout), x,
+                                      target=target, input_shape=tokens.shape
+                                      if len(tokens.shape) > 1 else (1, tokens.d_model),
+                                      trials=trials, seed=seed, rtol=rtol, atol=atol)
+    except ImplError as exc:  # the FFN misbehaved: the report says so too, then exit 2
+        if report_path is not None:
+            try:
+                checks.write_report(report_path, checks.junit_error_xml(target, str(exc)))
+            except OutputError:
+                pass  # the FFN's error is the one to show
+        raise
+    if report_path is not None:
+        checks.write_report(report_path, checks.junit_xml(report))
     if as_json:
         render.emit_json(render.check_json(report))
     else:

@@ -174,3 +174,234 @@ def test_trials_flag_sets_the_number_of_permutations(cli):
         doc = cli("permute-check", "--preset", "tiny", "--random", "6", "--trials", trials,
                   "--json").json()
         assert doc["properties"][0]["trials"] == expected
+
+
+# --- the core's comparison and sampling, pinned (each of these catches a one-line mutation) --
+
+
+def test_compare_bound_is_inclusive_and_relative_to_expected():
+    expected = np.array([[1.0, 0.0]])
+    # |got - expected| <= atol + rtol * |expected|: 0.75 for 1.0 and 0.25 for 0.0, exactly.
+    assert checks.compare(expected, np.array([[1.75, 0.25]]), rtol=0.5, atol=0.25).ok
+    assert not checks.compare(expected, np.array([[1.75 + 2**-40, 0.0]]), 0.5, 0.25).ok
+    assert not checks.compare(expected, np.array([[1.0, 0.25 + 2**-40]]), 0.5, 0.25).ok
+    # rtol scales |expected|, not |got|: 0.9 > 0.25 + 0.5 * 1 (but < 0.25 + 0.5 * 1.9)
+    assert not checks.compare(expected, np.array([[1.9, 0.0]]), 0.5, 0.25).ok
+
+
+def test_compare_nan_equals_nan_only():
+    nan = np.nan
+    same = checks.compare(np.array([[nan, 1.0]]), np.array([[nan, 1.0]]), 0.0, 0.0)
+    assert (same.ok, same.max_abs, same.max_rel, same.bit_identical) == (True, 0.0, 0.0, True)
+    for expected, got in (([[nan, 1.0]], [[0.0, 1.0]]), ([[0.0, 1.0]], [[nan, 1.0]])):
+        cmp = checks.compare(np.array(expected), np.array(got), 1.0, 1.0)
+        assert (cmp.ok, cmp.max_abs, cmp.worst_row, cmp.bit_identical) == (False, np.inf, 0,
+                                                                            False)
+
+
+def test_compare_worst_row_deviations_and_bits():
+    expected = np.zeros((3, 2))
+    got = np.array([[0.0, 0.0], [0.0, 0.375], [0.25, 0.25]])
+    cmp = checks.compare(expected, got, 0.0, 0.3)
+    assert (cmp.ok, cmp.max_abs, cmp.worst_row) == (False, 0.375, 1)
+    rel = checks.compare(np.array([[2.0, 0.0]]), np.array([[3.0, 0.0]]), 1.0, 0.0)
+    assert (rel.ok, rel.max_rel, rel.max_abs) == (True, 0.5, 1.0)
+    tiny = checks.compare(np.array([[1.0]]), np.array([[1.0 + 2**-52]]), 0.0, 1e-9)
+    assert (tiny.ok, tiny.bit_identical, tiny.max_abs) == (True, False, 2**-52)
+
+
+@pytest.mark.parametrize("n,k", [(1, 8), (8, 8), (9, 8), (65, 64), (200, 64), (1000, 8)])
+def test_sample_tokens_keeps_the_ends_and_the_middle(n, k):
+    for seed in range(5):
+        s = checks._sample_tokens(n, k, np.random.default_rng(seed))
+        if n <= k:
+            assert s == list(range(n))
+        else:
+            assert {0, n // 2, n - 1} <= set(s) and s == sorted(set(s))
+            assert k - 3 <= len(s) <= k and 0 <= s[0] and s[-1] < n
+
+
+def _multiset(a: np.ndarray) -> list[bytes]:
+    return sorted(row.tobytes() for row in a)
+
+
+def _wrong_on(x: np.ndarray, token: int, when) -> checks.Fn:
+    """``good``, plus 0.5 on the rows equal to ``x[token]`` in the calls where ``when(X)``."""
+    def f(X):
+        y = ffns.good(X)
+        if when(X):
+            y[(X == x[token]).all(axis=1)] += 0.5
+        return y
+    return f
+
+
+def _failed(report) -> dict[str, str]:
+    return {p.name: p.counterexample for p in report.properties if not p.passed}
+
+
+def test_each_property_can_fail_alone():
+    """A function that breaks exactly one property fails that one and passes the others:
+    no property is a constant, none is checked on the wrong calls."""
+    x = np.random.default_rng(3).normal(size=(12, 6))
+    key = _multiset(x)
+    cases = {
+        # wrong only on permutations of x, at token 5
+        "permutation_equivariance": _wrong_on(x, 5, lambda X: X.shape == x.shape and not
+                                              np.array_equal(X, x) and _multiset(X) == key),
+        # wrong only on one token at a time
+        "token_independence": lambda X: ffns.good(X) * (2 if X.shape[0] == 1 else 1),
+        # the k-th copy of a token gets 0.5 k
+        "identical_tokens": lambda X: ffns.good(X) + 0.5 * np.array(
+            [(X[:i] == X[i]).all(axis=1).sum() for i in range(X.shape[0])])[:, None],
+    }
+    prefixes = {"permutation_equivariance": "permutation reverse: output row 6 (token 5) ",
+                "token_independence": "token 0 alone: expected [",
+                "identical_tokens": "12 copies of token 0: row 11 "}
+    for name, f in cases.items():
+        report = run_check(f, x)
+        failed = _failed(report)
+        assert list(failed) == [name], (name, failed)
+        assert failed[name].startswith(prefixes[name]), failed[name]
+        prop = {p.name: p for p in report.properties}[name]
+        assert prop.max_abs >= 0.5 - 1e-9 and prop.max_rel > 0.05
+    eq = {p.name: p for p in run_check(cases["permutation_equivariance"], x).properties}
+    assert (eq["permutation_equivariance"].worst_token,
+            eq["permutation_equivariance"].max_abs) == (5, pytest.approx(0.5, abs=1e-9))
+
+
+@pytest.mark.parametrize("n,token", [(10, None), (8, 7), (100, 99), (100, 0)])
+def test_other_tokens_changed_can_fail_alone(n, token):
+    """Right on the input, on its permutations and on one token; wrong when the other tokens
+    change (on every token, or on one): only the second half of token_independence sees it."""
+    x = np.random.default_rng(4).normal(size=(n, 6))
+    key = _multiset(x)
+
+    def changed(X):
+        return X.shape == x.shape and _multiset(X) != key
+
+    if token is None:
+        def f(X):
+            return ffns.good(X) + (0.5 if changed(X) else 0.0)
+    else:
+        f = _wrong_on(x, token, changed)
+    report = run_check(f, x)
+    failed = _failed(report)
+    assert list(failed) == ["token_independence"]
+    assert failed["token_independence"].startswith(
+        f"token {token or 0} with the other tokens changed: ")
+    if token is not None:
+        assert report.properties[1].worst_token == token
+
+
+def test_duplicate_pair_can_fail_alone():
+    """Identical when all tokens are the same, different for one duplicated pair."""
+    x = np.random.default_rng(5).normal(size=(9, 6))
+
+    def f(X):
+        y = ffns.good(X)
+        if len(_multiset(X)) > 1 and len(set(_multiset(X))) > 1:
+            y[-1] += 0.5 * (X[-1] == X[0]).all()
+        return y
+
+    failed = _failed(run_check(f, x))
+    assert list(failed) == ["identical_tokens"]
+    assert failed["identical_tokens"].startswith("token 8 set equal to token 0: output [")
+
+
+def test_batch_independence_can_fail_alone():
+    x3 = np.random.default_rng(6).normal(size=(2, 7, 6))
+    flat = x3.reshape(-1, 6)
+
+    def f(X):
+        return ffns.good(X) + (0.5 if X.shape[0] == 7 else 0.0)  # a batch row on its own
+
+    report = checks.permute_check(checks.guarded(f, "f", flat.dtype), flat, target="f",
+                                  input_shape=x3.shape)
+    failed = _failed(report)
+    assert list(failed) == ["batch_independence"]
+    assert failed["batch_independence"].startswith("batch row 0 alone: token ")
+
+
+@pytest.mark.parametrize("n,token", [(200, 0), (200, 100), (200, 199), (12, 7), (1, 0)])
+def test_token_independence_sees_the_ends(n, token):
+    """Wrong on one token when it is alone: the check must try that token, and name it."""
+    x = np.random.default_rng(7).normal(size=(n, 6))
+    f = _wrong_on(x, token, lambda X: X.shape[0] > 1)
+    report = run_check(f, x, trials=1)
+    if n == 1:  # one token: nothing to be independent of
+        assert report.passed
+        return
+    assert list(_failed(report)) == ["token_independence"]
+    prop = {p.name: p for p in report.properties}["token_independence"]
+    assert (prop.worst_token, prop.max_abs) == (token, pytest.approx(0.5, abs=1e-9))
+
+
+# --- the guard ------------------------------------------------------------------------------
+
+
+def test_guard_copies_outputs_and_never_changes_the_caller_s_input():
+    ffns._LAST.clear()
+    x = np.random.default_rng(8).normal(size=(4, 6))
+    call = checks.guarded(ffns.returns_last_output, "f", x.dtype)
+    first = call(x)
+    call(2 * x)  # overwrites the array it returned the first time
+    np.testing.assert_array_equal(first, ffns.good(x))
+    kept = x.copy()
+    with pytest.raises(checks.ImplError, match="changed its input in place"):
+        checks.guarded(ffns.changes_input, "f", x.dtype)(x)
+    np.testing.assert_array_equal(x, kept)
+
+
+def test_guard_allows_nonfinite_output_only_for_nonfinite_tokens():
+    x = np.random.default_rng(9).normal(size=(4, 6))
+    x[2, 1] = np.nan
+    y = checks.guarded(ffns.good, "g", x.dtype)(x)  # --allow-nonfinite: NaN in, NaN out
+    assert np.isnan(y[2]).all() and np.isfinite(np.delete(y, 2, axis=0)).all()
+
+    def leaks(X):
+        out = ffns.good(X)
+        out[3] = np.nan
+        return out
+
+    with pytest.raises(checks.ImplError, match=r"^f returned NaN in output row 3 for a finite "
+                                               r"token \(a call on 4 tokens\)"):
+        checks.guarded(leaks, "f", x.dtype)(x)
+
+
+def test_buffer_reuse_cannot_hide_a_failure():
+    """Without the copy, every call on the input's shape would return the very array `y` is,
+    and 'the other tokens changed' would compare it with itself."""
+    x = np.random.default_rng(4).normal(size=(10, 6))
+    key = _multiset(x)
+    buffer = np.empty((10, 6))
+
+    def f(X):
+        y = ffns.good(X) + (0.5 if X.shape == x.shape and _multiset(X) != key else 0.0)
+        if X.shape != x.shape:
+            return y
+        buffer[...] = y
+        return buffer
+
+    assert list(_failed(run_check(f, x))) == ["token_independence"]
+
+
+def test_junit_failure_carries_the_counterexample():
+    x = np.random.default_rng(0).normal(size=(5, 6))
+    report = run_check(ffns.position_bias, x)
+    root = ET.fromstring(checks.junit_xml(report))
+    failures = {c.get("name"): c.find("failure") for c in root.iter("testcase")}
+    eq = report.properties[0]
+    assert failures[eq.name].get("message") == eq.counterexample
+    assert failures[eq.name].text.startswith(f"max abs deviation {eq.max_abs:.3g}, ")
+
+
+def test_tolerances_given_are_used():
+    """One token alone is off by 1% of its value: rtol 0.02 accepts it, the default does not."""
+    x = np.random.default_rng(10).normal(size=(6, 6))
+
+    def f(X):
+        return ffns.good(X) * (1.01 if X.shape[0] == 1 else 1.0)
+
+    assert not run_check(f, x).passed
+    loose = run_check(f, x, rtol=0.02, atol=0.0)
+    assert loose.passed and {(p.rtol, p.atol) for p in loose.properties} == {(0.02, 0.0)}

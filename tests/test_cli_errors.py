@@ -331,3 +331,12 @@ def test_force_replaces_atomically(tmp_path):
     assert path.read_bytes() == b"old"  # untouched until the end
     writer.__exit__(None, None, None)
     np.testing.assert_array_equal(np.load(path), np.full((2, 3), 3.0, dtype=np.float32))
+
+
+def test_permute_check_refuses_an_input_that_cannot_be_held(cli):
+    r = cli("permute-check", "--impl", "tests.impls.ffns:position_bias", "--d-model",
+            "1000000000", "--random", "1000")
+    assert r.code == 2 and r.err.startswith(
+        "error: permute-check on 1,000 tokens of d_model 1,000,000,000 needs 24000.00 GB of "
+        "memory, over the ")
+    assert r.err.endswith(" that is free; give fewer or narrower tokens\n")

@@ -68,3 +68,170 @@ def returns_list(x):
 
 def raises(x):
     raise RuntimeError("boom")
+
+
+# --- misbehaving implementations: each must end the check with exit 2, never a pass --------
+
+
+def exits(x):
+    """A CI gate must not pass because the code under test exited with 0."""
+    import sys
+
+    sys.exit(0)
+
+
+def exits_bare(x):
+    import sys
+
+    sys.exit()
+
+
+def raises_system_exit(x):
+    raise SystemExit(0)
+
+
+def exits_with_message(x):
+    raise SystemExit("done here")
+
+
+def raises_keyboard_interrupt(x):
+    raise KeyboardInterrupt
+
+
+def raises_generator_exit(x):
+    raise GeneratorExit
+
+
+class _Custom(BaseException):
+    pass
+
+
+def raises_base_exception(x):
+    raise _Custom("not an Exception")
+
+
+CALLS = []
+
+
+def exits_on_second_call(x):
+    """Good on the first call, then exits: the check must not keep the first result."""
+    CALLS.append(1)
+    if len(CALLS) > 1:
+        raise SystemExit(0)
+    return good(x)
+
+
+def hangs(x):
+    while True:
+        pass
+
+
+def sleeps(x):
+    import time
+
+    time.sleep(1e9)
+
+
+def swallows_and_returns(x):
+    """Catches the timeout's exception and returns a correct answer, late."""
+    import time
+
+    try:
+        time.sleep(1e9)
+    except BaseException:  # noqa: BLE001, S110 - the misbehaviour under test
+        pass
+    return good(x)
+
+
+def returns_nan(x):
+    return np.full((x.shape[0], D_MODEL), np.nan)
+
+
+def returns_inf_in_one_row(x):
+    y = good(x)
+    y[-1, 2] = np.inf
+    return y
+
+
+def returns_none(x):
+    return None
+
+
+def returns_1d(x):
+    return good(x)[:, 0]
+
+
+def returns_empty(x):
+    """No output columns: every property would hold vacuously."""
+    return np.zeros((x.shape[0], 0))
+
+
+def returns_complex(x):
+    return good(x).astype(complex)
+
+
+def width_depends_on_tokens(x):
+    """d_out 6 for many tokens, 5 for one: the outputs cannot be compared."""
+    y = good(x)
+    return y if x.shape[0] > 1 else y[:, :5]
+
+
+def changes_input(x):
+    """A correct answer, but the caller's tokens are scaled in place."""
+    y = good(x)
+    x *= 2
+    return y
+
+
+def normalises_input_in_place(x):
+    x -= x.mean(axis=1, keepdims=True)
+    return good(x)
+
+
+def flips_zero_sign(x):
+    """Changes only -0.0 to 0.0 in its input: a change in place all the same."""
+    x[x == 0] = 0.0
+    x[0, 0] = -0.0
+    return good(x)
+
+
+def returns_input(x):
+    """The identity, as a view of its input: position-wise."""
+    return x
+
+
+def returns_input_view(x):
+    """A view of its input, then changes the input (after computing) - caught in place."""
+    y = x[:, ::-1]
+    x[...] = 0
+    return y
+
+
+_BUFFER = {}
+
+
+def reuses_buffer(x):
+    """A position-wise FFN that writes every output into one buffer it keeps: the check must
+    not compare a later call's output with itself."""
+    out = _BUFFER.get(x.shape)
+    if out is None:
+        out = _BUFFER[x.shape] = np.empty((x.shape[0], D_MODEL))
+    out[...] = good(x)
+    return out
+
+
+_LAST = []
+
+
+def returns_last_output(x):
+    """Position-wise, but hands back the same array object every call, overwritten each time."""
+    y = good(x)
+    if _LAST and _LAST[0].shape == y.shape:
+        _LAST[0][...] = y
+        return _LAST[0]
+    _LAST[:] = [y]
+    return y
+
+
+def raises_control_characters(x):
+    raise ValueError("bad\x00byte\x1b[31m\nsecond line")

@@ -1,0 +1,5 @@
+"""Calls sys.exit(0) while being imported."""
+
+import sys
+
+sys.exit(0)

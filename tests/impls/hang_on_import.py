@@ -1,0 +1,5 @@
+"""Hangs while being imported."""
+
+import time
+
+time.sleep(1e9)

@@ -1,0 +1,3 @@
+"""Raises KeyboardInterrupt while being imported."""
+
+raise KeyboardInterrupt
