@@ -42,6 +42,7 @@ if "--openblas-default" not in sys.argv[1:]:
 import numpy as np  # noqa: E402
 
 from ffncli import ffn as F  # noqa: E402
+from ffncli.engine import Engine
 
 TARGETS = {  # minimum "vs GEMM" ratio per activation
     "relu": 0.90, "silu": 0.85, "gelu_tanh": 0.85, "swiglu": 0.85, "gelu": 0.70,
@@ -130,7 +131,7 @@ def bench_shape(name: str, n: int, d: int, f: int, acts: tuple[str, ...], reps: 
             weights = F.GatedWeights(w["w"], None, w["v"], None, w["w2"], None)
         else:
             weights = F.DenseWeights(w["w1"], b1, w["w2"], b2)
-        engine = F.Ffn(weights, base_act)
+        engine = Engine(weights, base_act)
         out = np.empty((n, d), np.float32)
         h_full, u_full = np.empty((n, f), np.float32), np.empty((n, f), np.float32)
         c = engine.chunk_tokens
@@ -184,7 +185,7 @@ def bench_moe(reps: int) -> dict:
 
     moe = F.MoEWeights(rng.normal(0, 0.02, (d, e)).astype(np.float32), None,
                        tuple(gated(f) for _ in range(e)), k)
-    moe_engine, dense_engine = F.Ffn(moe, "silu"), F.Ffn(gated(k * f), "silu")
+    moe_engine, dense_engine = Engine(moe, "silu"), Engine(gated(k * f), "silu")
     out = np.empty((n, d), np.float32)
     t = medians({"moe": lambda: moe_engine(x, out), "dense": lambda: dense_engine(x, out)}, reps)
     ratio = t["dense"] / t["moe"]
@@ -229,17 +230,17 @@ def bench_streaming(gigabytes: float, reps: int = 3) -> dict:
     _write_tokens(small, n_small, d)
     os.sync()  # else the kernel writes 2.5 GB back to disk during the measurements below
     spec = load_preset("base")
-    model = runner.Model(spec, F.Ffn(random_weights(spec, np.dtype(np.float32)), "relu"), "")
+    model = runner.Model(spec, Engine(random_weights(spec, np.dtype(np.float32)), "relu"), "")
     x = np.load(small)
     out = np.empty_like(x)
     saved, tokens.IN_MEMORY_BYTES = tokens.IN_MEMORY_BYTES, 0  # force the chunked reader
     try:
         t = medians({
-            "run in memory": lambda: model.ffn(x, out),
+            "run in memory": lambda: model.engine(x, out),
             "run --out": lambda: runner.run_ffn(model, tokens.open_input(small, d), out=dst,
                                                 force=True),
-            "relu-stats in memory": lambda: relu_stats(model.ffn, tokens.from_array(x)),
-            "relu-stats": lambda: relu_stats(model.ffn, tokens.open_input(small, d)),
+            "relu-stats in memory": lambda: relu_stats(model.engine, tokens.from_array(x)),
+            "relu-stats": lambda: relu_stats(model.engine, tokens.open_input(small, d)),
         }, reps, settle=os.sync)  # the kernel writes `run --out`'s file back to disk later;
         # without this it would do so on the clock of whichever run comes next
     finally:

@@ -226,7 +226,7 @@ def run_cmd(
     model = _model(preset, config, weights, layer, dtype, max_memory, d_model=d_model,
                    d_ff=d_ff, activation=activation, gated=gated, experts=experts,
                    top_k=top_k, beta=beta, capacity_factor=capacity_factor)
-    tokens = runner.resolve_input(input, random, model.ffn.d_model, seed)
+    tokens = runner.resolve_input(input, random, model.engine.d_model, seed)
     if as_json and out is None and tokens.n_tokens > runner.SMALL_TOKENS:
         raise InputError(f"--json prints at most {runner.SMALL_TOKENS} output tokens; the input "
                          f"has {tokens.n_tokens:,}: add --out FILE.npy")
@@ -296,7 +296,7 @@ def permute_check_cmd(
         model = _model(preset, config, weights, layer, dtype, max_memory, d_model=d_model,
                        d_ff=d_ff, activation=activation, gated=gated, experts=experts,
                        top_k=top_k, beta=beta, capacity_factor=capacity_factor)
-        width, fn, target = model.ffn.d_model, model.ffn, model.spec.name
+        width, fn, target = model.engine.d_model, model.engine, model.spec.name
     report_path = None
     if junit_xml is not None:
         beside = weights.parent / "config.json" if weights is not None else None
@@ -374,9 +374,9 @@ def relu_stats_cmd(
     model = _model(preset, config, weights, layer, dtype, max_memory, d_model=d_model,
                    d_ff=d_ff, activation=activation, gated=gated, experts=experts,
                    top_k=top_k, beta=beta, capacity_factor=capacity_factor)
-    tokens = runner.resolve_input(input, random, model.ffn.d_model, seed)
+    tokens = runner.resolve_input(input, random, model.engine.d_model, seed)
     with _progress(tokens.n_tokens, as_json) as progress:
-        result = relu_stats(model.ffn, tokens, threshold=threshold,
+        result = relu_stats(model.engine, tokens, threshold=threshold,
                             target_sparsity=target_sparsity, allow_nonfinite=allow_nonfinite,
                             progress=progress)
     if as_json:

@@ -16,7 +16,8 @@ import numpy as np
 from ffncli import weights as W
 from ffncli.checks import compare, tolerances
 from ffncli.errors import InputError
-from ffncli.ffn import Ffn, MoEWeights, default_chunk_tokens, pre_activation
+from ffncli.engine import Engine, default_chunk_tokens
+from ffncli.ffn import Activation, MoEWeights, pre_activation
 from ffncli.spec import ModelSpec
 from ffncli.tokens import AtomicNpyWriter, TokenInput, check_finite, open_input
 
@@ -29,7 +30,7 @@ Progress = Callable[[int], None]
 @dataclass(frozen=True)
 class Model:
     spec: ModelSpec
-    ffn: Ffn
+    engine: Engine
     source: str  # where the weights came from, for people
 
 
@@ -53,7 +54,8 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
     else:
         raise InputError(f"option --weights: expected a .npz or .safetensors file, got {weights}")
     rows = chunk_tokens or _fitting_chunk(spec, dtype)
-    return Model(spec, Ffn(params, spec.ffn.activation, spec.ffn.beta, rows), source)
+    act = Activation(spec.ffn.activation, spec.ffn.beta)
+    return Model(spec, Engine(params, act, rows), source)
 
 
 @dataclass
@@ -132,7 +134,7 @@ class RunResult:
         return int(np.prod(self.input_shape[:-1])) if len(self.input_shape) > 1 else 1
 
 
-def _lesson_checks(ffn: Ffn, x: np.ndarray, y: np.ndarray) -> dict[str, bool]:
+def _lesson_checks(ffn: Engine, x: np.ndarray, y: np.ndarray) -> dict[str, bool]:
     """The lesson's two prints: one position at a time, and swapped positions. Compared as
     permute-check compares, with the same dtype-aware tolerances (float32 results of one
     token and of many differ in the last bits when BLAS blocks the products differently)."""
@@ -145,7 +147,7 @@ def _lesson_checks(ffn: Ffn, x: np.ndarray, y: np.ndarray) -> dict[str, bool]:
     }
 
 
-def _inactive(ffn: Ffn, x: np.ndarray) -> list[int] | None:
+def _inactive(ffn: Engine, x: np.ndarray) -> list[int] | None:
     """Hidden units at or below zero before the activation, per token (the lesson's 8 8 7)."""
     if isinstance(ffn.weights, MoEWeights):
         return None
@@ -156,7 +158,7 @@ def _inactive(ffn: Ffn, x: np.ndarray) -> list[int] | None:
 def run_ffn(model: Model, tokens: TokenInput, *, out: Path | None = None, force: bool = False,
             residual: bool = False, allow_nonfinite: bool = False, head_rows: int = 8,
             progress: Progress | None = None) -> RunResult:
-    ffn = model.ffn
+    ffn = model.engine
     dtype = ffn.dtype
     rows = ffn.chunk_tokens
     out_shape = tokens.shape[:-1] + (ffn.d_model,)

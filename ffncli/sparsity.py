@@ -16,15 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ffncli.errors import InputError
-from ffncli.ffn import (
-    ExpertWeights,
-    Ffn,
-    MoEWeights,
-    activate_inplace,
-    dispatch,
-    pre_activation,
-    route,
-)
+from ffncli.engine import Engine, activate_inplace
+from ffncli.ffn import ExpertWeights, MoEWeights, dispatch, pre_activation, route
 from ffncli.validate import number
 
 MAX_TOKENS_LISTED = 10_000
@@ -181,7 +174,7 @@ class Rule:
     description: str
 
 
-def inactive_mask(ffn: Ffn, p: ExpertWeights, x: np.ndarray, rule: Rule) -> np.ndarray:
+def inactive_mask(ffn: Engine, p: ExpertWeights, x: np.ndarray, rule: Rule) -> np.ndarray:
     pre = pre_activation(x, p)  # (m, d) -> (m, f), a fresh array
     if rule.threshold is None:
         return pre <= 0
@@ -189,13 +182,13 @@ def inactive_mask(ffn: Ffn, p: ExpertWeights, x: np.ndarray, rule: Rule) -> np.n
     return np.abs(act) <= rule.threshold
 
 
-def expert_activation(ffn: Ffn, pre: np.ndarray) -> np.ndarray:
+def expert_activation(ffn: Engine, pre: np.ndarray) -> np.ndarray:
     """act(pre) in place (pre is a fresh array of the caller's)."""
-    activate_inplace(pre, ffn.activation, ffn.beta)
+    activate_inplace(pre, ffn.act)
     return pre
 
 
-def calibrate_threshold(ffn: Ffn, x: np.ndarray, target: float) -> float:
+def calibrate_threshold(ffn: Engine, x: np.ndarray, target: float) -> float:
     """The CATS rule: T such that a share ``target`` of |act(x W + b)| is <= T."""
     values = []
     for p, rows in _expert_inputs(ffn, x):
@@ -203,7 +196,7 @@ def calibrate_threshold(ffn: Ffn, x: np.ndarray, target: float) -> float:
     return float(np.quantile(np.concatenate(values), target))
 
 
-def _expert_inputs(ffn: Ffn, x: np.ndarray, room: list[int] | None = None):
+def _expert_inputs(ffn: Engine, x: np.ndarray, room: list[int] | None = None):
     """(expert weights, token rows) pairs: the one FFN on all rows, or each expert's tokens
     (``room``: the places capped experts have left, for a chunk of a longer input)."""
     p = ffn.weights
@@ -261,7 +254,7 @@ class SparsityResult:
 class SparsityAccumulator:
     """Feed chunks of tokens; read a SparsityResult at the end."""
 
-    def __init__(self, ffn: Ffn, rule: Rule, keep_masks: bool) -> None:
+    def __init__(self, ffn: Engine, rule: Rule, keep_masks: bool) -> None:
         self.ffn, self.rule = ffn, rule
         p = ffn.weights
         self.experts = len(p.experts) if isinstance(p, MoEWeights) else 1
@@ -297,7 +290,7 @@ class SparsityAccumulator:
         per_token = np.concatenate(self.per_token).tolist() if self.per_token else []
         masks = np.vstack(self.masks) if self.masks else None
         return SparsityResult(self.ffn.d_ff, self.ffn.d_model, self.experts, self.top_k,
-                              self.ffn.activation, self.rule, self.tokens, per_token,
+                              self.ffn.act.name, self.rule, self.tokens, per_token,
                               self.stats, masks)
 
 
@@ -327,7 +320,7 @@ def pairwise_overlap(masks: np.ndarray, d_units: int) -> list[dict[str, float]]:
     return rows
 
 
-def relu_stats(ffn: Ffn, tokens, *, threshold: float | None = None,
+def relu_stats(ffn: Engine, tokens, *, threshold: float | None = None,
                target_sparsity: float | None = None, allow_nonfinite: bool = False,
                progress=None) -> SparsityResult:
     """Stream ``tokens`` (a tokens.TokenInput) through the hidden layer and count."""
@@ -346,7 +339,7 @@ def relu_stats(ffn: Ffn, tokens, *, threshold: float | None = None,
         first = first.copy()
         calibration.close()
         threshold = calibrate_threshold(ffn, first, target_sparsity)
-    rule = Rule(threshold, describe_rule(ffn.activation, threshold, target_sparsity))
+    rule = Rule(threshold, describe_rule(ffn.act.name, threshold, target_sparsity))
     acc = SparsityAccumulator(ffn, rule, keep_masks=tokens.n_tokens <= SMALL_OVERLAP)
     ffn.begin(tokens.n_tokens)  # an expert capacity is that of the whole input
     for start, x in tokens.chunks(rows, ffn.dtype, finite=not allow_nonfinite):

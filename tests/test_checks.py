@@ -11,7 +11,7 @@ from hypothesis import given, settings, HealthCheck
 from hypothesis import strategies as st
 
 from ffncli import checks
-from ffncli.ffn import Ffn
+from ffncli.engine import Engine
 from ffncli.spec import FfnSpec, InitSpec, ModelSpec
 from ffncli.weights import random_weights
 
@@ -68,7 +68,7 @@ def test_engine_is_position_wise_for_any_shape(n, seed, kind):
                   gated=kind in ("swiglu", "moe"), experts=4 if kind == "moe" else 1,
                   top_k=2 if kind == "moe" else 1)
     spec = ModelSpec(name="h", d_model=8, ffn=ffn, init=InitSpec(std=0.4, seed=seed))
-    engine = Ffn(random_weights(spec, np.float64), ffn.activation, chunk_tokens=7)
+    engine = Engine(random_weights(spec, np.float64), ffn.activation, chunk_tokens=7)
     x = np.random.default_rng(seed).normal(size=(n, 8))
     report = run_check(engine, x, trials=3, seed=seed)
     assert report.passed, [p.counterexample for p in report.properties]
@@ -86,7 +86,7 @@ def test_capacity_limited_engine_fails_and_uncapped_passes():
     for cf, passes in ((None, True), (0.5, False)):
         ffn = FfnSpec(d_ff=16, activation="relu", experts=4, top_k=1, capacity_factor=cf)
         spec = ModelSpec(name="m", d_model=8, ffn=ffn, init=InitSpec(std=0.5, seed=1))
-        engine = Ffn(random_weights(spec, np.float64), "relu")
+        engine = Engine(random_weights(spec, np.float64), "relu")
         x = np.random.default_rng(2).normal(size=(32, 8))
         assert run_check(engine, x).passed is passes
 

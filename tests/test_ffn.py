@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from ffncli import ffn as F
+from ffncli import engine as E
+from ffncli.engine import Engine, activate_inplace
 from ffncli.spec import ModelSpec, FfnSpec, InitSpec
 from ffncli.weights import random_weights
 
@@ -29,7 +31,7 @@ def test_lesson_output_from_its_own_code():
     w2, b2 = rng.normal(0, 0.5, (16, 4)), np.zeros(4)
     for dtype in (np.float32, np.float64):
         p = F.DenseWeights(*(a.astype(dtype) for a in (w1, b1, w2, b2)))
-        y = F.Ffn(p, "relu")(LESSON_Z.astype(dtype))
+        y = Engine(p, "relu")(LESSON_Z.astype(dtype))
         assert [[f"{v:.4f}" for v in row] for row in y] == [
             [f"{v:.4f}" for v in row] for row in LESSON_OUT]
         assert ((LESSON_Z @ w1 + b1) <= 0).sum(axis=1).tolist() == [8, 8, 7]
@@ -72,7 +74,7 @@ def test_inplace_activations_equal_the_formula_elementwise(act, dtype, tol):
     }[act]
     expected = np.array([formula(float(v)) for v in x[0]])
     h = x.copy()
-    F._INPLACE[act](h, [np.empty_like(h) for _ in range(F.SCRATCH[act])], beta)
+    activate_inplace(h, F.Activation(act, beta))
     assert h.dtype == dtype
     assert np.abs(h[0] - expected).max() <= tol * max(1.0, np.abs(expected).max())
 
@@ -87,7 +89,7 @@ def test_against_pytorch_reference(act, kind):
         p = F.GatedWeights(TORCH["w"], TORCH["b"], TORCH["v"], TORCH["c"], TORCH["w2"],
                            TORCH["b2"])
     expected = TORCH[f"{kind}_{act}"]
-    np.testing.assert_allclose(F.Ffn(p, act)(x), expected, rtol=1e-5, atol=2e-5)
+    np.testing.assert_allclose(Engine(p, act)(x), expected, rtol=1e-5, atol=2e-5)
     np.testing.assert_allclose(F.ffn(x, p, act), expected, rtol=1e-5, atol=2e-5)
 
 
@@ -96,9 +98,9 @@ def test_gated_swapping_w_and_v_changes_the_output():
     swapped = F.GatedWeights(p.v, p.c, p.w, p.b, p.w2, p.b2)
     x = TORCH["x"]
     for act in ("silu", "gelu", "relu", "sigmoid"):
-        assert not np.allclose(F.Ffn(p, act)(x), F.Ffn(swapped, act)(x))
+        assert not np.allclose(Engine(p, act)(x), Engine(swapped, act)(x))
     # bilinear (identity) is symmetric in W and V: the only variant where swapping is a no-op
-    np.testing.assert_allclose(F.Ffn(p, "identity")(x), F.Ffn(swapped, "identity")(x),
+    np.testing.assert_allclose(Engine(p, "identity")(x), Engine(swapped, "identity")(x),
                                rtol=1e-5, atol=1e-5)
 
 
@@ -120,7 +122,7 @@ def test_moe_against_a_loop_over_tokens():
         weights = probs[top] / probs[top].sum()
         for e, wgt in zip(top, weights):
             expected[i] += wgt * F.gated_ffn(token[None], p.experts[e], "silu")[0]
-    np.testing.assert_allclose(F.Ffn(p, "silu", chunk_tokens=8)(x), expected, rtol=1e-12,
+    np.testing.assert_allclose(Engine(p, "silu", chunk_tokens=8)(x), expected, rtol=1e-12,
                                atol=1e-12)
     np.testing.assert_allclose(F.moe_ffn(x, p, "silu"), expected, rtol=1e-12, atol=1e-12)
 
@@ -148,10 +150,10 @@ def test_engine_equals_plain_path_across_chunk_boundaries(kind, act, dtype):
     p = random_weights(spec, dtype)
     x = np.random.default_rng(2).normal(size=(53, 12)).astype(dtype)  # 53 = 3 x 16 + 5
     x_before = x.copy()
-    plain = F.ffn(x, p, act, spec.ffn.beta)
+    plain = F.ffn(x, p, F.Activation(act, spec.ffn.beta))
     tol = 2e-5 if dtype == np.float32 else 1e-12
     for chunk in (1, 16, 53, 64):
-        engine = F.Ffn(p, act, spec.ffn.beta, chunk_tokens=chunk)
+        engine = Engine(p, F.Activation(act, spec.ffn.beta), chunk_tokens=chunk)
         y = engine(x)
         assert y.dtype == dtype
         np.testing.assert_allclose(y, plain, rtol=tol, atol=tol)
@@ -179,12 +181,12 @@ def test_engine_blocks_and_threads_equal_plain_path(act, gated, monkeypatch):
     p = random_weights(spec, np.float32)
     x = np.random.default_rng(6).normal(size=(203, 16)).astype(np.float32)
     plain = F.ffn(x, p, act)
-    assert len(F._blocks(203, 4096, 4)) > 2
-    threaded = F.Ffn(p, act, chunk_tokens=128)(x)
+    assert len(E._blocks(203, 4096, 4)) > 2
+    threaded = Engine(p, act, chunk_tokens=128)(x)
     scale = max(1.0, float(np.abs(plain).max()))  # float32 sums over 4096 terms
     np.testing.assert_allclose(threaded, plain, rtol=2e-5, atol=2e-6 * scale)
-    monkeypatch.setattr(F, "_THREADS", 1)
-    np.testing.assert_array_equal(F.Ffn(p, act, chunk_tokens=128)(x), threaded)
+    monkeypatch.setattr(E, "_THREADS", 1)
+    np.testing.assert_array_equal(Engine(p, act, chunk_tokens=128)(x), threaded)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,7 +257,7 @@ def test_capacity_keeps_tokens_in_token_order_against_a_loop():
                 expected[i] += gate * F.dense_ffn(token[None], p.experts[e], "gelu")[0]
     np.testing.assert_allclose(F.moe_ffn(x, p, "gelu"), expected, rtol=1e-12, atol=1e-12)
     out = np.full((25, 12), 7.0)  # a used buffer: dropped tokens must come out as zeros
-    engine = F.Ffn(p, "gelu", chunk_tokens=25)  # capacity is per chunk: one chunk here
+    engine = Engine(p, "gelu", chunk_tokens=25)  # capacity is per chunk: one chunk here
     np.testing.assert_allclose(engine(x, out=out), expected, rtol=1e-12, atol=1e-12)
 
 
@@ -266,20 +268,20 @@ def test_capacity_keeps_tokens_in_token_order_against_a_loop():
 @pytest.mark.parametrize("d_ff,tokens", [(1, 8192), (1024, 8192), (2048, 4096), (3072, 2730),
                                          (32768, 256), (1 << 20, 256)])
 def test_default_chunk_holds_about_8m_hidden_values_within_256_to_8192_tokens(d_ff, tokens):
-    assert F.default_chunk_tokens(d_ff) == tokens  # min(8192, max(256, 2**23 // d_ff))
+    assert E.default_chunk_tokens(d_ff) == tokens  # min(8192, max(256, 2**23 // d_ff))
     p = F.DenseWeights(np.zeros((2, d_ff), np.float32), None, np.zeros((d_ff, 2), np.float32),
                        None)
-    assert F.Ffn(p, "relu").chunk_tokens == tokens
+    assert Engine(p, "relu").chunk_tokens == tokens
 
 
 @pytest.mark.parametrize("rows,cols,itemsize", [(203, 4096, 4), (203, 4096, 8), (7, 16, 4),
                                                 (1000, 100_000, 8), (1, 3, 4)])
 def test_blocks_cover_the_rows_once_and_fit_the_cache(rows, cols, itemsize):
-    blocks = F._blocks(rows, cols, itemsize)
+    blocks = E._blocks(rows, cols, itemsize)
     assert [lo for lo, _ in blocks] == [0] + [hi for _, hi in blocks[:-1]]  # contiguous
     assert blocks[-1][1] == rows
     row_bytes = cols * itemsize
     for lo, hi in blocks:  # each block fits in 512 KiB, unless one row alone does not
-        assert (hi - lo) * row_bytes <= F.BLOCK_BYTES or hi - lo == 1
+        assert (hi - lo) * row_bytes <= E.BLOCK_BYTES or hi - lo == 1
     for lo, hi in blocks[:-1]:  # and is as large as fits: one row more would not
-        assert (hi - lo + 1) * row_bytes > F.BLOCK_BYTES
+        assert (hi - lo + 1) * row_bytes > E.BLOCK_BYTES

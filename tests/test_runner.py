@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ffncli import ffn as F
+from ffncli.engine import Engine
 from ffncli.runner import SMALL_TOKENS, Model, build_model, run_ffn
 from ffncli.spec import FfnSpec, ModelSpec, load_preset
 from ffncli.tokens import from_array
@@ -26,7 +27,7 @@ def test_inactive_counts_units_at_exactly_zero():
     """d_model 1, W1 = [1, -1, 0], W2 = ones: pre-activations x, -x, 0 (the lesson's rule:
     at or below zero is inactive)."""
     p = F.DenseWeights(np.array([[1.0, -1.0, 0.0]], F32), None, np.ones((3, 1), F32), None)
-    model = Model(ModelSpec(name="hand", d_model=1, ffn=FfnSpec(d_ff=3)), F.Ffn(p, "relu"), "hand")
+    model = Model(ModelSpec(name="hand", d_model=1, ffn=FfnSpec(d_ff=3)), Engine(p, "relu"), "hand")
     r = run_ffn(model, from_array(np.array([[2.0], [0.0], [-1.0]])))
     assert r.inactive_per_token == [2, 3, 2]
     assert r.head[:, 0].tolist() == [2.0, 0.0, 1.0]  # relu(x) + relu(-x) + relu(0)
@@ -38,7 +39,7 @@ def test_residual_adds_the_input(n, tmp_path):
     x = _tokens(n)
     r = run_ffn(model, from_array(x), residual=True, out=tmp_path / "y.npy")
     x32 = x.astype(np.float32)
-    expected = F.ffn(x32, model.ffn.weights, "relu") + x32
+    expected = F.ffn(x32, model.engine.weights, "relu") + x32
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(r.head, expected[:r.head.shape[0]], rtol=1e-5, atol=1e-6)
     assert r.residual
@@ -48,7 +49,7 @@ def test_streamed_head_is_the_first_rows_across_chunk_boundaries():
     model = _toy(chunk_tokens=3)  # the first 8 rows span three chunks
     x = _tokens(SMALL_TOKENS + 1, seed=1)
     r = run_ffn(model, from_array(x), head_rows=8)
-    expected = F.ffn(x[:8].astype(np.float32), model.ffn.weights, "relu")
+    expected = F.ffn(x[:8].astype(np.float32), model.engine.weights, "relu")
     assert r.head.shape == (8, 4)
     np.testing.assert_allclose(r.head, expected, rtol=1e-5, atol=1e-6)
 
@@ -59,7 +60,7 @@ def test_up_to_1024_tokens_are_held_whole(n, small):
     model = _toy()
     x = _tokens(n, seed=2)
     r = run_ffn(model, from_array(x))
-    p = model.ffn.weights
+    p = model.engine.weights
     if small:
         x32 = x.astype(np.float32)
         assert r.inactive_per_token == ((x32 @ p.w1 + p.b1) <= 0).sum(axis=1).tolist()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from ffncli import ffn as F
+from ffncli.engine import Engine
 from ffncli.sparsity import UnitStats, merge, pairwise_overlap, relu_stats
 from ffncli.spec import FfnSpec, InitSpec, ModelSpec
 from ffncli.tokens import from_array
@@ -58,7 +59,7 @@ def test_statistics_against_direct_numpy(act, gated):
     p = random_weights(spec, np.float64)
     x = np.random.default_rng(9).normal(size=(300, 10))
     x[:, 0] += 3.0  # make some units always or never active
-    ffn = F.Ffn(p, act, chunk_tokens=64)
+    ffn = Engine(p, act, chunk_tokens=64)
     r = relu_stats(ffn, from_array(x))
     w, b = (p.w1, p.b1) if not gated else (p.w, p.b)
     mask = (x @ w + b) <= 0
@@ -121,7 +122,7 @@ def test_moe_per_expert_on_routed_tokens():
     spec = _spec("relu", experts=3, top_k=2, d_ff=16)
     p = random_weights(spec, np.float64)
     x = np.random.default_rng(3).normal(size=(50, 10))
-    r = relu_stats(F.Ffn(p, "relu", chunk_tokens=16), from_array(x))
+    r = relu_stats(Engine(p, "relu", chunk_tokens=16), from_array(x))
     order, _ = F.route(x, p)
     expected = np.zeros(50, dtype=int)
     for e, ex in enumerate(p.experts):
@@ -150,9 +151,9 @@ def test_bad_stats_options(cli):
 HAND_X = np.array([[2.0], [0.0], [-1.0]])  # pre: [2 -2 0], [0 0 0], [-1 1 0]
 
 
-def _hand_ffn() -> F.Ffn:
+def _hand_ffn() -> Engine:
     p = F.DenseWeights(np.array([[1.0, -1.0, 0.0]]), None, np.ones((3, 1)), None)
-    return F.Ffn(p, "relu")
+    return Engine(p, "relu")
 
 
 @pytest.mark.parametrize("threshold,expected", [
@@ -258,7 +259,7 @@ def test_moe_unit_ids_and_w2_macs():
     p = random_weights(spec, np.float64)
     p.experts[1].b1[3] = -100.0  # never above zero for these tokens
     x = np.random.default_rng(3).normal(size=(50, 10))
-    r = relu_stats(F.Ffn(p, "relu", chunk_tokens=16), from_array(x))
+    r = relu_stats(Engine(p, "relu", chunk_tokens=16), from_array(x))
     order, _ = F.route(x, p)
     dead = []
     for e, ex in enumerate(p.experts):
@@ -273,7 +274,7 @@ def test_moe_unit_ids_and_w2_macs():
 @pytest.mark.parametrize("n,table", [(16, True), (17, False)])
 def test_pairwise_table_for_up_to_16_tokens(n, table):
     x = np.random.default_rng(1).normal(size=(n, 10))
-    r = relu_stats(F.Ffn(random_weights(_spec(), np.float64), "relu"), from_array(x))
+    r = relu_stats(Engine(random_weights(_spec(), np.float64), "relu"), from_array(x))
     assert (r.small_masks is not None) == table
     if table:
         p = random_weights(_spec(), np.float64)

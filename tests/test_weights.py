@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st_
 
 from ffncli import ffn as F
+from ffncli.engine import Engine
 from ffncli.errors import MemoryBudgetError, WeightsError
 from ffncli.spec import FfnSpec, InitSpec, ModelSpec, load_preset
 from ffncli.weights import (check_budget, npz_weights, parse_size, random_weights,
@@ -94,11 +95,11 @@ def test_dense_layouts_match_npz(st, tmp_path, layout):
     st.save_file(_noise_layers(tensors), tmp_path / "model.safetensors")
     np.savez(tmp_path / "w.npz", w1=p.w1, b1=p.b1, w2=p.w2, b2=p.b2)
     x = np.random.default_rng(0).normal(size=(5, D)).astype(np.float32)
-    from_st = F.Ffn(safetensors_weights(tmp_path / "model.safetensors", spec, LAYER,
+    from_st = Engine(safetensors_weights(tmp_path / "model.safetensors", spec, LAYER,
                                         np.dtype(np.float32)), "gelu")(x)
-    from_npz = F.Ffn(npz_weights(tmp_path / "w.npz", spec, np.dtype(np.float32)), "gelu")(x)
+    from_npz = Engine(npz_weights(tmp_path / "w.npz", spec, np.dtype(np.float32)), "gelu")(x)
     np.testing.assert_array_equal(from_st, from_npz)
-    np.testing.assert_array_equal(from_npz, F.Ffn(p, "gelu")(x))
+    np.testing.assert_array_equal(from_npz, Engine(p, "gelu")(x))
 
 
 def test_llama_gated_layout_bf16_and_f16(st, tmp_path):
@@ -117,9 +118,9 @@ def test_llama_gated_layout_bf16_and_f16(st, tmp_path):
     st.save_file({pre + k + ".weight": _linear(a).astype(np.float16) for k, a in names.items()},
                  tmp_path / "f16.safetensors")
     got = safetensors_weights(tmp_path / "bf16.safetensors", spec, LAYER, np.dtype(np.float32))
-    np.testing.assert_allclose(F.Ffn(got, "silu")(x), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(Engine(got, "silu")(x), expected, rtol=1e-5, atol=1e-6)
     got16 = safetensors_weights(tmp_path / "f16.safetensors", spec, LAYER, np.dtype(np.float32))
-    np.testing.assert_allclose(F.Ffn(got16, "silu")(x), expected, rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(Engine(got16, "silu")(x), expected, rtol=2e-2, atol=2e-2)
 
 
 def _retag(path: Path, old: str, new: str) -> None:
@@ -153,9 +154,9 @@ def test_mixtral_layout(st, tmp_path):
         npz.update({f"experts.{e}.w": ex.w, f"experts.{e}.v": ex.v, f"experts.{e}.w2": ex.w2})
     np.savez(tmp_path / "m.npz", **npz)
     x = np.random.default_rng(2).normal(size=(9, D)).astype(np.float32)
-    a = F.Ffn(safetensors_weights(tmp_path / "m.safetensors", spec, LAYER, np.dtype("f4")),
+    a = Engine(safetensors_weights(tmp_path / "m.safetensors", spec, LAYER, np.dtype("f4")),
               "silu")(x)
-    b = F.Ffn(npz_weights(tmp_path / "m.npz", spec, np.dtype("f4")), "silu")(x)
+    b = Engine(npz_weights(tmp_path / "m.npz", spec, np.dtype("f4")), "silu")(x)
     np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(a, F.moe_ffn(x, p, "silu"), rtol=1e-5, atol=1e-6)
 
@@ -173,7 +174,7 @@ def test_t5_layouts(st, tmp_path, gated):
     st.save_file(tensors, tmp_path / "t5.safetensors")
     x = np.random.default_rng(3).normal(size=(4, D)).astype(np.float32)
     got = safetensors_weights(tmp_path / "t5.safetensors", spec, LAYER, np.dtype("f4"))
-    np.testing.assert_allclose(F.Ffn(got, "relu")(x), F.ffn(x, p, "relu"), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(Engine(got, "relu")(x), F.ffn(x, p, "relu"), rtol=1e-6, atol=1e-6)
 
 
 def test_missing_layer_names_what_was_found(st, tmp_path):
@@ -215,7 +216,7 @@ def test_minilm_layers_agree_with_pytorch(minilm, layer):
     model = Path(minilm.__file__).parent / "model"
     spec = load_config(model / "config.json")
     weights = safetensors_weights(model / "model.safetensors", spec, layer, np.dtype("f4"))
-    y = F.Ffn(weights, spec.ffn.activation)(TORCH["minilm_tokens"])
+    y = Engine(weights, spec.ffn.activation)(TORCH["minilm_tokens"])
     np.testing.assert_allclose(y, TORCH[f"minilm_layer{layer}"], rtol=1e-4, atol=1e-5)
 
 
@@ -401,8 +402,8 @@ def test_npz_any_order_and_byte_order_same_values(tmp_path, compressed):
         assert a.dtype == np.float64 and a.flags.c_contiguous
         np.testing.assert_array_equal(a, b.astype(np.float64))
     x = np.random.default_rng(4).normal(size=(5, 4)).astype(np.float32)
-    np.testing.assert_array_equal(F.Ffn(_read(tmp_path, GOOD_NPZ), "relu")(x),
-                                  F.Ffn(p, "relu")(x))
+    np.testing.assert_array_equal(Engine(_read(tmp_path, GOOD_NPZ), "relu")(x),
+                                  Engine(p, "relu")(x))
 
 
 def test_npz_mixture_of_experts_without_safetensors(tmp_path):
@@ -413,7 +414,7 @@ def test_npz_mixture_of_experts_without_safetensors(tmp_path):
         arrays.update({f"experts.{e}.w": ex.w, f"experts.{e}.v": ex.v, f"experts.{e}.w2": ex.w2})
     got = _read(tmp_path, _npz(True, **arrays), spec)
     x = np.random.default_rng(8).normal(size=(7, D)).astype(np.float32)
-    np.testing.assert_array_equal(F.Ffn(got, "silu")(x), F.Ffn(p, "silu")(x))
+    np.testing.assert_array_equal(Engine(got, "silu")(x), Engine(p, "silu")(x))
     del arrays["experts.2.v"]
     with pytest.raises(WeightsError, match=r"w\.npz: missing array 'experts\.2\.v'$"):
         _read(tmp_path, _npz(**arrays), spec)
