@@ -14,7 +14,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Iterable
 
-from ffncli.errors import WeightsError, open_file
+from ffncli.errors import WeightsError
+from ffncli.files import open_file
 from ffncli.textformats import Malformed, brief, parse_json
 
 FLOAT_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}

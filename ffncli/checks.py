@@ -15,17 +15,17 @@ import inspect
 import os
 import signal
 import sys
-import tempfile
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from ffncli.errors import ImplError, InputError, Interrupted, OutputError, shown
-from ffncli.validate import number
+from ffncli.errors import ImplError, InputError, Interrupted, OutputError
+from ffncli.files import same_file
+from ffncli.spec import Overrides
+from ffncli.validate import number, whole
 
 Fn = Callable[[np.ndarray], np.ndarray]
 
@@ -37,8 +37,8 @@ def tolerances(dtype: np.dtype | str, rtol: float | None = None,
                atol: float | None = None) -> tuple[float, float]:
     """(rtol, atol) for results in ``dtype``: the defaults above, or the caller's values."""
     default_rtol, default_atol = TOLERANCES.get(np.dtype(dtype).name, TOLERANCES["float64"])
-    return (default_rtol if rtol is None else number("--rtol", rtol),
-            default_atol if atol is None else number("--atol", atol))
+    return (default_rtol if rtol is None else number("option --rtol", rtol),
+            default_atol if atol is None else number("option --atol", atol))
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def check_timeout(seconds: float | None) -> None:
     cannot enforce (it needs ``signal.setitimer``, which Windows lacks)."""
     if seconds is None:
         return
-    number("--timeout", seconds, positive=True)
+    number("option --timeout", seconds, positive=True)
     if not hasattr(signal, "setitimer"):
         raise InputError("option --timeout: not available on this platform (it needs "
                          "signal.setitimer)")
@@ -433,51 +433,12 @@ def permute_check(f: Fn, x: np.ndarray, *, target: str, input_shape: tuple[int, 
     return CheckReport(target, x.shape[0], tuple(input_shape), x.shape[1], dtype, tuple(props))
 
 
-def junit_xml(report: CheckReport) -> str:
-    """One testsuite, one testcase per property, a <failure> for each that failed."""
-    failures = sum(not p.passed for p in report.properties)
-    suites, suite = _junit_suite(len(report.properties), failures, 0,
-                                 sum(p.seconds for p in report.properties))
-    for p in report.properties:
-        case = ET.SubElement(suite, "testcase", classname=_classname(report.target),
-                             name=p.name, time=f"{p.seconds:.6f}")
-        if not p.passed:
-            failure = ET.SubElement(case, "failure", message=p.counterexample or "failed",
-                                    type="PropertyFailed")
-            failure.text = (f"max abs deviation {p.max_abs:.3g}, max rel {p.max_rel:.3g}, "
-                            f"rtol {p.rtol:g}, atol {p.atol:g}, worst token {p.worst_token}")
-    return ET.tostring(suites, encoding="unicode", xml_declaration=True)
-
-
-def junit_error_xml(target: str, message: str) -> str:
-    """The report of a check that could not run (the implementation exited, hung, returned
-    NaN...): one testcase with an <error>, so that last run's report does not stay behind
-    looking like this run's. Control characters are escaped: XML 1.0 cannot hold them."""
-    suites, suite = _junit_suite(1, 0, 1, 0.0)
-    case = ET.SubElement(suite, "testcase", classname=_classname(target), name="permute-check",
-                         time="0")
-    ET.SubElement(case, "error", message=shown(message), type="ImplError")
-    return ET.tostring(suites, encoding="unicode", xml_declaration=True)
-
-
-def _classname(target: str) -> str:
-    return shown(f"ffncli.permute-check.{target}")
-
-
-def _junit_suite(tests: int, failures: int, errors: int,
-                 seconds: float) -> tuple[ET.Element, ET.Element]:
-    suites = ET.Element("testsuites")
-    suite = ET.SubElement(suites, "testsuite", name="ffncli permute-check", tests=str(tests),
-                          failures=str(failures), errors=str(errors), time=f"{seconds:.6f}")
-    return suites, suite
-
-
 def check_report_path(path: Path, inputs: Iterable[tuple[str, Path | None]]) -> Path:
     """Where a ``--junit-xml`` report will go (a symbolic link is followed, as ``open`` would),
     refused before any work if it is one of the command's ``inputs`` (named by what they
     are: ``[("--input file", path), ...]``), a directory, a device, or in no folder."""
     for what, source in inputs:
-        if source is not None and _same_file(path, source):
+        if source is not None and same_file(path, source):
             raise OutputError(f"option --junit-xml: {path} is an input of this command (the "
                               f"{what}); choose another path")
     target = Path(os.path.realpath(path))
@@ -491,37 +452,81 @@ def check_report_path(path: Path, inputs: Iterable[tuple[str, Path | None]]) -> 
     return target
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    """The same file: by device and inode when both exist, else by their resolved paths."""
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return os.path.realpath(a) == os.path.realpath(b)
+# ---------------------------------------------------------------------------------------------
+# permute-check as the command runs it.
+
+MAX_TOKENS = 100_000  # the input is held in memory and run many times
 
 
-def write_report(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically: into a temporary file beside it, synced, then
-    renamed over it, so that a crash or a full disk never leaves half a report (nor deletes
-    last run's). ``path`` comes from :func:`check_report_path`."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.",
-                                   suffix=".tmp")
-    except OSError as exc:
-        raise OutputError(f"option --junit-xml: cannot write in {path.parent}: "
-                          f"{exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # as open() would, not mkstemp's 0o600
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise OutputError(f"option --junit-xml: cannot write {path}: "
-                              f"{exc.strerror or exc}") from None
-        raise
+@dataclass(frozen=True)
+class Target:
+    """What is checked: a user's ``--impl`` function or the engine of a model, guarded."""
+
+    fn: Fn
+    name: str
+    d_model: int
+    dtype: np.dtype
+    timeout: float | None
+    sources: tuple[Path, ...] = ()  # files the implementation was read from
+
+
+def load_target(impl: str | None, preset: str | None, config: Path | None,
+                overrides: Overrides, weights: Path | None, layer: int, dtype: str,
+                max_memory: str | None, timeout: float | None) -> Target:
+    """``--impl module:function`` (its width from ``--d-model`` or the spec), or the FFN of
+    the spec and weights."""
+    from ffncli.model import load_model, resolve_spec
+    from ffncli.runner import parse_dtype
+
+    np_dtype = parse_dtype(dtype)
+    check_timeout(timeout)
+    if impl is None:
+        model = load_model(preset, config, overrides, weights, layer, dtype, max_memory)
+        return Target(model.engine, model.spec.name, model.engine.d_model, np_dtype, timeout)
+    if weights is not None:
+        raise InputError("give --impl or --weights, not both")
+    if overrides.d_model is None and preset is None and config is None:
+        raise InputError("option --impl: give the width with --d-model N (or a --preset)")
+    width = overrides.d_model if overrides.d_model is not None else \
+        resolve_spec(preset, config).d_model
+    fn = load_impl(impl, timeout=timeout)
+    return Target(fn, impl, width, np_dtype, timeout, tuple(impl_sources(impl)))
+
+
+def report_path(path: Path | None, target: Target, tokens: Path | None, preset: str | None,
+                config: Path | None, weights: Path | None) -> Path | None:
+    """Where ``--junit-xml`` goes, refused before any work if it is an input of the command."""
+    if path is None:
+        return None
+    beside = weights.parent / "config.json" if weights is not None else None
+    preset_file = Path(preset) if preset and Path(preset).is_file() else None
+    inputs = [("--input file", tokens), ("--preset file", preset_file),
+              ("--config file", config), ("--weights file", weights),
+              ("config.json beside the --weights", beside)]
+    inputs += [("--impl module's source", source) for source in target.sources]
+    return check_report_path(path, inputs)
+
+
+def check_command(target: Target, tokens_path: Path | None, random: int | None, seed: int, *,
+                  trials: int = 8, rtol: float | None = None, atol: float | None = None,
+                  allow_nonfinite: bool = False) -> CheckReport:
+    """Read the tokens once (at most 100,000, refused when they would not fit in memory),
+    refuse NaN and infinity, and check every property with each call guarded."""
+    from ffncli.runner import check_in_memory, resolve_input
+    from ffncli.tokens import check_finite, from_array
+
+    whole("option --trials", trials, 0)
+    tokens = resolve_input(tokens_path, random, target.d_model, seed)
+    if tokens.n_tokens > MAX_TOKENS:
+        raise InputError(f"permute-check holds the input in memory and runs it many times; "
+                         f"{tokens.n_tokens:,} tokens is too many (at most {MAX_TOKENS:,})")
+    check_in_memory(tokens, target.dtype, 6, "permute-check")  # input, outputs, trials
+    x = tokens.matrix(target.dtype)  # read once; checked in memory
+    if not allow_nonfinite:
+        in_memory = from_array(x)
+        in_memory.path = tokens.path  # name the file in the error
+        check_finite(in_memory, target.dtype, x.shape[0])
+    shape = tokens.shape if len(tokens.shape) > 1 else (1, tokens.d_model)
+    return permute_check(guarded(target.fn, target.name, target.dtype, timeout=target.timeout),
+                         x, target=target.name, input_shape=shape, trials=trials, seed=seed,
+                         rtol=rtol, atol=atol)

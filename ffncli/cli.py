@@ -1,27 +1,29 @@
 """The Typer app: parse options, call one core function, render. No math here.
 
-The single error boundary is :func:`run`: a core ``FfnError`` becomes one ``error: ...`` line
-on stderr and exit code 2; a failed check exits 1. Heavy modules (NumPy) are imported inside
-the commands that need them, so ``ffncli params`` starts as fast as Typer does.
+Each command turns its options into one call of the core (``ffncli.model``, ``runner``,
+``checks``, ``sparsity``, ``counting``) and hands the result to ``render``. The single error
+boundary is :func:`run`: a core ``FfnError`` becomes one ``error: ...`` line on stderr and
+exit code 2; a failed check exits 1. Heavy modules (NumPy) are imported inside the commands
+that need them, so ``ffncli params`` starts as fast as Typer does.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import signal
 import sys
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, Optional, TextIO
+from typing import Annotated, Any, Callable, Optional, TextIO, TypeVar
 
 import typer
 
 from ffncli.blas import quiet_idle_threads
-from ffncli.errors import ExitCode, FfnError, InputError, Interrupted, OutputError, shown
-
-if TYPE_CHECKING:
-    from ffncli.spec import ModelSpec
+from ffncli.errors import ExitCode, FfnError, ImplError, Interrupted, OutputError, shown
+from ffncli.spec import ACTIVATIONS, GLU_VARIANTS, Overrides
+from ffncli.validate import whole
 
 app = typer.Typer(
     name="ffncli",
@@ -32,118 +34,17 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-# Options shared by every command that needs a spec.
+# ---------------------------------------------------------------------------------------------
+# Options shared by the commands.
+
 PresetOpt = Annotated[Optional[str], typer.Option(
     "--preset", "-p", help="Built-in preset name (see `ffncli presets`) or a YAML file.")]
-ConfigOpt = Annotated[Optional[Path], typer.Option(
-    "--config", help="A Hugging Face config.json.")]
-DModelOpt = Annotated[Optional[int], typer.Option("--d-model", help="What-if: model width.")]
-DffOpt = Annotated[Optional[int], typer.Option("--d-ff", help="What-if: FFN hidden width.")]
-ActOpt = Annotated[Optional[str], typer.Option(
-    "--activation", help="What-if: relu, gelu, gelu_tanh, silu, swish, sigmoid, identity "
-    "(keeps the gating), or glu, reglu, geglu, swiglu, bilinear (gated).")]
-GatedOpt = Annotated[Optional[bool], typer.Option(
-    "--gated/--no-gated", help="What-if: a gated (GLU) FFN with three matrices, or not.",
-    show_default=False)]
-ExpertsOpt = Annotated[Optional[int], typer.Option("--experts", help="What-if: experts.")]
-TopKOpt = Annotated[Optional[int], typer.Option("--top-k", help="What-if: experts per token.")]
-BetaOpt = Annotated[Optional[float], typer.Option(
-    "--beta", help="Swish_beta: x * sigmoid(beta x) for silu/swish.")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A Hugging Face config.json.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-
-
-def resolve_spec(
-    preset: str | None,
-    config: Path | None,
-    *,
-    d_model: int | None = None,
-    d_ff: int | None = None,
-    activation: str | None = None,
-    gated: bool | None = None,
-    experts: int | None = None,
-    top_k: int | None = None,
-    beta: float | None = None,
-    capacity_factor: float | None = None,
-    match_params: bool = False,
-    multiple_of: int = 1,
-    default_preset: str | None = None,
-) -> ModelSpec:
-    from ffncli.spec import Overrides, apply_overrides, load_preset
-
-    if preset is not None and config is not None:
-        raise InputError("give --preset or --config, not both")
-    if config is not None:
-        from ffncli.hfconfig import load_config
-
-        spec = load_config(config)
-    elif preset is not None:
-        spec = load_preset(preset)
-    elif default_preset is not None:
-        spec = load_preset(default_preset)
-    else:
-        raise InputError("give a model: --preset NAME|FILE or --config config.json")
-    overrides = Overrides(d_model=d_model, d_ff=d_ff, activation=activation, gated=gated,
-                          experts=experts, top_k=top_k, beta=beta,
-                          capacity_factor=capacity_factor, match_params=match_params,
-                          multiple_of=multiple_of)
-    return apply_overrides(spec, overrides)
-
-
-@app.command()
-def params(
-    preset: PresetOpt = None,
-    config: ConfigOpt = None,
-    d_model: DModelOpt = None,
-    d_ff: DffOpt = None,
-    activation: ActOpt = None,
-    gated: GatedOpt = None,
-    experts: ExpertsOpt = None,
-    top_k: TopKOpt = None,
-    match_params: Annotated[bool, typer.Option(
-        "--match-params", help="Pick d_ff of a gated FFN so it has about the parameters of the "
-        "two-matrix FFN of the given d_ff (the 2/3 rule, rounded to nearest).")] = False,
-    multiple_of: Annotated[int, typer.Option(
-        "--multiple-of", help="With --match-params: round d_ff up to a multiple of this "
-        "(LLaMA uses 256).", min=1)] = 1,
-    seq_len: Annotated[Optional[int], typer.Option(
-        "--seq-len", help="Sequence length for attention-score FLOPs (default: the preset's).",
-        min=1)] = None,
-    weights: Annotated[Optional[Path], typer.Option(
-        "--weights", help="A .safetensors file: count its parameters from the header alone "
-        "and compare with the spec (exit 1 on a mismatch).")] = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Count parameters, FLOPs per token and weight memory: FFN, attention, norms, model."""
-    from dataclasses import replace
-
-    from ffncli import render
-    from ffncli.counting import count
-
-    spec = resolve_spec(preset, config, d_model=d_model, d_ff=d_ff, activation=activation,
-                        gated=gated, experts=experts, top_k=top_k, match_params=match_params,
-                        multiple_of=multiple_of)
-    if seq_len is not None:
-        spec = replace(spec, seq_len=seq_len)
-    file_count = None
-    if weights is not None:
-        from ffncli.checkpoint import count_file, read_header
-
-        file_count = count_file(read_header(weights))
-    result = render.ParamsResult(count(spec), file_count, str(weights) if weights else None)
-    if as_json:
-        render.emit_json(render.params_json(result))
-    else:
-        render.print_params(result)
-    if not result.matches:
-        raise typer.Exit(ExitCode.CHECK_FAILED)
-
-
-# Options of the commands that run an FFN.
 WeightsOpt = Annotated[Optional[Path], typer.Option(
     "--weights", help="FFN weights: .npz (w1 b1 w2 b2; gated w b v c w2 b2) or a Hugging Face "
     ".safetensors checkpoint (with --layer). Default: random, from the preset's seed.")]
-LayerOpt = Annotated[int, typer.Option("--layer", help="Layer of a .safetensors checkpoint.",
-                                       min=0)]
+LayerOpt = Annotated[int, typer.Option("--layer", help="Layer of a .safetensors checkpoint.")]
 InputOpt = Annotated[Optional[Path], typer.Option(
     "--input", "-i", help="Tokens: .npy (1-D, 2-D tokens x d_model, or 3-D batch x seq x "
     "d_model), or .txt/.csv with one token per row.")]
@@ -154,45 +55,95 @@ DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float64: the 
                                                       "dtype.")]
 MemOpt = Annotated[Optional[str], typer.Option(
     "--max-memory", help="Budget for random weights (default 2GB, never more than is free).")]
-CapacityOpt = Annotated[Optional[float], typer.Option(
-    "--capacity-factor", help="Mixture of experts: each expert takes at most "
-    "ceil(cf * tokens * top_k / experts) tokens, in order; the rest are dropped.")]
 NonfiniteOpt = Annotated[bool, typer.Option(
     "--allow-nonfinite", help="Compute with NaN and infinity instead of refusing them.")]
 
+# The what-if options: each command declares the ones it uses, and receives them as one
+# ``Overrides`` (see :func:`what_if`).
+WHAT_IF: dict[str, Any] = {
+    "d_model": Annotated[Optional[int], typer.Option("--d-model", help="What-if: model width.")],
+    "d_ff": Annotated[Optional[int], typer.Option("--d-ff", help="What-if: FFN hidden width.")],
+    "activation": Annotated[Optional[str], typer.Option(
+        "--activation", help=f"What-if: {', '.join(ACTIVATIONS)} (keeps the gating), or "
+        f"{', '.join(GLU_VARIANTS)} (gated).")],
+    "gated": Annotated[Optional[bool], typer.Option(
+        "--gated/--no-gated", help="What-if: a gated (GLU) FFN with three matrices, or not.",
+        show_default=False)],
+    "experts": Annotated[Optional[int], typer.Option("--experts", help="What-if: experts.")],
+    "top_k": Annotated[Optional[int], typer.Option("--top-k", help="What-if: experts per token.")],
+    "beta": Annotated[Optional[float], typer.Option(
+        "--beta", help="Swish_beta: x * sigmoid(beta x) for silu/swish.")],
+    "capacity_factor": Annotated[Optional[float], typer.Option(
+        "--capacity-factor", help="Mixture of experts: each expert takes at most "
+        "ceil(cf * tokens * top_k / experts) tokens, in order; the rest are dropped.")],
+    "match_params": Annotated[bool, typer.Option(
+        "--match-params", help="Pick d_ff of a gated FFN so it has about the parameters of the "
+        "two-matrix FFN of the given d_ff (the 2/3 rule, rounded to nearest).")],
+    "multiple_of": Annotated[int, typer.Option(
+        "--multiple-of", help="With --match-params: round d_ff up to a multiple of this "
+        "(LLaMA uses 256).")],
+    "seq_len": Annotated[Optional[int], typer.Option(
+        "--seq-len", help="Sequence length for attention-score FLOPs (default: the preset's).")],
+}
+SHAPE = ("d_model", "d_ff", "activation", "gated", "experts", "top_k")
+RUNNING = SHAPE + ("beta", "capacity_factor")
+COUNTING = SHAPE + ("match_params", "multiple_of", "seq_len")
 
-def _model(preset, config, weights, layer, dtype, max_memory, **overrides):
-    """The spec (from --config, a config.json beside the weights, or --preset) and its FFN."""
-    from ffncli import runner
-    from ffncli.weights import default_config_beside, parse_size
-
-    if config is None and preset is None and weights is not None:
-        if weights.suffix.lower() == ".safetensors":
-            config = default_config_beside(weights)
-    if config is None and preset is None:
-        raise InputError("give a model: --preset NAME|FILE, --config config.json, or "
-                         "--weights model.safetensors with a config.json beside it")
-    spec = resolve_spec(preset, config, **overrides)
-    budget = parse_size(max_memory) if max_memory is not None else None
-    return runner.build_model(spec, weights, layer, runner.parse_dtype(dtype), budget)
+Command = TypeVar("Command", bound=Callable[..., None])
 
 
-@contextmanager
-def _progress(total: int, as_json: bool) -> Iterator[Callable[[int], None] | None]:
-    """A progress callback drawing a bar on stderr for long work on a terminal, else None."""
-    if as_json or not sys.stderr.isatty() or total < 200_000:
-        yield None
-        return
-    from rich.progress import Progress
+def what_if(*names: str) -> Callable[[Command], Command]:
+    """Give a command the what-if options ``names`` and pass them as one ``overrides``.
 
-    from ffncli.render import console
+    Typer reads a command's options from its signature, so the wrapper's signature is the
+    command's own (less ``overrides``) followed by the chosen options."""
+    def decorate(command: Command) -> Command:
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
+               if p.name != "overrides"]
+        extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                   default=Overrides.__dataclass_fields__[name].default,
+                                   annotation=WHAT_IF[name]) for name in names]
 
-    with Progress(console=console(stderr=True), transient=True) as bar:
-        task = bar.add_task("tokens", total=total)
-        yield lambda done: bar.update(task, completed=done)
+        @functools.wraps(command)
+        def wrapper(**options: Any) -> None:
+            overrides = Overrides(**{name: options.pop(name) for name in names})
+            command(overrides=overrides, **options)
+
+        wrapper.__signature__ = inspect.Signature(own + extra)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+# ---------------------------------------------------------------------------------------------
+# The commands.
+
+
+@app.command()
+@what_if(*COUNTING)
+def params(
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    weights: Annotated[Optional[Path], typer.Option(
+        "--weights", help="A .safetensors file: count its parameters from the header alone "
+        "and compare with the spec (exit 1 on a mismatch).")] = None,
+    as_json: JsonOpt = False,
+    *, overrides: Overrides,
+) -> None:
+    """Count parameters, FLOPs per token and weight memory: FFN, attention, norms, model."""
+    from ffncli import render
+    from ffncli.counting import count_params
+    from ffncli.model import resolve_spec
+
+    result = count_params(resolve_spec(preset, config, overrides), weights)
+    render.emit_params(result, as_json)
+    if not result.matches:
+        raise typer.Exit(ExitCode.CHECK_FAILED)
 
 
 @app.command("run")
+@what_if(*RUNNING)
 def run_cmd(
     preset: PresetOpt = None,
     config: ConfigOpt = None,
@@ -206,40 +157,28 @@ def run_cmd(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
     residual: Annotated[bool, typer.Option("--residual", help="Return x + FFN(x).")] = False,
     dtype: DtypeOpt = "float32",
-    precision: Annotated[int, typer.Option("--precision", help="Digits shown.", min=0,
-                                           max=12)] = 4,
+    precision: Annotated[int, typer.Option("--precision", help="Digits shown (0 to 12).")] = 4,
     allow_nonfinite: NonfiniteOpt = False,
     max_memory: MemOpt = None,
-    d_model: DModelOpt = None,
-    d_ff: DffOpt = None,
-    activation: ActOpt = None,
-    gated: GatedOpt = None,
-    experts: ExpertsOpt = None,
-    top_k: TopKOpt = None,
-    beta: BetaOpt = None,
-    capacity_factor: CapacityOpt = None,
     as_json: JsonOpt = False,
+    *, overrides: Overrides,
 ) -> None:
     """Run the FFN on token vectors: print the output, or stream it to a .npy file."""
     from ffncli import render, runner
+    from ffncli.model import load_model
 
-    model = _model(preset, config, weights, layer, dtype, max_memory, d_model=d_model,
-                   d_ff=d_ff, activation=activation, gated=gated, experts=experts,
-                   top_k=top_k, beta=beta, capacity_factor=capacity_factor)
+    whole("option --precision", precision, 0, 12)
+    model = load_model(preset, config, overrides, weights, layer, dtype, max_memory)
     tokens = runner.resolve_input(input, random, model.engine.d_model, seed)
-    if as_json and out is None and tokens.n_tokens > runner.SMALL_TOKENS:
-        raise InputError(f"--json prints at most {runner.SMALL_TOKENS} output tokens; the input "
-                         f"has {tokens.n_tokens:,}: add --out FILE.npy")
-    with _progress(tokens.n_tokens, as_json) as progress:
+    runner.check_printable(tokens, out, as_json)
+    with render.progress(tokens.n_tokens, as_json) as progress:
         result = runner.run_ffn(model, tokens, out=out, force=force, residual=residual,
                                 allow_nonfinite=allow_nonfinite, progress=progress)
-    if as_json:
-        render.emit_json(render.run_json(result))
-    else:
-        render.print_run(result, precision)
+    render.emit_run(result, as_json, precision)
 
 
 @app.command("permute-check")
+@what_if(*RUNNING)
 def permute_check_cmd(
     preset: PresetOpt = None,
     config: ConfigOpt = None,
@@ -252,7 +191,7 @@ def permute_check_cmd(
     random: RandomOpt = None,
     seed: SeedOpt = 0,
     trials: Annotated[int, typer.Option("--trials", help="Random permutations, besides "
-                                        "reverse, cyclic shift and first/last swap.", min=0)] = 8,
+                                        "reverse, cyclic shift and first/last swap.")] = 8,
     dtype: DtypeOpt = "float32",
     rtol: Annotated[Optional[float], typer.Option(
         "--rtol", help="Relative tolerance (default: float32 1.3e-6, float64 1e-7).")] = None,
@@ -260,86 +199,37 @@ def permute_check_cmd(
         "--atol", help="Absolute tolerance (default: float32 1e-5, float64 1e-7).")] = None,
     junit_xml: Annotated[Optional[Path], typer.Option(
         "--junit-xml", help="Also write a JUnit XML report (one testcase per property; an "
-        "<error> if the FFN misbehaves), atomically, never over an input of the command.",
-        dir_okay=False)] = None,
+        "<error> if the FFN misbehaves), atomically, never over an input of the command.")
+    ] = None,
     timeout: Annotated[Optional[float], typer.Option(
         "--timeout", metavar="SECONDS", help="Limit on each call of the FFN (the check makes "
         "about 80 + --trials) and on importing the --impl module: one that takes longer is an "
         "error, exit 2. POSIX only. Default: no limit.", show_default=False)] = None,
     allow_nonfinite: NonfiniteOpt = False,
     max_memory: MemOpt = None,
-    d_model: DModelOpt = None,
-    d_ff: DffOpt = None,
-    activation: ActOpt = None,
-    gated: GatedOpt = None,
-    experts: ExpertsOpt = None,
-    top_k: TopKOpt = None,
-    beta: BetaOpt = None,
-    capacity_factor: CapacityOpt = None,
     as_json: JsonOpt = False,
+    *, overrides: Overrides,
 ) -> None:
     """Check that an FFN is position-wise: exit 0 if every property holds, 1 if not."""
-    from ffncli import checks, render, runner
-    from ffncli.errors import ImplError
-    from ffncli.tokens import check_finite, from_array
+    from ffncli import checks, render
 
-    np_dtype = runner.parse_dtype(dtype)
-    checks.check_timeout(timeout)
-    if impl is not None:
-        if weights is not None:
-            raise InputError("give --impl or --weights, not both")
-        if d_model is None and preset is None and config is None:
-            raise InputError("option --impl: give the width with --d-model N (or a --preset)")
-        width = d_model if d_model is not None else resolve_spec(preset, config).d_model
-        fn, target = checks.load_impl(impl, timeout=timeout), impl
-    else:
-        model = _model(preset, config, weights, layer, dtype, max_memory, d_model=d_model,
-                       d_ff=d_ff, activation=activation, gated=gated, experts=experts,
-                       top_k=top_k, beta=beta, capacity_factor=capacity_factor)
-        width, fn, target = model.engine.d_model, model.engine, model.spec.name
-    report_path = None
-    if junit_xml is not None:
-        beside = weights.parent / "config.json" if weights is not None else None
-        preset_file = Path(preset) if preset and Path(preset).is_file() else None
-        inputs = [("--input file", input), ("--preset file", preset_file),
-                  ("--config file", config), ("--weights file", weights),
-                  ("config.json beside the --weights", beside)]
-        inputs += [("--impl module's source", p)
-                   for p in (checks.impl_sources(impl) if impl else ())]
-        report_path = checks.check_report_path(junit_xml, inputs)
-    tokens = runner.resolve_input(input, random, width, seed)
-    if tokens.n_tokens > 100_000:
-        raise InputError(f"permute-check holds the input in memory and runs it many times; "
-                         f"{tokens.n_tokens:,} tokens is too many (at most 100,000)")
-    runner.check_in_memory(tokens, np_dtype, 6, "permute-check")  # input, outputs, trials
-    x = tokens.matrix(np_dtype)  # read once; checked in memory
-    if not allow_nonfinite:
-        in_memory = from_array(x)
-        in_memory.path = tokens.path  # name the file in the error
-        check_finite(in_memory, np_dtype, x.shape[0])
+    target = checks.load_target(impl, preset, config, overrides, weights, layer, dtype,
+                                max_memory, timeout)
+    report_path = checks.report_path(junit_xml, target, input, preset, config, weights)
     try:
-        report = checks.permute_check(checks.guarded(fn, target, np_dtype, timeout=timeout), x,
-                                      target=target, input_shape=tokens.shape
-                                      if len(tokens.shape) > 1 else (1, tokens.d_model),
-                                      trials=trials, seed=seed, rtol=rtol, atol=atol)
+        report = checks.check_command(target, input, random, seed, trials=trials, rtol=rtol,
+                                      atol=atol, allow_nonfinite=allow_nonfinite)
     except ImplError as exc:  # the FFN misbehaved: the report says so too, then exit 2
-        if report_path is not None:
-            try:
-                checks.write_report(report_path, checks.junit_error_xml(target, str(exc)))
-            except OutputError:
-                pass  # the FFN's error is the one to show
+        render.junit_report(report_path, target.name, exc)
         raise
-    if report_path is not None:
-        checks.write_report(report_path, checks.junit_xml(report))
-    if as_json:
-        render.emit_json(render.check_json(report))
-    else:
-        render.print_check(report)
+    render.junit_report(report_path, target.name, report)
+    render.emit_check(report, as_json)
     if not report.passed:
         raise typer.Exit(ExitCode.CHECK_FAILED)
 
 
 @app.command("relu-stats")
+@what_if(*RUNNING)
 def relu_stats_cmd(
     preset: PresetOpt = None,
     config: ConfigOpt = None,
@@ -357,45 +247,34 @@ def relu_stats_cmd(
     dtype: DtypeOpt = "float32",
     allow_nonfinite: NonfiniteOpt = False,
     max_memory: MemOpt = None,
-    d_model: DModelOpt = None,
-    d_ff: DffOpt = None,
-    activation: ActOpt = None,
-    gated: GatedOpt = None,
-    experts: ExpertsOpt = None,
-    top_k: TopKOpt = None,
-    beta: BetaOpt = None,
-    capacity_factor: CapacityOpt = None,
     as_json: JsonOpt = False,
+    *, overrides: Overrides,
 ) -> None:
     """Activation sparsity of the hidden layer: per token, per unit, overlap, savings."""
     from ffncli import render, runner
+    from ffncli.model import load_model
     from ffncli.sparsity import relu_stats
 
-    model = _model(preset, config, weights, layer, dtype, max_memory, d_model=d_model,
-                   d_ff=d_ff, activation=activation, gated=gated, experts=experts,
-                   top_k=top_k, beta=beta, capacity_factor=capacity_factor)
+    model = load_model(preset, config, overrides, weights, layer, dtype, max_memory)
     tokens = runner.resolve_input(input, random, model.engine.d_model, seed)
-    with _progress(tokens.n_tokens, as_json) as progress:
+    with render.progress(tokens.n_tokens, as_json) as progress:
         result = relu_stats(model.engine, tokens, threshold=threshold,
                             target_sparsity=target_sparsity, allow_nonfinite=allow_nonfinite,
                             progress=progress)
-    if as_json:
-        render.emit_json(render.stats_json(result))
-    else:
-        render.print_stats(result)
+    render.emit_stats(result, as_json)
 
 
 @app.command()
 def presets(as_json: JsonOpt = False) -> None:
     """List the built-in presets with their sizes."""
     from ffncli import render
-    from ffncli.spec import load_preset, preset_names
+    from ffncli.counting import presets_summary
 
-    rows = render.presets_rows([load_preset(name) for name in preset_names()])
-    if as_json:
-        render.emit_json({"presets": rows})
-    else:
-        render.print_presets(rows)
+    render.emit_presets(presets_summary(), as_json)
+
+
+# ---------------------------------------------------------------------------------------------
+# The one error boundary.
 
 
 def _usage_message(exc: typer.TyperException) -> str:
@@ -405,7 +284,7 @@ def _usage_message(exc: typer.TyperException) -> str:
         ctx = getattr(exc, "ctx", None)
         known = [o for p in (ctx.command.params if ctx else ()) for o in p.opts + p.secondary_opts
                  if o.startswith("--")]
-        from ffncli.spec import suggest
+        from ffncli.validate import suggest
 
         return f"no such option: {option}{suggest(option, known)}"
     message = exc.format_message() if hasattr(exc, "format_message") else str(exc)

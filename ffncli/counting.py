@@ -8,7 +8,9 @@ weights are counted once, buffers never. FLOPs are 2 per multiply-add of the mat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from ffncli.checkpoint import GROUPS, FileCount
 from ffncli.spec import AttentionSpec, FfnSpec, ModelSpec, NormSpec
 
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
@@ -292,3 +294,70 @@ def count(spec: ModelSpec) -> ModelCount:
         rows.append(Row("pooler", f"{d} x {d}", linear(d, d, True)))
         groups["pooler"] = linear(d, d, True)
     return ModelCount(spec, tuple(layers), tuple(rows), groups, head_flops)
+
+
+# ---------------------------------------------------------------------------------------------
+# A spec against a checkpoint's header, and the built-in presets at a glance.
+
+
+@dataclass(frozen=True)
+class ParamsResult:
+    """``params``: the spec's count and, with ``--weights``, the file's count beside it."""
+
+    count: ModelCount
+    file: FileCount | None = None
+    weights_path: str | None = None
+
+    @property
+    def mismatches(self) -> dict[str, tuple[int, int]]:
+        """Groups whose spec and file counts differ: {group: (spec, file)}."""
+        if self.file is None:
+            return {}
+        spec_groups = {**dict.fromkeys(GROUPS, 0), **self.count.groups}
+        return {g: (spec_groups[g], self.file.groups[g]) for g in GROUPS
+                if spec_groups[g] != self.file.groups[g]}
+
+    @property
+    def matches(self) -> bool:
+        return not self.mismatches
+
+
+@dataclass(frozen=True)
+class PresetSummary:
+    """One built-in preset in one line (the fields of ``presets --json``)."""
+
+    name: str
+    family: str
+    d_model: int
+    d_ff: int
+    activation: str
+    layers: int  # encoder + decoder layers; 0 for an FFN-only spec
+    total_params: int
+    active_params: int
+    description: str
+
+
+def summarize(spec: ModelSpec) -> PresetSummary:
+    c = count(spec)
+    return PresetSummary(
+        name=spec.name, family=spec.family, d_model=spec.d_model, d_ff=spec.ffn.d_ff,
+        activation=spec.ffn.label,
+        layers=spec.layers.encoder + spec.layers.decoder if not spec.ffn_only else 0,
+        total_params=c.total, active_params=c.active, description=spec.description)
+
+
+def count_params(spec: ModelSpec, weights: Path | None = None) -> ParamsResult:
+    """``params``: count the spec; with ``weights``, a .safetensors file, count its header
+    too (no tensor data is read) for the comparison."""
+    if weights is None:
+        return ParamsResult(count(spec))
+    from ffncli.checkpoint import count_file, read_header
+
+    return ParamsResult(count(spec), count_file(read_header(weights)), str(weights))
+
+
+def presets_summary() -> tuple[PresetSummary, ...]:
+    """Every built-in preset, counted."""
+    from ffncli.spec import load_preset, preset_names
+
+    return tuple(summarize(load_preset(name)) for name in preset_names())

@@ -7,12 +7,7 @@ line and exits with ``ExitCode.USAGE``. Anything else is a bug and keeps its tra
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import os
-import stat
-from pathlib import Path
-from typing import BinaryIO, Iterator
 
 
 class ExitCode(enum.IntEnum):
@@ -73,45 +68,3 @@ def shown(text: object) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape",
                                                        "backslashreplace").decode("ascii")
                    for c in text)
-
-
-@contextlib.contextmanager
-def reading(path: Path, what: str, error: type[FfnError]) -> Iterator[None]:
-    """Turn the OS errors of reading a user's file into one-line ``error`` messages."""
-    try:
-        yield
-    except FileNotFoundError:
-        raise error(f"{what} not found: {path}") from None
-    except IsADirectoryError:
-        raise error(f"{what} is a directory, not a file: {path}") from None
-    except UnicodeDecodeError:
-        raise error(f"{path}: not a UTF-8 text file") from None
-    except OSError as exc:
-        raise error(f"cannot read {path}: {exc.strerror or exc}") from None
-
-
-def check_file(path: Path, what: str, error: type[FfnError],
-               max_bytes: int | None = None) -> int:
-    """Refuse anything but a readable regular file of at most ``max_bytes``; its size.
-
-    Checked before opening: opening a FIFO blocks until someone writes to it, and a device
-    such as /dev/zero never ends."""
-    with reading(path, what, error):
-        info = os.stat(path)
-    if stat.S_ISDIR(info.st_mode):
-        raise error(f"{what} is a directory, not a file: {path}")
-    if not stat.S_ISREG(info.st_mode):
-        raise error(f"{what} is not a regular file (a FIFO, socket or device): {path}")
-    if max_bytes is not None and info.st_size > max_bytes:
-        raise error(f"{what} {path} is {info.st_size:,} bytes; at most {max_bytes:,} are read")
-    return info.st_size
-
-
-@contextlib.contextmanager
-def open_file(path: Path, what: str, error: type[FfnError],
-              max_bytes: int | None = None) -> Iterator[BinaryIO]:
-    """Open a user's file for reading in binary, after :func:`check_file`; OS errors while
-    it is read become one-line ``error`` messages."""
-    check_file(path, what, error, max_bytes)
-    with reading(path, what, error), open(path, "rb") as f:
-        yield f

@@ -18,11 +18,12 @@ from ffncli.spec import (
     LayersSpec,
     ModelSpec,
     NormSpec,
-    suggest,
+    check_spec,
     read_text,
-    validate,
 )
-from ffncli.textformats import MAX_INT, Malformed, brief, parse_json
+from ffncli import validate
+from ffncli.textformats import Malformed, parse_json
+from ffncli.validate import brief, suggest
 
 # Hugging Face activation names -> ours.
 _ACTIVATIONS = {
@@ -46,10 +47,12 @@ class _Config:
     def __init__(self, data: dict[str, Any], source: str) -> None:
         self.data, self.source = data, source
 
+    def where(self, key: str) -> str:
+        return f"{self.source}: key '{key}'"
+
     def error(self, key: str, expected: str) -> ConfigError:
-        return ConfigError(
-            f"{self.source}: key '{key}': expected {expected}, got {brief(self.data.get(key))}"
-        )
+        return ConfigError(f"{self.where(key)}: expected {expected}, got "
+                           f"{brief(self.data.get(key))}")
 
     def int(self, key: str, default: int | None = None) -> int:
         value = self.data.get(key)
@@ -57,19 +60,13 @@ class _Config:
             if default is None:
                 raise ConfigError(f"{self.source}: missing key '{key}'")
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self.error(key, "a whole number >= 1")
-        if value > MAX_INT:
-            raise self.error(key, f"at most 2**53 ({MAX_INT:,})")
-        return value
+        return validate.whole(self.where(key), value, error=ConfigError)
 
     def bool(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
         if value is None:
             return default
-        if not isinstance(value, bool):
-            raise self.error(key, "true or false")
-        return value
+        return validate.flag(self.where(key), value, error=ConfigError)
 
     def act(self, key: str, default: str) -> str:
         value = self.data.get(key, default)
@@ -333,7 +330,7 @@ def spec_from_config(data: Any, source: str) -> ModelSpec:
             f"{suggest(str(model_type), SUPPORTED_MODEL_TYPES)}; supported: "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    return validate(reader(_Config(data, source)), source)
+    return check_spec(reader(_Config(data, source)), source)
 
 
 def load_config(path: Path) -> ModelSpec:

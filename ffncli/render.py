@@ -6,21 +6,29 @@ parses user text as markup: every user string is passed as ``Text``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
-from dataclasses import dataclass
-from typing import Any, Iterable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
-from typing import TYPE_CHECKING
+from ffncli.checkpoint import GROUPS
+from ffncli.counting import LayerCount, ModelCount, ParamsResult, PresetSummary, Row
+from ffncli.errors import shown
 
-from ffncli.checkpoint import GROUPS, FileCount
-from ffncli.counting import LayerCount, ModelCount, Row, count
+if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
+    from xml.etree.ElementTree import Element
 
-if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text as RichText
+
+    from ffncli.checks import CheckReport
+    from ffncli.errors import ImplError
+    from ffncli.runner import RunResult
+    from ffncli.sparsity import SparsityResult
 
 # Rich is imported on first use: `--json` output never needs it, and it costs ~50 ms.
 
@@ -44,6 +52,42 @@ def emit_json(doc: dict[str, Any]) -> None:
     print(json.dumps(doc, indent=2))
 
 
+# One function a command: its result as one JSON document, or as tables for people.
+
+
+def emit_params(result: ParamsResult, as_json: bool) -> None:
+    emit_json(params_json(result)) if as_json else print_params(result)
+
+
+def emit_presets(rows: Sequence[PresetSummary], as_json: bool) -> None:
+    emit_json(presets_json(rows)) if as_json else print_presets(rows)
+
+
+def emit_run(result: RunResult, as_json: bool, precision: int) -> None:
+    emit_json(run_json(result)) if as_json else print_run(result, precision)
+
+
+def emit_check(report: CheckReport, as_json: bool) -> None:
+    emit_json(check_json(report)) if as_json else print_check(report)
+
+
+def emit_stats(result: SparsityResult, as_json: bool) -> None:
+    emit_json(stats_json(result)) if as_json else print_stats(result)
+
+
+@contextmanager
+def progress(total: int, as_json: bool) -> Iterator[Callable[[int], None] | None]:
+    """A progress callback drawing a bar on stderr for long work on a terminal, else None."""
+    if as_json or not sys.stderr.isatty() or total < 200_000:
+        yield None
+        return
+    from rich.progress import Progress
+
+    with Progress(console=console(stderr=True), transient=True) as bar:
+        task = bar.add_task("tokens", total=total)
+        yield lambda done: bar.update(task, completed=done)
+
+
 def _n(value: int) -> str:
     return f"{value:,}"
 
@@ -64,26 +108,6 @@ def _table(title: str, columns: Iterable[str]) -> Table:
 
 # ---------------------------------------------------------------------------------------------
 # params
-
-
-@dataclass(frozen=True)
-class ParamsResult:
-    count: ModelCount
-    file: FileCount | None = None
-    weights_path: str | None = None
-
-    @property
-    def mismatches(self) -> dict[str, tuple[int, int]]:
-        """Groups whose spec and file counts differ: {group: (spec, file)}."""
-        if self.file is None:
-            return {}
-        spec_groups = {**dict.fromkeys(GROUPS, 0), **self.count.groups}
-        return {g: (spec_groups[g], self.file.groups[g]) for g in GROUPS
-                if spec_groups[g] != self.file.groups[g]}
-
-    @property
-    def matches(self) -> bool:
-        return not self.mismatches
 
 
 def _rows_json(rows: Iterable[Row]) -> list[dict[str, Any]]:
@@ -251,26 +275,17 @@ def _print_file(out: Console, result: ParamsResult) -> None:
 # presets
 
 
-def presets_rows(specs: list[Any]) -> list[dict[str, Any]]:
-    rows = []
-    for spec in specs:
-        c = count(spec)
-        rows.append({
-            "name": spec.name, "family": spec.family, "d_model": spec.d_model,
-            "d_ff": spec.ffn.d_ff, "activation": spec.ffn.label,
-            "layers": spec.layers.encoder + spec.layers.decoder if not spec.ffn_only else 0,
-            "total_params": c.total, "active_params": c.active, "description": spec.description,
-        })
-    return rows
+def presets_json(rows: Sequence[PresetSummary]) -> dict[str, Any]:
+    return {"presets": [dataclasses.asdict(r) for r in rows]}
 
 
-def print_presets(rows: list[dict[str, Any]]) -> None:
+def print_presets(rows: Sequence[PresetSummary]) -> None:
     table = _table("built-in presets", ("name", "family", "d_model", "d_ff", "activation",
                                         "layers", "total"))
     for r in rows:
-        layers = str(r["layers"]) if r["layers"] else "FFN only"
-        table.add_row(Text(r["name"]), Text(r["family"]), str(r["d_model"]), str(r["d_ff"]),
-                      Text(r["activation"]), layers, _n(r["total_params"]))
+        layers = str(r.layers) if r.layers else "FFN only"
+        table.add_row(Text(r.name), Text(r.family), str(r.d_model), str(r.d_ff),
+                      Text(r.activation), layers, _n(r.total_params))
     console().print(table)
 
 
@@ -282,7 +297,7 @@ def _shape(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(s) for s in shape) + (",)" if len(shape) == 1 else ")")
 
 
-def run_json(result: Any, max_tokens: int = 1024) -> dict[str, Any]:
+def run_json(result: RunResult, max_tokens: int = 1024) -> dict[str, Any]:
     hidden = result.input_shape[:-1] + (result.d_ff,)
     small = result.n_tokens <= max_tokens
     return {
@@ -301,7 +316,7 @@ def run_json(result: Any, max_tokens: int = 1024) -> dict[str, Any]:
     }
 
 
-def print_run(result: Any, precision: int = 4) -> None:
+def print_run(result: RunResult, precision: int = 4) -> None:
     out = console()
     hidden = result.input_shape[:-1] + (result.d_ff,)
     out.print(f"shape: {_shape(result.input_shape)} -> {_shape(hidden)} -> "
@@ -335,7 +350,7 @@ def print_run(result: Any, precision: int = 4) -> None:
 # permute-check
 
 
-def check_json(report: Any) -> dict[str, Any]:
+def check_json(report: CheckReport) -> dict[str, Any]:
     return {
         "target": report.target,
         "passed": report.passed,
@@ -351,7 +366,7 @@ def check_json(report: Any) -> dict[str, Any]:
     }
 
 
-def print_check(report: Any) -> None:
+def print_check(report: CheckReport) -> None:
     out = console()
     out.print(Text(f"permute-check {report.target}: {report.tokens:,} tokens of d_model "
                    f"{report.d_model}, {report.dtype}"))
@@ -376,9 +391,7 @@ def print_check(report: Any) -> None:
 # relu-stats
 
 
-def stats_json(r: Any) -> dict[str, Any]:
-    from ffncli.sparsity import pairwise_overlap
-
+def stats_json(r: SparsityResult) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "d_ff": r.d_ff,
         "d_model": r.d_model,
@@ -407,12 +420,12 @@ def stats_json(r: Any) -> dict[str, Any]:
             "dead_units": len(s.dead_units), "always_active_units": len(s.always_active_units),
             "hot_unit_coverage": s.hot_unit_coverage(),
         } for e, s in enumerate(r.stats)]
-    if r.small_masks is not None:
-        doc["pairwise_overlap"] = pairwise_overlap(r.small_masks, r.units)
+    if r.pairwise_overlap is not None:
+        doc["pairwise_overlap"] = r.pairwise_overlap
     return doc
 
 
-def print_stats(r: Any) -> None:
+def print_stats(r: SparsityResult) -> None:
     out = console()
     moe = f", {r.experts} experts, top-{r.top_k} (units numbered expert * d_ff + unit)" \
         if r.experts > 1 else ""
@@ -458,12 +471,78 @@ def print_stats(r: Any) -> None:
             table.add_row(str(e), f"{s.tokens:,}", _pct(s.mean_inactive_fraction),
                           str(len(s.dead_units)), str(len(s.always_active_units)))
         out.print(table)
-    if r.small_masks is not None and r.tokens > 1:
-        from ffncli.sparsity import pairwise_overlap
-
+    if r.pairwise_overlap is not None and r.tokens > 1:
         table = _table("shared inactive units between tokens", ("tokens", "shared", "Jaccard",
                                                                 "by chance"))
-        for row in pairwise_overlap(r.small_masks, r.units):
+        for row in r.pairwise_overlap:
             table.add_row(f"{row['a']} & {row['b']}", str(row["shared"]),
                           f"{row['jaccard']:.3f}", f"{row['by_chance']:.1f}")
         out.print(table)
+
+
+# ---------------------------------------------------------------------------------------------
+# JUnit XML for CI systems (permute-check --junit-xml).
+
+
+def junit_report(path: Path | None, target: str, outcome: CheckReport | ImplError) -> None:
+    """Write the report of a check, or of one that could not run, atomically to ``path``
+    (from ``checks.report_path``; nothing when None). When the FFN misbehaved, its error is
+    the one to show: a report that cannot be written then is left out silently."""
+    if path is None:
+        return
+    from ffncli.errors import OutputError
+    from ffncli.files import write_text_atomically
+
+    if isinstance(outcome, BaseException):
+        try:
+            write_text_atomically(path, junit_error_xml(target, str(outcome)), "--junit-xml")
+        except OutputError:
+            pass
+        return
+    write_text_atomically(path, junit_xml(outcome), "--junit-xml")
+
+
+def junit_xml(report: CheckReport) -> str:
+    """One testsuite, one testcase per property, a <failure> for each that failed."""
+    import xml.etree.ElementTree as ET  # only for --junit-xml
+
+    failures = sum(not p.passed for p in report.properties)
+    suites, suite = _junit_suite(len(report.properties), failures, 0,
+                                 sum(p.seconds for p in report.properties))
+    for p in report.properties:
+        case = ET.SubElement(suite, "testcase", classname=_classname(report.target),
+                             name=p.name, time=f"{p.seconds:.6f}")
+        if not p.passed:
+            failure = ET.SubElement(case, "failure", message=p.counterexample or "failed",
+                                    type="PropertyFailed")
+            failure.text = (f"max abs deviation {p.max_abs:.3g}, max rel {p.max_rel:.3g}, "
+                            f"rtol {p.rtol:g}, atol {p.atol:g}, worst token {p.worst_token}")
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True)
+
+
+def junit_error_xml(target: str, message: str) -> str:
+    """The report of a check that could not run (the implementation exited, hung, returned
+    NaN...): one testcase with an <error>, so that last run's report does not stay behind
+    looking like this run's. Control characters are escaped: XML 1.0 cannot hold them."""
+    import xml.etree.ElementTree as ET  # only for --junit-xml
+
+    suites, suite = _junit_suite(1, 0, 1, 0.0)
+    case = ET.SubElement(suite, "testcase", classname=_classname(target), name="permute-check",
+                         time="0")
+    ET.SubElement(case, "error", message=shown(message), type="ImplError")
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True)
+
+
+def _classname(target: str) -> str:
+    return shown(f"ffncli.permute-check.{target}")
+
+
+def _junit_suite(tests: int, failures: int, errors: int,
+                 seconds: float) -> tuple[Element, Element]:
+    import xml.etree.ElementTree as ET  # only for --junit-xml
+
+    suites = ET.Element("testsuites")
+    suite = ET.SubElement(suites, "testsuite", name="ffncli permute-check", tests=str(tests),
+                          failures=str(failures), errors=str(errors), time=f"{seconds:.6f}")
+    return suites, suite
+

@@ -16,6 +16,7 @@ import numpy as np
 from ffncli import weights as W
 from ffncli.checks import compare, tolerances
 from ffncli.errors import InputError
+from ffncli.validate import whole
 from ffncli.engine import Engine, default_chunk_tokens
 from ffncli.ffn import Activation, MoEWeights, pre_activation
 from ffncli.spec import ModelSpec
@@ -42,6 +43,7 @@ def parse_dtype(name: str) -> np.dtype:
 
 def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dtype,
                 max_memory: int | None = None, chunk_tokens: int | None = None) -> Model:
+    whole("option --layer", layer, 0)
     if weights is None:
         params = W.random_weights(spec, dtype, max_memory)
         source = f"random: normal(0, {spec.init.std:g}), seed {spec.init.seed}"
@@ -106,6 +108,13 @@ def resolve_input(path: Path | None, random: int | None, d_model: int, seed: int
     if seed < 0:
         raise InputError(f"option --seed: expected a whole number >= 0, got {seed}")
     return RandomTokens(None, (random, d_model), np.dtype(np.float64), seed=seed)
+
+
+def check_printable(tokens: TokenInput, out: Path | None, as_json: bool) -> None:
+    """``--json`` prints the whole output only for small inputs; a larger one needs --out."""
+    if as_json and out is None and tokens.n_tokens > SMALL_TOKENS:
+        raise InputError(f"--json prints at most {SMALL_TOKENS} output tokens; the input "
+                         f"has {tokens.n_tokens:,}: add --out FILE.npy")
 
 
 def check_in_memory(tokens: TokenInput, dtype: np.dtype, copies: int, what: str) -> None:

@@ -206,7 +206,7 @@ def _expert_inputs(ffn: Engine, x: np.ndarray, room: list[int] | None = None):
     return [(expert, rows) for expert, (rows, _) in zip(p.experts, dispatch(order, p, room))]
 
 
-@dataclass
+@dataclass(frozen=True)
 class SparsityResult:
     d_ff: int
     d_model: int
@@ -218,6 +218,7 @@ class SparsityResult:
     inactive_per_token: list[int]
     stats: list[UnitStats]  # one per expert (one for a dense or gated FFN)
     small_masks: np.ndarray | None  # (n, U) for small inputs: the pairwise table
+    pairwise_overlap: list[dict[str, float]] | None = None  # from small_masks, each pair
 
     @property
     def units(self) -> int:
@@ -289,9 +290,11 @@ class SparsityAccumulator:
     def result(self) -> SparsityResult:
         per_token = np.concatenate(self.per_token).tolist() if self.per_token else []
         masks = np.vstack(self.masks) if self.masks else None
+        pairs = pairwise_overlap(masks, self.experts * self.ffn.d_ff) if masks is not None \
+            else None
         return SparsityResult(self.ffn.d_ff, self.ffn.d_model, self.experts, self.top_k,
                               self.ffn.act.name, self.rule, self.tokens, per_token,
-                              self.stats, masks)
+                              self.stats, masks, pairs)
 
 
 def describe_rule(activation: str, threshold: float | None, target: float | None) -> str:
@@ -327,7 +330,7 @@ def relu_stats(ffn: Engine, tokens, *, threshold: float | None = None,
     if threshold is not None and target_sparsity is not None:
         raise InputError("give --threshold or --target-sparsity, not both")
     if threshold is not None:
-        number("--threshold", threshold)
+        number("option --threshold", threshold)
     if target_sparsity is not None and not 0 < target_sparsity < 1:
         raise InputError(f"option --target-sparsity: expected a share between 0 and 1, got "
                          f"{target_sparsity}")

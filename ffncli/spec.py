@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Literal, Mapping
 
 from ffncli.errors import FfnError, SpecError
-from ffncli.validate import number
+from ffncli import validate
+from ffncli.validate import suggest
 
 # Activations applied elementwise. ``gelu`` is the exact (erf) GELU; ``gelu_tanh`` is the tanh
 # approximation (GPT-2's ``gelu_new``, PyTorch's ``approximate="tanh"``). ``swish`` is
@@ -165,58 +166,25 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
 
 
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
-    """One key's value, checked, never coerced: booleans are not numbers, 512.0 is not a whole
-    number, NaN and infinity are not positive, and whole numbers stop at 2**53."""
-    from ffncli.textformats import MAX_INT, brief
-
-    def bad(expected: str) -> SpecError:
-        return SpecError(f"{source}: key '{key}': expected {expected}, got {brief(value)}")
-
-    optional = "None" in annotation
+    """One key's value, checked by ``validate`` (never coerced)."""
+    where = f"{source}: key '{key}'"
     if value is None:
-        if optional:
+        if "None" in annotation:
             return None
-        raise bad(_describe(key, annotation))
+        raise validate.fail(where, _describe(key, annotation), value, SpecError)
     if annotation.startswith("bool"):
-        if not isinstance(value, bool):
-            raise bad("true or false")
-        return value
+        return validate.flag(where, value, SpecError)
     if annotation.startswith("int"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad(_describe(key, annotation))
-        low = _MINIMUM.get(key, 1)
-        if value < low:
-            raise bad(_describe(key, annotation))
-        if value > MAX_INT:
-            raise bad(f"at most 2**53 ({MAX_INT:,})")
-        return value
+        return validate.whole(where, value, _MINIMUM.get(key, 1), error=SpecError)
     if annotation.startswith("float"):
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not 0 < value < float("inf")):  # also refuses NaN
-            raise bad("a positive number")
-        return float(value)
-    if not isinstance(value, str) or not value:
-        raise bad("a non-empty string")
-    choices = _CHOICES.get(key)
-    if choices is not None and value not in choices:
-        raise SpecError(
-            f"{source}: key '{key}': expected one of {', '.join(choices)}, got {brief(value)}"
-            + suggest(value, choices)
-        )
-    return value
+        return validate.number(where, value, positive=True, error=SpecError)
+    return validate.name(where, value, _CHOICES.get(key), SpecError)
 
 
 def _describe(key: str, annotation: str) -> str:
     if annotation.startswith("int"):
         return "a whole number >= 0" if _MINIMUM.get(key, 1) == 0 else "a whole number >= 1"
     return "a value"
-
-
-def suggest(word: str, choices: tuple[str, ...] | list[str]) -> str:
-    import difflib  # only on the error path
-
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
 def _build(source: str, prefix: str, cls: type, data: Any) -> Any:
@@ -249,7 +217,7 @@ def _build(source: str, prefix: str, cls: type, data: Any) -> Any:
     return cls(**values)
 
 
-def validate(spec: ModelSpec, source: str) -> ModelSpec:
+def check_spec(spec: ModelSpec, source: str) -> ModelSpec:
     """Cross-field rules a single key cannot express. Returns the spec unchanged."""
     ffn = spec.ffn
     if ffn.top_k > ffn.experts:
@@ -285,7 +253,7 @@ def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> M
     if "name" not in data:
         data = {**data, "name": default_name}
     spec = _build(source, "", ModelSpec, data)
-    return validate(spec, source)
+    return check_spec(spec, source)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,6 +326,7 @@ class Overrides:
     beta: float | None = None
     match_params: bool = False
     multiple_of: int = 1
+    seq_len: int | None = None  # attention-score FLOPs (params)
 
 
 def match_gated_d_ff(d_model: int, d_ff: int, bias: bool, multiple_of: int = 1) -> int:
@@ -386,30 +355,28 @@ def apply_overrides(spec: ModelSpec, ov: Overrides) -> ModelSpec:
         elif ov.activation in ACTIVATIONS:
             changes["activation"] = ov.activation
         else:
-            choices = ACTIVATIONS + tuple(GLU_VARIANTS)
-            raise SpecError(
-                f"option --activation: expected one of {', '.join(choices)}, "
-                f"got {ov.activation!r}{suggest(ov.activation, choices)}"
-            )
+            validate.name("option --activation", ov.activation,
+                          ACTIVATIONS + tuple(GLU_VARIANTS), SpecError)
     if ov.gated is not None:
         changes["gated"] = ov.gated
-    for name in ("d_ff", "experts", "top_k", "beta", "capacity_factor"):
-        value = getattr(ov, name)
+    for key in ("d_ff", "experts", "top_k"):
+        value = getattr(ov, key)
         if value is not None:
-            if name in ("beta", "capacity_factor"):
-                number(f"--{name.replace('_', '-')}", value, positive=True, error=SpecError)
-            elif value <= 0:
-                raise SpecError(f"option --{name.replace('_', '-')}: expected a positive "
-                                f"number, got {value}")
-            changes[name] = value
+            changes[key] = validate.whole(_option(key), value, error=SpecError)
+    for key in ("beta", "capacity_factor"):
+        value = getattr(ov, key)
+        if value is not None:
+            changes[key] = validate.number(_option(key), value, positive=True, error=SpecError)
     if ov.experts is not None and ov.top_k is None and ffn.top_k > ov.experts:
         changes["top_k"] = ov.experts
     new_ffn = replace(ffn, **changes)
     d_model = spec.d_model
     if ov.d_model is not None:
-        if ov.d_model <= 0:
-            raise SpecError(f"option --d-model: expected a positive number, got {ov.d_model}")
-        d_model = ov.d_model
+        d_model = validate.whole(_option("d_model"), ov.d_model, error=SpecError)
+    validate.whole(_option("multiple_of"), ov.multiple_of, error=SpecError)
+    seq_len = spec.seq_len
+    if ov.seq_len is not None:
+        seq_len = validate.whole(_option("seq_len"), ov.seq_len, error=SpecError)
     if ov.match_params:
         if not new_ffn.gated:
             raise SpecError(
@@ -426,5 +393,9 @@ def apply_overrides(spec: ModelSpec, ov: Overrides) -> ModelSpec:
                 f"option --d-model: {d_model} is not divisible by the {attention.heads} "
                 "attention heads"
             )
-    new = replace(spec, d_model=d_model, ffn=new_ffn)
-    return validate(new, "overrides")
+    new = replace(spec, d_model=d_model, ffn=new_ffn, seq_len=seq_len)
+    return check_spec(new, "overrides")
+
+
+def _option(key: str) -> str:
+    return f"option --{key.replace('_', '-')}"

@@ -25,13 +25,14 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from ffncli.errors import FfnError, open_file
+from ffncli.errors import FfnError
+from ffncli.validate import brief
+from ffncli.files import open_file
 
 MAX_TEXT_BYTES = 4 * 1024 * 1024  # presets and configs are a few KB; 4 MiB is ample
 MAX_DEPTH = 64  # presets nest 2 levels, configs 4, safetensors headers 3
 MAX_YAML_NODES = 10_000  # values in a YAML document, aliases expanded; presets hold ~50
 MAX_DIGITS = 100  # digits of one integer literal
-MAX_INT = 2**53  # the largest whole number a preset or config may give (exact as a double)
 
 
 class Malformed(Exception):
@@ -45,20 +46,6 @@ class Malformed(Exception):
     def where(self) -> str:
         """`` at line L, column C``, or nothing when the place is not known."""
         return "" if self.line is None else f" at line {self.line}, column {self.column}"
-
-
-def brief(value: object) -> str:
-    """A short repr of a value read from a file, for an error message: long strings, lists,
-    mappings and integers are cut in the middle (``[1, 2, 3, 4, 5, 6, ...]``)."""
-    import reprlib  # only on the error path
-
-    r = reprlib.Repr()
-    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 2, 6, 6, 4, 6
-    r.maxstring, r.maxlong, r.maxother = 60, 40, 60
-    try:
-        return r.repr(value)
-    except ValueError:  # an int too long for str(): cannot come from our parsers
-        return "a very long integer"
 
 
 def read_text(path: Path, what: str, error: type[FfnError],

@@ -27,7 +27,8 @@ from typing import BinaryIO, Iterator
 
 import numpy as np
 
-from ffncli.errors import FfnError, InputError, OutputError, check_file, open_file
+from ffncli.errors import FfnError, InputError, OutputError
+from ffncli.files import check_file, open_file, same_file
 
 IN_MEMORY_BYTES = 64 * 2**20  # inputs up to this size are read whole
 TEXT_MAX_BYTES = 64 * 2**20  # .txt/.csv are parsed whole: up to 4x this as float64 ("0 ")
@@ -365,7 +366,7 @@ class AtomicNpyWriter:
         if path.suffix.lower() != ".npy":
             raise OutputError(f"option --out: expected a .npy path, got {path}")
         for source in inputs:
-            if source is not None and _same_file(path, source):
+            if source is not None and same_file(path, source):
                 raise OutputError(f"option --out: {path} is the input file; choose another path")
         try:
             info = os.stat(path)
@@ -523,10 +524,3 @@ class AtomicNpyWriter:
             raise self._error(exc) from None
         os.replace(self._tmp, self.path)
         self._tmp = None
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:
-        return a.resolve() == b.resolve()

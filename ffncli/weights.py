@@ -24,7 +24,8 @@ import numpy as np
 
 from ffncli.checkpoint import Header, TensorInfo, read_header
 from ffncli.counting import ffn_params
-from ffncli.errors import MemoryBudgetError, WeightsError, open_file
+from ffncli.errors import MemoryBudgetError, WeightsError
+from ffncli.files import open_file
 from ffncli.ffn import DenseWeights, ExpertWeights, GatedWeights, MoEWeights, Weights
 from ffncli.spec import ModelSpec
 from ffncli.tokens import NpyHeader, read_npy_header
@@ -307,7 +308,6 @@ def read_tensor(header: Header, info: TensorInfo) -> np.ndarray:
     Exactly ``end - start`` bytes are read into an array allocated for them, after checking
     that they match the shape and lie inside the file as it is now; a file cut short since its
     header was read is an error, never a shorter array."""
-    from ffncli.errors import open_file
 
     path, where = header.path, f"{header.path}: tensor '{info.name}'"
     if info.dtype not in ("F32", "F16", "BF16", "F64"):
@@ -428,8 +428,3 @@ def safetensors_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype
     router = _checked(source, "router", router, (spec.d_model, ffn.experts), dtype)
     experts = tuple(expert(e) for e in range(ffn.experts))
     return MoEWeights(router, None, experts, ffn.top_k, ffn.capacity_factor)
-
-
-def default_config_beside(path: Path) -> Path | None:
-    beside = path.parent / "config.json"
-    return beside if beside.is_file() and os.access(beside, os.R_OK) else None

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, HealthCheck
 from hypothesis import strategies as st
 
-from ffncli import checks
+from ffncli import checks, render
 from ffncli.engine import Engine
 from ffncli.spec import FfnSpec, InitSpec, ModelSpec
 from ffncli.weights import random_weights
@@ -388,7 +388,7 @@ def test_buffer_reuse_cannot_hide_a_failure():
 def test_junit_failure_carries_the_counterexample():
     x = np.random.default_rng(0).normal(size=(5, 6))
     report = run_check(ffns.position_bias, x)
-    root = ET.fromstring(checks.junit_xml(report))
+    root = ET.fromstring(render.junit_xml(report))
     failures = {c.get("name"): c.find("failure") for c in root.iter("testcase")}
     eq = report.properties[0]
     assert failures[eq.name].get("message") == eq.counterexample

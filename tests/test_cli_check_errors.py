@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ffncli import checks
+from ffncli import checks, files
 from ffncli.errors import ImplError, Interrupted, OutputError
 
 from impls import ffns
@@ -201,7 +201,7 @@ def test_timeout_restores_someone_else_s_timer():
 ])
 def test_timeout_values_refused(cli, in_tests, value, shown):
     r = cli("permute-check", "--impl", "impls.ffns:good", *IMPL, f"--timeout={value}")
-    assert (r.code, r.out, r.err) == (2, "", f"error: option --timeout: expected a number > 0, "
+    assert (r.code, r.out, r.err) == (2, "", f"error: option --timeout: expected a positive number, "
                                              f"got {shown}\n")
 
 
@@ -343,7 +343,7 @@ def test_junit_xml_write_failures_leave_last_report(cli, tmp_path, in_tests, mon
     def broken(*args, **kwargs):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(f"ffncli.checks.{module}.{name}", broken)
+    monkeypatch.setattr(f"ffncli.files.{module}.{name}", broken)
     r = cli("permute-check", "--impl", "impls.ffns:good", *IMPL, "--junit-xml", junit)
     assert (r.code, r.out) == (2, "")
     assert r.err == "error: option --junit-xml: " + message.format(t=tmp_path) + "\n"
@@ -358,9 +358,9 @@ def test_junit_xml_interrupted_while_writing_leaves_last_report(tmp_path, monkey
     def interrupted(*args):
         raise Interrupted(signal.SIGINT)
 
-    monkeypatch.setattr(checks.os, "replace", interrupted)
+    monkeypatch.setattr(files.os, "replace", interrupted)
     with pytest.raises(Interrupted):
-        checks.write_report(junit, "<new/>")
+        files.write_text_atomically(junit, "<new/>", "--junit-xml")
     assert junit.read_text() == "last run's report"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.xml"]
 

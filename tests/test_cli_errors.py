@@ -68,7 +68,9 @@ def test_run_summary_checks_fail_on_a_capped_mixture_of_experts(cli):
      "option '--d-model': 'abc' is not a valid int."),
     (("run", "--preset", "tiny", "--random"), "option '--random' requires an argument."),
     (("run", "--preset", "tiny", "--random", "3", "--layer", "-1"),
-     "option '--layer': -1 is not in the range x>=0."),
+     "option --layer: expected a whole number >= 0, got -1"),
+    (("run", "--preset", "tiny", "--random", "3", "--precision", "13"),
+     "option --precision: expected a whole number from 0 to 12, got 13"),
     (("prams",), "no such command 'prams'."),
     (("params", "extra"), "got unexpected extra argument(s) (extra)"),
 ])
@@ -93,16 +95,16 @@ def test_no_arguments_prints_the_help(cli):
     (("permute-check", "--rtol", "inf"), "option --rtol: expected a number >= 0, got inf"),
     (("permute-check", "--atol", "-1"), "option --atol: expected a number >= 0, got -1.0"),
     (("run", "--activation", "silu", "--beta", "nan"),
-     "option --beta: expected a number > 0, got nan"),
-    (("run", "--beta", "inf"), "option --beta: expected a number > 0, got inf"),
-    (("run", "--beta", "0"), "option --beta: expected a number > 0, got 0.0"),
+     "option --beta: expected a positive number, got nan"),
+    (("run", "--beta", "inf"), "option --beta: expected a positive number, got inf"),
+    (("run", "--beta", "0"), "option --beta: expected a positive number, got 0.0"),
     (("relu-stats", "--threshold", "nan"), "option --threshold: expected a number >= 0, got nan"),
     (("relu-stats", "--threshold", "-inf"),
      "option --threshold: expected a number >= 0, got -inf"),
     (("relu-stats", "--target-sparsity", "nan"),
      "option --target-sparsity: expected a share between 0 and 1, got nan"),
     (("run", "--seed", "-1"), "option --seed: expected a whole number >= 0, got -1"),
-    (("permute-check", "--trials", "-1"), "option '--trials': -1 is not in the range x>=0."),
+    (("permute-check", "--trials", "-1"), "option --trials: expected a whole number >= 0, got -1"),
     (("run", "--max-memory", "0"), "option --max-memory: expected a size above 0, got '0'"),
     (("run", "--max-memory", "nan"),
      "option --max-memory: expected a size such as 2GB or 512MB, got 'nan'"),
@@ -118,7 +120,7 @@ def test_meaningless_numbers_are_refused(cli, cat_sat, args, line):
 def test_capacity_factor_must_be_a_positive_number(cli, value):
     r = cli("run", *MOE, "--capacity-factor", value, "--random", "3")
     shown = {"-1": "-1.0", "0": "0.0"}.get(value, value)
-    assert (r.code, r.err) == (2, f"error: option --capacity-factor: expected a number > 0, "
+    assert (r.code, r.err) == (2, f"error: option --capacity-factor: expected a positive number, "
                                   f"got {shown}\n")
 
 
