@@ -110,18 +110,35 @@ def params(
         min=1)] = None,
     weights: Annotated[Optional[Path], typer.Option(
         "--weights", help="A .safetensors file: count its parameters from the header alone "
-        "and compare with the spec (exit 1 on a mismatch).", dir_okay=False)] = None,
+        "and compare with the spec (exit 1 on a mismatch). Of an architecture no config "
+        "reader knows, the file is counted by tensor names alone.", dir_okay=False)] = None,
+    batch: Annotated[int, typer.Option(
+        "--batch", help="Sequences decoded at once, for the KV cache at --seq-len x --batch.",
+        min=1)] = 1,
     as_json: JsonOpt = False,
 ) -> None:
-    """Count parameters, FLOPs per token and weight memory: FFN, attention, norms, model."""
+    """Count parameters, FLOPs per token, weight memory and KV cache: FFN, attention, norms."""
     from dataclasses import replace
 
     from ffncli import render
-    from ffncli.counting import count
+    from ffncli.counting import count, kv_cache
+    from ffncli.hfconfig import UnsupportedModelType
 
-    spec = resolve_spec(preset, config, d_model=d_model, d_ff=d_ff, activation=activation,
-                        gated=gated, experts=experts, top_k=top_k, match_params=match_params,
-                        multiple_of=multiple_of)
+    try:
+        spec = resolve_spec(preset, config, d_model=d_model, d_ff=d_ff, activation=activation,
+                            gated=gated, experts=experts, top_k=top_k,
+                            match_params=match_params, multiple_of=multiple_of)
+    except UnsupportedModelType as exc:
+        if weights is None:
+            raise
+        from ffncli.checkpoint import count_file, read_header
+
+        only = render.FileOnlyResult(count_file(read_header(weights)), str(weights), str(exc))
+        if as_json:
+            render.emit_json(render.file_only_json(only))
+        else:
+            render.print_file_only(only)
+        return
     if seq_len is not None:
         spec = replace(spec, seq_len=seq_len)
     file_count = None
@@ -129,7 +146,8 @@ def params(
         from ffncli.checkpoint import count_file, read_header
 
         file_count = count_file(read_header(weights))
-    result = render.ParamsResult(count(spec), file_count, str(weights) if weights else None)
+    result = render.ParamsResult(count(spec), file_count, str(weights) if weights else None,
+                                 kv_cache(spec, spec.seq_len, batch))
     if as_json:
         render.emit_json(render.params_json(result))
     else:

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 from typing import TYPE_CHECKING
 
 from ffncli.checkpoint import GROUPS, FileCount
-from ffncli.counting import LayerCount, ModelCount, Row, count
+from ffncli.counting import KvCache, LayerCount, ModelCount, Row, count
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -71,6 +71,7 @@ class ParamsResult:
     count: ModelCount
     file: FileCount | None = None
     weights_path: str | None = None
+    kv: KvCache | None = None
 
     @property
     def mismatches(self) -> dict[str, tuple[int, int]]:
@@ -79,7 +80,18 @@ class ParamsResult:
             return {}
         spec_groups = {**dict.fromkeys(GROUPS, 0), **self.count.groups}
         return {g: (spec_groups[g], self.file.groups[g]) for g in GROUPS
-                if spec_groups[g] != self.file.groups[g]}
+                if spec_groups[g] != self.file.groups[g] and not self.task_head(g)}
+
+    def task_head(self, group: str) -> bool:
+        """A base model's spec (no output head) against a file saved from a task class
+        (masked-LM, pre-training): the class's head, and the pooler it leaves out, are not
+        the base model's and not a mismatch."""
+        emb = self.count.spec.embeddings
+        if self.file is None or emb is None or emb.head != "none":
+            return False
+        has_head = self.file.groups["head"] > 0
+        return group == "head" or (group == "pooler" and has_head
+                                   and self.file.groups["pooler"] == 0)
 
     @property
     def matches(self) -> bool:
@@ -138,8 +150,10 @@ def params_json(result: ParamsResult) -> dict[str, Any]:
             "total": c.flops_total,
             "ffn_share": round(c.flops_ffn_share, 6),
         },
-        "memory_bytes": c.memory_bytes(),
+        "memory_bytes": c.weight_bytes(),
     }
+    if result.kv is not None:
+        doc["kv_cache"] = kv_json(result.kv)
     if result.file is not None:
         doc.update(
             weights=result.weights_path,
@@ -199,6 +213,8 @@ def print_params(result: ParamsResult) -> None:
         out.print(table)
     _print_flops(out, c)
     _print_memory(out, c)
+    if result.kv is not None:
+        print_kv(out, result.kv)
     if result.file is not None:
         _print_file(out, result)
 
@@ -222,7 +238,7 @@ def _print_memory(out: Console, c: ModelCount) -> None:
     out.print()
     note = " (all experts, not only the active ones)" if c.spec.ffn.is_moe else ""
     table = _table(f"weight memory{note}", ("dtype", "bytes", "GiB"))
-    for dtype, size in c.memory_bytes().items():
+    for dtype, size in c.weight_bytes().items():
         table.add_row(dtype, _n(size), f"{size / 2**30:,.2f}")
     out.print(table)
 
@@ -236,7 +252,8 @@ def _print_file(out: Console, result: ParamsResult) -> None:
     for group in GROUPS:
         s, f = spec_groups.get(group, 0), result.file.groups[group]
         if s or f:
-            table.add_row(group, _n(s), _n(f), "ok" if s == f else "DIFFERS")
+            table.add_row(group, _n(s), _n(f), "ok" if s == f else
+                          "task head" if result.task_head(group) else "DIFFERS")
     table.add_row("total", _n(result.count.total), _n(result.file.total),
                   "ok" if result.matches else "DIFFERS")
     out.print(table)
@@ -245,6 +262,74 @@ def _print_file(out: Console, result: ParamsResult) -> None:
     for b in result.file.buffers:
         out.print(Text(f"buffer (not a parameter): {b.name} {b.dtype} {list(b.shape)}"))
     out.print("matches the spec" if result.matches else "does NOT match the spec")
+
+
+def kv_json(kv: KvCache) -> dict[str, Any]:
+    return {
+        "kind": kv.kind,
+        "layers": kv.layers,
+        "elements_per_token": kv.elements_per_token,
+        "bytes_per_token": kv.bytes_per_token(),
+        "seq_len": kv.seq_len,
+        "batch": kv.batch,
+        "bytes": kv.bytes(),
+    }
+
+
+_KV_KINDS = {"mha": "one K and V per head", "gqa": "grouped-query: K and V per kv head",
+             "mqa": "multi-query: one K and V head", "mla": "latent: kv_lora_rank + rope key"}
+
+
+def print_kv(out: Console, kv: KvCache) -> None:
+    out.print()
+    if kv.kind == "none":
+        out.print("KV cache: none (no decoder layers)")
+        return
+    table = _table(f"KV cache ({_KV_KINDS[kv.kind]}; {kv.layers} layers, "
+                   f"{kv.elements_per_token:,} values per token)",
+                   ("cache dtype", "bytes per token", f"x {kv.seq_len:,} x {kv.batch:,}", "GiB"))
+    total = kv.bytes()
+    for dtype, size in kv.bytes_per_token().items():
+        table.add_row(dtype, _n(size), _n(total[dtype]), f"{total[dtype] / 2**30:,.2f}")
+    out.print(table)
+
+
+@dataclass(frozen=True)
+class FileOnlyResult:
+    """A checkpoint counted from its header alone: no config reader checked it."""
+
+    file: FileCount
+    weights_path: str
+    reason: str  # why no spec: the config's model_type is unsupported, or none was given
+
+
+def file_only_json(result: FileOnlyResult) -> dict[str, Any]:
+    return {
+        "weights": result.weights_path,
+        "checked_by_config": False,
+        "reason": result.reason,
+        "file_params": result.file.total,
+        "file_groups": dict(result.file.groups),
+        "unplaced": list(result.file.unplaced),
+        "buffers": [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)}
+                    for b in result.file.buffers],
+    }
+
+
+def print_file_only(result: FileOnlyResult) -> None:
+    out = console()
+    out.print(Text(f"weights: {result.weights_path}"))
+    out.print(Text(f"counted from tensor names only; no config reader checked it ({result.reason})"))
+    table = _table("header count by tensor names", ("group", "params"))
+    for group in GROUPS:
+        if result.file.groups[group]:
+            table.add_row(group, _n(result.file.groups[group]))
+    table.add_row("total", _n(result.file.total))
+    out.print(table)
+    for name in result.file.unplaced:
+        out.print(Text(f"unplaced tensor (counted as other): {name}"))
+    for b in result.file.buffers:
+        out.print(Text(f"buffer (not a parameter): {b.name} {b.dtype} {list(b.shape)}"))
 
 
 # ---------------------------------------------------------------------------------------------
