@@ -188,17 +188,19 @@ def _gpt2(c: _Config) -> ModelSpec:
     )
 
 
-def _bert_like(c: _Config, family: str, vocab_default: int = 30522) -> ModelSpec:
+def _bert_like(c: _Config, family: str, vocab_default: int = 30522, d_default: int = 768,
+               d_ff_default: int = 3072) -> ModelSpec:
     """BERT, RoBERTa and XLM-RoBERTa, counted as BertModel / RobertaModel / XLMRobertaModel
     with their pooler. Each class has two token types unless the config says otherwise."""
-    d = c.int("hidden_size", 768)
+    d = c.int("hidden_size", d_default)
     return ModelSpec(
         name=c.name(family),
         family="bert",
         description=f"from {c.source}",
         d_model=d,
         seq_len=c.int("max_position_embeddings", 512),
-        ffn=FfnSpec(d_ff=c.int("intermediate_size", 3072), activation=c.act("hidden_act", "gelu")),
+        ffn=FfnSpec(d_ff=c.int("intermediate_size", d_ff_default),
+                    activation=c.act("hidden_act", "gelu")),
         attention=AttentionSpec(heads=c.heads(d, kv_key=None)[0]),
         norm=NormSpec(final=False),
         layers=LayersSpec(encoder=c.int("num_hidden_layers", 12), decoder=0),
@@ -214,26 +216,14 @@ def _bert_like(c: _Config, family: str, vocab_default: int = 30522) -> ModelSpec
 
 
 def _electra(c: _Config) -> ModelSpec:
-    """ElectraModel (the discriminator's body, no pooler): word, position and token-type tables
-    embedding_size wide, their LayerNorm, then a projection to hidden_size when it differs."""
-    d = c.int("hidden_size", 256)
+    """ElectraModel (the discriminator's body, no pooler): BERT's encoder behind word, position
+    and token-type tables embedding_size wide, their LayerNorm, then a projection to
+    hidden_size when it differs."""
+    spec = _bert_like(c, "electra", d_default=256, d_ff_default=1024)
     dim = c.int("embedding_size", 128)
-    return ModelSpec(
-        name=c.name("electra"),
-        family="electra",
-        description=f"from {c.source}",
-        d_model=d,
-        seq_len=c.int("max_position_embeddings", 512),
-        ffn=FfnSpec(d_ff=c.int("intermediate_size", 1024), activation=c.act("hidden_act", "gelu")),
-        attention=AttentionSpec(heads=c.heads(d, kv_key=None)[0]),
-        norm=NormSpec(final=False),
-        layers=LayersSpec(encoder=c.int("num_hidden_layers", 12), decoder=0),
-        embeddings=EmbeddingsSpec(
-            vocab=c.int("vocab_size", 30522), dim=dim if dim != d else None,
-            positions=c.int("max_position_embeddings", 512),
-            token_types=c.int0("type_vocab_size", 2), norm=True, head="none", factorized=True,
-        ),
-    )
+    embeddings = replace(spec.embeddings, dim=dim if dim != spec.d_model else None,
+                         factorized=True)
+    return replace(spec, family="electra", embeddings=embeddings, pooler=False)
 
 
 def _distilbert(c: _Config) -> ModelSpec:
