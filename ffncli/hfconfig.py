@@ -122,10 +122,11 @@ class _Config:
 
     def heads(self, d: int, heads_key: str = "num_attention_heads",
               kv_key: str | None = "num_key_value_heads",
-              head_dim: int | None = None, d_key: str = "hidden_size") -> tuple[int, int]:
+              head_dim: int | None = None, d_key: str = "hidden_size",
+              default: int | None = None) -> tuple[int, int]:
         """(heads, kv_heads), checked: kv heads divide the heads, and without a head_dim the
         heads divide the width."""
-        heads = self.int(heads_key)
+        heads = self.int(heads_key, default)
         kv = self.int(kv_key, heads) if kv_key else heads
         if kv > heads or heads % kv:
             raise self.error(kv_key or heads_key, f"a divisor of {heads_key} ({heads})")
@@ -201,7 +202,7 @@ def _bert_like(c: _Config, family: str, vocab_default: int = 30522, d_default: i
         seq_len=c.int("max_position_embeddings", 512),
         ffn=FfnSpec(d_ff=c.int("intermediate_size", d_ff_default),
                     activation=c.act("hidden_act", "gelu")),
-        attention=AttentionSpec(heads=c.heads(d, kv_key=None)[0]),
+        attention=AttentionSpec(heads=c.heads(d, kv_key=None, default=12)[0]),
         norm=NormSpec(final=False),
         layers=LayersSpec(encoder=c.int("num_hidden_layers", 12), decoder=0),
         embeddings=EmbeddingsSpec(
@@ -238,7 +239,8 @@ def _distilbert(c: _Config) -> ModelSpec:
         d_model=d,
         seq_len=c.int("max_position_embeddings", 512),
         ffn=FfnSpec(d_ff=c.int("hidden_dim", 3072), activation=c.act("activation", "gelu")),
-        attention=AttentionSpec(heads=c.heads(d, "n_heads", None, d_key="dim")[0]),
+        attention=AttentionSpec(heads=c.heads(d, "n_heads", None, d_key="dim",
+                                              default=12)[0]),
         norm=NormSpec(final=False),
         layers=LayersSpec(encoder=c.int("n_layers", 6), decoder=0),
         embeddings=EmbeddingsSpec(
@@ -294,7 +296,8 @@ def _opt(c: _Config) -> ModelSpec:
         c, "opt",
         ffn=FfnSpec(d_ff=c.int("ffn_dim", 3072), activation=c.act("activation_function", "relu"),
                     bias=bias),
-        attention=AttentionSpec(heads=c.heads(d, kv_key=None)[0], qkv_bias=bias, out_bias=bias),
+        attention=AttentionSpec(heads=c.heads(d, kv_key=None, default=12)[0], qkv_bias=bias,
+                                out_bias=bias),
         norm=NormSpec(final=final, affine=c.bool("layer_norm_elementwise_affine", True)),
         embeddings=EmbeddingsSpec(
             vocab=c.int("vocab_size", 50272), dim=proj_dim if proj_dim != d else None,
@@ -321,8 +324,8 @@ def _gpt_neox(c: _Config) -> ModelSpec:
 def _phi(c: _Config) -> ModelSpec:
     """PhiForCausalLM: parallel attention and FFN behind one LayerNorm; lm_head has a bias;
     ``qk_layernorm`` adds a LayerNorm (with bias) of head_dim on queries and on keys."""
-    d = c.int("hidden_size", 2048)
-    heads, kv = c.heads(d)
+    d = c.int("hidden_size")
+    heads, kv = c.heads(d, default=32)
     return _decoder_only(
         c, "phi",
         ffn=FfnSpec(d_ff=c.int("intermediate_size", 8192), activation=c.act("hidden_act",
@@ -386,10 +389,10 @@ def _gated_decoder(
 
 
 def _experts(c: _Config, experts_key: str, d_ff_key: str, top_k_default: int | None = None,
-             **extra: Any) -> FfnSpec:
+             experts_default: int | None = None, **extra: Any) -> FfnSpec:
     """The routed experts: SwiGLU of d_ff_key each, top-k of experts_key, a router without
     bias; top-k more than the experts is an error naming the key."""
-    experts = c.int(experts_key)
+    experts = c.int(experts_key, experts_default)
     top_k = c.at_most("num_experts_per_tok", c.int("num_experts_per_tok", top_k_default),
                       experts_key, experts)
     return FfnSpec(d_ff=c.int(d_ff_key), activation=c.act("hidden_act", "silu"), gated=True,
@@ -397,7 +400,7 @@ def _experts(c: _Config, experts_key: str, d_ff_key: str, top_k_default: int | N
 
 
 def _mixtral_moe(c: _Config, layers: int) -> tuple[FfnSpec, int]:
-    return _experts(c, "num_local_experts", "intermediate_size", 2), 0
+    return _experts(c, "num_local_experts", "intermediate_size", 2, experts_default=8), 0
 
 
 def _qwen_moe(c: _Config, layers: int, shared: bool) -> tuple[FfnSpec, int]:
