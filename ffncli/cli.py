@@ -110,8 +110,7 @@ def params(
         min=1)] = None,
     weights: Annotated[Optional[Path], typer.Option(
         "--weights", help="A .safetensors file: count its parameters from the header alone "
-        "and compare with the spec (exit 1 on a mismatch). Of an architecture no config "
-        "reader knows, the file is counted by tensor names alone.", dir_okay=False)] = None,
+        "and compare with the spec (exit 1 on a mismatch).")] = None,
     batch: Annotated[int, typer.Option(
         "--batch", help="Sequences decoded at once, for the KV cache at --seq-len x --batch.",
         min=1)] = 1,
