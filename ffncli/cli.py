@@ -108,12 +108,12 @@ def params(
     seq_len: Annotated[Optional[int], typer.Option(
         "--seq-len", help="Sequence length for attention-score FLOPs (default: the preset's).",
         min=1)] = None,
-    weights: Annotated[Optional[Path], typer.Option(
-        "--weights", help="A .safetensors file: count its parameters from the header alone "
-        "and compare with the spec (exit 1 on a mismatch).")] = None,
     batch: Annotated[int, typer.Option(
         "--batch", help="Sequences decoded at once, for the KV cache at --seq-len x --batch.",
         min=1)] = 1,
+    weights: Annotated[Optional[Path], typer.Option(
+        "--weights", help="A .safetensors file: count its parameters from the header alone "
+        "and compare with the spec (exit 1 on a mismatch).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Count parameters, FLOPs per token, weight memory and KV cache: FFN, attention, norms."""
