@@ -158,12 +158,25 @@ def _check_overlaps(path: Path, tensors: Iterable[TensorInfo], base: int) -> Non
                 f"[{a.start - base}, {a.end - base}] and [{b.start - base}, {b.end - base}])")
 
 
+# Leaves of tensors that are saved but are not parameters: causal masks, rotary tables,
+# DeepSeek-V3's router score bias (a buffer updated outside training), Gemma's embedding scale.
+_BUFFER_LEAVES = ("position_ids", "inv_freq", "original_inv_freq", "masked_bias",
+                  "e_score_correction_bias", "embed_positions", "embed_scale")
+
+# First name segments of the task heads that masked-LM, causal-LM and pre-training classes add
+# to a base model (BertForMaskedLM's cls.predictions, DistilBertForMaskedLM's vocab_*, ELECTRA's
+# generator and discriminator heads, RoBERTa's lm_head).
+_HEAD_SEGMENTS = ("lm_head", "embed_out", "cls", "vocab_transform", "vocab_layer_norm",
+                  "vocab_projector", "generator_predictions", "generator_lm_head",
+                  "discriminator_predictions")
+
+
 def is_buffer(info: TensorInfo) -> bool:
     """Integer tensors and known non-trainable buffers (causal masks, rotary frequencies)."""
     if info.dtype in INT_DTYPES:
         return True
     leaf = info.name.rsplit(".", 1)[-1]
-    if leaf in ("position_ids", "inv_freq", "masked_bias"):
+    if leaf in _BUFFER_LEAVES:
         return True
     return info.name.endswith("attn.bias") and len(info.shape) == 4  # GPT-2's causal mask
 
@@ -171,12 +184,13 @@ def is_buffer(info: TensorInfo) -> bool:
 def group_of(name: str) -> str:
     """embeddings / attention / ffn / norms / head / pooler / other, from a tensor's name."""
     n = name.lower()
+    segments = n.split(".")
+    if segments[0] in _HEAD_SEGMENTS or "lm_head" in segments:
+        return "head"  # before norms: cls.predictions.transform.LayerNorm is the head's
     if "norm" in n or "ln_" in n:
         return "norms"
     if "pooler" in n:
         return "pooler"
-    if n.startswith("lm_head") or n.startswith("embed_out"):
-        return "head"
     if any(k in n for k in ("embed", "wte.", "wpe.", "shared.", "token_type", "project_in",
                             "project_out")):
         return "embeddings"

@@ -125,18 +125,20 @@ def what_if(*names: str) -> Callable[[Command], Command]:
 def params(
     preset: PresetOpt = None,
     config: ConfigOpt = None,
+    batch: Annotated[int, typer.Option(
+        "--batch", help="Sequences decoded at once, for the KV cache at --seq-len x --batch.")
+    ] = 1,
     weights: Annotated[Optional[Path], typer.Option(
         "--weights", help="A .safetensors file: count its parameters from the header alone "
         "and compare with the spec (exit 1 on a mismatch).")] = None,
     as_json: JsonOpt = False,
     *, overrides: Overrides,
 ) -> None:
-    """Count parameters, FLOPs per token and weight memory: FFN, attention, norms, model."""
+    """Count parameters, FLOPs per token, weight memory and KV cache: FFN, attention, norms."""
     from ffncli import render
-    from ffncli.counting import count_params
-    from ffncli.model import resolve_spec
+    from ffncli.model import count_model
 
-    result = count_params(resolve_spec(preset, config, overrides), weights)
+    result = count_model(preset, config, overrides, weights, batch)
     render.emit_params(result, as_json)
     if not result.matches:
         raise typer.Exit(ExitCode.CHECK_FAILED)

@@ -8,12 +8,14 @@ weights are counted once, buffers never. FLOPs are 2 per multiply-add of the mat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from ffncli.checkpoint import GROUPS, FileCount
-from ffncli.spec import AttentionSpec, FfnSpec, ModelSpec, NormSpec
+from ffncli.spec import AttentionSpec, EmbeddingsSpec, FfnSpec, ModelSpec, NormSpec
 
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
+BITS_PER_PARAM = {"float32": 32, "bfloat16": 16, "int8": 8, "int4": 4}
+# A KV cache element: 16-bit floats, or one byte for fp8 (e4m3/e5m2) and int8 caches.
+KV_BYTES = {"float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1}
 
 
 @dataclass(frozen=True)
@@ -41,13 +43,25 @@ def router_params(d_model: int, ffn: FfnSpec) -> int:
     return linear(d_model, ffn.experts, ffn.router_bias) if ffn.is_moe else 0
 
 
+def shared_expert_params(d_model: int, ffn: FfnSpec) -> int:
+    """The shared expert every token goes through (an FFN of width shared_d_ff, gated as the
+    routed experts are), and its gate, a d_model -> 1 projection without bias (Qwen2-MoE)."""
+    if not ffn.shared_d_ff:
+        return 0
+    shared = expert_params(d_model, FfnSpec(d_ff=ffn.shared_d_ff, gated=ffn.gated,
+                                            bias=ffn.bias))
+    return shared + (d_model if ffn.shared_gate else 0)
+
+
 def ffn_params(d_model: int, ffn: FfnSpec) -> int:
-    return ffn.experts * expert_params(d_model, ffn) + router_params(d_model, ffn)
+    return (ffn.experts * expert_params(d_model, ffn) + router_params(d_model, ffn)
+            + shared_expert_params(d_model, ffn))
 
 
 def ffn_active_params(d_model: int, ffn: FfnSpec) -> int:
-    """What one token uses: its top-k experts plus the router."""
-    return ffn.top_k * expert_params(d_model, ffn) + router_params(d_model, ffn)
+    """What one token uses: its top-k experts, the router and any shared expert."""
+    return (ffn.top_k * expert_params(d_model, ffn) + router_params(d_model, ffn)
+            + shared_expert_params(d_model, ffn))
 
 
 def attention_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
@@ -56,16 +70,98 @@ def attention_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
     return att.heads * head_dim, (att.kv_heads or att.heads) * head_dim
 
 
+def latent_attention_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[str, int, int,
+                                                                                bool], ...]:
+    """Multi-head latent attention (DeepSeek-V2/V3) as (name, n_in, n_out, bias) projections:
+    queries straight from x or through a q_lora_rank bottleneck; one projection to the KV latent
+    plus a shared rope key; the latent expanded to every head's key (nope part) and value."""
+    h, qk, v = att.heads, att.head_dim or 0, att.v_head_dim or att.head_dim or 0
+    nope, bias = qk - att.rope_head_dim, att.qkv_bias
+    if att.q_lora_rank:
+        q = (("W_Q_a", d_model, att.q_lora_rank, bias), ("W_Q_b", att.q_lora_rank, h * qk, False))
+    else:
+        q = (("W_Q", d_model, h * qk, False),)
+    return q + (
+        ("W_KV_a", d_model, att.kv_lora_rank + att.rope_head_dim, bias),
+        ("W_KV_b", att.kv_lora_rank, h * (nope + v), False),
+        ("W_O", h * v, d_model, att.out_bias),
+    )
+
+
+def qk_norm_params(d_model: int, att: AttentionSpec) -> int:
+    """Norms on queries and keys, and latent attention's norms on its two latents."""
+    if att.kv_lora_rank:
+        return att.kv_lora_rank + att.q_lora_rank  # RMSNorm weights
+    if att.qk_norm == "none":
+        return 0
+    head_dim = att.head_dim or d_model // att.heads
+    widths = ((head_dim, head_dim) if att.qk_norm == "head"
+              else attention_widths(d_model, att))
+    return sum(widths) * (2 if att.qk_norm_bias else 1)
+
+
 def attention_params(d_model: int, att: AttentionSpec) -> int:
     """W_Q, W_K, W_V, W_O (K and V are kv_heads * head_dim wide under grouped queries)."""
+    if att.kv_lora_rank:
+        return sum(linear(n_in, n_out, bias)
+                   for _, n_in, n_out, bias in latent_attention_matrices(d_model, att))
     q_width, kv_width = attention_widths(d_model, att)
     qkv = linear(d_model, q_width, att.qkv_bias) + 2 * linear(d_model, kv_width, att.qkv_bias)
     return qkv + linear(q_width, d_model, att.out_bias)
 
 
 def norm_params(d_model: int, norm: NormSpec) -> int:
-    """A gain vector, plus a bias vector for LayerNorm with bias (RMSNorm has none)."""
+    """A gain vector, plus a bias vector for LayerNorm with bias (RMSNorm has none); nothing
+    for a norm without elementwise affine weights."""
+    if not norm.affine:
+        return 0
     return d_model * (2 if norm.bias and norm.kind == "layernorm" else 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# KV cache: what decoding keeps per token.
+
+
+@dataclass(frozen=True)
+class KvCache:
+    kind: str  # "mha", "gqa", "mqa", "mla" (latent), or "none" (no decoder)
+    layers: int  # decoder layers holding a cache (cross-attention counted as more layers)
+    elements_per_token: int  # cached numbers per token, all layers
+    seq_len: int
+    batch: int
+
+    def bytes_per_token(self) -> dict[str, int]:
+        return {dtype: self.elements_per_token * size for dtype, size in KV_BYTES.items()}
+
+    def bytes(self) -> dict[str, int]:
+        """At seq_len tokens for each of batch sequences."""
+        return {dtype: n * self.seq_len * self.batch for dtype, n in
+                self.bytes_per_token().items()}
+
+
+def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
+    """One token's cache in one layer: K and V of each kv head, or under latent attention the
+    compressed latent and the shared rope key (what deployed DeepSeek-V3 caches; transformers'
+    reference code caches the expanded K and V instead)."""
+    if att.kv_lora_rank:
+        return att.kv_lora_rank + att.rope_head_dim
+    _, kv_width = attention_widths(d_model, att)
+    return 2 * kv_width
+
+
+def kv_cache(spec: ModelSpec, seq_len: int, batch: int = 1) -> KvCache:
+    """The KV cache of decoding seq_len tokens in each of batch sequences. Encoder-only models
+    keep none; an encoder-decoder's decoder also caches cross-attention K and V, counted here
+    for a source as long as seq_len."""
+    att = spec.attention
+    if att is None or spec.layers.decoder == 0:
+        return KvCache("none", 0, 0, seq_len, batch)
+    layers = spec.layers.decoder * (2 if spec.layers.encoder else 1)
+    kv_heads = att.kv_heads or att.heads
+    kind = ("mla" if att.kv_lora_rank else "mha" if kv_heads == att.heads
+            else "mqa" if kv_heads == 1 else "gqa")
+    return KvCache(kind, layers, layers * kv_elements_per_layer(spec.d_model, att), seq_len,
+                   batch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,19 +169,27 @@ def norm_params(d_model: int, norm: NormSpec) -> int:
 
 
 def ffn_flops(d_model: int, ffn: FfnSpec) -> int:
-    """The matrix products one token goes through: top-k experts and the router."""
-    per_expert = (3 if ffn.gated else 2) * d_model * ffn.d_ff
+    """The matrix products one token goes through: top-k experts, the router, a shared expert."""
+    matrices = 3 if ffn.gated else 2
+    per_expert = matrices * d_model * ffn.d_ff
     router = d_model * ffn.experts if ffn.is_moe else 0
-    return 2 * (ffn.top_k * per_expert + router)
+    shared = matrices * d_model * ffn.shared_d_ff + (d_model if ffn.shared_gate else 0)
+    return 2 * (ffn.top_k * per_expert + router + shared)
 
 
 def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
+    if att.kv_lora_rank:
+        return 2 * sum(n_in * n_out for _, n_in, n_out, _ in
+                       latent_attention_matrices(d_model, att))
     q_width, kv_width = attention_widths(d_model, att)
     return 2 * (2 * d_model * q_width + 2 * d_model * kv_width)
 
 
 def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int:
     """Q K^T and the weighted sum of V, one token against seq_len positions."""
+    if att.kv_lora_rank:
+        v_head_dim = att.v_head_dim or att.head_dim or 0
+        return 2 * seq_len * att.heads * ((att.head_dim or 0) + v_head_dim)
     q_width, _ = attention_widths(d_model, att)
     return 2 * 2 * seq_len * q_width
 
@@ -171,6 +275,11 @@ class ModelCount:
         """Weights alone; a mixture of experts needs all experts in memory, not just top-k."""
         return {dtype: self.total * size for dtype, size in BYTES_PER_PARAM.items()}
 
+    def weight_bytes(self) -> dict[str, int]:
+        """memory_bytes and int4, two parameters a byte (the scales and zero points of real
+        4-bit formats are not included)."""
+        return {dtype: (self.total * bits + 7) // 8 for dtype, bits in BITS_PER_PARAM.items()}
+
 
 def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
     f = ffn.d_ff
@@ -189,10 +298,19 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
         rows.append(Row(f"x {ffn.experts} experts", f"{ffn.experts} x {per_expert:,}",
                         ffn.experts * per_expert))
         rows.append(Row("router", f"{d} x {ffn.experts}", router_params(d, ffn)))
+        if ffn.shared_d_ff:
+            shared = expert_params(d, FfnSpec(d_ff=ffn.shared_d_ff, gated=ffn.gated,
+                                              bias=ffn.bias))
+            rows.append(Row("shared expert (every token)", f"d_ff {ffn.shared_d_ff}", shared))
+        if ffn.shared_gate:
+            rows.append(Row("shared expert gate", f"{d} x 1", d))
     return tuple(rows)
 
 
 def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    if att.kv_lora_rank:
+        return tuple(Row(f"{prefix}{name}", f"{n_in} x {n_out}", linear(n_in, n_out, bias))
+                     for name, n_in, n_out, bias in latent_attention_matrices(d, att))
     q_width, kv_width = attention_widths(d, att)
     return (
         Row(f"{prefix}W_Q", f"{d} x {q_width}", linear(d, q_width, att.qkv_bias)),
@@ -202,8 +320,10 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     )
 
 
-def _layer(spec: ModelSpec, kind: str, count: int, cross: bool) -> LayerCount:
-    d, ffn, att, norm = spec.d_model, spec.ffn, spec.attention, spec.norm
+def _layer(spec: ModelSpec, kind: str, count: int, cross: bool,
+           ffn: FfnSpec | None = None) -> LayerCount:
+    d, att, norm = spec.d_model, spec.attention, spec.norm
+    ffn = ffn or spec.ffn
     attention_rows: tuple[Row, ...] = ()
     proj_flops = score_flops = 0
     if att is not None:
@@ -215,6 +335,8 @@ def _layer(spec: ModelSpec, kind: str, count: int, cross: bool) -> LayerCount:
             proj_flops *= 2
             score_flops *= 2
     norms = (norm.per_layer + (1 if cross else 0)) * norm_params(d, norm) if norm else 0
+    if att is not None:
+        norms += qk_norm_params(d, att) * (2 if cross else 1)
     return LayerCount(
         kind=kind,
         count=count,
@@ -234,6 +356,8 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
         return ()
     dim = emb.dim or d
     rows = [Row("word embeddings", f"{emb.vocab} x {dim}", emb.vocab * dim)]
+    if emb.factorized:
+        return tuple(rows + _factorized_rows(emb, d))
     if dim != d:
         rows += [Row("project in", f"{dim} x {d}", dim * d),
                  Row("project out", f"{d} x {dim}", d * dim)]
@@ -243,6 +367,21 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
     if emb.token_types:
         rows.append(Row("token-type embeddings", f"{emb.token_types} x {d}", emb.token_types * d))
     return tuple(rows)
+
+
+def _factorized_rows(emb: EmbeddingsSpec, d: int) -> list[Row]:
+    """ELECTRA: positions and token types as wide as the word table, then dim -> d_model."""
+    dim = emb.dim or d
+    rows = []
+    if emb.positions:
+        n = emb.positions + emb.position_offset
+        rows.append(Row("position embeddings", f"{n} x {dim}", n * dim))
+    if emb.token_types:
+        rows.append(Row("token-type embeddings", f"{emb.token_types} x {dim}",
+                        emb.token_types * dim))
+    if dim != d:
+        rows.append(Row("project in (with bias)", f"{dim} x {d}", linear(dim, d, True)))
+    return rows
 
 
 def count(spec: ModelSpec) -> ModelCount:
@@ -257,7 +396,12 @@ def count(spec: ModelSpec) -> ModelCount:
             stacks += 1
         if spec.layers.decoder:
             cross = spec.layers.encoder > 0
-            layers.append(_layer(spec, "decoder", spec.layers.decoder, cross=cross))
+            dense = spec.layers.dense
+            if dense and spec.dense_ffn is not None:
+                layers.append(_layer(spec, "dense decoder", dense, cross=cross,
+                                     ffn=spec.dense_ffn))
+            if spec.layers.decoder > dense:
+                layers.append(_layer(spec, "decoder", spec.layers.decoder - dense, cross=cross))
             stacks += 1
     d, emb, norm, att = spec.d_model, spec.embeddings, spec.norm, spec.attention
     groups = {
@@ -271,8 +415,9 @@ def count(spec: ModelSpec) -> ModelCount:
     rows = list(_embedding_rows(spec))
     groups["embeddings"] = sum(r.params for r in rows)
     if emb is not None and emb.norm and norm is not None:
-        rows.append(Row("embedding norm", f"{d}", norm_params(d, norm)))
-        groups["norms"] += norm_params(d, norm)
+        width = (emb.dim or d) if emb.factorized else d
+        rows.append(Row("embedding norm", f"{width}", norm_params(width, norm)))
+        groups["norms"] += norm_params(width, norm)
     if att is not None and att.relative_buckets:
         table = att.relative_buckets * att.heads
         rows.append(Row("relative position bias", f"{stacks} x {att.relative_buckets} x "
@@ -307,6 +452,7 @@ class ParamsResult:
     count: ModelCount
     file: FileCount | None = None
     weights_path: str | None = None
+    kv: KvCache | None = None  # the KV cache at the spec's seq_len and --batch
 
     @property
     def mismatches(self) -> dict[str, tuple[int, int]]:
@@ -315,11 +461,36 @@ class ParamsResult:
             return {}
         spec_groups = {**dict.fromkeys(GROUPS, 0), **self.count.groups}
         return {g: (spec_groups[g], self.file.groups[g]) for g in GROUPS
-                if spec_groups[g] != self.file.groups[g]}
+                if spec_groups[g] != self.file.groups[g] and not self.task_head(g)}
+
+    def task_head(self, group: str) -> bool:
+        """A base model's spec (no output head) against a file saved from a task class
+        (masked-LM, pre-training): the class's head, and the pooler it leaves out, are not
+        the base model's and not a mismatch."""
+        emb = self.count.spec.embeddings
+        if self.file is None or emb is None or emb.head != "none":
+            return False
+        has_head = self.file.groups["head"] > 0
+        return group == "head" or (group == "pooler" and has_head
+                                   and self.file.groups["pooler"] == 0)
 
     @property
     def matches(self) -> bool:
         return not self.mismatches
+
+
+
+@dataclass(frozen=True)
+class FileOnlyResult:
+    """A checkpoint counted from its header alone: no config reader checked it."""
+
+    file: FileCount
+    weights_path: str
+    reason: str  # why no spec: the config's model_type is unsupported, or none was given
+
+    @property
+    def matches(self) -> bool:
+        return True  # nothing to compare the file with: not a mismatch
 
 
 @dataclass(frozen=True)
@@ -344,16 +515,6 @@ def summarize(spec: ModelSpec) -> PresetSummary:
         activation=spec.ffn.label,
         layers=spec.layers.encoder + spec.layers.decoder if not spec.ffn_only else 0,
         total_params=c.total, active_params=c.active, description=spec.description)
-
-
-def count_params(spec: ModelSpec, weights: Path | None = None) -> ParamsResult:
-    """``params``: count the spec; with ``weights``, a .safetensors file, count its header
-    too (no tensor data is read) for the comparison."""
-    if weights is None:
-        return ParamsResult(count(spec))
-    from ffncli.checkpoint import count_file, read_header
-
-    return ParamsResult(count(spec), count_file(read_header(weights)), str(weights))
 
 
 def presets_summary() -> tuple[PresetSummary, ...]:

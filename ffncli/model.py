@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 
 from ffncli.errors import InputError
 from ffncli.spec import ModelSpec, Overrides, apply_overrides, load_preset
+from ffncli.validate import whole
 
 if TYPE_CHECKING:
+    from ffncli.counting import FileOnlyResult, ParamsResult
     from ffncli.runner import Model
 
 _NO_MODEL = "give a model: --preset NAME|FILE or --config config.json"
@@ -62,3 +64,24 @@ def load_model(preset: str | None, config: Path | None, overrides: Overrides,
     spec = resolve_spec(preset, config, overrides, weights=weights, weights_describe=True)
     budget = parse_size(max_memory) if max_memory is not None else None
     return runner.build_model(spec, weights, layer, runner.parse_dtype(dtype), budget)
+
+
+def count_model(preset: str | None, config: Path | None, overrides: Overrides,
+                weights: Path | None = None, batch: int = 1) -> ParamsResult | FileOnlyResult:
+    """``params``: the spec's count and KV cache at its seq_len x ``batch``; with ``weights``
+    (a .safetensors file) its header's count beside it (no tensor data is read). A config of
+    a model type no reader knows is still counted from the file's tensor names."""
+    from ffncli.checkpoint import count_file, read_header
+    from ffncli.counting import FileOnlyResult, ParamsResult, count, kv_cache
+    from ffncli.hfconfig import UnsupportedModelType
+
+    whole("option --batch", batch)
+    try:
+        spec = resolve_spec(preset, config, overrides)
+    except UnsupportedModelType as exc:
+        if weights is None:
+            raise
+        return FileOnlyResult(count_file(read_header(weights)), str(weights), str(exc))
+    file = count_file(read_header(weights)) if weights is not None else None
+    return ParamsResult(count(spec), file, str(weights) if weights is not None else None,
+                        kv_cache(spec, spec.seq_len, batch))

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from ffncli.checkpoint import GROUPS
-from ffncli.counting import LayerCount, ModelCount, ParamsResult, PresetSummary, Row
+from ffncli.counting import (FileOnlyResult, KvCache, LayerCount, ModelCount, ParamsResult,
+                             PresetSummary, Row)
 from ffncli.errors import shown
 
 if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
@@ -55,8 +56,11 @@ def emit_json(doc: dict[str, Any]) -> None:
 # One function a command: its result as one JSON document, or as tables for people.
 
 
-def emit_params(result: ParamsResult, as_json: bool) -> None:
-    emit_json(params_json(result)) if as_json else print_params(result)
+def emit_params(result: ParamsResult | FileOnlyResult, as_json: bool) -> None:
+    if isinstance(result, FileOnlyResult):
+        emit_json(file_only_json(result)) if as_json else print_file_only(result)
+    else:
+        emit_json(params_json(result)) if as_json else print_params(result)
 
 
 def emit_presets(rows: Sequence[PresetSummary], as_json: bool) -> None:
@@ -162,8 +166,10 @@ def params_json(result: ParamsResult) -> dict[str, Any]:
             "total": c.flops_total,
             "ffn_share": round(c.flops_ffn_share, 6),
         },
-        "memory_bytes": c.memory_bytes(),
+        "memory_bytes": c.weight_bytes(),
     }
+    if result.kv is not None:
+        doc["kv_cache"] = kv_json(result.kv)
     if result.file is not None:
         doc.update(
             weights=result.weights_path,
@@ -223,6 +229,8 @@ def print_params(result: ParamsResult) -> None:
         out.print(table)
     _print_flops(out, c)
     _print_memory(out, c)
+    if result.kv is not None:
+        print_kv(out, result.kv)
     if result.file is not None:
         _print_file(out, result)
 
@@ -246,7 +254,7 @@ def _print_memory(out: Console, c: ModelCount) -> None:
     out.print()
     note = " (all experts, not only the active ones)" if c.spec.ffn.is_moe else ""
     table = _table(f"weight memory{note}", ("dtype", "bytes", "GiB"))
-    for dtype, size in c.memory_bytes().items():
+    for dtype, size in c.weight_bytes().items():
         table.add_row(dtype, _n(size), f"{size / 2**30:,.2f}")
     out.print(table)
 
@@ -260,7 +268,8 @@ def _print_file(out: Console, result: ParamsResult) -> None:
     for group in GROUPS:
         s, f = spec_groups.get(group, 0), result.file.groups[group]
         if s or f:
-            table.add_row(group, _n(s), _n(f), "ok" if s == f else "DIFFERS")
+            table.add_row(group, _n(s), _n(f), "ok" if s == f else
+                          "task head" if result.task_head(group) else "DIFFERS")
     table.add_row("total", _n(result.count.total), _n(result.file.total),
                   "ok" if result.matches else "DIFFERS")
     out.print(table)
@@ -269,6 +278,65 @@ def _print_file(out: Console, result: ParamsResult) -> None:
     for b in result.file.buffers:
         out.print(Text(f"buffer (not a parameter): {b.name} {b.dtype} {list(b.shape)}"))
     out.print("matches the spec" if result.matches else "does NOT match the spec")
+
+
+def kv_json(kv: KvCache) -> dict[str, Any]:
+    return {
+        "kind": kv.kind,
+        "layers": kv.layers,
+        "elements_per_token": kv.elements_per_token,
+        "bytes_per_token": kv.bytes_per_token(),
+        "seq_len": kv.seq_len,
+        "batch": kv.batch,
+        "bytes": kv.bytes(),
+    }
+
+
+_KV_KINDS = {"mha": "one K and V per head", "gqa": "grouped-query: K and V per kv head",
+             "mqa": "multi-query: one K and V head", "mla": "latent: kv_lora_rank + rope key"}
+
+
+def print_kv(out: Console, kv: KvCache) -> None:
+    out.print()
+    if kv.kind == "none":
+        out.print("KV cache: none (no decoder layers)")
+        return
+    table = _table(f"KV cache ({_KV_KINDS[kv.kind]}; {kv.layers} layers, "
+                   f"{kv.elements_per_token:,} values per token)",
+                   ("cache dtype", "bytes per token", f"x {kv.seq_len:,} x {kv.batch:,}", "GiB"))
+    total = kv.bytes()
+    for dtype, size in kv.bytes_per_token().items():
+        table.add_row(dtype, _n(size), _n(total[dtype]), f"{total[dtype] / 2**30:,.2f}")
+    out.print(table)
+
+
+def file_only_json(result: FileOnlyResult) -> dict[str, Any]:
+    return {
+        "weights": result.weights_path,
+        "checked_by_config": False,
+        "reason": result.reason,
+        "file_params": result.file.total,
+        "file_groups": dict(result.file.groups),
+        "unplaced": list(result.file.unplaced),
+        "buffers": [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)}
+                    for b in result.file.buffers],
+    }
+
+
+def print_file_only(result: FileOnlyResult) -> None:
+    out = console()
+    out.print(Text(f"weights: {result.weights_path}"))
+    out.print(Text(f"counted from tensor names only; no config reader checked it ({result.reason})"))
+    table = _table("header count by tensor names", ("group", "params"))
+    for group in GROUPS:
+        if result.file.groups[group]:
+            table.add_row(group, _n(result.file.groups[group]))
+    table.add_row("total", _n(result.file.total))
+    out.print(table)
+    for name in result.file.unplaced:
+        out.print(Text(f"unplaced tensor (counted as other): {name}"))
+    for b in result.file.buffers:
+        out.print(Text(f"buffer (not a parameter): {b.name} {b.dtype} {list(b.shape)}"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -49,6 +49,8 @@ class FfnSpec:
     top_k: int = 1
     router_bias: bool = False
     capacity_factor: float | None = None  # MoE only: drop tokens past ceil(cf * n * k / E)
+    shared_d_ff: int = 0  # MoE: a shared expert of this width that every token uses (0: none)
+    shared_gate: bool = False  # Qwen2-MoE: sigmoid(x g) scales the shared expert, g d_model x 1
 
     @property
     def is_moe(self) -> bool:
@@ -75,6 +77,18 @@ class AttentionSpec:
     qkv_bias: bool = True
     out_bias: bool = True
     relative_buckets: int = 0  # T5: a (buckets x heads) bias table in each stack's first layer
+    # Norms on queries and keys: "head" one norm of head_dim shared by all heads (Qwen3, Gemma3,
+    # Phi), "heads" one weight per head and channel (heads x head_dim for Q, kv_heads x head_dim
+    # for K: OLMo2, Cohere, StableLM). Counted with the layer's norms.
+    qk_norm: str = "none"
+    qk_norm_bias: bool = False
+    # Multi-head latent attention (DeepSeek-V2/V3), when kv_lora_rank > 0: K and V come from a
+    # shared latent of kv_lora_rank plus one rope_head_dim key; head_dim is the query/key width
+    # of a head (nope + rope), v_head_dim the value width; q_lora_rank > 0 factors W_Q as well.
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    rope_head_dim: int = 0
+    v_head_dim: int | None = None
 
 
 @dataclass(frozen=True)
@@ -83,12 +97,14 @@ class NormSpec:
     bias: bool = True
     per_layer: int = 2  # norms in an encoder or decoder-only layer; cross-attention adds one
     final: bool = True  # one norm after the last layer of each stack
+    affine: bool = True  # False: the norms have no weights (OLMo; OPT without elementwise affine)
 
 
 @dataclass(frozen=True)
 class LayersSpec:
     encoder: int = 0
     decoder: int = 1  # with encoder > 0, decoder layers also have cross-attention
+    dense: int = 0  # decoder layers whose FFN is ModelSpec.dense_ffn, not the MoE ffn (DeepSeek)
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,9 @@ class EmbeddingsSpec:
     norm: bool = False  # a norm right after the embeddings (BERT)
     head: HeadKind = "tied"  # output projection to the vocabulary
     head_bias: bool = False
+    # ELECTRA: word, position and token-type tables and their norm are all dim wide, then one
+    # dim -> d_model projection with a bias (instead of OPT's bias-free project in and out).
+    factorized: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,6 +143,7 @@ class ModelSpec:
     embeddings: EmbeddingsSpec | None = None
     pooler: bool = False
     seq_len: int = 1024
+    dense_ffn: FfnSpec | None = None  # the FFN of the layers.dense layers of a MoE model
     init: InitSpec = field(default_factory=InitSpec)
 
     @property
@@ -145,12 +165,14 @@ _SECTIONS: dict[str, type] = {
     "layers": LayersSpec,
     "embeddings": EmbeddingsSpec,
     "init": InitSpec,
+    "dense_ffn": FfnSpec,
 }
 
 _CHOICES: dict[str, tuple[str, ...]] = {
     "ffn.activation": ACTIVATIONS,
     "norm.kind": ("layernorm", "rmsnorm"),
     "embeddings.head": ("tied", "untied", "none"),
+    "attention.qk_norm": ("none", "head", "heads"),
 }
 
 _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other integer must be >= 1
@@ -162,6 +184,12 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
     "embeddings.position_offset": 0,
     "embeddings.token_types": 0,
     "init.seed": 0,
+    "ffn.shared_d_ff": 0,
+    "dense_ffn.shared_d_ff": 0,
+    "attention.kv_lora_rank": 0,
+    "attention.q_lora_rank": 0,
+    "attention.rope_head_dim": 0,
+    "layers.dense": 0,
 }
 
 
@@ -243,7 +271,39 @@ def check_spec(spec: ModelSpec, source: str) -> ModelSpec:
             )
     if spec.layers.encoder == 0 and spec.layers.decoder == 0:
         raise SpecError(f"{source}: key 'layers': expected at least one encoder or decoder layer")
+    _validate_additions(spec, source)
     return spec
+
+
+def _validate_additions(spec: ModelSpec, source: str) -> None:
+    """Rules of the keys added for issue 12: shared experts, dense layers, latent attention."""
+    for key, ffn in (("ffn", spec.ffn), ("dense_ffn", spec.dense_ffn)):
+        if ffn is not None and (ffn.shared_d_ff or ffn.shared_gate) and not ffn.is_moe:
+            raise SpecError(f"{source}: key '{key}.shared_d_ff': only a mixture of experts "
+                            f"({key}.experts > 1) has a shared expert")
+        if ffn is not None and ffn.shared_gate and not ffn.shared_d_ff:
+            raise SpecError(f"{source}: key '{key}.shared_gate': needs a shared expert "
+                            f"({key}.shared_d_ff > 0)")
+    layers = spec.layers
+    if layers.dense > layers.decoder:
+        raise SpecError(f"{source}: key 'layers.dense': expected at most layers.decoder "
+                        f"({layers.decoder}), got {layers.dense}")
+    if layers.dense and spec.dense_ffn is None:
+        raise SpecError(f"{source}: key 'dense_ffn': layers.dense ({layers.dense}) needs the "
+                        "dense layers' FFN")
+    att = spec.attention
+    if att is not None and att.kv_lora_rank:
+        if att.head_dim is None or att.rope_head_dim >= att.head_dim:
+            raise SpecError(f"{source}: key 'attention.rope_head_dim': latent attention needs "
+                            "attention.head_dim (nope + rope) larger than rope_head_dim")
+        for key in ("kv_lora_rank", "q_lora_rank"):
+            rank = getattr(att, key)
+            if rank > spec.d_model:
+                raise SpecError(f"{source}: key 'attention.{key}': expected at most d_model "
+                                f"({spec.d_model}), got {rank}")
+    elif att is not None and (att.q_lora_rank or att.rope_head_dim or att.v_head_dim):
+        raise SpecError(f"{source}: key 'attention.kv_lora_rank': q_lora_rank, rope_head_dim "
+                        "and v_head_dim belong to latent attention (kv_lora_rank > 0)")
 
 
 def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> ModelSpec:

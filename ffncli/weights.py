@@ -353,11 +353,13 @@ class Layout:
     names: dict[str, str]  # our name (w1, w2 or w, v, w2) -> checkpoint name stem
     linear: bool = True
     router: str | None = None  # mixture of experts: router stem; names then hold {e}
+    gate_up: str | None = None  # Phi-3: one [2 d_ff, d_model] matrix, gate rows then up rows
 
 
 _BERT = Layout({"w1": "layer.{i}.intermediate.dense", "w2": "layer.{i}.output.dense"})
 _LLAMA = Layout({"w": "layers.{i}.mlp.gate_proj", "v": "layers.{i}.mlp.up_proj",
                  "w2": "layers.{i}.mlp.down_proj"})
+_H_TO_4H = Layout({"w1": "h.{i}.mlp.dense_h_to_4h", "w2": "h.{i}.mlp.dense_4h_to_h"})
 LAYOUTS: dict[str, Layout] = {
     "bert": _BERT,
     "roberta": _BERT,
@@ -371,6 +373,15 @@ LAYOUTS: dict[str, Layout] = {
                        "v": "layers.{i}.block_sparse_moe.experts.{e}.w3",
                        "w2": "layers.{i}.block_sparse_moe.experts.{e}.w2"},
                       router="layers.{i}.block_sparse_moe.gate"),
+    "qwen3": _LLAMA, "granite": _LLAMA, "olmo": _LLAMA, "olmo2": _LLAMA, "gemma2": _LLAMA,
+    "gemma3_text": _LLAMA, "cohere": _LLAMA, "stablelm": _LLAMA,
+    "phi3": Layout({"w2": "layers.{i}.mlp.down_proj"}, gate_up="layers.{i}.mlp.gate_up_proj"),
+    "starcoder2": Layout({"w1": "layers.{i}.mlp.c_fc", "w2": "layers.{i}.mlp.c_proj"}),
+    "gpt_bigcode": Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"}),
+    "gptj": Layout({"w1": "h.{i}.mlp.fc_in", "w2": "h.{i}.mlp.fc_out"}),
+    "falcon": _H_TO_4H, "bloom": _H_TO_4H,
+    "mpt": Layout({"w1": "blocks.{i}.ffn.up_proj", "w2": "blocks.{i}.ffn.down_proj"}),
+    "electra": _BERT,  # xlm-roberta's spec has family bert
     "t5": Layout({"w1": "encoder.block.{i}.layer.1.DenseReluDense.wi",
                   "w2": "encoder.block.{i}.layer.1.DenseReluDense.wo"}),
     "t5-gated": Layout({"w": "encoder.block.{i}.layer.1.DenseReluDense.wi_0",
@@ -419,6 +430,15 @@ def safetensors_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype
             arrays[ours] = tensor(stem + ".weight", required=True)
             bias_name = {"w1": "b1", "w2": "b2", "w": "b", "v": "c"}[ours]
             arrays[bias_name] = tensor(stem + ".bias", required=False)
+        if layout.gate_up is not None:
+            fused = tensor(layout.gate_up.format(i=layer) + ".weight", required=True)
+            assert fused is not None  # required
+            f = spec.ffn.d_ff
+            if fused.shape != (spec.d_model, 2 * f):
+                raise WeightsError(f"{path}: '{layout.gate_up.format(i=layer)}.weight': "
+                                   f"expected shape {(2 * f, spec.d_model)}, got "
+                                   f"{fused.shape[::-1]}")
+            arrays["w"], arrays["v"] = fused[:, :f], fused[:, f:]  # (d, 2f) -> gate, up
         return _assemble(source, spec, dtype, arrays.get)
 
     if layout.router is None:

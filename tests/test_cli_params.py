@@ -235,10 +235,15 @@ def test_bad_inputs_exact_lines(cli, tmp_path):
 
 
 BAD_CONFIGS = [
-    ('{"model_type": "bloom"}', "unsupported model_type 'bloom'; supported: gpt2, bert, "
-     "roberta, distilbert, t5, opt, gpt_neox, llama, mistral, mixtral, qwen2, gemma, phi"),
-    ('{"model_type": "lama", "hidden_size": 8}', "unsupported model_type 'lama' (did you mean "
-     "'llama'?)"),
+    ('{"model_type": "mamba"}', "unsupported model_type 'mamba'; supported: gpt2, bert, "
+     "roberta, distilbert, t5, opt, gpt_neox, llama, mistral, mixtral, qwen2, gemma, phi, "
+     "qwen3, qwen3_moe, qwen2_moe, gemma2, gemma3_text, phi3, olmo, olmo2, granite, starcoder2, "
+     "gpt_bigcode, gptj, falcon, stablelm, bloom, mpt, xlm-roberta, electra, cohere, "
+     "deepseek_v3"),
+    # A near miss may be another architecture (qwen3 is not qwen2): only spelling is suggested.
+    ('{"model_type": "lama", "hidden_size": 8}', "unsupported model_type 'lama'; supported: "),
+    ('{"model_type": "Qwen2", "hidden_size": 8}', "unsupported model_type 'Qwen2' (did you "
+     "mean 'qwen2'?)"),
     ('{"hidden_size": 8}', "missing key 'model_type'"),
     ('{"model_type": "gpt2", "n_embd": "big"}', "key 'n_embd': expected a whole "
      "number >= 1, got 'big'"),

@@ -243,7 +243,9 @@ BAD_CONFIGS = [
      "['gpt2']"),
     ('{"model_type": "%s"}' % ("x" * 100), "unsupported model_type '" + "x" * 27 + "..."
      + "x" * 28 + "'; supported: gpt2, bert, roberta, distilbert, t5, opt, gpt_neox, llama, "
-     "mistral, mixtral, qwen2, gemma, phi"),
+     "mistral, mixtral, qwen2, gemma, phi, qwen3, qwen3_moe, qwen2_moe, gemma2, gemma3_text, "
+     "phi3, olmo, olmo2, granite, starcoder2, gpt_bigcode, gptj, falcon, stablelm, bloom, mpt, "
+     "xlm-roberta, electra, cohere, deepseek_v3"),
     ('{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16.0}',
      "key 'head_dim': expected a whole number >= 1, got 16.0"),
     ('{"model_type": "t5", "feed_forward_proj": ["relu"]}',

@@ -1,0 +1,90 @@
+"""The spec keys added for issue 12, from a YAML preset: same counts as the config readers,
+and their cross-key rules as one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ffncli.counting import count
+from ffncli.errors import SpecError
+from ffncli.spec import load_preset
+
+from conftest import DATA
+
+MODELS = json.loads((DATA / "arch_totals.json").read_text())["models"]
+
+# tiny-deepseek_v3 (transformers: 46,940 total, 37,724 active) written as a preset.
+DEEPSEEK = """\
+family: deepseek_v3
+d_model: 32
+ffn: {d_ff: 24, activation: silu, gated: true, bias: false, experts: 4, top_k: 2,
+      shared_d_ff: 48}
+dense_ffn: {d_ff: 48, activation: silu, gated: true, bias: false}
+attention: {heads: 4, head_dim: 12, qkv_bias: false, out_bias: false, kv_lora_rank: 8,
+            q_lora_rank: 12, rope_head_dim: 4, v_head_dim: 6}
+norm: {kind: rmsnorm, bias: false}
+layers: {decoder: 3, dense: 1}
+embeddings: {vocab: 101, head: untied}
+"""
+# tiny-olmo2 (22,080): Q/K norms as wide as Q and K; tiny-olmo (18,784): weightless norms.
+OLMO2 = """\
+d_model: 32
+ffn: {d_ff: 48, activation: silu, gated: true, bias: false}
+attention: {heads: 4, kv_heads: 2, qkv_bias: false, out_bias: false, qk_norm: heads}
+norm: {kind: rmsnorm, bias: false}
+layers: {decoder: 2}
+embeddings: {vocab: 101, head: untied}
+"""
+OLMO = """\
+d_model: 32
+ffn: {d_ff: 48, activation: silu, gated: true, bias: false}
+attention: {heads: 4, kv_heads: 2, qkv_bias: true, out_bias: true}
+norm: {affine: false}
+layers: {decoder: 2}
+embeddings: {vocab: 101, head: tied}
+"""
+
+
+@pytest.mark.parametrize("text,name", [(DEEPSEEK, "tiny-deepseek_v3"), (OLMO2, "tiny-olmo2"),
+                                       (OLMO, "tiny-olmo")])
+def test_presets_count_as_transformers(tmp_path, text, name):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    c = count(load_preset(str(path)))
+    assert (c.total, c.active) == (MODELS[name]["total"], MODELS[name]["active"])
+
+
+@pytest.mark.parametrize("change,message", [
+    (("layers: {decoder: 3, dense: 1}", "layers: {decoder: 3, dense: 4}"),
+     "key 'layers.dense': expected at most layers.decoder (3), got 4"),
+    (("dense_ffn: {d_ff: 48, activation: silu, gated: true, bias: false}\n", ""),
+     "key 'dense_ffn': layers.dense (1) needs the dense layers' FFN"),
+    (("experts: 4, top_k: 2,", "experts: 1, top_k: 1,"),
+     "key 'ffn.shared_d_ff': only a mixture of experts (ffn.experts > 1) has a shared expert"),
+    (("kv_lora_rank: 8", "kv_lora_rank: 33"),
+     "key 'attention.kv_lora_rank': expected at most d_model (32), got 33"),
+    (("rope_head_dim: 4", "rope_head_dim: 12"),
+     "key 'attention.rope_head_dim': latent attention needs attention.head_dim (nope + rope) "
+     "larger than rope_head_dim"),
+    (("kv_lora_rank: 8,", "kv_lora_rank: 0,"),
+     "key 'attention.kv_lora_rank': q_lora_rank, rope_head_dim and v_head_dim belong to "
+     "latent attention (kv_lora_rank > 0)"),
+])
+def test_rules_of_the_new_keys(cli, tmp_path, change, message):
+    path = tmp_path / "p.yaml"
+    path.write_text(DEEPSEEK.replace(*change))
+    with pytest.raises(SpecError) as info:
+        load_preset(str(path))
+    assert str(info.value) == f"{path}: {message}"
+    r = cli("params", "--preset", path)
+    assert (r.code, r.err) == (2, f"error: {path}: {message}\n")
+
+
+def test_qk_norm_choices(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(OLMO2.replace("qk_norm: heads", "qk_norm: head_dim"))
+    with pytest.raises(SpecError, match="key 'attention.qk_norm': expected one of none, head, "
+                                        "heads, got 'head_dim'"):
+        load_preset(str(path))
