@@ -1,3 +1,33 @@
-"""ffncli: inspect, run and count the position-wise feed-forward network of Transformers."""
+"""ffncli: inspect, run and count the position-wise feed-forward network of Transformers.
 
-__version__ = "0.1.0"
+The command line is ``ffncli``; the same answers from Python::
+
+    import ffncli
+    spec = ffncli.load_spec(preset="base")
+    ffncli.count(spec).total                       # 63082496
+    ffn = ffncli.build_ffn(spec)                   # callable on a (tokens, d_model) array
+    ffncli.permute_check(ffn, x).passed
+    ffncli.relu_stats(ffn, x).mean_inactive_fraction
+
+The names are imported on first use (see ``ffncli.api``): ``import ffncli`` and counting never
+import NumPy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"  # the one place: pyproject.toml reads it from here
+
+__all__ = ["build_ffn", "count", "load_spec", "permute_check", "relu_stats", "__version__"]
+
+if TYPE_CHECKING:
+    from ffncli.api import build_ffn, count, load_spec, permute_check, relu_stats
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from ffncli import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'ffncli' has no attribute {name!r}")

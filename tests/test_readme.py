@@ -79,3 +79,25 @@ def test_readme_example(steps, cli, folder, monkeypatch):
         fails = any("NOT position-wise" in line for line in expected)
         assert r.code == (2 if wants_error else 1 if fails else 0), (command, r.err)
         assert _matches(expected, r.out + r.err), (command, r.out + r.err)
+
+
+def _python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+
+
+def test_readme_has_a_library_section():
+    assert any(">>> import ffncli" in block for block in _python_blocks())
+
+
+@pytest.mark.parametrize("block", _python_blocks())
+def test_readme_python_example(block, tmp_path, monkeypatch):
+    """The "As a library" examples run as doctests, beside the lesson's tokens."""
+    import doctest
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "the_cat_sat.txt").write_text(
+        "0.8446 0.5777 0.8446 0.5777\n0.5777 0.8446 0.5777 0.8446\n0.7881 0.7881 0.7881 0.7881\n")
+    test = doctest.DocTestParser().get_doctest(block, {}, "README", "README.md", 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.failures == 0 and runner.tries > 0

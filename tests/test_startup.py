@@ -43,3 +43,21 @@ def test_run_sets_the_openblas_timeout_before_numpy_unless_the_user_did(user_val
     result = probe("run", "--preset", "base", "--random", "3", "--json", timeout_env=user_value)
     assert result == {"numpy_at_import": False, "numpy_after": True, "timeout": expected,
                       "code": 0}
+
+
+def test_the_library_counts_without_numpy():
+    """`import ffncli` and counting through the front door never import NumPy."""
+    code = ("import sys, ffncli; total = ffncli.count(ffncli.load_spec(preset='base')).total; "
+            "print(total, 'numpy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == ["63082496", "False"]
+
+
+def test_one_version():
+    """The version is stated once, in ffncli/__init__.py; the installed metadata agrees."""
+    from importlib.metadata import version
+
+    import ffncli
+
+    assert version("ffncli") == ffncli.__version__

@@ -1,0 +1,109 @@
+"""ffncli as a library: the same answers as the commands, for notebooks and programs.
+
+    import ffncli
+    spec = ffncli.load_spec(preset="base")            # or config="config.json", d_ff=4096 ...
+    ffncli.count(spec).total                           # 63,082,496: integer arithmetic, no NumPy
+    ffn = ffncli.build_ffn(spec)                       # random weights from the spec's seed
+    y = ffn(x)                                         # (tokens, d_model) -> (tokens, d_model)
+    ffncli.permute_check(ffn, x).passed                # True: the FFN is position-wise
+    ffncli.relu_stats(ffn, x).mean_inactive_fraction   # the hidden layer's sparsity
+
+Every function returns a frozen result object with the fields of the command's JSON output,
+and raises an ``ffncli.errors.FfnError`` subclass with a one-line message for bad input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from ffncli.spec import ModelSpec, Overrides
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ffncli.checks import CheckReport
+    from ffncli.counting import ModelCount
+    from ffncli.engine import Engine
+    from ffncli.sparsity import SparsityResult
+    from ffncli.tokens import TokenInput
+
+
+def load_spec(preset: str | None = None, config: str | Path | None = None,
+              **overrides: Any) -> ModelSpec:
+    """A model spec from a built-in preset or a YAML file (``preset``), or a Hugging Face
+    ``config.json`` (``config``), with what-if ``overrides``: ``d_model``, ``d_ff``,
+    ``activation``, ``gated``, ``experts``, ``top_k``, ``beta``, ``capacity_factor``,
+    ``match_params``, ``multiple_of``, ``seq_len``."""
+    from ffncli.model import resolve_spec
+
+    return resolve_spec(preset, Path(config) if config is not None else None,
+                        Overrides(**overrides))
+
+
+def count(spec: ModelSpec) -> ModelCount:
+    """Parameters per layer and part, FLOPs per token and weight memory (``params --json``)."""
+    from ffncli.counting import count as count_spec
+
+    return count_spec(spec)
+
+
+def build_ffn(spec: ModelSpec, weights: str | Path | None = None, layer: int = 0, *,
+              dtype: str = "float32", max_memory: str | None = None) -> Engine:
+    """The FFN of ``spec``: random weights from its seed, or layer ``layer`` of a ``.npz`` or
+    ``.safetensors`` file. Call it on a (tokens, d_model) array: ``ffn(x)``."""
+    from ffncli.runner import build_model, parse_dtype
+    from ffncli.weights import parse_size
+
+    budget = parse_size(max_memory) if max_memory is not None else None
+    path = Path(weights) if weights is not None else None
+    return build_model(spec, path, layer, parse_dtype(dtype), budget).engine
+
+
+def permute_check(fn: Callable[[np.ndarray], np.ndarray], tokens: np.ndarray, *,
+                  trials: int = 8, seed: int = 0, rtol: float | None = None,
+                  atol: float | None = None, timeout: float | None = None,
+                  name: str | None = None) -> CheckReport:
+    """Is ``fn`` position-wise on ``tokens`` (tokens x d_model, or batch x seq x d_model)?
+    The report holds each property's result (``report.passed``, ``report.properties``)."""
+    import numpy as np
+
+    from ffncli.checks import permute_check as check
+    from ffncli.checks import check_timeout, guarded, tolerances
+
+    x = np.asarray(tokens)
+    shape = x.shape if x.ndim > 1 else (1, x.shape[-1])
+    matrix = x.reshape(-1, x.shape[-1])
+    dtype = getattr(fn, "dtype", matrix.dtype if matrix.dtype.kind == "f" else np.float64)
+    matrix = matrix.astype(dtype, copy=False)
+    tolerances(dtype, rtol, atol)  # refuse NaN and negative tolerances up front
+    check_timeout(timeout)
+    label = name or getattr(fn, "__name__", type(fn).__name__)
+    return check(guarded(fn, label, np.dtype(dtype), timeout=timeout), matrix, target=label,
+                 input_shape=shape, trials=trials, seed=seed, rtol=rtol, atol=atol)
+
+
+def relu_stats(ffn: Engine, tokens: np.ndarray | str | Path, *,
+               threshold: float | None = None, target_sparsity: float | None = None,
+               allow_nonfinite: bool = False) -> SparsityResult:
+    """Activation sparsity of ``ffn``'s hidden layer on ``tokens``: an array, or a ``.npy``,
+    ``.txt`` or ``.csv`` file (streamed in chunks)."""
+    from ffncli.sparsity import relu_stats as stats
+
+    return stats(ffn, _tokens(tokens, ffn.d_model), threshold=threshold,
+                 target_sparsity=target_sparsity, allow_nonfinite=allow_nonfinite)
+
+
+def _tokens(tokens: np.ndarray | str | Path, d_model: int) -> TokenInput:
+    import numpy as np
+
+    from ffncli.errors import InputError
+    from ffncli.tokens import from_array, open_input
+
+    if isinstance(tokens, (str, Path)):
+        return open_input(Path(tokens), d_model)
+    x = np.asarray(tokens)
+    if x.ndim not in (1, 2, 3) or x.shape[-1] != d_model or x.size == 0:
+        raise InputError(f"tokens: expected (tokens, {d_model}) or (batch, seq, {d_model}), "
+                         f"got shape {x.shape}")
+    return from_array(x)
