@@ -29,8 +29,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -122,54 +122,62 @@ def bench_shape(name: str, n: int, d: int, f: int, acts: tuple[str, ...], reps: 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(n, d)).astype(np.float32)
     for act in acts:
-        gated = act == "swiglu"
-        base_act = "silu" if gated else act
-        w = {k: (rng.normal(0, 0.02, s).astype(np.float32)) for k, s in (
-            ("w1", (d, f)), ("w", (d, f)), ("v", (d, f)), ("w2", (f, d)))}
-        b1, b2 = np.zeros(f, np.float32), np.zeros(d, np.float32)
-        if gated:
-            weights = F.GatedWeights(w["w"], None, w["v"], None, w["w2"], None)
-        else:
-            weights = F.DenseWeights(w["w1"], b1, w["w2"], b2)
-        engine = Engine(weights, base_act)
-        out = np.empty((n, d), np.float32)
-        h_full, u_full = np.empty((n, f), np.float32), np.empty((n, f), np.float32)
-        c = engine.chunk_tokens
-        h_c, u_c = np.empty((c, f), np.float32), np.empty((c, f), np.float32)
-
-        def gemm_whole() -> None:
-            np.matmul(x, w["w" if gated else "w1"], out=h_full)
-            if gated:
-                np.matmul(x, w["v"], out=u_full)
-            np.matmul(h_full, w["w2"], out=out)
-
-        def gemm_chunked() -> None:
-            for s in range(0, n, c):
-                m = min(c, n - s)
-                np.matmul(x[s:s + m], w["w" if gated else "w1"], out=h_c[:m])
-                if gated:
-                    np.matmul(x[s:s + m], w["v"], out=u_c[:m])
-                np.matmul(h_c[:m], w["w2"], out=out[s:s + m])
-
-        fns: dict[str, Callable] = {"gemm_whole": gemm_whole, "gemm_chunked": gemm_chunked,
-                                    "ffncli": lambda: engine(x, out)}
-        nv = naive(act)
-        if nv is not None:
-            fns["naive"] = (lambda: nv(x, w["w"], w["v"], w["w2"])) if gated else (
-                lambda: nv(x, w["w1"], b1, w["w2"], b2))
-        tf = torch_fn(act, {"x": x, **w, "b1": b1, "b2": b2})
-        if tf is not None:
-            fns["torch"] = tf
-        t = medians(fns, reps)
-        gemm = min(t["gemm_whole"], t["gemm_chunked"])
-        row = {"shape": f"{name} {n}x{d}->{f}", "act": act, "vs_gemm": gemm / t["ffncli"],
-               "vs_naive": t["naive"] / t["ffncli"] if "naive" in t else None,
-               "naive_vs_gemm": gemm / t["naive"] if "naive" in t else None,
-               "vs_torch": t["torch"] / t["ffncli"] if "torch" in t else None,
-               "torch_vs_gemm": gemm / t["torch"] if "torch" in t else None,
-               "gflops": (6 if gated else 4) * n * d * f / t["ffncli"] / 1e9}
+        row = bench_activation(name, x, f, act, rng, reps)
         rows.append(row)
         print(_fmt_row(row), flush=True)
+
+
+def bench_activation(name: str, x: np.ndarray, f: int, act: str, rng: np.random.Generator,
+                     reps: int) -> dict:
+    """One activation on one shape: ffncli, the products alone, naive NumPy, PyTorch."""
+    n, d = x.shape
+    gated = act == "swiglu"
+    base_act = "silu" if gated else act
+    w = {k: (rng.normal(0, 0.02, s).astype(np.float32)) for k, s in (
+        ("w1", (d, f)), ("w", (d, f)), ("v", (d, f)), ("w2", (f, d)))}
+    b1, b2 = np.zeros(f, np.float32), np.zeros(d, np.float32)
+    if gated:
+        weights = F.GatedWeights(w["w"], None, w["v"], None, w["w2"], None)
+    else:
+        weights = F.DenseWeights(w["w1"], b1, w["w2"], b2)
+    engine = Engine(weights, base_act)
+    out = np.empty((n, d), np.float32)
+    h_full, u_full = np.empty((n, f), np.float32), np.empty((n, f), np.float32)
+    c = engine.chunk_tokens
+    h_c, u_c = np.empty((c, f), np.float32), np.empty((c, f), np.float32)
+
+    def gemm_whole() -> None:
+        np.matmul(x, w["w" if gated else "w1"], out=h_full)
+        if gated:
+            np.matmul(x, w["v"], out=u_full)
+        np.matmul(h_full, w["w2"], out=out)
+
+    def gemm_chunked() -> None:
+        for s in range(0, n, c):
+            m = min(c, n - s)
+            np.matmul(x[s:s + m], w["w" if gated else "w1"], out=h_c[:m])
+            if gated:
+                np.matmul(x[s:s + m], w["v"], out=u_c[:m])
+            np.matmul(h_c[:m], w["w2"], out=out[s:s + m])
+
+    fns: dict[str, Callable] = {"gemm_whole": gemm_whole, "gemm_chunked": gemm_chunked,
+                                "ffncli": lambda: engine(x, out)}
+    nv = naive(act)
+    if nv is not None:
+        fns["naive"] = (lambda: nv(x, w["w"], w["v"], w["w2"])) if gated else (
+            lambda: nv(x, w["w1"], b1, w["w2"], b2))
+    tf = torch_fn(act, {"x": x, **w, "b1": b1, "b2": b2})
+    if tf is not None:
+        fns["torch"] = tf
+    t = medians(fns, reps)
+    gemm = min(t["gemm_whole"], t["gemm_chunked"])
+    row = {"shape": f"{name} {n}x{d}->{f}", "act": act, "vs_gemm": gemm / t["ffncli"],
+           "vs_naive": t["naive"] / t["ffncli"] if "naive" in t else None,
+           "naive_vs_gemm": gemm / t["naive"] if "naive" in t else None,
+           "vs_torch": t["torch"] / t["ffncli"] if "torch" in t else None,
+           "torch_vs_gemm": gemm / t["torch"] if "torch" in t else None,
+           "gflops": (6 if gated else 4) * n * d * f / t["ffncli"] / 1e9}
+    return row
 
 
 def bench_moe(reps: int) -> dict:
@@ -341,7 +349,8 @@ def main() -> int:
             misses.append(f"streaming {label}: {s['throughput_vs_in_memory']:.2f} < 0.90")
         if s["peak_rss_mb"] > 500:
             misses.append(f"streaming {label}: peak RSS {s['peak_rss_mb']:.0f} MB > 500 MB")
-    print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS of this process: {peak:.0f} MB")
     if misses:
         print("MISSED TARGETS:\n  " + "\n  ".join(misses))
         return 1

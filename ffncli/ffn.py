@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 import numpy as np
 
@@ -139,7 +139,7 @@ class GatedWeights:
     b2: Array | None
 
 
-ExpertWeights = Union[DenseWeights, GatedWeights]
+ExpertWeights = DenseWeights | GatedWeights
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class MoEWeights:
     capacity_factor: float | None = None  # tokens past ceil(cf * n * k / E) per expert dropped
 
 
-Weights = Union[DenseWeights, GatedWeights, MoEWeights]
+Weights = DenseWeights | GatedWeights | MoEWeights
 
 
 def weights_shape(weights: Weights) -> tuple[int, int]:
@@ -243,7 +243,7 @@ def moe_ffn(x: Array, p: MoEWeights, act: Activation | str) -> Array:
     act = as_activation(act)
     order, gate = route(x, p)
     out = np.zeros_like(x, shape=(x.shape[0], weights_shape(p)[0]))
-    for expert, (rows, slot) in zip(p.experts, dispatch(order, p)):
+    for expert, (rows, slot) in zip(p.experts, dispatch(order, p), strict=True):
         if rows.size:
             out[rows] += gate[rows, slot, None] * expert_ffn(x[rows], expert, act)
     return out

@@ -7,23 +7,24 @@ Llama does not.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from ffncli import validate
 from ffncli.errors import ConfigError
 from ffncli.spec import (
     AttentionSpec,
-    HeadKind,
     EmbeddingsSpec,
     FfnSpec,
+    HeadKind,
     LayersSpec,
     ModelSpec,
     NormSpec,
     check_spec,
     read_text,
 )
-from ffncli import validate
 from ffncli.textformats import Malformed, parse_json
 from ffncli.validate import MAX_INT, brief
 
@@ -172,7 +173,8 @@ def _gpt2(c: _Config) -> ModelSpec:
     d = c.int("n_embd", 768)
     return _decoder_only(
         c, "gpt2",
-        ffn=FfnSpec(d_ff=c.int("n_inner", 4 * d), activation=c.act("activation_function", "gelu_new")),
+        ffn=FfnSpec(d_ff=c.int("n_inner", 4 * d),
+                    activation=c.act("activation_function", "gelu_new")),
         attention=AttentionSpec(heads=c.int("n_head", 12)),
         norm=NormSpec(final=True),
         embeddings=EmbeddingsSpec(

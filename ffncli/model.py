@@ -33,7 +33,7 @@ def config_beside(weights: Path) -> Path | None:
     return beside if beside.is_file() and os.access(beside, os.R_OK) else None
 
 
-def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides = Overrides(),
+def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides | None = None,
                  *, weights: Path | None = None, weights_describe: bool = False) -> ModelSpec:
     """The spec of ``--preset`` or ``--config`` (never both), with ``overrides`` applied.
 
@@ -51,7 +51,7 @@ def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides =
         spec = load_preset(preset)
     else:
         raise InputError(_NO_MODEL_OR_WEIGHTS if weights_describe else _NO_MODEL)
-    return apply_overrides(spec, overrides)
+    return apply_overrides(spec, overrides or Overrides())
 
 
 def load_model(preset: str | None, config: Path | None, overrides: Overrides,

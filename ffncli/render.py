@@ -10,13 +10,21 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ffncli.checkpoint import GROUPS
-from ffncli.counting import (FileOnlyResult, KvCache, LayerCount, ModelCount, ParamsResult,
-                             PresetSummary, Row)
+from ffncli.counting import (
+    FileOnlyResult,
+    KvCache,
+    LayerCount,
+    ModelCount,
+    ParamsResult,
+    PresetSummary,
+    Row,
+)
 from ffncli.errors import shown
 
 if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
@@ -326,7 +334,8 @@ def file_only_json(result: FileOnlyResult) -> dict[str, Any]:
 def print_file_only(result: FileOnlyResult) -> None:
     out = console()
     out.print(Text(f"weights: {result.weights_path}"))
-    out.print(Text(f"counted from tensor names only; no config reader checked it ({result.reason})"))
+    out.print(Text("counted from tensor names only; no config reader checked it "
+                   f"({result.reason})"))
     table = _table("header count by tensor names", ("group", "params"))
     for group in GROUPS:
         if result.file.groups[group]:

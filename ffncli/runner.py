@@ -6,21 +6,21 @@ Also the pieces that `permute-check` and `relu-stats` share with it: choosing th
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 
 from ffncli import weights as W
 from ffncli.checks import compare, tolerances
-from ffncli.errors import InputError
-from ffncli.validate import whole
 from ffncli.engine import Engine, default_chunk_tokens
+from ffncli.errors import InputError
 from ffncli.ffn import Activation, MoEWeights, pre_activation
 from ffncli.spec import ModelSpec
 from ffncli.tokens import AtomicNpyWriter, TokenInput, check_finite, open_input
+from ffncli.validate import whole
 
 SMALL_TOKENS = 1024  # inputs up to this size get the lesson's checks and a full JSON output
 DTYPES = {"float32": np.float32, "float64": np.float64}

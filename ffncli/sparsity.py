@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ffncli.errors import InputError
 from ffncli.engine import Engine, activate_inplace
+from ffncli.errors import InputError
 from ffncli.ffn import ExpertWeights, MoEWeights, dispatch, pre_activation, route
 from ffncli.validate import number
 
@@ -203,7 +203,8 @@ def _expert_inputs(ffn: Engine, x: np.ndarray, room: list[int] | None = None):
     if not isinstance(p, MoEWeights):
         return [(p, np.arange(x.shape[0]))]
     order, _ = route(x, p)
-    return [(expert, rows) for expert, (rows, _) in zip(p.experts, dispatch(order, p, room))]
+    groups = dispatch(order, p, room)
+    return [(expert, rows) for expert, (rows, _) in zip(p.experts, groups, strict=True)]
 
 
 @dataclass(frozen=True)

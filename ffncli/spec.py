@@ -10,12 +10,13 @@ This module must not import NumPy: ``ffncli params`` is integer arithmetic and s
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
-from ffncli.errors import FfnError, SpecError
 from ffncli import validate
+from ffncli.errors import FfnError, SpecError
 from ffncli.validate import suggest
 
 # Activations applied elementwise. ``gelu`` is the exact (erf) GELU; ``gelu_tanh`` is the tanh
@@ -309,7 +310,8 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
 def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> ModelSpec:
     """Build and validate a spec from parsed YAML (or any mapping)."""
     if not isinstance(data, Mapping):
-        raise SpecError(f"{source}: expected a mapping of keys to values, got {type(data).__name__}")
+        raise SpecError(f"{source}: expected a mapping of keys to values, got "
+                        f"{type(data).__name__}")
     if "name" not in data:
         data = {**data, "name": default_name}
     spec = _build(source, "", ModelSpec, data)

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ffncli.errors import FfnError
-from ffncli.validate import brief
 from ffncli.files import open_file
+from ffncli.validate import brief
 
 MAX_TEXT_BYTES = 4 * 1024 * 1024  # presets and configs are a few KB; 4 MiB is ample
 MAX_DEPTH = 64  # presets nest 2 levels, configs 4, safetensors headers 3

@@ -20,10 +20,11 @@ import os
 import secrets
 import stat
 import warnings
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 import numpy as np
 
@@ -386,7 +387,7 @@ class AtomicNpyWriter:
         self._writer: ThreadPoolExecutor | None = None
         self._pending: dict[int, Future] = {}
 
-    def __enter__(self) -> "AtomicNpyWriter":
+    def __enter__(self) -> AtomicNpyWriter:
         try:  # from the moment the name is chosen, a signal or an error removes the file
             self._file = self._create_temporary()
             header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,

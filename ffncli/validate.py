@@ -10,7 +10,8 @@ for NaN, so every comparison here is written to refuse it). No NumPy here: ``par
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ffncli.errors import FfnError, InputError
 

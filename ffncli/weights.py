@@ -16,17 +16,18 @@ import re
 import zipfile
 import zlib
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO
 
 import numpy as np
 
 from ffncli.checkpoint import Header, TensorInfo, read_header
 from ffncli.counting import ffn_params
 from ffncli.errors import MemoryBudgetError, WeightsError
-from ffncli.files import open_file
 from ffncli.ffn import DenseWeights, ExpertWeights, GatedWeights, MoEWeights, Weights
+from ffncli.files import open_file
 from ffncli.spec import ModelSpec
 from ffncli.tokens import NpyHeader, read_npy_header
 
@@ -366,7 +367,8 @@ LAYOUTS: dict[str, Layout] = {
     "distilbert": Layout({"w1": "layer.{i}.ffn.lin1", "w2": "layer.{i}.ffn.lin2"}),
     "gpt2": Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"}, linear=False),
     "opt": Layout({"w1": "layers.{i}.fc1", "w2": "layers.{i}.fc2"}),
-    "gpt_neox": Layout({"w1": "layers.{i}.mlp.dense_h_to_4h", "w2": "layers.{i}.mlp.dense_4h_to_h"}),
+    "gpt_neox": Layout({"w1": "layers.{i}.mlp.dense_h_to_4h",
+                        "w2": "layers.{i}.mlp.dense_4h_to_h"}),
     "phi": Layout({"w1": "layers.{i}.mlp.fc1", "w2": "layers.{i}.mlp.fc2"}),
     "llama": _LLAMA, "mistral": _LLAMA, "qwen2": _LLAMA, "gemma": _LLAMA,
     "mixtral": Layout({"w": "layers.{i}.block_sparse_moe.experts.{e}.w1",

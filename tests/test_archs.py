@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import DATA
 
 from ffncli.counting import count
 from ffncli.hfconfig import spec_from_config
-
-from conftest import DATA
 
 FIXTURE = json.loads((DATA / "arch_totals.json").read_text())
 MODELS = FIXTURE["models"]

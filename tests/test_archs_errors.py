@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ffncli.counting import count
 from ffncli.errors import FfnError
 from ffncli.hfconfig import spec_from_config
-
-from conftest import DATA
 
 MODELS = json.loads((DATA / "arch_totals.json").read_text())["models"]
 
@@ -33,7 +32,8 @@ BAD = [
     (_config("tiny-granite", hidden_size=30),
      "key 'num_attention_heads': expected a divisor of hidden_size (30), got 4"),
     (_config("tiny-gptj", n_head=5), "key 'n_head': expected a divisor of n_embd (32), got 5"),
-    (_config("tiny-bloom", n_head=5), "key 'n_head': expected a divisor of hidden_size (32), got 5"),
+    (_config("tiny-bloom", n_head=5),
+     "key 'n_head': expected a divisor of hidden_size (32), got 5"),
     (_config("tiny-falcon-new", num_kv_heads=3),
      "key 'num_kv_heads': expected a divisor of num_attention_heads (4), got 3"),
     (_config("tiny-qwen3_moe", num_experts_per_tok=5),

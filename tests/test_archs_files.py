@@ -10,9 +10,8 @@ import json
 
 import numpy as np
 import pytest
-from safetensors import numpy as safetensors_numpy
-
 from conftest import DATA
+from safetensors import numpy as safetensors_numpy
 
 FIXTURE = json.loads((DATA / "arch_totals.json").read_text())
 WITH_TENSORS = sorted(n for n, m in FIXTURE["models"].items() if "tensors" in m)

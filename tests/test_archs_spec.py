@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import DATA
 
 from ffncli.counting import count
 from ffncli.errors import SpecError
 from ffncli.spec import load_preset
-
-from conftest import DATA
 
 MODELS = json.loads((DATA / "arch_totals.json").read_text())["models"]
 

@@ -11,13 +11,12 @@ import json
 
 import numpy as np
 import pytest
+from conftest import DATA
 
 from ffncli import ffn as F
 from ffncli.errors import WeightsError
 from ffncli.hfconfig import spec_from_config
 from ffncli.weights import LAYOUTS, safetensors_weights
-
-from conftest import DATA
 
 FOLDER = DATA / "arch_ffn"
 REFERENCE = np.load(FOLDER / "reference.npz", allow_pickle=False)

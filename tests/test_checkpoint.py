@@ -104,7 +104,7 @@ BAD_FILES = [
     (safetensors('"w"'), "not a safetensors file (header is not a JSON object)"),
     (safetensors("[" * 100_000), "not a safetensors file (header is not valid JSON: arrays and "
      "objects nested deeper than 64 levels)"),
-    (safetensors('{"w": %s, "w": %s}' % (json.dumps(OK), json.dumps(OK)), DATA),
+    (safetensors(f'{{"w": {json.dumps(OK)}, "w": {json.dumps(OK)}}}', DATA),
      "not a safetensors file (header is not valid JSON: duplicate key 'w')"),
     (safetensors('{"w": {"dtype": "F32", "shape": [NaN], "data_offsets": [0, 24]}}', DATA),
      "not a safetensors file (header is not valid JSON at line 1, column 34: NaN is not a "

@@ -7,15 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, HealthCheck
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from impls import ffns
 
 from ffncli import checks, render
 from ffncli.engine import Engine
 from ffncli.spec import FfnSpec, InitSpec, ModelSpec
 from ffncli.weights import random_weights
-
-from impls import ffns
 
 TESTS = Path(__file__).parent
 

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from impls import ffns
 
 from ffncli import checks, files
 from ffncli.errors import ImplError, Interrupted, OutputError
-
-from impls import ffns
 
 TESTS = Path(__file__).parent
 PRESETS = TESTS.parent / "presets"
@@ -201,8 +200,8 @@ def test_timeout_restores_someone_else_s_timer():
 ])
 def test_timeout_values_refused(cli, in_tests, value, shown):
     r = cli("permute-check", "--impl", "impls.ffns:good", *IMPL, f"--timeout={value}")
-    assert (r.code, r.out, r.err) == (2, "", f"error: option --timeout: expected a positive number, "
-                                             f"got {shown}\n")
+    assert (r.code, r.out, r.err) == (2, "", "error: option --timeout: expected a positive "
+                                             f"number, got {shown}\n")
 
 
 def test_timeout_refused_without_setitimer(cli, in_tests, monkeypatch):

@@ -180,7 +180,7 @@ def test_a_very_wide_hidden_layer_gets_smaller_chunks(monkeypatch):
     not even one token: one error line."""
     from ffncli import runner, weights
     from ffncli.errors import MemoryBudgetError
-    from ffncli.spec import load_preset, Overrides, apply_overrides
+    from ffncli.spec import Overrides, apply_overrides, load_preset
 
     spec = apply_overrides(load_preset("tiny"), Overrides(d_ff=1_000_000))
     # 8,000,064 bytes a token (hidden and gate, float32) + 24 MB of per-unit counters: with

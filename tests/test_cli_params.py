@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import CONFIGS
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")

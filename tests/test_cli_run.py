@@ -165,7 +165,8 @@ def _write(tmp_path, name, array=None, text=None):
 
 
 BAD = [
-    ("obj.npy", np.array([{"a": 1}], dtype=object), "expected real numbers, got an array of Python objects (object)"),
+    ("obj.npy", np.array([{"a": 1}], dtype=object),
+     "expected real numbers, got an array of Python objects (object)"),
     ("str.npy", np.array([["a", "b", "c", "d"]]), "expected real numbers, got an array of "
      "strings (<U1)"),
     ("cplx.npy", np.ones((2, 4), dtype=complex), "got an array of complex numbers"),

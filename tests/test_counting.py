@@ -5,15 +5,21 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import CONFIGS
 
-from ffncli.counting import (attention_params, attention_widths, count, ffn_params,
-                             norm_params)
+from ffncli.counting import attention_params, attention_widths, count, ffn_params, norm_params
 from ffncli.errors import SpecError
 from ffncli.hfconfig import load_config, spec_from_config
-from ffncli.spec import (AttentionSpec, FfnSpec, NormSpec, Overrides, apply_overrides,
-                         load_preset, match_gated_d_ff, spec_from_mapping)
-
-from conftest import CONFIGS
+from ffncli.spec import (
+    AttentionSpec,
+    FfnSpec,
+    NormSpec,
+    Overrides,
+    apply_overrides,
+    load_preset,
+    match_gated_d_ff,
+    spec_from_mapping,
+)
 
 # preset: (total, active) from the reference table.
 TOTALS = {
@@ -149,7 +155,8 @@ def test_match_params_override_on_base():
 
 def test_overrides_change_counts():
     base = load_preset("base")
-    assert count(apply_overrides(base, Overrides(d_ff=1024))).layers[0].ffn == 2 * 512 * 1024 + 1024 + 512
+    assert count(apply_overrides(base, Overrides(d_ff=1024))).layers[0].ffn == (
+        2 * 512 * 1024 + 1024 + 512)
     assert count(apply_overrides(base, Overrides(d_model=256))).layers[0].ffn == (
         2 * 256 * 2048 + 2048 + 256)
     moe = count(apply_overrides(base, Overrides(experts=4, top_k=2))).layers[0]

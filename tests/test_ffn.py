@@ -6,14 +6,13 @@ import math
 
 import numpy as np
 import pytest
-
-from ffncli import ffn as F
-from ffncli import engine as E
-from ffncli.engine import Engine, activate_inplace
-from ffncli.spec import ModelSpec, FfnSpec, InitSpec
-from ffncli.weights import random_weights
-
 from conftest import DATA
+
+from ffncli import engine as E
+from ffncli import ffn as F
+from ffncli.engine import Engine, activate_inplace
+from ffncli.spec import FfnSpec, InitSpec, ModelSpec
+from ffncli.weights import random_weights
 
 TORCH = np.load(DATA / "torch_reference.npz", allow_pickle=False)
 LESSON_Z = np.array([[0.8446, 0.5777, 0.8446, 0.5777],
@@ -120,7 +119,7 @@ def test_moe_against_a_loop_over_tokens():
         probs /= probs.sum()
         top = np.argsort(-probs, kind="stable")[:2]
         weights = probs[top] / probs[top].sum()
-        for e, wgt in zip(top, weights):
+        for e, wgt in zip(top, weights, strict=True):
             expected[i] += wgt * F.gated_ffn(token[None], p.experts[e], "silu")[0]
     np.testing.assert_allclose(Engine(p, "silu", chunk_tokens=8)(x), expected, rtol=1e-12,
                                atol=1e-12)
@@ -204,7 +203,7 @@ def test_route_is_a_stable_softmax_over_the_top_k_logits():
     p = F.MoEWeights(router, None, _zero_experts(1, 4), top_k=2)
     order, weights = F.route(np.array([[1.0], [-1.0], [0.5], [0.0]]), p)
     assert order.tolist() == [[0, 1], [3, 2], [0, 1], [0, 1]]  # a tie goes to the lower index
-    for row, gap in zip(weights, (1.0, 1000.0, 0.5, 0.0)):  # gap: logit 1 - logit 2
+    for row, gap in zip(weights, (1.0, 1000.0, 0.5, 0.0), strict=True):  # gap: logit 1 - logit 2
         assert row == pytest.approx([1 / (1 + math.exp(-gap)),
                                      math.exp(-gap) / (1 + math.exp(-gap))], rel=1e-12, abs=0)
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import DATA
 
 from ffncli.counting import kv_cache
 from ffncli.hfconfig import spec_from_config
 from ffncli.spec import load_preset
-
-from conftest import DATA
 
 MODELS = json.loads((DATA / "arch_totals.json").read_text())["models"]
 

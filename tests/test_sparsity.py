@@ -195,7 +195,7 @@ def test_three_way_merge_equals_one_pass_and_chance_overlap_against_direct():
     whole = UnitStats(21)
     whole.update(mask)
     parts = [UnitStats(21) for _ in range(3)]
-    for s, (lo, hi) in zip(parts, [(0, 30), (30, 31), (31, 90)]):
+    for s, (lo, hi) in zip(parts, [(0, 30), (30, 31), (31, 90)], strict=True):
         s.update(mask[lo:hi])
     merged = merge(merge(parts[0], parts[1]), parts[2])
     assert merged.pairs == whole.pairs == 89

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import CONFIGS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,8 +18,6 @@ from ffncli.errors import ConfigError, SpecError
 from ffncli.hfconfig import load_config
 from ffncli.spec import load_preset, preset_names
 from ffncli.textformats import MAX_TEXT_BYTES, Malformed, brief, parse_json, parse_yaml
-
-from conftest import CONFIGS
 
 PRESETS = Path(__file__).parents[1] / "presets"
 

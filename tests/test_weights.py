@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st_
 
@@ -20,10 +21,13 @@ from ffncli import ffn as F
 from ffncli.engine import Engine
 from ffncli.errors import MemoryBudgetError, WeightsError
 from ffncli.spec import FfnSpec, InitSpec, ModelSpec, load_preset
-from ffncli.weights import (check_budget, npz_weights, parse_size, random_weights,
-                            safetensors_weights)
-
-from conftest import DATA
+from ffncli.weights import (
+    check_budget,
+    npz_weights,
+    parse_size,
+    random_weights,
+    safetensors_weights,
+)
 
 D, FF, LAYER = 8, 24, 3
 
@@ -180,7 +184,8 @@ def test_t5_layouts(st, tmp_path, gated):
 def test_missing_layer_names_what_was_found(st, tmp_path):
     spec = _spec("bert")
     p = random_weights(spec, np.float32)
-    tensors = _dense_tensors(p, "encoder.layer.0.intermediate.dense", "encoder.layer.0.output.dense")
+    tensors = _dense_tensors(p, "encoder.layer.0.intermediate.dense",
+                             "encoder.layer.0.output.dense")
     st.save_file(tensors, tmp_path / "b.safetensors")
     with pytest.raises(WeightsError, match=r"no tensor 'layer.5.intermediate.dense.weight' for "
                        r"layer 5 \(the file has layers 0-0\)"):
@@ -398,7 +403,7 @@ def test_npz_any_order_and_byte_order_same_values(tmp_path, compressed):
     got = _read(tmp_path, _npz(compressed, w1=np.asfortranarray(p.w1), b1=p.b1.astype(">f4"),
                                w2=np.asfortranarray(p.w2.astype(">f8")), b2=p.b2), dtype="f8")
     assert isinstance(got, F.DenseWeights)
-    for a, b in zip((got.w1, got.b1, got.w2, got.b2), (p.w1, p.b1, p.w2, p.b2)):
+    for a, b in zip((got.w1, got.b1, got.w2, got.b2), (p.w1, p.b1, p.w2, p.b2), strict=True):
         assert a.dtype == np.float64 and a.flags.c_contiguous
         np.testing.assert_array_equal(a, b.astype(np.float64))
     x = np.random.default_rng(4).normal(size=(5, 4)).astype(np.float32)
