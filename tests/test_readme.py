@@ -101,3 +101,12 @@ def test_readme_python_example(block, tmp_path, monkeypatch):
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     runner.run(test)
     assert runner.failures == 0 and runner.tries > 0
+
+
+def test_readme_test_command_is_what_ci_runs():
+    """The README's "install and pass the tests" line is the command .ci/run runs."""
+    readme = (ROOT / "README.md").read_text()
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.startswith("python3 -m venv")]
+    assert len(ci) == 1 and f"```bash\n{ci[0]}\n```" in readme
+    assert "ruff check ." in ci[0] and "mypy" in ci[0] and ci[0].endswith("pytest")
