@@ -79,7 +79,7 @@ def permute_check(fn: Callable[[np.ndarray], np.ndarray], tokens: np.ndarray, *,
     matrix = matrix.astype(dtype, copy=False)
     tolerances(dtype, rtol, atol)  # refuse NaN and negative tolerances up front
     check_timeout(timeout)
-    label = name or getattr(fn, "__name__", type(fn).__name__)
+    label = name if name else getattr(fn, "__name__", type(fn).__name__)
     return check(guarded(fn, label, np.dtype(dtype), timeout=timeout), matrix, target=label,
                  input_shape=shape, trials=trials, seed=seed, rtol=rtol, atol=atol)
 

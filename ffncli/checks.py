@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from ffncli.errors import ImplError, InputError, Interrupted, OutputError
 from ffncli.files import same_file
@@ -33,7 +34,7 @@ Fn = Callable[[np.ndarray], np.ndarray]
 TOLERANCES = {"float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7)}
 
 
-def tolerances(dtype: np.dtype | str, rtol: float | None = None,
+def tolerances(dtype: npt.DTypeLike, rtol: float | None = None,
                atol: float | None = None) -> tuple[float, float]:
     """(rtol, atol) for results in ``dtype``: the defaults above, or the caller's values."""
     default_rtol, default_atol = TOLERANCES.get(np.dtype(dtype).name, TOLERANCES["float64"])

@@ -301,7 +301,7 @@ def run(argv: list[str] | None = None) -> int:
     A core ``FfnError`` and Typer's own usage errors become one ``error: ...`` line on stderr
     (exit 2); NumPy and Python warnings never reach the user. Bugs keep their traceback."""
     stdout = sys.stdout
-    sys.stdout = _GuardedStdout(stdout)  # type: ignore[assignment]
+    sys.stdout = _GuardedStdout(stdout)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -311,7 +311,8 @@ def run(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     except typer.TyperException as exc:  # Click's usage errors: bad option, value, command
         if type(exc).__name__ == "NoArgsIsHelpError":  # `ffncli` alone: the help, exit 0
-            typer.echo(exc.ctx.get_help() if getattr(exc, "ctx", None) else str(exc))
+            ctx = getattr(exc, "ctx", None)  # Click's UsageError, vendored by Typer
+            typer.echo(ctx.get_help() if ctx else str(exc))
             return int(ExitCode.OK)
         return _fail(_usage_message(exc))
     except typer.Abort:

@@ -77,6 +77,7 @@ def latent_attention_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[s
     plus a shared rope key; the latent expanded to every head's key (nope part) and value."""
     h, qk, v = att.heads, att.head_dim or 0, att.v_head_dim or att.head_dim or 0
     nope, bias = qk - att.rope_head_dim, att.qkv_bias
+    q: tuple[tuple[str, int, int, bool], ...]
     if att.q_lora_rank:
         q = (("W_Q_a", d_model, att.q_lora_rank, bias), ("W_Q_b", att.q_lora_rank, h * qk, False))
     else:

@@ -205,8 +205,9 @@ class Engine:
         """Start an input of ``n_tokens`` that will come chunk by chunk: an expert capacity
         is then that of the whole input, as ``moe_ffn`` on all of it, whatever the chunks."""
         p = self.weights
-        cap = capacity(p, n_tokens) if isinstance(p, MoEWeights) else None
-        self.capacity_left = [cap] * len(p.experts) if cap is not None else None
+        self.capacity_left = None
+        if isinstance(p, MoEWeights) and (cap := capacity(p, n_tokens)) is not None:
+            self.capacity_left = [cap] * len(p.experts)
         return self
 
     # -- buffers ------------------------------------------------------------------------------
@@ -229,12 +230,13 @@ class Engine:
     def _hidden_chunk(self, x: Array, p: ExpertWeights) -> Array:
         """act(x W1 + b1), or act(x W + b) * (x V + c), into the reused hidden buffer."""
         rows = x.shape[0]
-        gated = isinstance(p, GatedWeights)
-        h = np.matmul(x, p.w if gated else p.w1,
-                      out=self._buffer("hidden", rows, self.d_ff))  # (n, d) -> (n, f)
-        u = np.matmul(x, p.v, out=self._buffer("up", rows, self.d_ff)) if gated else None
-        bias = p.b if gated else p.b1
-        up_bias = p.c if gated else None
+        v: Array | None
+        if isinstance(p, GatedWeights):
+            w, bias, v, up_bias = p.w, p.b, p.v, p.c
+        else:
+            w, bias, v, up_bias = p.w1, p.b1, None, None
+        h = np.matmul(x, w, out=self._buffer("hidden", rows, self.d_ff))  # (n, d) -> (n, f)
+        u = np.matmul(x, v, out=self._buffer("up", rows, self.d_ff)) if v is not None else None
 
         def part(lo: int, hi: int, worker: int) -> None:  # bias, activation, gate on a block
             hp = h[lo:hi]

@@ -9,12 +9,12 @@ and renamed into place (:func:`write_text_atomically`, ``tokens.AtomicNpyWriter`
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 from ffncli.errors import FfnError, OutputError
 
@@ -53,7 +53,7 @@ def check_file(path: Path, what: str, error: type[FfnError],
 
 @contextlib.contextmanager
 def open_file(path: Path, what: str, error: type[FfnError],
-              max_bytes: int | None = None) -> Iterator[BinaryIO]:
+              max_bytes: int | None = None) -> Iterator[io.BufferedReader]:
     """Open a user's file for reading in binary, after :func:`check_file`; OS errors while
     it is read become one-line ``error`` messages."""
     check_file(path, what, error, max_bytes)

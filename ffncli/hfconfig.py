@@ -7,6 +7,7 @@ Llama does not.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -84,14 +85,14 @@ class _Config:
             )
         return _ACTIVATIONS[value]
 
-    def int0(self, key: str, default: int = 0) -> int:
+    def int0(self, key: str, default: builtins.int = 0) -> builtins.int:
         """A whole number that may be 0 (or null, meaning 0 when the key is present)."""
         if key in self.data and self.data[key] is None:
             return 0
         return validate.whole(self.where(key), self.data.get(key, default), 0,
                               error=ConfigError)
 
-    def alias(self, keys: tuple[str, ...], default: int | None = None) -> int:
+    def alias(self, keys: tuple[str, ...], default: builtins.int | None = None) -> builtins.int:
         """The first of several names a config may use for one size (``n_layer`` is also
         ``num_hidden_layers``); missing from all, the error names the first."""
         for key in keys:
@@ -99,7 +100,7 @@ class _Config:
                 return self.int(key)
         return self.int(keys[0], default)
 
-    def ints(self, key: str) -> list[int]:
+    def ints(self, key: str) -> list[builtins.int]:
         """A list of whole numbers >= 0 (layer indices), empty when absent or null."""
         value = self.data.get(key)
         if value is None:
@@ -110,15 +111,16 @@ class _Config:
             raise self.error(key, "a list of layer numbers")
         return value
 
-    def at_most(self, key: str, value: int, limit_key: str, limit: int) -> int:
+    def at_most(self, key: str, value: builtins.int, limit_key: str,
+                limit: builtins.int) -> builtins.int:
         if value > limit:
             raise self.error(key, f"at most {limit_key} ({limit:,})")
         return value
 
-    def heads(self, d: int, heads_key: str = "num_attention_heads",
+    def heads(self, d: builtins.int, heads_key: str = "num_attention_heads",
               kv_key: str | None = "num_key_value_heads",
-              head_dim: int | None = None, d_key: str = "hidden_size",
-              default: int | None = None) -> tuple[int, int]:
+              head_dim: builtins.int | None = None, d_key: str = "hidden_size",
+              default: builtins.int | None = None) -> tuple[builtins.int, builtins.int]:
         """(heads, kv_heads), checked: kv heads divide the heads, and without a head_dim the
         heads divide the width."""
         heads = self.int(heads_key, default)
@@ -129,7 +131,7 @@ class _Config:
             raise self.error(heads_key, f"a divisor of {d_key} ({d:,})")
         return heads, kv
 
-    def head(self, tie_default: bool) -> HeadKind:
+    def head(self, tie_default: builtins.bool) -> HeadKind:
         return "tied" if self.bool("tie_word_embeddings", tie_default) else "untied"
 
     def name(self, default: str) -> str:
@@ -218,6 +220,7 @@ def _electra(c: _Config) -> ModelSpec:
     hidden_size when it differs."""
     spec = _bert_like(c, "electra", d_default=256, d_ff_default=1024)
     dim = c.int("embedding_size", 128)
+    assert spec.embeddings is not None  # _bert_like always builds them
     embeddings = replace(spec.embeddings, dim=dim if dim != spec.d_model else None,
                          factorized=True)
     return replace(spec, family="electra", embeddings=embeddings, pooler=False)

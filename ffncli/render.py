@@ -523,8 +523,8 @@ def print_stats(r: SparsityResult) -> None:
     if r.experts == 1:
         s = r.stats[0]
         table = _table("units by how often they are active", ("active for", "units"))
-        for row in s.activity_histogram():
-            table.add_row(str(row["bin"]), str(row["units"]))
+        for bin_row in s.activity_histogram():
+            table.add_row(str(bin_row["bin"]), str(bin_row["units"]))
         out.print(table)
         table = _table("aggregated sparsity: units unused by all of the first t tokens",
                        ("t", "unused share"))

@@ -10,6 +10,7 @@ This module must not import NumPy: ``ffncli params`` is integer arithmetic and s
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -323,9 +324,11 @@ def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> M
 
 
 def _preset_folder() -> Path:
-    import ffncli.presets  # the package that holds the YAML files (presets/ in the source)
-
-    return Path(ffncli.presets.__file__).parent
+    # The package that holds the YAML files: presets/ in the source, mapped to ffncli.presets
+    # by setuptools' package-dir, where mypy cannot find it: imported by name.
+    presets = importlib.import_module("ffncli.presets")
+    assert presets.__file__ is not None  # a regular package: presets/__init__.py
+    return Path(presets.__file__).parent
 
 
 def preset_names() -> list[str]:

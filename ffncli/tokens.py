@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 import numpy as np
 
@@ -75,7 +75,7 @@ class NpyHeader:
                         f"promises {promise})")
 
 
-def read_npy_header(f: BinaryIO, size: int, source: str, error: type[FfnError],
+def read_npy_header(f: IO[bytes], size: int, source: str, error: type[FfnError],
                     what: str = "file") -> NpyHeader:
     """Read and check the .npy header at the start of ``f``, ``size`` bytes in all.
 
@@ -142,7 +142,8 @@ def _dtype(descr: object, source: str, error: type[FfnError]) -> np.dtype:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # numpy 2 deprecates some aliases ('a5')
             try:
-                return np.lib.format.descr_to_dtype(descr)
+                # numpy's stubs allow only a list of fields, but a string is its main case
+                return np.lib.format.descr_to_dtype(descr)  # type: ignore[arg-type]
             except (TypeError, ValueError, SyntaxError, KeyError, IndexError, OverflowError,
                     RecursionError):  # what numpy's parser raises on a malformed value
                 pass
@@ -208,11 +209,11 @@ class TokenInput:
         casts = raws if self.file_dtype == dtype and not self.fortran else \
             [np.empty((rows, d), dtype=dtype) for _ in range(2)]
 
-        def fill(f: BinaryIO, view: np.ndarray, start: int) -> None:
-            if f.readinto(memoryview(view).cast("B")) != view.nbytes:
+        def fill(f: io.BufferedReader, view: np.ndarray, start: int) -> None:
+            if f.readinto(view.data.cast("B")) != view.nbytes:
                 raise InputError(f"{self.path}: file ends early, in the chunk at token {start}")
 
-        def read(f: BinaryIO, start: int, slot: int) -> np.ndarray:
+        def read(f: io.BufferedReader, start: int, slot: int) -> np.ndarray:
             m = min(rows, n - start)
             if self.fortran:  # (d, m) -> (m, d)
                 view = raws[slot][:, :m]
@@ -302,10 +303,10 @@ def open_input(path: Path, d_model: int) -> TokenInput:
     return token
 
 
-def _read_whole(f: BinaryIO, path: Path, header: NpyHeader) -> np.ndarray:
+def _read_whole(f: io.BufferedReader, path: Path, header: NpyHeader) -> np.ndarray:
     """The data after a checked header, as a C-order array of the header's shape."""
     raw = np.empty(header.nbytes, dtype=np.uint8)
-    got = f.readinto(memoryview(raw))
+    got = f.readinto(raw.data)
     if got != header.nbytes:  # the file changed since its size was checked
         raise InputError(f"{path}: the file is truncated ({header.offset + got:,} bytes, the "
                          f"header promises {header.offset + header.nbytes:,})")
@@ -441,7 +442,7 @@ class AtomicNpyWriter:
         """Queue a C-contiguous chunk for writing on the writer thread, in order. The caller
         must not change ``chunk`` until ``wait(chunk)`` (or the end of the ``with``)."""
         assert self._file is not None and self._writer is not None
-        data = memoryview(np.ascontiguousarray(chunk, dtype=self.dtype)).cast("B")
+        data = np.ascontiguousarray(chunk, dtype=self.dtype).data.cast("B")
         self._pending[id(chunk.base if chunk.base is not None else chunk)] = \
             self._writer.submit(self._file.write, data)
 

@@ -213,8 +213,9 @@ class _NpzMember:
     def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
         h = self.header
         raw = np.empty(h.nbytes, dtype=np.uint8)
-        view, done = memoryview(raw), 0
+        view, done = raw.data, 0
         with _zip_errors(self.label), self.archive.open(self.info) as stream:
+            assert isinstance(stream, zipfile.ZipExtFile)  # what ZipFile.open reads through
             stream.read(h.offset)  # the header, checked in __init__
             while done < h.nbytes:
                 got = stream.readinto(view[done:done + 2**20])
@@ -330,7 +331,7 @@ def read_tensor(header: Header, info: TensorInfo) -> np.ndarray:
             raise WeightsError(f"{where}: its bytes {info.start:,}-{info.end:,} run past the "
                                f"end of the file ({size:,} bytes); was it cut short?")
         array = np.empty(info.numel, dtype=raw_dtype)
-        buffer = memoryview(array.view(np.uint8))
+        buffer = array.view(np.uint8).data
         f.seek(info.start)
         done = 0
         while done < nbytes:  # one read() returns at most ~2 GB on Linux
@@ -447,6 +448,7 @@ def safetensors_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype
         return expert(0)
     ffn = spec.ffn
     router = tensor(layout.router.format(i=layer) + ".weight", required=True)
+    assert router is not None  # required
     router = _checked(source, "router", router, (spec.d_model, ffn.experts), dtype)
     experts = tuple(expert(e) for e in range(ffn.experts))
     return MoEWeights(router, None, experts, ffn.top_k, ffn.capacity_factor)
