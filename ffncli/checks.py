@@ -34,12 +34,29 @@ Fn = Callable[[np.ndarray], np.ndarray]
 TOLERANCES = {"float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7)}
 
 
-def tolerances(dtype: npt.DTypeLike, rtol: float | None = None,
-               atol: float | None = None) -> tuple[float, float]:
-    """(rtol, atol) for results in ``dtype``: the defaults above, or the caller's values."""
+def tolerances(dtype: npt.DTypeLike, rtol: float | None = None, atol: float | None = None,
+               scale: float = 1.0) -> tuple[float, float]:
+    """(rtol, atol) for results in ``dtype``: the caller's values, or the defaults above with
+    atol scaled by the size of the results, ``max(1, scale)`` (``scale``: the largest finite
+    |output|). Rounding errors grow with the values: a wide FFN (LLaMA's d_ff 14336) gives
+    outputs near 10 whose one-token and many-token float32 results differ by 2e-5, which
+    an atol of 1e-5 meant for values near 1 would call a failure."""
     default_rtol, default_atol = TOLERANCES.get(np.dtype(dtype).name, TOLERANCES["float64"])
     return (default_rtol if rtol is None else number("option --rtol", rtol),
-            default_atol if atol is None else number("option --atol", atol))
+            default_atol * max(1.0, scale) if atol is None else number("option --atol", atol))
+
+
+def first_overflow(x: np.ndarray, y: np.ndarray) -> int | None:
+    """The first finite token (row of ``x``) whose output (row of ``y``) holds NaN or
+    infinity, or None. Comparisons then say nothing: NaN equals NaN."""
+    bad = np.isfinite(x).all(axis=1) & ~np.isfinite(y).all(axis=1)
+    return int(bad.argmax()) if bad.any() else None
+
+
+def output_scale(y: np.ndarray) -> float:
+    """The largest finite |value| of ``y`` (0 when there is none): what atol scales with."""
+    finite = np.abs(y[np.isfinite(y)])
+    return float(finite.max()) if finite.size else 0.0
 
 
 @dataclass(frozen=True)
@@ -114,6 +131,7 @@ class _TimedOut(BaseException):
     implementation's ``except Exception`` does not swallow it."""
 
 
+MIN_TIMEOUT = 1e-3  # seconds
 _LONGEST_TIMER = 1e8  # seconds (three years): setitimer overflows time_t past about 1e11
 
 
@@ -123,9 +141,38 @@ def check_timeout(seconds: float | None) -> None:
     if seconds is None:
         return
     number("option --timeout", seconds, positive=True)
+    if seconds < MIN_TIMEOUT:  # a timer this short fires again before its handler returns
+        raise InputError(f"option --timeout: expected at least {MIN_TIMEOUT:g} seconds, "
+                         f"got {seconds:g}")
     if not hasattr(signal, "setitimer"):
         raise InputError("option --timeout: not available on this platform (it needs "
                          "signal.setitimer)")
+
+
+class _ExitCalled(BaseException):
+    """Raised in place of ``os._exit`` while the code under test runs: ``os._exit`` ends
+    the process at once, with no unwinding, so a CI gate would pass with whatever code the
+    implementation gave."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def _no_hard_exit() -> Iterator[None]:
+    """``os._exit`` raises :class:`_ExitCalled` for the duration (a C extension calling
+    ``_exit`` itself cannot be stopped from Python)."""
+    real = os._exit
+
+    def refuse(code: int) -> None:
+        raise _ExitCalled(code)
+
+    os._exit = refuse  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        os._exit = real
 
 
 class _Alarm:
@@ -175,6 +222,8 @@ def _what_it_raised(exc: BaseException) -> str:
     """``called sys.exit(0)``, ``raised KeyboardInterrupt``, ``raised ValueError: bad``."""
     if isinstance(exc, SystemExit):
         return f"called sys.exit({'' if exc.code is None else repr(exc.code)})"
+    if isinstance(exc, _ExitCalled):
+        return f"called os._exit({exc.code!r})"
     message = str(exc)
     return f"raised {type(exc).__name__}" + (f": {message}" if message else "")
 
@@ -191,7 +240,7 @@ def load_impl(target: str, *, timeout: float | None = None) -> Fn:
         sys.path.insert(0, cwd)
     alarm = _Alarm()
     try:
-        with _time_limit(timeout) as alarm:
+        with _time_limit(timeout) as alarm, _no_hard_exit():
             module = importlib.import_module(module_name)
     except Interrupted:
         raise
@@ -239,14 +288,15 @@ def guarded(fn: Fn, name: str, dtype: np.dtype, *, timeout: float | None = None)
         calling = f"a call on {x.shape[0]:,} tokens"
         alarm = _Alarm()
         try:
-            with _time_limit(timeout) as alarm:
+            with _time_limit(timeout) as alarm, _no_hard_exit():
                 y = fn(given)
         except Interrupted:
             raise
         except BaseException as exc:  # sys.exit, KeyboardInterrupt: never a silent exit 0
             if alarm.fired:
                 raise ImplError(_late(name, timeout, f" ({calling})")) from None
-            instead = " instead of returning its output" if isinstance(exc, SystemExit) else ""
+            instead = " instead of returning its output" \
+                if isinstance(exc, (SystemExit, _ExitCalled)) else ""
             raise ImplError(f"{name} {_what_it_raised(exc)}{instead}") from None
         if alarm.fired:  # it caught the timeout's exception and went on
             raise ImplError(_late(name, timeout, f" ({calling})"))
@@ -267,9 +317,8 @@ def guarded(fn: Fn, name: str, dtype: np.dtype, *, timeout: float | None = None)
                             f"({x.shape[0]}, {widths[0]}), the d_out of its first call")
         if y.dtype.kind not in "fiu":
             raise ImplError(f"{name} returned dtype {y.dtype}; expected real numbers")
-        bad = np.isfinite(x).all(axis=1) & ~np.isfinite(y).all(axis=1)
-        if bad.any():  # NaN == NaN would let every property pass
-            row = int(bad.argmax())
+        row = first_overflow(x, y)
+        if row is not None:  # NaN == NaN would let every property pass
             kind = "NaN" if np.isnan(y[row]).any() else "infinity"
             raise ImplError(f"{name} returned {kind} in output row {row} for a finite token "
                             f"({calling}); the properties cannot be checked on it")
@@ -295,20 +344,21 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _permutations(seq: int, batch: int, trials: int,
-                  rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
-    """Named permutations of the flattened (batch * seq) rows, each within its batch row."""
+                  rng: np.random.Generator) -> Iterator[tuple[str, np.ndarray]]:
+    """Named permutations of the flattened (batch * seq) rows, each within its batch row,
+    drawn one at a time."""
     def within(perm_of_seq: Callable[[], np.ndarray]) -> np.ndarray:
         return np.concatenate([b * seq + perm_of_seq() for b in range(batch)])
 
     idx = np.arange(seq)
-    named = [("reverse", within(lambda: idx[::-1])),
-             ("cyclic shift by 1", within(lambda: np.roll(idx, 1)))]
+    yield "reverse", within(lambda: idx[::-1])
+    yield "cyclic shift by 1", within(lambda: np.roll(idx, 1))
     if seq > 1:
         swap = idx.copy()
         swap[[0, -1]] = swap[[-1, 0]]
-        named.append(("swap of first and last", within(lambda: swap)))
-    named += [(f"random #{t + 1}", within(lambda: rng.permutation(seq))) for t in range(trials)]
-    return named
+        yield "swap of first and last", within(lambda: swap)
+    for t in range(trials):
+        yield f"random #{t + 1}", within(lambda: rng.permutation(seq))
 
 
 def _fmt(row: np.ndarray) -> str:
@@ -426,10 +476,11 @@ def permute_check(f: Fn, x: np.ndarray, *, target: str, input_shape: tuple[int, 
                   atol: float | None = None) -> CheckReport:
     """Run every property on ``x`` (tokens, d_model); ``input_shape`` tells the batch."""
     dtype = x.dtype.name
-    rtol, atol = tolerances(dtype, rtol, atol)
+    tolerances(dtype, rtol, atol)  # refuse bad values before any call
     batch, seq = (input_shape[0], input_shape[1]) if len(input_shape) == 3 else (1, x.shape[0])
     rng = np.random.default_rng(seed)
     y = f(x)
+    rtol, atol = tolerances(dtype, rtol, atol, output_scale(y))
     props = [
         check_equivariance(f, x, y, seq, batch, trials, rng, rtol, atol),
         check_independence(f, x, y, rng, rtol, atol),
@@ -448,14 +499,18 @@ def check_report_path(path: Path, inputs: Iterable[tuple[str, Path | None]]) -> 
         if source is not None and same_file(path, source):
             raise OutputError(f"option --junit-xml: {path} is an input of this command (the "
                               f"{what}); choose another path")
-    target = Path(os.path.realpath(path))
-    if target.is_dir():
-        raise OutputError(f"option --junit-xml: {path} is a directory; expected a file path")
-    if target.exists() and not target.is_file():
-        raise OutputError(f"option --junit-xml: {path} is not a regular file (a FIFO, socket or "
-                          f"device); expected a file path")
-    if not target.parent.is_dir():
-        raise OutputError(f"option --junit-xml: folder {path.parent} does not exist")
+    try:
+        target = Path(os.path.realpath(path))
+        if target.is_dir():
+            raise OutputError(f"option --junit-xml: {path} is a directory; expected a file path")
+        if target.exists() and not target.is_file():
+            raise OutputError(f"option --junit-xml: {path} is not a regular file (a FIFO, "
+                              "socket or device); expected a file path")
+        if not target.parent.is_dir():
+            raise OutputError(f"option --junit-xml: folder {path.parent} does not exist")
+    except OSError as exc:  # a name too long, too many links, a folder we cannot enter
+        raise OutputError(f"option --junit-xml: cannot use {path}: "
+                          f"{exc.strerror or exc}") from None
     return target
 
 
@@ -463,6 +518,7 @@ def check_report_path(path: Path, inputs: Iterable[tuple[str, Path | None]]) -> 
 # permute-check as the command runs it.
 
 MAX_TOKENS = 100_000  # the input is held in memory and run many times
+MAX_TRIALS = 10_000  # random permutations: each is one more call of the FFN on every token
 
 
 @dataclass(frozen=True)
@@ -494,8 +550,8 @@ def load_target(impl: str | None, preset: str | None, config: Path | None,
         raise InputError("give --impl or --weights, not both")
     if overrides.d_model is None and preset is None and config is None:
         raise InputError("option --impl: give the width with --d-model N (or a --preset)")
-    width = overrides.d_model if overrides.d_model is not None else \
-        resolve_spec(preset, config).d_model
+    width = whole("option --d-model", overrides.d_model) if overrides.d_model is not None \
+        else resolve_spec(preset, config).d_model
     fn = load_impl(impl, timeout=timeout)
     return Target(fn, impl, width, np_dtype, timeout, tuple(impl_sources(impl)))
 
@@ -522,7 +578,7 @@ def check_command(target: Target, tokens_path: Path | None, random: int | None, 
     from ffncli.runner import check_in_memory, resolve_input
     from ffncli.tokens import check_finite, from_array
 
-    whole("option --trials", trials, 0)
+    whole("option --trials", trials, 0, MAX_TRIALS)
     tokens = resolve_input(tokens_path, random, target.d_model, seed)
     if tokens.n_tokens > MAX_TOKENS:
         raise InputError(f"permute-check holds the input in memory and runs it many times; "

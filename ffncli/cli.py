@@ -331,25 +331,35 @@ def _fail(message: str) -> int:
 
 
 class _GuardedStdout:
-    """sys.stdout, with a failed write (a full disk, a closed pipe) raised as OutputError:
-    one ``error:`` line instead of a traceback, wherever the output is printed from."""
+    """sys.stdout, with a failed write (a full disk, a closed pipe, a descriptor closed
+    before we started: ``ffncli ... >&-``) raised as OutputError: one ``error:`` line instead
+    of a traceback, wherever the output is printed from."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO | None) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
+        if self._stream is None:
+            raise OutputError("cannot write to standard output: it is closed")
         try:
             return self._stream.write(text)
         except OSError as exc:
             raise _stdout_error(exc) from None
 
     def flush(self) -> None:
+        if self._stream is None:
+            return
         try:
             self._stream.flush()
         except OSError as exc:
             raise _stdout_error(exc) from None
 
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
     def __getattr__(self, name: str) -> Any:
+        if self._stream is None:
+            raise OutputError("cannot write to standard output: it is closed")
         return getattr(self._stream, name)
 
 
@@ -387,6 +397,8 @@ def main() -> None:
 def _quiet_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's last flush of a full or closed stdout
     cannot print a second error."""
+    if sys.stdout is None:
+        return
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -262,12 +262,11 @@ class Engine:
         order, gate = route(x, p)
         gate = gate.astype(self.dtype, copy=False)
         out[...] = 0
-        for expert, (rows, slot) in zip(p.experts, dispatch(order, p, self.capacity_left),
-                                        strict=True):
+        for e, rows, slot in dispatch(order, p, self.capacity_left):
             if rows.size == 0:
                 continue
             y = self._buffer("expert_out", rows.size, self.d_model)
-            self._expert_chunk(np.take(x, rows, axis=0), expert, y)  # one gather
+            self._expert_chunk(np.take(x, rows, axis=0), p.experts[e], y)  # one gather
             np.multiply(y, gate[rows, slot, None], out=y)
             out[rows] += y  # rows are distinct: a plain scatter-add
 

@@ -217,9 +217,11 @@ def capacity(p: MoEWeights, n_tokens: int) -> int | None:
 
 
 def dispatch(order: Array, p: MoEWeights,
-             room: list[int] | None = None) -> list[tuple[Array, Array]]:
-    """Per expert: the tokens that chose it, in token order, and in which of their k slots.
-    With a capacity, an expert takes tokens in order until full; the rest are dropped.
+             room: list[int] | None = None) -> list[tuple[int, Array, Array]]:
+    """Per expert that was chosen: (expert, the tokens that chose it in token order, and in
+    which of their k slots). With a capacity, an expert takes tokens in order until full;
+    the rest are dropped. Experts no token chose are left out, so the work follows the
+    tokens, not the number of experts.
 
     ``room``: for an input taken chunk by chunk, the places each expert still has (from
     :func:`capacity` of the whole input), used up here; without it, these tokens are the
@@ -227,13 +229,17 @@ def dispatch(order: Array, p: MoEWeights,
     if room is None:
         cap = capacity(p, order.shape[0])
         room = [cap] * len(p.experts) if cap is not None else None
+    k = order.shape[1]
+    flat = order.ravel()  # (n, k) -> (n k,): token-major, so sorting keeps token order
+    by_expert = np.argsort(flat, kind="stable")
+    cuts = np.flatnonzero(np.diff(flat[by_expert])) + 1
     groups = []
-    for e in range(len(p.experts)):
-        rows, slot = np.nonzero(order == e)  # (n, k) -> tokens that chose e, their slot
+    for picks in np.split(by_expert, cuts) if flat.size else []:
+        e = int(flat[picks[0]])
         if room is not None:
-            rows, slot = rows[:room[e]], slot[:room[e]]
-            room[e] -= rows.size
-        groups.append((rows, slot))
+            picks = picks[:max(room[e], 0)]
+            room[e] -= picks.size
+        groups.append((e, picks // k, picks % k))
     return groups
 
 
@@ -243,9 +249,9 @@ def moe_ffn(x: Array, p: MoEWeights, act: Activation | str) -> Array:
     act = as_activation(act)
     order, gate = route(x, p)
     out = np.zeros_like(x, shape=(x.shape[0], weights_shape(p)[0]))
-    for expert, (rows, slot) in zip(p.experts, dispatch(order, p), strict=True):
+    for e, rows, slot in dispatch(order, p):
         if rows.size:
-            out[rows] += gate[rows, slot, None] * expert_ffn(x[rows], expert, act)
+            out[rows] += gate[rows, slot, None] * expert_ffn(x[rows], p.experts[e], act)
     return out
 
 

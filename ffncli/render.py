@@ -58,6 +58,9 @@ def console(stderr: bool = False) -> Console:
 
 
 def emit_json(doc: dict[str, Any]) -> None:
+    """One JSON document on stdout. NaN and infinity in an output (``--allow-nonfinite``, or
+    an FFN that overflowed) are written as Python's json module writes them: ``NaN``,
+    ``Infinity``, which Python and JavaScript read but strict JSON parsers refuse."""
     print(json.dumps(doc, indent=2))
 
 
@@ -402,7 +405,9 @@ def print_run(result: RunResult, precision: int = 4) -> None:
                    f"{result.dtype}, weights {result.weights}"))
     shown = result.head.shape[0]
     title = "FFN output" if shown == result.n_tokens else (
-        f"FFN output (first {shown} of {result.n_tokens:,} tokens)")
+        f"FFN output (first {shown} of {result.n_tokens:,} tokens)" if result.computed ==
+        result.n_tokens else f"FFN output (first {shown} of {result.n_tokens:,} tokens; only "
+        f"the first {result.computed:,} computed: add --out FILE.npy for all)")
     table = _table(title, ["token"] + [str(j) for j in range(min(result.head.shape[1], 12))])
     for i, row in enumerate(result.head):
         cells = [f"{v:.{precision}f}" for v in row[:12]]
@@ -410,11 +415,13 @@ def print_run(result: RunResult, precision: int = 4) -> None:
     out.print(table)
     if result.head.shape[1] > 12:
         out.print(f"(first 12 of {result.head.shape[1]} columns)")
-    if result.checks:
-        out.print(f"same as one position at a time: "
-                  f"{result.checks['same_as_one_position_at_a_time']}")
-        out.print(f"swapping positions only swaps the outputs: "
-                  f"{result.checks['swapping_positions_only_swaps_the_outputs']}")
+    for key, label in (("same_as_one_position_at_a_time", "same as one position at a time"),
+                       ("swapping_positions_only_swaps_the_outputs",
+                        "swapping positions only swaps the outputs")):
+        if key in result.checks:
+            verdict = result.checks[key]
+            out.print(f"{label}: " + ("not checked (the output overflowed to NaN or infinity)"
+                                      if verdict is None else str(verdict)))
     if result.inactive_per_token is not None:
         counts = " ".join(str(c) for c in result.inactive_per_token[:32])
         more = " ..." if len(result.inactive_per_token) > 32 else ""

@@ -191,20 +191,20 @@ def expert_activation(ffn: Engine, pre: np.ndarray) -> np.ndarray:
 def calibrate_threshold(ffn: Engine, x: np.ndarray, target: float) -> float:
     """The CATS rule: T such that a share ``target`` of |act(x W + b)| is <= T."""
     values = []
-    for p, rows in _expert_inputs(ffn, x):
+    for _, p, rows in _expert_inputs(ffn, x):
         values.append(np.abs(expert_activation(ffn, pre_activation(x[rows], p))).ravel())
     return float(np.quantile(np.concatenate(values), target))
 
 
-def _expert_inputs(ffn: Engine, x: np.ndarray, room: list[int] | None = None):
-    """(expert weights, token rows) pairs: the one FFN on all rows, or each expert's tokens
-    (``room``: the places capped experts have left, for a chunk of a longer input)."""
+def _expert_inputs(ffn: Engine, x: np.ndarray, room: list[int] | None = None
+                   ) -> list[tuple[int, ExpertWeights, np.ndarray]]:
+    """(expert, its weights, token rows): the one FFN on all rows, or each chosen expert's
+    tokens (``room``: the places capped experts have left, for a chunk of a longer input)."""
     p = ffn.weights
     if not isinstance(p, MoEWeights):
-        return [(p, np.arange(x.shape[0]))]
+        return [(0, p, np.arange(x.shape[0]))]
     order, _ = route(x, p)
-    groups = dispatch(order, p, room)
-    return [(expert, rows) for expert, (rows, _) in zip(p.experts, groups, strict=True)]
+    return [(e, p.experts[e], rows) for e, rows, _ in dispatch(order, p, room)]
 
 
 @dataclass(frozen=True)
@@ -273,7 +273,7 @@ class SparsityAccumulator:
         counts = np.zeros(x.shape[0], dtype=np.int64)
         full = np.zeros((x.shape[0], self.experts * self.ffn.d_ff), dtype=bool) \
             if self.keep_masks else None
-        for e, (p, rows) in enumerate(_expert_inputs(self.ffn, x, self.ffn.capacity_left)):
+        for e, p, rows in _expert_inputs(self.ffn, x, self.ffn.capacity_left):
             if rows.size == 0:
                 continue
             mask = inactive_mask(self.ffn, p, x[rows], self.rule)

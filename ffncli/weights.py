@@ -32,6 +32,7 @@ from ffncli.spec import ModelSpec
 from ffncli.tokens import NpyHeader, read_npy_header
 
 DEFAULT_BUDGET = 2 * 10**9
+EXPERT_OVERHEAD = 1024  # bytes: one expert's weight objects and array headers, measured ~700
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,8 +71,11 @@ def _size(n: int) -> str:
 
 
 def check_budget(spec: ModelSpec, dtype: np.dtype, budget: int | None) -> int:
-    """Refuse random weights that would not fit; returns the bytes they need."""
-    need = ffn_params(spec.d_model, spec.ffn) * np.dtype(dtype).itemsize
+    """Refuse random weights that would not fit; returns the bytes they need (with each
+    expert's own bookkeeping: a million tiny experts are mostly Python objects)."""
+    experts = spec.ffn.experts if spec.ffn.is_moe else 0
+    need = ffn_params(spec.d_model, spec.ffn) * np.dtype(dtype).itemsize \
+        + experts * EXPERT_OVERHEAD
     free = available_memory()
     limit = memory_limit(budget)
     assert limit is not None  # a default is given

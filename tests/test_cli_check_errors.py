@@ -37,6 +37,7 @@ def in_tests(monkeypatch):
 @pytest.mark.parametrize("impl,message", [
     ("exits", "impls.ffns:exits called sys.exit(0) instead of returning its output"),
     ("exits_bare", "impls.ffns:exits_bare called sys.exit() instead of returning its output"),
+    ("hard_exits", "impls.ffns:hard_exits called os._exit(0) instead of returning its output"),
     ("raises_system_exit", "impls.ffns:raises_system_exit called sys.exit(0) instead of "
      "returning its output"),
     ("exits_with_message", "impls.ffns:exits_with_message called sys.exit('done here') instead "
@@ -388,3 +389,40 @@ def test_junit_error_report_with_control_characters_is_valid_xml(cli, tmp_path, 
     assert (r.code, r.err) == (2, f"error: {message}\n")
     error = ET.parse(junit).getroot().find("testsuite/testcase/error")
     assert error.get("message") == message
+
+
+def test_os_exit_in_a_subprocess_is_exit_2(tmp_path):
+    """Through the real console script: os._exit(0) in the FFN under test is not a pass."""
+    import subprocess
+    import sys
+
+    (tmp_path / "quits.py").write_text("import os\n\ndef f(x):\n    os._exit(0)\n")
+    p = subprocess.run([sys.executable, "-c", "from ffncli.cli import main; main()",
+                        "permute-check", "--impl", "quits:f", "--d-model", "4", "--random", "6"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stdout) == (2, "")
+    assert p.stderr == "error: quits:f called os._exit(0) instead of returning its output\n"
+
+
+@pytest.mark.parametrize("value", ["1e-300", "0.0009"])
+def test_a_timeout_too_short_to_arm_is_refused(cli, in_tests, value):
+    r = cli("permute-check", "--impl", "impls.ffns:good", *IMPL, "--timeout", value)
+    assert (r.code, r.err) == (2, f"error: option --timeout: expected at least 0.001 seconds, "
+                                  f"got {float(value):g}\n")
+
+
+def test_junit_xml_name_too_long_is_one_line(cli, in_tests, tmp_path):
+    r = cli("permute-check", "--impl", "impls.ffns:good", *IMPL, "--junit-xml",
+            tmp_path / ("a" * 300 + ".xml"))
+    assert r.code == 2 and r.err.count("\n") == 1
+    assert r.err.startswith("error: option --junit-xml: cannot use ") and "too long" in r.err
+
+
+@pytest.mark.parametrize("args, line", [
+    (("--d-model", "0"), "option --d-model: expected a whole number >= 1, got 0"),
+    (("--d-model", "6", "--trials", "10001"),
+     "option --trials: expected a whole number from 0 to 10000, got 10001"),
+])
+def test_impl_sizes_are_checked(cli, in_tests, args, line):
+    r = cli("permute-check", "--impl", "impls.ffns:good", "--random", "4", *args)
+    assert (r.code, r.err) == (2, f"error: {line}\n")

@@ -127,7 +127,7 @@ def test_capacity_factor_must_be_a_positive_number(cli, value):
 @pytest.mark.parametrize("n", ["0", "-5"])
 def test_random_needs_tokens(cli, n):
     r = cli("run", "--preset", "tiny", "--random", n)
-    assert (r.code, r.err) == (2, f"error: option --random: expected a number of tokens >= 1, "
+    assert (r.code, r.err) == (2, f"error: option --random: expected a whole number >= 1, "
                                   f"got {n}\n")
 
 
@@ -172,7 +172,7 @@ def test_many_experts_are_refused_before_any_allocation(cli):
     r = cli("run", "--preset", "base", "--experts", "3000000", "--random", "3")
     assert r.code == 2
     assert r.err.startswith("error: the random weights of one FFN layer of base need "
-                            "25202.69 GB in float32, over the ")
+                            "25205.76 GB in float32, over the ")
 
 
 def test_a_very_wide_hidden_layer_gets_smaller_chunks(monkeypatch):
@@ -342,3 +342,86 @@ def test_permute_check_refuses_an_input_that_cannot_be_held(cli):
         "error: permute-check on 1,000 tokens of d_model 1,000,000,000 needs 24000.00 GB of "
         "memory, over the ")
     assert r.err.endswith(" that is free; give fewer or narrower tokens\n")
+
+
+def test_a_wide_ffn_is_position_wise_in_float32():
+    """LLaMA-3-8B's FFN (4096 -> 14336 -> 4096, SwiGLU) gives outputs near 10, and float32
+    results of one token and of many differ by about 2e-5 on some BLAS: the default atol
+    scales with the outputs, so permute-check and run's summary agree that it is
+    position-wise (with a fixed atol of 1e-5 both said it was not)."""
+    from ffncli import ffn as F
+    from ffncli.checks import compare, output_scale, tolerances
+    from ffncli.engine import Engine
+    from ffncli.runner import _lesson_checks
+
+    rng = np.random.default_rng(0)
+
+    def w(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
+
+    engine = Engine(F.GatedWeights(w(4096, 14336), None, w(4096, 14336), None, w(14336, 4096),
+                                   None), "silu")
+    x = rng.standard_normal((8, 4096), dtype=np.float32)
+    y = engine(x)
+    assert 5 < output_scale(y) < 20
+    rtol, atol = tolerances(np.float32, scale=output_scale(y))
+    assert atol == pytest.approx(1e-5 * output_scale(y))
+    assert compare(y, np.vstack([engine(x[i:i + 1]) for i in range(8)]), rtol, atol).ok
+    assert _lesson_checks(engine, x, y) == {"same_as_one_position_at_a_time": True,
+                                           "swapping_positions_only_swaps_the_outputs": True}
+    import ffncli
+
+    assert ffncli.permute_check(engine, x, trials=2).passed
+
+
+def test_a_closed_stdout_is_one_error_line():
+    p = subprocess.run([*FFNCLI, "params", "--preset", "tiny"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, timeout=60,
+                       preexec_fn=lambda: os.close(1))
+    assert (p.returncode, p.stderr) == (2, "error: cannot write to standard output: it is "
+                                           "closed\n")
+
+
+def test_random_is_capped_where_sizes_stay_exact(cli):
+    r = cli("run", "--preset", "tiny", "--random", str(10**26))
+    assert (r.code, r.err) == (2, "error: option --random: expected at most 2**53 "
+                                  "(9,007,199,254,740,992), got 100000000000000000000000000\n")
+
+
+def test_run_without_out_computes_only_what_it_shows(cli, tmp_path):
+    """10**15 tokens and no --out: the first chunk is computed and its first rows shown, the
+    same values as in the full output."""
+    r = cli("run", "--preset", "tiny", "--random", str(10**15))
+    assert r.code == 0
+    assert ("FFN output (first 8 of 1,000,000,000,000,000 tokens; only the first 8,192 "
+            "computed: add --out FILE.npy for all)") in r.out
+    out = tmp_path / "y.npy"
+    assert cli("run", "--preset", "tiny", "--random", "9000", "--out", out).code == 0
+    first = np.load(out)[0]
+    shown = next(line for line in r.out.splitlines() if line.startswith("0 "))
+    assert [float(v) for v in shown.split("│")[1:]] == pytest.approx(first, abs=6e-5)
+
+
+def test_an_overflowing_output_is_not_called_position_wise(cli, tmp_path):
+    """Finite tokens near float32's maximum overflow to NaN and infinity: run says its
+    summary could not be checked (NaN equals NaN), as permute-check refuses to judge."""
+    path = tmp_path / "huge.npy"
+    np.save(path, np.full((3, 4), 3e38, np.float32))
+    r = cli("run", "--preset", "tiny", "--input", path, "--json")
+    assert r.code == 0 and r.json()["checks"] == {
+        "same_as_one_position_at_a_time": None, "swapping_positions_only_swaps_the_outputs": None}
+    text = cli("run", "--preset", "tiny", "--input", path).out
+    assert "same as one position at a time: not checked (the output overflowed to NaN or " \
+           "infinity)" in text
+    check = cli("permute-check", "--preset", "tiny", "--input", path)
+    assert check.code == 2 and "the properties cannot be checked on it" in check.err
+
+
+def test_many_experts_cost_what_their_tokens_cost(cli):
+    """100,000 experts, 2 tokens: the work follows the 2 chosen experts, and the output is
+    each token's expert FFN (top-1: weight 1)."""
+    r = cli("run", "--preset", "tiny", "--experts", "100000", "--top-k", "1", "--random", "2",
+            "--json")
+    assert r.code == 0 and len(r.json()["output"]) == 2
+    assert r.json()["checks"] == {"same_as_one_position_at_a_time": True,
+                                  "swapping_positions_only_swaps_the_outputs": True}

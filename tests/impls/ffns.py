@@ -235,3 +235,10 @@ def returns_last_output(x):
 
 def raises_control_characters(x):
     raise ValueError("bad\x00byte\x1b[31m\nsecond line")
+
+
+def hard_exits(x):
+    """Ends the process at once: a CI gate must not pass because of it."""
+    import os
+
+    os._exit(0)
