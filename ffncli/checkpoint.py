@@ -184,6 +184,7 @@ class Checkpoint:
     index: Path | None  # the index; None for a single file
     shard_of: dict[str, Path]
     _headers: dict[Path, Header] = field(default_factory=dict, compare=False, repr=False)
+    _listed: dict[Path, set[str]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def shards(self) -> tuple[Path, ...]:
@@ -214,19 +215,24 @@ class Checkpoint:
         return Header(self.path, tensors)
 
     def _check_shard(self, header: Header) -> None:
-        listed = sorted(n for n, shard in self.shard_of.items() if shard == header.path)
-        for name in listed:
-            if name not in header.tensors:
-                raise WeightsError(f"{self.index}: tensor '{name}' is mapped to "
-                                   f"{header.path.name}, which does not hold it")
+        if not self._listed:  # the index's names by shard, grouped once
+            for name, shard in self.shard_of.items():
+                self._listed.setdefault(shard, set()).add(name)
+        listed = self._listed[header.path]
+        if header.tensors.keys() == listed:
+            return
+        for name in sorted(listed - header.tensors.keys()):
+            raise WeightsError(f"{self.index}: tensor '{name}' is mapped to "
+                               f"{header.path.name}, which does not hold it")
         for name in header.tensors:
+            if name in listed:
+                continue
             other = self.shard_of.get(name)
             if other is None:
                 raise WeightsError(f"{header.path}: holds tensor '{name}', which {self.index} "
                                    "does not list")
-            if other != header.path:
-                raise WeightsError(f"{header.path}: holds tensor '{name}', which {self.index} "
-                                   f"maps to {other.name}")
+            raise WeightsError(f"{header.path}: holds tensor '{name}', which {self.index} "
+                               f"maps to {other.name}")
 
 
 def open_checkpoint(path: Path) -> Checkpoint:
