@@ -125,6 +125,22 @@ def test_params_without_any_config_counts_the_file_by_names(cli, sharded, tmp_pa
     r = cli("params", "--weights", tmp_path, "--d-ff", "8")
     assert (r.code, r.err) == (2, "error: the what-if options need a spec; no --preset or "
                                   "--config, and no config.json beside the weights\n")
+    r = cli("run", "--weights", tmp_path, "--random", "1")
+    assert (r.code, r.err) == (2, "error: give a model: --preset NAME|FILE, --config "
+                                  "config.json, or --weights/--model with a config.json beside "
+                                  "the weights\n")
+
+
+def test_junit_xml_is_never_the_config_in_the_weights_folder(cli, sharded, tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    for f in sharded.iterdir():
+        (folder / f.name).symlink_to(f)
+    r = cli("permute-check", "--weights", folder, "--random", "2", "--junit-xml",
+            folder / "config.json")
+    assert (r.code, r.err) == (2, f"error: option --junit-xml: {folder / 'config.json'} is an "
+                                  "input of this command (the config.json beside the "
+                                  "--weights); choose another path\n")
 
 
 def test_an_explicit_spec_wins_over_the_config_beside(cli, sharded):
