@@ -265,10 +265,16 @@ def weights_in(folder: Path) -> Path:
     if has_single or has_index:
         return index if has_index else single
     with reading(folder, "weights folder", WeightsError):
-        others = sorted(p.name for p in folder.iterdir()
-                        if p.name.endswith((".safetensors", ".index.json")))
-    hint = f"; it has {', '.join(others[:5])}{', ...' if len(others) > 5 else ''}: give one " \
-        "with --weights" if others else ""
+        names = sorted(p.name for p in folder.iterdir())
+    others = [n for n in names if n.endswith((".safetensors", ".index.json"))]
+    pickles = [n for n in names if n.endswith((".bin", ".pt", ".pth", ".ckpt"))]
+    hint = ""
+    if others:
+        hint = f"; it has {', '.join(others[:5])}{', ...' if len(others) > 5 else ''}: give " \
+            "one with --weights"
+    elif pickles:
+        hint = f"; it has {', '.join(pickles[:5])}{', ...' if len(pickles) > 5 else ''}: " \
+            "PyTorch pickles, which ffncli does not read (never unpickled)"
     raise WeightsError(f"{folder}: no {SINGLE_NAME} or {INDEX_NAME} in the folder{hint}")
 
 

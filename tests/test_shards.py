@@ -370,6 +370,9 @@ def test_bad_checkpoints_exact_lines(cli, tmp_path):
     others = tmp_path / "others"
     others.mkdir()
     st_numpy.save_file({"w": W}, others / "adapter_model.safetensors")
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    (pickled / "pytorch_model.bin").write_bytes(b"PK")
     both = case("both", setup=lambda f: st_numpy.save_file({"w": W}, f / "model.safetensors"))
     ix = INDEX_NAME
     cases = [
@@ -396,6 +399,9 @@ def test_bad_checkpoints_exact_lines(cli, tmp_path):
         (no_weights, f"{no_weights}: no model.safetensors or {ix} in the folder"),
         (others, f"{others}: no model.safetensors or {ix} in the folder; it has "
                  "adapter_model.safetensors: give one with --weights"),
+        (pickled, f"{pickled}: no model.safetensors or {ix} in the folder; it has "
+                  "pytorch_model.bin: PyTorch pickles, which ffncli does not read (never "
+                  "unpickled)"),
         (both, f"{both}: holds both model.safetensors and {ix}; give one of them with "
                "--weights"),
     ]
