@@ -291,12 +291,12 @@ def read_index(path: Path) -> dict[str, Path]:
     if not isinstance(data, dict):
         raise WeightsError(f"{path}: not a safetensors index: expected a JSON object with a "
                            f"weight_map, got {brief(data)}")
+    if "weight_map" not in data:  # a config.json given by mistake says so
+        raise WeightsError(f"{path}: not a safetensors index (no 'weight_map' key)")
     for key in data:
         if key not in _INDEX_KEYS:
             raise WeightsError(f"{path}: unknown key {brief(key)}; expected "
                                f"{', '.join(_INDEX_KEYS)}")
-    if "weight_map" not in data:
-        raise WeightsError(f"{path}: not a safetensors index (no 'weight_map' key)")
     if not isinstance(data.get("metadata", {}), dict):
         raise WeightsError(f"{path}: metadata: expected an object, got "
                            f"{brief(data['metadata'])}")

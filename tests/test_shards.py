@@ -413,6 +413,10 @@ def test_bad_checkpoints_exact_lines(cli, tmp_path):
         for command in commands:
             r = cli(*command, "--weights", target)
             assert (r.code, r.out, r.err) == (2, "", f"error: {line}\n"), (command, target)
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "bert"}')
+    r = cli("params", "--weights", config)
+    assert r.err == f"error: {config}: not a safetensors index (no 'weight_map' key)\n"
     # an index given as the file reads the same
     r = cli("params", "--weights", ghost / ix)
     assert r.err == f"error: {ghost / ix}: tensor 'd.weight' is mapped to {S1}, which does " \
