@@ -474,3 +474,30 @@ def test_fuzz_read_index_on_mutated_text(fuzz_index, data):
         return
     assert all(p.parent == fuzz_index.parent or fuzz_index.parent in p.parents
                for p in mapping.values())
+
+
+def test_a_mixture_of_experts_layer_split_across_shards_reads_as_one_file(tmp_path):
+    """Mixtral's layer 1: experts 0-1 in one shard, the router and experts 2-3 in another."""
+    from ffncli import ffn as F
+    from ffncli.hfconfig import spec_from_config
+    from ffncli.weights import safetensors_weights
+
+    spec = spec_from_config({"model_type": "mixtral", "hidden_size": 8, "intermediate_size": 12,
+                             "num_hidden_layers": 2, "num_attention_heads": 2,
+                             "num_key_value_heads": 1, "num_local_experts": 4,
+                             "num_experts_per_tok": 2, "vocab_size": 10}, "tiny-mixtral")
+    rng = np.random.default_rng(0)
+    p = "model.layers.1.block_sparse_moe."
+    first = {f"{p}experts.{e}.{w}.weight": rng.normal(size=shape).astype(np.float32)
+             for e in (0, 1) for w, shape in (("w1", (12, 8)), ("w3", (12, 8)), ("w2", (8, 12)))}
+    second = {f"{p}experts.{e}.{w}.weight": rng.normal(size=shape).astype(np.float32)
+              for e in (2, 3) for w, shape in (("w1", (12, 8)), ("w3", (12, 8)), ("w2", (8, 12)))}
+    second[p + "gate.weight"] = rng.normal(size=(4, 8)).astype(np.float32)
+    st_numpy.save_file({**first, **second}, tmp_path / "one.safetensors")
+    write_shards(tmp_path / "sharded", [first, second])
+    x = rng.normal(size=(6, 8)).astype(np.float32)
+    a = safetensors_weights(tmp_path / "one.safetensors", spec, 1, np.dtype("f4"))
+    b = safetensors_weights(tmp_path / "sharded", spec, 1, np.dtype("f4"))
+    assert isinstance(b, F.MoEWeights) and len(b.experts) == 4
+    np.testing.assert_array_equal(F.ffn(x, a, spec.ffn.activation),
+                                  F.ffn(x, b, spec.ffn.activation))
