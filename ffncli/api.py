@@ -52,7 +52,8 @@ def count(spec: ModelSpec) -> ModelCount:
 def build_ffn(spec: ModelSpec, weights: str | Path | None = None, layer: int = 0, *,
               dtype: str = "float32", max_memory: str | None = None) -> Engine:
     """The FFN of ``spec``: random weights from its seed, or layer ``layer`` of a ``.npz`` or
-    ``.safetensors`` file. Call it on a (tokens, d_model) array: ``ffn(x)``."""
+    ``.safetensors`` file, a ``model.safetensors.index.json`` or a model folder (only the
+    shards holding the layer are read). Call it on a (tokens, d_model) array: ``ffn(x)``."""
     from ffncli.runner import build_model, parse_dtype
     from ffncli.weights import parse_size
 

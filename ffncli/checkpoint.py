@@ -2,21 +2,25 @@
 
 A safetensors file is an 8-byte little-endian header length, a JSON header naming every
 tensor's dtype, shape and byte range, then the raw data. Counting reads the header only, so
-it is instant on a 15 GB checkpoint. This module does not import NumPy.
+it is instant on a 15 GB checkpoint. A large model is saved as shards
+(``model-00001-of-00004.safetensors`` ...) and a ``model.safetensors.index.json`` mapping each
+tensor to its shard; :func:`open_checkpoint` takes a file, an index or a model folder. This
+module does not import NumPy.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ffncli.errors import WeightsError
-from ffncli.files import open_file
-from ffncli.textformats import Malformed, brief, parse_json
+from ffncli.files import check_file, open_file, reading
+from ffncli.textformats import Malformed, brief, parse_json, read_text
 
 FLOAT_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1}
 INT_DTYPES = {"I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1,
@@ -156,6 +160,172 @@ def _check_overlaps(path: Path, tensors: Iterable[TensorInfo], base: int) -> Non
             raise WeightsError(
                 f"{path}: tensors '{a.name}' and '{b.name}' overlap (data_offsets "
                 f"[{a.start - base}, {a.end - base}] and [{b.start - base}, {b.end - base}])")
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints as they are saved: one file, or shards and their index, in a model folder.
+
+SINGLE_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
+MAX_INDEX = 64 * 1024 * 1024  # DeepSeek-V3's index (91,991 tensors) is 8.9 MB
+_INDEX_KEYS = ("metadata", "weight_map")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A model's safetensors weights: one file, or the shards its index names.
+
+    ``shard_of`` maps every tensor name to the file holding it: from the index, without
+    opening any shard, or from the single file's header. A shard's header is read when it is
+    first needed, and checked against the index then: it must hold exactly the tensors the
+    index maps to it."""
+
+    path: Path  # the single file, or the index
+    index: Path | None  # the index; None for a single file
+    shard_of: dict[str, Path]
+    _headers: dict[Path, Header] = field(default_factory=dict, compare=False, repr=False)
+    _listed: dict[Path, set[str]] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def shards(self) -> tuple[Path, ...]:
+        return tuple(sorted(set(self.shard_of.values())))
+
+    def header(self, shard: Path) -> Header:
+        """The header of one shard, read once and checked against the index."""
+        if shard not in self._headers:
+            header = read_header(shard)
+            if self.index is not None:
+                self._check_shard(header)
+            self._headers[shard] = header
+        return self._headers[shard]
+
+    def tensor(self, name: str) -> tuple[Header, TensorInfo]:
+        """The header of the shard holding ``name``, and the tensor's entry in it."""
+        header = self.header(self.shard_of[name])
+        return header, header.tensors[name]  # present: the shard was checked
+
+    def merged(self) -> Header:
+        """Every shard's tensors as one header, for counting (each byte range lies in its own
+        shard, so it is not for reading). Reads every shard's header, no tensor data."""
+        if self.index is None:
+            return self.header(self.path)
+        tensors: dict[str, TensorInfo] = {}
+        for shard in self.shards:
+            tensors.update(self.header(shard).tensors)
+        return Header(self.path, tensors)
+
+    def _check_shard(self, header: Header) -> None:
+        if not self._listed:  # the index's names by shard, grouped once
+            for name, shard in self.shard_of.items():
+                self._listed.setdefault(shard, set()).add(name)
+        listed = self._listed[header.path]
+        if header.tensors.keys() == listed:
+            return
+        for name in sorted(listed - header.tensors.keys()):
+            raise WeightsError(f"{self.index}: tensor '{name}' is mapped to "
+                               f"{header.path.name}, which does not hold it")
+        for name in header.tensors:
+            if name in listed:
+                continue
+            other = self.shard_of.get(name)
+            if other is None:
+                raise WeightsError(f"{header.path}: holds tensor '{name}', which {self.index} "
+                                   "does not list")
+            raise WeightsError(f"{header.path}: holds tensor '{name}', which {self.index} "
+                               f"maps to {other.name}")
+
+
+def open_checkpoint(path: Path) -> Checkpoint:
+    """A ``.safetensors`` file, a ``model.safetensors.index.json``, or a folder holding one of
+    them (a ``save_pretrained`` folder, a Hugging Face cache snapshot). An index is read and
+    checked and every shard it names must exist; no shard is opened yet. A single file's
+    header is read at once."""
+    with reading(path, "weights", WeightsError):
+        folder = path.is_dir()
+    if folder:
+        path = weights_in(path)
+    if path.suffix.lower() == ".json":
+        return Checkpoint(path, path, read_index(path))
+    header = read_header(path)
+    return Checkpoint(path, None, dict.fromkeys(header.tensors, path), {path: header})
+
+
+def read_checkpoint(path: Path) -> Header:
+    """Every tensor of the checkpoint at ``path`` (file, index or folder), for counting."""
+    return open_checkpoint(path).merged()
+
+
+def weights_in(folder: Path) -> Path:
+    """The weights of a model folder: its ``model.safetensors`` or its index, never both."""
+    single, index = folder / SINGLE_NAME, folder / INDEX_NAME
+    has_single, has_index = os.path.lexists(single), os.path.lexists(index)
+    if has_single and has_index:
+        raise WeightsError(f"{folder}: holds both {SINGLE_NAME} and {INDEX_NAME}; give one "
+                           "of them with --weights")
+    if has_single or has_index:
+        return index if has_index else single
+    with reading(folder, "weights folder", WeightsError):
+        names = sorted(p.name for p in folder.iterdir())
+    others = [n for n in names if n.endswith((".safetensors", ".index.json"))]
+    pickles = [n for n in names if n.endswith((".bin", ".pt", ".pth", ".ckpt"))]
+    hint = ""
+    if others:
+        hint = f"; it has {', '.join(others[:5])}{', ...' if len(others) > 5 else ''}: give " \
+            "one with --weights"
+    elif pickles:
+        hint = f"; it has {', '.join(pickles[:5])}{', ...' if len(pickles) > 5 else ''}: " \
+            "PyTorch pickles, which ffncli does not read (never unpickled)"
+    raise WeightsError(f"{folder}: no {SINGLE_NAME} or {INDEX_NAME} in the folder{hint}")
+
+
+def read_index(path: Path) -> dict[str, Path]:
+    """A ``model.safetensors.index.json``: tensor name -> shard file, checked strictly (JSON
+    without duplicate keys, only ``metadata`` and ``weight_map``, each shard a file name
+    inside the index's folder that exists)."""
+    text = read_text(path, "index file", WeightsError, MAX_INDEX)
+    try:
+        data = parse_json(text)
+    except Malformed as exc:
+        raise WeightsError(f"{path}: not a safetensors index (not valid JSON{exc.where}: "
+                           f"{exc.problem})") from None
+    if not isinstance(data, dict):
+        raise WeightsError(f"{path}: not a safetensors index: expected a JSON object with a "
+                           f"weight_map, got {brief(data)}")
+    if "weight_map" not in data:  # a config.json given by mistake says so
+        raise WeightsError(f"{path}: not a safetensors index (no 'weight_map' key)")
+    for key in data:
+        if key not in _INDEX_KEYS:
+            raise WeightsError(f"{path}: unknown key {brief(key)}; expected "
+                               f"{', '.join(_INDEX_KEYS)}")
+    if not isinstance(data.get("metadata", {}), dict):
+        raise WeightsError(f"{path}: metadata: expected an object, got "
+                           f"{brief(data['metadata'])}")
+    weight_map = data["weight_map"]
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise WeightsError(f"{path}: weight_map: expected an object mapping tensor names to "
+                           f"shard files, got {brief(weight_map)}")
+    shards: dict[str, Path] = {}
+    shard_of: dict[str, Path] = {}
+    for name, file in weight_map.items():
+        if file not in shards:
+            shards[file] = _shard_path(path, name, file)
+        shard_of[name] = shards[file]
+    for shard in shards.values():
+        check_file(shard, f"shard named by {path.name}", WeightsError)
+    return shard_of
+
+
+def _shard_path(index: Path, name: str, file: object) -> Path:
+    """A shard's file name: relative, inside the index's folder (no ``..``, no absolute path;
+    checked on the name, since a cache snapshot's files are links into its blobs)."""
+    if not isinstance(file, str):
+        raise WeightsError(f"{index}: weight_map '{name}': expected a shard file name, got "
+                           f"{brief(file)}")
+    parts = PurePosixPath(file).parts
+    if not file or "\0" in file or file.startswith("/") or ".." in parts or not parts:
+        raise WeightsError(f"{index}: weight_map '{name}': shard {brief(file)} is not a file "
+                           f"in {index.parent}")
+    return index.parent.joinpath(*parts)
 
 
 # Leaves of tensors that are saved but are not parameters: causal masks, rotary tables,

@@ -561,7 +561,9 @@ def report_path(path: Path | None, target: Target, tokens: Path | None, preset: 
     """Where ``--junit-xml`` goes, refused before any work if it is an input of the command."""
     if path is None:
         return None
-    beside = weights.parent / "config.json" if weights is not None else None
+    from ffncli.model import config_beside
+
+    beside = None if weights is None else config_beside(weights) or weights.parent / "config.json"
     preset_file = Path(preset) if preset and Path(preset).is_file() else None
     inputs = [("--input file", tokens), ("--preset file", preset_file),
               ("--config file", config), ("--weights file", weights),

@@ -44,8 +44,13 @@ ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A Hugging F
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 WeightsOpt = Annotated[Optional[Path], typer.Option(
     "--weights", help="FFN weights: .npz (w1 b1 w2 b2; gated w b v c w2 b2) or a Hugging Face "
-    ".safetensors checkpoint (with --layer). Default: random, from the preset's seed.")]
-LayerOpt = Annotated[int, typer.Option("--layer", help="Layer of a .safetensors checkpoint.")]
+    "checkpoint (with --layer): a .safetensors file, a model.safetensors.index.json, or a "
+    "model folder. Default: random, from the preset's seed.")]
+HubModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", metavar="ORG/NAME[@REVISION]", help="Instead of --weights: a model in the "
+    "local Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub; "
+    "revision default main). Never downloads.", show_default=False)]
+LayerOpt = Annotated[int, typer.Option("--layer", help="Layer of a checkpoint.")]
 InputOpt = Annotated[Optional[Path], typer.Option(
     "--input", "-i", help="Tokens: .npy (1-D, 2-D tokens x d_model, or 3-D batch x seq x "
     "d_model), or .txt/.csv with one token per row.")]
@@ -130,16 +135,19 @@ def params(
         "--batch", help="Sequences decoded at once, for the KV cache at --seq-len x --batch.")
     ] = 1,
     weights: Annotated[Optional[Path], typer.Option(
-        "--weights", help="A .safetensors file: count its parameters from the header alone "
-        "and compare with the spec (exit 1 on a mismatch).")] = None,
+        "--weights", help="A .safetensors file, a model.safetensors.index.json or a model "
+        "folder: count its parameters from the headers alone and compare with the spec (from "
+        "--preset, --config or the config.json beside the weights; exit 1 on a mismatch).")
+    ] = None,
+    hub_model: HubModelOpt = None,
     as_json: JsonOpt = False,
     *, overrides: Overrides,
 ) -> None:
     """Count parameters, FLOPs per token, weight memory and KV cache: FFN, attention, norms."""
     from ffncli import render
-    from ffncli.model import count_model
+    from ffncli.model import count_model, weights_of
 
-    result = count_model(preset, config, overrides, weights, batch)
+    result = count_model(preset, config, overrides, weights_of(weights, hub_model), batch)
     render.emit_params(result, as_json)
     if not result.matches:
         raise typer.Exit(ExitCode.CHECK_FAILED)
@@ -151,6 +159,7 @@ def run_cmd(
     preset: PresetOpt = None,
     config: ConfigOpt = None,
     weights: WeightsOpt = None,
+    hub_model: HubModelOpt = None,
     layer: LayerOpt = 0,
     input: InputOpt = None,
     random: RandomOpt = None,
@@ -168,10 +177,11 @@ def run_cmd(
 ) -> None:
     """Run the FFN on token vectors: print the output, or stream it to a .npy file."""
     from ffncli import render, runner
-    from ffncli.model import load_model
+    from ffncli.model import load_model, weights_of
 
     whole("option --precision", precision, 0, 12)
-    model = load_model(preset, config, overrides, weights, layer, dtype, max_memory)
+    model = load_model(preset, config, overrides, weights_of(weights, hub_model), layer, dtype,
+                       max_memory)
     tokens = runner.resolve_input(input, random, model.engine.d_model, seed)
     runner.check_printable(tokens, out, as_json)
     with render.progress(tokens.n_tokens, as_json) as progress:
@@ -186,6 +196,7 @@ def permute_check_cmd(
     preset: PresetOpt = None,
     config: ConfigOpt = None,
     weights: WeightsOpt = None,
+    hub_model: HubModelOpt = None,
     layer: LayerOpt = 0,
     impl: Annotated[Optional[str], typer.Option(
         "--impl", help="Check your own FFN: package.module:function, importable from the "
@@ -215,7 +226,9 @@ def permute_check_cmd(
 ) -> None:
     """Check that an FFN is position-wise: exit 0 if every property holds, 1 if not."""
     from ffncli import checks, render
+    from ffncli.model import weights_of
 
+    weights = weights_of(weights, hub_model, impl)
     target = checks.load_target(impl, preset, config, overrides, weights, layer, dtype,
                                 max_memory, timeout)
     report_path = checks.report_path(junit_xml, target, input, preset, config, weights)
@@ -237,6 +250,7 @@ def relu_stats_cmd(
     preset: PresetOpt = None,
     config: ConfigOpt = None,
     weights: WeightsOpt = None,
+    hub_model: HubModelOpt = None,
     layer: LayerOpt = 0,
     input: InputOpt = None,
     random: RandomOpt = None,
@@ -255,10 +269,11 @@ def relu_stats_cmd(
 ) -> None:
     """Activation sparsity of the hidden layer: per token, per unit, overlap, savings."""
     from ffncli import render, runner
-    from ffncli.model import load_model
+    from ffncli.model import load_model, weights_of
     from ffncli.sparsity import relu_stats
 
-    model = load_model(preset, config, overrides, weights, layer, dtype, max_memory)
+    model = load_model(preset, config, overrides, weights_of(weights, hub_model), layer, dtype,
+                       max_memory)
     tokens = runner.resolve_input(input, random, model.engine.d_model, seed)
     with render.progress(tokens.n_tokens, as_json) as progress:
         result = relu_stats(model.engine, tokens, threshold=threshold,

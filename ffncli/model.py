@@ -20,17 +20,37 @@ if TYPE_CHECKING:
 
 _NO_MODEL = "give a model: --preset NAME|FILE or --config config.json"
 _NO_MODEL_OR_WEIGHTS = ("give a model: --preset NAME|FILE, --config config.json, or "
-                        "--weights model.safetensors with a config.json beside it")
+                        "--weights/--model with a config.json beside the weights")
+_NO_CONFIG = "no --preset or --config, and no config.json beside the weights"
 
 
 def config_beside(weights: Path) -> Path | None:
-    """The ``config.json`` beside a ``.safetensors`` checkpoint, when there is a readable one."""
+    """The readable ``config.json`` beside a checkpoint: in its folder (a ``save_pretrained``
+    or cache snapshot folder), or beside its ``.safetensors`` file or index."""
     import os
 
-    if weights.suffix.lower() != ".safetensors":
+    if os.path.isdir(weights):
+        beside = weights / "config.json"
+    elif weights.suffix.lower() in (".safetensors", ".json") and weights.name != "config.json":
+        beside = weights.parent / "config.json"
+    else:
         return None
-    beside = weights.parent / "config.json"
-    return beside if beside.is_file() and os.access(beside, os.R_OK) else None
+    return beside if os.path.isfile(beside) and os.access(beside, os.R_OK) else None
+
+
+def weights_of(weights: Path | None, hub_model: str | None,
+               impl: str | None = None) -> Path | None:
+    """What ``--weights`` or ``--model ORG/NAME[@REVISION]`` names: a file or folder, or the
+    model's snapshot folder in the local Hugging Face cache."""
+    if hub_model is None:
+        return weights
+    if weights is not None:
+        raise InputError("give --weights or --model, not both")
+    if impl is not None:
+        raise InputError("give --impl or --model, not both")
+    from ffncli.hub import snapshot
+
+    return snapshot(hub_model)
 
 
 def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides | None = None,
@@ -69,19 +89,27 @@ def load_model(preset: str | None, config: Path | None, overrides: Overrides,
 def count_model(preset: str | None, config: Path | None, overrides: Overrides,
                 weights: Path | None = None, batch: int = 1) -> ParamsResult | FileOnlyResult:
     """``params``: the spec's count and KV cache at its seq_len x ``batch``; with ``weights``
-    (a .safetensors file) its header's count beside it (no tensor data is read). A config of
-    a model type no reader knows is still counted from the file's tensor names."""
-    from ffncli.checkpoint import count_file, read_header
+    (a .safetensors file, an index or a model folder) the count of every shard's header beside
+    it (no tensor data is read), the spec from the config.json beside the weights unless one
+    is given. A checkpoint without a config, or with a model type no reader knows, is still
+    counted from the file's tensor names."""
+    from ffncli.checkpoint import count_file, read_checkpoint
     from ffncli.counting import FileOnlyResult, ParamsResult, count, kv_cache
     from ffncli.hfconfig import UnsupportedModelType
 
     whole("option --batch", batch)
+    if weights is not None and preset is None and config is None:
+        config = config_beside(weights)
+        if config is None:
+            if overrides != Overrides():
+                raise InputError(f"the what-if options need a spec; {_NO_CONFIG}")
+            return FileOnlyResult(count_file(read_checkpoint(weights)), str(weights), _NO_CONFIG)
     try:
         spec = resolve_spec(preset, config, overrides)
     except UnsupportedModelType as exc:
         if weights is None:
             raise
-        return FileOnlyResult(count_file(read_header(weights)), str(weights), str(exc))
-    file = count_file(read_header(weights)) if weights is not None else None
+        return FileOnlyResult(count_file(read_checkpoint(weights)), str(weights), str(exc))
+    file = count_file(read_checkpoint(weights)) if weights is not None else None
     return ParamsResult(count(spec), file, str(weights) if weights is not None else None,
                         kv_cache(spec, spec.seq_len, batch))

@@ -6,6 +6,7 @@ Also the pieces that `permute-check` and `relu-stats` share with it: choosing th
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -51,11 +52,12 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
     elif weights.suffix.lower() == ".npz":
         params = W.npz_weights(weights, spec, dtype)
         source = str(weights)
-    elif weights.suffix.lower() == ".safetensors":
+    elif weights.suffix.lower() in (".safetensors", ".json") or os.path.isdir(weights):
         params = W.safetensors_weights(weights, spec, layer, dtype)
         source = f"{weights}, layer {layer}"
     else:
-        raise InputError(f"option --weights: expected a .npz or .safetensors file, got {weights}")
+        raise InputError(f"option --weights: expected a .npz or .safetensors file, an index "
+                         f"(.json) or a model folder, got {weights}")
     rows = chunk_tokens or _fitting_chunk(spec, dtype)
     act = Activation(spec.ffn.activation, spec.ffn.beta)
     return Model(spec, Engine(params, act, rows), source)

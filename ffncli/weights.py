@@ -16,14 +16,14 @@ import re
 import zipfile
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-from ffncli.checkpoint import Header, TensorInfo, read_header
+from ffncli.checkpoint import Header, TensorInfo, open_checkpoint
 from ffncli.counting import ffn_params
 from ffncli.errors import MemoryBudgetError, WeightsError
 from ffncli.ffn import DenseWeights, ExpertWeights, GatedWeights, MoEWeights, Weights
@@ -397,37 +397,39 @@ LAYOUTS: dict[str, Layout] = {
 }
 
 
-def _find(header: Header, stem: str) -> TensorInfo | None:
+def _find(names: Iterable[str], stem: str) -> str | None:
     """The tensor named ``stem`` under any prefix (``transformer.``, ``model.``, ``bert.``)."""
-    hits = [info for name, info in header.tensors.items()
-            if name == stem or name.endswith("." + stem)]
+    hits = [name for name in names if name == stem or name.endswith("." + stem)]
     return hits[0] if len(hits) == 1 else None
 
 
-def _layers_present(header: Header) -> str:
-    found = sorted({int(m.group(1)) for name in header.tensors
+def _layers_present(names: Iterable[str]) -> str:
+    found = sorted({int(m.group(1)) for name in names
                     for m in [re.search(r"(?:layer|layers|h|block)\.(\d+)\.", name)] if m})
     return f"layers {found[0]}-{found[-1]}" if found else "no numbered layers"
 
 
 def safetensors_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> Weights:
-    """Layer ``layer``'s FFN from a Hugging Face checkpoint (only its tensors are read)."""
+    """Layer ``layer``'s FFN from a Hugging Face checkpoint: a ``.safetensors`` file, a
+    ``model.safetensors.index.json`` or a model folder. Only the shards holding the layer's
+    tensors are opened, and only those tensors are read."""
     family = "t5-gated" if spec.family == "t5" and spec.ffn.gated else spec.family
     layout = LAYOUTS.get(family)
     if layout is None:
         raise WeightsError(f"no checkpoint layout for family '{spec.family}'; known: "
                            f"{', '.join(k for k in LAYOUTS if k != 't5-gated')}")
-    header = read_header(path)
+    checkpoint = open_checkpoint(path)
+    path = checkpoint.path
     source = str(path)
 
     def tensor(stem: str, required: bool) -> np.ndarray | None:
-        info = _find(header, stem)
-        if info is None:
+        name = _find(checkpoint.shard_of, stem)
+        if name is None:
             if required:
                 raise WeightsError(f"{path}: no tensor '{stem}' for layer {layer} (the file "
-                                   f"has {_layers_present(header)})")
+                                   f"has {_layers_present(checkpoint.shard_of)})")
             return None
-        array = read_tensor(header, info)
+        array = read_tensor(*checkpoint.tensor(name))
         return array.T if layout.linear and array.ndim == 2 else array
 
     def expert(e: int) -> ExpertWeights:

