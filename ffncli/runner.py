@@ -17,7 +17,7 @@ import numpy as np
 from ffncli import weights as W
 from ffncli.checks import compare, first_overflow, output_scale, tolerances
 from ffncli.engine import Engine, default_chunk_tokens
-from ffncli.errors import InputError
+from ffncli.errors import InputError, SpecError
 from ffncli.ffn import Activation, MoEWeights, pre_activation
 from ffncli.spec import ModelSpec
 from ffncli.tokens import AtomicNpyWriter, TokenInput, check_finite, open_input
@@ -43,9 +43,30 @@ def parse_dtype(name: str) -> np.dtype:
     return np.dtype(DTYPES[name])
 
 
+# Mixtures of experts that params counts exactly but the engine does not compute: their FFN
+# has parts (a shared expert, dense first layers) or routing (no renormalisation of the top-k
+# weights, DeepSeek's grouped sigmoid scores) that the engine's router would silently leave out.
+NOT_RUN = {
+    "qwen2_moe": "a gated shared expert, and top-k weights not renormalised",
+    "qwen3_moe": "top-k weights renormalised only with norm_topk_prob",
+    "deepseek_v3": "shared experts, dense first layers and grouped sigmoid routing",
+}
+
+
+def check_runnable(spec: ModelSpec) -> None:
+    """Refuse a spec whose FFN the engine would compute wrongly rather than answer wrongly."""
+    reason = NOT_RUN.get(spec.family)
+    if reason is None and (spec.ffn.shared_d_ff or spec.layers.dense):
+        reason = "a shared expert or dense layers"
+    if reason is not None:
+        raise SpecError(f"{spec.name}: run, permute-check and relu-stats do not compute this "
+                        f"mixture of experts yet ({reason}); params counts it exactly")
+
+
 def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dtype,
                 max_memory: int | None = None, chunk_tokens: int | None = None) -> Model:
     whole("option --layer", layer, 0)
+    check_runnable(spec)
     if weights is None:
         params = W.random_weights(spec, dtype, max_memory)
         source = f"random: normal(0, {spec.init.std:g}), seed {spec.init.seed}"

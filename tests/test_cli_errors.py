@@ -425,3 +425,19 @@ def test_many_experts_cost_what_their_tokens_cost(cli):
     assert r.code == 0 and len(r.json()["output"]) == 2
     assert r.json()["checks"] == {"same_as_one_position_at_a_time": True,
                                   "swapping_positions_only_swaps_the_outputs": True}
+
+
+@pytest.mark.parametrize("config, reason", [
+    ("qwen3-30b-a3b", "top-k weights renormalised only with norm_topk_prob"),
+    ("deepseek-v3", "shared experts, dense first layers and grouped sigmoid routing"),
+])
+def test_mixtures_the_engine_does_not_compute_are_refused(cli, config, reason):
+    """params counts them; running them with Mixtral's router would leave parts out."""
+    from conftest import CONFIGS
+
+    path = CONFIGS / f"{config}.config.json"
+    assert cli("params", "--config", path).code == 0
+    r = cli("relu-stats", "--config", path, "--random", "2")
+    assert r.code == 2 and r.err.endswith(f"run, permute-check and relu-stats do not compute "
+                                          f"this mixture of experts yet ({reason}); params "
+                                          f"counts it exactly\n")
