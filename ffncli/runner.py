@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ffncli import quantised
 from ffncli import weights as W
 from ffncli.checks import compare, tolerances
 from ffncli.engine import Engine, default_chunk_tokens
@@ -51,6 +52,7 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
         params = W.npz_weights(weights, spec, dtype)
         source = str(weights)
     elif weights.suffix.lower() == ".safetensors":
+        quantised.check_runnable(weights)
         params = W.safetensors_weights(weights, spec, layer, dtype)
         source = f"{weights}, layer {layer}"
     else:
