@@ -19,6 +19,7 @@ from ffncli.checks import compare, tolerances
 from ffncli.engine import Engine, default_chunk_tokens
 from ffncli.errors import InputError
 from ffncli.ffn import Activation, MoEWeights, pre_activation
+from ffncli.gguf import layer_weights as gguf_layer_weights
 from ffncli.spec import ModelSpec
 from ffncli.tokens import AtomicNpyWriter, TokenInput, check_finite, open_input
 from ffncli.validate import whole
@@ -55,8 +56,12 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
         quantised.check_runnable(weights)
         params = W.safetensors_weights(weights, spec, layer, dtype)
         source = f"{weights}, layer {layer}"
+    elif weights.suffix.lower() == ".gguf":
+        params = gguf_layer_weights(weights, spec, layer, dtype)
+        source = f"{weights}, layer {layer}"
     else:
-        raise InputError(f"option --weights: expected a .npz or .safetensors file, got {weights}")
+        raise InputError(f"option --weights: expected a .npz, .safetensors or .gguf file, got "
+                         f"{weights}")
     rows = chunk_tokens or _fitting_chunk(spec, dtype)
     act = Activation(spec.ffn.activation, spec.ffn.beta)
     return Model(spec, Engine(params, act, rows), source)
