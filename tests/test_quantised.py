@@ -1,10 +1,8 @@
 """Quantised safetensors (GPTQ, AWQ, bitsandbytes): logical parameters counted, stored bytes
-apart, run refused in one line. The files are built here, tensor by tensor, as each library
-saves them."""
+apart, run refused in one line. The files are built tensor by tensor, as each library saves
+them (tests/quantised_files.py)."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
@@ -17,69 +15,7 @@ from ffncli.quantised import QuantisedCount
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
-D, F, HEADS, LAYERS, VOCAB, GROUP = 64, 128, 4, 2, 50, 32
-LINEARS = {"self_attn.q_proj": (D, D), "self_attn.k_proj": (D, D), "self_attn.v_proj": (D, D),
-           "self_attn.o_proj": (D, D), "mlp.gate_proj": (D, F), "mlp.up_proj": (D, F),
-           "mlp.down_proj": (F, D)}  # (in, out)
-CONFIG = {"model_type": "llama", "hidden_size": D, "intermediate_size": F,
-          "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "vocab_size": VOCAB,
-          "tie_word_embeddings": False}
-TOTAL = (2 * VOCAB * D + LAYERS * (4 * D * D + 3 * D * F + 2 * D) + D)
-
-
-def _gptq(n_in: int, n_out: int, bits: int = 4) -> dict[str, np.ndarray]:
-    groups = n_in // GROUP
-    return {"qweight": np.zeros((n_in * bits // 32, n_out), np.int32),
-            "qzeros": np.zeros((groups, n_out * bits // 32), np.int32),
-            "scales": np.ones((groups, n_out), np.float16),
-            "g_idx": np.arange(n_in, dtype=np.int32) // GROUP}
-
-
-def _awq(n_in: int, n_out: int, bits: int = 4) -> dict[str, np.ndarray]:
-    groups = n_in // GROUP
-    return {"qweight": np.zeros((n_in, n_out * bits // 32), np.int32),
-            "qzeros": np.zeros((groups, n_out * bits // 32), np.int32),
-            "scales": np.ones((groups, n_out), np.float16)}
-
-
-def _bnb_int8(n_in: int, n_out: int) -> dict[str, np.ndarray]:
-    return {"weight": np.zeros((n_out, n_in), np.int8), "SCB": np.ones(n_out, np.float32),
-            "weight_format": np.zeros((), np.uint8)}
-
-
-def _bnb_nf4(n_in: int, n_out: int) -> dict[str, np.ndarray]:
-    n = n_in * n_out
-    return {"weight": np.zeros((n // 2, 1), np.uint8),
-            "weight.absmax": np.ones(n // 64, np.uint8),
-            "weight.quant_map": np.linspace(-1, 1, 16, dtype=np.float32),
-            "weight.nested_absmax": np.ones(n // 64 // 256 + 1, np.float32),
-            "weight.nested_quant_map": np.linspace(-1, 1, 256, dtype=np.float32),
-            "weight.quant_state.bitsandbytes__nf4": np.frombuffer(b'{"shape": []}', np.uint8)}
-
-
-SCHEMES = {"GPTQ 4-bit": _gptq, "AWQ 4-bit": _awq, "bitsandbytes int8": _bnb_int8,
-           "bitsandbytes nf4": _bnb_nf4}
-
-
-def write_model(folder, scheme: str, **replace: np.ndarray):
-    """A two-layer llama checkpoint whose linear layers are stored by ``scheme``, embeddings,
-    head and norms in F16, with config.json beside it."""
-    tensors: dict[str, np.ndarray] = {
-        "model.embed_tokens.weight": np.zeros((VOCAB, D), np.float16),
-        "lm_head.weight": np.zeros((VOCAB, D), np.float16),
-        "model.norm.weight": np.ones(D, np.float16),
-    }
-    for i in range(LAYERS):
-        for norm in ("input_layernorm", "post_attention_layernorm"):
-            tensors[f"model.layers.{i}.{norm}.weight"] = np.ones(D, np.float16)
-        for name, (n_in, n_out) in LINEARS.items():
-            for part, array in SCHEMES[scheme](n_in, n_out).items():
-                tensors[f"model.layers.{i}.{name}.{part}"] = array
-    tensors.update(replace)
-    path = folder / "model.safetensors"
-    safetensors_numpy.save_file(tensors, str(path))
-    (folder / "config.json").write_text(json.dumps(CONFIG))
-    return path, tensors
+from quantised_files import LAYERS, LINEARS, SCHEMES, TOTAL, D, F, gptq_layer, write_model  # noqa: E402
 
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
@@ -106,7 +42,7 @@ def test_the_table_shows_the_stored_bytes(tmp_path, cli):
 
 def test_gptq_8_bit_is_told_from_4_bit(tmp_path):
     path, _ = write_model(tmp_path, "GPTQ 4-bit", **{
-        f"model.layers.0.mlp.down_proj.{k}": v for k, v in _gptq(F, D, bits=8).items()})
+        f"model.layers.0.mlp.down_proj.{k}": v for k, v in gptq_layer(F, D, bits=8).items()})
     result = count_file(read_header(path))
     assert isinstance(result, QuantisedCount)
     assert result.scheme == "GPTQ 4-bit, GPTQ 8-bit" and result.total == TOTAL
