@@ -62,12 +62,13 @@ def _encode(array: np.ndarray, qtype) -> np.ndarray:
 
 def write_gguf(path: Path, *, d=64, f=128, layers=2, heads=4, kv=2, vocab=40, qtype=Q.F32,
                experts=0, top_k=2, arch="llama", tied=True, drop=(), seed=0,
-               tokens=True, raw_as=None) -> dict[str, np.ndarray]:
+               tokens=True, raw_as=None, big_endian=False) -> dict[str, np.ndarray]:
     """A small llama-shaped GGUF; returns the float32 [in, out] matrices of each layer's FFN
     (before quantising) by GGUF name. ``raw_as`` {name: type}: that tensor is random bytes
     of a type the gguf package cannot quantise (K-quants, Q8_1)."""
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(str(path), arch)
+    w = gguf.GGUFWriter(str(path), arch, endianess=gguf.GGUFEndian.BIG if big_endian
+                        else gguf.GGUFEndian.LITTLE)
     meta = {"block_count": layers, "embedding_length": d, "feed_forward_length": f,
             "attention.head_count": heads, "attention.head_count_kv": kv,
             "context_length": 256}
@@ -236,6 +237,16 @@ def test_params_on_smollm2_is_exact(cli):
     stored = {s["kind"]: (s["params"], s["bytes"]) for s in doc["stored"]}
     assert stored == {"Q8_0": (28_311_552, 30_081_024), "Q4_1": (106_168_320, 66_355_200),
                       "F32": (35_136, 140_544)}
+
+
+def test_a_big_endian_file_is_counted_not_run(tmp_path, cli):
+    path = tmp_path / "be.gguf"
+    write_gguf(path, big_endian=True)
+    assert not G.read_header(path).little_endian
+    doc = cli("params", "--weights", path, "--json").json()
+    assert doc["matches"] is True and doc["d_model"] == 64 and doc["d_ff"] == 128
+    r = cli("run", "--weights", path, "--random", 2)
+    assert (r.code, r.err) == (2, f"error: {path}: a big-endian GGUF file is counted, not run\n")
 
 
 def test_counting_a_gguf_never_imports_numpy(tmp_path):
