@@ -114,10 +114,6 @@ class GgufHeader:
         return value
 
 
-def is_gguf(path: Path | None) -> bool:
-    return path is not None and path.suffix.lower() == ".gguf"
-
-
 # ---------------------------------------------------------------------------------------------
 # The header, walked and checked before anything is trusted.
 
@@ -421,7 +417,7 @@ def _vocab(header: GgufHeader, arch: str) -> int:
     embedding = header.tensors.get("token_embd.weight")
     if embedding is None or len(embedding.dims) != 2:
         raise WeightsError(f"{header.path}: no vocabulary size: no metadata key "
-                           "'tokenizer.ggml.tokens' or '{key}', no tensor 'token_embd.weight'")
+                           f"'tokenizer.ggml.tokens' or '{key}', no tensor 'token_embd.weight'")
     return embedding.dims[1]
 
 

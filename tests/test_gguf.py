@@ -479,6 +479,24 @@ def test_a_layer_the_file_does_not_have(tmp_path, cli):
                                   "layer 7 (the file has layers 0-1)\n")
 
 
+def test_no_vocabulary_size(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, tokens=False)
+    data = path.read_bytes().replace(b"token_embd.weight", b"token_embX.weight")
+    path.write_bytes(data)
+    r = cli("params", "--weights", path)
+    assert (r.code, r.err) == (2, f"error: {path}: no vocabulary size: no metadata key "
+                                  "'tokenizer.ggml.tokens' or 'llama.vocab_size', no tensor "
+                                  "'token_embd.weight'\n")
+
+
+def test_vocabulary_from_the_embedding_without_a_token_list(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, tokens=False, vocab=33)
+    doc = cli("params", "--weights", path, "--json").json()
+    assert doc["matches"] is True and doc["groups"]["embeddings"] == 33 * 64
+
+
 def test_kv_heads_must_divide_heads(tmp_path, cli):
     path = tmp_path / "m.gguf"
     write_gguf(path, heads=4, kv=3)
