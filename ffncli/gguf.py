@@ -454,6 +454,8 @@ def dequantised(header: GgufHeader, tensor: GgufTensor) -> np.ndarray:
     if raw.size != tensor.nbytes:
         raise WeightsError(f"{where}: its data runs past the end of the file (it was cut "
                            "short after its header was read)")
+    if tensor.numel == 0:  # nothing to dequantise (and no rows to reshape into)
+        return np.zeros(tensor.shape, dtype=np.float32)
     if tensor.type_name == "F64":
         return raw.view("<f8").astype(np.float32).reshape(tensor.shape)
     _, block, block_bytes = next(t for t in GGML_TYPES.values() if t[0] == tensor.type_name)

@@ -497,6 +497,19 @@ def test_vocabulary_from_the_embedding_without_a_token_list(tmp_path, cli):
     assert doc["matches"] is True and doc["groups"]["embeddings"] == 33 * 64
 
 
+def test_an_empty_ffn_tensor_is_a_shape_error(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path)
+    data = bytearray(path.read_bytes())
+    name = b"blk.0.ffn_gate.weight"
+    at = data.index(name) + len(name) + 4  # its first dimension
+    struct.pack_into("<Q", data, at, 0)
+    path.write_bytes(bytes(data))
+    r = cli("run", "--weights", path, "--random", 2)
+    assert (r.code, r.err) == (2, f"error: {path}: 'blk.0.ffn_gate.weight': expected shape "
+                                  "(64, 128), got (0, 128)\n")
+
+
 def test_kv_heads_must_divide_heads(tmp_path, cli):
     path = tmp_path / "m.gguf"
     write_gguf(path, heads=4, kv=3)
@@ -552,3 +565,23 @@ def test_json_of_params_is_one_document(tmp_path, cli):
     write_gguf(path)
     r = cli("params", "--weights", path, "--json")
     assert json.loads(r.out)["weights"] == str(path)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_running_a_damaged_file(valid_bytes, tmp_path_factory, cli, data):
+    """Damage in the metadata and tensor infos (dims, types, offsets): run gives an output or
+    one error line, never a traceback."""
+    blob = bytearray(valid_bytes)
+    infos = valid_bytes.index(b"blk.0.ffn_gate.weight") - 8
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(24, infos + 200))
+        value = data.draw(st.sampled_from([0, 1, 2, 3, 8, 12, 14, 30, 31, 32, 64, 255]))
+        blob[at] = value
+    path = tmp_path_factory.mktemp("r") / "r.gguf"
+    path.write_bytes(bytes(blob))
+    r = cli("run", "--weights", path, "--random", 2, "--json")
+    assert r.code in (0, 2), r.err
+    if r.code == 2:
+        assert r.err.startswith("error: ") and r.err.count("\n") == 1 and r.out == ""
