@@ -6,13 +6,15 @@ the input, ``[in * bits / 32, out]``; AWQ along the output, ``[in, out * bits / 
 ``g_idx`` ``[in]``. bitsandbytes keeps ``weight`` as int8 beside its row scales ``SCB`` (8-bit),
 or as uint8 holding two 4-bit values a byte beside ``weight.absmax``, ``weight.quant_map`` and
 ``weight.quant_state.*`` (4-bit, NF4 or FP4). The layer has ``in x out`` parameters either
-way; the rest is how they are stored. Header only: no tensor data is read, no NumPy.
+way; the rest is how they are stored. Counting reads the header only, without NumPy;
+running dequantises GPTQ and AWQ layers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ffncli.checkpoint import (
     FLOAT_DTYPES,
@@ -25,6 +27,13 @@ from ffncli.checkpoint import (
 )
 from ffncli.checkpoint import count_file as plain_count
 from ffncli.errors import WeightsError
+from ffncli.files import open_file
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ffncli.ffn import Weights
+    from ffncli.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,8 @@ class _Linear:
     scheme: str
     params: int
     parts: tuple[TensorInfo, ...]  # the tensors that store it
+    bits: int = 0  # GPTQ and AWQ
+    shape: tuple[int, int] = (0, 0)  # GPTQ and AWQ: (in, out)
 
 
 _MARKERS = (".qweight", ".qzeros", ".SCB", ".absmax", ".quant_map")
@@ -99,7 +110,8 @@ def _packed(header: Header, prefix: str) -> _Linear:
         raise WeightsError(f"{where}: a quantised layout it does not know ({shapes}): "
                            f"qweight is packed along neither axis for {bits}-bit")
     parts = tuple(t[f"{prefix}.{p}"] for p in _GPTQ_PARTS if f"{prefix}.{p}" in t)
-    return _Linear(f"{prefix}.weight", f"{scheme} {bits}-bit", n_in * out, parts)
+    return _Linear(f"{prefix}.weight", f"{scheme} {bits}-bit", n_in * out, parts, bits,
+                   (n_in, out))
 
 
 def _bitsandbytes(header: Header, prefix: str) -> _Linear:
@@ -158,14 +170,112 @@ def count_file(header: Header) -> QuantisedCount:
                           stored=tuple(Stored(k, p, b) for k, (p, b) in stored.items()))
 
 
-def check_runnable(path: Path) -> None:
-    """``run``, ``relu-stats`` and ``permute-check`` read float weights; packed ones are refused
-    in one line (``params`` counts them)."""
+# ---------------------------------------------------------------------------------------------
+# Running: GPTQ (2, 4, 8-bit) and AWQ (4-bit) linears dequantised to [in, out] float arrays.
+
+_AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)  # AWQ packs the 8 columns as 0 2 4 6 1 3 5 7
+
+
+def _runnable(lin: _Linear) -> bool:
+    return (lin.scheme.startswith("GPTQ") and lin.bits in (2, 4, 8)) or lin.scheme == "AWQ 4-bit"
+
+
+def _ints(header: Header, info: TensorInfo) -> np.ndarray:
+    """An int32 tensor's bytes, as unsigned 32-bit words in its shape."""
+    import numpy as np
+
+    with open_file(header.path, "weights file", WeightsError) as f:
+        f.seek(info.start)
+        data = f.read(info.end - info.start)
+    if len(data) != info.end - info.start:
+        raise WeightsError(f"{header.path}: tensor '{info.name}': the file ends inside its "
+                           "bytes; was it cut short?")
+    return np.frombuffer(data, dtype="<u4").reshape(info.shape)
+
+
+def _unpack(words: np.ndarray, bits: int, axis: int) -> np.ndarray:
+    """Each 32-bit word as 32 / bits values, lowest bits first, along ``axis`` (0: rows,
+    1: columns)."""
+    import numpy as np
+
+    shifts = np.arange(0, 32, bits, dtype=np.uint32)
+    mask = np.uint32((1 << bits) - 1)
+    if axis == 0:  # (rows, cols) -> (rows, per, cols) -> (rows * per, cols)
+        values = (words[:, None, :] >> shifts[None, :, None]) & mask
+        return values.reshape(-1, words.shape[1])
+    values = (words[:, :, None] >> shifts[None, None, :]) & mask  # (rows, cols, per)
+    return values.reshape(words.shape[0], -1)
+
+
+def dequantised(header: Header, lin: _Linear) -> np.ndarray:
+    """W[i, o] = scale[g, o] * (q[i, o] - zero[g, o]) with g the group of input row i: GPTQ's
+    qweight packs along the input, its zeros are stored minus one, and g_idx names each row's
+    group (act-order); AWQ packs along the output in the order 0 2 4 6 1 3 5 7, its groups
+    are consecutive rows. Returns [in, out] float32, ffncli's layout."""
+    import numpy as np
+
+    from ffncli.weights import read_tensor
+
+    prefix, t = lin.name.removesuffix(".weight"), header.tensors
+    n_in, n_out = lin.shape
+    zeros_words = _ints(header, t[f"{prefix}.qzeros"])
+    scales = read_tensor(header, t[f"{prefix}.scales"]).astype(np.float32)
+    groups = scales.shape[0]
+    awq = lin.scheme.startswith("AWQ")
+    q = _unpack(_ints(header, t[f"{prefix}.qweight"]), lin.bits, axis=1 if awq else 0)
+    zeros = _unpack(zeros_words, lin.bits, axis=1)
+    if awq:
+        order = (np.arange(n_out) // 8) * 8 + np.array(_AWQ_REVERSE_ORDER * (n_out // 8))
+        q, zeros = q[:, order], zeros[:, order]
+    else:
+        zeros = zeros + 1
+    g_idx = t.get(f"{prefix}.g_idx")
+    if g_idx is not None and not awq:
+        group = _ints(header, g_idx).astype(np.int64)
+        if group.shape != (n_in,) or group.min(initial=0) < 0 or \
+                group.max(initial=0) >= groups:
+            raise WeightsError(f"{header.path}: tensor '{prefix}.g_idx': expected {n_in:,} "
+                               f"group numbers from 0 to {groups - 1}")
+    elif n_in % groups:
+        raise WeightsError(f"{header.path}: quantised layer '{prefix}': {n_in:,} inputs are "
+                           f"not {groups} whole groups")
+    else:
+        group = np.arange(n_in) // (n_in // groups)
+    return (q.astype(np.float32) - zeros[group]) * scales[group]  # (in, out)
+
+
+def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> Weights | None:
+    """Layer ``layer``'s FFN from a GPTQ or AWQ checkpoint, dequantised; None for a file that
+    holds no quantised tensors (read as a plain checkpoint). bitsandbytes, 3-bit GPTQ, other
+    AWQ widths and packed mixtures of experts are refused in one line."""
+    from ffncli import weights as W
+
     header = read_header(path)
     if not recognise(header):
-        return
+        return None
     linears = quantised_linears(header)
-    schemes = ", ".join(sorted({lin.scheme for lin in linears}))
-    raise WeightsError(f"{path}: {schemes} quantised weights are not dequantised; run, "
-                       "relu-stats and permute-check need F32, F16 or BF16 weights (params "
-                       "counts this file)")
+    refused = sorted({lin.scheme for lin in linears if not _runnable(lin)})
+    layout = W.LAYOUTS.get(spec.family)
+    if refused or layout is None or layout.router is not None or layout.gate_up is not None:
+        schemes = ", ".join(refused or sorted({lin.scheme for lin in linears}))
+        raise WeightsError(f"{path}: {schemes} quantised weights are not dequantised; run, "
+                           "relu-stats and permute-check dequantise GPTQ (2, 4, 8-bit) and AWQ "
+                           "4-bit dense FFNs (params counts this file)")
+    by_prefix = {lin.name.removesuffix(".weight"): lin for lin in linears}
+    biases = {"w1": "b1", "w2": "b2", "w": "b", "v": "c"}
+    arrays: dict[str, np.ndarray | None] = {}
+    for ours, stem in layout.names.items():
+        stem = stem.format(i=layer)
+        hits = [p for p in by_prefix if p == stem or p.endswith("." + stem)]
+        if len(hits) == 1:
+            arrays[ours] = dequantised(header, by_prefix[hits[0]])
+        else:
+            info = W._find(header, stem + ".weight")
+            if info is None:
+                raise WeightsError(f"{path}: no tensor '{stem}.qweight' or '{stem}.weight' "
+                                   f"for layer {layer}")
+            array = W.read_tensor(header, info)
+            arrays[ours] = array.T if layout.linear and array.ndim == 2 else array
+        bias = W._find(header, stem + ".bias")
+        arrays[biases[ours]] = None if bias is None else W.read_tensor(header, bias)
+    return W._assemble(str(path), spec, dtype, arrays.get)

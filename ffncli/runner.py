@@ -53,8 +53,9 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
         params = W.npz_weights(weights, spec, dtype)
         source = str(weights)
     elif weights.suffix.lower() == ".safetensors":
-        quantised.check_runnable(weights)
-        params = W.safetensors_weights(weights, spec, layer, dtype)
+        packed = quantised.layer_weights(weights, spec, layer, dtype)  # GPTQ, AWQ
+        params = packed if packed is not None else \
+            W.safetensors_weights(weights, spec, layer, dtype)
         source = f"{weights}, layer {layer}"
     elif weights.suffix.lower() == ".gguf":
         params = gguf_layer_weights(weights, spec, layer, dtype)

@@ -78,6 +78,40 @@ def write_model(folder: Path, scheme: str, **replace: np.ndarray):
     return path, tensors
 
 
+
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+def pack_gptq(q: np.ndarray, zeros: np.ndarray, scales: np.ndarray, g_idx: np.ndarray,
+              bits: int = 4) -> dict[str, np.ndarray]:
+    """As AutoGPTQ's QuantLinear.pack (the "gptq" v1 format of the Hugging Face hub): q
+    [in, out] of bits each, zeros [groups, out] from 1 to 2**bits; row i * per + j of q in
+    bits j * bits of qweight row i; zeros stored minus one, packed along the output the same
+    way. Written as loops, apart from ffncli's vectorised unpacking."""
+    per = 32 // bits
+    qweight = np.zeros((q.shape[0] // per, q.shape[1]), np.uint32)
+    for j in range(per):
+        qweight |= q[j::per].astype(np.uint32) << np.uint32(bits * j)
+    stored = (zeros - 1) & ((1 << bits) - 1)
+    qzeros = np.zeros((zeros.shape[0], zeros.shape[1] // per), np.uint32)
+    for j in range(per):
+        qzeros |= stored[:, j::per].astype(np.uint32) << np.uint32(bits * j)
+    return {"qweight": qweight.view(np.int32), "qzeros": qzeros.view(np.int32),
+            "scales": scales.astype(np.float16), "g_idx": g_idx.astype(np.int32)}
+
+
+def pack_awq(q: np.ndarray, zeros: np.ndarray, scales: np.ndarray) -> dict[str, np.ndarray]:
+    """As AutoAWQ's GEMM packing: 8 columns of 4 bits a word, column AWQ_ORDER[k] of each eight
+    in bits 4k; zeros the same (not minus one)."""
+    def pack(values: np.ndarray) -> np.ndarray:
+        words = np.zeros((values.shape[0], values.shape[1] // 8), np.uint32)
+        for col in range(words.shape[1]):
+            for k in range(8):
+                words[:, col] |= values[:, col * 8 + AWQ_ORDER[k]].astype(np.uint32) << (4 * k)
+        return words.view(np.int32)
+
+    return {"qweight": pack(q), "qzeros": pack(zeros), "scales": scales.astype(np.float16)}
+
 if __name__ == "__main__":
     folder, scheme = Path(sys.argv[1]), sys.argv[2]
     folder.mkdir(exist_ok=True)

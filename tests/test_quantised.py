@@ -15,7 +15,19 @@ from ffncli.quantised import QuantisedCount
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
-from quantised_files import LAYERS, LINEARS, SCHEMES, TOTAL, D, F, gptq_layer, write_model  # noqa: E402
+from quantised_files import (  # noqa: E402
+    GROUP,
+    LAYERS,
+    LINEARS,
+    SCHEMES,
+    TOTAL,
+    D,
+    F,
+    gptq_layer,
+    pack_awq,
+    pack_gptq,
+    write_model,
+)
 
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
@@ -54,14 +66,74 @@ def test_a_plain_file_is_not_quantised(tmp_path):
     assert not isinstance(count_file(read_header(path)), QuantisedCount)
 
 
-@pytest.mark.parametrize("scheme", ["GPTQ 4-bit", "bitsandbytes int8"])
-def test_run_refuses_packed_weights_in_one_line(tmp_path, cli, scheme):
+@pytest.mark.parametrize("scheme", ["bitsandbytes int8", "bitsandbytes nf4"])
+def test_run_refuses_bitsandbytes_in_one_line(tmp_path, cli, scheme):
     path, _ = write_model(tmp_path, scheme)
     for command in ("run", "relu-stats", "permute-check"):
         r = cli(command, "--weights", path, "--random", 2)
         assert (r.code, r.err) == (2, f"error: {path}: {scheme} quantised weights are not "
-                                      "dequantised; run, relu-stats and permute-check need "
-                                      "F32, F16 or BF16 weights (params counts this file)\n")
+                                      "dequantised; run, relu-stats and permute-check "
+                                      "dequantise GPTQ (2, 4, 8-bit) and AWQ 4-bit dense FFNs "
+                                      "(params counts this file)\n")
+
+
+def _random_layer(rng, n_in: int, n_out: int, bits: int):
+    """Integer weights and zeros of ``bits``, float16 scales, groups of GROUP rows (shuffled
+    for GPTQ's act-order), and the float matrix they stand for, [in, out]."""
+    groups = n_in // GROUP
+    q = rng.integers(0, 2**bits, (n_in, n_out))
+    zeros = rng.integers(0, 2**bits, (groups, n_out))
+    scales = rng.uniform(0.01, 0.1, (groups, n_out)).astype(np.float16)
+    g_idx = rng.permutation(np.arange(n_in) // GROUP)
+    return q, zeros, scales, g_idx
+
+
+def swiglu(x, w, v, w2):
+    x = x.astype(np.float64)
+    h = x @ w
+    return (h / (1 + np.exp(-h)) * (x @ v)) @ w2
+
+
+@pytest.mark.parametrize("scheme, bits", [("GPTQ", 4), ("GPTQ", 8), ("GPTQ", 2), ("AWQ", 4)])
+def test_run_dequantises_gptq_and_awq(tmp_path, cli, scheme, bits):
+    """Packed here as AutoGPTQ and AutoAWQ pack (loops), unpacked by ffncli (vectorised): the
+    output is the SwiGLU formula on scale * (q - zero)."""
+    rng = np.random.default_rng(bits)
+    replace, dense = {}, {}
+    for name, (n_in, n_out) in LINEARS.items():
+        if not name.startswith("mlp."):
+            continue
+        q, zeros, scales, g_idx = _random_layer(rng, n_in, n_out, bits)
+        if scheme == "AWQ":
+            g_idx = np.arange(n_in) // GROUP
+            parts = pack_awq(q, zeros, scales)
+        else:  # GPTQ's v1 format stores zero - 1 in bits: zeros run from 1 to 2**bits
+            zeros += 1
+            parts = pack_gptq(q, zeros, scales, g_idx, bits)
+        dense[name] = (q - zeros[g_idx]) * scales[g_idx].astype(np.float64)
+        for part, array in parts.items():
+            replace[f"model.layers.1.{name}.{part}"] = array
+    path, _ = write_model(tmp_path, "GPTQ 4-bit" if scheme == "GPTQ" else "AWQ 4-bit",
+                          **replace)
+    x = rng.normal(0, 1, (3, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = cli("run", "--weights", path, "--layer", 1, "--input", tmp_path / "x.npy", "--json",
+            "--dtype", "float64")
+    assert r.code == 0, r.err
+    expected = swiglu(x, dense["mlp.gate_proj"], dense["mlp.up_proj"], dense["mlp.down_proj"])
+    np.testing.assert_allclose(np.array(r.json()["output"]), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_group_index_out_of_range(tmp_path, cli):
+    rng = np.random.default_rng(0)
+    q, zeros, scales, g_idx = _random_layer(rng, D, F, 4)
+    g_idx[5] = 7
+    replace = {f"model.layers.0.mlp.gate_proj.{k}": v
+               for k, v in pack_gptq(q, zeros, scales, g_idx).items()}
+    path, _ = write_model(tmp_path, "GPTQ 4-bit", **replace)
+    r = cli("run", "--weights", path, "--random", 2)
+    assert (r.code, r.err) == (2, f"error: {path}: tensor 'model.layers.0.mlp.gate_proj.g_idx': "
+                                  "expected 64 group numbers from 0 to 1\n")
 
 
 LAYER = "model.layers.0.mlp.up_proj"
