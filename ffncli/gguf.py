@@ -6,18 +6,18 @@ A GGUF file is a magic ``GGUF``, a version, the tensor and metadata counts, the 
 arrays...), one info per tensor (name, dimensions innermost first, GGML type, offset), then
 the aligned tensor data.
 
-The header is walked here, in pure Python over a memory map: counting touches the header's
-pages only and never imports NumPy. The ``gguf`` package's own reader turns every one of the
-~100,000 tokenizer strings of a small model into NumPy arrays (2.7 s on SmolLM2-135M) and
-loops on an array length that runs past the end of the file, so it is used as the oracle of
-the tests instead. Dequantising (``run``, ``relu-stats``, ``permute-check``) is the ``gguf``
-package's (``gguf.quants.dequantize``), an optional extra: ``pip install 'ffncli[gguf]'``.
+The header is walked here, in pure Python over the file's first bytes (4 MB, more when the
+header is longer): counting never reads tensor data and never imports NumPy. The ``gguf``
+package's own reader turns every one of the ~100,000 tokenizer strings of a small model
+into NumPy arrays (3 s on SmolLM2-135M) and loops on an array length that runs past the end
+of the file, so it is the oracle of the tests instead. Dequantising (``run``,
+``relu-stats``, ``permute-check``) is the ``gguf`` package's (``gguf.quants.dequantize``), an
+optional extra: ``pip install 'ffncli[gguf]'``.
 """
 
 from __future__ import annotations
 
 import math
-import mmap
 import struct
 from dataclasses import dataclass
 from itertools import pairwise
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ffncli.checkpoint import GROUPS, TensorInfo
 from ffncli.errors import WeightsError
-from ffncli.files import open_file, reading
+from ffncli.files import open_file
 from ffncli.quantised import QuantisedCount, Stored
 from ffncli.validate import brief, whole
 
@@ -41,6 +41,7 @@ VERSIONS = (2, 3)  # version 1 (2023) had 32-bit lengths; llama.cpp reads 2 and 
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_NESTING = 8  # arrays of arrays in the metadata
+FIRST_READ = 1 << 22  # bytes read for the header, 8 times more until it fits (SmolLM2's: 2 MB)
 
 # GGML tensor types: id -> (name, elements per block, bytes per block), as gguf.constants'
 # GGMLQuantizationType and GGML_QUANT_SIZES (a test keeps the two the same). Held here so that
@@ -118,14 +119,22 @@ class GgufHeader:
 # The header, walked and checked before anything is trusted.
 
 
-class _Walker:
-    """A cursor over the file's bytes that refuses to step past the end."""
+class _NeedMore(Exception):
+    """The walk went past the bytes read so far, not past the file: read more and walk again."""
 
-    def __init__(self, path: Path, buf: mmap.mmap | bytes, size: int, order: str) -> None:
+
+class _Walker:
+    """A cursor over the first bytes of the file that refuses to step past them: past the
+    end of the file it is an error, past what was read it asks for more."""
+
+    def __init__(self, path: Path, buf: bytes, size: int, order: str) -> None:
         self.path, self.buf, self.size, self.order, self.pos = path, buf, size, order, 0
+        self.limit = len(buf)
 
     def take(self, n: int, what: str) -> int:
-        if n > self.size - self.pos:
+        if n > self.limit - self.pos:
+            if self.limit < self.size:
+                raise _NeedMore
             raise WeightsError(f"{self.path}: the GGUF header is cut short ({what} runs past "
                                f"the end of the file, {self.size:,} bytes)")
         start = self.pos
@@ -139,17 +148,17 @@ class _Walker:
         """Step over ``count`` strings (a tokenizer's 100,000 tokens): the hot loop of the
         walk, so written with locals."""
         unpack, buf, pos, last = struct.Struct(self.order + "Q").unpack_from, self.buf, \
-            self.pos, self.size - 8
+            self.pos, self.limit - 8
         for _ in range(count):
             if pos > last:
                 break
             pos += 8 + unpack(buf, pos)[0]
         else:
-            if pos <= self.size:
+            if pos <= self.limit:
                 self.pos = pos
                 return
-        self.pos = min(pos, self.size)
-        self.take(8, what)  # past the end: the error
+        self.pos = min(pos, self.limit)
+        self.take(8, what)  # past the end: the error, or more to read
 
     def raw_string(self, what: str) -> bytes:
         n = self.scalar("Q", 8, what)
@@ -179,14 +188,14 @@ class _Walker:
         if item in _SCALARS:
             self.take(length * _SCALARS[item][1], what)
         elif item == _STRING:
-            if length * 8 > self.size - self.pos:  # each string has at least its length
+            if length * 8 > self.limit - self.pos:  # each string has at least its length
                 self.take(length * 8, what)
             self.skip_strings(length, what)
         else:
             if item != _ARRAY:
                 raise WeightsError(f"{self.path}: {what}: unknown array item type {item}; "
                                    "expected 0-12")
-            if length * 12 > self.size - self.pos:  # each array has at least type and length
+            if length * 12 > self.limit - self.pos:  # each array has at least type and length
                 self.take(length * 12, what)
             for _ in range(length):
                 self.value(item, key, depth + 1)
@@ -205,15 +214,17 @@ def read_header(path: Path) -> GgufHeader:
                 raise WeightsError(f"{path}: not a GGUF file (expected the magic bytes "
                                    f"b'GGUF', got {brief(head)})")
             raise WeightsError(f"{path}: the GGUF header is cut short ({size} bytes)")
-        with reading(path, "weights file", WeightsError):
-            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        try:
-            return _walk(path, buf, size)
-        finally:
-            buf.close()
+        chunk = FIRST_READ
+        while True:
+            f.seek(0)
+            buf = f.read(min(size, chunk))
+            try:
+                return _walk(path, buf, size if len(buf) == min(size, chunk) else len(buf))
+            except _NeedMore:
+                chunk *= 8
 
 
-def _walk(path: Path, buf: mmap.mmap, size: int) -> GgufHeader:
+def _walk(path: Path, buf: bytes, size: int) -> GgufHeader:
     if buf[:4] != MAGIC:
         raise WeightsError(f"{path}: not a GGUF file (expected the magic bytes b'GGUF', got "
                            f"{brief(bytes(buf[:4]))})")

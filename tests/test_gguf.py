@@ -171,6 +171,19 @@ def test_the_header_walk_agrees_with_gguf_reader(tmp_path, qtype):
     _same_as_reader(path)
 
 
+@pytest.mark.parametrize("first_read", [24, 100, 1000])
+def test_a_header_longer_than_the_first_read_is_read_again(tmp_path, monkeypatch, first_read):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, qtype=Q.Q4_1)
+    whole = G.read_header(path)
+    monkeypatch.setattr(G, "FIRST_READ", first_read)
+    assert G.read_header(path) == whole
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(path.read_bytes()[:5000])
+    with pytest.raises(WeightsError, match="runs past the end of the file"):
+        G.read_header(cut)
+
+
 @needs_smollm2
 def test_the_header_walk_agrees_with_gguf_reader_on_smollm2():
     _same_as_reader(SMOLLM2)
