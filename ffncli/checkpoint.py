@@ -384,6 +384,10 @@ class FileCount:
 
 
 def count_file(header: Header) -> FileCount:
+    from ffncli import quantised
+
+    if quantised.recognise(header):  # GPTQ, AWQ, bitsandbytes: logical parameters, stored bytes
+        return quantised.count_file(header)
     groups = dict.fromkeys(GROUPS, 0)
     buffers: list[TensorInfo] = []
     unplaced: list[str] = []

@@ -61,6 +61,11 @@ def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides |
     ``.safetensors`` file stands in for a missing ``--config``."""
     if preset is not None and config is not None:
         raise InputError("give --preset or --config, not both")
+    if preset is None and config is None and weights is not None \
+            and weights.suffix.lower() == ".gguf":  # a GGUF file describes itself
+        from ffncli.gguf import read_header, spec_from_header
+
+        return apply_overrides(spec_from_header(read_header(weights)), overrides or Overrides())
     if weights_describe and config is None and preset is None and weights is not None:
         config = config_beside(weights)
     if config is not None:
@@ -98,6 +103,8 @@ def count_model(preset: str | None, config: Path | None, overrides: Overrides,
     from ffncli.hfconfig import UnsupportedModelType
 
     whole("option --batch", batch)
+    if weights is not None and weights.suffix.lower() == ".gguf":
+        return _count_gguf(preset, config, overrides, weights, batch)
     if weights is not None and preset is None and config is None:
         config = config_beside(weights)
         if config is None:
@@ -113,3 +120,21 @@ def count_model(preset: str | None, config: Path | None, overrides: Overrides,
     file = count_file(read_checkpoint(weights)) if weights is not None else None
     return ParamsResult(count(spec), file, str(weights) if weights is not None else None,
                         kv_cache(spec, spec.seq_len, batch))
+
+
+def _count_gguf(preset: str | None, config: Path | None, overrides: Overrides, weights: Path,
+                batch: int) -> ParamsResult | FileOnlyResult:
+    """``params --weights model.gguf``: its tensor infos counted, its metadata's spec (or the
+    --preset / --config given) beside them; an architecture no reader knows is counted from
+    the file alone."""
+    from ffncli.counting import FileOnlyResult, ParamsResult, count, kv_cache
+    from ffncli.gguf import UnsupportedArchitecture, count_file, read_header, spec_from_header
+
+    header = read_header(weights)
+    file = count_file(header)
+    try:
+        spec = (resolve_spec(preset, config, overrides) if preset or config else
+                apply_overrides(spec_from_header(header), overrides))
+    except UnsupportedArchitecture as exc:
+        return FileOnlyResult(file, str(weights), str(exc))
+    return ParamsResult(count(spec), file, str(weights), kv_cache(spec, spec.seq_len, batch))

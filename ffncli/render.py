@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.checkpoint import GROUPS
+from ffncli.checkpoint import GROUPS, FileCount
 from ffncli.counting import (
     FileOnlyResult,
     KvCache,
@@ -26,6 +26,7 @@ from ffncli.counting import (
     Row,
 )
 from ffncli.errors import shown
+from ffncli.quantised import QuantisedCount
 
 if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
     from xml.etree.ElementTree import Element
@@ -191,6 +192,7 @@ def params_json(result: ParamsResult) -> dict[str, Any]:
             matches=result.matches,
             mismatches={g: {"spec": s, "file": f} for g, (s, f) in result.mismatches.items()},
         )
+        doc.update(stored_json(result.file))
     return doc
 
 
@@ -244,6 +246,7 @@ def print_params(result: ParamsResult) -> None:
         print_kv(out, result.kv)
     if result.file is not None:
         _print_file(out, result)
+        print_stored(out, result.file)
 
 
 def _print_flops(out: Console, c: ModelCount) -> None:
@@ -331,6 +334,7 @@ def file_only_json(result: FileOnlyResult) -> dict[str, Any]:
         "unplaced": list(result.file.unplaced),
         "buffers": [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)}
                     for b in result.file.buffers],
+        **stored_json(result.file),
     }
 
 
@@ -349,6 +353,30 @@ def print_file_only(result: FileOnlyResult) -> None:
         out.print(Text(f"unplaced tensor (counted as other): {name}"))
     for b in result.file.buffers:
         out.print(Text(f"buffer (not a parameter): {b.name} {b.dtype} {list(b.shape)}"))
+    print_stored(out, result.file)
+
+
+def stored_json(file: FileCount) -> dict[str, Any]:
+    """A quantised or GGUF file's storage: the scheme, and per format its parameters and
+    bytes (nothing for a plain file)."""
+    if not isinstance(file, QuantisedCount):
+        return {}
+    return {"quantisation": file.scheme, "stored_bytes": file.stored_bytes,
+            "stored": [{"kind": s.kind, "params": s.params, "bytes": s.bytes}
+                       for s in file.stored]}
+
+
+def print_stored(out: Console, file: FileCount) -> None:
+    if not isinstance(file, QuantisedCount):
+        return
+    out.print()
+    table = _table(f"stored as ({file.scheme})", ("format", "params", "bytes", "bits/param"))
+    for s in file.stored:
+        table.add_row(Text(s.kind), _n(s.params), _n(s.bytes),
+                      f"{8 * s.bytes / s.params:.2f}" if s.params else "")
+    table.add_row("total", _n(file.total), _n(file.stored_bytes),
+                  f"{8 * file.stored_bytes / file.total:.2f}" if file.total else "")
+    out.print(table)
 
 
 # ---------------------------------------------------------------------------------------------

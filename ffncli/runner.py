@@ -14,11 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ffncli import quantised
 from ffncli import weights as W
 from ffncli.checks import compare, first_overflow, output_scale, tolerances
 from ffncli.engine import Engine, default_chunk_tokens
 from ffncli.errors import InputError, SpecError
 from ffncli.ffn import Activation, MoEWeights, pre_activation
+from ffncli.gguf import layer_weights as gguf_layer_weights
 from ffncli.spec import ModelSpec
 from ffncli.tokens import AtomicNpyWriter, TokenInput, check_finite, open_input
 from ffncli.validate import whole
@@ -73,12 +75,18 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
     elif weights.suffix.lower() == ".npz":
         params = W.npz_weights(weights, spec, dtype)
         source = str(weights)
+    elif weights.suffix.lower() == ".gguf":
+        params = gguf_layer_weights(weights, spec, layer, dtype)
+        source = f"{weights}, layer {layer}"
     elif weights.suffix.lower() in (".safetensors", ".json") or os.path.isdir(weights):
-        params = W.safetensors_weights(weights, spec, layer, dtype)
+        packed = quantised.layer_weights(weights, spec, layer, dtype) \
+            if weights.suffix.lower() == ".safetensors" else None  # GPTQ, AWQ
+        params = packed if packed is not None else \
+            W.safetensors_weights(weights, spec, layer, dtype)
         source = f"{weights}, layer {layer}"
     else:
-        raise InputError(f"option --weights: expected a .npz or .safetensors file, an index "
-                         f"(.json) or a model folder, got {weights}")
+        raise InputError(f"option --weights: expected a .npz, .safetensors or .gguf file, an "
+                         f"index (.json) or a model folder, got {weights}")
     rows = chunk_tokens or _fitting_chunk(spec, dtype)
     act = Activation(spec.ffn.activation, spec.ffn.beta)
     return Model(spec, Engine(params, act, rows), source)

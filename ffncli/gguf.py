@@ -1,0 +1,544 @@
+"""GGUF files (llama.cpp): the header counted, the spec read from its metadata, one layer's FFN
+dequantised.
+
+A GGUF file is a magic ``GGUF``, a version, the tensor and metadata counts, the metadata
+(typed key/value pairs: ``general.architecture``, ``llama.embedding_length``, the tokenizer's
+arrays...), one info per tensor (name, dimensions innermost first, GGML type, offset), then
+the aligned tensor data.
+
+The header is walked here, in pure Python over the file's first bytes (4 MB, more when the
+header is longer): counting never reads tensor data and never imports NumPy. The ``gguf``
+package's own reader turns every one of the ~100,000 tokenizer strings of a small model
+into NumPy arrays (3 s on SmolLM2-135M) and loops on an array length that runs past the end
+of the file, so it is the oracle of the tests instead. Dequantising (``run``,
+``relu-stats``, ``permute-check``) is the ``gguf`` package's (``gguf.quants.dequantize``), an
+optional extra: ``pip install 'ffncli[gguf]'``.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ffncli.checkpoint import GROUPS, TensorInfo
+from ffncli.errors import WeightsError
+from ffncli.files import open_file
+from ffncli.quantised import QuantisedCount, Stored
+from ffncli.validate import brief, whole
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ffncli.ffn import Weights
+    from ffncli.spec import ModelSpec
+
+MAGIC = b"GGUF"
+VERSIONS = (2, 3)  # version 1 (2023) had 32-bit lengths; llama.cpp reads 2 and 3
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_NESTING = 8  # arrays of arrays in the metadata
+FIRST_READ = 1 << 22  # bytes read for the header, 8 times more until it fits (SmolLM2's: 2 MB)
+
+# GGML tensor types: id -> (name, elements per block, bytes per block), as gguf.constants'
+# GGMLQuantizationType and GGML_QUANT_SIZES (a test keeps the two the same). Held here so that
+# counting never imports the gguf package, which imports NumPy.
+GGML_TYPES: dict[int, tuple[str, int, int]] = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17), 40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18),
+}
+INTEGER_TYPES = ("I8", "I16", "I32", "I64")
+# What run dequantises to float32 (gguf.quants.dequantize; F64 is cast).
+DEQUANTISED = ("F32", "F16", "BF16", "F64", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K",
+               "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S",
+               "IQ1_S", "IQ1_M", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4")
+
+# Metadata value types: id -> (struct format, size) for scalars; 8 string, 9 array.
+_SCALARS = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: ("i", 4),
+            6: ("f", 4), 7: ("?", 1), 10: ("Q", 8), 11: ("q", 8), 12: ("d", 8)}
+_STRING, _ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class GgufArray:
+    """A metadata array, by its length only (the tokenizer's tokens are not kept)."""
+
+    item_type: int
+    length: int
+
+
+@dataclass(frozen=True)
+class GgufTensor:
+    name: str
+    type_name: str
+    dims: tuple[int, ...]  # GGUF's order: the innermost (contiguous) dimension first
+    start: int  # absolute byte offset in the file
+    nbytes: int
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """NumPy's (row-major) shape: the dimensions outermost first."""
+        return self.dims[::-1]
+
+
+@dataclass(frozen=True)
+class GgufHeader:
+    path: Path
+    version: int
+    little_endian: bool
+    metadata: dict[str, Any]  # int, float, bool, str, or GgufArray
+    tensors: dict[str, GgufTensor]
+
+    @property
+    def architecture(self) -> str:
+        value = self.metadata.get("general.architecture")
+        if value is None:
+            raise WeightsError(f"{self.path}: missing metadata key 'general.architecture'")
+        if not isinstance(value, str) or not value:
+            raise WeightsError(f"{self.path}: metadata key 'general.architecture': expected a "
+                               f"name such as 'llama', got {brief(value)}")
+        return value
+
+
+# ---------------------------------------------------------------------------------------------
+# The header, walked and checked before anything is trusted.
+
+
+class _NeedMore(Exception):
+    """The walk went past the bytes read so far, not past the file: read more and walk again."""
+
+
+class _Walker:
+    """A cursor over the first bytes of the file that refuses to step past them: past the
+    end of the file it is an error, past what was read it asks for more."""
+
+    def __init__(self, path: Path, buf: bytes, size: int, order: str) -> None:
+        self.path, self.buf, self.size, self.order, self.pos = path, buf, size, order, 0
+        self.limit = len(buf)
+
+    def take(self, n: int, what: str) -> int:
+        if n > self.limit - self.pos:
+            if self.limit < self.size:
+                raise _NeedMore
+            raise WeightsError(f"{self.path}: the GGUF header is cut short ({what} runs past "
+                               f"the end of the file, {self.size:,} bytes)")
+        start = self.pos
+        self.pos += n
+        return start
+
+    def scalar(self, fmt: str, size: int, what: str) -> Any:
+        return struct.unpack_from(self.order + fmt, self.buf, self.take(size, what))[0]
+
+    def skip_strings(self, count: int, what: str) -> None:
+        """Step over ``count`` strings (a tokenizer's 100,000 tokens): the hot loop of the
+        walk, so written with locals."""
+        unpack, buf, pos, last = struct.Struct(self.order + "Q").unpack_from, self.buf, \
+            self.pos, self.limit - 8
+        for _ in range(count):
+            if pos > last:
+                break
+            pos += 8 + unpack(buf, pos)[0]
+        else:
+            if pos <= self.limit:
+                self.pos = pos
+                return
+        self.pos = min(pos, self.limit)
+        self.take(8, what)  # past the end: the error, or more to read
+
+    def raw_string(self, what: str) -> bytes:
+        n = self.scalar("Q", 8, what)
+        start = self.take(n, what)
+        return bytes(self.buf[start:start + n])
+
+    def text(self, what: str) -> str:
+        raw = self.raw_string(what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise WeightsError(f"{self.path}: {what} is not UTF-8 text: "
+                               f"{brief(raw)}") from None
+
+    def value(self, kind: int, key: str, depth: int = 0) -> Any:
+        what = f"metadata key '{key}'"
+        if kind in _SCALARS:
+            return self.scalar(*_SCALARS[kind], what)
+        if kind == _STRING:
+            return self.raw_string(what).decode("utf-8", "replace")
+        if kind != _ARRAY:
+            raise WeightsError(f"{self.path}: {what}: unknown value type {kind}; expected 0-12")
+        if depth >= MAX_NESTING:
+            raise WeightsError(f"{self.path}: {what}: arrays nested deeper than {MAX_NESTING}")
+        item = self.scalar("I", 4, what)
+        length = self.scalar("Q", 8, what)
+        if item in _SCALARS:
+            self.take(length * _SCALARS[item][1], what)
+        elif item == _STRING:
+            if length * 8 > self.limit - self.pos:  # each string has at least its length
+                self.take(length * 8, what)
+            self.skip_strings(length, what)
+        else:
+            if item != _ARRAY:
+                raise WeightsError(f"{self.path}: {what}: unknown array item type {item}; "
+                                   "expected 0-12")
+            if length * 12 > self.limit - self.pos:  # each array has at least type and length
+                self.take(length * 12, what)
+            for _ in range(length):
+                self.value(item, key, depth + 1)
+        return GgufArray(item, length)
+
+
+def read_header(path: Path) -> GgufHeader:
+    """The metadata and tensor infos, checked: magic, version, every length against the file,
+    known GGML types, tensor data inside the file and not overlapping. No tensor data is read."""
+    with open_file(path, "weights file", WeightsError) as f:
+        size = f.seek(0, 2)
+        if size < 24:
+            f.seek(0)
+            head = f.read(4)
+            if head != MAGIC:
+                raise WeightsError(f"{path}: not a GGUF file (expected the magic bytes "
+                                   f"b'GGUF', got {brief(head)})")
+            raise WeightsError(f"{path}: the GGUF header is cut short ({size} bytes)")
+        chunk = FIRST_READ
+        while True:
+            f.seek(0)
+            buf = f.read(min(size, chunk))
+            try:
+                return _walk(path, buf, size if len(buf) == min(size, chunk) else len(buf))
+            except _NeedMore:
+                chunk *= 8
+
+
+def _walk(path: Path, buf: bytes, size: int) -> GgufHeader:
+    if buf[:4] != MAGIC:
+        raise WeightsError(f"{path}: not a GGUF file (expected the magic bytes b'GGUF', got "
+                           f"{brief(bytes(buf[:4]))})")
+    (version,) = struct.unpack_from("<I", buf, 4)
+    little = bool(version & 0xFFFF)  # a file of the other byte order reads as 2 << 24 or so
+    order = "<" if little else ">"
+    version = struct.unpack_from(order + "I", buf, 4)[0]
+    if version not in VERSIONS:
+        raise WeightsError(f"{path}: GGUF version {version}: expected "
+                           f"{' or '.join(map(str, VERSIONS))}")
+    w = _Walker(path, buf, size, order)
+    w.pos = 8
+    n_tensors = w.scalar("Q", 8, "the tensor count")
+    n_keys = w.scalar("Q", 8, "the metadata count")
+    metadata: dict[str, Any] = {}
+    for i in range(n_keys):
+        key = w.text(f"metadata key {i}")
+        if key in metadata:
+            raise WeightsError(f"{path}: metadata key {brief(key)} appears twice")
+        metadata[key] = w.value(w.scalar("I", 4, f"metadata key '{key}'"), key)
+    infos = [_tensor_info(w) for _ in range(n_tensors)]
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if (isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1
+            or alignment & (alignment - 1)):
+        raise WeightsError(f"{path}: metadata key 'general.alignment': expected a power of "
+                           f"two, got {brief(alignment)}")
+    data_start = -(-w.pos // alignment) * alignment
+    tensors: dict[str, GgufTensor] = {}
+    for name, dims, type_id, offset in infos:
+        tensors[name] = _tensor(path, name, dims, type_id, data_start + offset, size)
+    ranges = sorted((t for t in tensors.values() if t.nbytes), key=lambda t: t.start)
+    for a, b in pairwise(ranges):
+        if b.start < a.start + a.nbytes:
+            raise WeightsError(f"{path}: tensors '{a.name}' and '{b.name}' overlap")
+    return GgufHeader(path, version, little, metadata, tensors)
+
+
+def _tensor_info(w: _Walker) -> tuple[str, tuple[int, ...], int, int]:
+    name = w.text("a tensor name")
+    n_dims = w.scalar("I", 4, f"tensor '{name}'")
+    if n_dims > MAX_DIMS:
+        raise WeightsError(f"{w.path}: tensor '{name}': expected at most {MAX_DIMS} "
+                           f"dimensions, got {n_dims}")
+    dims = tuple(w.scalar("Q", 8, f"tensor '{name}'") for _ in range(n_dims))
+    type_id = w.scalar("I", 4, f"tensor '{name}'")
+    offset = w.scalar("Q", 8, f"tensor '{name}'")
+    return name, dims, type_id, offset
+
+
+def _tensor(path: Path, name: str, dims: tuple[int, ...], type_id: int, start: int,
+            size: int) -> GgufTensor:
+    where = f"{path}: tensor '{name}'"
+    if type_id not in GGML_TYPES:
+        raise WeightsError(f"{where}: unknown GGML type {type_id}; known: "
+                           f"{', '.join(t[0] for t in GGML_TYPES.values())}")
+    type_name, block, block_bytes = GGML_TYPES[type_id]
+    if any(d >= 2**62 for d in dims) or math.prod(dims) >= 2**62:
+        raise WeightsError(f"{where}: dimensions {list(dims)} are too large")
+    if dims and dims[0] % block:
+        raise WeightsError(f"{where}: its rows of {dims[0]:,} are not whole {type_name} "
+                           f"blocks of {block}")
+    nbytes = math.prod(dims) // block * block_bytes
+    if start + nbytes > size:
+        raise WeightsError(f"{where}: its data (bytes {start:,} to {start + nbytes:,}) runs "
+                           f"past the end of the file ({size:,} bytes): the file is truncated")
+    return GgufTensor(name, type_name, dims, start, nbytes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting: the tensors by group, and the bytes each GGML type stores.
+
+
+def group_of(name: str) -> str:
+    """llama.cpp's tensor names: token_embd, blk.N.attn_q, blk.N.ffn_up, *_norm, output."""
+    stem = name.removesuffix(".weight").removesuffix(".bias")
+    leaf = stem.rsplit(".", 1)[-1]
+    if "norm" in leaf:
+        return "norms"
+    if leaf in ("token_embd", "pos_embd", "token_types"):
+        return "embeddings"
+    if leaf == "output":
+        return "head"
+    if leaf.startswith("attn"):
+        return "attention"
+    if leaf.startswith("ffn"):
+        return "ffn"
+    return "other"
+
+
+def is_buffer(tensor: GgufTensor) -> bool:
+    """Integer tensors and rotary tables (``rope_freqs``) are not parameters."""
+    return tensor.type_name in INTEGER_TYPES or tensor.name.startswith("rope_")
+
+
+def count_file(header: GgufHeader) -> QuantisedCount:
+    groups = dict.fromkeys(GROUPS, 0)
+    buffers: list[TensorInfo] = []
+    unplaced: list[str] = []
+    stored: dict[str, list[int]] = {}
+    for t in header.tensors.values():
+        if is_buffer(t):
+            buffers.append(TensorInfo(t.name, t.type_name, t.shape, t.start, t.start + t.nbytes))
+            continue
+        group = group_of(t.name)
+        groups[group] += t.numel
+        if group == "other":
+            unplaced.append(t.name)
+        entry = stored.setdefault(t.type_name, [0, 0])
+        entry[0] += t.numel
+        entry[1] += t.nbytes
+    return QuantisedCount(groups, tuple(buffers), tuple(unplaced), scheme="GGUF",
+                          stored=tuple(Stored(k, p, b) for k, (p, b) in stored.items()))
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec the metadata implies, read as a config.json with the same keys would be.
+
+# GGUF architecture -> the model_type whose config reader counts it.
+ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3moe": "qwen3_moe",
+                 "gemma": "gemma", "gemma2": "gemma2", "granite": "granite", "phi3": "phi3"}
+
+
+class UnsupportedArchitecture(WeightsError):
+    """A GGUF architecture no spec reader knows: ``params`` still counts the file."""
+
+
+def spec_from_header(header: GgufHeader) -> ModelSpec:
+    """``general.architecture`` and ``<arch>.embedding_length``, ``.feed_forward_length``,
+    ``.block_count``, ``.attention.head_count(_kv)``, ``.expert_count`` ... as the keys of a
+    config.json, counted by that model type's reader. The vocabulary is the tokenizer's token
+    list (else ``<arch>.vocab_size``, else the embedding's rows); the head is tied when there
+    is no ``output.weight``; biases are there when layer 0 has them."""
+    from ffncli.hfconfig import spec_from_config
+
+    path, meta, arch = header.path, header.metadata, header.architecture
+    model_type = ARCHITECTURES.get(arch)
+    if model_type is None:
+        raise UnsupportedArchitecture(
+            f"{path}: GGUF architecture {brief(arch)} has no spec reader; supported: "
+            f"{', '.join(ARCHITECTURES)} (or give --preset or --config)")
+
+    def whole_number(value: int | None) -> int:
+        assert value is not None  # a required key
+        return value
+
+    def number(key: str, required: bool = True) -> int | None:
+        full = f"{arch}.{key}"
+        if full not in meta:
+            if required:
+                raise WeightsError(f"{path}: missing metadata key '{full}'")
+            return None
+        return whole(f"{path}: metadata key '{full}'", meta[full], error=WeightsError)
+
+    d, heads = whole_number(number("embedding_length")), whole_number(number(
+        "attention.head_count"))
+    layers = number("block_count")
+    kv = number("attention.head_count_kv", False) or heads
+    if kv > heads or heads % kv:
+        raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count_kv': expected a "
+                           f"divisor of {arch}.attention.head_count ({heads}), got {kv}")
+    config: dict[str, Any] = {
+        "model_type": model_type, "hidden_size": d, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv,
+        "vocab_size": _vocab(header, arch),
+        "tie_word_embeddings": "output.weight" not in header.tensors,
+        "attention_bias": "blk.0.attn_q.bias" in header.tensors,
+        "mlp_bias": "blk.0.ffn_up.bias" in header.tensors,
+    }
+    head_dim = number("attention.key_length", False)
+    if head_dim is not None:
+        config["head_dim"] = head_dim
+    elif d % heads:
+        raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count': expected a "
+                           f"divisor of {arch}.embedding_length ({d:,}), got {heads}")
+    context = number("context_length", False)
+    if context is not None:
+        config["max_position_embeddings"] = context
+    experts = number("expert_count", False)
+    if model_type == "qwen3_moe":
+        config.update(num_experts=experts, moe_intermediate_size=number(
+            "expert_feed_forward_length"), num_experts_per_tok=number("expert_used_count"))
+    elif experts is not None and experts > 1:
+        config.update(model_type="mixtral", num_local_experts=experts,
+                      num_experts_per_tok=number("expert_used_count"))
+    if model_type != "qwen3_moe":
+        config["intermediate_size"] = number("feed_forward_length")
+    name = meta.get("general.name")
+    if isinstance(name, str) and name:
+        config["_name_or_path"] = name
+    return spec_from_config(config, f"{path} (GGUF metadata)")
+
+
+def _vocab(header: GgufHeader, arch: str) -> int:
+    tokens = header.metadata.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, GgufArray) and tokens.length:
+        return tokens.length
+    key = f"{arch}.vocab_size"
+    if key in header.metadata:
+        return whole(f"{header.path}: metadata key '{key}'", header.metadata[key],
+                     error=WeightsError)
+    embedding = header.tensors.get("token_embd.weight")
+    if embedding is None or len(embedding.dims) != 2:
+        raise WeightsError(f"{header.path}: no vocabulary size: no metadata key "
+                           f"'tokenizer.ggml.tokens' or '{key}', no tensor 'token_embd.weight'")
+    return embedding.dims[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# One layer's FFN, dequantised to float32 by the gguf package.
+
+
+def _gguf_quants() -> Any:
+    import importlib
+
+    try:  # by name: this module is ffncli.gguf, the package is gguf
+        return importlib.import_module("gguf.quants")
+    except ImportError:
+        raise WeightsError("running a .gguf file needs the gguf package: pip install "
+                           "'ffncli[gguf]'") from None
+
+
+def dequantised(header: GgufHeader, tensor: GgufTensor) -> np.ndarray:
+    """The tensor as float32 in NumPy's shape (``dims`` reversed: a GGUF matrix of dims
+    [n_in, n_out] is an [n_out, n_in] array, as PyTorch's nn.Linear keeps it)."""
+    import numpy as np
+
+    where = f"{header.path}: tensor '{tensor.name}'"
+    if tensor.type_name not in DEQUANTISED:
+        raise WeightsError(f"{where} is {tensor.type_name}, which cannot be dequantised; "
+                           f"these can: {', '.join(DEQUANTISED)}")
+    if not header.little_endian:
+        raise WeightsError(f"{header.path}: a big-endian GGUF file is counted, not run")
+    quants = _gguf_quants()
+    with open_file(header.path, "weights file", WeightsError) as f:
+        f.seek(tensor.start)
+        data = f.read(tensor.nbytes)
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if raw.size != tensor.nbytes:
+        raise WeightsError(f"{where}: its data runs past the end of the file (it was cut "
+                           "short after its header was read)")
+    if tensor.numel == 0:  # nothing to dequantise (and no rows to reshape into)
+        return np.zeros(tensor.shape, dtype=np.float32)
+    if tensor.type_name == "F64":
+        return raw.view("<f8").astype(np.float32).reshape(tensor.shape)
+    _, block, block_bytes = next(t for t in GGML_TYPES.values() if t[0] == tensor.type_name)
+    inner = tensor.dims[0] if tensor.dims else 1
+    rows = raw.reshape(-1, inner // block * block_bytes)  # (rows, bytes per row)
+    failures = (ValueError, KeyError, NotImplementedError, getattr(quants, "QuantError",
+                                                                    ValueError))
+    try:  # an older gguf package may not know a newer type
+        values = quants.dequantize(rows, quants.GGMLQuantizationType[tensor.type_name])
+    except failures as exc:
+        raise WeightsError(f"{where}: the installed gguf package cannot dequantise "
+                           f"{tensor.type_name} ({exc})") from None
+    return np.asarray(values, dtype=np.float32).reshape(tensor.shape)
+
+
+def _layers(header: GgufHeader) -> str:
+    found = sorted({int(n.split(".")[1]) for n in header.tensors
+                    if n.startswith("blk.") and n.split(".")[1].isdigit()})
+    return f"layers {found[0]}-{found[-1]}" if found else "no blk.N layers"
+
+
+def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> Weights:
+    """Layer ``layer``'s FFN: ``blk.N.ffn_gate`` (activated), ``ffn_up``, ``ffn_down`` (or
+    ``ffn_up`` and ``ffn_down`` for a two-matrix FFN), with their biases when present; a
+    mixture of experts has ``ffn_gate_inp`` (the router) and ``ffn_{gate,up,down}_exps``.
+    GGUF matrices are [out, in] arrays, transposed to ffncli's [in, out]."""
+    from ffncli.ffn import DenseWeights, GatedWeights, MoEWeights
+    from ffncli.weights import _checked
+
+    header = read_header(path)
+    source, d, f = str(path), spec.d_model, spec.ffn.d_ff
+
+    def tensor(stem: str, required: bool = True) -> np.ndarray | None:
+        name = f"blk.{layer}.{stem}"
+        t = header.tensors.get(name)
+        if t is None:
+            if required:
+                raise WeightsError(f"{path}: no tensor '{name}' for layer {layer} (the file "
+                                   f"has {_layers(header)})")
+            return None
+        return dequantised(header, t)
+
+    def matrix(stem: str, shape: tuple[int, int]) -> np.ndarray:
+        array = tensor(stem + ".weight")
+        assert array is not None  # required
+        return _checked(source, f"blk.{layer}.{stem}.weight", array.T, shape, dtype)
+
+    def bias(stem: str, n: int) -> np.ndarray | None:
+        array = tensor(stem + ".bias", required=False)
+        return None if array is None else _checked(source, f"blk.{layer}.{stem}.bias", array,
+                                                   (n,), dtype)
+
+    ffn = spec.ffn
+    if ffn.is_moe:
+        router = matrix("ffn_gate_inp", (d, ffn.experts))
+        stacks = {stem: tensor(f"ffn_{stem}_exps.weight") for stem in ("gate", "up", "down")}
+        experts = []
+        for e in range(ffn.experts):
+            def one(stem: str, shape: tuple[int, int], e: int = e) -> np.ndarray:
+                stack = stacks[stem]
+                assert stack is not None  # required
+                name = f"blk.{layer}.ffn_{stem}_exps.weight"
+                if stack.ndim != 3 or stack.shape[0] != ffn.experts:
+                    raise WeightsError(f"{path}: '{name}': expected {ffn.experts} experts of "
+                                       f"shape {shape[::-1]}, got shape {stack.shape}")
+                return _checked(source, name, stack[e].T, shape, dtype)
+            experts.append(GatedWeights(one("gate", (d, f)), None, one("up", (d, f)), None,
+                                        one("down", (f, d)), None))
+        return MoEWeights(router, None, tuple(experts), ffn.top_k, ffn.capacity_factor)
+    if ffn.gated:
+        return GatedWeights(matrix("ffn_gate", (d, f)), bias("ffn_gate", f),
+                            matrix("ffn_up", (d, f)), bias("ffn_up", f),
+                            matrix("ffn_down", (f, d)), bias("ffn_down", d))
+    return DenseWeights(matrix("ffn_up", (d, f)), bias("ffn_up", f),
+                        matrix("ffn_down", (f, d)), bias("ffn_down", d))

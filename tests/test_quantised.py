@@ -1,0 +1,220 @@
+"""Quantised safetensors (GPTQ, AWQ, bitsandbytes): logical parameters counted, stored bytes
+apart, run refused in one line. The files are built tensor by tensor, as each library saves
+them (tests/quantised_files.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ffncli.checkpoint import count_file, read_header
+from ffncli.errors import WeightsError
+from ffncli.quantised import QuantisedCount
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+from quantised_files import (  # noqa: E402
+    GROUP,
+    LAYERS,
+    LINEARS,
+    SCHEMES,
+    TOTAL,
+    D,
+    F,
+    gptq_layer,
+    pack_awq,
+    pack_gptq,
+    write_model,
+)
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_params_counts_the_logical_parameters(tmp_path, cli, scheme):
+    path, tensors = write_model(tmp_path, scheme)
+    r = cli("params", "--config", tmp_path / "config.json", "--weights", path, "--json")
+    assert r.code == 0, r.out + r.err
+    doc = r.json()
+    assert doc["total_params"] == doc["file_params"] == TOTAL and doc["matches"] is True
+    assert doc["quantisation"] == scheme
+    stored = {s["kind"]: (s["params"], s["bytes"]) for s in doc["stored"]}
+    linear = LAYERS * (4 * D * D + 3 * D * F)
+    packed = sum(a.nbytes for n, a in tensors.items() if any(f".{k}." in n for k in LINEARS))
+    assert stored == {scheme: (linear, packed), "F16": (TOTAL - linear, 2 * (TOTAL - linear))}
+    assert doc["stored_bytes"] == packed + 2 * (TOTAL - linear)
+
+
+def test_the_table_shows_the_stored_bytes(tmp_path, cli):
+    path, _ = write_model(tmp_path, "GPTQ 4-bit")
+    r = cli("params", "--config", tmp_path / "config.json", "--weights", path)
+    assert r.code == 0
+    assert "stored as (GPTQ 4-bit)" in r.out and "matches the spec" in r.out
+
+
+def test_gptq_8_bit_is_told_from_4_bit(tmp_path):
+    path, _ = write_model(tmp_path, "GPTQ 4-bit", **{
+        f"model.layers.0.mlp.down_proj.{k}": v for k, v in gptq_layer(F, D, bits=8).items()})
+    result = count_file(read_header(path))
+    assert isinstance(result, QuantisedCount)
+    assert result.scheme == "GPTQ 4-bit, GPTQ 8-bit" and result.total == TOTAL
+
+
+def test_a_plain_file_is_not_quantised(tmp_path):
+    path = tmp_path / "plain.safetensors"
+    safetensors_numpy.save_file({"w.weight": np.zeros((2, 2), np.float32)}, str(path))
+    assert not isinstance(count_file(read_header(path)), QuantisedCount)
+
+
+@pytest.mark.parametrize("scheme", ["bitsandbytes int8", "bitsandbytes nf4"])
+def test_run_refuses_bitsandbytes_in_one_line(tmp_path, cli, scheme):
+    path, _ = write_model(tmp_path, scheme)
+    for command in ("run", "relu-stats", "permute-check"):
+        r = cli(command, "--weights", path, "--random", 2)
+        assert (r.code, r.err) == (2, f"error: {path}: {scheme} quantised weights are not "
+                                      "dequantised; run, relu-stats and permute-check "
+                                      "dequantise GPTQ (2, 4, 8-bit) and AWQ 4-bit dense FFNs "
+                                      "(params counts this file)\n")
+
+
+def _random_layer(rng, n_in: int, n_out: int, bits: int):
+    """Integer weights and zeros of ``bits``, float16 scales, groups of GROUP rows (shuffled
+    for GPTQ's act-order), and the float matrix they stand for, [in, out]."""
+    groups = n_in // GROUP
+    q = rng.integers(0, 2**bits, (n_in, n_out))
+    zeros = rng.integers(0, 2**bits, (groups, n_out))
+    scales = rng.uniform(0.01, 0.1, (groups, n_out)).astype(np.float16)
+    g_idx = rng.permutation(np.arange(n_in) // GROUP)
+    return q, zeros, scales, g_idx
+
+
+def swiglu(x, w, v, w2):
+    x = x.astype(np.float64)
+    h = x @ w
+    return (h / (1 + np.exp(-h)) * (x @ v)) @ w2
+
+
+@pytest.mark.parametrize("scheme, bits", [("GPTQ", 4), ("GPTQ", 8), ("GPTQ", 2), ("AWQ", 4)])
+def test_run_dequantises_gptq_and_awq(tmp_path, cli, scheme, bits):
+    """Packed here as AutoGPTQ and AutoAWQ pack (loops), unpacked by ffncli (vectorised): the
+    output is the SwiGLU formula on scale * (q - zero)."""
+    rng = np.random.default_rng(bits)
+    replace, dense = {}, {}
+    for name, (n_in, n_out) in LINEARS.items():
+        if not name.startswith("mlp."):
+            continue
+        q, zeros, scales, g_idx = _random_layer(rng, n_in, n_out, bits)
+        if scheme == "AWQ":
+            g_idx = np.arange(n_in) // GROUP
+            parts = pack_awq(q, zeros, scales)
+        else:  # GPTQ's v1 format stores zero - 1 in bits: zeros run from 1 to 2**bits
+            zeros += 1
+            parts = pack_gptq(q, zeros, scales, g_idx, bits)
+        dense[name] = (q - zeros[g_idx]) * scales[g_idx].astype(np.float64)
+        for part, array in parts.items():
+            replace[f"model.layers.1.{name}.{part}"] = array
+    path, _ = write_model(tmp_path, "GPTQ 4-bit" if scheme == "GPTQ" else "AWQ 4-bit",
+                          **replace)
+    x = rng.normal(0, 1, (3, D)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = cli("run", "--weights", path, "--layer", 1, "--input", tmp_path / "x.npy", "--json",
+            "--dtype", "float64")
+    assert r.code == 0, r.err
+    expected = swiglu(x, dense["mlp.gate_proj"], dense["mlp.up_proj"], dense["mlp.down_proj"])
+    np.testing.assert_allclose(np.array(r.json()["output"]), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_group_index_out_of_range(tmp_path, cli):
+    rng = np.random.default_rng(0)
+    q, zeros, scales, g_idx = _random_layer(rng, D, F, 4)
+    g_idx[5] = 7
+    replace = {f"model.layers.0.mlp.gate_proj.{k}": v
+               for k, v in pack_gptq(q, zeros, scales, g_idx).items()}
+    path, _ = write_model(tmp_path, "GPTQ 4-bit", **replace)
+    r = cli("run", "--weights", path, "--random", 2)
+    assert (r.code, r.err) == (2, f"error: {path}: tensor 'model.layers.0.mlp.gate_proj.g_idx': "
+                                  "expected 64 group numbers from 0 to 1\n")
+
+
+LAYER = "model.layers.0.mlp.up_proj"
+UNKNOWN = {
+    "qweight without scales": (
+        {f"{LAYER}.qweight": np.zeros((8, F), np.int32)},
+        f"quantised layer '{LAYER}': a quantised layout it does not know: no tensor qzeros or "
+        "scales (GPTQ and AWQ store qweight, qzeros and scales)"),
+    "qzeros without qweight": (
+        {f"{LAYER}x.qzeros": np.zeros((2, 16), np.int32),
+         f"{LAYER}x.scales": np.zeros((2, F), np.float16)},
+        f"quantised layer '{LAYER}x': a quantised layout it does not know: no tensor qweight "
+        "(GPTQ and AWQ store qweight, qzeros and scales)"),
+    "5-bit zeros": (
+        {f"{LAYER}.qweight": np.zeros((10, F), np.int32),
+         f"{LAYER}.qzeros": np.zeros((2, 20), np.int32),
+         f"{LAYER}.scales": np.zeros((2, F), np.float16)},
+        f"quantised layer '{LAYER}': a quantised layout it does not know (qweight [10, 128], "
+        "qzeros [2, 20], scales [2, 128]); expected int32 GPTQ qweight [in*bits/32, out] or "
+        "AWQ qweight [in, out*bits/32], qzeros [groups, out*bits/32], scales [groups, out], "
+        "bits 2, 3, 4 or 8"),
+    "packed along neither axis": (
+        {f"{LAYER}.qweight": np.zeros((9, 9), np.int32),
+         f"{LAYER}.qzeros": np.zeros((2, 16), np.int32),
+         f"{LAYER}.scales": np.zeros((2, F), np.float16)},
+        f"quantised layer '{LAYER}': a quantised layout it does not know (qweight [9, 9], "
+        "qzeros [2, 16], scales [2, 128]): qweight is packed along neither axis for 4-bit"),
+    "SCB beside a float weight": (
+        {f"{LAYER}.weight": np.zeros((F, D), np.float16), f"{LAYER}.SCB": np.ones(F, np.float32)},
+        f"tensor '{LAYER}.weight': a quantised layout it does not know (F16 [128, 64]); "
+        "bitsandbytes stores an I8 weight beside SCB, or a U8 weight beside weight.absmax"),
+    "absmax without a weight": (
+        {f"{LAYER}x.weight.absmax": np.ones(4, np.float32)},
+        f"tensor '{LAYER}x.weight': a quantised layout it does not know (no such tensor); "
+        "bitsandbytes stores an I8 weight beside SCB, or a U8 weight beside weight.absmax"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNKNOWN))
+def test_a_layout_it_does_not_know_is_one_error_line(tmp_path, cli, case):
+    tensors, message = UNKNOWN[case]
+    path, _ = write_model(tmp_path, "GPTQ 4-bit")
+    base = {k: v for k, v in safetensors_numpy.load_file(str(path)).items()
+            if not k.startswith(LAYER)}
+    safetensors_numpy.save_file({**base, **tensors}, str(path))
+    r = cli("params", "--config", tmp_path / "config.json", "--weights", path)
+    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
+
+
+@pytest.fixture(scope="module")
+def quantised_header(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("q")
+    path, _ = write_model(folder, "AWQ 4-bit")
+    return read_header(path)
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_shapes_and_names(quantised_header, data):
+    """Any shapes, dtypes and names of the packed tensors: a count or a WeightsError."""
+    from dataclasses import replace
+
+    from ffncli.checkpoint import Header
+
+    tensors = dict(quantised_header.tensors)
+    for _ in range(data.draw(st.integers(1, 4))):
+        name = data.draw(st.sampled_from(sorted(tensors)))
+        info = tensors.pop(name)
+        action = data.draw(st.sampled_from(["drop", "shape", "dtype", "rename"]))
+        if action == "shape":
+            info = replace(info, shape=tuple(data.draw(st.lists(st.integers(0, 300),
+                                                                max_size=3))))
+        elif action == "dtype":
+            info = replace(info, dtype=data.draw(st.sampled_from(["I32", "U8", "I8", "F16"])))
+        elif action == "rename":
+            name = name.rsplit(".", 1)[0] + data.draw(st.sampled_from(
+                [".qweight", ".SCB", ".weight.absmax", ".quant_map", ".qzeros", ".g_idx"]))
+        if action != "drop":
+            tensors[name] = replace(info, name=name)
+    try:
+        count_file(Header(quantised_header.path, tensors))
+    except WeightsError as exc:
+        assert "\n" not in str(exc)
