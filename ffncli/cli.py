@@ -43,9 +43,10 @@ PresetOpt = Annotated[Optional[str], typer.Option(
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A Hugging Face config.json.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 WeightsOpt = Annotated[Optional[Path], typer.Option(
-    "--weights", help="FFN weights: .npz (w1 b1 w2 b2; gated w b v c w2 b2) or a Hugging Face "
-    "checkpoint (with --layer): a .safetensors file, a model.safetensors.index.json, or a "
-    "model folder. Default: random, from the preset's seed.")]
+    "--weights", help="FFN weights: .npz (w1 b1 w2 b2; gated w b v c w2 b2), a Hugging Face "
+    "checkpoint (with --layer: a .safetensors file, a model.safetensors.index.json or a model "
+    "folder; GPTQ and AWQ layers dequantised) or a llama.cpp .gguf (with --layer). Default: "
+    "random, from the preset's seed.")]
 HubModelOpt = Annotated[Optional[str], typer.Option(
     "--model", metavar="ORG/NAME[@REVISION]", help="Instead of --weights: a model in the "
     "local Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub; "
