@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from ffncli.errors import ImplError, InputError, Interrupted, OutputError
 from ffncli.files import same_file
+from ffncli.model import ModelChoice, TokenChoice
 from ffncli.spec import Overrides
 from ffncli.validate import number, whole
 
@@ -531,67 +532,71 @@ class Target:
     dtype: np.dtype
     timeout: float | None
     sources: tuple[Path, ...] = ()  # files the implementation was read from
+    weights: Path | None = None  # the weights file or folder of a model's FFN
 
 
-def load_target(impl: str | None, preset: str | None, config: Path | None,
-                overrides: Overrides, weights: Path | None, layer: int, dtype: str,
-                max_memory: str | None, timeout: float | None) -> Target:
+def load_target(impl: str | None, choice: ModelChoice, overrides: Overrides,
+                timeout: float | None) -> Target:
     """``--impl module:function`` (its width from ``--d-model`` or the spec), or the FFN of
     the spec and weights."""
-    from ffncli.model import load_model, resolve_spec
+    from ffncli.model import load_model, resolve_spec, weights_of
     from ffncli.runner import parse_dtype
 
-    np_dtype = parse_dtype(dtype)
+    np_dtype = parse_dtype(choice.dtype)
     check_timeout(timeout)
     if impl is None:
-        model = load_model(preset, config, overrides, weights, layer, dtype, max_memory)
-        return Target(model.engine, model.spec.name, model.engine.d_model, np_dtype, timeout)
-    if weights is not None:
+        model = load_model(choice, overrides)
+        return Target(model.engine, model.spec.name, model.engine.d_model, np_dtype, timeout,
+                      weights=weights_of(choice.weights, choice.hub_model))
+    weights_of(choice.weights, choice.hub_model, impl)  # refuses --model with --impl
+    if choice.weights is not None:
         raise InputError("give --impl or --weights, not both")
-    if overrides.d_model is None and preset is None and config is None:
+    if overrides.d_model is None and choice.preset is None and choice.config is None:
         raise InputError("option --impl: give the width with --d-model N (or a --preset)")
     width = whole("option --d-model", overrides.d_model) if overrides.d_model is not None \
-        else resolve_spec(preset, config).d_model
+        else resolve_spec(choice.preset, choice.config).d_model
     fn = load_impl(impl, timeout=timeout)
     return Target(fn, impl, width, np_dtype, timeout, tuple(impl_sources(impl)))
 
 
-def report_path(path: Path | None, target: Target, tokens: Path | None, preset: str | None,
-                config: Path | None, weights: Path | None) -> Path | None:
+def report_path(path: Path | None, target: Target, choice: ModelChoice,
+                tokens: TokenChoice) -> Path | None:
     """Where ``--junit-xml`` goes, refused before any work if it is an input of the command."""
     if path is None:
         return None
     from ffncli.model import config_beside
 
+    weights = target.weights
     beside = None if weights is None else config_beside(weights) or weights.parent / "config.json"
+    preset = choice.preset
     preset_file = Path(preset) if preset and Path(preset).is_file() else None
-    inputs = [("--input file", tokens), ("--preset file", preset_file),
-              ("--config file", config), ("--weights file", weights),
+    inputs = [("--input file", tokens.input), ("--preset file", preset_file),
+              ("--config file", choice.config), ("--weights file", weights),
               ("config.json beside the --weights", beside)]
     inputs += [("--impl module's source", source) for source in target.sources]
     return check_report_path(path, inputs)
 
 
-def check_command(target: Target, tokens_path: Path | None, random: int | None, seed: int, *,
-                  trials: int = 8, rtol: float | None = None, atol: float | None = None,
-                  allow_nonfinite: bool = False) -> CheckReport:
+def check_command(target: Target, choice: TokenChoice, *, trials: int = 8,
+                  rtol: float | None = None, atol: float | None = None) -> CheckReport:
     """Read the tokens once (at most 100,000, refused when they would not fit in memory),
     refuse NaN and infinity, and check every property with each call guarded."""
-    from ffncli.runner import check_in_memory, resolve_input
+    from ffncli.model import load_tokens
+    from ffncli.runner import check_in_memory
     from ffncli.tokens import check_finite, from_array
 
     whole("option --trials", trials, 0, MAX_TRIALS)
-    tokens = resolve_input(tokens_path, random, target.d_model, seed)
+    tokens = load_tokens(choice, target.d_model)
     if tokens.n_tokens > MAX_TOKENS:
         raise InputError(f"permute-check holds the input in memory and runs it many times; "
                          f"{tokens.n_tokens:,} tokens is too many (at most {MAX_TOKENS:,})")
     check_in_memory(tokens, target.dtype, 6, "permute-check")  # input, outputs, trials
     x = tokens.matrix(target.dtype)  # read once; checked in memory
-    if not allow_nonfinite:
+    if not choice.allow_nonfinite:
         in_memory = from_array(x)
         in_memory.path = tokens.path  # name the file in the error
         check_finite(in_memory, target.dtype, x.shape[0])
     shape = tokens.shape if len(tokens.shape) > 1 else (1, tokens.d_model)
     return permute_check(guarded(target.fn, target.name, target.dtype, timeout=target.timeout),
-                         x, target=target.name, input_shape=shape, trials=trials, seed=seed,
-                         rtol=rtol, atol=atol)
+                         x, target=target.name, input_shape=shape, trials=trials,
+                         seed=choice.seed, rtol=rtol, atol=atol)

@@ -9,6 +9,7 @@ that need them, so ``ffncli params`` starts as fast as Typer does.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import os
@@ -23,6 +24,7 @@ import typer
 
 from ffncli.blas import quiet_idle_threads
 from ffncli.errors import ExitCode, FfnError, ImplError, Interrupted, OutputError, shown
+from ffncli.model import ModelChoice, TokenChoice
 from ffncli.spec import ACTIVATIONS, GLU_VARIANTS, Overrides
 from ffncli.validate import whole
 
@@ -42,31 +44,39 @@ PresetOpt = Annotated[Optional[str], typer.Option(
     "--preset", "-p", help="Built-in preset name (see `ffncli presets`) or a YAML file.")]
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A Hugging Face config.json.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
-WeightsOpt = Annotated[Optional[Path], typer.Option(
-    "--weights", help="FFN weights: .npz (w1 b1 w2 b2; gated w b v c w2 b2), a Hugging Face "
-    "checkpoint (with --layer: a .safetensors file, a model.safetensors.index.json or a model "
-    "folder; GPTQ and AWQ layers dequantised) or a llama.cpp .gguf (with --layer). Default: "
-    "random, from the preset's seed.")]
 HubModelOpt = Annotated[Optional[str], typer.Option(
     "--model", metavar="ORG/NAME[@REVISION]", help="Instead of --weights: a model in the "
     "local Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub; "
     "revision default main). Never downloads.", show_default=False)]
-LayerOpt = Annotated[int, typer.Option("--layer", help="Layer of a checkpoint.")]
-InputOpt = Annotated[Optional[Path], typer.Option(
-    "--input", "-i", help="Tokens: .npy (1-D, 2-D tokens x d_model, or 3-D batch x seq x "
-    "d_model), or .txt/.csv with one token per row.")]
-RandomOpt = Annotated[Optional[int], typer.Option(
-    "--random", help="Instead of --input: N tokens drawn from normal(0, 1) with --seed.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of --random tokens.")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="float32 or float64: the computation's "
-                                                      "dtype.")]
-MemOpt = Annotated[Optional[str], typer.Option(
-    "--max-memory", help="Budget for random weights (default 2GB, never more than is free).")]
-NonfiniteOpt = Annotated[bool, typer.Option(
-    "--allow-nonfinite", help="Compute with NaN and infinity instead of refusing them.")]
 
-# The what-if options: each command declares the ones it uses, and receives them as one
-# ``Overrides`` (see :func:`what_if`).
+# Options that travel together: each group reaches a command as one frozen object (see
+# :func:`grouped`), so the model, token and what-if options are declared once, here.
+MODEL: dict[str, Any] = {
+    "preset": PresetOpt,
+    "config": ConfigOpt,
+    "weights": Annotated[Optional[Path], typer.Option(
+        "--weights", help="FFN weights: .npz (w1 b1 w2 b2; gated w b v c w2 b2), a Hugging "
+        "Face checkpoint (with --layer: a .safetensors file, a model.safetensors.index.json or "
+        "a model folder; GPTQ and AWQ layers dequantised) or a llama.cpp .gguf (with --layer). "
+        "Default: random, from the preset's seed.")],
+    "hub_model": HubModelOpt,
+    "layer": Annotated[int, typer.Option("--layer", help="Layer of a checkpoint.")],
+    "dtype": Annotated[str, typer.Option(
+        "--dtype", help="float32 or float64: the computation's dtype.")],
+    "max_memory": Annotated[Optional[str], typer.Option(
+        "--max-memory", help="Budget for random weights (default 2GB, never more than is "
+        "free).")],
+}
+TOKENS: dict[str, Any] = {
+    "input": Annotated[Optional[Path], typer.Option(
+        "--input", "-i", help="Tokens: .npy (1-D, 2-D tokens x d_model, or 3-D batch x seq x "
+        "d_model), or .txt/.csv with one token per row.")],
+    "random": Annotated[Optional[int], typer.Option(
+        "--random", help="Instead of --input: N tokens drawn from normal(0, 1) with --seed.")],
+    "seed": Annotated[int, typer.Option("--seed", help="Seed of --random tokens.")],
+    "allow_nonfinite": Annotated[bool, typer.Option(
+        "--allow-nonfinite", help="Compute with NaN and infinity instead of refusing them.")],
+}
 WHAT_IF: dict[str, Any] = {
     "d_model": Annotated[Optional[int], typer.Option("--d-model", help="What-if: model width.")],
     "d_ff": Annotated[Optional[int], typer.Option("--d-ff", help="What-if: FFN hidden width.")],
@@ -93,28 +103,32 @@ WHAT_IF: dict[str, Any] = {
         "--seq-len", help="Sequence length for attention-score FLOPs (default: the preset's).")],
 }
 SHAPE = ("d_model", "d_ff", "activation", "gated", "experts", "top_k")
-RUNNING = SHAPE + ("beta", "capacity_factor")
-COUNTING = SHAPE + ("match_params", "multiple_of", "seq_len")
+RUNNING = {name: WHAT_IF[name] for name in SHAPE + ("beta", "capacity_factor")}
+COUNTING = {name: WHAT_IF[name] for name in SHAPE + ("match_params", "multiple_of", "seq_len")}
 
 Command = TypeVar("Command", bound=Callable[..., None])
 
 
-def what_if(*names: str) -> Callable[[Command], Command]:
-    """Give a command the what-if options ``names`` and pass them as one ``overrides``.
+def grouped(**groups: tuple[type, dict[str, Any]]) -> Callable[[Command], Command]:
+    """Give a command each group's options and pass each group as one object:
+    ``grouped(model=(ModelChoice, MODEL))`` adds --preset, --config, ... and calls the command
+    with ``model=ModelChoice(preset=..., config=..., ...)``.
 
     Typer reads a command's options from its signature, so the wrapper's signature is the
-    command's own (less ``overrides``) followed by the chosen options."""
+    command's own (less the group parameters) followed by every group's options, with the
+    defaults of the group's dataclass (one place for each default)."""
     def decorate(command: Command) -> Command:
         own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
-               if p.name != "overrides"]
+               if p.name not in groups]
         extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                                   default=Overrides.__dataclass_fields__[name].default,
-                                   annotation=WHAT_IF[name]) for name in names]
+                                   default=_defaults(cls)[name], annotation=annotation)
+                 for cls, options in groups.values() for name, annotation in options.items()]
 
         @functools.wraps(command)
-        def wrapper(**options: Any) -> None:
-            overrides = Overrides(**{name: options.pop(name) for name in names})
-            command(overrides=overrides, **options)
+        def wrapper(**values: Any) -> None:
+            objects = {group: cls(**{name: values.pop(name) for name in options})
+                       for group, (cls, options) in groups.items()}
+            command(**values, **objects)
 
         wrapper.__signature__ = inspect.Signature(own + extra)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
@@ -123,12 +137,16 @@ def what_if(*names: str) -> Callable[[Command], Command]:
     return decorate
 
 
+def _defaults(cls: type) -> dict[str, Any]:
+    return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
 # ---------------------------------------------------------------------------------------------
 # The commands.
 
 
 @app.command()
-@what_if(*COUNTING)
+@grouped(overrides=(Overrides, COUNTING))
 def params(
     preset: PresetOpt = None,
     config: ConfigOpt = None,
@@ -136,10 +154,10 @@ def params(
         "--batch", help="Sequences decoded at once, for the KV cache at --seq-len x --batch.")
     ] = 1,
     weights: Annotated[Optional[Path], typer.Option(
-        "--weights", help="A .safetensors file, a model.safetensors.index.json or a model "
-        "folder: count its parameters from the headers alone and compare with the spec (from "
-        "--preset, --config or the config.json beside the weights; exit 1 on a mismatch).")
-    ] = None,
+        "--weights", help="A .safetensors file, a model.safetensors.index.json, a model "
+        "folder or a .gguf: count its parameters from the headers alone and compare with the "
+        "spec (from --preset, --config or the config.json beside the weights; exit 1 on a "
+        "mismatch).")] = None,
     hub_model: HubModelOpt = None,
     as_json: JsonOpt = False,
     *, overrides: Overrides,
@@ -155,63 +173,43 @@ def params(
 
 
 @app.command("run")
-@what_if(*RUNNING)
+@grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), overrides=(Overrides, RUNNING))
 def run_cmd(
-    preset: PresetOpt = None,
-    config: ConfigOpt = None,
-    weights: WeightsOpt = None,
-    hub_model: HubModelOpt = None,
-    layer: LayerOpt = 0,
-    input: InputOpt = None,
-    random: RandomOpt = None,
-    seed: SeedOpt = 0,
     out: Annotated[Optional[Path], typer.Option(
         "--out", "-o", help="Write the output to this .npy (atomically).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
     residual: Annotated[bool, typer.Option("--residual", help="Return x + FFN(x).")] = False,
-    dtype: DtypeOpt = "float32",
     precision: Annotated[int, typer.Option("--precision", help="Digits shown (0 to 12).")] = 4,
-    allow_nonfinite: NonfiniteOpt = False,
-    max_memory: MemOpt = None,
     as_json: JsonOpt = False,
-    *, overrides: Overrides,
+    *, model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
 ) -> None:
     """Run the FFN on token vectors: print the output, or stream it to a .npy file."""
     from ffncli import render, runner
-    from ffncli.model import load_model, weights_of
+    from ffncli.model import load_model, load_tokens
 
     whole("option --precision", precision, 0, 12)
-    model = load_model(preset, config, overrides, weights_of(weights, hub_model), layer, dtype,
-                       max_memory)
-    tokens = runner.resolve_input(input, random, model.engine.d_model, seed)
-    runner.check_printable(tokens, out, as_json)
-    with render.progress(tokens.n_tokens, as_json) as progress:
-        result = runner.run_ffn(model, tokens, out=out, force=force, residual=residual,
-                                allow_nonfinite=allow_nonfinite, progress=progress)
+    loaded = load_model(model, overrides)
+    inputs = load_tokens(tokens, loaded.engine.d_model)
+    runner.check_printable(inputs, out, as_json)
+    with render.progress(inputs.n_tokens, as_json) as progress:
+        result = runner.run_ffn(loaded, inputs, out=out, force=force, residual=residual,
+                                allow_nonfinite=tokens.allow_nonfinite, progress=progress)
     render.emit_run(result, as_json, precision)
 
 
 @app.command("permute-check")
-@what_if(*RUNNING)
+@grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), overrides=(Overrides, RUNNING))
 def permute_check_cmd(
-    preset: PresetOpt = None,
-    config: ConfigOpt = None,
-    weights: WeightsOpt = None,
-    hub_model: HubModelOpt = None,
-    layer: LayerOpt = 0,
     impl: Annotated[Optional[str], typer.Option(
         "--impl", help="Check your own FFN: package.module:function, importable from the "
         "current directory, taking (tokens, d_model) and returning (tokens, d_out).")] = None,
-    input: InputOpt = None,
-    random: RandomOpt = None,
-    seed: SeedOpt = 0,
     trials: Annotated[int, typer.Option("--trials", help="Random permutations, besides "
                                         "reverse, cyclic shift and first/last swap.")] = 8,
-    dtype: DtypeOpt = "float32",
     rtol: Annotated[Optional[float], typer.Option(
         "--rtol", help="Relative tolerance (default: float32 1.3e-6, float64 1e-7).")] = None,
     atol: Annotated[Optional[float], typer.Option(
-        "--atol", help="Absolute tolerance (default: float32 1e-5, float64 1e-7).")] = None,
+        "--atol", help="Absolute tolerance (default: float32 1e-5, float64 1e-7, times the "
+        "largest |output| when that is above 1).")] = None,
     junit_xml: Annotated[Optional[Path], typer.Option(
         "--junit-xml", help="Also write a JUnit XML report (one testcase per property; an "
         "<error> if the FFN misbehaves), atomically, never over an input of the command.")
@@ -220,22 +218,16 @@ def permute_check_cmd(
         "--timeout", metavar="SECONDS", help="Limit on each call of the FFN (the check makes "
         "about 80 + --trials) and on importing the --impl module: one that takes longer is an "
         "error, exit 2. POSIX only. Default: no limit.", show_default=False)] = None,
-    allow_nonfinite: NonfiniteOpt = False,
-    max_memory: MemOpt = None,
     as_json: JsonOpt = False,
-    *, overrides: Overrides,
+    *, model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
 ) -> None:
     """Check that an FFN is position-wise: exit 0 if every property holds, 1 if not."""
     from ffncli import checks, render
-    from ffncli.model import weights_of
 
-    weights = weights_of(weights, hub_model, impl)
-    target = checks.load_target(impl, preset, config, overrides, weights, layer, dtype,
-                                max_memory, timeout)
-    report_path = checks.report_path(junit_xml, target, input, preset, config, weights)
+    target = checks.load_target(impl, model, overrides, timeout)
+    report_path = checks.report_path(junit_xml, target, model, tokens)
     try:
-        report = checks.check_command(target, input, random, seed, trials=trials, rtol=rtol,
-                                      atol=atol, allow_nonfinite=allow_nonfinite)
+        report = checks.check_command(target, tokens, trials=trials, rtol=rtol, atol=atol)
     except ImplError as exc:  # the FFN misbehaved: the report says so too, then exit 2
         render.junit_report(report_path, target.name, exc)
         raise
@@ -246,40 +238,28 @@ def permute_check_cmd(
 
 
 @app.command("relu-stats")
-@what_if(*RUNNING)
+@grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), overrides=(Overrides, RUNNING))
 def relu_stats_cmd(
-    preset: PresetOpt = None,
-    config: ConfigOpt = None,
-    weights: WeightsOpt = None,
-    hub_model: HubModelOpt = None,
-    layer: LayerOpt = 0,
-    input: InputOpt = None,
-    random: RandomOpt = None,
-    seed: SeedOpt = 0,
     threshold: Annotated[Optional[float], typer.Option(
         "--threshold", help="Count |act| <= T as inactive (default: pre-activation <= 0).")
     ] = None,
     target_sparsity: Annotated[Optional[float], typer.Option(
         "--target-sparsity", help="Pick T as this quantile of |act| on the first tokens (the "
         "CATS rule), e.g. 0.5.")] = None,
-    dtype: DtypeOpt = "float32",
-    allow_nonfinite: NonfiniteOpt = False,
-    max_memory: MemOpt = None,
     as_json: JsonOpt = False,
-    *, overrides: Overrides,
+    *, model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
 ) -> None:
     """Activation sparsity of the hidden layer: per token, per unit, overlap, savings."""
-    from ffncli import render, runner
-    from ffncli.model import load_model, weights_of
+    from ffncli import render
+    from ffncli.model import load_model, load_tokens
     from ffncli.sparsity import relu_stats
 
-    model = load_model(preset, config, overrides, weights_of(weights, hub_model), layer, dtype,
-                       max_memory)
-    tokens = runner.resolve_input(input, random, model.engine.d_model, seed)
-    with render.progress(tokens.n_tokens, as_json) as progress:
-        result = relu_stats(model.engine, tokens, threshold=threshold,
-                            target_sparsity=target_sparsity, allow_nonfinite=allow_nonfinite,
-                            progress=progress)
+    loaded = load_model(model, overrides)
+    inputs = load_tokens(tokens, loaded.engine.d_model)
+    with render.progress(inputs.n_tokens, as_json) as progress:
+        result = relu_stats(loaded.engine, inputs, threshold=threshold,
+                            target_sparsity=target_sparsity,
+                            allow_nonfinite=tokens.allow_nonfinite, progress=progress)
     render.emit_stats(result, as_json)
 
 

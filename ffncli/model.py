@@ -7,6 +7,7 @@ does.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,33 @@ from ffncli.validate import whole
 if TYPE_CHECKING:
     from ffncli.counting import FileOnlyResult, ParamsResult
     from ffncli.runner import Model
+    from ffncli.tokens import TokenInput
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which FFN a command runs: ``--preset`` or ``--config`` (or the config.json beside the
+    weights), ``--weights`` or ``--model`` (else random weights from the spec's seed),
+    ``--layer``, ``--dtype`` and ``--max-memory``."""
+
+    preset: str | None = None
+    config: Path | None = None
+    weights: Path | None = None
+    hub_model: str | None = None  # --model ORG/NAME[@REVISION], from the local cache
+    layer: int = 0
+    dtype: str = "float32"
+    max_memory: str | None = None
+
+
+@dataclass(frozen=True)
+class TokenChoice:
+    """Which tokens: ``--input`` a file, or ``--random N`` drawn with ``--seed``; NaN and
+    infinity refused unless ``--allow-nonfinite``."""
+
+    input: Path | None = None
+    random: int | None = None
+    seed: int = 0
+    allow_nonfinite: bool = False
+
 
 _NO_MODEL = "give a model: --preset NAME|FILE or --config config.json"
 _NO_MODEL_OR_WEIGHTS = ("give a model: --preset NAME|FILE, --config config.json, or "
@@ -79,16 +107,24 @@ def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides |
     return apply_overrides(spec, overrides or Overrides())
 
 
-def load_model(preset: str | None, config: Path | None, overrides: Overrides,
-               weights: Path | None, layer: int, dtype: str,
-               max_memory: str | None) -> Model:
+def load_model(choice: ModelChoice, overrides: Overrides) -> Model:
     """The spec and its FFN: random from the spec's seed, or one layer of a weights file."""
     from ffncli import runner
     from ffncli.weights import parse_size
 
-    spec = resolve_spec(preset, config, overrides, weights=weights, weights_describe=True)
-    budget = parse_size(max_memory) if max_memory is not None else None
-    return runner.build_model(spec, weights, layer, runner.parse_dtype(dtype), budget)
+    weights = weights_of(choice.weights, choice.hub_model)
+    spec = resolve_spec(choice.preset, choice.config, overrides, weights=weights,
+                        weights_describe=True)
+    budget = parse_size(choice.max_memory) if choice.max_memory is not None else None
+    return runner.build_model(spec, weights, choice.layer, runner.parse_dtype(choice.dtype),
+                              budget)
+
+
+def load_tokens(choice: TokenChoice, d_model: int) -> TokenInput:
+    """The tokens of ``--input`` or ``--random N`` (streamed: nothing is read or drawn yet)."""
+    from ffncli.runner import resolve_input
+
+    return resolve_input(choice.input, choice.random, d_model, choice.seed)
 
 
 def count_model(preset: str | None, config: Path | None, overrides: Overrides,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ffncli import validate
-from ffncli.errors import FfnError, SpecError
+from ffncli.errors import FfnError, SpecError, shown
 from ffncli.validate import suggest
 
 # Activations applied elementwise. ``gelu`` is the exact (erf) GELU; ``gelu_tanh`` is the tanh
@@ -220,12 +220,14 @@ def _describe(key: str, annotation: str) -> str:
 def _build(source: str, prefix: str, cls: type, data: Any) -> Any:
     where = prefix.rstrip(".") or "top level"
     if not isinstance(data, Mapping):
-        raise SpecError(f"{source}: '{where}' must be a mapping of keys to values, got {data!r}")
+        raise SpecError(f"{source}: '{where}' must be a mapping of keys to values, got "
+                        f"{validate.brief(data)}")
     allowed = {f.name: f for f in fields(cls)}
     for key in data:
         if key not in allowed:
             raise SpecError(
-                f"{source}: unknown key '{prefix}{key}'{suggest(str(key), list(allowed))}; "
+                f"{source}: unknown key '{prefix}{shown(key)}'"
+                f"{suggest(str(key), list(allowed))}; "
                 f"allowed keys: {', '.join(allowed)}"
             )
     values: dict[str, Any] = {}
