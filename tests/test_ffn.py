@@ -258,8 +258,13 @@ def test_capacity_keeps_tokens_in_token_order_against_a_loop():
                 expected[i] += gate * F.dense_ffn(token[None], p.experts[e], "gelu")[0]
     np.testing.assert_allclose(F.moe_ffn(x, p, "gelu"), expected, rtol=1e-12, atol=1e-12)
     out = np.full((25, 12), 7.0)  # a used buffer: dropped tokens must come out as zeros
-    engine = Engine(p, "gelu", chunk_tokens=25)  # capacity is per chunk: one chunk here
+    engine = Engine(p, "gelu", chunk_tokens=25)  # one chunk
     np.testing.assert_allclose(engine(x, out=out), expected, rtol=1e-12, atol=1e-12)
+    # Chunks of 4 tokens: the capacity is still that of the whole input (8 per expert), used
+    # up chunk by chunk, not ceil(0.6 * 4 * 2 / 4) = 2 per chunk, nor 8 afresh in each chunk.
+    for chunk in (4, 7):
+        np.testing.assert_allclose(Engine(p, "gelu", chunk_tokens=chunk)(x), expected,
+                                   rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------

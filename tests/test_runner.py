@@ -8,7 +8,7 @@ import pytest
 
 from ffncli import ffn as F
 from ffncli.engine import Engine
-from ffncli.runner import SMALL_TOKENS, Model, build_model, run_ffn
+from ffncli.runner import SMALL_TOKENS, Model, build_model, resolve_input, run_ffn
 from ffncli.spec import FfnSpec, ModelSpec, load_preset
 from ffncli.tokens import from_array
 
@@ -68,3 +68,29 @@ def test_up_to_1024_tokens_are_held_whole(n, small):
     else:
         assert r.inactive_per_token is None
         assert r.head.shape == (8, 4)
+
+
+def test_streamed_moe_capacity_is_that_of_the_whole_input(tmp_path):
+    """A capped MoE streamed in chunks of 256: each expert takes ceil(0.5 * 1100 / 4) = 138
+    tokens of the whole input, in token order, as the plain formula on all of it does (not
+    ceil(0.5 * 256 / 4) = 32 per chunk)."""
+    ffn = FfnSpec(d_ff=8, activation="relu", experts=4, top_k=1, capacity_factor=0.5)
+    spec = ModelSpec(name="capped", d_model=4, ffn=ffn)
+    model = build_model(spec, None, 0, np.dtype(np.float64), chunk_tokens=256)
+    x = _tokens(SMALL_TOKENS + 76, seed=3)
+    assert F.capacity(model.engine.weights, x.shape[0]) == 138
+    run_ffn(model, from_array(x), out=tmp_path / "y.npy")
+    expected = F.moe_ffn(x, model.engine.weights, "relu")
+    assert (np.abs(expected).sum(axis=1) == 0).sum() > 0  # tokens are dropped
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_random_tokens_chunks_are_the_rows_of_one_draw():
+    """--random 10 --seed 7 in chunks of 4: 4 + 4 + 2 rows, together exactly
+    default_rng(7).normal(0, 1, (10, 3)), the draw matrix() gives."""
+    tokens = resolve_input(None, 10, 3, 7)
+    whole = np.random.default_rng(7).normal(0.0, 1.0, (10, 3))
+    chunks = [(start, c.copy()) for start, c in tokens.chunks(4, np.dtype(np.float64))]
+    assert [(start, c.shape[0]) for start, c in chunks] == [(0, 4), (4, 4), (8, 2)]
+    np.testing.assert_array_equal(np.vstack([c for _, c in chunks]), whole)
+    np.testing.assert_array_equal(tokens.matrix(np.dtype(np.float64)), whole)
