@@ -36,8 +36,15 @@ def load_spec(preset: str | None = None, config: str | Path | None = None,
     ``config.json`` (``config``), with what-if ``overrides``: ``d_model``, ``d_ff``,
     ``activation``, ``gated``, ``experts``, ``top_k``, ``beta``, ``capacity_factor``,
     ``match_params``, ``multiple_of``, ``seq_len``."""
+    import dataclasses
+
+    from ffncli.errors import SpecError
     from ffncli.model import resolve_spec
 
+    known = [f.name for f in dataclasses.fields(Overrides)]
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        raise SpecError(f"load_spec: unknown override {unknown[0]!r}; known: {', '.join(known)}")
     return resolve_spec(preset, Path(config) if config is not None else None,
                         Overrides(**overrides))
 
@@ -72,8 +79,14 @@ def permute_check(fn: Callable[[np.ndarray], np.ndarray], tokens: np.ndarray, *,
 
     from ffncli.checks import check_timeout, guarded, tolerances
     from ffncli.checks import permute_check as check
+    from ffncli.errors import InputError
 
     x = np.asarray(tokens)
+    width = getattr(fn, "d_model", None)
+    if x.ndim not in (1, 2, 3) or x.size == 0 or (width is not None and x.shape[-1] != width):
+        expected = "d_model" if width is None else width
+        raise InputError(f"tokens: expected (tokens, {expected}) or (batch, seq, {expected}), "
+                         f"got shape {x.shape}")
     shape = x.shape if x.ndim > 1 else (1, x.shape[-1])
     matrix = x.reshape(-1, x.shape[-1])
     dtype = getattr(fn, "dtype", matrix.dtype if matrix.dtype.kind == "f" else np.float64)

@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -551,6 +551,13 @@ def load_target(impl: str | None, choice: ModelChoice, overrides: Overrides,
     weights_of(choice.weights, choice.hub_model, impl)  # refuses --model with --impl
     if choice.weights is not None:
         raise InputError("give --impl or --weights, not both")
+    ignored = [name for name, given in (
+        ("--layer", choice.layer != 0), ("--max-memory", choice.max_memory is not None),
+        ("the what-if options but --d-model", replace(overrides, d_model=None) != Overrides()),
+    ) if given]
+    if ignored:  # they describe our FFN, not the user's function
+        raise InputError(f"option --impl: checks your function as it is; {', '.join(ignored)} "
+                         "would change nothing")
     if overrides.d_model is None and choice.preset is None and choice.config is None:
         raise InputError("option --impl: give the width with --d-model N (or a --preset)")
     width = whole("option --d-model", overrides.d_model) if overrides.d_model is not None \

@@ -363,7 +363,15 @@ def _stdout_error(exc: OSError) -> OutputError:
     return OutputError(f"cannot write to standard output: {exc.strerror or exc}")
 
 
+_interrupted: list[int] = []  # the first signal, once it has been raised
+
+
 def _raise_interrupted(signum: int, frame: object) -> None:
+    """The first signal unwinds the work (removing temporary files); one that comes while
+    that cleanup runs is ignored, so it cannot cut the cleanup short."""
+    if _interrupted:
+        return
+    _interrupted.append(signum)
     raise Interrupted(signum)
 
 

@@ -120,11 +120,6 @@ _INPLACE: dict[str, tuple[InPlace, int]] = {
 assert tuple(_INPLACE) == ACTIVATIONS, "spec.ACTIVATIONS and the in-place versions disagree"
 
 
-def scratch_count(act: Activation) -> int:
-    """How many scratch buffers shaped like ``h`` the in-place activation uses."""
-    return _INPLACE[act.name][1]
-
-
 def activate_inplace(h: Array, act: Activation | str) -> None:
     """The engine's activation on ``h``, overwriting it (scratch allocated here)."""
     act = as_activation(act)

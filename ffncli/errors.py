@@ -28,7 +28,12 @@ class Interrupted(BaseException):
 
 
 class FfnError(Exception):
-    """Base of every error the user can fix. The message is one line."""
+    """Base of every error the user can fix. The message is one line: names read from files
+    or typed by the user (a key, a tensor, a path) are escaped here, once for every error, so
+    a newline or escape sequence in them cannot split or colour it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(shown(message))
 
 
 class SpecError(FfnError):

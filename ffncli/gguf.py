@@ -520,6 +520,15 @@ def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> W
                                                    (n,), dtype)
 
     ffn = spec.ffn
+    has_gate = f"blk.{layer}.ffn_gate.weight" in header.tensors
+    has_router = f"blk.{layer}.ffn_gate_inp.weight" in header.tensors
+    has_layer = any(name.startswith(f"blk.{layer}.ffn_") for name in header.tensors)
+    if has_layer and (has_router != ffn.is_moe or (not ffn.is_moe and has_gate != ffn.gated)):
+        kind = "a mixture of experts" if has_router else "a gated FFN" if has_gate else \
+            "a two-matrix FFN (a fused ffn_up, as phi3's, is counted, not run)"
+        raise WeightsError(f"{path}: layer {layer} holds {kind}, not the {ffn.label}"
+                           f"{' mixture of experts' if ffn.is_moe else ' FFN'} of the spec; "
+                           "the what-if options cannot change the weights a file holds")
     if ffn.is_moe:
         router = matrix("ffn_gate_inp", (d, ffn.experts))
         stacks = {stem: tensor(f"ffn_{stem}_exps.weight") for stem in ("gate", "up", "down")}

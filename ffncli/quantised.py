@@ -184,6 +184,10 @@ def _ints(header: Header, info: TensorInfo) -> np.ndarray:
     """An int32 tensor's bytes, as unsigned 32-bit words in its shape."""
     import numpy as np
 
+    if info.dtype != "I32":
+        raise WeightsError(f"{header.path}: tensor '{info.name}': expected dtype I32 (GPTQ and "
+                           f"AWQ store packed words and g_idx as int32), got {info.dtype}")
+
     with open_file(header.path, "weights file", WeightsError) as f:
         f.seek(info.start)
         data = f.read(info.end - info.start)

@@ -68,6 +68,9 @@ def check_runnable(spec: ModelSpec) -> None:
 def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dtype,
                 max_memory: int | None = None, chunk_tokens: int | None = None) -> Model:
     whole("option --layer", layer, 0)
+    if layer and (weights is None or weights.suffix.lower() == ".npz"):
+        raise InputError(f"option --layer: picks a layer of a checkpoint (--weights or --model); "
+                         f"random and .npz weights are one FFN, got --layer {layer}")
     check_runnable(spec)
     if weights is None:
         params = W.random_weights(spec, dtype, max_memory)
@@ -79,8 +82,9 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
         params = gguf_layer_weights(weights, spec, layer, dtype)
         source = f"{weights}, layer {layer}"
     elif weights.suffix.lower() in (".safetensors", ".json") or os.path.isdir(weights):
-        packed = quantised.layer_weights(weights, spec, layer, dtype) \
-            if weights.suffix.lower() == ".safetensors" else None  # GPTQ, AWQ
+        single = weights / "model.safetensors" if os.path.isdir(weights) else weights
+        packed = quantised.layer_weights(single, spec, layer, dtype) \
+            if single.suffix.lower() == ".safetensors" and single.is_file() else None  # GPTQ, AWQ
         params = packed if packed is not None else \
             W.safetensors_weights(weights, spec, layer, dtype)
         source = f"{weights}, layer {layer}"

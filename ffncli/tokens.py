@@ -477,8 +477,8 @@ class AtomicNpyWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         assert self._file is not None and self._tmp is not None and self._writer is not None
-        self._writer.shutdown(wait=True)  # every queued write has finished or failed
-        try:
+        try:  # a signal may land anywhere in here, the wait below included
+            self._writer.shutdown(wait=True)  # every queued write has finished or failed
             if exc_type is None:
                 for future in self._pending.values():
                     self._result(future)

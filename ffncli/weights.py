@@ -451,6 +451,10 @@ def safetensors_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype
         return _assemble(source, spec, dtype, arrays.get)
 
     if layout.router is None:
+        if spec.ffn.is_moe:
+            raise WeightsError(f"{path}: the {spec.family} layout holds one dense FFN per "
+                               f"layer, not {spec.ffn.experts} experts; the what-if options "
+                               "cannot change the weights a file holds")
         return expert(0)
     ffn = spec.ffn
     router = tensor(layout.router.format(i=layer) + ".weight", required=True)

