@@ -494,7 +494,7 @@ def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> W
     mixture of experts has ``ffn_gate_inp`` (the router) and ``ffn_{gate,up,down}_exps``.
     GGUF matrices are [out, in] arrays, transposed to ffncli's [in, out]."""
     from ffncli.ffn import DenseWeights, GatedWeights, MoEWeights
-    from ffncli.weights import _checked
+    from ffncli.weights import checked
 
     header = read_header(path)
     source, d, f = str(path), spec.d_model, spec.ffn.d_ff
@@ -512,11 +512,11 @@ def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> W
     def matrix(stem: str, shape: tuple[int, int]) -> np.ndarray:
         array = tensor(stem + ".weight")
         assert array is not None  # required
-        return _checked(source, f"blk.{layer}.{stem}.weight", array.T, shape, dtype)
+        return checked(source, f"blk.{layer}.{stem}.weight", array.T, shape, dtype)
 
     def bias(stem: str, n: int) -> np.ndarray | None:
         array = tensor(stem + ".bias", required=False)
-        return None if array is None else _checked(source, f"blk.{layer}.{stem}.bias", array,
+        return None if array is None else checked(source, f"blk.{layer}.{stem}.bias", array,
                                                    (n,), dtype)
 
     ffn = spec.ffn
@@ -541,7 +541,7 @@ def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> W
                 if stack.ndim != 3 or stack.shape[0] != ffn.experts:
                     raise WeightsError(f"{path}: '{name}': expected {ffn.experts} experts of "
                                        f"shape {shape[::-1]}, got shape {stack.shape}")
-                return _checked(source, name, stack[e].T, shape, dtype)
+                return checked(source, name, stack[e].T, shape, dtype)
             experts.append(GatedWeights(one("gate", (d, f)), None, one("up", (d, f)), None,
                                         one("down", (f, d)), None))
         return MoEWeights(router, None, tuple(experts), ffn.top_k, ffn.capacity_factor)

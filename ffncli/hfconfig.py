@@ -24,9 +24,8 @@ from ffncli.spec import (
     ModelSpec,
     NormSpec,
     check_spec,
-    read_text,
 )
-from ffncli.textformats import Malformed, parse_json
+from ffncli.textformats import Malformed, parse_json, read_text
 from ffncli.validate import MAX_INT, brief
 
 # Hugging Face activation names -> ours.

@@ -266,7 +266,6 @@ def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> W
                            "relu-stats and permute-check dequantise GPTQ (2, 4, 8-bit) and AWQ "
                            "4-bit dense FFNs (params counts this file)")
     by_prefix = {lin.name.removesuffix(".weight"): lin for lin in linears}
-    biases = {"w1": "b1", "w2": "b2", "w": "b", "v": "c"}
     arrays: dict[str, np.ndarray | None] = {}
     for ours, stem in layout.names.items():
         stem = stem.format(i=layer)
@@ -274,13 +273,13 @@ def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> W
         if len(hits) == 1:
             arrays[ours] = dequantised(header, by_prefix[hits[0]])
         else:
-            name = W._find(header.tensors, stem + ".weight")
+            name = W.find_tensor(header.tensors, stem + ".weight")
             if name is None:
                 raise WeightsError(f"{path}: no tensor '{stem}.qweight' or '{stem}.weight' "
                                    f"for layer {layer}")
             array = W.read_tensor(header, header.tensors[name])
             arrays[ours] = array.T if layout.linear and array.ndim == 2 else array
-        bias = W._find(header.tensors, stem + ".bias")
-        arrays[biases[ours]] = None if bias is None else \
+        bias = W.find_tensor(header.tensors, stem + ".bias")
+        arrays[W.BIAS_OF[ours]] = None if bias is None else \
             W.read_tensor(header, header.tensors[bias])
-    return W._assemble(str(path), spec, dtype, arrays.get)
+    return W.assemble(str(path), spec, dtype, arrays.get)

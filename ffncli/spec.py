@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ffncli import validate
-from ffncli.errors import FfnError, SpecError, shown
+from ffncli.errors import SpecError, shown
 from ffncli.validate import suggest
 
 # Activations applied elementwise. ``gelu`` is the exact (erf) GELU; ``gelu_tanh`` is the tanh
@@ -348,14 +348,6 @@ def _parse_yaml(text: str, source: str) -> Any:
         raise SpecError(f"{source}: invalid YAML{exc.where}: {exc.problem}") from None
 
 
-def read_text(path: Path, what: str, error: type[FfnError] = SpecError) -> str:
-    """Read a small user text file (a regular file of at most 4 MiB, UTF-8), turning every
-    problem, OS errors included, into a one-line user error."""
-    from ffncli.textformats import read_text as read_small_text
-
-    return read_small_text(path, what, error)
-
-
 def load_preset(name_or_path: str) -> ModelSpec:
     """A built-in preset by name, or a YAML file by path."""
     looks_like_path = name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path
@@ -373,7 +365,9 @@ def load_preset(name_or_path: str) -> ModelSpec:
         path = Path(name_or_path)
         source = str(path)
         default_name = path.stem
-    text = read_text(path, "preset file")
+    from ffncli.textformats import read_text
+
+    text = read_text(path, "preset file", SpecError)
     return spec_from_mapping(_parse_yaml(text, source), source, default_name)
 
 

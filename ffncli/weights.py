@@ -152,7 +152,7 @@ def random_weights(spec: ModelSpec, dtype: np.dtype, budget: int | None = None) 
 # Shape checks shared by the file readers.
 
 
-def _checked(source: str, name: str, array: np.ndarray, shape: tuple[int, ...],
+def checked(source: str, name: str, array: np.ndarray, shape: tuple[int, ...],
              dtype: np.dtype) -> np.ndarray:
     if array.shape != shape:
         raise WeightsError(f"{source}: '{name}': expected shape {shape}, got {array.shape}")
@@ -162,7 +162,11 @@ def _checked(source: str, name: str, array: np.ndarray, shape: tuple[int, ...],
     return np.ascontiguousarray(array, dtype=dtype)
 
 
-def _assemble(source: str, spec: ModelSpec, dtype: np.dtype,
+# Each matrix's bias, in ffncli's names: w1 b1 w2 b2 (dense), w b v c w2 b2 (gated).
+BIAS_OF = {"w1": "b1", "w2": "b2", "w": "b", "v": "c"}
+
+
+def assemble(source: str, spec: ModelSpec, dtype: np.dtype,
               get: Callable[[str], np.ndarray | None], prefix: str = "") -> ExpertWeights:
     """Build one expert from named [in, out] arrays: w1 b1 w2 b2, or w b v c w2 b2."""
     d, f = spec.d_model, spec.ffn.d_ff
@@ -171,11 +175,11 @@ def _assemble(source: str, spec: ModelSpec, dtype: np.dtype,
         array = get(prefix + name)
         if array is None:
             raise WeightsError(f"{source}: missing array '{prefix + name}'")
-        return _checked(source, prefix + name, array, shape, dtype)
+        return checked(source, prefix + name, array, shape, dtype)
 
     def maybe(name: str, n: int) -> np.ndarray | None:
         array = get(prefix + name)
-        return None if array is None else _checked(source, prefix + name, array, (n,), dtype)
+        return None if array is None else checked(source, prefix + name, array, (n,), dtype)
 
     if spec.ffn.gated:
         return GatedWeights(need("w", (d, f)), maybe("b", f), need("v", (d, f)), maybe("c", f),
@@ -200,7 +204,7 @@ def _zip_errors(label: str) -> Iterator[None]:
 
 class _NpzMember:
     """One .npy array of an .npz archive: its header is checked on opening, its data is read
-    only when it is converted (``np.asarray``). ``_checked`` compares the header's shape and
+    only when it is converted (``np.asarray``). ``checked`` compares the header's shape and
     dtype with the spec first, so a member claiming a huge array (a zip bomb) is refused
     before anything is allocated or decompressed."""
 
@@ -292,14 +296,14 @@ def _npz_assemble(path: Path, spec: ModelSpec, dtype: np.dtype,
     source = str(path)
     ffn = spec.ffn
     if not ffn.is_moe:
-        return _assemble(source, spec, dtype, get)
+        return assemble(source, spec, dtype, get)
     router = get("router")
     if router is None:
         raise WeightsError(f"{path}: missing array 'router'")
-    router = _checked(source, "router", router, (spec.d_model, ffn.experts), dtype)
+    router = checked(source, "router", router, (spec.d_model, ffn.experts), dtype)
     rb = get("router_bias")
-    rb = None if rb is None else _checked(source, "router_bias", rb, (ffn.experts,), dtype)
-    experts = tuple(_assemble(source, spec, dtype, get, f"experts.{e}.")
+    rb = None if rb is None else checked(source, "router_bias", rb, (ffn.experts,), dtype)
+    experts = tuple(assemble(source, spec, dtype, get, f"experts.{e}.")
                     for e in range(ffn.experts))
     return MoEWeights(router, rb, experts, ffn.top_k, ffn.capacity_factor)
 
@@ -397,7 +401,7 @@ LAYOUTS: dict[str, Layout] = {
 }
 
 
-def _find(names: Iterable[str], stem: str) -> str | None:
+def find_tensor(names: Iterable[str], stem: str) -> str | None:
     """The tensor named ``stem`` under any prefix (``transformer.``, ``model.``, ``bert.``)."""
     hits = [name for name in names if name == stem or name.endswith("." + stem)]
     return hits[0] if len(hits) == 1 else None
@@ -423,7 +427,7 @@ def safetensors_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype
     source = str(path)
 
     def tensor(stem: str, required: bool) -> np.ndarray | None:
-        name = _find(checkpoint.shard_of, stem)
+        name = find_tensor(checkpoint.shard_of, stem)
         if name is None:
             if required:
                 raise WeightsError(f"{path}: no tensor '{stem}' for layer {layer} (the file "
@@ -437,7 +441,7 @@ def safetensors_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype
         for ours, stem in layout.names.items():
             stem = stem.format(i=layer, e=e)
             arrays[ours] = tensor(stem + ".weight", required=True)
-            bias_name = {"w1": "b1", "w2": "b2", "w": "b", "v": "c"}[ours]
+            bias_name = BIAS_OF[ours]
             arrays[bias_name] = tensor(stem + ".bias", required=False)
         if layout.gate_up is not None:
             fused = tensor(layout.gate_up.format(i=layer) + ".weight", required=True)
@@ -448,7 +452,7 @@ def safetensors_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype
                                    f"expected shape {(2 * f, spec.d_model)}, got "
                                    f"{fused.shape[::-1]}")
             arrays["w"], arrays["v"] = fused[:, :f], fused[:, f:]  # (d, 2f) -> gate, up
-        return _assemble(source, spec, dtype, arrays.get)
+        return assemble(source, spec, dtype, arrays.get)
 
     if layout.router is None:
         if spec.ffn.is_moe:
@@ -459,6 +463,6 @@ def safetensors_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype
     ffn = spec.ffn
     router = tensor(layout.router.format(i=layer) + ".weight", required=True)
     assert router is not None  # required
-    router = _checked(source, "router", router, (spec.d_model, ffn.experts), dtype)
+    router = checked(source, "router", router, (spec.d_model, ffn.experts), dtype)
     experts = tuple(expert(e) for e in range(ffn.experts))
     return MoEWeights(router, None, experts, ffn.top_k, ffn.capacity_factor)

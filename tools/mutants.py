@@ -329,7 +329,7 @@ MUTANTS: list[Mutant] = [
       "BF16: shifted by 15"),
     M("weights.py", 'elif info.dtype == "F16":', 'elif info.dtype == "F16_":',
       "F16 not widened to float32 on read",
-      equivalent="_assemble/_checked cast every array to the requested dtype anyway"),
+      equivalent="assemble/checked cast every array to the requested dtype anyway"),
     # ---- runner.py --------------------------------------------------------------------------
     M("runner.py", "return [int(v) for v in (pre <= 0).sum(axis=1)]",
       "return [int(v) for v in (pre < 0).sum(axis=1)]", "run's inactive count: pre < 0"),
