@@ -57,7 +57,8 @@ MODEL: dict[str, Any] = {
     "weights": Annotated[Optional[Path], typer.Option(
         "--weights", help="FFN weights: .npz (w1 b1 w2 b2; gated w b v c w2 b2), a Hugging "
         "Face checkpoint (with --layer: a .safetensors file, a model.safetensors.index.json or "
-        "a model folder; GPTQ and AWQ layers dequantised) or a llama.cpp .gguf (with --layer). "
+        "a model folder; GPTQ and AWQ from a file or a folder holding one) or a llama.cpp .gguf "
+        "(with --layer). "
         "Default: random, from the preset's seed.")],
     "hub_model": HubModelOpt,
     "layer": Annotated[int, typer.Option("--layer", help="Layer of a checkpoint.")],
