@@ -8,6 +8,7 @@ The command line is ``ffncli``; the same answers from Python::
     ffn = ffncli.build_ffn(spec)                   # callable on a (tokens, d_model) array
     ffncli.permute_check(ffn, x).passed
     ffncli.relu_stats(ffn, x).mean_inactive_fraction
+    ffncli.layer_stats("model-folder", text="book.txt")   # every layer, on real text
 
 The names are imported on first use (see ``ffncli.api``): ``import ffncli`` and counting never
 import NumPy.
@@ -19,10 +20,19 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"  # the one place: pyproject.toml reads it from here
 
-__all__ = ["build_ffn", "count", "load_spec", "permute_check", "relu_stats", "__version__"]
+__all__ = ["build_ffn", "capture", "count", "layer_stats", "load_spec", "permute_check",
+           "relu_stats", "__version__"]
 
 if TYPE_CHECKING:
-    from ffncli.api import build_ffn, count, load_spec, permute_check, relu_stats
+    from ffncli.api import (
+        build_ffn,
+        capture,
+        count,
+        layer_stats,
+        load_spec,
+        permute_check,
+        relu_stats,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -7,6 +7,8 @@
     y = ffn(x)                                         # (tokens, d_model) -> (tokens, d_model)
     ffncli.permute_check(ffn, x).passed                # True: the FFN is position-wise
     ffncli.relu_stats(ffn, x).mean_inactive_fraction   # the hidden layer's sparsity
+    sweep = ffncli.layer_stats("model-folder", text="book.txt")  # every layer, real text
+    ffncli.capture("model-folder", "inputs", text="book.txt")   # every layer's FFN input
 
 Every function returns a frozen result object with the fields of the command's JSON output,
 and raises an ``ffncli.errors.FfnError`` subclass with a one-line message for bad input.
@@ -23,6 +25,7 @@ from ffncli.spec import ModelSpec, Overrides
 if TYPE_CHECKING:
     import numpy as np
 
+    from ffncli.capture import CaptureResult, SweepResult
     from ffncli.checks import CheckReport
     from ffncli.counting import ModelCount
     from ffncli.engine import Engine
@@ -122,3 +125,47 @@ def _tokens(tokens: np.ndarray | str | Path, d_model: int) -> TokenInput:
         raise InputError(f"tokens: expected (tokens, {d_model}) or (batch, seq, {d_model}), "
                          f"got shape {x.shape}")
     return from_array(x)
+
+
+def layer_stats(weights: str | Path, *, text: str | Path | None = None,
+                ids: str | Path | None = None, layers: str = "all",
+                threshold: float | None = None, target_sparsity: float | None = None,
+                config: str | Path | None = None, dtype: str = "float32") -> SweepResult:
+    """``relu-stats --text/--ids``: real text (or token ids) through the whole model of
+    ``weights`` (a .safetensors file, an index, a model folder or a .gguf), and the sparsity
+    statistics of each selected layer's FFN on its real input (``layers``: ``N``, ``A-B`` or
+    ``all``). ``result.layers[i].stats`` is a ``SparsityResult``."""
+    from ffncli.capture import parse_layers, sweep
+
+    forward, sequences = _text_run(weights, text, ids, config, dtype)
+    return sweep(forward, sequences, parse_layers(layers, forward.n_layers),
+                 threshold=threshold, target_sparsity=target_sparsity)
+
+
+def capture(weights: str | Path, out: str | Path, *, text: str | Path | None = None,
+            ids: str | Path | None = None, layers: str = "all", force: bool = False,
+            config: str | Path | None = None, dtype: str = "float32") -> CaptureResult:
+    """``capture``: write ``out/layer{N}.npy``, the input each selected layer's FFN receives
+    on real text (or token ids), and ``out/capture.json``."""
+    from ffncli.capture import capture as capture_layers
+    from ffncli.capture import parse_layers
+
+    forward, sequences = _text_run(weights, text, ids, config, dtype)
+    inputs = tuple(Path(p) for p in (text, ids) if p is not None) + (forward.weights,)
+    return capture_layers(forward, sequences, parse_layers(layers, forward.n_layers), Path(out),
+                          force=force, inputs=inputs)
+
+
+def _text_run(weights: str | Path, text: str | Path | None, ids: str | Path | None,
+              config: str | Path | None, dtype: str) -> tuple[Any, Any]:
+    from ffncli.errors import InputError
+    from ffncli.model import ModelChoice, TextChoice, load_sequences, open_forward
+
+    choice = TextChoice(Path(text) if text is not None else None,
+                        Path(ids) if ids is not None else None)
+    if not choice.given:
+        raise InputError("give text=FILE or ids=FILE")
+    model = ModelChoice(config=Path(config) if config is not None else None,
+                        weights=Path(weights), dtype=dtype)
+    forward = open_forward(model, Overrides())
+    return forward, load_sequences(choice, forward, forward.weights)

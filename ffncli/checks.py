@@ -552,7 +552,7 @@ def load_target(impl: str | None, choice: ModelChoice, overrides: Overrides,
     if choice.weights is not None:
         raise InputError("give --impl or --weights, not both")
     ignored = [name for name, given in (
-        ("--layer", choice.layer != 0), ("--max-memory", choice.max_memory is not None),
+        ("--layer", choice.index() != 0), ("--max-memory", choice.max_memory is not None),
         ("the what-if options but --d-model", replace(overrides, d_model=None) != Overrides()),
     ) if given]
     if ignored:  # they describe our FFN, not the user's function

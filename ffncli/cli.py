@@ -23,8 +23,16 @@ from typing import Annotated, Any, Optional, TextIO, TypeVar
 import typer
 
 from ffncli.blas import quiet_idle_threads
-from ffncli.errors import ExitCode, FfnError, ImplError, Interrupted, OutputError, shown
-from ffncli.model import ModelChoice, TokenChoice
+from ffncli.errors import (
+    ExitCode,
+    FfnError,
+    ImplError,
+    InputError,
+    Interrupted,
+    OutputError,
+    shown,
+)
+from ffncli.model import ModelChoice, TextChoice, TokenChoice
 from ffncli.spec import ACTIVATIONS, GLU_VARIANTS, Overrides
 from ffncli.validate import whole
 
@@ -61,7 +69,9 @@ MODEL: dict[str, Any] = {
         "(with --layer). "
         "Default: random, from the preset's seed.")],
     "hub_model": HubModelOpt,
-    "layer": Annotated[int, typer.Option("--layer", help="Layer of a checkpoint.")],
+    "layer": Annotated[Optional[str], typer.Option(
+        "--layer", metavar="N", help="Layer of a checkpoint (default 0; with --text or --ids: "
+        "N, A-B or all, the default).", show_default=False)],
     "dtype": Annotated[str, typer.Option(
         "--dtype", help="float32 or float64: the computation's dtype.")],
     "max_memory": Annotated[Optional[str], typer.Option(
@@ -102,6 +112,15 @@ WHAT_IF: dict[str, Any] = {
         "(LLaMA uses 256).")],
     "seq_len": Annotated[Optional[int], typer.Option(
         "--seq-len", help="Sequence length for attention-score FLOPs (default: the preset's).")],
+}
+TEXT: dict[str, Any] = {
+    "text": Annotated[Optional[Path], typer.Option(
+        "--text", help="Real text through the whole model: UTF-8, each non-empty line one "
+        "sequence, tokenised with the tokenizer.json beside the weights (or a GGUF's own). "
+        "Needs pip install 'ffncli[text]'.")],
+    "ids": Annotated[Optional[Path], typer.Option(
+        "--ids", help="Instead of --text: token ids, an integer .npy (1-D one sequence, 2-D "
+        "sequences x length) or a .txt with one sequence of space-separated ids per line.")],
 }
 SHAPE = ("d_model", "d_ff", "activation", "gated", "experts", "top_k")
 RUNNING = {name: WHAT_IF[name] for name in SHAPE + ("beta", "capacity_factor")}
@@ -239,7 +258,8 @@ def permute_check_cmd(
 
 
 @app.command("relu-stats")
-@grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), overrides=(Overrides, RUNNING))
+@grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), text=(TextChoice, TEXT),
+         overrides=(Overrides, RUNNING))
 def relu_stats_cmd(
     threshold: Annotated[Optional[float], typer.Option(
         "--threshold", help="Count |act| <= T as inactive (default: pre-activation <= 0).")
@@ -248,13 +268,16 @@ def relu_stats_cmd(
         "--target-sparsity", help="Pick T as this quantile of |act| on the first tokens (the "
         "CATS rule), e.g. 0.5.")] = None,
     as_json: JsonOpt = False,
-    *, model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
+    *, model: ModelChoice, tokens: TokenChoice, text: TextChoice, overrides: Overrides,
 ) -> None:
     """Activation sparsity of the hidden layer: per token, per unit, overlap, savings."""
     from ffncli import render
     from ffncli.model import load_model, load_tokens
     from ffncli.sparsity import relu_stats
 
+    if text.given:
+        _relu_stats_text(model, tokens, text, overrides, threshold, target_sparsity, as_json)
+        return
     loaded = load_model(model, overrides)
     inputs = load_tokens(tokens, loaded.engine.d_model)
     with render.progress(inputs.n_tokens, as_json) as progress:
@@ -262,6 +285,60 @@ def relu_stats_cmd(
                             target_sparsity=target_sparsity,
                             allow_nonfinite=tokens.allow_nonfinite, progress=progress)
     render.emit_stats(result, as_json)
+
+
+def _relu_stats_text(model: ModelChoice, tokens: TokenChoice, text: TextChoice,
+                     overrides: Overrides, threshold: float | None,
+                     target_sparsity: float | None, as_json: bool) -> None:
+    """``relu-stats --text/--ids``: every selected layer's statistics on its real input."""
+    from ffncli import render
+    from ffncli.capture import parse_layers, sweep
+    from ffncli.model import load_sequences, open_forward
+
+    if tokens != TokenChoice(seed=tokens.seed):
+        raise InputError("give --text/--ids (real text through the model) or --input/--random "
+                         "(tokens given to one layer's FFN), not both")
+    forward = open_forward(model, overrides)
+    sequences = load_sequences(text, forward, forward.weights)
+    layers = parse_layers(model.layer, forward.n_layers)
+    with render.progress(sequences.tokens * (layers[-1] + 1), as_json) as progress:
+        result = sweep(forward, sequences, layers, threshold=threshold,
+                       target_sparsity=target_sparsity, progress=progress)
+    render.emit_sweep(result, as_json)
+
+
+CAPTURE_MODEL = {name: MODEL[name] for name in ("config", "weights", "hub_model", "layer",
+                                                 "dtype")}
+
+
+@app.command()
+@grouped(model=(ModelChoice, CAPTURE_MODEL), text=(TextChoice, TEXT))
+def capture(
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", help="Folder for layer{N}.npy (float32, tokens x d_model: that layer's "
+        "FFN input) and capture.json; created if missing, refused if not empty unless --force.")],
+    force: Annotated[bool, typer.Option("--force", help="Write into a folder that is not "
+                                        "empty, replacing files of the same names.")] = False,
+    as_json: JsonOpt = False,
+    *, model: ModelChoice, text: TextChoice,
+) -> None:
+    """Run real text through the whole model; save the input every layer's FFN receives."""
+    from ffncli import render
+    from ffncli.capture import capture as capture_layers
+    from ffncli.capture import parse_layers
+    from ffncli.model import load_sequences, open_forward
+
+    if not text.given:
+        raise InputError("capture: give the text with --text FILE or its token ids with --ids "
+                         "FILE")
+    forward = open_forward(model, Overrides())
+    sequences = load_sequences(text, forward, forward.weights)
+    layers = parse_layers(model.layer, forward.n_layers)
+    with render.progress(sequences.tokens * (layers[-1] + 1), as_json) as progress:
+        result = capture_layers(forward, sequences, layers, out, force=force,
+                                inputs=(text.text, text.ids, forward.weights),
+                                progress=progress)
+    render.emit_capture(result, as_json)
 
 
 @app.command()

@@ -17,7 +17,9 @@ from ffncli.validate import whole
 
 if TYPE_CHECKING:
     from ffncli.counting import FileOnlyResult, ParamsResult
+    from ffncli.forward import Transformer
     from ffncli.runner import Model
+    from ffncli.text import Sequences
     from ffncli.tokens import TokenInput
 
 @dataclass(frozen=True)
@@ -30,9 +32,17 @@ class ModelChoice:
     config: Path | None = None
     weights: Path | None = None
     hub_model: str | None = None  # --model ORG/NAME[@REVISION], from the local cache
-    layer: int = 0
+    layer: str | None = None  # N; with --text or --ids also A-B or all
     dtype: str = "float32"
     max_memory: str | None = None
+
+    def index(self) -> int:
+        """The one layer ``--layer`` names (default 0)."""
+        if self.layer is None:
+            return 0
+        text = self.layer.strip()
+        number = int(text) if text.lstrip("-").isdigit() and len(text) < 20 else self.layer
+        return whole("option --layer", number, 0)
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,19 @@ class TokenChoice:
     random: int | None = None
     seed: int = 0
     allow_nonfinite: bool = False
+
+
+@dataclass(frozen=True)
+class TextChoice:
+    """Real text through the whole model: ``--text`` (tokenised with the model's tokenizer)
+    or ``--ids`` (token ids, no tokenizer)."""
+
+    text: Path | None = None
+    ids: Path | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.text is not None or self.ids is not None
 
 
 _NO_MODEL = "give a model: --preset NAME|FILE or --config config.json"
@@ -116,7 +139,7 @@ def load_model(choice: ModelChoice, overrides: Overrides) -> Model:
     spec = resolve_spec(choice.preset, choice.config, overrides, weights=weights,
                         weights_describe=True)
     budget = parse_size(choice.max_memory) if choice.max_memory is not None else None
-    return runner.build_model(spec, weights, choice.layer, runner.parse_dtype(choice.dtype),
+    return runner.build_model(spec, weights, choice.index(), runner.parse_dtype(choice.dtype),
                               budget)
 
 
@@ -174,3 +197,36 @@ def _count_gguf(preset: str | None, config: Path | None, overrides: Overrides, w
     except UnsupportedArchitecture as exc:
         return FileOnlyResult(file, str(weights), str(exc))
     return ParamsResult(count(spec), file, str(weights), kv_cache(spec, spec.seq_len, batch))
+
+
+def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
+    """The whole model of ``--weights`` or ``--model``, for ``--text`` and ``--ids``."""
+    from ffncli.forward import open_transformer
+    from ffncli.runner import parse_dtype
+
+    weights = weights_of(choice.weights, choice.hub_model)
+    if weights is None:
+        raise InputError("--text and --ids run the whole model: give its checkpoint with "
+                         "--weights or --model")
+    spec = resolve_spec(choice.preset, choice.config, overrides, weights=weights,
+                        weights_describe=True)
+    return open_transformer(spec, weights, parse_dtype(choice.dtype), config=choice.config)
+
+
+def load_sequences(choice: TextChoice, model: Transformer, weights: Path) -> Sequences:
+    """The sequences of ``--text`` (the tokenizer beside ``weights``) or ``--ids``, each cut
+    into windows of the model's maximum positions, every id checked against its vocabulary."""
+    from ffncli.text import load_tokenizer, read_ids, read_text
+
+    if choice.text is not None and choice.ids is not None:
+        raise InputError("give --text or --ids, not both")
+    if choice.ids is not None:
+        return read_ids(choice.ids, model.vocab, model.max_positions)
+    assert choice.text is not None
+    tokenizer = load_tokenizer(weights)
+    sequences = read_text(choice.text, tokenizer, model.max_positions)
+    top = max(int(ids.max()) for ids in sequences.ids if ids.size)
+    if top >= model.vocab:
+        raise InputError(f"{tokenizer.source}: gives token id {top}, but the model's "
+                         f"vocabulary has {model.vocab} rows; is it the model's tokenizer?")
+    return sequences

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # the result types: their modules import NumPy, which params 
     from rich.table import Table
     from rich.text import Text as RichText
 
+    from ffncli.capture import CaptureResult, SweepResult
     from ffncli.checks import CheckReport
     from ffncli.errors import ImplError
     from ffncli.runner import RunResult
@@ -89,6 +90,20 @@ def emit_check(report: CheckReport, as_json: bool) -> None:
 
 def emit_stats(result: SparsityResult, as_json: bool) -> None:
     emit_json(stats_json(result)) if as_json else print_stats(result)
+
+
+def emit_sweep(result: SweepResult, as_json: bool) -> None:
+    doc = sweep_json(result)
+    if as_json:
+        emit_json(doc)
+        return
+    print_sweep(doc)
+    if len(result.layers) == 1:  # one layer: its full statistics too
+        print_stats(result.layers[0].stats)
+
+
+def emit_capture(result: CaptureResult, as_json: bool) -> None:
+    emit_json(capture_json(result)) if as_json else print_capture(result)
 
 
 @contextmanager
@@ -590,6 +605,55 @@ def print_stats(r: SparsityResult) -> None:
             table.add_row(f"{row['a']} & {row['b']}", str(row["shared"]),
                           f"{row['jaccard']:.3f}", f"{row['by_chance']:.1f}")
         out.print(table)
+
+
+# ---------------------------------------------------------------------------------------------
+# relu-stats --text: a row per layer; capture
+
+
+def sweep_json(r: SweepResult) -> dict[str, Any]:
+    return {
+        "model": r.model,
+        "source": r.source,
+        "tokens": r.tokens,
+        "sequences": r.sequences,
+        "definition": r.definition,
+        "layers": [{"layer": s.layer, **stats_json(s.stats),
+                    "cats_threshold_50": s.cats_threshold_50} for s in r.layers],
+    }
+
+
+def print_sweep(doc: dict[str, Any]) -> None:
+    out = console()
+    out.print(Text(f"relu-stats: {doc['model']}, {doc['tokens']:,} tokens in "
+                   f"{doc['sequences']:,} sequences of {doc['source']}"))
+    out.print(Text(doc["definition"]))
+    table = _table("every layer's FFN on its real input", (
+        "layer", "tokens", "inactive", "dead", "always active", "units for 80%",
+        "Jaccard", "shared vs chance", "CATS T@50%"))
+    for row in doc["layers"]:
+        hot = next((c["units"] for c in row.get("hot_unit_coverage", ()) if c["share"] == 0.8),
+                   None)
+        ov = row.get("overlap") or {}
+        paired = bool(ov.get("pairs")) and ov.get("mean_shared_by_chance", 0) > 0
+        table.add_row(str(row["layer"]), f"{row['tokens']:,}",
+                      _pct(row["mean_inactive_fraction"]), str(len(row["dead_units"])),
+                      str(len(row["always_active_units"])), "-" if hot is None else str(hot),
+                      f"{ov['mean_jaccard']:.3f}" if paired else "-",
+                      f"{ov['mean_shared'] / ov['mean_shared_by_chance']:.2f}x" if paired
+                      else "-", f"{row['cats_threshold_50']:.4g}")
+    out.print(table)
+
+
+def capture_json(r: CaptureResult) -> dict[str, Any]:
+    return dataclasses.asdict(r)
+
+
+def print_capture(r: CaptureResult) -> None:
+    out = console()
+    out.print(Text(f"capture: {r.model}, {r.tokens:,} tokens in {r.sequences:,} sequences"))
+    out.print(Text(f"wrote {len(r.files)} files of ({r.tokens}, {r.d_model}) float32 and "
+                   f"capture.json to {r.out}"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,232 @@
+"""Real text through the whole model: every layer's FFN input, written (``capture``) or
+counted on the fly (``relu-stats --text``).
+
+Both are one :func:`ffncli.forward.walk` over the sequences with a different visitor: the walk
+goes layer by layer (one layer's weights in memory), batch by batch (one batch's activations),
+and hands each selected layer's FFN input to the visitor in text order. The statistics are the
+mergeable accumulators of :mod:`ffncli.sparsity`, so a run split over many machines only has to
+merge what each produced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ffncli.errors import InputError, OutputError
+from ffncli.files import same_file, write_text_atomically
+from ffncli.sparsity import (
+    CALIBRATION_TOKENS,
+    SMALL_OVERLAP,
+    Rule,
+    SparsityAccumulator,
+    SparsityResult,
+    calibrate_threshold,
+    describe_rule,
+)
+from ffncli.tokens import AtomicNpyWriter
+from ffncli.validate import number
+
+if TYPE_CHECKING:
+    from ffncli.forward import Block, Transformer
+    from ffncli.text import Sequences
+
+Progress = Callable[[int], None]
+CATS_SHARE = 0.5  # the sweep's CATS column: the threshold that makes half the units inactive
+
+
+def parse_layers(text: str | None, n_layers: int) -> tuple[int, ...]:
+    """``--layer``: ``N``, ``A-B`` (both included) or ``all`` (the default) of ``n_layers``."""
+    if text is None or text == "all":
+        return tuple(range(n_layers))
+    first, dash, last = text.partition("-")
+    try:
+        a = int(first) if first.strip() == first and first.isdigit() else -1
+        b = (int(last) if last.strip() == last and last.isdigit() else -1) if dash else a
+    except ValueError:  # digits beyond int()'s limit
+        a = b = -1
+    if a < 0 or b < 0:
+        raise InputError(f"option --layer: expected a layer N, a range A-B or all, got {text!r}")
+    if a > b:
+        raise InputError(f"option --layer: the range {text} runs backwards; write {b}-{a}")
+    if b >= n_layers:
+        raise InputError(f"option --layer: the model has layers 0-{n_layers - 1}, got {text}")
+    return tuple(range(a, b + 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# capture: DIR/layer{N}.npy and DIR/capture.json
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    out: str
+    model: str
+    layers: tuple[int, ...]
+    tokens: int
+    sequences: int
+    d_model: int
+    files: tuple[str, ...]
+
+
+def layer_file(out: Path, layer: int) -> Path:
+    return out / f"layer{layer}.npy"
+
+
+def prepare_out(out: Path, force: bool, inputs: Sequence[Path | None]) -> None:
+    """``--out DIR``: created if missing (its parent must exist); an existing folder must be
+    empty unless ``force``; never a folder holding one of the inputs."""
+    try:
+        entries = os.listdir(out)
+    except FileNotFoundError:
+        try:
+            os.mkdir(out)
+        except FileNotFoundError:
+            raise OutputError(f"option --out: folder {out.parent} does not exist") from None
+        except OSError as exc:
+            raise OutputError(f"option --out: cannot create {out}: "
+                              f"{exc.strerror or exc}") from None
+        return
+    except NotADirectoryError:
+        raise OutputError(f"option --out: {out} is a file; capture writes a folder") from None
+    except OSError as exc:
+        raise OutputError(f"option --out: cannot use {out}: {exc.strerror or exc}") from None
+    visible = [e for e in entries if not e.startswith(".")]
+    if visible and not force:
+        raise OutputError(f"option --out: {out} is not empty ({len(visible)} entries); pass "
+                          "--force to write into it")
+    for source in inputs:
+        if source is None:
+            continue
+        for name in entries:
+            if same_file(out / name, source):
+                raise OutputError(f"option --out: {out} holds the input {source}; choose "
+                                  "another folder")
+
+
+def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out: Path, *,
+            force: bool = False, inputs: Sequence[Path | None] = (), batch_tokens: int = 4096,
+            progress: Progress | None = None) -> CaptureResult:
+    """Write each selected layer's FFN input, float32 (tokens, d_model) in text order, to
+    ``out/layer{N}.npy`` (each file atomically), then ``out/capture.json``."""
+    from ffncli.forward import walk
+
+    prepare_out(out, force, inputs)
+    shape = (sequences.tokens, model.d_model)
+    files = tuple(layer_file(out, i) for i in layers)
+    with contextlib.ExitStack() as stack:
+        current: dict[str, Any] = {"layer": None, "writer": None, "pending": []}
+
+        def visit(layer: int, block: Block, x: np.ndarray) -> None:
+            if current["layer"] != layer:
+                if current["writer"] is not None:
+                    stack.close()  # the previous layer's file is complete: publish it
+                current["pending"] = []
+                current["writer"] = stack.enter_context(AtomicNpyWriter(
+                    layer_file(out, layer), shape, np.dtype(np.float32), force=True,
+                    inputs=tuple(inputs)))
+                current["layer"] = layer
+            writer, pending = current["writer"], current["pending"]
+            chunk = np.ascontiguousarray(x, dtype=np.float32)
+            writer.write(chunk)
+            pending.append(chunk)
+            if len(pending) > 1:  # keep one write in flight, overlapping the next batch
+                writer.wait(pending.pop(0))
+
+        walk(model, sequences.ids, layers, visit, batch_tokens=batch_tokens, progress=progress)
+    manifest = capture_manifest(model, sequences, layers, files)
+    write_text_atomically(out / "capture.json", json.dumps(manifest, indent=1) + "\n", "--out")
+    return CaptureResult(str(out), model.source, tuple(layers), sequences.tokens,
+                         len(sequences.ids), model.d_model, tuple(str(f) for f in files))
+
+
+def capture_manifest(model: Transformer, sequences: Sequences, layers: Sequence[int],
+                     files: Sequence[Path]) -> dict[str, Any]:
+    return {
+        "model": model.source,
+        "family": model.spec.family,
+        "d_model": model.d_model,
+        "dtype": "float32",
+        "layers": list(layers),
+        "files": [f.name for f in files],
+        "tokens": sequences.tokens,
+        "input": {"path": sequences.source, "sha256": sequences.sha256},
+        "sequences": [{"line": line, "ids": ids.tolist()}
+                      for line, ids in zip(sequences.lines, sequences.ids, strict=True)],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# relu-stats --text: one accumulator per layer, fed as the walk goes
+
+
+@dataclass(frozen=True)
+class LayerStats:
+    layer: int
+    stats: SparsityResult
+    cats_threshold_50: float  # the |act| that half of the first tokens' units stay under
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    model: str
+    source: str
+    tokens: int
+    sequences: int
+    definition: str
+    layers: tuple[LayerStats, ...]
+
+
+class _LayerSweep:
+    """One layer's statistics: calibrated on its first batch, then fed every batch."""
+
+    def __init__(self, block: Block, first: np.ndarray, tokens: int,
+                 threshold: float | None, target: float | None) -> None:
+        engine = block.engine
+        sample = np.ascontiguousarray(first[:CALIBRATION_TOKENS], dtype=engine.dtype)
+        self.cats = calibrate_threshold(engine, sample, CATS_SHARE)
+        if target is not None:
+            threshold = calibrate_threshold(engine, sample, target)
+        rule = Rule(threshold, describe_rule(engine.act.name, threshold, target))
+        engine.begin(tokens)  # an expert's capacity is that of the whole text
+        self.engine = engine
+        self.acc = SparsityAccumulator(engine, rule, keep_masks=tokens <= SMALL_OVERLAP)
+
+    def update(self, x: np.ndarray) -> None:
+        rows = self.engine.chunk_tokens
+        for start in range(0, x.shape[0], rows):
+            self.acc.update(x[start:start + rows])
+
+
+def sweep(model: Transformer, sequences: Sequences, layers: Sequence[int], *,
+          threshold: float | None = None, target_sparsity: float | None = None,
+          batch_tokens: int = 4096, progress: Progress | None = None) -> SweepResult:
+    """The sparsity statistics of every selected layer's FFN on its real input."""
+    from ffncli.forward import walk
+
+    if threshold is not None and target_sparsity is not None:
+        raise InputError("give --threshold or --target-sparsity, not both")
+    if threshold is not None:
+        number("option --threshold", threshold)
+    if target_sparsity is not None and not 0 < target_sparsity < 1:
+        raise InputError(f"option --target-sparsity: expected a share between 0 and 1, got "
+                         f"{target_sparsity}")
+    sweeps: dict[int, _LayerSweep] = {}
+
+    def visit(layer: int, block: Block, x: np.ndarray) -> None:
+        if layer not in sweeps:
+            sweeps[layer] = _LayerSweep(block, x, sequences.tokens, threshold, target_sparsity)
+        sweeps[layer].update(x)
+
+    walk(model, sequences.ids, layers, visit, batch_tokens=batch_tokens, progress=progress)
+    results = tuple(LayerStats(i, sweeps[i].acc.result(), sweeps[i].cats) for i in layers)
+    definition = results[0].stats.rule.description if results else ""
+    return SweepResult(model.source, sequences.source, sequences.tokens, len(sequences.ids),
+                       definition, results)
