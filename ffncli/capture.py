@@ -32,7 +32,7 @@ from ffncli.sparsity import (
     describe_rule,
 )
 from ffncli.tokens import AtomicNpyWriter
-from ffncli.validate import number
+from ffncli.validate import fail, number
 
 if TYPE_CHECKING:
     from ffncli.forward import Block, Transformer
@@ -53,11 +53,11 @@ def parse_layers(text: str | None, n_layers: int) -> tuple[int, ...]:
     except ValueError:  # digits beyond int()'s limit
         a = b = -1
     if a < 0 or b < 0:
-        raise InputError(f"option --layer: expected a layer N, a range A-B or all, got {text!r}")
+        raise fail("option --layer", "a layer N, a range A-B or all", text)
     if a > b:
         raise InputError(f"option --layer: the range {text} runs backwards; write {b}-{a}")
     if b >= n_layers:
-        raise InputError(f"option --layer: the model has layers 0-{n_layers - 1}, got {text}")
+        raise fail("option --layer", f"layers of 0-{n_layers - 1}", text)
     return tuple(range(a, b + 1))
 
 

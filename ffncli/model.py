@@ -201,13 +201,13 @@ def _count_gguf(preset: str | None, config: Path | None, overrides: Overrides, w
 
 def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
     """The whole model of ``--weights`` or ``--model``, for ``--text`` and ``--ids``."""
-    from ffncli.forward import open_transformer
-    from ffncli.runner import parse_dtype
-
     weights = weights_of(choice.weights, choice.hub_model)
     if weights is None:
         raise InputError("--text and --ids run the whole model: give its checkpoint with "
                          "--weights or --model")
+    from ffncli.forward import open_transformer
+    from ffncli.runner import parse_dtype
+
     spec = resolve_spec(choice.preset, choice.config, overrides, weights=weights,
                         weights_describe=True)
     return open_transformer(spec, weights, parse_dtype(choice.dtype), config=choice.config)
