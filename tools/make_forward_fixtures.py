@@ -53,7 +53,7 @@ BERT_COMMON: dict[str, Any] = dict(
     intermediate_size=FF, max_position_embeddings=MAXPOS, initializer_range=INIT,
     hidden_act="gelu", layer_norm_eps=1e-12)
 
-# case -> (model_type, config kwargs, rope_theta / rope_parameters where rotary)
+# case -> (model_type, config kwargs); rotary cases give rope_parameters (transformers 5)
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "bert": ("bert", dict(BERT_COMMON, type_vocab_size=2, pad_token_id=0)),
     "roberta": ("roberta", dict(BERT_COMMON, type_vocab_size=1, pad_token_id=1,
@@ -135,7 +135,7 @@ def capture(model: torch.nn.Module, model_type: str, sequences: list[list[int]],
 def randomise(model: torch.nn.Module, gen: torch.Generator) -> None:
     """Every norm's weight and bias and every linear bias random (HF inits them to 1/0)."""
     with torch.no_grad():
-        for name, mod in model.named_modules():
+        for mod in model.modules():
             cls = type(mod).__name__
             is_norm = isinstance(mod, torch.nn.LayerNorm) or "Norm" in cls
             for pname, p in mod.named_parameters(recurse=False):
@@ -148,7 +148,7 @@ def randomise(model: torch.nn.Module, gen: torch.Generator) -> None:
                     p.copy_(0.1 * torch.randn(p.shape, generator=gen))
 
 
-def random_ids(case: str, model_type: str, seed: int) -> list[list[int]]:
+def random_ids(model_type: str, seed: int) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     banned = {1} if model_type == "roberta" else set()   # roberta's positions skip pad (1)
     seqs = []
@@ -197,7 +197,7 @@ def tiny_case(case: str, seed: int) -> str:
     model = model.to(torch.float32).eval()
     gen = torch.Generator().manual_seed(seed + 1)
     randomise(model, gen)
-    sequences = random_ids(case, model_type, seed + 2)
+    sequences = random_ids(model_type, seed + 2)
     expected = capture(model, model_type, sequences)
     d = fresh(case)
     model.save_pretrained(d, safe_serialization=True)
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.cases or [*CASES, "minilm", "smollm2"]
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"numpy {np.__version__}", file=sys.stderr)
-    for n, case in enumerate(names):
+    for case in names:
         if case == "minilm":
             print(minilm_case())
         elif case == "smollm2":
