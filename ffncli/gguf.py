@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Collection
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -558,7 +557,7 @@ def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> W
 # The values of metadata arrays (a tokenizer's tokens and merges), read on demand.
 
 
-def metadata_arrays(path: Path, keys: Collection[str]) -> dict[str, list[Any]]:
+def metadata_arrays(path: Path, keys: tuple[str, ...]) -> dict[str, list[Any]]:
     """The values of the metadata arrays named ``keys`` that the file has (strings as ``str``,
     numbers as ``int``/``float``/``bool``); keys it lacks, or holding no array, are left out.
 
