@@ -124,19 +124,20 @@ def load_tokenizer(weights: Path) -> Tokenizer:
 # GGUF's tokenizer.ggml.pre -> the regular expressions llama.cpp splits text with before its
 # byte-level BPE (llama-vocab.cpp, llm_tokenizer_bpe), each piece isolated, in order.
 _GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3_SPLIT = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+                 r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+                 r"|\s+(?!\S)|\s+")
 GGUF_PRE_SPLITS: dict[str, tuple[str, ...]] = {
-    "gpt2": (_GPT2_SPLIT,),
-    "mpt": (_GPT2_SPLIT,),
-    "olmo": (_GPT2_SPLIT,),
-    "jais": (_GPT2_SPLIT,),
+    **dict.fromkeys(("gpt2", "mpt", "olmo", "jais"), (_GPT2_SPLIT,)),
     # digits one by one, then GPT-2's expression
-    "smollm": (r"\p{N}", _GPT2_SPLIT),
-    "starcoder": (r"\p{N}", _GPT2_SPLIT),
-    "refact": (r"\p{N}", _GPT2_SPLIT),
-    "command-r": (r"\p{N}", _GPT2_SPLIT),
-    "codeshell": (r"\p{N}", _GPT2_SPLIT),
-    "exaone": (r"\p{N}", _GPT2_SPLIT),
+    **dict.fromkeys(("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone"),
+                    (r"\p{N}", _GPT2_SPLIT)),
+    **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
+                     "midm-2.0", "lfm2"), (_LLAMA3_SPLIT,)),
 }
+# llama.cpp's LLAMA3 pre-tokenizers: a piece found whole in the vocabulary is one token
+# (ignore_merges), and BOS is added unless tokenizer.ggml.add_bos_token says otherwise.
+_LLAMA3 = frozenset(k for k, v in GGUF_PRE_SPLITS.items() if v == (_LLAMA3_SPLIT,))
 _TOKENS, _MERGES, _TYPES = "tokenizer.ggml.tokens", "tokenizer.ggml.merges", \
     "tokenizer.ggml.token_type"
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp's token types
@@ -155,7 +156,8 @@ def _byte_alphabet() -> dict[int, str]:
 def _gguf_tokenizer(path: Path, tokenizers: Any) -> Tokenizer:
     """A byte-level BPE from ``tokenizer.ggml.tokens`` and ``.merges``, split per
     ``tokenizer.ggml.pre``, control tokens kept whole (as ``transformers`` and llama.cpp keep
-    them), BOS/EOS added when ``tokenizer.ggml.add_bos_token``/``add_eos_token`` say so."""
+    them), BOS/EOS added when ``tokenizer.ggml.add_bos_token``/``add_eos_token`` say so (when
+    a file does not say, as llama.cpp does: BOS for the LLAMA3 pre-tokenizers only)."""
     from ffncli.gguf import metadata_arrays, read_header
 
     meta = read_header(path).metadata
@@ -197,7 +199,7 @@ def _gguf_tokenizer(path: Path, tokenizers: Any) -> Tokenizer:
         pairs.append(pair)
     models, pre_tokenizers = tokenizers.models, tokenizers.pre_tokenizers
     try:
-        backend = tokenizers.Tokenizer(models.BPE(vocab, pairs))
+        backend = tokenizers.Tokenizer(models.BPE(vocab, pairs, ignore_merges=pre in _LLAMA3))
     except Exception as exc:  # a merge of tokens not in the vocabulary
         raise WeightsError(f"{path}: the GGUF tokenizer cannot be built: {exc}") from None
     backend.pre_tokenizer = pre_tokenizers.Sequence(
@@ -213,8 +215,9 @@ def _gguf_tokenizer(path: Path, tokenizers: Any) -> Tokenizer:
                         for t, kind in zip(tokens, types, strict=True) if kind == _USER_DEFINED
                         and t in vocab])
     template, specials = ["$A:0"], []
-    for end, flag in (("bos", "add_bos_token"), ("eos", "add_eos_token")):
-        if meta.get(f"tokenizer.ggml.{flag}") is True:
+    for end, flag, default in (("bos", "add_bos_token", pre in _LLAMA3),
+                               ("eos", "add_eos_token", False)):
+        if meta.get(f"tokenizer.ggml.{flag}", default) is True:
             token_id = meta.get(f"tokenizer.ggml.{end}_token_id")
             if not isinstance(token_id, int) or not 0 <= token_id < len(tokens):
                 raise WeightsError(f"{path}: metadata key 'tokenizer.ggml.{end}_token_id': "

@@ -239,7 +239,8 @@ def write_tokenizer_gguf(path: Path, *, pre: str | None = "smollm", model: str |
                          merges: list[str] | None = None) -> dict[str, int]:
     gguf = pytest.importorskip("gguf")
     alphabet = text._byte_alphabet()
-    tokens = ["<s>", "</s>", *(alphabet[b] for b in range(256)), "ab", "abc", "12", "Ġab"]
+    tokens = ["<s>", "</s>", *(alphabet[b] for b in range(256)), "ab", "abc", "12", "Ġab",
+              "123", "xyz"]
     types = [3, 3] + [1] * (len(tokens) - 2)
     w = gguf.GGUFWriter(str(path), "llama")
     if model is not None:
@@ -265,7 +266,7 @@ def test_a_gguf_tokenizer_merges_splits_and_adds_bos_as_its_metadata_says(tmp_pa
     path = tmp_path / "m.gguf"
     v = write_tokenizer_gguf(path, pre="smollm", add_bos=True)
     tok = load_tokenizer(path)
-    assert tok.vocab == len(v) == 262
+    assert tok.vocab == len(v) == 264
     assert tok.encode(["abc ab 12</s>"]) == [[v["<s>"], v["abc"], v["Ġab"], v["Ġ"], v["1"],
                                                v["2"], v["</s>"]]]
     write_tokenizer_gguf(path, pre="gpt2", add_bos=False)  # digits merge; no BOS
@@ -273,6 +274,18 @@ def test_a_gguf_tokenizer_merges_splits_and_adds_bos_as_its_metadata_says(tmp_pa
                                                            v["12"]]]
     write_tokenizer_gguf(path, pre="gpt2")  # no add_bos_token key: none, as transformers
     assert load_tokenizer(path).encode(["ab"]) == [[v["ab"]]]
+
+
+def test_a_llama3_gguf_tokenizer_splits_numbers_by_three_and_ignores_merges(tmp_path):
+    path = tmp_path / "m.gguf"
+    v = write_tokenizer_gguf(path, pre="llama-bpe")  # no add_bos_token: BOS, as llama.cpp
+    assert load_tokenizer(path).encode(["xyz 12345"]) == [[v["<s>"], v["xyz"], v["Ġ"],
+                                                           v["123"], v["4"], v["5"]]]
+    write_tokenizer_gguf(path, pre="llama-bpe", add_bos=False)
+    assert load_tokenizer(path).encode(["xyz"]) == [[v["xyz"]]]  # whole, though no merge
+    write_tokenizer_gguf(path, pre="gpt2")  # merges only: x y z; " 12345" one piece
+    assert load_tokenizer(path).encode(["xyz 12345"]) == [[v["x"], v["y"], v["z"], v["Ġ"],
+                                                           v["12"], v["3"], v["4"], v["5"]]]
 
 
 def test_metadata_arrays_are_the_gguf_packages(tmp_path):
@@ -379,7 +392,7 @@ def test_gguf_tokenizers_that_cannot_be_built(tmp_path):
     write_tokenizer_gguf(path, add_bos=True, bos=999)
     assert error_of(load_tokenizer, path) == (
         WeightsError, f"{path}: metadata key 'tokenizer.ggml.bos_token_id': expected a token id "
-        "below 262 (the file sets add_bos_token), got 999")
+        "below 264 (the file sets add_bos_token), got 999")
     write_tokenizer_gguf(path, merges=["a b", "abc"])
     assert error_of(load_tokenizer, path) == (
         WeightsError, f"{path}: metadata key 'tokenizer.ggml.merges': merge 1 is 'abc'; "
