@@ -705,8 +705,8 @@ def sweep_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
                      _n(len(layer["always_active_units"])),
                      "-" if hot is None else f"{hot['units']:,} ({_pct(hot['unit_share'])})",
                      f"{ov['mean_jaccard']:.3f}" if paired else "-",
-                     f"{ov['mean_shared']:.1f}" if paired else "-",
-                     f"{ov['mean_shared_by_chance']:.1f}" if paired else "-",
+                     f"{ov['mean_shared']:,.1f}" if paired else "-",
+                     f"{ov['mean_shared_by_chance']:,.1f}" if paired else "-",
                      "-" if cats is None else f"{cats:.4g}"))
     return rows
 

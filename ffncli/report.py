@@ -193,7 +193,11 @@ def _lines(series: Sequence[tuple[str, Sequence[tuple[float, float]], str]], tit
     def py(y: float) -> float:
         return y0 - (y0 - y1) * y
 
-    for x, text in x_ticks:
+    shown: list[tuple[float, str]] = []
+    for x, text in reversed(x_ticks):  # the last tick stays; one crowding it is left out
+        if not shown or abs(px(shown[-1][0]) - px(x)) >= 8 * max(len(text), len(shown[-1][1])):
+            shown.append((x, text))
+    for x, text in shown:
         body.append(_line(px(x), y0, px(x), y0 + 4, "#666"))
         body.append(_text(px(x), y0 + 16, text, "middle"))
     for i, (name, points, colour) in enumerate(series):
@@ -311,7 +315,7 @@ def _stats_sections(doc: dict[str, Any], at: str) -> list[str]:
         ["W2 multiply-adds per token", Cell(_int(doc["w2_macs_per_token"]),
                                             f"{at}w2_macs_per_token")],
         ["of which skipped by leaving out inactive units",
-         Cell(_fixed(doc["w2_macs_saved_per_token"], 1), f"{at}w2_macs_saved_per_token")],
+         Cell(f"{doc['w2_macs_saved_per_token']:,.1f}", f"{at}w2_macs_saved_per_token")],
     ]
     if doc["experts"] > 1:
         rows[1:1] = [["experts", Cell(_int(doc["experts"]), f"{at}experts")],
@@ -326,9 +330,9 @@ def _stats_sections(doc: dict[str, Any], at: str) -> list[str]:
             ["their inactive sets: mean Jaccard index",
              Cell(_fixed(ov["mean_jaccard"], 4), f"{at}overlap.mean_jaccard")],
             ["standard deviation", Cell(_fixed(ov["std_jaccard"], 4), f"{at}overlap.std_jaccard")],
-            ["mean units shared", Cell(_fixed(ov["mean_shared"], 2), f"{at}overlap.mean_shared")],
+            ["mean units shared", Cell(f"{ov['mean_shared']:,.2f}", f"{at}overlap.mean_shared")],
             ["shared by two random sets of those sizes",
-             Cell(_fixed(ov["mean_shared_by_chance"], 2), f"{at}overlap.mean_shared_by_chance")],
+             Cell(f"{ov['mean_shared_by_chance']:,.2f}", f"{at}overlap.mean_shared_by_chance")],
         ]
     sections = [_section("summary", _table(("statistic", "value"), rows, f"{at}summary"))]
     if doc["experts"] == 1:
@@ -461,8 +465,8 @@ def _sweep_summary(layers: Sequence[dict[str, Any]]) -> str:
                  f"{at}hot_unit_coverage.{hot}.unit_share")]
         row += ["-", "-", "-"] if not ov.get("pairs") else [
             Cell(_fixed(ov["mean_jaccard"], 4), f"{at}overlap.mean_jaccard"),
-            Cell(_fixed(ov["mean_shared"], 2), f"{at}overlap.mean_shared"),
-            Cell(_fixed(ov["mean_shared_by_chance"], 2), f"{at}overlap.mean_shared_by_chance")]
+            Cell(f"{ov['mean_shared']:,.2f}", f"{at}overlap.mean_shared"),
+            Cell(f"{ov['mean_shared_by_chance']:,.2f}", f"{at}overlap.mean_shared_by_chance")]
         row.append("-" if cats is None else Cell(f"{cats:.6g}", f"{at}cats_threshold_50"))
         rows.append(row)
     table = _table(("layer", "tokens", "mean inactive", "dead", "always active",

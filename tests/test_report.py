@@ -305,8 +305,8 @@ def test_print_sweep_rows(capsys):
         assert cells[4:] == [str(len(layer["dead_units"])), str(len(layer["always_active_units"])),
                              f"{hot['units']:,} ({hot['unit_share']:.1%})",
                              f"{layer['overlap']['mean_jaccard']:.3f}",
-                             f"{layer['overlap']['mean_shared']:.1f}",
-                             f"{layer['overlap']['mean_shared_by_chance']:.1f}",
+                             f"{layer['overlap']['mean_shared']:,.1f}",
+                             f"{layer['overlap']['mean_shared_by_chance']:,.1f}",
                              f"{layer['cats_threshold_50']:.4g}"]
         assert _eighths(cells[3]) == round(layer["mean_inactive_fraction"] * render.BAR_MAX * 8)
 
