@@ -725,7 +725,8 @@ def print_sweep(doc: dict[str, Any]) -> None:
     out.print(Text(f"relu-stats: {doc['model']} on {doc['source']}: {doc['tokens']:,} tokens in "
                    f"{doc['sequences']:,} sequences"))
     out.print(Text(str(doc["definition"])))
-    out.print(_bar_table(out, "every layer", SWEEP_COLUMNS, sweep_rows(doc),
+    out.print(_bar_table(out, "every layer's FFN on its real input", SWEEP_COLUMNS,
+                         sweep_rows(doc),
                          [layer["mean_inactive_fraction"] for layer in doc["layers"]], after=2,
                          track=True))
 

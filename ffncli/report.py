@@ -635,7 +635,8 @@ def _flops(doc: dict[str, Any]) -> str:
 
 
 def command_inputs(preset: str | None = None, config: Path | None = None,
-                   weights: Path | None = None, tokens: Path | None = None
+                   weights: Path | None = None, tokens: Path | None = None,
+                   text: Path | None = None, ids: Path | None = None
                    ) -> list[tuple[str, Path | None]]:
     """The files a command reads, named as the error names them: a weights folder or index
     stands for every file beside it (the shards, the config, the tokenizer)."""
@@ -643,8 +644,8 @@ def command_inputs(preset: str | None = None, config: Path | None = None,
 
     preset_file = Path(preset) if preset and Path(preset).is_file() else None
     inputs: list[tuple[str, Path | None]] = [
-        ("--input file", tokens), ("--preset file", preset_file), ("--config file", config),
-        ("--weights file", weights)]
+        ("--input file", tokens), ("--text file", text), ("--ids file", ids),
+        ("--preset file", preset_file), ("--config file", config), ("--weights file", weights)]
     if weights is not None:
         beside = config_beside(weights) or weights.parent / "config.json"
         inputs.append(("config.json beside the --weights", beside))

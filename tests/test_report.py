@@ -459,3 +459,20 @@ def test_no_color_leaves_the_bars_uncoloured(cli, monkeypatch):
     plain = cli("relu-stats", "--preset", "tiny", "--random", "50").out
     assert not _colours(plain) and "█" in plain
     assert not _colours(cli("params", "--preset", "base").out)
+
+
+def test_sweep_report_is_never_written_over_the_text_or_ids(tmp_path):
+    """For the lead's relu-stats --text/--ids sweep: report.save_sweep with command_inputs."""
+    from ffncli.errors import OutputError
+
+    text, ids = tmp_path / "alice.txt", tmp_path / "ids.txt"
+    text.write_text("Alice\n")
+    ids.write_text("1 2 3\n")
+    doc = {"model": "m", "source": str(text), "tokens": 0, "sequences": 0, "definition": "",
+           "layers": []}
+    for path, what in ((text, "--text file"), (ids, "--ids file")):
+        with pytest.raises(OutputError) as caught:
+            report.save_sweep(path, doc, report.command_inputs(text=text, ids=ids))
+        assert str(caught.value) == (f"option --report: {path} is an input of this command "
+                                     f"(the {what}); choose another path")
+    assert text.read_text() == "Alice\n" and ids.read_text() == "1 2 3\n"
