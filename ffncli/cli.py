@@ -56,6 +56,10 @@ HubModelOpt = Annotated[Optional[str], typer.Option(
     "--model", metavar="ORG/NAME[@REVISION]", help="Instead of --weights: a model in the "
     "local Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub; "
     "revision default main). Never downloads.", show_default=False)]
+ReportOpt = Annotated[Optional[Path], typer.Option(
+    "--report", metavar="FILE.html", help="Also write the results as one self-contained HTML "
+    "page (SVG charts, each with its numbers in a table; no scripts, nothing fetched), "
+    "atomically, never over an input of the command.", show_default=False)]
 
 # Options that travel together: each group reaches a command as one frozen object (see
 # :func:`grouped`), so the model, token and what-if options are declared once, here.
@@ -179,14 +183,16 @@ def params(
         "spec (from --preset, --config or the config.json beside the weights; exit 1 on a "
         "mismatch).")] = None,
     hub_model: HubModelOpt = None,
+    report_path: ReportOpt = None,
     as_json: JsonOpt = False,
     *, overrides: Overrides,
 ) -> None:
     """Count parameters, FLOPs per token, weight memory and KV cache: FFN, attention, norms."""
-    from ffncli import render
+    from ffncli import render, report
     from ffncli.model import count_model, weights_of
 
     result = count_model(preset, config, overrides, weights_of(weights, hub_model), batch)
+    report.save_params(report_path, result, preset, config, weights_of(weights, hub_model))
     render.emit_params(result, as_json)
     if not result.matches:
         raise typer.Exit(ExitCode.CHECK_FAILED)
@@ -267,11 +273,12 @@ def relu_stats_cmd(
     target_sparsity: Annotated[Optional[float], typer.Option(
         "--target-sparsity", help="Pick T as this quantile of |act| on the first tokens (the "
         "CATS rule), e.g. 0.5.")] = None,
+    report_path: ReportOpt = None,
     as_json: JsonOpt = False,
     *, model: ModelChoice, tokens: TokenChoice, text: TextChoice, overrides: Overrides,
 ) -> None:
     """Activation sparsity of the hidden layer: per token, per unit, overlap, savings."""
-    from ffncli import render
+    from ffncli import render, report
     from ffncli.model import load_model, load_tokens
     from ffncli.sparsity import relu_stats
 
@@ -284,6 +291,7 @@ def relu_stats_cmd(
         result = relu_stats(loaded.engine, inputs, threshold=threshold,
                             target_sparsity=target_sparsity,
                             allow_nonfinite=tokens.allow_nonfinite, progress=progress)
+    report.save_stats(report_path, result, model, tokens)
     render.emit_stats(result, as_json)
 
 

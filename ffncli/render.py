@@ -137,6 +137,71 @@ def _table(title: str, columns: Iterable[str]) -> Table:
     return table
 
 
+# Bars drawn with block characters, eighths of a cell for the end: they scale with the
+# console (shorter on a narrow terminal, left out when fewer than BAR_MIN cells are free, so a
+# table never wraps), and take a colour only where Rich allows one (not under NO_COLOR).
+
+BAR_MAX = 40  # cells of a full bar
+BAR_MIN = 8  # fewer cells than this say nothing: no bar
+BAR_STYLE = "cyan"
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def bar(share: float, width: int, track: bool = False) -> str:
+    """``share`` (0 to 1, clamped) of ``width`` cells in full blocks and one partial block;
+    with ``track`` the rest of the width in light shade, so that the whole reads as 100%."""
+    eighths = round(min(max(share, 0.0), 1.0) * width * 8)
+    full, rest = divmod(eighths, 8)
+    drawn = "█" * full + (_EIGHTHS[rest] if rest else "")
+    return drawn + "░" * (width - len(drawn)) if track else drawn
+
+
+def _bar_text(share: float | None, width: int, track: bool) -> RichText:
+    from rich.text import Text as RichText
+
+    return RichText("" if share is None else bar(share, width, track), style=BAR_STYLE)
+
+
+def _bar_room(out: Console, table: Table) -> int:
+    """Cells free for a bar column beside ``table`` on this console (its natural width, not
+    the title's, plus the column's separator): 0 when fewer than BAR_MIN."""
+    min_width, table.min_width = table.min_width, None
+    used = out.measure(table).maximum
+    table.min_width = min_width
+    room = min(BAR_MAX, out.width - used - 3)
+    return room if room >= BAR_MIN else 0
+
+
+def _bar_table(out: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+               shares: Sequence[float | None], *, after: int | None = None,
+               track: bool = False, heading: str = "") -> Table:
+    """A table of ``rows`` with a bar column of ``shares`` after column ``after`` (default
+    the last), as wide as the console leaves room for; without it when there is none."""
+    table = _table(title, columns)
+    for row in rows:
+        table.add_row(*row)
+    width = _bar_room(out, table)
+    if not width:
+        return table
+    at = len(columns) if after is None else after + 1
+    table = _table(title, [*columns[:at], heading, *columns[at:]])
+    table.columns[at].justify = "left"
+    for row, share in zip(rows, shares, strict=True):
+        table.add_row(*row[:at], _bar_text(share, width, track), *row[at:])
+    return table
+
+
+def _share_bar_line(out: Console, indent: int, share: float) -> None:
+    """A share printed on the line above, drawn under it with its 100% track."""
+    width = min(BAR_MAX, out.width - indent)
+    if width >= BAR_MIN:
+        from rich.text import Text as RichText
+
+        line = RichText(" " * indent)
+        line.append(bar(share, width, track=True), style=BAR_STYLE)
+        out.print(line)
+
+
 # ---------------------------------------------------------------------------------------------
 # params
 
@@ -238,11 +303,15 @@ def print_params(result: ParamsResult) -> None:
         if layer.ffn_active != layer.ffn:
             lines.append(("active per token:", _n(layer.ffn_active)))
         lines += [(label, _n(layer.total)), ("share in the FFN:", _pct(layer.ffn_share))]
+        shares = {"share in the FFN:": layer.ffn_share}
         if layer.ffn_active != layer.ffn:
             lines.append(("active share in the FFN:", _pct(layer.ffn_active_share)))
+            shares["active share in the FFN:"] = layer.ffn_active_share
         width = max(len(name) for name, _ in lines) + 1
         for name, value in lines:
             out.print(f"{name:<{width}}{value}")
+            if name in shares and layer.kind != "ffn":  # an FFN-only spec: always 100%
+                _share_bar_line(out, width, shares[name])
     if not spec.ffn_only:
         out.print()
         table = _table("whole model", ("part", "shape", "params"))
@@ -255,6 +324,7 @@ def print_params(result: ParamsResult) -> None:
         if c.active != c.total:
             table.add_row("active per token", "", _n(c.active))
         out.print(table)
+        _print_parts(out, c)
     _print_flops(out, c)
     _print_memory(out, c)
     if result.kv is not None:
@@ -264,19 +334,37 @@ def print_params(result: ParamsResult) -> None:
         print_stored(out, result.file)
 
 
+PARTS = {"embeddings": "embeddings", "attention": "attention", "ffn": "FFN", "norms": "norms",
+         "head": "output head", "pooler": "pooler"}
+
+
+def _print_parts(out: Console, c: ModelCount) -> None:
+    """The whole model's parameters by part, each with its share of the total."""
+    out.print()
+    parts = [(name, c.groups[key]) for key, name in PARTS.items() if c.groups.get(key)]
+    rows = [(name, _n(params), _pct(params / c.total)) for name, params in parts]
+    out.print(_bar_table(out, "parameters by part", ("part", "params", "share"), rows,
+                         [params / c.total for _, params in parts], track=True))
+
+
 def _print_flops(out: Console, c: ModelCount) -> None:
     out.print()
-    table = _table(f"FLOPs per token (2 per multiply-add) at seq_len {c.spec.seq_len}",
-                   ("layer", "FFN", "attn proj", "attn scores", "total", "FFN share"))
+    rows: list[tuple[str, ...]] = []
+    shares: list[float | None] = []
     for layer in c.layers:
         f = layer.flops
-        table.add_row(f"{layer.kind}", _n(f.ffn), _n(f.attention_projections),
-                      _n(f.attention_scores), _n(f.total), _pct(f.ffn_share))
+        rows.append((f"{layer.kind}", _n(f.ffn), _n(f.attention_projections),
+                     _n(f.attention_scores), _n(f.total), _pct(f.ffn_share)))
+        shares.append(f.ffn_share)
     if c.head_flops:
-        table.add_row("output head", "", "", "", _n(c.head_flops), "")
-    table.add_row("whole model", _n(c.flops_ffn), "", "", _n(c.flops_total),
-                  _pct(c.flops_ffn_share))
-    out.print(table)
+        rows.append(("output head", "", "", "", _n(c.head_flops), ""))
+        shares.append(None)
+    rows.append(("whole model", _n(c.flops_ffn), "", "", _n(c.flops_total),
+                 _pct(c.flops_ffn_share)))
+    shares.append(c.flops_ffn_share)
+    out.print(_bar_table(out, f"FLOPs per token (2 per multiply-add) at seq_len "
+                         f"{c.spec.seq_len}", ("layer", "FFN", "attn proj", "attn scores",
+                                               "total", "FFN share"), rows, shares, track=True))
 
 
 def _print_memory(out: Console, c: ModelCount) -> None:
@@ -572,20 +660,25 @@ def print_stats(r: SparsityResult) -> None:
               f"({r.w2_macs_saved_per_token / r.w2_macs_per_token:.1%})")
     if r.experts == 1:
         s = r.stats[0]
-        table = _table("units by how often they are active", ("active for", "units"))
-        for bin_row in s.activity_histogram():
-            table.add_row(str(bin_row["bin"]), str(bin_row["units"]))
-        out.print(table)
-        table = _table("aggregated sparsity: units unused by all of the first t tokens",
-                       ("t", "unused share"))
-        for row in s.aggregated_sparsity():
-            table.add_row(f"{row['tokens']:,}", _pct(row["unused_share"]))
-        out.print(table)
-        table = _table("hot units: the fewest units carrying a share of all activations",
-                       ("share of activations", "units", "share of units"))
-        for row in s.hot_unit_coverage():
-            table.add_row(_pct(row["share"]), str(row["units"]), _pct(row["unit_share"]))
-        out.print(table)
+        histogram = s.activity_histogram()
+        units = [int(str(row["units"])) for row in histogram]
+        largest = max(units, default=0) or 1  # the largest bin is a full bar
+        out.print(_bar_table(out, "units by how often they are active", ("active for", "units"),
+                             [(str(row["bin"]), str(n))
+                              for row, n in zip(histogram, units, strict=True)],
+                             [n / largest for n in units]))
+        aggregated = s.aggregated_sparsity()
+        out.print(_bar_table(out, "aggregated sparsity: units unused by all of the first t "
+                             "tokens", ("t", "unused share"),
+                             [(f"{row['tokens']:,}", _pct(row["unused_share"]))
+                              for row in aggregated],
+                             [row["unused_share"] for row in aggregated], track=True))
+        coverage = s.hot_unit_coverage()
+        out.print(_bar_table(out, "hot units: the fewest units carrying a share of all "
+                             "activations", ("share of activations", "units", "share of units"),
+                             [(_pct(row["share"]), str(row["units"]), _pct(row["unit_share"]))
+                              for row in coverage],
+                             [row["unit_share"] for row in coverage], track=True))
         ov = s.overlap_summary()
         if ov["pairs"] and r.small_masks is None:
             out.print(f"overlap of consecutive tokens' inactive sets: Jaccard "
@@ -605,6 +698,52 @@ def print_stats(r: SparsityResult) -> None:
             table.add_row(f"{row['a']} & {row['b']}", str(row["shared"]),
                           f"{row['jaccard']:.3f}", f"{row['by_chance']:.1f}")
         out.print(table)
+
+
+def hot_units(layer: dict[str, Any], share: float = 0.8) -> dict[str, Any] | None:
+    """The row of a stats document's hot-unit coverage for ``share`` (None for a mixture of
+    experts, whose coverage is per expert)."""
+    return next((row for row in layer.get("hot_unit_coverage", ())
+                 if abs(row["share"] - share) < 1e-9), None)
+
+
+def sweep_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
+    """One row of text per layer of a relu-stats sweep document (see :func:`print_sweep`)."""
+    rows: list[tuple[str, ...]] = []
+    for layer in doc["layers"]:
+        hot = hot_units(layer)
+        ov = layer.get("overlap") or {}
+        cats = layer.get("cats_threshold_50")
+        paired = bool(ov.get("pairs"))
+        rows.append((str(layer["layer"]), _n(layer["tokens"]),
+                     _pct(layer["mean_inactive_fraction"]), _n(len(layer["dead_units"])),
+                     _n(len(layer["always_active_units"])),
+                     "-" if hot is None else f"{hot['units']:,} ({_pct(hot['unit_share'])})",
+                     f"{ov['mean_jaccard']:.3f}" if paired else "-",
+                     f"{ov['mean_shared']:,.1f}" if paired else "-",
+                     f"{ov['mean_shared_by_chance']:,.1f}" if paired else "-",
+                     "-" if cats is None else f"{cats:.4g}"))
+    return rows
+
+
+SWEEP_COLUMNS = ("layer", "tokens", "inactive", "dead", "always active", "80% of activations",
+                 "Jaccard", "shared", "by chance", "CATS T at 50%")
+
+
+def print_sweep(doc: dict[str, Any]) -> None:
+    """The summary of a relu-stats sweep, one row per layer: the mean inactive fraction (with
+    a bar), dead and always-active units (on ``tokens`` tokens), the fewest units carrying 80%
+    of activations, the mean Jaccard index of consecutive tokens' inactive sets with the units
+    they share against what two random sets of their sizes share, and the CATS threshold that
+    makes half the activated values inactive."""
+    out = console()
+    out.print(Text(f"relu-stats: {doc['model']} on {doc['source']}: {doc['tokens']:,} tokens in "
+                   f"{doc['sequences']:,} sequences"))
+    out.print(Text(str(doc["definition"])))
+    out.print(_bar_table(out, "every layer's FFN on its real input", SWEEP_COLUMNS,
+                         sweep_rows(doc),
+                         [layer["mean_inactive_fraction"] for layer in doc["layers"]], after=2,
+                         track=True))
 
 
 # ---------------------------------------------------------------------------------------------

