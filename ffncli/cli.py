@@ -283,7 +283,8 @@ def relu_stats_cmd(
     from ffncli.sparsity import relu_stats
 
     if text.given:
-        _relu_stats_text(model, tokens, text, overrides, threshold, target_sparsity, as_json)
+        _relu_stats_text(model, tokens, text, overrides, threshold, target_sparsity,
+                         report_path, as_json)
         return
     loaded = load_model(model, overrides)
     inputs = load_tokens(tokens, loaded.engine.d_model)
@@ -297,9 +298,10 @@ def relu_stats_cmd(
 
 def _relu_stats_text(model: ModelChoice, tokens: TokenChoice, text: TextChoice,
                      overrides: Overrides, threshold: float | None,
-                     target_sparsity: float | None, as_json: bool) -> None:
+                     target_sparsity: float | None, report_path: Path | None,
+                     as_json: bool) -> None:
     """``relu-stats --text/--ids``: every selected layer's statistics on its real input."""
-    from ffncli import render
+    from ffncli import render, report
     from ffncli.capture import parse_layers, sweep
     from ffncli.model import load_sequences, open_forward
 
@@ -312,6 +314,8 @@ def _relu_stats_text(model: ModelChoice, tokens: TokenChoice, text: TextChoice,
     with render.progress(sequences.tokens * (layers[-1] + 1), as_json) as progress:
         result = sweep(forward, sequences, layers, threshold=threshold,
                        target_sparsity=target_sparsity, progress=progress)
+    report.save_sweep(report_path, render.sweep_json(result), report.command_inputs(
+        model.preset, model.config, forward.weights, text=text.text, ids=text.ids))
     render.emit_sweep(result, as_json)
 
 

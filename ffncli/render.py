@@ -762,28 +762,6 @@ def sweep_json(r: SweepResult) -> dict[str, Any]:
     }
 
 
-def print_sweep(doc: dict[str, Any]) -> None:
-    out = console()
-    out.print(Text(f"relu-stats: {doc['model']}, {doc['tokens']:,} tokens in "
-                   f"{doc['sequences']:,} sequences of {doc['source']}"))
-    out.print(Text(doc["definition"]))
-    table = _table("every layer's FFN on its real input", (
-        "layer", "tokens", "inactive", "dead", "always active", "units for 80%",
-        "Jaccard", "shared vs chance", "CATS T@50%"))
-    for row in doc["layers"]:
-        hot = next((c["units"] for c in row.get("hot_unit_coverage", ()) if c["share"] == 0.8),
-                   None)
-        ov = row.get("overlap") or {}
-        paired = bool(ov.get("pairs")) and ov.get("mean_shared_by_chance", 0) > 0
-        table.add_row(str(row["layer"]), f"{row['tokens']:,}",
-                      _pct(row["mean_inactive_fraction"]), str(len(row["dead_units"])),
-                      str(len(row["always_active_units"])), "-" if hot is None else str(hot),
-                      f"{ov['mean_jaccard']:.3f}" if paired else "-",
-                      f"{ov['mean_shared'] / ov['mean_shared_by_chance']:.2f}x" if paired
-                      else "-", f"{row['cats_threshold_50']:.4g}")
-    out.print(table)
-
-
 def capture_json(r: CaptureResult) -> dict[str, Any]:
     return dataclasses.asdict(r)
 
