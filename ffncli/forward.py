@@ -36,7 +36,7 @@ from ffncli.checkpoint import Checkpoint, open_checkpoint
 from ffncli.engine import Engine
 from ffncli.errors import ConfigError, InputError, OutputError, SpecError, WeightsError
 from ffncli.spec import ModelSpec
-from ffncli.validate import brief
+from ffncli.validate import brief, whole
 
 Array = np.ndarray
 Bounds = Sequence[tuple[int, int]]
@@ -841,6 +841,9 @@ def open_transformer(spec: ModelSpec, weights: Path, dtype: np.dtype,
         raise InputError(f"the forward computes in float32 or float64, got {dtype}")
     if weights.suffix.lower() == ".gguf":
         return _open_gguf(spec, weights, dtype)
+    if weights.suffix.lower() == ".npz":
+        raise InputError(f"{weights}: an .npz holds one FFN; the whole-model forward reads a "
+                         "checkpoint (.safetensors, an index, a model folder or .gguf)")
     from ffncli.model import config_beside
 
     tensors = SafetensorsTensors(open_checkpoint(weights))
@@ -950,6 +953,21 @@ def _pread(fd: int, a: Array, offset: int) -> None:
         raise _spill_error(exc) from None
 
 
+def _checked_ids(model: Transformer, n: int, s: np.ndarray) -> np.ndarray:
+    """Sequence ``n`` (1-based): token ids in the vocabulary, no longer than the positions."""
+    if s.ndim != 1 or s.size == 0 or s.dtype.kind not in "iu":
+        raise InputError(f"sequence {n}: expected a non-empty 1-D array of token ids, got "
+                         f"shape {s.shape} of {s.dtype}")
+    if s.min() < 0 or s.max() >= model.vocab:
+        bad = s[(s < 0) | (s >= model.vocab)][0]
+        raise InputError(f"sequence {n}: token id {bad} is outside the vocabulary of "
+                         f"{model.vocab:,} (ids 0 to {model.vocab - 1:,})")
+    if model.max_positions is not None and s.size > model.max_positions:
+        raise InputError(f"sequence {n}: {s.size:,} tokens, more than the model's "
+                         f"{model.max_positions:,} positions")
+    return s
+
+
 def walk(model: Transformer, sequences: Sequence[np.ndarray], layers: Collection[int],
          visit: Visit, *, batch_tokens: int = 4096,
          progress: Callable[[int], None] | None = None,
@@ -969,14 +987,10 @@ def walk(model: Transformer, sequences: Sequence[np.ndarray], layers: Collection
     if not chosen and final is None:
         return
     last = model.n_layers - 1 if final is not None else max(chosen)
-    seqs = [np.asarray(s) for s in sequences]
-    for n, s in enumerate(seqs):
-        if s.ndim != 1 or s.size == 0 or s.dtype.kind not in "iu":
-            raise InputError(f"sequence {n + 1}: expected a non-empty 1-D array of token ids, "
-                             f"got shape {s.shape} of {s.dtype}")
+    seqs = [_checked_ids(model, n + 1, np.asarray(s)) for n, s in enumerate(sequences)]
     lengths = [s.size for s in seqs]
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    batches = _batches(lengths, max(1, batch_tokens))
+    batches = _batches(lengths, whole("batch_tokens", batch_tokens))
     d, item = model.d_model, model.dtype.itemsize
     rows = max(int(starts[b] - starts[a]) for a, b in batches) if batches else 0
     buffer = np.empty((rows, d), dtype=model.dtype)

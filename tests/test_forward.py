@@ -325,19 +325,27 @@ def test_a_norm_of_the_wrong_width(tmp_path):
 
 def test_ids_outside_the_vocabulary_and_too_long_sequences(tmp_path):
     model = open_folder(tiny_llama(tmp_path / "m"))
-    with pytest.raises(InputError) as exc:
-        walk(model, [np.array([1, 96, 2])], [0], lambda *a: None)
-    assert one_line(exc) == "token id 96 is outside the vocabulary of 96 (ids 0 to 95)"
-    with pytest.raises(InputError) as exc:
-        walk(model, [np.zeros(129, dtype=np.int64)], [0], lambda *a: None)
-    assert one_line(exc) == "a sequence of 129 tokens is longer than the model's 128 positions"
+    cases = {
+        ((1, 2), (1, 96, 2)): "sequence 2: token id 96 is outside the vocabulary of 96 (ids 0 "
+                              "to 95)",
+        ((-1, 2),): "sequence 1: token id -1 is outside the vocabulary of 96 (ids 0 to 95)",
+        ((0,) * 129,): "sequence 1: 129 tokens, more than the model's 128 positions",
+        ((1,), ()): "sequence 2: expected a non-empty 1-D array of token ids, got shape (0,) "
+                    "of int64",
+    }
+    for seqs, message in cases.items():
+        with pytest.raises(InputError) as exc:
+            walk(model, [np.array(s, dtype=np.int64) for s in seqs], [0], lambda *a: None)
+        assert one_line(exc) == message
+    with pytest.raises(InputError) as exc:  # the embeddings check too, for direct callers
+        model.embed(np.array([3, 97]), np.arange(2))
+    assert one_line(exc) == "token id 97 is outside the vocabulary of 96 (ids 0 to 95)"
     with pytest.raises(InputError) as exc:
         walk(model, [np.arange(3)], [4], lambda *a: None)
     assert one_line(exc) == "layer 4: expected 0 to 3 (llama has 4 layers)"
     with pytest.raises(InputError) as exc:
-        walk(model, [np.arange(3), np.zeros(0, dtype=np.int64)], [0], lambda *a: None)
-    assert one_line(exc) == ("sequence 2: expected a non-empty 1-D array of token ids, got "
-                             "shape (0,) of int64")
+        walk(model, [np.arange(3)], [1], lambda *a: None, batch_tokens=0)
+    assert one_line(exc) == "batch_tokens: expected a whole number >= 1, got 0"
 
 
 def test_a_rope_scaling_the_forward_does_not_compute(tmp_path):
