@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from ffncli.engine import Engine
 from ffncli.errors import ConfigError, InputError, OutputError, SpecError, WeightsError
 from ffncli.spec import ModelSpec
 from ffncli.validate import brief, whole
+
+if TYPE_CHECKING:
+    from ffncli.gguf import GgufHeader
 
 Array = np.ndarray
 Bounds = Sequence[tuple[int, int]]
@@ -119,6 +122,8 @@ class Rope:
     def __call__(self, x: Array, positions: Array, scratch: Scratch) -> None:
         """Rotate x (tokens, heads, d_head) in place: x1' = x1 cos - x2 sin, x2' = x2 cos +
         x1 sin, where x1, x2 are the halves of each head."""
+        if positions.size == 0:
+            return
         cos_t, sin_t = self.tables(int(positions.max()) + 1)
         cos, sin = cos_t[positions][:, None, :], sin_t[positions][:, None, :]  # (n, 1, half)
         half = x.shape[-1] // 2
@@ -141,10 +146,10 @@ def rope_frequencies(settings: Settings, head_dim: int, default_theta: float) ->
     scaled = Settings(rope, f"{settings.source}: key '{where}'")
     theta = scaled.number("rope_theta", settings.number("rope_theta", default_theta))
     kind = scaled.text("rope_type", scaled.text("type", "default"))
-    if rope.get("partial_rotary_factor", settings.data.get("partial_rotary_factor", 1.0)) != 1:
+    partial = rope.get("partial_rotary_factor", settings.data.get("partial_rotary_factor", 1))
+    if partial != 1:
         raise ConfigError(f"{settings.source}: key 'partial_rotary_factor': the forward "
-                          f"rotates whole heads, expected 1, got "
-                          f"{brief(settings.data.get('partial_rotary_factor'))}")
+                          f"rotates whole heads, expected 1, got {brief(partial)}")
     # as transformers computes it, in float32
     inv = 1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
     if kind == "default":
@@ -315,7 +320,7 @@ class SafetensorsTensors(Tensors):
 
 
 class GgufTensors(Tensors):
-    def __init__(self, header: Any) -> None:
+    def __init__(self, header: GgufHeader) -> None:
         self.header, self.path = header, header.path
 
     def find(self, name: str) -> str | None:
