@@ -446,9 +446,12 @@ def _gguf_quants() -> Any:
                            "'ffncli[gguf]'") from None
 
 
-def dequantised(header: GgufHeader, tensor: GgufTensor) -> np.ndarray:
+def dequantised(header: GgufHeader, tensor: GgufTensor,
+                rows: np.ndarray | None = None) -> np.ndarray:
     """The tensor as float32 in NumPy's shape (``dims`` reversed: a GGUF matrix of dims
-    [n_in, n_out] is an [n_out, n_in] array, as PyTorch's nn.Linear keeps it)."""
+    [n_in, n_out] is an [n_out, n_in] array, as PyTorch's nn.Linear keeps it). With ``rows``
+    (indices into the outermost dimension, each in range: an embedding table's rows for a
+    batch of token ids), only those rows are read and dequantised, in that order."""
     import numpy as np
 
     where = f"{header.path}: tensor '{tensor.name}'"
@@ -458,28 +461,35 @@ def dequantised(header: GgufHeader, tensor: GgufTensor) -> np.ndarray:
     if not header.little_endian:
         raise WeightsError(f"{header.path}: a big-endian GGUF file is counted, not run")
     quants = _gguf_quants()
+    shape = tensor.shape if rows is None else (len(rows), *tensor.shape[1:])
+    row_bytes = tensor.nbytes // tensor.shape[0] if rows is not None and tensor.numel else 0
+    spans = [(tensor.start, tensor.nbytes)] if rows is None else \
+        [(tensor.start + int(r) * row_bytes, row_bytes) for r in rows]
     with open_file(header.path, "weights file", WeightsError) as f:
-        f.seek(tensor.start)
-        data = f.read(tensor.nbytes)
+        parts = []
+        for start, want in spans:
+            f.seek(start)
+            parts.append(f.read(want))
+    data = b"".join(parts)
     raw = np.frombuffer(data, dtype=np.uint8)
-    if raw.size != tensor.nbytes:
+    if raw.size != sum(n for _, n in spans):
         raise WeightsError(f"{where}: its data runs past the end of the file (it was cut "
                            "short after its header was read)")
-    if tensor.numel == 0:  # nothing to dequantise (and no rows to reshape into)
-        return np.zeros(tensor.shape, dtype=np.float32)
+    if math.prod(shape) == 0:  # nothing to dequantise (and no rows to reshape into)
+        return np.zeros(shape, dtype=np.float32)
     if tensor.type_name == "F64":
-        return raw.view("<f8").astype(np.float32).reshape(tensor.shape)
+        return raw.view("<f8").astype(np.float32).reshape(shape)
     _, block, block_bytes = next(t for t in GGML_TYPES.values() if t[0] == tensor.type_name)
     inner = tensor.dims[0] if tensor.dims else 1
-    rows = raw.reshape(-1, inner // block * block_bytes)  # (rows, bytes per row)
+    blocks = raw.reshape(-1, inner // block * block_bytes)  # (rows, bytes per row)
     failures = (ValueError, KeyError, NotImplementedError, getattr(quants, "QuantError",
                                                                     ValueError))
     try:  # an older gguf package may not know a newer type
-        values = quants.dequantize(rows, quants.GGMLQuantizationType[tensor.type_name])
+        values = quants.dequantize(blocks, quants.GGMLQuantizationType[tensor.type_name])
     except failures as exc:
         raise WeightsError(f"{where}: the installed gguf package cannot dequantise "
                            f"{tensor.type_name} ({exc})") from None
-    return np.asarray(values, dtype=np.float32).reshape(tensor.shape)
+    return np.asarray(values, dtype=np.float32).reshape(shape)
 
 
 def _layers(header: GgufHeader) -> str:

@@ -312,12 +312,14 @@ def _npz_assemble(path: Path, spec: ModelSpec, dtype: np.dtype,
 # .safetensors checkpoints: one layer's FFN, read tensor by tensor.
 
 
-def read_tensor(header: Header, info: TensorInfo) -> np.ndarray:
+def read_tensor(header: Header, info: TensorInfo, rows: np.ndarray | None = None) -> np.ndarray:
     """One tensor's bytes from the file (nothing else is read), as float32 or float64.
 
     Exactly ``end - start`` bytes are read into an array allocated for them, after checking
     that they match the shape and lie inside the file as it is now; a file cut short since its
-    header was read is an error, never a shorter array."""
+    header was read is an error, never a shorter array. With ``rows`` (indices into the first
+    axis, each in range: an embedding table's rows for a batch of token ids), only those rows
+    are read, in that order."""
 
     path, where = header.path, f"{header.path}: tensor '{info.name}'"
     if info.dtype not in ("F32", "F16", "BF16", "F64"):
@@ -333,26 +335,34 @@ def read_tensor(header: Header, info: TensorInfo) -> np.ndarray:
         extent *= max(d, 1)
     if len(info.shape) > 32 or extent >= 2**63:  # NumPy >= 1.24 holds 32 dimensions, < 2**63 B
         raise WeightsError(f"{where}: shape {list(info.shape)} cannot be held by an array")
+    shape = info.shape if rows is None else (len(rows), *info.shape[1:])
+    row_bytes = nbytes // info.shape[0] if rows is not None and info.shape[0] else nbytes
+    spans = [(info.start, nbytes)] if rows is None else \
+        [(info.start + int(r) * row_bytes, row_bytes) for r in rows]
     with open_file(path, "weights file", WeightsError) as f:
         size = os.fstat(f.fileno()).st_size
         if info.end > size:
             raise WeightsError(f"{where}: its bytes {info.start:,}-{info.end:,} run past the "
                                f"end of the file ({size:,} bytes); was it cut short?")
-        array = np.empty(info.numel, dtype=raw_dtype)
+        array = np.empty(sum(n for _, n in spans) // raw_dtype.itemsize, dtype=raw_dtype)
         buffer = array.view(np.uint8).data
-        f.seek(info.start)
-        done = 0
-        while done < nbytes:  # one read() returns at most ~2 GB on Linux
-            got = f.readinto(buffer[done:])
-            if not got:
-                raise WeightsError(f"{where}: the file ends after {done:,} of its "
-                                   f"{nbytes:,} bytes; was it cut short?")
-            done += got
+        at = 0
+        for start, want in spans:
+            f.seek(start)
+            done = 0
+            while done < want:  # one read() returns at most ~2 GB on Linux
+                got = f.readinto(buffer[at + done:at + want])
+                if not got:
+                    raise WeightsError(f"{where}: the file ends after "
+                                       f"{start - info.start + done:,} of its {nbytes:,} "
+                                       "bytes; was it cut short?")
+                done += got
+            at += want
     if info.dtype == "BF16":  # the top 16 bits of a float32
         array = (array.astype(np.uint32) << 16).view(np.float32)
     elif info.dtype == "F16":
         array = array.astype(np.float32)
-    return array.reshape(info.shape)
+    return array.reshape(shape)
 
 
 @dataclass(frozen=True)

