@@ -143,14 +143,14 @@ def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out
         walk(model, sequences.ids, layers, visit, batch_tokens=batch_tokens, progress=progress)
     manifest = capture_manifest(model, sequences, layers, files)
     write_text_atomically(out / "capture.json", json.dumps(manifest, indent=1) + "\n", "--out")
-    return CaptureResult(str(out), model.source, tuple(layers), sequences.tokens,
+    return CaptureResult(str(out), str(model.weights), tuple(layers), sequences.tokens,
                          len(sequences.ids), model.d_model, tuple(str(f) for f in files))
 
 
 def capture_manifest(model: Transformer, sequences: Sequences, layers: Sequence[int],
                      files: Sequence[Path]) -> dict[str, Any]:
     return {
-        "model": model.source,
+        "model": str(model.weights),
         "family": model.spec.family,
         "d_model": model.d_model,
         "dtype": "float32",
@@ -228,5 +228,5 @@ def sweep(model: Transformer, sequences: Sequences, layers: Sequence[int], *,
     walk(model, sequences.ids, layers, visit, batch_tokens=batch_tokens, progress=progress)
     results = tuple(LayerStats(i, sweeps[i].acc.result(), sweeps[i].cats) for i in layers)
     definition = results[0].stats.rule.description if results else ""
-    return SweepResult(model.source, sequences.source, sequences.tokens, len(sequences.ids),
+    return SweepResult(str(model.weights), sequences.source, sequences.tokens, len(sequences.ids),
                        definition, results)
