@@ -233,3 +233,63 @@ def test_sweep_target_sparsity_calibrates_each_layer(cli):
     for row in doc["layers"]:
         assert row["threshold"] is not None
         assert row["mean_inactive_fraction"] == pytest.approx(0.25, abs=0.02)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input through the command line: one line, exit 2, nothing written
+
+
+def test_no_tokenizer_beside_the_weights(cli, tmp_path):
+    folder = FORWARD / "gpt2"  # a tiny checkpoint without a tokenizer.json
+    r = cli("capture", "--weights", folder, "--text", FORWARD / "minilm" / "text.txt", "--out",
+            tmp_path / "o")
+    assert (r.code, r.err) == (2, f"error: no tokenizer.json beside the weights: looked for "
+                                  f"{folder}/tokenizer.json; --ids FILE takes token ids without "
+                                  "a tokenizer\n")
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_empty_text(cli, tmp_path):
+    text = tmp_path / "empty.txt"
+    text.write_text("\n  \n\n")
+    r = cli("relu-stats", "--weights", minilm(), "--text", text)
+    assert (r.code, r.err) == (2, f"error: {text}: no text: every line is empty (expected one "
+                                  "sequence per non-empty line)\n")
+
+
+def test_ids_out_of_the_vocabulary(cli, tmp_path):
+    ids = tmp_path / "ids.txt"
+    ids.write_text("1 2 3\n5 128\n")
+    r = cli("relu-stats", "--weights", FORWARD / "gpt2", "--ids", ids)
+    assert (r.code, r.err) == (2, f"error: {ids}: line 2: token id 128 is out of range for a "
+                                  "vocabulary of 128\n")
+
+
+def test_an_architecture_without_a_forward(cli, tmp_path):
+    st = pytest.importorskip("safetensors.numpy")
+    folder = tmp_path / "t5"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        (Path(__file__).parent / "data" / "configs" / "t5-base.config.json").read_text())
+    st.save_file({"shared.weight": np.zeros((4, 4), np.float32)},
+                 str(folder / "model.safetensors"))
+    r = cli("capture", "--weights", folder, "--ids", FORWARD / "gpt2" / "ids.txt", "--out",
+            tmp_path / "o")
+    assert (r.code, r.err) == (2, f"error: {folder}/config.json: model_type 't5' has no "
+                                  "whole-model forward; these do: bert, roberta, xlm-roberta, "
+                                  "distilbert, electra, gpt2, llama, mistral, mixtral, qwen2, "
+                                  "qwen3, gemma (GGUF: llama)\n")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_tokenizer_file_tokenizers_cannot_read(cli, tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        os.symlink(FORWARD / "gpt2" / name, folder / name)
+    (folder / "tokenizer.json").write_text("{}")
+    r = cli("relu-stats", "--weights", folder, "--text", FORWARD / "minilm" / "text.txt")
+    assert r.code == 2
+    assert r.err.startswith(f"error: {folder}/tokenizer.json: the tokenizers package cannot "
+                            "read this tokenizer: ")  # then the package's own words
+    assert r.err.count("\n") == 1
