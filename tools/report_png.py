@@ -1,6 +1,6 @@
 """Render an ffncli HTML report (``--report out.html``) to a PNG with headless Chromium.
 
-    python tools/report_png.py report.html docs/relu-stats-report.png [--width 1000]
+    python tools/report_png.py report.html docs/relu-stats-sweep.png [--width 1000]
 
 The page is drawn at ``--width`` pixels and as tall as ``--height`` (default: an estimate from
 the report's SVG heights and table rows, so the whole report fits). The report fetches nothing,
