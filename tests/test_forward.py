@@ -306,6 +306,18 @@ def test_a_missing_attention_tensor(tmp_path):
                              "'layers.1.self_attn.k_proj.weight'")
 
 
+def test_quantised_attention_is_named(tmp_path):
+    model = open_folder(tiny_llama(tmp_path / "m", change={
+        "model.layers.0.self_attn.v_proj.weight": None,
+        "model.layers.0.self_attn.v_proj.qweight": np.zeros((4, 16), np.int32)}))
+    with pytest.raises(WeightsError) as exc:
+        model.layer(0)
+    assert one_line(exc) == (f"{tmp_path / 'm' / 'model.safetensors'}: tensor "
+                             "'layers.0.self_attn.v_proj.weight' is quantised (GPTQ or AWQ "
+                             "qweight); the whole-model forward reads float checkpoints and "
+                             "GGUF files")
+
+
 def test_a_shape_that_lies(tmp_path):
     model = open_folder(tiny_llama(tmp_path / "m", change={
         "model.layers.0.self_attn.q_proj.weight": np.zeros((32, 16), np.float32)}))
