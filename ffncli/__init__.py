@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"  # the one place: pyproject.toml reads it from here
 
-__all__ = ["build_ffn", "capture", "count", "layer_stats", "load_spec", "permute_check",
+__all__ = ["build_ffn", "capture_inputs", "count", "layer_stats", "load_spec", "permute_check",
            "relu_stats", "__version__"]
 
 if TYPE_CHECKING:
     from ffncli.api import (
         build_ffn,
-        capture,
+        capture_inputs,
         count,
         layer_stats,
         load_spec,

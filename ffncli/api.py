@@ -8,7 +8,7 @@
     ffncli.permute_check(ffn, x).passed                # True: the FFN is position-wise
     ffncli.relu_stats(ffn, x).mean_inactive_fraction   # the hidden layer's sparsity
     sweep = ffncli.layer_stats("model-folder", text="book.txt")  # every layer, real text
-    ffncli.capture("model-folder", "inputs", text="book.txt")   # every layer's FFN input
+    ffncli.capture_inputs("model-folder", "out", text="book.txt")  # every layer's FFN input
 
 Every function returns a frozen result object with the fields of the command's JSON output,
 and raises an ``ffncli.errors.FfnError`` subclass with a one-line message for bad input.
@@ -142,9 +142,10 @@ def layer_stats(weights: str | Path, *, text: str | Path | None = None,
                  threshold=threshold, target_sparsity=target_sparsity)
 
 
-def capture(weights: str | Path, out: str | Path, *, text: str | Path | None = None,
-            ids: str | Path | None = None, layers: str = "all", force: bool = False,
-            config: str | Path | None = None, dtype: str = "float32") -> CaptureResult:
+def capture_inputs(weights: str | Path, out: str | Path, *,
+                   text: str | Path | None = None, ids: str | Path | None = None,
+                   layers: str = "all", force: bool = False, config: str | Path | None = None,
+                   dtype: str = "float32") -> CaptureResult:
     """``capture``: write ``out/layer{N}.npy``, the input each selected layer's FFN receives
     on real text (or token ids), and ``out/capture.json``."""
     from ffncli.capture import capture as capture_layers

@@ -103,10 +103,11 @@ def test_readme_has_a_library_section():
 
 @pytest.mark.parametrize("block", _python_blocks())
 def test_readme_python_example(block, tmp_path, monkeypatch):
-    """The "As a library" examples run as doctests, beside the lesson's tokens."""
+    """The "As a library" examples run as doctests, beside the lesson's tokens and tests/."""
     import doctest
 
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "tests").symlink_to(ROOT / "tests")
     (tmp_path / "the_cat_sat.txt").write_text(
         "0.8446 0.5777 0.8446 0.5777\n0.5777 0.8446 0.5777 0.8446\n0.7881 0.7881 0.7881 0.7881\n")
     test = doctest.DocTestParser().get_doctest(block, {}, "README", "README.md", 0)
