@@ -651,7 +651,7 @@ def print_stats(r: SparsityResult) -> None:
     out.print(f"inactive hidden units per token (of {slots}): [{' '.join(map(str, shown))}"
               f"{' ...' if len(r.inactive_per_token) > 32 else ''}]")
     out.print(f"mean inactive fraction: {r.mean_inactive_fraction:.1%}")
-    out.print(f"dead on this sample (never active): {len(r.dead_units)} units"
+    out.print(f"dead on these {r.tokens:,} tokens (never active): {len(r.dead_units)} units"
               + (f" {r.dead_units[:20]}" if r.dead_units else ""))
     out.print(f"active for every token: {len(r.always_active_units)} units"
               + (f" {r.always_active_units[:20]}" if r.always_active_units else ""))

@@ -224,6 +224,7 @@ def test_sweep_one_layer_prints_the_full_statistics(cli):
     assert r.code == 0, r.err
     assert "every layer's FFN on its real input" in r.out
     assert "units by how often they are active" in r.out  # today's single-layer tables
+    assert "dead on these 207 tokens (never active): " in r.out  # dead on a sample, said so
 
 
 def test_sweep_target_sparsity_calibrates_each_layer(cli):
