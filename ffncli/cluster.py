@@ -409,14 +409,32 @@ def connect(scale: ScaleChoice) -> Iterator[Pool]:
     cluster = None
     with contextlib.ExitStack() as stack:
         if scale.workers is not None:
-            cluster = stack.enter_context(distributed.LocalCluster(
-                n_workers=scale.workers, processes=True, threads_per_worker=1,
-                silence_logs=logging.ERROR, dashboard_address=_dashboard_address()))
+            with _sigint_ignored():
+                cluster = stack.enter_context(distributed.LocalCluster(
+                    n_workers=scale.workers, processes=True, threads_per_worker=1,
+                    silence_logs=logging.ERROR, dashboard_address=_dashboard_address()))
             client = stack.enter_context(distributed.Client(cluster))
         else:
             assert scale.scheduler is not None
             client = stack.enter_context(_client(scale.scheduler))
         yield DaskPool(client)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while the worker processes start: they inherit it. Ctrl-C reaches the
+    terminal's whole process group; only this process should answer it (cancel the job,
+    then shut the workers down), not each worker with a KeyboardInterrupt traceback."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _dashboard_address() -> str | None:
