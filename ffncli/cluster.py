@@ -834,8 +834,8 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
 
 def _out_folder(out: Path) -> None:
     if out.suffix.lower() == ".npy":
-        raise OutputError(f"option --out: with many input shards, --out is a folder (one .npy "
-                          f"per shard), got {out}")
+        raise OutputError(f"option --out: run over shards (a glob, a folder, --workers or "
+                          f"--scheduler) writes one .npy per shard into a folder, got {out}")
     if os.path.isdir(out):
         return
     if os.path.exists(out):
@@ -946,7 +946,8 @@ def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
     pattern = _pattern(tokens)
     shard_paths(pattern)  # a glob that matches nothing says so first
     if out is None:
-        raise InputError("--input with many shards writes one .npy per shard: add --out DIR")
+        raise InputError("run over shards (a glob, a folder, --workers or --scheduler) writes "
+                         "one .npy per shard: add --out DIR")
     with connect(scale) as pool, Bar() as bar:
         done = run_shards(model, overrides, pattern, out, pool, residual=residual, force=force,
                           allow_nonfinite=tokens.allow_nonfinite, skip_bad=scale.skip_bad,

@@ -293,11 +293,12 @@ def test_cli_run_needs_a_folder_and_writes_it(cli, tmp_path):
     folder = write_shards(tmp_path / "acts", tokens(3000), (0, 1000, 3000))
     args = ("run", "--preset", "gpt2", "--d-model", "96", "--d-ff", "40", "--input", folder)
     r = cli(*args)
-    assert (r.code, r.err) == (2, "error: --input with many shards writes one .npy per shard: "
-                                  "add --out DIR\n")
+    assert (r.code, r.err) == (2, "error: run over shards (a glob, a folder, --workers or "
+                                  "--scheduler) writes one .npy per shard: add --out DIR\n")
     r = cli(*args, "--out", tmp_path / "y.npy")
-    assert (r.code, r.err) == (2, "error: option --out: with many input shards, --out is a "
-                                  f"folder (one .npy per shard), got {tmp_path}/y.npy\n")
+    assert (r.code, r.err) == (2, "error: option --out: run over shards (a glob, a folder, "
+                                  "--workers or --scheduler) writes one .npy per shard into a "
+                                  f"folder, got {tmp_path}/y.npy\n")
     r = cli(*args, "--out", tmp_path / "y", "--json")
     assert r.code == 0, r.err
     assert r.json()["written"] == ["part-000.npy", "part-001.npy"]
