@@ -360,8 +360,12 @@ class DaskPool:
                 i = where[future.key]
                 if future.status == "error":
                     exc = future.exception()
-                    if not isinstance(exc, FfnError):
-                        future.result()  # a bug, or the cluster's own failure: its traceback
+                    if type(exc).__name__ == "KilledWorker":  # the task kills its workers
+                        exc = InputError("the Dask workers running it died again and again "
+                                         "(out of memory?): "
+                                         f"{str(exc).splitlines()[0] if str(exc) else ''}")
+                    elif not isinstance(exc, FfnError):
+                        future.result()  # a bug: its traceback
                     yield i, exc
                 else:
                     yield i, future.result()
@@ -668,6 +672,7 @@ def relu_stats_shards(model: ModelChoice, overrides: Overrides, pattern: Path, p
     progress.start(len(calls), pool.dashboard)
     for i, out in pool.map(shard_stats, calls):
         if isinstance(out, FfnError):
+            out = type(out)(_named(shards[i].path, out))
             if not skip_bad:
                 raise out
             skipped.append(Skipped(str(shards[i].path), str(out)))
@@ -808,6 +813,7 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
                 for i, result in results:
                     shard = todo[i]
                     if isinstance(result, FfnError):
+                        result = type(result)(_named(shard.path, result))
                         if not skip_bad:
                             raise result
                         skipped.append(Skipped(str(shard.path), str(result)))

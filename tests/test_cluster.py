@@ -258,6 +258,22 @@ def test_cli_scheduler_and_workers_equal_single_process(cli, tmp_path, client):
     local = cli(*args, folder, "--workers", "2", "--json")
     assert local.code == 0, local.err
     assert local.json() == here.json()
+    assert here.err == there.err == local.err == ""  # no Dask log on stderr, no dashboard
+
+
+def test_each_worker_reads_the_weights_once(tmp_path, client):
+    """The model is built once per worker process and kept for every later task and job
+    (keyed by the options and the weights' size and mtime)."""
+    folder = write_shards(tmp_path / "acts", tokens(6000))
+    relu_stats_shards(*GATED, folder, DaskPool(client))
+    before = client.run(_cached_models)
+    relu_stats_shards(*GATED, folder, DaskPool(client))
+    assert client.run(_cached_models) == before
+    assert sorted(len(ids) for ids in before.values())[-1] == 1  # one model, not one a task
+
+
+def _cached_models() -> list[int]:
+    return [id(m) for m in cluster._cache.values()]
 
 
 def test_cli_bad_shard_is_named_or_skipped(cli, tmp_path, client):
