@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -929,7 +929,7 @@ def relu_stats_command(model: ModelChoice, tokens: TokenChoice, overrides: Overr
                        target_sparsity: float | None, as_json: bool) -> None:
     from ffncli import render
 
-    pattern = _pattern(tokens)
+    pattern, model = _seen_from_workers(scale, _pattern(tokens), model)
     with connect(scale) as pool, Bar() as bar:
         out = relu_stats_shards(model, overrides, pattern, pool, threshold=threshold,
                                 target_sparsity=target_sparsity,
@@ -949,11 +949,13 @@ def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
                 as_json: bool) -> None:
     from ffncli import render
 
-    pattern = _pattern(tokens)
+    pattern, model = _seen_from_workers(scale, _pattern(tokens), model)
     shard_paths(pattern)  # a glob that matches nothing says so first
     if out is None:
         raise InputError("run over shards (a glob, a folder, --workers or --scheduler) writes "
                          "one .npy per shard: add --out DIR")
+    if scale.scheduler is not None:
+        out = Path(os.path.abspath(out))
     with connect(scale) as pool, Bar() as bar:
         done = run_shards(model, overrides, pattern, out, pool, residual=residual, force=force,
                           allow_nonfinite=tokens.allow_nonfinite, skip_bad=scale.skip_bad,
@@ -975,6 +977,23 @@ def _pattern(tokens: TokenChoice) -> Path:
         raise InputError("--workers, --scheduler and --skip-bad take --input files (a file, a "
                          "glob such as 'acts/*.npy', or a folder), not --random")
     return tokens.input
+
+
+def _seen_from_workers(scale: ScaleChoice, pattern: Path, model: ModelChoice
+                       ) -> tuple[Path, ModelChoice]:
+    """The paths as workers elsewhere must see them: absolute (their working folder is not
+    ours). A local cluster's workers share ours, and errors keep the paths as typed."""
+    if scale.scheduler is None:
+        return pattern, model
+
+    def absolute(path: Path | None) -> Path | None:
+        return Path(os.path.abspath(path)) if path is not None else None
+
+    preset = model.preset
+    if preset is not None and os.path.isfile(preset):  # a YAML file, not a preset's name
+        preset = os.path.abspath(preset)
+    return Path(os.path.abspath(pattern)), replace(
+        model, preset=preset, config=absolute(model.config), weights=absolute(model.weights))
 
 
 def _report_skipped(skipped: Sequence[Skipped]) -> None:

@@ -246,12 +246,13 @@ def test_interrupted_run_keeps_complete_shards_and_resumes(tmp_path, client):
 # The CLI: options, errors, bad shards.
 
 
-def test_cli_scheduler_and_workers_equal_single_process(cli, tmp_path, client):
+def test_cli_scheduler_and_workers_equal_single_process(cli, tmp_path, client, monkeypatch):
     folder = write_shards(tmp_path / "acts", tokens(6000))
     args = ("relu-stats", "--preset", "gpt2", "--d-model", "96", "--d-ff", "40", "--input")
     here = cli(*args, f"{folder}/*.npy", "--json")
     assert here.code == 0, here.err
-    there = cli(*args, folder, "--scheduler", client.scheduler.address, "--json")
+    monkeypatch.chdir(tmp_path)  # a relative path reaches the workers as an absolute one
+    there = cli(*args, "acts", "--scheduler", client.scheduler.address, "--json")
     assert there.code == 0, there.err
     assert there.json() == here.json()
     assert here.json()["shards"] == 6 and here.json()["skipped"] == []
