@@ -607,9 +607,10 @@ def shard_stats(task: StatsTask, shard: Shard, room: list[int] | None) -> Partia
     return Partial(acc.tokens, acc.stats, per_token, masks)
 
 
-def calibrate(job: Job, shards: Sequence[Shard], target: float,
-              allow_nonfinite: bool) -> float:
-    """The CATS threshold from the first tokens of the whole input, across shards."""
+def calibrate(job: Job, shards: Sequence[Shard], target: float, allow_nonfinite: bool,
+              skip_bad: bool = False) -> float:
+    """The CATS threshold from the first tokens of the whole input, across shards (with
+    ``skip_bad``, of the shards that can be read)."""
     import numpy as np
 
     from ffncli.sparsity import CALIBRATION_TOKENS, calibrate_threshold
@@ -624,6 +625,8 @@ def calibrate(job: Job, shards: Sequence[Shard], target: float,
             _, x = next(_open(shard, ffn.d_model).chunks(min(need, shard.tokens), ffn.dtype,
                                                          finite=not allow_nonfinite))
         except FfnError as exc:
+            if skip_bad:
+                continue  # its own task fails the same way and lists it
             raise type(exc)(_named(shard.path, exc)) from None
         parts.append(x.copy())
         need -= x.shape[0]
@@ -644,7 +647,12 @@ def relu_stats_shards(model: ModelChoice, overrides: Overrides, pattern: Path, p
                       allow_nonfinite: bool = False, skip_bad: bool = False,
                       progress: Progress | None = None) -> ShardedStats:
     """``relu-stats`` over the shards of ``pattern``: a task per shard, merged in the fixed
-    tree; equal, to the last digit, in this process and on any cluster."""
+    tree; equal, to the last digit, in this process and on any cluster.
+
+    With ``skip_bad``, a shard whose header is refused is left out before the offsets are
+    set: the result is exactly that of the other shards. One that fails while it is read (a
+    NaN, a file changed since) is found only then: its tokens are missing from every count,
+    and the per-token list (first 10,000 tokens) skips them."""
     from ffncli.sparsity import (
         SMALL_OVERLAP,
         Rule,
@@ -662,7 +670,8 @@ def relu_stats_shards(model: ModelChoice, overrides: Overrides, pattern: Path, p
     total = sum(s.tokens for s in shards)
     info = pool.call(describe, job, total)
     if target_sparsity is not None:
-        threshold = pool.call(calibrate, job, shards, target_sparsity, allow_nonfinite)
+        threshold = pool.call(calibrate, job, shards, target_sparsity, allow_nonfinite,
+                              skip_bad)
     rule = Rule(threshold, describe_rule(info.activation, threshold, target_sparsity))
     task = StatsTask(job, rule, total <= SMALL_OVERLAP, allow_nonfinite)
     shard_rooms = _rooms(pool, job, info, shards, skip_bad, allow_nonfinite)

@@ -304,6 +304,11 @@ def test_cli_bad_shard_is_named_or_skipped(cli, tmp_path, client):
                      "the first at token 5, column 3; pass --allow-nonfinite to compute with "
                      f"them\nskipped: {folder}/part-009.npy: expected d_model 96, got 20 "
                      "(shape (10, 20))\n")
+    cats = cli(*args, "--skip-bad", "--target-sparsity", "0.5", "--json")  # NaN in 4,096 first
+    assert cats.code == 0, cats.err
+    good = np.concatenate([x[:700], x[1500:]])
+    expected = single_file(DENSE, tmp_path, good, target_sparsity=0.5)
+    assert cats.json()["threshold"] == expected["threshold"]
 
 
 def test_cli_run_needs_a_folder_and_writes_it(cli, tmp_path):
