@@ -23,6 +23,7 @@ from typing import Annotated, Any, Optional, TextIO, TypeVar
 import typer
 
 from ffncli.blas import quiet_idle_threads
+from ffncli.cluster import ScaleChoice
 from ffncli.errors import (
     ExitCode,
     FfnError,
@@ -85,7 +86,8 @@ MODEL: dict[str, Any] = {
 TOKENS: dict[str, Any] = {
     "input": Annotated[Optional[Path], typer.Option(
         "--input", "-i", help="Tokens: .npy (1-D, 2-D tokens x d_model, or 3-D batch x seq x "
-        "d_model), or .txt/.csv with one token per row.")],
+        "d_model), or .txt/.csv with one token per row. run and relu-stats also take many .npy "
+        "shards: a quoted glob ('acts/*.npy') or a folder, in name order.")],
     "random": Annotated[Optional[int], typer.Option(
         "--random", help="Instead of --input: N tokens drawn from normal(0, 1) with --seed.")],
     "seed": Annotated[int, typer.Option("--seed", help="Seed of --random tokens.")],
@@ -125,6 +127,18 @@ TEXT: dict[str, Any] = {
     "ids": Annotated[Optional[Path], typer.Option(
         "--ids", help="Instead of --text: token ids, an integer .npy (1-D one sequence, 2-D "
         "sequences x length) or a .txt with one sequence of space-separated ids per line.")],
+}
+SCALE: dict[str, Any] = {
+    "workers": Annotated[Optional[int], typer.Option(
+        "--workers", help="Run the shards on a local Dask cluster of N worker processes "
+        "(pip install 'ffncli[dask]'). Default: this process.")],
+    "scheduler": Annotated[Optional[str], typer.Option(
+        "--scheduler", metavar="ADDRESS", help="Run the shards on the Dask cluster of this "
+        "scheduler, e.g. tcp://10.0.0.5:8786 (the workers read --weights and --input from the "
+        "same paths).")],
+    "skip_bad": Annotated[bool, typer.Option(
+        "--skip-bad", help="With many shards: leave a bad shard out (listed on stderr) and go "
+        "on, instead of stopping at it.")],
 }
 SHAPE = ("d_model", "d_ff", "activation", "gated", "experts", "top_k")
 RUNNING = {name: WHAT_IF[name] for name in SHAPE + ("beta", "capacity_factor")}
@@ -199,7 +213,8 @@ def params(
 
 
 @app.command("run")
-@grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), overrides=(Overrides, RUNNING))
+@grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), overrides=(Overrides, RUNNING),
+         scale=(ScaleChoice, SCALE))
 def run_cmd(
     out: Annotated[Optional[Path], typer.Option(
         "--out", "-o", help="Write the output to this .npy (atomically).")] = None,
@@ -207,9 +222,15 @@ def run_cmd(
     residual: Annotated[bool, typer.Option("--residual", help="Return x + FFN(x).")] = False,
     precision: Annotated[int, typer.Option("--precision", help="Digits shown (0 to 12).")] = 4,
     as_json: JsonOpt = False,
-    *, model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
+    *, model: ModelChoice, tokens: TokenChoice, overrides: Overrides, scale: ScaleChoice,
 ) -> None:
     """Run the FFN on token vectors: print the output, or stream it to a .npy file."""
+    if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cluster.py
+        from ffncli.cluster import run_command
+
+        run_command(model, tokens, overrides, scale, out=out, force=force, residual=residual,
+                    as_json=as_json)
+        return
     from ffncli import render, runner
     from ffncli.model import load_model, load_tokens
 
@@ -265,7 +286,7 @@ def permute_check_cmd(
 
 @app.command("relu-stats")
 @grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), text=(TextChoice, TEXT),
-         overrides=(Overrides, RUNNING))
+         overrides=(Overrides, RUNNING), scale=(ScaleChoice, SCALE))
 def relu_stats_cmd(
     threshold: Annotated[Optional[float], typer.Option(
         "--threshold", help="Count |act| <= T as inactive (default: pre-activation <= 0).")
@@ -276,8 +297,15 @@ def relu_stats_cmd(
     report_path: ReportOpt = None,
     as_json: JsonOpt = False,
     *, model: ModelChoice, tokens: TokenChoice, text: TextChoice, overrides: Overrides,
+    scale: ScaleChoice,
 ) -> None:
     """Activation sparsity of the hidden layer: per token, per unit, overlap, savings."""
+    if scale.wanted(tokens) and not text.given:  # many shards, or a cluster: ffncli/cluster.py
+        from ffncli.cluster import relu_stats_command
+
+        relu_stats_command(model, tokens, overrides, scale, threshold=threshold,
+                           target_sparsity=target_sparsity, as_json=as_json)
+        return
     from ffncli import render, report
     from ffncli.model import load_model, load_tokens
     from ffncli.sparsity import relu_stats

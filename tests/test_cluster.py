@@ -1,0 +1,375 @@
+"""Many shards as one job (ffncli/cluster.py): in this process and on a real Dask LocalCluster
+(2 worker processes, started once for the module). The cluster's statistics must equal the
+single process's to the last digit; both must equal one pass over the concatenated input in
+every integer count."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import distributed
+import numpy as np
+import pytest
+
+from ffncli import cluster, render
+from ffncli.cluster import (
+    DaskPool,
+    InProcess,
+    Progress,
+    TreeMerge,
+    relu_stats_shards,
+    run_shards,
+)
+from ffncli.errors import InputError, Interrupted
+from ffncli.model import ModelChoice, load_model
+from ffncli.sparsity import relu_stats
+from ffncli.spec import Overrides
+from ffncli.tokens import open_input
+
+DENSE = (ModelChoice(preset="gpt2"), Overrides(d_model=96, d_ff=40))
+GATED = (ModelChoice(preset="llama2-7b"), Overrides(d_model=96, d_ff=40))
+MOE = (ModelChoice(preset="mixtral-8x7b"), Overrides(d_model=96, d_ff=20, experts=4, top_k=2,
+                                                     capacity_factor=0.9))
+CUTS = (0, 700, 1500, 1501, 3000, 4200, 6000)  # a one-token shard too
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                  dashboard_address=None, silence_logs=logging.ERROR) as lc, \
+            distributed.Client(lc) as c:
+        yield c
+
+
+def tokens(n: int, d: int = 96, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 1, (n, d)).astype(np.float32)
+
+
+def write_shards(folder: Path, x: np.ndarray, cuts=CUTS) -> Path:
+    folder.mkdir()
+    for i, (a, b) in enumerate(zip(cuts, cuts[1:], strict=False)):
+        np.save(folder / f"part-{i:03d}.npy", x[a:b])
+    return folder
+
+
+def single_file(model, tmp_path: Path, x: np.ndarray, **options) -> dict:
+    """The statistics of one pass over all tokens in one file (no shards)."""
+    path = tmp_path / "all.npy"
+    np.save(path, x)
+    engine = load_model(*model).engine
+    return render.stats_json(relu_stats(engine, open_input(path, x.shape[1]), **options))
+
+
+def sharded(model, folder, pool, **options) -> dict:
+    out = relu_stats_shards(*model, folder, pool, **options)
+    return render.stats_json(out.result)
+
+
+def assert_counts_equal(a: dict, b: dict) -> None:
+    """Every integer equal; floats (sums over differently cut chunks) equal within 1e-12."""
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], float) or key in ("overlap", "per_expert"):
+            _close(a[key], b[key])
+        else:
+            assert a[key] == b[key], key
+
+
+def _close(a, b) -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _close(a[k], b[k])
+    elif isinstance(a, list):
+        assert len(a) == len(b)
+        for u, v in zip(a, b, strict=True):
+            _close(u, v)
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, rel=1e-12, abs=1e-15)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize("model", [DENSE, GATED, MOE], ids=["dense", "gated", "moe"])
+def test_cluster_equals_single_process_to_the_last_digit(model, tmp_path, client):
+    x = tokens(6000)
+    folder = write_shards(tmp_path / "acts", x)
+    here = sharded(model, folder, InProcess())
+    there = sharded(model, folder, DaskPool(client))
+    assert there == here  # floats too, to the last digit
+    assert here["tokens"] == 6000
+    assert len(here["inactive_per_token"]) == 6000
+    assert_counts_equal(here, single_file(model, tmp_path, x))
+
+
+def test_moe_capacity_is_that_of_the_whole_input(tmp_path, client):
+    """A capped expert fills up in token order across shards: the places left to a shard
+    depend on the shards before it. Per expert, the tokens it took equal one pass's."""
+    x = tokens(6000, seed=3)
+    folder = write_shards(tmp_path / "acts", x)
+    here = sharded(MOE, folder, DaskPool(client))
+    whole = single_file(MOE, tmp_path, x)
+    taken = [e["tokens"] for e in here["per_expert"]]
+    assert taken == [e["tokens"] for e in whole["per_expert"]]
+    assert sum(taken) < 6000 * 2  # the capacity did drop tokens: the test means something
+    per_shard_capacity = sharded(MOE, folder, InProcess())  # same code, same answer
+    assert per_shard_capacity == here
+
+
+def test_cats_calibration_and_listing_span_shards(tmp_path, client):
+    """--target-sparsity takes its threshold from the first 4,096 tokens of the whole input
+    (here across five shards); the per-token list is the first 10,000 tokens'."""
+    x = tokens(12_000, seed=5)
+    folder = write_shards(tmp_path / "acts", x, (0, 1000, 2000, 3000, 3500, 12_000))
+    here = sharded(DENSE, folder, DaskPool(client), target_sparsity=0.5)
+    whole = single_file(DENSE, tmp_path, x, target_sparsity=0.5)
+    assert here["threshold"] == whole["threshold"]
+    assert len(here["inactive_per_token"]) == 10_000
+    assert_counts_equal(here, whole)
+
+
+def test_small_input_pairwise_table(tmp_path, client):
+    x = tokens(12, seed=7)
+    folder = write_shards(tmp_path / "acts", x, (0, 5, 6, 12))
+    here = sharded(GATED, folder, DaskPool(client))
+    whole = single_file(GATED, tmp_path, x)
+    assert len(here["pairwise_overlap"]) == 66
+    assert here["pairwise_overlap"] == whole["pairwise_overlap"]
+    assert_counts_equal(here, whole)
+
+
+def test_a_killed_worker_changes_nothing(tmp_path, client):
+    """One worker process is killed (SIGKILL) while the job runs: Dask reruns its tasks on
+    the other (and on the one its nanny restarts); the statistics equal the fault-free run."""
+    x = tokens(24_000, seed=9)
+    folder = write_shards(tmp_path / "acts", x, tuple(range(0, 24_001, 1000)))
+    wide = (DENSE[0], Overrides(d_model=96, d_ff=2048))  # tasks of ~20 ms: some in flight
+    expected = sharded(wide, folder, InProcess())
+    before = client.run(os.getpid)
+    killed: list[int] = []
+
+    class KillOne(Progress):
+        def advance(self, tokens: int) -> None:  # the first task is done, 23 are not
+            if not killed:
+                pid = sorted(before.values())[0]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+    out = relu_stats_shards(*wide, folder, DaskPool(client), progress=KillOne())
+    assert killed
+    assert render.stats_json(out.result) == expected
+    assert client.run_on_scheduler(_rescheduled) > 0  # the kill did take tasks away
+    client.wait_for_workers(2, timeout=30)
+    assert killed[0] not in client.run(os.getpid).values()
+
+
+def _rescheduled(dask_scheduler) -> int:
+    """Tasks the scheduler took back from a worker that died while running them."""
+    return sum(1 for t in dask_scheduler.transition_log if "shard_stats" in str(t[0])
+               and t[1] == "processing" and "worker-cleanup" in str(t[4]))
+
+
+def test_tree_merge_has_one_shape_whatever_the_order():
+    rng = np.random.default_rng(0)
+    for n in range(1, 23):
+        shapes = set()
+        for _ in range(6):
+            tree = TreeMerge(n, lambda a, b: f"({a} {b})")
+            for i in rng.permutation(n):
+                tree.add(int(i), str(i))
+            shapes.add(tree.root)
+            assert tree.merges == n - 1
+        assert len(shapes) == 1
+    tree = TreeMerge(5, lambda a, b: f"({a} {b})")
+    for i in (4, 2, 0, 3, 1):
+        tree.add(i, str(i))
+    assert tree.root == "(((0 1) (2 3)) 4)"
+
+
+# ---------------------------------------------------------------------------------------------
+# run over shards: files, manifest, resume.
+
+
+def test_run_writes_each_shard_and_resumes(tmp_path, client):
+    x = tokens(6000, seed=11)
+    folder = write_shards(tmp_path / "acts", x)
+    out = tmp_path / "out"
+    done = run_shards(*GATED, folder, out, DaskPool(client))
+    names = [f"part-{i:03d}.npy" for i in range(6)]
+    assert done.written == names and done.already == []
+    ffn = load_model(*GATED).engine
+    got = np.concatenate([np.load(out / n) for n in names])
+    np.testing.assert_allclose(got, ffn(x), rtol=1e-5, atol=1e-6)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [(e["name"], e["tokens"]) for e in manifest["shards"]] == \
+        list(zip(names, np.diff(CUTS).tolist(), strict=True))
+    assert sorted(os.listdir(out)) == ["manifest.json", *names]
+    again = run_shards(*GATED, folder, out, InProcess())
+    assert again.written == [] and again.already == names
+    os.utime(folder / "part-002.npy", ns=(1, 1))  # a changed input is done again
+    third = run_shards(*GATED, folder, out, InProcess())
+    assert third.written == ["part-002.npy"]
+
+
+def test_interrupted_run_keeps_complete_shards_and_resumes(tmp_path, client):
+    """Ctrl-C after the first shard is complete: the pending tasks are cancelled, no partial
+    file of an unfinished shard is left, the complete ones stay in the manifest; a second run
+    does only the rest."""
+    x = tokens(24_000, seed=13)
+    folder = write_shards(tmp_path / "acts", x, tuple(range(0, 24_001, 2000)))
+    out = tmp_path / "out"
+
+    class CtrlC(Progress):
+        def advance(self, tokens: int) -> None:
+            raise Interrupted(signal.SIGINT)
+
+    with pytest.raises(Interrupted):
+        run_shards(*DENSE, folder, out, DaskPool(client), progress=CtrlC())
+    manifest = json.loads((out / "manifest.json").read_text())
+    complete = [e["name"] for e in manifest["shards"]]
+    assert len(complete) == 1
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+    rest = run_shards(*DENSE, folder, out, DaskPool(client))
+    assert rest.already == complete and len(rest.written) == 11
+    ffn = load_model(*DENSE).engine
+    got = np.concatenate([np.load(out / f"part-{i:03d}.npy") for i in range(12)])
+    np.testing.assert_allclose(got, ffn(x), rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# The CLI: options, errors, bad shards.
+
+
+def test_cli_scheduler_and_workers_equal_single_process(cli, tmp_path, client, monkeypatch):
+    folder = write_shards(tmp_path / "acts", tokens(6000))
+    args = ("relu-stats", "--preset", "gpt2", "--d-model", "96", "--d-ff", "40", "--input")
+    here = cli(*args, f"{folder}/*.npy", "--json")
+    assert here.code == 0, here.err
+    monkeypatch.chdir(tmp_path)  # a relative path reaches the workers as an absolute one
+    there = cli(*args, "acts", "--scheduler", client.scheduler.address, "--json")
+    assert there.code == 0, there.err
+    assert there.json() == here.json()
+    assert here.json()["shards"] == 6 and here.json()["skipped"] == []
+    local = cli(*args, folder, "--workers", "2", "--json")
+    assert local.code == 0, local.err
+    assert local.json() == here.json()
+    assert here.err == there.err == local.err == ""  # no Dask log on stderr, no dashboard
+
+
+def test_each_worker_reads_the_weights_once(tmp_path, client):
+    """The model is built once per worker process and kept for every later task and job
+    (keyed by the options and the weights' size and mtime)."""
+    folder = write_shards(tmp_path / "acts", tokens(6000))
+    relu_stats_shards(*GATED, folder, DaskPool(client))
+    before = client.run(_cached_models)
+    relu_stats_shards(*GATED, folder, DaskPool(client))
+    assert client.run(_cached_models) == before
+    assert sorted(len(ids) for ids in before.values())[-1] == 1  # one model, not one a task
+
+
+def _cached_models() -> list[int]:
+    return [id(m) for m in cluster._cache.values()]
+
+
+def test_cli_bad_shard_is_named_or_skipped(cli, tmp_path, client):
+    x = tokens(6000)
+    folder = write_shards(tmp_path / "acts", x)
+    bad = x[700:1500].copy()
+    bad[5, 3] = np.nan
+    np.save(folder / "part-001.npy", bad)
+    np.save(folder / "part-009.npy", x[:10, :20])  # a header the job refuses up front
+    args = ("relu-stats", "--preset", "gpt2", "--d-model", "96", "--d-ff", "40", "--input",
+            folder, "--scheduler", client.scheduler.address)
+    r = cli(*args)
+    assert r.code == 2
+    assert r.err == f"error: {folder}/part-009.npy: expected d_model 96, got 20 (shape (10, 20))\n"
+    (folder / "part-009.npy").unlink()
+    r = cli(*args)
+    assert r.code == 2
+    assert r.err == (f"error: {folder}/part-001.npy: 1 non-finite value (NaN or infinity), the "
+                     "first at token 5, column 3; pass --allow-nonfinite to compute with them\n")
+    np.save(folder / "part-009.npy", x[:10, :20])
+    r = cli(*args, "--skip-bad", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["tokens"] == 6000 - 800
+    assert [s["path"] for s in r.json()["skipped"]] == [f"{folder}/part-001.npy",
+                                                         f"{folder}/part-009.npy"]
+    assert r.err == (f"skipped: {folder}/part-001.npy: 1 non-finite value (NaN or infinity), "
+                     "the first at token 5, column 3; pass --allow-nonfinite to compute with "
+                     f"them\nskipped: {folder}/part-009.npy: expected d_model 96, got 20 "
+                     "(shape (10, 20))\n")
+    cats = cli(*args, "--skip-bad", "--target-sparsity", "0.5", "--json")  # NaN in 4,096 first
+    assert cats.code == 0, cats.err
+    good = np.concatenate([x[:700], x[1500:]])
+    expected = single_file(DENSE, tmp_path, good, target_sparsity=0.5)
+    assert cats.json()["threshold"] == expected["threshold"]
+
+
+def test_cli_run_needs_a_folder_and_writes_it(cli, tmp_path):
+    folder = write_shards(tmp_path / "acts", tokens(3000), (0, 1000, 3000))
+    args = ("run", "--preset", "gpt2", "--d-model", "96", "--d-ff", "40", "--input", folder)
+    r = cli(*args)
+    assert (r.code, r.err) == (2, "error: run over shards (a glob, a folder, --workers or "
+                                  "--scheduler) writes one .npy per shard: add --out DIR\n")
+    r = cli(*args, "--out", tmp_path / "y.npy")
+    assert (r.code, r.err) == (2, "error: option --out: run over shards (a glob, a folder, "
+                                  "--workers or --scheduler) writes one .npy per shard into a "
+                                  f"folder, got {tmp_path}/y.npy\n")
+    r = cli(*args, "--out", tmp_path / "y", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["written"] == ["part-000.npy", "part-001.npy"]
+    assert r.json()["tokens"] == 3000
+    r = cli(*args, "--out", tmp_path / "y", "--residual")
+    assert (r.code, r.err) == (2, f"error: {tmp_path}/y/manifest.json: written by a run with "
+                                  "other options (model, overrides, --residual); pass --force "
+                                  "to start again, or choose another --out\n")
+
+
+def test_cli_errors(cli, tmp_path, monkeypatch):
+    args = ("relu-stats", "--preset", "toy")
+    r = cli(*args, "--input", f"{tmp_path}/*.npy")
+    assert (r.code, r.err) == (2, f"error: option --input: no file matches {tmp_path}/*.npy\n")
+    r = cli(*args, "--input", tmp_path)
+    assert (r.code, r.err) == (2, f"error: option --input: {tmp_path} is a folder without .npy "
+                                  "files\n")
+    r = cli(*args, "--random", "10", "--workers", "2")
+    assert (r.code, r.err) == (2, "error: --workers, --scheduler and --skip-bad take --input "
+                                  "files (a file, a glob such as 'acts/*.npy', or a folder), "
+                                  "not --random\n")
+    np.save(tmp_path / "a.npy", tokens(5, 4))
+    r = cli(*args, "--input", tmp_path, "--workers", "0")
+    assert (r.code, r.err) == (2, "error: option --workers: expected a whole number >= 1, got 0\n")
+    r = cli(*args, "--input", tmp_path, "--workers", "2", "--scheduler", "tcp://x:1")
+    assert (r.code, r.err) == (2, "error: give --workers or --scheduler, not both\n")
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 0.5)
+    r = cli(*args, "--input", tmp_path, "--scheduler", "tcp://127.0.0.1:9")
+    assert (r.code, r.err) == (2, "error: cannot reach the Dask scheduler at tcp://127.0.0.1:9: "
+                                  "no answer within 0.5 s\n")
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if the extra were not installed
+    r = cli(*args, "--input", tmp_path, "--workers", "2")
+    assert (r.code, r.err) == (2, "error: --workers needs the dask package: pip install "
+                                  "'ffncli[dask]'\n")
+
+
+def test_the_core_never_imports_dask(tmp_path):
+    folder = write_shards(tmp_path / "acts", tokens(100, 4), (0, 40, 100))
+    code = ("import sys; from ffncli.cli import run; "
+            f"assert run(['relu-stats', '--preset', 'toy', '--input', '{folder}']) == 0; "
+            f"assert run(['run', '--preset', 'toy', '--input', '{folder}/part-000.npy']) == 0; "
+            "assert 'dask' not in sys.modules and 'distributed' not in sys.modules, 'imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_shard_rejects_what_the_single_file_rejects(tmp_path):
+    folder = tmp_path / "acts"
+    folder.mkdir()
+    (folder / "a.npy").write_bytes(b"not an array")
+    with pytest.raises(InputError, match="a.npy: not a .npy array"):
+        relu_stats_shards(*DENSE, folder, InProcess())
