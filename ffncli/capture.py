@@ -184,25 +184,63 @@ class SweepResult:
     layers: tuple[LayerStats, ...]
 
 
-class _LayerSweep:
-    """One layer's statistics: calibrated on its first batch, then fed every batch."""
+class LayerSweep:
+    """One layer's statistics on its real input, fed batch by batch in text order.
 
-    def __init__(self, block: Block, first: np.ndarray, tokens: int,
-                 threshold: float | None, target: float | None) -> None:
-        engine = block.engine
-        sample = np.ascontiguousarray(first[:CALIBRATION_TOKENS], dtype=engine.dtype)
-        self.cats = calibrate_threshold(engine, sample, CATS_SHARE)
-        if target is not None:
-            threshold = calibrate_threshold(engine, sample, target)
-        rule = Rule(threshold, describe_rule(engine.act.name, threshold, target))
-        engine.begin(tokens)  # an expert's capacity is that of the whole text
-        self.engine = engine
-        self.acc = SparsityAccumulator(engine, rule, keep_masks=tokens <= SMALL_OVERLAP)
+    The CATS column (and with ``target`` the rule's threshold) is calibrated on the text's
+    first ``CALIBRATION_TOKENS`` tokens, whatever the batches: the first batches are held until
+    that many have come, or the text has ended. ``calibration`` (cats, threshold) skips that,
+    for a part of a text whose first tokens were calibrated elsewhere (a cluster's shards)."""
+
+    def __init__(self, block: Block, tokens: int, threshold: float | None,
+                 target: float | None,
+                 calibration: tuple[float, float | None] | None = None) -> None:
+        self.engine, self.tokens = block.engine, tokens
+        self.threshold, self.target = threshold, target
+        self.held: list[np.ndarray] = []
+        self.held_rows = 0
+        self.cats = float("nan")
+        self.acc: SparsityAccumulator | None = None
+        if calibration is not None:
+            self._start(*calibration)
+
+    def calibrate(self, sample: np.ndarray) -> tuple[float, float | None]:
+        """(the CATS threshold at 50%, the rule's threshold) on these tokens."""
+        sample = np.ascontiguousarray(sample[:CALIBRATION_TOKENS], dtype=self.engine.dtype)
+        cats = calibrate_threshold(self.engine, sample, CATS_SHARE)
+        threshold = self.threshold if self.target is None else \
+            calibrate_threshold(self.engine, sample, self.target)
+        return cats, threshold
+
+    def _start(self, cats: float, threshold: float | None) -> None:
+        self.cats = cats
+        rule = Rule(threshold, describe_rule(self.engine.act.name, threshold, self.target))
+        self.acc = SparsityAccumulator(self.engine, rule,
+                                       keep_masks=self.tokens <= SMALL_OVERLAP)
 
     def update(self, x: np.ndarray) -> None:
+        if self.acc is None:
+            self.held.append(np.array(x, dtype=self.engine.dtype))  # the walk reuses x
+            self.held_rows += x.shape[0]
+            if self.held_rows >= min(CALIBRATION_TOKENS, self.tokens):
+                self._release()
+            return
         rows = self.engine.chunk_tokens
         for start in range(0, x.shape[0], rows):
             self.acc.update(x[start:start + rows])
+
+    def _release(self) -> None:
+        held = np.concatenate(self.held) if self.held else \
+            np.empty((0, self.engine.d_model), self.engine.dtype)
+        self.held, self.held_rows = [], 0
+        self._start(*self.calibrate(held))
+        self.update(held)
+
+    def result(self, layer: int) -> LayerStats:
+        if self.acc is None:
+            self._release()
+        assert self.acc is not None
+        return LayerStats(layer, self.acc.result(), self.cats)
 
 
 def sweep(model: Transformer, sequences: Sequences, layers: Sequence[int], *,
@@ -218,15 +256,24 @@ def sweep(model: Transformer, sequences: Sequences, layers: Sequence[int], *,
     if target_sparsity is not None and not 0 < target_sparsity < 1:
         raise InputError(f"option --target-sparsity: expected a share between 0 and 1, got "
                          f"{target_sparsity}")
-    sweeps: dict[int, _LayerSweep] = {}
+    done: dict[int, LayerStats] = {}
+    current: list[tuple[int, LayerSweep]] = []  # the layer being walked
+
+    def finish() -> None:  # the walk has left the layer: its weights can go
+        if current:
+            layer, open_sweep = current.pop()
+            done[layer] = open_sweep.result(layer)
 
     def visit(layer: int, block: Block, x: np.ndarray) -> None:
-        if layer not in sweeps:
-            sweeps[layer] = _LayerSweep(block, x, sequences.tokens, threshold, target_sparsity)
-        sweeps[layer].update(x)
+        if not current or current[0][0] != layer:
+            finish()
+            current.append((layer, LayerSweep(block, sequences.tokens, threshold,
+                                              target_sparsity)))
+        current[0][1].update(x)
 
     walk(model, sequences.ids, layers, visit, batch_tokens=batch_tokens, progress=progress)
-    results = tuple(LayerStats(i, sweeps[i].acc.result(), sweeps[i].cats) for i in layers)
+    finish()
+    results = tuple(done[i] for i in layers)
     definition = results[0].stats.rule.description if results else ""
     return SweepResult(str(model.weights), sequences.source, sequences.tokens, len(sequences.ids),
                        definition, results)

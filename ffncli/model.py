@@ -208,6 +208,9 @@ def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
     from ffncli.forward import open_transformer
     from ffncli.runner import parse_dtype
 
+    if overrides.capacity_factor is not None:
+        raise InputError("option --capacity-factor: the whole-model forward runs the "
+                         "checkpoint's own routing, which drops no tokens")
     spec = resolve_spec(choice.preset, choice.config, overrides, weights=weights,
                         weights_describe=True)
     return open_transformer(spec, weights, parse_dtype(choice.dtype), config=choice.config)

@@ -294,3 +294,64 @@ def test_a_tokenizer_file_tokenizers_cannot_read(cli, tmp_path):
     assert r.err.startswith(f"error: {folder}/tokenizer.json: the tokenizers package cannot "
                             "read this tokenizer: ")  # then the package's own words
     assert r.err.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep in the library: batches change nothing, one layer's FFN in memory
+
+
+def _gpt2_sweep(**options):
+    from ffncli.capture import sweep
+    from ffncli.model import ModelChoice, TextChoice, load_sequences, open_forward
+    from ffncli.spec import Overrides
+
+    folder = FORWARD / "gpt2"
+    model = open_forward(ModelChoice(weights=folder), Overrides())
+    sequences = load_sequences(TextChoice(ids=folder / "ids.txt"), model, folder)
+    return model, sweep(model, sequences, (0, 1), **options)
+
+
+@pytest.mark.parametrize("options", [{}, {"target_sparsity": 0.3}, {"threshold": 0.05}])
+def test_sweep_does_not_depend_on_the_batches(options):
+    """The calibration uses the text's first tokens whatever the batches: the same numbers
+    with batches of one sequence and with one batch of all."""
+    from ffncli.render import sweep_json
+
+    _, small = _gpt2_sweep(batch_tokens=1, **options)
+    _, large = _gpt2_sweep(batch_tokens=4096, **options)
+    a, b = sweep_json(small), sweep_json(large)
+    for x, y in zip(a["layers"], b["layers"], strict=True):
+        assert x.pop("cats_threshold_50") == pytest.approx(y.pop("cats_threshold_50"), rel=1e-6)
+        if x["threshold"] is not None:
+            assert x.pop("threshold") == pytest.approx(y.pop("threshold"), rel=1e-6)
+            x.pop("definition"), y.pop("definition")
+        assert x == y
+
+
+def test_sweep_lets_each_layers_ffn_go(monkeypatch):
+    """When the walk builds layer i, the FFNs of layers < i - 1 are gone: the sweep keeps no
+    layer's weights once the walk has left it (the walk itself holds layer i - 1 until then)."""
+    import gc
+    import weakref
+
+    from ffncli.capture import sweep
+    from ffncli.model import ModelChoice, TextChoice, load_sequences, open_forward
+    from ffncli.spec import Overrides
+
+    folder = minilm()
+    model = open_forward(ModelChoice(weights=folder), Overrides())
+    sequences = load_sequences(TextChoice(text=FORWARD / "minilm" / "text.txt"), model, folder)
+    engines: list[weakref.ref] = []
+    alive_at: list[list[bool]] = []
+    build = type(model).layer
+
+    def layer(self, i):
+        gc.collect()
+        alive_at.append([ref() is not None for ref in engines])
+        block = build(self, i)
+        engines.append(weakref.ref(block.engine))
+        return block
+
+    monkeypatch.setattr(type(model), "layer", layer)
+    sweep(model, sequences, (0, 1, 2, 3))
+    assert alive_at == [[], [True], [False, True], [False, False, True]]
