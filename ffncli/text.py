@@ -381,6 +381,8 @@ def _txt_ids(path: Path, f: io.BufferedReader, digest: Any,
         except UnicodeDecodeError:
             raise InputError(f"{path}: line {number}: expected token ids (whole numbers "
                              "separated by spaces), got bytes that are not UTF-8 text") from None
+        if number == 1:
+            text = text.removeprefix("\ufeff")  # a byte-order mark, as --text drops it
         if not text.strip():
             continue
         if not _IDS_LINE.fullmatch(text):
@@ -389,11 +391,21 @@ def _txt_ids(path: Path, f: io.BufferedReader, digest: Any,
         parts = text.split()
         try:
             ids = np.array(parts, dtype=np.int64)
-        except OverflowError:  # beyond int64: out of range, found below
+        except (OverflowError, ValueError):  # beyond int64 (or int()'s 4,300 digits)
             ids = None
         if ids is None or (ids < 0).any() or (ids >= vocab).any():
-            value = next(p for p in parts if len(p) > 20 or not 0 <= int(p) < vocab)
-            raise _out_of_range(f"{path}: line {number}", int(value) if len(value) <= 20
-                                else value, vocab)
+            raise _out_of_range(f"{path}: line {number}", _first_out_of_range(parts, vocab),
+                                vocab)
         rows.append((number, ids))
     return rows
+
+
+def _first_out_of_range(parts: list[str], vocab: int) -> int | str:
+    """The first id of ``parts`` outside 0..vocab-1: as a number, or as written when it is
+    more than 20 digits (not converted: int() refuses more than 4,300)."""
+    for part in parts:
+        if len(part.lstrip("+-").lstrip("0")) > 20:
+            return part
+        if not 0 <= int(part) < vocab:
+            return int(part)
+    raise AssertionError("no id out of range")  # the caller found one
