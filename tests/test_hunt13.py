@@ -67,3 +67,118 @@ def test_an_ids_file_opening_with_a_byte_order_mark(cli, tmp_path):
     for i in (0, 1):
         assert np.array_equal(np.load(tmp_path / "plain" / f"layer{i}.npy"),
                               np.load(tmp_path / "marked" / f"layer{i}.npy"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def test_an_empty_embedding_table(cli, tmp_path):
+    """0 rows: the vocabulary was 0 and read_ids raised a ValueError (a traceback)."""
+    folder = checkpoint(tmp_path, "llama",
+                        tensors={"model.embed_tokens.weight": np.zeros((0, 64), np.float32)})
+    r = capture(cli, folder, IDS, tmp_path / "out")
+    assert (r.code, r.err) == (2, f"error: {folder}/model.safetensors: tensor "
+                                  "'model.embed_tokens.weight': expected shape (rows >= 1, 64), "
+                                  "got (0, 64)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_position_table(cli, tmp_path):
+    empty = np.zeros((0, 64), np.float32)
+    folder = checkpoint(tmp_path, "gpt2", tensors={"transformer.wpe.weight": empty})
+    r = cli("relu-stats", "--weights", folder, "--ids", IDS)
+    assert (r.code, r.err) == (2, f"error: {folder}/model.safetensors: tensor 'wpe.weight': "
+                                  "expected shape (positions >= 1, 64), got (0, 64)\n")
+
+
+def test_a_roberta_padding_index_past_the_positions(cli, tmp_path):
+    """RoBERTa's positions start after pad_token_id: none left was max_positions 0, a
+    ValueError traceback."""
+    folder = checkpoint(tmp_path, "roberta", config={"pad_token_id": 500})
+    r = capture(cli, folder, IDS, tmp_path / "out")
+    rows = json.loads((FORWARD / "roberta" / "config.json").read_text())[
+        "max_position_embeddings"]
+    assert (r.code, r.err) == (2, f"error: {folder}/config.json: key 'pad_token_id': positions "
+                                  f"start after it, so expected below {rows - 1} (the position "
+                                  f"table has {rows} rows), got 500\n")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("window", [0, -3])
+def test_a_sliding_window_of_no_key(cli, tmp_path, window):
+    """A window of 0 masked every key: softmax of -inf only, NaN captured with exit 0."""
+    folder = checkpoint(tmp_path, "mistral", config={"sliding_window": window})
+    r = capture(cli, folder, IDS, tmp_path / "out")
+    assert (r.code, r.err) == (2, f"error: {folder}/config.json: key 'sliding_window': expected "
+                                  f"a whole number >= 1, got {window}\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sliding_window_of_one_key_is_each_token_alone(cli, tmp_path):
+    """The smallest window: each token attends to itself only, so a sequence's tokens give
+    the states they give one by one (another path to the same numbers)."""
+    folder = checkpoint(tmp_path, "mistral", config={"sliding_window": 1})
+    ids = tmp_path / "ids.txt"
+    ids.write_text("5 9 17\n")
+    alone = tmp_path / "alone.txt"
+    alone.write_text("5\n")
+    assert capture(cli, folder, ids, tmp_path / "a").code == 0
+    assert capture(cli, folder, alone, tmp_path / "b").code == 0
+    together, first = (np.load(tmp_path / o / "layer1.npy") for o in ("a", "b"))
+    np.testing.assert_allclose(together[0], first[0], rtol=1e-5, atol=1e-6)
+
+
+def nan_at(base: str, name: str, tmp_path: Path, value: float = np.nan) -> Path:
+    st = pytest.importorskip("safetensors.numpy")
+    w = st.load_file(str(FORWARD / base / "model.safetensors"))[name].copy()
+    w.flat[0] = value
+    return checkpoint(tmp_path, base, tensors={name: w})
+
+
+def test_nan_weights_are_refused_not_counted(cli, tmp_path):
+    """NaN is never <= 0: every unit counted active, NaN in --json (not strict JSON), NaN
+    captured, all with exit 0. Now the first layer whose FFN input is not finite is named."""
+    folder = nan_at("llama", "model.layers.0.self_attn.q_proj.weight", tmp_path)
+    message = (f"error: {folder}: layer 0's FFN input of sequence 1 holds NaN or infinity: the "
+               "checkpoint's weights hold some, or its forward overflows\n")
+    r = cli("relu-stats", "--weights", folder, "--ids", IDS, "--json")
+    assert (r.code, r.out, r.err) == (2, "", message)
+    r = capture(cli, folder, IDS, tmp_path / "out")
+    assert (r.code, r.err) == (2, message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_infinite_ffn_weights_show_in_the_next_layer(cli, tmp_path):
+    """Layer 0's FFN gives infinity: its input is finite, layer 1's is not."""
+    folder = nan_at("gpt2", "transformer.h.0.mlp.c_fc.weight", tmp_path, np.inf)
+    r = cli("relu-stats", "--weights", folder, "--ids", IDS, "--layer", "0", "--json")
+    assert r.code == 0, r.err
+    r = cli("relu-stats", "--weights", folder, "--ids", IDS, "--json")
+    assert (r.code, r.err) == (2, f"error: {folder}: layer 1's FFN input of sequence 1 holds NaN "
+                                  "or infinity: the checkpoint's weights hold some, or its "
+                                  "forward overflows\n")
+
+
+def test_nan_in_a_later_sequence_is_named(tmp_path):
+    """The sequence named is the first holding NaN, counted over the batches."""
+    from ffncli.errors import WeightsError
+    from ffncli.forward import walk
+    from ffncli.model import ModelChoice, open_forward
+    from ffncli.spec import Overrides
+
+    model = open_forward(ModelChoice(weights=FORWARD / "gpt2"), Overrides())
+    embed = model.embed
+
+    def poisoned(ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        h = embed(ids, positions)
+        h[ids == 99] = np.nan  # token 99 appears in sequence 4 only
+        return h
+
+    model.embed = poisoned  # type: ignore[method-assign]
+    seqs = [np.array(s) for s in ([1, 2], [3, 4, 5], [6], [7, 99, 8])]
+    with pytest.raises(WeightsError) as info:
+        walk(model, seqs, [1], lambda *a: None, batch_tokens=3)
+    assert str(info.value) == (f"{FORWARD / 'gpt2'}: layer 1's FFN input of sequence 4 holds "
+                               "NaN or infinity: the checkpoint's weights hold some, or its "
+                               "forward overflows")
