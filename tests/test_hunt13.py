@@ -6,6 +6,8 @@ tests/data/forward, edited one key or tensor at a time."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -182,3 +184,46 @@ def test_nan_in_a_later_sequence_is_named(tmp_path):
     assert str(info.value) == (f"{FORWARD / 'gpt2'}: layer 1's FFN input of sequence 4 holds "
                                "NaN or infinity: the checkpoint's weights hold some, or its "
                                "forward overflows")
+
+
+# ---------------------------------------------------------------------------------------------
+# --layer and --out
+
+
+@pytest.mark.parametrize("value", ["\u0663", "\uff11", "\u0661-\u0662", "1-\uff11"])
+def test_layers_are_ascii_digits(cli, value):
+    """str.isdigit() takes Arabic-Indic and full-width digits: '１' was layer 1."""
+    r = cli("relu-stats", "--weights", FORWARD / "gpt2", "--ids", IDS, "--layer", value)
+    assert (r.code, r.err) == (2, f"error: option --layer: expected a layer N, a range A-B or "
+                                  f"all, got '{value}'\n")
+
+
+def test_out_is_never_the_model_folder(cli, tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(FORWARD / "gpt2", folder)
+    before = sorted(os.listdir(folder))
+    r = capture(cli, folder, IDS, folder, "--force")
+    assert (r.code, r.err) == (2, f"error: option --out: {folder} is an input of this command "
+                                  "(the model folder); choose another folder\n")
+    assert sorted(os.listdir(folder)) == before
+
+
+def test_out_is_a_dangling_symbolic_link(cli, tmp_path):
+    out = tmp_path / "out"
+    os.symlink(tmp_path / "nowhere" / "out", out)
+    r = capture(cli, FORWARD / "gpt2", IDS, out)
+    assert (r.code, r.err) == (2, f"error: option --out: {out} is a symbolic link to "
+                                  f"{tmp_path / 'nowhere' / 'out'}, which does not exist\n")
+    assert os.listdir(tmp_path) == ["out"]
+
+
+def test_a_failed_capture_removes_the_folder_it_made(cli, tmp_path):
+    """An error before any layer was complete left an empty --out folder behind; a folder
+    that was there before stays."""
+    folder = nan_at("gpt2", "transformer.h.0.ln_1.weight", tmp_path)
+    r = capture(cli, folder, IDS, tmp_path / "out")
+    assert r.code == 2
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "mine").mkdir()
+    assert capture(cli, folder, IDS, tmp_path / "mine").code == 2
+    assert os.listdir(tmp_path / "mine") == []
