@@ -51,7 +51,11 @@ LONG_LINE = 1 << 16  # characters: a longer line is tokenised in pieces cut at s
 CUT_CONTEXT = 256  # characters each side of a cut, tokenised whole and cut, to check the cut
 _CUT = re.compile(r"\S \S")  # a cut point: one space (U+0020) between two words
 NO_TOKENIZERS = "--text needs the tokenizers package: pip install 'ffncli[text]'"
-_IDS_LINE = re.compile(r"\s*[+-]?[0-9]+(?:\s+[+-]?[0-9]+)*\s*")
+_SPACE = re.compile(r"\s")
+# what is not whole numbers separated by spaces: another character, a sign not before a digit,
+# a digit before a sign (a search, not a fullmatch of a repeated group: Python's re keeps
+# ~110 bytes of backtracking state per repetition, 450 MB for a 4 MB line)
+_NOT_IDS = re.compile(r"[^0-9+\-\s]|[+-](?![0-9])|[0-9](?=[+-])")
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ class Tokenizer:
         special = backend.encode(line[:bounds[1]], add_special_tokens=True).ids
         where = next((k for k in range(len(special) - len(plain) + 1)
                       if special[k:k + len(plain)] == plain), None)
-        if where is None or not cuts:  # special tokens not around the sequence: no cutting
+        if where is None or not cuts or not plain:  # specials not around the ids: no cutting
             return list(backend.encode(line, add_special_tokens=True).ids)
         ids = list(special[:where])
         pieces = [line[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
@@ -428,19 +432,31 @@ def _txt_ids(path: Path, f: io.BufferedReader, digest: Any,
             text = text.removeprefix("\ufeff")  # a byte-order mark, as --text drops it
         if not text.strip():
             continue
-        if not _IDS_LINE.fullmatch(text):
+        if _NOT_IDS.search(text):
             raise InputError(f"{path}: line {number}: expected token ids (whole numbers "
                              f"separated by spaces), got {brief(text.strip())}")
-        parts = text.split()
-        try:
-            ids = np.array(parts, dtype=np.int64)
-        except (OverflowError, ValueError):  # beyond int64 (or int()'s 4,300 digits)
-            ids = None
-        if ids is None or (ids < 0).any() or (ids >= vocab).any():
-            raise _out_of_range(f"{path}: line {number}", _first_out_of_range(parts, vocab),
-                                vocab)
-        rows.append((number, ids))
+        chunks = []
+        for parts in _split_ids(text):  # a long line a megabyte at a time: ~120 bytes a part
+            try:
+                ids = np.array(parts, dtype=np.int64)
+            except (OverflowError, ValueError):  # beyond int64 (or int()'s 4,300 digits)
+                ids = None
+            if ids is None or (ids < 0).any() or (ids >= vocab).any():
+                raise _out_of_range(f"{path}: line {number}", _first_out_of_range(parts, vocab),
+                                    vocab)
+            chunks.append(ids)
+        rows.append((number, chunks[0] if len(chunks) == 1 else np.concatenate(chunks)))
     return rows
+
+
+def _split_ids(text: str) -> Iterator[list[str]]:
+    """``text.split()``, about BATCH_BYTES characters of the text at a time."""
+    start = 0
+    while start < len(text):
+        found = _SPACE.search(text, start + BATCH_BYTES)
+        end = found.start() if found is not None else len(text)
+        yield text[start:end].split()
+        start = end
 
 
 def _first_out_of_range(parts: list[str], vocab: int) -> int | str:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 FORWARD = Path(__file__).parent / "data" / "forward"
 
@@ -320,3 +322,38 @@ def test_a_long_line_of_a_real_tokenizer(monkeypatch, model):
     want = tok._backend.encode(line, add_special_tokens=True).ids
     monkeypatch.setattr(text, "LONG_LINE", 200)
     assert tok.encode([line]) == [want]
+
+
+# ---------------------------------------------------------------------------------------------
+# A long line of ids: checked by a search (a fullmatch of a repeated group held ~110 bytes
+# per id: 450 MB for a 4 MB line), converted a megabyte at a time
+
+
+IDS_GRAMMAR = r"\s*[+-]?[0-9]+(?:\s+[+-]?[0-9]+)*\s*"  # what --ids .txt lines are
+
+
+@given(st.text(alphabet="0123456789+- \t\x00\x1ca\u0661\uff11\u3000", max_size=12))
+def test_ids_lines_are_whole_numbers_separated_by_spaces(line):
+    import re
+
+    from ffncli import text
+
+    if line.strip():
+        assert (text._NOT_IDS.search(line) is None) == bool(re.fullmatch(IDS_GRAMMAR, line))
+
+
+def test_a_long_line_of_ids_is_read_in_chunks(monkeypatch, tmp_path):
+    from ffncli import text
+    from ffncli.errors import InputError
+
+    monkeypatch.setattr(text, "BATCH_BYTES", 10)
+    ids = tmp_path / "ids.txt"
+    values = [(7 * i) % 100 for i in range(1000)]
+    ids.write_text("2 3\n" + "  ".join(f"+{v}" if v % 3 else str(v) for v in values) + "\n")
+    seqs = text.read_ids(ids, 100, None)
+    assert [s.tolist() for s in seqs.ids] == [[2, 3], values]
+    ids.write_text(" ".join(["5"] * 500 + ["100"] + ["5"] * 10) + "\n")
+    with pytest.raises(InputError) as info:
+        text.read_ids(ids, 100, None)
+    assert str(info.value) == f"{ids}: line 1: token id 100 is out of range for a vocabulary " \
+                              "of 100"
