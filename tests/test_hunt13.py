@@ -23,7 +23,7 @@ def checkpoint(tmp_path: Path, base: str, config: dict | None = None,
     """A copy of the fixture ``base`` with some config keys and tensors replaced."""
     st = pytest.importorskip("safetensors.numpy")
     folder = tmp_path / f"{base}-edited"
-    folder.mkdir()
+    folder.mkdir(parents=True)
     settings = json.loads((FORWARD / base / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**settings, **(config or {})}))
     weights = st.load_file(str(FORWARD / base / "model.safetensors"))
@@ -120,17 +120,21 @@ def test_a_sliding_window_of_no_key(cli, tmp_path, window):
 
 
 def test_a_sliding_window_of_one_key_is_each_token_alone(cli, tmp_path):
-    """The smallest window: each token attends to itself only, so a sequence's tokens give
-    the states they give one by one (another path to the same numbers)."""
-    folder = checkpoint(tmp_path, "mistral", config={"sliding_window": 1})
-    ids = tmp_path / "ids.txt"
+    """The smallest window: each token attends to itself only (its value, whatever its
+    rotary position), so the last token of a sequence gives the state it gives alone; with
+    Mistral's own window of 6 it does not."""
+    ids, alone = tmp_path / "ids.txt", tmp_path / "alone.txt"
     ids.write_text("5 9 17\n")
-    alone = tmp_path / "alone.txt"
-    alone.write_text("5\n")
-    assert capture(cli, folder, ids, tmp_path / "a").code == 0
-    assert capture(cli, folder, alone, tmp_path / "b").code == 0
-    together, first = (np.load(tmp_path / o / "layer1.npy") for o in ("a", "b"))
-    np.testing.assert_allclose(together[0], first[0], rtol=1e-5, atol=1e-6)
+    alone.write_text("17\n")
+    states = {}
+    for window in (1, 6):
+        folder = checkpoint(tmp_path / str(window), "mistral", config={"sliding_window": window})
+        for f in (ids, alone):
+            out = tmp_path / f"{window}-{f.stem}"
+            assert capture(cli, folder, f, out).code == 0
+            states[window, f.stem] = np.load(out / "layer1.npy")
+    np.testing.assert_allclose(states[1, "ids"][2], states[1, "alone"][0], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(states[6, "ids"][2], states[6, "alone"][0], rtol=1e-3, atol=1e-4)
 
 
 def nan_at(base: str, name: str, tmp_path: Path, value: float = np.nan) -> Path:
