@@ -147,7 +147,23 @@ def _capture_layers(model: Transformer, sequences: Sequences, layers: Sequence[i
 
     shape = (sequences.tokens, model.d_model)
     with contextlib.ExitStack() as stack:
-        current: dict[str, Any] = {"layer": None, "writer": None, "pending": []}
+        current: dict[str, Any] = {"layer": None, "writer": None, "pending": [],
+                                   "published": False}
+
+        def before_publishing(exc_type: type[BaseException] | None, *_: object) -> bool:
+            """The first file is about to replace one of a previous capture (--force): its
+            capture.json goes first, so that it never describes a mix of two runs (it stays
+            while nothing is replaced: an error before then keeps the old capture whole)."""
+            if exc_type is None and not current["published"]:
+                current["published"] = True
+                try:
+                    os.unlink(out / "capture.json")
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    raise OutputError(f"option --out: cannot remove the previous capture's "
+                                      f"{out / 'capture.json'}: {exc.strerror or exc}") from None
+            return False
 
         def visit(layer: int, block: Block, x: np.ndarray) -> None:
             if current["layer"] != layer:
@@ -157,6 +173,7 @@ def _capture_layers(model: Transformer, sequences: Sequences, layers: Sequence[i
                 current["writer"] = stack.enter_context(AtomicNpyWriter(
                     layer_file(out, layer), shape, np.dtype(np.float32), force=True,
                     inputs=tuple(inputs)))
+                stack.push(before_publishing)  # runs before the writer's exit publishes
                 current["layer"] = layer
             writer, pending = current["writer"], current["pending"]
             chunk = np.ascontiguousarray(x, dtype=np.float32)

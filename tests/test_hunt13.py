@@ -361,3 +361,40 @@ def test_a_long_line_of_ids_is_read_in_chunks(monkeypatch, tmp_path):
         text.read_ids(ids, 100, None)
     assert str(info.value) == f"{ids}: line 1: token id 100 is out of range for a vocabulary " \
                               "of 100"
+
+
+def test_force_over_a_capture_never_leaves_its_manifest_over_a_mix(cli, tmp_path,
+                                                                   monkeypatch):
+    """--force over a previous capture: an error before any file is replaced keeps the old
+    capture whole, capture.json included; once a file is replaced, the old capture.json (which
+    described the replaced file) is gone, never left describing a mix of two runs."""
+    import importlib
+
+    from ffncli.errors import OutputError
+
+    module = importlib.import_module("ffncli.capture")  # ffncli.capture is also api's function
+
+    out = tmp_path / "out"
+    assert capture(cli, FORWARD / "gpt2", IDS, out).code == 0
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    assert sorted(before) == ["capture.json", "layer0.npy", "layer1.npy"]
+    early = nan_at("gpt2", "transformer.h.0.ln_1.weight", tmp_path / "early")  # layer 0 NaN
+    assert capture(cli, early, IDS, out, "--force").code == 2
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+
+    writer = module.AtomicNpyWriter
+
+    def full_at_layer1(path: Path, *args, **kwargs):
+        if path.name == "layer1.npy":
+            raise OutputError(f"option --out: cannot reserve bytes for {path}: No space left")
+        return writer(path, *args, **kwargs)
+
+    monkeypatch.setattr(module, "AtomicNpyWriter", full_at_layer1)
+    other = tmp_path / "other.txt"
+    other.write_text("3 1 4 1 5\n9 2 6\n")
+    r = capture(cli, FORWARD / "gpt2", other, out, "--force")  # layer 0 replaced, then full
+    assert (r.code, r.err) == (2, f"error: option --out: cannot reserve bytes for "
+                                  f"{out / 'layer1.npy'}: No space left\n")
+    assert sorted(os.listdir(out)) == ["layer0.npy", "layer1.npy"]
+    assert np.load(out / "layer0.npy").shape == (8, 64)  # the new run's
+    assert (out / "layer1.npy").read_bytes() == before["layer1.npy"]
