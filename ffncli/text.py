@@ -330,14 +330,18 @@ def read_text(path: Path, tokenizer: Tokenizer, max_positions: int | None) -> Se
 
     with open_file(path, "text file", InputError, INPUT_MAX_BYTES) as f:
         batch: list[tuple[int, str]] = []
-        size = 0
+        size = seen = 0
         for number, line in _lines(path, f, digest):
             batch.append((number, line))
             size += len(line)
+            seen += 1
             if len(batch) >= BATCH_LINES or size >= BATCH_BYTES:
                 flush(batch)
                 batch, size = [], 0
         flush(batch)
+    if not windows and seen:  # a normalizer may drop everything (control characters)
+        raise InputError(f"{path}: no token ids: the tokenizer {tokenizer.source} gives none for "
+                         f"any of its {seen:,} non-empty line{'s' if seen > 1 else ''}")
     if not windows:
         raise InputError(f"{path}: no text: every line is empty (expected one sequence per "
                          "non-empty line)")

