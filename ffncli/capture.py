@@ -47,9 +47,9 @@ def parse_layers(text: str | None, n_layers: int) -> tuple[int, ...]:
     if text is None or text == "all":
         return tuple(range(n_layers))
     first, dash, last = text.partition("-")
-    try:
-        a = int(first) if first.strip() == first and first.isdigit() else -1
-        b = (int(last) if last.strip() == last and last.isdigit() else -1) if dash else a
+    try:  # ASCII digits only: str.isdigit() also takes '٣' and '１'
+        a = int(first) if first.isascii() and first.isdigit() else -1
+        b = (int(last) if last.isascii() and last.isdigit() else -1) if dash else a
     except ValueError:  # digits beyond int()'s limit
         a = b = -1
     if a < 0 or b < 0:
@@ -80,12 +80,16 @@ def layer_file(out: Path, layer: int) -> Path:
     return out / f"layer{layer}.npy"
 
 
-def prepare_out(out: Path, force: bool, inputs: Sequence[Path | None]) -> None:
+def prepare_out(out: Path, force: bool, inputs: Sequence[Path | None]) -> bool:
     """``--out DIR``: created if missing (its parent must exist); an existing folder must be
-    empty unless ``force``; never a folder holding one of the inputs."""
+    empty unless ``force``; never an input (a model folder) nor a folder holding one. True
+    when it was created."""
     try:
         entries = os.listdir(out)
     except FileNotFoundError:
+        if os.path.islink(out):
+            raise OutputError(f"option --out: {out} is a symbolic link to "
+                              f"{os.readlink(out)}, which does not exist") from None
         try:
             os.mkdir(out)
         except FileNotFoundError:
@@ -93,7 +97,7 @@ def prepare_out(out: Path, force: bool, inputs: Sequence[Path | None]) -> None:
         except OSError as exc:
             raise OutputError(f"option --out: cannot create {out}: "
                               f"{exc.strerror or exc}") from None
-        return
+        return True
     except NotADirectoryError:
         raise OutputError(f"option --out: {out} is a file; capture writes a folder") from None
     except OSError as exc:
@@ -105,10 +109,14 @@ def prepare_out(out: Path, force: bool, inputs: Sequence[Path | None]) -> None:
     for source in inputs:
         if source is None:
             continue
+        if same_file(out, source):
+            raise OutputError(f"option --out: {out} is an input of this command (the model "
+                              "folder); choose another folder")
         for name in entries:
             if same_file(out / name, source):
                 raise OutputError(f"option --out: {out} holds the input {source}; choose "
                                   "another folder")
+    return False
 
 
 def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out: Path, *,
@@ -116,13 +124,46 @@ def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out
             progress: Progress | None = None) -> CaptureResult:
     """Write each selected layer's FFN input, float32 (tokens, d_model) in text order, to
     ``out/layer{N}.npy`` (each file atomically), then ``out/capture.json``."""
+    created = prepare_out(out, force, inputs)
+    try:
+        _capture_layers(model, sequences, layers, out, inputs, batch_tokens, progress)
+    except BaseException:
+        if created:  # a folder this run made and left empty (nothing completed) goes too
+            with contextlib.suppress(OSError):
+                os.rmdir(out)
+        raise
+    files = tuple(layer_file(out, i) for i in layers)
+    manifest = capture_manifest(model, sequences, layers, files)
+    write_text_atomically(out / "capture.json", json.dumps(manifest, indent=1) + "\n", "--out")
+    return CaptureResult(str(out), str(model.weights), tuple(layers), sequences.tokens,
+                         len(sequences.ids), model.d_model, tuple(str(f) for f in files))
+
+
+def _capture_layers(model: Transformer, sequences: Sequences, layers: Sequence[int], out: Path,
+                    inputs: Sequence[Path | None], batch_tokens: int,
+                    progress: Progress | None) -> None:
+    """The walk writing each selected layer's file, one write in flight."""
     from ffncli.forward import walk
 
-    prepare_out(out, force, inputs)
     shape = (sequences.tokens, model.d_model)
-    files = tuple(layer_file(out, i) for i in layers)
     with contextlib.ExitStack() as stack:
-        current: dict[str, Any] = {"layer": None, "writer": None, "pending": []}
+        current: dict[str, Any] = {"layer": None, "writer": None, "pending": [],
+                                   "published": False}
+
+        def before_publishing(exc_type: type[BaseException] | None, *_: object) -> bool:
+            """The first file is about to replace one of a previous capture (--force): its
+            capture.json goes first, so that it never describes a mix of two runs (it stays
+            while nothing is replaced: an error before then keeps the old capture whole)."""
+            if exc_type is None and not current["published"]:
+                current["published"] = True
+                try:
+                    os.unlink(out / "capture.json")
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    raise OutputError(f"option --out: cannot remove the previous capture's "
+                                      f"{out / 'capture.json'}: {exc.strerror or exc}") from None
+            return False
 
         def visit(layer: int, block: Block, x: np.ndarray) -> None:
             if current["layer"] != layer:
@@ -132,6 +173,7 @@ def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out
                 current["writer"] = stack.enter_context(AtomicNpyWriter(
                     layer_file(out, layer), shape, np.dtype(np.float32), force=True,
                     inputs=tuple(inputs)))
+                stack.push(before_publishing)  # runs before the writer's exit publishes
                 current["layer"] = layer
             writer, pending = current["writer"], current["pending"]
             chunk = np.ascontiguousarray(x, dtype=np.float32)
@@ -141,10 +183,6 @@ def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out
                 writer.wait(pending.pop(0))
 
         walk(model, sequences.ids, layers, visit, batch_tokens=batch_tokens, progress=progress)
-    manifest = capture_manifest(model, sequences, layers, files)
-    write_text_atomically(out / "capture.json", json.dumps(manifest, indent=1) + "\n", "--out")
-    return CaptureResult(str(out), str(model.weights), tuple(layers), sequences.tokens,
-                         len(sequences.ids), model.d_model, tuple(str(f) for f in files))
 
 
 def capture_manifest(model: Transformer, sequences: Sequences, layers: Sequence[int],

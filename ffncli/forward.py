@@ -215,12 +215,12 @@ class Settings:
             raise self._fail(key, "a positive number")
         return float(value)
 
-    def whole(self, key: str, default: int | None = None) -> int | None:
+    def whole(self, key: str, default: int | None = None, minimum: int = 0) -> int | None:
         value = self.data.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self._fail(key, "a whole number >= 0")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self._fail(key, f"a whole number >= {minimum}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -504,10 +504,19 @@ class Transformer:
         if name is None:
             raise WeightsError(f"{self.tensors.path}: missing tensor '{stem}'")
         shape = self.tensors.shape(name)
-        if len(shape) != 2 or shape[1] != self._table_width():
-            raise WeightsError(f"{self.tensors.path}: tensor '{name}': expected shape (rows, "
-                               f"{self._table_width()}), got {shape}")
+        if len(shape) != 2 or shape[1] != self._table_width() or shape[0] < 1:
+            raise WeightsError(f"{self.tensors.path}: tensor '{name}': expected shape (rows >= "
+                               f"1, {self._table_width()}), got {shape}")
         return shape[0]
+
+    def _position_table(self, stem: str) -> Array:
+        """A learned position table: (positions >= 1, width)."""
+        table = self._need(stem, None)
+        width = self._table_width()
+        if table.ndim != 2 or table.shape[1] != width or table.shape[0] < 1:
+            raise WeightsError(f"{self.tensors.path}: tensor '{stem}': expected shape "
+                               f"(positions >= 1, {width}), got {table.shape}")
+        return table
 
     def _table_width(self) -> int:
         return self.d_model
@@ -589,12 +598,13 @@ class BertLike(Transformer):
         if settings.data.get("model_type") in ("roberta", "xlm-roberta"):
             self.pad = settings.whole("pad_token_id", 1) or 0
             self.offset = self.pad + 1
-        self.positions = self._need(self.names["position"], None)
-        if self.positions.ndim != 2 or self.positions.shape[1] != self._table_width():
-            raise WeightsError(f"{tensors.path}: tensor '{self.names['position']}': expected "
-                               f"shape (positions, {self._table_width()}), got "
-                               f"{self.positions.shape}")
-        self.max_positions = max(0, self.positions.shape[0] - self.offset)
+        self.positions = self._position_table(self.names["position"])
+        self.max_positions = self.positions.shape[0] - self.offset
+        if self.max_positions < 1:  # RoBERTa: no row left after the padding index
+            raise ConfigError(f"{settings.source}: key 'pad_token_id': positions start after "
+                              f"it, so expected below {self.positions.shape[0] - 1} (the "
+                              f"position table has {self.positions.shape[0]} rows), got "
+                              f"{self.pad}")
         self.type0 = None
         if spec.embeddings is not None and spec.embeddings.token_types:
             self.type0 = self._need(self.names["type"], (spec.embeddings.token_types,
@@ -689,10 +699,7 @@ class Gpt2(Transformer):
         self.scaled = settings.flag("scale_attn_weights", True)
         self.by_layer = settings.flag("scale_attn_by_inverse_layer_idx", False)
         self.vocab = self._table_rows("wte.weight")
-        self.positions = self._need("wpe.weight", None)
-        if self.positions.ndim != 2 or self.positions.shape[1] != self.d_model:
-            raise WeightsError(f"{tensors.path}: tensor 'wpe.weight': expected shape "
-                               f"(positions, {self.d_model}), got {self.positions.shape}")
+        self.positions = self._position_table("wpe.weight")
         self.max_positions = self.positions.shape[0]
         d = self.d_model
         self.ln_f = Norm(self._need("ln_f.weight", (d,)), self._need("ln_f.bias", (d,)), self.eps)
@@ -778,14 +785,14 @@ class LlamaLike(Transformer):
         s = self.settings
         model_type = s.data.get("model_type")
         if model_type in ("mistral", "mixtral"):
-            return s.whole("sliding_window")
+            return s.whole("sliding_window", minimum=1)  # 0 would mask every key
         if model_type in ("qwen2", "qwen3") and s.flag("use_sliding_window", False):
             types = s.data.get("layer_types")
             if isinstance(types, list) and i < len(types):
                 sliding = types[i] == "sliding_attention"
             else:
                 sliding = i >= (s.whole("max_window_layers", 28) or 0)
-            return s.whole("sliding_window", 4096) if sliding else None
+            return s.whole("sliding_window", 4096, minimum=1) if sliding else None
         return None
 
     def embed(self, ids: Array, positions: Array) -> Array:
@@ -977,6 +984,18 @@ def _checked_ids(model: Transformer, n: int, s: np.ndarray) -> np.ndarray:
     return s
 
 
+def _check_finite(model: Transformer, what: str, x: np.ndarray, bounds: Bounds,
+                  first: int) -> None:
+    """Refuse NaN or infinity in ``x`` (a batch's rows; its sequences are numbered from
+    ``first`` + 1): the statistics would count them silently and a capture would keep them."""
+    if np.isfinite(x).all():
+        return
+    row = int(np.argwhere(~np.isfinite(x))[0][0])
+    n = first + 1 + next(j for j, (s, e) in enumerate(bounds) if s <= row < e)
+    raise WeightsError(f"{model.weights}: {what} of sequence {n} holds NaN or infinity: the "
+                       "checkpoint's weights hold some, or its forward overflows")
+
+
 def walk(model: Transformer, sequences: Sequence[np.ndarray], layers: Collection[int],
          visit: Visit, *, batch_tokens: int = 4096,
          progress: Callable[[int], None] | None = None,
@@ -1019,11 +1038,14 @@ def walk(model: Transformer, sequences: Sequence[np.ndarray], layers: Collection
                           for j in range(a, b)]
                 ffn_input, out = block(h, bounds)
                 if i in chosen:
+                    _check_finite(model, f"layer {i}'s FFN input", ffn_input, bounds, a)
                     visit(i, block, ffn_input)
                 if i < last:
                     _pwrite(fd, out, offset)
                 elif final is not None:
-                    final(model.final(out))
+                    state = model.final(out)
+                    _check_finite(model, "the final hidden state", state, bounds, a)
+                    final(state)
                 done += h.shape[0]
                 if progress is not None:
                     progress(done)

@@ -46,8 +46,16 @@ TOKENIZER_MAX_BYTES = 256 * 2**20  # the largest tokenizer.json files (Gemma's) 
 INPUT_MAX_BYTES = 2**30  # a --text or --ids file; its ids are held in memory (int64)
 BATCH_LINES = 1024  # lines tokenised at once (tokenizers spreads a batch over the cores)
 BATCH_BYTES = 1 << 20
+LONG_LINE = 1 << 16  # characters: a longer line is tokenised in pieces cut at spaces (the
+# tokenizers package holds ~700 bytes per token of one string: 1.4 GB for a 10 MB line)
+CUT_CONTEXT = 256  # characters each side of a cut, tokenised whole and cut, to check the cut
+_CUT = re.compile(r"\S \S")  # a cut point: one space (U+0020) between two words
 NO_TOKENIZERS = "--text needs the tokenizers package: pip install 'ffncli[text]'"
-_IDS_LINE = re.compile(r"\s*[+-]?[0-9]+(?:\s+[+-]?[0-9]+)*\s*")
+_SPACE = re.compile(r"\s")
+# what is not whole numbers separated by spaces: another character, a sign not before a digit,
+# a digit before a sign (a search, not a fullmatch of a repeated group: Python's re keeps
+# ~110 bytes of backtracking state per repetition, 450 MB for a 4 MB line)
+_NOT_IDS = re.compile(r"[^0-9+\-\s]|[+-](?![0-9])|[0-9](?=[+-])")
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,46 @@ class Tokenizer:
         self.vocab: int = backend.get_vocab_size(with_added_tokens=True)
 
     def encode(self, lines: list[str]) -> list[list[int]]:
-        return [e.ids for e in self._backend.encode_batch(lines, add_special_tokens=True)]
+        short = [line for line in lines if len(line) <= LONG_LINE]
+        encoded = iter(self._backend.encode_batch(short, add_special_tokens=True))
+        return [next(encoded).ids if len(line) <= LONG_LINE else self._encode_long(line)
+                for line in lines]
+
+    def _encode_long(self, line: str) -> list[int]:
+        """The ids of a long line, tokenised a piece at a time, with the special tokens around
+        them as the post-processor adds them. A piece ends before a space between two words,
+        where the ids of the text around it whole are those of its two sides (so with BERT's,
+        byte-level BPE's and Metaspace pre-tokenizers; not where a normalizer prepends to
+        every string, as LLaMA 2's: there the line is one piece)."""
+        backend = self._backend
+        cuts = []
+        at = LONG_LINE
+        while (found := _CUT.search(line, at)) is not None:
+            cuts.append(found.start() + 1)
+            at = cuts[-1] + LONG_LINE
+        checks = []
+        for cut in cuts:
+            left, right = line[max(0, cut - CUT_CONTEXT):cut], line[cut:cut + CUT_CONTEXT]
+            checks += [left + right, left, right]
+        encoded = [e.ids for e in backend.encode_batch(checks, add_special_tokens=False)]
+        cuts = [cut for i, cut in enumerate(cuts)
+                if encoded[3 * i] == encoded[3 * i + 1] + encoded[3 * i + 2]]
+        bounds = [0, *cuts, len(line)]
+        plain = backend.encode(line[:bounds[1]], add_special_tokens=False).ids
+        special = backend.encode(line[:bounds[1]], add_special_tokens=True).ids
+        where = next((k for k in range(len(special) - len(plain) + 1)
+                      if special[k:k + len(plain)] == plain), None)
+        if where is None or not cuts or not plain:  # specials not around the ids: no cutting
+            return list(backend.encode(line, add_special_tokens=True).ids)
+        ids = list(special[:where])
+        pieces = [line[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+        per_batch = max(1, BATCH_BYTES // LONG_LINE)
+        for start in range(0, len(pieces), per_batch):
+            for e in backend.encode_batch(pieces[start:start + per_batch],
+                                          add_special_tokens=False):
+                ids.extend(e.ids)
+        ids.extend(special[where + len(plain):])
+        return ids
 
 
 def _tokenizers() -> Any:
@@ -283,14 +330,18 @@ def read_text(path: Path, tokenizer: Tokenizer, max_positions: int | None) -> Se
 
     with open_file(path, "text file", InputError, INPUT_MAX_BYTES) as f:
         batch: list[tuple[int, str]] = []
-        size = 0
+        size = seen = 0
         for number, line in _lines(path, f, digest):
             batch.append((number, line))
             size += len(line)
+            seen += 1
             if len(batch) >= BATCH_LINES or size >= BATCH_BYTES:
                 flush(batch)
                 batch, size = [], 0
         flush(batch)
+    if not windows and seen:  # a normalizer may drop everything (control characters)
+        raise InputError(f"{path}: no token ids: the tokenizer {tokenizer.source} gives none for "
+                         f"any of its {seen:,} non-empty line{'s' if seen > 1 else ''}")
     if not windows:
         raise InputError(f"{path}: no text: every line is empty (expected one sequence per "
                          "non-empty line)")
@@ -381,19 +432,43 @@ def _txt_ids(path: Path, f: io.BufferedReader, digest: Any,
         except UnicodeDecodeError:
             raise InputError(f"{path}: line {number}: expected token ids (whole numbers "
                              "separated by spaces), got bytes that are not UTF-8 text") from None
+        if number == 1:
+            text = text.removeprefix("\ufeff")  # a byte-order mark, as --text drops it
         if not text.strip():
             continue
-        if not _IDS_LINE.fullmatch(text):
+        if _NOT_IDS.search(text):
             raise InputError(f"{path}: line {number}: expected token ids (whole numbers "
                              f"separated by spaces), got {brief(text.strip())}")
-        parts = text.split()
-        try:
-            ids = np.array(parts, dtype=np.int64)
-        except OverflowError:  # beyond int64: out of range, found below
-            ids = None
-        if ids is None or (ids < 0).any() or (ids >= vocab).any():
-            value = next(p for p in parts if len(p) > 20 or not 0 <= int(p) < vocab)
-            raise _out_of_range(f"{path}: line {number}", int(value) if len(value) <= 20
-                                else value, vocab)
-        rows.append((number, ids))
+        chunks = []
+        for parts in _split_ids(text):  # a long line a megabyte at a time: ~120 bytes a part
+            try:
+                ids = np.array(parts, dtype=np.int64)
+            except (OverflowError, ValueError):  # beyond int64 (or int()'s 4,300 digits)
+                ids = None
+            if ids is None or (ids < 0).any() or (ids >= vocab).any():
+                raise _out_of_range(f"{path}: line {number}", _first_out_of_range(parts, vocab),
+                                    vocab)
+            chunks.append(ids)
+        rows.append((number, chunks[0] if len(chunks) == 1 else np.concatenate(chunks)))
     return rows
+
+
+def _split_ids(text: str) -> Iterator[list[str]]:
+    """``text.split()``, about BATCH_BYTES characters of the text at a time."""
+    start = 0
+    while start < len(text):
+        found = _SPACE.search(text, start + BATCH_BYTES)
+        end = found.start() if found is not None else len(text)
+        yield text[start:end].split()
+        start = end
+
+
+def _first_out_of_range(parts: list[str], vocab: int) -> int | str:
+    """The first id of ``parts`` outside 0..vocab-1: as a number, or as written when it is
+    more than 20 digits (not converted: int() refuses more than 4,300)."""
+    for part in parts:
+        if len(part.lstrip("+-").lstrip("0")) > 20:
+            return part
+        if not 0 <= int(part) < vocab:
+            return int(part)
+    raise AssertionError("no id out of range")  # the caller found one
