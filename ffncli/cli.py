@@ -358,7 +358,9 @@ def capture(
         "--out", "-o", help="Folder for layer{N}.npy (float32, tokens x d_model: that layer's "
         "FFN input) and capture.json; created if missing, refused if not empty unless --force.")],
     force: Annotated[bool, typer.Option("--force", help="Write into a folder that is not "
-                                        "empty, replacing files of the same names.")] = False,
+                                        "empty, replacing files of the same names (a previous "
+                                        "capture.json is removed before the first file is "
+                                        "replaced).")] = False,
     as_json: JsonOpt = False,
     *, model: ModelChoice, text: TextChoice,
 ) -> None:
