@@ -537,7 +537,8 @@ class Transformer:
     def _engine(self, i: int) -> Engine:
         from ffncli.runner import build_model
 
-        return build_model(self.spec, self.weights, i, self.dtype).engine
+        header = self.tensors.header if isinstance(self.tensors, GgufTensors) else None
+        return build_model(self.spec, self.weights, i, self.dtype, gguf_header=header).engine
 
     def _check_layer(self, i: int) -> None:
         if not 0 <= i < self.n_layers:

@@ -498,7 +498,8 @@ def _layers(header: GgufHeader) -> str:
     return f"layers {found[0]}-{found[-1]}" if found else "no blk.N layers"
 
 
-def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> Weights:
+def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype,
+                  header: GgufHeader | None = None) -> Weights:
     """Layer ``layer``'s FFN: ``blk.N.ffn_gate`` (activated), ``ffn_up``, ``ffn_down`` (or
     ``ffn_up`` and ``ffn_down`` for a two-matrix FFN), with their biases when present; a
     mixture of experts has ``ffn_gate_inp`` (the router) and ``ffn_{gate,up,down}_exps``.
@@ -506,7 +507,8 @@ def layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> W
     from ffncli.ffn import DenseWeights, GatedWeights, MoEWeights
     from ffncli.weights import checked
 
-    header = read_header(path)
+    if header is None:  # a caller walking every layer passes the header it has read once
+        header = read_header(path)
     source, d, f = str(path), spec.d_model, spec.ffn.d_ff
 
     def tensor(stem: str, required: bool = True) -> np.ndarray | None:

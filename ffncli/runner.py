@@ -20,6 +20,7 @@ from ffncli.checks import compare, first_overflow, output_scale, tolerances
 from ffncli.engine import Engine, default_chunk_tokens
 from ffncli.errors import InputError, SpecError
 from ffncli.ffn import Activation, MoEWeights, pre_activation
+from ffncli.gguf import GgufHeader
 from ffncli.gguf import layer_weights as gguf_layer_weights
 from ffncli.spec import ModelSpec
 from ffncli.tokens import AtomicNpyWriter, TokenInput, check_finite, open_input
@@ -66,7 +67,11 @@ def check_runnable(spec: ModelSpec) -> None:
 
 
 def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dtype,
-                max_memory: int | None = None, chunk_tokens: int | None = None) -> Model:
+                max_memory: int | None = None, chunk_tokens: int | None = None,
+                gguf_header: GgufHeader | None = None) -> Model:
+    """The FFN of layer ``layer``: random weights, a ``.npz``, a ``.gguf`` (``gguf_header``: its
+    header, already read, when many layers are built from one file) or a safetensors
+    checkpoint."""
     whole("option --layer", layer, 0)
     if layer and (weights is None or weights.suffix.lower() == ".npz"):
         raise InputError(f"option --layer: picks a layer of a checkpoint (--weights or --model); "
@@ -79,7 +84,7 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
         params = W.npz_weights(weights, spec, dtype)
         source = str(weights)
     elif weights.suffix.lower() == ".gguf":
-        params = gguf_layer_weights(weights, spec, layer, dtype)
+        params = gguf_layer_weights(weights, spec, layer, dtype, gguf_header)
         source = f"{weights}, layer {layer}"
     elif weights.suffix.lower() in (".safetensors", ".json") or os.path.isdir(weights):
         single = weights / "model.safetensors" if os.path.isdir(weights) else weights
