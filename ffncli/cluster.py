@@ -998,15 +998,15 @@ class TextJob:
     overrides: Overrides
 
 
+LAYER_CACHE_BYTES = 1 << 30  # built layers a worker keeps between tasks, per model and thread
+
 _forwards: dict[tuple[Any, ...], Any] = {}
 
 
 def forward_for(job: TextJob) -> Any:
     """The job's Transformer, opened once per worker process and thread (its scratch buffers
     are the thread's) and kept for every later task and job; a changed weights file (size,
-    mtime) is opened again. Each task still reads a layer's weights when the walk reaches it
-    (layer-major): for MiniLM that is 6 to 13 ms a layer against about 0.25 ms a token, so
-    under 5% of a task of 2,000 tokens (see /work/notes/scaling-out.md)."""
+    mtime) is opened again. Its built layers are kept too (:class:`KeptLayers`)."""
     from ffncli.model import open_forward
 
     model_key = (job.model, job.overrides, _weights_stamp(job.model))
@@ -1016,8 +1016,53 @@ def forward_for(job: TextJob) -> Any:
         if model is None:
             for old in [k for k in _forwards if k[:-1] != model_key]:
                 del _forwards[old]  # one model at a time per worker
-            model = _forwards[key] = open_forward(job.model, job.overrides)
+            model = _forwards[key] = KeptLayers(open_forward(job.model, job.overrides))
     return model
+
+
+class KeptLayers:
+    """A Transformer whose built layers (``layer(i)``: weights read, FFN engine built) are
+    kept for the next task, while they fit in LAYER_CACHE_BYTES; the rest are read again by
+    each task, as ``walk`` reads them. For MiniLM each layer takes 6 to 13 ms to read and
+    build, about 10% of a task of 2,000 tokens: worth keeping (all six take 43 MB)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.kept: dict[int, Any] = {}
+        self.kept_bytes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+    def layer(self, i: int) -> Any:
+        block = self.kept.get(i)
+        if block is None:
+            block = self.model.layer(i)
+            size = _nbytes(block)
+            if self.kept_bytes + size <= LAYER_CACHE_BYTES:
+                self.kept[i] = block
+                self.kept_bytes += size
+        return block
+
+
+def _nbytes(obj: Any, seen: set[int] | None = None) -> int:
+    """The bytes of the NumPy arrays an object holds (its attributes, lists, dicts)."""
+    import numpy as np
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes if obj.base is None else 0 if id(obj.base) in seen else \
+            _nbytes(obj.base, seen)
+    if isinstance(obj, dict):
+        return sum(_nbytes(v, seen) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v, seen) for v in obj)
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        return sum(_nbytes(v, seen) for v in vars(obj).values())
+    return 0
 
 
 def read_text_shards(choice: TextChoice, model: Any, skip_bad: bool
@@ -1026,7 +1071,6 @@ def read_text_shards(choice: TextChoice, model: Any, skip_bad: bool
     shards; the offsets they give. A file that cannot be read is an error naming it, or with
     ``skip_bad`` a skipped shard."""
     from ffncli.forward import _batches
-    from ffncli.model import load_sequences
 
     if choice.text is not None and choice.ids is not None:
         raise InputError("give --text or --ids, not both")
@@ -1034,13 +1078,14 @@ def read_text_shards(choice: TextChoice, model: Any, skip_bad: bool
         ("--ids", choice.ids)
     assert pattern is not None
     suffixes = (".txt",) if option == "--text" else (".npy", ".txt")
+    paths = shard_paths(pattern, option, suffixes)
+    read = _ids_reader(model) if option == "--ids" else _text_reader(model)
     shards: list[TextShard] = []
     skipped: list[Skipped] = []
     offset = 0
-    for path in shard_paths(pattern, option, suffixes):
-        one = TextChoice(text=path) if option == "--text" else TextChoice(ids=path)
+    for path in paths:
         try:
-            seqs = load_sequences(one, model, model.weights)
+            seqs = read(path)
         except FfnError as exc:
             if not skip_bad:
                 raise type(exc)(_named(path, exc)) from None
@@ -1056,6 +1101,30 @@ def read_text_shards(choice: TextChoice, model: Any, skip_bad: bool
     if not shards:
         raise InputError(f"option {option}: every shard is bad ({len(skipped)} skipped)")
     return shards, skipped
+
+
+def _ids_reader(model: Any) -> Callable[[Path], Any]:
+    from ffncli.text import read_ids
+
+    return lambda path: read_ids(path, model.vocab, model.max_positions)
+
+
+def _text_reader(model: Any) -> Callable[[Path], Any]:
+    """Each text file tokenised by the model's tokenizer, loaded once for all the files."""
+    from ffncli.text import load_tokenizer, read_text
+
+    tokenizer = load_tokenizer(model.weights)
+
+    def read(path: Path) -> Any:
+        sequences = read_text(path, tokenizer, model.max_positions)
+        top = max(int(ids.max()) for ids in sequences.ids if ids.size)
+        if top >= model.vocab:  # as ffncli.model.load_sequences says it
+            raise InputError(f"{tokenizer.source}: gives token id {top}, but the model's "
+                             f"vocabulary has {model.vocab} rows; is it the model's "
+                             "tokenizer?")
+        return sequences
+
+    return read
 
 
 def _runs(batches: Sequence[tuple[int, int]], ids: Sequence[Any]) -> list[tuple[int, int]]:

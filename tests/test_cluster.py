@@ -564,7 +564,9 @@ def test_capture_shards_resume_after_an_interrupted_run(tmp_path, client):
     manifest = json.loads((out / "manifest.json").read_text())
     complete = [e["name"] for e in manifest["shards"]]
     assert len(complete) == 1
-    assert sorted(os.listdir(out)) == sorted(["manifest.json", *complete])
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp") or f.startswith(".stop")]
+    assert set(complete) <= set(os.listdir(out))  # a shard done but not yet recorded when
+    # Ctrl-C came may stay: it is done again
     (out / ".part-2.dead.tmp").mkdir()  # as a worker killed while writing leaves them
     (out / "part-3").mkdir()  # renamed, but the crash came before the manifest named it
     rest = capture_shards(model, text, out, DaskPool(client))
