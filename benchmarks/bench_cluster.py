@@ -35,6 +35,10 @@ from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ffncli.blas import quiet_idle_threads
+
+quiet_idle_threads()  # as the ffncli command does, before NumPy loads OpenBLAS
+
 import distributed
 import numpy as np
 

@@ -1375,7 +1375,7 @@ class ShardedCapture:
 
 
 def _text_entry(shard: TextShard) -> dict[str, Any]:
-    return {"name": shard.name, "input": str(shard.path), "part": shard.part,
+    return {"name": shard.name, "input": os.path.abspath(shard.path), "part": shard.part,
             "lines": [shard.lines[0], shard.lines[-1]], "sequences": len(shard.ids),
             "tokens": shard.tokens, "sha256": shard.sha256}
 
@@ -1397,7 +1397,8 @@ def capture_shards(model: ModelChoice, text: TextChoice, out: Path, pool: Pool, 
         twice = sorted({n for n in names if names.count(n) > 1})[0]
         raise InputError(f"two shards are named {twice}; their folders would collide in --out")
     _make_folder(out)
-    recipe = {"model": str(forward.weights), "dtype": model.dtype, "layers": list(layers),
+    recipe = {"model": os.path.abspath(forward.weights), "dtype": model.dtype,
+              "layers": list(layers),
               "input": "--text" if text.text is not None else "--ids"}
     done = {} if force else _manifest_entries(out, recipe, CAPTURE_MANIFEST)
     entries = {s.name: e for s in shards if (e := done.get(s.name)) is not None
