@@ -22,6 +22,11 @@ Results do not depend on the number of workers or on the order tasks finish in:
 - each shard is cut into chunks of the same size everywhere: the engine's tokens per chunk
   are fixed once (:class:`Job`), not left to each machine's free memory.
 
+With ``--text`` or ``--ids`` a shard is a :class:`TextShard` (a file's sequences, or a run
+of a long file's) and a task runs it through the whole model: ``relu-stats`` gets back every
+selected layer's counters (calibrated first, once, on the corpus's first tokens), ``capture``
+a folder of layer files per shard.
+
 Dask is imported only here, and only when ``--workers`` or ``--scheduler`` is given; NumPy is
 imported inside the functions, so that importing this module (the CLI does, for its options)
 costs nothing.
