@@ -220,11 +220,8 @@ def main_text(args: argparse.Namespace) -> int:
                 walks.append(timed(sweep, forward, whole, layers)[0])
                 assert render.sweep_json(a.result) == render.sweep_json(b.result)
             on_worker = median(ss["stop"] - ss["start"] for task in stream.data
-                               if "shard_sweep" in str(task["key"])
+                               if "sweep_part" in str(task["key"])
                                for ss in task["startstops"] if ss["action"] == "compute")
-            calib = [ss["stop"] - ss["start"] for task in stream.data
-                     if "calibrate_text" in str(task["key"])
-                     for ss in task["startstops"] if ss["action"] == "compute"]
         reads = []
         for _ in range(5):  # what a task spends reading its layers (the walk does, per task)
             start = time.perf_counter()
@@ -240,6 +237,8 @@ def main_text(args: argparse.Namespace) -> int:
             task_times.append(t)
             nbytes = len(pickle.dumps(part, protocol=5))
         merge = median(timed(cluster._merge_layers, part, part)[0] for _ in range(10))
+        calib = timed(cluster.calibrate_text, task.job, cluster._calibration_portions(shards),
+                      layers, None, None)[0]
 
     t1, tw, tw1 = median(single), median(multi), median(walks)
     ratio = t1 / tw
@@ -254,8 +253,8 @@ def main_text(args: argparse.Namespace) -> int:
           f"ratio {ratio:.2f}x (target >= {args.min_ratio}x)")
     print(f"  cluster start:        {started:7.3f} s (not counted)")
     print(f"  one task ({per_shard:,} tokens): {on_worker * 1e3:7.1f} ms on a worker (one "
-          f"core), {per_task * 1e3:7.1f} ms in this process; calibration task "
-          f"{median(calib) * 1e3 if calib else float('nan'):.1f} ms")
+          f"core), {per_task * 1e3:7.1f} ms in this process; the calibration "
+          f"{calib * 1e3:.1f} ms in this process")
     print(f"  reading the {len(layers)} layers' weights (once a task): {read * 1e3:6.1f} ms = "
           f"{read / per_task:.1%} of a task in this process")
     print(f"  one merge (6 layers): {merge * 1e3:6.3f} ms; a task's result: {nbytes:,} bytes "

@@ -1251,6 +1251,12 @@ def shard_sweep(task: SweepTask, shard: TextShard) -> list[tuple[LayerMeta, Part
 Layers = list[tuple[LayerMeta, Partial]]
 
 
+def sweep_part(fn: Callable[..., Any], *args: Any) -> Any:
+    """One task of a text sweep: a shard (:func:`shard_sweep`) or the calibration
+    (:func:`calibrate_text`), mapped together when the counting does not wait for it."""
+    return fn(*args)
+
+
 def _merge_layers(a: Layers | None, b: Layers | None) -> Layers | None:
     """a's tokens followed by b's, layer by layer (None: a shard skipped with --skip-bad)."""
     if a is None or b is None:
@@ -1287,14 +1293,28 @@ def sweep_shards(model: ModelChoice, overrides: Overrides, text: TextChoice, poo
     layers = parse_layers(model.layer, forward.n_layers)
     shards, skipped = read_text_shards(text, forward, skip_bad)
     total = sum(s.tokens for s in shards)
-    calibration = pool.call(calibrate_text, job, _calibration_portions(shards), layers,
-                            threshold, target_sparsity)
-    task = SweepTask(job, layers, threshold, target_sparsity, tuple(calibration), total)
+    calibrate = (calibrate_text, job, _calibration_portions(shards), layers, threshold,
+                 target_sparsity)
+    calibration: list[tuple[float, float | None]] | None = None
+    if target_sparsity is not None:  # the rule's threshold: every task needs it first
+        calibration = pool.call(*calibrate)
+        given = tuple(calibration)
+    else:  # only the CATS column: calibrated beside the shards, as one more task
+        given = tuple((math.nan, threshold) for _ in layers)
+    task = SweepTask(job, layers, threshold, target_sparsity, given, total)
     tree = TreeMerge(len(shards), _merge_layers)
     progress = progress or Progress()
     progress.start(len(shards), pool.dashboard)
     counted: list[int] = []
-    for i, out in pool.map(shard_sweep, [(task, s) for s in shards]):
+    calls = [(shard_sweep, task, s) for s in shards]
+    first = 0 if calibration is not None else 1  # else the calibration is the first call
+    for i, out in pool.map(sweep_part, [calibrate, *calls][1 - first:]):
+        if i < first:
+            if isinstance(out, FfnError):
+                raise out
+            calibration = out
+            continue
+        i -= first
         if isinstance(out, FfnError):
             out = type(out)(_named(shards[i].path, out))
             if not skip_bad:
@@ -1308,6 +1328,7 @@ def sweep_shards(model: ModelChoice, overrides: Overrides, text: TextChoice, poo
     parts: Layers | None = tree.root
     if parts is None:
         raise InputError(f"every shard is bad ({len(skipped)} skipped)")
+    assert calibration is not None
     stats = []
     for layer, (meta, part), (cats, _) in zip(layers, parts, calibration, strict=True):
         d_ff, d_model, experts, top_k, activation, rule = meta

@@ -527,7 +527,7 @@ def test_a_killed_worker_during_a_text_job_changes_nothing(tmp_path, client):
                        DaskPool(client), progress=KillOne())
     assert killed
     assert render.sweep_json(out.result) == expected
-    assert client.run_on_scheduler(_rescheduled, "shard_sweep") > 0
+    assert client.run_on_scheduler(_rescheduled, "sweep_part") > 0
     client.wait_for_workers(2, timeout=30)
 
 
