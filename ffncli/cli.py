@@ -123,10 +123,12 @@ TEXT: dict[str, Any] = {
     "text": Annotated[Optional[Path], typer.Option(
         "--text", help="Real text through the whole model: UTF-8, each non-empty line one "
         "sequence, tokenised with the tokenizer.json beside the weights (or a GGUF's own). "
-        "Needs pip install 'ffncli[text]'.")],
+        "Needs pip install 'ffncli[text]'. relu-stats and capture also take many files: a "
+        "quoted glob ('corpus/*.txt') or a folder, in name order.")],
     "ids": Annotated[Optional[Path], typer.Option(
         "--ids", help="Instead of --text: token ids, an integer .npy (1-D one sequence, 2-D "
-        "sequences x length) or a .txt with one sequence of space-separated ids per line.")],
+        "sequences x length) or a .txt with one sequence of space-separated ids per line; "
+        "also a quoted glob or a folder (its .npy and .txt files).")],
 }
 SCALE: dict[str, Any] = {
     "workers": Annotated[Optional[int], typer.Option(
@@ -300,6 +302,13 @@ def relu_stats_cmd(
     scale: ScaleChoice,
 ) -> None:
     """Activation sparsity of the hidden layer: per token, per unit, overlap, savings."""
+    if text.given and scale.wanted_text(text):  # text shards, or a cluster: ffncli/cluster.py
+        from ffncli.cluster import sweep_command
+
+        sweep_command(model, tokens, text, overrides, scale, threshold=threshold,
+                      target_sparsity=target_sparsity, report_path=report_path,
+                      as_json=as_json)
+        return
     if scale.wanted(tokens) and not text.given:  # many shards, or a cluster: ffncli/cluster.py
         from ffncli.cluster import relu_stats_command
 
@@ -352,7 +361,7 @@ CAPTURE_MODEL = {name: MODEL[name] for name in ("config", "weights", "hub_model"
 
 
 @app.command()
-@grouped(model=(ModelChoice, CAPTURE_MODEL), text=(TextChoice, TEXT))
+@grouped(model=(ModelChoice, CAPTURE_MODEL), text=(TextChoice, TEXT), scale=(ScaleChoice, SCALE))
 def capture(
     out: Annotated[Path, typer.Option(
         "--out", "-o", help="Folder for layer{N}.npy (float32, tokens x d_model: that layer's "
@@ -362,7 +371,7 @@ def capture(
                                         "capture.json is removed before the first file is "
                                         "replaced).")] = False,
     as_json: JsonOpt = False,
-    *, model: ModelChoice, text: TextChoice,
+    *, model: ModelChoice, text: TextChoice, scale: ScaleChoice,
 ) -> None:
     """Run real text through the whole model; save the input every layer's FFN receives."""
     from ffncli import render
@@ -373,6 +382,11 @@ def capture(
     if not text.given:
         raise InputError("capture: give the text with --text FILE or its token ids with --ids "
                          "FILE")
+    if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cluster.py
+        from ffncli.cluster import capture_command
+
+        capture_command(model, text, scale, out=out, force=force, as_json=as_json)
+        return
     forward = open_forward(model, Overrides())
     sequences = load_sequences(text, forward, forward.weights)
     layers = parse_layers(model.layer, forward.n_layers)

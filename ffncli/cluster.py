@@ -22,6 +22,11 @@ Results do not depend on the number of workers or on the order tasks finish in:
 - each shard is cut into chunks of the same size everywhere: the engine's tokens per chunk
   are fixed once (:class:`Job`), not left to each machine's free memory.
 
+With ``--text`` or ``--ids`` a shard is a :class:`TextShard` (a file's sequences, or a run
+of a long file's) and a task runs it through the whole model: ``relu-stats`` gets back every
+selected layer's counters (calibrated first, once, on the corpus's first tokens), ``capture``
+a folder of layer files per shard.
+
 Dask is imported only here, and only when ``--workers`` or ``--scheduler`` is given; NumPy is
 imported inside the functions, so that importing this module (the CLI does, for its options)
 costs nothing.
@@ -45,7 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ffncli.errors import FfnError, InputError, OutputError
-from ffncli.model import ModelChoice, TokenChoice
+from ffncli.model import ModelChoice, TextChoice, TokenChoice
 from ffncli.spec import Overrides
 
 if TYPE_CHECKING:
@@ -75,6 +80,13 @@ class ScaleChoice:
         cluster asked for."""
         return self.workers is not None or self.scheduler is not None or self.skip_bad or (
             tokens.input is not None and is_many(tokens.input))
+
+    def wanted_text(self, text: TextChoice) -> bool:
+        """Whether ``--text``/``--ids`` take the sharded path: a glob or a folder, or a cluster
+        asked for. (One file alone is the sweep of ffncli.capture: one walk.)"""
+        given = text.text if text.text is not None else text.ids
+        return self.workers is not None or self.scheduler is not None or self.skip_bad or (
+            given is not None and is_many(given))
 
 
 def is_many(path: Path) -> bool:
@@ -118,19 +130,22 @@ class Skipped:
     error: str
 
 
-def shard_paths(pattern: Path) -> list[Path]:
-    """The files of --input: a glob's matches or a folder's ``*.npy``, sorted by name (so
-    number shards with leading zeros: ``part-0002`` sorts before ``part-0010``); one file is
-    one shard."""
+def shard_paths(pattern: Path, option: str = "--input",
+                suffixes: tuple[str, ...] = (".npy",)) -> list[Path]:
+    """The files of --input (or --text, --ids): a glob's matches or a folder's files of these
+    suffixes, sorted by name (so number shards with leading zeros: ``part-0002`` sorts before
+    ``part-0010``); one file is one shard."""
     text = str(pattern)
     if is_many(pattern) and not os.path.isdir(pattern):
         paths = [Path(p) for p in glob.glob(text) if not os.path.isdir(p)]
         if not paths:
-            raise InputError(f"option --input: no file matches {text}")
+            raise InputError(f"option {option}: no file matches {text}")
     elif os.path.isdir(pattern):
-        paths = [p for p in pattern.glob("*.npy") if not p.is_dir()]
+        paths = [p for p in pattern.iterdir()
+                 if p.suffix.lower() in suffixes and not p.is_dir()]
         if not paths:
-            raise InputError(f"option --input: {text} is a folder without .npy files")
+            raise InputError(f"option {option}: {text} is a folder without "
+                             f"{' or '.join(suffixes)} files")
     else:
         paths = [pattern]
     return sorted(paths, key=str)
@@ -837,7 +852,7 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
                 raise
     finally:
         if stop.exists():
-            _wait_for_temporaries(out, todo)
+            _wait_for(lambda: _temporaries(out, todo))
         _remove_temporaries(out, shards)  # and those of a worker killed while writing
         with contextlib.suppress(OSError):
             stop.unlink()
@@ -851,6 +866,10 @@ def _out_folder(out: Path) -> None:
     if out.suffix.lower() == ".npy":
         raise OutputError(f"option --out: run over shards (a glob, a folder, --workers or "
                           f"--scheduler) writes one .npy per shard into a folder, got {out}")
+    _make_folder(out)
+
+
+def _make_folder(out: Path) -> None:
     if os.path.isdir(out):
         return
     if os.path.exists(out):
@@ -873,7 +892,22 @@ def _jsonable(options: Any) -> dict[str, Any]:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()}
 
 
-def _manifest_entries(out: Path, recipe: dict[str, Any]) -> dict[str, dict[str, Any]]:
+@dataclass(frozen=True)
+class ManifestKind:
+    """Whose manifest: its format, the command that writes it, the options its recipe holds."""
+
+    format: str
+    command: str
+    options: str
+
+
+RUN_MANIFEST = ManifestKind(MANIFEST_FORMAT, "run", "model, overrides, --residual")
+CAPTURE_MANIFEST = ManifestKind("ffncli-capture-shards/1", "capture",
+                                "model, --layer, --dtype, --text or --ids")
+
+
+def _manifest_entries(out: Path, recipe: dict[str, Any], kind: ManifestKind = RUN_MANIFEST
+                      ) -> dict[str, dict[str, Any]]:
     """The complete shards of an earlier run into ``out`` (none if it has no manifest). One
     made with other options is refused: its outputs are not this run's."""
     from ffncli.files import open_file
@@ -890,21 +924,22 @@ def _manifest_entries(out: Path, recipe: dict[str, Any]) -> dict[str, dict[str, 
         except (UnicodeDecodeError, ValueError):
             raise OutputError(f"{path}: not a manifest of ffncli (not JSON); pass --force to "
                               "start again") from None
-    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT or \
+    if not isinstance(doc, dict) or doc.get("format") != kind.format or \
             not isinstance(doc.get("shards"), list):
-        raise OutputError(f"{path}: not a manifest of ffncli run (format {MANIFEST_FORMAT}); "
-                          "pass --force to start again")
+        raise OutputError(f"{path}: not a manifest of ffncli {kind.command} (format "
+                          f"{kind.format}); pass --force to start again")
     if doc.get("job") != recipe:
-        raise OutputError(f"{path}: written by a run with other options (model, overrides, "
-                          "--residual); pass --force to start again, or choose another --out")
+        raise OutputError(f"{path}: written by a {kind.command} with other options "
+                          f"({kind.options}); pass --force to start again, or choose another "
+                          "--out")
     return {e["name"]: e for e in doc["shards"] if isinstance(e, dict) and "name" in e}
 
 
-def _write_manifest(out: Path, recipe: dict[str, Any], entries: dict[str, dict[str, Any]]
-                    ) -> None:
+def _write_manifest(out: Path, recipe: dict[str, Any], entries: dict[str, dict[str, Any]],
+                    kind: ManifestKind = RUN_MANIFEST) -> None:
     from ffncli.files import write_text_atomically
 
-    doc = {"format": MANIFEST_FORMAT, "job": recipe,
+    doc = {"format": kind.format, "job": recipe,
            "shards": [entries[k] for k in sorted(entries)]}
     write_text_atomically(out / MANIFEST, json.dumps(doc, indent=1) + "\n", "--out")
 
@@ -915,18 +950,540 @@ def _temporaries(out: Path, shards: Sequence[Shard]) -> list[str]:
             for tmp in glob.glob(glob.escape(str(out / f".{shard.path.stem}.npy")) + ".*.tmp")]
 
 
-def _wait_for_temporaries(out: Path, shards: Sequence[Shard]) -> None:
-    """Give the tasks still running after a stop (they see the stop file at their next
-    chunk) up to STOP_WAIT seconds to remove their own temporary files."""
-    deadline = time.monotonic() + STOP_WAIT
-    while _temporaries(out, shards) and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def _remove_temporaries(out: Path, shards: Sequence[Shard]) -> None:
     for tmp in _temporaries(out, shards):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+# ---------------------------------------------------------------------------------------------
+# --text and --ids over shards: the whole model on each shard (relu-stats, capture).
+#
+# A shard is a text (or ids) file, or for a long one a run of its sequences. Each task walks
+# its shard's sequences through the model (ffncli.forward.walk, layer-major) in batches of
+# BATCH_TOKENS, as the one-file sweep does; a long file is cut only between those batches,
+# so its shards compute exactly the batches (hence the bits) of one walk over the file.
+
+
+BATCH_TOKENS = 4096  # the walk's batch (capture's and the sweep's default)
+SHARD_TOKENS = 65_536  # a longer file is cut into runs of whole batches of about this many
+
+
+@dataclass(frozen=True)
+class TextShard:
+    """A run of one file's sequences: the whole file, or (a long one) part ``part`` of it.
+    ``offset``: the index of its first token in the whole corpus."""
+
+    index: int
+    name: str  # its folder under capture's --out: the file's stem, or stem-partNNNN
+    path: Path
+    part: int | None
+    ids: tuple[np.ndarray, ...]
+    lines: tuple[int, ...]
+    offset: int
+    sha256: str
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(s) for s in self.ids)
+
+    def sequences(self) -> Any:
+        from ffncli.text import Sequences
+
+        return Sequences(self.ids, self.lines, str(self.path), self.sha256)
+
+
+@dataclass(frozen=True)
+class TextJob:
+    """What a task needs to open the whole model (once per worker: :func:`forward_for`)."""
+
+    model: ModelChoice
+    overrides: Overrides
+
+
+LAYER_CACHE_BYTES = 1 << 30  # built layers a worker keeps between tasks, per model and thread
+
+_forwards: dict[tuple[Any, ...], Any] = {}
+
+
+def forward_for(job: TextJob) -> Any:
+    """The job's Transformer, opened once per worker process and thread (its scratch buffers
+    are the thread's) and kept for every later task and job; a changed weights file (size,
+    mtime) is opened again. Its built layers are kept too (:class:`KeptLayers`)."""
+    from ffncli.model import open_forward
+
+    model_key = (job.model, job.overrides, _weights_stamp(job.model))
+    key = (*model_key, threading.get_ident())
+    with _cache_lock:
+        model = _forwards.get(key)
+        if model is None:
+            for old in [k for k in _forwards if k[:-1] != model_key]:
+                del _forwards[old]  # one model at a time per worker
+            model = _forwards[key] = KeptLayers(open_forward(job.model, job.overrides))
+    return model
+
+
+class KeptLayers:
+    """A Transformer whose built layers (``layer(i)``: weights read, FFN engine built) are
+    kept for the next task, while they fit in LAYER_CACHE_BYTES; the rest are read again by
+    each task, as ``walk`` reads them. For MiniLM each layer takes 6 to 13 ms to read and
+    build, about 10% of a task of 2,000 tokens: worth keeping (all six take 43 MB)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.kept: dict[int, Any] = {}
+        self.kept_bytes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+    def layer(self, i: int) -> Any:
+        block = self.kept.get(i)
+        if block is None:
+            block = self.model.layer(i)
+            size = _nbytes(block)
+            if self.kept_bytes + size <= LAYER_CACHE_BYTES:
+                self.kept[i] = block
+                self.kept_bytes += size
+        return block
+
+
+def _nbytes(obj: Any, seen: set[int] | None = None) -> int:
+    """The bytes of the NumPy arrays an object holds (its attributes, lists, dicts)."""
+    import numpy as np
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes if obj.base is None else 0 if id(obj.base) in seen else \
+            _nbytes(obj.base, seen)
+    if isinstance(obj, dict):
+        return sum(_nbytes(v, seen) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v, seen) for v in obj)
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        return sum(_nbytes(v, seen) for v in vars(obj).values())
+    return 0
+
+
+def read_text_shards(choice: TextChoice, model: Any, skip_bad: bool
+                     ) -> tuple[list[TextShard], list[Skipped]]:
+    """The files of --text or --ids in name order, each read (tokenised) once here, cut into
+    shards; the offsets they give. A file that cannot be read is an error naming it, or with
+    ``skip_bad`` a skipped shard."""
+    from ffncli.forward import _batches
+
+    if choice.text is not None and choice.ids is not None:
+        raise InputError("give --text or --ids, not both")
+    option, pattern = ("--text", choice.text) if choice.text is not None else \
+        ("--ids", choice.ids)
+    assert pattern is not None
+    suffixes = (".txt",) if option == "--text" else (".npy", ".txt")
+    paths = shard_paths(pattern, option, suffixes)
+    read = _ids_reader(model) if option == "--ids" else _text_reader(model)
+    shards: list[TextShard] = []
+    skipped: list[Skipped] = []
+    offset = 0
+    for path in paths:
+        try:
+            seqs = read(path)
+        except FfnError as exc:
+            if not skip_bad:
+                raise type(exc)(_named(path, exc)) from None
+            skipped.append(Skipped(str(path), _named(path, exc)))
+            continue
+        runs = _runs(_batches([len(s) for s in seqs.ids], BATCH_TOKENS), seqs.ids)
+        for part, (a, b) in enumerate(runs):
+            name = path.stem if len(runs) == 1 else f"{path.stem}-part{part:04d}"
+            shard = TextShard(len(shards), name, path, part if len(runs) > 1 else None,
+                              seqs.ids[a:b], seqs.lines[a:b], offset, seqs.sha256)
+            shards.append(shard)
+            offset += shard.tokens
+    if not shards:
+        raise InputError(f"option {option}: every shard is bad ({len(skipped)} skipped)")
+    return shards, skipped
+
+
+def _ids_reader(model: Any) -> Callable[[Path], Any]:
+    from ffncli.text import read_ids
+
+    return lambda path: read_ids(path, model.vocab, model.max_positions)
+
+
+def _text_reader(model: Any) -> Callable[[Path], Any]:
+    """Each text file tokenised by the model's tokenizer, loaded once for all the files."""
+    from ffncli.text import load_tokenizer, read_text
+
+    tokenizer = load_tokenizer(model.weights)
+
+    def read(path: Path) -> Any:
+        sequences = read_text(path, tokenizer, model.max_positions)
+        top = max(int(ids.max()) for ids in sequences.ids if ids.size)
+        if top >= model.vocab:  # as ffncli.model.load_sequences says it
+            raise InputError(f"{tokenizer.source}: gives token id {top}, but the model's "
+                             f"vocabulary has {model.vocab} rows; is it the model's "
+                             "tokenizer?")
+        return sequences
+
+    return read
+
+
+def _runs(batches: Sequence[tuple[int, int]], ids: Sequence[Any]) -> list[tuple[int, int]]:
+    """Consecutive whole batches grouped into runs of at most SHARD_TOKENS tokens (a longer
+    batch is a run of its own): (first, end) sequence indices."""
+    runs: list[tuple[int, int]] = []
+    first, tokens = 0, 0
+    for a, b in batches:
+        n = sum(len(s) for s in ids[a:b])
+        if tokens and tokens + n > SHARD_TOKENS:
+            runs.append((first, a))
+            first, tokens = a, 0
+        tokens += n
+    if tokens:
+        runs.append((first, batches[-1][1]))
+    return runs
+
+
+def calibrate_text(job: TextJob, portions: Sequence[Sequence[np.ndarray]],
+                   layers: Sequence[int], threshold: float | None, target: float | None
+                   ) -> list[tuple[float, float | None]]:
+    """Each layer's (CATS threshold at 50%, rule threshold) from the FFN inputs of the first
+    CALIBRATION_TOKENS tokens of the whole corpus: ``portions`` are the first sequences of the
+    first shards, each walked alone in the batches its shard's task walks them in."""
+    import numpy as np
+
+    from ffncli.capture import LayerSweep
+    from ffncli.forward import walk
+    from ffncli.sparsity import CALIBRATION_TOKENS
+
+    model = forward_for(job)
+    parts: dict[int, list[np.ndarray]] = {i: [] for i in layers}
+    for sequences in portions:
+        walk(model, sequences, layers, lambda i, block, x: parts[i].append(x.copy()),
+             batch_tokens=BATCH_TOKENS)
+    out = []
+    for i in layers:
+        sample = np.concatenate(parts.pop(i))[:CALIBRATION_TOKENS]
+        out.append(LayerSweep(model.layer(i), len(sample), threshold, target).calibrate(sample))
+    return out
+
+
+def _calibration_portions(shards: Sequence[TextShard]) -> list[tuple[np.ndarray, ...]]:
+    """The first sequences of the first shards, whole batches of each, until they hold
+    CALIBRATION_TOKENS tokens (or the corpus ends)."""
+    from ffncli.forward import _batches
+    from ffncli.sparsity import CALIBRATION_TOKENS
+
+    need = CALIBRATION_TOKENS
+    portions = []
+    for shard in shards:
+        if need <= 0:
+            break
+        end = 0
+        for a, b in _batches([len(s) for s in shard.ids], BATCH_TOKENS):
+            if need <= 0:
+                break
+            need -= sum(len(s) for s in shard.ids[a:b])
+            end = b
+        portions.append(shard.ids[:end])
+    return portions
+
+
+@dataclass(frozen=True)
+class SweepTask:
+    job: TextJob
+    layers: tuple[int, ...]
+    threshold: float | None
+    target: float | None
+    calibration: tuple[tuple[float, float | None], ...]  # per layer
+    total: int  # tokens of the whole corpus (the pairwise table of tiny inputs)
+
+
+LayerMeta = tuple[int, int, int, int, str, Any]  # d_ff, d_model, experts, top_k, act, Rule
+
+
+def shard_sweep(task: SweepTask, shard: TextShard) -> list[tuple[LayerMeta, Partial]]:
+    """One shard through the whole model: each selected layer's counters, as one walk over
+    the whole corpus counts them on this shard's tokens."""
+    import numpy as np
+
+    from ffncli.capture import LayerSweep
+    from ffncli.forward import walk
+    from ffncli.sparsity import MAX_TOKENS_LISTED
+
+    sweeps: dict[int, LayerSweep] = {}
+    done: dict[int, tuple[LayerMeta, Partial]] = {}
+
+    def finish() -> None:  # the walk has left the layer: its FFN can go
+        for i, s in list(sweeps.items()):
+            acc = s.acc
+            assert acc is not None
+            per_token = np.concatenate(acc.per_token) if acc.per_token else \
+                np.zeros(0, np.int64)
+            masks = np.vstack(acc.masks) if acc.masks else None
+            meta = (acc.ffn.d_ff, acc.ffn.d_model, acc.experts, acc.top_k, acc.ffn.act.name,
+                    acc.rule)
+            done[i] = (meta, Partial(acc.tokens, acc.stats, per_token, masks))
+            del sweeps[i]
+
+    def visit(layer: int, block: Any, x: np.ndarray) -> None:
+        if layer not in sweeps:
+            finish()
+            at = task.layers.index(layer)
+            s = sweeps[layer] = LayerSweep(block, task.total, task.threshold, task.target,
+                                           calibration=task.calibration[at])
+            assert s.acc is not None
+            s.acc.listed = min(shard.offset, MAX_TOKENS_LISTED)  # the tokens listed before
+        sweeps[layer].update(x)
+
+    try:
+        walk(forward_for(task.job), shard.ids, task.layers, visit, batch_tokens=BATCH_TOKENS)
+    except FfnError as exc:
+        raise type(exc)(_named(shard.path, exc)) from None
+    finish()
+    return [done[i] for i in task.layers]
+
+
+Layers = list[tuple[LayerMeta, Partial]]
+
+
+def sweep_part(fn: Callable[..., Any], *args: Any) -> Any:
+    """One task of a text sweep: a shard (:func:`shard_sweep`) or the calibration
+    (:func:`calibrate_text`), mapped together when the counting does not wait for it."""
+    return fn(*args)
+
+
+def _merge_layers(a: Layers | None, b: Layers | None) -> Layers | None:
+    """a's tokens followed by b's, layer by layer (None: a shard skipped with --skip-bad)."""
+    if a is None or b is None:
+        return b if a is None else a
+    out = []
+    for (meta, x), (_, y) in zip(a, b, strict=True):
+        merged = merge_partials(x, y)
+        assert merged is not None
+        out.append((meta, merged))
+    return out
+
+
+@dataclass(frozen=True)
+class ShardedSweep:
+    result: Any  # ffncli.capture.SweepResult
+    shards: int
+    skipped: list[Skipped]
+    dashboard: str | None
+
+
+def sweep_shards(model: ModelChoice, overrides: Overrides, text: TextChoice, pool: Pool, *,
+                 threshold: float | None = None, target_sparsity: float | None = None,
+                 skip_bad: bool = False, progress: Progress | None = None) -> ShardedSweep:
+    """``relu-stats --text/--ids`` over shards: a task per shard (the whole model, every
+    selected layer), the per-layer counters merged in the fixed tree; equal, to the last
+    digit, in this process and on any cluster. The CATS calibration is that of the corpus's
+    first 4,096 tokens, computed once, first, and given to every task."""
+    from ffncli.capture import LayerStats, SweepResult, parse_layers
+    from ffncli.sparsity import SparsityResult, pairwise_overlap
+
+    _check_rule(threshold, target_sparsity)
+    job = TextJob(model, overrides)
+    forward = forward_for(job)  # here too: the tokenizer, the vocabulary, the layers
+    layers = parse_layers(model.layer, forward.n_layers)
+    shards, skipped = read_text_shards(text, forward, skip_bad)
+    total = sum(s.tokens for s in shards)
+    calibrate = (calibrate_text, job, _calibration_portions(shards), layers, threshold,
+                 target_sparsity)
+    calibration: list[tuple[float, float | None]] | None = None
+    if target_sparsity is not None:  # the rule's threshold: every task needs it first
+        calibration = pool.call(*calibrate)
+        given = tuple(calibration)
+    else:  # only the CATS column: calibrated beside the shards, as one more task
+        given = tuple((math.nan, threshold) for _ in layers)
+    task = SweepTask(job, layers, threshold, target_sparsity, given, total)
+    tree = TreeMerge(len(shards), _merge_layers)
+    progress = progress or Progress()
+    progress.start(len(shards), pool.dashboard)
+    counted: list[int] = []
+    calls = [(shard_sweep, task, s) for s in shards]
+    first = 0 if calibration is not None else 1  # else the calibration is the first call
+    for i, out in pool.map(sweep_part, [calibrate, *calls][1 - first:]):
+        if i < first:
+            if isinstance(out, FfnError):
+                raise out
+            calibration = out
+            continue
+        i -= first
+        if isinstance(out, FfnError):
+            out = type(out)(_named(shards[i].path, out))
+            if not skip_bad:
+                raise out
+            skipped.append(Skipped(str(shards[i].path), str(out)))
+            out = None
+        else:
+            counted.append(i)
+        tree.add(i, out)
+        progress.advance(shards[i].tokens)
+    parts: Layers | None = tree.root
+    if parts is None:
+        raise InputError(f"every shard is bad ({len(skipped)} skipped)")
+    assert calibration is not None
+    stats = []
+    for layer, (meta, part), (cats, _) in zip(layers, parts, calibration, strict=True):
+        d_ff, d_model, experts, top_k, activation, rule = meta
+        pairs = pairwise_overlap(part.masks, experts * d_ff) if part.masks is not None \
+            else None
+        stats.append(LayerStats(layer, SparsityResult(
+            d_ff, d_model, experts, top_k, activation, rule, part.tokens,
+            part.per_token.tolist(), part.stats, part.masks, pairs), cats))
+    source = str(text.text if text.text is not None else text.ids)
+    result = SweepResult(str(forward.weights), source, stats[0].stats.tokens,
+                         sum(len(shards[i].ids) for i in counted), stats[0].stats.rule.description,
+                         tuple(stats))
+    return ShardedSweep(result, len(shards), sorted(skipped, key=lambda s: s.path),
+                        pool.dashboard)
+
+
+# capture over shards: DIR/<shard>/layer{N}.npy + capture.json each, a manifest, resumable.
+
+
+@dataclass(frozen=True)
+class CaptureTask:
+    job: TextJob
+    layers: tuple[int, ...]
+    out: str
+    stop: str  # a file the client creates to stop the tasks still running (Ctrl-C, an error)
+
+
+def shard_capture(task: CaptureTask, shard: TextShard) -> int:
+    """One shard's capture (ffncli.capture.capture) into a temporary folder
+    ``DIR/.<name>.<hex>.tmp``, renamed to ``DIR/<name>`` once every file is written: a shard's
+    folder under its own name is always complete. Stopped or failed, the temporary folder is
+    removed."""
+    import shutil
+
+    from ffncli.capture import capture
+
+    out = Path(task.out)
+    dest = out / shard.name
+    tmp = out / f".{shard.name}.{secrets.token_hex(4)}.tmp"
+
+    def check_stop(done: int) -> None:  # called after each batch of each layer
+        if os.path.exists(task.stop):
+            raise Stopped(shard.name)
+
+    try:
+        capture(forward_for(task.job), shard.sequences(), task.layers, tmp, force=True,
+                batch_tokens=BATCH_TOKENS, progress=check_stop)
+        if os.path.lexists(dest):  # a folder a crash left before the manifest named it
+            shutil.rmtree(dest) if os.path.isdir(dest) else os.unlink(dest)
+        os.rename(tmp, dest)
+    except FfnError as exc:
+        raise type(exc)(_named(shard.path, exc)) from None
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+    return shard.tokens
+
+
+@dataclass(frozen=True)
+class ShardedCapture:
+    out: str
+    shards: int
+    layers: tuple[int, ...]
+    written: list[str]
+    already: list[str]  # complete from an earlier run: skipped
+    skipped: list[Skipped]
+    tokens: int
+    model: str
+    dashboard: str | None
+
+
+def _text_entry(shard: TextShard) -> dict[str, Any]:
+    return {"name": shard.name, "input": os.path.abspath(shard.path), "part": shard.part,
+            "lines": [shard.lines[0], shard.lines[-1]], "sequences": len(shard.ids),
+            "tokens": shard.tokens, "sha256": shard.sha256}
+
+
+def capture_shards(model: ModelChoice, text: TextChoice, out: Path, pool: Pool, *,
+                   force: bool = False, skip_bad: bool = False,
+                   progress: Progress | None = None) -> ShardedCapture:
+    """``capture`` over the shards of --text/--ids: ``out/<shard>/`` for each (its layer files
+    and capture.json) and ``out/manifest.json`` listing the complete ones; a rerun skips those
+    (unless ``force``), Ctrl-C removes the partial folders of unfinished shards."""
+    from ffncli.capture import parse_layers
+
+    job = TextJob(model, Overrides())
+    forward = forward_for(job)
+    layers = parse_layers(model.layer, forward.n_layers)
+    shards, skipped = read_text_shards(text, forward, skip_bad)
+    names = [s.name for s in shards]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})[0]
+        raise InputError(f"two shards are named {twice}; their folders would collide in --out")
+    _make_folder(out)
+    recipe = {"model": os.path.abspath(forward.weights), "dtype": model.dtype,
+              "layers": list(layers),
+              "input": "--text" if text.text is not None else "--ids"}
+    done = {} if force else _manifest_entries(out, recipe, CAPTURE_MANIFEST)
+    entries = {s.name: e for s in shards if (e := done.get(s.name)) is not None
+               and e == _text_entry(s) and (out / s.name / "capture.json").is_file()}
+    todo = [s for s in shards if s.name not in entries]
+    stop = out / f".stop-{secrets.token_hex(4)}"
+    task = CaptureTask(job, layers, str(out), str(stop))
+    written: list[str] = []
+    _write_manifest(out, recipe, entries, CAPTURE_MANIFEST)
+    progress = progress or Progress()
+    progress.start(len(todo), pool.dashboard)
+    try:
+        with contextlib.closing(pool.map(shard_capture, [(task, s) for s in todo])) as results:
+            try:
+                for i, result in results:
+                    shard = todo[i]
+                    if isinstance(result, FfnError):
+                        result = type(result)(_named(shard.path, result))
+                        if not skip_bad:
+                            raise result
+                        skipped.append(Skipped(str(shard.path), str(result)))
+                        continue
+                    entries[shard.name] = _text_entry(shard)
+                    written.append(shard.name)
+                    _write_manifest(out, recipe, entries, CAPTURE_MANIFEST)
+                    progress.advance(shard.tokens)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    stop.touch()  # before the futures are cancelled: running tasks stop
+                raise
+    finally:
+        if stop.exists():
+            _wait_for(lambda: _temporary_folders(out))
+        _remove_temporary_folders(out)  # and those of a worker killed while writing
+        with contextlib.suppress(OSError):
+            stop.unlink()
+    return ShardedCapture(str(out), len(shards), layers, sorted(written),
+                          sorted(s.name for s in shards if s not in todo),
+                          sorted(skipped, key=lambda s: s.path),
+                          sum(s.tokens for s in shards), str(forward.weights), pool.dashboard)
+
+
+def _temporary_folders(out: Path) -> list[str]:
+    return [p for p in glob.glob(glob.escape(str(out)) + "/.*.tmp") if os.path.isdir(p)]
+
+
+def _wait_for(pending: Callable[[], list[str]]) -> None:
+    """Give the tasks still running after a stop (they see the stop file at their next chunk
+    or batch) up to STOP_WAIT seconds to remove their own temporary files."""
+    deadline = time.monotonic() + STOP_WAIT
+    while pending() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _remove_temporary_folders(out: Path) -> None:
+    import shutil
+
+    for tmp in _temporary_folders(out):
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -978,6 +1535,55 @@ def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
         print(f"{done.out}: {len(done.written):,} shard(s) written, {len(done.already):,} "
               f"already complete, of {done.shards:,} ({done.tokens:,} tokens); weights "
               f"{done.source}")
+    _report_skipped(done.skipped)
+
+
+def sweep_command(model: ModelChoice, tokens: TokenChoice, text: TextChoice,
+                  overrides: Overrides, scale: ScaleChoice, *, threshold: float | None,
+                  target_sparsity: float | None, report_path: Path | None,
+                  as_json: bool) -> None:
+    """``relu-stats --text/--ids`` over shards (a glob, a folder, a cluster)."""
+    from ffncli import render, report
+
+    if tokens != TokenChoice(seed=tokens.seed):
+        raise InputError("give --text/--ids (real text through the model) or --input/--random "
+                         "(tokens given to one layer's FFN), not both")
+    _, model = _seen_from_workers(scale, Path(), model)  # --text/--ids are read here
+    with connect(scale) as pool, Bar() as bar:
+        out = sweep_shards(model, overrides, text, pool, threshold=threshold,
+                           target_sparsity=target_sparsity, skip_bad=scale.skip_bad,
+                           progress=bar)
+    doc = render.sweep_json(out.result)
+    report.save_sweep(report_path, doc, report.command_inputs(
+        model.preset, model.config, model.weights, text=text.text, ids=text.ids))
+    if as_json:
+        doc.update(shards=out.shards, skipped=[vars(s) for s in out.skipped])
+        render.emit_json(doc)
+    else:
+        render.emit_sweep(out.result, False)
+    _report_skipped(out.skipped)
+
+
+def capture_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice, *, out: Path,
+                    force: bool, as_json: bool) -> None:
+    """``capture`` over shards: a folder per shard under --out, a manifest, resumable."""
+    from ffncli import render
+
+    _, model = _seen_from_workers(scale, Path(), model)  # --text/--ids are read here
+    if scale.scheduler is not None:
+        out = Path(os.path.abspath(out))
+    with connect(scale) as pool, Bar() as bar:
+        done = capture_shards(model, text, out, pool, force=force, skip_bad=scale.skip_bad,
+                              progress=bar)
+    if as_json:
+        render.emit_json({"out": done.out, "shards": done.shards, "tokens": done.tokens,
+                          "model": done.model, "layers": list(done.layers),
+                          "written": done.written, "already_complete": done.already,
+                          "skipped": [vars(s) for s in done.skipped]})
+    else:
+        print(f"{done.out}: {len(done.written):,} shard(s) written, {len(done.already):,} "
+              f"already complete, of {done.shards:,} ({done.tokens:,} tokens, layers "
+              f"{done.layers[0]}-{done.layers[-1]}); model {done.model}")
     _report_skipped(done.skipped)
 
 

