@@ -29,10 +29,11 @@ from ffncli.sparsity import (
     SparsityAccumulator,
     SparsityResult,
     calibrate_threshold,
+    check_rule,
     describe_rule,
 )
 from ffncli.tokens import AtomicNpyWriter
-from ffncli.validate import fail, number
+from ffncli.validate import fail
 
 if TYPE_CHECKING:
     from ffncli.forward import Block, Transformer
@@ -287,13 +288,7 @@ def sweep(model: Transformer, sequences: Sequences, layers: Sequence[int], *,
     """The sparsity statistics of every selected layer's FFN on its real input."""
     from ffncli.forward import walk
 
-    if threshold is not None and target_sparsity is not None:
-        raise InputError("give --threshold or --target-sparsity, not both")
-    if threshold is not None:
-        number("option --threshold", threshold)
-    if target_sparsity is not None and not 0 < target_sparsity < 1:
-        raise InputError(f"option --target-sparsity: expected a share between 0 and 1, got "
-                         f"{target_sparsity}")
+    check_rule(threshold, target_sparsity)
     done: dict[int, LayerStats] = {}
     current: list[tuple[int, LayerSweep]] = []  # the layer being walked
 

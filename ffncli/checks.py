@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from ffncli.errors import ImplError, InputError, Interrupted, OutputError
-from ffncli.files import same_file
+from ffncli.errors import ImplError, InputError, Interrupted
+from ffncli.files import check_output_path
 from ffncli.model import ModelChoice, TokenChoice
 from ffncli.spec import Overrides
 from ffncli.validate import number, whole
@@ -493,26 +493,9 @@ def permute_check(f: Fn, x: np.ndarray, *, target: str, input_shape: tuple[int, 
 
 
 def check_report_path(path: Path, inputs: Iterable[tuple[str, Path | None]]) -> Path:
-    """Where a ``--junit-xml`` report will go (a symbolic link is followed, as ``open`` would),
-    refused before any work if it is one of the command's ``inputs`` (named by what they
-    are: ``[("--input file", path), ...]``), a directory, a device, or in no folder."""
-    for what, source in inputs:
-        if source is not None and same_file(path, source):
-            raise OutputError(f"option --junit-xml: {path} is an input of this command (the "
-                              f"{what}); choose another path")
-    try:
-        target = Path(os.path.realpath(path))
-        if target.is_dir():
-            raise OutputError(f"option --junit-xml: {path} is a directory; expected a file path")
-        if target.exists() and not target.is_file():
-            raise OutputError(f"option --junit-xml: {path} is not a regular file (a FIFO, "
-                              "socket or device); expected a file path")
-        if not target.parent.is_dir():
-            raise OutputError(f"option --junit-xml: folder {path.parent} does not exist")
-    except OSError as exc:  # a name too long, too many links, a folder we cannot enter
-        raise OutputError(f"option --junit-xml: cannot use {path}: "
-                          f"{exc.strerror or exc}") from None
-    return target
+    """Where a ``--junit-xml`` report will go, refused before any work if it is one of the
+    command's ``inputs``, a directory, a device, or in no folder."""
+    return check_output_path(path, inputs, "--junit-xml")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -672,11 +672,12 @@ def relu_stats_shards(model: ModelChoice, overrides: Overrides, pattern: Path, p
         SMALL_OVERLAP,
         Rule,
         SparsityResult,
+        check_rule,
         describe_rule,
         pairwise_overlap,
     )
 
-    _check_rule(threshold, target_sparsity)
+    check_rule(threshold, target_sparsity)
     paths = shard_paths(pattern)
     job = Job(model, overrides)
     first = pool.call(describe, job, 0)
@@ -713,18 +714,6 @@ def relu_stats_shards(model: ModelChoice, overrides: Overrides, pattern: Path, p
                             pairs)
     return ShardedStats(result, len(shards), sorted(skipped, key=lambda s: s.path),
                         tree.merges, pool.dashboard)
-
-
-def _check_rule(threshold: float | None, target_sparsity: float | None) -> None:
-    from ffncli.validate import number
-
-    if threshold is not None and target_sparsity is not None:
-        raise InputError("give --threshold or --target-sparsity, not both")
-    if threshold is not None:
-        number("option --threshold", threshold)
-    if target_sparsity is not None and not 0 < target_sparsity < 1:
-        raise InputError(f"option --target-sparsity: expected a share between 0 and 1, got "
-                         f"{target_sparsity}")
 
 
 def _rooms(pool: Pool, job: Job, info: ModelInfo, shards: list[Shard], skip_bad: bool,
@@ -1285,9 +1274,9 @@ def sweep_shards(model: ModelChoice, overrides: Overrides, text: TextChoice, poo
     digit, in this process and on any cluster. The CATS calibration is that of the corpus's
     first 4,096 tokens, computed once, first, and given to every task."""
     from ffncli.capture import LayerStats, SweepResult, parse_layers
-    from ffncli.sparsity import SparsityResult, pairwise_overlap
+    from ffncli.sparsity import SparsityResult, check_rule, pairwise_overlap
 
-    _check_rule(threshold, target_sparsity)
+    check_rule(threshold, target_sparsity)
     job = TextJob(model, overrides)
     forward = forward_for(job)  # here too: the tokenizer, the vocabulary, the layers
     layers = parse_layers(model.layer, forward.n_layers)

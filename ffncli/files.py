@@ -13,7 +13,7 @@ import io
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ffncli.errors import FfnError, OutputError
@@ -96,3 +96,26 @@ def write_text_atomically(path: Path, text: str, option: str) -> None:
             raise OutputError(f"option {option}: cannot write {path}: "
                               f"{exc.strerror or exc}") from None
         raise
+
+
+def check_output_path(path: Path, inputs: Iterable[tuple[str, Path | None]],
+                      option: str) -> Path:
+    """Where an output of ``option`` goes (a symbolic link is followed, as ``open`` would),
+    refused if it is one of the command's ``inputs``, a directory, a device, or in no folder.
+    ``inputs`` name what each is: ``[("--input file", path), ...]``."""
+    for what, source in inputs:
+        if source is not None and same_file(path, source):
+            raise OutputError(f"option {option}: {path} is an input of this command (the "
+                              f"{what}); choose another path")
+    try:
+        target = Path(os.path.realpath(path))
+        if target.is_dir():
+            raise OutputError(f"option {option}: {path} is a directory; expected a file path")
+        if target.exists() and not target.is_file():
+            raise OutputError(f"option {option}: {path} is not a regular file (a FIFO, socket "
+                              "or device); expected a file path")
+        if not target.parent.is_dir():
+            raise OutputError(f"option {option}: folder {path.parent} does not exist")
+    except OSError as exc:  # a name too long, too many links, a folder we cannot enter
+        raise OutputError(f"option {option}: cannot use {path}: {exc.strerror or exc}") from None
+    return target

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.errors import OutputError
-from ffncli.files import same_file, write_text_atomically
+from ffncli.files import check_output_path, write_text_atomically
 
 if TYPE_CHECKING:
     from ffncli.counting import FileOnlyResult, ParamsResult
@@ -660,32 +659,11 @@ def command_inputs(preset: str | None = None, config: Path | None = None,
     return inputs
 
 
-def check_output_path(path: Path, inputs: Iterable[tuple[str, Path | None]],
-                      option: str = OPTION) -> Path:
-    """Where an output of ``option`` goes (a symbolic link is followed, as ``open`` would),
-    refused if it is one of the command's ``inputs``, a directory, a device, or in no folder.
-    (checks.check_report_path is the same for --junit-xml: one of the two can go.)"""
-    for what, source in inputs:
-        if source is not None and same_file(path, source):
-            raise OutputError(f"option {option}: {path} is an input of this command (the "
-                              f"{what}); choose another path")
-    try:
-        target = Path(os.path.realpath(path))
-        if target.is_dir():
-            raise OutputError(f"option {option}: {path} is a directory; expected a file path")
-        if target.exists() and not target.is_file():
-            raise OutputError(f"option {option}: {path} is not a regular file (a FIFO, socket "
-                              "or device); expected a file path")
-        if not target.parent.is_dir():
-            raise OutputError(f"option {option}: folder {path.parent} does not exist")
-    except OSError as exc:  # a name too long, too many links, a folder we cannot enter
-        raise OutputError(f"option {option}: cannot use {path}: {exc.strerror or exc}") from None
-    return target
 
 
 def write_report(path: Path, text: str, inputs: Iterable[tuple[str, Path | None]]) -> None:
     """Write a report to ``path`` atomically, refused (one ``error:`` line) over an input."""
-    write_text_atomically(check_output_path(path, inputs), text, OPTION)
+    write_text_atomically(check_output_path(path, inputs, OPTION), text, OPTION)
 
 
 def save_stats(path: Path | None, result: SparsityResult, model: ModelChoice,

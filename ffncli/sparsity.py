@@ -324,10 +324,8 @@ def pairwise_overlap(masks: np.ndarray, d_units: int) -> list[dict[str, float]]:
     return rows
 
 
-def relu_stats(ffn: Engine, tokens, *, threshold: float | None = None,
-               target_sparsity: float | None = None, allow_nonfinite: bool = False,
-               progress=None) -> SparsityResult:
-    """Stream ``tokens`` (a tokens.TokenInput) through the hidden layer and count."""
+def check_rule(threshold: float | None, target_sparsity: float | None) -> None:
+    """``--threshold T`` (a number >= 0) or ``--target-sparsity S`` (0 < S < 1), not both."""
     if threshold is not None and target_sparsity is not None:
         raise InputError("give --threshold or --target-sparsity, not both")
     if threshold is not None:
@@ -335,6 +333,13 @@ def relu_stats(ffn: Engine, tokens, *, threshold: float | None = None,
     if target_sparsity is not None and not 0 < target_sparsity < 1:
         raise InputError(f"option --target-sparsity: expected a share between 0 and 1, got "
                          f"{target_sparsity}")
+
+
+def relu_stats(ffn: Engine, tokens, *, threshold: float | None = None,
+               target_sparsity: float | None = None, allow_nonfinite: bool = False,
+               progress=None) -> SparsityResult:
+    """Stream ``tokens`` (a tokens.TokenInput) through the hidden layer and count."""
+    check_rule(threshold, target_sparsity)
     rows = ffn.chunk_tokens
     if target_sparsity is not None:
         calibration = tokens.chunks(min(CALIBRATION_TOKENS, tokens.n_tokens), ffn.dtype,
