@@ -815,13 +815,36 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
     shard_rooms = _rooms(pool, job, info, shards, skip_bad, allow_nonfinite)
     stop = out / f".stop-{secrets.token_hex(4)}"
     task = RunTask(job, residual, allow_nonfinite, str(stop))
-    written: list[str] = []
     _write_manifest(out, recipe, entries)
     calls = [(task, s, out / f"{s.path.stem}.npy", shard_rooms[s.index]) for s in todo]
-    progress = progress or Progress()
+
+    def finished(shard: Shard) -> None:
+        entries[shard.name] = _entry(shard)
+        _write_manifest(out, recipe, entries)
+
+    written = _write_shards(pool, shard_run, calls, todo, stop, skip_bad, skipped,
+                            progress or Progress(), finished,
+                            lambda: _temporaries(out, todo),
+                            lambda: _remove_temporaries(out, shards))
+    return ShardedRun(str(out), len(shards), sorted(written),
+                      sorted(s.name for s in shards if s not in todo),
+                      sorted(skipped, key=lambda s: s.path), sum(s.tokens for s in shards),
+                      info.source, pool.dashboard)
+
+
+def _write_shards(pool: Pool, fn: Callable[..., Any], calls: list[Any], todo: Sequence[Any],
+                  stop: Path, skip_bad: bool, skipped: list[Skipped], progress: Progress,
+                  finished: Callable[[Any], None], leftovers: Callable[[], list[str]],
+                  clean: Callable[[], None]) -> list[str]:
+    """Map ``fn`` over the shards that write files (``calls[i]`` is ``todo[i]``'s task) and
+    return the names written. ``finished(shard)`` records each complete shard (the manifest);
+    a bad shard stops the job, or is skipped with ``skip_bad``. On any way out, running tasks
+    are told to stop (the ``stop`` file, before the futures are cancelled), their temporary
+    files are waited for, and ``clean`` removes them (and a killed worker's)."""
+    written: list[str] = []
     progress.start(len(calls), pool.dashboard)
     try:
-        with contextlib.closing(pool.map(shard_run, calls)) as results:  # closed: cancelled
+        with contextlib.closing(pool.map(fn, calls)) as results:  # closed: cancelled
             try:
                 for i, result in results:
                     shard = todo[i]
@@ -831,9 +854,8 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
                             raise result
                         skipped.append(Skipped(str(shard.path), str(result)))
                         continue
-                    entries[shard.name] = _entry(shard)
                     written.append(shard.name)
-                    _write_manifest(out, recipe, entries)
+                    finished(shard)
                     progress.advance(shard.tokens)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -841,14 +863,11 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
                 raise
     finally:
         if stop.exists():
-            _wait_for(lambda: _temporaries(out, todo))
-        _remove_temporaries(out, shards)  # and those of a worker killed while writing
+            _wait_for(leftovers)
+        clean()
         with contextlib.suppress(OSError):
             stop.unlink()
-    return ShardedRun(str(out), len(shards), sorted(written),
-                      sorted(s.name for s in shards if s not in todo),
-                      sorted(skipped, key=lambda s: s.path), sum(s.tokens for s in shards),
-                      info.source, pool.dashboard)
+    return written
 
 
 def _out_folder(out: Path) -> None:
@@ -1421,35 +1440,16 @@ def capture_shards(model: ModelChoice, text: TextChoice, out: Path, pool: Pool, 
     todo = [s for s in shards if s.name not in entries]
     stop = out / f".stop-{secrets.token_hex(4)}"
     task = CaptureTask(job, layers, str(out), str(stop))
-    written: list[str] = []
     _write_manifest(out, recipe, entries, CAPTURE_MANIFEST)
-    progress = progress or Progress()
-    progress.start(len(todo), pool.dashboard)
-    try:
-        with contextlib.closing(pool.map(shard_capture, [(task, s) for s in todo])) as results:
-            try:
-                for i, result in results:
-                    shard = todo[i]
-                    if isinstance(result, FfnError):
-                        result = type(result)(_named(shard.path, result))
-                        if not skip_bad:
-                            raise result
-                        skipped.append(Skipped(str(shard.path), str(result)))
-                        continue
-                    entries[shard.name] = _text_entry(shard)
-                    written.append(shard.name)
-                    _write_manifest(out, recipe, entries, CAPTURE_MANIFEST)
-                    progress.advance(shard.tokens)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    stop.touch()  # before the futures are cancelled: running tasks stop
-                raise
-    finally:
-        if stop.exists():
-            _wait_for(lambda: _temporary_folders(out))
-        _remove_temporary_folders(out)  # and those of a worker killed while writing
-        with contextlib.suppress(OSError):
-            stop.unlink()
+
+    def finished(shard: Any) -> None:
+        entries[shard.name] = _text_entry(shard)
+        _write_manifest(out, recipe, entries, CAPTURE_MANIFEST)
+
+    written = _write_shards(pool, shard_capture, [(task, s) for s in todo], todo, stop,
+                            skip_bad, skipped, progress or Progress(), finished,
+                            lambda: _temporary_folders(out),
+                            lambda: _remove_temporary_folders(out))
     return ShardedCapture(str(out), len(shards), layers, sorted(written),
                           sorted(s.name for s in shards if s not in todo),
                           sorted(skipped, key=lambda s: s.path),
