@@ -697,10 +697,7 @@ def relu_stats_shards(model: ModelChoice, overrides: Overrides, pattern: Path, p
     progress.start(len(calls), pool.dashboard)
     for i, out in pool.map(shard_stats, calls):
         if isinstance(out, FfnError):
-            out = type(out)(_named(shards[i].path, out))
-            if not skip_bad:
-                raise out
-            skipped.append(Skipped(str(shards[i].path), str(out)))
+            _failed(shards[i].path, out, skip_bad, skipped)
             out = None
         tree.add(i, out)
         progress.advance(shards[i].tokens)
@@ -832,6 +829,14 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
                       info.source, pool.dashboard)
 
 
+def _failed(path: Path, error: FfnError, skip_bad: bool, skipped: list[Skipped]) -> None:
+    """A shard's error, named by its shard: raised, or with ``skip_bad`` listed and passed."""
+    named = type(error)(_named(path, error))
+    if not skip_bad:
+        raise named
+    skipped.append(Skipped(str(path), str(named)))
+
+
 def _write_shards(pool: Pool, fn: Callable[..., Any], calls: list[Any], todo: Sequence[Any],
                   stop: Path, skip_bad: bool, skipped: list[Skipped], progress: Progress,
                   finished: Callable[[Any], None], leftovers: Callable[[], list[str]],
@@ -849,10 +854,7 @@ def _write_shards(pool: Pool, fn: Callable[..., Any], calls: list[Any], todo: Se
                 for i, result in results:
                     shard = todo[i]
                     if isinstance(result, FfnError):
-                        result = type(result)(_named(shard.path, result))
-                        if not skip_bad:
-                            raise result
-                        skipped.append(Skipped(str(shard.path), str(result)))
+                        _failed(shard.path, result, skip_bad, skipped)
                         continue
                     written.append(shard.name)
                     finished(shard)
@@ -1324,10 +1326,7 @@ def sweep_shards(model: ModelChoice, overrides: Overrides, text: TextChoice, poo
             continue
         i -= first
         if isinstance(out, FfnError):
-            out = type(out)(_named(shards[i].path, out))
-            if not skip_bad:
-                raise out
-            skipped.append(Skipped(str(shards[i].path), str(out)))
+            _failed(shards[i].path, out, skip_bad, skipped)
             out = None
         else:
             counted.append(i)
