@@ -23,6 +23,7 @@ from ffncli.tokens import from_array
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 PRESETS = Path(__file__).parents[1] / "presets"
+ROOT_DATA = Path(__file__).parent / "data"
 LESSON = "0.8446 0.5777 0.8446 0.5777\n0.5777 0.8446 0.5777 0.8446\n0.7881 0.7881 0.7881 0.7881\n"
 NUMBER = re.compile(r"-?[\d,]+(?:\.(\d*))?(?:e([+-]?\d+))?(%?)")
 
@@ -275,6 +276,19 @@ def test_sweep_report_against_its_document():
     page = report.sweep_report(one)
     check_report(page, one)
     assert _stats_sources(one["layers"][0], "layers.0.") <= _sources(page)
+
+
+def test_sweep_report_from_the_command(cli, tmp_path):
+    """relu-stats --text --report: the page of the sweep the command computed, every number
+    equal to what --json prints for the same command."""
+    text = ROOT_DATA / "forward" / "minilm" / "text.txt"
+    doc = cli("relu-stats", "--weights", minilm(), "--text", text, "--layer", "1-3",
+              "--json").json()
+    r = cli("relu-stats", "--weights", minilm(), "--text", text, "--layer", "1-3", "--report",
+            tmp_path / "sweep.html")
+    assert r.code == 0, r.err
+    tables = check_report((tmp_path / "sweep.html").read_text(), doc)
+    assert [row[0] for row in tables["sweep"]] == ["1", "2", "3"]
 
 
 def test_strings_from_files_are_escaped():
