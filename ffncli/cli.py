@@ -302,14 +302,19 @@ def relu_stats_cmd(
     scale: ScaleChoice,
 ) -> None:
     """Activation sparsity of the hidden layer: per token, per unit, overlap, savings."""
-    if text.given and scale.wanted_text(text):  # text shards, or a cluster: ffncli/cluster.py
-        from ffncli.cluster import sweep_command
+    if text.given:
+        text.refuse(tokens)
+        if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cluster.py
+            from ffncli.cluster import sweep_command
 
-        sweep_command(model, tokens, text, overrides, scale, threshold=threshold,
-                      target_sparsity=target_sparsity, report_path=report_path,
-                      as_json=as_json)
+            sweep_command(model, text, overrides, scale, threshold=threshold,
+                          target_sparsity=target_sparsity, report_path=report_path,
+                          as_json=as_json)
+        else:
+            _relu_stats_text(model, text, overrides, threshold, target_sparsity, report_path,
+                             as_json)
         return
-    if scale.wanted(tokens) and not text.given:  # many shards, or a cluster: ffncli/cluster.py
+    if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cluster.py
         from ffncli.cluster import relu_stats_command
 
         relu_stats_command(model, tokens, overrides, scale, threshold=threshold,
@@ -319,10 +324,6 @@ def relu_stats_cmd(
     from ffncli.model import load_model, load_tokens
     from ffncli.sparsity import relu_stats
 
-    if text.given:
-        _relu_stats_text(model, tokens, text, overrides, threshold, target_sparsity,
-                         report_path, as_json)
-        return
     loaded = load_model(model, overrides)
     inputs = load_tokens(tokens, loaded.engine.d_model)
     with render.progress(inputs.n_tokens, as_json) as progress:
@@ -333,18 +334,14 @@ def relu_stats_cmd(
     render.emit_stats(result, as_json)
 
 
-def _relu_stats_text(model: ModelChoice, tokens: TokenChoice, text: TextChoice,
-                     overrides: Overrides, threshold: float | None,
-                     target_sparsity: float | None, report_path: Path | None,
-                     as_json: bool) -> None:
+def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
+                     threshold: float | None, target_sparsity: float | None,
+                     report_path: Path | None, as_json: bool) -> None:
     """``relu-stats --text/--ids``: every selected layer's statistics on its real input."""
     from ffncli import render, report
     from ffncli.capture import parse_layers, sweep
     from ffncli.model import load_sequences, open_forward
 
-    if tokens != TokenChoice(seed=tokens.seed):
-        raise InputError("give --text/--ids (real text through the model) or --input/--random "
-                         "(tokens given to one layer's FFN), not both")
     forward = open_forward(model, overrides)
     sequences = load_sequences(text, forward, forward.weights)
     layers = parse_layers(model.layer, forward.n_layers)

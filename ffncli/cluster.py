@@ -1526,16 +1526,13 @@ def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
     _report_skipped(done.skipped)
 
 
-def sweep_command(model: ModelChoice, tokens: TokenChoice, text: TextChoice,
-                  overrides: Overrides, scale: ScaleChoice, *, threshold: float | None,
+def sweep_command(model: ModelChoice, text: TextChoice, overrides: Overrides,
+                  scale: ScaleChoice, *, threshold: float | None,
                   target_sparsity: float | None, report_path: Path | None,
                   as_json: bool) -> None:
     """``relu-stats --text/--ids`` over shards (a glob, a folder, a cluster)."""
     from ffncli import render, report
 
-    if tokens != TokenChoice(seed=tokens.seed):
-        raise InputError("give --text/--ids (real text through the model) or --input/--random "
-                         "(tokens given to one layer's FFN), not both")
     _, model = _seen_from_workers(scale, Path(), model)  # --text/--ids are read here
     with connect(scale) as pool, Bar() as bar:
         out = sweep_shards(model, overrides, text, pool, threshold=threshold,

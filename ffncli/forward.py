@@ -36,7 +36,7 @@ from ffncli.checkpoint import Checkpoint, open_checkpoint
 from ffncli.engine import Engine
 from ffncli.errors import ConfigError, InputError, OutputError, SpecError, WeightsError
 from ffncli.spec import ModelSpec
-from ffncli.validate import brief, whole
+from ffncli.validate import brief, flag, number, whole
 
 if TYPE_CHECKING:
     from ffncli.gguf import GgufHeader
@@ -200,8 +200,11 @@ class Settings:
     def __init__(self, data: dict[str, Any], source: str) -> None:
         self.data, self.source = data, source
 
+    def where(self, key: str) -> str:
+        return f"{self.source}: key '{key}'"
+
     def _fail(self, key: str, expected: str) -> ConfigError:
-        return ConfigError(f"{self.source}: key '{key}': expected {expected}, got "
+        return ConfigError(f"{self.where(key)}: expected {expected}, got "
                            f"{brief(self.data.get(key))}")
 
     def number(self, key: str, default: float | None = None) -> float:
@@ -210,26 +213,17 @@ class Settings:
             if default is None:
                 raise ConfigError(f"{self.source}: missing key '{key}'")
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or value <= 0:
-            raise self._fail(key, "a positive number")
-        return float(value)
+        return number(self.where(key), value, positive=True, error=ConfigError)
 
     def whole(self, key: str, default: int | None = None, minimum: int = 0) -> int | None:
         value = self.data.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self._fail(key, f"a whole number >= {minimum}")
-        return value
+        return whole(self.where(key), value, minimum, error=ConfigError)
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self._fail(key, "true or false")
-        return value
+        return default if value is None else flag(self.where(key), value, ConfigError)
 
     def text(self, key: str, default: str) -> str:
         value = self.data.get(key, default)
@@ -247,14 +241,10 @@ class Settings:
 
 
 def read_settings(path: Path) -> Settings:
-    """A config.json, read by the project's strict JSON reader."""
-    from ffncli.textformats import Malformed, parse_json, read_text
+    """A config.json, read by the reader of ``--config`` (hfconfig.read_config)."""
+    from ffncli.hfconfig import read_config
 
-    text = read_text(path, "config file", ConfigError)
-    try:
-        data = parse_json(text)
-    except Malformed as exc:
-        raise ConfigError(f"{path}: invalid JSON{exc.where}: {exc.problem}") from None
+    data = read_config(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {brief(data)}")
     return Settings(data, str(path))

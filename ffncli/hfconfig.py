@@ -678,12 +678,16 @@ def spec_from_config(data: Any, source: str) -> ModelSpec:
     return check_spec(reader(_Config(data, source)), source)
 
 
-def load_config(path: Path) -> ModelSpec:
-    """A config.json: a regular file of at most 4 MiB, strict JSON (no duplicate keys, NaN,
-    Infinity or nesting past 64 levels), then :func:`spec_from_config`."""
+def read_config(path: Path) -> Any:
+    """A config.json's document: a regular file of at most 4 MiB, strict JSON (no duplicate
+    keys, NaN, Infinity or nesting past 64 levels)."""
     text = read_text(path, "config file", ConfigError)
     try:
-        data = parse_json(text)
+        return parse_json(text)
     except Malformed as exc:
         raise ConfigError(f"{path}: invalid JSON{exc.where}: {exc.problem}") from None
-    return spec_from_config(data, str(path))
+
+
+def load_config(path: Path) -> ModelSpec:
+    """A config.json (:func:`read_config`), then :func:`spec_from_config`."""
+    return spec_from_config(read_config(path), str(path))

@@ -68,6 +68,12 @@ class TextChoice:
     def given(self) -> bool:
         return self.text is not None or self.ids is not None
 
+    def refuse(self, tokens: TokenChoice) -> None:
+        """Real text and token vectors are two ways to feed the FFN: not both."""
+        if tokens != TokenChoice(seed=tokens.seed):
+            raise InputError("give --text/--ids (real text through the model) or "
+                             "--input/--random (tokens given to one layer's FFN), not both")
+
 
 _NO_MODEL = "give a model: --preset NAME|FILE or --config config.json"
 _NO_MODEL_OR_WEIGHTS = ("give a model: --preset NAME|FILE, --config config.json, or "
