@@ -918,7 +918,9 @@ def _batches(lengths: Sequence[int], batch_tokens: int) -> list[tuple[int, int]]
 
 
 def _spill_error(exc: OSError) -> OutputError:
-    return OutputError(f"cannot keep the forward's spill file in {tempfile.gettempdir()}: "
+    # not tempfile.gettempdir(): when no folder can take a file, asking again raises again
+    folder = tempfile.tempdir or os.environ.get("TMPDIR") or "the temporary folder"
+    return OutputError(f"cannot keep the forward's spill file in {folder}: "
                        f"{exc.strerror or exc} (set TMPDIR to a folder with room)")
 
 

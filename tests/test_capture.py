@@ -352,3 +352,22 @@ def test_sweep_lets_each_layers_ffn_go(monkeypatch):
     monkeypatch.setattr(type(model), "layer", layer)
     sweep(model, sequences, (0, 1, 2, 3))
     assert alive_at == [[], [True], [False, True], [False, False, True]]
+
+
+def test_no_room_for_any_file_is_one_line(tmp_path):
+    """A file-size limit of 0 (ulimit -f 0): no folder can take the forward's spill file, so
+    the temporary folder cannot even be found; one line, exit 2, no --out folder left."""
+    import subprocess
+    import sys
+
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))"
+    for command in (["capture", "--out", str(tmp_path / "o")], ["relu-stats"]):
+        done = subprocess.run(
+            [sys.executable, "-c", f"{limit}; from ffncli.cli import main; main()", *command,
+             "--weights", str(FORWARD / "gpt2"), "--ids", str(FORWARD / "gpt2" / "ids.txt")],
+            capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("error: cannot keep the forward's spill file in ")
+        assert done.stderr.endswith(" (set TMPDIR to a folder with room)\n")
+        assert done.stderr.count("\n") == 1 and done.stdout == ""
+    assert os.listdir(tmp_path) == []
