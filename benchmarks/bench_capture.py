@@ -134,9 +134,10 @@ class Case:
 
 
 def open_case(name: str, weights: Path, text: Path) -> Case:
-    from ffncli.model import ModelChoice, open_forward
-    from ffncli.spec import Overrides
-    from ffncli.text import load_tokenizer, read_text
+    from ffncli.formats.text import load_tokenizer, read_text
+    from ffncli.jobs.choices import ModelChoice
+    from ffncli.jobs.resolve import open_forward
+    from ffncli.specs.spec import Overrides
 
     forward = open_forward(ModelChoice(weights=weights), Overrides())
     tokenizer = load_tokenizer(weights)
@@ -146,8 +147,8 @@ def open_case(name: str, weights: Path, text: Path) -> Case:
 
 def ffncli_capture(case: Case, out: Path) -> int:
     """Tokenise + capture every layer into ``out`` (the CLI's path, minus option parsing)."""
-    from ffncli.capture import capture
-    from ffncli.text import read_text
+    from ffncli.formats.text import read_text
+    from ffncli.jobs.capture import capture
 
     sequences = read_text(case.text, case.tokenizer, case.forward.max_positions)
     capture(case.forward, sequences, range(case.forward.n_layers), out, force=True)
@@ -155,7 +156,7 @@ def ffncli_capture(case: Case, out: Path) -> int:
 
 
 def ffncli_walk(case: Case) -> int:
-    from ffncli.forward import walk
+    from ffncli.compute.forward.walk import walk
 
     walk(case.forward, case.sequences.ids, range(case.forward.n_layers),
          lambda i, block, x: None)
@@ -388,17 +389,18 @@ def patched(targets: Sequence[tuple[Any, str, str, Callable[..., int] | None]],
 
 
 def where_time_goes(case: Case) -> dict[str, Any]:
-    from ffncli import engine, forward
+    from ffncli.compute import engine
+    from ffncli.compute.forward import layer, walk
 
     family = type(case.forward)
     clock = Exclusive()
     targets = [(np, "matmul", "matmul", matmul_flops),
-               (forward, "softmax_", "softmax", None),
-               (forward, "layer_norm", "layer norm", None),
-               (forward, "rms_norm", "layer norm", None),
+               (layer, "softmax_", "softmax", None),
+               (layer, "layer_norm", "layer norm", None),
+               (layer, "rms_norm", "layer norm", None),
                (engine, "_in_parallel", "FFN bias + activation", None),
-               (forward, "_pread", "spill file read/write", None),
-               (forward, "_pwrite", "spill file read/write", None),
+               (walk, "_pread", "spill file read/write", None),
+               (walk, "_pwrite", "spill file read/write", None),
                (family, "layer", "reading layer weights", None),
                (family, "embed", "embeddings", None)]
     with patched(targets, clock):
@@ -473,10 +475,11 @@ def layer_weight_bytes(path: Path) -> tuple[int, int]:
 def batch_activation_bytes(case: Case) -> tuple[int, int]:
     """Peak bytes NumPy allocates while the last layer runs its largest batch (tracemalloc;
     the layer's weights are read before tracing starts), and that batch's rows."""
-    from ffncli.forward import _batches
+    from ffncli.compute.forward.walk import BATCH_TOKENS
+    from ffncli.compute.forward.walk import batches as walk_batches
 
     lengths = [s.size for s in case.sequences.ids]
-    batches = _batches(lengths, 4096)
+    batches = walk_batches(lengths, BATCH_TOKENS)
     a, b = max(batches, key=lambda ab: sum(lengths[ab[0]:ab[1]]))
     rows = sum(lengths[a:b])
     ids = np.concatenate(case.sequences.ids[a:b])
@@ -527,8 +530,9 @@ FIXED_MMAP = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 def baseline_rss(log: Path) -> int:
     """Python with NumPy, tokenizers and the modules capture and relu-stats import."""
-    code = ("import numpy, tokenizers, ffncli.cli, ffncli.forward, ffncli.capture, "
-            "ffncli.text, ffncli.sparsity, ffncli.engine, ffncli.render")
+    code = ("import numpy, tokenizers, ffncli.cli, ffncli.compute.forward, ffncli.jobs.capture, "
+            "ffncli.formats.text, ffncli.analysis.sparsity, ffncli.compute.engine, "
+            "ffncli.present.stats")
     return peak_rss([sys.executable, "-c", code], log)[0]
 
 
@@ -592,7 +596,7 @@ def main() -> None:
     args = parser.parse_args()
     reps = args.reps or (2 if args.quick else 4)
     threads = args.threads or os.cpu_count() or 1
-    from ffncli.blas import quiet_idle_threads
+    from ffncli.base.blas import quiet_idle_threads
 
     quiet_idle_threads()  # OPENBLAS_THREAD_TIMEOUT, as the ffncli command sets it
     if args.threads:

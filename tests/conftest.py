@@ -16,7 +16,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from ffncli.cli import run  # noqa: E402
+from ffncli.cli.main import run
 
 DATA = Path(__file__).parent / "data"
 CONFIGS = DATA / "configs"

@@ -12,8 +12,8 @@ import json
 import pytest
 from conftest import DATA
 
-from ffncli.counting import count
-from ffncli.hfconfig import spec_from_config
+from ffncli.counting.model import count
+from ffncli.specs.hfconfig import spec_from_config
 
 FIXTURE = json.loads((DATA / "arch_totals.json").read_text())
 MODELS = FIXTURE["models"]

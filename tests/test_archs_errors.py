@@ -9,9 +9,9 @@ from conftest import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ffncli.counting import count
+from ffncli.counting.model import count
 from ffncli.errors import FfnError
-from ffncli.hfconfig import spec_from_config
+from ffncli.specs.hfconfig import spec_from_config
 
 MODELS = json.loads((DATA / "arch_totals.json").read_text())["models"]
 

@@ -8,9 +8,9 @@ import json
 import pytest
 from conftest import DATA
 
-from ffncli.counting import count
+from ffncli.counting.model import count
 from ffncli.errors import SpecError
-from ffncli.spec import load_preset
+from ffncli.specs.spec import load_preset
 
 MODELS = json.loads((DATA / "arch_totals.json").read_text())["models"]
 

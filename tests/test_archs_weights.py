@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from conftest import DATA
 
-from ffncli import ffn as F
+from ffncli.compute import ffn as F
+from ffncli.compute.weights import LAYOUTS, safetensors_weights
 from ffncli.errors import WeightsError
-from ffncli.hfconfig import spec_from_config
-from ffncli.weights import LAYOUTS, safetensors_weights
+from ffncli.specs.hfconfig import spec_from_config
 
 FOLDER = DATA / "arch_ffn"
 REFERENCE = np.load(FOLDER / "reference.npz", allow_pickle=False)

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from models import minilm
 
-from ffncli.capture import parse_layers
 from ffncli.errors import InputError
+from ffncli.jobs.choices import parse_layers
 
 FORWARD = Path(__file__).parent / "data" / "forward"
 
@@ -297,9 +297,10 @@ def test_a_tokenizer_file_tokenizers_cannot_read(cli, tmp_path):
 
 
 def _gpt2_sweep(**options):
-    from ffncli.capture import sweep
-    from ffncli.model import ModelChoice, TextChoice, load_sequences, open_forward
-    from ffncli.spec import Overrides
+    from ffncli.jobs.choices import ModelChoice, TextChoice
+    from ffncli.jobs.resolve import load_sequences, open_forward
+    from ffncli.jobs.sweep import sweep
+    from ffncli.specs.spec import Overrides
 
     folder = FORWARD / "gpt2"
     model = open_forward(ModelChoice(weights=folder), Overrides())
@@ -311,7 +312,7 @@ def _gpt2_sweep(**options):
 def test_sweep_does_not_depend_on_the_batches(options):
     """The calibration uses the text's first tokens whatever the batches: the same numbers
     with batches of one sequence and with one batch of all."""
-    from ffncli.render import sweep_json
+    from ffncli.present.stats import sweep_json
 
     _, small = _gpt2_sweep(batch_tokens=1, **options)
     _, large = _gpt2_sweep(batch_tokens=4096, **options)
@@ -331,9 +332,10 @@ def test_sweep_lets_each_layers_ffn_go(monkeypatch):
     import gc
     import weakref
 
-    from ffncli.capture import sweep
-    from ffncli.model import ModelChoice, TextChoice, load_sequences, open_forward
-    from ffncli.spec import Overrides
+    from ffncli.jobs.choices import ModelChoice, TextChoice
+    from ffncli.jobs.resolve import load_sequences, open_forward
+    from ffncli.jobs.sweep import sweep
+    from ffncli.specs.spec import Overrides
 
     folder = minilm()
     model = open_forward(ModelChoice(weights=folder), Overrides())

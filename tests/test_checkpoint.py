@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ffncli.checkpoint import _FIELDS, FLOAT_DTYPES, count_file, read_header
+from ffncli.counting.files import count_file
 from ffncli.errors import WeightsError
-from ffncli.weights import read_tensor
+from ffncli.formats.safetensors import _FIELDS, FLOAT_DTYPES, read_header, read_tensor
 
 
 def safetensors(header: object, data: bytes = b"", length: int | None = None) -> bytes:
@@ -268,7 +268,7 @@ def test_a_short_read_is_an_error(tmp_path, monkeypatch):
 
 
 def test_read_tensor_checks_a_hand_made_tensor_info(tmp_path):
-    from ffncli.checkpoint import TensorInfo
+    from ffncli.formats.safetensors import TensorInfo
 
     path = write(tmp_path, safetensors(GOOD_HEADER, GOOD_DATA))
     header = read_header(path)

@@ -11,10 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from impls import ffns
 
-from ffncli import checks, render
-from ffncli.engine import Engine
-from ffncli.spec import FfnSpec, InitSpec, ModelSpec
-from ffncli.weights import random_weights
+from ffncli import errors
+from ffncli.analysis import compare, guard, properties
+from ffncli.compute.engine import Engine
+from ffncli.compute.weights import random_weights
+from ffncli.present import junit as render
+from ffncli.specs.spec import FfnSpec, InitSpec, ModelSpec
 
 TESTS = Path(__file__).parent
 
@@ -25,7 +27,7 @@ def in_tests(monkeypatch):
 
 
 def run_check(fn, x, **kw):
-    return checks.permute_check(checks.guarded(fn, "f", x.dtype), x, target="f",
+    return properties.permute_check(guard.guarded(fn, "f", x.dtype), x, target="f",
                                 input_shape=x.shape, **kw)
 
 
@@ -93,10 +95,10 @@ def test_capacity_limited_engine_fails_and_uncapped_passes():
 def test_3d_input_checks_batches():
     x = np.random.default_rng(0).normal(size=(3, 7, 6))
     flat = x.reshape(-1, 6)
-    report = checks.permute_check(checks.guarded(ffns.good, "g", flat.dtype), flat, target="g",
+    report = properties.permute_check(guard.guarded(ffns.good, "g", flat.dtype), flat, target="g",
                                   input_shape=x.shape)
     assert [p.name for p in report.properties][-1] == "batch_independence" and report.passed
-    bad = checks.permute_check(checks.guarded(ffns.adds_token_mean, "m", flat.dtype), flat,
+    bad = properties.permute_check(guard.guarded(ffns.adds_token_mean, "m", flat.dtype), flat,
                                target="m", input_shape=x.shape)
     assert not {p.name: p for p in bad.properties}["batch_independence"].passed
 
@@ -185,19 +187,19 @@ def test_trials_flag_sets_the_number_of_permutations(cli):
 def test_compare_bound_is_inclusive_and_relative_to_expected():
     expected = np.array([[1.0, 0.0]])
     # |got - expected| <= atol + rtol * |expected|: 0.75 for 1.0 and 0.25 for 0.0, exactly.
-    assert checks.compare(expected, np.array([[1.75, 0.25]]), rtol=0.5, atol=0.25).ok
-    assert not checks.compare(expected, np.array([[1.75 + 2**-40, 0.0]]), 0.5, 0.25).ok
-    assert not checks.compare(expected, np.array([[1.0, 0.25 + 2**-40]]), 0.5, 0.25).ok
+    assert compare.compare(expected, np.array([[1.75, 0.25]]), rtol=0.5, atol=0.25).ok
+    assert not compare.compare(expected, np.array([[1.75 + 2**-40, 0.0]]), 0.5, 0.25).ok
+    assert not compare.compare(expected, np.array([[1.0, 0.25 + 2**-40]]), 0.5, 0.25).ok
     # rtol scales |expected|, not |got|: 0.9 > 0.25 + 0.5 * 1 (but < 0.25 + 0.5 * 1.9)
-    assert not checks.compare(expected, np.array([[1.9, 0.0]]), 0.5, 0.25).ok
+    assert not compare.compare(expected, np.array([[1.9, 0.0]]), 0.5, 0.25).ok
 
 
 def test_compare_nan_equals_nan_only():
     nan = np.nan
-    same = checks.compare(np.array([[nan, 1.0]]), np.array([[nan, 1.0]]), 0.0, 0.0)
+    same = compare.compare(np.array([[nan, 1.0]]), np.array([[nan, 1.0]]), 0.0, 0.0)
     assert (same.ok, same.max_abs, same.max_rel, same.bit_identical) == (True, 0.0, 0.0, True)
     for expected, got in (([[nan, 1.0]], [[0.0, 1.0]]), ([[0.0, 1.0]], [[nan, 1.0]])):
-        cmp = checks.compare(np.array(expected), np.array(got), 1.0, 1.0)
+        cmp = compare.compare(np.array(expected), np.array(got), 1.0, 1.0)
         assert (cmp.ok, cmp.max_abs, cmp.worst_row, cmp.bit_identical) == (False, np.inf, 0,
                                                                             False)
 
@@ -205,18 +207,18 @@ def test_compare_nan_equals_nan_only():
 def test_compare_worst_row_deviations_and_bits():
     expected = np.zeros((3, 2))
     got = np.array([[0.0, 0.0], [0.0, 0.375], [0.25, 0.25]])
-    cmp = checks.compare(expected, got, 0.0, 0.3)
+    cmp = compare.compare(expected, got, 0.0, 0.3)
     assert (cmp.ok, cmp.max_abs, cmp.worst_row) == (False, 0.375, 1)
-    rel = checks.compare(np.array([[2.0, 0.0]]), np.array([[3.0, 0.0]]), 1.0, 0.0)
+    rel = compare.compare(np.array([[2.0, 0.0]]), np.array([[3.0, 0.0]]), 1.0, 0.0)
     assert (rel.ok, rel.max_rel, rel.max_abs) == (True, 0.5, 1.0)
-    tiny = checks.compare(np.array([[1.0]]), np.array([[1.0 + 2**-52]]), 0.0, 1e-9)
+    tiny = compare.compare(np.array([[1.0]]), np.array([[1.0 + 2**-52]]), 0.0, 1e-9)
     assert (tiny.ok, tiny.bit_identical, tiny.max_abs) == (True, False, 2**-52)
 
 
 @pytest.mark.parametrize("n,k", [(1, 8), (8, 8), (9, 8), (65, 64), (200, 64), (1000, 8)])
 def test_sample_tokens_keeps_the_ends_and_the_middle(n, k):
     for seed in range(5):
-        s = checks._sample_tokens(n, k, np.random.default_rng(seed))
+        s = properties._sample_tokens(n, k, np.random.default_rng(seed))
         if n <= k:
             assert s == list(range(n))
         else:
@@ -228,7 +230,7 @@ def _multiset(a: np.ndarray) -> list[bytes]:
     return sorted(row.tobytes() for row in a)
 
 
-def _wrong_on(x: np.ndarray, token: int, when) -> checks.Fn:
+def _wrong_on(x: np.ndarray, token: int, when) -> guard.Fn:
     """``good``, plus 0.5 on the rows equal to ``x[token]`` in the calls where ``when(X)``."""
     def f(X):
         y = ffns.good(X)
@@ -318,7 +320,7 @@ def test_batch_independence_can_fail_alone():
     def f(X):
         return ffns.good(X) + (0.5 if X.shape[0] == 7 else 0.0)  # a batch row on its own
 
-    report = checks.permute_check(checks.guarded(f, "f", flat.dtype), flat, target="f",
+    report = properties.permute_check(guard.guarded(f, "f", flat.dtype), flat, target="f",
                                   input_shape=x3.shape)
     failed = _failed(report)
     assert list(failed) == ["batch_independence"]
@@ -345,20 +347,20 @@ def test_token_independence_sees_the_ends(n, token):
 def test_guard_copies_outputs_and_never_changes_the_caller_s_input():
     ffns._LAST.clear()
     x = np.random.default_rng(8).normal(size=(4, 6))
-    call = checks.guarded(ffns.returns_last_output, "f", x.dtype)
+    call = guard.guarded(ffns.returns_last_output, "f", x.dtype)
     first = call(x)
     call(2 * x)  # overwrites the array it returned the first time
     np.testing.assert_array_equal(first, ffns.good(x))
     kept = x.copy()
-    with pytest.raises(checks.ImplError, match="changed its input in place"):
-        checks.guarded(ffns.changes_input, "f", x.dtype)(x)
+    with pytest.raises(errors.ImplError, match="changed its input in place"):
+        guard.guarded(ffns.changes_input, "f", x.dtype)(x)
     np.testing.assert_array_equal(x, kept)
 
 
 def test_guard_allows_nonfinite_output_only_for_nonfinite_tokens():
     x = np.random.default_rng(9).normal(size=(4, 6))
     x[2, 1] = np.nan
-    y = checks.guarded(ffns.good, "g", x.dtype)(x)  # --allow-nonfinite: NaN in, NaN out
+    y = guard.guarded(ffns.good, "g", x.dtype)(x)  # --allow-nonfinite: NaN in, NaN out
     assert np.isnan(y[2]).all() and np.isfinite(np.delete(y, 2, axis=0)).all()
 
     def leaks(X):
@@ -366,9 +368,9 @@ def test_guard_allows_nonfinite_output_only_for_nonfinite_tokens():
         out[3] = np.nan
         return out
 
-    with pytest.raises(checks.ImplError, match=r"^f returned NaN in output row 3 for a finite "
+    with pytest.raises(errors.ImplError, match=r"^f returned NaN in output row 3 for a finite "
                                                r"token \(a call on 4 tokens\)"):
-        checks.guarded(leaks, "f", x.dtype)(x)
+        guard.guarded(leaks, "f", x.dtype)(x)
 
 
 def test_buffer_reuse_cannot_hide_a_failure():

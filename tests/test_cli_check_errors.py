@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 from impls import ffns
 
-from ffncli import checks, files
+from ffncli.analysis import guard
+from ffncli.base import files
 from ffncli.errors import ImplError, Interrupted, OutputError
+from ffncli.jobs import permute
 
 TESTS = Path(__file__).parent
 PRESETS = TESTS.parent / "presets"
@@ -131,9 +133,9 @@ def test_ffncli_own_interrupt_is_not_the_impl_s_fault():
         raise Interrupted(signal.SIGTERM)
 
     with pytest.raises(Interrupted):
-        checks.guarded(interrupted, "f", np.dtype(np.float64))(np.ones((2, 3)))
+        guard.guarded(interrupted, "f", np.dtype(np.float64))(np.ones((2, 3)))
     with pytest.raises(Interrupted):
-        checks.guarded(interrupted, "f", np.dtype(np.float64), timeout=30)(np.ones((2, 3)))
+        guard.guarded(interrupted, "f", np.dtype(np.float64), timeout=30)(np.ones((2, 3)))
 
 
 def test_sigterm_during_the_impl_exits_143(tmp_path):
@@ -186,7 +188,7 @@ def test_timeout_restores_someone_else_s_timer():
     previous = signal.signal(signal.SIGALRM, lambda *a: fired.append(1))
     try:
         signal.setitimer(signal.ITIMER_REAL, 100.0)
-        checks.guarded(ffns.good, "g", np.dtype(np.float64), timeout=5)(np.ones((3, 6)))
+        guard.guarded(ffns.good, "g", np.dtype(np.float64), timeout=5)(np.ones((3, 6)))
         left, _ = signal.setitimer(signal.ITIMER_REAL, 0)
         assert 90 < left <= 100 and not fired
         assert signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL
@@ -323,7 +325,7 @@ def test_junit_xml_bad_paths(cli, tmp_path, in_tests, make, message):
 def test_junit_xml_directory(cli, tmp_path, in_tests):
     with pytest.raises(OutputError, match=r"^option --junit-xml: .* is a directory; expected a "
                                           r"file path$"):
-        checks.check_report_path(tmp_path, [])
+        permute.check_report_path(tmp_path, [])
     r = cli("permute-check", "--impl", "impls.ffns:good", *IMPL, "--junit-xml", tmp_path)
     assert (r.code, r.out) == (2, "") and r.err.count("\n") == 1 and "directory" in r.err
 
@@ -343,7 +345,7 @@ def test_junit_xml_write_failures_leave_last_report(cli, tmp_path, in_tests, mon
     def broken(*args, **kwargs):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(f"ffncli.files.{module}.{name}", broken)
+    monkeypatch.setattr(f"ffncli.base.files.{module}.{name}", broken)
     r = cli("permute-check", "--impl", "impls.ffns:good", *IMPL, "--junit-xml", junit)
     assert (r.code, r.out) == (2, "")
     assert r.err == "error: option --junit-xml: " + message.format(t=tmp_path) + "\n"
@@ -369,7 +371,7 @@ def test_guard_is_importable_without_the_cli():
     """The core API: an ImplError, not a SystemExit, for a caller in a notebook."""
     with pytest.raises(ImplError, match=r"^f called sys.exit\(0\) instead of returning its "
                                         r"output$"):
-        checks.guarded(ffns.exits, "f", np.dtype(np.float64))(np.ones((2, 6)))
+        guard.guarded(ffns.exits, "f", np.dtype(np.float64))(np.ones((2, 6)))
 
 
 def test_junit_xml_named_like_a_built_in_preset(cli, tmp_path, monkeypatch):

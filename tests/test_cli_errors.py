@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ffncli import tokens as T
 from ffncli.errors import OutputError
+from ffncli.formats import npy as T
 
 LESSON = "0.8446 0.5777 0.8446 0.5777\n0.5777 0.8446 0.5777 0.8446\n0.7881 0.7881 0.7881 0.7881\n"
 MOE = ("--preset", "base", "--d-model", "16", "--d-ff", "32", "--experts", "4", "--top-k", "1")
@@ -137,7 +137,7 @@ def test_random_needs_tokens(cli, n):
 
 def test_huge_random_streams_in_bounded_memory(cli):
     """--random draws chunk by chunk: the chunks are exactly the rows of one whole draw."""
-    from ffncli.runner import resolve_input
+    from ffncli.formats.tokens import resolve_input
 
     tokens = resolve_input(None, 10**12, 4, seed=5)
     assert tokens.n_tokens == 10**12
@@ -157,9 +157,9 @@ def test_streamed_random_equals_the_whole_draw_through_the_ffn(cli, tmp_path):
     out = tmp_path / "y.npy"
     r = cli("run", "--preset", "tiny", "--random", "3000", "--out", out)
     assert r.code == 0, r.err
-    from ffncli.ffn import ffn as plain_ffn
-    from ffncli.spec import load_preset
-    from ffncli.weights import random_weights
+    from ffncli.compute.ffn import ffn as plain_ffn
+    from ffncli.compute.weights import random_weights
+    from ffncli.specs.spec import load_preset
 
     spec = load_preset("tiny")
     x = np.random.default_rng(0).normal(0.0, 1.0, (3000, 4)).astype(np.float32)
@@ -178,9 +178,10 @@ def test_many_experts_are_refused_before_any_allocation(cli):
 def test_a_very_wide_hidden_layer_gets_smaller_chunks(monkeypatch):
     """d_ff so wide that 256 tokens of hidden buffer would not fit: fewer tokens per chunk;
     not even one token: one error line."""
-    from ffncli import runner, weights
+    from ffncli.compute import build as runner
+    from ffncli.compute import memory as weights
     from ffncli.errors import MemoryBudgetError
-    from ffncli.spec import Overrides, apply_overrides, load_preset
+    from ffncli.specs.spec import Overrides, apply_overrides, load_preset
 
     spec = apply_overrides(load_preset("tiny"), Overrides(d_ff=1_000_000))
     # 8,000,064 bytes a token (hidden and gate, float32) + 24 MB of per-unit counters: with
@@ -349,10 +350,10 @@ def test_a_wide_ffn_is_position_wise_in_float32():
     results of one token and of many differ by about 2e-5 on some BLAS: the default atol
     scales with the outputs, so permute-check and run's summary agree that it is
     position-wise (with a fixed atol of 1e-5 both said it was not)."""
-    from ffncli import ffn as F
-    from ffncli.checks import compare, output_scale, tolerances
-    from ffncli.engine import Engine
-    from ffncli.runner import _lesson_checks
+    from ffncli.analysis.compare import compare, output_scale, tolerances
+    from ffncli.compute import ffn as F
+    from ffncli.compute.engine import Engine
+    from ffncli.jobs.run import _lesson_checks
 
     rng = np.random.default_rng(0)
 

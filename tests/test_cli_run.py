@@ -10,10 +10,10 @@ import sys
 import numpy as np
 import pytest
 
-from ffncli import tokens as T
-from ffncli.ffn import ffn as plain_ffn
-from ffncli.spec import load_preset
-from ffncli.weights import random_weights
+from ffncli.compute.ffn import ffn as plain_ffn
+from ffncli.compute.weights import random_weights
+from ffncli.formats import tokens as T
+from ffncli.specs.spec import load_preset
 
 LESSON = "0.8446 0.5777 0.8446 0.5777\n0.5777 0.8446 0.5777 0.8446\n0.7881 0.7881 0.7881 0.7881\n"
 LESSON_ROWS = [["-0.8922", "-0.1113", "1.1279", "0.9931"],

@@ -18,25 +18,22 @@ import numpy as np
 import pytest
 from models import minilm
 
-from ffncli import cluster, render
-from ffncli.capture import parse_layers, sweep
-from ffncli.cluster import (
-    DaskPool,
-    InProcess,
-    Progress,
-    TreeMerge,
-    capture_shards,
-    read_text_shards,
-    relu_stats_shards,
-    run_shards,
-    sweep_shards,
-)
+from ffncli.analysis.sparsity import relu_stats
+from ffncli.compute.forward import walk as walk_module
+from ffncli.compute.forward.walk import hidden_states
 from ffncli.errors import InputError, Interrupted
-from ffncli.forward import hidden_states
-from ffncli.model import ModelChoice, TextChoice, load_model, load_sequences, open_forward
-from ffncli.sparsity import relu_stats
-from ffncli.spec import Overrides
-from ffncli.tokens import open_input
+from ffncli.formats.tokens import open_input
+from ffncli.jobs.choices import ModelChoice, TextChoice, parse_layers
+from ffncli.jobs.resolve import load_model, load_sequences, open_forward
+from ffncli.jobs.shards import inputs
+from ffncli.jobs.shards import pool as pools
+from ffncli.jobs.shards import workers as cluster
+from ffncli.jobs.shards.inputs import read_text_shards
+from ffncli.jobs.shards.pool import DaskPool, InProcess, Progress, TreeMerge
+from ffncli.jobs.shards.tasks import capture_shards, relu_stats_shards, run_shards, sweep_shards
+from ffncli.jobs.sweep import sweep
+from ffncli.present import stats as render
+from ffncli.specs.spec import Overrides
 
 DENSE = (ModelChoice(preset="gpt2"), Overrides(d_model=96, d_ff=40))
 GATED = (ModelChoice(preset="llama2-7b"), Overrides(d_model=96, d_ff=40))
@@ -361,7 +358,7 @@ def test_cli_errors(cli, tmp_path, monkeypatch):
     assert (r.code, r.err) == (2, "error: option --workers: expected a whole number >= 1, got 0\n")
     r = cli(*args, "--input", tmp_path, "--workers", "2", "--scheduler", "tcp://x:1")
     assert (r.code, r.err) == (2, "error: give --workers or --scheduler, not both\n")
-    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 0.5)
+    monkeypatch.setattr(pools, "CONNECT_TIMEOUT", 0.5)
     r = cli(*args, "--input", tmp_path, "--scheduler", "tcp://127.0.0.1:9")
     assert (r.code, r.err) == (2, "error: cannot reach the Dask scheduler at tcp://127.0.0.1:9: "
                                   "no answer within 0.5 s\n")
@@ -525,8 +522,8 @@ def test_a_long_file_is_cut_between_the_walks_batches(tmp_path, client, monkeypa
     """A file longer than SHARD_TOKENS is cut into runs of whole batches: each run's walk
     computes the batches of the one walk over the file, so even the bits agree; and one
     file with --workers equals one file alone in every integer."""
-    monkeypatch.setattr(cluster, "SHARD_TOKENS", 300)
-    monkeypatch.setattr(cluster, "BATCH_TOKENS", 100)
+    monkeypatch.setattr(inputs, "SHARD_TOKENS", 300)
+    monkeypatch.setattr(walk_module, "BATCH_TOKENS", 100)
     seqs = id_shards(tmp_path / "ids", files=1, sequences=40)
     shards, _ = read_text_shards(TextChoice(ids=tmp_path / "ids" / "part-0.txt"),
                                  open_forward(ModelChoice(weights=FORWARD / "llama"),
@@ -661,7 +658,7 @@ def test_cli_text_shards_workers_and_errors(cli, tmp_path, client, monkeypatch):
     assert (r.code, r.err) == (2, f"error: option --text: {tmp_path} is a folder without .txt "
                                   "files\n")
     cap = ("capture", "--weights", FORWARD / "llama", "--ids", folder, "--out", tmp_path / "o")
-    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 0.5)
+    monkeypatch.setattr(pools, "CONNECT_TIMEOUT", 0.5)
     r = cli(*cap, "--scheduler", "tcp://127.0.0.1:9")
     assert (r.code, r.err) == (2, "error: cannot reach the Dask scheduler at tcp://127.0.0.1:9: "
                                   "no answer within 0.5 s\n")

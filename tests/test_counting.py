@@ -7,10 +7,10 @@ import json
 import pytest
 from conftest import CONFIGS
 
-from ffncli.counting import attention_params, attention_widths, count, ffn_params, norm_params
+from ffncli.counting.model import attention_params, attention_widths, count, ffn_params, norm_params
 from ffncli.errors import SpecError
-from ffncli.hfconfig import load_config, spec_from_config
-from ffncli.spec import (
+from ffncli.specs.hfconfig import load_config, spec_from_config
+from ffncli.specs.spec import (
     AttentionSpec,
     FfnSpec,
     NormSpec,

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from conftest import DATA
 
-from ffncli import engine as E
-from ffncli import ffn as F
-from ffncli.engine import Engine, activate_inplace
-from ffncli.spec import FfnSpec, InitSpec, ModelSpec
-from ffncli.weights import random_weights
+from ffncli.compute import engine as E
+from ffncli.compute import ffn as F
+from ffncli.compute.engine import Engine, activate_inplace
+from ffncli.compute.weights import random_weights
+from ffncli.specs.spec import FfnSpec, InitSpec, ModelSpec
 
 TORCH = np.load(DATA / "torch_reference.npz", allow_pickle=False)
 LESSON_Z = np.array([[0.8446, 0.5777, 0.8446, 0.5777],

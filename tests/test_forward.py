@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from models import minilm_path, smollm2_path
 
-from ffncli import forward
+from ffncli.compute.forward import families, layer, ops
+from ffncli.compute.forward.families import open_transformer
+from ffncli.compute.forward.walk import hidden_states, walk
 from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
-from ffncli.forward import hidden_states, open_transformer, walk
-from ffncli.model import resolve_spec
+from ffncli.jobs.resolve import resolve_spec
 
 FORWARD = Path(__file__).parent / "data" / "forward"
 TINY = ["bert", "roberta", "distilbert", "gpt2", "llama", "llama-rope3", "mistral", "qwen2",
@@ -37,7 +38,7 @@ def weights_of(case: str) -> Path:
     return path
 
 
-def load(case: str, dtype: type = np.float32) -> forward.Transformer:
+def load(case: str, dtype: type = np.float32) -> families.Transformer:
     weights = weights_of(case)
     spec = resolve_spec(None, None, weights=weights, weights_describe=True)
     return open_transformer(spec, weights, np.dtype(dtype))
@@ -70,8 +71,8 @@ def test_states_match_pytorch(case):
 def test_a_wrong_setting_is_seen():
     """The comparison can fail: llama's rope_theta changed from 500 to 10000 moves layer 1."""
     model = load("llama")
-    model.rope = forward.Rope(forward.rope_frequencies(
-        forward.Settings({"rope_theta": 10000.0}, "test"), model.head_dim, 10000.0))
+    model.rope = ops.Rope(ops.rope_frequencies(
+        ops.Settings({"rope_theta": 10000.0}, "test"), model.head_dim, 10000.0))
     expected = np.load(FORWARD / "llama" / "expected.npz")
     got, _ = hidden_states(model, read_ids("llama"), [1])
     with pytest.raises(AssertionError):
@@ -88,7 +89,7 @@ def test_float64_matches_too():
 def test_queries_a_few_at_a_time_give_the_same_states(monkeypatch):
     """Long sequences are attended a block of queries at a time; with one query per block
     (and the sliding window cutting the keys of each), Mistral still matches."""
-    monkeypatch.setattr(forward, "SCORE_ELEMENTS", 1)
+    monkeypatch.setattr(layer, "SCORE_ELEMENTS", 1)
     expected = np.load(FORWARD / "mistral" / "expected.npz")
     got, final = hidden_states(load("mistral"), read_ids("mistral"), [0, 1])
     assert_close(got[1], expected["layer1"], "mistral layer 1")
@@ -122,8 +123,7 @@ def test_embedding_rows_are_read_alone_as_the_whole_table_holds_them(tmp_path):
     in the order asked (F32 and F16 safetensors; SmolLM2's Q8_0 token_embd)."""
     from safetensors.numpy import save_file
 
-    from ffncli.checkpoint import read_header
-    from ffncli.weights import read_tensor
+    from ffncli.formats.safetensors import read_header, read_tensor
 
     table = np.random.default_rng(3).normal(size=(50, 7))
     save_file({"a": table.astype(np.float32), "b": table.astype(np.float16)},
@@ -134,8 +134,8 @@ def test_embedding_rows_are_read_alone_as_the_whole_table_holds_them(tmp_path):
         whole = read_tensor(header, header.tensors[name])
         assert np.array_equal(read_tensor(header, header.tensors[name], rows=rows), whole[rows])
     if PACKAGED["smollm2"] is not None:
-        from ffncli.gguf import dequantised
-        from ffncli.gguf import read_header as gguf_header
+        from ffncli.formats.gguf import dequantised
+        from ffncli.formats.gguf import read_header as gguf_header
 
         gguf = gguf_header(PACKAGED["smollm2"])
         embd = gguf.tensors["token_embd.weight"]
@@ -150,9 +150,9 @@ def test_unpermute_undoes_llama_cpp_converter():
                 .swapaxes(1, 2).reshape(w.shape))
 
     w = np.arange(3 * 8 * 5, dtype=np.float32).reshape(24, 5)
-    assert np.array_equal(forward.unpermute(permute(w, 3), 3), w)
+    assert np.array_equal(families.unpermute(permute(w, 3), 3), w)
     b = np.arange(24, dtype=np.float32)
-    assert np.array_equal(forward.unpermute(permute(b, 3), 3), b)
+    assert np.array_equal(families.unpermute(permute(b, 3), 3), b)
     assert not np.array_equal(permute(w, 3), w)
 
 
@@ -168,8 +168,8 @@ def test_roberta_positions_skip_padding_as_transformers_does():
 
 
 def test_rope_scaling_linear_divides_every_frequency():
-    plain = forward.rope_frequencies(forward.Settings({"rope_theta": 500.0}, "t"), 16, 1e4)
-    linear = forward.rope_frequencies(forward.Settings(
+    plain = ops.rope_frequencies(ops.Settings({"rope_theta": 500.0}, "t"), 16, 1e4)
+    linear = ops.rope_frequencies(ops.Settings(
         {"rope_theta": 500.0, "rope_scaling": {"type": "linear", "factor": 4.0}}, "t"), 16, 1e4)
     assert np.allclose(plain, 500.0 ** (-np.arange(0, 16, 2) / 16), rtol=1e-6)
     assert np.allclose(linear, plain / 4, rtol=1e-7)
@@ -178,12 +178,12 @@ def test_rope_scaling_linear_divides_every_frequency():
 def test_softmax_in_place_and_the_causal_mask():
     s = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], dtype=np.float32)
     want = np.exp(s) / np.exp(s).sum(axis=1, keepdims=True)
-    assert forward.softmax_(s) is s
+    assert ops.softmax_(s) is s
     assert np.allclose(s, want, rtol=1e-6)
-    mask = forward.causal_mask(2, 2, 4, 2)  # queries 2 and 3 of keys 0..3, a window of 2
+    mask = ops.causal_mask(2, 2, 4, 2)  # queries 2 and 3 of keys 0..3, a window of 2
     assert mask is not None
     assert (mask == 0).tolist() == [[False, True, True, False], [False, False, True, True]]
-    assert forward.causal_mask(3, 1, 4, None) is None  # the last query sees every key
+    assert ops.causal_mask(3, 1, 4, None) is None  # the last query sees every key
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,7 +241,7 @@ def tiny_llama(folder: Path, layers: int = 4, d: int = 32, vocab: int = 96,
     return folder
 
 
-def open_folder(folder: Path) -> forward.Transformer:
+def open_folder(folder: Path) -> families.Transformer:
     spec = resolve_spec(None, None, weights=folder, weights_describe=True)
     return open_transformer(spec, folder, np.dtype(np.float32))
 

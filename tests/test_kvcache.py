@@ -7,9 +7,9 @@ import json
 import pytest
 from conftest import DATA
 
-from ffncli.counting import kv_cache
-from ffncli.hfconfig import spec_from_config
-from ffncli.spec import load_preset
+from ffncli.counting.model import kv_cache
+from ffncli.specs.hfconfig import spec_from_config
+from ffncli.specs.spec import load_preset
 
 MODELS = json.loads((DATA / "arch_totals.json").read_text())["models"]
 
@@ -94,7 +94,7 @@ def test_params_table_shows_the_cache(cli):
 
 
 def test_int4_rounds_up_to_whole_bytes():
-    from ffncli.counting import count
+    from ffncli.counting.model import count
 
     assert count(load_preset("tiny")).weight_bytes()["int4"] == (148 + 1) // 2
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ffncli.checkpoint import count_file, read_header
+from ffncli.counting.files import QuantisedCount, count_file
 from ffncli.errors import WeightsError
-from ffncli.quantised import QuantisedCount
+from ffncli.formats.safetensors import read_header
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -197,7 +197,7 @@ def test_fuzz_shapes_and_names(quantised_header, data):
     """Any shapes, dtypes and names of the packed tensors: a count or a WeightsError."""
     from dataclasses import replace
 
-    from ffncli.checkpoint import Header
+    from ffncli.formats.safetensors import Header
 
     tensors = dict(quantised_header.tensors)
     for _ in range(data.draw(st.integers(1, 4))):

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 from models import minilm
 
-from ffncli import render, report
+from ffncli.analysis.sparsity import calibrate_threshold, relu_stats
 from ffncli.api import build_ffn, load_spec
-from ffncli.sparsity import calibrate_threshold, relu_stats
-from ffncli.tokens import from_array
+from ffncli.formats.tokens import from_array
+from ffncli.jobs.resolve import command_inputs
+from ffncli.present import console, report, stats, svg
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 PRESETS = Path(__file__).parents[1] / "presets"
@@ -169,7 +170,7 @@ def test_a_wrong_number_is_caught():
     assert _equal("12.3%", doc["share"]) and not _equal("12.4%", doc["share"])
     assert _equal("0.1234", doc["share"]) and not _equal("0.1236", doc["share"])
     assert _source(doc, "len(names)") == 1 and _source(doc, "n / n") == 1.0
-    page = report._page("t", [], [report._table(("a",), [[report.Cell("1,235", "n")]], "x")])
+    page = svg._page("t", [], [svg._table(("a",), [[svg.Cell("1,235", "n")]], "x")])
     with pytest.raises(AssertionError):
         check_report(page, doc)
 
@@ -247,7 +248,7 @@ def _sweep_doc(layers: list[int], source: str = "random tokens", tokens: int = 3
     for layer in layers:
         ffn = build_ffn(spec, weights, layer)
         result = relu_stats(ffn, from_array(x))
-        out.append({"layer": layer, **render.stats_json(result),
+        out.append({"layer": layer, **stats.stats_json(result),
                     "cats_threshold_50": calibrate_threshold(ffn, x, 0.5)})
     return {"model": "all-MiniLM-L6-v2", "source": source, "tokens": tokens, "sequences": 3,
             "definition": out[0]["definition"], "layers": out}
@@ -302,24 +303,24 @@ def test_strings_from_files_are_escaped():
 
 def test_print_sweep_rows(capsys):
     doc = _sweep_doc([0, 3])
-    render.print_sweep(doc)
+    stats.print_sweep(doc)
     out = capsys.readouterr().out
     assert "all-MiniLM-L6-v2 on random tokens: 300 tokens in 3 sequences" in out
     for layer in doc["layers"]:
         line = next(s for s in out.splitlines() if s.startswith(f"{layer['layer']} "))
         cells = [c.strip() for c in line.split("│")]
-        hot = render.hot_units(layer)
+        hot = stats.hot_units(layer)
         assert hot is not None
         assert cells[1] == f"{layer['tokens']:,}"
         assert cells[2] == f"{layer['mean_inactive_fraction']:.1%}"
-        assert set(cells[3]) <= set("█▏▎▍▌▋▊▉░") and len(cells[3]) == render.BAR_MAX
+        assert set(cells[3]) <= set("█▏▎▍▌▋▊▉░") and len(cells[3]) == console.BAR_MAX
         assert cells[4:] == [str(len(layer["dead_units"])), str(len(layer["always_active_units"])),
                              f"{hot['units']:,} ({hot['unit_share']:.1%})",
                              f"{layer['overlap']['mean_jaccard']:.3f}",
                              f"{layer['overlap']['mean_shared']:,.1f}",
                              f"{layer['overlap']['mean_shared_by_chance']:,.1f}",
                              f"{layer['cats_threshold_50']:.4g}"]
-        assert _eighths(cells[3]) == round(layer["mean_inactive_fraction"] * render.BAR_MAX * 8)
+        assert _eighths(cells[3]) == round(layer["mean_inactive_fraction"] * console.BAR_MAX * 8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,14 +384,14 @@ def _eighths(drawn: str) -> int:
 
 
 def test_bar_in_eighths():
-    assert render.bar(0.5, 10) == "█████"
-    assert render.bar(0.55, 10) == "█████▌"  # 44 eighths
-    assert render.bar(1 / 80, 10) == "▏"
-    assert render.bar(0.5, 4, track=True) == "██░░"
-    assert render.bar(1.7, 3) == "███" and render.bar(-1.0, 3, track=True) == "░░░"
-    assert render.bar(0.0, 5) == ""
+    assert console.bar(0.5, 10) == "█████"
+    assert console.bar(0.55, 10) == "█████▌"  # 44 eighths
+    assert console.bar(1 / 80, 10) == "▏"
+    assert console.bar(0.5, 4, track=True) == "██░░"
+    assert console.bar(1.7, 3) == "███" and console.bar(-1.0, 3, track=True) == "░░░"
+    assert console.bar(0.0, 5) == ""
     for share in np.linspace(0, 1, 37):
-        assert _eighths(render.bar(float(share), 13)) == round(share * 13 * 8)
+        assert _eighths(console.bar(float(share), 13)) == round(share * 13 * 8)
 
 
 def _rows(out: str, title: str) -> list[list[str]]:
@@ -415,11 +416,11 @@ def test_histogram_bars_scale_to_the_largest_bin(cli):
     assert [(r[0], int(r[1])) for r in rows] == [(b["bin"], b["units"])
                                                   for b in doc["activity_histogram"]]
     for row, n in zip(rows, units, strict=True):
-        assert _eighths(row[2]) == round(n / max(units) * render.BAR_MAX * 8)
+        assert _eighths(row[2]) == round(n / max(units) * console.BAR_MAX * 8)
     coverage = _rows(cli(*args).out, "hot units:")
     for row, hot in zip(coverage, doc["hot_unit_coverage"], strict=True):
         assert row[3].endswith("░") or hot["unit_share"] == 1.0
-        assert _eighths(row[3]) == round(hot["unit_share"] * render.BAR_MAX * 8)
+        assert _eighths(row[3]) == round(hot["unit_share"] * console.BAR_MAX * 8)
 
 
 def test_params_keeps_its_lines_and_adds_share_bars(cli):
@@ -427,12 +428,12 @@ def test_params_keeps_its_lines_and_adds_share_bars(cli):
     assert "share in the FFN:      66.6%\n" in out
     lines = out.splitlines()
     i = lines.index("share in the FFN:      66.6%")
-    assert _eighths(lines[i + 1].strip()) == round(0.666071 * render.BAR_MAX * 8)
+    assert _eighths(lines[i + 1].strip()) == round(0.666071 * console.BAR_MAX * 8)
     parts = {r[0]: r for r in _rows(out, "parameters by part")}
     assert parts["FFN"][1:3] == ["25,196,544", "39.9%"]
     flops = {r[0]: r for r in _rows(out, "FLOPs per token")}
     assert flops["whole model"][5] == "34.7%"
-    assert _eighths(flops["whole model"][6]) == round(50331648 / 144842752 * render.BAR_MAX * 8)
+    assert _eighths(flops["whole model"][6]) == round(50331648 / 144842752 * console.BAR_MAX * 8)
 
 
 @pytest.mark.parametrize("columns", [60, 45, 30])
@@ -483,7 +484,7 @@ def test_sweep_report_is_never_written_over_the_text_or_ids(tmp_path):
            "layers": []}
     for path, what in ((text, "--text file"), (ids, "--ids file")):
         with pytest.raises(OutputError) as caught:
-            report.save_sweep(path, doc, report.command_inputs(text=text, ids=ids))
+            report.save_sweep(path, doc, command_inputs(text=text, ids=ids))
         assert str(caught.value) == (f"option --report: {path} is an input of this command "
                                      f"(the {what}); choose another path")
     assert text.read_text() == "Alice\n" and ids.read_text() == "1 2 3\n"

@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ffncli import ffn as F
-from ffncli.engine import Engine
-from ffncli.runner import SMALL_TOKENS, Model, build_model, resolve_input, run_ffn
-from ffncli.spec import FfnSpec, ModelSpec, load_preset
-from ffncli.tokens import from_array
+from ffncli.compute import ffn as F
+from ffncli.compute.build import Model, build_model
+from ffncli.compute.engine import Engine
+from ffncli.formats.tokens import from_array, resolve_input
+from ffncli.jobs.run import SMALL_TOKENS, run_ffn
+from ffncli.specs.spec import FfnSpec, ModelSpec, load_preset
 
 F32 = np.dtype(np.float32)
 

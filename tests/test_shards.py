@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import minilm
 
-from ffncli import checkpoint as C
-from ffncli.checkpoint import INDEX_NAME, open_checkpoint, read_index
 from ffncli.errors import WeightsError
-from ffncli.hub import cache_dir
+from ffncli.formats import safetensors as C
+from ffncli.formats.hub import cache_dir
+from ffncli.formats.safetensors import INDEX_NAME, open_checkpoint, read_index
 
 st_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -475,9 +475,9 @@ def test_fuzz_read_index_on_mutated_text(fuzz_index, data):
 
 def test_a_mixture_of_experts_layer_split_across_shards_reads_as_one_file(tmp_path):
     """Mixtral's layer 1: experts 0-1 in one shard, the router and experts 2-3 in another."""
-    from ffncli import ffn as F
-    from ffncli.hfconfig import spec_from_config
-    from ffncli.weights import safetensors_weights
+    from ffncli.compute import ffn as F
+    from ffncli.compute.weights import safetensors_weights
+    from ffncli.specs.hfconfig import spec_from_config
 
     spec = spec_from_config({"model_type": "mixtral", "hidden_size": 8, "intermediate_size": 12,
                              "num_hidden_layers": 2, "num_attention_heads": 2,

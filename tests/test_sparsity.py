@@ -8,12 +8,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from ffncli import ffn as F
-from ffncli.engine import Engine
-from ffncli.sparsity import UnitStats, merge, pairwise_overlap, relu_stats
-from ffncli.spec import FfnSpec, InitSpec, ModelSpec
-from ffncli.tokens import from_array
-from ffncli.weights import random_weights
+from ffncli.analysis.sparsity import UnitStats, merge, pairwise_overlap, relu_stats
+from ffncli.compute import ffn as F
+from ffncli.compute.engine import Engine
+from ffncli.compute.weights import random_weights
+from ffncli.formats.tokens import from_array
+from ffncli.specs.spec import FfnSpec, InitSpec, ModelSpec
 
 LESSON = "0.8446 0.5777 0.8446 0.5777\n0.5777 0.8446 0.5777 0.8446\n0.7881 0.7881 0.7881 0.7881\n"
 

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import minilm_path, smollm2_path
 
-from ffncli import text
 from ffncli.errors import InputError, WeightsError
-from ffncli.text import Sequences, load_tokenizer, read_ids, read_text
+from ffncli.formats import text
+from ffncli.formats.text import Sequences, load_tokenizer, read_ids, read_text
 
 pytest.importorskip("tokenizers")
 
@@ -273,7 +273,7 @@ def test_a_llama3_gguf_tokenizer_splits_numbers_by_three_and_ignores_merges(tmp_
 
 def test_metadata_arrays_are_the_gguf_packages(tmp_path):
     gguf = pytest.importorskip("gguf")
-    from ffncli.gguf import metadata_arrays
+    from ffncli.formats.gguf import metadata_arrays
 
     path = tmp_path / "m.gguf"
     write_tokenizer_gguf(path)
@@ -289,7 +289,7 @@ def test_metadata_arrays_are_the_gguf_packages(tmp_path):
 @needs_smollm2
 def test_metadata_arrays_of_smollm2_are_the_gguf_packages():
     gguf = pytest.importorskip("gguf")
-    from ffncli.gguf import metadata_arrays
+    from ffncli.formats.gguf import metadata_arrays
 
     assert SMOLLM2 is not None
     got = metadata_arrays(SMOLLM2, ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"))

@@ -13,11 +13,12 @@ from conftest import CONFIGS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ffncli.counting import count
+from ffncli.base.textformats import MAX_TEXT_BYTES, Malformed, parse_json, parse_yaml
+from ffncli.base.validate import brief
+from ffncli.counting.model import count
 from ffncli.errors import ConfigError, SpecError
-from ffncli.hfconfig import load_config
-from ffncli.spec import load_preset, preset_names
-from ffncli.textformats import MAX_TEXT_BYTES, Malformed, brief, parse_json, parse_yaml
+from ffncli.specs.hfconfig import load_config
+from ffncli.specs.spec import load_preset, preset_names
 
 PRESETS = Path(__file__).parents[1] / "presets"
 
@@ -402,8 +403,8 @@ def test_fuzz_values_of_valid_presets_and_configs(data):
     where the result is a spec, the value that replaced an integer key is that integer."""
     import yaml
 
-    from ffncli.hfconfig import spec_from_config
-    from ffncli.spec import spec_from_mapping
+    from ffncli.specs.hfconfig import spec_from_config
+    from ffncli.specs.spec import spec_from_mapping
 
     is_config = data.draw(st.booleans())
     text = data.draw(st.sampled_from(JSON_TEXTS if is_config else YAML_TEXTS))

@@ -14,9 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ffncli import tokens as T
 from ffncli.errors import InputError
-from ffncli.tokens import open_input
+from ffncli.formats import npy as N
+from ffncli.formats import tokens as T
+from ffncli.formats.tokens import open_input
 
 D = 4  # the tiny preset's d_model
 X = np.arange(12, dtype=np.float64).reshape(3, D) * 0.5 - 2.5  # exact in every dtype below
@@ -37,7 +38,7 @@ def npy_raw(header: str | bytes, data: bytes = b"", version: tuple[int, int] = (
     pad = -(8 + size + len(text) + 1) % 64
     text = text + b" " * pad + b"\n"
     n = len(text) if length is None else length
-    return T.NPY_MAGIC + bytes(version) + n.to_bytes(size, "little") + text + data
+    return N.NPY_MAGIC + bytes(version) + n.to_bytes(size, "little") + text + data
 
 
 def header(descr="'<f4'", fortran="False", shape="(3, 4)") -> str:
@@ -157,7 +158,7 @@ def test_header_length_limit_is_numpys(tmp_path):
     text = header()
     for length, ok in ((10_000, True), (10_001, False)):
         path = tmp_path / f"h{length}.npy"
-        path.write_bytes(T.NPY_MAGIC + b"\x01\x00" + length.to_bytes(2, "little")
+        path.write_bytes(N.NPY_MAGIC + b"\x01\x00" + length.to_bytes(2, "little")
                          + (text.ljust(length - 1) + "\n").encode() + DATA)
         if ok:
             np.testing.assert_array_equal(open_input(path, D).matrix(np.dtype("f8")), X)
@@ -191,7 +192,7 @@ BAD_NPY = [
      "header)")),
     ("v2 cut in its header length", npy(X.astype("<f4"), (2, 0))[:9], ("the file is "
      "truncated (9 bytes, it ends inside the .npy header)")),
-    ("v2 cut in a zero header length", T.NPY_MAGIC + b"\x02\x00\x00\x00\x00", ("the file "
+    ("v2 cut in a zero header length", N.NPY_MAGIC + b"\x02\x00\x00\x00\x00", ("the file "
      "is truncated (11 bytes, it ends inside the .npy header)")),
     ("cut in the header", GOOD[:100], ("the file is truncated (100 bytes, it ends inside the "
      ".npy header)")),

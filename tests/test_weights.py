@@ -17,17 +17,12 @@ from conftest import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st_
 
-from ffncli import ffn as F
-from ffncli.engine import Engine
+from ffncli.compute import ffn as F
+from ffncli.compute.engine import Engine
+from ffncli.compute.memory import check_budget, parse_size
+from ffncli.compute.weights import npz_weights, random_weights, safetensors_weights
 from ffncli.errors import MemoryBudgetError, WeightsError
-from ffncli.spec import FfnSpec, InitSpec, ModelSpec, load_preset
-from ffncli.weights import (
-    check_budget,
-    npz_weights,
-    parse_size,
-    random_weights,
-    safetensors_weights,
-)
+from ffncli.specs.spec import FfnSpec, InitSpec, ModelSpec, load_preset
 
 D, FF, LAYER = 8, 24, 3
 
@@ -216,7 +211,7 @@ TORCH = np.load(DATA / "torch_reference.npz", allow_pickle=False)
 
 @pytest.mark.parametrize("layer", range(6))
 def test_minilm_layers_agree_with_pytorch(minilm, layer):
-    from ffncli.hfconfig import load_config
+    from ffncli.specs.hfconfig import load_config
 
     model = Path(minilm.__file__).parent / "model"
     spec = load_config(model / "config.json")

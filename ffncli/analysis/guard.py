@@ -1,0 +1,243 @@
+"""TODO: analysis.guard (from checks)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ffncli.analysis.compare import first_overflow
+from ffncli.base.validate import number
+from ffncli.errors import ImplError, InputError, Interrupted
+
+Fn = Callable[[np.ndarray], np.ndarray]
+
+
+# ---------------------------------------------------------------------------------------------
+# Calling the function under test safely.
+#
+# The code under test is the user's: it may exit, hang, raise anything, return NaN, hand back
+# a view of its input or one buffer it reuses, or change its input in place. None of these may
+# let the check pass: each is an ImplError (exit 2) naming the implementation. Only
+# ffncli's own Interrupted (SIGINT, SIGTERM, SIGHUP) goes through untouched.
+
+
+class _TimedOut(BaseException):
+    """Raised by the SIGALRM handler of :func:`_time_limit`; a BaseException, so that an
+    implementation's ``except Exception`` does not swallow it."""
+
+
+MIN_TIMEOUT = 1e-3  # seconds
+_LONGEST_TIMER = 1e8  # seconds (three years): setitimer overflows time_t past about 1e11
+
+
+def check_timeout(seconds: float | None) -> None:
+    """Refuse a ``--timeout`` that is not a positive finite number, or that this platform
+    cannot enforce (it needs ``signal.setitimer``, which Windows lacks)."""
+    if seconds is None:
+        return
+    number("option --timeout", seconds, positive=True)
+    if seconds < MIN_TIMEOUT:  # a timer this short fires again before its handler returns
+        raise InputError(f"option --timeout: expected at least {MIN_TIMEOUT:g} seconds, "
+                         f"got {seconds:g}")
+    if not hasattr(signal, "setitimer"):
+        raise InputError("option --timeout: not available on this platform (it needs "
+                         "signal.setitimer)")
+
+
+class _ExitCalled(BaseException):
+    """Raised in place of ``os._exit`` while the code under test runs: ``os._exit`` ends
+    the process at once, with no unwinding, so a CI gate would pass with whatever code the
+    implementation gave."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def _no_hard_exit() -> Iterator[None]:
+    """``os._exit`` raises :class:`_ExitCalled` for the duration (a C extension calling
+    ``_exit`` itself cannot be stopped from Python)."""
+    real = os._exit
+
+    def refuse(code: int) -> None:
+        raise _ExitCalled(code)
+
+    os._exit = refuse  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
+class _Alarm:
+    fired = False  # the limit passed, even if the code under test swallowed _TimedOut
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None) -> Iterator[_Alarm]:
+    """Raise :class:`_TimedOut` in the main thread once ``seconds`` have passed.
+
+    A real-time interval timer sends SIGALRM; its handler raises only while the limit is
+    armed, so a signal that lands after the call has returned is ignored. The timer repeats
+    and the alarm records that it fired, in case the code under test swallows the exception.
+    The previous SIGALRM handler and timer are restored afterwards. Python runs the handler
+    between bytecodes, so a single long NumPy call is stopped when it returns."""
+    alarm = _Alarm()
+    if seconds is None:
+        yield alarm
+        return
+    armed = True
+
+    def on_alarm(signum: int, frame: object) -> None:
+        if armed:
+            alarm.fired = True
+            raise _TimedOut
+
+    seconds = min(seconds, _LONGEST_TIMER)
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    started = time.monotonic()
+    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds, seconds)
+    try:
+        yield alarm
+    finally:
+        armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if old_delay > 0:  # someone else's timer was running: let it go on
+            left = max(old_delay - (time.monotonic() - started), 1e-6)
+            signal.setitimer(signal.ITIMER_REAL, left, old_interval)
+
+
+def _late(what: str, timeout: float | None, during: str = "") -> str:
+    return f"{what} did not finish within the --timeout of {timeout:g} s{during}"
+
+
+def _what_it_raised(exc: BaseException) -> str:
+    """``called sys.exit(0)``, ``raised KeyboardInterrupt``, ``raised ValueError: bad``."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({'' if exc.code is None else repr(exc.code)})"
+    if isinstance(exc, _ExitCalled):
+        return f"called os._exit({exc.code!r})"
+    message = str(exc)
+    return f"raised {type(exc).__name__}" + (f": {message}" if message else "")
+
+
+def load_impl(target: str, *, timeout: float | None = None) -> Fn:
+    """``package.module:function``, importable from the current directory. The import runs
+    under ``timeout`` seconds, if given; whatever it raises (even ``sys.exit``) is an
+    ImplError, except ffncli's own :class:`Interrupted`."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ImplError(f"option --impl: expected module:function, got {target!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    alarm = _Alarm()
+    try:
+        with _time_limit(timeout) as alarm, _no_hard_exit():
+            module = importlib.import_module(module_name)
+    except Interrupted:
+        raise
+    except BaseException as exc:  # the user's module failed (or exited) while importing
+        if alarm.fired:
+            raise ImplError(_late(f"option --impl: importing {module_name!r}", timeout)) from None
+        if isinstance(exc, ModuleNotFoundError):
+            raise ImplError(f"option --impl: cannot import module {module_name!r} "
+                            f"({exc})") from None
+        raise ImplError(f"option --impl: importing {module_name!r} "
+                        f"{_what_it_raised(exc)}") from None
+    if alarm.fired:  # it caught the timeout's exception and went on
+        raise ImplError(_late(f"option --impl: importing {module_name!r}", timeout))
+    fn = getattr(module, attr, None)
+    if fn is None:
+        raise ImplError(f"option --impl: module {module_name!r} has no attribute {attr!r}")
+    if not callable(fn):
+        raise ImplError(f"option --impl: {target} is not callable")
+    return fn
+
+
+def impl_sources(target: str) -> list[Path]:
+    """The source files of an imported ``module:function``: its module and, when the function
+    is defined elsewhere, that file too (inputs a report must not be written over)."""
+    module_name, _, attr = target.partition(":")
+    module = sys.modules.get(module_name)
+    found = [getattr(module, "__file__", None)]
+    try:
+        found.append(inspect.getsourcefile(getattr(module, attr)))
+    except (TypeError, AttributeError):  # a builtin, a C function, a callable instance
+        pass
+    return list(dict.fromkeys(Path(f) for f in found if f))
+
+
+def guarded(fn: Fn, name: str, dtype: np.dtype, *, timeout: float | None = None) -> Fn:
+    """``fn`` as the checks may call it: each call gets its own copy of the input, runs under
+    ``timeout`` seconds (if given), and must leave that copy unchanged and return a finite
+    (tokens, d_out) array of real numbers, with the same d_out every call. The output is
+    copied, so a view of the input or a buffer ``fn`` reuses cannot change it later."""
+    check_timeout(timeout)
+    widths: list[int] = []  # d_out of the first call
+
+    def call(x: np.ndarray) -> np.ndarray:
+        given = x.copy()
+        calling = f"a call on {x.shape[0]:,} tokens"
+        alarm = _Alarm()
+        try:
+            with _time_limit(timeout) as alarm, _no_hard_exit():
+                y = fn(given)
+        except Interrupted:
+            raise
+        except BaseException as exc:  # sys.exit, KeyboardInterrupt: never a silent exit 0
+            if alarm.fired:
+                raise ImplError(_late(name, timeout, f" ({calling})")) from None
+            instead = " instead of returning its output" \
+                if isinstance(exc, (SystemExit, _ExitCalled)) else ""
+            raise ImplError(f"{name} {_what_it_raised(exc)}{instead}") from None
+        if alarm.fired:  # it caught the timeout's exception and went on
+            raise ImplError(_late(name, timeout, f" ({calling})"))
+        if not _same_bits(given, x):
+            raise ImplError(f"{name} changed its input in place ({calling}); the caller's "
+                            f"tokens would be lost: copy them before changing them")
+        if not isinstance(y, np.ndarray):
+            raise ImplError(f"{name} returned {type(y).__name__}; expected a numpy array of "
+                            f"shape ({x.shape[0]}, d_out)")
+        if y.ndim != 2 or y.shape[0] != x.shape[0]:
+            raise ImplError(f"{name} returned shape {y.shape} for input {x.shape}; expected "
+                            f"({x.shape[0]}, d_out)")
+        if y.shape[1] == 0:  # every property would hold, vacuously
+            raise ImplError(f"{name} returned shape {y.shape} for input {x.shape}; expected "
+                            f"({x.shape[0]}, d_out) with d_out >= 1")
+        if widths and y.shape[1] != widths[0]:
+            raise ImplError(f"{name} returned shape {y.shape} for input {x.shape}; expected "
+                            f"({x.shape[0]}, {widths[0]}), the d_out of its first call")
+        if y.dtype.kind not in "fiu":
+            raise ImplError(f"{name} returned dtype {y.dtype}; expected real numbers")
+        row = first_overflow(x, y)
+        if row is not None:  # NaN == NaN would let every property pass
+            kind = "NaN" if np.isnan(y[row]).any() else "infinity"
+            raise ImplError(f"{name} returned {kind} in output row {row} for a finite token "
+                            f"({calling}); the properties cannot be checked on it")
+        if not widths:
+            widths.append(y.shape[1])
+        return np.array(y, copy=True)
+
+    return call
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal shape, dtype and bits (so -0.0 is not 0.0, and an untouched NaN is itself)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.itemsize not in (1, 2, 4, 8):
+        return bool(np.array_equal(a, b, equal_nan=True))
+    as_int = np.dtype(f"u{a.itemsize}")
+    return bool(np.array_equal(a.view(as_int), b.view(as_int)))

@@ -1,0 +1,115 @@
+"""TODO: base.files (from files)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from ffncli.errors import FfnError, OutputError
+
+
+@contextlib.contextmanager
+def reading(path: Path, what: str, error: type[FfnError]) -> Iterator[None]:
+    """Turn the OS errors of reading a user's file into one-line ``error`` messages."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise error(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise error(f"{what} is a directory, not a file: {path}") from None
+    except UnicodeDecodeError:
+        raise error(f"{path}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise error(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def check_file(path: Path, what: str, error: type[FfnError],
+               max_bytes: int | None = None) -> int:
+    """Refuse anything but a readable regular file of at most ``max_bytes``; its size.
+
+    Checked before opening: opening a FIFO blocks until someone writes to it, and a device
+    such as /dev/zero never ends."""
+    with reading(path, what, error):
+        info = os.stat(path)
+    if stat.S_ISDIR(info.st_mode):
+        raise error(f"{what} is a directory, not a file: {path}")
+    if not stat.S_ISREG(info.st_mode):
+        raise error(f"{what} is not a regular file (a FIFO, socket or device): {path}")
+    if max_bytes is not None and info.st_size > max_bytes:
+        raise error(f"{what} {path} is {info.st_size:,} bytes; at most {max_bytes:,} are read")
+    return info.st_size
+
+
+@contextlib.contextmanager
+def open_file(path: Path, what: str, error: type[FfnError],
+              max_bytes: int | None = None) -> Iterator[io.BufferedReader]:
+    """Open a user's file for reading in binary, after :func:`check_file`; OS errors while
+    it is read become one-line ``error`` messages."""
+    check_file(path, what, error, max_bytes)
+    with reading(path, what, error), open(path, "rb") as f:
+        yield f
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """The same file: by device and inode when both exist, else by their resolved paths
+    (a symbolic link is followed, as ``open`` would)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def write_text_atomically(path: Path, text: str, option: str) -> None:
+    """Write ``text`` to ``path`` atomically: into a temporary file beside it, synced, then
+    renamed over it, so that a crash or a full disk never leaves half a file (nor deletes the
+    last one). Errors name ``option``."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.",
+                                   suffix=".tmp")
+    except OSError as exc:
+        raise OutputError(f"option {option}: cannot write in {path.parent}: "
+                          f"{exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # as open() would, not mkstemp's 0o600
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise OutputError(f"option {option}: cannot write {path}: "
+                              f"{exc.strerror or exc}") from None
+        raise
+
+
+def check_output_path(path: Path, inputs: Iterable[tuple[str, Path | None]],
+                      option: str) -> Path:
+    """Where an output of ``option`` goes (a symbolic link is followed, as ``open`` would),
+    refused if it is one of the command's ``inputs``, a directory, a device, or in no folder.
+    ``inputs`` name what each is: ``[("--input file", path), ...]``."""
+    for what, source in inputs:
+        if source is not None and same_file(path, source):
+            raise OutputError(f"option {option}: {path} is an input of this command (the "
+                              f"{what}); choose another path")
+    try:
+        target = Path(os.path.realpath(path))
+        if target.is_dir():
+            raise OutputError(f"option {option}: {path} is a directory; expected a file path")
+        if target.exists() and not target.is_file():
+            raise OutputError(f"option {option}: {path} is not a regular file (a FIFO, socket "
+                              "or device); expected a file path")
+        if not target.parent.is_dir():
+            raise OutputError(f"option {option}: folder {path.parent} does not exist")
+    except OSError as exc:  # a name too long, too many links, a folder we cannot enter
+        raise OutputError(f"option {option}: cannot use {path}: {exc.strerror or exc}") from None
+    return target

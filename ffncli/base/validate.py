@@ -1,0 +1,77 @@
+"""TODO: base.validate (from validate)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ffncli.errors import FfnError, InputError
+
+MAX_INT = 2**53  # the largest whole number a preset, config or option may give (exact as a double)
+
+
+def brief(value: object) -> str:
+    """A short repr of a value, for an error message: long strings, lists, mappings and
+    integers are cut in the middle (``[1, 2, 3, 4, 5, 6, ...]``)."""
+    import reprlib  # only on the error path
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 2, 6, 6, 4, 6
+    r.maxstring, r.maxlong, r.maxother = 60, 40, 60
+    try:
+        return r.repr(value)
+    except ValueError:  # an int too long for str(): cannot come from our parsers
+        return "a very long integer"
+
+
+def fail(where: str, expected: str, value: object,
+         error: type[FfnError] = InputError) -> FfnError:
+    """The one message style: ``<where>: expected <expected>, got <value>``."""
+    return error(f"{where}: expected {expected}, got {brief(value)}")
+
+
+def whole(where: str, value: Any, minimum: int = 1, maximum: int = MAX_INT,
+          error: type[FfnError] = InputError) -> int:
+    """A whole number from ``minimum`` to ``maximum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise fail(where, f"a whole number >= {minimum}", value, error)
+    if value > maximum:
+        raise fail(where, f"at most 2**53 ({MAX_INT:,})" if maximum == MAX_INT else
+                   f"a whole number from {minimum} to {maximum}", value, error)
+    return value
+
+
+def number(where: str, value: Any, *, positive: bool = False,
+           error: type[FfnError] = InputError) -> float:
+    """A finite number, > 0 with ``positive`` (``a positive number``), else >= 0."""
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float))
+          and math.isfinite(value) and (value > 0 if positive else value >= 0))
+    if not ok:
+        raise fail(where, "a positive number" if positive else "a number >= 0", value, error)
+    return float(value)
+
+
+def flag(where: str, value: Any, error: type[FfnError] = InputError) -> bool:
+    if not isinstance(value, bool):
+        raise fail(where, "true or false", value, error)
+    return value
+
+
+def name(where: str, value: Any, choices: Sequence[str] | None = None,
+         error: type[FfnError] = InputError) -> str:
+    """A non-empty string, one of ``choices`` when given (with a close match suggested)."""
+    if not isinstance(value, str) or not value:
+        raise fail(where, "a non-empty string", value, error)
+    if choices is not None and value not in choices:
+        raise error(f"{where}: expected one of {', '.join(choices)}, got {brief(value)}"
+                    + suggest(value, choices))
+    return value
+
+
+def suggest(word: str, choices: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or nothing."""
+    import difflib  # only on the error path
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""

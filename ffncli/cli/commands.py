@@ -1,0 +1,266 @@
+"""TODO: cli.commands (from cli)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ffncli.base.validate import whole
+from ffncli.cli.options import (
+    CAPTURE_MODEL,
+    COUNTING,
+    MODEL,
+    RUNNING,
+    SCALE,
+    TEXT,
+    TOKENS,
+    ConfigOpt,
+    HubModelOpt,
+    JsonOpt,
+    PresetOpt,
+    ReportOpt,
+    grouped,
+)
+from ffncli.errors import ExitCode, ImplError, InputError
+from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice
+from ffncli.specs.spec import Overrides
+
+app = typer.Typer(
+    name="ffncli",
+    help="Inspect, run and count the position-wise feed-forward network (FFN) of Transformers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# The commands.
+
+
+@app.command()
+@grouped(overrides=(Overrides, COUNTING))
+def params(
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    batch: Annotated[int, typer.Option(
+        "--batch", help="Sequences decoded at once, for the KV cache at --seq-len x --batch.")
+    ] = 1,
+    weights: Annotated[Optional[Path], typer.Option(
+        "--weights", help="A .safetensors file, a model.safetensors.index.json, a model "
+        "folder or a .gguf: count its parameters from the headers alone and compare with the "
+        "spec (from --preset, --config or the config.json beside the weights; exit 1 on a "
+        "mismatch).")] = None,
+    hub_model: HubModelOpt = None,
+    report_path: ReportOpt = None,
+    as_json: JsonOpt = False,
+    *, overrides: Overrides,
+) -> None:
+    """Count parameters, FLOPs per token, weight memory and KV cache: FFN, attention, norms."""
+    from ffncli.jobs.resolve import count_model, weights_of
+    from ffncli.present.params import emit_params
+    from ffncli.present.report import save_params
+
+    result = count_model(preset, config, overrides, weights_of(weights, hub_model), batch)
+    save_params(report_path, result, preset, config, weights_of(weights, hub_model))
+    emit_params(result, as_json)
+    if not result.matches:
+        raise typer.Exit(ExitCode.CHECK_FAILED)
+
+
+@app.command("run")
+@grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), overrides=(Overrides, RUNNING),
+         scale=(ScaleChoice, SCALE))
+def run_cmd(
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", help="Write the output to this .npy (atomically).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
+    residual: Annotated[bool, typer.Option("--residual", help="Return x + FFN(x).")] = False,
+    precision: Annotated[int, typer.Option("--precision", help="Digits shown (0 to 12).")] = 4,
+    as_json: JsonOpt = False,
+    *, model: ModelChoice, tokens: TokenChoice, overrides: Overrides, scale: ScaleChoice,
+) -> None:
+    """Run the FFN on token vectors: print the output, or stream it to a .npy file."""
+    if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cluster.py
+        from ffncli.cli.sharded import run_command
+
+        run_command(model, tokens, overrides, scale, out=out, force=force, residual=residual,
+                    as_json=as_json)
+        return
+    from ffncli.jobs import run as runner
+    from ffncli.jobs.resolve import load_model, load_tokens
+    from ffncli.present.console import progress as progress_bar
+    from ffncli.present.run import emit_run
+
+    whole("option --precision", precision, 0, 12)
+    loaded = load_model(model, overrides)
+    inputs = load_tokens(tokens, loaded.engine.d_model)
+    runner.check_printable(inputs, out, as_json)
+    with progress_bar(inputs.n_tokens, as_json) as progress:
+        result = runner.run_ffn(loaded, inputs, out=out, force=force, residual=residual,
+                                allow_nonfinite=tokens.allow_nonfinite, progress=progress)
+    emit_run(result, as_json, precision)
+
+
+@app.command("permute-check")
+@grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), overrides=(Overrides, RUNNING))
+def permute_check_cmd(
+    impl: Annotated[Optional[str], typer.Option(
+        "--impl", help="Check your own FFN: package.module:function, importable from the "
+        "current directory, taking (tokens, d_model) and returning (tokens, d_out).")] = None,
+    trials: Annotated[int, typer.Option("--trials", help="Random permutations, besides "
+                                        "reverse, cyclic shift and first/last swap.")] = 8,
+    rtol: Annotated[Optional[float], typer.Option(
+        "--rtol", help="Relative tolerance (default: float32 1.3e-6, float64 1e-7).")] = None,
+    atol: Annotated[Optional[float], typer.Option(
+        "--atol", help="Absolute tolerance (default: float32 1e-5, float64 1e-7, times the "
+        "largest |output| when that is above 1).")] = None,
+    junit_xml: Annotated[Optional[Path], typer.Option(
+        "--junit-xml", help="Also write a JUnit XML report (one testcase per property; an "
+        "<error> if the FFN misbehaves), atomically, never over an input of the command.")
+    ] = None,
+    timeout: Annotated[Optional[float], typer.Option(
+        "--timeout", metavar="SECONDS", help="Limit on each call of the FFN (the check makes "
+        "about 80 + --trials) and on importing the --impl module: one that takes longer is an "
+        "error, exit 2. POSIX only. Default: no limit.", show_default=False)] = None,
+    as_json: JsonOpt = False,
+    *, model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
+) -> None:
+    """Check that an FFN is position-wise: exit 0 if every property holds, 1 if not."""
+    from ffncli.jobs import permute as checks
+    from ffncli.present.check import emit_check
+    from ffncli.present.junit import junit_report
+
+    target = checks.load_target(impl, model, overrides, timeout)
+    report_path = checks.report_path(junit_xml, target, model, tokens)
+    try:
+        report = checks.check_command(target, tokens, trials=trials, rtol=rtol, atol=atol)
+    except ImplError as exc:  # the FFN misbehaved: the report says so too, then exit 2
+        junit_report(report_path, target.name, exc)
+        raise
+    junit_report(report_path, target.name, report)
+    emit_check(report, as_json)
+    if not report.passed:
+        raise typer.Exit(ExitCode.CHECK_FAILED)
+
+
+@app.command("relu-stats")
+@grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), text=(TextChoice, TEXT),
+         overrides=(Overrides, RUNNING), scale=(ScaleChoice, SCALE))
+def relu_stats_cmd(
+    threshold: Annotated[Optional[float], typer.Option(
+        "--threshold", help="Count |act| <= T as inactive (default: pre-activation <= 0).")
+    ] = None,
+    target_sparsity: Annotated[Optional[float], typer.Option(
+        "--target-sparsity", help="Pick T as this quantile of |act| on the first tokens (the "
+        "CATS rule), e.g. 0.5.")] = None,
+    report_path: ReportOpt = None,
+    as_json: JsonOpt = False,
+    *, model: ModelChoice, tokens: TokenChoice, text: TextChoice, overrides: Overrides,
+    scale: ScaleChoice,
+) -> None:
+    """Activation sparsity of the hidden layer: per token, per unit, overlap, savings."""
+    if text.given:
+        text.refuse(tokens)
+        if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cluster.py
+            from ffncli.cli.sharded import sweep_command
+
+            sweep_command(model, text, overrides, scale, threshold=threshold,
+                          target_sparsity=target_sparsity, report_path=report_path,
+                          as_json=as_json)
+        else:
+            _relu_stats_text(model, text, overrides, threshold, target_sparsity, report_path,
+                             as_json)
+        return
+    if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cluster.py
+        from ffncli.cli.sharded import relu_stats_command
+
+        relu_stats_command(model, tokens, overrides, scale, threshold=threshold,
+                           target_sparsity=target_sparsity, as_json=as_json)
+        return
+    from ffncli.analysis.sparsity import relu_stats
+    from ffncli.jobs.resolve import load_model, load_tokens
+    from ffncli.present.console import progress as progress_bar
+    from ffncli.present.report import save_stats
+    from ffncli.present.stats import emit_stats
+
+    loaded = load_model(model, overrides)
+    inputs = load_tokens(tokens, loaded.engine.d_model)
+    with progress_bar(inputs.n_tokens, as_json) as progress:
+        result = relu_stats(loaded.engine, inputs, threshold=threshold,
+                            target_sparsity=target_sparsity,
+                            allow_nonfinite=tokens.allow_nonfinite, progress=progress)
+    save_stats(report_path, result, model, tokens)
+    emit_stats(result, as_json)
+
+
+def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
+                     threshold: float | None, target_sparsity: float | None,
+                     report_path: Path | None, as_json: bool) -> None:
+    """``relu-stats --text/--ids``: every selected layer's statistics on its real input."""
+    from ffncli.jobs.choices import parse_layers
+    from ffncli.jobs.resolve import command_inputs, load_sequences, open_forward
+    from ffncli.jobs.sweep import sweep
+    from ffncli.present.console import progress as progress_bar
+    from ffncli.present.report import save_sweep
+    from ffncli.present.stats import emit_sweep, sweep_json
+
+    forward = open_forward(model, overrides)
+    sequences = load_sequences(text, forward, forward.weights)
+    layers = parse_layers(model.layer, forward.n_layers)
+    with progress_bar(sequences.tokens * (layers[-1] + 1), as_json) as progress:
+        result = sweep(forward, sequences, layers, threshold=threshold,
+                       target_sparsity=target_sparsity, progress=progress)
+    save_sweep(report_path, sweep_json(result), command_inputs(
+        model.preset, model.config, forward.weights, text=text.text, ids=text.ids))
+    emit_sweep(result, as_json)
+
+
+@app.command()
+@grouped(model=(ModelChoice, CAPTURE_MODEL), text=(TextChoice, TEXT), scale=(ScaleChoice, SCALE))
+def capture(
+    out: Annotated[Path, typer.Option(
+        "--out", "-o", help="Folder for layer{N}.npy (float32, tokens x d_model: that layer's "
+        "FFN input) and capture.json; created if missing, refused if not empty unless --force.")],
+    force: Annotated[bool, typer.Option("--force", help="Write into a folder that is not "
+                                        "empty, replacing files of the same names (a previous "
+                                        "capture.json is removed before the first file is "
+                                        "replaced).")] = False,
+    as_json: JsonOpt = False,
+    *, model: ModelChoice, text: TextChoice, scale: ScaleChoice,
+) -> None:
+    """Run real text through the whole model; save the input every layer's FFN receives."""
+    from ffncli.jobs.capture import capture as capture_layers
+    from ffncli.jobs.choices import parse_layers
+    from ffncli.jobs.resolve import load_sequences, open_forward
+    from ffncli.present.console import progress as progress_bar
+    from ffncli.present.stats import emit_capture
+
+    if not text.given:
+        raise InputError("capture: give the text with --text FILE or its token ids with --ids "
+                         "FILE")
+    if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cluster.py
+        from ffncli.cli.sharded import capture_command
+
+        capture_command(model, text, scale, out=out, force=force, as_json=as_json)
+        return
+    forward = open_forward(model, Overrides())
+    sequences = load_sequences(text, forward, forward.weights)
+    layers = parse_layers(model.layer, forward.n_layers)
+    with progress_bar(sequences.tokens * (layers[-1] + 1), as_json) as progress:
+        result = capture_layers(forward, sequences, layers, out, force=force,
+                                inputs=(text.text, text.ids, forward.weights),
+                                progress=progress)
+    emit_capture(result, as_json)
+
+
+@app.command()
+def presets(as_json: JsonOpt = False) -> None:
+    """List the built-in presets with their sizes."""
+    from ffncli.counting.results import presets_summary
+    from ffncli.present.params import emit_presets
+
+    emit_presets(presets_summary(), as_json)

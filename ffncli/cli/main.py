@@ -1,0 +1,159 @@
+"""TODO: cli.main (from cli)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import warnings
+from typing import Any, TextIO
+
+import typer
+
+from ffncli.base.blas import quiet_idle_threads
+from ffncli.cli.commands import app
+from ffncli.errors import (
+    ExitCode,
+    FfnError,
+    Interrupted,
+    OutputError,
+    shown,
+)
+
+# ---------------------------------------------------------------------------------------------
+# The one error boundary.
+
+
+def _usage_message(exc: typer.TyperException) -> str:
+    """Click's usage error as one line in our style, without its usage banner."""
+    if type(exc).__name__ == "NoSuchOption":  # name the closest options of the command
+        option = str(getattr(exc, "option_name", ""))
+        ctx = getattr(exc, "ctx", None)
+        known = [o for p in (ctx.command.params if ctx else ()) for o in p.opts + p.secondary_opts
+                 if o.startswith("--")]
+        from ffncli.base.validate import suggest
+
+        return f"no such option: {option}{suggest(option, known)}"
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    message = message.replace("Invalid value for '", "option '", 1)
+    return message[:1].lower() + message[1:]
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the app once and return its exit code: the one place user errors are caught.
+
+    A core ``FfnError`` and Typer's own usage errors become one ``error: ...`` line on stderr
+    (exit 2); NumPy and Python warnings never reach the user. Bugs keep their traceback."""
+    stdout = sys.stdout
+    sys.stdout = _GuardedStdout(stdout)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            code = app(args=argv, prog_name="ffncli", standalone_mode=False)
+            sys.stdout.flush()
+    except FfnError as exc:
+        return _fail(str(exc))
+    except typer.TyperException as exc:  # Click's usage errors: bad option, value, command
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `ffncli` alone: the help, exit 0
+            ctx = getattr(exc, "ctx", None)  # Click's UsageError, vendored by Typer
+            typer.echo(ctx.get_help() if ctx else str(exc))
+            return int(ExitCode.OK)
+        return _fail(_usage_message(exc))
+    except typer.Abort:
+        return _fail("aborted")
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        sys.stdout = stdout
+    return code if isinstance(code, int) else int(ExitCode.OK)
+
+
+def _fail(message: str) -> int:
+    typer.echo(f"error: {shown(message)}", err=True)
+    return int(ExitCode.USAGE)
+
+
+class _GuardedStdout:
+    """sys.stdout, with a failed write (a full disk, a closed pipe, a descriptor closed
+    before we started: ``ffncli ... >&-``) raised as OutputError: one ``error:`` line instead
+    of a traceback, wherever the output is printed from."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if self._stream is None:
+            raise OutputError("cannot write to standard output: it is closed")
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise _stdout_error(exc) from None
+
+    def flush(self) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise _stdout_error(exc) from None
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def __getattr__(self, name: str) -> Any:
+        if self._stream is None:
+            raise OutputError("cannot write to standard output: it is closed")
+        return getattr(self._stream, name)
+
+
+def _stdout_error(exc: OSError) -> OutputError:
+    return OutputError(f"cannot write to standard output: {exc.strerror or exc}")
+
+
+_interrupted: list[int] = []  # the first signal, once it has been raised
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    """The first signal unwinds the work (removing temporary files); one that comes while
+    that cleanup runs is ignored, so it cannot cut the cleanup short."""
+    if _interrupted:
+        return
+    _interrupted.append(signum)
+    raise Interrupted(signum)
+
+
+def main() -> None:
+    """The console script: set up the process, run once, exit with the code.
+
+    SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted`, so that every ``with`` block
+    unwinds (a half-written ``--out`` is removed); the process then exits 128 + signum."""
+    quiet_idle_threads()  # before anything imports NumPy: see ffncli/blas.py
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), _raise_interrupted)
+    try:
+        code = run()
+    except Interrupted as exc:
+        for name in ("SIGINT", "SIGTERM", "SIGHUP"):  # a second signal now ends it at once
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), signal.SIG_DFL)
+        _quiet_stdout()
+        typer.echo(f"error: interrupted by {signal.Signals(exc.signum).name}", err=True)
+        code = 128 + exc.signum
+    if code == ExitCode.USAGE:
+        _quiet_stdout()
+    sys.exit(code)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of a full or closed stdout
+    cannot print a second error."""
+    if sys.stdout is None:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

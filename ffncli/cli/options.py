@@ -1,0 +1,152 @@
+"""TODO: cli.options (from cli)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Optional, TypeVar
+
+import typer
+
+from ffncli.specs.spec import ACTIVATIONS, GLU_VARIANTS
+
+# ---------------------------------------------------------------------------------------------
+# Options shared by the commands.
+
+PresetOpt = Annotated[Optional[str], typer.Option(
+    "--preset", "-p", help="Built-in preset name (see `ffncli presets`) or a YAML file.")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="A Hugging Face config.json.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+HubModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", metavar="ORG/NAME[@REVISION]", help="Instead of --weights: a model in the "
+    "local Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub; "
+    "revision default main). Never downloads.", show_default=False)]
+ReportOpt = Annotated[Optional[Path], typer.Option(
+    "--report", metavar="FILE.html", help="Also write the results as one self-contained HTML "
+    "page (SVG charts, each with its numbers in a table; no scripts, nothing fetched), "
+    "atomically, never over an input of the command.", show_default=False)]
+
+# Options that travel together: each group reaches a command as one frozen object (see
+# :func:`grouped`), so the model, token and what-if options are declared once, here.
+MODEL: dict[str, Any] = {
+    "preset": PresetOpt,
+    "config": ConfigOpt,
+    "weights": Annotated[Optional[Path], typer.Option(
+        "--weights", help="FFN weights: .npz (w1 b1 w2 b2; gated w b v c w2 b2), a Hugging "
+        "Face checkpoint (with --layer: a .safetensors file, a model.safetensors.index.json or "
+        "a model folder; GPTQ and AWQ from a file or a folder holding one) or a llama.cpp .gguf "
+        "(with --layer). "
+        "Default: random, from the preset's seed.")],
+    "hub_model": HubModelOpt,
+    "layer": Annotated[Optional[str], typer.Option(
+        "--layer", metavar="N", help="Layer of a checkpoint (default 0; with --text or --ids: "
+        "N, A-B or all, the default).", show_default=False)],
+    "dtype": Annotated[str, typer.Option(
+        "--dtype", help="float32 or float64: the computation's dtype.")],
+    "max_memory": Annotated[Optional[str], typer.Option(
+        "--max-memory", help="Budget for random weights (default 2GB, never more than is "
+        "free).")],
+}
+TOKENS: dict[str, Any] = {
+    "input": Annotated[Optional[Path], typer.Option(
+        "--input", "-i", help="Tokens: .npy (1-D, 2-D tokens x d_model, or 3-D batch x seq x "
+        "d_model), or .txt/.csv with one token per row. run and relu-stats also take many .npy "
+        "shards: a quoted glob ('acts/*.npy') or a folder, in name order.")],
+    "random": Annotated[Optional[int], typer.Option(
+        "--random", help="Instead of --input: N tokens drawn from normal(0, 1) with --seed.")],
+    "seed": Annotated[int, typer.Option("--seed", help="Seed of --random tokens.")],
+    "allow_nonfinite": Annotated[bool, typer.Option(
+        "--allow-nonfinite", help="Compute with NaN and infinity instead of refusing them.")],
+}
+WHAT_IF: dict[str, Any] = {
+    "d_model": Annotated[Optional[int], typer.Option("--d-model", help="What-if: model width.")],
+    "d_ff": Annotated[Optional[int], typer.Option("--d-ff", help="What-if: FFN hidden width.")],
+    "activation": Annotated[Optional[str], typer.Option(
+        "--activation", help=f"What-if: {', '.join(ACTIVATIONS)} (keeps the gating), or "
+        f"{', '.join(GLU_VARIANTS)} (gated).")],
+    "gated": Annotated[Optional[bool], typer.Option(
+        "--gated/--no-gated", help="What-if: a gated (GLU) FFN with three matrices, or not.",
+        show_default=False)],
+    "experts": Annotated[Optional[int], typer.Option("--experts", help="What-if: experts.")],
+    "top_k": Annotated[Optional[int], typer.Option("--top-k", help="What-if: experts per token.")],
+    "beta": Annotated[Optional[float], typer.Option(
+        "--beta", help="Swish_beta: x * sigmoid(beta x) for silu/swish.")],
+    "capacity_factor": Annotated[Optional[float], typer.Option(
+        "--capacity-factor", help="Mixture of experts: each expert takes at most "
+        "ceil(cf * tokens * top_k / experts) tokens, in order; the rest are dropped.")],
+    "match_params": Annotated[bool, typer.Option(
+        "--match-params", help="Pick d_ff of a gated FFN so it has about the parameters of the "
+        "two-matrix FFN of the given d_ff (the 2/3 rule, rounded to nearest).")],
+    "multiple_of": Annotated[int, typer.Option(
+        "--multiple-of", help="With --match-params: round d_ff up to a multiple of this "
+        "(LLaMA uses 256).")],
+    "seq_len": Annotated[Optional[int], typer.Option(
+        "--seq-len", help="Sequence length for attention-score FLOPs (default: the preset's).")],
+}
+TEXT: dict[str, Any] = {
+    "text": Annotated[Optional[Path], typer.Option(
+        "--text", help="Real text through the whole model: UTF-8, each non-empty line one "
+        "sequence, tokenised with the tokenizer.json beside the weights (or a GGUF's own). "
+        "Needs pip install 'ffncli[text]'. relu-stats and capture also take many files: a "
+        "quoted glob ('corpus/*.txt') or a folder, in name order.")],
+    "ids": Annotated[Optional[Path], typer.Option(
+        "--ids", help="Instead of --text: token ids, an integer .npy (1-D one sequence, 2-D "
+        "sequences x length) or a .txt with one sequence of space-separated ids per line; "
+        "also a quoted glob or a folder (its .npy and .txt files).")],
+}
+SCALE: dict[str, Any] = {
+    "workers": Annotated[Optional[int], typer.Option(
+        "--workers", help="Run the shards on a local Dask cluster of N worker processes "
+        "(pip install 'ffncli[dask]'). Default: this process.")],
+    "scheduler": Annotated[Optional[str], typer.Option(
+        "--scheduler", metavar="ADDRESS", help="Run the shards on the Dask cluster of this "
+        "scheduler, e.g. tcp://10.0.0.5:8786 (the workers read --weights and --input from the "
+        "same paths).")],
+    "skip_bad": Annotated[bool, typer.Option(
+        "--skip-bad", help="With many shards: leave a bad shard out (listed on stderr) and go "
+        "on, instead of stopping at it.")],
+}
+SHAPE = ("d_model", "d_ff", "activation", "gated", "experts", "top_k")
+RUNNING = {name: WHAT_IF[name] for name in SHAPE + ("beta", "capacity_factor")}
+COUNTING = {name: WHAT_IF[name] for name in SHAPE + ("match_params", "multiple_of", "seq_len")}
+
+Command = TypeVar("Command", bound=Callable[..., None])
+
+
+def grouped(**groups: tuple[type, dict[str, Any]]) -> Callable[[Command], Command]:
+    """Give a command each group's options and pass each group as one object:
+    ``grouped(model=(ModelChoice, MODEL))`` adds --preset, --config, ... and calls the command
+    with ``model=ModelChoice(preset=..., config=..., ...)``.
+
+    Typer reads a command's options from its signature, so the wrapper's signature is the
+    command's own (less the group parameters) followed by every group's options, with the
+    defaults of the group's dataclass (one place for each default)."""
+    def decorate(command: Command) -> Command:
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values()
+               if p.name not in groups]
+        extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                   default=_defaults(cls)[name], annotation=annotation)
+                 for cls, options in groups.values() for name, annotation in options.items()]
+
+        @functools.wraps(command)
+        def wrapper(**values: Any) -> None:
+            objects = {group: cls(**{name: values.pop(name) for name in options})
+                       for group, (cls, options) in groups.items()}
+            command(**values, **objects)
+
+        wrapper.__signature__ = inspect.Signature(own + extra)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
+CAPTURE_MODEL = {name: MODEL[name] for name in ("config", "weights", "hub_model", "layer",
+                                                 "dtype")}

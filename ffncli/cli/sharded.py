@@ -1,0 +1,138 @@
+"""TODO: cli.sharded (from cluster)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ffncli.errors import InputError
+from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice
+from ffncli.jobs.resolve import command_inputs
+from ffncli.jobs.shards.inputs import Skipped, shard_paths
+from ffncli.jobs.shards.pool import connect
+from ffncli.jobs.shards.tasks import capture_shards, relu_stats_shards, run_shards, sweep_shards
+from ffncli.present.console import Bar, emit_json
+from ffncli.present.report import save_sweep
+from ffncli.present.stats import emit_sweep, print_stats, stats_json, sweep_json
+from ffncli.specs.spec import Overrides
+
+# ---------------------------------------------------------------------------------------------
+# The commands' sharded path (ffncli.cli.commands calls these).
+
+
+def relu_stats_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
+                       scale: ScaleChoice, *, threshold: float | None,
+                       target_sparsity: float | None, as_json: bool) -> None:
+    pattern, model = _seen_from_workers(scale, _pattern(tokens), model)
+    with connect(scale) as pool, Bar() as bar:
+        out = relu_stats_shards(model, overrides, pattern, pool, threshold=threshold,
+                                target_sparsity=target_sparsity,
+                                allow_nonfinite=tokens.allow_nonfinite, skip_bad=scale.skip_bad,
+                                progress=bar)
+    if as_json:
+        doc = stats_json(out.result)
+        doc.update(shards=out.shards, skipped=[vars(s) for s in out.skipped])
+        emit_json(doc)
+    else:
+        print_stats(out.result)
+    _report_skipped(out.skipped)
+
+
+def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
+                scale: ScaleChoice, *, out: Path | None, force: bool, residual: bool,
+                as_json: bool) -> None:
+    pattern, model = _seen_from_workers(scale, _pattern(tokens), model)
+    shard_paths(pattern)  # a glob that matches nothing says so first
+    if out is None:
+        raise InputError("run over shards (a glob, a folder, --workers or --scheduler) writes "
+                         "one .npy per shard: add --out DIR")
+    if scale.scheduler is not None:
+        out = Path(os.path.abspath(out))
+    with connect(scale) as pool, Bar() as bar:
+        done = run_shards(model, overrides, pattern, out, pool, residual=residual, force=force,
+                          allow_nonfinite=tokens.allow_nonfinite, skip_bad=scale.skip_bad,
+                          progress=bar)
+    if as_json:
+        emit_json({"out": done.out, "shards": done.shards, "tokens": done.tokens,
+                          "weights": done.source, "written": done.written,
+                          "already_complete": done.already,
+                          "skipped": [vars(s) for s in done.skipped]})
+    else:
+        print(f"{done.out}: {len(done.written):,} shard(s) written, {len(done.already):,} "
+              f"already complete, of {done.shards:,} ({done.tokens:,} tokens); weights "
+              f"{done.source}")
+    _report_skipped(done.skipped)
+
+
+def sweep_command(model: ModelChoice, text: TextChoice, overrides: Overrides,
+                  scale: ScaleChoice, *, threshold: float | None,
+                  target_sparsity: float | None, report_path: Path | None,
+                  as_json: bool) -> None:
+    """``relu-stats --text/--ids`` over shards (a glob, a folder, a cluster)."""
+    _, model = _seen_from_workers(scale, Path(), model)  # --text/--ids are read here
+    with connect(scale) as pool, Bar() as bar:
+        out = sweep_shards(model, overrides, text, pool, threshold=threshold,
+                           target_sparsity=target_sparsity, skip_bad=scale.skip_bad,
+                           progress=bar)
+    doc = sweep_json(out.result)
+    save_sweep(report_path, doc, command_inputs(
+        model.preset, model.config, model.weights, text=text.text, ids=text.ids))
+    if as_json:
+        doc.update(shards=out.shards, skipped=[vars(s) for s in out.skipped])
+        emit_json(doc)
+    else:
+        emit_sweep(out.result, False)
+    _report_skipped(out.skipped)
+
+
+def capture_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice, *, out: Path,
+                    force: bool, as_json: bool) -> None:
+    """``capture`` over shards: a folder per shard under --out, a manifest, resumable."""
+    _, model = _seen_from_workers(scale, Path(), model)  # --text/--ids are read here
+    if scale.scheduler is not None:
+        out = Path(os.path.abspath(out))
+    with connect(scale) as pool, Bar() as bar:
+        done = capture_shards(model, text, out, pool, force=force, skip_bad=scale.skip_bad,
+                              progress=bar)
+    if as_json:
+        emit_json({"out": done.out, "shards": done.shards, "tokens": done.tokens,
+                          "model": done.model, "layers": list(done.layers),
+                          "written": done.written, "already_complete": done.already,
+                          "skipped": [vars(s) for s in done.skipped]})
+    else:
+        print(f"{done.out}: {len(done.written):,} shard(s) written, {len(done.already):,} "
+              f"already complete, of {done.shards:,} ({done.tokens:,} tokens, layers "
+              f"{done.layers[0]}-{done.layers[-1]}); model {done.model}")
+    _report_skipped(done.skipped)
+
+
+def _pattern(tokens: TokenChoice) -> Path:
+    if tokens.input is None:
+        raise InputError("--workers, --scheduler and --skip-bad take --input files (a file, a "
+                         "glob such as 'acts/*.npy', or a folder), not --random")
+    return tokens.input
+
+
+def _seen_from_workers(scale: ScaleChoice, pattern: Path, model: ModelChoice
+                       ) -> tuple[Path, ModelChoice]:
+    """The paths as workers elsewhere must see them: absolute (their working folder is not
+    ours). A local cluster's workers share ours, and errors keep the paths as typed."""
+    if scale.scheduler is None:
+        return pattern, model
+
+    def absolute(path: Path | None) -> Path | None:
+        return Path(os.path.abspath(path)) if path is not None else None
+
+    preset = model.preset
+    if preset is not None and os.path.isfile(preset):  # a YAML file, not a preset's name
+        preset = os.path.abspath(preset)
+    return Path(os.path.abspath(pattern)), replace(
+        model, preset=preset, config=absolute(model.config), weights=absolute(model.weights))
+
+
+def _report_skipped(skipped: Sequence[Skipped]) -> None:
+    for s in skipped:
+        print(f"skipped: {s.error}", file=sys.stderr)

@@ -1,0 +1,107 @@
+"""TODO: compute.build (from runner)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ffncli.base.validate import whole
+from ffncli.compute import memory
+from ffncli.compute import weights as W
+from ffncli.compute.engine import Engine, default_chunk_tokens
+from ffncli.compute.ffn import Activation
+from ffncli.compute.weights import gguf_layer_weights
+from ffncli.errors import InputError, SpecError
+from ffncli.formats.gguf import GgufHeader
+from ffncli.specs.spec import ModelSpec
+
+DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+@dataclass(frozen=True)
+class Model:
+    spec: ModelSpec
+    engine: Engine
+    source: str  # where the weights came from, for people
+
+
+def parse_dtype(name: str) -> np.dtype:
+    if name not in DTYPES:
+        raise InputError(f"option --dtype: expected float32 or float64, got {name!r}")
+    return np.dtype(DTYPES[name])
+
+
+# Mixtures of experts that params counts exactly but the engine does not compute: their FFN
+# has parts (a shared expert, dense first layers) or routing (no renormalisation of the top-k
+# weights, DeepSeek's grouped sigmoid scores) that the engine's router would silently leave out.
+NOT_RUN = {
+    "qwen2_moe": "a gated shared expert, and top-k weights not renormalised",
+    "qwen3_moe": "top-k weights renormalised only with norm_topk_prob",
+    "deepseek_v3": "shared experts, dense first layers and grouped sigmoid routing",
+}
+
+
+def check_runnable(spec: ModelSpec) -> None:
+    """Refuse a spec whose FFN the engine would compute wrongly rather than answer wrongly."""
+    reason = NOT_RUN.get(spec.family)
+    if reason is None and (spec.ffn.shared_d_ff or spec.layers.dense):
+        reason = "a shared expert or dense layers"
+    if reason is not None:
+        raise SpecError(f"{spec.name}: run, permute-check and relu-stats do not compute this "
+                        f"mixture of experts yet ({reason}); params counts it exactly")
+
+
+def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dtype,
+                max_memory: int | None = None, chunk_tokens: int | None = None,
+                gguf_header: GgufHeader | None = None) -> Model:
+    """The FFN of layer ``layer``: random weights, a ``.npz``, a ``.gguf`` (``gguf_header``: its
+    header, already read, when many layers are built from one file) or a safetensors
+    checkpoint."""
+    whole("option --layer", layer, 0)
+    if layer and (weights is None or weights.suffix.lower() == ".npz"):
+        raise InputError(f"option --layer: picks a layer of a checkpoint (--weights or --model); "
+                         f"random and .npz weights are one FFN, got --layer {layer}")
+    check_runnable(spec)
+    if weights is None:
+        params = W.random_weights(spec, dtype, max_memory)
+        source = f"random: normal(0, {spec.init.std:g}), seed {spec.init.seed}"
+    elif weights.suffix.lower() == ".npz":
+        params = W.npz_weights(weights, spec, dtype)
+        source = str(weights)
+    elif weights.suffix.lower() == ".gguf":
+        params = gguf_layer_weights(weights, spec, layer, dtype, gguf_header)
+        source = f"{weights}, layer {layer}"
+    elif weights.suffix.lower() in (".safetensors", ".json") or os.path.isdir(weights):
+        single = weights / "model.safetensors" if os.path.isdir(weights) else weights
+        packed = W.quantised_layer_weights(single, spec, layer, dtype) \
+            if single.suffix.lower() == ".safetensors" and single.is_file() else None  # GPTQ, AWQ
+        params = packed if packed is not None else \
+            W.safetensors_weights(weights, spec, layer, dtype)
+        source = f"{weights}, layer {layer}"
+    else:
+        raise InputError(f"option --weights: expected a .npz, .safetensors or .gguf file, an "
+                         f"index (.json) or a model folder, got {weights}")
+    rows = chunk_tokens or _fitting_chunk(spec, dtype)
+    act = Activation(spec.ffn.activation, spec.ffn.beta)
+    return Model(spec, Engine(params, act, rows), source)
+
+
+def _fitting_chunk(spec: ModelSpec, dtype: np.dtype) -> int:
+    """The engine's tokens per chunk, fewer when a very wide hidden layer would not fit in
+    half the free memory; refused when not even one token fits."""
+    ffn = spec.ffn
+    rows = default_chunk_tokens(ffn.d_ff)
+    free = memory.available_memory()
+    if free is None:
+        return rows
+    per_token = memory.engine_bytes(spec.d_model, ffn.d_ff, ffn.experts, dtype, 1)
+    while rows > 1 and memory.engine_bytes(spec.d_model, ffn.d_ff, ffn.experts, dtype, rows) > \
+            free // 2:
+        rows //= 2
+    memory.check_working_set(f"one FFN layer of {spec.name} (d_model {spec.d_model:,}, d_ff "
+                        f"{ffn.d_ff:,}) on one token", per_token,
+                        "shrink it (--d-model, --d-ff, --experts)")
+    return rows

@@ -1,0 +1,282 @@
+"""TODO: compute.engine (from engine)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ffncli.compute.ffn import (
+    _AS_A,
+    _AS_K,
+    _SQRT_2_OVER_PI,
+    Activation,
+    Array,
+    ExpertWeights,
+    GatedWeights,
+    MoEWeights,
+    Weights,
+    as_activation,
+    capacity,
+    dispatch,
+    gelu,
+    route,
+    weights_dtype,
+    weights_shape,
+)
+from ffncli.specs.spec import ACTIVATIONS
+
+# ---------------------------------------------------------------------------------------------
+# In-place activations for the engine: they overwrite ``h`` and use only the scratch buffers
+# they are given (``SCRATCH[name]`` of them, each shaped like ``h``).
+
+
+@functools.lru_cache(maxsize=16)
+def _zeros_row(cols: int, dtype: np.dtype) -> Array:
+    row = np.zeros(cols, dtype=dtype)
+    row.flags.writeable = False
+    return row
+
+
+def _relu_(h: Array, s: list[Array], beta: float) -> None:
+    # A row of zeros, not the scalar 0: NumPy's maximum against an array is ~2x faster here.
+    np.maximum(h, _zeros_row(h.shape[-1], h.dtype), out=h)
+
+
+def _identity_(h: Array, s: list[Array], beta: float) -> None:
+    pass
+
+
+def _sigmoid_(h: Array, s: list[Array], beta: float) -> None:
+    with np.errstate(over="ignore"):
+        np.negative(h, out=h)
+        np.exp(h, out=h)
+    np.add(h, 1, out=h)
+    np.reciprocal(h, out=h)
+
+
+def _silu_(h: Array, s: list[Array], beta: float) -> None:
+    e = s[0]
+    np.multiply(h, -beta, out=e)  # x / (1 + exp(-beta x))
+    with np.errstate(over="ignore"):
+        np.exp(e, out=e)
+    np.add(e, 1, out=e)
+    np.divide(h, e, out=h)
+
+
+def _gelu_tanh_(h: Array, s: list[Array], beta: float) -> None:
+    """0.5 x (1 + tanh(z)) computed as x / (1 + exp(-2 z)): one exp instead of a slower tanh."""
+    u = s[0]
+    np.multiply(h, h, out=u)  # x^2, never x**3
+    np.multiply(u, -2 * 0.044715 * _SQRT_2_OVER_PI, out=u)
+    np.add(u, -2 * _SQRT_2_OVER_PI, out=u)
+    np.multiply(u, h, out=u)  # -2 z = -2 sqrt(2/pi) (x + 0.044715 x^3)
+    with np.errstate(over="ignore"):
+        np.exp(u, out=u)
+    np.add(u, 1, out=u)
+    np.divide(h, u, out=h)
+
+
+def _gelu_(h: Array, s: list[Array], beta: float) -> None:
+    """x Phi(x) = max(x, 0) - |x| erfc(|x| / sqrt 2) / 2, erfc by A&S 7.1.26 in float32."""
+    if h.dtype != np.float32:
+        h[...] = gelu(h)  # float64: the accurate erf, out of place
+        return
+    ax, t, acc = s
+    np.abs(h, out=ax)
+    np.add(ax, 1 / _AS_K, out=t)
+    np.divide(1 / _AS_K, t, out=t)  # t = 1 / (1 + k |x|) = (1/k) / (1/k + |x|): two passes
+    np.multiply(t, 0.5 * _AS_A[4], out=acc)
+    for coef in _AS_A[3::-1]:  # Horner: acc = t P(t) / 2
+        np.add(acc, 0.5 * coef, out=acc)
+        np.multiply(acc, t, out=acc)
+    np.multiply(ax, -0.5, out=t)  # t no longer needed
+    np.multiply(t, ax, out=t)
+    np.exp(t, out=t)  # exp(-x^2 / 2)
+    np.multiply(acc, t, out=acc)  # erfc(|x| / sqrt 2) / 2
+    np.multiply(acc, ax, out=acc)
+    _relu_(h, s, beta)
+    np.subtract(h, acc, out=h)
+
+
+InPlace = Callable[[Array, list[Array], float], None]
+
+# One in-place version per name of spec.ACTIVATIONS, with the scratch buffers it needs.
+_INPLACE: dict[str, tuple[InPlace, int]] = {
+    "relu": (_relu_, 0), "gelu": (_gelu_, 3), "gelu_tanh": (_gelu_tanh_, 1), "silu": (_silu_, 1),
+    "swish": (_silu_, 1), "sigmoid": (_sigmoid_, 0), "identity": (_identity_, 0),
+}
+assert tuple(_INPLACE) == ACTIVATIONS, "spec.ACTIVATIONS and the in-place versions disagree"
+
+
+def activate_inplace(h: Array, act: Activation | str) -> None:
+    """The engine's activation on ``h``, overwriting it (scratch allocated here)."""
+    act = as_activation(act)
+    fn, scratch = _INPLACE[act.name]
+    fn(h, [np.empty_like(h) for _ in range(scratch)], act.beta)
+
+# ---------------------------------------------------------------------------------------------
+# The engine.
+
+DEFAULT_CHUNK_ELEMENTS = 1 << 23  # hidden-buffer elements per chunk: big products are fastest
+BLOCK_BYTES = 1 << 19  # elementwise work goes block by block through the core's cache
+_THREADS = max(1, min(os.cpu_count() or 1, 8))
+_pool: ThreadPoolExecutor | None = None
+
+
+def default_chunk_tokens(d_ff: int) -> int:
+    """Tokens per chunk: a hidden buffer of about 8M elements, 256 to 8192 tokens."""
+    return int(min(8192, max(256, DEFAULT_CHUNK_ELEMENTS // d_ff)))
+
+
+def _blocks(rows: int, cols: int, itemsize: int) -> list[tuple[int, int]]:
+    step = max(1, BLOCK_BYTES // (cols * itemsize))
+    return [(lo, min(lo + step, rows)) for lo in range(0, rows, step)]
+
+
+def _in_parallel(part: Callable[[int, int, int], None], rows: int, cols: int,
+                 itemsize: int) -> None:
+    """Run ``part(lo, hi, worker)`` over cache-sized row blocks, on every core.
+
+    A multi-pass activation over a block that fits in the core's cache costs a fraction of the
+    same passes over the whole hidden buffer. NumPy's ufuncs are single-threaded but release
+    the GIL, so workers run side by side, as BLAS does; each has its own scratch buffers and
+    takes the next block when it is done with one (a shared iterator: a core slowed by another
+    process does less of the work, instead of holding everyone up at the end).
+    """
+    global _pool
+    blocks = _blocks(rows, cols, itemsize)
+    workers = min(_THREADS, len(blocks))
+    todo, lock = iter(blocks), threading.Lock()  # the lock: safe without a GIL too
+
+    def run(worker: int) -> None:
+        while True:
+            with lock:
+                block = next(todo, None)
+            if block is None:
+                return
+            part(*block, worker)
+
+    if workers == 1:
+        run(0)
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="ffncli")
+    futures = [_pool.submit(run, w) for w in range(1, workers)]
+    run(0)  # the calling thread takes a share rather than wait
+    for future in futures:
+        future.result()
+
+
+class Engine:
+    """The FFN as a function of token matrices, over chunks with buffers reused between them.
+
+    ``ffn(x)`` takes (tokens, d_model) and returns (tokens, d_model) in the weights' dtype;
+    ``ffn.chunk(x, out)`` does one chunk into ``out``. The caller's arrays are never modified.
+    """
+
+    def __init__(self, weights: Weights, act: Activation | str,
+                 chunk_tokens: int | None = None) -> None:
+        self.weights, self.act = weights, as_activation(act)
+        self._inplace, self._scratch_count = _INPLACE[self.act.name]
+        self.d_model, self.d_ff = weights_shape(weights)
+        self.dtype = weights_dtype(weights)
+        self.chunk_tokens = chunk_tokens or default_chunk_tokens(self.d_ff)
+        self._buffers: dict[str, Array] = {}
+        self.capacity_left: list[int] | None = None  # capped experts: places left
+
+    def begin(self, n_tokens: int) -> Engine:
+        """Start an input of ``n_tokens`` that will come chunk by chunk: an expert capacity
+        is then that of the whole input, as ``moe_ffn`` on all of it, whatever the chunks."""
+        p = self.weights
+        self.capacity_left = None
+        if isinstance(p, MoEWeights) and (cap := capacity(p, n_tokens)) is not None:
+            self.capacity_left = [cap] * len(p.experts)
+        return self
+
+    # -- buffers ------------------------------------------------------------------------------
+
+    def _buffer(self, name: str, rows: int, cols: int) -> Array:
+        """A (rows, cols) view of a reusable buffer; grown, never shrunk."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape[0] < rows or buf.shape[1] != cols:
+            buf = np.empty((rows, cols), dtype=self.dtype)
+            self._buffers[name] = buf
+        return buf[:rows]
+
+    def _scratch(self, worker: int, rows: int) -> list[Array]:
+        """A worker's scratch buffers for one block of rows."""
+        return [self._buffer(f"scratch{worker}.{i}", rows, self.d_ff)
+                for i in range(self._scratch_count)]
+
+    # -- one chunk ----------------------------------------------------------------------------
+
+    def _hidden_chunk(self, x: Array, p: ExpertWeights) -> Array:
+        """act(x W1 + b1), or act(x W + b) * (x V + c), into the reused hidden buffer."""
+        rows = x.shape[0]
+        v: Array | None
+        if isinstance(p, GatedWeights):
+            w, bias, v, up_bias = p.w, p.b, p.v, p.c
+        else:
+            w, bias, v, up_bias = p.w1, p.b1, None, None
+        h = np.matmul(x, w, out=self._buffer("hidden", rows, self.d_ff))  # (n, d) -> (n, f)
+        u = np.matmul(x, v, out=self._buffer("up", rows, self.d_ff)) if v is not None else None
+
+        def part(lo: int, hi: int, worker: int) -> None:  # bias, activation, gate on a block
+            hp = h[lo:hi]
+            if bias is not None:
+                np.add(hp, bias, out=hp)
+            self._inplace(hp, self._scratch(worker, hi - lo), self.act.beta)
+            if u is not None:
+                up = u[lo:hi]
+                if up_bias is not None:
+                    np.add(up, up_bias, out=up)
+                np.multiply(hp, up, out=hp)
+
+        _in_parallel(part, rows, self.d_ff, self.dtype.itemsize)
+        return h
+
+    def _expert_chunk(self, x: Array, p: ExpertWeights, out: Array) -> None:
+        h = self._hidden_chunk(x, p)
+        np.matmul(h, p.w2, out=out)  # (n, f) -> (n, d)
+        if p.b2 is not None:
+            np.add(out, p.b2, out=out)
+
+    def _moe_chunk(self, x: Array, p: MoEWeights, out: Array) -> None:
+        order, gate = route(x, p)
+        gate = gate.astype(self.dtype, copy=False)
+        out[...] = 0
+        for e, rows, slot in dispatch(order, p, self.capacity_left):
+            if rows.size == 0:
+                continue
+            y = self._buffer("expert_out", rows.size, self.d_model)
+            self._expert_chunk(np.take(x, rows, axis=0), p.experts[e], y)  # one gather
+            np.multiply(y, gate[rows, slot, None], out=y)
+            out[rows] += y  # rows are distinct: a plain scatter-add
+
+    # -- whole inputs -------------------------------------------------------------------------
+
+    def chunk(self, x: Array, out: Array) -> None:
+        """FFN of one chunk (rows <= chunk_tokens, any rows really) into ``out``."""
+        x = np.ascontiguousarray(x, dtype=self.dtype)
+        if isinstance(self.weights, MoEWeights):
+            self._moe_chunk(x, self.weights, out)
+        else:
+            self._expert_chunk(x, self.weights, out)
+
+    def __call__(self, x: Array, out: Array | None = None) -> Array:
+        if x.ndim != 2 or x.shape[1] != self.d_model:
+            raise ValueError(f"expected (tokens, {self.d_model}), got {x.shape}")
+        n = x.shape[0]
+        if out is None:
+            out = np.empty((n, self.d_model), dtype=self.dtype)
+        step = self.chunk_tokens
+        self.begin(n)
+        for start in range(0, n, step):
+            self.chunk(x[start:start + step], out[start:start + step])
+        self.capacity_left = None
+        return out

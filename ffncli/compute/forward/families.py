@@ -1,0 +1,468 @@
+"""TODO: compute.forward.families (from forward)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ffncli.base.validate import brief
+from ffncli.compute.engine import Engine
+from ffncli.compute.forward.layer import Attention, Block, Norm
+from ffncli.compute.forward.ops import (
+    Array,
+    Rope,
+    Scratch,
+    Settings,
+    read_settings,
+    rope_frequencies,
+)
+from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
+from ffncli.formats.safetensors import open_checkpoint
+from ffncli.formats.tensors import GgufTensors, SafetensorsTensors, Tensors
+from ffncli.specs.spec import ModelSpec
+
+# ---------------------------------------------------------------------------------------------
+# Families.
+
+
+class Transformer:
+    """A model's embeddings, layers and final norm, read from its checkpoint one layer at a
+    time. ``embed`` and ``final`` work on packed rows; ``layer(i)`` reads layer i's weights."""
+
+    family = ""
+    post_norm = False
+
+    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Settings,
+                 dtype: np.dtype) -> None:
+        self.spec, self.weights, self.tensors, self.settings = spec, weights, tensors, settings
+        self.dtype = np.dtype(dtype)
+        self.d_model = spec.d_model
+        self.n_layers = spec.layers.encoder or spec.layers.decoder
+        self.scratch = Scratch(self.dtype)
+        att = spec.attention
+        if att is None:
+            raise SpecError(f"{spec.name}: the spec has no attention; the forward needs one")
+        self.heads = att.heads
+        self.kv_heads = att.kv_heads or att.heads
+        self.head_dim = att.head_dim or spec.d_model // att.heads
+        self.vocab = 0
+        self.max_positions: int | None = None
+
+    # -- shared helpers -----------------------------------------------------------------------
+
+    def _get(self, stem: str, shape: tuple[int, ...] | None, required: bool = True
+             ) -> Array | None:
+        return self.tensors.get(stem, shape, self.dtype, required)
+
+    def _need(self, stem: str, shape: tuple[int, ...] | None) -> Array:
+        return self.tensors.need(stem, shape, self.dtype)
+
+    def _table_rows(self, stem: str) -> int:
+        name = self.tensors.find(stem)
+        if name is None:
+            raise WeightsError(f"{self.tensors.path}: missing tensor '{stem}'")
+        shape = self.tensors.shape(name)
+        if len(shape) != 2 or shape[1] != self._table_width() or shape[0] < 1:
+            raise WeightsError(f"{self.tensors.path}: tensor '{name}': expected shape (rows >= "
+                               f"1, {self._table_width()}), got {shape}")
+        return shape[0]
+
+    def _position_table(self, stem: str) -> Array:
+        """A learned position table: (positions >= 1, width)."""
+        table = self._need(stem, None)
+        width = self._table_width()
+        if table.ndim != 2 or table.shape[1] != width or table.shape[0] < 1:
+            raise WeightsError(f"{self.tensors.path}: tensor '{stem}': expected shape "
+                               f"(positions >= 1, {width}), got {table.shape}")
+        return table
+
+    def _table_width(self) -> int:
+        return self.d_model
+
+    def _check_ids(self, ids: Array, positions: Array) -> None:
+        if ids.ndim != 1 or positions.shape != ids.shape:
+            raise ValueError(f"expected ids and positions of one shape (tokens,), got "
+                             f"{ids.shape} and {positions.shape}")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab):
+            bad = ids[(ids < 0) | (ids >= self.vocab)][0]
+            raise InputError(f"token id {bad} is outside the vocabulary of {self.vocab:,} "
+                             f"(ids 0 to {self.vocab - 1:,})")
+        if self.max_positions is not None and positions.size \
+                and positions.max() >= self.max_positions:
+            raise InputError(f"a sequence of {int(positions.max()) + 1:,} tokens is longer than "
+                             f"the model's {self.max_positions:,} positions")
+
+    def _engine(self, i: int) -> Engine:
+        from ffncli.compute.build import build_model
+
+        header = self.tensors.header if isinstance(self.tensors, GgufTensors) else None
+        return build_model(self.spec, self.weights, i, self.dtype, gguf_header=header).engine
+
+    def _check_layer(self, i: int) -> None:
+        if not 0 <= i < self.n_layers:
+            raise InputError(f"layer {i}: expected 0 to {self.n_layers - 1} ({self.spec.name} "
+                             f"has {self.n_layers} layers)")
+
+    def _linear(self, stem: str, n_out: int, n_in: int, bias: bool) -> tuple[Array, Array | None]:
+        """An nn.Linear's weight (out, in) and its bias (required when ``bias``)."""
+        w = self._need(stem + ".weight", (n_out, n_in))
+        b = self._get(stem + ".bias", (n_out,), required=bias) if bias else None
+        return w, b
+
+    def _fused(self, parts: list[tuple[Array, Array | None]]) -> tuple[Array, Array | None]:
+        """Q, K and V of nn.Linear layout fused into one [in, out] matrix and its bias."""
+        w = np.concatenate([p[0] for p in parts], axis=0).T  # (out, in) -> (in, out) view
+        biases = [p[1] for p in parts]
+        if all(b is None for b in biases):
+            return w, None
+        return w, np.concatenate([b if b is not None else np.zeros(p[0].shape[0], self.dtype)
+                                  for p, b in zip(parts, biases, strict=True)])
+
+    # -- the interface ------------------------------------------------------------------------
+
+    def embed(self, ids: Array, positions: Array) -> Array:
+        raise NotImplementedError
+
+    def layer(self, i: int) -> Block:
+        raise NotImplementedError
+
+    def final(self, h: Array) -> Array:
+        return h
+
+
+class BertLike(Transformer):
+    """BERT, RoBERTa, DistilBERT, ELECTRA: word + position (+ token type 0) embeddings and a
+    LayerNorm, then post-norm layers with bidirectional attention; no final norm."""
+
+    post_norm = True
+    names = {"word": "embeddings.word_embeddings.weight",
+             "position": "embeddings.position_embeddings.weight",
+             "type": "embeddings.token_type_embeddings.weight",
+             "norm": "embeddings.LayerNorm",
+             "q": "layer.{i}.attention.self.query", "k": "layer.{i}.attention.self.key",
+             "v": "layer.{i}.attention.self.value", "o": "layer.{i}.attention.output.dense",
+             "norm1": "layer.{i}.attention.output.LayerNorm",
+             "norm2": "layer.{i}.output.LayerNorm"}
+
+    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Settings,
+                 dtype: np.dtype) -> None:
+        super().__init__(spec, weights, tensors, settings, dtype)
+        kind = settings.text("position_embedding_type", "absolute")
+        if kind != "absolute":
+            raise ConfigError(f"{settings.source}: key 'position_embedding_type': the forward "
+                              f"computes absolute positions, got {brief(kind)}")
+        self.eps = settings.number("layer_norm_eps", 1e-12)
+        self.vocab = self._table_rows(self.names["word"])
+        self.pad = self.offset = 0  # RoBERTa: positions start after the padding index
+        if settings.data.get("model_type") in ("roberta", "xlm-roberta"):
+            self.pad = settings.whole("pad_token_id", 1) or 0
+            self.offset = self.pad + 1
+        self.positions = self._position_table(self.names["position"])
+        self.max_positions = self.positions.shape[0] - self.offset
+        if self.max_positions < 1:  # RoBERTa: no row left after the padding index
+            raise ConfigError(f"{settings.source}: key 'pad_token_id': positions start after "
+                              f"it, so expected below {self.positions.shape[0] - 1} (the "
+                              f"position table has {self.positions.shape[0]} rows), got "
+                              f"{self.pad}")
+        self.type0 = None
+        if spec.embeddings is not None and spec.embeddings.token_types:
+            self.type0 = self._need(self.names["type"], (spec.embeddings.token_types,
+                                                         self._table_width()))[0]
+        width = self._table_width()
+        self.norm = Norm(self._need(self.names["norm"] + ".weight", (width,)),
+                         self._need(self.names["norm"] + ".bias", (width,)), self.eps)
+
+    def _rows_of_positions(self, ids: Array, positions: Array) -> Array:
+        if not self.offset:
+            return positions
+        # RoBERTa numbers the non-padding tokens of a sequence from pad + 1; padding tokens
+        # take the padding row (transformers' create_position_ids_from_input_ids)
+        real = (ids != self.pad).astype(np.int64)
+        count = np.cumsum(real)
+        starts = np.flatnonzero(positions == 0)
+        before = np.repeat(count[starts] - real[starts], np.diff(np.append(starts, ids.size)))
+        return (count - before) * real + self.pad
+
+    def embed(self, ids: Array, positions: Array) -> Array:
+        self._check_ids(ids, positions)
+        h = self.tensors.rows(self.names["word"], ids, self.dtype)  # (n,) -> (n, d)
+        h += self.positions[self._rows_of_positions(ids, positions)]
+        if self.type0 is not None:
+            h += self.type0
+        return self.norm(h, h, self.scratch("norm_tmp", h.shape))
+
+    def _attention_weights(self, i: int) -> tuple[Array, Array | None, Array, Array | None]:
+        d, n = self.d_model, self.heads * self.head_dim
+        qkv = self._fused([self._linear(self.names[p].format(i=i), n, d, True)
+                           for p in ("q", "k", "v")])
+        wo, bo = self._linear(self.names["o"].format(i=i), d, n, True)
+        return qkv[0], qkv[1], wo.T, bo
+
+    def layer(self, i: int) -> Block:
+        self._check_layer(i)
+        wqkv, bqkv, wo, bo = self._attention_weights(i)
+        attention = Attention(wqkv, bqkv, wo, bo, self.heads, self.heads, self.head_dim,
+                              1 / math.sqrt(self.head_dim), causal=False)
+        d = self.d_model
+        norms = [Norm(self._need(self.names[k].format(i=i) + ".weight", (d,)),
+                      self._need(self.names[k].format(i=i) + ".bias", (d,)), self.eps)
+                 for k in ("norm1", "norm2")]
+        return Block(self._engine(i), attention, norms[0], norms[1], True, self.scratch)
+
+
+class DistilBert(BertLike):
+    names = {**BertLike.names,
+             "q": "layer.{i}.attention.q_lin", "k": "layer.{i}.attention.k_lin",
+             "v": "layer.{i}.attention.v_lin", "o": "layer.{i}.attention.out_lin",
+             "norm1": "layer.{i}.sa_layer_norm", "norm2": "layer.{i}.output_layer_norm"}
+
+    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Settings,
+                 dtype: np.dtype) -> None:
+        settings = Settings({**settings.data, "layer_norm_eps": 1e-12}, settings.source)
+        super().__init__(spec, weights, tensors, settings, dtype)
+
+
+class Electra(BertLike):
+    """ELECTRA: BERT's encoder behind embeddings embedding_size wide, projected to d_model."""
+
+    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Settings,
+                 dtype: np.dtype) -> None:
+        self._width = (spec.embeddings.dim if spec.embeddings is not None else None) \
+            or spec.d_model
+        super().__init__(spec, weights, tensors, settings, dtype)
+        self.project = self._linear("embeddings_project", spec.d_model, self._width, True) \
+            if self._width != spec.d_model else None
+
+    def _table_width(self) -> int:
+        return self._width
+
+    def embed(self, ids: Array, positions: Array) -> Array:
+        h = super().embed(ids, positions)
+        if self.project is None:
+            return h
+        w, b = self.project
+        out = h @ w.T  # (n, embedding_size) -> (n, d_model)
+        if b is not None:
+            out += b
+        return out
+
+
+class Gpt2(Transformer):
+    """GPT-2: word + learned position embeddings, pre-norm layers with causal attention (Conv1D
+    weights, [in, out]), a final LayerNorm (ln_f)."""
+
+    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Settings,
+                 dtype: np.dtype) -> None:
+        super().__init__(spec, weights, tensors, settings, dtype)
+        self.eps = settings.number("layer_norm_epsilon", 1e-5)
+        self.scaled = settings.flag("scale_attn_weights", True)
+        self.by_layer = settings.flag("scale_attn_by_inverse_layer_idx", False)
+        self.vocab = self._table_rows("wte.weight")
+        self.positions = self._position_table("wpe.weight")
+        self.max_positions = self.positions.shape[0]
+        d = self.d_model
+        self.ln_f = Norm(self._need("ln_f.weight", (d,)), self._need("ln_f.bias", (d,)), self.eps)
+
+    def embed(self, ids: Array, positions: Array) -> Array:
+        self._check_ids(ids, positions)
+        h = self.tensors.rows("wte.weight", ids, self.dtype)  # (n,) -> (n, d)
+        h += self.positions[positions]
+        return h
+
+    def layer(self, i: int) -> Block:
+        self._check_layer(i)
+        d = self.d_model
+        wqkv = self._need(f"h.{i}.attn.c_attn.weight", (d, 3 * d))  # Conv1D: [in, out]
+        bqkv = self._need(f"h.{i}.attn.c_attn.bias", (3 * d,))
+        wo = self._need(f"h.{i}.attn.c_proj.weight", (d, d))
+        bo = self._need(f"h.{i}.attn.c_proj.bias", (d,))
+        scale = (1 / math.sqrt(self.head_dim) if self.scaled else 1.0) \
+            / (i + 1 if self.by_layer else 1)
+        attention = Attention(wqkv, bqkv, wo, bo, self.heads, self.heads, self.head_dim, scale,
+                              causal=True)
+        norms = [Norm(self._need(f"h.{i}.{k}.weight", (d,)), self._need(f"h.{i}.{k}.bias", (d,)),
+                      self.eps) for k in ("ln_1", "ln_2")]
+        return Block(self._engine(i), attention, norms[0], norms[1], False, self.scratch)
+
+    def final(self, h: Array) -> Array:
+        return self.ln_f(h, np.empty_like(h), self.scratch("norm_tmp", h.shape))
+
+
+_HF_LLAMA = {"embed": "embed_tokens.weight", "norm": "norm.weight",
+             "attn_norm": "layers.{i}.input_layernorm.weight",
+             "ffn_norm": "layers.{i}.post_attention_layernorm.weight",
+             "q": "layers.{i}.self_attn.q_proj", "k": "layers.{i}.self_attn.k_proj",
+             "v": "layers.{i}.self_attn.v_proj", "o": "layers.{i}.self_attn.o_proj",
+             "q_norm": "layers.{i}.self_attn.q_norm.weight",
+             "k_norm": "layers.{i}.self_attn.k_norm.weight"}
+_GGUF_LLAMA = {"embed": "token_embd.weight", "norm": "output_norm.weight",
+               "attn_norm": "blk.{i}.attn_norm.weight", "ffn_norm": "blk.{i}.ffn_norm.weight",
+               "q": "blk.{i}.attn_q", "k": "blk.{i}.attn_k", "v": "blk.{i}.attn_v",
+               "o": "blk.{i}.attn_output", "q_norm": "blk.{i}.attn_q_norm.weight",
+               "k_norm": "blk.{i}.attn_k_norm.weight"}
+
+
+def unpermute(w: Array, heads: int) -> Array:
+    """Undo llama.cpp's converter, which reorders each head's Q and K rows so that rotated
+    pairs are neighbours (x_0, x_{d/2}, x_1, ...): back to transformers' halves."""
+    rest = w.shape[1:]
+    return w.reshape(heads, -1, 2, *rest).swapaxes(1, 2).reshape(w.shape)
+
+
+class LlamaLike(Transformer):
+    """LLaMA and its relatives: token embeddings, pre-RMSNorm layers with rotary, causal,
+    grouped-query attention (Mistral's sliding window, Qwen2's Q/K/V biases, Qwen3's per-head
+    Q/K norms), a gated FFN or Mixtral's mixture of experts, a final RMSNorm. Gemma scales
+    the embeddings by sqrt(d_model) and its norms by (1 + weight)."""
+
+    default_theta = 10000.0
+    default_eps = 1e-6
+
+    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Settings,
+                 dtype: np.dtype, names: dict[str, str] | None = None,
+                 permuted: bool = False) -> None:
+        super().__init__(spec, weights, tensors, settings, dtype)
+        self.names = names or _HF_LLAMA
+        self.permuted = permuted  # GGUF: Q and K rows in llama.cpp's order
+        model_type = settings.data.get("model_type")
+        self.gemma = model_type == "gemma"
+        self.eps = settings.number("rms_norm_eps", self.default_eps)
+        self.vocab = self._table_rows(self.names["embed"])
+        self.max_positions = spec.seq_len
+        self.rope = Rope(rope_frequencies(settings, self.head_dim, self.default_theta))
+        self.qk_norm = spec.attention is not None and spec.attention.qk_norm == "head"
+        self.norm = self._norm(self.names["norm"])
+
+    def _norm(self, name: str) -> Norm:
+        w = self._need(name, (self.d_model,))
+        return Norm(w + 1 if self.gemma else w, None, self.eps, rms=True)
+
+    def window(self, i: int) -> int | None:
+        """The layer's sliding window: Mistral's (and Mixtral's) when the config sets one;
+        Qwen's only with use_sliding_window, on the layers layer_types (or max_window_layers)
+        makes sliding."""
+        s = self.settings
+        model_type = s.data.get("model_type")
+        if model_type in ("mistral", "mixtral"):
+            return s.whole("sliding_window", minimum=1)  # 0 would mask every key
+        if model_type in ("qwen2", "qwen3") and s.flag("use_sliding_window", False):
+            types = s.data.get("layer_types")
+            if isinstance(types, list) and i < len(types):
+                sliding = types[i] == "sliding_attention"
+            else:
+                sliding = i >= (s.whole("max_window_layers", 28) or 0)
+            return s.whole("sliding_window", 4096, minimum=1) if sliding else None
+        return None
+
+    def embed(self, ids: Array, positions: Array) -> Array:
+        self._check_ids(ids, positions)
+        h = self.tensors.rows(self.names["embed"], ids, self.dtype)  # (n,) -> (n, d)
+        if self.gemma:
+            np.multiply(h, self.dtype.type(math.sqrt(self.d_model)), out=h)
+        return h
+
+    def layer(self, i: int) -> Block:
+        self._check_layer(i)
+        att = self.spec.attention
+        assert att is not None  # checked in __init__
+        d, hd, nq, nkv = self.d_model, self.head_dim, self.heads, self.kv_heads
+        q, k, v = (self._linear(self.names[p].format(i=i), n * hd, d, att.qkv_bias)
+                   for p, n in (("q", nq), ("k", nkv), ("v", nkv)))
+        if self.permuted:
+            q = (unpermute(q[0], nq), None if q[1] is None else unpermute(q[1], nq))
+            k = (unpermute(k[0], nkv), None if k[1] is None else unpermute(k[1], nkv))
+        wqkv, bqkv = self._fused([q, k, v])
+        wo, bo = self._linear(self.names["o"].format(i=i), d, nq * hd, att.out_bias)
+        q_norm = k_norm = None
+        if self.qk_norm:
+            q_norm = self._need(self.names["q_norm"].format(i=i), (hd,))
+            k_norm = self._need(self.names["k_norm"].format(i=i), (hd,))
+        attention = Attention(wqkv, bqkv, wo.T, bo, nq, nkv, hd, 1 / math.sqrt(hd),
+                              causal=True, window=self.window(i), rope=self.rope,
+                              q_norm=q_norm, k_norm=k_norm, qk_eps=self.eps)
+        norm1 = self._norm(self.names["attn_norm"].format(i=i))
+        norm2 = self._norm(self.names["ffn_norm"].format(i=i))
+        return Block(self._engine(i), attention, norm1, norm2, False, self.scratch)
+
+    def final(self, h: Array) -> Array:
+        return self.norm(h, np.empty_like(h), self.scratch("norm_tmp", h.shape))
+
+
+class Mixtral(LlamaLike):
+    default_theta = 1e6
+    default_eps = 1e-5
+
+
+FAMILIES: dict[str, type[Transformer]] = {
+    "bert": BertLike, "roberta": BertLike, "xlm-roberta": BertLike, "distilbert": DistilBert,
+    "electra": Electra, "gpt2": Gpt2, "llama": LlamaLike, "mistral": LlamaLike,
+    "mixtral": Mixtral, "qwen2": LlamaLike, "qwen3": LlamaLike, "gemma": LlamaLike,
+}
+GGUF_ARCHITECTURES = ("llama",)
+
+
+def _no_forward(source: str, what: str) -> SpecError:
+    return SpecError(f"{source}: {what} has no whole-model forward; these do: "
+                     f"{', '.join(FAMILIES)} (GGUF: {', '.join(GGUF_ARCHITECTURES)})")
+
+
+def open_transformer(spec: ModelSpec, weights: Path, dtype: np.dtype,
+                     config: Path | None = None) -> Transformer:
+    """The model whose FFN ``spec`` describes, from the checkpoint at ``weights`` (a
+    .safetensors file, an index, a model folder or a .gguf file). Its other settings come from
+    ``config`` (else the config.json beside the weights) or the GGUF metadata."""
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise InputError(f"the forward computes in float32 or float64, got {dtype}")
+    if weights.suffix.lower() == ".gguf":
+        return _open_gguf(spec, weights, dtype)
+    if weights.suffix.lower() == ".npz":
+        raise InputError(f"{weights}: an .npz holds one FFN; the whole-model forward reads a "
+                         "checkpoint (.safetensors, an index, a model folder or .gguf)")
+    from ffncli.formats.safetensors import config_beside
+
+    tensors = SafetensorsTensors(open_checkpoint(weights))
+    config = config or config_beside(weights)
+    if config is None:
+        raise ConfigError(f"{weights}: the forward reads the model's config.json (norms, "
+                          "positions, rotary settings); none beside the weights: give --config")
+    settings = read_settings(config)
+    model_type = settings.data.get("model_type")
+    family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if family is None:
+        raise _no_forward(str(config), f"model_type {brief(model_type)}")
+    return family(spec, weights, tensors, settings, dtype)
+
+
+def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype) -> Transformer:
+    from ffncli.formats.gguf import read_header
+
+    header = read_header(weights)
+    arch = header.architecture
+    if arch not in GGUF_ARCHITECTURES:
+        raise _no_forward(str(weights), f"GGUF architecture {brief(arch)}")
+    meta = header.metadata
+
+    def key(name: str) -> Any:
+        return meta.get(f"{arch}.{name}")
+
+    scaling = key("rope.scaling.type")
+    if (scaling not in (None, "none", "linear")) or "rope_freqs.weight" in header.tensors:
+        raise WeightsError(f"{weights}: GGUF rope scaling {brief(scaling or 'rope_freqs')} is "
+                           "not computed; the forward knows none and linear")
+    data: dict[str, Any] = {"model_type": arch, "rms_norm_eps": key(
+        "attention.layer_norm_rms_epsilon"), "rope_theta": key("rope.freq_base")}
+    if scaling == "linear":
+        data["rope_scaling"] = {"rope_type": "linear", "factor": key("rope.scaling.factor")}
+    settings = Settings(data, f"{weights} (GGUF metadata)")
+    transformer = LlamaLike(spec, weights, GgufTensors(header), settings, dtype,
+                            names=_GGUF_LLAMA, permuted=True)
+    rotated = key("rope.dimension_count")
+    if rotated is not None and rotated != transformer.head_dim:
+        raise WeightsError(f"{weights}: metadata key '{arch}.rope.dimension_count': the "
+                           f"forward rotates whole heads of {transformer.head_dim}, got "
+                           f"{brief(rotated)}")
+    return transformer

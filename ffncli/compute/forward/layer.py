@@ -1,0 +1,146 @@
+"""TODO: compute.forward.layer (from forward)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ffncli.compute.engine import Engine
+from ffncli.compute.forward.ops import (
+    Array,
+    Rope,
+    Scratch,
+    causal_mask,
+    layer_norm,
+    rms_norm,
+    softmax_,
+)
+
+Bounds = Sequence[tuple[int, int]]
+SCORE_ELEMENTS = 1 << 22  # attention scores held at once (16 MB in float32): longer
+
+
+# ---------------------------------------------------------------------------------------------
+# One layer: attention and the FFN around the residual stream.
+
+
+@dataclass(frozen=True)
+class Norm:
+    """LayerNorm (weight and bias) or RMSNorm (weight only) over d_model."""
+
+    weight: Array
+    bias: Array | None
+    eps: float
+    rms: bool = False
+
+    def __call__(self, x: Array, out: Array, tmp: Array) -> Array:
+        if self.rms:
+            return rms_norm(x, self.weight, self.eps, out, tmp)
+        return layer_norm(x, self.weight, self.bias, self.eps, out, tmp)
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Multi-head (grouped-query when kv_heads < heads) self-attention of one layer. Q, K and
+    V come from one product with the fused [in, out] matrix ``wqkv`` (query heads, then key
+    heads, then value heads)."""
+
+    wqkv: Array  # (d_model, (heads + 2 kv_heads) d_head)
+    bqkv: Array | None
+    wo: Array  # (heads d_head, d_model)
+    bo: Array | None
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scale: float  # 1 / sqrt(d_head), as the family scales
+    causal: bool
+    window: int | None = None  # sliding window: a query sees this many keys, itself included
+    rope: Rope | None = None
+    q_norm: Array | None = None  # Qwen3: RMSNorm of each query and key head before rotating
+    k_norm: Array | None = None
+    qk_eps: float = 1e-6
+
+    def __call__(self, x: Array, bounds: Bounds, positions: Array, scratch: Scratch) -> Array:
+        """(tokens, d_model) -> (tokens, d_model), a new array."""
+        n, hd, nq, nkv = x.shape[0], self.head_dim, self.heads, self.kv_heads
+        group = nq // nkv
+        qkv = np.matmul(x, self.wqkv, out=scratch("qkv", (n, (nq + 2 * nkv) * hd)))
+        if self.bqkv is not None:
+            np.add(qkv, self.bqkv, out=qkv)
+        heads = qkv.reshape(n, nq + 2 * nkv, hd)  # (n, heads of q, k, v, d_head)
+        for norm, part in ((self.q_norm, heads[:, :nq]), (self.k_norm, heads[:, nq:nq + nkv])):
+            if norm is not None:
+                rms_norm(part, norm, self.qk_eps, part, scratch("qk_norm", part.shape))
+        if self.rope is not None:
+            self.rope(heads[:, :nq + nkv], positions, scratch)
+        # (kv heads, queries per kv head, n, d_head): views of the packed rows
+        q = qkv[:, :nq * hd].reshape(n, nkv, group, hd).transpose(1, 2, 0, 3)
+        k = qkv[:, nq * hd:(nq + nkv) * hd].reshape(n, nkv, 1, hd).transpose(1, 2, 0, 3)
+        v = qkv[:, (nq + nkv) * hd:].reshape(n, nkv, 1, hd).transpose(1, 2, 0, 3)
+        ctx = scratch("ctx", (n, nq * hd))
+        c = ctx.reshape(n, nkv, group, hd).transpose(1, 2, 0, 3)
+        for s, e in bounds:
+            self.sequence(q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], c[:, :, s:e], scratch)
+        out = np.matmul(ctx, self.wo)  # (n, heads d_head) -> (n, d_model)
+        if self.bo is not None:
+            np.add(out, self.bo, out=out)
+        return out
+
+    def sequence(self, q: Array, k: Array, v: Array, out: Array, scratch: Scratch) -> None:
+        """softmax(q k^T / sqrt(d_head) + mask) v for one sequence, every head at once, a
+        block of queries at a time when the scores would not fit in SCORE_ELEMENTS. Causal:
+        a block's keys stop at its last query (and start at its first query's window)."""
+        length = q.shape[2]
+        step = max(1, min(length, SCORE_ELEMENTS // (self.heads * length)))
+        for r0 in range(0, length, step):
+            r1 = min(length, r0 + step)
+            k0, k1 = 0, length
+            if self.causal:
+                k0, k1 = (max(0, r0 - self.window + 1) if self.window else 0), r1
+            s = np.matmul(q[:, :, r0:r1], k[:, :, k0:k1].swapaxes(-1, -2),
+                          out=scratch("scores", (*q.shape[:2], r1 - r0, k1 - k0)))
+            np.multiply(s, self.scale, out=s)  # (kv, group, queries, keys)
+            mask = causal_mask(r0 - k0, r1 - r0, k1 - k0, self.window) if self.causal else None
+            if mask is not None:
+                np.add(s, mask, out=s)
+            softmax_(s)
+            np.matmul(s, v[:, :, k0:k1], out=out[:, :, r0:r1])  # -> (kv, group, queries, hd)
+
+
+class Block:
+    """One layer: attention, then the FFN (``engine``), each around the residual stream.
+    Post-norm (BERT): x = norm1(h + attn(h)), out = norm2(x + ffn(x)). Pre-norm (GPT-2,
+    LLaMA): h1 = h + attn(norm1(h)), x = norm2(h1), out = h1 + ffn(x). x is the FFN's input."""
+
+    def __init__(self, engine: Engine, attention: Attention, norm1: Norm, norm2: Norm,
+                 post_norm: bool, scratch: Scratch) -> None:
+        self.engine, self.attention = engine, attention
+        self.norm1, self.norm2, self.post_norm = norm1, norm2, post_norm
+        self._scratch = scratch
+
+    def __call__(self, h: Array, bounds: Bounds) -> tuple[Array, Array]:
+        """(ffn_input, output), both (tokens, d_model), new arrays; ``h`` is not modified."""
+        scratch, d = self._scratch, self.engine.d_model
+        if h.ndim != 2 or h.shape[1] != d:
+            raise ValueError(f"expected (tokens, {d}), got {h.shape}")
+        h = np.ascontiguousarray(h, dtype=scratch.dtype)
+        n = h.shape[0]
+        positions = np.concatenate([np.arange(e - s) for s, e in bounds]) if bounds else \
+            np.zeros(0, dtype=np.int64)
+        tmp, ffn_out = scratch("norm_tmp", (n, d)), scratch("ffn_out", (n, d))
+        if self.post_norm:
+            a = self.attention(h, bounds, positions, scratch)
+            np.add(a, h, out=a)
+            x = self.norm1(a, a, tmp)
+            self.engine(x, out=ffn_out)
+            np.add(ffn_out, x, out=ffn_out)
+            return x, self.norm2(ffn_out, np.empty_like(x), tmp)
+        normed = self.norm1(h, scratch("normed", (n, d)), tmp)
+        h1 = self.attention(normed, bounds, positions, scratch)
+        np.add(h1, h, out=h1)
+        x = self.norm2(h1, np.empty_like(h1), tmp)
+        self.engine(x, out=ffn_out)
+        np.add(h1, ffn_out, out=h1)
+        return x, h1

@@ -1,0 +1,187 @@
+"""TODO: compute.forward.walk (from forward)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Collection, Iterator, Sequence
+
+import numpy as np
+
+from ffncli.base.validate import whole
+from ffncli.compute.forward.families import Transformer
+from ffncli.compute.forward.layer import Block, Bounds
+from ffncli.compute.forward.ops import Array
+from ffncli.errors import InputError, OutputError, WeightsError
+
+# ---------------------------------------------------------------------------------------------
+# Walking the layers over many sequences.
+
+# Tokens of one batch of the walk: whole sequences packed together. Every walk (capture, the
+# sweep, each shard of a cluster job) batches alike, so that its bits are those of one walk.
+BATCH_TOKENS = 4096
+
+Visit = Callable[[int, Block, np.ndarray], None]
+
+
+def batches(lengths: Sequence[int], batch_tokens: int | None = None) -> list[tuple[int, int]]:
+    """Consecutive sequences grouped into batches of at most ``batch_tokens`` (default
+    :data:`BATCH_TOKENS`) tokens (a longer sequence is a batch of its own): (first, end)
+    sequence indices."""
+    batch_tokens = BATCH_TOKENS if batch_tokens is None else batch_tokens
+    batches, first, tokens = [], 0, 0
+    for i, n in enumerate(lengths):
+        if tokens and tokens + n > batch_tokens:
+            batches.append((first, i))
+            first, tokens = i, 0
+        tokens += n
+    if tokens:
+        batches.append((first, len(lengths)))
+    return batches
+
+
+def _batches_of(lengths: Sequence[int], batch_tokens: int | None) -> list[tuple[int, int]]:
+    if batch_tokens is not None:
+        whole("batch_tokens", batch_tokens)
+    return batches(lengths, batch_tokens)
+
+
+def _spill_error(exc: OSError) -> OutputError:
+    # not tempfile.gettempdir(): when no folder can take a file, asking again raises again
+    folder = tempfile.tempdir or os.environ.get("TMPDIR") or "the temporary folder"
+    return OutputError(f"cannot keep the forward's spill file in {folder}: "
+                       f"{exc.strerror or exc} (set TMPDIR to a folder with room)")
+
+
+@contextlib.contextmanager
+def _spill(nbytes: int) -> Iterator[int]:
+    """A temporary file of ``nbytes`` (reserved now, so a full disk is an error at once),
+    removed when done; its descriptor."""
+    try:
+        spill = tempfile.TemporaryFile(prefix="ffncli-spill-")
+        if hasattr(os, "posix_fallocate") and nbytes:
+            os.posix_fallocate(spill.fileno(), 0, nbytes)
+    except OSError as exc:
+        raise _spill_error(exc) from None
+    with spill:
+        yield spill.fileno()
+
+
+def _pwrite(fd: int, a: Array, offset: int) -> None:
+    view = np.ascontiguousarray(a).data.cast("B")
+    done = 0
+    try:
+        while done < len(view):
+            done += os.pwrite(fd, view[done:], offset + done)
+    except OSError as exc:
+        raise _spill_error(exc) from None
+
+
+def _pread(fd: int, a: Array, offset: int) -> None:
+    """Fill ``a`` from the spill file, in place (no intermediate bytes object)."""
+    view = a.data.cast("B")
+    done = 0
+    try:
+        while done < len(view):
+            got = os.preadv(fd, [view[done:]], offset + done)
+            if not got:
+                raise OutputError("the forward's spill file was cut short while in use")
+            done += got
+    except OSError as exc:
+        raise _spill_error(exc) from None
+
+
+def _checked_ids(model: Transformer, n: int, s: np.ndarray) -> np.ndarray:
+    """Sequence ``n`` (1-based): token ids in the vocabulary, no longer than the positions."""
+    if s.ndim != 1 or s.size == 0 or s.dtype.kind not in "iu":
+        raise InputError(f"sequence {n}: expected a non-empty 1-D array of token ids, got "
+                         f"shape {s.shape} of {s.dtype}")
+    if s.min() < 0 or s.max() >= model.vocab:
+        bad = s[(s < 0) | (s >= model.vocab)][0]
+        raise InputError(f"sequence {n}: token id {bad} is outside the vocabulary of "
+                         f"{model.vocab:,} (ids 0 to {model.vocab - 1:,})")
+    if model.max_positions is not None and s.size > model.max_positions:
+        raise InputError(f"sequence {n}: {s.size:,} tokens, more than the model's "
+                         f"{model.max_positions:,} positions")
+    return s
+
+
+def _check_finite(model: Transformer, what: str, x: np.ndarray, bounds: Bounds,
+                  first: int) -> None:
+    """Refuse NaN or infinity in ``x`` (a batch's rows; its sequences are numbered from
+    ``first`` + 1): the statistics would count them silently and a capture would keep them."""
+    if np.isfinite(x).all():
+        return
+    row = int(np.argwhere(~np.isfinite(x))[0][0])
+    n = first + 1 + next(j for j, (s, e) in enumerate(bounds) if s <= row < e)
+    raise WeightsError(f"{model.weights}: {what} of sequence {n} holds NaN or infinity: the "
+                       "checkpoint's weights hold some, or its forward overflows")
+
+
+def walk(model: Transformer, sequences: Sequence[np.ndarray], layers: Collection[int],
+         visit: Visit, *, batch_tokens: int | None = None,
+         progress: Callable[[int], None] | None = None,
+         final: Callable[[np.ndarray], None] | None = None) -> None:
+    """Run the sequences through layers 0..max(layers), layer-major, and call ``visit(i,
+    block, ffn_input)`` for every selected layer and batch (batches in text order; the
+    ffn_input rows are the batch's tokens in order). Layers past max(layers) are not computed.
+
+    The hidden states of all tokens live in a temporary spill file between layers, read and
+    written with pread/pwrite through one batch buffer: memory holds one layer's weights and
+    one batch. ``progress(done)`` counts tokens through layers (of tokens x (max(layers) + 1)).
+    With ``final``, every layer is computed and ``final(model.final(h))`` is called for each
+    batch of the last layer's output."""
+    chosen = set(layers)
+    for i in chosen:
+        model._check_layer(i)
+    if not chosen and final is None:
+        return
+    last = model.n_layers - 1 if final is not None else max(chosen)
+    seqs = [_checked_ids(model, n + 1, np.asarray(s)) for n, s in enumerate(sequences)]
+    lengths = [s.size for s in seqs]
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    batches = _batches_of(lengths, batch_tokens)
+    d, item = model.d_model, model.dtype.itemsize
+    rows = max(int(starts[b] - starts[a]) for a, b in batches) if batches else 0
+    buffer = np.empty((rows, d), dtype=model.dtype)
+    done = 0
+    with _spill(int(starts[-1]) * d * item) as fd:
+        for a, b in batches:
+            ids = np.concatenate(seqs[a:b]).astype(np.int64, copy=False)
+            positions = np.concatenate([np.arange(n) for n in lengths[a:b]])
+            _pwrite(fd, model.embed(ids, positions), int(starts[a]) * d * item)
+        for i in range(last + 1):
+            block = model.layer(i)
+            for a, b in batches:
+                offset = int(starts[a]) * d * item
+                h = buffer[:int(starts[b] - starts[a])]
+                _pread(fd, h, offset)
+                bounds = [(int(starts[j] - starts[a]), int(starts[j + 1] - starts[a]))
+                          for j in range(a, b)]
+                ffn_input, out = block(h, bounds)
+                if i in chosen:
+                    _check_finite(model, f"layer {i}'s FFN input", ffn_input, bounds, a)
+                    visit(i, block, ffn_input)
+                if i < last:
+                    _pwrite(fd, out, offset)
+                elif final is not None:
+                    state = model.final(out)
+                    _check_finite(model, "the final hidden state", state, bounds, a)
+                    final(state)
+                done += h.shape[0]
+                if progress is not None:
+                    progress(done)
+            del block
+
+
+def hidden_states(model: Transformer, sequences: Sequence[np.ndarray],
+                  layers: Collection[int], *, batch_tokens: int | None = None
+                  ) -> tuple[dict[int, np.ndarray], np.ndarray]:
+    """Every selected layer's FFN input and the final hidden state (after the final norm),
+    all tokens of all sequences in order: small inputs, in memory (tests, notebooks)."""
+    found: dict[int, list[np.ndarray]] = {i: [] for i in layers}
+    finals: list[np.ndarray] = []
+    walk(model, sequences, layers, lambda i, block, x: found[i].append(x),
+         batch_tokens=batch_tokens, final=finals.append)
+    return ({i: np.concatenate(parts) for i, parts in found.items()}, np.concatenate(finals))

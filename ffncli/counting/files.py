@@ -1,0 +1,186 @@
+"""TODO: counting.files (from checkpoint, quantised, gguf)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ffncli.formats.safetensors import FLOAT_DTYPES, Header, TensorInfo
+
+if TYPE_CHECKING:
+
+    pass
+from ffncli.formats.gguf import INTEGER_TYPES, GgufHeader, GgufTensor
+from ffncli.formats.quantised import quantised_linears, recognise
+from ffncli.formats.safetensors import INT_DTYPES
+
+GROUPS = ("embeddings", "attention", "ffn", "norms", "head", "pooler", "other")
+
+
+# Leaves of tensors that are saved but are not parameters: causal masks, rotary tables,
+# DeepSeek-V3's router score bias (a buffer updated outside training), Gemma's embedding scale.
+_BUFFER_LEAVES = ("position_ids", "inv_freq", "original_inv_freq", "masked_bias",
+                  "e_score_correction_bias", "embed_positions", "embed_scale")
+
+# First name segments of the task heads that masked-LM, causal-LM and pre-training classes add
+# to a base model (BertForMaskedLM's cls.predictions, DistilBertForMaskedLM's vocab_*, ELECTRA's
+# generator and discriminator heads, RoBERTa's lm_head).
+_HEAD_SEGMENTS = ("lm_head", "embed_out", "cls", "vocab_transform", "vocab_layer_norm",
+                  "vocab_projector", "generator_predictions", "generator_lm_head",
+                  "discriminator_predictions")
+
+
+def is_buffer(info: TensorInfo) -> bool:
+    """Integer tensors and known non-trainable buffers (causal masks, rotary frequencies)."""
+    if info.dtype in INT_DTYPES:
+        return True
+    leaf = info.name.rsplit(".", 1)[-1]
+    if leaf in _BUFFER_LEAVES:
+        return True
+    return info.name.endswith("attn.bias") and len(info.shape) == 4  # GPT-2's causal mask
+
+
+def group_of(name: str) -> str:
+    """embeddings / attention / ffn / norms / head / pooler / other, from a tensor's name."""
+    n = name.lower()
+    segments = n.split(".")
+    if segments[0] in _HEAD_SEGMENTS or "lm_head" in segments:
+        return "head"  # before norms: cls.predictions.transform.LayerNorm is the head's
+    if "norm" in n or "ln_" in n:
+        return "norms"
+    if "pooler" in n:
+        return "pooler"
+    if any(k in n for k in ("embed", "wte.", "wpe.", "shared.", "token_type", "project_in",
+                            "project_out")):
+        return "embeddings"
+    if any(k in n for k in ("attn", "attention", "relative_attention_bias")):
+        return "attention"
+    if any(k in n for k in ("mlp", "intermediate", "output.dense", "ffn", "fc1", "fc2",
+                            "densereludense", "block_sparse_moe", "feed_forward", "experts")):
+        return "ffn"
+    return "other"
+
+
+@dataclass(frozen=True)
+class FileCount:
+    groups: dict[str, int]  # parameters per group
+    buffers: tuple[TensorInfo, ...]
+    unplaced: tuple[str, ...]  # parameter tensors in "other"
+
+    @property
+    def total(self) -> int:
+        return sum(self.groups.values())
+
+
+def count_file(header: Header) -> FileCount:
+    if recognise(header):  # GPTQ, AWQ, bitsandbytes: logical parameters, stored bytes
+        return count_quantised(header)
+    groups = dict.fromkeys(GROUPS, 0)
+    buffers: list[TensorInfo] = []
+    unplaced: list[str] = []
+    for info in header.tensors.values():
+        if is_buffer(info):
+            buffers.append(info)
+            continue
+        group = group_of(info.name)
+        groups[group] += info.numel
+        if group == "other":
+            unplaced.append(info.name)
+    return FileCount(groups, tuple(buffers), tuple(unplaced))
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Parameters kept in one storage format, and the bytes they take (with the scales, zero
+    points and maps of a quantised format)."""
+
+    kind: str  # a dtype (F16), a GGML type (Q4_1), or a scheme (GPTQ 4-bit)
+    params: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class QuantisedCount(FileCount):
+    """A file count of quantised (or GGUF) weights: logical parameters by group, and what
+    stores them."""
+
+    scheme: str = ""
+    stored: tuple[Stored, ...] = ()
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(s.bytes for s in self.stored)
+
+
+def _nbytes(info: TensorInfo) -> int:
+    return info.end - info.start
+
+
+def count_quantised(header: Header) -> QuantisedCount:
+    """Logical parameters: each quantised linear as ``in x out``, in the group of its name;
+    every other tensor as the plain header count has it."""
+    linears = quantised_linears(header)
+    packed = {info.name for lin in linears for info in lin.parts}
+    rest = count_file(Header(header.path, {n: i for n, i in header.tensors.items()
+                                            if n not in packed}))
+    groups = dict(rest.groups)
+    stored: dict[str, list[int]] = {}
+    for lin in linears:
+        groups[group_of(lin.name)] += lin.params
+        entry = stored.setdefault(lin.scheme, [0, 0])
+        entry[0] += lin.params
+        entry[1] += sum(_nbytes(p) for p in lin.parts)
+    for info in header.tensors.values():
+        if info.name not in packed and not is_buffer(info) and info.dtype in FLOAT_DTYPES:
+            entry = stored.setdefault(info.dtype, [0, 0])
+            entry[0] += info.numel
+            entry[1] += _nbytes(info)
+    schemes = sorted({lin.scheme for lin in linears})
+    return QuantisedCount(groups, rest.buffers, rest.unplaced, scheme=", ".join(schemes),
+                          stored=tuple(Stored(k, p, b) for k, (p, b) in stored.items()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting: the tensors by group, and the bytes each GGML type stores.
+
+
+def gguf_group_of(name: str) -> str:
+    """llama.cpp's tensor names: token_embd, blk.N.attn_q, blk.N.ffn_up, *_norm, output."""
+    stem = name.removesuffix(".weight").removesuffix(".bias")
+    leaf = stem.rsplit(".", 1)[-1]
+    if "norm" in leaf:
+        return "norms"
+    if leaf in ("token_embd", "pos_embd", "token_types"):
+        return "embeddings"
+    if leaf == "output":
+        return "head"
+    if leaf.startswith("attn"):
+        return "attention"
+    if leaf.startswith("ffn"):
+        return "ffn"
+    return "other"
+
+
+def gguf_is_buffer(tensor: GgufTensor) -> bool:
+    """Integer tensors and rotary tables (``rope_freqs``) are not parameters."""
+    return tensor.type_name in INTEGER_TYPES or tensor.name.startswith("rope_")
+
+
+def count_gguf(header: GgufHeader) -> QuantisedCount:
+    groups = dict.fromkeys(GROUPS, 0)
+    buffers: list[TensorInfo] = []
+    unplaced: list[str] = []
+    stored: dict[str, list[int]] = {}
+    for t in header.tensors.values():
+        if gguf_is_buffer(t):
+            buffers.append(TensorInfo(t.name, t.type_name, t.shape, t.start, t.start + t.nbytes))
+            continue
+        group = gguf_group_of(t.name)
+        groups[group] += t.numel
+        if group == "other":
+            unplaced.append(t.name)
+        entry = stored.setdefault(t.type_name, [0, 0])
+        entry[0] += t.numel
+        entry[1] += t.nbytes
+    return QuantisedCount(groups, tuple(buffers), tuple(unplaced), scheme="GGUF",
+                          stored=tuple(Stored(k, p, b) for k, (p, b) in stored.items()))

@@ -1,0 +1,436 @@
+"""TODO: counting.model (from counting)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ffncli.specs.spec import AttentionSpec, EmbeddingsSpec, FfnSpec, ModelSpec, NormSpec
+
+BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
+BITS_PER_PARAM = {"float32": 32, "bfloat16": 16, "int8": 8, "int4": 4}
+# A KV cache element: 16-bit floats, or one byte for fp8 (e4m3/e5m2) and int8 caches.
+KV_BYTES = {"float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a breakdown: a named weight, its shape and its parameter count."""
+
+    name: str
+    shape: str
+    params: int
+
+
+def linear(n_in: int, n_out: int, bias: bool) -> int:
+    """x W + b with W of shape (n_in, n_out)."""
+    return n_in * n_out + (n_out if bias else 0)
+
+
+def expert_params(d_model: int, ffn: FfnSpec) -> int:
+    """One FFN: W1, W2 (and V when gated), with their biases."""
+    up = linear(d_model, ffn.d_ff, ffn.bias)
+    down = linear(ffn.d_ff, d_model, ffn.bias)
+    return (2 * up if ffn.gated else up) + down
+
+
+def router_params(d_model: int, ffn: FfnSpec) -> int:
+    return linear(d_model, ffn.experts, ffn.router_bias) if ffn.is_moe else 0
+
+
+def shared_expert_params(d_model: int, ffn: FfnSpec) -> int:
+    """The shared expert every token goes through (an FFN of width shared_d_ff, gated as the
+    routed experts are), and its gate, a d_model -> 1 projection without bias (Qwen2-MoE)."""
+    if not ffn.shared_d_ff:
+        return 0
+    shared = expert_params(d_model, FfnSpec(d_ff=ffn.shared_d_ff, gated=ffn.gated,
+                                            bias=ffn.bias))
+    return shared + (d_model if ffn.shared_gate else 0)
+
+
+def ffn_params(d_model: int, ffn: FfnSpec) -> int:
+    return (ffn.experts * expert_params(d_model, ffn) + router_params(d_model, ffn)
+            + shared_expert_params(d_model, ffn))
+
+
+def ffn_active_params(d_model: int, ffn: FfnSpec) -> int:
+    """What one token uses: its top-k experts, the router and any shared expert."""
+    return (ffn.top_k * expert_params(d_model, ffn) + router_params(d_model, ffn)
+            + shared_expert_params(d_model, ffn))
+
+
+def attention_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
+    """(width of Q and of the output projection's input, width of K and of V)."""
+    head_dim = att.head_dim or d_model // att.heads
+    return att.heads * head_dim, (att.kv_heads or att.heads) * head_dim
+
+
+def latent_attention_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[str, int, int,
+                                                                                bool], ...]:
+    """Multi-head latent attention (DeepSeek-V2/V3) as (name, n_in, n_out, bias) projections:
+    queries straight from x or through a q_lora_rank bottleneck; one projection to the KV latent
+    plus a shared rope key; the latent expanded to every head's key (nope part) and value."""
+    h, qk, v = att.heads, att.head_dim or 0, att.v_head_dim or att.head_dim or 0
+    nope, bias = qk - att.rope_head_dim, att.qkv_bias
+    q: tuple[tuple[str, int, int, bool], ...]
+    if att.q_lora_rank:
+        q = (("W_Q_a", d_model, att.q_lora_rank, bias), ("W_Q_b", att.q_lora_rank, h * qk, False))
+    else:
+        q = (("W_Q", d_model, h * qk, False),)
+    return q + (
+        ("W_KV_a", d_model, att.kv_lora_rank + att.rope_head_dim, bias),
+        ("W_KV_b", att.kv_lora_rank, h * (nope + v), False),
+        ("W_O", h * v, d_model, att.out_bias),
+    )
+
+
+def qk_norm_params(d_model: int, att: AttentionSpec) -> int:
+    """Norms on queries and keys, and latent attention's norms on its two latents."""
+    if att.kv_lora_rank:
+        return att.kv_lora_rank + att.q_lora_rank  # RMSNorm weights
+    if att.qk_norm == "none":
+        return 0
+    head_dim = att.head_dim or d_model // att.heads
+    widths = ((head_dim, head_dim) if att.qk_norm == "head"
+              else attention_widths(d_model, att))
+    return sum(widths) * (2 if att.qk_norm_bias else 1)
+
+
+def attention_params(d_model: int, att: AttentionSpec) -> int:
+    """W_Q, W_K, W_V, W_O (K and V are kv_heads * head_dim wide under grouped queries)."""
+    if att.kv_lora_rank:
+        return sum(linear(n_in, n_out, bias)
+                   for _, n_in, n_out, bias in latent_attention_matrices(d_model, att))
+    q_width, kv_width = attention_widths(d_model, att)
+    qkv = linear(d_model, q_width, att.qkv_bias) + 2 * linear(d_model, kv_width, att.qkv_bias)
+    return qkv + linear(q_width, d_model, att.out_bias)
+
+
+def norm_params(d_model: int, norm: NormSpec) -> int:
+    """A gain vector, plus a bias vector for LayerNorm with bias (RMSNorm has none); nothing
+    for a norm without elementwise affine weights."""
+    if not norm.affine:
+        return 0
+    return d_model * (2 if norm.bias and norm.kind == "layernorm" else 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# KV cache: what decoding keeps per token.
+
+
+@dataclass(frozen=True)
+class KvCache:
+    kind: str  # "mha", "gqa", "mqa", "mla" (latent), or "none" (no decoder)
+    layers: int  # decoder layers holding a cache (cross-attention counted as more layers)
+    elements_per_token: int  # cached numbers per token, all layers
+    seq_len: int
+    batch: int
+
+    def bytes_per_token(self) -> dict[str, int]:
+        return {dtype: self.elements_per_token * size for dtype, size in KV_BYTES.items()}
+
+    def bytes(self) -> dict[str, int]:
+        """At seq_len tokens for each of batch sequences."""
+        return {dtype: n * self.seq_len * self.batch for dtype, n in
+                self.bytes_per_token().items()}
+
+
+def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
+    """One token's cache in one layer: K and V of each kv head, or under latent attention the
+    compressed latent and the shared rope key (what deployed DeepSeek-V3 caches; transformers'
+    reference code caches the expanded K and V instead)."""
+    if att.kv_lora_rank:
+        return att.kv_lora_rank + att.rope_head_dim
+    _, kv_width = attention_widths(d_model, att)
+    return 2 * kv_width
+
+
+def kv_cache(spec: ModelSpec, seq_len: int, batch: int = 1) -> KvCache:
+    """The KV cache of decoding seq_len tokens in each of batch sequences. Encoder-only models
+    keep none; an encoder-decoder's decoder also caches cross-attention K and V, counted here
+    for a source as long as seq_len."""
+    att = spec.attention
+    if att is None or spec.layers.decoder == 0:
+        return KvCache("none", 0, 0, seq_len, batch)
+    layers = spec.layers.decoder * (2 if spec.layers.encoder else 1)
+    kv_heads = att.kv_heads or att.heads
+    kind = ("mla" if att.kv_lora_rank else "mha" if kv_heads == att.heads
+            else "mqa" if kv_heads == 1 else "gqa")
+    return KvCache(kind, layers, layers * kv_elements_per_layer(spec.d_model, att), seq_len,
+                   batch)
+
+
+# ---------------------------------------------------------------------------------------------
+# FLOPs per token, 2 per multiply-add.
+
+
+def ffn_flops(d_model: int, ffn: FfnSpec) -> int:
+    """The matrix products one token goes through: top-k experts, the router, a shared expert."""
+    matrices = 3 if ffn.gated else 2
+    per_expert = matrices * d_model * ffn.d_ff
+    router = d_model * ffn.experts if ffn.is_moe else 0
+    shared = matrices * d_model * ffn.shared_d_ff + (d_model if ffn.shared_gate else 0)
+    return 2 * (ffn.top_k * per_expert + router + shared)
+
+
+def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
+    if att.kv_lora_rank:
+        return 2 * sum(n_in * n_out for _, n_in, n_out, _ in
+                       latent_attention_matrices(d_model, att))
+    q_width, kv_width = attention_widths(d_model, att)
+    return 2 * (2 * d_model * q_width + 2 * d_model * kv_width)
+
+
+def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int:
+    """Q K^T and the weighted sum of V, one token against seq_len positions."""
+    if att.kv_lora_rank:
+        v_head_dim = att.v_head_dim or att.head_dim or 0
+        return 2 * seq_len * att.heads * ((att.head_dim or 0) + v_head_dim)
+    q_width, _ = attention_widths(d_model, att)
+    return 2 * 2 * seq_len * q_width
+
+
+# ---------------------------------------------------------------------------------------------
+# The breakdown of a whole model.
+
+
+@dataclass(frozen=True)
+class Flops:
+    ffn: int
+    attention_projections: int
+    attention_scores: int
+
+    @property
+    def total(self) -> int:
+        return self.ffn + self.attention_projections + self.attention_scores
+
+    @property
+    def ffn_share(self) -> float:
+        return self.ffn / self.total if self.total else 1.0
+
+
+@dataclass(frozen=True)
+class LayerCount:
+    kind: str  # "encoder", "decoder", or "ffn" for an FFN-only spec
+    count: int
+    ffn_rows: tuple[Row, ...]
+    attention_rows: tuple[Row, ...]
+    ffn: int
+    ffn_active: int
+    attention: int  # self-attention, plus cross-attention in an encoder-decoder's decoder
+    norm: int
+    flops: Flops
+
+    @property
+    def total(self) -> int:
+        return self.ffn + self.attention + self.norm
+
+    @property
+    def active(self) -> int:
+        return self.ffn_active + self.attention + self.norm
+
+    @property
+    def ffn_share(self) -> float:
+        return self.ffn / self.total
+
+    @property
+    def ffn_active_share(self) -> float:
+        return self.ffn_active / self.active
+
+
+@dataclass(frozen=True)
+class ModelCount:
+    spec: ModelSpec
+    layers: tuple[LayerCount, ...]
+    other_rows: tuple[Row, ...]  # embeddings, relative bias, final norms, head, pooler
+    groups: dict[str, int]  # embeddings / attention / ffn / norms / head / pooler
+    head_flops: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.groups.values())
+
+    @property
+    def active(self) -> int:
+        unused = sum(layer.count * (layer.ffn - layer.ffn_active) for layer in self.layers)
+        return self.total - unused
+
+    @property
+    def flops_ffn(self) -> int:
+        return sum(layer.count * layer.flops.ffn for layer in self.layers)
+
+    @property
+    def flops_total(self) -> int:
+        return sum(layer.count * layer.flops.total for layer in self.layers) + self.head_flops
+
+    @property
+    def flops_ffn_share(self) -> float:
+        return self.flops_ffn / self.flops_total
+
+    def memory_bytes(self) -> dict[str, int]:
+        """Weights alone; a mixture of experts needs all experts in memory, not just top-k."""
+        return {dtype: self.total * size for dtype, size in BYTES_PER_PARAM.items()}
+
+    def weight_bytes(self) -> dict[str, int]:
+        """memory_bytes and int4, two parameters a byte (the scales and zero points of real
+        4-bit formats are not included)."""
+        return {dtype: (self.total * bits + 7) // 8 for dtype, bits in BITS_PER_PARAM.items()}
+
+
+def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
+    f = ffn.d_ff
+    biases = ffn.bias
+    if ffn.gated:
+        rows = [Row("W (gate, activated)", f"{d} x {f}", d * f)]
+        rows += [Row("b", f"{f}", f)] if biases else []
+        rows += [Row("V (up, linear)", f"{d} x {f}", d * f)]
+        rows += [Row("c", f"{f}", f)] if biases else []
+    else:
+        rows = [Row("W1", f"{d} x {f}", d * f)] + ([Row("b1", f"{f}", f)] if biases else [])
+    rows += [Row("W2", f"{f} x {d}", f * d)] + ([Row("b2", f"{d}", d)] if biases else [])
+    if ffn.is_moe:
+        per_expert = expert_params(d, ffn)
+        rows = [Row(f"expert: {r.name}", r.shape, r.params) for r in rows]
+        rows.append(Row(f"x {ffn.experts} experts", f"{ffn.experts} x {per_expert:,}",
+                        ffn.experts * per_expert))
+        rows.append(Row("router", f"{d} x {ffn.experts}", router_params(d, ffn)))
+        if ffn.shared_d_ff:
+            shared = expert_params(d, FfnSpec(d_ff=ffn.shared_d_ff, gated=ffn.gated,
+                                              bias=ffn.bias))
+            rows.append(Row("shared expert (every token)", f"d_ff {ffn.shared_d_ff}", shared))
+        if ffn.shared_gate:
+            rows.append(Row("shared expert gate", f"{d} x 1", d))
+    return tuple(rows)
+
+
+def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    if att.kv_lora_rank:
+        return tuple(Row(f"{prefix}{name}", f"{n_in} x {n_out}", linear(n_in, n_out, bias))
+                     for name, n_in, n_out, bias in latent_attention_matrices(d, att))
+    q_width, kv_width = attention_widths(d, att)
+    return (
+        Row(f"{prefix}W_Q", f"{d} x {q_width}", linear(d, q_width, att.qkv_bias)),
+        Row(f"{prefix}W_K", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
+        Row(f"{prefix}W_V", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
+        Row(f"{prefix}W_O", f"{q_width} x {d}", linear(q_width, d, att.out_bias)),
+    )
+
+
+def _layer(spec: ModelSpec, kind: str, count: int, cross: bool,
+           ffn: FfnSpec | None = None) -> LayerCount:
+    d, att, norm = spec.d_model, spec.attention, spec.norm
+    ffn = ffn or spec.ffn
+    attention_rows: tuple[Row, ...] = ()
+    proj_flops = score_flops = 0
+    if att is not None:
+        attention_rows = _attention_rows(d, att, "")
+        proj_flops = attention_projection_flops(d, att)
+        score_flops = attention_score_flops(d, att, spec.seq_len)
+        if cross:
+            attention_rows += _attention_rows(d, att, "cross ")
+            proj_flops *= 2
+            score_flops *= 2
+    norms = (norm.per_layer + (1 if cross else 0)) * norm_params(d, norm) if norm else 0
+    if att is not None:
+        norms += qk_norm_params(d, att) * (2 if cross else 1)
+    return LayerCount(
+        kind=kind,
+        count=count,
+        ffn_rows=_ffn_rows(d, ffn),
+        attention_rows=attention_rows,
+        ffn=ffn_params(d, ffn),
+        ffn_active=ffn_active_params(d, ffn),
+        attention=sum(r.params for r in attention_rows),
+        norm=norms,
+        flops=Flops(ffn_flops(d, ffn), proj_flops, score_flops),
+    )
+
+
+def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
+    emb, d = spec.embeddings, spec.d_model
+    if emb is None:
+        return ()
+    dim = emb.dim or d
+    rows = [Row("word embeddings", f"{emb.vocab} x {dim}", emb.vocab * dim)]
+    if emb.factorized:
+        return tuple(rows + _factorized_rows(emb, d))
+    if dim != d:
+        rows += [Row("project in", f"{dim} x {d}", dim * d),
+                 Row("project out", f"{d} x {dim}", d * dim)]
+    if emb.positions:
+        n = emb.positions + emb.position_offset
+        rows.append(Row("position embeddings", f"{n} x {d}", n * d))
+    if emb.token_types:
+        rows.append(Row("token-type embeddings", f"{emb.token_types} x {d}", emb.token_types * d))
+    return tuple(rows)
+
+
+def _factorized_rows(emb: EmbeddingsSpec, d: int) -> list[Row]:
+    """ELECTRA: positions and token types as wide as the word table, then dim -> d_model."""
+    dim = emb.dim or d
+    rows = []
+    if emb.positions:
+        n = emb.positions + emb.position_offset
+        rows.append(Row("position embeddings", f"{n} x {dim}", n * dim))
+    if emb.token_types:
+        rows.append(Row("token-type embeddings", f"{emb.token_types} x {dim}",
+                        emb.token_types * dim))
+    if dim != d:
+        rows.append(Row("project in (with bias)", f"{dim} x {d}", linear(dim, d, True)))
+    return rows
+
+
+def count(spec: ModelSpec) -> ModelCount:
+    """Every parameter of the spec, by layer kind and by group."""
+    layers: list[LayerCount] = []
+    stacks = 0
+    if spec.ffn_only:
+        layers.append(_layer(spec, "ffn", 1, cross=False))
+    else:
+        if spec.layers.encoder:
+            layers.append(_layer(spec, "encoder", spec.layers.encoder, cross=False))
+            stacks += 1
+        if spec.layers.decoder:
+            cross = spec.layers.encoder > 0
+            dense = spec.layers.dense
+            if dense and spec.dense_ffn is not None:
+                layers.append(_layer(spec, "dense decoder", dense, cross=cross,
+                                     ffn=spec.dense_ffn))
+            if spec.layers.decoder > dense:
+                layers.append(_layer(spec, "decoder", spec.layers.decoder - dense, cross=cross))
+            stacks += 1
+    d, emb, norm, att = spec.d_model, spec.embeddings, spec.norm, spec.attention
+    groups = {
+        "embeddings": 0,
+        "attention": sum(layer.count * layer.attention for layer in layers),
+        "ffn": sum(layer.count * layer.ffn for layer in layers),
+        "norms": sum(layer.count * layer.norm for layer in layers),
+        "head": 0,
+        "pooler": 0,
+    }
+    rows = list(_embedding_rows(spec))
+    groups["embeddings"] = sum(r.params for r in rows)
+    if emb is not None and emb.norm and norm is not None:
+        width = (emb.dim or d) if emb.factorized else d
+        rows.append(Row("embedding norm", f"{width}", norm_params(width, norm)))
+        groups["norms"] += norm_params(width, norm)
+    if att is not None and att.relative_buckets:
+        table = att.relative_buckets * att.heads
+        rows.append(Row("relative position bias", f"{stacks} x {att.relative_buckets} x "
+                        f"{att.heads}", stacks * table))
+        groups["attention"] += stacks * table
+    if norm is not None and norm.final:
+        rows.append(Row("final norm", f"{stacks} x {d}", stacks * norm_params(d, norm)))
+        groups["norms"] += stacks * norm_params(d, norm)
+    head_flops = 0
+    if emb is not None and emb.head != "none":
+        dim = emb.dim or d
+        weight = emb.vocab * dim if emb.head == "untied" else 0
+        bias = emb.vocab if emb.head_bias else 0
+        label = "output head (tied to word embeddings)" if emb.head == "tied" else "output head"
+        rows.append(Row(label, f"{dim} x {emb.vocab}", weight + bias))
+        groups["head"] = weight + bias
+        head_flops = 2 * dim * emb.vocab
+    if spec.pooler:
+        rows.append(Row("pooler", f"{d} x {d}", linear(d, d, True)))
+        groups["pooler"] = linear(d, d, True)
+    return ModelCount(spec, tuple(layers), tuple(rows), groups, head_flops)

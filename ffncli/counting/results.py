@@ -1,0 +1,91 @@
+"""TODO: counting.results (from counting)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ffncli.counting.files import GROUPS, FileCount
+from ffncli.counting.model import KvCache, ModelCount, count
+from ffncli.specs.spec import ModelSpec
+
+# ---------------------------------------------------------------------------------------------
+# A spec against a checkpoint's header, and the built-in presets at a glance.
+
+
+@dataclass(frozen=True)
+class ParamsResult:
+    """``params``: the spec's count and, with ``--weights``, the file's count beside it."""
+
+    count: ModelCount
+    file: FileCount | None = None
+    weights_path: str | None = None
+    kv: KvCache | None = None  # the KV cache at the spec's seq_len and --batch
+
+    @property
+    def mismatches(self) -> dict[str, tuple[int, int]]:
+        """Groups whose spec and file counts differ: {group: (spec, file)}."""
+        if self.file is None:
+            return {}
+        spec_groups = {**dict.fromkeys(GROUPS, 0), **self.count.groups}
+        return {g: (spec_groups[g], self.file.groups[g]) for g in GROUPS
+                if spec_groups[g] != self.file.groups[g] and not self.task_head(g)}
+
+    def task_head(self, group: str) -> bool:
+        """A base model's spec (no output head) against a file saved from a task class
+        (masked-LM, pre-training): the class's head, and the pooler it leaves out, are not
+        the base model's and not a mismatch."""
+        emb = self.count.spec.embeddings
+        if self.file is None or emb is None or emb.head != "none":
+            return False
+        has_head = self.file.groups["head"] > 0
+        return group == "head" or (group == "pooler" and has_head
+                                   and self.file.groups["pooler"] == 0)
+
+    @property
+    def matches(self) -> bool:
+        return not self.mismatches
+
+
+
+@dataclass(frozen=True)
+class FileOnlyResult:
+    """A checkpoint counted from its header alone: no config reader checked it."""
+
+    file: FileCount
+    weights_path: str
+    reason: str  # why no spec: the config's model_type is unsupported, or none was given
+
+    @property
+    def matches(self) -> bool:
+        return True  # nothing to compare the file with: not a mismatch
+
+
+@dataclass(frozen=True)
+class PresetSummary:
+    """One built-in preset in one line (the fields of ``presets --json``)."""
+
+    name: str
+    family: str
+    d_model: int
+    d_ff: int
+    activation: str
+    layers: int  # encoder + decoder layers; 0 for an FFN-only spec
+    total_params: int
+    active_params: int
+    description: str
+
+
+def summarize(spec: ModelSpec) -> PresetSummary:
+    c = count(spec)
+    return PresetSummary(
+        name=spec.name, family=spec.family, d_model=spec.d_model, d_ff=spec.ffn.d_ff,
+        activation=spec.ffn.label,
+        layers=spec.layers.encoder + spec.layers.decoder if not spec.ffn_only else 0,
+        total_params=c.total, active_params=c.active, description=spec.description)
+
+
+def presets_summary() -> tuple[PresetSummary, ...]:
+    """Every built-in preset, counted."""
+    from ffncli.specs.spec import load_preset, preset_names
+
+    return tuple(summarize(load_preset(name)) for name in preset_names())

@@ -1,0 +1,391 @@
+"""TODO: formats.gguf (from gguf)."""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ffncli.base.files import open_file
+from ffncli.base.validate import brief
+from ffncli.errors import WeightsError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+
+MAGIC = b"GGUF"
+VERSIONS = (2, 3)  # version 1 (2023) had 32-bit lengths; llama.cpp reads 2 and 3
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_NESTING = 8  # arrays of arrays in the metadata
+FIRST_READ = 1 << 22  # bytes read for the header, 8 times more until it fits (SmolLM2's: 2 MB)
+
+# GGML tensor types: id -> (name, elements per block, bytes per block), as gguf.constants'
+# GGMLQuantizationType and GGML_QUANT_SIZES (a test keeps the two the same). Held here so that
+# counting never imports the gguf package, which imports NumPy.
+GGML_TYPES: dict[int, tuple[str, int, int]] = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
+    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17), 40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18),
+}
+INTEGER_TYPES = ("I8", "I16", "I32", "I64")
+# What run dequantises to float32 (gguf.quants.dequantize; F64 is cast).
+DEQUANTISED = ("F32", "F16", "BF16", "F64", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K",
+               "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S",
+               "IQ1_S", "IQ1_M", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4")
+
+# Metadata value types: id -> (struct format, size) for scalars; 8 string, 9 array.
+_SCALARS = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: ("i", 4),
+            6: ("f", 4), 7: ("?", 1), 10: ("Q", 8), 11: ("q", 8), 12: ("d", 8)}
+_STRING, _ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class GgufArray:
+    """A metadata array, by its length only (the tokenizer's tokens are not kept)."""
+
+    item_type: int
+    length: int
+
+
+@dataclass(frozen=True)
+class GgufTensor:
+    name: str
+    type_name: str
+    dims: tuple[int, ...]  # GGUF's order: the innermost (contiguous) dimension first
+    start: int  # absolute byte offset in the file
+    nbytes: int
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """NumPy's (row-major) shape: the dimensions outermost first."""
+        return self.dims[::-1]
+
+
+@dataclass(frozen=True)
+class GgufHeader:
+    path: Path
+    version: int
+    little_endian: bool
+    metadata: dict[str, Any]  # int, float, bool, str, or GgufArray
+    tensors: dict[str, GgufTensor]
+
+    @property
+    def architecture(self) -> str:
+        value = self.metadata.get("general.architecture")
+        if value is None:
+            raise WeightsError(f"{self.path}: missing metadata key 'general.architecture'")
+        if not isinstance(value, str) or not value:
+            raise WeightsError(f"{self.path}: metadata key 'general.architecture': expected a "
+                               f"name such as 'llama', got {brief(value)}")
+        return value
+
+
+# ---------------------------------------------------------------------------------------------
+# The header, walked and checked before anything is trusted.
+
+
+class _NeedMore(Exception):
+    """The walk went past the bytes read so far, not past the file: read more and walk again."""
+
+
+class _Walker:
+    """A cursor over the first bytes of the file that refuses to step past them: past the
+    end of the file it is an error, past what was read it asks for more."""
+
+    def __init__(self, path: Path, buf: bytes, size: int, order: str) -> None:
+        self.path, self.buf, self.size, self.order, self.pos = path, buf, size, order, 0
+        self.limit = len(buf)
+
+    def take(self, n: int, what: str) -> int:
+        if n > self.limit - self.pos:
+            if self.limit < self.size:
+                raise _NeedMore
+            raise WeightsError(f"{self.path}: the GGUF header is cut short ({what} runs past "
+                               f"the end of the file, {self.size:,} bytes)")
+        start = self.pos
+        self.pos += n
+        return start
+
+    def scalar(self, fmt: str, size: int, what: str) -> Any:
+        return struct.unpack_from(self.order + fmt, self.buf, self.take(size, what))[0]
+
+    def skip_strings(self, count: int, what: str) -> None:
+        """Step over ``count`` strings (a tokenizer's 100,000 tokens): the hot loop of the
+        walk, so written with locals."""
+        unpack, buf, pos, last = struct.Struct(self.order + "Q").unpack_from, self.buf, \
+            self.pos, self.limit - 8
+        for _ in range(count):
+            if pos > last:
+                break
+            pos += 8 + unpack(buf, pos)[0]
+        else:
+            if pos <= self.limit:
+                self.pos = pos
+                return
+        self.pos = min(pos, self.limit)
+        self.take(8, what)  # past the end: the error, or more to read
+
+    def raw_string(self, what: str) -> bytes:
+        n = self.scalar("Q", 8, what)
+        start = self.take(n, what)
+        return bytes(self.buf[start:start + n])
+
+    def text(self, what: str) -> str:
+        raw = self.raw_string(what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise WeightsError(f"{self.path}: {what} is not UTF-8 text: "
+                               f"{brief(raw)}") from None
+
+    def value(self, kind: int, key: str, depth: int = 0) -> Any:
+        what = f"metadata key '{key}'"
+        if kind in _SCALARS:
+            return self.scalar(*_SCALARS[kind], what)
+        if kind == _STRING:
+            return self.raw_string(what).decode("utf-8", "replace")
+        if kind != _ARRAY:
+            raise WeightsError(f"{self.path}: {what}: unknown value type {kind}; expected 0-12")
+        if depth >= MAX_NESTING:
+            raise WeightsError(f"{self.path}: {what}: arrays nested deeper than {MAX_NESTING}")
+        item = self.scalar("I", 4, what)
+        length = self.scalar("Q", 8, what)
+        if item in _SCALARS:
+            self.take(length * _SCALARS[item][1], what)
+        elif item == _STRING:
+            if length * 8 > self.limit - self.pos:  # each string has at least its length
+                self.take(length * 8, what)
+            self.skip_strings(length, what)
+        else:
+            if item != _ARRAY:
+                raise WeightsError(f"{self.path}: {what}: unknown array item type {item}; "
+                                   "expected 0-12")
+            if length * 12 > self.limit - self.pos:  # each array has at least type and length
+                self.take(length * 12, what)
+            for _ in range(length):
+                self.value(item, key, depth + 1)
+        return GgufArray(item, length)
+
+
+def read_header(path: Path) -> GgufHeader:
+    """The metadata and tensor infos, checked: magic, version, every length against the file,
+    known GGML types, tensor data inside the file and not overlapping. No tensor data is read."""
+    with open_file(path, "weights file", WeightsError) as f:
+        size = f.seek(0, 2)
+        if size < 24:
+            f.seek(0)
+            head = f.read(4)
+            if head != MAGIC:
+                raise WeightsError(f"{path}: not a GGUF file (expected the magic bytes "
+                                   f"b'GGUF', got {brief(head)})")
+            raise WeightsError(f"{path}: the GGUF header is cut short ({size} bytes)")
+        chunk = FIRST_READ
+        while True:
+            f.seek(0)
+            buf = f.read(min(size, chunk))
+            try:
+                return _walk(path, buf, size if len(buf) == min(size, chunk) else len(buf))
+            except _NeedMore:
+                chunk *= 8
+
+
+def _walk(path: Path, buf: bytes, size: int) -> GgufHeader:
+    if buf[:4] != MAGIC:
+        raise WeightsError(f"{path}: not a GGUF file (expected the magic bytes b'GGUF', got "
+                           f"{brief(bytes(buf[:4]))})")
+    (version,) = struct.unpack_from("<I", buf, 4)
+    little = bool(version & 0xFFFF)  # a file of the other byte order reads as 2 << 24 or so
+    order = "<" if little else ">"
+    version = struct.unpack_from(order + "I", buf, 4)[0]
+    if version not in VERSIONS:
+        raise WeightsError(f"{path}: GGUF version {version}: expected "
+                           f"{' or '.join(map(str, VERSIONS))}")
+    w = _Walker(path, buf, size, order)
+    w.pos = 8
+    n_tensors = w.scalar("Q", 8, "the tensor count")
+    n_keys = w.scalar("Q", 8, "the metadata count")
+    metadata: dict[str, Any] = {}
+    for i in range(n_keys):
+        key = w.text(f"metadata key {i}")
+        if key in metadata:
+            raise WeightsError(f"{path}: metadata key {brief(key)} appears twice")
+        metadata[key] = w.value(w.scalar("I", 4, f"metadata key '{key}'"), key)
+    infos = [_tensor_info(w) for _ in range(n_tensors)]
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if (isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1
+            or alignment & (alignment - 1)):
+        raise WeightsError(f"{path}: metadata key 'general.alignment': expected a power of "
+                           f"two, got {brief(alignment)}")
+    data_start = -(-w.pos // alignment) * alignment
+    tensors: dict[str, GgufTensor] = {}
+    for name, dims, type_id, offset in infos:
+        tensors[name] = _tensor(path, name, dims, type_id, data_start + offset, size)
+    ranges = sorted((t for t in tensors.values() if t.nbytes), key=lambda t: t.start)
+    for a, b in pairwise(ranges):
+        if b.start < a.start + a.nbytes:
+            raise WeightsError(f"{path}: tensors '{a.name}' and '{b.name}' overlap")
+    return GgufHeader(path, version, little, metadata, tensors)
+
+
+def _tensor_info(w: _Walker) -> tuple[str, tuple[int, ...], int, int]:
+    name = w.text("a tensor name")
+    n_dims = w.scalar("I", 4, f"tensor '{name}'")
+    if n_dims > MAX_DIMS:
+        raise WeightsError(f"{w.path}: tensor '{name}': expected at most {MAX_DIMS} "
+                           f"dimensions, got {n_dims}")
+    dims = tuple(w.scalar("Q", 8, f"tensor '{name}'") for _ in range(n_dims))
+    type_id = w.scalar("I", 4, f"tensor '{name}'")
+    offset = w.scalar("Q", 8, f"tensor '{name}'")
+    return name, dims, type_id, offset
+
+
+def _tensor(path: Path, name: str, dims: tuple[int, ...], type_id: int, start: int,
+            size: int) -> GgufTensor:
+    where = f"{path}: tensor '{name}'"
+    if type_id not in GGML_TYPES:
+        raise WeightsError(f"{where}: unknown GGML type {type_id}; known: "
+                           f"{', '.join(t[0] for t in GGML_TYPES.values())}")
+    type_name, block, block_bytes = GGML_TYPES[type_id]
+    if any(d >= 2**62 for d in dims) or math.prod(dims) >= 2**62:
+        raise WeightsError(f"{where}: dimensions {list(dims)} are too large")
+    if dims and dims[0] % block:
+        raise WeightsError(f"{where}: its rows of {dims[0]:,} are not whole {type_name} "
+                           f"blocks of {block}")
+    nbytes = math.prod(dims) // block * block_bytes
+    if start + nbytes > size:
+        raise WeightsError(f"{where}: its data (bytes {start:,} to {start + nbytes:,}) runs "
+                           f"past the end of the file ({size:,} bytes): the file is truncated")
+    return GgufTensor(name, type_name, dims, start, nbytes)
+
+
+# ---------------------------------------------------------------------------------------------
+# One layer's FFN, dequantised to float32 by the gguf package.
+
+
+def _gguf_quants() -> Any:
+    import importlib
+
+    try:  # by name: this module is ffncli.gguf, the package is gguf
+        return importlib.import_module("gguf.quants")
+    except ImportError:
+        raise WeightsError("running a .gguf file needs the gguf package: pip install "
+                           "'ffncli[gguf]'") from None
+
+
+def dequantised(header: GgufHeader, tensor: GgufTensor,
+                rows: np.ndarray | None = None) -> np.ndarray:
+    """The tensor as float32 in NumPy's shape (``dims`` reversed: a GGUF matrix of dims
+    [n_in, n_out] is an [n_out, n_in] array, as PyTorch's nn.Linear keeps it). With ``rows``
+    (indices into the outermost dimension, each in range: an embedding table's rows for a
+    batch of token ids), only those rows are read and dequantised, in that order."""
+    import numpy as np
+
+    where = f"{header.path}: tensor '{tensor.name}'"
+    if tensor.type_name not in DEQUANTISED:
+        raise WeightsError(f"{where} is {tensor.type_name}, which cannot be dequantised; "
+                           f"these can: {', '.join(DEQUANTISED)}")
+    if not header.little_endian:
+        raise WeightsError(f"{header.path}: a big-endian GGUF file is counted, not run")
+    quants = _gguf_quants()
+    shape = tensor.shape if rows is None else (len(rows), *tensor.shape[1:])
+    row_bytes = tensor.nbytes // tensor.shape[0] if rows is not None and tensor.numel else 0
+    spans = [(tensor.start, tensor.nbytes)] if rows is None else \
+        [(tensor.start + int(r) * row_bytes, row_bytes) for r in rows]
+    with open_file(header.path, "weights file", WeightsError) as f:
+        parts = []
+        for start, want in spans:
+            f.seek(start)
+            parts.append(f.read(want))
+    data = b"".join(parts)
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if raw.size != sum(n for _, n in spans):
+        raise WeightsError(f"{where}: its data runs past the end of the file (it was cut "
+                           "short after its header was read)")
+    if math.prod(shape) == 0:  # nothing to dequantise (and no rows to reshape into)
+        return np.zeros(shape, dtype=np.float32)
+    if tensor.type_name == "F64":
+        return raw.view("<f8").astype(np.float32).reshape(shape)
+    _, block, block_bytes = next(t for t in GGML_TYPES.values() if t[0] == tensor.type_name)
+    inner = tensor.dims[0] if tensor.dims else 1
+    blocks = raw.reshape(-1, inner // block * block_bytes)  # (rows, bytes per row)
+    failures = (ValueError, KeyError, NotImplementedError, getattr(quants, "QuantError",
+                                                                    ValueError))
+    try:  # an older gguf package may not know a newer type
+        values = quants.dequantize(blocks, quants.GGMLQuantizationType[tensor.type_name])
+    except failures as exc:
+        raise WeightsError(f"{where}: the installed gguf package cannot dequantise "
+                           f"{tensor.type_name} ({exc})") from None
+    return np.asarray(values, dtype=np.float32).reshape(shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# The values of metadata arrays (a tokenizer's tokens and merges), read on demand.
+
+
+def metadata_arrays(path: Path, keys: tuple[str, ...]) -> dict[str, list[Any]]:
+    """The values of the metadata arrays named ``keys`` that the file has (strings as ``str``,
+    numbers as ``int``/``float``/``bool``); keys it lacks, or holding no array, are left out.
+
+    :func:`read_header` skips over arrays (counting needs their lengths only, and decoding
+    SmolLM2's 49,152 tokens and 48,900 merges costs more than the rest of the header): this
+    walks the header a second time, after it has been checked whole, and decodes only these."""
+    header = read_header(path)  # every length checked against the file first
+    wanted = {k for k in keys if isinstance(header.metadata.get(k), GgufArray)}
+    if not wanted:
+        return {}
+    order = "<" if header.little_endian else ">"
+    with open_file(path, "weights file", WeightsError) as f:
+        size = f.seek(0, 2)
+        chunk = FIRST_READ
+        while True:
+            f.seek(0)
+            buf = f.read(min(size, chunk))
+            try:
+                return _array_values(_Walker(path, buf, len(buf) if len(buf) < min(size, chunk)
+                                             else size, order), wanted)
+            except _NeedMore:
+                chunk *= 8
+
+
+def _array_values(w: _Walker, wanted: set[str]) -> dict[str, list[Any]]:
+    w.pos = 16  # past the magic, the version and the tensor count
+    n_keys = w.scalar("Q", 8, "the metadata count")
+    found: dict[str, list[Any]] = {}
+    for i in range(n_keys):
+        key = w.text(f"metadata key {i}")
+        kind = w.scalar("I", 4, f"metadata key '{key}'")
+        if key not in wanted or kind != _ARRAY:
+            w.value(kind, key)
+            continue
+        what = f"metadata key '{key}'"
+        item = w.scalar("I", 4, what)
+        length = w.scalar("Q", 8, what)
+        if item in _SCALARS:
+            fmt, itemsize = _SCALARS[item]
+            start = w.take(length * itemsize, what)
+            found[key] = list(struct.unpack_from(f"{w.order}{length}{fmt}", w.buf, start))
+        elif item == _STRING:
+            found[key] = [w.text(f"{what}, item {j}") for j in range(length)]
+        else:
+            raise WeightsError(f"{w.path}: {what}: expected an array of strings or numbers, "
+                               "got an array of arrays")
+        if len(found) == len(wanted):
+            break
+    return found

@@ -1,0 +1,101 @@
+"""TODO: formats.hub (from hub)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from ffncli.base.files import reading
+from ffncli.base.textformats import read_text
+from ffncli.errors import WeightsError
+
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+_REVISION = re.compile(r"[A-Za-z0-9._-]+(?:/[A-Za-z0-9._-]+)*")
+_SHOWN = 20  # cached models named in an error, at most
+
+
+def cache_dir() -> Path:
+    """Where the Hugging Face cache is: ``HF_HUB_CACHE``, else ``HF_HOME/hub``, else
+    ``~/.cache/huggingface/hub`` (as ``huggingface_hub`` decides)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path("~/.cache/huggingface/hub").expanduser()
+
+
+def cached_models(cache: Path) -> list[str]:
+    """The model ids the cache holds (``ORG/NAME``), sorted."""
+    with reading(cache, "Hugging Face cache", WeightsError):
+        folders = [p.name for p in cache.iterdir()] if cache.is_dir() else []
+    return sorted("/".join(name.split("--")[1:]) for name in folders
+                  if name.startswith("models--"))
+
+
+def snapshot(model: str) -> Path:
+    """The snapshot folder of ``ORG/NAME[@REVISION]`` in the cache: the commit that
+    ``refs/REVISION`` (default ``main``) names, or REVISION itself when it is a commit hash."""
+    repo_id, _, revision = model.partition("@")
+    if not _REPO_ID.fullmatch(repo_id) or (revision == "" and "@" in model):
+        raise WeightsError(f"option --model: expected ORG/NAME or ORG/NAME@REVISION, got "
+                           f"'{model}'")
+    revision = revision or "main"
+    if not _REVISION.fullmatch(revision) or ".." in revision.split("/"):
+        raise WeightsError(f"option --model: revision '{revision}' is not a branch, tag or "
+                           "commit name")
+    cache = cache_dir()
+    folder = cache / f"models--{repo_id.replace('/', '--')}"
+    with reading(folder, "Hugging Face cache folder", WeightsError):
+        cached = folder.is_dir()
+    if not cached:
+        raise WeightsError(f"{repo_id} is not in the Hugging Face cache at {cache} (ffncli "
+                           f"never downloads); {_listing(cache)}")
+    snapshots = folder / "snapshots"
+    with reading(snapshots, "snapshots folder", WeightsError):
+        commits = sorted(p.name for p in snapshots.iterdir()) if snapshots.is_dir() else []
+    if not commits:
+        raise WeightsError(f"{folder}: no snapshots in it (an interrupted download?)")
+    commit = _commit(repo_id, folder, revision, commits)
+    if commit not in commits:
+        named = "" if commit == revision else f" (commit {commit})"
+        raise WeightsError(f"{repo_id}: revision '{revision}'{named} is not in the cache; "
+                           f"cached snapshots: {', '.join(commits)}")
+    return snapshots / commit
+
+
+def _commit(repo_id: str, folder: Path, revision: str, commits: list[str]) -> str:
+    """The commit a revision means: the hash in ``refs/<revision>``, else the revision itself
+    when it is a commit hash, or the start of one (7 digits or more) that one snapshot has."""
+    ref = folder / "refs" / revision
+    if ref.is_file():
+        return _read_ref(ref)
+    if _COMMIT.fullmatch(revision):
+        return revision
+    if re.fullmatch(r"[0-9a-f]{7,39}", revision):
+        hits = [c for c in commits if c.startswith(revision)]
+        if len(hits) == 1:
+            return hits[0]
+    refs_dir = folder / "refs"
+    with reading(refs_dir, "refs folder", WeightsError):
+        refs = sorted(str(p.relative_to(refs_dir)) for p in refs_dir.rglob("*")
+                      if p.is_file()) if refs_dir.is_dir() else []
+    raise WeightsError(f"{repo_id}: no revision '{revision}' in the cache (refs: "
+                       f"{', '.join(refs) or 'none'}; snapshots: {', '.join(commits)})")
+
+
+def _read_ref(ref: Path) -> str:
+    """The commit hash a ``refs/`` file holds."""
+    commit = read_text(ref, "cache ref", WeightsError, 1024).strip()
+    if not _COMMIT.fullmatch(commit):
+        raise WeightsError(f"{ref}: expected a 40-digit commit hash, got '{commit[:50]}'")
+    return commit
+
+
+def _listing(cache: Path) -> str:
+    models = cached_models(cache)
+    if not models:
+        return "it holds no models" if cache.is_dir() else "there is no cache there"
+    more = f", and {len(models) - _SHOWN} more" if len(models) > _SHOWN else ""
+    return f"cached models: {', '.join(models[:_SHOWN])}{more}"

@@ -1,0 +1,176 @@
+"""TODO: formats.quantised (from quantised)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ffncli.base.files import open_file
+from ffncli.errors import WeightsError
+from ffncli.formats.safetensors import Header, TensorInfo
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+
+
+@dataclass(frozen=True)
+class _Linear:
+    name: str  # the logical weight, <prefix>.weight
+    scheme: str
+    params: int
+    parts: tuple[TensorInfo, ...]  # the tensors that store it
+    bits: int = 0  # GPTQ and AWQ
+    shape: tuple[int, int] = (0, 0)  # GPTQ and AWQ: (in, out)
+
+
+_MARKERS = (".qweight", ".qzeros", ".SCB", ".absmax", ".quant_map")
+_GPTQ_PARTS = ("qweight", "qzeros", "scales", "g_idx")
+
+
+def recognise(header: Header) -> bool:
+    """Does the file hold GPTQ, AWQ or bitsandbytes tensors?"""
+    return any(name.endswith(_MARKERS) for name in header.tensors)
+
+
+def _packed(header: Header, prefix: str) -> _Linear:
+    """GPTQ or AWQ: the bits from qzeros against scales, the packing axis from qweight."""
+    t = header.tensors
+    where = f"{header.path}: quantised layer '{prefix}'"
+    missing = [p for p in ("qweight", "qzeros", "scales") if f"{prefix}.{p}" not in t]
+    if missing:
+        raise WeightsError(f"{where}: a quantised layout it does not know: no tensor "
+                           f"{' or '.join(missing)} (GPTQ and AWQ store qweight, qzeros and "
+                           "scales)")
+    q, z, s = t[f"{prefix}.qweight"], t[f"{prefix}.qzeros"], t[f"{prefix}.scales"]
+    shapes = f"qweight {list(q.shape)}, qzeros {list(z.shape)}, scales {list(s.shape)}"
+    ok = (q.dtype == "I32" and z.dtype == "I32" and len(q.shape) == len(z.shape) == 2
+          and len(s.shape) == 2 and s.shape[1] > 0 and z.shape[0] == s.shape[0])
+    bits = (z.shape[1] * 32) // s.shape[1] if ok else 0
+    if not ok or bits not in (2, 3, 4, 8) or z.shape[1] * 32 != bits * s.shape[1]:
+        raise WeightsError(f"{where}: a quantised layout it does not know ({shapes}); "
+                           "expected int32 GPTQ qweight [in*bits/32, out] or AWQ qweight "
+                           "[in, out*bits/32], qzeros [groups, out*bits/32], scales "
+                           "[groups, out], bits 2, 3, 4 or 8")
+    out = s.shape[1]
+    if q.shape[1] == out and (q.shape[0] * 32) % bits == 0:
+        scheme, n_in = "GPTQ", q.shape[0] * 32 // bits
+    elif q.shape[1] * 32 == out * bits:
+        scheme, n_in = "AWQ", q.shape[0]
+    else:
+        raise WeightsError(f"{where}: a quantised layout it does not know ({shapes}): "
+                           f"qweight is packed along neither axis for {bits}-bit")
+    parts = tuple(t[f"{prefix}.{p}"] for p in _GPTQ_PARTS if f"{prefix}.{p}" in t)
+    return _Linear(f"{prefix}.weight", f"{scheme} {bits}-bit", n_in * out, parts, bits,
+                   (n_in, out))
+
+
+def _bitsandbytes(header: Header, prefix: str) -> _Linear:
+    """int8 ``weight`` + ``SCB``, or uint8 ``weight`` (two 4-bit values a byte) + ``absmax``."""
+    t = header.tensors
+    name = f"{prefix}.weight"
+    weight = t.get(name)
+    extras = [n for n in t if n.startswith(name + ".") or n in (f"{prefix}.SCB",
+                                                                f"{prefix}.weight_format")]
+    parts = tuple([weight] if weight else []) + tuple(t[n] for n in extras)
+    if weight is not None and weight.dtype == "I8" and f"{prefix}.SCB" in t:
+        return _Linear(name, "bitsandbytes int8", weight.numel, parts)
+    if weight is not None and weight.dtype == "U8" and f"{name}.absmax" in t:
+        kind = "nf4" if any(n.endswith("bitsandbytes__nf4") for n in extras) else \
+            "fp4" if any(n.endswith("bitsandbytes__fp4") for n in extras) else "4-bit"
+        return _Linear(name, f"bitsandbytes {kind}", 2 * weight.numel, parts)
+    got = "no such tensor" if weight is None else f"{weight.dtype} {list(weight.shape)}"
+    raise WeightsError(f"{header.path}: tensor '{name}': a quantised layout it does not know "
+                       f"({got}); bitsandbytes stores an I8 weight beside SCB, or a U8 weight "
+                       "beside weight.absmax")
+
+
+def quantised_linears(header: Header) -> tuple[_Linear, ...]:
+    prefixes: dict[str, str] = {}  # prefix -> "packed" or "bnb"
+    for name in header.tensors:
+        for marker in _MARKERS:
+            if name.endswith(marker):
+                prefix = name[: -len(marker)].removesuffix(".weight")
+                packed = marker in (".qweight", ".qzeros")
+                prefixes.setdefault(prefix, "packed" if packed else "bnb")
+    return tuple(_packed(header, p) if kind == "packed" else _bitsandbytes(header, p)
+                 for p, kind in prefixes.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# Running: GPTQ (2, 4, 8-bit) and AWQ (4-bit) linears dequantised to [in, out] float arrays.
+
+_AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)  # AWQ packs the 8 columns as 0 2 4 6 1 3 5 7
+
+
+def _runnable(lin: _Linear) -> bool:
+    return (lin.scheme.startswith("GPTQ") and lin.bits in (2, 4, 8)) or lin.scheme == "AWQ 4-bit"
+
+
+def _ints(header: Header, info: TensorInfo) -> np.ndarray:
+    """An int32 tensor's bytes, as unsigned 32-bit words in its shape."""
+    import numpy as np
+
+    if info.dtype != "I32":
+        raise WeightsError(f"{header.path}: tensor '{info.name}': expected dtype I32 (GPTQ and "
+                           f"AWQ store packed words and g_idx as int32), got {info.dtype}")
+
+    with open_file(header.path, "weights file", WeightsError) as f:
+        f.seek(info.start)
+        data = f.read(info.end - info.start)
+    if len(data) != info.end - info.start:
+        raise WeightsError(f"{header.path}: tensor '{info.name}': the file ends inside its "
+                           "bytes; was it cut short?")
+    return np.frombuffer(data, dtype="<u4").reshape(info.shape)
+
+
+def _unpack(words: np.ndarray, bits: int, axis: int) -> np.ndarray:
+    """Each 32-bit word as 32 / bits values, lowest bits first, along ``axis`` (0: rows,
+    1: columns)."""
+    import numpy as np
+
+    shifts = np.arange(0, 32, bits, dtype=np.uint32)
+    mask = np.uint32((1 << bits) - 1)
+    if axis == 0:  # (rows, cols) -> (rows, per, cols) -> (rows * per, cols)
+        values = (words[:, None, :] >> shifts[None, :, None]) & mask
+        return values.reshape(-1, words.shape[1])
+    values = (words[:, :, None] >> shifts[None, None, :]) & mask  # (rows, cols, per)
+    return values.reshape(words.shape[0], -1)
+
+
+def dequantised(header: Header, lin: _Linear) -> np.ndarray:
+    """W[i, o] = scale[g, o] * (q[i, o] - zero[g, o]) with g the group of input row i: GPTQ's
+    qweight packs along the input, its zeros are stored minus one, and g_idx names each row's
+    group (act-order); AWQ packs along the output in the order 0 2 4 6 1 3 5 7, its groups
+    are consecutive rows. Returns [in, out] float32, ffncli's layout."""
+    import numpy as np
+
+    from ffncli.formats.safetensors import read_tensor
+
+    prefix, t = lin.name.removesuffix(".weight"), header.tensors
+    n_in, n_out = lin.shape
+    zeros_words = _ints(header, t[f"{prefix}.qzeros"])
+    scales = read_tensor(header, t[f"{prefix}.scales"]).astype(np.float32)
+    groups = scales.shape[0]
+    awq = lin.scheme.startswith("AWQ")
+    q = _unpack(_ints(header, t[f"{prefix}.qweight"]), lin.bits, axis=1 if awq else 0)
+    zeros = _unpack(zeros_words, lin.bits, axis=1)
+    if awq:
+        order = (np.arange(n_out) // 8) * 8 + np.array(_AWQ_REVERSE_ORDER * (n_out // 8))
+        q, zeros = q[:, order], zeros[:, order]
+    else:
+        zeros = zeros + 1
+    g_idx = t.get(f"{prefix}.g_idx")
+    if g_idx is not None and not awq:
+        group = _ints(header, g_idx).astype(np.int64)
+        if group.shape != (n_in,) or group.min(initial=0) < 0 or \
+                group.max(initial=0) >= groups:
+            raise WeightsError(f"{header.path}: tensor '{prefix}.g_idx': expected {n_in:,} "
+                               f"group numbers from 0 to {groups - 1}")
+    elif n_in % groups:
+        raise WeightsError(f"{header.path}: quantised layer '{prefix}': {n_in:,} inputs are "
+                           f"not {groups} whole groups")
+    else:
+        group = np.arange(n_in) // (n_in // groups)
+    return (q.astype(np.float32) - zeros[group]) * scales[group]  # (in, out)

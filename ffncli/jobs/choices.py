@@ -1,0 +1,118 @@
+"""TODO: jobs.choices (from model, capture, cluster)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ffncli.base.validate import fail, whole
+from ffncli.errors import InputError
+
+if TYPE_CHECKING:
+
+    pass
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which FFN a command runs: ``--preset`` or ``--config`` (or the config.json beside the
+    weights), ``--weights`` or ``--model`` (else random weights from the spec's seed),
+    ``--layer``, ``--dtype`` and ``--max-memory``."""
+
+    preset: str | None = None
+    config: Path | None = None
+    weights: Path | None = None
+    hub_model: str | None = None  # --model ORG/NAME[@REVISION], from the local cache
+    layer: str | None = None  # N; with --text or --ids also A-B or all
+    dtype: str = "float32"
+    max_memory: str | None = None
+
+    def index(self) -> int:
+        """The one layer ``--layer`` names (default 0)."""
+        if self.layer is None:
+            return 0
+        text = self.layer.strip()
+        number = int(text) if text.lstrip("-").isdigit() and len(text) < 20 else self.layer
+        return whole("option --layer", number, 0)
+
+
+@dataclass(frozen=True)
+class TokenChoice:
+    """Which tokens: ``--input`` a file, or ``--random N`` drawn with ``--seed``; NaN and
+    infinity refused unless ``--allow-nonfinite``."""
+
+    input: Path | None = None
+    random: int | None = None
+    seed: int = 0
+    allow_nonfinite: bool = False
+
+
+@dataclass(frozen=True)
+class TextChoice:
+    """Real text through the whole model: ``--text`` (tokenised with the model's tokenizer)
+    or ``--ids`` (token ids, no tokenizer)."""
+
+    text: Path | None = None
+    ids: Path | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.text is not None or self.ids is not None
+
+    def refuse(self, tokens: TokenChoice) -> None:
+        """Real text and token vectors are two ways to feed the FFN: not both."""
+        if tokens != TokenChoice(seed=tokens.seed):
+            raise InputError("give --text/--ids (real text through the model) or "
+                             "--input/--random (tokens given to one layer's FFN), not both")
+
+
+def parse_layers(text: str | None, n_layers: int) -> tuple[int, ...]:
+    """``--layer``: ``N``, ``A-B`` (both included) or ``all`` (the default) of ``n_layers``."""
+    if text is None or text == "all":
+        return tuple(range(n_layers))
+    first, dash, last = text.partition("-")
+    try:  # ASCII digits only: str.isdigit() also takes '٣' and '１'
+        a = int(first) if first.isascii() and first.isdigit() else -1
+        b = (int(last) if last.isascii() and last.isdigit() else -1) if dash else a
+    except ValueError:  # digits beyond int()'s limit
+        a = b = -1
+    if a < 0 or b < 0:
+        raise fail("option --layer", "a layer N, a range A-B or all", text)
+    if a > b:
+        raise InputError(f"option --layer: the range {text} runs backwards; write {b}-{a}")
+    if b >= n_layers:
+        raise fail("option --layer", f"layers of 0-{n_layers - 1}", text)
+    return tuple(range(a, b + 1))
+_GLOB_MAGIC = ("*", "?", "[")
+
+
+@dataclass(frozen=True)
+class ScaleChoice:
+    """Where the work runs: this process (the default), ``--workers N`` local processes, or
+    the Dask cluster at ``--scheduler ADDRESS``; ``--skip-bad`` goes on past a bad shard."""
+
+    workers: int | None = None
+    scheduler: str | None = None
+    skip_bad: bool = False
+
+    def wanted(self, tokens: TokenChoice) -> bool:
+        """Whether the command takes the sharded path: a glob or a folder for --input, or a
+        cluster asked for."""
+        return self.workers is not None or self.scheduler is not None or self.skip_bad or (
+            tokens.input is not None and is_many(tokens.input))
+
+    def wanted_text(self, text: TextChoice) -> bool:
+        """Whether ``--text``/``--ids`` take the sharded path: a glob or a folder, or a cluster
+        asked for. (One file alone is the sweep of ffncli.capture: one walk.)"""
+        given = text.text if text.text is not None else text.ids
+        return self.workers is not None or self.scheduler is not None or self.skip_bad or (
+            given is not None and is_many(given))
+
+
+def is_many(path: Path) -> bool:
+    """A folder, or a glob (a name with * ? [ that is not itself a file)."""
+    if os.path.isdir(path):
+        return True
+    return any(c in str(path) for c in _GLOB_MAGIC) and not os.path.lexists(path)

@@ -1,0 +1,212 @@
+"""TODO: jobs.resolve (from model, report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ffncli.base.validate import whole
+from ffncli.errors import InputError
+from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
+
+if TYPE_CHECKING:
+    from ffncli.compute.build import Model
+    from ffncli.compute.forward.families import Transformer
+    from ffncli.counting.results import FileOnlyResult, ParamsResult
+    from ffncli.formats.text import Sequences
+    from ffncli.formats.tokens import TokenInput
+
+import os
+
+if TYPE_CHECKING:
+    pass
+    from ffncli.jobs.choices import ModelChoice, TokenChoice
+from ffncli.formats.safetensors import config_beside
+from ffncli.jobs.choices import TextChoice
+
+_NO_MODEL = "give a model: --preset NAME|FILE or --config config.json"
+_NO_MODEL_OR_WEIGHTS = ("give a model: --preset NAME|FILE, --config config.json, or "
+                        "--weights/--model with a config.json beside the weights")
+_NO_CONFIG = "no --preset or --config, and no config.json beside the weights"
+
+
+def weights_of(weights: Path | None, hub_model: str | None,
+               impl: str | None = None) -> Path | None:
+    """What ``--weights`` or ``--model ORG/NAME[@REVISION]`` names: a file or folder, or the
+    model's snapshot folder in the local Hugging Face cache."""
+    if hub_model is None:
+        return weights
+    if weights is not None:
+        raise InputError("give --weights or --model, not both")
+    if impl is not None:
+        raise InputError("give --impl or --model, not both")
+    from ffncli.formats.hub import snapshot
+
+    return snapshot(hub_model)
+
+
+def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides | None = None,
+                 *, weights: Path | None = None, weights_describe: bool = False) -> ModelSpec:
+    """The spec of ``--preset`` or ``--config`` (never both), with ``overrides`` applied.
+
+    With ``weights_describe`` (commands that run a checkpoint), the config.json beside a
+    ``.safetensors`` file stands in for a missing ``--config``."""
+    if preset is not None and config is not None:
+        raise InputError("give --preset or --config, not both")
+    if preset is None and config is None and weights is not None \
+            and weights.suffix.lower() == ".gguf":  # a GGUF file describes itself
+        from ffncli.formats.gguf import read_header
+        from ffncli.specs.gguf import spec_from_header
+
+        return apply_overrides(spec_from_header(read_header(weights)), overrides or Overrides())
+    if weights_describe and config is None and preset is None and weights is not None:
+        config = config_beside(weights)
+    if config is not None:
+        from ffncli.specs.hfconfig import load_config
+
+        spec = load_config(config)
+    elif preset is not None:
+        spec = load_preset(preset)
+    else:
+        raise InputError(_NO_MODEL_OR_WEIGHTS if weights_describe else _NO_MODEL)
+    return apply_overrides(spec, overrides or Overrides())
+
+
+def load_model(choice: ModelChoice, overrides: Overrides) -> Model:
+    """The spec and its FFN: random from the spec's seed, or one layer of a weights file."""
+    from ffncli.compute import build as runner
+    from ffncli.compute.memory import parse_size
+
+    weights = weights_of(choice.weights, choice.hub_model)
+    spec = resolve_spec(choice.preset, choice.config, overrides, weights=weights,
+                        weights_describe=True)
+    budget = parse_size(choice.max_memory) if choice.max_memory is not None else None
+    return runner.build_model(spec, weights, choice.index(), runner.parse_dtype(choice.dtype),
+                              budget)
+
+
+def load_tokens(choice: TokenChoice, d_model: int) -> TokenInput:
+    """The tokens of ``--input`` or ``--random N`` (streamed: nothing is read or drawn yet)."""
+    from ffncli.formats.tokens import resolve_input
+
+    return resolve_input(choice.input, choice.random, d_model, choice.seed)
+
+
+def count_model(preset: str | None, config: Path | None, overrides: Overrides,
+                weights: Path | None = None, batch: int = 1) -> ParamsResult | FileOnlyResult:
+    """``params``: the spec's count and KV cache at its seq_len x ``batch``; with ``weights``
+    (a .safetensors file, an index or a model folder) the count of every shard's header beside
+    it (no tensor data is read), the spec from the config.json beside the weights unless one
+    is given. A checkpoint without a config, or with a model type no reader knows, is still
+    counted from the file's tensor names."""
+    from ffncli.counting.files import count_file
+    from ffncli.counting.model import count, kv_cache
+    from ffncli.counting.results import FileOnlyResult, ParamsResult
+    from ffncli.formats.safetensors import read_checkpoint
+    from ffncli.specs.hfconfig import UnsupportedModelType
+
+    whole("option --batch", batch)
+    if weights is not None and weights.suffix.lower() == ".gguf":
+        return _count_gguf(preset, config, overrides, weights, batch)
+    if weights is not None and preset is None and config is None:
+        config = config_beside(weights)
+        if config is None:
+            if overrides != Overrides():
+                raise InputError(f"the what-if options need a spec; {_NO_CONFIG}")
+            return FileOnlyResult(count_file(read_checkpoint(weights)), str(weights), _NO_CONFIG)
+    try:
+        spec = resolve_spec(preset, config, overrides)
+    except UnsupportedModelType as exc:
+        if weights is None:
+            raise
+        return FileOnlyResult(count_file(read_checkpoint(weights)), str(weights), str(exc))
+    file = count_file(read_checkpoint(weights)) if weights is not None else None
+    return ParamsResult(count(spec), file, str(weights) if weights is not None else None,
+                        kv_cache(spec, spec.seq_len, batch))
+
+
+def _count_gguf(preset: str | None, config: Path | None, overrides: Overrides, weights: Path,
+                batch: int) -> ParamsResult | FileOnlyResult:
+    """``params --weights model.gguf``: its tensor infos counted, its metadata's spec (or the
+    --preset / --config given) beside them; an architecture no reader knows is counted from
+    the file alone."""
+    from ffncli.counting.files import count_gguf as count_file
+    from ffncli.counting.model import count, kv_cache
+    from ffncli.counting.results import FileOnlyResult, ParamsResult
+    from ffncli.formats.gguf import read_header
+    from ffncli.specs.gguf import UnsupportedArchitecture, spec_from_header
+
+    header = read_header(weights)
+    file = count_file(header)
+    try:
+        spec = (resolve_spec(preset, config, overrides) if preset or config else
+                apply_overrides(spec_from_header(header), overrides))
+    except UnsupportedArchitecture as exc:
+        return FileOnlyResult(file, str(weights), str(exc))
+    return ParamsResult(count(spec), file, str(weights), kv_cache(spec, spec.seq_len, batch))
+
+
+def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
+    """The whole model of ``--weights`` or ``--model``, for ``--text`` and ``--ids``."""
+    weights = weights_of(choice.weights, choice.hub_model)
+    if weights is None:
+        raise InputError("--text and --ids run the whole model: give its checkpoint with "
+                         "--weights or --model")
+    from ffncli.compute.build import parse_dtype
+    from ffncli.compute.forward.families import open_transformer
+
+    if overrides.capacity_factor is not None:
+        raise InputError("option --capacity-factor: the whole-model forward runs the "
+                         "checkpoint's own routing, which drops no tokens")
+    spec = resolve_spec(choice.preset, choice.config, overrides, weights=weights,
+                        weights_describe=True)
+    return open_transformer(spec, weights, parse_dtype(choice.dtype), config=choice.config)
+
+
+def load_sequences(choice: TextChoice, model: Transformer, weights: Path) -> Sequences:
+    """The sequences of ``--text`` (the tokenizer beside ``weights``) or ``--ids``, each cut
+    into windows of the model's maximum positions, every id checked against its vocabulary."""
+    from ffncli.formats.text import load_tokenizer, read_ids, read_text
+
+    if choice.text is not None and choice.ids is not None:
+        raise InputError("give --text or --ids, not both")
+    if choice.ids is not None:
+        return read_ids(choice.ids, model.vocab, model.max_positions)
+    assert choice.text is not None
+    tokenizer = load_tokenizer(weights)
+    sequences = read_text(choice.text, tokenizer, model.max_positions)
+    top = max(int(ids.max()) for ids in sequences.ids if ids.size)
+    if top >= model.vocab:
+        raise InputError(f"{tokenizer.source}: gives token id {top}, but the model's "
+                         f"vocabulary has {model.vocab} rows; is it the model's tokenizer?")
+    return sequences
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing a report: never over an input of the command, atomically.
+
+
+def command_inputs(preset: str | None = None, config: Path | None = None,
+                   weights: Path | None = None, tokens: Path | None = None,
+                   text: Path | None = None, ids: Path | None = None
+                   ) -> list[tuple[str, Path | None]]:
+    """The files a command reads, named as the error names them: a weights folder or index
+    stands for every file beside it (the shards, the config, the tokenizer)."""
+    from ffncli.formats.safetensors import config_beside
+
+    preset_file = Path(preset) if preset and Path(preset).is_file() else None
+    inputs: list[tuple[str, Path | None]] = [
+        ("--input file", tokens), ("--text file", text), ("--ids file", ids),
+        ("--preset file", preset_file), ("--config file", config), ("--weights file", weights)]
+    if weights is not None:
+        beside = config_beside(weights) or weights.parent / "config.json"
+        inputs.append(("config.json beside the --weights", beside))
+        folder = weights if os.path.isdir(weights) else (
+            weights.parent if weights.name.endswith(".index.json") else None)
+        if folder is not None:
+            try:
+                names = sorted(os.listdir(folder))
+            except OSError:
+                names = []
+            inputs += [("--weights folder's " + name, folder / name) for name in names]
+    return inputs

@@ -1,0 +1,229 @@
+"""TODO: jobs.shards.inputs (from cluster)."""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ffncli.errors import FfnError, InputError
+from ffncli.jobs.choices import TextChoice
+
+if TYPE_CHECKING:
+    import numpy as np
+from ffncli.jobs.choices import is_many
+
+# ---------------------------------------------------------------------------------------------
+# Shards: the files of --input, in a stable order, with their token offsets.
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One input file of the job. ``offset``: the index of its first token in the whole
+    input (the shards before it, in order). Later kinds of shard (``--text``, ``--ids``) carry
+    the same index and offset."""
+
+    index: int
+    path: Path
+    shape: tuple[int, ...]  # as stored: (d,), (n, d) or (b, s, d)
+    offset: int
+    size: int
+    mtime_ns: int
+
+    @property
+    def tokens(self) -> int:
+        return math.prod(self.shape[:-1]) if len(self.shape) > 1 else 1
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A shard left out with --skip-bad, and why."""
+
+    path: str
+    error: str
+
+
+def shard_paths(pattern: Path, option: str = "--input",
+                suffixes: tuple[str, ...] = (".npy",)) -> list[Path]:
+    """The files of --input (or --text, --ids): a glob's matches or a folder's files of these
+    suffixes, sorted by name (so number shards with leading zeros: ``part-0002`` sorts before
+    ``part-0010``); one file is one shard."""
+    text = str(pattern)
+    if is_many(pattern) and not os.path.isdir(pattern):
+        paths = [Path(p) for p in glob.glob(text) if not os.path.isdir(p)]
+        if not paths:
+            raise InputError(f"option {option}: no file matches {text}")
+    elif os.path.isdir(pattern):
+        paths = [p for p in pattern.iterdir()
+                 if p.suffix.lower() in suffixes and not p.is_dir()]
+        if not paths:
+            raise InputError(f"option {option}: {text} is a folder without "
+                             f"{' or '.join(suffixes)} files")
+    else:
+        paths = [pattern]
+    return sorted(paths, key=str)
+
+
+def read_shards(paths: Sequence[Path], d_model: int,
+                skip_bad: bool) -> tuple[list[Shard], list[Skipped]]:
+    """Each shard's header, read and checked once, and the offsets they give."""
+    shards: list[Shard] = []
+    skipped: list[Skipped] = []
+    offset = 0
+    for path in paths:
+        try:
+            shard = _read_shard(path, d_model, len(shards), offset)
+        except FfnError as exc:
+            if not skip_bad:
+                raise
+            skipped.append(Skipped(str(path), _named(path, exc)))
+            continue
+        shards.append(shard)
+        offset += shard.tokens
+    if not shards:
+        raise InputError(f"option --input: every shard is bad ({len(skipped)} skipped)")
+    return shards, skipped
+
+
+def _read_shard(path: Path, d_model: int, index: int, offset: int) -> Shard:
+    from ffncli.base.files import open_file
+    from ffncli.formats.npy import read_npy_header
+    from ffncli.formats.tokens import _check_dtype, _check_shape
+
+    if path.suffix.lower() != ".npy":
+        raise InputError(f"{path}: expected .npy shards (tokens x d_model)")
+    with open_file(path, "input file", InputError) as f:
+        info = os.fstat(f.fileno())
+        header = read_npy_header(f, info.st_size, str(path), InputError)
+        _check_dtype(path, header.dtype)
+        _check_shape(path, header.shape, d_model)
+        header.check_size(info.st_size, str(path), InputError)
+    return Shard(index, path, header.shape, offset, info.st_size, info.st_mtime_ns)
+
+
+def _named(path: Path | str, exc: BaseException) -> str:
+    """The error's message, starting with the shard's path."""
+    message = str(exc)
+    return message if message.startswith(str(path)) else f"{path}: {message}"
+
+
+# ---------------------------------------------------------------------------------------------
+# --text and --ids over shards: the whole model on each shard (relu-stats, capture).
+#
+# A shard is a text (or ids) file, or for a long one a run of its sequences. Each task walks
+# its shard's sequences through the model (the forward's walk, layer-major) in batches of the
+# walk's BATCH_TOKENS, as the one-file sweep does; a long file is cut only between those
+# batches, so its shards compute exactly the batches (hence the bits) of one walk over it.
+
+
+SHARD_TOKENS = 65_536  # a longer file is cut into runs of whole batches of about this many
+
+
+@dataclass(frozen=True)
+class TextShard:
+    """A run of one file's sequences: the whole file, or (a long one) part ``part`` of it.
+    ``offset``: the index of its first token in the whole corpus."""
+
+    index: int
+    name: str  # its folder under capture's --out: the file's stem, or stem-partNNNN
+    path: Path
+    part: int | None
+    ids: tuple[np.ndarray, ...]
+    lines: tuple[int, ...]
+    offset: int
+    sha256: str
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(s) for s in self.ids)
+
+    def sequences(self) -> Any:
+        from ffncli.formats.text import Sequences
+
+        return Sequences(self.ids, self.lines, str(self.path), self.sha256)
+
+
+def read_text_shards(choice: TextChoice, model: Any, skip_bad: bool
+                     ) -> tuple[list[TextShard], list[Skipped]]:
+    """The files of --text or --ids in name order, each read (tokenised) once here, cut into
+    shards; the offsets they give. A file that cannot be read is an error naming it, or with
+    ``skip_bad`` a skipped shard."""
+    from ffncli.compute.forward.walk import batches
+
+    if choice.text is not None and choice.ids is not None:
+        raise InputError("give --text or --ids, not both")
+    option, pattern = ("--text", choice.text) if choice.text is not None else \
+        ("--ids", choice.ids)
+    assert pattern is not None
+    suffixes = (".txt",) if option == "--text" else (".npy", ".txt")
+    paths = shard_paths(pattern, option, suffixes)
+    read = _ids_reader(model) if option == "--ids" else _text_reader(model)
+    shards: list[TextShard] = []
+    skipped: list[Skipped] = []
+    offset = 0
+    for path in paths:
+        try:
+            seqs = read(path)
+        except FfnError as exc:
+            if not skip_bad:
+                raise type(exc)(_named(path, exc)) from None
+            skipped.append(Skipped(str(path), _named(path, exc)))
+            continue
+        runs = _runs(batches([len(s) for s in seqs.ids]), seqs.ids)
+        for part, (a, b) in enumerate(runs):
+            name = path.stem if len(runs) == 1 else f"{path.stem}-part{part:04d}"
+            shard = TextShard(len(shards), name, path, part if len(runs) > 1 else None,
+                              seqs.ids[a:b], seqs.lines[a:b], offset, seqs.sha256)
+            shards.append(shard)
+            offset += shard.tokens
+    if not shards:
+        raise InputError(f"option {option}: every shard is bad ({len(skipped)} skipped)")
+    return shards, skipped
+
+
+def _ids_reader(model: Any) -> Callable[[Path], Any]:
+    from ffncli.formats.text import read_ids
+
+    return lambda path: read_ids(path, model.vocab, model.max_positions)
+
+
+def _text_reader(model: Any) -> Callable[[Path], Any]:
+    """Each text file tokenised by the model's tokenizer, loaded once for all the files."""
+    from ffncli.formats.text import load_tokenizer, read_text
+
+    tokenizer = load_tokenizer(model.weights)
+
+    def read(path: Path) -> Any:
+        sequences = read_text(path, tokenizer, model.max_positions)
+        top = max(int(ids.max()) for ids in sequences.ids if ids.size)
+        if top >= model.vocab:  # as ffncli.model.load_sequences says it
+            raise InputError(f"{tokenizer.source}: gives token id {top}, but the model's "
+                             f"vocabulary has {model.vocab} rows; is it the model's "
+                             "tokenizer?")
+        return sequences
+
+    return read
+
+
+def _runs(batches: Sequence[tuple[int, int]], ids: Sequence[Any]) -> list[tuple[int, int]]:
+    """Consecutive whole batches grouped into runs of at most SHARD_TOKENS tokens (a longer
+    batch is a run of its own): (first, end) sequence indices."""
+    runs: list[tuple[int, int]] = []
+    first, tokens = 0, 0
+    for a, b in batches:
+        n = sum(len(s) for s in ids[a:b])
+        if tokens and tokens + n > SHARD_TOKENS:
+            runs.append((first, a))
+            first, tokens = a, 0
+        tokens += n
+    if tokens:
+        runs.append((first, batches[-1][1]))
+    return runs

@@ -1,0 +1,56 @@
+"""TODO: present.check (from render)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
+
+
+    from ffncli.analysis.properties import CheckReport
+from ffncli.present.console import Text, _table, console, emit_json
+
+
+def emit_check(report: CheckReport, as_json: bool) -> None:
+    emit_json(check_json(report)) if as_json else print_check(report)
+
+
+# ---------------------------------------------------------------------------------------------
+# permute-check
+
+
+def check_json(report: CheckReport) -> dict[str, Any]:
+    return {
+        "target": report.target,
+        "passed": report.passed,
+        "tokens": report.tokens,
+        "input_shape": list(report.input_shape),
+        "d_model": report.d_model,
+        "dtype": report.dtype,
+        "properties": [{
+            "name": p.name, "passed": p.passed, "trials": p.trials, "max_abs": p.max_abs,
+            "max_rel": p.max_rel, "rtol": p.rtol, "atol": p.atol, "worst_token": p.worst_token,
+            "bit_identical": p.bit_identical, "counterexample": p.counterexample,
+        } for p in report.properties],
+    }
+
+
+def print_check(report: CheckReport) -> None:
+    out = console()
+    out.print(Text(f"permute-check {report.target}: {report.tokens:,} tokens of d_model "
+                   f"{report.d_model}, {report.dtype}"))
+    table = _table("properties", ("property", "result", "trials", "max abs", "max rel",
+                                  "worst token", "bit-identical"))
+    for p in report.properties:
+        table.add_row(p.name, "PASS" if p.passed else "FAIL", str(p.trials), f"{p.max_abs:.3g}",
+                      f"{p.max_rel:.3g}", str(p.worst_token) if p.max_abs else "-",
+                      "yes" if p.bit_identical else "no")
+    out.print(table)
+    first = report.properties[0]
+    out.print(f"tolerance: |got - expected| <= atol + rtol * |expected|, rtol {first.rtol:g}, "
+              f"atol {first.atol:g}")
+    for p in report.properties:
+        if p.counterexample:
+            out.print(Text(f"{p.name} FAILED: {p.counterexample}"))
+    out.print("position-wise: every property holds" if report.passed else
+              "NOT position-wise: see the failures above")

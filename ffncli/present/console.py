@@ -1,0 +1,180 @@
+"""TODO: present.console (from cluster, render)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text as RichText
+from ffncli.jobs.shards.pool import Progress
+
+
+class Bar(Progress):
+    """One Rich bar on stderr for the whole job (tasks done / total, tokens per second) when
+    stderr is a terminal; the dashboard's address, when the cluster has one, on stderr too
+    (never on stdout, which --json keeps for its one document)."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._bar: Any = None
+        self._start = time.perf_counter()
+        self._tokens = 0
+
+    def __enter__(self) -> Bar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def start(self, tasks: int, dashboard: str | None) -> None:
+        if dashboard:
+            print(f"Dask dashboard: {dashboard}", file=sys.stderr)
+        if not sys.stderr.isatty():
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+        from rich.progress import Progress as RichProgress
+
+        from ffncli.present.console import console
+
+        self._bar = self._stack.enter_context(RichProgress(
+            TextColumn("shards"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"), console=console(stderr=True), transient=True))
+        self._task = self._bar.add_task("shards", total=tasks, rate="")
+        self._start = time.perf_counter()
+
+    def advance(self, tokens: int) -> None:
+        if self._bar is None:
+            return
+        self._tokens += tokens
+        rate = self._tokens / max(time.perf_counter() - self._start, 1e-9)
+        self._bar.update(self._task, advance=1, rate=f"{rate:,.0f} tokens/s")
+
+# Rich is imported on first use: `--json` output never needs it, and it costs ~50 ms.
+
+
+def Text(text: str) -> RichText:  # noqa: N802 - stands in for rich.text.Text
+    from rich.text import Text as RichText
+
+    return RichText(text)
+
+
+def console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped output has no terminal width; a wide fixed width keeps numbers whole.
+    width = None if stream.isatty() or "COLUMNS" in os.environ else 160
+    return Console(file=stream, highlight=False, markup=False, emoji=False, width=width)
+
+
+def emit_json(doc: dict[str, Any]) -> None:
+    """One JSON document on stdout. NaN and infinity in an output (``--allow-nonfinite``, or
+    an FFN that overflowed) are written as Python's json module writes them: ``NaN``,
+    ``Infinity``, which Python and JavaScript read but strict JSON parsers refuse."""
+    print(json.dumps(doc, indent=2))
+
+
+@contextmanager
+def progress(total: int, as_json: bool) -> Iterator[Callable[[int], None] | None]:
+    """A progress callback drawing a bar on stderr for long work on a terminal, else None."""
+    if as_json or not sys.stderr.isatty() or total < 200_000:
+        yield None
+        return
+    from rich.progress import Progress
+
+    with Progress(console=console(stderr=True), transient=True) as bar:
+        task = bar.add_task("tokens", total=total)
+        yield lambda done: bar.update(task, completed=done)
+
+
+def _n(value: int) -> str:
+    return f"{value:,}"
+
+
+def _pct(share: float) -> str:
+    return f"{share:.1%}"
+
+
+def _table(title: str, columns: Iterable[str]) -> Table:
+    from rich.table import Table
+
+    table = Table(title=Text(title), title_justify="left", show_edge=False, pad_edge=False,
+                  min_width=len(title))
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
+    return table
+
+
+# Bars drawn with block characters, eighths of a cell for the end: they scale with the
+# console (shorter on a narrow terminal, left out when fewer than BAR_MIN cells are free, so a
+# table never wraps), and take a colour only where Rich allows one (not under NO_COLOR).
+
+BAR_MAX = 40  # cells of a full bar
+BAR_MIN = 8  # fewer cells than this say nothing: no bar
+BAR_STYLE = "cyan"
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def bar(share: float, width: int, track: bool = False) -> str:
+    """``share`` (0 to 1, clamped) of ``width`` cells in full blocks and one partial block;
+    with ``track`` the rest of the width in light shade, so that the whole reads as 100%."""
+    eighths = round(min(max(share, 0.0), 1.0) * width * 8)
+    full, rest = divmod(eighths, 8)
+    drawn = "█" * full + (_EIGHTHS[rest] if rest else "")
+    return drawn + "░" * (width - len(drawn)) if track else drawn
+
+
+def _bar_text(share: float | None, width: int, track: bool) -> RichText:
+    from rich.text import Text as RichText
+
+    return RichText("" if share is None else bar(share, width, track), style=BAR_STYLE)
+
+
+def _bar_room(out: Console, table: Table) -> int:
+    """Cells free for a bar column beside ``table`` on this console (its natural width, not
+    the title's, plus the column's separator): 0 when fewer than BAR_MIN."""
+    min_width, table.min_width = table.min_width, None
+    used = out.measure(table).maximum
+    table.min_width = min_width
+    room = min(BAR_MAX, out.width - used - 3)
+    return room if room >= BAR_MIN else 0
+
+
+def _bar_table(out: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+               shares: Sequence[float | None], *, after: int | None = None,
+               track: bool = False, heading: str = "") -> Table:
+    """A table of ``rows`` with a bar column of ``shares`` after column ``after`` (default
+    the last), as wide as the console leaves room for; without it when there is none."""
+    table = _table(title, columns)
+    for row in rows:
+        table.add_row(*row)
+    width = _bar_room(out, table)
+    if not width:
+        return table
+    at = len(columns) if after is None else after + 1
+    table = _table(title, [*columns[:at], heading, *columns[at:]])
+    table.columns[at].justify = "left"
+    for row, share in zip(rows, shares, strict=True):
+        table.add_row(*row[:at], _bar_text(share, width, track), *row[at:])
+    return table
+
+
+def _share_bar_line(out: Console, indent: int, share: float) -> None:
+    """A share printed on the line above, drawn under it with its 100% track."""
+    width = min(BAR_MAX, out.width - indent)
+    if width >= BAR_MIN:
+        from rich.text import Text as RichText
+
+        line = RichText(" " * indent)
+        line.append(bar(share, width, track=True), style=BAR_STYLE)
+        out.print(line)

@@ -1,0 +1,336 @@
+"""TODO: present.params (from render)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ffncli.counting.files import GROUPS, FileCount, QuantisedCount
+from ffncli.counting.model import KvCache, LayerCount, ModelCount, Row
+from ffncli.counting.results import FileOnlyResult, ParamsResult, PresetSummary
+
+if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
+
+    from rich.console import Console
+from ffncli.present.console import (
+    Text,
+    _bar_table,
+    _n,
+    _pct,
+    _share_bar_line,
+    _table,
+    console,
+    emit_json,
+)
+
+# One function a command: its result as one JSON document, or as tables for people.
+
+
+def emit_params(result: ParamsResult | FileOnlyResult, as_json: bool) -> None:
+    if isinstance(result, FileOnlyResult):
+        emit_json(file_only_json(result)) if as_json else print_file_only(result)
+    else:
+        emit_json(params_json(result)) if as_json else print_params(result)
+
+
+def emit_presets(rows: Sequence[PresetSummary], as_json: bool) -> None:
+    emit_json(presets_json(rows)) if as_json else print_presets(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# params
+
+
+def _rows_json(rows: Iterable[Row]) -> list[dict[str, Any]]:
+    return [{"name": r.name, "shape": r.shape, "params": r.params} for r in rows]
+
+
+def _layer_json(layer: LayerCount) -> dict[str, Any]:
+    return {
+        "kind": layer.kind,
+        "count": layer.count,
+        "ffn": layer.ffn,
+        "ffn_active": layer.ffn_active,
+        "attention": layer.attention,
+        "norm": layer.norm,
+        "total": layer.total,
+        "active": layer.active,
+        "ffn_share": round(layer.ffn_share, 6),
+        "ffn_active_share": round(layer.ffn_active_share, 6),
+        "ffn_rows": _rows_json(layer.ffn_rows),
+        "attention_rows": _rows_json(layer.attention_rows),
+        "flops_per_token": {
+            "ffn": layer.flops.ffn,
+            "attention_projections": layer.flops.attention_projections,
+            "attention_scores": layer.flops.attention_scores,
+            "total": layer.flops.total,
+            "ffn_share": round(layer.flops.ffn_share, 6),
+        },
+    }
+
+
+def params_json(result: ParamsResult) -> dict[str, Any]:
+    c, spec = result.count, result.count.spec
+    doc: dict[str, Any] = {
+        "model": spec.name,
+        "family": spec.family,
+        "d_model": spec.d_model,
+        "d_ff": spec.ffn.d_ff,
+        "activation": spec.ffn.activation,
+        "gated": spec.ffn.gated,
+        "ffn_kind": spec.ffn.label,
+        "experts": spec.ffn.experts,
+        "top_k": spec.ffn.top_k,
+        "total_params": c.total,
+        "active_params": c.active,
+        "layers": [_layer_json(layer) for layer in c.layers],
+        "groups": dict(c.groups),
+        "other": _rows_json(c.other_rows),
+        "flops_per_token": {
+            "seq_len": spec.seq_len,
+            "ffn": c.flops_ffn,
+            "head": c.head_flops,
+            "total": c.flops_total,
+            "ffn_share": round(c.flops_ffn_share, 6),
+        },
+        "memory_bytes": c.weight_bytes(),
+    }
+    if result.kv is not None:
+        doc["kv_cache"] = kv_json(result.kv)
+    if result.file is not None:
+        doc.update(
+            weights=result.weights_path,
+            file_params=result.file.total,
+            file_groups=dict(result.file.groups),
+            buffers=[{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)}
+                     for b in result.file.buffers],
+            matches=result.matches,
+            mismatches={g: {"spec": s, "file": f} for g, (s, f) in result.mismatches.items()},
+        )
+        doc.update(stored_json(result.file))
+    return doc
+
+
+def _layer_title(layer: LayerCount) -> str:
+    if layer.kind == "ffn":
+        return "FFN (FFN-only spec: no attention, norms or embeddings)"
+    return f"{layer.kind} layer (x {layer.count})"
+
+
+def print_params(result: ParamsResult) -> None:
+    out = console()
+    c, spec = result.count, result.count.spec
+    ffn = spec.ffn
+    moe = f", {ffn.experts} experts, top-{ffn.top_k}" if ffn.is_moe else ""
+    out.print(Text(f"{spec.name}: d_model {spec.d_model}, d_ff {ffn.d_ff}, {ffn.label}{moe}"))
+    for layer in c.layers:
+        out.print()
+        table = _table(_layer_title(layer), ("part", "shape", "params"))
+        for row in layer.ffn_rows:
+            table.add_row(Text(f"FFN {row.name}"), row.shape, _n(row.params))
+        for row in layer.attention_rows:
+            table.add_row(Text(f"attention {row.name}"), row.shape, _n(row.params))
+        if layer.norm:
+            table.add_row("norms", "", _n(layer.norm))
+        out.print(table)
+        label = f"{layer.kind} layer total:" if layer.kind != "ffn" else "FFN total:"
+        lines = [("FFN weights per layer:", _n(layer.ffn))]
+        if layer.ffn_active != layer.ffn:
+            lines.append(("active per token:", _n(layer.ffn_active)))
+        lines += [(label, _n(layer.total)), ("share in the FFN:", _pct(layer.ffn_share))]
+        shares = {"share in the FFN:": layer.ffn_share}
+        if layer.ffn_active != layer.ffn:
+            lines.append(("active share in the FFN:", _pct(layer.ffn_active_share)))
+            shares["active share in the FFN:"] = layer.ffn_active_share
+        width = max(len(name) for name, _ in lines) + 1
+        for name, value in lines:
+            out.print(f"{name:<{width}}{value}")
+            if name in shares and layer.kind != "ffn":  # an FFN-only spec: always 100%
+                _share_bar_line(out, width, shares[name])
+    if not spec.ffn_only:
+        out.print()
+        table = _table("whole model", ("part", "shape", "params"))
+        for layer in c.layers:
+            table.add_row(f"{layer.count} {layer.kind} layers", f"{layer.count} x "
+                          f"{_n(layer.total)}", _n(layer.count * layer.total))
+        for row in c.other_rows:
+            table.add_row(Text(row.name), row.shape, _n(row.params))
+        table.add_row("total", "", _n(c.total))
+        if c.active != c.total:
+            table.add_row("active per token", "", _n(c.active))
+        out.print(table)
+        _print_parts(out, c)
+    _print_flops(out, c)
+    _print_memory(out, c)
+    if result.kv is not None:
+        print_kv(out, result.kv)
+    if result.file is not None:
+        _print_file(out, result)
+        print_stored(out, result.file)
+
+
+PARTS = {"embeddings": "embeddings", "attention": "attention", "ffn": "FFN", "norms": "norms",
+         "head": "output head", "pooler": "pooler"}
+
+
+def _print_parts(out: Console, c: ModelCount) -> None:
+    """The whole model's parameters by part, each with its share of the total."""
+    out.print()
+    parts = [(name, c.groups[key]) for key, name in PARTS.items() if c.groups.get(key)]
+    rows = [(name, _n(params), _pct(params / c.total)) for name, params in parts]
+    out.print(_bar_table(out, "parameters by part", ("part", "params", "share"), rows,
+                         [params / c.total for _, params in parts], track=True))
+
+
+def _print_flops(out: Console, c: ModelCount) -> None:
+    out.print()
+    rows: list[tuple[str, ...]] = []
+    shares: list[float | None] = []
+    for layer in c.layers:
+        f = layer.flops
+        rows.append((f"{layer.kind}", _n(f.ffn), _n(f.attention_projections),
+                     _n(f.attention_scores), _n(f.total), _pct(f.ffn_share)))
+        shares.append(f.ffn_share)
+    if c.head_flops:
+        rows.append(("output head", "", "", "", _n(c.head_flops), ""))
+        shares.append(None)
+    rows.append(("whole model", _n(c.flops_ffn), "", "", _n(c.flops_total),
+                 _pct(c.flops_ffn_share)))
+    shares.append(c.flops_ffn_share)
+    out.print(_bar_table(out, f"FLOPs per token (2 per multiply-add) at seq_len "
+                         f"{c.spec.seq_len}", ("layer", "FFN", "attn proj", "attn scores",
+                                               "total", "FFN share"), rows, shares, track=True))
+
+
+def _print_memory(out: Console, c: ModelCount) -> None:
+    out.print()
+    note = " (all experts, not only the active ones)" if c.spec.ffn.is_moe else ""
+    table = _table(f"weight memory{note}", ("dtype", "bytes", "GiB"))
+    for dtype, size in c.weight_bytes().items():
+        table.add_row(dtype, _n(size), f"{size / 2**30:,.2f}")
+    out.print(table)
+
+
+def _print_file(out: Console, result: ParamsResult) -> None:
+    assert result.file is not None
+    out.print()
+    spec_groups = result.count.groups
+    out.print(Text(f"weights: {result.weights_path}"))
+    table = _table("header count vs spec", ("group", "spec", "file", ""))
+    for group in GROUPS:
+        s, f = spec_groups.get(group, 0), result.file.groups[group]
+        if s or f:
+            table.add_row(group, _n(s), _n(f), "ok" if s == f else
+                          "task head" if result.task_head(group) else "DIFFERS")
+    table.add_row("total", _n(result.count.total), _n(result.file.total),
+                  "ok" if result.matches else "DIFFERS")
+    out.print(table)
+    for name in result.file.unplaced:
+        out.print(Text(f"unplaced tensor (counted as other): {name}"))
+    for b in result.file.buffers:
+        out.print(Text(f"buffer (not a parameter): {b.name} {b.dtype} {list(b.shape)}"))
+    out.print("matches the spec" if result.matches else "does NOT match the spec")
+
+
+def kv_json(kv: KvCache) -> dict[str, Any]:
+    return {
+        "kind": kv.kind,
+        "layers": kv.layers,
+        "elements_per_token": kv.elements_per_token,
+        "bytes_per_token": kv.bytes_per_token(),
+        "seq_len": kv.seq_len,
+        "batch": kv.batch,
+        "bytes": kv.bytes(),
+    }
+
+
+_KV_KINDS = {"mha": "one K and V per head", "gqa": "grouped-query: K and V per kv head",
+             "mqa": "multi-query: one K and V head", "mla": "latent: kv_lora_rank + rope key"}
+
+
+def print_kv(out: Console, kv: KvCache) -> None:
+    out.print()
+    if kv.kind == "none":
+        out.print("KV cache: none (no decoder layers)")
+        return
+    table = _table(f"KV cache ({_KV_KINDS[kv.kind]}; {kv.layers} layers, "
+                   f"{kv.elements_per_token:,} values per token)",
+                   ("cache dtype", "bytes per token", f"x {kv.seq_len:,} x {kv.batch:,}", "GiB"))
+    total = kv.bytes()
+    for dtype, size in kv.bytes_per_token().items():
+        table.add_row(dtype, _n(size), _n(total[dtype]), f"{total[dtype] / 2**30:,.2f}")
+    out.print(table)
+
+
+def file_only_json(result: FileOnlyResult) -> dict[str, Any]:
+    return {
+        "weights": result.weights_path,
+        "checked_by_config": False,
+        "reason": result.reason,
+        "file_params": result.file.total,
+        "file_groups": dict(result.file.groups),
+        "unplaced": list(result.file.unplaced),
+        "buffers": [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)}
+                    for b in result.file.buffers],
+        **stored_json(result.file),
+    }
+
+
+def print_file_only(result: FileOnlyResult) -> None:
+    out = console()
+    out.print(Text(f"weights: {result.weights_path}"))
+    out.print(Text("counted from tensor names only; no config reader checked it "
+                   f"({result.reason})"))
+    table = _table("header count by tensor names", ("group", "params"))
+    for group in GROUPS:
+        if result.file.groups[group]:
+            table.add_row(group, _n(result.file.groups[group]))
+    table.add_row("total", _n(result.file.total))
+    out.print(table)
+    for name in result.file.unplaced:
+        out.print(Text(f"unplaced tensor (counted as other): {name}"))
+    for b in result.file.buffers:
+        out.print(Text(f"buffer (not a parameter): {b.name} {b.dtype} {list(b.shape)}"))
+    print_stored(out, result.file)
+
+
+def stored_json(file: FileCount) -> dict[str, Any]:
+    """A quantised or GGUF file's storage: the scheme, and per format its parameters and
+    bytes (nothing for a plain file)."""
+    if not isinstance(file, QuantisedCount):
+        return {}
+    return {"quantisation": file.scheme, "stored_bytes": file.stored_bytes,
+            "stored": [{"kind": s.kind, "params": s.params, "bytes": s.bytes}
+                       for s in file.stored]}
+
+
+def print_stored(out: Console, file: FileCount) -> None:
+    if not isinstance(file, QuantisedCount):
+        return
+    out.print()
+    table = _table(f"stored as ({file.scheme})", ("format", "params", "bytes", "bits/param"))
+    for s in file.stored:
+        table.add_row(Text(s.kind), _n(s.params), _n(s.bytes),
+                      f"{8 * s.bytes / s.params:.2f}" if s.params else "")
+    table.add_row("total", _n(file.total), _n(file.stored_bytes),
+                  f"{8 * file.stored_bytes / file.total:.2f}" if file.total else "")
+    out.print(table)
+
+
+# ---------------------------------------------------------------------------------------------
+# presets
+
+
+def presets_json(rows: Sequence[PresetSummary]) -> dict[str, Any]:
+    return {"presets": [dataclasses.asdict(r) for r in rows]}
+
+
+def print_presets(rows: Sequence[PresetSummary]) -> None:
+    table = _table("built-in presets", ("name", "family", "d_model", "d_ff", "activation",
+                                        "layers", "total"))
+    for r in rows:
+        layers = str(r.layers) if r.layers else "FFN only"
+        table.add_row(Text(r.name), Text(r.family), str(r.d_model), str(r.d_ff),
+                      Text(r.activation), layers, _n(r.total_params))
+    console().print(table)

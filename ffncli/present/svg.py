@@ -1,0 +1,262 @@
+"""TODO: present.svg (from report)."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+WIDTH, HEIGHT = 720, 280  # a chart's SVG size in pixels
+PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b")
+STYLE = """
+body { font-family: sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 2em; }
+p.meta { margin: 0.2em 0; color: #444; }
+table { border-collapse: collapse; margin: 0.5em 0 1em 0; font-size: 0.85em; }
+th, td { padding: 0.15em 0.7em; border-bottom: 1px solid #ddd; }
+th { text-align: right; } th:first-child { text-align: left; }
+td { text-align: right; font-variant-numeric: tabular-nums; }
+td:first-child { text-align: left; }
+svg { display: block; }
+svg text { font-family: sans-serif; font-size: 11px; fill: #333; }
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers as text: integers with thousands separators, shares as percentages.
+
+
+def _int(value: int) -> str:
+    return f"{value:,}"
+
+
+def _pct(share: float, digits: int = 1) -> str:
+    return f"{100 * share:.{digits}f}%"
+
+
+def _fixed(value: float, digits: int) -> str:
+    return f"{value:.{digits}f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables.
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A table cell: its text, and the value of the JSON document it shows (a path such as
+    ``activity_histogram.3.units``, or an expression of paths), None for plain labels."""
+
+    text: str
+    source: str | None = None
+
+
+def _table(columns: Sequence[str], rows: Iterable[Sequence[Cell | str]], name: str) -> str:
+    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    body = []
+    for row in rows:
+        cells = []
+        for cell in row:
+            if isinstance(cell, str):
+                cell = Cell(cell)
+            source = f' data-json="{_e(cell.source)}"' if cell.source is not None else ""
+            cells.append(f"<td{source}>{_e(cell.text)}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return (f'<table class="numbers" id="{_e(name)}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
+# ---------------------------------------------------------------------------------------------
+# Charts: inline SVG drawn from lists of numbers.
+
+LEFT, RIGHT, TOP, BOTTOM = 150, 20, 20, 40  # margins inside the SVG
+
+
+def _svg(body: Sequence[str], title: str, height: int = HEIGHT) -> str:
+    return (f'<svg width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
+            f'role="img" aria-label="{_e(title)}">{"".join(body)}</svg>')
+
+
+def _text(x: float, y: float, text: str, anchor: str = "start", extra: str = "") -> str:
+    return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{extra}>{_e(text)}</text>')
+
+
+def _rect(x: float, y: float, w: float, h: float, fill: str, title: str = "") -> str:
+    tip = f"<title>{_e(title)}</title>" if title else ""
+    return (f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.1f}" height="{max(h, 0):.1f}" '
+            f'fill="{fill}">{tip}</rect>')
+
+
+def _line(x1: float, y1: float, x2: float, y2: float, colour: str = "#999") -> str:
+    return (f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
+            f'stroke="{colour}" stroke-width="1"/>')
+
+
+def _hbars(items: Sequence[tuple[str, float, str]], title: str, scale: float | None = None
+           ) -> str:
+    """Horizontal bars: (label, value, value as text), scaled to ``scale`` (default the
+    largest value)."""
+    top = scale if scale is not None else max([v for _, v, _ in items], default=0) or 1.0
+    step = 22
+    height = TOP + step * len(items) + 10
+    plot = WIDTH - LEFT - RIGHT - 70
+    body = []
+    for i, (label, value, shown) in enumerate(items):
+        y = TOP + i * step
+        w = plot * min(max(value / top, 0.0), 1.0)
+        body.append(_text(LEFT - 8, y + 14, label, "end"))
+        if scale is not None:
+            body.append(_rect(LEFT, y + 3, plot, step - 6, "#eee"))
+        body.append(_rect(LEFT, y + 3, w, step - 6, PALETTE[0], f"{label}: {shown}"))
+        body.append(_text(LEFT + w + 6, y + 14, shown))
+    return _svg(body, title, height)
+
+
+def _columns(items: Sequence[tuple[str, float, str]], title: str, x_label: str,
+             y_label: str) -> str:
+    """Vertical bars of shares (0 to 1), labelled under each bar."""
+    x0, x1, y0, y1 = 60, WIDTH - RIGHT, HEIGHT - BOTTOM, TOP
+    body = _axes_y(x0, x1, y0, y1, 0.0, 1.0, y_label)
+    slot = (x1 - x0) / max(len(items), 1)
+    for i, (label, value, shown) in enumerate(items):
+        h = (y0 - y1) * min(max(value, 0.0), 1.0)
+        x = x0 + i * slot
+        body.append(_rect(x + slot * 0.15, y0 - h, slot * 0.7, h, PALETTE[0],
+                          f"{label}: {shown}"))
+        body.append(_text(x + slot / 2, y0 + 14, label, "middle"))
+        if slot >= 34:
+            body.append(_text(x + slot / 2, y0 - h - 4, shown, "middle"))
+    body.append(_text((x0 + x1) / 2, HEIGHT - 6, x_label, "middle"))
+    return _svg(body, title)
+
+
+def _axes_y(x0: float, x1: float, y0: float, y1: float, lo: float, hi: float,
+            label: str) -> list[str]:
+    """A share axis (lo to hi) on the left with grid lines every 20%."""
+    body = [_line(x0, y0, x1, y0, "#666"), _line(x0, y0, x0, y1, "#666")]
+    for k in range(6):
+        v = lo + (hi - lo) * k / 5
+        y = y0 - (y0 - y1) * k / 5
+        if k:
+            body.append(_line(x0, y, x1, y, "#e4e4e4"))
+        body.append(_text(x0 - 6, y + 4, _pct(v, 0), "end"))
+    body.append(_text(14, (y0 + y1) / 2, label, "middle",
+                      f' transform="rotate(-90 14 {(y0 + y1) / 2:.1f})"'))
+    return body
+
+
+def _lines(series: Sequence[tuple[str, Sequence[tuple[float, float]], str]], title: str,
+           x_label: str, y_label: str, log2_x: bool = False,
+           x_ticks: Sequence[tuple[float, str]] = ()) -> str:
+    """Lines through points (x, share), one per series (name, points, colour); x on a
+    linear 0..1 scale, or log2 from 1 to the largest x."""
+    x0, x1, y0, y1 = 60, WIDTH - RIGHT - (90 if len(series) > 1 else 0), HEIGHT - BOTTOM, TOP
+    body = _axes_y(x0, x1, y0, y1, 0.0, 1.0, y_label)
+    largest = max([x for _, points, _ in series for x, _ in points], default=1.0)
+    span = math.log2(largest) if log2_x and largest > 1 else 1.0
+
+    def px(x: float) -> float:
+        share = (math.log2(x) / span if x > 0 else 0.0) if log2_x else x
+        return x0 + (x1 - x0) * share
+
+    def py(y: float) -> float:
+        return y0 - (y0 - y1) * y
+
+    shown: list[tuple[float, str]] = []
+    for x, text in reversed(x_ticks):  # the last tick stays; one crowding it is left out
+        if not shown or abs(px(shown[-1][0]) - px(x)) >= 8 * max(len(text), len(shown[-1][1])):
+            shown.append((x, text))
+    for x, text in shown:
+        body.append(_line(px(x), y0, px(x), y0 + 4, "#666"))
+        body.append(_text(px(x), y0 + 16, text, "middle"))
+    for i, (name, points, colour) in enumerate(series):
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in points)
+        body.append(f'<polyline points="{path}" fill="none" stroke="{colour}" '
+                    f'stroke-width="2"><title>{_e(name)}</title></polyline>')
+        for x, y in points:
+            body.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{colour}"/>')
+        if len(series) > 1:
+            ly = y1 + 14 * i
+            body.append(_line(x1 + 12, ly, x1 + 30, ly, colour).replace('stroke-width="1"',
+                                                                        'stroke-width="3"'))
+            body.append(_text(x1 + 34, ly + 4, name))
+    body.append(_text((x0 + x1) / 2, HEIGHT - 6, x_label, "middle"))
+    return _svg(body, title)
+
+
+def _stacked(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]], title: str) -> str:
+    """100% bars, one per row: each part's share of the row's sum, with a legend."""
+    names = list(dict.fromkeys(name for _, parts in rows for name, _ in parts))
+    colour = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
+    step = 30
+    height = TOP + step * len(rows) + 30
+    plot = WIDTH - LEFT - RIGHT
+    body = []
+    for i, (label, parts) in enumerate(rows):
+        y = TOP + i * step
+        total = sum(v for _, v in parts) or 1
+        x = float(LEFT)
+        body.append(_text(LEFT - 8, y + 17, label, "end"))
+        for name, value in parts:
+            w = plot * value / total
+            body.append(_rect(x, y + 4, w, step - 8, colour[name],
+                              f"{label}, {name}: {_pct(value / total)}"))
+            if w > 42:
+                body.append(_text(x + w / 2, y + 19, _pct(value / total), "middle",
+                                  ' style="fill: #fff"'))
+            x += w
+    x = float(LEFT)
+    for name in names:
+        body.append(_rect(x, height - 22, 12, 12, colour[name]))
+        body.append(_text(x + 16, height - 12, name))
+        x += 30 + 7 * len(name)
+    return _svg(body, title, height)
+
+
+def _heatmap(rows: Sequence[str], columns: Sequence[str], shares: Sequence[Sequence[float]],
+             title: str) -> str:
+    """A grid of shares (0 to 1): darker is more."""
+    left, top, cell_h = 70, 40, 20
+    cell_w = (WIDTH - left - RIGHT) / max(len(columns), 1)
+    height = top + cell_h * len(rows) + 10
+    body = []
+    for j, name in enumerate(columns):
+        x = left + (j + 0.5) * cell_w
+        body.append(_text(x, top - 8, name, "middle", ' style="font-size: 9px"'))
+    for i, (name, values) in enumerate(zip(rows, shares, strict=True)):
+        y = top + i * cell_h
+        body.append(_text(left - 8, y + 14, name, "end"))
+        for j, share in enumerate(values):
+            lightness = 97 - 62 * min(max(share, 0.0), 1.0) ** 0.5
+            body.append(_rect(left + j * cell_w, y, cell_w - 1, cell_h - 1,
+                              f"hsl(210, 55%, {lightness:.0f}%)",
+                              f"{name}, {columns[j]}: {_pct(share)}"))
+    return _svg(body, title, height)
+
+
+def _layer_colours(n: int) -> list[str]:
+    """Light to dark blue, first layer to last."""
+    return [f"hsl(215, 60%, {72 - 50 * i / max(n - 1, 1):.0f}%)" for i in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The page.
+
+
+def _page(title: str, meta: Sequence[str], sections: Sequence[str]) -> str:
+    lines = "".join(f'<p class="meta">{_e(m)}</p>' for m in meta)
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"/>'
+            f"<title>{_e(title)}</title><style>{STYLE}</style></head>"
+            f"<body><h1>{_e(title)}</h1>{lines}{''.join(sections)}"
+            '<p class="meta">Made by ffncli from the document its --json option prints.</p>'
+            "</body></html>\n")
+
+
+def _section(heading: str, *parts: str, note: str = "") -> str:
+    text = f"<p>{_e(note)}</p>" if note else ""
+    return f"<section><h2>{_e(heading)}</h2>{text}{''.join(parts)}</section>"

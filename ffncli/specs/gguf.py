@@ -1,0 +1,105 @@
+"""TODO: specs.gguf (from gguf)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ffncli.base.validate import brief, whole
+from ffncli.errors import WeightsError
+
+if TYPE_CHECKING:
+
+    from ffncli.specs.spec import ModelSpec
+from ffncli.formats.gguf import GgufArray, GgufHeader
+
+# ---------------------------------------------------------------------------------------------
+# The spec the metadata implies, read as a config.json with the same keys would be.
+
+# GGUF architecture -> the model_type whose config reader counts it.
+ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3moe": "qwen3_moe",
+                 "gemma": "gemma", "gemma2": "gemma2", "granite": "granite", "phi3": "phi3"}
+
+
+class UnsupportedArchitecture(WeightsError):
+    """A GGUF architecture no spec reader knows: ``params`` still counts the file."""
+
+
+def spec_from_header(header: GgufHeader) -> ModelSpec:
+    """``general.architecture`` and ``<arch>.embedding_length``, ``.feed_forward_length``,
+    ``.block_count``, ``.attention.head_count(_kv)``, ``.expert_count`` ... as the keys of a
+    config.json, counted by that model type's reader. The vocabulary is the tokenizer's token
+    list (else ``<arch>.vocab_size``, else the embedding's rows); the head is tied when there
+    is no ``output.weight``; biases are there when layer 0 has them."""
+    from ffncli.specs.hfconfig import spec_from_config
+
+    path, meta, arch = header.path, header.metadata, header.architecture
+    model_type = ARCHITECTURES.get(arch)
+    if model_type is None:
+        raise UnsupportedArchitecture(
+            f"{path}: GGUF architecture {brief(arch)} has no spec reader; supported: "
+            f"{', '.join(ARCHITECTURES)} (or give --preset or --config)")
+
+    def whole_number(value: int | None) -> int:
+        assert value is not None  # a required key
+        return value
+
+    def number(key: str, required: bool = True) -> int | None:
+        full = f"{arch}.{key}"
+        if full not in meta:
+            if required:
+                raise WeightsError(f"{path}: missing metadata key '{full}'")
+            return None
+        return whole(f"{path}: metadata key '{full}'", meta[full], error=WeightsError)
+
+    d, heads = whole_number(number("embedding_length")), whole_number(number(
+        "attention.head_count"))
+    layers = number("block_count")
+    kv = number("attention.head_count_kv", False) or heads
+    if kv > heads or heads % kv:
+        raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count_kv': expected a "
+                           f"divisor of {arch}.attention.head_count ({heads}), got {kv}")
+    config: dict[str, Any] = {
+        "model_type": model_type, "hidden_size": d, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv,
+        "vocab_size": _vocab(header, arch),
+        "tie_word_embeddings": "output.weight" not in header.tensors,
+        "attention_bias": "blk.0.attn_q.bias" in header.tensors,
+        "mlp_bias": "blk.0.ffn_up.bias" in header.tensors,
+    }
+    head_dim = number("attention.key_length", False)
+    if head_dim is not None:
+        config["head_dim"] = head_dim
+    elif d % heads:
+        raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count': expected a "
+                           f"divisor of {arch}.embedding_length ({d:,}), got {heads}")
+    context = number("context_length", False)
+    if context is not None:
+        config["max_position_embeddings"] = context
+    experts = number("expert_count", False)
+    if model_type == "qwen3_moe":
+        config.update(num_experts=experts, moe_intermediate_size=number(
+            "expert_feed_forward_length"), num_experts_per_tok=number("expert_used_count"))
+    elif experts is not None and experts > 1:
+        config.update(model_type="mixtral", num_local_experts=experts,
+                      num_experts_per_tok=number("expert_used_count"))
+    if model_type != "qwen3_moe":
+        config["intermediate_size"] = number("feed_forward_length")
+    name = meta.get("general.name")
+    if isinstance(name, str) and name:
+        config["_name_or_path"] = name
+    return spec_from_config(config, f"{path} (GGUF metadata)")
+
+
+def _vocab(header: GgufHeader, arch: str) -> int:
+    tokens = header.metadata.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, GgufArray) and tokens.length:
+        return tokens.length
+    key = f"{arch}.vocab_size"
+    if key in header.metadata:
+        return whole(f"{header.path}: metadata key '{key}'", header.metadata[key],
+                     error=WeightsError)
+    embedding = header.tensors.get("token_embd.weight")
+    if embedding is None or len(embedding.dims) != 2:
+        raise WeightsError(f"{header.path}: no vocabulary size: no metadata key "
+                           f"'tokenizer.ggml.tokens' or '{key}', no tensor 'token_embd.weight'")
+    return embedding.dims[1]

@@ -1,0 +1,688 @@
+"""TODO: specs.hfconfig (from hfconfig)."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ffncli.base import validate
+from ffncli.base.textformats import Malformed, parse_json, read_text
+from ffncli.base.validate import MAX_INT, brief
+from ffncli.errors import ConfigError
+from ffncli.specs.spec import (
+    AttentionSpec,
+    EmbeddingsSpec,
+    FfnSpec,
+    HeadKind,
+    LayersSpec,
+    ModelSpec,
+    NormSpec,
+    check_spec,
+)
+
+# Hugging Face activation names -> ours.
+_ACTIVATIONS = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "silu": "silu",
+    "swish": "silu",
+    "sigmoid": "sigmoid",
+    "linear": "identity",
+}
+
+
+class _Config:
+    """Typed access to one config's keys, with errors that name the file and the key. Values
+    are checked, never coerced: booleans are not numbers, 768.0 is not a whole number, a list
+    is not a name, and whole numbers stop at 2**53."""
+
+    def __init__(self, data: dict[str, Any], source: str) -> None:
+        self.data, self.source = data, source
+
+    def where(self, key: str) -> str:
+        return f"{self.source}: key '{key}'"
+
+    def error(self, key: str, expected: str) -> ConfigError:
+        return ConfigError(f"{self.where(key)}: expected {expected}, got "
+                           f"{brief(self.data.get(key))}")
+
+    def int(self, key: str, default: int | None = None) -> int:
+        value = self.data.get(key)
+        if value is None:
+            if default is None:
+                raise ConfigError(f"{self.source}: missing key '{key}'")
+            return default
+        return validate.whole(self.where(key), value, error=ConfigError)
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        return validate.flag(self.where(key), value, error=ConfigError)
+
+    def act(self, key: str, default: str) -> str:
+        value = self.data.get(key, default)
+        if value is None:
+            value = default
+        if not isinstance(value, str):
+            raise self.error(key, f"an activation name ({', '.join(_ACTIVATIONS)})")
+        if value not in _ACTIVATIONS:
+            raise ConfigError(
+                f"{self.source}: key '{key}': unsupported activation {value!r}; supported: "
+                f"{', '.join(_ACTIVATIONS)}"
+            )
+        return _ACTIVATIONS[value]
+
+    def int0(self, key: str, default: builtins.int = 0) -> builtins.int:
+        """A whole number that may be 0 (or null, meaning 0 when the key is present)."""
+        if key in self.data and self.data[key] is None:
+            return 0
+        return validate.whole(self.where(key), self.data.get(key, default), 0,
+                              error=ConfigError)
+
+    def alias(self, keys: tuple[str, ...], default: builtins.int | None = None) -> builtins.int:
+        """The first of several names a config may use for one size (``n_layer`` is also
+        ``num_hidden_layers``); missing from all, the error names the first."""
+        for key in keys:
+            if self.data.get(key) is not None:
+                return self.int(key)
+        return self.int(keys[0], default)
+
+    def ints(self, key: str) -> list[builtins.int]:
+        """A list of whole numbers >= 0 (layer indices), empty when absent or null."""
+        value = self.data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT
+                for v in value):
+            raise self.error(key, "a list of layer numbers")
+        return value
+
+    def at_most(self, key: str, value: builtins.int, limit_key: str,
+                limit: builtins.int) -> builtins.int:
+        if value > limit:
+            raise self.error(key, f"at most {limit_key} ({limit:,})")
+        return value
+
+    def heads(self, d: builtins.int, heads_key: str = "num_attention_heads",
+              kv_key: str | None = "num_key_value_heads",
+              head_dim: builtins.int | None = None, d_key: str = "hidden_size",
+              default: builtins.int | None = None) -> tuple[builtins.int, builtins.int]:
+        """(heads, kv_heads), checked: kv heads divide the heads, and without a head_dim the
+        heads divide the width."""
+        heads = self.int(heads_key, default)
+        kv = self.int(kv_key, heads) if kv_key else heads
+        if kv > heads or heads % kv:
+            raise self.error(kv_key or heads_key, f"a divisor of {heads_key} ({heads})")
+        if head_dim is None and d % heads:
+            raise self.error(heads_key, f"a divisor of {d_key} ({d:,})")
+        return heads, kv
+
+    def head(self, tie_default: builtins.bool) -> HeadKind:
+        return "tied" if self.bool("tie_word_embeddings", tie_default) else "untied"
+
+    def name(self, default: str) -> str:
+        """The model's name: ``_name_or_path`` when it is a non-empty string."""
+        value = self.data.get("_name_or_path")
+        if value is None or value == "":
+            return default
+        if not isinstance(value, str):
+            raise self.error("_name_or_path", "a string")
+        return value
+
+
+def _decoder_only(
+    c: _Config,
+    family: str,
+    *,
+    ffn: FfnSpec,
+    attention: AttentionSpec,
+    norm: NormSpec,
+    embeddings: EmbeddingsSpec,
+    layers_key: str = "num_hidden_layers",
+    d_key: str = "hidden_size",
+    seq_key: str = "max_position_embeddings",
+    seq_default: int = 2048,
+) -> ModelSpec:
+    return ModelSpec(
+        name=c.name(family),
+        family=family,
+        description=f"from {c.source}",
+        d_model=c.int(d_key),
+        seq_len=c.int(seq_key, seq_default),
+        ffn=ffn,
+        attention=attention,
+        norm=norm,
+        layers=LayersSpec(encoder=0, decoder=c.int(layers_key)),
+        embeddings=embeddings,
+    )
+
+
+def _gpt2(c: _Config) -> ModelSpec:
+    d = c.int("n_embd", 768)
+    return _decoder_only(
+        c, "gpt2",
+        ffn=FfnSpec(d_ff=c.int("n_inner", 4 * d),
+                    activation=c.act("activation_function", "gelu_new")),
+        attention=AttentionSpec(heads=c.int("n_head", 12)),
+        norm=NormSpec(final=True),
+        embeddings=EmbeddingsSpec(
+            vocab=c.int("vocab_size", 50257), positions=c.int("n_positions", 1024),
+            head="tied" if c.bool("tie_word_embeddings", True) else "untied",
+        ),
+        layers_key="n_layer", d_key="n_embd", seq_key="n_positions", seq_default=1024,
+    )
+
+
+def _bert_like(c: _Config, family: str, vocab_default: int = 30522, d_default: int = 768,
+               d_ff_default: int = 3072) -> ModelSpec:
+    """BERT, RoBERTa and XLM-RoBERTa, counted as BertModel / RobertaModel / XLMRobertaModel
+    with their pooler. Each class has two token types unless the config says otherwise."""
+    d = c.int("hidden_size", d_default)
+    return ModelSpec(
+        name=c.name(family),
+        family="bert",
+        description=f"from {c.source}",
+        d_model=d,
+        seq_len=c.int("max_position_embeddings", 512),
+        ffn=FfnSpec(d_ff=c.int("intermediate_size", d_ff_default),
+                    activation=c.act("hidden_act", "gelu")),
+        attention=AttentionSpec(heads=c.heads(d, kv_key=None, default=12)[0]),
+        norm=NormSpec(final=False),
+        layers=LayersSpec(encoder=c.int("num_hidden_layers", 12), decoder=0),
+        embeddings=EmbeddingsSpec(
+            vocab=c.int("vocab_size", vocab_default),
+            positions=c.int("max_position_embeddings", 512),
+            token_types=c.int0("type_vocab_size", 2),
+            norm=True,
+            head="none",
+        ),
+        pooler=True,
+    )
+
+
+def _electra(c: _Config) -> ModelSpec:
+    """ElectraModel (the discriminator's body, no pooler): BERT's encoder behind word, position
+    and token-type tables embedding_size wide, their LayerNorm, then a projection to
+    hidden_size when it differs."""
+    spec = _bert_like(c, "electra", d_default=256, d_ff_default=1024)
+    dim = c.int("embedding_size", 128)
+    assert spec.embeddings is not None  # _bert_like always builds them
+    embeddings = replace(spec.embeddings, dim=dim if dim != spec.d_model else None,
+                         factorized=True)
+    return replace(spec, family="electra", embeddings=embeddings, pooler=False)
+
+
+def _distilbert(c: _Config) -> ModelSpec:
+    """DistilBertModel: no token types, no pooler. Sinusoidal positions are still a parameter
+    (frozen, but saved in the checkpoint and listed by ``parameters()``), so they count."""
+    c.bool("sinusoidal_pos_embds", False)  # checked; either way the table is a parameter
+    d = c.int("dim", 768)
+    return ModelSpec(
+        name=c.name("distilbert"),
+        family="distilbert",
+        description=f"from {c.source}",
+        d_model=d,
+        seq_len=c.int("max_position_embeddings", 512),
+        ffn=FfnSpec(d_ff=c.int("hidden_dim", 3072), activation=c.act("activation", "gelu")),
+        attention=AttentionSpec(heads=c.heads(d, "n_heads", None, d_key="dim",
+                                              default=12)[0]),
+        norm=NormSpec(final=False),
+        layers=LayersSpec(encoder=c.int("n_layers", 6), decoder=0),
+        embeddings=EmbeddingsSpec(
+            vocab=c.int("vocab_size", 30522),
+            positions=c.int("max_position_embeddings", 512),
+            norm=True,
+            head="none",
+        ),
+    )
+
+
+def _t5(c: _Config) -> ModelSpec:
+    """T5ForConditionalGeneration: v1.0 ("relu", tied) and v1.1 ("gated-gelu", untied)."""
+    proj = c.data.get("feed_forward_proj", "relu")
+    if not isinstance(proj, str):
+        raise c.error("feed_forward_proj", "a string such as 'relu' or 'gated-gelu'")
+    gated = proj.startswith("gated-")
+    act_name = proj.removeprefix("gated-")
+    if gated and act_name == "gelu":
+        act_name = "gelu_new"  # transformers runs "gated-gelu" with the tanh GELU
+    if act_name not in _ACTIVATIONS:
+        raise c.error("feed_forward_proj", "'relu', 'gelu', 'gated-gelu' or 'gated-silu'")
+    activation = _ACTIVATIONS[act_name]
+    d = c.int("d_model", 512)
+    layers = c.int("num_layers", 6)
+    return ModelSpec(
+        name=c.name("t5"),
+        family="t5",
+        description=f"from {c.source}",
+        d_model=d,
+        seq_len=512,
+        ffn=FfnSpec(d_ff=c.int("d_ff", 2048), activation=activation, gated=gated, bias=False),
+        attention=AttentionSpec(
+            heads=c.int("num_heads", 8), head_dim=c.int("d_kv", 64), qkv_bias=False,
+            out_bias=False, relative_buckets=c.int("relative_attention_num_buckets", 32),
+        ),
+        norm=NormSpec(kind="rmsnorm", bias=False, final=True),
+        layers=LayersSpec(encoder=layers, decoder=c.int("num_decoder_layers", layers)),
+        embeddings=EmbeddingsSpec(
+            vocab=c.int("vocab_size", 32128),
+            head="tied" if c.bool("tie_word_embeddings", True) else "untied",
+        ),
+    )
+
+
+def _opt(c: _Config) -> ModelSpec:
+    d = c.int("hidden_size", 768)
+    bias = c.bool("enable_bias", True)
+    pre_norm = c.bool("do_layer_norm_before", True)
+    final = pre_norm and not c.bool("_remove_final_layer_norm", False)
+    proj_dim = c.int("word_embed_proj_dim", d)
+    return _decoder_only(
+        c, "opt",
+        ffn=FfnSpec(d_ff=c.int("ffn_dim", 3072), activation=c.act("activation_function", "relu"),
+                    bias=bias),
+        attention=AttentionSpec(heads=c.heads(d, kv_key=None, default=12)[0], qkv_bias=bias,
+                                out_bias=bias),
+        norm=NormSpec(final=final, affine=c.bool("layer_norm_elementwise_affine", True)),
+        embeddings=EmbeddingsSpec(
+            vocab=c.int("vocab_size", 50272), dim=proj_dim if proj_dim != d else None,
+            positions=c.int("max_position_embeddings", 2048), position_offset=2,
+            head="tied" if c.bool("tie_word_embeddings", True) else "untied",
+        ),
+    )
+
+
+def _gpt_neox(c: _Config) -> ModelSpec:
+    bias = c.bool("attention_bias", True)
+    return _decoder_only(
+        c, "gpt_neox",
+        ffn=FfnSpec(d_ff=c.int("intermediate_size"), activation=c.act("hidden_act", "gelu")),
+        attention=AttentionSpec(heads=c.int("num_attention_heads"), qkv_bias=bias, out_bias=bias),
+        norm=NormSpec(final=True),
+        embeddings=EmbeddingsSpec(
+            vocab=c.int("vocab_size"),
+            head="tied" if c.bool("tie_word_embeddings", False) else "untied",
+        ),
+    )
+
+
+def _phi(c: _Config) -> ModelSpec:
+    """PhiForCausalLM: parallel attention and FFN behind one LayerNorm; lm_head has a bias;
+    ``qk_layernorm`` adds a LayerNorm (with bias) of head_dim on queries and on keys."""
+    d = c.int("hidden_size")
+    heads, kv = c.heads(d, default=32)
+    return _decoder_only(
+        c, "phi",
+        ffn=FfnSpec(d_ff=c.int("intermediate_size", 8192), activation=c.act("hidden_act",
+                                                                             "gelu_new")),
+        attention=AttentionSpec(heads=heads, kv_heads=kv,
+                                qk_norm="head" if c.bool("qk_layernorm", False) else "none",
+                                qk_norm_bias=True),
+        norm=NormSpec(per_layer=1, final=True),
+        embeddings=EmbeddingsSpec(
+            vocab=c.int("vocab_size", 51200),
+            head="tied" if c.bool("tie_word_embeddings", False) else "untied", head_bias=True,
+        ),
+    )
+
+
+_RMS = NormSpec(kind="rmsnorm", bias=False, final=True)
+
+
+def _gated_decoder(
+    c: _Config,
+    family: str,
+    *,
+    tie_default: bool = False,
+    qkv_bias: bool | None = None,  # None: the config's attention_bias, on Q, K, V and O
+    out_bias: bool | None = None,
+    head_dim_default: int | None = None,  # None: hidden_size // num_attention_heads
+    activation: str | None = None,
+    norm: NormSpec = _RMS,
+    qk_norm: str = "none",
+    qk_norm_bias: bool = False,
+    moe: Callable[[_Config, int], tuple[FfnSpec, int]] | None = None,
+    seq_default: int = 4096,
+) -> ModelSpec:
+    """The LLaMA shape most decoders share: a gated FFN, pre-norms, grouped-query attention.
+    ``moe`` returns the mixture-of-experts FFN and how many layers keep the dense FFN."""
+    d = c.int("hidden_size")
+    head_dim = c.int("head_dim") if c.data.get("head_dim") is not None else head_dim_default
+    heads, kv = c.heads(d, head_dim=head_dim)
+    bias = c.bool("attention_bias", False)
+    act = activation or c.act("hidden_act", "silu")
+    dense_ffn = FfnSpec(d_ff=c.int("intermediate_size"), activation=act, gated=True,
+                        bias=c.bool("mlp_bias", False))
+    layers = c.int("num_hidden_layers")
+    ffn, dense = moe(c, layers) if moe else (dense_ffn, 0)
+    spec = _decoder_only(
+        c, family,
+        ffn=ffn,
+        attention=AttentionSpec(
+            heads=heads, kv_heads=kv, head_dim=head_dim,
+            qkv_bias=bias if qkv_bias is None else qkv_bias,
+            out_bias=bias if out_bias is None else out_bias,
+            qk_norm=qk_norm, qk_norm_bias=qk_norm_bias,
+        ),
+        norm=norm,
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), head=c.head(tie_default)),
+        seq_default=seq_default,
+    )
+    if not dense:
+        return spec
+    return replace(spec, layers=replace(spec.layers, dense=dense), dense_ffn=dense_ffn)
+
+
+def _experts(c: _Config, experts_key: str, d_ff_key: str, top_k_default: int | None = None,
+             experts_default: int | None = None, **extra: Any) -> FfnSpec:
+    """The routed experts: SwiGLU of d_ff_key each, top-k of experts_key, a router without
+    bias; top-k more than the experts is an error naming the key."""
+    experts = c.int(experts_key, experts_default)
+    top_k = c.at_most("num_experts_per_tok", c.int("num_experts_per_tok", top_k_default),
+                      experts_key, experts)
+    return FfnSpec(d_ff=c.int(d_ff_key), activation=c.act("hidden_act", "silu"), gated=True,
+                   bias=False, experts=experts, top_k=top_k, **extra)
+
+
+def _mixtral_moe(c: _Config, layers: int) -> tuple[FfnSpec, int]:
+    return _experts(c, "num_local_experts", "intermediate_size", 2, experts_default=8), 0
+
+
+def _qwen_moe(c: _Config, layers: int, shared: bool) -> tuple[FfnSpec, int]:
+    """Qwen2-MoE and Qwen3-MoE: layer i is sparse unless listed in mlp_only_layers, and only
+    when (i + 1) is a multiple of decoder_sparse_step; Qwen2-MoE adds a gated shared expert."""
+    extra: dict[str, Any] = {}
+    if shared:
+        extra = dict(shared_d_ff=c.int("shared_expert_intermediate_size"), shared_gate=True)
+    ffn = _experts(c, "num_experts", "moe_intermediate_size", **extra)
+    step = c.int("decoder_sparse_step", 1)
+    dense_only = set(c.ints("mlp_only_layers"))
+    sparse = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
+    if sparse == 0:
+        raise c.error("mlp_only_layers", "at least one sparse layer (with decoder_sparse_step "
+                      f"{step}, {layers} layers)")
+    return ffn, layers - sparse
+
+
+def _deepseek_moe(c: _Config, layers: int) -> tuple[FfnSpec, int]:
+    """DeepSeek-V3: first_k_dense_replace dense layers, then routed experts and n_shared_experts
+    shared ones, run as one FFN n_shared_experts x moe_intermediate_size wide. The router's
+    e_score_correction_bias is a buffer, not a parameter."""
+    d_ff = c.int("moe_intermediate_size")
+    shared = c.int0("n_shared_experts", 1) * d_ff
+    ffn = _experts(c, "n_routed_experts", "moe_intermediate_size", 8, shared_d_ff=shared)
+    dense = c.at_most("first_k_dense_replace", c.int0("first_k_dense_replace", 3),
+                      "num_hidden_layers", layers)
+    if dense == layers:
+        raise c.error("first_k_dense_replace", f"fewer than num_hidden_layers ({layers})")
+    return ffn, dense
+
+
+def _deepseek_v3(c: _Config) -> ModelSpec:
+    """DeepseekV3ForCausalLM: multi-head latent attention (queries through q_lora_rank, or
+    straight when it is null; keys and values from a kv_lora_rank latent), mixture of experts."""
+    d = c.int("hidden_size")
+    heads = c.int("num_attention_heads")
+    nope, rope = c.int("qk_nope_head_dim", 128), c.int("qk_rope_head_dim", 64)
+    kv_rank = c.at_most("kv_lora_rank", c.int("kv_lora_rank", 512), "hidden_size", d)
+    q_rank = c.at_most("q_lora_rank", c.int0("q_lora_rank", 1536), "hidden_size", d)
+    spec = _gated_decoder(c, "deepseek_v3", moe=_deepseek_moe)
+    bias = c.bool("attention_bias", False)
+    attention = AttentionSpec(heads=heads, head_dim=nope + rope, qkv_bias=bias, out_bias=bias,
+                              kv_lora_rank=kv_rank, q_lora_rank=q_rank, rope_head_dim=rope,
+                              v_head_dim=c.int("v_head_dim", 128))
+    return replace(spec, attention=attention)
+
+
+def _starcoder2(c: _Config) -> ModelSpec:
+    d = c.int("hidden_size")
+    heads, kv = c.heads(d)
+    bias = c.bool("use_bias", True)
+    return _decoder_only(
+        c, "starcoder2",
+        ffn=FfnSpec(d_ff=c.int("intermediate_size"),
+                    activation=c.act("hidden_act", "gelu_pytorch_tanh"), bias=bias),
+        attention=AttentionSpec(heads=heads, kv_heads=kv, qkv_bias=bias, out_bias=bias),
+        norm=NormSpec(final=True),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), head=c.head(True)),
+        seq_default=4096,
+    )
+
+
+def _gpt_bigcode(c: _Config) -> ModelSpec:
+    """GPTBigCodeForCausalLM (SantaCoder, StarCoder): multi-query attention by default, one
+    fused c_attn of d_model + 2 head_dim outputs; learned positions; nn.Linear everywhere."""
+    d = c.int("n_embd")
+    heads = c.heads(d, "n_head", None, d_key="n_embd")[0]
+    return _decoder_only(
+        c, "gpt_bigcode",
+        ffn=FfnSpec(d_ff=c.int("n_inner", 4 * d),
+                    activation=c.act("activation_function", "gelu_pytorch_tanh")),
+        attention=AttentionSpec(heads=heads, kv_heads=1 if c.bool("multi_query", True)
+                                else heads),
+        norm=NormSpec(final=True),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), positions=c.int("n_positions"),
+                                  head=c.head(True)),
+        layers_key="n_layer", d_key="n_embd", seq_key="n_positions", seq_default=1024,
+    )
+
+
+def _gptj(c: _Config) -> ModelSpec:
+    """GPTJForCausalLM: attention and FFN in parallel behind one LayerNorm, Q/K/V/out without
+    bias, rotary positions, an untied lm_head with a bias."""
+    d = c.int("n_embd")
+    heads = c.heads(d, "n_head", None, d_key="n_embd")[0]
+    return _decoder_only(
+        c, "gptj",
+        ffn=FfnSpec(d_ff=c.int("n_inner", 4 * d), activation=c.act("activation_function",
+                                                                   "gelu_new")),
+        attention=AttentionSpec(heads=heads, qkv_bias=False, out_bias=False),
+        norm=NormSpec(per_layer=1, final=True),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), head=c.head(False),
+                                  head_bias=True),
+        layers_key="n_layer", d_key="n_embd", seq_key="n_positions",
+    )
+
+
+def _falcon(c: _Config) -> ModelSpec:
+    """FalconForCausalLM. New decoder architecture (40B, 180B): num_kv_heads K/V heads and two
+    LayerNorms (ln_attn, ln_mlp) unless num_ln_in_parallel_attn is 1. Old (7B): multi-query
+    when multi_query, one LayerNorm with parallel_attn, two without."""
+    d = c.int("hidden_size")
+    new = c.bool("new_decoder_architecture", False)
+    heads = c.alias(("num_attention_heads", "n_head"))
+    if new:
+        kv = c.int("num_kv_heads", heads)
+        if kv > heads or heads % kv:
+            raise c.error("num_kv_heads", f"a divisor of num_attention_heads ({heads})")
+    else:
+        kv = 1 if c.bool("multi_query", True) else heads
+    if d % heads:
+        raise c.error("num_attention_heads", f"a divisor of hidden_size ({d:,})")
+    bias = c.bool("bias", False)
+    parallel = c.bool("parallel_attn", True)
+    norms = c.int("num_ln_in_parallel_attn", 2 if new else 1) if parallel else 2
+    return _decoder_only(
+        c, "falcon",
+        ffn=FfnSpec(d_ff=c.int("ffn_hidden_size", 4 * d), activation=c.act("activation",
+                                                                            "gelu"), bias=bias),
+        attention=AttentionSpec(heads=heads, kv_heads=kv, qkv_bias=bias, out_bias=bias),
+        norm=NormSpec(per_layer=min(norms, 2), final=True),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), head=c.head(True)),
+        layers_key="num_hidden_layers" if "n_layer" not in c.data else "n_layer",
+    )
+
+
+def _stablelm(c: _Config) -> ModelSpec:
+    """StableLmForCausalLM: LayerNorms with bias (one with use_parallel_residual), biases on
+    Q/K/V with use_qkv_bias, per-head LayerNorms without bias on Q and K with qk_layernorm."""
+    parallel = c.bool("use_parallel_residual", False)
+    return _gated_decoder(
+        c, "stablelm", qkv_bias=c.bool("use_qkv_bias", False), out_bias=False,
+        norm=NormSpec(per_layer=1 if parallel else 2, final=True),
+        qk_norm="heads" if c.bool("qk_layernorm", False) else "none",
+    )
+
+
+def _bloom(c: _Config) -> ModelSpec:
+    """BloomForCausalLM: ALiBi (no position table), a LayerNorm after the word embeddings,
+    fused Q/K/V with biases, a 4 x d_model FFN with the tanh GELU, tied head."""
+    d = c.alias(("hidden_size", "n_embed"))
+    heads = c.alias(("n_head", "num_attention_heads"))
+    if d % heads:
+        raise c.error("n_head", f"a divisor of hidden_size ({d:,})")
+    return ModelSpec(
+        name=c.name("bloom"), family="bloom", description=f"from {c.source}", d_model=d,
+        seq_len=2048,
+        ffn=FfnSpec(d_ff=4 * d, activation="gelu_tanh"),
+        attention=AttentionSpec(heads=heads),
+        norm=NormSpec(final=True),
+        layers=LayersSpec(encoder=0, decoder=c.alias(("n_layer", "num_hidden_layers"))),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), norm=True, head=c.head(True)),
+    )
+
+
+def _mpt(c: _Config) -> ModelSpec:
+    """MptForCausalLM as transformers builds it: ALiBi, no biases anywhere (LayerNorms
+    included), a 4 x d_model exact-GELU FFN, tied head. Configs it cannot build are refused."""
+    d = c.int("d_model")
+    heads = c.heads(d, "n_heads", None, d_key="d_model")[0]
+    if c.data.get("expansion_ratio", 4) != 4:
+        raise c.error("expansion_ratio", "4 (transformers' MptForCausalLM builds a "
+                      "4 x d_model FFN whatever the config says)")
+    if not c.bool("no_bias", True):
+        raise c.error("no_bias", "true (transformers' MptForCausalLM has no biases)")
+    return _decoder_only(
+        c, "mpt",
+        ffn=FfnSpec(d_ff=4 * d, activation="gelu", bias=False),
+        attention=AttentionSpec(heads=heads, qkv_bias=False, out_bias=False),
+        norm=NormSpec(bias=False, final=True),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), head=c.head(True)),
+        layers_key="n_layers", d_key="d_model", seq_key="max_seq_len",
+    )
+
+
+def _gemma_act(c: _Config) -> str:
+    """Gemma's activation: hidden_activation where a config sets it (transformers < 4.46 read
+    it), else hidden_act; "gelu" in either is the tanh GELU the weights were trained with."""
+    key = "hidden_activation" if c.data.get("hidden_activation") is not None else "hidden_act"
+    if c.data.get(key) == "gelu":
+        return "gelu_tanh"
+    return c.act(key, "gelu_pytorch_tanh")
+
+
+def _llama(family: str, **options: Any) -> Callable[[_Config], ModelSpec]:
+    return lambda c: _gated_decoder(c, family, **options)
+
+
+_GEMMA2_NORM = NormSpec(kind="rmsnorm", bias=False, per_layer=4, final=True)
+_NO_AFFINE = NormSpec(kind="layernorm", bias=False, final=True, affine=False)
+_COHERE_NORM = NormSpec(kind="layernorm", bias=False, per_layer=1, final=True)
+
+
+def _gemma(c: _Config, family: str, **options: Any) -> ModelSpec:
+    return _gated_decoder(c, family, tie_default=True, head_dim_default=256,
+                          activation=_gemma_act(c), **options)
+
+
+_READERS: dict[str, Callable[[_Config], ModelSpec]] = {
+    "gpt2": _gpt2,
+    "bert": lambda c: _bert_like(c, "bert"),
+    "roberta": lambda c: _bert_like(c, "roberta", vocab_default=50265),
+    "distilbert": _distilbert,
+    "t5": _t5,
+    "opt": _opt,
+    "gpt_neox": _gpt_neox,
+    "llama": _llama("llama"),
+    # Mistral and Mixtral have no attention biases whatever attention_bias says; Qwen2 always
+    # has them on Q, K and V (and never on O).
+    "mistral": _llama("mistral", qkv_bias=False, out_bias=False),
+    "mixtral": _llama("mixtral", qkv_bias=False, out_bias=False, moe=_mixtral_moe),
+    "qwen2": _llama("qwen2", qkv_bias=True, out_bias=False),
+    "gemma": lambda c: _gemma(c, "gemma"),
+    "phi": _phi,
+    "qwen3": _llama("qwen3", head_dim_default=128, qk_norm="head"),
+    "qwen3_moe": _llama("qwen3_moe", qk_norm="head",
+                        moe=lambda c, n: _qwen_moe(c, n, shared=False)),
+    "qwen2_moe": lambda c: _gated_decoder(c, "qwen2_moe", qkv_bias=c.bool("qkv_bias", True),
+                                          out_bias=False,
+                                          moe=lambda c, n: _qwen_moe(c, n, shared=True)),
+    "gemma2": lambda c: _gemma(c, "gemma2", norm=_GEMMA2_NORM),
+    "gemma3_text": lambda c: _gemma(c, "gemma3_text", norm=_GEMMA2_NORM, qk_norm="head"),
+    "phi3": _llama("phi3", qkv_bias=False, out_bias=False),
+    "olmo": _llama("olmo", norm=_NO_AFFINE),
+    "olmo2": _llama("olmo2", qk_norm="heads"),
+    "granite": _llama("granite"),
+    "starcoder2": _starcoder2,
+    "gpt_bigcode": _gpt_bigcode,
+    "gptj": _gptj,
+    "falcon": _falcon,
+    "stablelm": _stablelm,
+    "bloom": _bloom,
+    "mpt": _mpt,
+    "xlm-roberta": lambda c: _bert_like(c, "xlm-roberta"),
+    "electra": _electra,
+    "cohere": lambda c: _gated_decoder(c, "cohere", tie_default=True, norm=_COHERE_NORM,
+                                       qk_norm="heads" if c.bool("use_qk_norm", False)
+                                       else "none"),
+    "deepseek_v3": _deepseek_v3,
+}
+
+SUPPORTED_MODEL_TYPES = tuple(_READERS)
+
+
+class UnsupportedModelType(ConfigError):
+    """A config.json of an architecture no reader knows (``params --weights`` can still count
+    the file by tensor names)."""
+
+
+def _same_type(name: str) -> str:
+    """A supported model_type spelled differently (case, '-' or '_'), else ''. Nothing looser:
+    a near miss such as qwen3 for qwen2 is another architecture, counted wrongly."""
+    def key(text: str) -> str:
+        return text.lower().replace("-", "").replace("_", "").strip()
+
+    hits = [t for t in SUPPORTED_MODEL_TYPES if key(t) == key(name)]
+    return f" (did you mean {hits[0]!r}?)" if hits else ""
+
+
+def spec_from_config(data: Any, source: str) -> ModelSpec:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    model_type = data.get("model_type")
+    if model_type is None:
+        raise ConfigError(f"{source}: missing key 'model_type'; supported: "
+                          f"{', '.join(SUPPORTED_MODEL_TYPES)}")
+    if not isinstance(model_type, str):
+        raise ConfigError(f"{source}: key 'model_type': expected a string such as 'llama', got "
+                          f"{brief(model_type)}")
+    reader = _READERS.get(model_type)
+    if reader is None:
+        raise UnsupportedModelType(
+            f"{source}: unsupported model_type {brief(model_type)}"
+            f"{_same_type(model_type)}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    return check_spec(reader(_Config(data, source)), source)
+
+
+def read_config(path: Path) -> Any:
+    """A config.json's document: a regular file of at most 4 MiB, strict JSON (no duplicate
+    keys, NaN, Infinity or nesting past 64 levels)."""
+    text = read_text(path, "config file", ConfigError)
+    try:
+        return parse_json(text)
+    except Malformed as exc:
+        raise ConfigError(f"{path}: invalid JSON{exc.where}: {exc.problem}") from None
+
+
+def load_config(path: Path) -> ModelSpec:
+    """A config.json (:func:`read_config`), then :func:`spec_from_config`."""
+    return spec_from_config(read_config(path), str(path))

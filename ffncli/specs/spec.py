@@ -1,0 +1,455 @@
+"""TODO: specs.spec (from spec)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from ffncli.base import validate
+from ffncli.base.validate import suggest
+from ffncli.errors import SpecError, shown
+
+# Activations applied elementwise. ``gelu`` is the exact (erf) GELU; ``gelu_tanh`` is the tanh
+# approximation (GPT-2's ``gelu_new``, PyTorch's ``approximate="tanh"``). ``swish`` is
+# ``silu`` with a ``beta`` other than 1.
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swish", "sigmoid", "identity")
+
+# The GLU family (Shazeer, 2020): act(x W + b) * (x V + c), each name a gated activation.
+GLU_VARIANTS = {
+    "glu": "sigmoid",
+    "reglu": "relu",
+    "geglu": "gelu",
+    "swiglu": "silu",
+    "bilinear": "identity",
+}
+
+NormKind = Literal["layernorm", "rmsnorm"]
+HeadKind = Literal["tied", "untied", "none"]
+
+
+@dataclass(frozen=True)
+class FfnSpec:
+    """The position-wise FFN of one layer: d_model -> d_ff -> d_model."""
+
+    d_ff: int
+    activation: str = "relu"
+    gated: bool = False  # act(x W + b) * (x V + c): W is activated, V is not
+    bias: bool = True  # biases on every projection of the FFN
+    beta: float = 1.0  # Swish_beta(x) = x * sigmoid(beta * x); 1 for silu
+    experts: int = 1  # > 1: mixture of experts, each expert one FFN of this shape
+    top_k: int = 1
+    router_bias: bool = False
+    capacity_factor: float | None = None  # MoE only: drop tokens past ceil(cf * n * k / E)
+    shared_d_ff: int = 0  # MoE: a shared expert of this width that every token uses (0: none)
+    shared_gate: bool = False  # Qwen2-MoE: sigmoid(x g) scales the shared expert, g d_model x 1
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 1
+
+    @property
+    def label(self) -> str:
+        """The activation as people name it: ``relu``, ``swiglu``, ``geglu (gelu_tanh)``."""
+        if not self.gated:
+            return self.activation
+        for name, act in GLU_VARIANTS.items():
+            if act == self.activation:
+                return name
+        if self.activation == "gelu_tanh":
+            return "geglu (gelu_tanh)"
+        return f"gated {self.activation}"
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    heads: int
+    kv_heads: int | None = None  # grouped-query attention; None means heads
+    head_dim: int | None = None  # None means d_model // heads
+    qkv_bias: bool = True
+    out_bias: bool = True
+    relative_buckets: int = 0  # T5: a (buckets x heads) bias table in each stack's first layer
+    # Norms on queries and keys: "head" one norm of head_dim shared by all heads (Qwen3, Gemma3,
+    # Phi), "heads" one weight per head and channel (heads x head_dim for Q, kv_heads x head_dim
+    # for K: OLMo2, Cohere, StableLM). Counted with the layer's norms.
+    qk_norm: str = "none"
+    qk_norm_bias: bool = False
+    # Multi-head latent attention (DeepSeek-V2/V3), when kv_lora_rank > 0: K and V come from a
+    # shared latent of kv_lora_rank plus one rope_head_dim key; head_dim is the query/key width
+    # of a head (nope + rope), v_head_dim the value width; q_lora_rank > 0 factors W_Q as well.
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    rope_head_dim: int = 0
+    v_head_dim: int | None = None
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    kind: NormKind = "layernorm"
+    bias: bool = True
+    per_layer: int = 2  # norms in an encoder or decoder-only layer; cross-attention adds one
+    final: bool = True  # one norm after the last layer of each stack
+    affine: bool = True  # False: the norms have no weights (OLMo; OPT without elementwise affine)
+
+
+@dataclass(frozen=True)
+class LayersSpec:
+    encoder: int = 0
+    decoder: int = 1  # with encoder > 0, decoder layers also have cross-attention
+    dense: int = 0  # decoder layers whose FFN is ModelSpec.dense_ffn, not the MoE ffn (DeepSeek)
+
+
+@dataclass(frozen=True)
+class EmbeddingsSpec:
+    vocab: int
+    dim: int | None = None  # word-embedding width when it differs from d_model (OPT-350m)
+    positions: int = 0  # learned position rows (0: sinusoidal or rotary, no parameters)
+    position_offset: int = 0  # extra learned rows (OPT keeps 2)
+    token_types: int = 0
+    norm: bool = False  # a norm right after the embeddings (BERT)
+    head: HeadKind = "tied"  # output projection to the vocabulary
+    head_bias: bool = False
+    # ELECTRA: word, position and token-type tables and their norm are all dim wide, then one
+    # dim -> d_model projection with a bias (instead of OPT's bias-free project in and out).
+    factorized: bool = False
+
+
+@dataclass(frozen=True)
+class InitSpec:
+    """Random weights: numpy.random.default_rng(seed).normal(0, std), biases zero."""
+
+    std: float = 0.02
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    d_model: int
+    ffn: FfnSpec
+    family: str = "custom"
+    description: str = ""
+    attention: AttentionSpec | None = None
+    norm: NormSpec | None = None
+    layers: LayersSpec = field(default_factory=LayersSpec)
+    embeddings: EmbeddingsSpec | None = None
+    pooler: bool = False
+    seq_len: int = 1024
+    dense_ffn: FfnSpec | None = None  # the FFN of the layers.dense layers of a MoE model
+    init: InitSpec = field(default_factory=InitSpec)
+
+    @property
+    def ffn_only(self) -> bool:
+        return self.attention is None and self.embeddings is None and self.norm is None
+
+    @property
+    def d_ff(self) -> int:
+        return self.ffn.d_ff
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: one place, one message format ("<source>: <key>: expected ..., got ...").
+
+_SECTIONS: dict[str, type] = {
+    "ffn": FfnSpec,
+    "attention": AttentionSpec,
+    "norm": NormSpec,
+    "layers": LayersSpec,
+    "embeddings": EmbeddingsSpec,
+    "init": InitSpec,
+    "dense_ffn": FfnSpec,
+}
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "ffn.activation": ACTIVATIONS,
+    "norm.kind": ("layernorm", "rmsnorm"),
+    "embeddings.head": ("tied", "untied", "none"),
+    "attention.qk_norm": ("none", "head", "heads"),
+}
+
+_MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other integer must be >= 1
+    "attention.relative_buckets": 0,
+    "norm.per_layer": 0,
+    "layers.encoder": 0,
+    "layers.decoder": 0,
+    "embeddings.positions": 0,
+    "embeddings.position_offset": 0,
+    "embeddings.token_types": 0,
+    "init.seed": 0,
+    "ffn.shared_d_ff": 0,
+    "dense_ffn.shared_d_ff": 0,
+    "attention.kv_lora_rank": 0,
+    "attention.q_lora_rank": 0,
+    "attention.rope_head_dim": 0,
+    "layers.dense": 0,
+}
+
+
+def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
+    """One key's value, checked by ``validate`` (never coerced)."""
+    where = f"{source}: key '{key}'"
+    if value is None:
+        if "None" in annotation:
+            return None
+        raise validate.fail(where, _describe(key, annotation), value, SpecError)
+    if annotation.startswith("bool"):
+        return validate.flag(where, value, SpecError)
+    if annotation.startswith("int"):
+        return validate.whole(where, value, _MINIMUM.get(key, 1), error=SpecError)
+    if annotation.startswith("float"):
+        return validate.number(where, value, positive=True, error=SpecError)
+    return validate.name(where, value, _CHOICES.get(key), SpecError)
+
+
+def _describe(key: str, annotation: str) -> str:
+    if annotation.startswith("int"):
+        return "a whole number >= 0" if _MINIMUM.get(key, 1) == 0 else "a whole number >= 1"
+    return "a value"
+
+
+def _build(source: str, prefix: str, cls: type, data: Any) -> Any:
+    where = prefix.rstrip(".") or "top level"
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{source}: '{where}' must be a mapping of keys to values, got "
+                        f"{validate.brief(data)}")
+    allowed = {f.name: f for f in fields(cls)}
+    for key in data:
+        if key not in allowed:
+            raise SpecError(
+                f"{source}: unknown key '{prefix}{shown(key)}'"
+                f"{suggest(str(key), list(allowed))}; "
+                f"allowed keys: {', '.join(allowed)}"
+            )
+    values: dict[str, Any] = {}
+    for name, f in allowed.items():
+        if name not in data:
+            no_default = (
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            )
+            if no_default:
+                raise SpecError(f"{source}: missing key '{prefix}{name}'")
+            continue
+        if not prefix and name in _SECTIONS:
+            if data[name] is None and "None" in str(f.type):
+                values[name] = None
+            else:
+                values[name] = _build(source, f"{prefix}{name}.", _SECTIONS[name], data[name])
+        else:
+            values[name] = _check_value(source, f"{prefix}{name}", data[name], str(f.type))
+    return cls(**values)
+
+
+def check_spec(spec: ModelSpec, source: str) -> ModelSpec:
+    """Cross-field rules a single key cannot express. Returns the spec unchanged."""
+    ffn = spec.ffn
+    if ffn.top_k > ffn.experts:
+        raise SpecError(
+            f"{source}: key 'ffn.top_k': expected at most ffn.experts ({ffn.experts}), "
+            f"got {ffn.top_k}"
+        )
+    if ffn.capacity_factor is not None and not ffn.is_moe:
+        raise SpecError(f"{source}: key 'ffn.capacity_factor': only a mixture of experts "
+                        "(ffn.experts > 1) has a capacity")
+    att = spec.attention
+    if att is not None:
+        kv = att.kv_heads or att.heads
+        if att.heads % kv:
+            raise SpecError(
+                f"{source}: key 'attention.kv_heads': expected a divisor of attention.heads "
+                f"({att.heads}), got {kv}"
+            )
+        if att.head_dim is None and spec.d_model % att.heads:
+            raise SpecError(
+                f"{source}: key 'attention.heads': d_model {spec.d_model} is not divisible by "
+                f"{att.heads} heads; give attention.head_dim"
+            )
+    if spec.layers.encoder == 0 and spec.layers.decoder == 0:
+        raise SpecError(f"{source}: key 'layers': expected at least one encoder or decoder layer")
+    _validate_additions(spec, source)
+    return spec
+
+
+def _validate_additions(spec: ModelSpec, source: str) -> None:
+    """Rules of the keys added for issue 12: shared experts, dense layers, latent attention."""
+    for key, ffn in (("ffn", spec.ffn), ("dense_ffn", spec.dense_ffn)):
+        if ffn is not None and (ffn.shared_d_ff or ffn.shared_gate) and not ffn.is_moe:
+            raise SpecError(f"{source}: key '{key}.shared_d_ff': only a mixture of experts "
+                            f"({key}.experts > 1) has a shared expert")
+        if ffn is not None and ffn.shared_gate and not ffn.shared_d_ff:
+            raise SpecError(f"{source}: key '{key}.shared_gate': needs a shared expert "
+                            f"({key}.shared_d_ff > 0)")
+    layers = spec.layers
+    if layers.dense > layers.decoder:
+        raise SpecError(f"{source}: key 'layers.dense': expected at most layers.decoder "
+                        f"({layers.decoder}), got {layers.dense}")
+    if layers.dense and spec.dense_ffn is None:
+        raise SpecError(f"{source}: key 'dense_ffn': layers.dense ({layers.dense}) needs the "
+                        "dense layers' FFN")
+    att = spec.attention
+    if att is not None and att.kv_lora_rank:
+        if att.head_dim is None or att.rope_head_dim >= att.head_dim:
+            raise SpecError(f"{source}: key 'attention.rope_head_dim': latent attention needs "
+                            "attention.head_dim (nope + rope) larger than rope_head_dim")
+        for key in ("kv_lora_rank", "q_lora_rank"):
+            rank = getattr(att, key)
+            if rank > spec.d_model:
+                raise SpecError(f"{source}: key 'attention.{key}': expected at most d_model "
+                                f"({spec.d_model}), got {rank}")
+    elif att is not None and (att.q_lora_rank or att.rope_head_dim or att.v_head_dim):
+        raise SpecError(f"{source}: key 'attention.kv_lora_rank': q_lora_rank, rope_head_dim "
+                        "and v_head_dim belong to latent attention (kv_lora_rank > 0)")
+
+
+def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> ModelSpec:
+    """Build and validate a spec from parsed YAML (or any mapping)."""
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{source}: expected a mapping of keys to values, got "
+                        f"{type(data).__name__}")
+    if "name" not in data:
+        data = {**data, "name": default_name}
+    spec = _build(source, "", ModelSpec, data)
+    return check_spec(spec, source)
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets: built-in names or YAML files.
+
+
+def _preset_folder() -> Path:
+    # The package that holds the YAML files: presets/ in the source, mapped to ffncli.presets
+    # by setuptools' package-dir, where mypy cannot find it: imported by name.
+    presets = importlib.import_module("ffncli.presets")
+    assert presets.__file__ is not None  # a regular package: presets/__init__.py
+    return Path(presets.__file__).parent
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in _preset_folder().glob("*.yaml"))
+
+
+def _parse_yaml(text: str, source: str) -> Any:
+    """``yaml.safe_load``'s types, but strict: duplicate keys, aliases that expand past
+    10,000 values and nesting past 64 levels are one-line errors (see ffncli.textformats)."""
+    from ffncli.base.textformats import Malformed, parse_yaml
+
+    try:
+        return parse_yaml(text)
+    except Malformed as exc:
+        raise SpecError(f"{source}: invalid YAML{exc.where}: {exc.problem}") from None
+
+
+def load_preset(name_or_path: str) -> ModelSpec:
+    """A built-in preset by name, or a YAML file by path."""
+    looks_like_path = name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path
+    if not looks_like_path:
+        names = preset_names()
+        if name_or_path not in names:
+            raise SpecError(
+                f"unknown preset '{name_or_path}'{suggest(name_or_path, names)}; "
+                f"built-in presets: {', '.join(names)}"
+            )
+        path = _preset_folder() / f"{name_or_path}.yaml"
+        source = f"preset {name_or_path}"
+        default_name = name_or_path
+    else:
+        path = Path(name_or_path)
+        source = str(path)
+        default_name = path.stem
+    from ffncli.base.textformats import read_text
+
+    text = read_text(path, "preset file", SpecError)
+    return spec_from_mapping(_parse_yaml(text, source), source, default_name)
+
+
+# ---------------------------------------------------------------------------------------------
+# What-if overrides, shared by every command.
+
+
+@dataclass(frozen=True)
+class Overrides:
+    d_model: int | None = None
+    d_ff: int | None = None
+    activation: str | None = None  # a plain activation keeps the gating; a GLU name sets it
+    gated: bool | None = None
+    experts: int | None = None
+    top_k: int | None = None
+    capacity_factor: float | None = None
+    beta: float | None = None
+    match_params: bool = False
+    multiple_of: int = 1
+    seq_len: int | None = None  # attention-score FLOPs (params)
+
+
+def match_gated_d_ff(d_model: int, d_ff: int, bias: bool, multiple_of: int = 1) -> int:
+    """The gated FFN width with (about) the parameters of a two-matrix FFN of width ``d_ff``.
+
+    Two matrices: 2 d f (+ f + d biases). Three: 3 d g (+ 2 g + d). Solving for g gives the
+    seeds' 2/3 rule, g = 2 f / 3 without biases and f (2d + 1) / (3d + 2) with them. The result
+    is rounded to the nearest integer (halves up); with ``multiple_of`` > 1 it is then rounded
+    up to a multiple of it, as LLaMA does (16384 * 2/3 -> 11008 with multiple_of 256).
+    """
+    numerator = d_ff * (2 * d_model + 1) if bias else 2 * d_ff
+    denominator = 3 * d_model + 2 if bias else 3
+    g = (2 * numerator + denominator) // (2 * denominator)  # round half up, exact integers
+    if multiple_of > 1:
+        g = -(-g // multiple_of) * multiple_of
+    return max(g, 1)
+
+
+def apply_overrides(spec: ModelSpec, ov: Overrides) -> ModelSpec:
+    """A new spec with the what-if values applied, validated again."""
+    ffn = spec.ffn
+    changes: dict[str, Any] = {}
+    if ov.activation is not None:
+        if ov.activation in GLU_VARIANTS:
+            changes.update(activation=GLU_VARIANTS[ov.activation], gated=True)
+        elif ov.activation in ACTIVATIONS:
+            changes["activation"] = ov.activation
+        else:
+            validate.name("option --activation", ov.activation,
+                          ACTIVATIONS + tuple(GLU_VARIANTS), SpecError)
+    if ov.gated is not None:
+        changes["gated"] = ov.gated
+    for key in ("d_ff", "experts", "top_k"):
+        value = getattr(ov, key)
+        if value is not None:
+            changes[key] = validate.whole(_option(key), value, error=SpecError)
+    for key in ("beta", "capacity_factor"):
+        value = getattr(ov, key)
+        if value is not None:
+            changes[key] = validate.number(_option(key), value, positive=True, error=SpecError)
+    if ov.experts is not None and ov.top_k is None and ffn.top_k > ov.experts:
+        changes["top_k"] = ov.experts
+    new_ffn = replace(ffn, **changes)
+    d_model = spec.d_model
+    if ov.d_model is not None:
+        d_model = validate.whole(_option("d_model"), ov.d_model, error=SpecError)
+    validate.whole(_option("multiple_of"), ov.multiple_of, error=SpecError)
+    seq_len = spec.seq_len
+    if ov.seq_len is not None:
+        seq_len = validate.whole(_option("seq_len"), ov.seq_len, error=SpecError)
+    if ov.match_params:
+        if not new_ffn.gated:
+            raise SpecError(
+                "option --match-params: needs a gated FFN; add --activation swiglu (or geglu, "
+                "reglu, glu, bilinear) or --gated"
+            )
+        new_ffn = replace(
+            new_ffn, d_ff=match_gated_d_ff(d_model, new_ffn.d_ff, new_ffn.bias, ov.multiple_of)
+        )
+    attention = spec.attention
+    if attention is not None and ov.d_model is not None and attention.head_dim is None:
+        if d_model % attention.heads:
+            raise SpecError(
+                f"option --d-model: {d_model} is not divisible by the {attention.heads} "
+                "attention heads"
+            )
+    new = replace(spec, d_model=d_model, ffn=new_ffn, seq_len=seq_len)
+    return check_spec(new, "overrides")
+
+
+def _option(key: str) -> str:
+    return f"option --{key.replace('_', '-')}"
