@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from models import minilm_path, smollm2_path
 
+from ffncli.base.validate import Keys
 from ffncli.compute.forward import families, layer, ops
 from ffncli.compute.forward.families import open_transformer
 from ffncli.compute.forward.walk import hidden_states, walk
@@ -72,7 +73,7 @@ def test_a_wrong_setting_is_seen():
     """The comparison can fail: llama's rope_theta changed from 500 to 10000 moves layer 1."""
     model = load("llama")
     model.rope = ops.Rope(ops.rope_frequencies(
-        ops.Settings({"rope_theta": 10000.0}, "test"), model.head_dim, 10000.0))
+        Keys({"rope_theta": 10000.0}, "test"), model.head_dim, 10000.0))
     expected = np.load(FORWARD / "llama" / "expected.npz")
     got, _ = hidden_states(model, read_ids("llama"), [1])
     with pytest.raises(AssertionError):
@@ -168,8 +169,8 @@ def test_roberta_positions_skip_padding_as_transformers_does():
 
 
 def test_rope_scaling_linear_divides_every_frequency():
-    plain = ops.rope_frequencies(ops.Settings({"rope_theta": 500.0}, "t"), 16, 1e4)
-    linear = ops.rope_frequencies(ops.Settings(
+    plain = ops.rope_frequencies(Keys({"rope_theta": 500.0}, "t"), 16, 1e4)
+    linear = ops.rope_frequencies(Keys(
         {"rope_theta": 500.0, "rope_scaling": {"type": "linear", "factor": 4.0}}, "t"), 16, 1e4)
     assert np.allclose(plain, 500.0 ** (-np.arange(0, 16, 2) / 16), rtol=1e-6)
     assert np.allclose(linear, plain / 4, rtol=1e-7)

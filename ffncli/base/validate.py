@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ffncli.errors import FfnError, InputError
+from ffncli.errors import ConfigError, FfnError, InputError
 
 MAX_INT = 2**53  # the largest whole number a preset, config or option may give (exact as a double)
 
@@ -75,3 +75,65 @@ def suggest(word: str, choices: Sequence[str]) -> str:
 
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+class Keys:
+    """Typed access to the keys of one mapping a file holds (a config.json, GGUF metadata),
+    each value checked as above, with errors naming the file and the key: ``<source>: key
+    'x': expected ..., got ...`` and ``<source>: missing key 'x'``. A key set to null counts
+    as missing. ``kind`` names what the keys are (``metadata key`` for GGUF)."""
+
+    def __init__(self, data: dict[str, Any], source: str, error: type[FfnError] = ConfigError,
+                 kind: str = "key") -> None:
+        self.data, self.source, self.error_type, self.kind = data, source, error, kind
+
+    def where(self, key: str) -> str:
+        return f"{self.source}: {self.kind} '{key}'"
+
+    def fail(self, key: str, expected: str) -> FfnError:
+        return self.error_type(f"{self.where(key)}: expected {expected}, got "
+                          f"{brief(self.data.get(key))}")
+
+    def missing(self, key: str) -> FfnError:
+        return self.error_type(f"{self.source}: missing {self.kind} '{key}'")
+
+    def whole(self, key: str, default: int | None = None, minimum: int = 1) -> int | None:
+        """A whole number >= ``minimum``, or ``default`` when the key is missing."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        return whole(self.where(key), value, minimum, error=self.error_type)
+
+    def required(self, key: str, minimum: int = 1) -> int:
+        """A whole number >= ``minimum`` that must be there."""
+        value = self.whole(key, None, minimum)
+        if value is None:
+            raise self.missing(key)
+        return value
+
+    def number(self, key: str, default: float | None = None) -> float:
+        """A positive finite number; required when there is no ``default``."""
+        value = self.data.get(key)
+        if value is None:
+            if default is None:
+                raise self.missing(key)
+            return default
+        return number(self.where(key), value, positive=True, error=self.error_type)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        return default if value is None else flag(self.where(key), value, self.error_type)
+
+    def text(self, key: str, default: str) -> str:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self.fail(key, "a string")
+        return value
+
+    def mapping(self, key: str) -> dict[str, Any] | None:
+        value = self.data.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise self.fail(key, "an object")
+        return value

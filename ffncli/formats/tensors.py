@@ -12,7 +12,7 @@ from ffncli.formats.safetensors import Checkpoint
 
 if TYPE_CHECKING:
     from ffncli.formats.gguf import GgufHeader
-from ffncli.compute.forward.ops import Array
+Array = np.ndarray
 
 
 class Tensors:

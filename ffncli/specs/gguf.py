@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ffncli.base.validate import brief, whole
+from ffncli.base.validate import Keys, brief, whole
 from ffncli.errors import WeightsError
 
 if TYPE_CHECKING:
@@ -39,22 +39,17 @@ def spec_from_header(header: GgufHeader) -> ModelSpec:
             f"{path}: GGUF architecture {brief(arch)} has no spec reader; supported: "
             f"{', '.join(ARCHITECTURES)} (or give --preset or --config)")
 
-    def whole_number(value: int | None) -> int:
-        assert value is not None  # a required key
-        return value
+    keys = Keys(meta, str(path), WeightsError, "metadata key")
 
-    def number(key: str, required: bool = True) -> int | None:
-        full = f"{arch}.{key}"
-        if full not in meta:
-            if required:
-                raise WeightsError(f"{path}: missing metadata key '{full}'")
-            return None
-        return whole(f"{path}: metadata key '{full}'", meta[full], error=WeightsError)
+    def need(key: str) -> int:
+        return keys.required(f"{arch}.{key}")
 
-    d, heads = whole_number(number("embedding_length")), whole_number(number(
-        "attention.head_count"))
-    layers = number("block_count")
-    kv = number("attention.head_count_kv", False) or heads
+    def maybe(key: str) -> int | None:
+        return keys.whole(f"{arch}.{key}")
+
+    d, heads = need("embedding_length"), need("attention.head_count")
+    layers = need("block_count")
+    kv = maybe("attention.head_count_kv") or heads
     if kv > heads or heads % kv:
         raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count_kv': expected a "
                            f"divisor of {arch}.attention.head_count ({heads}), got {kv}")
@@ -66,24 +61,25 @@ def spec_from_header(header: GgufHeader) -> ModelSpec:
         "attention_bias": "blk.0.attn_q.bias" in header.tensors,
         "mlp_bias": "blk.0.ffn_up.bias" in header.tensors,
     }
-    head_dim = number("attention.key_length", False)
+    head_dim = maybe("attention.key_length")
     if head_dim is not None:
         config["head_dim"] = head_dim
     elif d % heads:
         raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count': expected a "
                            f"divisor of {arch}.embedding_length ({d:,}), got {heads}")
-    context = number("context_length", False)
+    context = maybe("context_length")
     if context is not None:
         config["max_position_embeddings"] = context
-    experts = number("expert_count", False)
+    experts = maybe("expert_count")
     if model_type == "qwen3_moe":
-        config.update(num_experts=experts, moe_intermediate_size=number(
-            "expert_feed_forward_length"), num_experts_per_tok=number("expert_used_count"))
+        config.update(num_experts=experts,
+                      moe_intermediate_size=need("expert_feed_forward_length"),
+                      num_experts_per_tok=need("expert_used_count"))
     elif experts is not None and experts > 1:
         config.update(model_type="mixtral", num_local_experts=experts,
-                      num_experts_per_tok=number("expert_used_count"))
+                      num_experts_per_tok=need("expert_used_count"))
     if model_type != "qwen3_moe":
-        config["intermediate_size"] = number("feed_forward_length")
+        config["intermediate_size"] = need("feed_forward_length")
     name = meta.get("general.name")
     if isinstance(name, str) and name:
         config["_name_or_path"] = name

@@ -10,8 +10,8 @@ from typing import Any
 
 from ffncli.base import validate
 from ffncli.base.textformats import Malformed, parse_json, read_text
-from ffncli.base.validate import MAX_INT, brief
-from ffncli.errors import ConfigError
+from ffncli.base.validate import MAX_INT, Keys, brief
+from ffncli.errors import ConfigError, FfnError
 from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
@@ -37,34 +37,20 @@ _ACTIVATIONS = {
 }
 
 
-class _Config:
-    """Typed access to one config's keys, with errors that name the file and the key. Values
-    are checked, never coerced: booleans are not numbers, 768.0 is not a whole number, a list
-    is not a name, and whole numbers stop at 2**53."""
+class _Config(Keys):
+    """A config.json's keys as its readers need them. Values are checked, never coerced:
+    booleans are not numbers, 768.0 is not a whole number, a list is not a name, and whole
+    numbers stop at 2**53."""
 
-    def __init__(self, data: dict[str, Any], source: str) -> None:
-        self.data, self.source = data, source
-
-    def where(self, key: str) -> str:
-        return f"{self.source}: key '{key}'"
-
-    def error(self, key: str, expected: str) -> ConfigError:
-        return ConfigError(f"{self.where(key)}: expected {expected}, got "
-                           f"{brief(self.data.get(key))}")
+    def error(self, key: str, expected: str) -> FfnError:
+        return self.fail(key, expected)
 
     def int(self, key: str, default: int | None = None) -> int:
-        value = self.data.get(key)
-        if value is None:
-            if default is None:
-                raise ConfigError(f"{self.source}: missing key '{key}'")
-            return default
-        return validate.whole(self.where(key), value, error=ConfigError)
+        """A whole number >= 1, required unless there is a ``default``."""
+        return self.required(key) if default is None else self.whole(key) or default
 
     def bool(self, key: str, default: bool) -> bool:
-        value = self.data.get(key, default)
-        if value is None:
-            return default
-        return validate.flag(self.where(key), value, error=ConfigError)
+        return self.flag(key, default)
 
     def act(self, key: str, default: str) -> str:
         value = self.data.get(key, default)

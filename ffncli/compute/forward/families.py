@@ -8,15 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from ffncli.base.validate import brief
+from ffncli.base.validate import Keys, brief
 from ffncli.compute.engine import Engine
 from ffncli.compute.forward.layer import Attention, Block, Norm
 from ffncli.compute.forward.ops import (
     Array,
     Rope,
     Scratch,
-    Settings,
-    read_settings,
     rope_frequencies,
 )
 from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
@@ -35,7 +33,7 @@ class Transformer:
     family = ""
     post_norm = False
 
-    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Settings,
+    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
                  dtype: np.dtype) -> None:
         self.spec, self.weights, self.tensors, self.settings = spec, weights, tensors, settings
         self.dtype = np.dtype(dtype)
@@ -147,7 +145,7 @@ class BertLike(Transformer):
              "norm1": "layer.{i}.attention.output.LayerNorm",
              "norm2": "layer.{i}.output.LayerNorm"}
 
-    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Settings,
+    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
                  dtype: np.dtype) -> None:
         super().__init__(spec, weights, tensors, settings, dtype)
         kind = settings.text("position_embedding_type", "absolute")
@@ -158,7 +156,7 @@ class BertLike(Transformer):
         self.vocab = self._table_rows(self.names["word"])
         self.pad = self.offset = 0  # RoBERTa: positions start after the padding index
         if settings.data.get("model_type") in ("roberta", "xlm-roberta"):
-            self.pad = settings.whole("pad_token_id", 1) or 0
+            self.pad = settings.whole("pad_token_id", 1, minimum=0) or 0
             self.offset = self.pad + 1
         self.positions = self._position_table(self.names["position"])
         self.max_positions = self.positions.shape[0] - self.offset
@@ -219,16 +217,16 @@ class DistilBert(BertLike):
              "v": "layer.{i}.attention.v_lin", "o": "layer.{i}.attention.out_lin",
              "norm1": "layer.{i}.sa_layer_norm", "norm2": "layer.{i}.output_layer_norm"}
 
-    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Settings,
+    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
                  dtype: np.dtype) -> None:
-        settings = Settings({**settings.data, "layer_norm_eps": 1e-12}, settings.source)
+        settings = Keys({**settings.data, "layer_norm_eps": 1e-12}, settings.source)
         super().__init__(spec, weights, tensors, settings, dtype)
 
 
 class Electra(BertLike):
     """ELECTRA: BERT's encoder behind embeddings embedding_size wide, projected to d_model."""
 
-    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Settings,
+    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
                  dtype: np.dtype) -> None:
         self._width = (spec.embeddings.dim if spec.embeddings is not None else None) \
             or spec.d_model
@@ -254,7 +252,7 @@ class Gpt2(Transformer):
     """GPT-2: word + learned position embeddings, pre-norm layers with causal attention (Conv1D
     weights, [in, out]), a final LayerNorm (ln_f)."""
 
-    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Settings,
+    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
                  dtype: np.dtype) -> None:
         super().__init__(spec, weights, tensors, settings, dtype)
         self.eps = settings.number("layer_norm_epsilon", 1e-5)
@@ -321,7 +319,7 @@ class LlamaLike(Transformer):
     default_theta = 10000.0
     default_eps = 1e-6
 
-    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Settings,
+    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
                  dtype: np.dtype, names: dict[str, str] | None = None,
                  permuted: bool = False) -> None:
         super().__init__(spec, weights, tensors, settings, dtype)
@@ -353,7 +351,7 @@ class LlamaLike(Transformer):
             if isinstance(types, list) and i < len(types):
                 sliding = types[i] == "sliding_attention"
             else:
-                sliding = i >= (s.whole("max_window_layers", 28) or 0)
+                sliding = i >= (s.whole("max_window_layers", 28, minimum=0) or 0)
             return s.whole("sliding_window", 4096, minimum=1) if sliding else None
         return None
 
@@ -457,7 +455,7 @@ def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype) -> Transformer:
         "attention.layer_norm_rms_epsilon"), "rope_theta": key("rope.freq_base")}
     if scaling == "linear":
         data["rope_scaling"] = {"rope_type": "linear", "factor": key("rope.scaling.factor")}
-    settings = Settings(data, f"{weights} (GGUF metadata)")
+    settings = Keys(data, f"{weights} (GGUF metadata)")
     transformer = LlamaLike(spec, weights, GgufTensors(header), settings, dtype,
                             names=_GGUF_LLAMA, permuted=True)
     rotated = key("rope.dimension_count")
@@ -466,3 +464,13 @@ def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype) -> Transformer:
                            f"forward rotates whole heads of {transformer.head_dim}, got "
                            f"{brief(rotated)}")
     return transformer
+
+
+def read_settings(path: Path) -> Keys:
+    """A config.json, read by the reader of ``--config`` (hfconfig.read_config)."""
+    from ffncli.specs.hfconfig import read_config
+
+    data = read_config(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {brief(data)}")
+    return Keys(data, str(path))

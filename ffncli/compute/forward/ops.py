@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import functools
 import math
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from ffncli.base.validate import brief, flag, number, whole
+from ffncli.base.validate import Keys, brief
 from ffncli.errors import ConfigError
 
 Array = np.ndarray
@@ -106,13 +104,13 @@ class Rope:
         np.add(x2, b, out=x2)
 
 
-def rope_frequencies(settings: Settings, head_dim: int, default_theta: float) -> Array:
+def rope_frequencies(settings: Keys, head_dim: int, default_theta: float) -> Array:
     """inv_freq_i = theta^(-2i / d_head), scaled as the config's rope_scaling (or transformers
     5's rope_parameters) says: linear divides every frequency by its factor; llama3 divides
     the low frequencies, keeps the high ones and blends the band between."""
     rope = settings.mapping("rope_parameters") or settings.mapping("rope_scaling") or {}
     where = "rope_parameters" if "rope_parameters" in settings.data else "rope_scaling"
-    scaled = Settings(rope, f"{settings.source}: key '{where}'")
+    scaled = Keys(rope, f"{settings.source}: key '{where}'")
     theta = scaled.number("rope_theta", settings.number("rope_theta", default_theta))
     kind = scaled.text("rope_type", scaled.text("type", "default"))
     partial = rope.get("partial_rotary_factor", settings.data.get("partial_rotary_factor", 1))
@@ -161,59 +159,3 @@ class Scratch:
         return buf[:n].reshape(shape)
 
 
-class Settings:
-    """The non-FFN settings of a model (heads' norms' epsilon, rotary theta and scaling,
-    sliding window...), read from its config.json or a GGUF file's metadata, each value
-    checked with an error naming the file and the key."""
-
-    def __init__(self, data: dict[str, Any], source: str) -> None:
-        self.data, self.source = data, source
-
-    def where(self, key: str) -> str:
-        return f"{self.source}: key '{key}'"
-
-    def _fail(self, key: str, expected: str) -> ConfigError:
-        return ConfigError(f"{self.where(key)}: expected {expected}, got "
-                           f"{brief(self.data.get(key))}")
-
-    def number(self, key: str, default: float | None = None) -> float:
-        value = self.data.get(key)
-        if value is None:
-            if default is None:
-                raise ConfigError(f"{self.source}: missing key '{key}'")
-            return default
-        return number(self.where(key), value, positive=True, error=ConfigError)
-
-    def whole(self, key: str, default: int | None = None, minimum: int = 0) -> int | None:
-        value = self.data.get(key)
-        if value is None:
-            return default
-        return whole(self.where(key), value, minimum, error=ConfigError)
-
-    def flag(self, key: str, default: bool) -> bool:
-        value = self.data.get(key, default)
-        return default if value is None else flag(self.where(key), value, ConfigError)
-
-    def text(self, key: str, default: str) -> str:
-        value = self.data.get(key, default)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise self._fail(key, "a string")
-        return value
-
-    def mapping(self, key: str) -> dict[str, Any] | None:
-        value = self.data.get(key)
-        if value is not None and not isinstance(value, dict):
-            raise self._fail(key, "an object")
-        return value
-
-
-def read_settings(path: Path) -> Settings:
-    """A config.json, read by the reader of ``--config`` (hfconfig.read_config)."""
-    from ffncli.specs.hfconfig import read_config
-
-    data = read_config(path)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object, got {brief(data)}")
-    return Settings(data, str(path))
