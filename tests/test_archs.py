@@ -13,7 +13,7 @@ import pytest
 from conftest import DATA
 
 from ffncli.counting.model import count
-from ffncli.specs.hfconfig import spec_from_config
+from ffncli.specs.archs import spec_from_config
 
 FIXTURE = json.loads((DATA / "arch_totals.json").read_text())
 MODELS = FIXTURE["models"]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ffncli.counting.model import count
 from ffncli.errors import FfnError
-from ffncli.specs.hfconfig import spec_from_config
+from ffncli.specs.archs import spec_from_config
 
 MODELS = json.loads((DATA / "arch_totals.json").read_text())["models"]
 

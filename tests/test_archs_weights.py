@@ -14,9 +14,9 @@ import pytest
 from conftest import DATA
 
 from ffncli.compute import ffn as F
-from ffncli.compute.weights import LAYOUTS, safetensors_weights
+from ffncli.compute.weights import safetensors_weights
 from ffncli.errors import WeightsError
-from ffncli.specs.hfconfig import spec_from_config
+from ffncli.specs.archs import spec_from_config, with_ffn_layout
 
 FOLDER = DATA / "arch_ffn"
 REFERENCE = np.load(FOLDER / "reference.npz", allow_pickle=False)
@@ -31,7 +31,7 @@ def _spec(name):
 def test_every_layout_of_a_new_type_is_tested():
     new = {"qwen3", "gemma2", "gemma3_text", "phi3", "olmo", "olmo2", "granite", "starcoder2",
            "gpt_bigcode", "gptj", "falcon", "stablelm", "bloom", "mpt", "electra", "cohere"}
-    assert new <= set(LAYOUTS)
+    assert new <= set(with_ffn_layout())
     assert {_spec(n).family for n in NAMES} == new | {"bert"}  # xlm-roberta reads as bert
 
 

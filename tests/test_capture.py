@@ -273,9 +273,9 @@ def test_an_architecture_without_a_forward(cli, tmp_path):
     r = cli("capture", "--weights", folder, "--ids", FORWARD / "gpt2" / "ids.txt", "--out",
             tmp_path / "o")
     assert (r.code, r.err) == (2, f"error: {folder}/config.json: model_type 't5' has no "
-                                  "whole-model forward; these do: bert, roberta, xlm-roberta, "
-                                  "distilbert, electra, gpt2, llama, mistral, mixtral, qwen2, "
-                                  "qwen3, gemma (GGUF: llama)\n")
+                                  "whole-model forward; these do: gpt2, bert, roberta, "
+                                  "distilbert, llama, mistral, mixtral, qwen2, gemma, qwen3, "
+                                  "xlm-roberta, electra (GGUF: llama)\n")
     assert not (tmp_path / "o").exists()
 
 

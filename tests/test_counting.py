@@ -9,7 +9,7 @@ from conftest import CONFIGS
 
 from ffncli.counting.model import attention_params, attention_widths, count, ffn_params, norm_params
 from ffncli.errors import SpecError
-from ffncli.specs.hfconfig import load_config, spec_from_config
+from ffncli.specs.archs import load_config, spec_from_config
 from ffncli.specs.spec import (
     AttentionSpec,
     FfnSpec,

@@ -315,8 +315,8 @@ def test_an_architecture_without_a_forward(tmp_path):
     with pytest.raises(SpecError) as exc:
         open_transformer(spec, tmp_path / "model.safetensors", np.dtype(np.float32))
     assert one_line(exc) == (
-        f"{config}: model_type 't5' has no whole-model forward; these do: bert, roberta, "
-        "xlm-roberta, distilbert, electra, gpt2, llama, mistral, mixtral, qwen2, qwen3, gemma "
+        f"{config}: model_type 't5' has no whole-model forward; these do: gpt2, bert, roberta, "
+        "distilbert, llama, mistral, mixtral, qwen2, gemma, qwen3, xlm-roberta, electra "
         "(GGUF: llama)")
 
 

@@ -477,8 +477,8 @@ def test_unknown_architecture_cannot_run_without_a_spec(tmp_path, cli):
     write_gguf(path, arch="mamba")
     r = cli("run", "--weights", path, "--random", 2)
     assert (r.code, r.err) == (2, f"error: {path}: GGUF architecture 'mamba' has no spec "
-                                  "reader; supported: llama, qwen2, qwen3, qwen3moe, gemma, "
-                                  "gemma2, granite, phi3 (or give --preset or --config)\n")
+                                  "reader; supported: llama, qwen2, gemma, qwen3, qwen3moe, "
+                                  "gemma2, phi3, granite (or give --preset or --config)\n")
 
 
 def test_a_layer_the_file_does_not_have(tmp_path, cli):

@@ -8,7 +8,7 @@ import pytest
 from conftest import DATA
 
 from ffncli.counting.model import kv_cache
-from ffncli.specs.hfconfig import spec_from_config
+from ffncli.specs.archs import spec_from_config
 from ffncli.specs.spec import load_preset
 
 MODELS = json.loads((DATA / "arch_totals.json").read_text())["models"]

@@ -477,7 +477,7 @@ def test_a_mixture_of_experts_layer_split_across_shards_reads_as_one_file(tmp_pa
     """Mixtral's layer 1: experts 0-1 in one shard, the router and experts 2-3 in another."""
     from ffncli.compute import ffn as F
     from ffncli.compute.weights import safetensors_weights
-    from ffncli.specs.hfconfig import spec_from_config
+    from ffncli.specs.archs import spec_from_config
 
     spec = spec_from_config({"model_type": "mixtral", "hidden_size": 8, "intermediate_size": 12,
                              "num_hidden_layers": 2, "num_attention_heads": 2,

@@ -17,7 +17,7 @@ from ffncli.base.textformats import MAX_TEXT_BYTES, Malformed, parse_json, parse
 from ffncli.base.validate import brief
 from ffncli.counting.model import count
 from ffncli.errors import ConfigError, SpecError
-from ffncli.specs.hfconfig import load_config
+from ffncli.specs.archs import load_config
 from ffncli.specs.spec import load_preset, preset_names
 
 PRESETS = Path(__file__).parents[1] / "presets"
@@ -403,7 +403,7 @@ def test_fuzz_values_of_valid_presets_and_configs(data):
     where the result is a spec, the value that replaced an integer key is that integer."""
     import yaml
 
-    from ffncli.specs.hfconfig import spec_from_config
+    from ffncli.specs.archs import spec_from_config
     from ffncli.specs.spec import spec_from_mapping
 
     is_config = data.draw(st.booleans())

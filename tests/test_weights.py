@@ -211,7 +211,7 @@ TORCH = np.load(DATA / "torch_reference.npz", allow_pickle=False)
 
 @pytest.mark.parametrize("layer", range(6))
 def test_minilm_layers_agree_with_pytorch(minilm, layer):
-    from ffncli.specs.hfconfig import load_config
+    from ffncli.specs.archs import load_config
 
     model = Path(minilm.__file__).parent / "model"
     spec = load_config(model / "config.json")

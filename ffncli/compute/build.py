@@ -16,6 +16,7 @@ from ffncli.compute.ffn import Activation
 from ffncli.compute.weights import gguf_layer_weights
 from ffncli.errors import InputError, SpecError
 from ffncli.formats.gguf import GgufHeader
+from ffncli.specs.archs import not_run
 from ffncli.specs.spec import ModelSpec
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -34,19 +35,9 @@ def parse_dtype(name: str) -> np.dtype:
     return np.dtype(DTYPES[name])
 
 
-# Mixtures of experts that params counts exactly but the engine does not compute: their FFN
-# has parts (a shared expert, dense first layers) or routing (no renormalisation of the top-k
-# weights, DeepSeek's grouped sigmoid scores) that the engine's router would silently leave out.
-NOT_RUN = {
-    "qwen2_moe": "a gated shared expert, and top-k weights not renormalised",
-    "qwen3_moe": "top-k weights renormalised only with norm_topk_prob",
-    "deepseek_v3": "shared experts, dense first layers and grouped sigmoid routing",
-}
-
-
 def check_runnable(spec: ModelSpec) -> None:
     """Refuse a spec whose FFN the engine would compute wrongly rather than answer wrongly."""
-    reason = NOT_RUN.get(spec.family)
+    reason = not_run(spec)
     if reason is None and (spec.ffn.shared_d_ff or spec.layers.dense):
         reason = "a shared expert or dense layers"
     if reason is not None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from ffncli.formats.gguf import GgufHeader
 from ffncli.formats.npz import npz_members, open_zip
 from ffncli.formats.quantised import _runnable, quantised_linears, recognise
 from ffncli.formats.safetensors import find_tensor, open_checkpoint, read_tensor
+from ffncli.specs.archs import ffn_layout, with_ffn_layout
 from ffncli.specs.spec import ModelSpec
 
 
@@ -31,7 +31,7 @@ def quantised_layer_weights(path: Path, spec: ModelSpec, layer: int,
         return None
     linears = quantised_linears(header)
     refused = sorted({lin.scheme for lin in linears if not _runnable(lin)})
-    layout = LAYOUTS.get(spec.family)
+    layout = ffn_layout(spec)
     if refused or layout is None or layout.router is not None or layout.gate_up is not None:
         schemes = ", ".join(refused or sorted({lin.scheme for lin in linears}))
         raise WeightsError(f"{path}: {schemes} quantised weights are not dequantised; run, "
@@ -237,52 +237,6 @@ def _npz_assemble(path: Path, spec: ModelSpec, dtype: np.dtype,
     return MoEWeights(router, rb, experts, ffn.top_k, ffn.capacity_factor)
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Where one family keeps a layer's FFN: tensor names (with {i} the layer, {e} an expert)
-    and whether matrices are nn.Linear ([out, in], transposed on load) or Conv1D ([in, out])."""
-
-    names: dict[str, str]  # our name (w1, w2 or w, v, w2) -> checkpoint name stem
-    linear: bool = True
-    router: str | None = None  # mixture of experts: router stem; names then hold {e}
-    gate_up: str | None = None  # Phi-3: one [2 d_ff, d_model] matrix, gate rows then up rows
-
-
-_BERT = Layout({"w1": "layer.{i}.intermediate.dense", "w2": "layer.{i}.output.dense"})
-_LLAMA = Layout({"w": "layers.{i}.mlp.gate_proj", "v": "layers.{i}.mlp.up_proj",
-                 "w2": "layers.{i}.mlp.down_proj"})
-_H_TO_4H = Layout({"w1": "h.{i}.mlp.dense_h_to_4h", "w2": "h.{i}.mlp.dense_4h_to_h"})
-LAYOUTS: dict[str, Layout] = {
-    "bert": _BERT,
-    "roberta": _BERT,
-    "distilbert": Layout({"w1": "layer.{i}.ffn.lin1", "w2": "layer.{i}.ffn.lin2"}),
-    "gpt2": Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"}, linear=False),
-    "opt": Layout({"w1": "layers.{i}.fc1", "w2": "layers.{i}.fc2"}),
-    "gpt_neox": Layout({"w1": "layers.{i}.mlp.dense_h_to_4h",
-                        "w2": "layers.{i}.mlp.dense_4h_to_h"}),
-    "phi": Layout({"w1": "layers.{i}.mlp.fc1", "w2": "layers.{i}.mlp.fc2"}),
-    "llama": _LLAMA, "mistral": _LLAMA, "qwen2": _LLAMA, "gemma": _LLAMA,
-    "mixtral": Layout({"w": "layers.{i}.block_sparse_moe.experts.{e}.w1",
-                       "v": "layers.{i}.block_sparse_moe.experts.{e}.w3",
-                       "w2": "layers.{i}.block_sparse_moe.experts.{e}.w2"},
-                      router="layers.{i}.block_sparse_moe.gate"),
-    "qwen3": _LLAMA, "granite": _LLAMA, "olmo": _LLAMA, "olmo2": _LLAMA, "gemma2": _LLAMA,
-    "gemma3_text": _LLAMA, "cohere": _LLAMA, "stablelm": _LLAMA,
-    "phi3": Layout({"w2": "layers.{i}.mlp.down_proj"}, gate_up="layers.{i}.mlp.gate_up_proj"),
-    "starcoder2": Layout({"w1": "layers.{i}.mlp.c_fc", "w2": "layers.{i}.mlp.c_proj"}),
-    "gpt_bigcode": Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"}),
-    "gptj": Layout({"w1": "h.{i}.mlp.fc_in", "w2": "h.{i}.mlp.fc_out"}),
-    "falcon": _H_TO_4H, "bloom": _H_TO_4H,
-    "mpt": Layout({"w1": "blocks.{i}.ffn.up_proj", "w2": "blocks.{i}.ffn.down_proj"}),
-    "electra": _BERT,  # xlm-roberta's spec has family bert
-    "t5": Layout({"w1": "encoder.block.{i}.layer.1.DenseReluDense.wi",
-                  "w2": "encoder.block.{i}.layer.1.DenseReluDense.wo"}),
-    "t5-gated": Layout({"w": "encoder.block.{i}.layer.1.DenseReluDense.wi_0",
-                        "v": "encoder.block.{i}.layer.1.DenseReluDense.wi_1",
-                        "w2": "encoder.block.{i}.layer.1.DenseReluDense.wo"}),
-}
-
-
 def _layers_present(names: Iterable[str]) -> str:
     found = sorted({int(m.group(1)) for name in names
                     for m in [re.search(r"(?:layer|layers|h|block)\.(\d+)\.", name)] if m})
@@ -293,11 +247,10 @@ def safetensors_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype
     """Layer ``layer``'s FFN from a Hugging Face checkpoint: a ``.safetensors`` file, a
     ``model.safetensors.index.json`` or a model folder. Only the shards holding the layer's
     tensors are opened, and only those tensors are read."""
-    family = "t5-gated" if spec.family == "t5" and spec.ffn.gated else spec.family
-    layout = LAYOUTS.get(family)
+    layout = ffn_layout(spec)
     if layout is None:
         raise WeightsError(f"no checkpoint layout for family '{spec.family}'; known: "
-                           f"{', '.join(k for k in LAYOUTS if k != 't5-gated')}")
+                           f"{', '.join(with_ffn_layout())}")
     checkpoint = open_checkpoint(path)
     path = checkpoint.path
     source = str(path)

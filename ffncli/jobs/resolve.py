@@ -62,7 +62,7 @@ def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides |
     if weights_describe and config is None and preset is None and weights is not None:
         config = config_beside(weights)
     if config is not None:
-        from ffncli.specs.hfconfig import load_config
+        from ffncli.specs.archs import load_config
 
         spec = load_config(config)
     elif preset is not None:
@@ -103,7 +103,7 @@ def count_model(preset: str | None, config: Path | None, overrides: Overrides,
     from ffncli.counting.model import count, kv_cache
     from ffncli.counting.results import FileOnlyResult, ParamsResult
     from ffncli.formats.safetensors import read_checkpoint
-    from ffncli.specs.hfconfig import UnsupportedModelType
+    from ffncli.specs.archs import UnsupportedModelType
 
     whole("option --batch", batch)
     if weights is not None and weights.suffix.lower() == ".gguf":

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ffncli.base.validate import Keys, brief, whole
 from ffncli.errors import WeightsError
+from ffncli.specs.archs import GGUF_ARCHITECTURES, spec_from_config
 
 if TYPE_CHECKING:
 
@@ -14,11 +15,6 @@ from ffncli.formats.gguf import GgufArray, GgufHeader
 
 # ---------------------------------------------------------------------------------------------
 # The spec the metadata implies, read as a config.json with the same keys would be.
-
-# GGUF architecture -> the model_type whose config reader counts it.
-ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3moe": "qwen3_moe",
-                 "gemma": "gemma", "gemma2": "gemma2", "granite": "granite", "phi3": "phi3"}
-
 
 class UnsupportedArchitecture(WeightsError):
     """A GGUF architecture no spec reader knows: ``params`` still counts the file."""
@@ -30,14 +26,12 @@ def spec_from_header(header: GgufHeader) -> ModelSpec:
     config.json, counted by that model type's reader. The vocabulary is the tokenizer's token
     list (else ``<arch>.vocab_size``, else the embedding's rows); the head is tied when there
     is no ``output.weight``; biases are there when layer 0 has them."""
-    from ffncli.specs.hfconfig import spec_from_config
-
     path, meta, arch = header.path, header.metadata, header.architecture
-    model_type = ARCHITECTURES.get(arch)
+    model_type = GGUF_ARCHITECTURES.get(arch)
     if model_type is None:
         raise UnsupportedArchitecture(
             f"{path}: GGUF architecture {brief(arch)} has no spec reader; supported: "
-            f"{', '.join(ARCHITECTURES)} (or give --preset or --config)")
+            f"{', '.join(GGUF_ARCHITECTURES)} (or give --preset or --config)")
 
     keys = Keys(meta, str(path), WeightsError, "metadata key")
 

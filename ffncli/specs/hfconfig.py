@@ -10,7 +10,7 @@ from typing import Any
 
 from ffncli.base import validate
 from ffncli.base.textformats import Malformed, parse_json, read_text
-from ffncli.base.validate import MAX_INT, Keys, brief
+from ffncli.base.validate import MAX_INT, Keys
 from ffncli.errors import ConfigError, FfnError
 from ffncli.specs.spec import (
     AttentionSpec,
@@ -20,7 +20,6 @@ from ffncli.specs.spec import (
     LayersSpec,
     ModelSpec,
     NormSpec,
-    check_spec,
 )
 
 # Hugging Face activation names -> ours.
@@ -37,7 +36,7 @@ _ACTIVATIONS = {
 }
 
 
-class _Config(Keys):
+class Config(Keys):
     """A config.json's keys as its readers need them. Values are checked, never coerced:
     booleans are not numbers, 768.0 is not a whole number, a list is not a name, and whole
     numbers stop at 2**53."""
@@ -125,7 +124,7 @@ class _Config(Keys):
 
 
 def _decoder_only(
-    c: _Config,
+    c: Config,
     family: str,
     *,
     ffn: FfnSpec,
@@ -151,7 +150,7 @@ def _decoder_only(
     )
 
 
-def _gpt2(c: _Config) -> ModelSpec:
+def gpt2_spec(c: Config) -> ModelSpec:
     d = c.int("n_embd", 768)
     return _decoder_only(
         c, "gpt2",
@@ -167,7 +166,7 @@ def _gpt2(c: _Config) -> ModelSpec:
     )
 
 
-def _bert_like(c: _Config, family: str, vocab_default: int = 30522, d_default: int = 768,
+def bert_like_spec(c: Config, family: str, vocab_default: int = 30522, d_default: int = 768,
                d_ff_default: int = 3072) -> ModelSpec:
     """BERT, RoBERTa and XLM-RoBERTa, counted as BertModel / RobertaModel / XLMRobertaModel
     with their pooler. Each class has two token types unless the config says otherwise."""
@@ -194,19 +193,19 @@ def _bert_like(c: _Config, family: str, vocab_default: int = 30522, d_default: i
     )
 
 
-def _electra(c: _Config) -> ModelSpec:
+def electra_spec(c: Config) -> ModelSpec:
     """ElectraModel (the discriminator's body, no pooler): BERT's encoder behind word, position
     and token-type tables embedding_size wide, their LayerNorm, then a projection to
     hidden_size when it differs."""
-    spec = _bert_like(c, "electra", d_default=256, d_ff_default=1024)
+    spec = bert_like_spec(c, "electra", d_default=256, d_ff_default=1024)
     dim = c.int("embedding_size", 128)
-    assert spec.embeddings is not None  # _bert_like always builds them
+    assert spec.embeddings is not None  # bert_like_spec always builds them
     embeddings = replace(spec.embeddings, dim=dim if dim != spec.d_model else None,
                          factorized=True)
     return replace(spec, family="electra", embeddings=embeddings, pooler=False)
 
 
-def _distilbert(c: _Config) -> ModelSpec:
+def distilbert_spec(c: Config) -> ModelSpec:
     """DistilBertModel: no token types, no pooler. Sinusoidal positions are still a parameter
     (frozen, but saved in the checkpoint and listed by ``parameters()``), so they count."""
     c.bool("sinusoidal_pos_embds", False)  # checked; either way the table is a parameter
@@ -231,7 +230,7 @@ def _distilbert(c: _Config) -> ModelSpec:
     )
 
 
-def _t5(c: _Config) -> ModelSpec:
+def t5_spec(c: Config) -> ModelSpec:
     """T5ForConditionalGeneration: v1.0 ("relu", tied) and v1.1 ("gated-gelu", untied)."""
     proj = c.data.get("feed_forward_proj", "relu")
     if not isinstance(proj, str):
@@ -265,7 +264,7 @@ def _t5(c: _Config) -> ModelSpec:
     )
 
 
-def _opt(c: _Config) -> ModelSpec:
+def opt_spec(c: Config) -> ModelSpec:
     d = c.int("hidden_size", 768)
     bias = c.bool("enable_bias", True)
     pre_norm = c.bool("do_layer_norm_before", True)
@@ -286,7 +285,7 @@ def _opt(c: _Config) -> ModelSpec:
     )
 
 
-def _gpt_neox(c: _Config) -> ModelSpec:
+def gpt_neox_spec(c: Config) -> ModelSpec:
     bias = c.bool("attention_bias", True)
     return _decoder_only(
         c, "gpt_neox",
@@ -300,7 +299,7 @@ def _gpt_neox(c: _Config) -> ModelSpec:
     )
 
 
-def _phi(c: _Config) -> ModelSpec:
+def phi_spec(c: Config) -> ModelSpec:
     """PhiForCausalLM: parallel attention and FFN behind one LayerNorm; lm_head has a bias;
     ``qk_layernorm`` adds a LayerNorm (with bias) of head_dim on queries and on keys."""
     d = c.int("hidden_size")
@@ -323,8 +322,8 @@ def _phi(c: _Config) -> ModelSpec:
 _RMS = NormSpec(kind="rmsnorm", bias=False, final=True)
 
 
-def _gated_decoder(
-    c: _Config,
+def gated_decoder_spec(
+    c: Config,
     family: str,
     *,
     tie_default: bool = False,
@@ -335,7 +334,7 @@ def _gated_decoder(
     norm: NormSpec = _RMS,
     qk_norm: str = "none",
     qk_norm_bias: bool = False,
-    moe: Callable[[_Config, int], tuple[FfnSpec, int]] | None = None,
+    moe: Callable[[Config, int], tuple[FfnSpec, int]] | None = None,
     seq_default: int = 4096,
 ) -> ModelSpec:
     """The LLaMA shape most decoders share: a gated FFN, pre-norms, grouped-query attention.
@@ -367,7 +366,7 @@ def _gated_decoder(
     return replace(spec, layers=replace(spec.layers, dense=dense), dense_ffn=dense_ffn)
 
 
-def _experts(c: _Config, experts_key: str, d_ff_key: str, top_k_default: int | None = None,
+def _experts(c: Config, experts_key: str, d_ff_key: str, top_k_default: int | None = None,
              experts_default: int | None = None, **extra: Any) -> FfnSpec:
     """The routed experts: SwiGLU of d_ff_key each, top-k of experts_key, a router without
     bias; top-k more than the experts is an error naming the key."""
@@ -378,11 +377,11 @@ def _experts(c: _Config, experts_key: str, d_ff_key: str, top_k_default: int | N
                    bias=False, experts=experts, top_k=top_k, **extra)
 
 
-def _mixtral_moe(c: _Config, layers: int) -> tuple[FfnSpec, int]:
+def mixtral_moe(c: Config, layers: int) -> tuple[FfnSpec, int]:
     return _experts(c, "num_local_experts", "intermediate_size", 2, experts_default=8), 0
 
 
-def _qwen_moe(c: _Config, layers: int, shared: bool) -> tuple[FfnSpec, int]:
+def qwen_moe(c: Config, layers: int, shared: bool) -> tuple[FfnSpec, int]:
     """Qwen2-MoE and Qwen3-MoE: layer i is sparse unless listed in mlp_only_layers, and only
     when (i + 1) is a multiple of decoder_sparse_step; Qwen2-MoE adds a gated shared expert."""
     extra: dict[str, Any] = {}
@@ -398,7 +397,7 @@ def _qwen_moe(c: _Config, layers: int, shared: bool) -> tuple[FfnSpec, int]:
     return ffn, layers - sparse
 
 
-def _deepseek_moe(c: _Config, layers: int) -> tuple[FfnSpec, int]:
+def _deepseek_moe(c: Config, layers: int) -> tuple[FfnSpec, int]:
     """DeepSeek-V3: first_k_dense_replace dense layers, then routed experts and n_shared_experts
     shared ones, run as one FFN n_shared_experts x moe_intermediate_size wide. The router's
     e_score_correction_bias is a buffer, not a parameter."""
@@ -412,7 +411,7 @@ def _deepseek_moe(c: _Config, layers: int) -> tuple[FfnSpec, int]:
     return ffn, dense
 
 
-def _deepseek_v3(c: _Config) -> ModelSpec:
+def deepseek_v3_spec(c: Config) -> ModelSpec:
     """DeepseekV3ForCausalLM: multi-head latent attention (queries through q_lora_rank, or
     straight when it is null; keys and values from a kv_lora_rank latent), mixture of experts."""
     d = c.int("hidden_size")
@@ -420,7 +419,7 @@ def _deepseek_v3(c: _Config) -> ModelSpec:
     nope, rope = c.int("qk_nope_head_dim", 128), c.int("qk_rope_head_dim", 64)
     kv_rank = c.at_most("kv_lora_rank", c.int("kv_lora_rank", 512), "hidden_size", d)
     q_rank = c.at_most("q_lora_rank", c.int0("q_lora_rank", 1536), "hidden_size", d)
-    spec = _gated_decoder(c, "deepseek_v3", moe=_deepseek_moe)
+    spec = gated_decoder_spec(c, "deepseek_v3", moe=_deepseek_moe)
     bias = c.bool("attention_bias", False)
     attention = AttentionSpec(heads=heads, head_dim=nope + rope, qkv_bias=bias, out_bias=bias,
                               kv_lora_rank=kv_rank, q_lora_rank=q_rank, rope_head_dim=rope,
@@ -428,7 +427,7 @@ def _deepseek_v3(c: _Config) -> ModelSpec:
     return replace(spec, attention=attention)
 
 
-def _starcoder2(c: _Config) -> ModelSpec:
+def starcoder2_spec(c: Config) -> ModelSpec:
     d = c.int("hidden_size")
     heads, kv = c.heads(d)
     bias = c.bool("use_bias", True)
@@ -443,7 +442,7 @@ def _starcoder2(c: _Config) -> ModelSpec:
     )
 
 
-def _gpt_bigcode(c: _Config) -> ModelSpec:
+def gpt_bigcode_spec(c: Config) -> ModelSpec:
     """GPTBigCodeForCausalLM (SantaCoder, StarCoder): multi-query attention by default, one
     fused c_attn of d_model + 2 head_dim outputs; learned positions; nn.Linear everywhere."""
     d = c.int("n_embd")
@@ -461,7 +460,7 @@ def _gpt_bigcode(c: _Config) -> ModelSpec:
     )
 
 
-def _gptj(c: _Config) -> ModelSpec:
+def gptj_spec(c: Config) -> ModelSpec:
     """GPTJForCausalLM: attention and FFN in parallel behind one LayerNorm, Q/K/V/out without
     bias, rotary positions, an untied lm_head with a bias."""
     d = c.int("n_embd")
@@ -478,7 +477,7 @@ def _gptj(c: _Config) -> ModelSpec:
     )
 
 
-def _falcon(c: _Config) -> ModelSpec:
+def falcon_spec(c: Config) -> ModelSpec:
     """FalconForCausalLM. New decoder architecture (40B, 180B): num_kv_heads K/V heads and two
     LayerNorms (ln_attn, ln_mlp) unless num_ln_in_parallel_attn is 1. Old (7B): multi-query
     when multi_query, one LayerNorm with parallel_attn, two without."""
@@ -507,18 +506,18 @@ def _falcon(c: _Config) -> ModelSpec:
     )
 
 
-def _stablelm(c: _Config) -> ModelSpec:
+def stablelm_spec(c: Config) -> ModelSpec:
     """StableLmForCausalLM: LayerNorms with bias (one with use_parallel_residual), biases on
     Q/K/V with use_qkv_bias, per-head LayerNorms without bias on Q and K with qk_layernorm."""
     parallel = c.bool("use_parallel_residual", False)
-    return _gated_decoder(
+    return gated_decoder_spec(
         c, "stablelm", qkv_bias=c.bool("use_qkv_bias", False), out_bias=False,
         norm=NormSpec(per_layer=1 if parallel else 2, final=True),
         qk_norm="heads" if c.bool("qk_layernorm", False) else "none",
     )
 
 
-def _bloom(c: _Config) -> ModelSpec:
+def bloom_spec(c: Config) -> ModelSpec:
     """BloomForCausalLM: ALiBi (no position table), a LayerNorm after the word embeddings,
     fused Q/K/V with biases, a 4 x d_model FFN with the tanh GELU, tied head."""
     d = c.alias(("hidden_size", "n_embed"))
@@ -536,7 +535,7 @@ def _bloom(c: _Config) -> ModelSpec:
     )
 
 
-def _mpt(c: _Config) -> ModelSpec:
+def mpt_spec(c: Config) -> ModelSpec:
     """MptForCausalLM as transformers builds it: ALiBi, no biases anywhere (LayerNorms
     included), a 4 x d_model exact-GELU FFN, tied head. Configs it cannot build are refused."""
     d = c.int("d_model")
@@ -556,7 +555,7 @@ def _mpt(c: _Config) -> ModelSpec:
     )
 
 
-def _gemma_act(c: _Config) -> str:
+def _gemma_act(c: Config) -> str:
     """Gemma's activation: hidden_activation where a config sets it (transformers < 4.46 read
     it), else hidden_act; "gelu" in either is the tanh GELU the weights were trained with."""
     key = "hidden_activation" if c.data.get("hidden_activation") is not None else "hidden_act"
@@ -565,98 +564,18 @@ def _gemma_act(c: _Config) -> str:
     return c.act(key, "gelu_pytorch_tanh")
 
 
-def _llama(family: str, **options: Any) -> Callable[[_Config], ModelSpec]:
-    return lambda c: _gated_decoder(c, family, **options)
+def llama_like(family: str, **options: Any) -> Callable[[Config], ModelSpec]:
+    return lambda c: gated_decoder_spec(c, family, **options)
 
 
-_GEMMA2_NORM = NormSpec(kind="rmsnorm", bias=False, per_layer=4, final=True)
-_NO_AFFINE = NormSpec(kind="layernorm", bias=False, final=True, affine=False)
-_COHERE_NORM = NormSpec(kind="layernorm", bias=False, per_layer=1, final=True)
+GEMMA2_NORM = NormSpec(kind="rmsnorm", bias=False, per_layer=4, final=True)
+NO_AFFINE = NormSpec(kind="layernorm", bias=False, final=True, affine=False)
+COHERE_NORM = NormSpec(kind="layernorm", bias=False, per_layer=1, final=True)
 
 
-def _gemma(c: _Config, family: str, **options: Any) -> ModelSpec:
-    return _gated_decoder(c, family, tie_default=True, head_dim_default=256,
+def gemma_spec(c: Config, family: str, **options: Any) -> ModelSpec:
+    return gated_decoder_spec(c, family, tie_default=True, head_dim_default=256,
                           activation=_gemma_act(c), **options)
-
-
-_READERS: dict[str, Callable[[_Config], ModelSpec]] = {
-    "gpt2": _gpt2,
-    "bert": lambda c: _bert_like(c, "bert"),
-    "roberta": lambda c: _bert_like(c, "roberta", vocab_default=50265),
-    "distilbert": _distilbert,
-    "t5": _t5,
-    "opt": _opt,
-    "gpt_neox": _gpt_neox,
-    "llama": _llama("llama"),
-    # Mistral and Mixtral have no attention biases whatever attention_bias says; Qwen2 always
-    # has them on Q, K and V (and never on O).
-    "mistral": _llama("mistral", qkv_bias=False, out_bias=False),
-    "mixtral": _llama("mixtral", qkv_bias=False, out_bias=False, moe=_mixtral_moe),
-    "qwen2": _llama("qwen2", qkv_bias=True, out_bias=False),
-    "gemma": lambda c: _gemma(c, "gemma"),
-    "phi": _phi,
-    "qwen3": _llama("qwen3", head_dim_default=128, qk_norm="head"),
-    "qwen3_moe": _llama("qwen3_moe", qk_norm="head",
-                        moe=lambda c, n: _qwen_moe(c, n, shared=False)),
-    "qwen2_moe": lambda c: _gated_decoder(c, "qwen2_moe", qkv_bias=c.bool("qkv_bias", True),
-                                          out_bias=False,
-                                          moe=lambda c, n: _qwen_moe(c, n, shared=True)),
-    "gemma2": lambda c: _gemma(c, "gemma2", norm=_GEMMA2_NORM),
-    "gemma3_text": lambda c: _gemma(c, "gemma3_text", norm=_GEMMA2_NORM, qk_norm="head"),
-    "phi3": _llama("phi3", qkv_bias=False, out_bias=False),
-    "olmo": _llama("olmo", norm=_NO_AFFINE),
-    "olmo2": _llama("olmo2", qk_norm="heads"),
-    "granite": _llama("granite"),
-    "starcoder2": _starcoder2,
-    "gpt_bigcode": _gpt_bigcode,
-    "gptj": _gptj,
-    "falcon": _falcon,
-    "stablelm": _stablelm,
-    "bloom": _bloom,
-    "mpt": _mpt,
-    "xlm-roberta": lambda c: _bert_like(c, "xlm-roberta"),
-    "electra": _electra,
-    "cohere": lambda c: _gated_decoder(c, "cohere", tie_default=True, norm=_COHERE_NORM,
-                                       qk_norm="heads" if c.bool("use_qk_norm", False)
-                                       else "none"),
-    "deepseek_v3": _deepseek_v3,
-}
-
-SUPPORTED_MODEL_TYPES = tuple(_READERS)
-
-
-class UnsupportedModelType(ConfigError):
-    """A config.json of an architecture no reader knows (``params --weights`` can still count
-    the file by tensor names)."""
-
-
-def _same_type(name: str) -> str:
-    """A supported model_type spelled differently (case, '-' or '_'), else ''. Nothing looser:
-    a near miss such as qwen3 for qwen2 is another architecture, counted wrongly."""
-    def key(text: str) -> str:
-        return text.lower().replace("-", "").replace("_", "").strip()
-
-    hits = [t for t in SUPPORTED_MODEL_TYPES if key(t) == key(name)]
-    return f" (did you mean {hits[0]!r}?)" if hits else ""
-
-
-def spec_from_config(data: Any, source: str) -> ModelSpec:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")
-    model_type = data.get("model_type")
-    if model_type is None:
-        raise ConfigError(f"{source}: missing key 'model_type'; supported: "
-                          f"{', '.join(SUPPORTED_MODEL_TYPES)}")
-    if not isinstance(model_type, str):
-        raise ConfigError(f"{source}: key 'model_type': expected a string such as 'llama', got "
-                          f"{brief(model_type)}")
-    reader = _READERS.get(model_type)
-    if reader is None:
-        raise UnsupportedModelType(
-            f"{source}: unsupported model_type {brief(model_type)}"
-            f"{_same_type(model_type)}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
-        )
-    return check_spec(reader(_Config(data, source)), source)
 
 
 def read_config(path: Path) -> Any:
@@ -667,8 +586,3 @@ def read_config(path: Path) -> Any:
         return parse_json(text)
     except Malformed as exc:
         raise ConfigError(f"{path}: invalid JSON{exc.where}: {exc.problem}") from None
-
-
-def load_config(path: Path) -> ModelSpec:
-    """A config.json (:func:`read_config`), then :func:`spec_from_config`."""
-    return spec_from_config(read_config(path), str(path))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,14 @@ from ffncli.compute.forward.ops import (
 from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
 from ffncli.formats.safetensors import open_checkpoint
 from ffncli.formats.tensors import GgufTensors, SafetensorsTensors, Tensors
+from ffncli.specs.archs import (
+    ARCHS,
+    GEMMA_NORMS,
+    GGUF_ARCHITECTURES,
+    PADDED_POSITIONS,
+    QWEN_SLIDING_WINDOW,
+    SLIDING_WINDOW,
+)
 from ffncli.specs.spec import ModelSpec
 
 # ---------------------------------------------------------------------------------------------
@@ -34,8 +43,10 @@ class Transformer:
     post_norm = False
 
     def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
-                 dtype: np.dtype) -> None:
+                 dtype: np.dtype, names: Mapping[str, str],
+                 quirks: frozenset[str] = frozenset()) -> None:
         self.spec, self.weights, self.tensors, self.settings = spec, weights, tensors, settings
+        self.names, self.quirks = names, quirks
         self.dtype = np.dtype(dtype)
         self.d_model = spec.d_model
         self.n_layers = spec.layers.encoder or spec.layers.decoder
@@ -136,18 +147,11 @@ class BertLike(Transformer):
     LayerNorm, then post-norm layers with bidirectional attention; no final norm."""
 
     post_norm = True
-    names = {"word": "embeddings.word_embeddings.weight",
-             "position": "embeddings.position_embeddings.weight",
-             "type": "embeddings.token_type_embeddings.weight",
-             "norm": "embeddings.LayerNorm",
-             "q": "layer.{i}.attention.self.query", "k": "layer.{i}.attention.self.key",
-             "v": "layer.{i}.attention.self.value", "o": "layer.{i}.attention.output.dense",
-             "norm1": "layer.{i}.attention.output.LayerNorm",
-             "norm2": "layer.{i}.output.LayerNorm"}
 
     def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
-                 dtype: np.dtype) -> None:
-        super().__init__(spec, weights, tensors, settings, dtype)
+                 dtype: np.dtype, names: Mapping[str, str],
+                 quirks: frozenset[str] = frozenset()) -> None:
+        super().__init__(spec, weights, tensors, settings, dtype, names, quirks)
         kind = settings.text("position_embedding_type", "absolute")
         if kind != "absolute":
             raise ConfigError(f"{settings.source}: key 'position_embedding_type': the forward "
@@ -155,7 +159,7 @@ class BertLike(Transformer):
         self.eps = settings.number("layer_norm_eps", 1e-12)
         self.vocab = self._table_rows(self.names["word"])
         self.pad = self.offset = 0  # RoBERTa: positions start after the padding index
-        if settings.data.get("model_type") in ("roberta", "xlm-roberta"):
+        if PADDED_POSITIONS in quirks:
             self.pad = settings.whole("pad_token_id", 1, minimum=0) or 0
             self.offset = self.pad + 1
         self.positions = self._position_table(self.names["position"])
@@ -212,25 +216,24 @@ class BertLike(Transformer):
 
 
 class DistilBert(BertLike):
-    names = {**BertLike.names,
-             "q": "layer.{i}.attention.q_lin", "k": "layer.{i}.attention.k_lin",
-             "v": "layer.{i}.attention.v_lin", "o": "layer.{i}.attention.out_lin",
-             "norm1": "layer.{i}.sa_layer_norm", "norm2": "layer.{i}.output_layer_norm"}
+    """DistilBERT: BERT without token types, its LayerNorms' epsilon fixed at 1e-12."""
 
     def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
-                 dtype: np.dtype) -> None:
+                 dtype: np.dtype, names: Mapping[str, str],
+                 quirks: frozenset[str] = frozenset()) -> None:
         settings = Keys({**settings.data, "layer_norm_eps": 1e-12}, settings.source)
-        super().__init__(spec, weights, tensors, settings, dtype)
+        super().__init__(spec, weights, tensors, settings, dtype, names, quirks)
 
 
 class Electra(BertLike):
     """ELECTRA: BERT's encoder behind embeddings embedding_size wide, projected to d_model."""
 
     def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
-                 dtype: np.dtype) -> None:
+                 dtype: np.dtype, names: Mapping[str, str],
+                 quirks: frozenset[str] = frozenset()) -> None:
         self._width = (spec.embeddings.dim if spec.embeddings is not None else None) \
             or spec.d_model
-        super().__init__(spec, weights, tensors, settings, dtype)
+        super().__init__(spec, weights, tensors, settings, dtype, names, quirks)
         self.project = self._linear("embeddings_project", spec.d_model, self._width, True) \
             if self._width != spec.d_model else None
 
@@ -253,54 +256,44 @@ class Gpt2(Transformer):
     weights, [in, out]), a final LayerNorm (ln_f)."""
 
     def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
-                 dtype: np.dtype) -> None:
-        super().__init__(spec, weights, tensors, settings, dtype)
+                 dtype: np.dtype, names: Mapping[str, str],
+                 quirks: frozenset[str] = frozenset()) -> None:
+        super().__init__(spec, weights, tensors, settings, dtype, names, quirks)
         self.eps = settings.number("layer_norm_epsilon", 1e-5)
         self.scaled = settings.flag("scale_attn_weights", True)
         self.by_layer = settings.flag("scale_attn_by_inverse_layer_idx", False)
-        self.vocab = self._table_rows("wte.weight")
-        self.positions = self._position_table("wpe.weight")
+        self.vocab = self._table_rows(names["word"])
+        self.positions = self._position_table(names["position"])
         self.max_positions = self.positions.shape[0]
+        self.ln_f = self._layer_norm(names["norm"])
+
+    def _layer_norm(self, stem: str) -> Norm:
         d = self.d_model
-        self.ln_f = Norm(self._need("ln_f.weight", (d,)), self._need("ln_f.bias", (d,)), self.eps)
+        return Norm(self._need(stem + ".weight", (d,)), self._need(stem + ".bias", (d,)), self.eps)
 
     def embed(self, ids: Array, positions: Array) -> Array:
         self._check_ids(ids, positions)
-        h = self.tensors.rows("wte.weight", ids, self.dtype)  # (n,) -> (n, d)
+        h = self.tensors.rows(self.names["word"], ids, self.dtype)  # (n,) -> (n, d)
         h += self.positions[positions]
         return h
 
     def layer(self, i: int) -> Block:
         self._check_layer(i)
         d = self.d_model
-        wqkv = self._need(f"h.{i}.attn.c_attn.weight", (d, 3 * d))  # Conv1D: [in, out]
-        bqkv = self._need(f"h.{i}.attn.c_attn.bias", (3 * d,))
-        wo = self._need(f"h.{i}.attn.c_proj.weight", (d, d))
-        bo = self._need(f"h.{i}.attn.c_proj.bias", (d,))
+        qkv, o = self.names["qkv"].format(i=i), self.names["o"].format(i=i)
+        wqkv = self._need(qkv + ".weight", (d, 3 * d))  # Conv1D: [in, out]
+        bqkv = self._need(qkv + ".bias", (3 * d,))
+        wo = self._need(o + ".weight", (d, d))
+        bo = self._need(o + ".bias", (d,))
         scale = (1 / math.sqrt(self.head_dim) if self.scaled else 1.0) \
             / (i + 1 if self.by_layer else 1)
         attention = Attention(wqkv, bqkv, wo, bo, self.heads, self.heads, self.head_dim, scale,
                               causal=True)
-        norms = [Norm(self._need(f"h.{i}.{k}.weight", (d,)), self._need(f"h.{i}.{k}.bias", (d,)),
-                      self.eps) for k in ("ln_1", "ln_2")]
+        norms = [self._layer_norm(self.names[k].format(i=i)) for k in ("norm1", "norm2")]
         return Block(self._engine(i), attention, norms[0], norms[1], False, self.scratch)
 
     def final(self, h: Array) -> Array:
         return self.ln_f(h, np.empty_like(h), self.scratch("norm_tmp", h.shape))
-
-
-_HF_LLAMA = {"embed": "embed_tokens.weight", "norm": "norm.weight",
-             "attn_norm": "layers.{i}.input_layernorm.weight",
-             "ffn_norm": "layers.{i}.post_attention_layernorm.weight",
-             "q": "layers.{i}.self_attn.q_proj", "k": "layers.{i}.self_attn.k_proj",
-             "v": "layers.{i}.self_attn.v_proj", "o": "layers.{i}.self_attn.o_proj",
-             "q_norm": "layers.{i}.self_attn.q_norm.weight",
-             "k_norm": "layers.{i}.self_attn.k_norm.weight"}
-_GGUF_LLAMA = {"embed": "token_embd.weight", "norm": "output_norm.weight",
-               "attn_norm": "blk.{i}.attn_norm.weight", "ffn_norm": "blk.{i}.ffn_norm.weight",
-               "q": "blk.{i}.attn_q", "k": "blk.{i}.attn_k", "v": "blk.{i}.attn_v",
-               "o": "blk.{i}.attn_output", "q_norm": "blk.{i}.attn_q_norm.weight",
-               "k_norm": "blk.{i}.attn_k_norm.weight"}
 
 
 def unpermute(w: Array, heads: int) -> Array:
@@ -320,13 +313,11 @@ class LlamaLike(Transformer):
     default_eps = 1e-6
 
     def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
-                 dtype: np.dtype, names: dict[str, str] | None = None,
-                 permuted: bool = False) -> None:
-        super().__init__(spec, weights, tensors, settings, dtype)
-        self.names = names or _HF_LLAMA
+                 dtype: np.dtype, names: Mapping[str, str],
+                 quirks: frozenset[str] = frozenset(), permuted: bool = False) -> None:
+        super().__init__(spec, weights, tensors, settings, dtype, names, quirks)
         self.permuted = permuted  # GGUF: Q and K rows in llama.cpp's order
-        model_type = settings.data.get("model_type")
-        self.gemma = model_type == "gemma"
+        self.gemma = GEMMA_NORMS in quirks
         self.eps = settings.number("rms_norm_eps", self.default_eps)
         self.vocab = self._table_rows(self.names["embed"])
         self.max_positions = spec.seq_len
@@ -343,10 +334,9 @@ class LlamaLike(Transformer):
         Qwen's only with use_sliding_window, on the layers layer_types (or max_window_layers)
         makes sliding."""
         s = self.settings
-        model_type = s.data.get("model_type")
-        if model_type in ("mistral", "mixtral"):
+        if SLIDING_WINDOW in self.quirks:
             return s.whole("sliding_window", minimum=1)  # 0 would mask every key
-        if model_type in ("qwen2", "qwen3") and s.flag("use_sliding_window", False):
+        if QWEN_SLIDING_WINDOW in self.quirks and s.flag("use_sliding_window", False):
             types = s.data.get("layer_types")
             if isinstance(types, list) and i < len(types):
                 sliding = types[i] == "sliding_attention"
@@ -394,17 +384,17 @@ class Mixtral(LlamaLike):
     default_eps = 1e-5
 
 
-FAMILIES: dict[str, type[Transformer]] = {
-    "bert": BertLike, "roberta": BertLike, "xlm-roberta": BertLike, "distilbert": DistilBert,
-    "electra": Electra, "gpt2": Gpt2, "llama": LlamaLike, "mistral": LlamaLike,
-    "mixtral": Mixtral, "qwen2": LlamaLike, "qwen3": LlamaLike, "gemma": LlamaLike,
-}
-GGUF_ARCHITECTURES = ("llama",)
+# The forward families the architecture table (ffncli.specs.archs) names.
+FAMILIES: dict[str, type[Transformer]] = {"bert": BertLike, "distilbert": DistilBert,
+                                          "electra": Electra, "gpt2": Gpt2, "llama": LlamaLike,
+                                          "mixtral": Mixtral}
 
 
 def _no_forward(source: str, what: str) -> SpecError:
+    these = [t for t, row in ARCHS.items() if row.forward is not None]
+    gguf = [row.gguf for row in ARCHS.values() if row.gguf and row.gguf_names is not None]
     return SpecError(f"{source}: {what} has no whole-model forward; these do: "
-                     f"{', '.join(FAMILIES)} (GGUF: {', '.join(GGUF_ARCHITECTURES)})")
+                     f"{', '.join(these)} (GGUF: {', '.join(gguf)})")
 
 
 def open_transformer(spec: ModelSpec, weights: Path, dtype: np.dtype,
@@ -429,10 +419,10 @@ def open_transformer(spec: ModelSpec, weights: Path, dtype: np.dtype,
                           "positions, rotary settings); none beside the weights: give --config")
     settings = read_settings(config)
     model_type = settings.data.get("model_type")
-    family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
-    if family is None:
+    row = ARCHS.get(model_type) if isinstance(model_type, str) else None
+    if row is None or row.forward is None or row.names is None:
         raise _no_forward(str(config), f"model_type {brief(model_type)}")
-    return family(spec, weights, tensors, settings, dtype)
+    return FAMILIES[row.forward](spec, weights, tensors, settings, dtype, row.names, row.quirks)
 
 
 def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype) -> Transformer:
@@ -440,7 +430,8 @@ def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype) -> Transformer:
 
     header = read_header(weights)
     arch = header.architecture
-    if arch not in GGUF_ARCHITECTURES:
+    row = ARCHS.get(GGUF_ARCHITECTURES.get(arch, ""))
+    if row is None or row.gguf_names is None:
         raise _no_forward(str(weights), f"GGUF architecture {brief(arch)}")
     meta = header.metadata
 
@@ -457,7 +448,7 @@ def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype) -> Transformer:
         data["rope_scaling"] = {"rope_type": "linear", "factor": key("rope.scaling.factor")}
     settings = Keys(data, f"{weights} (GGUF metadata)")
     transformer = LlamaLike(spec, weights, GgufTensors(header), settings, dtype,
-                            names=_GGUF_LLAMA, permuted=True)
+                            row.gguf_names, row.quirks, permuted=True)
     rotated = key("rope.dimension_count")
     if rotated is not None and rotated != transformer.head_dim:
         raise WeightsError(f"{weights}: metadata key '{arch}.rope.dimension_count': the "

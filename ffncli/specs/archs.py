@@ -1,0 +1,252 @@
+"""Every architecture ffncli knows, one row each: the one table of model types.
+
+A row says, for one ``model_type`` of a Hugging Face ``config.json``:
+
+- ``reader``: how its config becomes a spec (the readers are in :mod:`ffncli.specs.hfconfig`);
+- ``ffn``: where a layer's FFN lies in its safetensors checkpoints (``gated_ffn``: T5 v1.1's
+  gated variant), so that ``run``, ``permute-check`` and ``relu-stats`` can read it;
+- ``forward``, ``names``, ``quirks``: which whole-model family of
+  :mod:`ffncli.compute.forward.families` runs it, the names of its other tensors, and the few
+  ways it differs from its family;
+- ``gguf`` (``gguf_names``): the llama.cpp architecture that is read as this model type (and
+  the tensor names of a GGUF file, when the forward runs one);
+- ``not_run``: why the engine refuses its FFN (a mixture of experts it would compute wrongly).
+
+Lists in messages ("supported: ...") follow the table's order. No NumPy here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ffncli.base.validate import brief
+from ffncli.errors import ConfigError
+from ffncli.specs import hfconfig as H
+from ffncli.specs.hfconfig import Config, read_config
+from ffncli.specs.spec import ModelSpec, check_spec
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one family keeps a layer's FFN: tensor names (with {i} the layer, {e} an expert)
+    and whether matrices are nn.Linear ([out, in], transposed on load) or Conv1D ([in, out])."""
+
+    names: dict[str, str]  # our name (w1, w2 or w, v, w2) -> checkpoint name stem
+    linear: bool = True
+    router: str | None = None  # mixture of experts: router stem; names then hold {e}
+    gate_up: str | None = None  # Phi-3: one [2 d_ff, d_model] matrix, gate rows then up rows
+
+
+@dataclass(frozen=True)
+class Arch:
+    reader: Callable[[Config], ModelSpec]
+    ffn: Layout | None = None
+    gated_ffn: Layout | None = None  # the layout when the spec's FFN is gated, if another
+    forward: str | None = None  # the whole-model family that runs it
+    names: Mapping[str, str] | None = None  # its tensors besides the FFN's, for the forward
+    quirks: frozenset[str] = frozenset()  # see compute.forward.families
+    gguf: str | None = None  # the GGUF general.architecture read as this model type
+    gguf_names: Mapping[str, str] | None = None  # a GGUF file's tensor names, for the forward
+    not_run: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the FFN is.
+
+BERT_FFN = Layout({"w1": "layer.{i}.intermediate.dense", "w2": "layer.{i}.output.dense"})
+LLAMA_FFN = Layout({"w": "layers.{i}.mlp.gate_proj", "v": "layers.{i}.mlp.up_proj",
+                    "w2": "layers.{i}.mlp.down_proj"})
+H_TO_4H_FFN = Layout({"w1": "h.{i}.mlp.dense_h_to_4h", "w2": "h.{i}.mlp.dense_4h_to_h"})
+MIXTRAL_FFN = Layout({"w": "layers.{i}.block_sparse_moe.experts.{e}.w1",
+                      "v": "layers.{i}.block_sparse_moe.experts.{e}.w3",
+                      "w2": "layers.{i}.block_sparse_moe.experts.{e}.w2"},
+                     router="layers.{i}.block_sparse_moe.gate")
+T5_FFN = Layout({"w1": "encoder.block.{i}.layer.1.DenseReluDense.wi",
+                 "w2": "encoder.block.{i}.layer.1.DenseReluDense.wo"})
+T5_GATED_FFN = Layout({"w": "encoder.block.{i}.layer.1.DenseReluDense.wi_0",
+                       "v": "encoder.block.{i}.layer.1.DenseReluDense.wi_1",
+                       "w2": "encoder.block.{i}.layer.1.DenseReluDense.wo"})
+
+# ---------------------------------------------------------------------------------------------
+# The other tensors of the models the forward runs ({i}: the layer).
+
+BERT_NAMES = {"word": "embeddings.word_embeddings.weight",
+              "position": "embeddings.position_embeddings.weight",
+              "type": "embeddings.token_type_embeddings.weight",
+              "norm": "embeddings.LayerNorm",
+              "q": "layer.{i}.attention.self.query", "k": "layer.{i}.attention.self.key",
+              "v": "layer.{i}.attention.self.value", "o": "layer.{i}.attention.output.dense",
+              "norm1": "layer.{i}.attention.output.LayerNorm",
+              "norm2": "layer.{i}.output.LayerNorm"}
+DISTILBERT_NAMES = {**BERT_NAMES,
+                    "q": "layer.{i}.attention.q_lin", "k": "layer.{i}.attention.k_lin",
+                    "v": "layer.{i}.attention.v_lin", "o": "layer.{i}.attention.out_lin",
+                    "norm1": "layer.{i}.sa_layer_norm", "norm2": "layer.{i}.output_layer_norm"}
+GPT2_NAMES = {"word": "wte.weight", "position": "wpe.weight", "norm": "ln_f",
+              "qkv": "h.{i}.attn.c_attn", "o": "h.{i}.attn.c_proj",
+              "norm1": "h.{i}.ln_1", "norm2": "h.{i}.ln_2"}
+LLAMA_NAMES = {"embed": "embed_tokens.weight", "norm": "norm.weight",
+               "attn_norm": "layers.{i}.input_layernorm.weight",
+               "ffn_norm": "layers.{i}.post_attention_layernorm.weight",
+               "q": "layers.{i}.self_attn.q_proj", "k": "layers.{i}.self_attn.k_proj",
+               "v": "layers.{i}.self_attn.v_proj", "o": "layers.{i}.self_attn.o_proj",
+               "q_norm": "layers.{i}.self_attn.q_norm.weight",
+               "k_norm": "layers.{i}.self_attn.k_norm.weight"}
+GGUF_LLAMA_NAMES = {"embed": "token_embd.weight", "norm": "output_norm.weight",
+                    "attn_norm": "blk.{i}.attn_norm.weight", "ffn_norm": "blk.{i}.ffn_norm.weight",
+                    "q": "blk.{i}.attn_q", "k": "blk.{i}.attn_k", "v": "blk.{i}.attn_v",
+                    "o": "blk.{i}.attn_output", "q_norm": "blk.{i}.attn_q_norm.weight",
+                    "k_norm": "blk.{i}.attn_k_norm.weight"}
+
+# The ways a model differs from its forward family.
+PADDED_POSITIONS = "positions after the padding index"  # RoBERTa
+GEMMA_NORMS = "embeddings scaled by sqrt(d_model), norms by (1 + weight)"
+SLIDING_WINDOW = "a sliding window when the config sets one"  # Mistral, Mixtral
+QWEN_SLIDING_WINDOW = "sliding windows on the layers use_sliding_window names"  # Qwen2, Qwen3
+
+
+def _bert(family: str, **options: Any) -> Callable[[Config], ModelSpec]:
+    return lambda c: H.bert_like_spec(c, family, **options)
+
+
+ARCHS: dict[str, Arch] = {
+    "gpt2": Arch(H.gpt2_spec, Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"},
+                                     linear=False), forward="gpt2", names=GPT2_NAMES),
+    "bert": Arch(_bert("bert"), BERT_FFN, forward="bert", names=BERT_NAMES),
+    "roberta": Arch(_bert("roberta", vocab_default=50265), BERT_FFN, forward="bert",
+                    names=BERT_NAMES, quirks=frozenset({PADDED_POSITIONS})),
+    "distilbert": Arch(H.distilbert_spec, Layout({"w1": "layer.{i}.ffn.lin1",
+                                                  "w2": "layer.{i}.ffn.lin2"}),
+                       forward="distilbert", names=DISTILBERT_NAMES),
+    "t5": Arch(H.t5_spec, T5_FFN, gated_ffn=T5_GATED_FFN),
+    "opt": Arch(H.opt_spec, Layout({"w1": "layers.{i}.fc1", "w2": "layers.{i}.fc2"})),
+    "gpt_neox": Arch(H.gpt_neox_spec, Layout({"w1": "layers.{i}.mlp.dense_h_to_4h",
+                                              "w2": "layers.{i}.mlp.dense_4h_to_h"})),
+    "llama": Arch(H.llama_like("llama"), LLAMA_FFN, forward="llama", names=LLAMA_NAMES,
+                  gguf="llama", gguf_names=GGUF_LLAMA_NAMES),
+    # Mistral and Mixtral have no attention biases whatever attention_bias says; Qwen2 always
+    # has them on Q, K and V (and never on O).
+    "mistral": Arch(H.llama_like("mistral", qkv_bias=False, out_bias=False), LLAMA_FFN,
+                    forward="llama", names=LLAMA_NAMES, quirks=frozenset({SLIDING_WINDOW})),
+    "mixtral": Arch(H.llama_like("mixtral", qkv_bias=False, out_bias=False, moe=H.mixtral_moe),
+                    MIXTRAL_FFN, forward="mixtral", names=LLAMA_NAMES,
+                    quirks=frozenset({SLIDING_WINDOW})),
+    "qwen2": Arch(H.llama_like("qwen2", qkv_bias=True, out_bias=False), LLAMA_FFN,
+                  forward="llama", names=LLAMA_NAMES, quirks=frozenset({QWEN_SLIDING_WINDOW}),
+                  gguf="qwen2"),
+    "gemma": Arch(lambda c: H.gemma_spec(c, "gemma"), LLAMA_FFN, forward="llama",
+                  names=LLAMA_NAMES, quirks=frozenset({GEMMA_NORMS}), gguf="gemma"),
+    "phi": Arch(H.phi_spec, Layout({"w1": "layers.{i}.mlp.fc1", "w2": "layers.{i}.mlp.fc2"})),
+    "qwen3": Arch(H.llama_like("qwen3", head_dim_default=128, qk_norm="head"), LLAMA_FFN,
+                  forward="llama", names=LLAMA_NAMES, quirks=frozenset({QWEN_SLIDING_WINDOW}),
+                  gguf="qwen3"),
+    "qwen3_moe": Arch(H.llama_like("qwen3_moe", qk_norm="head",
+                                   moe=lambda c, n: H.qwen_moe(c, n, shared=False)),
+                      gguf="qwen3moe",
+                      not_run="top-k weights renormalised only with norm_topk_prob"),
+    "qwen2_moe": Arch(lambda c: H.gated_decoder_spec(
+        c, "qwen2_moe", qkv_bias=c.bool("qkv_bias", True), out_bias=False,
+        moe=lambda c, n: H.qwen_moe(c, n, shared=True)),
+        not_run="a gated shared expert, and top-k weights not renormalised"),
+    "gemma2": Arch(lambda c: H.gemma_spec(c, "gemma2", norm=H.GEMMA2_NORM), LLAMA_FFN,
+                   gguf="gemma2"),
+    "gemma3_text": Arch(lambda c: H.gemma_spec(c, "gemma3_text", norm=H.GEMMA2_NORM,
+                                               qk_norm="head"), LLAMA_FFN),
+    "phi3": Arch(H.llama_like("phi3", qkv_bias=False, out_bias=False),
+                 Layout({"w2": "layers.{i}.mlp.down_proj"},
+                        gate_up="layers.{i}.mlp.gate_up_proj"), gguf="phi3"),
+    "olmo": Arch(H.llama_like("olmo", norm=H.NO_AFFINE), LLAMA_FFN),
+    "olmo2": Arch(H.llama_like("olmo2", qk_norm="heads"), LLAMA_FFN),
+    "granite": Arch(H.llama_like("granite"), LLAMA_FFN, gguf="granite"),
+    "starcoder2": Arch(H.starcoder2_spec, Layout({"w1": "layers.{i}.mlp.c_fc",
+                                                  "w2": "layers.{i}.mlp.c_proj"})),
+    "gpt_bigcode": Arch(H.gpt_bigcode_spec, Layout({"w1": "h.{i}.mlp.c_fc",
+                                                    "w2": "h.{i}.mlp.c_proj"})),
+    "gptj": Arch(H.gptj_spec, Layout({"w1": "h.{i}.mlp.fc_in", "w2": "h.{i}.mlp.fc_out"})),
+    "falcon": Arch(H.falcon_spec, H_TO_4H_FFN),
+    "stablelm": Arch(H.stablelm_spec, LLAMA_FFN),
+    "bloom": Arch(H.bloom_spec, H_TO_4H_FFN),
+    "mpt": Arch(H.mpt_spec, Layout({"w1": "blocks.{i}.ffn.up_proj",
+                                    "w2": "blocks.{i}.ffn.down_proj"})),
+    "xlm-roberta": Arch(_bert("xlm-roberta"), BERT_FFN, forward="bert", names=BERT_NAMES,
+                        quirks=frozenset({PADDED_POSITIONS})),
+    "electra": Arch(H.electra_spec, BERT_FFN, forward="electra", names=BERT_NAMES),
+    "cohere": Arch(lambda c: H.gated_decoder_spec(
+        c, "cohere", tie_default=True, norm=H.COHERE_NORM,
+        qk_norm="heads" if c.bool("use_qk_norm", False) else "none"), LLAMA_FFN),
+    "deepseek_v3": Arch(H.deepseek_v3_spec,
+                        not_run="shared experts, dense first layers and grouped sigmoid "
+                                "routing"),
+}
+
+SUPPORTED_MODEL_TYPES = tuple(ARCHS)
+GGUF_ARCHITECTURES = {row.gguf: model_type for model_type, row in ARCHS.items() if row.gguf}
+
+
+def ffn_layout(spec: ModelSpec) -> Layout | None:
+    """Where a checkpoint of the spec's family keeps a layer's FFN (None: not known). A spec's
+    family is its config's model_type, except that BERT's relatives read as ``bert``; a
+    preset's family may name no row (``transformer``: random weights only)."""
+    row = ARCHS.get(spec.family)
+    if row is None:
+        return None
+    return row.gated_ffn if spec.ffn.gated and row.gated_ffn is not None else row.ffn
+
+
+def with_ffn_layout() -> list[str]:
+    """The model types whose FFN ffncli reads from a checkpoint."""
+    return [t for t, row in ARCHS.items() if row.ffn is not None]
+
+
+def not_run(spec: ModelSpec) -> str | None:
+    """Why the engine refuses the spec's FFN, or None."""
+    row = ARCHS.get(spec.family)
+    return row.not_run if row is not None else None
+
+
+# ---------------------------------------------------------------------------------------------
+# config.json -> spec.
+
+
+class UnsupportedModelType(ConfigError):
+    """A config.json of an architecture no reader knows (``params --weights`` can still count
+    the file by tensor names)."""
+
+
+def _same_type(name: str) -> str:
+    """A supported model_type spelled differently (case, '-' or '_'), else ''. Nothing looser:
+    a near miss such as qwen3 for qwen2 is another architecture, counted wrongly."""
+    def key(text: str) -> str:
+        return text.lower().replace("-", "").replace("_", "").strip()
+
+    hits = [t for t in SUPPORTED_MODEL_TYPES if key(t) == key(name)]
+    return f" (did you mean {hits[0]!r}?)" if hits else ""
+
+
+def spec_from_config(data: Any, source: str) -> ModelSpec:
+    """A config.json's document as a spec, by its model_type's reader."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    model_type = data.get("model_type")
+    if model_type is None:
+        raise ConfigError(f"{source}: missing key 'model_type'; supported: "
+                          f"{', '.join(SUPPORTED_MODEL_TYPES)}")
+    if not isinstance(model_type, str):
+        raise ConfigError(f"{source}: key 'model_type': expected a string such as 'llama', got "
+                          f"{brief(model_type)}")
+    row = ARCHS.get(model_type)
+    if row is None:
+        raise UnsupportedModelType(
+            f"{source}: unsupported model_type {brief(model_type)}"
+            f"{_same_type(model_type)}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    return check_spec(row.reader(Config(data, source)), source)
+
+
+def load_config(path: Path) -> ModelSpec:
+    """A config.json (:func:`ffncli.specs.hfconfig.read_config`), then
+    :func:`spec_from_config`."""
+    return spec_from_config(read_config(path), str(path))
