@@ -14,7 +14,7 @@ import pytest
 from conftest import DATA
 
 from ffncli.compute import ffn as F
-from ffncli.compute.weights import safetensors_weights
+from ffncli.compute.weights import checkpoint_weights as safetensors_weights
 from ffncli.errors import WeightsError
 from ffncli.specs.archs import spec_from_config, with_ffn_layout
 

@@ -476,7 +476,7 @@ def test_fuzz_read_index_on_mutated_text(fuzz_index, data):
 def test_a_mixture_of_experts_layer_split_across_shards_reads_as_one_file(tmp_path):
     """Mixtral's layer 1: experts 0-1 in one shard, the router and experts 2-3 in another."""
     from ffncli.compute import ffn as F
-    from ffncli.compute.weights import safetensors_weights
+    from ffncli.compute.weights import checkpoint_weights as safetensors_weights
     from ffncli.specs.archs import spec_from_config
 
     spec = spec_from_config({"model_type": "mixtral", "hidden_size": 8, "intermediate_size": 12,

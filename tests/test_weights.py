@@ -20,7 +20,8 @@ from hypothesis import strategies as st_
 from ffncli.compute import ffn as F
 from ffncli.compute.engine import Engine
 from ffncli.compute.memory import check_budget, parse_size
-from ffncli.compute.weights import npz_weights, random_weights, safetensors_weights
+from ffncli.compute.weights import checkpoint_weights as safetensors_weights
+from ffncli.compute.weights import npz_weights, random_weights
 from ffncli.errors import MemoryBudgetError, WeightsError
 from ffncli.specs.spec import FfnSpec, InitSpec, ModelSpec, load_preset
 

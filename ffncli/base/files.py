@@ -9,6 +9,7 @@ import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from ffncli.errors import FfnError, OutputError
 
@@ -53,6 +54,39 @@ def open_file(path: Path, what: str, error: type[FfnError],
     check_file(path, what, error, max_bytes)
     with reading(path, what, error), open(path, "rb") as f:
         yield f
+
+
+def open_kept(path: Path, what: str, error: type[FfnError]) -> BinaryIO:
+    """A user's file opened for reading in binary (after :func:`check_file`) and kept open by
+    the caller, who closes it: a checkpoint read tensor by tensor is opened once."""
+    check_file(path, what, error)
+    with reading(path, what, error):
+        return open(path, "rb")
+
+
+@contextlib.contextmanager
+def kept_or_opened(file: BinaryIO | None, path: Path, what: str,
+                   error: type[FfnError]) -> Iterator[BinaryIO]:
+    """``file`` (kept open by the caller), or ``path`` opened for the duration; OS errors
+    while it is read become one-line ``error`` messages either way."""
+    if file is None:
+        with open_file(path, what, error) as f:
+            yield f
+        return
+    with reading(path, what, error):
+        yield file
+
+
+def read_at(f: BinaryIO, offset: int, view: memoryview) -> int:
+    """Fill ``view`` from byte ``offset`` of ``f`` (without moving its position: threads may
+    share ``f``); the bytes read, fewer only at the end of the file."""
+    done = 0
+    while done < len(view):  # one read returns at most ~2 GB on Linux
+        got = os.preadv(f.fileno(), [view[done:]], offset + done)
+        if not got:
+            break
+        done += got
+    return done
 
 
 def same_file(a: Path, b: Path) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,9 +12,8 @@ from ffncli.compute import memory
 from ffncli.compute import weights as W
 from ffncli.compute.engine import Engine, default_chunk_tokens
 from ffncli.compute.ffn import Activation
-from ffncli.compute.weights import gguf_layer_weights
 from ffncli.errors import InputError, SpecError
-from ffncli.formats.gguf import GgufHeader
+from ffncli.formats.tensors import Tensors, is_checkpoint, open_tensors
 from ffncli.specs.archs import not_run
 from ffncli.specs.spec import ModelSpec
 
@@ -47,10 +45,10 @@ def check_runnable(spec: ModelSpec) -> None:
 
 def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dtype,
                 max_memory: int | None = None, chunk_tokens: int | None = None,
-                gguf_header: GgufHeader | None = None) -> Model:
-    """The FFN of layer ``layer``: random weights, a ``.npz``, a ``.gguf`` (``gguf_header``: its
-    header, already read, when many layers are built from one file) or a safetensors
-    checkpoint."""
+                tensors: Tensors | None = None) -> Model:
+    """The FFN of layer ``layer``: random weights, a ``.npz``, or a checkpoint (a ``.gguf``
+    file, a ``.safetensors`` file, an index or a model folder), read through ``tensors`` when
+    the caller holds it open (a walk over every layer), else opened here."""
     whole("option --layer", layer, 0)
     if layer and (weights is None or weights.suffix.lower() == ".npz"):
         raise InputError(f"option --layer: picks a layer of a checkpoint (--weights or --model); "
@@ -62,15 +60,12 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
     elif weights.suffix.lower() == ".npz":
         params = W.npz_weights(weights, spec, dtype)
         source = str(weights)
-    elif weights.suffix.lower() == ".gguf":
-        params = gguf_layer_weights(weights, spec, layer, dtype, gguf_header)
+    elif tensors is not None:
+        params = W.layer_weights(tensors, spec, layer, dtype)
         source = f"{weights}, layer {layer}"
-    elif weights.suffix.lower() in (".safetensors", ".json") or os.path.isdir(weights):
-        single = weights / "model.safetensors" if os.path.isdir(weights) else weights
-        packed = W.quantised_layer_weights(single, spec, layer, dtype) \
-            if single.suffix.lower() == ".safetensors" and single.is_file() else None  # GPTQ, AWQ
-        params = packed if packed is not None else \
-            W.safetensors_weights(weights, spec, layer, dtype)
+    elif is_checkpoint(weights):
+        with open_tensors(weights) as opened:
+            params = W.layer_weights(opened, spec, layer, dtype)
         source = f"{weights}, layer {layer}"
     else:
         raise InputError(f"option --weights: expected a .npz, .safetensors or .gguf file, an "

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -12,120 +11,18 @@ from ffncli.base.files import open_file
 from ffncli.compute.ffn import DenseWeights, ExpertWeights, GatedWeights, MoEWeights, Weights
 from ffncli.compute.memory import check_budget
 from ffncli.errors import WeightsError
-from ffncli.formats import gguf, quantised, safetensors
-from ffncli.formats.gguf import GgufHeader
 from ffncli.formats.npz import npz_members, open_zip
-from ffncli.formats.quantised import _runnable, quantised_linears, recognise
-from ffncli.formats.safetensors import find_tensor, open_checkpoint, read_tensor
-from ffncli.specs.archs import ffn_layout, with_ffn_layout
+from ffncli.formats.quantised import _runnable
+from ffncli.formats.tensors import GgufTensors, Tensors, open_tensors
+from ffncli.specs.archs import (
+    GGUF_FFN,
+    GGUF_GATED_FFN,
+    GGUF_MOE_FFN,
+    Layout,
+    ffn_layout,
+    with_ffn_layout,
+)
 from ffncli.specs.spec import ModelSpec
-
-
-def quantised_layer_weights(path: Path, spec: ModelSpec, layer: int,
-                            dtype: np.dtype) -> Weights | None:
-    """Layer ``layer``'s FFN from a GPTQ or AWQ checkpoint, dequantised; None for a file that
-    holds no quantised tensors (read as a plain checkpoint). bitsandbytes, 3-bit GPTQ, other
-    AWQ widths and packed mixtures of experts are refused in one line."""
-    header = safetensors.read_header(path)
-    if not recognise(header):
-        return None
-    linears = quantised_linears(header)
-    refused = sorted({lin.scheme for lin in linears if not _runnable(lin)})
-    layout = ffn_layout(spec)
-    if refused or layout is None or layout.router is not None or layout.gate_up is not None:
-        schemes = ", ".join(refused or sorted({lin.scheme for lin in linears}))
-        raise WeightsError(f"{path}: {schemes} quantised weights are not dequantised; run, "
-                           "relu-stats and permute-check dequantise GPTQ (2, 4, 8-bit) and AWQ "
-                           "4-bit dense FFNs (params counts this file)")
-    by_prefix = {lin.name.removesuffix(".weight"): lin for lin in linears}
-    arrays: dict[str, np.ndarray | None] = {}
-    for ours, stem in layout.names.items():
-        stem = stem.format(i=layer)
-        hits = [p for p in by_prefix if p == stem or p.endswith("." + stem)]
-        if len(hits) == 1:
-            arrays[ours] = quantised.dequantised(header, by_prefix[hits[0]])
-        else:
-            name = find_tensor(header.tensors, stem + ".weight")
-            if name is None:
-                raise WeightsError(f"{path}: no tensor '{stem}.qweight' or '{stem}.weight' "
-                                   f"for layer {layer}")
-            array = read_tensor(header, header.tensors[name])
-            arrays[ours] = array.T if layout.linear and array.ndim == 2 else array
-        bias = find_tensor(header.tensors, stem + ".bias")
-        arrays[BIAS_OF[ours]] = None if bias is None else \
-            read_tensor(header, header.tensors[bias])
-    return assemble(str(path), spec, dtype, arrays.get)
-
-
-def _gguf_layers(header: GgufHeader) -> str:
-    found = sorted({int(n.split(".")[1]) for n in header.tensors
-                    if n.startswith("blk.") and n.split(".")[1].isdigit()})
-    return f"layers {found[0]}-{found[-1]}" if found else "no blk.N layers"
-
-
-def gguf_layer_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype,
-                  header: GgufHeader | None = None) -> Weights:
-    """Layer ``layer``'s FFN: ``blk.N.ffn_gate`` (activated), ``ffn_up``, ``ffn_down`` (or
-    ``ffn_up`` and ``ffn_down`` for a two-matrix FFN), with their biases when present; a
-    mixture of experts has ``ffn_gate_inp`` (the router) and ``ffn_{gate,up,down}_exps``.
-    GGUF matrices are [out, in] arrays, transposed to ffncli's [in, out]."""
-    if header is None:  # a caller walking every layer passes the header it has read once
-        header = gguf.read_header(path)
-    source, d, f = str(path), spec.d_model, spec.ffn.d_ff
-
-    def tensor(stem: str, required: bool = True) -> np.ndarray | None:
-        name = f"blk.{layer}.{stem}"
-        t = header.tensors.get(name)
-        if t is None:
-            if required:
-                raise WeightsError(f"{path}: no tensor '{name}' for layer {layer} (the file "
-                                   f"has {_gguf_layers(header)})")
-            return None
-        return gguf.dequantised(header, t)
-
-    def matrix(stem: str, shape: tuple[int, int]) -> np.ndarray:
-        array = tensor(stem + ".weight")
-        assert array is not None  # required
-        return checked(source, f"blk.{layer}.{stem}.weight", array.T, shape, dtype)
-
-    def bias(stem: str, n: int) -> np.ndarray | None:
-        array = tensor(stem + ".bias", required=False)
-        return None if array is None else checked(source, f"blk.{layer}.{stem}.bias", array,
-                                                   (n,), dtype)
-
-    ffn = spec.ffn
-    has_gate = f"blk.{layer}.ffn_gate.weight" in header.tensors
-    has_router = f"blk.{layer}.ffn_gate_inp.weight" in header.tensors
-    has_layer = any(name.startswith(f"blk.{layer}.ffn_") for name in header.tensors)
-    if has_layer and (has_router != ffn.is_moe or (not ffn.is_moe and has_gate != ffn.gated)):
-        kind = "a mixture of experts" if has_router else "a gated FFN" if has_gate else \
-            "a two-matrix FFN (a fused ffn_up, as phi3's, is counted, not run)"
-        raise WeightsError(f"{path}: layer {layer} holds {kind}, not the {ffn.label}"
-                           f"{' mixture of experts' if ffn.is_moe else ' FFN'} of the spec; "
-                           "the what-if options cannot change the weights a file holds")
-    if ffn.is_moe:
-        router = matrix("ffn_gate_inp", (d, ffn.experts))
-        stacks = {stem: tensor(f"ffn_{stem}_exps.weight") for stem in ("gate", "up", "down")}
-        experts = []
-        for e in range(ffn.experts):
-            def one(stem: str, shape: tuple[int, int], e: int = e) -> np.ndarray:
-                stack = stacks[stem]
-                assert stack is not None  # required
-                name = f"blk.{layer}.ffn_{stem}_exps.weight"
-                if stack.ndim != 3 or stack.shape[0] != ffn.experts:
-                    raise WeightsError(f"{path}: '{name}': expected {ffn.experts} experts of "
-                                       f"shape {shape[::-1]}, got shape {stack.shape}")
-                return checked(source, name, stack[e].T, shape, dtype)
-            experts.append(GatedWeights(one("gate", (d, f)), None, one("up", (d, f)), None,
-                                        one("down", (f, d)), None))
-        return MoEWeights(router, None, tuple(experts), ffn.top_k, ffn.capacity_factor)
-    if ffn.gated:
-        return GatedWeights(matrix("ffn_gate", (d, f)), bias("ffn_gate", f),
-                            matrix("ffn_up", (d, f)), bias("ffn_up", f),
-                            matrix("ffn_down", (f, d)), bias("ffn_down", d))
-    return DenseWeights(matrix("ffn_up", (d, f)), bias("ffn_up", f),
-                        matrix("ffn_down", (f, d)), bias("ffn_down", d))
-
 
 # ---------------------------------------------------------------------------------------------
 # Random.
@@ -237,61 +134,138 @@ def _npz_assemble(path: Path, spec: ModelSpec, dtype: np.dtype,
     return MoEWeights(router, rb, experts, ffn.top_k, ffn.capacity_factor)
 
 
-def _layers_present(names: Iterable[str]) -> str:
-    found = sorted({int(m.group(1)) for name in names
-                    for m in [re.search(r"(?:layer|layers|h|block)\.(\d+)\.", name)] if m})
-    return f"layers {found[0]}-{found[-1]}" if found else "no numbered layers"
+# ---------------------------------------------------------------------------------------------
+# One layer's FFN from an open checkpoint: safetensors (float, GPTQ, AWQ) or GGUF.
 
 
-def safetensors_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> Weights:
-    """Layer ``layer``'s FFN from a Hugging Face checkpoint: a ``.safetensors`` file, a
-    ``model.safetensors.index.json`` or a model folder. Only the shards holding the layer's
-    tensors are opened, and only those tensors are read."""
-    layout = ffn_layout(spec)
-    if layout is None:
-        raise WeightsError(f"no checkpoint layout for family '{spec.family}'; known: "
-                           f"{', '.join(with_ffn_layout())}")
-    checkpoint = open_checkpoint(path)
-    path = checkpoint.path
-    source = str(path)
+def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype) -> Weights:
+    """Layer ``layer``'s FFN, in ffncli's [in, out] layout: the tensors its layout names (the
+    architecture table's for a safetensors checkpoint, llama.cpp's for GGUF), each found,
+    read (GPTQ and AWQ linears dequantised), turned to [in, out] and checked against the spec
+    as it is read. Only that layer's tensors are read."""
+    layout = _gguf_layout(tensors, spec, layer) if isinstance(tensors, GgufTensors) else \
+        _checkpoint_layout(tensors, spec)
+    gguf_names = isinstance(tensors, GgufTensors)  # errors name GGUF tensors, ours otherwise
+    linears = tensors.quantised_linears()
+    source, d, f, ffn = str(tensors.path), spec.d_model, spec.ffn.d_ff, spec.ffn
 
-    def tensor(stem: str, required: bool) -> np.ndarray | None:
-        name = find_tensor(checkpoint.shard_of, stem)
+    def read(stem: str, required: bool = True) -> np.ndarray | None:
+        """A tensor, matrices as [in, out] (nn.Linear's [out, in] transposed)."""
+        prefix = stem.removesuffix(".weight")
+        if linears and stem.endswith(".weight"):
+            hits = [p for p in linears if p == prefix or p.endswith("." + prefix)]
+            if len(hits) == 1:
+                return tensors.dequantised(linears[hits[0]])  # already [in, out]
+        name = tensors.find(stem)
         if name is None:
-            if required:
-                raise WeightsError(f"{path}: no tensor '{stem}' for layer {layer} (the file "
-                                   f"has {_layers_present(checkpoint.shard_of)})")
-            return None
-        array = read_tensor(*checkpoint.tensor(name))
+            if not required:
+                return None
+            if linears:
+                raise WeightsError(f"{tensors.path}: no tensor '{prefix}.qweight' or "
+                                   f"'{stem}' for layer {layer}")
+            raise WeightsError(f"{tensors.path}: no tensor '{stem}' for layer {layer} (the "
+                               f"file has {tensors.layers_present()})")
+        array = tensors.read(name)
         return array.T if layout.linear and array.ndim == 2 else array
+
+    def stem_of(ours: str, e: int) -> str:
+        return layout.names[ours].format(i=layer, e=e)
+
+    def shape_of(ours: str) -> tuple[int, int]:
+        return (f, d) if ours == "w2" else (d, f)
 
     def expert(e: int) -> ExpertWeights:
         arrays: dict[str, np.ndarray | None] = {}
-        for ours, stem in layout.names.items():
-            stem = stem.format(i=layer, e=e)
-            arrays[ours] = tensor(stem + ".weight", required=True)
-            bias_name = BIAS_OF[ours]
-            arrays[bias_name] = tensor(stem + ".bias", required=False)
+        for ours in layout.names:
+            stem = stem_of(ours, e)
+            array = stacks[ours][e].T if layout.stacked else read(stem + ".weight")
+            assert array is not None  # required
+            label = stem + ".weight" if gguf_names else ours
+            arrays[ours] = checked(source, label, array, shape_of(ours), dtype)
+            if not layout.stacked:
+                bias = read(stem + ".bias", required=False)
+                label = stem + ".bias" if gguf_names else BIAS_OF[ours]
+                arrays[BIAS_OF[ours]] = None if bias is None else \
+                    checked(source, label, bias, (d,) if ours == "w2" else (f,), dtype)
         if layout.gate_up is not None:
-            fused = tensor(layout.gate_up.format(i=layer) + ".weight", required=True)
-            assert fused is not None  # required
-            f = spec.ffn.d_ff
-            if fused.shape != (spec.d_model, 2 * f):
-                raise WeightsError(f"{path}: '{layout.gate_up.format(i=layer)}.weight': "
-                                   f"expected shape {(2 * f, spec.d_model)}, got "
-                                   f"{fused.shape[::-1]}")
-            arrays["w"], arrays["v"] = fused[:, :f], fused[:, f:]  # (d, 2f) -> gate, up
+            arrays["w"], arrays["v"] = _gate_up(read, layout.gate_up.format(i=layer), spec,
+                                                source)
         return assemble(source, spec, dtype, arrays.get)
 
+    def stacked(ours: str) -> np.ndarray:
+        name = stem_of(ours, 0) + ".weight"
+        stack = read(name)
+        assert stack is not None  # required
+        shape = shape_of(ours)
+        if stack.ndim != 3 or stack.shape[0] != ffn.experts:
+            raise WeightsError(f"{source}: '{name}': expected {ffn.experts} experts of "
+                               f"shape {shape[::-1]}, got shape {stack.shape}")
+        return stack
+
     if layout.router is None:
-        if spec.ffn.is_moe:
-            raise WeightsError(f"{path}: the {spec.family} layout holds one dense FFN per "
-                               f"layer, not {spec.ffn.experts} experts; the what-if options "
-                               "cannot change the weights a file holds")
         return expert(0)
-    ffn = spec.ffn
-    router = tensor(layout.router.format(i=layer) + ".weight", required=True)
+    router_name = layout.router.format(i=layer) + ".weight"
+    router = read(router_name)
     assert router is not None  # required
-    router = checked(source, "router", router, (spec.d_model, ffn.experts), dtype)
+    router = checked(source, router_name if gguf_names else "router", router, (d, ffn.experts),
+                     dtype)
+    stacks = {ours: stacked(ours) for ours in layout.names} if layout.stacked else {}
     experts = tuple(expert(e) for e in range(ffn.experts))
     return MoEWeights(router, None, experts, ffn.top_k, ffn.capacity_factor)
+
+
+def checkpoint_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> Weights:
+    """:func:`layer_weights` of the checkpoint at ``path``, opened for the call."""
+    with open_tensors(path) as tensors:
+        return layer_weights(tensors, spec, layer, dtype)
+
+
+def _gate_up(read: Callable[..., np.ndarray | None], stem: str, spec: ModelSpec,
+             source: str) -> tuple[np.ndarray, np.ndarray]:
+    """Phi-3's fused [2 d_ff, d_model] matrix: gate rows, then up rows."""
+    fused = read(stem + ".weight")
+    assert fused is not None  # required
+    f = spec.ffn.d_ff
+    if fused.shape != (spec.d_model, 2 * f):
+        raise WeightsError(f"{source}: '{stem}.weight': expected shape {(2 * f, spec.d_model)}, "
+                           f"got {fused.shape[::-1]}")
+    return fused[:, :f], fused[:, f:]  # (d, 2f) -> gate, up
+
+
+def _checkpoint_layout(tensors: Tensors, spec: ModelSpec) -> Layout:
+    """The architecture table's layout of the spec's family, refused where it cannot be read:
+    quantised linears other than GPTQ (2, 4, 8-bit) and AWQ 4-bit, or in an FFN that is not
+    dense; a mixture of experts where the layout holds one FFN."""
+    layout = ffn_layout(spec)
+    linears = tensors.quantised_linears().values()
+    if linears:
+        refused = sorted({lin.scheme for lin in linears if not _runnable(lin)})
+        if refused or layout is None or layout.router is not None or layout.gate_up is not None:
+            schemes = ", ".join(refused or sorted({lin.scheme for lin in linears}))
+            raise WeightsError(f"{tensors.path}: {schemes} quantised weights are not "
+                               "dequantised; run, relu-stats and permute-check dequantise GPTQ "
+                               "(2, 4, 8-bit) and AWQ 4-bit dense FFNs (params counts this "
+                               "file)")
+    if layout is None:
+        raise WeightsError(f"no checkpoint layout for family '{spec.family}'; known: "
+                           f"{', '.join(with_ffn_layout())}")
+    if layout.router is None and spec.ffn.is_moe:
+        raise WeightsError(f"{tensors.path}: the {spec.family} layout holds one dense FFN per "
+                           f"layer, not {spec.ffn.experts} experts; the what-if options "
+                           "cannot change the weights a file holds")
+    return layout
+
+
+def _gguf_layout(tensors: GgufTensors, spec: ModelSpec, layer: int) -> Layout:
+    """llama.cpp's names for the layer's kind of FFN, which must be the spec's."""
+    names, ffn = tensors.header.tensors, spec.ffn
+    has_gate = f"blk.{layer}.ffn_gate.weight" in names
+    has_router = f"blk.{layer}.ffn_gate_inp.weight" in names
+    has_layer = any(name.startswith(f"blk.{layer}.ffn_") for name in names)
+    if has_layer and (has_router != ffn.is_moe or (not ffn.is_moe and has_gate != ffn.gated)):
+        kind = "a mixture of experts" if has_router else "a gated FFN" if has_gate else \
+            "a two-matrix FFN (a fused ffn_up, as phi3's, is counted, not run)"
+        raise WeightsError(f"{tensors.path}: layer {layer} holds {kind}, not the {ffn.label}"
+                           f"{' mixture of experts' if ffn.is_moe else ' FFN'} of the spec; "
+                           "the what-if options cannot change the weights a file holds")
+    return GGUF_MOE_FFN if ffn.is_moe else GGUF_GATED_FFN if ffn.gated else GGUF_FFN

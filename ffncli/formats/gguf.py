@@ -7,9 +7,9 @@ import struct
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from ffncli.base.files import open_file
+from ffncli.base.files import kept_or_opened, open_file, read_at
 from ffncli.base.validate import brief
 from ffncli.errors import WeightsError
 
@@ -289,12 +289,13 @@ def _gguf_quants() -> Any:
                            "'ffncli[gguf]'") from None
 
 
-def dequantised(header: GgufHeader, tensor: GgufTensor,
-                rows: np.ndarray | None = None) -> np.ndarray:
+def dequantised(header: GgufHeader, tensor: GgufTensor, rows: np.ndarray | None = None,
+                file: BinaryIO | None = None) -> np.ndarray:
     """The tensor as float32 in NumPy's shape (``dims`` reversed: a GGUF matrix of dims
     [n_in, n_out] is an [n_out, n_in] array, as PyTorch's nn.Linear keeps it). With ``rows``
     (indices into the outermost dimension, each in range: an embedding table's rows for a
-    batch of token ids), only those rows are read and dequantised, in that order."""
+    batch of token ids), only those rows are read and dequantised, in that order. ``file``:
+    the file, kept open by the caller."""
     import numpy as np
 
     where = f"{header.path}: tensor '{tensor.name}'"
@@ -308,14 +309,13 @@ def dequantised(header: GgufHeader, tensor: GgufTensor,
     row_bytes = tensor.nbytes // tensor.shape[0] if rows is not None and tensor.numel else 0
     spans = [(tensor.start, tensor.nbytes)] if rows is None else \
         [(tensor.start + int(r) * row_bytes, row_bytes) for r in rows]
-    with open_file(header.path, "weights file", WeightsError) as f:
-        parts = []
+    raw = np.empty(sum(n for _, n in spans), dtype=np.uint8)
+    got, at = 0, 0
+    with kept_or_opened(file, header.path, "weights file", WeightsError) as f:
         for start, want in spans:
-            f.seek(start)
-            parts.append(f.read(want))
-    data = b"".join(parts)
-    raw = np.frombuffer(data, dtype=np.uint8)
-    if raw.size != sum(n for _, n in spans):
+            got += read_at(f, start, raw.data[at:at + want])
+            at += want
+    if got != raw.size:
         raise WeightsError(f"{where}: its data runs past the end of the file (it was cut "
                            "short after its header was read)")
     if math.prod(shape) == 0:  # nothing to dequantise (and no rows to reshape into)

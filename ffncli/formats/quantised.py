@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
-from ffncli.base.files import open_file
+from ffncli.base.files import kept_or_opened, read_at
 from ffncli.errors import WeightsError
 from ffncli.formats.safetensors import Header, TensorInfo
 
@@ -108,7 +108,7 @@ def _runnable(lin: _Linear) -> bool:
     return (lin.scheme.startswith("GPTQ") and lin.bits in (2, 4, 8)) or lin.scheme == "AWQ 4-bit"
 
 
-def _ints(header: Header, info: TensorInfo) -> np.ndarray:
+def _ints(header: Header, info: TensorInfo, file: BinaryIO | None) -> np.ndarray:
     """An int32 tensor's bytes, as unsigned 32-bit words in its shape."""
     import numpy as np
 
@@ -116,10 +116,10 @@ def _ints(header: Header, info: TensorInfo) -> np.ndarray:
         raise WeightsError(f"{header.path}: tensor '{info.name}': expected dtype I32 (GPTQ and "
                            f"AWQ store packed words and g_idx as int32), got {info.dtype}")
 
-    with open_file(header.path, "weights file", WeightsError) as f:
-        f.seek(info.start)
-        data = f.read(info.end - info.start)
-    if len(data) != info.end - info.start:
+    data = bytearray(info.end - info.start)
+    with kept_or_opened(file, header.path, "weights file", WeightsError) as f:
+        got = read_at(f, info.start, memoryview(data))
+    if got != len(data):
         raise WeightsError(f"{header.path}: tensor '{info.name}': the file ends inside its "
                            "bytes; was it cut short?")
     return np.frombuffer(data, dtype="<u4").reshape(info.shape)
@@ -139,22 +139,23 @@ def _unpack(words: np.ndarray, bits: int, axis: int) -> np.ndarray:
     return values.reshape(words.shape[0], -1)
 
 
-def dequantised(header: Header, lin: _Linear) -> np.ndarray:
+def dequantised(header: Header, lin: _Linear, file: BinaryIO | None = None) -> np.ndarray:
     """W[i, o] = scale[g, o] * (q[i, o] - zero[g, o]) with g the group of input row i: GPTQ's
     qweight packs along the input, its zeros are stored minus one, and g_idx names each row's
     group (act-order); AWQ packs along the output in the order 0 2 4 6 1 3 5 7, its groups
-    are consecutive rows. Returns [in, out] float32, ffncli's layout."""
+    are consecutive rows. Returns [in, out] float32, ffncli's layout. ``file``: the file, kept
+    open by the caller."""
     import numpy as np
 
     from ffncli.formats.safetensors import read_tensor
 
     prefix, t = lin.name.removesuffix(".weight"), header.tensors
     n_in, n_out = lin.shape
-    zeros_words = _ints(header, t[f"{prefix}.qzeros"])
-    scales = read_tensor(header, t[f"{prefix}.scales"]).astype(np.float32)
+    zeros_words = _ints(header, t[f"{prefix}.qzeros"], file)
+    scales = read_tensor(header, t[f"{prefix}.scales"], file=file).astype(np.float32)
     groups = scales.shape[0]
     awq = lin.scheme.startswith("AWQ")
-    q = _unpack(_ints(header, t[f"{prefix}.qweight"]), lin.bits, axis=1 if awq else 0)
+    q = _unpack(_ints(header, t[f"{prefix}.qweight"], file), lin.bits, axis=1 if awq else 0)
     zeros = _unpack(zeros_words, lin.bits, axis=1)
     if awq:
         order = (np.arange(n_out) // 8) * 8 + np.array(_AWQ_REVERSE_ORDER * (n_out // 8))
@@ -163,7 +164,7 @@ def dequantised(header: Header, lin: _Linear) -> np.ndarray:
         zeros = zeros + 1
     g_idx = t.get(f"{prefix}.g_idx")
     if g_idx is not None and not awq:
-        group = _ints(header, g_idx).astype(np.int64)
+        group = _ints(header, g_idx, file).astype(np.int64)
         if group.shape != (n_in,) or group.min(initial=0) < 0 or \
                 group.max(initial=0) >= groups:
             raise WeightsError(f"{header.path}: tensor '{prefix}.g_idx': expected {n_in:,} "

@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
-from ffncli.base.files import check_file, open_file, reading
+from ffncli.base.files import check_file, kept_or_opened, open_file, read_at, reading
 from ffncli.base.textformats import Malformed, parse_json, read_text
 from ffncli.base.validate import brief
 from ffncli.errors import WeightsError
@@ -327,16 +327,16 @@ def _shard_path(index: Path, name: str, file: object) -> Path:
 # .safetensors checkpoints: one layer's FFN, read tensor by tensor.
 
 
-def read_tensor(header: Header, info: TensorInfo, rows: np.ndarray | None = None) -> np.ndarray:
+def read_tensor(header: Header, info: TensorInfo, rows: np.ndarray | None = None,
+                file: BinaryIO | None = None) -> np.ndarray:
     """One tensor's bytes from the file (nothing else is read), as float32 or float64.
 
     Exactly ``end - start`` bytes are read into an array allocated for them, after checking
     that they match the shape and lie inside the file as it is now; a file cut short since its
     header was read is an error, never a shorter array. With ``rows`` (indices into the first
     axis, each in range: an embedding table's rows for a batch of token ids), only those rows
-    are read, in that order."""
+    are read, in that order. ``file``: the file, kept open by the caller."""
     import numpy as np
-
 
     path, where = header.path, f"{header.path}: tensor '{info.name}'"
     if info.dtype not in ("F32", "F16", "BF16", "F64"):
@@ -356,7 +356,7 @@ def read_tensor(header: Header, info: TensorInfo, rows: np.ndarray | None = None
     row_bytes = nbytes // info.shape[0] if rows is not None and info.shape[0] else nbytes
     spans = [(info.start, nbytes)] if rows is None else \
         [(info.start + int(r) * row_bytes, row_bytes) for r in rows]
-    with open_file(path, "weights file", WeightsError) as f:
+    with kept_or_opened(file, path, "weights file", WeightsError) as f:
         size = os.fstat(f.fileno()).st_size
         if info.end > size:
             raise WeightsError(f"{where}: its bytes {info.start:,}-{info.end:,} run past the "
@@ -365,15 +365,11 @@ def read_tensor(header: Header, info: TensorInfo, rows: np.ndarray | None = None
         buffer = array.view(np.uint8).data
         at = 0
         for start, want in spans:
-            f.seek(start)
-            done = 0
-            while done < want:  # one read() returns at most ~2 GB on Linux
-                got = f.readinto(buffer[at + done:at + want])
-                if not got:
-                    raise WeightsError(f"{where}: the file ends after "
-                                       f"{start - info.start + done:,} of its {nbytes:,} "
-                                       "bytes; was it cut short?")
-                done += got
+            done = read_at(f, start, buffer[at:at + want])
+            if done < want:
+                raise WeightsError(f"{where}: the file ends after "
+                                   f"{start - info.start + done:,} of its {nbytes:,} "
+                                   "bytes; was it cut short?")
             at += want
     if info.dtype == "BF16":  # the top 16 bits of a float32
         array = (array.astype(np.uint32) << 16).view(np.float32)

@@ -1,36 +1,74 @@
-"""TODO: formats.tensors (from forward)."""
+"""One open checkpoint, as ``safetensors.safe_open`` is one: its tensors by name, read one
+at a time, each file opened once and kept open while the handle lives.
+
+:func:`open_tensors` takes what ``--weights`` names: a ``.safetensors`` file, an index or a
+model folder (:class:`SafetensorsTensors`; a single file may hold GPTQ or AWQ linears, which
+:meth:`Tensors.dequantised` turns into floats) or a ``.gguf`` file (:class:`GgufTensors`).
+Every header is read and checked once, when the handle is made (a shard's when it is first
+needed); reading a tensor reads its bytes and nothing else.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
-import numpy as np
-
+from ffncli.base.files import open_kept
 from ffncli.errors import WeightsError
-from ffncli.formats.safetensors import Checkpoint
+from ffncli.formats import gguf, quantised, safetensors
 
 if TYPE_CHECKING:
-    from ffncli.formats.gguf import GgufHeader
-Array = np.ndarray
+    import numpy as np
+
+    from ffncli.formats.quantised import _Linear
 
 
 class Tensors:
-    """Named weights of a checkpoint, read one at a time, shapes checked before reading."""
+    """Named tensors of one checkpoint, read one at a time, shapes checked before reading.
+    Names are found under any prefix (``model.``, ``transformer.``) in a safetensors
+    checkpoint, as they are in a GGUF file."""
 
     path: Path
 
-    def find(self, name: str) -> str | None:
+    def find(self, stem: str) -> str | None:
         raise NotImplementedError
 
     def shape(self, name: str) -> tuple[int, ...]:
         raise NotImplementedError
 
-    def _read(self, name: str, rows: Array | None) -> Array:
+    def read(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """The tensor as float32 (float64 when stored so), in its stored shape; with ``rows``
+        only those rows of its first axis, in that order."""
         raise NotImplementedError
 
+    def layers_present(self) -> str:
+        """Which numbered layers the checkpoint has (``layers 0-11``), for an error."""
+        raise NotImplementedError
+
+    def quantised_linears(self) -> dict[str, _Linear]:
+        """GPTQ, AWQ or bitsandbytes linears by prefix (``model.layers.0.mlp.up_proj``); none
+        in a float checkpoint."""
+        return {}
+
+    def dequantised(self, linear: _Linear) -> np.ndarray:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Tensors:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading with checks ------------------------------------------------------------------
+
     def get(self, stem: str, shape: tuple[int, ...] | None, dtype: np.dtype,
-            required: bool = True) -> Array | None:
+            required: bool = True) -> np.ndarray | None:
         """The tensor ``stem`` (under any prefix), checked to have ``shape`` (None: any)."""
         name = self.find(stem)
         if name is None:
@@ -44,51 +82,114 @@ class Tensors:
         if shape is not None and self.shape(name) != shape:
             raise WeightsError(f"{self.path}: tensor '{name}': expected shape {shape}, got "
                                f"{self.shape(name)}")
-        return self._read(name, None).astype(dtype, copy=False)
+        return self.read(name).astype(dtype, copy=False)
 
-    def need(self, stem: str, shape: tuple[int, ...] | None, dtype: np.dtype) -> Array:
+    def need(self, stem: str, shape: tuple[int, ...] | None, dtype: np.dtype) -> np.ndarray:
         array = self.get(stem, shape, dtype)
         assert array is not None  # required
         return array
 
-    def rows(self, stem: str, ids: Array, dtype: np.dtype) -> Array:
+    def rows(self, stem: str, ids: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """Rows ``ids`` of a 2-D table (the embeddings of a batch), reading only those."""
+        import numpy as np
+
         name = self.find(stem)
         if name is None:
             raise WeightsError(f"{self.path}: missing tensor '{stem}'")
         unique, inverse = np.unique(ids, return_inverse=True)
-        return self._read(name, unique).astype(dtype, copy=False)[inverse.ravel()]
+        return self.read(name, unique).astype(dtype, copy=False)[inverse.ravel()]
+
+
+def _numbered(names: Iterable[str], pattern: str, none: str) -> str:
+    found = sorted({int(m.group(1)) for name in names for m in [re.search(pattern, name)] if m})
+    return f"layers {found[0]}-{found[-1]}" if found else none
 
 
 class SafetensorsTensors(Tensors):
-    def __init__(self, checkpoint: Checkpoint) -> None:
+    """A safetensors checkpoint: one file, or the shards its index names."""
+
+    def __init__(self, checkpoint: safetensors.Checkpoint) -> None:
         self.checkpoint, self.path = checkpoint, checkpoint.path
+        self._files: dict[Path, BinaryIO] = {}
+        self._linears: dict[str, _Linear] | None = None
 
-    def find(self, name: str) -> str | None:
-        from ffncli.formats.safetensors import find_tensor
-
-        return find_tensor(self.checkpoint.shard_of, name)
+    def find(self, stem: str) -> str | None:
+        return safetensors.find_tensor(self.checkpoint.shard_of, stem)
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.checkpoint.tensor(name)[1].shape
 
-    def _read(self, name: str, rows: Array | None) -> Array:
-        from ffncli.formats.safetensors import read_tensor
+    def _file(self, shard: Path) -> BinaryIO:
+        if shard not in self._files:
+            self._files[shard] = open_kept(shard, "weights file", WeightsError)
+        return self._files[shard]
 
-        return read_tensor(*self.checkpoint.tensor(name), rows=rows)
+    def read(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        header, info = self.checkpoint.tensor(name)
+        return safetensors.read_tensor(header, info, rows, file=self._file(header.path))
+
+    def layers_present(self) -> str:
+        return _numbered(self.checkpoint.shard_of, r"(?:layer|layers|h|block)\.(\d+)\.",
+                         "no numbered layers")
+
+    def quantised_linears(self) -> dict[str, _Linear]:
+        """A single file's quantised linears (an index's shards are read as floats)."""
+        if self._linears is None:
+            self._linears = {}
+            if self.checkpoint.index is None:
+                header = self.checkpoint.header(self.path)
+                if quantised.recognise(header):
+                    self._linears = {lin.name.removesuffix(".weight"): lin
+                                     for lin in quantised.quantised_linears(header)}
+        return self._linears
+
+    def dequantised(self, linear: _Linear) -> np.ndarray:
+        return quantised.dequantised(self.checkpoint.header(self.path), linear,
+                                     file=self._file(self.path))
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
 
 
 class GgufTensors(Tensors):
-    def __init__(self, header: GgufHeader) -> None:
-        self.header, self.path = header, header.path
+    """A GGUF file: names exact (``blk.0.ffn_up.weight``), every tensor dequantised to
+    float32 by the gguf package."""
 
-    def find(self, name: str) -> str | None:
-        return name if name in self.header.tensors else None
+    def __init__(self, header: gguf.GgufHeader) -> None:
+        self.header, self.path = header, header.path
+        self._kept: BinaryIO | None = None
+
+    def find(self, stem: str) -> str | None:
+        return stem if stem in self.header.tensors else None
 
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self.header.tensors[name].shape)
 
-    def _read(self, name: str, rows: Array | None) -> Array:
-        from ffncli.formats.gguf import dequantised
+    def read(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        if self._kept is None:
+            self._kept = open_kept(self.path, "weights file", WeightsError)
+        return gguf.dequantised(self.header, self.header.tensors[name], rows, file=self._kept)
 
-        return dequantised(self.header, self.header.tensors[name], rows)
+    def layers_present(self) -> str:
+        return _numbered(self.header.tensors, r"^blk\.(\d+)\.", "no blk.N layers")
+
+    def close(self) -> None:
+        if self._kept is not None:
+            self._kept.close()
+            self._kept = None
+
+
+def is_checkpoint(path: Path) -> bool:
+    """Whether ``--weights`` names a checkpoint: a .gguf or .safetensors file, an index
+    (.json) or a folder."""
+    return path.suffix.lower() in (".gguf", ".safetensors", ".json") or os.path.isdir(path)
+
+
+def open_tensors(path: Path) -> Tensors:
+    """The checkpoint ``--weights`` names: a ``.gguf`` file, or a ``.safetensors`` file, an
+    index or a model folder."""
+    if path.suffix.lower() == ".gguf":
+        return GgufTensors(gguf.read_header(path))
+    return SafetensorsTensors(safetensors.open_checkpoint(path))

@@ -38,6 +38,7 @@ class Layout:
     linear: bool = True
     router: str | None = None  # mixture of experts: router stem; names then hold {e}
     gate_up: str | None = None  # Phi-3: one [2 d_ff, d_model] matrix, gate rows then up rows
+    stacked: bool = False  # GGUF: every expert in one tensor [experts, out, in], no biases
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,14 @@ T5_FFN = Layout({"w1": "encoder.block.{i}.layer.1.DenseReluDense.wi",
 T5_GATED_FFN = Layout({"w": "encoder.block.{i}.layer.1.DenseReluDense.wi_0",
                        "v": "encoder.block.{i}.layer.1.DenseReluDense.wi_1",
                        "w2": "encoder.block.{i}.layer.1.DenseReluDense.wo"})
+
+# llama.cpp names a layer's FFN alike in every architecture: gate, up and down, a router
+# (ffn_gate_inp) and the experts' stacks (ffn_*_exps).
+GGUF_FFN = Layout({"w1": "blk.{i}.ffn_up", "w2": "blk.{i}.ffn_down"})
+GGUF_GATED_FFN = Layout({"w": "blk.{i}.ffn_gate", "v": "blk.{i}.ffn_up", "w2": "blk.{i}.ffn_down"})
+GGUF_MOE_FFN = Layout({"w": "blk.{i}.ffn_gate_exps", "v": "blk.{i}.ffn_up_exps",
+                       "w2": "blk.{i}.ffn_down_exps"}, router="blk.{i}.ffn_gate_inp",
+                      stacked=True)
 
 # ---------------------------------------------------------------------------------------------
 # The other tensors of the models the forward runs ({i}: the layer).

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ffncli.base.validate import Keys, brief
+from ffncli.compute.build import build_model
 from ffncli.compute.engine import Engine
 from ffncli.compute.forward.layer import Attention, Block, Norm
 from ffncli.compute.forward.ops import (
@@ -105,10 +106,8 @@ class Transformer:
                              f"the model's {self.max_positions:,} positions")
 
     def _engine(self, i: int) -> Engine:
-        from ffncli.compute.build import build_model
-
-        header = self.tensors.header if isinstance(self.tensors, GgufTensors) else None
-        return build_model(self.spec, self.weights, i, self.dtype, gguf_header=header).engine
+        """Layer i's FFN, read through the open checkpoint."""
+        return build_model(self.spec, self.weights, i, self.dtype, tensors=self.tensors).engine
 
     def _check_layer(self, i: int) -> None:
         if not 0 <= i < self.n_layers:
