@@ -141,8 +141,9 @@ def layer_stats(weights: str | Path, *, text: str | Path | None = None,
     from ffncli.jobs.sweep import sweep
 
     forward, sequences = _text_run(weights, text, ids, config, dtype)
-    return sweep(forward, sequences, parse_layers(layers, forward.n_layers),
-                 threshold=threshold, target_sparsity=target_sparsity)
+    with forward:
+        return sweep(forward, sequences, parse_layers(layers, forward.n_layers),
+                     threshold=threshold, target_sparsity=target_sparsity)
 
 
 def capture_inputs(weights: str | Path, out: str | Path, *,
@@ -156,15 +157,16 @@ def capture_inputs(weights: str | Path, out: str | Path, *,
 
     forward, sequences = _text_run(weights, text, ids, config, dtype)
     inputs = tuple(Path(p) for p in (text, ids) if p is not None) + (forward.weights,)
-    return capture_layers(forward, sequences, parse_layers(layers, forward.n_layers), Path(out),
-                          force=force, inputs=inputs)
+    with forward:
+        return capture_layers(forward, sequences, parse_layers(layers, forward.n_layers),
+                              Path(out), force=force, inputs=inputs)
 
 
 def _text_run(weights: str | Path, text: str | Path | None, ids: str | Path | None,
               config: str | Path | None, dtype: str) -> tuple[Any, Any]:
     from ffncli.errors import InputError
     from ffncli.jobs.choices import ModelChoice, TextChoice
-    from ffncli.jobs.resolve import load_sequences, open_forward
+    from ffncli.jobs.resolve import open_text
 
     choice = TextChoice(Path(text) if text is not None else None,
                         Path(ids) if ids is not None else None)
@@ -172,5 +174,4 @@ def _text_run(weights: str | Path, text: str | Path | None, ids: str | Path | No
         raise InputError("give text=FILE or ids=FILE")
     model = ModelChoice(config=Path(config) if config is not None else None,
                         weights=Path(weights), dtype=dtype)
-    forward = open_forward(model, Overrides())
-    return forward, load_sequences(choice, forward, forward.weights)
+    return open_text(model, choice, Overrides())

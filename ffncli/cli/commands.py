@@ -202,18 +202,18 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
                      report_path: Path | None, as_json: bool) -> None:
     """``relu-stats --text/--ids``: every selected layer's statistics on its real input."""
     from ffncli.jobs.choices import parse_layers
-    from ffncli.jobs.resolve import command_inputs, load_sequences, open_forward
+    from ffncli.jobs.resolve import command_inputs, open_text
     from ffncli.jobs.sweep import sweep
     from ffncli.present.console import progress as progress_bar
     from ffncli.present.report import save_sweep
     from ffncli.present.stats import emit_sweep, sweep_json
 
-    forward = open_forward(model, overrides)
-    sequences = load_sequences(text, forward, forward.weights)
-    layers = parse_layers(model.layer, forward.n_layers)
-    with progress_bar(sequences.tokens * (layers[-1] + 1), as_json) as progress:
-        result = sweep(forward, sequences, layers, threshold=threshold,
-                       target_sparsity=target_sparsity, progress=progress)
+    forward, sequences = open_text(model, text, overrides)
+    with forward:
+        layers = parse_layers(model.layer, forward.n_layers)
+        with progress_bar(sequences.tokens * (layers[-1] + 1), as_json) as progress:
+            result = sweep(forward, sequences, layers, threshold=threshold,
+                           target_sparsity=target_sparsity, progress=progress)
     save_sweep(report_path, sweep_json(result), command_inputs(
         model.preset, model.config, forward.weights, text=text.text, ids=text.ids))
     emit_sweep(result, as_json)
@@ -235,7 +235,7 @@ def capture(
     """Run real text through the whole model; save the input every layer's FFN receives."""
     from ffncli.jobs.capture import capture as capture_layers
     from ffncli.jobs.choices import parse_layers
-    from ffncli.jobs.resolve import load_sequences, open_forward
+    from ffncli.jobs.resolve import open_text
     from ffncli.present.console import progress as progress_bar
     from ffncli.present.stats import emit_capture
 
@@ -247,13 +247,13 @@ def capture(
 
         capture_command(model, text, scale, out=out, force=force, as_json=as_json)
         return
-    forward = open_forward(model, Overrides())
-    sequences = load_sequences(text, forward, forward.weights)
-    layers = parse_layers(model.layer, forward.n_layers)
-    with progress_bar(sequences.tokens * (layers[-1] + 1), as_json) as progress:
-        result = capture_layers(forward, sequences, layers, out, force=force,
-                                inputs=(text.text, text.ids, forward.weights),
-                                progress=progress)
+    forward, sequences = open_text(model, text, Overrides())
+    with forward:
+        layers = parse_layers(model.layer, forward.n_layers)
+        with progress_bar(sequences.tokens * (layers[-1] + 1), as_json) as progress:
+            result = capture_layers(forward, sequences, layers, out, force=force,
+                                    inputs=(text.text, text.ids, forward.weights),
+                                    progress=progress)
     emit_capture(result, as_json)
 
 

@@ -339,14 +339,17 @@ def dequantised(header: GgufHeader, tensor: GgufTensor, rows: np.ndarray | None 
 # The values of metadata arrays (a tokenizer's tokens and merges), read on demand.
 
 
-def metadata_arrays(path: Path, keys: tuple[str, ...]) -> dict[str, list[Any]]:
+def metadata_arrays(path: Path, keys: tuple[str, ...],
+                    header: GgufHeader | None = None) -> dict[str, list[Any]]:
     """The values of the metadata arrays named ``keys`` that the file has (strings as ``str``,
     numbers as ``int``/``float``/``bool``); keys it lacks, or holding no array, are left out.
 
     :func:`read_header` skips over arrays (counting needs their lengths only, and decoding
     SmolLM2's 49,152 tokens and 48,900 merges costs more than the rest of the header): this
-    walks the header a second time, after it has been checked whole, and decodes only these."""
-    header = read_header(path)  # every length checked against the file first
+    walks the header a second time, after it has been checked whole (by :func:`read_header`,
+    or the ``header`` the caller has read), and decodes only these."""
+    if header is None:
+        header = read_header(path)  # every length checked against the file first
     wanted = {k for k in keys if isinstance(header.metadata.get(k), GgufArray)}
     if not wanted:
         return {}

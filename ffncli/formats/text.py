@@ -17,6 +17,8 @@ from ffncli.errors import InputError, WeightsError
 if TYPE_CHECKING:
     import numpy as np
 
+    from ffncli.formats.gguf import GgufHeader
+
 
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_MAX_BYTES = 256 * 2**20  # the largest tokenizer.json files (Gemma's) are ~35 MB
@@ -125,11 +127,12 @@ def tokenizer_path(weights: Path) -> Path:
     return path
 
 
-def load_tokenizer(weights: Path) -> Tokenizer:
-    """The tokenizer of a model: its ``tokenizer.json``, or a GGUF file's own metadata."""
+def load_tokenizer(weights: Path, header: GgufHeader | None = None) -> Tokenizer:
+    """The tokenizer of a model: its ``tokenizer.json``, or a GGUF file's own metadata
+    (``header``: the GGUF file's, when the caller has read it)."""
     tokenizers = _tokenizers()
     if weights.suffix.lower() == ".gguf" and not weights.is_dir():
-        return _gguf_tokenizer(weights, tokenizers)
+        return _gguf_tokenizer(weights, tokenizers, header)
     path = tokenizer_path(weights)
     with open_file(path, "tokenizer file", WeightsError, TOKENIZER_MAX_BYTES) as f:
         raw = f.read()
@@ -177,14 +180,17 @@ def _byte_alphabet() -> dict[int, str]:
             **{b: chr(256 + i) for i, b in enumerate(shifted)}}
 
 
-def _gguf_tokenizer(path: Path, tokenizers: Any) -> Tokenizer:
+def _gguf_tokenizer(path: Path, tokenizers: Any,
+                    header: GgufHeader | None = None) -> Tokenizer:
     """A byte-level BPE from ``tokenizer.ggml.tokens`` and ``.merges``, split per
     ``tokenizer.ggml.pre``, control tokens kept whole (as ``transformers`` and llama.cpp keep
     them), BOS/EOS added when ``tokenizer.ggml.add_bos_token``/``add_eos_token`` say so (when
     a file does not say, as llama.cpp does: BOS for the LLAMA3 pre-tokenizers only)."""
     from ffncli.formats.gguf import metadata_arrays, read_header
 
-    meta = read_header(path).metadata
+    if header is None:
+        header = read_header(path)
+    meta = header.metadata
     model = meta.get("tokenizer.ggml.model")
     if model is None:
         raise WeightsError(f"{path}: no tokenizer in the GGUF metadata (no key "
@@ -197,7 +203,7 @@ def _gguf_tokenizer(path: Path, tokenizers: Any) -> Tokenizer:
         raise WeightsError(f"{path}: metadata key 'tokenizer.ggml.pre': GGUF pre-tokenizer "
                            f"{brief(pre)} is not known; known: {', '.join(GGUF_PRE_SPLITS)} "
                            "(--ids FILE takes token ids without a tokenizer)")
-    arrays = metadata_arrays(path, (_TOKENS, _MERGES, _TYPES))
+    arrays = metadata_arrays(path, (_TOKENS, _MERGES, _TYPES), header)
     tokens, merges = arrays.get(_TOKENS), arrays.get(_MERGES)
     for key, values in ((_TOKENS, tokens), (_MERGES, merges)):
         if not values or not all(isinstance(v, str) for v in values):

@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ffncli.base.validate import whole
+from ffncli.base.validate import Keys, whole
 from ffncli.errors import InputError
+from ffncli.formats.safetensors import config_beside
+from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
 
 if TYPE_CHECKING:
     from ffncli.compute.build import Model
     from ffncli.compute.forward.families import Transformer
     from ffncli.counting.results import FileOnlyResult, ParamsResult
+    from ffncli.formats.gguf import GgufHeader
+    from ffncli.formats.tensors import Tensors
     from ffncli.formats.text import Sequences
     from ffncli.formats.tokens import TokenInput
-
-import os
-
-if TYPE_CHECKING:
-    pass
-    from ffncli.jobs.choices import ModelChoice, TokenChoice
-from ffncli.formats.safetensors import config_beside
-from ffncli.jobs.choices import TextChoice
 
 _NO_MODEL = "give a model: --preset NAME|FILE or --config config.json"
 _NO_MODEL_OR_WEIGHTS = ("give a model: --preset NAME|FILE, --config config.json, or "
@@ -45,12 +43,32 @@ def weights_of(weights: Path | None, hub_model: str | None,
     return snapshot(hub_model)
 
 
-def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides | None = None,
-                 *, weights: Path | None = None, weights_describe: bool = False) -> ModelSpec:
-    """The spec of ``--preset`` or ``--config`` (never both), with ``overrides`` applied.
+@dataclass
+class Opened:
+    """A model as a command means it, opened once: the spec (its config.json read once), the
+    path of the weights, the open checkpoint (its header parsed once) and, for the forward,
+    the config's keys. Closing it closes the checkpoint's files."""
 
-    With ``weights_describe`` (commands that run a checkpoint), the config.json beside a
-    ``.safetensors`` file stands in for a missing ``--config``."""
+    spec: ModelSpec
+    weights: Path | None
+    tensors: Tensors | None = None
+    settings: Keys | None = None
+
+    def close(self) -> None:
+        if self.tensors is not None:
+            self.tensors.close()
+
+    def __enter__(self) -> Opened:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
+          weights: Path | None, weights_describe: bool, gguf: GgufHeader | None = None
+          ) -> tuple[ModelSpec, Keys | None]:
+    """The spec and, when it comes from a config.json, that config's keys (read once)."""
     if preset is not None and config is not None:
         raise InputError("give --preset or --config, not both")
     if preset is None and config is None and weights is not None \
@@ -58,18 +76,64 @@ def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides |
         from ffncli.formats.gguf import read_header
         from ffncli.specs.gguf import spec_from_header
 
-        return apply_overrides(spec_from_header(read_header(weights)), overrides or Overrides())
+        header = gguf if gguf is not None else read_header(weights)
+        return apply_overrides(spec_from_header(header), overrides or Overrides()), None
     if weights_describe and config is None and preset is None and weights is not None:
         config = config_beside(weights)
+    keys = None
     if config is not None:
-        from ffncli.specs.archs import load_config
-
-        spec = load_config(config)
+        spec, keys = _config(config)
     elif preset is not None:
         spec = load_preset(preset)
     else:
         raise InputError(_NO_MODEL_OR_WEIGHTS if weights_describe else _NO_MODEL)
-    return apply_overrides(spec, overrides or Overrides())
+    return apply_overrides(spec, overrides or Overrides()), keys
+
+
+def _config(path: Path) -> tuple[ModelSpec, Keys]:
+    """A config.json, read once: its spec and its keys."""
+    from ffncli.specs.archs import spec_from_config
+    from ffncli.specs.hfconfig import read_config
+
+    data = read_config(path)
+    spec = spec_from_config(data, str(path))  # refuses anything but a JSON object
+    return spec, Keys(data, str(path))
+
+
+def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides | None = None,
+                 *, weights: Path | None = None, weights_describe: bool = False) -> ModelSpec:
+    """The spec of ``--preset`` or ``--config`` (never both), with ``overrides`` applied.
+
+    With ``weights_describe`` (commands that run a checkpoint), the config.json beside a
+    ``.safetensors`` file stands in for a missing ``--config``."""
+    return _spec(preset, config, overrides, weights, weights_describe)[0]
+
+
+def open_model(choice: ModelChoice, overrides: Overrides, *, forward: bool = False) -> Opened:
+    """The model of ``choice``: the spec, and the checkpoint of ``--weights``/``--model`` opened
+    (a GGUF file's header read once, for both). With ``forward``, also the keys of the
+    config.json the whole model's settings come from (``--config``, else the one beside the
+    weights)."""
+    from ffncli.formats.gguf import read_header
+    from ffncli.formats.safetensors import open_checkpoint
+    from ffncli.formats.tensors import GgufTensors, SafetensorsTensors, is_checkpoint
+
+    weights = weights_of(choice.weights, choice.hub_model)
+    gguf = weights is not None and weights.suffix.lower() == ".gguf"
+    header = read_header(weights) if weights is not None and gguf and choice.preset is None \
+        and choice.config is None else None
+    spec, keys = _spec(choice.preset, choice.config, overrides, weights, True, header)
+    if weights is None or not is_checkpoint(weights):
+        return Opened(spec, weights)
+    tensors: Tensors
+    if gguf:
+        tensors = GgufTensors(header if header is not None else read_header(weights))
+    else:
+        tensors = SafetensorsTensors(open_checkpoint(weights))
+    if forward and keys is None and not gguf:  # a --preset's spec: the settings beside
+        beside = config_beside(weights)
+        keys = _config(beside)[1] if beside is not None else None
+    return Opened(spec, weights, tensors, keys)
 
 
 def load_model(choice: ModelChoice, overrides: Overrides) -> Model:
@@ -77,12 +141,11 @@ def load_model(choice: ModelChoice, overrides: Overrides) -> Model:
     from ffncli.compute import build as runner
     from ffncli.compute.memory import parse_size
 
-    weights = weights_of(choice.weights, choice.hub_model)
-    spec = resolve_spec(choice.preset, choice.config, overrides, weights=weights,
-                        weights_describe=True)
-    budget = parse_size(choice.max_memory) if choice.max_memory is not None else None
-    return runner.build_model(spec, weights, choice.index(), runner.parse_dtype(choice.dtype),
-                              budget)
+    with open_model(choice, overrides) as opened:
+        budget = parse_size(choice.max_memory) if choice.max_memory is not None else None
+        return runner.build_model(opened.spec, opened.weights, choice.index(),
+                                  runner.parse_dtype(choice.dtype), budget,
+                                  tensors=opened.tensors)
 
 
 def load_tokens(choice: TokenChoice, d_model: int) -> TokenInput:
@@ -158,9 +221,21 @@ def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
     if overrides.capacity_factor is not None:
         raise InputError("option --capacity-factor: the whole-model forward runs the "
                          "checkpoint's own routing, which drops no tokens")
-    spec = resolve_spec(choice.preset, choice.config, overrides, weights=weights,
-                        weights_describe=True)
-    return open_transformer(spec, weights, parse_dtype(choice.dtype), config=choice.config)
+    opened = open_model(choice, overrides, forward=True)
+    return open_transformer(opened.spec, weights, parse_dtype(choice.dtype), config=choice.config,
+                            tensors=opened.tensors, settings=opened.settings)
+
+
+def open_text(choice: ModelChoice, text: TextChoice, overrides: Overrides
+              ) -> tuple[Transformer, Sequences]:
+    """``--text``/``--ids`` through the whole model: the forward (its checkpoint opened once)
+    and the sequences, read and checked against it. The caller closes the forward."""
+    forward = open_forward(choice, overrides)
+    try:
+        return forward, load_sequences(text, forward, forward.weights)
+    except BaseException:
+        forward.close()
+        raise
 
 
 def load_sequences(choice: TextChoice, model: Transformer, weights: Path) -> Sequences:
@@ -173,7 +248,7 @@ def load_sequences(choice: TextChoice, model: Transformer, weights: Path) -> Seq
     if choice.ids is not None:
         return read_ids(choice.ids, model.vocab, model.max_positions)
     assert choice.text is not None
-    tokenizer = load_tokenizer(weights)
+    tokenizer = load_tokenizer(weights, getattr(model.tensors, "header", None))
     sequences = read_text(choice.text, tokenizer, model.max_positions)
     top = max(int(ids.max()) for ids in sequences.ids if ids.size)
     if top >= model.vocab:

@@ -20,7 +20,8 @@ from ffncli.compute.forward.ops import (
     rope_frequencies,
 )
 from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
-from ffncli.formats.safetensors import open_checkpoint
+from ffncli.formats.gguf import read_header
+from ffncli.formats.safetensors import config_beside, open_checkpoint
 from ffncli.formats.tensors import GgufTensors, SafetensorsTensors, Tensors
 from ffncli.specs.archs import (
     ARCHS,
@@ -60,6 +61,16 @@ class Transformer:
         self.head_dim = att.head_dim or spec.d_model // att.heads
         self.vocab = 0
         self.max_positions: int | None = None
+
+    def close(self) -> None:
+        """Close the checkpoint's files (the layers built so far stay usable)."""
+        self.tensors.close()
+
+    def __enter__(self) -> Transformer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- shared helpers -----------------------------------------------------------------------
 
@@ -397,37 +408,40 @@ def _no_forward(source: str, what: str) -> SpecError:
 
 
 def open_transformer(spec: ModelSpec, weights: Path, dtype: np.dtype,
-                     config: Path | None = None) -> Transformer:
+                     config: Path | None = None, *, tensors: Tensors | None = None,
+                     settings: Keys | None = None) -> Transformer:
     """The model whose FFN ``spec`` describes, from the checkpoint at ``weights`` (a
     .safetensors file, an index, a model folder or a .gguf file). Its other settings come from
-    ``config`` (else the config.json beside the weights) or the GGUF metadata."""
+    ``config`` (else the config.json beside the weights) or the GGUF metadata. A caller that
+    has the checkpoint open, and its config's keys, passes them (``tensors``, ``settings``):
+    nothing is then read twice."""
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise InputError(f"the forward computes in float32 or float64, got {dtype}")
     if weights.suffix.lower() == ".gguf":
-        return _open_gguf(spec, weights, dtype)
+        return _open_gguf(spec, weights, dtype, tensors)
     if weights.suffix.lower() == ".npz":
         raise InputError(f"{weights}: an .npz holds one FFN; the whole-model forward reads a "
                          "checkpoint (.safetensors, an index, a model folder or .gguf)")
-    from ffncli.formats.safetensors import config_beside
-
-    tensors = SafetensorsTensors(open_checkpoint(weights))
-    config = config or config_beside(weights)
-    if config is None:
-        raise ConfigError(f"{weights}: the forward reads the model's config.json (norms, "
-                          "positions, rotary settings); none beside the weights: give --config")
-    settings = read_settings(config)
+    if tensors is None:
+        tensors = SafetensorsTensors(open_checkpoint(weights))
+    if settings is None:
+        config = config or config_beside(weights)
+        if config is None:
+            raise ConfigError(f"{weights}: the forward reads the model's config.json (norms, "
+                              "positions, rotary settings); none beside the weights: give "
+                              "--config")
+        settings = read_settings(config)
     model_type = settings.data.get("model_type")
     row = ARCHS.get(model_type) if isinstance(model_type, str) else None
     if row is None or row.forward is None or row.names is None:
-        raise _no_forward(str(config), f"model_type {brief(model_type)}")
+        raise _no_forward(settings.source, f"model_type {brief(model_type)}")
     return FAMILIES[row.forward](spec, weights, tensors, settings, dtype, row.names, row.quirks)
 
 
-def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype) -> Transformer:
-    from ffncli.formats.gguf import read_header
-
-    header = read_header(weights)
+def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype,
+               tensors: Tensors | None) -> Transformer:
+    header = tensors.header if isinstance(tensors, GgufTensors) else read_header(weights)
     arch = header.architecture
     row = ARCHS.get(GGUF_ARCHITECTURES.get(arch, ""))
     if row is None or row.gguf_names is None:
@@ -446,7 +460,8 @@ def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype) -> Transformer:
     if scaling == "linear":
         data["rope_scaling"] = {"rope_type": "linear", "factor": key("rope.scaling.factor")}
     settings = Keys(data, f"{weights} (GGUF metadata)")
-    transformer = LlamaLike(spec, weights, GgufTensors(header), settings, dtype,
+    transformer = LlamaLike(spec, weights, GgufTensors(header) if tensors is None else tensors,
+                            settings, dtype,
                             row.gguf_names, row.quirks, permuted=True)
     rotated = key("rope.dimension_count")
     if rotated is not None and rotated != transformer.head_dim:
