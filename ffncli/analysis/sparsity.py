@@ -279,14 +279,60 @@ class SparsityAccumulator:
             self.masks.append(full)
         self.tokens += x.shape[0]
 
-    def result(self) -> SparsityResult:
-        per_token = np.concatenate(self.per_token).tolist() if self.per_token else []
+    def partial(self) -> Partial:
+        """What has been counted, as mergeable counters (a shard's share of a job)."""
+        counted = Counted(self.ffn.d_ff, self.ffn.d_model, self.experts, self.top_k,
+                          self.ffn.act.name, self.rule)
+        per_token = np.concatenate(self.per_token) if self.per_token else np.zeros(0, np.int64)
         masks = np.vstack(self.masks) if self.masks else None
-        pairs = pairwise_overlap(masks, self.experts * self.ffn.d_ff) if masks is not None \
+        return Partial(counted, self.tokens, self.stats, per_token, masks)
+
+    def result(self) -> SparsityResult:
+        return self.partial().result()
+
+
+@dataclass(frozen=True)
+class Counted:
+    """Whose hidden layer was counted, and by which rule."""
+
+    d_ff: int
+    d_model: int
+    experts: int
+    top_k: int
+    activation: str
+    rule: Rule
+
+
+@dataclass
+class Partial:
+    """The mergeable counters of consecutive tokens (one shard, or several merged): merging
+    two (:func:`merge_partials`) counts as one pass over both, and ``result`` gives the
+    statistics."""
+
+    counted: Counted
+    tokens: int
+    stats: list[UnitStats]  # one per expert
+    per_token: np.ndarray  # inactive units of the tokens among the first MAX_TOKENS_LISTED
+    masks: np.ndarray | None  # small inputs: every token's mask, for the pairwise table
+
+    def result(self) -> SparsityResult:
+        c = self.counted
+        pairs = pairwise_overlap(self.masks, c.experts * c.d_ff) if self.masks is not None \
             else None
-        return SparsityResult(self.ffn.d_ff, self.ffn.d_model, self.experts, self.top_k,
-                              self.ffn.act.name, self.rule, self.tokens, per_token,
-                              self.stats, masks, pairs)
+        return SparsityResult(c.d_ff, c.d_model, c.experts, c.top_k, c.activation, c.rule,
+                              self.tokens, self.per_token.tolist(), self.stats, self.masks,
+                              pairs)
+
+
+def merge_partials(a: Partial | None, b: Partial | None) -> Partial | None:
+    """a's tokens followed by b's (None: a shard left out, with --skip-bad)."""
+    if a is None or b is None:
+        return b if a is None else a
+    masks = a.masks if b.masks is None else b.masks if a.masks is None else \
+        np.vstack([a.masks, b.masks])
+    stats = [merge(x, y) for x, y in zip(a.stats, b.stats, strict=True)]
+    return Partial(a.counted, a.tokens + b.tokens, stats,
+                   np.concatenate([a.per_token, b.per_token])[:MAX_TOKENS_LISTED], masks)
 
 
 def describe_rule(activation: str, threshold: float | None, target: float | None) -> str:

@@ -92,16 +92,17 @@ def run_cmd(
         return
     from ffncli.jobs import run as runner
     from ffncli.jobs.resolve import load_model, load_tokens
-    from ffncli.present.console import progress as progress_bar
+    from ffncli.present.console import Bar
     from ffncli.present.run import emit_run
 
     whole("option --precision", precision, 0, 12)
     loaded = load_model(model, overrides)
     inputs = load_tokens(tokens, loaded.engine.d_model)
     runner.check_printable(inputs, out, as_json)
-    with progress_bar(inputs.n_tokens, as_json) as progress:
+    with Bar(enabled=not as_json) as bar:
+        bar.start(inputs.n_tokens)
         result = runner.run_ffn(loaded, inputs, out=out, force=force, residual=residual,
-                                allow_nonfinite=tokens.allow_nonfinite, progress=progress)
+                                allow_nonfinite=tokens.allow_nonfinite, progress=bar.update)
     emit_run(result, as_json, precision)
 
 
@@ -183,16 +184,17 @@ def relu_stats_cmd(
         return
     from ffncli.analysis.sparsity import relu_stats
     from ffncli.jobs.resolve import load_model, load_tokens
-    from ffncli.present.console import progress as progress_bar
+    from ffncli.present.console import Bar
     from ffncli.present.report import save_stats
     from ffncli.present.stats import emit_stats
 
     loaded = load_model(model, overrides)
     inputs = load_tokens(tokens, loaded.engine.d_model)
-    with progress_bar(inputs.n_tokens, as_json) as progress:
+    with Bar(enabled=not as_json) as bar:
+        bar.start(inputs.n_tokens)
         result = relu_stats(loaded.engine, inputs, threshold=threshold,
                             target_sparsity=target_sparsity,
-                            allow_nonfinite=tokens.allow_nonfinite, progress=progress)
+                            allow_nonfinite=tokens.allow_nonfinite, progress=bar.update)
     save_stats(report_path, result, model, tokens)
     emit_stats(result, as_json)
 
@@ -204,16 +206,17 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
     from ffncli.jobs.choices import parse_layers
     from ffncli.jobs.resolve import command_inputs, open_text
     from ffncli.jobs.sweep import sweep
-    from ffncli.present.console import progress as progress_bar
+    from ffncli.present.console import Bar
     from ffncli.present.report import save_sweep
     from ffncli.present.stats import emit_sweep, sweep_json
 
     forward, sequences = open_text(model, text, overrides)
     with forward:
         layers = parse_layers(model.layer, forward.n_layers)
-        with progress_bar(sequences.tokens * (layers[-1] + 1), as_json) as progress:
+        with Bar(enabled=not as_json) as bar:
+            bar.start(sequences.tokens * (layers[-1] + 1))
             result = sweep(forward, sequences, layers, threshold=threshold,
-                           target_sparsity=target_sparsity, progress=progress)
+                           target_sparsity=target_sparsity, progress=bar.update)
     save_sweep(report_path, sweep_json(result), command_inputs(
         model.preset, model.config, forward.weights, text=text.text, ids=text.ids))
     emit_sweep(result, as_json)
@@ -236,7 +239,7 @@ def capture(
     from ffncli.jobs.capture import capture as capture_layers
     from ffncli.jobs.choices import parse_layers
     from ffncli.jobs.resolve import open_text
-    from ffncli.present.console import progress as progress_bar
+    from ffncli.present.console import Bar
     from ffncli.present.stats import emit_capture
 
     if not text.given:
@@ -250,10 +253,11 @@ def capture(
     forward, sequences = open_text(model, text, Overrides())
     with forward:
         layers = parse_layers(model.layer, forward.n_layers)
-        with progress_bar(sequences.tokens * (layers[-1] + 1), as_json) as progress:
+        with Bar(enabled=not as_json) as bar:
+            bar.start(sequences.tokens * (layers[-1] + 1))
             result = capture_layers(forward, sequences, layers, out, force=force,
                                     inputs=(text.text, text.ids, forward.weights),
-                                    progress=progress)
+                                    progress=bar.update)
     emit_capture(result, as_json)
 
 

@@ -1,26 +1,29 @@
-"""TODO: cli.sharded (from cluster)."""
+"""The sharded path of ``run``, ``relu-stats`` and ``capture`` (a glob or a folder of inputs,
+``--workers`` or ``--scheduler``): options to one job of :mod:`ffncli.jobs.shards.drivers`,
+its result to :mod:`ffncli.present`. Imported only on that path: ``params`` never loads it."""
 
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from ffncli.errors import InputError
 from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice
 from ffncli.jobs.resolve import command_inputs
-from ffncli.jobs.shards.inputs import Skipped, shard_paths
+from ffncli.jobs.shards.drivers import capture_shards, relu_stats_shards, run_shards, sweep_shards
+from ffncli.jobs.shards.inputs import shard_paths
 from ffncli.jobs.shards.pool import connect
-from ffncli.jobs.shards.tasks import capture_shards, relu_stats_shards, run_shards, sweep_shards
-from ffncli.present.console import Bar, emit_json
+from ffncli.present.console import Bar
 from ffncli.present.report import save_sweep
-from ffncli.present.stats import emit_sweep, print_stats, stats_json, sweep_json
+from ffncli.present.run import emit_sharded_run
+from ffncli.present.stats import (
+    emit_sharded_capture,
+    emit_sharded_stats,
+    emit_sharded_sweep,
+    sweep_json,
+)
 from ffncli.specs.spec import Overrides
-
-# ---------------------------------------------------------------------------------------------
-# The commands' sharded path (ffncli.cli.commands calls these).
 
 
 def relu_stats_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
@@ -32,13 +35,7 @@ def relu_stats_command(model: ModelChoice, tokens: TokenChoice, overrides: Overr
                                 target_sparsity=target_sparsity,
                                 allow_nonfinite=tokens.allow_nonfinite, skip_bad=scale.skip_bad,
                                 progress=bar)
-    if as_json:
-        doc = stats_json(out.result)
-        doc.update(shards=out.shards, skipped=[vars(s) for s in out.skipped])
-        emit_json(doc)
-    else:
-        print_stats(out.result)
-    _report_skipped(out.skipped)
+    emit_sharded_stats(out, as_json)
 
 
 def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
@@ -55,16 +52,7 @@ def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
         done = run_shards(model, overrides, pattern, out, pool, residual=residual, force=force,
                           allow_nonfinite=tokens.allow_nonfinite, skip_bad=scale.skip_bad,
                           progress=bar)
-    if as_json:
-        emit_json({"out": done.out, "shards": done.shards, "tokens": done.tokens,
-                          "weights": done.source, "written": done.written,
-                          "already_complete": done.already,
-                          "skipped": [vars(s) for s in done.skipped]})
-    else:
-        print(f"{done.out}: {len(done.written):,} shard(s) written, {len(done.already):,} "
-              f"already complete, of {done.shards:,} ({done.tokens:,} tokens); weights "
-              f"{done.source}")
-    _report_skipped(done.skipped)
+    emit_sharded_run(done, as_json)
 
 
 def sweep_command(model: ModelChoice, text: TextChoice, overrides: Overrides,
@@ -77,15 +65,9 @@ def sweep_command(model: ModelChoice, text: TextChoice, overrides: Overrides,
         out = sweep_shards(model, overrides, text, pool, threshold=threshold,
                            target_sparsity=target_sparsity, skip_bad=scale.skip_bad,
                            progress=bar)
-    doc = sweep_json(out.result)
-    save_sweep(report_path, doc, command_inputs(
+    save_sweep(report_path, sweep_json(out.result), command_inputs(
         model.preset, model.config, model.weights, text=text.text, ids=text.ids))
-    if as_json:
-        doc.update(shards=out.shards, skipped=[vars(s) for s in out.skipped])
-        emit_json(doc)
-    else:
-        emit_sweep(out.result, False)
-    _report_skipped(out.skipped)
+    emit_sharded_sweep(out, as_json)
 
 
 def capture_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice, *, out: Path,
@@ -97,16 +79,7 @@ def capture_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice, *,
     with connect(scale) as pool, Bar() as bar:
         done = capture_shards(model, text, out, pool, force=force, skip_bad=scale.skip_bad,
                               progress=bar)
-    if as_json:
-        emit_json({"out": done.out, "shards": done.shards, "tokens": done.tokens,
-                          "model": done.model, "layers": list(done.layers),
-                          "written": done.written, "already_complete": done.already,
-                          "skipped": [vars(s) for s in done.skipped]})
-    else:
-        print(f"{done.out}: {len(done.written):,} shard(s) written, {len(done.already):,} "
-              f"already complete, of {done.shards:,} ({done.tokens:,} tokens, layers "
-              f"{done.layers[0]}-{done.layers[-1]}); model {done.model}")
-    _report_skipped(done.skipped)
+    emit_sharded_capture(done, as_json)
 
 
 def _pattern(tokens: TokenChoice) -> Path:
@@ -131,8 +104,3 @@ def _seen_from_workers(scale: ScaleChoice, pattern: Path, model: ModelChoice
         preset = os.path.abspath(preset)
     return Path(os.path.abspath(pattern)), replace(
         model, preset=preset, config=absolute(model.config), weights=absolute(model.weights))
-
-
-def _report_skipped(skipped: Sequence[Skipped]) -> None:
-    for s in skipped:
-        print(f"skipped: {s.error}", file=sys.stderr)

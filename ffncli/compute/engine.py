@@ -198,6 +198,12 @@ class Engine:
             self.capacity_left = [cap] * len(p.experts)
         return self
 
+    def resume(self, left: list[int] | None) -> Engine:
+        """Go on with a part of a longer input (a shard of a job): ``left`` is the places each
+        expert still has when the part starts (None: no capacity)."""
+        self.capacity_left = list(left) if left is not None else None
+        return self
+
     # -- buffers ------------------------------------------------------------------------------
 
     def _buffer(self, name: str, rows: int, cols: int) -> Array:

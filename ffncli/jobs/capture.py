@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ffncli.base.files import same_file, write_text_atomically
+from ffncli.base.files import output_folder, write_text_atomically
 from ffncli.errors import OutputError
 from ffncli.formats.npy import AtomicNpyWriter
 
@@ -44,52 +44,13 @@ def layer_file(out: Path, layer: int) -> Path:
     return out / f"layer{layer}.npy"
 
 
-def prepare_out(out: Path, force: bool, inputs: Sequence[Path | None]) -> bool:
-    """``--out DIR``: created if missing (its parent must exist); an existing folder must be
-    empty unless ``force``; never an input (a model folder) nor a folder holding one. True
-    when it was created."""
-    try:
-        entries = os.listdir(out)
-    except FileNotFoundError:
-        if os.path.islink(out):
-            raise OutputError(f"option --out: {out} is a symbolic link to "
-                              f"{os.readlink(out)}, which does not exist") from None
-        try:
-            os.mkdir(out)
-        except FileNotFoundError:
-            raise OutputError(f"option --out: folder {out.parent} does not exist") from None
-        except OSError as exc:
-            raise OutputError(f"option --out: cannot create {out}: "
-                              f"{exc.strerror or exc}") from None
-        return True
-    except NotADirectoryError:
-        raise OutputError(f"option --out: {out} is a file; capture writes a folder") from None
-    except OSError as exc:
-        raise OutputError(f"option --out: cannot use {out}: {exc.strerror or exc}") from None
-    visible = [e for e in entries if not e.startswith(".")]
-    if visible and not force:
-        raise OutputError(f"option --out: {out} is not empty ({len(visible)} entries); pass "
-                          "--force to write into it")
-    for source in inputs:
-        if source is None:
-            continue
-        if same_file(out, source):
-            raise OutputError(f"option --out: {out} is an input of this command (the model "
-                              "folder); choose another folder")
-        for name in entries:
-            if same_file(out / name, source):
-                raise OutputError(f"option --out: {out} holds the input {source}; choose "
-                                  "another folder")
-    return False
-
-
 def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out: Path, *,
             force: bool = False, inputs: Sequence[Path | None] = (),
             batch_tokens: int | None = None,
             progress: Progress | None = None) -> CaptureResult:
     """Write each selected layer's FFN input, float32 (tokens, d_model) in text order, to
     ``out/layer{N}.npy`` (each file atomically), then ``out/capture.json``."""
-    created = prepare_out(out, force, inputs)
+    created = output_folder(out, force=force, inputs=inputs)
     try:
         _capture_layers(model, sequences, layers, out, inputs, batch_tokens, progress)
     except BaseException:

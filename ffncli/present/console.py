@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
@@ -16,48 +16,11 @@ if TYPE_CHECKING:  # the result types: their modules import NumPy, which params 
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text as RichText
-from ffncli.jobs.shards.pool import Progress
+from ffncli.jobs.progress import Progress
 
+if TYPE_CHECKING:
+    from ffncli.jobs.shards.inputs import Skipped
 
-class Bar(Progress):
-    """One Rich bar on stderr for the whole job (tasks done / total, tokens per second) when
-    stderr is a terminal; the dashboard's address, when the cluster has one, on stderr too
-    (never on stdout, which --json keeps for its one document)."""
-
-    def __init__(self) -> None:
-        self._stack = contextlib.ExitStack()
-        self._bar: Any = None
-        self._start = time.perf_counter()
-        self._tokens = 0
-
-    def __enter__(self) -> Bar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
-
-    def start(self, tasks: int, dashboard: str | None) -> None:
-        if dashboard:
-            print(f"Dask dashboard: {dashboard}", file=sys.stderr)
-        if not sys.stderr.isatty():
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
-        from rich.progress import Progress as RichProgress
-
-        from ffncli.present.console import console
-
-        self._bar = self._stack.enter_context(RichProgress(
-            TextColumn("shards"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"), console=console(stderr=True), transient=True))
-        self._task = self._bar.add_task("shards", total=tasks, rate="")
-        self._start = time.perf_counter()
-
-    def advance(self, tokens: int) -> None:
-        if self._bar is None:
-            return
-        self._tokens += tokens
-        rate = self._tokens / max(time.perf_counter() - self._start, 1e-9)
-        self._bar.update(self._task, advance=1, rate=f"{rate:,.0f} tokens/s")
 
 # Rich is imported on first use: `--json` output never needs it, and it costs ~50 ms.
 
@@ -84,17 +47,55 @@ def emit_json(doc: dict[str, Any]) -> None:
     print(json.dumps(doc, indent=2))
 
 
-@contextmanager
-def progress(total: int, as_json: bool) -> Iterator[Callable[[int], None] | None]:
-    """A progress callback drawing a bar on stderr for long work on a terminal, else None."""
-    if as_json or not sys.stderr.isatty() or total < 200_000:
-        yield None
-        return
-    from rich.progress import Progress
+class Bar(Progress):
+    """The one progress bar: Rich, on stderr, when it is a terminal (never on stdout, which
+    ``--json`` keeps for its one document). Tokens through the model, for work of at least
+    MIN_TOKENS; or shards done of all, with tokens per second. A job's note (a Dask
+    dashboard's address) goes to stderr too. Use it as a context manager."""
 
-    with Progress(console=console(stderr=True), transient=True) as bar:
-        task = bar.add_task("tokens", total=total)
-        yield lambda done: bar.update(task, completed=done)
+    MIN_TOKENS = 200_000  # less work than this ends before a bar would say anything
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._stack = contextlib.ExitStack()
+        self._bar: Any = None
+        self._task: Any = None
+        self._start = time.perf_counter()
+        self._tokens = 0
+
+    def __enter__(self) -> Bar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def start(self, total: int, unit: str = "tokens", note: str | None = None) -> None:
+        if note:
+            print(f"Dask dashboard: {note}", file=sys.stderr)
+        if not self.enabled or not sys.stderr.isatty() or \
+                (unit == "tokens" and total < self.MIN_TOKENS):
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+        from rich.progress import Progress as RichProgress
+
+        columns = (TextColumn("shards"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[rate]}")) if unit == "shards" else \
+            RichProgress.get_default_columns()
+        self._bar = self._stack.enter_context(RichProgress(
+            *columns, console=console(stderr=True), transient=True))
+        self._task = self._bar.add_task(unit, total=total, rate="")
+        self._start = time.perf_counter()
+
+    def update(self, done: int) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done)
+
+    def advance(self, tokens: int) -> None:
+        if self._bar is None:
+            return
+        self._tokens += tokens
+        rate = self._tokens / max(time.perf_counter() - self._start, 1e-9)
+        self._bar.update(self._task, advance=1, rate=f"{rate:,.0f} tokens/s")
 
 
 def _n(value: int) -> str:
@@ -178,3 +179,14 @@ def _share_bar_line(out: Console, indent: int, share: float) -> None:
         line = RichText(" " * indent)
         line.append(bar(share, width, track=True), style=BAR_STYLE)
         out.print(line)
+
+
+def skipped_json(skipped: Sequence[Skipped]) -> list[dict[str, str]]:
+    """The shards a job left out with ``--skip-bad``, for ``--json``."""
+    return [dataclasses.asdict(s) for s in skipped]
+
+
+def print_skipped(skipped: Sequence[Skipped]) -> None:
+    """One ``skipped:`` line on stderr per shard left out."""
+    for s in skipped:
+        print(f"skipped: {s.error}", file=sys.stderr)

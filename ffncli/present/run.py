@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ffncli.present.console import Text, _table, console, emit_json, print_skipped, skipped_json
+
 if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
-
-
     from ffncli.jobs.run import RunResult
-from ffncli.present.console import Text, _table, console, emit_json
+    from ffncli.jobs.shards.drivers import ShardedRun
 
 
 def emit_run(result: RunResult, as_json: bool, precision: int) -> None:
@@ -74,3 +74,16 @@ def print_run(result: RunResult, precision: int = 4) -> None:
         out.print(f"hidden units switched off per token (pre-activation <= 0): [{counts}{more}]")
     if result.out_path:
         out.print(Text(f"wrote {result.out_path} {_shape(result.output_shape)} {result.dtype}"))
+
+
+def emit_sharded_run(done: ShardedRun, as_json: bool) -> None:
+    """``run`` over shards: what was written where, and the shards left out (on stderr)."""
+    if as_json:
+        emit_json({"out": done.out, "shards": done.shards, "tokens": done.tokens,
+                   "weights": done.source, "written": done.written,
+                   "already_complete": done.already, "skipped": skipped_json(done.skipped)})
+    else:
+        print(f"{done.out}: {len(done.written):,} shard(s) written, {len(done.already):,} "
+              f"already complete, of {done.shards:,} ({done.tokens:,} tokens); weights "
+              f"{done.source}")
+    print_skipped(done.skipped)

@@ -5,13 +5,23 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from ffncli.present.console import (
+    Text,
+    _bar_table,
+    _n,
+    _pct,
+    _table,
+    console,
+    emit_json,
+    print_skipped,
+    skipped_json,
+)
+
 if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
-
-
     from ffncli.analysis.sparsity import SparsityResult
     from ffncli.jobs.capture import CaptureResult
+    from ffncli.jobs.shards.drivers import ShardedCapture, ShardedStats, ShardedSweep
     from ffncli.jobs.sweep import SweepResult
-from ffncli.present.console import Text, _bar_table, _n, _pct, _table, console, emit_json
 
 
 def emit_stats(result: SparsityResult, as_json: bool) -> None:
@@ -201,3 +211,39 @@ def print_capture(r: CaptureResult) -> None:
     out.print(Text(f"capture: {r.model}, {r.tokens:,} tokens in {r.sequences:,} sequences"))
     out.print(Text(f"wrote {len(r.files)} files of ({r.tokens}, {r.d_model}) float32 and "
                    f"capture.json to {r.out}"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The same over shards: the merged result, the shards counted, those left out (on stderr).
+
+
+def emit_sharded_stats(out: ShardedStats, as_json: bool) -> None:
+    if as_json:
+        doc = stats_json(out.result)
+        doc.update(shards=out.shards, skipped=skipped_json(out.skipped))
+        emit_json(doc)
+    else:
+        print_stats(out.result)
+    print_skipped(out.skipped)
+
+
+def emit_sharded_sweep(out: ShardedSweep, as_json: bool) -> None:
+    if as_json:
+        doc = sweep_json(out.result)
+        doc.update(shards=out.shards, skipped=skipped_json(out.skipped))
+        emit_json(doc)
+    else:
+        emit_sweep(out.result, False)
+    print_skipped(out.skipped)
+
+
+def emit_sharded_capture(done: ShardedCapture, as_json: bool) -> None:
+    if as_json:
+        emit_json({"out": done.out, "shards": done.shards, "tokens": done.tokens,
+                   "model": done.model, "layers": list(done.layers), "written": done.written,
+                   "already_complete": done.already, "skipped": skipped_json(done.skipped)})
+    else:
+        print(f"{done.out}: {len(done.written):,} shard(s) written, {len(done.already):,} "
+              f"already complete, of {done.shards:,} ({done.tokens:,} tokens, layers "
+              f"{done.layers[0]}-{done.layers[-1]}); model {done.model}")
+    print_skipped(done.skipped)

@@ -84,12 +84,12 @@ def read_shards(paths: Sequence[Path], d_model: int,
         except FfnError as exc:
             if not skip_bad:
                 raise
-            skipped.append(Skipped(str(path), _named(path, exc)))
+            skipped.append(Skipped(str(path), named(path, exc)))
             continue
         shards.append(shard)
         offset += shard.tokens
     if not shards:
-        raise InputError(f"option --input: every shard is bad ({len(skipped)} skipped)")
+        raise every_shard_bad("--input", skipped)
     return shards, skipped
 
 
@@ -109,10 +109,22 @@ def _read_shard(path: Path, d_model: int, index: int, offset: int) -> Shard:
     return Shard(index, path, header.shape, offset, info.st_size, info.st_mtime_ns)
 
 
-def _named(path: Path | str, exc: BaseException) -> str:
+def named(path: Path | str, exc: BaseException) -> str:
     """The error's message, starting with the shard's path."""
     message = str(exc)
     return message if message.startswith(str(path)) else f"{path}: {message}"
+
+
+def every_shard_bad(option: str, skipped: Sequence[Skipped]) -> InputError:
+    return InputError(f"option {option}: every shard is bad ({len(skipped)} skipped)")
+
+
+def check_unique(names: Sequence[str], prefix: str, outputs: str) -> None:
+    """Refuse two shards whose outputs would have one name in ``--out``."""
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})[0]
+        raise InputError(f"{prefix}two shards are named {twice}; their {outputs} would collide "
+                         "in --out")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,8 +186,8 @@ def read_text_shards(choice: TextChoice, model: Any, skip_bad: bool
             seqs = read(path)
         except FfnError as exc:
             if not skip_bad:
-                raise type(exc)(_named(path, exc)) from None
-            skipped.append(Skipped(str(path), _named(path, exc)))
+                raise type(exc)(named(path, exc)) from None
+            skipped.append(Skipped(str(path), named(path, exc)))
             continue
         runs = _runs(batches([len(s) for s in seqs.ids]), seqs.ids)
         for part, (a, b) in enumerate(runs):
@@ -185,7 +197,7 @@ def read_text_shards(choice: TextChoice, model: Any, skip_bad: bool
             shards.append(shard)
             offset += shard.tokens
     if not shards:
-        raise InputError(f"option {option}: every shard is bad ({len(skipped)} skipped)")
+        raise every_shard_bad(option, skipped)
     return shards, skipped
 
 

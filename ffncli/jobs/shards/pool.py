@@ -174,17 +174,6 @@ def _client(address: str) -> Any:
 # Progress: one bar for the whole job.
 
 
-class Progress:
-    """What a job reports: ``start`` once the shards are read and the tasks go out,
-    ``advance`` after each finished task. This one reports nothing (library calls, tests)."""
-
-    def start(self, tasks: int, dashboard: str | None) -> None:
-        pass
-
-    def advance(self, tokens: int) -> None:
-        pass
-
-
 class TreeMerge:
     """Merge n leaves, given in any order, in the one tree their indices define: node (l, i)
     is the merge of (l-1, 2i) and (l-1, 2i+1), or (l-1, 2i) alone when it is the last. A

@@ -99,7 +99,7 @@ def describe(job: Job, total: int) -> ModelInfo:
                      capacity(p, total) if moe else None)
 
 
-def _open(shard: Shard, d_model: int) -> Any:
+def open_shard(shard: Shard, d_model: int) -> Any:
     from ffncli.formats.tokens import open_input
 
     tokens = open_input(shard.path, d_model)
@@ -109,8 +109,8 @@ def _open(shard: Shard, d_model: int) -> Any:
     return tokens
 
 
-def _chunks(ffn: Engine, shard: Shard, allow_nonfinite: bool) -> Iterator[np.ndarray]:
-    for _, x in _open(shard, ffn.d_model).chunks(ffn.chunk_tokens, ffn.dtype,
+def shard_chunks(ffn: Engine, shard: Shard, allow_nonfinite: bool) -> Iterator[np.ndarray]:
+    for _, x in open_shard(shard, ffn.d_model).chunks(ffn.chunk_tokens, ffn.dtype,
                                                  finite=not allow_nonfinite):
         yield x
 
@@ -126,7 +126,7 @@ def shard_demand(job: Job, shard: Shard, allow_nonfinite: bool) -> list[int]:
     p = ffn.weights
     assert isinstance(p, MoEWeights)
     demand = np.zeros(len(p.experts), dtype=np.int64)
-    for x in _chunks(ffn, shard, allow_nonfinite):
+    for x in shard_chunks(ffn, shard, allow_nonfinite):
         order, _ = route(np.ascontiguousarray(x, dtype=ffn.dtype), p)
         demand += np.bincount(order.ravel(), minlength=len(p.experts))
     return demand.tolist()

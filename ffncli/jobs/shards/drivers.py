@@ -1,0 +1,466 @@
+"""The sharded jobs, as the client runs them: read the shards, send a task per shard to the
+pool, and merge or record what comes back, through one pipeline (:func:`map_shards`).
+
+- ``relu-stats --input``: :func:`relu_stats_shards`, counters merged in the fixed tree;
+- ``run``: :func:`run_shards`, a file per shard and a manifest, resumable;
+- ``relu-stats --text/--ids``: :func:`sweep_shards`, every layer's counters merged;
+- ``capture``: :func:`capture_shards`, a folder per shard and a manifest, resumable.
+
+Results do not depend on the number of workers or on the order tasks finish in:
+
+- integer counters add exactly, in any order;
+- the float sums of ``UnitStats`` (the Jaccard sums of consecutive tokens) change in their
+  last digits with the order of the additions. So the partial results are merged in a tree
+  whose shape is fixed by the shard indices alone (:class:`.pool.TreeMerge`), and the single
+  process merges with the same tree: every addition happens in one order whoever computes
+  it, and the result is the same to the last digit;
+- each shard is cut into chunks of the same size everywhere: the engine's tokens per chunk
+  are fixed once (:class:`.workers.Job`), not left to each machine's free memory; a text
+  shard is walked in the forward's batches of ``BATCH_TOKENS``.
+
+What a shard needs from the shards before it is known up front: its token offset (from the
+headers, read once here), hence which of its tokens are listed per token; a mixture of experts
+with a capacity also needs the places each expert has left, found by a first, cheap pass that
+only routes (:func:`.workers.rooms`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import math
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ffncli.base.files import output_folder
+from ffncli.errors import FfnError, OutputError
+from ffncli.jobs.choices import ModelChoice, TextChoice
+from ffncli.jobs.progress import Progress
+from ffncli.jobs.shards import manifest as M
+from ffncli.jobs.shards.inputs import (
+    Shard,
+    Skipped,
+    TextShard,
+    check_unique,
+    every_shard_bad,
+    named,
+    read_shards,
+    read_text_shards,
+    shard_paths,
+)
+from ffncli.jobs.shards.pool import Pool, TreeMerge
+from ffncli.jobs.shards.tasks import (
+    CaptureTask,
+    RunTask,
+    StatsTask,
+    SweepTask,
+    calibrate,
+    calibrate_text,
+    shard_capture,
+    shard_run,
+    shard_stats,
+    shard_sweep,
+    sweep_part,
+)
+from ffncli.jobs.shards.workers import (
+    Job,
+    ModelInfo,
+    TextJob,
+    describe,
+    forward_for,
+    rooms,
+    shard_demand,
+)
+from ffncli.specs.spec import Overrides
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ffncli.analysis.sparsity import Partial, SparsityResult
+    from ffncli.jobs.sweep import SweepResult
+
+STOP_WAIT = 10.0  # seconds the tasks still running after Ctrl-C get to remove their files
+
+
+# ---------------------------------------------------------------------------------------------
+# The one pipeline.
+
+
+def map_shards(pool: Pool, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]],
+               shards: Sequence[Shard | TextShard], *, skip_bad: bool,
+               skipped: list[Skipped], progress: Progress,
+               beside: tuple[Any, ...] | None = None) -> Iterator[tuple[int, Any]]:
+    """Run ``fn(*calls[i])`` for every shard (``calls[i]`` is ``shards[i]``'s) on the pool and
+    yield ``(i, result)`` as tasks finish. A shard whose task fails is raised, named by its
+    shard, or with ``skip_bad`` listed in ``skipped`` and yielded as ``(i, None)``.
+    ``beside``: one more call of ``fn``, sent first and run beside the shards (the text
+    sweep's calibration), yielded as ``(-1, result)``; its failure is raised."""
+    tasks = [*([beside] if beside is not None else []), *calls]
+    first = 1 if beside is not None else 0
+    progress.start(len(calls), "shards", pool.dashboard)
+    with contextlib.closing(pool.map(fn, tasks)) as results:  # closed: pending cancelled
+        for i, out in results:
+            i -= first
+            if i < 0:
+                if isinstance(out, FfnError):
+                    raise out
+                yield i, out
+                continue
+            if isinstance(out, FfnError):
+                named_error = type(out)(named(shards[i].path, out))
+                if not skip_bad:
+                    raise named_error
+                skipped.append(Skipped(str(shards[i].path), str(named_error)))
+                out = None
+            yield i, out
+            progress.advance(shards[i].tokens)
+
+
+def write_shards(pool: Pool, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]],
+                 todo: Sequence[Shard | TextShard], out: Path, *, skip_bad: bool,
+                 skipped: list[Skipped], progress: Progress,
+                 finished: Callable[[Any], None], leftovers: Callable[[], list[str]],
+                 clean: Callable[[], None]) -> list[str]:
+    """:func:`map_shards` for the tasks that write into ``out`` (``calls[i]`` is
+    ``todo[i]``'s, its last argument the stop file): the names written. ``finished(shard)``
+    records each complete shard (the manifest). On any way out, running tasks are told to stop
+    (the stop file, before the futures are cancelled), their temporary files are waited for,
+    and ``clean`` removes them (and a killed worker's)."""
+    stop = out / f".stop-{secrets.token_hex(4)}"
+    written: list[str] = []
+    try:
+        try:
+            for i, result in map_shards(pool, fn, [(*c, str(stop)) for c in calls], todo,
+                                        skip_bad=skip_bad, skipped=skipped,
+                                        progress=progress):
+                if result is not None:
+                    written.append(todo[i].name)
+                    finished(todo[i])
+        except BaseException:
+            with contextlib.suppress(OSError):
+                stop.touch()  # before the futures are cancelled: running tasks stop
+            raise
+    finally:
+        if stop.exists():
+            _wait_for(leftovers)
+        clean()
+        with contextlib.suppress(OSError):
+            stop.unlink()
+    return written
+
+
+def _wait_for(pending: Callable[[], list[str]]) -> None:
+    """Give the tasks still running after a stop (they see the stop file at their next chunk
+    or batch) up to STOP_WAIT seconds to remove their own temporary files."""
+    deadline = time.monotonic() + STOP_WAIT
+    while pending() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _remove(paths: Sequence[str]) -> None:
+    import shutil
+
+    for path in paths:
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _sorted(skipped: list[Skipped]) -> list[Skipped]:
+    return sorted(skipped, key=lambda s: s.path)
+
+
+# ---------------------------------------------------------------------------------------------
+# relu-stats over .npy shards.
+
+
+@dataclass(frozen=True)
+class ShardedStats:
+    result: SparsityResult
+    shards: int
+    skipped: list[Skipped]
+    merges: int
+    dashboard: str | None
+
+
+def relu_stats_shards(model: ModelChoice, overrides: Overrides, pattern: Path, pool: Pool, *,
+                      threshold: float | None = None, target_sparsity: float | None = None,
+                      allow_nonfinite: bool = False, skip_bad: bool = False,
+                      progress: Progress | None = None) -> ShardedStats:
+    """``relu-stats`` over the shards of ``pattern``: a task per shard, merged in the fixed
+    tree; equal, to the last digit, in this process and on any cluster.
+
+    With ``skip_bad``, a shard whose header is refused is left out before the offsets are
+    set: the result is exactly that of the other shards. One that fails while it is read (a
+    NaN, a file changed since) is found only then: its tokens are missing from every count,
+    and the per-token list (first 10,000 tokens) skips them."""
+    from ffncli.analysis.sparsity import (
+        SMALL_OVERLAP,
+        Rule,
+        check_rule,
+        describe_rule,
+        merge_partials,
+    )
+
+    check_rule(threshold, target_sparsity)
+    paths = shard_paths(pattern)
+    job = Job(model, overrides)
+    first = pool.call(describe, job, 0)
+    job = Job(model, overrides, first.rows)
+    shards, skipped = read_shards(paths, first.d_model, skip_bad)
+    total = sum(s.tokens for s in shards)
+    info = pool.call(describe, job, total)
+    if target_sparsity is not None:
+        threshold = pool.call(calibrate, job, shards, target_sparsity, allow_nonfinite,
+                              skip_bad)
+    rule = Rule(threshold, describe_rule(info.activation, threshold, target_sparsity))
+    task = StatsTask(job, rule, total <= SMALL_OVERLAP, allow_nonfinite)
+    shard_rooms = _rooms(pool, job, info, shards, skip_bad, allow_nonfinite)
+    tree = TreeMerge(len(shards), merge_partials)
+    calls = [(task, s, shard_rooms[s.index]) for s in shards]
+    for i, out in map_shards(pool, shard_stats, calls, shards, skip_bad=skip_bad,
+                             skipped=skipped, progress=progress or Progress()):
+        tree.add(i, out)
+    part: Partial | None = tree.root
+    if part is None:
+        raise every_shard_bad("--input", skipped)
+    return ShardedStats(part.result(), len(shards), _sorted(skipped), tree.merges,
+                        pool.dashboard)
+
+
+def _rooms(pool: Pool, job: Job, info: ModelInfo, shards: list[Shard], skip_bad: bool,
+           allow_nonfinite: bool) -> list[list[int] | None]:
+    """Each shard's places left per expert (a capped mixture), else None for every shard."""
+    if info.capacity is None:
+        return [None] * len(shards)
+    demands: list[list[int] | None] = [None] * len(shards)
+    for i, out in pool.map(shard_demand, [(job, s, allow_nonfinite) for s in shards]):
+        if isinstance(out, FfnError):
+            if not skip_bad:
+                raise type(out)(named(shards[i].path, out))
+            continue  # its stats task fails the same way and lists it
+        demands[i] = out
+    if all(d is None for d in demands):
+        return [None] * len(shards)
+    return list(rooms(info.capacity, demands))
+
+
+# ---------------------------------------------------------------------------------------------
+# run over .npy shards: DIR/<shard stem>.npy each, a manifest, resumable.
+
+
+@dataclass(frozen=True)
+class ShardedRun:
+    out: str
+    shards: int
+    written: list[str]
+    already: list[str]  # complete from an earlier run: skipped
+    skipped: list[Skipped]
+    tokens: int
+    source: str
+    dashboard: str | None
+
+
+def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Path, pool: Pool,
+               *, residual: bool = False, force: bool = False, allow_nonfinite: bool = False,
+               skip_bad: bool = False, progress: Progress | None = None) -> ShardedRun:
+    """``run`` over the shards of ``pattern``: ``out/<stem>.npy`` for each, and
+    ``out/manifest.json`` listing the complete ones; a rerun skips those (unless ``force``)."""
+    paths = shard_paths(pattern)
+    job = Job(model, overrides)
+    first = pool.call(describe, job, 0)
+    job = Job(model, overrides, first.rows)
+    shards, skipped = read_shards(paths, first.d_model, skip_bad)
+    check_unique([f"{s.path.stem}.npy" for s in shards], "option --input: ", "outputs")
+    info = pool.call(describe, job, sum(s.tokens for s in shards))
+    if out.suffix.lower() == ".npy":
+        raise OutputError(f"option --out: run over shards (a glob, a folder, --workers or "
+                          f"--scheduler) writes one .npy per shard into a folder, got {out}")
+    output_folder(out, writer="run over shards", empty=False)
+    recipe = {"model": M.jsonable(model), "overrides": M.jsonable(overrides),
+              "residual": residual, "source": info.source}
+    done = {} if force else M.read_entries(out, recipe, M.RUN)
+    entries = {s.name: e for s in shards if (e := done.get(s.name)) is not None
+               and e == M.entry(s) and (out / f"{s.path.stem}.npy").is_file()}
+    todo = [s for s in shards if s.name not in entries]
+    shard_rooms = _rooms(pool, job, info, shards, skip_bad, allow_nonfinite)
+    task = RunTask(job, residual, allow_nonfinite)
+    M.write(out, recipe, entries, M.RUN)
+
+    def finished(shard: Shard) -> None:
+        entries[shard.name] = M.entry(shard)
+        M.write(out, recipe, entries, M.RUN)
+
+    def temporaries(of: Sequence[Shard]) -> list[str]:  # AtomicNpyWriter's .<name>.<hex>.tmp
+        return [tmp for s in of
+                for tmp in glob.glob(glob.escape(str(out / f".{s.path.stem}.npy")) + ".*.tmp")]
+
+    written = write_shards(pool, shard_run,
+                           [(task, s, out / f"{s.path.stem}.npy", shard_rooms[s.index])
+                            for s in todo], todo, out, skip_bad=skip_bad, skipped=skipped,
+                           progress=progress or Progress(), finished=finished,
+                           leftovers=lambda: temporaries(todo),
+                           clean=lambda: _remove(temporaries(shards)))
+    return ShardedRun(str(out), len(shards), sorted(written),
+                      sorted(s.name for s in shards if s not in todo), _sorted(skipped),
+                      sum(s.tokens for s in shards), info.source, pool.dashboard)
+
+
+# ---------------------------------------------------------------------------------------------
+# relu-stats --text/--ids over shards: the whole model on each shard.
+
+
+def _calibration_portions(shards: Sequence[TextShard]) -> list[tuple[np.ndarray, ...]]:
+    """The first sequences of the first shards, whole batches of each, until they hold
+    CALIBRATION_TOKENS tokens (or the corpus ends)."""
+    from ffncli.analysis.sparsity import CALIBRATION_TOKENS
+    from ffncli.compute.forward.walk import batches
+
+    need = CALIBRATION_TOKENS
+    portions = []
+    for shard in shards:
+        if need <= 0:
+            break
+        end = 0
+        for a, b in batches([len(s) for s in shard.ids]):
+            if need <= 0:
+                break
+            need -= sum(len(s) for s in shard.ids[a:b])
+            end = b
+        portions.append(shard.ids[:end])
+    return portions
+
+
+def _merge_layers(a: list[Partial] | None, b: list[Partial] | None) -> list[Partial] | None:
+    """a's tokens followed by b's, layer by layer (None: a shard skipped with --skip-bad)."""
+    from ffncli.analysis.sparsity import merge_partials
+
+    if a is None or b is None:
+        return b if a is None else a
+    merged = [merge_partials(x, y) for x, y in zip(a, b, strict=True)]
+    return [m for m in merged if m is not None]
+
+
+@dataclass(frozen=True)
+class ShardedSweep:
+    result: SweepResult
+    shards: int
+    skipped: list[Skipped]
+    dashboard: str | None
+
+
+def sweep_shards(model: ModelChoice, overrides: Overrides, text: TextChoice, pool: Pool, *,
+                 threshold: float | None = None, target_sparsity: float | None = None,
+                 skip_bad: bool = False, progress: Progress | None = None) -> ShardedSweep:
+    """``relu-stats --text/--ids`` over shards: a task per shard (the whole model, every
+    selected layer), the per-layer counters merged in the fixed tree; equal, to the last
+    digit, in this process and on any cluster. The CATS calibration is that of the corpus's
+    first CALIBRATION_TOKENS tokens, computed once: first, when the rule's threshold needs it,
+    else beside the shards (it only fills the CATS column)."""
+    from ffncli.analysis.sparsity import check_rule
+    from ffncli.jobs.choices import parse_layers
+    from ffncli.jobs.sweep import LayerStats, SweepResult
+
+    check_rule(threshold, target_sparsity)
+    job = TextJob(model, overrides)
+    forward = forward_for(job)  # here too: the tokenizer, the vocabulary, the layers
+    layers = parse_layers(model.layer, forward.n_layers)
+    shards, skipped = read_text_shards(text, forward, skip_bad)
+    total = sum(s.tokens for s in shards)
+    calibration_call = (calibrate_text, job, _calibration_portions(shards), layers, threshold,
+                        target_sparsity)
+    calibration: list[tuple[float, float | None]] | None = None
+    beside: tuple[Any, ...] | None = None
+    if target_sparsity is not None:  # the rule's threshold: every task needs it first
+        calibration = pool.call(*calibration_call)
+        given = tuple(calibration)
+    else:  # only the CATS column: calibrated beside the shards, as one more task
+        beside = calibration_call
+        given = tuple((math.nan, threshold) for _ in layers)
+    task = SweepTask(job, layers, threshold, target_sparsity, given, total)
+    tree = TreeMerge(len(shards), _merge_layers)
+    counted: list[int] = []
+    for i, out in map_shards(pool, sweep_part, [(shard_sweep, task, s) for s in shards], shards,
+                             skip_bad=skip_bad, skipped=skipped,
+                             progress=progress or Progress(), beside=beside):
+        if i < 0:
+            calibration = out
+            continue
+        if out is not None:
+            counted.append(i)
+        tree.add(i, out)
+    parts: list[Partial] | None = tree.root
+    if parts is None:
+        raise every_shard_bad("--text" if text.text is not None else "--ids", skipped)
+    assert calibration is not None
+    stats = tuple(LayerStats(layer, part.result(), cats)
+                  for layer, part, (cats, _) in zip(layers, parts, calibration, strict=True))
+    source = str(text.text if text.text is not None else text.ids)
+    result = SweepResult(str(forward.weights), source, stats[0].stats.tokens,
+                         sum(len(shards[i].ids) for i in counted),
+                         stats[0].stats.rule.description, stats)
+    return ShardedSweep(result, len(shards), _sorted(skipped), pool.dashboard)
+
+
+# ---------------------------------------------------------------------------------------------
+# capture over shards: DIR/<shard>/layer{N}.npy + capture.json each, a manifest, resumable.
+
+
+@dataclass(frozen=True)
+class ShardedCapture:
+    out: str
+    shards: int
+    layers: tuple[int, ...]
+    written: list[str]
+    already: list[str]  # complete from an earlier run: skipped
+    skipped: list[Skipped]
+    tokens: int
+    model: str
+    dashboard: str | None
+
+
+def capture_shards(model: ModelChoice, text: TextChoice, out: Path, pool: Pool, *,
+                   force: bool = False, skip_bad: bool = False,
+                   progress: Progress | None = None) -> ShardedCapture:
+    """``capture`` over the shards of --text/--ids: ``out/<shard>/`` for each (its layer files
+    and capture.json) and ``out/manifest.json`` listing the complete ones; a rerun skips those
+    (unless ``force``), Ctrl-C removes the partial folders of unfinished shards."""
+    from ffncli.jobs.choices import parse_layers
+
+    job = TextJob(model, Overrides())
+    forward = forward_for(job)
+    layers = parse_layers(model.layer, forward.n_layers)
+    shards, skipped = read_text_shards(text, forward, skip_bad)
+    check_unique([s.name for s in shards], "", "folders")
+    output_folder(out, writer="capture over shards", empty=False)
+    recipe = {"model": os.path.abspath(forward.weights), "dtype": model.dtype,
+              "layers": list(layers),
+              "input": "--text" if text.text is not None else "--ids"}
+    done = {} if force else M.read_entries(out, recipe, M.CAPTURE)
+    entries = {s.name: e for s in shards if (e := done.get(s.name)) is not None
+               and e == M.text_entry(s) and (out / s.name / "capture.json").is_file()}
+    todo = [s for s in shards if s.name not in entries]
+    task = CaptureTask(job, layers, str(out))
+    M.write(out, recipe, entries, M.CAPTURE)
+
+    def finished(shard: TextShard) -> None:
+        entries[shard.name] = M.text_entry(shard)
+        M.write(out, recipe, entries, M.CAPTURE)
+
+    def temporaries() -> list[str]:  # shard_capture's .<name>.<hex>.tmp folders
+        return [p for p in glob.glob(glob.escape(str(out)) + "/.*.tmp") if os.path.isdir(p)]
+
+    written = write_shards(pool, shard_capture, [(task, s) for s in todo], todo, out,
+                           skip_bad=skip_bad, skipped=skipped, progress=progress or Progress(),
+                           finished=finished, leftovers=temporaries,
+                           clean=lambda: _remove(temporaries()))
+    return ShardedCapture(str(out), len(shards), layers, sorted(written),
+                          sorted(s.name for s in shards if s not in todo), _sorted(skipped),
+                          sum(s.tokens for s in shards), str(forward.weights), pool.dashboard)
