@@ -19,7 +19,8 @@ from models import minilm
 from ffncli.analysis.sparsity import calibrate_threshold, relu_stats
 from ffncli.api import build_ffn, load_spec
 from ffncli.formats.tokens import from_array
-from ffncli.jobs.resolve import command_inputs
+from ffncli.jobs.choices import ModelChoice, TextChoice
+from ffncli.jobs.resolve import report_target
 from ffncli.present import console, report, stats, svg
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
@@ -474,7 +475,7 @@ def test_no_color_leaves_the_bars_uncoloured(cli, monkeypatch):
 
 
 def test_sweep_report_is_never_written_over_the_text_or_ids(tmp_path):
-    """For the lead's relu-stats --text/--ids sweep: report.save_sweep with command_inputs."""
+    """relu-stats --text/--ids --report: the target is checked against the text and ids."""
     from ffncli.errors import OutputError
 
     text, ids = tmp_path / "alice.txt", tmp_path / "ids.txt"
@@ -484,7 +485,26 @@ def test_sweep_report_is_never_written_over_the_text_or_ids(tmp_path):
            "layers": []}
     for path, what in ((text, "--text file"), (ids, "--ids file")):
         with pytest.raises(OutputError) as caught:
-            report.save_sweep(path, doc, command_inputs(text=text, ids=ids))
+            report.save_sweep(report_target(path, ModelChoice(), text=TextChoice(text, ids)),
+                              doc)
         assert str(caught.value) == (f"option --report: {path} is an input of this command "
                                      f"(the {what}); choose another path")
     assert text.read_text() == "Alice\n" and ids.read_text() == "1 2 3\n"
+
+
+def test_a_report_over_an_input_is_refused_before_any_work(cli, tmp_path):
+    """--report is checked as --junit-xml is, before the model is opened: here the weights
+    are cut short, and the report's error, not theirs, is what the user sees first."""
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    source = Path(__file__).parent / "data" / "forward" / "gpt2"
+    (folder / "config.json").write_bytes((source / "config.json").read_bytes())
+    (folder / "model.safetensors").write_bytes(b"\x08")  # not a checkpoint
+    ids = tmp_path / "ids.txt"
+    ids.write_text("1 2 3\n")
+    r = cli("relu-stats", "--weights", folder, "--ids", ids, "--report", ids)
+    assert (r.code, r.err) == (2, f"error: option --report: {ids} is an input of this command "
+                                  "(the --ids file); choose another path\n")
+    r = cli("relu-stats", "--weights", folder, "--ids", ids, "--report", tmp_path / "r.html")
+    assert r.code == 2 and "not a safetensors file" in r.err  # the weights were bad
+    assert ids.read_text() == "1 2 3\n" and not (tmp_path / "r.html").exists()

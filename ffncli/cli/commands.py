@@ -60,12 +60,13 @@ def params(
     *, overrides: Overrides,
 ) -> None:
     """Count parameters, FLOPs per token, weight memory and KV cache: FFN, attention, norms."""
-    from ffncli.jobs.resolve import count_model, weights_of
+    from ffncli.jobs.resolve import count_model, report_target, weights_of
     from ffncli.present.params import emit_params
     from ffncli.present.report import save_params
 
+    target = report_target(report_path, ModelChoice(preset, config, weights, hub_model))
     result = count_model(preset, config, overrides, weights_of(weights, hub_model), batch)
-    save_params(report_path, result, preset, config, weights_of(weights, hub_model))
+    save_params(target, result)
     emit_params(result, as_json)
     if not result.matches:
         raise typer.Exit(ExitCode.CHECK_FAILED)
@@ -183,11 +184,12 @@ def relu_stats_cmd(
                            target_sparsity=target_sparsity, as_json=as_json)
         return
     from ffncli.analysis.sparsity import relu_stats
-    from ffncli.jobs.resolve import load_model, load_tokens
+    from ffncli.jobs.resolve import load_model, load_tokens, report_target
     from ffncli.present.console import Bar
     from ffncli.present.report import save_stats
     from ffncli.present.stats import emit_stats
 
+    target = report_target(report_path, model, tokens)
     loaded = load_model(model, overrides)
     inputs = load_tokens(tokens, loaded.engine.d_model)
     with Bar(enabled=not as_json) as bar:
@@ -195,7 +197,7 @@ def relu_stats_cmd(
         result = relu_stats(loaded.engine, inputs, threshold=threshold,
                             target_sparsity=target_sparsity,
                             allow_nonfinite=tokens.allow_nonfinite, progress=bar.update)
-    save_stats(report_path, result, model, tokens)
+    save_stats(target, result)
     emit_stats(result, as_json)
 
 
@@ -204,12 +206,13 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
                      report_path: Path | None, as_json: bool) -> None:
     """``relu-stats --text/--ids``: every selected layer's statistics on its real input."""
     from ffncli.jobs.choices import parse_layers
-    from ffncli.jobs.resolve import command_inputs, open_text
+    from ffncli.jobs.resolve import open_text, report_target
     from ffncli.jobs.sweep import sweep
     from ffncli.present.console import Bar
     from ffncli.present.report import save_sweep
     from ffncli.present.stats import emit_sweep, sweep_json
 
+    target = report_target(report_path, model, text=text)
     forward, sequences = open_text(model, text, overrides)
     with forward:
         layers = parse_layers(model.layer, forward.n_layers)
@@ -217,8 +220,7 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
             bar.start(sequences.tokens * (layers[-1] + 1))
             result = sweep(forward, sequences, layers, threshold=threshold,
                            target_sparsity=target_sparsity, progress=bar.update)
-    save_sweep(report_path, sweep_json(result), command_inputs(
-        model.preset, model.config, forward.weights, text=text.text, ids=text.ids))
+    save_sweep(target, sweep_json(result))
     emit_sweep(result, as_json)
 
 

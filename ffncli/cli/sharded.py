@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ffncli.errors import InputError
 from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice
-from ffncli.jobs.resolve import command_inputs
+from ffncli.jobs.resolve import report_target
 from ffncli.jobs.shards.drivers import capture_shards, relu_stats_shards, run_shards, sweep_shards
 from ffncli.jobs.shards.inputs import shard_paths
 from ffncli.jobs.shards.pool import connect
@@ -60,13 +60,13 @@ def sweep_command(model: ModelChoice, text: TextChoice, overrides: Overrides,
                   target_sparsity: float | None, report_path: Path | None,
                   as_json: bool) -> None:
     """``relu-stats --text/--ids`` over shards (a glob, a folder, a cluster)."""
+    target = report_target(report_path, model, text=text)
     _, model = _seen_from_workers(scale, Path(), model)  # --text/--ids are read here
     with connect(scale) as pool, Bar() as bar:
         out = sweep_shards(model, overrides, text, pool, threshold=threshold,
                            target_sparsity=target_sparsity, skip_bad=scale.skip_bad,
                            progress=bar)
-    save_sweep(report_path, sweep_json(out.result), command_inputs(
-        model.preset, model.config, model.weights, text=text.text, ids=text.ids))
+    save_sweep(target, sweep_json(out.result))
     emit_sharded_sweep(out, as_json)
 
 

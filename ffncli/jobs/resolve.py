@@ -258,7 +258,23 @@ def load_sequences(choice: TextChoice, model: Transformer, weights: Path) -> Seq
 
 
 # ---------------------------------------------------------------------------------------------
-# Writing a report: never over an input of the command, atomically.
+# Where a report goes: never over an input of the command, checked before any work.
+
+
+def report_target(path: Path | None, model: ModelChoice, tokens: TokenChoice | None = None,
+                  text: TextChoice | None = None) -> Path | None:
+    """Where ``--report`` goes (None: no report), refused in one line before any work if it
+    is one of the files the command reads, a folder or a device."""
+    if path is None:
+        return None
+    from ffncli.base.files import check_output_path
+
+    weights = weights_of(model.weights, model.hub_model)
+    inputs = command_inputs(model.preset, model.config, weights,
+                            tokens.input if tokens is not None else None,
+                            text=text.text if text is not None else None,
+                            ids=text.ids if text is not None else None)
+    return check_output_path(path, inputs, "--report")
 
 
 def command_inputs(preset: str | None = None, config: Path | None = None,

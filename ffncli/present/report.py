@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.base.files import check_output_path, write_text_atomically
+from ffncli.base.files import write_text_atomically
 
 if TYPE_CHECKING:
     from ffncli.analysis.sparsity import SparsityResult
     from ffncli.counting.results import FileOnlyResult, ParamsResult
-    from ffncli.jobs.choices import ModelChoice, TokenChoice
-from ffncli.jobs.resolve import command_inputs
 from ffncli.present.svg import (
     PALETTE,
     Cell,
@@ -377,38 +375,27 @@ def _flops(doc: dict[str, Any]) -> str:
 
 
 
-def write_report(path: Path, text: str, inputs: Iterable[tuple[str, Path | None]]) -> None:
-    """Write a report to ``path`` atomically, refused (one ``error:`` line) over an input."""
-    write_text_atomically(check_output_path(path, inputs, OPTION), text, OPTION)
+def save_stats(target: Path | None, result: SparsityResult) -> None:
+    """``relu-stats --report``: the page of the ``--json`` document, written atomically to the
+    target the job checked before its work (nothing when None)."""
+    if target is not None:
+        from ffncli.present.stats import stats_json
+
+        write_text_atomically(target, stats_report(stats_json(result)), OPTION)
 
 
-def save_stats(path: Path | None, result: SparsityResult, model: ModelChoice,
-               tokens: TokenChoice) -> None:
-    """``relu-stats --report``: the report of the ``--json`` document (nothing when None)."""
-    if path is None:
-        return
-    from ffncli.jobs.resolve import weights_of
-    from ffncli.present.stats import stats_json
-
-    weights = weights_of(model.weights, model.hub_model)
-    write_report(path, stats_report(stats_json(result)),
-                 command_inputs(model.preset, model.config, weights, tokens.input))
+def save_sweep(target: Path | None, doc: dict[str, Any]) -> None:
+    """``relu-stats --text --report``: the page of the sweep document."""
+    if target is not None:
+        write_text_atomically(target, sweep_report(doc), OPTION)
 
 
-def save_sweep(path: Path | None, doc: dict[str, Any],
-               inputs: Iterable[tuple[str, Path | None]]) -> None:
-    """``relu-stats --layer all --report``: the report of the sweep document."""
-    if path is not None:
-        write_report(path, sweep_report(doc), inputs)
-
-
-def save_params(path: Path | None, result: ParamsResult | FileOnlyResult, preset: str | None,
-                config: Path | None, weights: Path | None) -> None:
-    """``params --report``: the report of the ``--json`` document (nothing when None)."""
-    if path is None:
+def save_params(target: Path | None, result: ParamsResult | FileOnlyResult) -> None:
+    """``params --report``: the page of the ``--json`` document."""
+    if target is None:
         return
     from ffncli.counting.results import FileOnlyResult
     from ffncli.present.params import file_only_json, params_json
 
     doc = file_only_json(result) if isinstance(result, FileOnlyResult) else params_json(result)
-    write_report(path, params_report(doc), command_inputs(preset, config, weights))
+    write_text_atomically(target, params_report(doc), OPTION)
