@@ -30,12 +30,14 @@ class ModelChoice:
     max_memory: str | None = None
 
     def index(self) -> int:
-        """The one layer ``--layer`` names (default 0)."""
+        """The one layer ``--layer`` names (default 0): ``N`` of :func:`parse_layers`."""
         if self.layer is None:
             return 0
         text = self.layer.strip()
-        number = int(text) if text.lstrip("-").isdigit() and len(text) < 20 else self.layer
-        return whole("option --layer", number, 0)
+        number = layer_number(text.removeprefix("-"))  # -1 is refused as the number it is
+        if number is not None and text.startswith("-"):
+            number = -number
+        return whole("option --layer", self.layer if number is None else number, 0)
 
 
 @dataclass(frozen=True)
@@ -73,18 +75,25 @@ def parse_layers(text: str | None, n_layers: int) -> tuple[int, ...]:
     if text is None or text == "all":
         return tuple(range(n_layers))
     first, dash, last = text.partition("-")
-    try:  # ASCII digits only: str.isdigit() also takes '٣' and '１'
-        a = int(first) if first.isascii() and first.isdigit() else -1
-        b = (int(last) if last.isascii() and last.isdigit() else -1) if dash else a
-    except ValueError:  # digits beyond int()'s limit
-        a = b = -1
-    if a < 0 or b < 0:
+    a = layer_number(first)
+    b = layer_number(last) if dash else a
+    if a is None or b is None:
         raise fail("option --layer", "a layer N, a range A-B or all", text)
     if a > b:
         raise InputError(f"option --layer: the range {text} runs backwards; write {b}-{a}")
     if b >= n_layers:
         raise fail("option --layer", f"layers of 0-{n_layers - 1}", text)
     return tuple(range(a, b + 1))
+
+
+def layer_number(text: str) -> int | None:
+    """A layer's number, ASCII digits only (``str.isdigit`` also takes '٣' and '１'), or None
+    (digits beyond int()'s limit too)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
+        return None
+    return int(text)
+
+
 _GLOB_MAGIC = ("*", "?", "[")
 
 
