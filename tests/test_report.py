@@ -171,7 +171,7 @@ def test_a_wrong_number_is_caught():
     assert _equal("12.3%", doc["share"]) and not _equal("12.4%", doc["share"])
     assert _equal("0.1234", doc["share"]) and not _equal("0.1236", doc["share"])
     assert _source(doc, "len(names)") == 1 and _source(doc, "n / n") == 1.0
-    page = svg._page("t", [], [svg._table(("a",), [[svg.Cell("1,235", "n")]], "x")])
+    page = svg.page("t", [], [svg.number_table(("a",), [[svg.Cell("1,235", "n")]], "x")])
     with pytest.raises(AssertionError):
         check_report(page, doc)
 

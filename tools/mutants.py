@@ -56,11 +56,11 @@ class Mutant:
 M = Mutant
 MUTANTS: list[Mutant] = [
     # ---- ffn.py: activations ----------------------------------------------------------------
-    M("ffn.py", "(1 + erf(x * _INV_SQRT2))", "(1 + erf(x))", "gelu: erf(x), not erf(x/sqrt 2)"),
+    M("ffn.py", "(1 + erf(x * INV_SQRT2))", "(1 + erf(x))", "gelu: erf(x), not erf(x/sqrt 2)"),
     M("ffn.py", "(x + 0.044715 * x * x * x)", "(x + 0.04715 * x * x * x)",
       "gelu_tanh: 0.044715 mistyped"),
-    M("ffn.py", "_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)",
-      "_SQRT_2_OVER_PI = math.sqrt(2.0) / math.pi", "sqrt(2/pi) as sqrt(2)/pi"),
+    M("ffn.py", "SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)",
+      "SQRT_2_OVER_PI = math.sqrt(2.0) / math.pi", "sqrt(2/pi) as sqrt(2)/pi"),
     M("ffn.py", "return 1 / (1 + np.exp(-x))", "return 1 / (1 + np.exp(x))",
       "sigmoid: exp(x) for exp(-x)"),
     M("ffn.py", "return x * sigmoid(beta * x)", "return x * sigmoid(x)", "swish ignores beta"),
@@ -69,7 +69,7 @@ MUTANTS: list[Mutant] = [
     M("ffn.py", "_erf_chebyshev()), x)", "_erf_chebyshev()), 1.0)",
       "erf: odd symmetry lost (copysign of 1)"),
     M("ffn.py", "copy=False)), 6.0)", "copy=False)), 4.0)", "erf: clamped at 4, not 6"),
-    M("ffn.py", "_AS_P = 0.3275911", "_AS_P = 0.3257911", "A&S 7.1.26: p mistyped"),
+    M("ffn.py", "AS_P = 0.3275911", "AS_P = 0.3257911", "A&S 7.1.26: p mistyped"),
     M("ffn.py", "-0.284496736", "0.284496736", "A&S 7.1.26: a2 sign lost"),
     # ---- ffn.py: the plain formulas ---------------------------------------------------------
     M("ffn.py", "        y += b", "        pass  # y += b", "_affine: bias not added"),
@@ -101,8 +101,8 @@ MUTANTS: list[Mutant] = [
     M("ffn.py", "out[rows] += gate[rows, slot, None]", "out[rows] += gate[rows, 0, None]",
       "moe_ffn: every expert weighted by the first slot's gate"),
     # ---- engine.py: in-place activations ------------------------------------------------------
-    M("engine.py", "np.multiply(u, -2 * 0.044715 * _SQRT_2_OVER_PI, out=u)",
-      "np.multiply(u, -0.044715 * _SQRT_2_OVER_PI, out=u)", "in-place gelu_tanh: -2z loses 2"),
+    M("engine.py", "np.multiply(u, -2 * 0.044715 * SQRT_2_OVER_PI, out=u)",
+      "np.multiply(u, -0.044715 * SQRT_2_OVER_PI, out=u)", "in-place gelu_tanh: -2z loses 2"),
     M("engine.py", "np.multiply(ax, -0.5, out=t)", "np.multiply(ax, -1.0, out=t)",
       "in-place gelu: exp(-x^2), not exp(-x^2/2)"),
     M("engine.py", "np.multiply(h, -beta, out=e)", "np.multiply(h, -1.0, out=e)",

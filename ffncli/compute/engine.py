@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ffncli.compute.ffn import (
-    _AS_A,
-    _AS_K,
-    _SQRT_2_OVER_PI,
+    AS_A,
+    AS_K,
+    SQRT_2_OVER_PI,
     Activation,
     Array,
     ExpertWeights,
@@ -72,8 +72,8 @@ def _gelu_tanh_(h: Array, s: list[Array], beta: float) -> None:
     """0.5 x (1 + tanh(z)) computed as x / (1 + exp(-2 z)): one exp instead of a slower tanh."""
     u = s[0]
     np.multiply(h, h, out=u)  # x^2, never x**3
-    np.multiply(u, -2 * 0.044715 * _SQRT_2_OVER_PI, out=u)
-    np.add(u, -2 * _SQRT_2_OVER_PI, out=u)
+    np.multiply(u, -2 * 0.044715 * SQRT_2_OVER_PI, out=u)
+    np.add(u, -2 * SQRT_2_OVER_PI, out=u)
     np.multiply(u, h, out=u)  # -2 z = -2 sqrt(2/pi) (x + 0.044715 x^3)
     with np.errstate(over="ignore"):
         np.exp(u, out=u)
@@ -88,10 +88,10 @@ def _gelu_(h: Array, s: list[Array], beta: float) -> None:
         return
     ax, t, acc = s
     np.abs(h, out=ax)
-    np.add(ax, 1 / _AS_K, out=t)
-    np.divide(1 / _AS_K, t, out=t)  # t = 1 / (1 + k |x|) = (1/k) / (1/k + |x|): two passes
-    np.multiply(t, 0.5 * _AS_A[4], out=acc)
-    for coef in _AS_A[3::-1]:  # Horner: acc = t P(t) / 2
+    np.add(ax, 1 / AS_K, out=t)
+    np.divide(1 / AS_K, t, out=t)  # t = 1 / (1 + k |x|) = (1/k) / (1/k + |x|): two passes
+    np.multiply(t, 0.5 * AS_A[4], out=acc)
+    for coef in AS_A[3::-1]:  # Horner: acc = t P(t) / 2
         np.add(acc, 0.5 * coef, out=acc)
         np.multiply(acc, t, out=acc)
     np.multiply(ax, -0.5, out=t)  # t no longer needed

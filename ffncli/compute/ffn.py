@@ -16,8 +16,8 @@ Array = np.ndarray
 # ---------------------------------------------------------------------------------------------
 # Activations: the plain formulas.
 
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
 def relu(x: Array) -> Array:
@@ -26,12 +26,12 @@ def relu(x: Array) -> Array:
 
 def gelu(x: Array) -> Array:
     """Exact GELU: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))."""
-    return 0.5 * x * (1 + erf(x * _INV_SQRT2))
+    return 0.5 * x * (1 + erf(x * INV_SQRT2))
 
 
 def gelu_tanh(x: Array) -> Array:
     """GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
 
 
 def sigmoid(x: Array) -> Array:
@@ -87,9 +87,9 @@ def as_activation(act: Activation | str) -> Activation:
 # Abramowitz & Stegun 7.1.26 in place (|error| <= 1.5e-7 in exact arithmetic, ~5e-7 evaluated
 # in float32), which is about three times cheaper.
 
-_AS_P = 0.3275911
-_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-_AS_K = _AS_P * _INV_SQRT2  # t = 1 / (1 + p z) with z = |x| / sqrt 2
+AS_P = 0.3275911
+AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+AS_K = AS_P * INV_SQRT2  # t = 1 / (1 + p z) with z = |x| / sqrt 2
 
 
 @functools.cache

@@ -12,7 +12,7 @@ from ffncli.compute.ffn import DenseWeights, ExpertWeights, GatedWeights, MoEWei
 from ffncli.compute.memory import check_budget
 from ffncli.errors import WeightsError
 from ffncli.formats.npz import npz_members, open_zip
-from ffncli.formats.quantised import _runnable
+from ffncli.formats.quantised import runnable
 from ffncli.formats.tensors import GgufTensors, Tensors, open_tensors
 from ffncli.specs.archs import (
     GGUF_FFN,
@@ -239,7 +239,7 @@ def _checkpoint_layout(tensors: Tensors, spec: ModelSpec) -> Layout:
     layout = ffn_layout(spec)
     linears = tensors.quantised_linears().values()
     if linears:
-        refused = sorted({lin.scheme for lin in linears if not _runnable(lin)})
+        refused = sorted({lin.scheme for lin in linears if not runnable(lin)})
         if refused or layout is None or layout.router is not None or layout.gate_up is not None:
             schemes = ", ".join(refused or sorted({lin.scheme for lin in linears}))
             raise WeightsError(f"{tensors.path}: {schemes} quantised weights are not "

@@ -30,7 +30,7 @@ _MAX_DIM = 2**63 - 1
 _KEYS = ("descr", "fortran_order", "shape")
 
 
-def _excerpt(text: str, limit: int = 60) -> str:
+def excerpt(text: str, limit: int = 60) -> str:
     text = text.strip()
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
@@ -96,15 +96,15 @@ def read_npy_header(f: IO[bytes], size: int, source: str, error: type[FfnError],
     header = _literal(decoded)
     if not isinstance(header, dict) or set(header) != set(_KEYS):
         raise error(f"{source}: .npy header: expected a dict of 'descr', 'fortran_order' and "
-                    f"'shape', got {_excerpt(decoded)}")
+                    f"'shape', got {excerpt(decoded)}")
     shape, fortran = header["shape"], header["fortran_order"]
     if not (isinstance(shape, tuple) and len(shape) <= NPY_MAX_DIMS
             and all(type(n) is int and 0 <= n <= _MAX_DIM for n in shape)):
         raise error(f"{source}: .npy header: 'shape': expected a tuple of at most "
-                    f"{NPY_MAX_DIMS} integers from 0 to 2**63 - 1, got {_excerpt(repr(shape))}")
+                    f"{NPY_MAX_DIMS} integers from 0 to 2**63 - 1, got {excerpt(repr(shape))}")
     if type(fortran) is not bool:
         raise error(f"{source}: .npy header: 'fortran_order': expected True or False, got "
-                    f"{_excerpt(repr(fortran))}")
+                    f"{excerpt(repr(fortran))}")
     return NpyHeader(shape, _dtype(header["descr"], source, error), fortran, offset)
 
 
@@ -132,7 +132,7 @@ def _dtype(descr: object, source: str, error: type[FfnError]) -> np.dtype:
                     RecursionError):  # what numpy's parser raises on a malformed value
                 pass
     raise error(f"{source}: .npy header: 'descr': expected a dtype such as '<f4', got "
-                f"{_excerpt(repr(descr))}")
+                f"{excerpt(repr(descr))}")
 
 
 # ---------------------------------------------------------------------------------------------

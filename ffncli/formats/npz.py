@@ -15,22 +15,22 @@ import numpy as np
 from ffncli.errors import WeightsError
 from ffncli.formats.npy import NpyHeader, read_npy_header
 
-_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError,
+ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError,
                OSError, NotImplementedError, RuntimeError)  # what zipfile raises on bad data
 
 
 @contextlib.contextmanager
-def _zip_errors(label: str) -> Iterator[None]:
+def zip_errors(label: str) -> Iterator[None]:
     """zipfile's errors on a damaged archive (a bad CRC, a cut deflate stream, an unknown
     compression, a bad UTF-8 name) as one WeightsError line."""
     try:
         yield
-    except _ZIP_ERRORS as exc:
+    except ZIP_ERRORS as exc:
         why = str(exc) or type(exc).__name__
         raise WeightsError(f"{label}: cannot unzip it ({why})") from None
 
 
-class _NpzMember:
+class NpzMember:
     """One .npy array of an .npz archive: its header is checked on opening, its data is read
     only when it is converted (``np.asarray``). ``checked`` compares the header's shape and
     dtype with the spec first, so a member claiming a huge array (a zip bomb) is refused
@@ -38,7 +38,7 @@ class _NpzMember:
 
     def __init__(self, archive: zipfile.ZipFile, info: zipfile.ZipInfo, label: str) -> None:
         self.archive, self.info, self.label = archive, info, label
-        with _zip_errors(label), archive.open(info) as stream:
+        with zip_errors(label), archive.open(info) as stream:
             header = read_npy_header(stream, info.file_size, label, WeightsError, "member")
         if header.dtype.hasobject:
             raise WeightsError(f"{label} holds Python objects; refusing to unpickle it")
@@ -50,7 +50,7 @@ class _NpzMember:
         h = self.header
         raw = np.empty(h.nbytes, dtype=np.uint8)
         view, done = raw.data, 0
-        with _zip_errors(self.label), self.archive.open(self.info) as stream:
+        with zip_errors(self.label), self.archive.open(self.info) as stream:
             assert isinstance(stream, zipfile.ZipExtFile)  # what ZipFile.open reads through
             stream.read(h.offset)  # the header, checked in __init__
             while done < h.nbytes:
@@ -71,12 +71,12 @@ def open_zip(path: Path, f: BinaryIO) -> zipfile.ZipFile:
     f.seek(0)
     try:
         return zipfile.ZipFile(f)
-    except _ZIP_ERRORS as exc:
+    except ZIP_ERRORS as exc:
         raise WeightsError(f"{path}: the .npz archive is cut short or damaged ({exc})") \
             from None
 
 
-def npz_members(path: Path, archive: zipfile.ZipFile) -> dict[str, _NpzMember]:
+def npz_members(path: Path, archive: zipfile.ZipFile) -> dict[str, NpzMember]:
     """The archive's arrays by name (``w1`` for member ``w1.npy``), every member checked:
     named ``<name>.npy``, once, not encrypted, a .npy header whose promise matches the
     member's size."""
@@ -86,12 +86,12 @@ def npz_members(path: Path, archive: zipfile.ZipFile) -> dict[str, _NpzMember]:
     name, times = Counter(info.filename for info in infos).most_common(1)[0]
     if times > 1:
         raise WeightsError(f"{path}: member '{name}' appears {times} times in the archive")
-    members: dict[str, _NpzMember] = {}
+    members: dict[str, NpzMember] = {}
     for info in infos:
         label = f"{path}: member '{info.filename}'"
         if not info.filename.endswith(".npy"):
             raise WeightsError(f"{label}: expected only <name>.npy arrays in an .npz archive")
         if info.flag_bits & 0x1:
             raise WeightsError(f"{label} is encrypted")
-        members[info.filename[:-4]] = _NpzMember(archive, info, label)
+        members[info.filename[:-4]] = NpzMember(archive, info, label)
     return members

@@ -104,7 +104,7 @@ def quantised_linears(header: Header) -> tuple[_Linear, ...]:
 _AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)  # AWQ packs the 8 columns as 0 2 4 6 1 3 5 7
 
 
-def _runnable(lin: _Linear) -> bool:
+def runnable(lin: _Linear) -> bool:
     return (lin.scheme.startswith("GPTQ") and lin.bits in (2, 4, 8)) or lin.scheme == "AWQ 4-bit"
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from ffncli.base.files import check_file, open_file
 from ffncli.base.validate import whole
 from ffncli.errors import InputError
-from ffncli.formats.npy import NpyHeader, _excerpt, read_npy_header
+from ffncli.formats.npy import NpyHeader, excerpt, read_npy_header
 
 IN_MEMORY_BYTES = 64 * 2**20  # inputs up to this size are read whole
 TEXT_MAX_BYTES = 64 * 2**20  # .txt/.csv are parsed whole: up to 4x this as float64 ("0 ")
@@ -130,14 +130,14 @@ class TokenInput:
         return out
 
 
-def _check_dtype(path: Path, dtype: np.dtype) -> None:
+def check_dtype(path: Path, dtype: np.dtype) -> None:
     if dtype.kind not in "fiu":
         what = {"O": "Python objects", "U": "strings", "S": "bytes", "c": "complex numbers",
                 "b": "booleans", "V": "structured records"}.get(dtype.kind, str(dtype))
         raise InputError(f"{path}: expected real numbers, got an array of {what} ({dtype})")
 
 
-def _check_shape(path: Path, shape: tuple[int, ...], d_model: int) -> None:
+def check_shape(path: Path, shape: tuple[int, ...], d_model: int) -> None:
     if len(shape) not in (1, 2, 3):
         raise InputError(f"{path}: expected 1-D (one token), 2-D (tokens x d_model) or 3-D "
                          f"(batch x seq x d_model), got {len(shape)}-D {shape}")
@@ -158,8 +158,8 @@ def open_input(path: Path, d_model: int) -> TokenInput:
     with open_file(path, "input file", InputError) as f:
         size = os.fstat(f.fileno()).st_size
         header = read_npy_header(f, size, str(path), InputError)
-        _check_dtype(path, header.dtype)
-        _check_shape(path, header.shape, d_model)
+        check_dtype(path, header.dtype)
+        check_shape(path, header.shape, d_model)
         header.check_size(size, str(path), InputError)
         token = TokenInput(path, header.shape, header.dtype, offset=header.offset,
                            fortran=header.fortran)
@@ -196,11 +196,11 @@ def _open_text(path: Path, d_model: int) -> TokenInput:
             raise InputError(f"{path}: not a UTF-8 text file") from None
         except ValueError as exc:
             raise InputError(f"{path}: not a table of numbers, one token per row "
-                             f"({_excerpt(str(exc), 200)})") from None
+                             f"({excerpt(str(exc), 200)})") from None
     shape = tuple(array.shape)
     if array.size == 0:
         raise InputError(f"{path}: the file has no numbers")
-    _check_shape(path, shape, d_model)
+    check_shape(path, shape, d_model)
     return TokenInput(path, shape, array.dtype, data=array)
 
 

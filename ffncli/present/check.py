@@ -8,7 +8,7 @@ if TYPE_CHECKING:  # the result types: their modules import NumPy, which params 
 
 
     from ffncli.analysis.properties import CheckReport
-from ffncli.present.console import Text, _table, console, emit_json
+from ffncli.present.console import Text, console, emit_json, new_table
 
 
 def emit_check(report: CheckReport, as_json: bool) -> None:
@@ -39,7 +39,7 @@ def print_check(report: CheckReport) -> None:
     out = console()
     out.print(Text(f"permute-check {report.target}: {report.tokens:,} tokens of d_model "
                    f"{report.d_model}, {report.dtype}"))
-    table = _table("properties", ("property", "result", "trials", "max abs", "max rel",
+    table = new_table("properties", ("property", "result", "trials", "max abs", "max rel",
                                   "worst token", "bit-identical"))
     for p in report.properties:
         table.add_row(p.name, "PASS" if p.passed else "FAIL", str(p.trials), f"{p.max_abs:.3g}",

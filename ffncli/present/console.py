@@ -98,15 +98,15 @@ class Bar(Progress):
         self._bar.update(self._task, advance=1, rate=f"{rate:,.0f} tokens/s")
 
 
-def _n(value: int) -> str:
+def commas(value: int) -> str:
     return f"{value:,}"
 
 
-def _pct(share: float) -> str:
+def pct(share: float) -> str:
     return f"{share:.1%}"
 
 
-def _table(title: str, columns: Iterable[str]) -> Table:
+def new_table(title: str, columns: Iterable[str]) -> Table:
     from rich.table import Table
 
     table = Table(title=Text(title), title_justify="left", show_edge=False, pad_edge=False,
@@ -151,26 +151,26 @@ def _bar_room(out: Console, table: Table) -> int:
     return room if room >= BAR_MIN else 0
 
 
-def _bar_table(out: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+def bar_table(out: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
                shares: Sequence[float | None], *, after: int | None = None,
                track: bool = False, heading: str = "") -> Table:
     """A table of ``rows`` with a bar column of ``shares`` after column ``after`` (default
     the last), as wide as the console leaves room for; without it when there is none."""
-    table = _table(title, columns)
+    table = new_table(title, columns)
     for row in rows:
         table.add_row(*row)
     width = _bar_room(out, table)
     if not width:
         return table
     at = len(columns) if after is None else after + 1
-    table = _table(title, [*columns[:at], heading, *columns[at:]])
+    table = new_table(title, [*columns[:at], heading, *columns[at:]])
     table.columns[at].justify = "left"
     for row, share in zip(rows, shares, strict=True):
         table.add_row(*row[:at], _bar_text(share, width, track), *row[at:])
     return table
 
 
-def _share_bar_line(out: Console, indent: int, share: float) -> None:
+def share_bar_line(out: Console, indent: int, share: float) -> None:
     """A share printed on the line above, drawn under it with its 100% track."""
     width = min(BAR_MAX, out.width - indent)
     if width >= BAR_MIN:

@@ -15,13 +15,13 @@ if TYPE_CHECKING:  # the result types: their modules import NumPy, which params 
     from rich.console import Console
 from ffncli.present.console import (
     Text,
-    _bar_table,
-    _n,
-    _pct,
-    _share_bar_line,
-    _table,
+    bar_table,
+    commas,
     console,
     emit_json,
+    new_table,
+    pct,
+    share_bar_line,
 )
 
 # One function a command: its result as one JSON document, or as tables for people.
@@ -126,39 +126,39 @@ def print_params(result: ParamsResult) -> None:
     out.print(Text(f"{spec.name}: d_model {spec.d_model}, d_ff {ffn.d_ff}, {ffn.label}{moe}"))
     for layer in c.layers:
         out.print()
-        table = _table(_layer_title(layer), ("part", "shape", "params"))
+        table = new_table(_layer_title(layer), ("part", "shape", "params"))
         for row in layer.ffn_rows:
-            table.add_row(Text(f"FFN {row.name}"), row.shape, _n(row.params))
+            table.add_row(Text(f"FFN {row.name}"), row.shape, commas(row.params))
         for row in layer.attention_rows:
-            table.add_row(Text(f"attention {row.name}"), row.shape, _n(row.params))
+            table.add_row(Text(f"attention {row.name}"), row.shape, commas(row.params))
         if layer.norm:
-            table.add_row("norms", "", _n(layer.norm))
+            table.add_row("norms", "", commas(layer.norm))
         out.print(table)
         label = f"{layer.kind} layer total:" if layer.kind != "ffn" else "FFN total:"
-        lines = [("FFN weights per layer:", _n(layer.ffn))]
+        lines = [("FFN weights per layer:", commas(layer.ffn))]
         if layer.ffn_active != layer.ffn:
-            lines.append(("active per token:", _n(layer.ffn_active)))
-        lines += [(label, _n(layer.total)), ("share in the FFN:", _pct(layer.ffn_share))]
+            lines.append(("active per token:", commas(layer.ffn_active)))
+        lines += [(label, commas(layer.total)), ("share in the FFN:", pct(layer.ffn_share))]
         shares = {"share in the FFN:": layer.ffn_share}
         if layer.ffn_active != layer.ffn:
-            lines.append(("active share in the FFN:", _pct(layer.ffn_active_share)))
+            lines.append(("active share in the FFN:", pct(layer.ffn_active_share)))
             shares["active share in the FFN:"] = layer.ffn_active_share
         width = max(len(name) for name, _ in lines) + 1
         for name, value in lines:
             out.print(f"{name:<{width}}{value}")
             if name in shares and layer.kind != "ffn":  # an FFN-only spec: always 100%
-                _share_bar_line(out, width, shares[name])
+                share_bar_line(out, width, shares[name])
     if not spec.ffn_only:
         out.print()
-        table = _table("whole model", ("part", "shape", "params"))
+        table = new_table("whole model", ("part", "shape", "params"))
         for layer in c.layers:
             table.add_row(f"{layer.count} {layer.kind} layers", f"{layer.count} x "
-                          f"{_n(layer.total)}", _n(layer.count * layer.total))
+                          f"{commas(layer.total)}", commas(layer.count * layer.total))
         for row in c.other_rows:
-            table.add_row(Text(row.name), row.shape, _n(row.params))
-        table.add_row("total", "", _n(c.total))
+            table.add_row(Text(row.name), row.shape, commas(row.params))
+        table.add_row("total", "", commas(c.total))
         if c.active != c.total:
-            table.add_row("active per token", "", _n(c.active))
+            table.add_row("active per token", "", commas(c.active))
         out.print(table)
         _print_parts(out, c)
     _print_flops(out, c)
@@ -178,8 +178,8 @@ def _print_parts(out: Console, c: ModelCount) -> None:
     """The whole model's parameters by part, each with its share of the total."""
     out.print()
     parts = [(name, c.groups[key]) for key, name in PARTS.items() if c.groups.get(key)]
-    rows = [(name, _n(params), _pct(params / c.total)) for name, params in parts]
-    out.print(_bar_table(out, "parameters by part", ("part", "params", "share"), rows,
+    rows = [(name, commas(params), pct(params / c.total)) for name, params in parts]
+    out.print(bar_table(out, "parameters by part", ("part", "params", "share"), rows,
                          [params / c.total for _, params in parts], track=True))
 
 
@@ -189,16 +189,16 @@ def _print_flops(out: Console, c: ModelCount) -> None:
     shares: list[float | None] = []
     for layer in c.layers:
         f = layer.flops
-        rows.append((f"{layer.kind}", _n(f.ffn), _n(f.attention_projections),
-                     _n(f.attention_scores), _n(f.total), _pct(f.ffn_share)))
+        rows.append((f"{layer.kind}", commas(f.ffn), commas(f.attention_projections),
+                     commas(f.attention_scores), commas(f.total), pct(f.ffn_share)))
         shares.append(f.ffn_share)
     if c.head_flops:
-        rows.append(("output head", "", "", "", _n(c.head_flops), ""))
+        rows.append(("output head", "", "", "", commas(c.head_flops), ""))
         shares.append(None)
-    rows.append(("whole model", _n(c.flops_ffn), "", "", _n(c.flops_total),
-                 _pct(c.flops_ffn_share)))
+    rows.append(("whole model", commas(c.flops_ffn), "", "", commas(c.flops_total),
+                 pct(c.flops_ffn_share)))
     shares.append(c.flops_ffn_share)
-    out.print(_bar_table(out, f"FLOPs per token (2 per multiply-add) at seq_len "
+    out.print(bar_table(out, f"FLOPs per token (2 per multiply-add) at seq_len "
                          f"{c.spec.seq_len}", ("layer", "FFN", "attn proj", "attn scores",
                                                "total", "FFN share"), rows, shares, track=True))
 
@@ -206,9 +206,9 @@ def _print_flops(out: Console, c: ModelCount) -> None:
 def _print_memory(out: Console, c: ModelCount) -> None:
     out.print()
     note = " (all experts, not only the active ones)" if c.spec.ffn.is_moe else ""
-    table = _table(f"weight memory{note}", ("dtype", "bytes", "GiB"))
+    table = new_table(f"weight memory{note}", ("dtype", "bytes", "GiB"))
     for dtype, size in c.weight_bytes().items():
-        table.add_row(dtype, _n(size), f"{size / 2**30:,.2f}")
+        table.add_row(dtype, commas(size), f"{size / 2**30:,.2f}")
     out.print(table)
 
 
@@ -217,13 +217,13 @@ def _print_file(out: Console, result: ParamsResult) -> None:
     out.print()
     spec_groups = result.count.groups
     out.print(Text(f"weights: {result.weights_path}"))
-    table = _table("header count vs spec", ("group", "spec", "file", ""))
+    table = new_table("header count vs spec", ("group", "spec", "file", ""))
     for group in GROUPS:
         s, f = spec_groups.get(group, 0), result.file.groups[group]
         if s or f:
-            table.add_row(group, _n(s), _n(f), "ok" if s == f else
+            table.add_row(group, commas(s), commas(f), "ok" if s == f else
                           "task head" if result.task_head(group) else "DIFFERS")
-    table.add_row("total", _n(result.count.total), _n(result.file.total),
+    table.add_row("total", commas(result.count.total), commas(result.file.total),
                   "ok" if result.matches else "DIFFERS")
     out.print(table)
     for name in result.file.unplaced:
@@ -254,12 +254,12 @@ def print_kv(out: Console, kv: KvCache) -> None:
     if kv.kind == "none":
         out.print("KV cache: none (no decoder layers)")
         return
-    table = _table(f"KV cache ({_KV_KINDS[kv.kind]}; {kv.layers} layers, "
+    table = new_table(f"KV cache ({_KV_KINDS[kv.kind]}; {kv.layers} layers, "
                    f"{kv.elements_per_token:,} values per token)",
                    ("cache dtype", "bytes per token", f"x {kv.seq_len:,} x {kv.batch:,}", "GiB"))
     total = kv.bytes()
     for dtype, size in kv.bytes_per_token().items():
-        table.add_row(dtype, _n(size), _n(total[dtype]), f"{total[dtype] / 2**30:,.2f}")
+        table.add_row(dtype, commas(size), commas(total[dtype]), f"{total[dtype] / 2**30:,.2f}")
     out.print(table)
 
 
@@ -282,11 +282,11 @@ def print_file_only(result: FileOnlyResult) -> None:
     out.print(Text(f"weights: {result.weights_path}"))
     out.print(Text("counted from tensor names only; no config reader checked it "
                    f"({result.reason})"))
-    table = _table("header count by tensor names", ("group", "params"))
+    table = new_table("header count by tensor names", ("group", "params"))
     for group in GROUPS:
         if result.file.groups[group]:
-            table.add_row(group, _n(result.file.groups[group]))
-    table.add_row("total", _n(result.file.total))
+            table.add_row(group, commas(result.file.groups[group]))
+    table.add_row("total", commas(result.file.total))
     out.print(table)
     for name in result.file.unplaced:
         out.print(Text(f"unplaced tensor (counted as other): {name}"))
@@ -309,11 +309,11 @@ def print_stored(out: Console, file: FileCount) -> None:
     if not isinstance(file, QuantisedCount):
         return
     out.print()
-    table = _table(f"stored as ({file.scheme})", ("format", "params", "bytes", "bits/param"))
+    table = new_table(f"stored as ({file.scheme})", ("format", "params", "bytes", "bits/param"))
     for s in file.stored:
-        table.add_row(Text(s.kind), _n(s.params), _n(s.bytes),
+        table.add_row(Text(s.kind), commas(s.params), commas(s.bytes),
                       f"{8 * s.bytes / s.params:.2f}" if s.params else "")
-    table.add_row("total", _n(file.total), _n(file.stored_bytes),
+    table.add_row("total", commas(file.total), commas(file.stored_bytes),
                   f"{8 * file.stored_bytes / file.total:.2f}" if file.total else "")
     out.print(table)
 
@@ -327,10 +327,10 @@ def presets_json(rows: Sequence[PresetSummary]) -> dict[str, Any]:
 
 
 def print_presets(rows: Sequence[PresetSummary]) -> None:
-    table = _table("built-in presets", ("name", "family", "d_model", "d_ff", "activation",
+    table = new_table("built-in presets", ("name", "family", "d_model", "d_ff", "activation",
                                         "layers", "total"))
     for r in rows:
         layers = str(r.layers) if r.layers else "FFN only"
         table.add_row(Text(r.name), Text(r.family), str(r.d_model), str(r.d_ff),
-                      Text(r.activation), layers, _n(r.total_params))
+                      Text(r.activation), layers, commas(r.total_params))
     console().print(table)

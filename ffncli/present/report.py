@@ -14,18 +14,18 @@ if TYPE_CHECKING:
 from ffncli.present.svg import (
     PALETTE,
     Cell,
-    _columns,
-    _fixed,
-    _hbars,
-    _heatmap,
-    _int,
-    _layer_colours,
-    _lines,
-    _page,
-    _pct,
-    _section,
-    _stacked,
-    _table,
+    column_chart,
+    commas,
+    fixed,
+    hbars,
+    heatmap,
+    layer_colours,
+    line_chart,
+    number_table,
+    page,
+    percent,
+    section,
+    stacked_bars,
 )
 
 OPTION = "--report"
@@ -40,44 +40,44 @@ def stats_report(doc: dict[str, Any]) -> str:
     coverage curve, aggregated sparsity against tokens (per expert for a mixture)."""
     meta = [f"{doc['tokens']:,} tokens, d_ff {doc['d_ff']}, d_model {doc['d_model']}, "
             f"{doc['activation']}", str(doc["definition"])]
-    return _page("relu-stats", meta, _stats_sections(doc, ""))
+    return page("relu-stats", meta, _stats_sections(doc, ""))
 
 
 def _stats_sections(doc: dict[str, Any], at: str) -> list[str]:
     """The sections of one layer's statistics ``doc``, found at path ``at`` of the whole
     document (``""``, or ``layers.3.`` in a sweep)."""
     rows: list[list[Cell | str]] = [
-        ["tokens", Cell(_int(doc["tokens"]), f"{at}tokens")],
-        ["hidden units (d_ff)", Cell(_int(doc["d_ff"]), f"{at}d_ff")],
-        ["mean inactive fraction", Cell(_pct(doc["mean_inactive_fraction"], 2),
+        ["tokens", Cell(commas(doc["tokens"]), f"{at}tokens")],
+        ["hidden units (d_ff)", Cell(commas(doc["d_ff"]), f"{at}d_ff")],
+        ["mean inactive fraction", Cell(percent(doc["mean_inactive_fraction"], 2),
                                         f"{at}mean_inactive_fraction")],
         ["dead units (never active on these tokens)",
-         Cell(_int(len(doc["dead_units"])), f"len({at}dead_units)")],
+         Cell(commas(len(doc["dead_units"])), f"len({at}dead_units)")],
         ["units active for every token",
-         Cell(_int(len(doc["always_active_units"])), f"len({at}always_active_units)")],
-        ["W2 multiply-adds per token", Cell(_int(doc["w2_macs_per_token"]),
+         Cell(commas(len(doc["always_active_units"])), f"len({at}always_active_units)")],
+        ["W2 multiply-adds per token", Cell(commas(doc["w2_macs_per_token"]),
                                             f"{at}w2_macs_per_token")],
         ["of which skipped by leaving out inactive units",
          Cell(f"{doc['w2_macs_saved_per_token']:,.1f}", f"{at}w2_macs_saved_per_token")],
     ]
     if doc["experts"] > 1:
-        rows[1:1] = [["experts", Cell(_int(doc["experts"]), f"{at}experts")],
-                     ["experts per token", Cell(_int(doc["top_k"]), f"{at}top_k")]]
+        rows[1:1] = [["experts", Cell(commas(doc["experts"]), f"{at}experts")],
+                     ["experts per token", Cell(commas(doc["top_k"]), f"{at}top_k")]]
     if doc.get("threshold") is not None:
         rows.append(["threshold T (|act| <= T is inactive)",
                      Cell(f"{doc['threshold']:.6g}", f"{at}threshold")])
     ov = doc.get("overlap") or {}
     if ov.get("pairs"):
         rows += [
-            ["consecutive token pairs", Cell(_int(ov["pairs"]), f"{at}overlap.pairs")],
+            ["consecutive token pairs", Cell(commas(ov["pairs"]), f"{at}overlap.pairs")],
             ["their inactive sets: mean Jaccard index",
-             Cell(_fixed(ov["mean_jaccard"], 4), f"{at}overlap.mean_jaccard")],
-            ["standard deviation", Cell(_fixed(ov["std_jaccard"], 4), f"{at}overlap.std_jaccard")],
+             Cell(fixed(ov["mean_jaccard"], 4), f"{at}overlap.mean_jaccard")],
+            ["standard deviation", Cell(fixed(ov["std_jaccard"], 4), f"{at}overlap.std_jaccard")],
             ["mean units shared", Cell(f"{ov['mean_shared']:,.2f}", f"{at}overlap.mean_shared")],
             ["shared by two random sets of those sizes",
              Cell(f"{ov['mean_shared_by_chance']:,.2f}", f"{at}overlap.mean_shared_by_chance")],
         ]
-    sections = [_section("summary", _table(("statistic", "value"), rows, f"{at}summary"))]
+    sections = [section("summary", number_table(("statistic", "value"), rows, f"{at}summary"))]
     if doc["experts"] == 1:
         sections += [_histogram(doc, at), _coverage(doc, at), _aggregated(doc, at)]
     else:
@@ -89,77 +89,78 @@ def _stats_sections(doc: dict[str, Any], at: str) -> list[str]:
 
 def _histogram(doc: dict[str, Any], at: str) -> str:
     bins = doc["activity_histogram"]
-    chart = _hbars([(str(b["bin"]), b["units"], _int(b["units"])) for b in bins],
+    chart = hbars([(str(b["bin"]), b["units"], commas(b["units"])) for b in bins],
                    "units by the share of tokens they are active for")
-    table = _table(("active for", "units", "share of units"), [
+    table = number_table(("active for", "units", "share of units"), [
         [Cell(str(b["bin"]), f"{at}activity_histogram.{i}.bin"),
-         Cell(_int(b["units"]), f"{at}activity_histogram.{i}.units"),
-         Cell(_pct(b["units"] / doc["d_ff"]), f"{at}activity_histogram.{i}.units / {at}d_ff")]
+         Cell(commas(b["units"]), f"{at}activity_histogram.{i}.units"),
+         Cell(percent(b["units"] / doc["d_ff"]), f"{at}activity_histogram.{i}.units / {at}d_ff")]
         for i, b in enumerate(bins)], f"{at}activity_histogram")
-    return _section("activity histogram", chart, table,
+    return section("activity histogram", chart, table,
                     note="Hidden units by the share of tokens for which they are active.")
 
 
 def _coverage(doc: dict[str, Any], at: str) -> str:
     rows = doc["hot_unit_coverage"]
     points = [(0.0, 0.0)] + [(r["unit_share"], r["share"]) for r in rows] + [(1.0, 1.0)]
-    chart = _lines([("coverage", points, PALETTE[0])], "hot-unit coverage",
+    chart = line_chart([("coverage", points, PALETTE[0])], "hot-unit coverage",
                    "share of units, most active first", "share of activations",
-                   x_ticks=[(k / 5, _pct(k / 5, 0)) for k in range(6)])
-    table = _table(("share of activations", "units", "share of units"), [
-        [Cell(_pct(r["share"]), f"{at}hot_unit_coverage.{i}.share"),
-         Cell(_int(r["units"]), f"{at}hot_unit_coverage.{i}.units"),
-         Cell(_pct(r["unit_share"]), f"{at}hot_unit_coverage.{i}.unit_share")]
+                   x_ticks=[(k / 5, percent(k / 5, 0)) for k in range(6)])
+    table = number_table(("share of activations", "units", "share of units"), [
+        [Cell(percent(r["share"]), f"{at}hot_unit_coverage.{i}.share"),
+         Cell(commas(r["units"]), f"{at}hot_unit_coverage.{i}.units"),
+         Cell(percent(r["unit_share"]), f"{at}hot_unit_coverage.{i}.unit_share")]
         for i, r in enumerate(rows)], f"{at}hot_unit_coverage")
-    return _section("hot-unit coverage", chart, table,
+    return section("hot-unit coverage", chart, table,
                     note="The fewest units that carry a share of all activations (PowerInfer's "
                     "statistic); a diagonal would mean every unit is equally active.")
 
 
 def _token_ticks(tokens: Sequence[int]) -> list[tuple[float, str]]:
-    return [(t, _int(t)) for t in tokens if t & (t - 1) == 0 or t == max(tokens)]
+    return [(t, commas(t)) for t in tokens if t & (t - 1) == 0 or t == max(tokens)]
 
 
 def _aggregated(doc: dict[str, Any], at: str) -> str:
     rows = doc["aggregated_sparsity"]
-    chart = _lines([("unused", [(r["tokens"], r["unused_share"]) for r in rows], PALETTE[0])],
+    chart = line_chart([("unused", [(r["tokens"], r["unused_share"]) for r in rows], PALETTE[0])],
                    "aggregated sparsity", "tokens t (log scale)",
                    "units unused by all first t",
                    log2_x=True, x_ticks=_token_ticks([r["tokens"] for r in rows]))
-    table = _table(("tokens t", "units unused by all of the first t"), [
-        [Cell(_int(r["tokens"]), f"{at}aggregated_sparsity.{i}.tokens"),
-         Cell(_pct(r["unused_share"]), f"{at}aggregated_sparsity.{i}.unused_share")]
+    table = number_table(("tokens t", "units unused by all of the first t"), [
+        [Cell(commas(r["tokens"]), f"{at}aggregated_sparsity.{i}.tokens"),
+         Cell(percent(r["unused_share"]), f"{at}aggregated_sparsity.{i}.unused_share")]
         for i, r in enumerate(rows)], f"{at}aggregated_sparsity")
-    return _section("aggregated sparsity against tokens", chart, table,
+    return section("aggregated sparsity against tokens", chart, table,
                     note="The share of units that none of the first t tokens uses (Deja Vu's "
                     "aggregated sparsity): what a cache of units needed by a whole batch saves.")
 
 
 def _per_expert(doc: dict[str, Any], at: str) -> str:
     experts = doc["per_expert"]
-    chart = _hbars([(f"expert {e['expert']}", e["mean_inactive_fraction"],
-                     _pct(e["mean_inactive_fraction"])) for e in experts],
+    chart = hbars([(f"expert {e['expert']}", e["mean_inactive_fraction"],
+                     percent(e["mean_inactive_fraction"])) for e in experts],
                    "mean inactive fraction per expert", scale=1.0)
-    table = _table(("expert", "tokens", "mean inactive fraction", "dead", "always active"), [
+    table = number_table(("expert", "tokens", "mean inactive fraction", "dead", "always active"), [
         [Cell(str(e["expert"]), f"{at}per_expert.{i}.expert"),
-         Cell(_int(e["tokens"]), f"{at}per_expert.{i}.tokens"),
-         Cell(_pct(e["mean_inactive_fraction"], 2), f"{at}per_expert.{i}.mean_inactive_fraction"),
-         Cell(_int(e["dead_units"]), f"{at}per_expert.{i}.dead_units"),
-         Cell(_int(e["always_active_units"]), f"{at}per_expert.{i}.always_active_units")]
+         Cell(commas(e["tokens"]), f"{at}per_expert.{i}.tokens"),
+         Cell(percent(e["mean_inactive_fraction"], 2),
+              f"{at}per_expert.{i}.mean_inactive_fraction"),
+         Cell(commas(e["dead_units"]), f"{at}per_expert.{i}.dead_units"),
+         Cell(commas(e["always_active_units"]), f"{at}per_expert.{i}.always_active_units")]
         for i, e in enumerate(experts)], f"{at}per_expert")
-    return _section("experts", chart, table, note="Each expert on the tokens routed to it.")
+    return section("experts", chart, table, note="Each expert on the tokens routed to it.")
 
 
 def _pairs(doc: dict[str, Any], at: str) -> str:
     pairs = doc["pairwise_overlap"]
-    table = _table(("token", "token", "shared inactive units", "Jaccard", "by chance"), [
+    table = number_table(("token", "token", "shared inactive units", "Jaccard", "by chance"), [
         [Cell(str(p["a"]), f"{at}pairwise_overlap.{i}.a"),
          Cell(str(p["b"]), f"{at}pairwise_overlap.{i}.b"),
-         Cell(_int(p["shared"]), f"{at}pairwise_overlap.{i}.shared"),
-         Cell(_fixed(p["jaccard"], 4), f"{at}pairwise_overlap.{i}.jaccard"),
-         Cell(_fixed(p["by_chance"], 2), f"{at}pairwise_overlap.{i}.by_chance")]
+         Cell(commas(p["shared"]), f"{at}pairwise_overlap.{i}.shared"),
+         Cell(fixed(p["jaccard"], 4), f"{at}pairwise_overlap.{i}.jaccard"),
+         Cell(fixed(p["by_chance"], 2), f"{at}pairwise_overlap.{i}.by_chance")]
         for i, p in enumerate(pairs)], f"{at}pairwise_overlap")
-    return _section("every pair of tokens", table)
+    return section("every pair of tokens", table)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,12 +181,12 @@ def sweep_report(doc: dict[str, Any]) -> str:
                      _sweep_aggregated(layers, dense)]
     if len(layers) == 1:
         sections += _stats_sections(layers[0], "layers.0.")
-    return _page("relu-stats, layer by layer", meta, sections)
+    return page("relu-stats, layer by layer", meta, sections)
 
 
 def _sweep_summary(layers: Sequence[dict[str, Any]]) -> str:
-    chart = _columns([(str(layer["layer"]), layer["mean_inactive_fraction"],
-                       _pct(layer["mean_inactive_fraction"])) for layer in layers],
+    chart = column_chart([(str(layer["layer"]), layer["mean_inactive_fraction"],
+                       percent(layer["mean_inactive_fraction"])) for layer in layers],
                      "mean inactive fraction per layer", "layer", "inactive")
     rows = []
     for i, layer in enumerate(layers):
@@ -196,27 +197,27 @@ def _sweep_summary(layers: Sequence[dict[str, Any]]) -> str:
         cats = layer.get("cats_threshold_50")
         row: list[Cell | str] = [
             Cell(str(layer["layer"]), f"{at}layer"),
-            Cell(_int(layer["tokens"]), f"{at}tokens"),
-            Cell(_pct(layer["mean_inactive_fraction"], 2), f"{at}mean_inactive_fraction"),
-            Cell(_int(len(layer["dead_units"])), f"len({at}dead_units)"),
-            Cell(_int(len(layer["always_active_units"])), f"len({at}always_active_units)"),
+            Cell(commas(layer["tokens"]), f"{at}tokens"),
+            Cell(percent(layer["mean_inactive_fraction"], 2), f"{at}mean_inactive_fraction"),
+            Cell(commas(len(layer["dead_units"])), f"len({at}dead_units)"),
+            Cell(commas(len(layer["always_active_units"])), f"len({at}always_active_units)"),
         ]
         row += ["-", "-"] if hot is None else [
-            Cell(_int(layer["hot_unit_coverage"][hot]["units"]),
+            Cell(commas(layer["hot_unit_coverage"][hot]["units"]),
                  f"{at}hot_unit_coverage.{hot}.units"),
-            Cell(_pct(layer["hot_unit_coverage"][hot]["unit_share"]),
+            Cell(percent(layer["hot_unit_coverage"][hot]["unit_share"]),
                  f"{at}hot_unit_coverage.{hot}.unit_share")]
         row += ["-", "-", "-"] if not ov.get("pairs") else [
-            Cell(_fixed(ov["mean_jaccard"], 4), f"{at}overlap.mean_jaccard"),
+            Cell(fixed(ov["mean_jaccard"], 4), f"{at}overlap.mean_jaccard"),
             Cell(f"{ov['mean_shared']:,.2f}", f"{at}overlap.mean_shared"),
             Cell(f"{ov['mean_shared_by_chance']:,.2f}", f"{at}overlap.mean_shared_by_chance")]
         row.append("-" if cats is None else Cell(f"{cats:.6g}", f"{at}cats_threshold_50"))
         rows.append(row)
-    table = _table(("layer", "tokens", "mean inactive", "dead", "always active",
+    table = number_table(("layer", "tokens", "mean inactive", "dead", "always active",
                     "units for 80% of activations", "share of units",
                     "consecutive Jaccard", "shared units", "by chance", "CATS T at 50%"),
                    rows, "sweep")
-    return _section("every layer", chart, table, note=(
+    return section("every layer", chart, table, note=(
         "Dead units are never active on these tokens (on a small sample that does not make them "
         "dead). Consecutive tokens' inactive sets: their mean Jaccard index, and the units they "
         "share against what two random sets of their sizes share. The CATS threshold at 50% "
@@ -228,54 +229,55 @@ def _sweep_histograms(layers: Sequence[dict[str, Any]], dense: Sequence[int]) ->
     names = [f"layer {layers[i]['layer']}" for i in dense]
     shares = [[b["units"] / layers[i]["d_ff"] for b in layers[i]["activity_histogram"]]
               for i in dense]
-    chart = _heatmap(names, bins, shares, "activity histogram of every layer")
-    table = _table(["layer", *bins], [
+    chart = heatmap(names, bins, shares, "activity histogram of every layer")
+    table = number_table(["layer", *bins], [
         [Cell(str(layers[i]["layer"]), f"layers.{i}.layer")] +
-        [Cell(_int(b["units"]), f"layers.{i}.activity_histogram.{j}.units")
+        [Cell(commas(b["units"]), f"layers.{i}.activity_histogram.{j}.units")
          for j, b in enumerate(layers[i]["activity_histogram"])] for i in dense],
         "sweep_activity_histogram")
-    return _section("activity histograms", chart, table, note=(
+    return section("activity histograms", chart, table, note=(
         "Hidden units by the share of tokens for which they are active, one row per layer; "
         "darker cells hold more units. The table counts units."))
 
 
 def _sweep_coverage(layers: Sequence[dict[str, Any]], dense: Sequence[int]) -> str:
-    colours = _layer_colours(len(dense))
+    colours = layer_colours(len(dense))
     series = [(f"layer {layers[i]['layer']}",
                [(0.0, 0.0)] + [(r["unit_share"], r["share"])
                                for r in layers[i]["hot_unit_coverage"]] + [(1.0, 1.0)], c)
               for i, c in zip(dense, colours, strict=True)]
-    chart = _lines(series, "hot-unit coverage of every layer", "share of units, most active "
+    chart = line_chart(series, "hot-unit coverage of every layer", "share of units, most active "
                    "first", "share of activations",
-                   x_ticks=[(k / 5, _pct(k / 5, 0)) for k in range(6)])
+                   x_ticks=[(k / 5, percent(k / 5, 0)) for k in range(6)])
     shares = [r["share"] for r in layers[dense[0]]["hot_unit_coverage"]]
-    table = _table(["layer"] + [f"units for {_pct(s, 0)}" for s in shares], [
+    table = number_table(["layer"] + [f"units for {percent(s, 0)}" for s in shares], [
         [Cell(str(layers[i]["layer"]), f"layers.{i}.layer")] +
-        [Cell(_int(r["units"]), f"layers.{i}.hot_unit_coverage.{j}.units")
+        [Cell(commas(r["units"]), f"layers.{i}.hot_unit_coverage.{j}.units")
          for j, r in enumerate(layers[i]["hot_unit_coverage"])] for i in dense],
         "sweep_hot_unit_coverage")
-    return _section("hot-unit coverage", chart, table, note=(
+    return section("hot-unit coverage", chart, table, note=(
         "The fewest units that carry a share of all activations, layer by layer (first layer "
         "lightest)."))
 
 
 def _sweep_aggregated(layers: Sequence[dict[str, Any]], dense: Sequence[int]) -> str:
-    colours = _layer_colours(len(dense))
+    colours = layer_colours(len(dense))
     series = [(f"layer {layers[i]['layer']}",
                [(r["tokens"], r["unused_share"]) for r in layers[i]["aggregated_sparsity"]], c)
               for i, c in zip(dense, colours, strict=True)]
     tokens = sorted({r["tokens"] for i in dense for r in layers[i]["aggregated_sparsity"]})
-    chart = _lines(series, "aggregated sparsity of every layer", "tokens t (log scale)",
+    chart = line_chart(series, "aggregated sparsity of every layer", "tokens t (log scale)",
                    "units unused by all first t", log2_x=True, x_ticks=_token_ticks(tokens))
     rows: list[list[Cell | str]] = []
     for i in dense:
         where = {r["tokens"]: j for j, r in enumerate(layers[i]["aggregated_sparsity"])}
         rows.append([Cell(str(layers[i]["layer"]), f"layers.{i}.layer"), *(
-            Cell(_pct(layers[i]["aggregated_sparsity"][where[t]]["unused_share"]),
+            Cell(percent(layers[i]["aggregated_sparsity"][where[t]]["unused_share"]),
                  f"layers.{i}.aggregated_sparsity.{where[t]}.unused_share") if t in where
             else "-" for t in tokens)])
-    table = _table(["layer"] + [f"t = {t:,}" for t in tokens], rows, "sweep_aggregated_sparsity")
-    return _section("aggregated sparsity against tokens", chart, table, note=(
+    table = number_table(["layer"] + [f"t = {t:,}" for t in tokens], rows,
+                         "sweep_aggregated_sparsity")
+    return section("aggregated sparsity against tokens", chart, table, note=(
         "The share of units that none of the first t tokens uses, layer by layer."))
 
 
@@ -292,27 +294,28 @@ def params_report(doc: dict[str, Any]) -> str:
     A checkpoint counted by tensor names alone (no spec) has its parts only."""
     if "layers" not in doc:  # file_only_json: the tensor names' groups
         meta = [f"weights: {doc['weights']}", f"counted from tensor names only ({doc['reason']})"]
-        return _page("params", meta, [_parts(doc, "file_groups", "file_params")])
+        return page("params", meta, [_parts(doc, "file_groups", "file_params")])
     meta = [f"{doc['model']}: d_model {doc['d_model']}, d_ff {doc['d_ff']}, {doc['ffn_kind']}"
             + (f", {doc['experts']} experts, top-{doc['top_k']}" if doc["experts"] > 1 else ""),
             f"{doc['total_params']:,} parameters"
             + (f", {doc['active_params']:,} active per token"
                if doc["active_params"] != doc["total_params"] else "")]
-    return _page("params", meta, [_parts(doc, "groups", "total_params"), _layers(doc),
+    return page("params", meta, [_parts(doc, "groups", "total_params"), _layers(doc),
                                   _flops(doc)])
 
 
 def _parts(doc: dict[str, Any], key: str, total_key: str) -> str:
     parts = [(k, v) for k, v in doc[key].items() if v]
     total = doc[total_key]
-    chart = _hbars([(PARTS.get(k, k), v / total, _pct(v / total)) for k, v in parts],
+    chart = hbars([(PARTS.get(k, k), v / total, percent(v / total)) for k, v in parts],
                    "parameters by part", scale=1.0)
-    table = _table(("part", "parameters", "share"), [
-        [PARTS.get(k, k), Cell(_int(v), f"{key}.{k}"),
-         Cell(_pct(v / total), f"{key}.{k} / {total_key}")] for k, v in parts]
-        + [["total", Cell(_int(total), total_key), Cell(_pct(1.0), f"{total_key} / {total_key}")]],
+    table = number_table(("part", "parameters", "share"), [
+        [PARTS.get(k, k), Cell(commas(v), f"{key}.{k}"),
+         Cell(percent(v / total), f"{key}.{k} / {total_key}")] for k, v in parts]
+        + [["total", Cell(commas(total), total_key),
+            Cell(percent(1.0), f"{total_key} / {total_key}")]],
         "parts")
-    return _section("parameters by part", chart, table, note=(
+    return section("parameters by part", chart, table, note=(
         "Embeddings, attention, FFN (all experts of a mixture), norms and heads of the whole "
         "model; tied weights are counted once."))
 
@@ -323,19 +326,19 @@ def _layer_name(layer: dict[str, Any]) -> str:
 
 def _layers(doc: dict[str, Any]) -> str:
     layers = doc["layers"]
-    chart = _stacked([(_layer_name(layer), [("FFN", layer["ffn"]),
+    chart = stacked_bars([(_layer_name(layer), [("FFN", layer["ffn"]),
                                             ("attention", layer["attention"]),
                                             ("norms", layer["norm"])]) for layer in layers],
                      "parameters of a layer by part")
-    table = _table(("layer", "count", "FFN", "attention", "norms", "total", "FFN share"), [
-        [_layer_name(layer), Cell(_int(layer["count"]), f"layers.{i}.count"),
-         Cell(_int(layer["ffn"]), f"layers.{i}.ffn"),
-         Cell(_int(layer["attention"]), f"layers.{i}.attention"),
-         Cell(_int(layer["norm"]), f"layers.{i}.norm"),
-         Cell(_int(layer["total"]), f"layers.{i}.total"),
-         Cell(_pct(layer["ffn_share"]), f"layers.{i}.ffn_share")]
+    table = number_table(("layer", "count", "FFN", "attention", "norms", "total", "FFN share"), [
+        [_layer_name(layer), Cell(commas(layer["count"]), f"layers.{i}.count"),
+         Cell(commas(layer["ffn"]), f"layers.{i}.ffn"),
+         Cell(commas(layer["attention"]), f"layers.{i}.attention"),
+         Cell(commas(layer["norm"]), f"layers.{i}.norm"),
+         Cell(commas(layer["total"]), f"layers.{i}.total"),
+         Cell(percent(layer["ffn_share"]), f"layers.{i}.ffn_share")]
         for i, layer in enumerate(layers)], "layer_params")
-    return _section("parameters of one layer", chart, table)
+    return section("parameters of one layer", chart, table)
 
 
 def _flops(doc: dict[str, Any]) -> str:
@@ -349,26 +352,26 @@ def _flops(doc: dict[str, Any]) -> str:
             for layer in layers]
     bars.append(("whole model", [("FFN", whole["ffn"]), ("attention", attention),
                                  ("output head", whole["head"])]))
-    chart = _stacked(bars, "FLOPs per token by part")
+    chart = stacked_bars(bars, "FLOPs per token by part")
     rows: list[list[Cell | str]] = []
     for i, layer in enumerate(layers):
         f, at = layer["flops_per_token"], f"layers.{i}.flops_per_token."
-        rows.append([_layer_name(layer), Cell(_int(f["ffn"]), f"{at}ffn"),
-                     Cell(_int(f["attention_projections"]), f"{at}attention_projections"),
-                     Cell(_int(f["attention_scores"]), f"{at}attention_scores"),
-                     Cell(_int(f["attention_projections"] + f["attention_scores"]),
+        rows.append([_layer_name(layer), Cell(commas(f["ffn"]), f"{at}ffn"),
+                     Cell(commas(f["attention_projections"]), f"{at}attention_projections"),
+                     Cell(commas(f["attention_scores"]), f"{at}attention_scores"),
+                     Cell(commas(f["attention_projections"] + f["attention_scores"]),
                           f"{at}attention_projections + {at}attention_scores"), "",
-                     Cell(_int(f["total"]), f"{at}total"),
-                     Cell(_pct(f["ffn_share"]), f"{at}ffn_share")])
-    rows.append(["whole model", Cell(_int(whole["ffn"]), "flops_per_token.ffn"), "", "",
-                 Cell(_int(attention), "flops_per_token.total - flops_per_token.ffn - "
+                     Cell(commas(f["total"]), f"{at}total"),
+                     Cell(percent(f["ffn_share"]), f"{at}ffn_share")])
+    rows.append(["whole model", Cell(commas(whole["ffn"]), "flops_per_token.ffn"), "", "",
+                 Cell(commas(attention), "flops_per_token.total - flops_per_token.ffn - "
                                        "flops_per_token.head"),
-                 Cell(_int(whole["head"]), "flops_per_token.head"),
-                 Cell(_int(whole["total"]), "flops_per_token.total"),
-                 Cell(_pct(whole["ffn_share"]), "flops_per_token.ffn_share")])
-    table = _table(("layer", "FFN", "attention projections", "attention scores",
+                 Cell(commas(whole["head"]), "flops_per_token.head"),
+                 Cell(commas(whole["total"]), "flops_per_token.total"),
+                 Cell(percent(whole["ffn_share"]), "flops_per_token.ffn_share")])
+    table = number_table(("layer", "FFN", "attention projections", "attention scores",
                     "attention", "output head", "total", "FFN share"), rows, "flops")
-    return _section(f"FLOPs per token at seq_len {whole['seq_len']:,}", chart, table, note=(
+    return section(f"FLOPs per token at seq_len {whole['seq_len']:,}", chart, table, note=(
         "Two FLOPs per multiply-add of the matrix products. A layer's row is one layer; the "
         "whole model's attention is every layer's projections and scores together."))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ffncli.present.console import Text, _table, console, emit_json, print_skipped, skipped_json
+from ffncli.present.console import Text, console, emit_json, new_table, print_skipped, skipped_json
 
 if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
     from ffncli.jobs.run import RunResult
@@ -54,7 +54,7 @@ def print_run(result: RunResult, precision: int = 4) -> None:
         f"FFN output (first {shown} of {result.n_tokens:,} tokens)" if result.computed ==
         result.n_tokens else f"FFN output (first {shown} of {result.n_tokens:,} tokens; only "
         f"the first {result.computed:,} computed: add --out FILE.npy for all)")
-    table = _table(title, ["token"] + [str(j) for j in range(min(result.head.shape[1], 12))])
+    table = new_table(title, ["token"] + [str(j) for j in range(min(result.head.shape[1], 12))])
     for i, row in enumerate(result.head):
         cells = [f"{v:.{precision}f}" for v in row[:12]]
         table.add_row(str(i), *cells)

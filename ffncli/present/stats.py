@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from ffncli.present.console import (
     Text,
-    _bar_table,
-    _n,
-    _pct,
-    _table,
+    bar_table,
+    commas,
     console,
     emit_json,
+    new_table,
+    pct,
     print_skipped,
     skipped_json,
 )
@@ -103,20 +103,20 @@ def print_stats(r: SparsityResult) -> None:
         histogram = s.activity_histogram()
         units = [int(str(row["units"])) for row in histogram]
         largest = max(units, default=0) or 1  # the largest bin is a full bar
-        out.print(_bar_table(out, "units by how often they are active", ("active for", "units"),
+        out.print(bar_table(out, "units by how often they are active", ("active for", "units"),
                              [(str(row["bin"]), str(n))
                               for row, n in zip(histogram, units, strict=True)],
                              [n / largest for n in units]))
         aggregated = s.aggregated_sparsity()
-        out.print(_bar_table(out, "aggregated sparsity: units unused by all of the first t "
+        out.print(bar_table(out, "aggregated sparsity: units unused by all of the first t "
                              "tokens", ("t", "unused share"),
-                             [(f"{row['tokens']:,}", _pct(row["unused_share"]))
+                             [(f"{row['tokens']:,}", pct(row["unused_share"]))
                               for row in aggregated],
                              [row["unused_share"] for row in aggregated], track=True))
         coverage = s.hot_unit_coverage()
-        out.print(_bar_table(out, "hot units: the fewest units carrying a share of all "
+        out.print(bar_table(out, "hot units: the fewest units carrying a share of all "
                              "activations", ("share of activations", "units", "share of units"),
-                             [(_pct(row["share"]), str(row["units"]), _pct(row["unit_share"]))
+                             [(pct(row["share"]), str(row["units"]), pct(row["unit_share"]))
                               for row in coverage],
                              [row["unit_share"] for row in coverage], track=True))
         ov = s.overlap_summary()
@@ -126,13 +126,13 @@ def print_stats(r: SparsityResult) -> None:
                       f"{ov['mean_shared']:.1f} units vs {ov['mean_shared_by_chance']:.1f} "
                       "by chance")
     else:
-        table = _table("per expert", ("expert", "tokens", "inactive", "dead", "always active"))
+        table = new_table("per expert", ("expert", "tokens", "inactive", "dead", "always active"))
         for e, s in enumerate(r.stats):
-            table.add_row(str(e), f"{s.tokens:,}", _pct(s.mean_inactive_fraction),
+            table.add_row(str(e), f"{s.tokens:,}", pct(s.mean_inactive_fraction),
                           str(len(s.dead_units)), str(len(s.always_active_units)))
         out.print(table)
     if r.pairwise_overlap is not None and r.tokens > 1:
-        table = _table("shared inactive units between tokens", ("tokens", "shared", "Jaccard",
+        table = new_table("shared inactive units between tokens", ("tokens", "shared", "Jaccard",
                                                                 "by chance"))
         for row in r.pairwise_overlap:
             table.add_row(f"{row['a']} & {row['b']}", str(row["shared"]),
@@ -155,10 +155,10 @@ def sweep_rows(doc: dict[str, Any]) -> list[tuple[str, ...]]:
         ov = layer.get("overlap") or {}
         cats = layer.get("cats_threshold_50")
         paired = bool(ov.get("pairs"))
-        rows.append((str(layer["layer"]), _n(layer["tokens"]),
-                     _pct(layer["mean_inactive_fraction"]), _n(len(layer["dead_units"])),
-                     _n(len(layer["always_active_units"])),
-                     "-" if hot is None else f"{hot['units']:,} ({_pct(hot['unit_share'])})",
+        rows.append((str(layer["layer"]), commas(layer["tokens"]),
+                     pct(layer["mean_inactive_fraction"]), commas(len(layer["dead_units"])),
+                     commas(len(layer["always_active_units"])),
+                     "-" if hot is None else f"{hot['units']:,} ({pct(hot['unit_share'])})",
                      f"{ov['mean_jaccard']:.3f}" if paired else "-",
                      f"{ov['mean_shared']:,.1f}" if paired else "-",
                      f"{ov['mean_shared_by_chance']:,.1f}" if paired else "-",
@@ -180,7 +180,7 @@ def print_sweep(doc: dict[str, Any]) -> None:
     out.print(Text(f"relu-stats: {doc['model']} on {doc['source']}: {doc['tokens']:,} tokens in "
                    f"{doc['sequences']:,} sequences"))
     out.print(Text(str(doc["definition"])))
-    out.print(_bar_table(out, "every layer's FFN on its real input", SWEEP_COLUMNS,
+    out.print(bar_table(out, "every layer's FFN on its real input", SWEEP_COLUMNS,
                          sweep_rows(doc),
                          [layer["mean_inactive_fraction"] for layer in doc["layers"]], after=2,
                          track=True))

@@ -23,7 +23,7 @@ svg text { font-family: sans-serif; font-size: 11px; fill: #333; }
 """
 
 
-def _e(text: object) -> str:
+def escape(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
@@ -31,15 +31,15 @@ def _e(text: object) -> str:
 # Numbers as text: integers with thousands separators, shares as percentages.
 
 
-def _int(value: int) -> str:
+def commas(value: int) -> str:
     return f"{value:,}"
 
 
-def _pct(share: float, digits: int = 1) -> str:
+def percent(share: float, digits: int = 1) -> str:
     return f"{100 * share:.{digits}f}%"
 
 
-def _fixed(value: float, digits: int) -> str:
+def fixed(value: float, digits: int) -> str:
     return f"{value:.{digits}f}"
 
 
@@ -56,18 +56,18 @@ class Cell:
     source: str | None = None
 
 
-def _table(columns: Sequence[str], rows: Iterable[Sequence[Cell | str]], name: str) -> str:
-    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+def number_table(columns: Sequence[str], rows: Iterable[Sequence[Cell | str]], name: str) -> str:
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
     body = []
     for row in rows:
         cells = []
         for cell in row:
             if isinstance(cell, str):
                 cell = Cell(cell)
-            source = f' data-json="{_e(cell.source)}"' if cell.source is not None else ""
-            cells.append(f"<td{source}>{_e(cell.text)}</td>")
+            source = f' data-json="{escape(cell.source)}"' if cell.source is not None else ""
+            cells.append(f"<td{source}>{escape(cell.text)}</td>")
         body.append(f"<tr>{''.join(cells)}</tr>")
-    return (f'<table class="numbers" id="{_e(name)}"><thead><tr>{head}</tr></thead>'
+    return (f'<table class="numbers" id="{escape(name)}"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table>")
 
 
@@ -77,27 +77,27 @@ def _table(columns: Sequence[str], rows: Iterable[Sequence[Cell | str]], name: s
 LEFT, RIGHT, TOP, BOTTOM = 150, 20, 20, 40  # margins inside the SVG
 
 
-def _svg(body: Sequence[str], title: str, height: int = HEIGHT) -> str:
+def svg_element(body: Sequence[str], title: str, height: int = HEIGHT) -> str:
     return (f'<svg width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
-            f'role="img" aria-label="{_e(title)}">{"".join(body)}</svg>')
+            f'role="img" aria-label="{escape(title)}">{"".join(body)}</svg>')
 
 
-def _text(x: float, y: float, text: str, anchor: str = "start", extra: str = "") -> str:
-    return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{extra}>{_e(text)}</text>')
+def text_at(x: float, y: float, text: str, anchor: str = "start", extra: str = "") -> str:
+    return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{extra}>{escape(text)}</text>')
 
 
-def _rect(x: float, y: float, w: float, h: float, fill: str, title: str = "") -> str:
-    tip = f"<title>{_e(title)}</title>" if title else ""
+def rect(x: float, y: float, w: float, h: float, fill: str, title: str = "") -> str:
+    tip = f"<title>{escape(title)}</title>" if title else ""
     return (f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.1f}" height="{max(h, 0):.1f}" '
             f'fill="{fill}">{tip}</rect>')
 
 
-def _line(x1: float, y1: float, x2: float, y2: float, colour: str = "#999") -> str:
+def line(x1: float, y1: float, x2: float, y2: float, colour: str = "#999") -> str:
     return (f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
             f'stroke="{colour}" stroke-width="1"/>')
 
 
-def _hbars(items: Sequence[tuple[str, float, str]], title: str, scale: float | None = None
+def hbars(items: Sequence[tuple[str, float, str]], title: str, scale: float | None = None
            ) -> str:
     """Horizontal bars: (label, value, value as text), scaled to ``scale`` (default the
     largest value)."""
@@ -109,54 +109,54 @@ def _hbars(items: Sequence[tuple[str, float, str]], title: str, scale: float | N
     for i, (label, value, shown) in enumerate(items):
         y = TOP + i * step
         w = plot * min(max(value / top, 0.0), 1.0)
-        body.append(_text(LEFT - 8, y + 14, label, "end"))
+        body.append(text_at(LEFT - 8, y + 14, label, "end"))
         if scale is not None:
-            body.append(_rect(LEFT, y + 3, plot, step - 6, "#eee"))
-        body.append(_rect(LEFT, y + 3, w, step - 6, PALETTE[0], f"{label}: {shown}"))
-        body.append(_text(LEFT + w + 6, y + 14, shown))
-    return _svg(body, title, height)
+            body.append(rect(LEFT, y + 3, plot, step - 6, "#eee"))
+        body.append(rect(LEFT, y + 3, w, step - 6, PALETTE[0], f"{label}: {shown}"))
+        body.append(text_at(LEFT + w + 6, y + 14, shown))
+    return svg_element(body, title, height)
 
 
-def _columns(items: Sequence[tuple[str, float, str]], title: str, x_label: str,
+def column_chart(items: Sequence[tuple[str, float, str]], title: str, x_label: str,
              y_label: str) -> str:
     """Vertical bars of shares (0 to 1), labelled under each bar."""
     x0, x1, y0, y1 = 60, WIDTH - RIGHT, HEIGHT - BOTTOM, TOP
-    body = _axes_y(x0, x1, y0, y1, 0.0, 1.0, y_label)
+    body = y_axis(x0, x1, y0, y1, 0.0, 1.0, y_label)
     slot = (x1 - x0) / max(len(items), 1)
     for i, (label, value, shown) in enumerate(items):
         h = (y0 - y1) * min(max(value, 0.0), 1.0)
         x = x0 + i * slot
-        body.append(_rect(x + slot * 0.15, y0 - h, slot * 0.7, h, PALETTE[0],
+        body.append(rect(x + slot * 0.15, y0 - h, slot * 0.7, h, PALETTE[0],
                           f"{label}: {shown}"))
-        body.append(_text(x + slot / 2, y0 + 14, label, "middle"))
+        body.append(text_at(x + slot / 2, y0 + 14, label, "middle"))
         if slot >= 34:
-            body.append(_text(x + slot / 2, y0 - h - 4, shown, "middle"))
-    body.append(_text((x0 + x1) / 2, HEIGHT - 6, x_label, "middle"))
-    return _svg(body, title)
+            body.append(text_at(x + slot / 2, y0 - h - 4, shown, "middle"))
+    body.append(text_at((x0 + x1) / 2, HEIGHT - 6, x_label, "middle"))
+    return svg_element(body, title)
 
 
-def _axes_y(x0: float, x1: float, y0: float, y1: float, lo: float, hi: float,
+def y_axis(x0: float, x1: float, y0: float, y1: float, lo: float, hi: float,
             label: str) -> list[str]:
     """A share axis (lo to hi) on the left with grid lines every 20%."""
-    body = [_line(x0, y0, x1, y0, "#666"), _line(x0, y0, x0, y1, "#666")]
+    body = [line(x0, y0, x1, y0, "#666"), line(x0, y0, x0, y1, "#666")]
     for k in range(6):
         v = lo + (hi - lo) * k / 5
         y = y0 - (y0 - y1) * k / 5
         if k:
-            body.append(_line(x0, y, x1, y, "#e4e4e4"))
-        body.append(_text(x0 - 6, y + 4, _pct(v, 0), "end"))
-    body.append(_text(14, (y0 + y1) / 2, label, "middle",
+            body.append(line(x0, y, x1, y, "#e4e4e4"))
+        body.append(text_at(x0 - 6, y + 4, percent(v, 0), "end"))
+    body.append(text_at(14, (y0 + y1) / 2, label, "middle",
                       f' transform="rotate(-90 14 {(y0 + y1) / 2:.1f})"'))
     return body
 
 
-def _lines(series: Sequence[tuple[str, Sequence[tuple[float, float]], str]], title: str,
+def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]], str]], title: str,
            x_label: str, y_label: str, log2_x: bool = False,
            x_ticks: Sequence[tuple[float, str]] = ()) -> str:
     """Lines through points (x, share), one per series (name, points, colour); x on a
     linear 0..1 scale, or log2 from 1 to the largest x."""
     x0, x1, y0, y1 = 60, WIDTH - RIGHT - (90 if len(series) > 1 else 0), HEIGHT - BOTTOM, TOP
-    body = _axes_y(x0, x1, y0, y1, 0.0, 1.0, y_label)
+    body = y_axis(x0, x1, y0, y1, 0.0, 1.0, y_label)
     largest = max([x for _, points, _ in series for x, _ in points], default=1.0)
     span = math.log2(largest) if log2_x and largest > 1 else 1.0
 
@@ -172,24 +172,24 @@ def _lines(series: Sequence[tuple[str, Sequence[tuple[float, float]], str]], tit
         if not shown or abs(px(shown[-1][0]) - px(x)) >= 8 * max(len(text), len(shown[-1][1])):
             shown.append((x, text))
     for x, text in shown:
-        body.append(_line(px(x), y0, px(x), y0 + 4, "#666"))
-        body.append(_text(px(x), y0 + 16, text, "middle"))
+        body.append(line(px(x), y0, px(x), y0 + 4, "#666"))
+        body.append(text_at(px(x), y0 + 16, text, "middle"))
     for i, (name, points, colour) in enumerate(series):
         path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in points)
         body.append(f'<polyline points="{path}" fill="none" stroke="{colour}" '
-                    f'stroke-width="2"><title>{_e(name)}</title></polyline>')
+                    f'stroke-width="2"><title>{escape(name)}</title></polyline>')
         for x, y in points:
             body.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{colour}"/>')
         if len(series) > 1:
             ly = y1 + 14 * i
-            body.append(_line(x1 + 12, ly, x1 + 30, ly, colour).replace('stroke-width="1"',
+            body.append(line(x1 + 12, ly, x1 + 30, ly, colour).replace('stroke-width="1"',
                                                                         'stroke-width="3"'))
-            body.append(_text(x1 + 34, ly + 4, name))
-    body.append(_text((x0 + x1) / 2, HEIGHT - 6, x_label, "middle"))
-    return _svg(body, title)
+            body.append(text_at(x1 + 34, ly + 4, name))
+    body.append(text_at((x0 + x1) / 2, HEIGHT - 6, x_label, "middle"))
+    return svg_element(body, title)
 
 
-def _stacked(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]], title: str) -> str:
+def stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]], title: str) -> str:
     """100% bars, one per row: each part's share of the row's sum, with a legend."""
     names = list(dict.fromkeys(name for _, parts in rows for name, _ in parts))
     colour = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
@@ -201,24 +201,24 @@ def _stacked(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]], title: str) 
         y = TOP + i * step
         total = sum(v for _, v in parts) or 1
         x = float(LEFT)
-        body.append(_text(LEFT - 8, y + 17, label, "end"))
+        body.append(text_at(LEFT - 8, y + 17, label, "end"))
         for name, value in parts:
             w = plot * value / total
-            body.append(_rect(x, y + 4, w, step - 8, colour[name],
-                              f"{label}, {name}: {_pct(value / total)}"))
+            body.append(rect(x, y + 4, w, step - 8, colour[name],
+                              f"{label}, {name}: {percent(value / total)}"))
             if w > 42:
-                body.append(_text(x + w / 2, y + 19, _pct(value / total), "middle",
+                body.append(text_at(x + w / 2, y + 19, percent(value / total), "middle",
                                   ' style="fill: #fff"'))
             x += w
     x = float(LEFT)
     for name in names:
-        body.append(_rect(x, height - 22, 12, 12, colour[name]))
-        body.append(_text(x + 16, height - 12, name))
+        body.append(rect(x, height - 22, 12, 12, colour[name]))
+        body.append(text_at(x + 16, height - 12, name))
         x += 30 + 7 * len(name)
-    return _svg(body, title, height)
+    return svg_element(body, title, height)
 
 
-def _heatmap(rows: Sequence[str], columns: Sequence[str], shares: Sequence[Sequence[float]],
+def heatmap(rows: Sequence[str], columns: Sequence[str], shares: Sequence[Sequence[float]],
              title: str) -> str:
     """A grid of shares (0 to 1): darker is more."""
     left, top, cell_h = 70, 40, 20
@@ -227,19 +227,19 @@ def _heatmap(rows: Sequence[str], columns: Sequence[str], shares: Sequence[Seque
     body = []
     for j, name in enumerate(columns):
         x = left + (j + 0.5) * cell_w
-        body.append(_text(x, top - 8, name, "middle", ' style="font-size: 9px"'))
+        body.append(text_at(x, top - 8, name, "middle", ' style="font-size: 9px"'))
     for i, (name, values) in enumerate(zip(rows, shares, strict=True)):
         y = top + i * cell_h
-        body.append(_text(left - 8, y + 14, name, "end"))
+        body.append(text_at(left - 8, y + 14, name, "end"))
         for j, share in enumerate(values):
             lightness = 97 - 62 * min(max(share, 0.0), 1.0) ** 0.5
-            body.append(_rect(left + j * cell_w, y, cell_w - 1, cell_h - 1,
+            body.append(rect(left + j * cell_w, y, cell_w - 1, cell_h - 1,
                               f"hsl(210, 55%, {lightness:.0f}%)",
-                              f"{name}, {columns[j]}: {_pct(share)}"))
-    return _svg(body, title, height)
+                              f"{name}, {columns[j]}: {percent(share)}"))
+    return svg_element(body, title, height)
 
 
-def _layer_colours(n: int) -> list[str]:
+def layer_colours(n: int) -> list[str]:
     """Light to dark blue, first layer to last."""
     return [f"hsl(215, 60%, {72 - 50 * i / max(n - 1, 1):.0f}%)" for i in range(n)]
 
@@ -248,15 +248,15 @@ def _layer_colours(n: int) -> list[str]:
 # The page.
 
 
-def _page(title: str, meta: Sequence[str], sections: Sequence[str]) -> str:
-    lines = "".join(f'<p class="meta">{_e(m)}</p>' for m in meta)
+def page(title: str, meta: Sequence[str], sections: Sequence[str]) -> str:
+    lines = "".join(f'<p class="meta">{escape(m)}</p>' for m in meta)
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"/>'
-            f"<title>{_e(title)}</title><style>{STYLE}</style></head>"
-            f"<body><h1>{_e(title)}</h1>{lines}{''.join(sections)}"
+            f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
+            f"<body><h1>{escape(title)}</h1>{lines}{''.join(sections)}"
             '<p class="meta">Made by ffncli from the document its --json option prints.</p>'
             "</body></html>\n")
 
 
-def _section(heading: str, *parts: str, note: str = "") -> str:
-    text = f"<p>{_e(note)}</p>" if note else ""
-    return f"<section><h2>{_e(heading)}</h2>{text}{''.join(parts)}</section>"
+def section(heading: str, *parts: str, note: str = "") -> str:
+    text = f"<p>{escape(note)}</p>" if note else ""
+    return f"<section><h2>{escape(heading)}</h2>{text}{''.join(parts)}</section>"

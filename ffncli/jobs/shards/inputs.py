@@ -96,15 +96,15 @@ def read_shards(paths: Sequence[Path], d_model: int,
 def _read_shard(path: Path, d_model: int, index: int, offset: int) -> Shard:
     from ffncli.base.files import open_file
     from ffncli.formats.npy import read_npy_header
-    from ffncli.formats.tokens import _check_dtype, _check_shape
+    from ffncli.formats.tokens import check_dtype, check_shape
 
     if path.suffix.lower() != ".npy":
         raise InputError(f"{path}: expected .npy shards (tokens x d_model)")
     with open_file(path, "input file", InputError) as f:
         info = os.fstat(f.fileno())
         header = read_npy_header(f, info.st_size, str(path), InputError)
-        _check_dtype(path, header.dtype)
-        _check_shape(path, header.shape, d_model)
+        check_dtype(path, header.dtype)
+        check_shape(path, header.shape, d_model)
         header.check_size(info.st_size, str(path), InputError)
     return Shard(index, path, header.shape, offset, info.st_size, info.st_mtime_ns)
 
