@@ -1,4 +1,6 @@
-"""TODO: analysis.compare (from checks)."""
+"""How two outputs are compared: dtype-aware tolerances scaled by the outputs' size, and a
+comparison that reports the worst difference and bit-identity apart from the tolerance. One
+definition for permute-check and for ``run``'s lesson checks."""
 
 from __future__ import annotations
 

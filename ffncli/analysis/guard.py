@@ -1,4 +1,9 @@
-"""TODO: analysis.guard (from checks)."""
+"""Calling the user's code safely (``permute-check --impl``).
+
+The code under test is the user's: it may exit, hang, raise anything, return NaN, hand back
+a view of its input or one buffer it reuses, or change its input in place. None of these may
+let the check pass: each is an ImplError (exit 2) naming the implementation. Only ffncli's own
+Interrupted (SIGINT, SIGTERM, SIGHUP) goes through untouched."""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""TODO: analysis.properties (from checks)."""
+"""Is an FFN really position-wise? Property checks on any function of a token matrix.
+
+The seeds state the properties: the same function is applied to every position on its own,
+so (1) permuting the tokens only permutes the outputs, (2) each output row depends on its own
+token alone (one position at a time equals all at once, and changing the other tokens leaves
+it alone), and (3) identical tokens give identical outputs. With a batch (3-D input), (4)
+batch rows do not affect each other either."""
 
 from __future__ import annotations
 

@@ -1,4 +1,13 @@
-"""TODO: analysis.sparsity (from sparsity)."""
+"""How sparse is the hidden layer: statistics as mergeable accumulators over token chunks.
+
+A hidden unit is *inactive* for a token when (the definition is printed with the results):
+- default: its pre-activation is <= 0 (for ReLU, exactly the units ReLU switches off);
+- ``threshold`` T: its activated value has |a| <= T;
+- ``target_sparsity`` S: T is picked as the S-quantile of |a| over the first tokens (the CATS
+  rule), then as above.
+For a gated FFN the hidden layer is the activated gate act(x W + b); for a mixture of experts,
+each expert's hidden layer on the tokens routed to it.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""TODO: base.files (from files)."""
+"""The user's files: reading them behind one guard, and writing outputs without losing any.
+
+Every reader of a user file goes through :func:`open_file` (or :func:`check_file` and
+:func:`reading`): OS errors become one ``error:`` line naming the file, and folders, FIFOs
+and devices are refused before they are opened. Every output is written beside its target
+and renamed into place (:func:`write_text_atomically`, ``tokens.AtomicNpyWriter``).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,21 @@
-"""TODO: base.textformats (from textformats)."""
+"""Strict, bounded readers of the small text formats users hand us: YAML presets, JSON configs
+and the JSON header of a .safetensors file.
+
+Both parsers refuse what the standard libraries let through or crash on:
+
+- duplicate keys (``json`` and ``yaml`` silently keep the last one);
+- nesting deeper than :data:`MAX_DEPTH` (``json`` and PyYAML's composer recurse once per
+  level, so 100,000 nested brackets end in ``RecursionError``): checked before they recurse;
+- JSON's non-standard ``NaN``, ``Infinity`` and numbers that round to infinity;
+- integer literals over :data:`MAX_DIGITS` digits (Python refuses over 4,300 with a
+  ``ValueError``, and converting them is quadratic);
+- YAML documents of more than :data:`MAX_YAML_NODES` values once aliases are expanded (a
+  "billion laughs" document is a few hundred bytes), and aliases to a node that contains them;
+- YAML scalars whose explicit tag does not fit (``!!int abc`` raises ``ValueError`` in PyYAML).
+
+A problem is raised as :class:`Malformed`, with the line and column where known; each reader
+turns it into its own one-line ``FfnError``. This module does not import NumPy.
+"""
 
 from __future__ import annotations
 

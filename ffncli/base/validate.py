@@ -1,4 +1,11 @@
-"""TODO: base.validate (from validate)."""
+"""Every value checked in one place, with one message style: ``<where>: expected ..., got ...``.
+
+``where`` names what the user wrote: ``option --layer`` for an option, ``config.json: key
+'n_embd'`` for a key of a file. Preset keys, config.json keys, what-if overrides and option
+values all go through these functions. Values are checked, never coerced: booleans are not
+numbers, 512.0 is not a whole number, NaN and infinity are refused (``value <= 0`` is false
+for NaN, so every comparison here is written to refuse it). No NumPy here: ``params`` uses it.
+"""
 
 from __future__ import annotations
 

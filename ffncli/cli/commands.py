@@ -1,4 +1,10 @@
-"""TODO: cli.commands (from cli)."""
+"""The Typer app: parse options, call one core function, render. No math here.
+
+Each command turns its options into one call of ``ffncli.jobs`` and hands the result to
+``ffncli.present``; the sharded path is ``ffncli.cli.sharded``, the error boundary
+``ffncli.cli.main``. Heavy modules (NumPy, the shard machinery) are imported inside the
+commands that need them, so ``ffncli params`` starts as fast as Typer does.
+"""
 
 from __future__ import annotations
 
@@ -85,13 +91,13 @@ def run_cmd(
     *, model: ModelChoice, tokens: TokenChoice, overrides: Overrides, scale: ScaleChoice,
 ) -> None:
     """Run the FFN on token vectors: print the output, or stream it to a .npy file."""
-    if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cluster.py
+    if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cli/sharded.py
         from ffncli.cli.sharded import run_command
 
         run_command(model, tokens, overrides, scale, out=out, force=force, residual=residual,
                     as_json=as_json)
         return
-    from ffncli.jobs import run as runner
+    from ffncli.jobs import run as run_job
     from ffncli.jobs.resolve import load_model, load_tokens
     from ffncli.present.console import Bar
     from ffncli.present.run import emit_run
@@ -99,10 +105,10 @@ def run_cmd(
     whole("option --precision", precision, 0, 12)
     loaded = load_model(model, overrides)
     inputs = load_tokens(tokens, loaded.engine.d_model)
-    runner.check_printable(inputs, out, as_json)
+    run_job.check_printable(inputs, out, as_json)
     with Bar(enabled=not as_json) as bar:
         bar.start(inputs.n_tokens)
-        result = runner.run_ffn(loaded, inputs, out=out, force=force, residual=residual,
+        result = run_job.run_ffn(loaded, inputs, out=out, force=force, residual=residual,
                                 allow_nonfinite=tokens.allow_nonfinite, progress=bar.update)
     emit_run(result, as_json, precision)
 
@@ -167,7 +173,7 @@ def relu_stats_cmd(
     """Activation sparsity of the hidden layer: per token, per unit, overlap, savings."""
     if text.given:
         text.refuse(tokens)
-        if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cluster.py
+        if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cli/sharded.py
             from ffncli.cli.sharded import sweep_command
 
             sweep_command(model, text, overrides, scale, threshold=threshold,
@@ -177,7 +183,7 @@ def relu_stats_cmd(
             _relu_stats_text(model, text, overrides, threshold, target_sparsity, report_path,
                              as_json)
         return
-    if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cluster.py
+    if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cli/sharded.py
         from ffncli.cli.sharded import relu_stats_command
 
         relu_stats_command(model, tokens, overrides, scale, threshold=threshold,
@@ -247,7 +253,7 @@ def capture(
     if not text.given:
         raise InputError("capture: give the text with --text FILE or its token ids with --ids "
                          "FILE")
-    if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cluster.py
+    if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cli/sharded.py
         from ffncli.cli.sharded import capture_command
 
         capture_command(model, text, scale, out=out, force=force, as_json=as_json)

@@ -1,4 +1,6 @@
-"""TODO: cli.main (from cli)."""
+"""The one error boundary and the process around it: a core ``FfnError`` or a usage error is one
+``error: ...`` line on stderr and exit 2, a failed check exits 1, a signal unwinds (removing
+temporary files) and exits 128 + n, a full or closed stdout is one line."""
 
 from __future__ import annotations
 
@@ -128,7 +130,7 @@ def main() -> None:
 
     SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted`, so that every ``with`` block
     unwinds (a half-written ``--out`` is removed); the process then exits 128 + signum."""
-    quiet_idle_threads()  # before anything imports NumPy: see ffncli/blas.py
+    quiet_idle_threads()  # before anything imports NumPy: see ffncli/base/blas.py
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), _raise_interrupted)

@@ -1,4 +1,5 @@
-"""TODO: cli.options (from cli)."""
+"""The command line's options, declared once: the model, token, text, what-if and scale groups,
+each reaching a command as one frozen record (:func:`grouped`)."""
 
 from __future__ import annotations
 

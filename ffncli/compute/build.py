@@ -1,4 +1,6 @@
-"""TODO: compute.build (from runner)."""
+"""One layer's FFN as the commands build it: the dtype, the weights (random from the spec's seed,
+an .npz, or a layer of a checkpoint through its open handle), the engine's tokens per chunk
+within the free memory. A mixture of experts the engine would compute wrongly is refused."""
 
 from __future__ import annotations
 

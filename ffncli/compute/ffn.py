@@ -1,4 +1,14 @@
-"""TODO: compute.ffn (from ffn)."""
+"""The FFN math: activations, the dense FFN, the gated (GLU) FFN and the mixture of experts.
+
+Row vectors, weights stored ``[in, out]``, exactly as in the NumPy lesson::
+
+    ffn(x) = act(x @ w1 + b1) @ w2 + b2                       # dense
+    ffn(x) = (act(x @ w + b) * (x @ v + c)) @ w2 + b2         # gated: W is activated, V is not
+
+Each formula is a plain function (``dense_ffn``, ``gated_ffn``, ``moe_ffn``) that reads like
+the paper and is the reference for the tests. ``ffncli.engine.Engine`` computes the same
+math fast, over chunks of tokens with preallocated buffers.
+"""
 
 from __future__ import annotations
 

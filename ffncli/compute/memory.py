@@ -1,4 +1,6 @@
-"""TODO: compute.memory (from weights, runner)."""
+"""How much memory work may take: the budget for random weights (``--max-memory``, never more
+than is free), the engine's buffers per chunk, and a one-line refusal of work that would not
+fit instead of a MemoryError or the out-of-memory killer later."""
 
 from __future__ import annotations
 

@@ -1,4 +1,12 @@
-"""TODO: compute.weights (from quantised, gguf, weights)."""
+"""Where FFN weights come from: seeded random draws, .npz files, and one layer of an open
+checkpoint (safetensors, GPTQ/AWQ, GGUF) through one loader.
+
+Every source returns the ``ffn`` module's weight classes in ``[in, out]`` layout and the
+requested dtype, with shapes checked against the spec.
+
+Random draws (``numpy.random.default_rng(init.seed).normal(0, init.std)``, float64, then cast)
+happen in this order, biases zero: dense W1 (d_model x d_ff), W2 (d_ff x d_model); gated W,
+V, W2; mixture of experts: the router (d_model x experts) first, then each expert in turn."""
 
 from __future__ import annotations
 

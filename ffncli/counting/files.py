@@ -1,18 +1,15 @@
-"""TODO: counting.files (from checkpoint, quantised, gguf)."""
+"""A checkpoint counted from its headers alone (no tensor data, no NumPy): each tensor's
+parameters in the group its name says (embeddings, attention, FFN, norms, head, pooler),
+buffers apart; GPTQ, AWQ and bitsandbytes linears as the ``in x out`` parameters they hold,
+with the bytes that store them; a GGUF file's tensors by GGML type."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from ffncli.formats.safetensors import FLOAT_DTYPES, Header, TensorInfo
-
-if TYPE_CHECKING:
-
-    pass
 from ffncli.formats.gguf import INTEGER_TYPES, GgufHeader, GgufTensor
 from ffncli.formats.quantised import quantised_linears, recognise
-from ffncli.formats.safetensors import INT_DTYPES
+from ffncli.formats.safetensors import FLOAT_DTYPES, INT_DTYPES, Header, TensorInfo
 
 GROUPS = ("embeddings", "attention", "ffn", "norms", "head", "pooler", "other")
 

@@ -1,4 +1,9 @@
-"""TODO: counting.model (from counting)."""
+"""Parameters, FLOPs and weight memory of a spec: pure integer arithmetic, one function a formula.
+
+Counting follows the reference implementations (Hugging Face classes, the 2017 paper): tied
+weights are counted once, buffers never. FLOPs are 2 per multiply-add of the matrix products
+(biases, activations, norms and softmax are left out, as in Kaplan et al. 2020).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""TODO: counting.results (from counting)."""
+"""What ``params`` and ``presets`` answer: a spec's count beside a checkpoint's (and whether
+they match), a checkpoint counted from its headers alone, every built-in preset in a line."""
 
 from __future__ import annotations
 
@@ -44,7 +45,6 @@ class ParamsResult:
     @property
     def matches(self) -> bool:
         return not self.mismatches
-
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,20 @@
-"""TODO: formats.gguf (from gguf)."""
+"""GGUF files (llama.cpp): the header walked and checked, tensors dequantised, the values of
+metadata arrays (a tokenizer's tokens) read on demand.
+
+A GGUF file is a magic ``GGUF``, a version, the tensor and metadata counts, the metadata
+(typed key/value pairs: ``general.architecture``, ``llama.embedding_length``, the tokenizer's
+arrays...), one info per tensor (name, dimensions innermost first, GGML type, offset), then
+the aligned tensor data.
+
+The header is walked here, in pure Python over the file's first bytes (4 MB, more when the
+header is longer): counting (``ffncli.counting.files``) never reads tensor data and never
+imports NumPy. The ``gguf``
+package's own reader turns every one of the ~100,000 tokenizer strings of a small model
+into NumPy arrays (3 s on SmolLM2-135M) and loops on an array length that runs past the end
+of the file, so it is the oracle of the tests instead. Dequantising (``run``,
+``relu-stats``, ``permute-check``) is the ``gguf`` package's (``gguf.quants.dequantize``), an
+optional extra: ``pip install 'ffncli[gguf]'``.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +31,6 @@ from ffncli.errors import WeightsError
 
 if TYPE_CHECKING:
     import numpy as np
-
 
 
 MAGIC = b"GGUF"

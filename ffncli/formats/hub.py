@@ -1,4 +1,10 @@
-"""TODO: formats.hub (from hub)."""
+"""``--model ORG/NAME[@REVISION]``: a model in the local Hugging Face cache, never the network.
+
+The cache is the one ``huggingface_hub`` fills (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else
+``~/.cache/huggingface/hub``). A model lives in ``models--ORG--NAME/``: ``refs/<revision>``
+files hold commit hashes, and ``snapshots/<commit>/`` holds that commit's files (links into
+``blobs/``). This module does not import NumPy.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,14 @@
-"""TODO: formats.npy (from tokens)."""
+"""The ``.npy`` format: headers checked, and outputs written atomically.
+
+Every .npy header is parsed and checked here (:func:`read_npy_header`, also used for the
+members of .npz weights), and its promises are checked against the file's size before any
+array is allocated: numpy's own loader trusts the header.
+
+A large ``.npy`` input is read chunk by chunk (``ffncli.formats.tokens``), and the output is
+written chunk by chunk to a temporary file that is renamed into place at the
+end. Neither is memory-mapped: mapped pages count towards resident memory, and a 2 GB input
+read through ``np.load(mmap_mode="r")`` would show 2 GB more of it.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO: formats.npz (from weights)."""
+"""``.npz`` weights, opened without unpickling: every member's .npy header is checked before
+anything is read (a member claiming a huge array, a zip bomb, is refused before it is
+decompressed), and zipfile's errors on a damaged archive become one line."""
 
 from __future__ import annotations
 

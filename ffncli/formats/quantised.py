@@ -1,4 +1,14 @@
-"""TODO: formats.quantised (from quantised)."""
+"""Quantised checkpoints: the parameters a model has, apart from the bytes it stores them in.
+
+GPTQ and AWQ replace a linear layer's ``weight`` by int32-packed ``qweight`` (GPTQ packs along
+the input, ``[in * bits / 32, out]``; AWQ along the output, ``[in, out * bits / 32]``), with
+``qzeros`` ``[groups, out * bits / 32]``, ``scales`` ``[groups, out]`` and, for GPTQ,
+``g_idx`` ``[in]``. bitsandbytes keeps ``weight`` as int8 beside its row scales ``SCB`` (8-bit),
+or as uint8 holding two 4-bit values a byte beside ``weight.absmax``, ``weight.quant_map`` and
+``weight.quant_state.*`` (4-bit, NF4 or FP4). The layer has ``in x out`` parameters either
+way; the rest is how they are stored. Here: the quantised linears a header holds, and GPTQ
+and AWQ layers dequantised (``ffncli.counting.files`` counts them).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +21,6 @@ from ffncli.formats.safetensors import Header, TensorInfo
 
 if TYPE_CHECKING:
     import numpy as np
-
-
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,13 @@
-"""TODO: formats.safetensors (from checkpoint, weights, model)."""
+"""The ``.safetensors`` format: the header, checked; checkpoints as they are saved (one file,
+shards and their index, a model folder); a tensor's bytes read as an array.
+
+A safetensors file is an 8-byte little-endian header length, a JSON header naming every
+tensor's dtype, shape and byte range, then the raw data. Counting reads the header only, so
+it is instant on a 15 GB checkpoint (``ffncli.counting.files``). A large model is saved as shards
+(``model-00001-of-00004.safetensors`` ...) and a ``model.safetensors.index.json`` mapping each
+tensor to its shard; :func:`open_checkpoint` takes a file, an index or a model folder.
+Only :func:`read_tensor` imports NumPy, when it is called.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,32 @@
-"""TODO: formats.text (from text)."""
+"""Text and token ids in: the model's tokenizer, ``--text`` and ``--ids`` files, windows.
+
+``--text FILE``: UTF-8 text, each non-empty line one sequence. A line is what lies between two
+``
+`` bytes, with its ``
+`` (and a ``
+`` before it: Windows line ends) removed; every other
+character, leading and trailing spaces and tabs included, reaches the tokenizer as it is (so a
+line gives the ids ``tokenizer(line)`` gives in ``transformers``). Lines holding only
+whitespace are skipped, as empty ones are; a byte-order mark opening the file is dropped.
+Python's ``str.splitlines`` also cuts at ``
+``, form feeds and U+2028: those stay inside a
+line here, as the tokenizer would see them in one string.
+
+The tokenizer is the model's ``tokenizer.json`` (beside a ``.safetensors`` file or index, or
+in the model folder: a ``save_pretrained`` or Hugging Face cache snapshot folder), read by the
+``tokenizers`` package (the ``text`` extra) with its truncation and padding switched off
+(MiniLM's pads and truncates to 128) and special tokens added as its post-processor adds them
+(BERT's ``[CLS] ... [SEP]``). A GGUF file carries its tokenizer in its metadata: a byte-level
+BPE (``tokenizer.ggml.model`` ``gpt2``) is rebuilt from its tokens and merges, split as
+llama.cpp splits it (``tokenizer.ggml.pre``).
+
+``--ids FILE``: token ids without a tokenizer: an integer ``.npy`` (1-D one sequence, 2-D
+sequences x length) or a ``.txt`` with one sequence of space-separated ids per line.
+
+A sequence longer than the model's positions is cut into consecutive windows of that many
+ids (the last one shorter): special tokens stay where the tokenizer put them (BERT's
+``[CLS]`` opens the first window only). Nothing is ever padded.
+"""
 
 from __future__ import annotations
 

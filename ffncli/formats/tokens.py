@@ -1,4 +1,5 @@
-"""TODO: formats.tokens (from tokens, runner)."""
+"""Token matrices in: ``.npy`` (read in chunks, never unpickled), ``.txt``/``.csv``, an array,
+or ``--random N`` drawn with a seed chunk by chunk; NaN and infinity refused unless asked for."""
 
 from __future__ import annotations
 

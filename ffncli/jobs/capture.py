@@ -1,4 +1,10 @@
-"""TODO: jobs.capture (from capture)."""
+"""``capture``: real text through the whole model, every selected layer's FFN input written to
+``DIR/layer{N}.npy`` (each file atomically) and ``DIR/capture.json``.
+
+It is one walk (:func:`ffncli.compute.forward.walk.walk`) over the sequences, as the sweep of
+``relu-stats --text`` is with another visitor: layer by layer (one layer's weights in memory),
+batch by batch, each selected layer's FFN input handed over in text order.
+"""
 
 from __future__ import annotations
 

@@ -1,18 +1,15 @@
-"""TODO: jobs.choices (from model, capture, cluster)."""
+"""The options that travel together, as frozen records: which model (``ModelChoice``), which
+tokens (``TokenChoice``), which text (``TextChoice``), where the work runs (``ScaleChoice``),
+and the one grammar of ``--layer``. Nothing is read here."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ffncli.base.validate import fail, whole
 from ffncli.errors import InputError
-
-if TYPE_CHECKING:
-
-    pass
 
 
 @dataclass(frozen=True)
@@ -114,7 +111,7 @@ class ScaleChoice:
 
     def wanted_text(self, text: TextChoice) -> bool:
         """Whether ``--text``/``--ids`` take the sharded path: a glob or a folder, or a cluster
-        asked for. (One file alone is the sweep of ffncli.capture: one walk.)"""
+        asked for. (One file alone is the sweep of ffncli.jobs.sweep: one walk.)"""
         given = text.text if text.text is not None else text.ids
         return self.workers is not None or self.scheduler is not None or self.skip_bad or (
             given is not None and is_many(given))

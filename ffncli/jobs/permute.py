@@ -1,4 +1,6 @@
-"""TODO: jobs.permute (from checks)."""
+"""``permute-check`` as the command runs it: the target (a user's ``--impl`` function, guarded,
+or a model's FFN), the tokens read once and held in memory, the report path checked before any
+work, every property checked."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO: jobs.resolve (from model, report)."""
+"""Which model a command means, opened once: the spec (a preset, a YAML file, a config.json,
+the config.json beside a checkpoint, or a GGUF file's metadata) with its what-if overrides,
+and the checkpoint opened with its header parsed once; the tokens, sequences and report path
+a command reads or writes. Spec resolution and ``params`` never import NumPy."""
 
 from __future__ import annotations
 
@@ -138,13 +141,13 @@ def open_model(choice: ModelChoice, overrides: Overrides, *, forward: bool = Fal
 
 def load_model(choice: ModelChoice, overrides: Overrides) -> Model:
     """The spec and its FFN: random from the spec's seed, or one layer of a weights file."""
-    from ffncli.compute import build as runner
+    from ffncli.compute import build
     from ffncli.compute.memory import parse_size
 
     with open_model(choice, overrides) as opened:
         budget = parse_size(choice.max_memory) if choice.max_memory is not None else None
-        return runner.build_model(opened.spec, opened.weights, choice.index(),
-                                  runner.parse_dtype(choice.dtype), budget,
+        return build.build_model(opened.spec, opened.weights, choice.index(),
+                                  build.parse_dtype(choice.dtype), budget,
                                   tensors=opened.tensors)
 
 

@@ -1,4 +1,6 @@
-"""TODO: jobs.run (from runner)."""
+"""``ffncli run`` as a library call: stream the input through one layer's FFN, write or show
+the output, and on small inputs the lesson's two checks (one position at a time, swapped
+positions) and the inactive units per token."""
 
 from __future__ import annotations
 

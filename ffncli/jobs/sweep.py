@@ -1,4 +1,5 @@
-"""TODO: jobs.sweep (from capture)."""
+"""``relu-stats --text``: one statistics accumulator per layer, fed by the walk as it goes, each
+calibrated (the CATS threshold) on the text's first tokens whatever the batches."""
 
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ from ffncli.analysis.sparsity import (
     check_rule,
     describe_rule,
 )
+from ffncli.jobs.capture import Progress
 
 if TYPE_CHECKING:
     from ffncli.compute.forward.families import Transformer
     from ffncli.compute.forward.layer import Block
     from ffncli.formats.text import Sequences
-from ffncli.jobs.capture import Progress
 
 CATS_SHARE = 0.5  # the sweep's CATS column: the threshold that makes half the units inactive
 

@@ -1,14 +1,13 @@
-"""TODO: present.check (from render)."""
+"""``permute-check``: each property's result as a table, or its JSON document."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
-
-
-    from ffncli.analysis.properties import CheckReport
 from ffncli.present.console import Text, console, emit_json, new_table
+
+if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
+    from ffncli.analysis.properties import CheckReport
 
 
 def emit_check(report: CheckReport, as_json: bool) -> None:

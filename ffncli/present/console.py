@@ -1,4 +1,6 @@
-"""TODO: present.console (from cluster, render)."""
+"""The terminal and stdout: a Rich console (no markup parsed in user text, no colour under
+NO_COLOR), one JSON document written on stdout, tables with bars that shrink and then go in a
+narrow terminal, and the one progress bar on stderr."""
 
 from __future__ import annotations
 
@@ -11,18 +13,15 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
+from ffncli.jobs.progress import Progress
 
+if TYPE_CHECKING:  # Rich is imported when it draws (~50 ms that --json never pays)
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text as RichText
-from ffncli.jobs.progress import Progress
 
-if TYPE_CHECKING:
     from ffncli.jobs.shards.inputs import Skipped
 
-
-# Rich is imported on first use: `--json` output never needs it, and it costs ~50 ms.
 
 
 def Text(text: str) -> RichText:  # noqa: N802 - stands in for rich.text.Text

@@ -1,4 +1,5 @@
-"""TODO: present.junit (from render)."""
+"""``permute-check --junit-xml``: one testcase per property (an ``<error>`` when the FFN
+misbehaved), written atomically, never over an input of the command."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ if TYPE_CHECKING:  # the result types: their modules import NumPy, which params 
 
     from ffncli.analysis.properties import CheckReport
     from ffncli.errors import ImplError
-
 
 
 # ---------------------------------------------------------------------------------------------

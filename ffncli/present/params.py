@@ -1,4 +1,6 @@
-"""TODO: present.params (from render)."""
+"""``params`` and ``presets``: where the parameters live, layer by layer and part by part, FLOPs
+per token, weight memory and the KV cache; a checkpoint's count beside the spec's; as tables
+or JSON."""
 
 from __future__ import annotations
 
@@ -9,10 +11,6 @@ from typing import TYPE_CHECKING, Any
 from ffncli.counting.files import GROUPS, FileCount, QuantisedCount
 from ffncli.counting.model import KvCache, LayerCount, ModelCount, Row
 from ffncli.counting.results import FileOnlyResult, ParamsResult, PresetSummary
-
-if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
-
-    from rich.console import Console
 from ffncli.present.console import (
     Text,
     bar_table,
@@ -23,6 +21,9 @@ from ffncli.present.console import (
     pct,
     share_bar_line,
 )
+
+if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
+    from rich.console import Console
 
 # One function a command: its result as one JSON document, or as tables for people.
 

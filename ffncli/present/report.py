@@ -1,4 +1,19 @@
-"""TODO: present.report (from report)."""
+"""HTML reports (``--report out.html``): one self-contained file, inline SVG, each chart's numbers
+in a table beneath it.
+
+Every report is built from the JSON document the command prints with ``--json``
+(``present.stats.stats_json``, ``present.params.params_json``, the relu-stats sweep document),
+never from the result objects directly, so the picture and the numbers a program reads cannot
+disagree. Each table cell holding a number names the value of that document it shows (``data-
+json="path"``, or an expression of paths such as ``groups.ffn / total_params``), so a test
+reads every table back and checks it against ``--json``.
+
+The file has no JavaScript and nothing that is fetched: no external fonts, style sheets or
+images. It is well-formed XML as well as HTML (every element closed, only XML's entities), and
+every string that comes from a file or an option is escaped. Pure Python: ``params --report``
+never imports NumPy. The path was checked by the job before its work
+(``ffncli.jobs.resolve.report_target``); the page is written here, atomically.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ffncli.base.files import write_text_atomically
-
-if TYPE_CHECKING:
-    from ffncli.analysis.sparsity import SparsityResult
-    from ffncli.counting.results import FileOnlyResult, ParamsResult
 from ffncli.present.svg import (
     PALETTE,
     Cell,
@@ -27,6 +38,10 @@ from ffncli.present.svg import (
     section,
     stacked_bars,
 )
+
+if TYPE_CHECKING:
+    from ffncli.analysis.sparsity import SparsityResult
+    from ffncli.counting.results import FileOnlyResult, ParamsResult
 
 OPTION = "--report"
 
@@ -374,8 +389,6 @@ def _flops(doc: dict[str, Any]) -> str:
     return section(f"FLOPs per token at seq_len {whole['seq_len']:,}", chart, table, note=(
         "Two FLOPs per multiply-add of the matrix products. A layer's row is one layer; the "
         "whole model's attention is every layer's projections and scores together."))
-
-
 
 
 def save_stats(target: Path | None, result: SparsityResult) -> None:

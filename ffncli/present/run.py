@@ -1,4 +1,5 @@
-"""TODO: present.run (from render)."""
+"""``run``: the output's first rows and the lesson's checks as a table, or the JSON document;
+``run`` over shards: what was written where."""
 
 from __future__ import annotations
 

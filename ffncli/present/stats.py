@@ -1,4 +1,5 @@
-"""TODO: present.stats (from render)."""
+"""``relu-stats`` and ``capture``: the statistics of one FFN (per token, per unit, overlap, hot
+units, W2 work saved), the sweep of every layer, a capture's files, as tables or JSON."""
 
 from __future__ import annotations
 

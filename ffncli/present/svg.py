@@ -1,4 +1,6 @@
-"""TODO: present.svg (from report)."""
+"""The drawing kit of the HTML report: inline SVG charts (bars, columns, lines, stacked bars, a
+heat map) and tables whose number cells name the JSON value they show. Every string is
+escaped; no script, nothing fetched."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO: specs.gguf (from gguf)."""
+"""The spec a GGUF file's metadata implies: its keys read as the keys of a config.json with the
+same meaning, counted by that model type's reader (the architecture table maps llama.cpp's
+architectures to model types)."""
 
 from __future__ import annotations
 
@@ -6,12 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from ffncli.base.validate import Keys, brief, whole
 from ffncli.errors import WeightsError
+from ffncli.formats.gguf import GgufArray, GgufHeader
 from ffncli.specs.archs import GGUF_ARCHITECTURES, spec_from_config
 
 if TYPE_CHECKING:
-
     from ffncli.specs.spec import ModelSpec
-from ffncli.formats.gguf import GgufArray, GgufHeader
 
 # ---------------------------------------------------------------------------------------------
 # The spec the metadata implies, read as a config.json with the same keys would be.

@@ -1,4 +1,9 @@
-"""TODO: specs.hfconfig (from hfconfig)."""
+"""Hugging Face ``config.json`` -> ModelSpec, one small reader per model_type.
+
+Missing keys take the reference class's defaults (``transformers`` configuration classes), so
+a config that omits ``tie_word_embeddings`` counts the way the model loads: Gemma ties,
+Llama does not.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,11 @@
-"""TODO: specs.spec (from spec)."""
+"""Typed, frozen model specs, validated once; built-in YAML presets.
+
+A spec describes an architecture, not weights: widths, the FFN's activation and gating, the
+attention's heads, the norms, the layer stacks and the embeddings. ``counting`` turns it into
+parameter counts; ``ffn`` and ``weights`` turn its FFN part into a function.
+
+This module must not import NumPy: ``ffncli params`` is integer arithmetic and starts fast.
+"""
 
 from __future__ import annotations
 

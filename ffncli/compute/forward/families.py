@@ -1,4 +1,9 @@
-"""TODO: compute.forward.families (from forward)."""
+"""The model families the forward runs, each reading its checkpoint one layer at a time:
+BERT-like encoders (BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA), GPT-2 and the LLaMA family
+(LLaMA, Mistral, Mixtral, Qwen2, Qwen3, Gemma; GGUF files of the llama architecture). Which
+model type is which family, and its tensor names, is the architecture table's
+(``ffncli.specs.archs``). Each layer's FFN is the engine ``run`` builds, read through the
+checkpoint the model holds open."""
 
 from __future__ import annotations
 

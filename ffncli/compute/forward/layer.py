@@ -1,4 +1,5 @@
-"""TODO: compute.forward.layer (from forward)."""
+"""One layer of the whole model: the norms, the attention and the block that puts them around
+the FFN and the residual stream (post-norm BERT, pre-norm GPT-2 and LLaMA)."""
 
 from __future__ import annotations
 

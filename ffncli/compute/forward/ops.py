@@ -1,4 +1,7 @@
-"""TODO: compute.forward.ops (from forward)."""
+"""The forward's math, one small function per equation: LayerNorm, RMSNorm, softmax in place,
+the causal (and sliding-window) mask, rotary positions and their frequencies, and named
+scratch buffers reused from batch to batch. ``out`` may be ``x`` (in place); ``tmp`` is a
+scratch array shaped like ``x``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO: compute.forward.walk (from forward)."""
+"""Walking the layers over many sequences: layer-major, batch by batch (whole sequences packed
+together, BATCH_TOKENS at most), the hidden states kept in a temporary spill file between
+layers, read and written with pread/pwrite through one batch buffer. Resident memory is one
+layer's weights plus one batch, whatever the text's length."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO: jobs.shards.inputs (from cluster)."""
+"""The inputs of a sharded job: the files of a glob or a folder in name order, each header read
+and checked once here, each shard's token offset in the whole input; a long text or ids file
+cut into runs of whole forward batches, so that its shards compute exactly one walk's
+batches."""
 
 from __future__ import annotations
 
@@ -11,11 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ffncli.errors import FfnError, InputError
-from ffncli.jobs.choices import TextChoice
+from ffncli.jobs.choices import TextChoice, is_many
 
 if TYPE_CHECKING:
     import numpy as np
-from ffncli.jobs.choices import is_many
 
 # ---------------------------------------------------------------------------------------------
 # Shards: the files of --input, in a stable order, with their token offsets.
@@ -216,7 +218,7 @@ def _text_reader(model: Any) -> Callable[[Path], Any]:
     def read(path: Path) -> Any:
         sequences = read_text(path, tokenizer, model.max_positions)
         top = max(int(ids.max()) for ids in sequences.ids if ids.size)
-        if top >= model.vocab:  # as ffncli.model.load_sequences says it
+        if top >= model.vocab:  # as jobs.resolve.load_sequences says it
             raise InputError(f"{tokenizer.source}: gives token id {top}, but the model's "
                              f"vocabulary has {model.vocab} rows; is it the model's "
                              "tokenizer?")

@@ -1,4 +1,7 @@
-"""TODO: jobs.shards.pool (from cluster)."""
+"""Where a sharded job's tasks run: this process, in shard order (``InProcess``, no Dask needed),
+or a Dask cluster (``DaskPool``: a local one of ``--workers`` processes, or ``--scheduler``'s).
+Dask is imported only here, only when asked for. Also the fixed-shape merge tree that makes
+the result independent of where and in which order tasks finish (``TreeMerge``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO: jobs.shards.workers (from cluster)."""
+"""What a worker process keeps between tasks: the model built from the job's options once (the
+FFN of one layer, or the whole model with its built layers, up to LAYER_CACHE_BYTES), read
+again when the weights file changes; and the first, cheap pass of a capped mixture of experts
+(the places each expert has left when each shard starts)."""
 
 from __future__ import annotations
 
@@ -10,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from ffncli.errors import InputError
 from ffncli.jobs.choices import ModelChoice
+from ffncli.jobs.shards.inputs import Shard
 from ffncli.specs.spec import Overrides
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ffncli.compute.engine import Engine
-from ffncli.jobs.shards.inputs import Shard
 
 # ---------------------------------------------------------------------------------------------
 # The model on the workers: built from the options, once per worker process.
