@@ -6,10 +6,11 @@ A ```python block holding `>>> ` lines is a doctest (ELLIPSIS on); other code is
 `$MINILM` is the installed MiniLM, `$SMOLLM2` the installed SmolLM2 GGUF (a block that needs one
 skips without it). `$ export NAME=VALUE` sets a variable for the rest of its block.
 
-Each page runs in its own fresh folder holding links to the clone's tests/ and examples/, its
-blocks in order, as a reader would run them one after another: a page makes its own inputs,
-in `$ ` steps a reader sees. A test that runs one block alone (`-k`) first runs the blocks
-before it on its page.
+Each page runs in its own fresh folder, its blocks in order, as a reader would run them one
+after another: a page makes its own inputs, in `$ ` steps a reader sees. README.md runs in an
+empty folder (its examples work in any folder); a page under docs/ runs in a folder holding
+links to the clone's tests/ and examples/, as if run from the clone's root. A test that runs
+one block alone (`-k`) first runs the blocks before it on its page.
 
 The test ids name the page and the line of the block's opening fence: `README.md:52`."""
 
@@ -29,7 +30,7 @@ from models import minilm_path, smollm2_path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-LINKED = ("tests", "examples")  # what a page finds in its folder
+LINKED = ("tests", "examples")  # what a page under docs/ finds in its folder
 
 
 @dataclass(frozen=True)
@@ -132,8 +133,9 @@ def pages(tmp_path_factory):
     def page(name: str) -> Page:
         if name not in made:
             folder = tmp_path_factory.mktemp(re.sub(r"\W", "-", name))
-            for entry in LINKED:
-                (folder / entry).symlink_to(ROOT / entry)
+            if name != "README.md":
+                for entry in LINKED:
+                    (folder / entry).symlink_to(ROOT / entry)
             made[name] = Page(folder)
         return made[name]
 
@@ -179,6 +181,50 @@ def test_example(block, pages, cli, monkeypatch):
             _run_console(current, cli, monkeypatch)
         else:
             _run_doctest(current)
+
+
+# ---- the reference cannot rot: every link -----------------------------------------------
+
+def _headings(text: str) -> set[str]:
+    """The anchors GitHub makes of a page's headings (code blocks left out)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    anchors: set[str] = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.replace("`", "").strip().lower()).replace(" ", "-")
+        n, anchor = 0, slug
+        while anchor in anchors:
+            n += 1
+            anchor = f"{slug}-{n}"
+        anchors.add(anchor)
+    return anchors
+
+
+def test_links_between_pages_lead_somewhere():
+    """Every relative link of README.md and docs/ names a file that exists, and a heading in it."""
+    broken = []
+    for path in PAGES:
+        text = path.read_text()
+        for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"^```.*?^```", "", text,
+                                                             flags=re.S | re.M)):
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file).resolve() if file else path
+            if not linked.exists():
+                broken.append(f"{path.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and linked.suffix == ".md" and anchor not in _headings(linked.read_text()):
+                broken.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+@pytest.mark.parametrize("page", [p.relative_to(ROOT).as_posix() for p in PAGES])
+def test_a_page_says_what_its_variables_are(page):
+    """A page whose examples use $MINILM or $SMOLLM2 says what it is, in its own text."""
+    text = (ROOT / page).read_text()
+    used = "".join(block.text for block in BLOCKS[page])
+    for name in ("MINILM", "SMOLLM2"):
+        if f"${name}" in used:
+            assert f"(`${name}` is " in text, f"{page} uses ${name} and does not say what it is"
 
 
 def test_readme_test_command_is_what_ci_runs():
