@@ -183,7 +183,44 @@ def test_example(block, pages, cli, monkeypatch):
             _run_doctest(current)
 
 
-# ---- the reference cannot rot: every link -----------------------------------------------
+# ---- the reference cannot rot: every option, every link ---------------------------------
+
+COMMAND_PAGES = {"params": "params.md", "presets": "params.md", "run": "run.md",
+                 "permute-check": "permute-check.md", "relu-stats": "relu-stats.md",
+                 "capture": "capture.md"}  # under docs/commands/
+
+
+def _options(command: str) -> list[str]:
+    """The long options `ffncli COMMAND --help` shows (--help itself aside)."""
+    import typer.main
+
+    from ffncli.cli import app
+
+    params = typer.main.get_command(app).commands[command].params
+    return [opt for param in params if not getattr(param, "hidden", False)
+            for opt in (*param.opts, *param.secondary_opts) if opt.startswith("--")]
+
+
+def test_every_command_has_a_page():
+    import typer.main
+
+    from ffncli.cli import app
+
+    assert set(typer.main.get_command(app).commands) == set(COMMAND_PAGES)
+    assert all((ROOT / "docs" / "commands" / page).is_file() for page in COMMAND_PAGES.values())
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_PAGES))
+def test_every_option_is_on_its_page(command, cli):
+    """Each option of `ffncli COMMAND --help` is named on the command's page under docs/."""
+    page = ROOT / "docs" / "commands" / COMMAND_PAGES[command]
+    text = page.read_text()
+    shown = cli(command, "--help").out
+    options = _options(command)
+    assert options and all(opt in shown for opt in options)
+    missing = [opt for opt in options if not re.search(rf"(?<![\w-]){opt}(?![\w-])", text)]
+    assert not missing, f"{page.relative_to(ROOT)} does not name {', '.join(missing)}"
+
 
 def _headings(text: str) -> set[str]:
     """The anchors GitHub makes of a page's headings (code blocks left out)."""
