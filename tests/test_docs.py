@@ -12,7 +12,11 @@ empty folder (its examples work in any folder); a page under docs/ runs in a fol
 links to the clone's tests/ and examples/, as if run from the clone's root. A test that runs
 one block alone (`-k`) first runs the blocks before it on its page.
 
-The test ids name the page and the line of the block's opening fence: `README.md:52`."""
+The test ids name the page and the line of the block's opening fence: `README.md:52`.
+
+The README's examples also run as a reader's shell runs them after `pip install .` (not
+editable), in a folder that looks like the clone's root: there the clone's own ffncli/ comes
+first on sys.path for `python -c` and `python -m`, and must not break the examples."""
 
 from __future__ import annotations
 
@@ -20,8 +24,10 @@ import doctest
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -262,6 +268,119 @@ def test_a_page_says_what_its_variables_are(page):
     for name in ("MINILM", "SMOLLM2"):
         if f"${name}" in used:
             assert f"(`${name}` is " in text, f"{page} uses ${name} and does not say what it is"
+
+
+# ---- from the clone's root, after `pip install .` -----------------------------------------
+
+NOT_THE_CLONE = {".git", ".venv", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis",
+                 ".mypy_cache", ".ruff_cache"}
+
+
+def _of_the_clone(entry: Path) -> bool:
+    return not (entry.name in NOT_THE_CLONE or entry.name.endswith(".egg-info")
+                or (entry / "pyvenv.cfg").exists())  # a virtualenv, whatever its name
+
+
+def _reader_env(bin_folder: Path) -> dict[str, str]:
+    """A reader's shell with the venv activated: nothing on PYTHONPATH."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("PYTHONPATH", "PYTHONSAFEPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["PATH"] = f"{bin_folder}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(bin_folder.parent)
+    return env
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory) -> Path:
+    """The bin/ folder of a venv holding `pip install .` of a copy of the clone: not editable, so
+    the clone's own ffncli/ is not the package installed. Its dependencies are this venv's,
+    through a .pth file, so only the build's setuptools is fetched."""
+    base = tmp_path_factory.mktemp("installed")
+    clone = base / "clone"
+    shutil.copytree(ROOT, clone, ignore=lambda folder, names: [
+        name for name in names if name == "__pycache__"
+        or (Path(folder) == ROOT and not _of_the_clone(ROOT / name))])
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = subprocess.run([python, "-c", where], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    Path(site, "dependencies.pth").write_text("".join(f"{path}\n" for path in sorted(ours)))
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    "--no-deps", "--ignore-installed", str(clone)],
+                   check=True, env=_reader_env(venv / "bin"))
+    return venv / "bin"
+
+
+@pytest.fixture
+def clone_root(tmp_path) -> Path:
+    """A folder that looks like the clone's root: a link to each of its top-level entries."""
+    for entry in ROOT.iterdir():
+        if _of_the_clone(entry):
+            (tmp_path / entry.name).symlink_to(entry)
+    return tmp_path
+
+
+def _expand(value: str, env: dict[str, str]) -> str:
+    return re.sub(r"\$(\w+)|\$\{(\w+)\}", lambda m: env.get(m[1] or m[2], m[0]), value)
+
+
+def _console_in_shell(block: Block, folder: Path, env: dict[str, str]) -> None:
+    """The block's commands as a reader's shell runs them: `ffncli` is the installed script."""
+    env = dict(env)
+    for command, expected in block.steps():
+        if command.startswith("export "):
+            name, _, value = command[len("export "):].partition("=")
+            env[name] = _expand(value, env)
+            continue
+        r = subprocess.run(command, shell=True, cwd=folder, env=env, capture_output=True,
+                           text=True)
+        if not command.startswith("ffncli "):
+            assert r.returncode == 0, (block.id, command, r.stderr)
+            continue
+        assert r.returncode == _expected_code(expected), (block.id, command, r.stderr)
+        assert _matches(expected, r.stdout + r.stderr), (block.id, command, r.stdout + r.stderr)
+
+
+def test_readme_commands_from_the_clone_root(installed, clone_root):
+    env = {**_reader_env(installed), **_models(README)}
+    for block in README:
+        if block.kind == "console":
+            _console_in_shell(block, clone_root, env)
+
+
+DOCTEST = """import doctest, sys
+name, text = sys.argv[1], sys.stdin.read()
+test = doctest.DocTestParser().get_doctest(text, {}, name, name, 0)
+runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+runner.run(test)
+sys.exit(1 if runner.failures or not runner.tries else 0)
+"""
+
+
+class LibraryExampleFailed(AssertionError):
+    """A README doctest failed when run by `python -c`."""
+
+
+@pytest.mark.xfail(strict=True, raises=LibraryExampleFailed,
+                   reason="from the clone's root the clone's ffncli/ shadows the installed "
+                          "package, whose ffncli.presets the install maps in from presets/: "
+                          "No module named 'ffncli.presets' (python -m ffncli fails alike)")
+def test_readme_library_from_the_clone_root(installed, clone_root):
+    """The README's doctests by `python -c` (the current folder first on sys.path), after the
+    console blocks before them (the files they read)."""
+    last = max(i for i, block in enumerate(README) if block.kind == "python")
+    env = {**_reader_env(installed), **_models(README[:last + 1])}
+    for block in README[:last + 1]:
+        if block.kind == "console":
+            _console_in_shell(block, clone_root, env)
+            continue
+        r = subprocess.run([installed / "python", "-c", DOCTEST, block.id], input=block.text,
+                           cwd=clone_root, env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise LibraryExampleFailed(r.stdout + r.stderr)
 
 
 def test_readme_test_command_is_what_ci_runs():
