@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COPIED = ("ffncli", "presets", "tests", "examples", "README.md", "pyproject.toml")
+COPIED = ("ffncli", "presets", "tests", "examples", "docs", "README.md", "pyproject.toml")
 # The core's unit tests run first: a mutant they catch is out in a second or two, not after
 # the CLI and README tests. Every test module still runs for a mutant that survives them.
 FIRST = ("test_counting.py", "test_ffn.py", "test_sparsity.py", "test_runner.py",
