@@ -21,6 +21,7 @@ first on sys.path for `python -c` and `python -m`, and must not break the exampl
 from __future__ import annotations
 
 import doctest
+import json
 import os
 import re
 import shlex
@@ -364,10 +365,6 @@ class LibraryExampleFailed(AssertionError):
     """A README doctest failed when run by `python -c`."""
 
 
-@pytest.mark.xfail(strict=True, raises=LibraryExampleFailed,
-                   reason="from the clone's root the clone's ffncli/ shadows the installed "
-                          "package, whose ffncli.presets the install maps in from presets/: "
-                          "No module named 'ffncli.presets' (python -m ffncli fails alike)")
 def test_readme_library_from_the_clone_root(installed, clone_root):
     """The README's doctests by `python -c` (the current folder first on sys.path), after the
     console blocks before them (the files they read)."""
@@ -383,10 +380,21 @@ def test_readme_library_from_the_clone_root(installed, clone_root):
             raise LibraryExampleFailed(r.stdout + r.stderr)
 
 
+def test_python_m_ffncli_from_the_clone_root(installed, clone_root):
+    """`python -m ffncli` puts the current folder first on sys.path: from the clone's root it
+    runs the clone's ffncli/, which still finds the presets (the top-level presets/)."""
+    r = subprocess.run([installed / "python", "-m", "ffncli", "params", "--preset", "base",
+                        "--json"], cwd=clone_root, env=_reader_env(installed),
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["total_params"] == 63_082_496
+
+
 def test_readme_test_command_is_what_ci_runs():
     """The README's "install and pass the tests" line is the command .ci/run runs."""
     readme = (ROOT / "README.md").read_text()
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
           if line.startswith("python3 -m venv")]
     assert len(ci) == 1 and f"```bash\n{ci[0]}\n```" in readme
-    assert "ruff check ." in ci[0] and "mypy" in ci[0] and ci[0].endswith("pytest")
+    assert "ruff check ." in ci[0] and "mypy" in ci[0] and "lint-imports" in ci[0]
+    assert ci[0].endswith("pytest")

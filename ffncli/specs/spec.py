@@ -326,11 +326,15 @@ def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> M
 
 
 def _preset_folder() -> Path:
-    # The package that holds the YAML files: presets/ in the source, mapped to ffncli.presets
-    # by setuptools' package-dir, where mypy cannot find it: imported by name.
-    presets = importlib.import_module("ffncli.presets")
-    assert presets.__file__ is not None  # a regular package: presets/__init__.py
-    return Path(presets.__file__).parent
+    """The folder of the built-in YAML files: the package ``ffncli.presets`` of an install
+    (setuptools maps the top-level presets/ to it), else, when ``ffncli`` is the source tree
+    itself (run from the clone's root, where it shadows the install), the clone's presets/."""
+    source = Path(__file__).resolve().parents[2] / "presets"
+    try:  # by name: mypy cannot find a package that only the install maps
+        presets = importlib.import_module("ffncli.presets")
+    except ModuleNotFoundError:
+        return source
+    return Path(presets.__file__).parent if presets.__file__ is not None else source
 
 
 def preset_names() -> list[str]:
