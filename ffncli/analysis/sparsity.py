@@ -208,13 +208,19 @@ def _expert_inputs(ffn: Engine, x: np.ndarray, room: list[int] | None = None
 
 
 @dataclass(frozen=True)
-class SparsityResult:
+class Counted:
+    """Whose hidden layer was counted, and by which rule."""
+
     d_ff: int
     d_model: int
     experts: int
     top_k: int
     activation: str
     rule: Rule
+
+
+@dataclass(frozen=True)
+class SparsityResult(Counted):
     tokens: int
     inactive_per_token: list[int]
     stats: list[UnitStats]  # one per expert (one for a dense or gated FFN)
@@ -298,18 +304,6 @@ class SparsityAccumulator:
 
     def result(self) -> SparsityResult:
         return self.partial().result()
-
-
-@dataclass(frozen=True)
-class Counted:
-    """Whose hidden layer was counted, and by which rule."""
-
-    d_ff: int
-    d_model: int
-    experts: int
-    top_k: int
-    activation: str
-    rule: Rule
 
 
 @dataclass

@@ -180,6 +180,23 @@ def share_bar_line(out: Console, indent: int, share: float) -> None:
         out.print(line)
 
 
+def emit_written(done: Any, as_json: bool, fields: dict[str, Any], counted: str,
+                 source: str) -> None:
+    """What a writing job over shards (``run``, ``capture``) wrote into ``--out``: the
+    shards written, those complete from an earlier run, those left out (on stderr).
+    ``fields``: the job's own keys of the JSON document; ``counted``, ``source``: its words
+    after the token count and after the semicolon of the line for people."""
+    if as_json:
+        emit_json({"out": done.out, "shards": done.shards, "tokens": done.tokens, **fields,
+                   "written": done.written, "already_complete": done.already,
+                   "skipped": skipped_json(done.skipped)})
+    else:
+        print(f"{done.out}: {len(done.written):,} shard(s) written, {len(done.already):,} "
+              f"already complete, of {done.shards:,} ({done.tokens:,} tokens{counted}); "
+              f"{source}")
+    print_skipped(done.skipped)
+
+
 def skipped_json(skipped: Sequence[Skipped]) -> list[dict[str, str]]:
     """The shards a job left out with ``--skip-bad``, for ``--json``."""
     return [dataclasses.asdict(s) for s in skipped]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ffncli.present.console import Text, console, emit_json, new_table, print_skipped, skipped_json
+from ffncli.present.console import Text, console, emit_json, emit_written, new_table
 
 if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
     from ffncli.jobs.run import RunResult
@@ -79,12 +79,4 @@ def print_run(result: RunResult, precision: int = 4) -> None:
 
 def emit_sharded_run(done: ShardedRun, as_json: bool) -> None:
     """``run`` over shards: what was written where, and the shards left out (on stderr)."""
-    if as_json:
-        emit_json({"out": done.out, "shards": done.shards, "tokens": done.tokens,
-                   "weights": done.source, "written": done.written,
-                   "already_complete": done.already, "skipped": skipped_json(done.skipped)})
-    else:
-        print(f"{done.out}: {len(done.written):,} shard(s) written, {len(done.already):,} "
-              f"already complete, of {done.shards:,} ({done.tokens:,} tokens); weights "
-              f"{done.source}")
-    print_skipped(done.skipped)
+    emit_written(done, as_json, {"weights": done.source}, "", f"weights {done.source}")

@@ -12,6 +12,7 @@ from ffncli.present.console import (
     commas,
     console,
     emit_json,
+    emit_written,
     new_table,
     pct,
     print_skipped,
@@ -239,12 +240,5 @@ def emit_sharded_sweep(out: ShardedSweep, as_json: bool) -> None:
 
 
 def emit_sharded_capture(done: ShardedCapture, as_json: bool) -> None:
-    if as_json:
-        emit_json({"out": done.out, "shards": done.shards, "tokens": done.tokens,
-                   "model": done.model, "layers": list(done.layers), "written": done.written,
-                   "already_complete": done.already, "skipped": skipped_json(done.skipped)})
-    else:
-        print(f"{done.out}: {len(done.written):,} shard(s) written, {len(done.already):,} "
-              f"already complete, of {done.shards:,} ({done.tokens:,} tokens, layers "
-              f"{done.layers[0]}-{done.layers[-1]}); model {done.model}")
-    print_skipped(done.skipped)
+    emit_written(done, as_json, {"model": done.model, "layers": list(done.layers)},
+                 f", layers {done.layers[0]}-{done.layers[-1]}", f"model {done.model}")
