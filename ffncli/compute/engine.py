@@ -1,4 +1,4 @@
-"""The engine: the FFN of ``ffncli.ffn``, at the speed of the machine's matrix multiply.
+"""The engine: the FFN of ``ffncli.compute.ffn``, at the speed of the machine's matrix multiply.
 
 The same math as the plain formulas, over chunks of tokens with buffers reused between them:
 biases, activations and gates applied in place (``np.add(h, b1, out=h)``), the elementwise

@@ -6,7 +6,7 @@ Row vectors, weights stored ``[in, out]``, exactly as in the NumPy lesson::
     ffn(x) = (act(x @ w + b) * (x @ v + c)) @ w2 + b2         # gated: W is activated, V is not
 
 Each formula is a plain function (``dense_ffn``, ``gated_ffn``, ``moe_ffn``) that reads like
-the paper and is the reference for the tests. ``ffncli.engine.Engine`` computes the same
+the paper and is the reference for the tests. ``ffncli.compute.engine.Engine`` computes the same
 math fast, over chunks of tokens with preallocated buffers.
 """
 

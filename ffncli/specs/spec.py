@@ -343,7 +343,7 @@ def preset_names() -> list[str]:
 
 def _parse_yaml(text: str, source: str) -> Any:
     """``yaml.safe_load``'s types, but strict: duplicate keys, aliases that expand past
-    10,000 values and nesting past 64 levels are one-line errors (see ffncli.textformats)."""
+    10,000 values and nesting past 64 levels are one-line errors (see ffncli.base.textformats)."""
     from ffncli.base.textformats import Malformed, parse_yaml
 
     try:

@@ -125,7 +125,7 @@ class Transformer:
         """Layer i's FFN, read through the open checkpoint."""
         return build_model(self.spec, self.weights, i, self.dtype, tensors=self.tensors).engine
 
-    def _check_layer(self, i: int) -> None:
+    def check_layer(self, i: int) -> None:
         if not 0 <= i < self.n_layers:
             raise InputError(f"layer {i}: expected 0 to {self.n_layers - 1} ({self.spec.name} "
                              f"has {self.n_layers} layers)")
@@ -219,7 +219,7 @@ class BertLike(Transformer):
         return qkv[0], qkv[1], wo.T, bo
 
     def layer(self, i: int) -> Block:
-        self._check_layer(i)
+        self.check_layer(i)
         wqkv, bqkv, wo, bo = self._attention_weights(i)
         attention = Attention(wqkv, bqkv, wo, bo, self.heads, self.heads, self.head_dim,
                               1 / math.sqrt(self.head_dim), causal=False)
@@ -293,7 +293,7 @@ class Gpt2(Transformer):
         return h
 
     def layer(self, i: int) -> Block:
-        self._check_layer(i)
+        self.check_layer(i)
         d = self.d_model
         qkv, o = self.names["qkv"].format(i=i), self.names["o"].format(i=i)
         wqkv = self._need(qkv + ".weight", (d, 3 * d))  # Conv1D: [in, out]
@@ -368,7 +368,7 @@ class LlamaLike(Transformer):
         return h
 
     def layer(self, i: int) -> Block:
-        self._check_layer(i)
+        self.check_layer(i)
         att = self.spec.attention
         assert att is not None  # checked in __init__
         d, hd, nq, nkv = self.d_model, self.head_dim, self.heads, self.kv_heads

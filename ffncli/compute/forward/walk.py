@@ -137,7 +137,7 @@ def walk(model: Transformer, sequences: Sequence[np.ndarray], layers: Collection
     batch of the last layer's output."""
     chosen = set(layers)
     for i in chosen:
-        model._check_layer(i)
+        model.check_layer(i)
     if not chosen and final is None:
         return
     last = model.n_layers - 1 if final is not None else max(chosen)
