@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from models import minilm
+from helpers.installed_models import minilm
 
 from ffncli.errors import InputError
 from ffncli.jobs.choices import parse_layers

@@ -16,7 +16,7 @@ from pathlib import Path
 import distributed
 import numpy as np
 import pytest
-from models import minilm
+from helpers.installed_models import minilm
 
 from ffncli.analysis.sparsity import relu_stats
 from ffncli.compute.forward import walk as walk_module

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from models import minilm_path, smollm2_path
+from helpers.installed_models import minilm_path, smollm2_path
 
 from ffncli.base.validate import Keys
 from ffncli.compute.forward import families, layer, ops

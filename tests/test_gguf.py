@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.installed_models import smollm2_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from models import smollm2_path
 
 from ffncli.compute.build import build_model
 from ffncli.compute.ffn import GatedWeights, MoEWeights

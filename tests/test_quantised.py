@@ -1,6 +1,6 @@
 """Quantised safetensors (GPTQ, AWQ, bitsandbytes): logical parameters counted, stored bytes
 apart, run refused in one line. The files are built tensor by tensor, as each library saves
-them (tests/quantised_files.py)."""
+them (tests/helpers/quantised_files.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ffncli.formats.safetensors import read_header
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
-from quantised_files import (  # noqa: E402
+from helpers.quantised_files import (  # noqa: E402
     GROUP,
     LAYERS,
     LINEARS,

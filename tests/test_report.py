@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from models import minilm
+from helpers.installed_models import minilm
 
 from ffncli.analysis.sparsity import calibrate_threshold, relu_stats
 from ffncli.api import build_ffn, load_spec

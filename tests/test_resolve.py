@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from models import minilm_path, smollm2_path
+from helpers.installed_models import minilm_path, smollm2_path
 
 from ffncli.formats import gguf, safetensors
 from ffncli.specs import hfconfig

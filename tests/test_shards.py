@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.installed_models import minilm
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from models import minilm
 
 from ffncli.errors import WeightsError
 from ffncli.formats import safetensors as C

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.installed_models import minilm_path, smollm2_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from models import minilm_path, smollm2_path
 
 from ffncli.errors import InputError, WeightsError
 from ffncli.formats import text

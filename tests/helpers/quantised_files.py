@@ -1,7 +1,8 @@
 """Quantised checkpoints built tensor by tensor, as GPTQ, AWQ and bitsandbytes save them: a
 two-layer llama whose linear layers are packed, with its config.json. Used by
-tests/test_quantised.py and by the README (``python tests/quantised_files.py FOLDER SCHEME``).
-The packed values are zeros: these files are for counting, not for running."""
+tests/test_quantised.py and by docs/weights.md
+(``python tests/helpers/quantised_files.py FOLDER SCHEME``). The packed values are zeros: these
+files are for counting, not for running."""
 
 from __future__ import annotations
 
