@@ -1,7 +1,7 @@
 """capture and relu-stats --text/--ids: real text through the whole model.
 
 The reference is PyTorch: tests/data/forward/<case>/expected.npz holds the input each layer's
-FFN receives in transformers' own forward (made by tools/make_forward_fixtures.py; these tests
+FFN receives in transformers' own forward (made by tests/fixtures/make_forward.py; these tests
 never import torch). The statistics of the sweep are checked against relu-stats run layer by
 layer on the captured files (the same inputs by another path), and against the PyTorch inputs.
 """

@@ -1,5 +1,5 @@
 """The whole-model forward against PyTorch's own states (tests/data/forward, made by
-tools/make_forward_fixtures.py with transformers), the layer-major walk and its spill file, and
+tests/fixtures/make_forward.py with transformers), the layer-major walk and its spill file, and
 bad checkpoints."""
 
 from __future__ import annotations

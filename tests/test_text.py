@@ -1,7 +1,7 @@
 """Text and token ids in (ffncli/text.py): the tokenizers against transformers' ids, windows,
 the --ids readers, and every bad input as one exact error line.
 
-The reference ids were made by tools/make_forward_fixtures.py with transformers:
+The reference ids were made by tests/fixtures/make_forward.py with transformers:
 tests/data/forward/{minilm,smollm2}/tokenizer_ids.txt hold the ids of every non-empty line of
 examples/texts/alice_chapter1.txt (MiniLM's tokenizer.json; the tokenizer transformers builds
 from SmolLM2's GGUF file), and ids.txt the ids of the lines of text.txt beside it. Parsed here
