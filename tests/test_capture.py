@@ -1,9 +1,10 @@
-"""capture and relu-stats --text/--ids: real text through the whole model.
+"""capture (jobs/capture.py): real text through the whole model, each layer's FFN input in a
+file of the --out folder, and the bad input of capture and relu-stats --text/--ids as one line,
+exit 2, nothing written.
 
 The reference is PyTorch: tests/data/forward/<case>/expected.npz holds the input each layer's
 FFN receives in transformers' own forward (made by tests/fixtures/make_forward.py; these tests
-never import torch). The statistics of the sweep are checked against relu-stats run layer by
-layer on the captured files (the same inputs by another path), and against the PyTorch inputs.
+never import torch).
 """
 
 from __future__ import annotations
@@ -11,26 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.forward_cases import IDS, capture, expected, ids_of, nan_at
 from helpers.installed_models import minilm
 
-from ffncli.errors import InputError
-from ffncli.jobs.choices import parse_layers
-
 FORWARD = Path(__file__).parent / "data" / "forward"
-
-
-def expected(case: str) -> dict[str, np.ndarray]:
-    with np.load(FORWARD / case / "expected.npz", allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
-
-
-def ids_of(case: str) -> list[list[int]]:
-    lines = (FORWARD / case / "ids.txt").read_text().splitlines()
-    return [[int(t) for t in line.split()] for line in lines if line.strip()]
 
 
 def close(got: np.ndarray, want: np.ndarray, rel: float = 1e-4) -> None:
@@ -39,41 +29,6 @@ def close(got: np.ndarray, want: np.ndarray, rel: float = 1e-4) -> None:
     assert float(np.abs(got - want).max()) <= rel * scale
     rms = float(np.sqrt(np.mean(want.astype(np.float64) ** 2)))
     assert float(np.sqrt(np.mean((got.astype(np.float64) - want) ** 2))) <= rel * rms
-
-
-# ---------------------------------------------------------------------------------------------
-# --layer
-
-
-@pytest.mark.parametrize(("text", "n", "layers"), [
-    (None, 3, (0, 1, 2)), ("all", 2, (0, 1)), ("1", 3, (1,)), ("0-2", 6, (0, 1, 2)),
-    ("4-4", 6, (4,)),
-])
-def test_layers(text, n, layers):
-    assert parse_layers(text, n) == layers
-
-
-@pytest.mark.parametrize(("text", "message"), [
-    ("6", "option --layer: expected layers of 0-5, got '6'"),
-    ("2-9", "option --layer: expected layers of 0-5, got '2-9'"),
-    ("3-1", "option --layer: the range 3-1 runs backwards; write 1-3"),
-    ("-1", "option --layer: expected a layer N, a range A-B or all, got '-1'"),
-    ("1-", "option --layer: expected a layer N, a range A-B or all, got '1-'"),
-    ("x", "option --layer: expected a layer N, a range A-B or all, got 'x'"),
-    (" 1", "option --layer: expected a layer N, a range A-B or all, got ' 1'"),
-    ("1" * 5000, "option --layer: expected a layer N, a range A-B or all, got '"
-                 + "1" * 27 + "..." + "1" * 28 + "'"),
-])
-def test_bad_layers(text, message):
-    with pytest.raises(InputError) as err:
-        parse_layers(text, 6)
-    assert str(err.value) == message
-
-
-def test_a_single_layer_command_refuses_a_range(cli):
-    r = cli("relu-stats", "--preset", "tiny", "--random", "3", "--layer", "all")
-    assert (r.code, r.err) == (2, "error: option --layer: expected a whole number >= 0, "
-                                  "got 'all'\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,65 +126,76 @@ def test_capture_never_writes_over_its_input(cli, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# relu-stats --text: the sweep
+# Hostile input: --out and --force (cases the review of issue 13 found failing: a folder or a
+# manifest left behind)
 
 
-def test_sweep_equals_relu_stats_on_captured_inputs(cli, tmp_path):
-    """Each layer's statistics on the fly equal relu-stats on the captured file: the same
-    counts, exactly, by two paths."""
-    model = minilm()
-    text = FORWARD / "minilm" / "text.txt"
-    assert cli("capture", "--weights", model, "--text", text, "--out", tmp_path / "o").code == 0
-    r = cli("relu-stats", "--weights", model, "--text", text, "--json")
-    assert r.code == 0, r.err
-    doc = r.json()
-    assert [row["layer"] for row in doc["layers"]] == list(range(6))
-    assert doc["tokens"] == sum(len(s) for s in ids_of("minilm"))
-    for row in doc["layers"]:
-        i = row["layer"]
-        one = cli("relu-stats", "--weights", model, "--layer", i, "--input",
-                  tmp_path / "o" / f"layer{i}.npy", "--json").json()
-        for key in ("tokens", "inactive_per_token", "dead_units", "always_active_units",
-                    "activity_histogram", "hot_unit_coverage", "aggregated_sparsity"):
-            assert row[key] == one[key], (i, key)
-        assert row["mean_inactive_fraction"] == pytest.approx(one["mean_inactive_fraction"],
-                                                              rel=1e-12)
+def test_out_is_never_the_model_folder(cli, tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(FORWARD / "gpt2", folder)
+    before = sorted(os.listdir(folder))
+    r = capture(cli, folder, IDS, folder, "--force")
+    assert (r.code, r.err) == (2, f"error: option --out: {folder} is an input of this command "
+                                  "(the model folder); choose another folder\n")
+    assert sorted(os.listdir(folder)) == before
 
 
-def test_sweep_on_pytorch_inputs(cli, tmp_path):
-    """Against PyTorch's inputs: the mean inactive fraction of every layer agrees to a few
-    units in a thousand (a unit whose pre-activation is within float error of 0 may flip)."""
-    model = minilm()
-    want = expected("minilm")
-    doc = cli("relu-stats", "--weights", model, "--text", FORWARD / "minilm" / "text.txt",
-              "--json").json()
-    for row in doc["layers"]:
-        i = row["layer"]
-        x = tmp_path / f"ref{i}.npy"
-        np.save(x, want[f"layer{i}"])
-        ref = cli("relu-stats", "--weights", model, "--layer", i, "--input", x, "--json").json()
-        assert row["tokens"] == ref["tokens"]
-        assert abs(row["mean_inactive_fraction"] - ref["mean_inactive_fraction"]) < 1e-3
-        assert 0.3 < row["mean_inactive_fraction"] < 0.95  # real inputs: a sparse hidden layer
+def test_out_is_a_dangling_symbolic_link(cli, tmp_path):
+    out = tmp_path / "out"
+    os.symlink(tmp_path / "nowhere" / "out", out)
+    r = capture(cli, FORWARD / "gpt2", IDS, out)
+    assert (r.code, r.err) == (2, f"error: option --out: {out} is a symbolic link to "
+                                  f"{tmp_path / 'nowhere' / 'out'}, which does not exist\n")
+    assert os.listdir(tmp_path) == ["out"]
 
 
-def test_sweep_one_layer_prints_the_full_statistics(cli):
-    model = minilm()
-    r = cli("relu-stats", "--weights", model, "--text", FORWARD / "minilm" / "text.txt",
-            "--layer", "3")
-    assert r.code == 0, r.err
-    assert "every layer's FFN on its real input" in r.out
-    assert "units by how often they are active" in r.out  # today's single-layer tables
-    assert "dead on these 207 tokens (never active): " in r.out  # dead on a sample, said so
+def test_a_failed_capture_removes_the_folder_it_made(cli, tmp_path):
+    """An error before any layer was complete left an empty --out folder behind; a folder
+    that was there before stays."""
+    folder = nan_at("gpt2", "transformer.h.0.ln_1.weight", tmp_path)
+    r = capture(cli, folder, IDS, tmp_path / "out")
+    assert r.code == 2
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "mine").mkdir()
+    assert capture(cli, folder, IDS, tmp_path / "mine").code == 2
+    assert os.listdir(tmp_path / "mine") == []
 
 
-def test_sweep_target_sparsity_calibrates_each_layer(cli):
-    folder = FORWARD / "gpt2"
-    doc = cli("relu-stats", "--weights", folder, "--ids", folder / "ids.txt",
-              "--target-sparsity", "0.25", "--json").json()
-    for row in doc["layers"]:
-        assert row["threshold"] is not None
-        assert row["mean_inactive_fraction"] == pytest.approx(0.25, abs=0.02)
+def test_force_over_a_capture_never_leaves_its_manifest_over_a_mix(cli, tmp_path,
+                                                                   monkeypatch):
+    """--force over a previous capture: an error before any file is replaced keeps the old
+    capture whole, capture.json included; once a file is replaced, the old capture.json (which
+    described the replaced file) is gone, never left describing a mix of two runs."""
+    import importlib
+
+    from ffncli.errors import OutputError
+
+    module = importlib.import_module("ffncli.jobs.capture")
+
+    out = tmp_path / "out"
+    assert capture(cli, FORWARD / "gpt2", IDS, out).code == 0
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    assert sorted(before) == ["capture.json", "layer0.npy", "layer1.npy"]
+    early = nan_at("gpt2", "transformer.h.0.ln_1.weight", tmp_path / "early")  # layer 0 NaN
+    assert capture(cli, early, IDS, out, "--force").code == 2
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+
+    writer = module.AtomicNpyWriter
+
+    def full_at_layer1(path: Path, *args, **kwargs):
+        if path.name == "layer1.npy":
+            raise OutputError(f"option --out: cannot reserve bytes for {path}: No space left")
+        return writer(path, *args, **kwargs)
+
+    monkeypatch.setattr(module, "AtomicNpyWriter", full_at_layer1)
+    other = tmp_path / "other.txt"
+    other.write_text("3 1 4 1 5\n9 2 6\n")
+    r = capture(cli, FORWARD / "gpt2", other, out, "--force")  # layer 0 replaced, then full
+    assert (r.code, r.err) == (2, f"error: option --out: cannot reserve bytes for "
+                                  f"{out / 'layer1.npy'}: No space left\n")
+    assert sorted(os.listdir(out)) == ["layer0.npy", "layer1.npy"]
+    assert np.load(out / "layer0.npy").shape == (8, 64)  # the new run's
+    assert (out / "layer1.npy").read_bytes() == before["layer1.npy"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,86 +256,3 @@ def test_a_tokenizer_file_tokenizers_cannot_read(cli, tmp_path):
     assert r.err.startswith(f"error: {folder}/tokenizer.json: the tokenizers package cannot "
                             "read this tokenizer: ")  # then the package's own words
     assert r.err.count("\n") == 1
-
-
-# ---------------------------------------------------------------------------------------------
-# The sweep in the library: batches change nothing, one layer's FFN in memory
-
-
-def _gpt2_sweep(**options):
-    from ffncli.jobs.choices import ModelChoice, TextChoice
-    from ffncli.jobs.resolve import load_sequences, open_forward
-    from ffncli.jobs.sweep import sweep
-    from ffncli.specs.spec import Overrides
-
-    folder = FORWARD / "gpt2"
-    model = open_forward(ModelChoice(weights=folder), Overrides())
-    sequences = load_sequences(TextChoice(ids=folder / "ids.txt"), model, folder)
-    return model, sweep(model, sequences, (0, 1), **options)
-
-
-@pytest.mark.parametrize("options", [{}, {"target_sparsity": 0.3}, {"threshold": 0.05}])
-def test_sweep_does_not_depend_on_the_batches(options):
-    """The calibration uses the text's first tokens whatever the batches: the same numbers
-    with batches of one sequence and with one batch of all."""
-    from ffncli.present.stats import sweep_json
-
-    _, small = _gpt2_sweep(batch_tokens=1, **options)
-    _, large = _gpt2_sweep(batch_tokens=4096, **options)
-    a, b = sweep_json(small), sweep_json(large)
-    for x, y in zip(a["layers"], b["layers"], strict=True):  # products round with the rows
-        assert x["cats_threshold_50"] == pytest.approx(y["cats_threshold_50"], rel=1e-4)
-        if x["threshold"] is not None:
-            assert x["threshold"] == pytest.approx(y["threshold"], rel=1e-4)
-        assert x["tokens"] == y["tokens"]
-        assert x["mean_inactive_fraction"] == pytest.approx(y["mean_inactive_fraction"],
-                                                            abs=1e-3)
-
-
-def test_sweep_lets_each_layers_ffn_go(monkeypatch):
-    """When the walk builds layer i, the FFNs of layers < i - 1 are gone: the sweep keeps no
-    layer's weights once the walk has left it (the walk itself holds layer i - 1 until then)."""
-    import gc
-    import weakref
-
-    from ffncli.jobs.choices import ModelChoice, TextChoice
-    from ffncli.jobs.resolve import load_sequences, open_forward
-    from ffncli.jobs.sweep import sweep
-    from ffncli.specs.spec import Overrides
-
-    folder = minilm()
-    model = open_forward(ModelChoice(weights=folder), Overrides())
-    sequences = load_sequences(TextChoice(text=FORWARD / "minilm" / "text.txt"), model, folder)
-    engines: list[weakref.ref] = []
-    alive_at: list[list[bool]] = []
-    build = type(model).layer
-
-    def layer(self, i):
-        gc.collect()
-        alive_at.append([ref() is not None for ref in engines])
-        block = build(self, i)
-        engines.append(weakref.ref(block.engine))
-        return block
-
-    monkeypatch.setattr(type(model), "layer", layer)
-    sweep(model, sequences, (0, 1, 2, 3))
-    assert alive_at == [[], [True], [False, True], [False, False, True]]
-
-
-def test_no_room_for_any_file_is_one_line(tmp_path):
-    """A file-size limit of 0 (ulimit -f 0): no folder can take the forward's spill file, so
-    the temporary folder cannot even be found; one line, exit 2, no --out folder left."""
-    import subprocess
-    import sys
-
-    limit = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))"
-    for command in (["capture", "--out", str(tmp_path / "o")], ["relu-stats"]):
-        done = subprocess.run(
-            [sys.executable, "-c", f"{limit}; from ffncli.cli import main; main()", *command,
-             "--weights", str(FORWARD / "gpt2"), "--ids", str(FORWARD / "gpt2" / "ids.txt")],
-            capture_output=True, text=True, cwd=tmp_path)
-        assert done.returncode == 2, done.stderr
-        assert done.stderr.startswith("error: cannot keep the forward's spill file in ")
-        assert done.stderr.endswith(" (set TMPDIR to a folder with room)\n")
-        assert done.stderr.count("\n") == 1 and done.stdout == ""
-    assert os.listdir(tmp_path) == []

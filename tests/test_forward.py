@@ -5,11 +5,13 @@ bad checkpoints."""
 from __future__ import annotations
 
 import json
+import os
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.forward_cases import IDS, capture, checkpoint, nan_at
 from helpers.installed_models import minilm_path, smollm2_path
 
 from ffncli.base.validate import Keys
@@ -294,6 +296,25 @@ def test_walk_keeps_one_batch_in_memory(tmp_path):
     assert peak(10**9) > all_states
 
 
+def test_no_room_for_any_file_is_one_line(tmp_path):
+    """A file-size limit of 0 (ulimit -f 0): no folder can take the forward's spill file, so
+    the temporary folder cannot even be found; one line, exit 2, no --out folder left."""
+    import subprocess
+    import sys
+
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))"
+    for command in (["capture", "--out", str(tmp_path / "o")], ["relu-stats"]):
+        done = subprocess.run(
+            [sys.executable, "-c", f"{limit}; from ffncli.cli import main; main()", *command,
+             "--weights", str(FORWARD / "gpt2"), "--ids", str(FORWARD / "gpt2" / "ids.txt")],
+            capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("error: cannot keep the forward's spill file in ")
+        assert done.stderr.endswith(" (set TMPDIR to a folder with room)\n")
+        assert done.stderr.count("\n") == 1 and done.stdout == ""
+    assert os.listdir(tmp_path) == []
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input: one error line.
 
@@ -403,3 +424,117 @@ def test_weights_without_a_config(tmp_path):
     assert one_line(exc) == (f"{folder}: the forward reads the model's config.json (norms, "
                              "positions, rotary settings); none beside the weights: give --config")
 
+
+# ---------------------------------------------------------------------------------------------
+# Hostile input: the tiny checkpoints edited one config key or tensor at a time, each a case the
+# review of issue 13 found failing (a traceback, a silent NaN result); one error line, exit 2,
+# nothing written.
+
+
+def test_an_empty_embedding_table(cli, tmp_path):
+    """0 rows: the vocabulary was 0 and read_ids raised a ValueError (a traceback)."""
+    folder = checkpoint(tmp_path, "llama",
+                        tensors={"model.embed_tokens.weight": np.zeros((0, 64), np.float32)})
+    r = capture(cli, folder, IDS, tmp_path / "out")
+    assert (r.code, r.err) == (2, f"error: {folder}/model.safetensors: tensor "
+                                  "'model.embed_tokens.weight': expected shape (rows >= 1, 64), "
+                                  "got (0, 64)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_position_table(cli, tmp_path):
+    empty = np.zeros((0, 64), np.float32)
+    folder = checkpoint(tmp_path, "gpt2", tensors={"transformer.wpe.weight": empty})
+    r = cli("relu-stats", "--weights", folder, "--ids", IDS)
+    assert (r.code, r.err) == (2, f"error: {folder}/model.safetensors: tensor 'wpe.weight': "
+                                  "expected shape (positions >= 1, 64), got (0, 64)\n")
+
+
+def test_a_roberta_padding_index_past_the_positions(cli, tmp_path):
+    """RoBERTa's positions start after pad_token_id: none left was max_positions 0, a
+    ValueError traceback."""
+    folder = checkpoint(tmp_path, "roberta", config={"pad_token_id": 500})
+    r = capture(cli, folder, IDS, tmp_path / "out")
+    rows = json.loads((FORWARD / "roberta" / "config.json").read_text())[
+        "max_position_embeddings"]
+    assert (r.code, r.err) == (2, f"error: {folder}/config.json: key 'pad_token_id': positions "
+                                  f"start after it, so expected below {rows - 1} (the position "
+                                  f"table has {rows} rows), got 500\n")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("window", [0, -3])
+def test_a_sliding_window_of_no_key(cli, tmp_path, window):
+    """A window of 0 masked every key: softmax of -inf only, NaN captured with exit 0."""
+    folder = checkpoint(tmp_path, "mistral", config={"sliding_window": window})
+    r = capture(cli, folder, IDS, tmp_path / "out")
+    assert (r.code, r.err) == (2, f"error: {folder}/config.json: key 'sliding_window': expected "
+                                  f"a whole number >= 1, got {window}\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sliding_window_of_one_key_is_each_token_alone(cli, tmp_path):
+    """The smallest window: each token attends to itself only (its value, whatever its
+    rotary position), so the last token of a sequence gives the state it gives alone; with
+    Mistral's own window of 6 it does not."""
+    ids, alone = tmp_path / "ids.txt", tmp_path / "alone.txt"
+    ids.write_text("5 9 17\n")
+    alone.write_text("17\n")
+    states = {}
+    for window in (1, 6):
+        folder = checkpoint(tmp_path / str(window), "mistral", config={"sliding_window": window})
+        for f in (ids, alone):
+            out = tmp_path / f"{window}-{f.stem}"
+            assert capture(cli, folder, f, out).code == 0
+            states[window, f.stem] = np.load(out / "layer1.npy")
+    np.testing.assert_allclose(states[1, "ids"][2], states[1, "alone"][0], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(states[6, "ids"][2], states[6, "alone"][0], rtol=1e-3, atol=1e-4)
+
+
+def test_nan_weights_are_refused_not_counted(cli, tmp_path):
+    """NaN is never <= 0: every unit counted active, NaN in --json (not strict JSON), NaN
+    captured, all with exit 0. Now the first layer whose FFN input is not finite is named."""
+    folder = nan_at("llama", "model.layers.0.self_attn.q_proj.weight", tmp_path)
+    message = (f"error: {folder}: layer 0's FFN input of sequence 1 holds NaN or infinity: the "
+               "checkpoint's weights hold some, or its forward overflows\n")
+    r = cli("relu-stats", "--weights", folder, "--ids", IDS, "--json")
+    assert (r.code, r.out, r.err) == (2, "", message)
+    r = capture(cli, folder, IDS, tmp_path / "out")
+    assert (r.code, r.err) == (2, message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_infinite_ffn_weights_show_in_the_next_layer(cli, tmp_path):
+    """Layer 0's FFN gives infinity: its input is finite, layer 1's is not."""
+    folder = nan_at("gpt2", "transformer.h.0.mlp.c_fc.weight", tmp_path, np.inf)
+    r = cli("relu-stats", "--weights", folder, "--ids", IDS, "--layer", "0", "--json")
+    assert r.code == 0, r.err
+    r = cli("relu-stats", "--weights", folder, "--ids", IDS, "--json")
+    assert (r.code, r.err) == (2, f"error: {folder}: layer 1's FFN input of sequence 1 holds NaN "
+                                  "or infinity: the checkpoint's weights hold some, or its "
+                                  "forward overflows\n")
+
+
+def test_nan_in_a_later_sequence_is_named(tmp_path):
+    """The sequence named is the first holding NaN, counted over the batches."""
+    from ffncli.compute.forward.walk import walk
+    from ffncli.errors import WeightsError
+    from ffncli.jobs.choices import ModelChoice
+    from ffncli.jobs.resolve import open_forward
+    from ffncli.specs.spec import Overrides
+
+    model = open_forward(ModelChoice(weights=FORWARD / "gpt2"), Overrides())
+    embed = model.embed
+
+    def poisoned(ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        h = embed(ids, positions)
+        h[ids == 99] = np.nan  # token 99 appears in sequence 4 only
+        return h
+
+    model.embed = poisoned  # type: ignore[method-assign]
+    seqs = [np.array(s) for s in ([1, 2], [3, 4, 5], [6], [7, 99, 8])]
+    with pytest.raises(WeightsError) as info:
+        walk(model, seqs, [1], lambda *a: None, batch_tokens=3)
+    assert str(info.value) == (f"{FORWARD / 'gpt2'}: layer 1's FFN input of sequence 4 holds "
+                               "NaN or infinity: the checkpoint's weights hold some, or its "
+                               "forward overflows")

