@@ -1,14 +1,20 @@
-"""Parameter counts against published exact totals (shared/reference/param-truth.md)."""
+"""Counting a spec (counting/model.py): parameters against published exact totals
+(shared/reference/param-truth.md), FLOPs and the KV cache against closed forms."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from conftest import CONFIGS
+from conftest import CONFIGS, DATA
 
-from ffncli.counting.model import attention_params, attention_widths, count, ffn_params, norm_params
-from ffncli.errors import SpecError
+from ffncli.counting.model import (
+    attention_params,
+    count,
+    ffn_params,
+    kv_cache,
+    norm_params,
+)
 from ffncli.specs.archs import load_config, spec_from_config
 from ffncli.specs.spec import (
     AttentionSpec,
@@ -17,8 +23,6 @@ from ffncli.specs.spec import (
     Overrides,
     apply_overrides,
     load_preset,
-    match_gated_d_ff,
-    spec_from_mapping,
 )
 
 # preset: (total, active) from the reference table.
@@ -90,67 +94,6 @@ def test_decoder_layer_of_encoder_decoder_adds_cross_attention_and_a_norm():
     enc, dec = count(load_preset("base")).layers
     assert dec.attention == 2 * enc.attention
     assert dec.norm == 3 * 2 * 512
-
-
-# config.json: (total, active), published exact totals of the reference classes.
-CONFIG_TOTALS = {
-    "gpt2.config.json": (124_439_808, None),
-    "bert-base-uncased.config.json": (109_482_240, None),
-    "all-minilm-l6-v2.config.json": (22_713_216, None),
-    "roberta-base.config.json": (124_645_632, None),
-    "distilbert-base-uncased.config.json": (66_362_880, None),
-    "t5-base.config.json": (222_903_552, None),
-    "t5-v1_1-base.config.json": (247_577_856, None),
-    "opt-350m.config.json": (331_196_416, None),
-    "pythia-70m.config.json": (70_426_624, None),
-    "llama-2-7b.config.json": (6_738_415_616, None),
-    "llama3-8b.config.json": (8_030_261_248, None),
-    "mistral-7b.config.json": (7_241_732_096, None),
-    "mixtral-8x7b.config.json": (46_702_792_704, 12_879_925_248),
-    "qwen2.5-0.5b.config.json": (494_032_768, None),
-    "gemma-2b.config.json": (2_506_172_416, None),
-    "phi-2.config.json": (2_779_683_840, None),
-}
-
-
-@pytest.mark.parametrize("name", sorted(CONFIG_TOTALS))
-def test_config_totals_match_published(name):
-    total, active = CONFIG_TOTALS[name]
-    c = count(load_config(CONFIGS / name))
-    assert c.total == total
-    assert c.active == (active if active is not None else total)
-
-
-def test_config_without_tie_key_takes_class_default():
-    """gemma's config has no tie_word_embeddings: GemmaConfig ties (counting twice is a trap)."""
-    spec = load_config(CONFIGS / "gemma-2b.config.json")
-    assert spec.embeddings.head == "tied"
-    assert spec.ffn.activation == "gelu_tanh" and spec.ffn.gated
-
-
-def test_t5_v11_is_gated_tanh_gelu_and_v10_is_relu():
-    v11 = load_config(CONFIGS / "t5-v1_1-base.config.json").ffn
-    v10 = load_config(CONFIGS / "t5-base.config.json").ffn
-    assert (v11.gated, v11.activation) == (True, "gelu_tanh")
-    assert (v10.gated, v10.activation) == (False, "relu")
-
-
-def test_match_params_two_thirds_rule():
-    # Without biases, g = 2f/3: LLaMA's 4 * 4096 = 16384 -> 10923 (nearest), 11008 (mult. 256).
-    assert match_gated_d_ff(4096, 16384, bias=False) == 10923
-    assert match_gated_d_ff(4096, 16384, bias=False, multiple_of=256) == 11008
-    # With biases, g = f (2d + 1) / (3d + 2): base -> 1365, within one unit of the 2-matrix FFN.
-    g = match_gated_d_ff(512, 2048, bias=True)
-    assert g == 1365
-    dense = ffn_params(512, FfnSpec(d_ff=2048))
-    gated = ffn_params(512, FfnSpec(d_ff=g, gated=True))
-    assert abs(gated - dense) <= 3 * 512 + 2  # one unit of g is 3d + 2 parameters
-    assert gated - dense == 170
-
-
-def test_match_params_override_on_base():
-    spec = apply_overrides(load_preset("base"), Overrides(activation="swiglu", match_params=True))
-    assert (spec.ffn.gated, spec.ffn.activation, spec.ffn.d_ff) == (True, "silu", 1365)
 
 
 def test_overrides_change_counts():
@@ -252,62 +195,98 @@ def test_router_bias_is_its_own_flag():
 
 
 # ---------------------------------------------------------------------------------------------
-# config.json keys left out take the reference class's defaults.
+# KV cache in `params`: closed forms per attention kind, the JSON keys, --batch.
 
 
-def _without(name: str, *keys: str) -> dict:
-    data = json.loads((CONFIGS / name).read_text())
-    for key in keys:
-        data.pop(key)
-    return data
+MODELS = json.loads((DATA / "arch_totals.json").read_text())["models"]
 
 
-@pytest.mark.parametrize("name,key", [
-    ("llama-2-7b.config.json", "num_key_value_heads"),  # LlamaConfig: None -> heads
-    ("mixtral-8x7b.config.json", "num_experts_per_tok"),  # MixtralConfig: 2
-    ("bert-base-uncased.config.json", "type_vocab_size"),  # BertConfig: 2
-])
-def test_config_defaults_of_the_reference_classes(name, key):
-    total, active = CONFIG_TOTALS[name]
-    c = count(spec_from_config(_without(name, key), name))
-    assert (c.total, c.active) == (total, active if active is not None else total)
+def _spec(name):
+    return spec_from_config(dict(MODELS[name]["config"]), name)
 
 
-def test_gpt2_medium_n_inner_null_is_4_d_model():
-    """GPT2Config: n_inner None means 4 * n_embd. gpt2-medium: 354,823,168 parameters."""
-    data = {**json.loads((CONFIGS / "gpt2.config.json").read_text()),
-            "n_embd": 1024, "n_layer": 24, "n_head": 16, "n_inner": None}
-    spec = spec_from_config(data, "gpt2-medium")
-    assert spec.ffn.d_ff == 4096
-    assert count(spec).total == 354_823_168
+# name: (kind, values cached per token = layers x per-layer width), each a closed form.
+CASES = {
+    # LLaMA-2-7B, full multi-head: 32 layers x K and V x 4096. 2 bytes each: 0.5 MiB a token.
+    "llama2-7b": ("mha", 32 * 2 * 4096),
+    # LLaMA-3-8B, grouped queries: 32 layers x K and V x 8 kv heads x 128.
+    "llama3-8b": ("gqa", 32 * 2 * 8 * 128),
+    "mixtral-8x7b": ("gqa", 32 * 2 * 8 * 128),
+    # T5: each decoder layer caches self- and cross-attention K and V (12 x 2 x 2 x 768).
+    "t5-base": ("mha", 12 * 2 * 2 * 12 * 64),
+    # BERT: an encoder keeps no cache.
+    "bert-base": ("none", 0),
+}
+
+CONFIG_CASES = {
+    # StarCoderBase, multi-query: 40 layers x K and V x one head of 128.
+    "starcoderbase": ("mqa", 40 * 2 * 128),
+    # Falcon-7B: multi-query, 32 layers x 2 x 64.
+    "falcon-7b": ("mqa", 32 * 2 * 64),
+    # DeepSeek-V3, latent attention: 61 layers x (kv_lora_rank 512 + rope key 64) = the
+    # DeepSeek-V2 paper's (d_c + d_h^R) l, 576 per layer; 70,272 bytes a token in bf16.
+    "DeepSeek-V3": ("mla", 61 * (512 + 64)),
+    # Gemma-3-1B: one kv head of 256, 26 layers (sliding windows not modelled: an upper bound).
+    "gemma-3-1b": ("mqa", 26 * 2 * 256),
+}
 
 
-# ---------------------------------------------------------------------------------------------
-# Overrides and validation.
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_presets(name):
+    kv = kv_cache(load_preset(name), seq_len=100, batch=3)
+    assert (kv.kind, kv.elements_per_token) == CASES[name]
+    assert kv.bytes_per_token() == {"float16": 2 * CASES[name][1], "bfloat16": 2 * CASES[name][1],
+                                    "fp8": CASES[name][1], "int8": CASES[name][1]}
+    assert kv.bytes()["bfloat16"] == 300 * 2 * CASES[name][1]
 
 
-def test_beta_override_reaches_the_spec():
-    spec = apply_overrides(load_preset("base"), Overrides(activation="swish", beta=1.5))
-    assert (spec.ffn.activation, spec.ffn.beta) == ("swish", 1.5)
+@pytest.mark.parametrize("name", sorted(CONFIG_CASES))
+def test_configs(name):
+    kv = kv_cache(_spec(name), seq_len=1, batch=1)
+    assert (kv.kind, kv.elements_per_token) == CONFIG_CASES[name]
 
 
-def test_fewer_experts_than_top_k_clamps_top_k():
-    """Mixtral with one expert is Mistral-7B, parameter for parameter."""
-    spec = apply_overrides(load_preset("mixtral-8x7b"), Overrides(experts=1))
-    assert (spec.ffn.experts, spec.ffn.top_k) == (1, 1)
-    assert (count(spec).total, count(spec).active) == (7_241_732_096, 7_241_732_096)
+def test_published_per_token_figures():
+    assert kv_cache(load_preset("llama2-7b"), 1).bytes_per_token()["float16"] == 2**19  # 0.5 MiB
+    assert kv_cache(_spec("DeepSeek-V3"), 1).bytes_per_token()["bfloat16"] == 70_272
 
 
-def test_match_params_uses_the_overridden_d_model():
-    # g = f (2d + 1) / (3d + 2) at d = 256: 2048 x 513 / 770 = 1364.45 -> 1364 (not d = 512's 1365)
-    spec = apply_overrides(load_preset("base"), Overrides(d_model=256, activation="swiglu",
-                                                          match_params=True))
-    assert (spec.d_model, spec.ffn.d_ff) == (256, 1364)
+def test_params_json_keys_and_batch(cli):
+    r = cli("params", "--preset", "llama3-8b", "--seq-len", "8192", "--batch", "4", "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    assert doc["kv_cache"] == {
+        "kind": "gqa", "layers": 32, "elements_per_token": 65_536,
+        "bytes_per_token": {"float16": 131_072, "bfloat16": 131_072, "fp8": 65_536,
+                            "int8": 65_536},
+        "seq_len": 8192, "batch": 4,
+        "bytes": {"float16": 4 * 2**30, "bfloat16": 4 * 2**30, "fp8": 2 * 2**30,
+                  "int8": 2 * 2**30},
+    }
+    total = 8_030_261_248
+    assert doc["memory_bytes"] == {"float32": 4 * total, "bfloat16": 2 * total, "int8": total,
+                                   "int4": total // 2}
+    one = cli("params", "--preset", "llama3-8b", "--seq-len", "8192", "--json").json()
+    assert one["kv_cache"]["batch"] == 1 and one["kv_cache"]["bytes"]["fp8"] == 2**29
 
 
-def test_explicit_head_dim_needs_no_divisible_d_model():
-    spec = spec_from_mapping({"d_model": 10, "ffn": {"d_ff": 4},
-                              "attention": {"heads": 4, "head_dim": 8}}, "t")
-    assert attention_widths(10, spec.attention) == (32, 32)
-    with pytest.raises(SpecError, match="d_model 10 is not divisible by 4 heads"):
-        spec_from_mapping({"d_model": 10, "ffn": {"d_ff": 4}, "attention": {"heads": 4}}, "t")
+def test_params_table_shows_the_cache(cli):
+    r = cli("params", "--preset", "mistral-7b", "--seq-len", "1000", "--batch", "2")
+    assert r.code == 0
+    assert "KV cache (grouped-query: K and V per kv head; 32 layers, 65,536 values per token)" \
+        in r.out
+    assert "262,144,000" in r.out  # 131,072 bytes x 1,000 x 2 in float16
+    assert "int4" in r.out
+    r = cli("params", "--preset", "bert-base")
+    assert "KV cache: none (no decoder layers)" in r.out
+
+
+def test_int4_rounds_up_to_whole_bytes():
+    from ffncli.counting.model import count
+
+    assert count(load_preset("tiny")).weight_bytes()["int4"] == (148 + 1) // 2
+
+
+def test_batch_must_be_positive(cli):
+    r = cli("params", "--preset", "tiny", "--batch", "0")
+    assert r.code == 2 and r.err.startswith("error: ") and "--batch" in r.err

@@ -1,5 +1,6 @@
-"""The spec keys added for issue 12, from a YAML preset: same counts as the config readers,
-and their cross-key rules as one-line errors."""
+"""Specs (specs/spec.py): the keys of a YAML preset, counted as the config readers count them,
+their cross-key rules as one-line errors, and the what-if overrides (--match-params, --experts,
+--beta, --d-model) applied to a spec."""
 
 from __future__ import annotations
 
@@ -8,9 +9,21 @@ import json
 import pytest
 from conftest import DATA
 
-from ffncli.counting.model import count
+from ffncli.counting.model import attention_widths, count, ffn_params
 from ffncli.errors import SpecError
-from ffncli.specs.spec import load_preset
+from ffncli.specs.spec import (
+    FfnSpec,
+    Overrides,
+    apply_overrides,
+    load_preset,
+    match_gated_d_ff,
+    spec_from_mapping,
+)
+
+# ---------------------------------------------------------------------------------------------
+# The spec keys added for issue 12, from a YAML preset: same counts as the config
+# readers, and their cross-key rules as one-line errors.
+
 
 MODELS = json.loads((DATA / "arch_totals.json").read_text())["models"]
 
@@ -27,6 +40,7 @@ norm: {kind: rmsnorm, bias: false}
 layers: {decoder: 3, dense: 1}
 embeddings: {vocab: 101, head: untied}
 """
+
 # tiny-olmo2 (22,080): Q/K norms as wide as Q and K; tiny-olmo (18,784): weightless norms.
 OLMO2 = """\
 d_model: 32
@@ -36,6 +50,7 @@ norm: {kind: rmsnorm, bias: false}
 layers: {decoder: 2}
 embeddings: {vocab: 101, head: untied}
 """
+
 OLMO = """\
 d_model: 32
 ffn: {d_ff: 48, activation: silu, gated: true, bias: false}
@@ -87,3 +102,52 @@ def test_qk_norm_choices(tmp_path):
     with pytest.raises(SpecError, match="key 'attention.qk_norm': expected one of none, head, "
                                         "heads, got 'head_dim'"):
         load_preset(str(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Overrides.
+
+
+def test_match_params_two_thirds_rule():
+    # Without biases, g = 2f/3: LLaMA's 4 * 4096 = 16384 -> 10923 (nearest), 11008 (mult. 256).
+    assert match_gated_d_ff(4096, 16384, bias=False) == 10923
+    assert match_gated_d_ff(4096, 16384, bias=False, multiple_of=256) == 11008
+    # With biases, g = f (2d + 1) / (3d + 2): base -> 1365, within one unit of the 2-matrix FFN.
+    g = match_gated_d_ff(512, 2048, bias=True)
+    assert g == 1365
+    dense = ffn_params(512, FfnSpec(d_ff=2048))
+    gated = ffn_params(512, FfnSpec(d_ff=g, gated=True))
+    assert abs(gated - dense) <= 3 * 512 + 2  # one unit of g is 3d + 2 parameters
+    assert gated - dense == 170
+
+
+def test_match_params_override_on_base():
+    spec = apply_overrides(load_preset("base"), Overrides(activation="swiglu", match_params=True))
+    assert (spec.ffn.gated, spec.ffn.activation, spec.ffn.d_ff) == (True, "silu", 1365)
+
+
+def test_beta_override_reaches_the_spec():
+    spec = apply_overrides(load_preset("base"), Overrides(activation="swish", beta=1.5))
+    assert (spec.ffn.activation, spec.ffn.beta) == ("swish", 1.5)
+
+
+def test_fewer_experts_than_top_k_clamps_top_k():
+    """Mixtral with one expert is Mistral-7B, parameter for parameter."""
+    spec = apply_overrides(load_preset("mixtral-8x7b"), Overrides(experts=1))
+    assert (spec.ffn.experts, spec.ffn.top_k) == (1, 1)
+    assert (count(spec).total, count(spec).active) == (7_241_732_096, 7_241_732_096)
+
+
+def test_match_params_uses_the_overridden_d_model():
+    # g = f (2d + 1) / (3d + 2) at d = 256: 2048 x 513 / 770 = 1364.45 -> 1364 (not d = 512's 1365)
+    spec = apply_overrides(load_preset("base"), Overrides(d_model=256, activation="swiglu",
+                                                          match_params=True))
+    assert (spec.d_model, spec.ffn.d_ff) == (256, 1364)
+
+
+def test_explicit_head_dim_needs_no_divisible_d_model():
+    spec = spec_from_mapping({"d_model": 10, "ffn": {"d_ff": 4},
+                              "attention": {"heads": 4, "head_dim": 8}}, "t")
+    assert attention_widths(10, spec.attention) == (32, 32)
+    with pytest.raises(SpecError, match="d_model 10 is not divisible by 4 heads"):
+        spec_from_mapping({"d_model": 10, "ffn": {"d_ff": 4}, "attention": {"heads": 4}}, "t")

@@ -1,4 +1,5 @@
-"""`params --config --weights` on files laid out as transformers saves each architecture.
+"""A checkpoint counted by its headers (counting/files.py): `params --config --weights` on files
+laid out as transformers saves each architecture, every tensor in its group.
 
 The tensor names and shapes come from tests/data/arch_totals.json (state dicts of the classes
 built by tests/fixtures/make_arch_totals.py, tied tensors once); the files hold zeros.
@@ -14,8 +15,11 @@ from conftest import DATA
 from safetensors import numpy as safetensors_numpy
 
 FIXTURE = json.loads((DATA / "arch_totals.json").read_text())
+
 WITH_TENSORS = sorted(n for n, m in FIXTURE["models"].items() if "tensors" in m)
+
 TASK_FILES = sorted(FIXTURE["task_files"])
+
 DTYPES = {"F32": np.float32, "I64": np.int64, "BOOL": np.bool_}
 
 
