@@ -41,3 +41,11 @@ def cli(capsys):
         return Result(code, captured.out, captured.err)
 
     return invoke
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory) -> Path:
+    """MiniLM in three shards with its config (helpers/checkpoints.py), made once a module."""
+    from helpers.checkpoints import minilm_in_shards
+
+    return minilm_in_shards(tmp_path_factory.mktemp("sharded"))
