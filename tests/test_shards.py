@@ -1,4 +1,4 @@
-"""Many shards as one job (ffncli/cluster.py): in this process and on a real Dask LocalCluster
+"""Many shards as one job (jobs/shards/): in this process and on a real Dask LocalCluster
 (2 worker processes, started once for the module). The cluster's statistics must equal the
 single process's to the last digit; both must equal one pass over the concatenated input in
 every integer count."""
