@@ -49,3 +49,9 @@ def sharded(tmp_path_factory) -> Path:
     from helpers.checkpoints import minilm_in_shards
 
     return minilm_in_shards(tmp_path_factory.mktemp("sharded"))
+
+
+@pytest.fixture
+def in_tests(monkeypatch):
+    """In tests/, where `--impl impls.ffns:NAME` imports the FFNs permute-check is tested on."""
+    monkeypatch.chdir(Path(__file__).parent)

@@ -1,34 +1,19 @@
-"""permute-check: correct FFNs pass, the mistakes it exists for fail, with hypothesis."""
+"""permute-check's properties (analysis/properties.py): correct FFNs pass, the mistakes it
+exists for fail, with hypothesis."""
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
-from pathlib import Path
-
 import numpy as np
 import pytest
+from helpers.checks import run_check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from impls import ffns
 
-from ffncli import errors
-from ffncli.analysis import compare, guard, properties
+from ffncli.analysis import guard, properties
 from ffncli.compute.engine import Engine
 from ffncli.compute.weights import random_weights
-from ffncli.present import junit as render
 from ffncli.specs.spec import FfnSpec, InitSpec, ModelSpec
-
-TESTS = Path(__file__).parent
-
-
-@pytest.fixture
-def in_tests(monkeypatch):
-    monkeypatch.chdir(TESTS)
-
-
-def run_check(fn, x, **kw):
-    return properties.permute_check(guard.guarded(fn, "f", x.dtype), x, target="f",
-                                input_shape=x.shape, **kw)
 
 
 @pytest.mark.parametrize("name", ["good", "good_loop", "good_layernorm_per_token"])
@@ -106,24 +91,6 @@ def test_3d_input_checks_batches():
 # --- through the CLI ------------------------------------------------------------------------
 
 
-def test_cli_impl_pass_and_fail_with_junit(cli, tmp_path, in_tests):
-    r = cli("permute-check", "--impl", "impls.ffns:good", "--d-model", "6", "--random", "20")
-    assert (r.code, r.err) == (0, "") and "position-wise: every property holds" in r.out
-    junit = tmp_path / "report.xml"
-    r = cli("permute-check", "--impl", "impls.ffns:position_bias", "--d-model", "6",
-            "--random", "20", "--junit-xml", junit, "--json")
-    assert r.code == 1
-    doc = r.json()
-    failed = [p["name"] for p in doc["properties"] if not p["passed"]]
-    root = ET.parse(junit).getroot()
-    suite = root.find("testsuite")
-    assert suite.get("tests") == "3" and suite.get("failures") == str(len(failed))
-    cases = suite.findall("testcase")
-    assert [c.get("name") for c in cases] == [p["name"] for p in doc["properties"]]
-    assert [c.get("name") for c in cases if c.find("failure") is not None] == failed
-    assert len(failed) == 3
-
-
 def test_cli_engine_and_capacity_factor(cli):
     assert cli("permute-check", "--preset", "tiny", "--random", "16").code == 0
     ok = cli("permute-check", "--preset", "base", "--d-model", "16", "--d-ff", "32",
@@ -151,23 +118,6 @@ def test_cli_tolerance_flags_change_the_verdict(cli, in_tests):
     assert len(atols) == 1 and atols.pop() == pytest.approx(1e-5 * max(1.0, scale), rel=1e-6)
 
 
-@pytest.mark.parametrize("impl,message", [
-    ("impls.ffns", "option --impl: expected module:function, got 'impls.ffns'"),
-    ("impls.nothere:f", "option --impl: cannot import module 'impls.nothere' (No module named "
-     "'impls.nothere')"),
-    ("impls.ffns:missing", "option --impl: module 'impls.ffns' has no attribute 'missing'"),
-    ("impls.ffns:D_FF", "option --impl: impls.ffns:D_FF is not callable"),
-    ("impls.ffns:wrong_shape", "impls.ffns:wrong_shape returned shape (19, 6) for input "
-     "(20, 6); expected (20, d_out)"),
-    ("impls.ffns:returns_list", "impls.ffns:returns_list returned list; expected a numpy array"),
-    ("impls.ffns:raises", "impls.ffns:raises raised RuntimeError: boom"),
-])
-def test_cli_bad_impl_exit_2(cli, in_tests, impl, message):
-    r = cli("permute-check", "--impl", impl, "--d-model", "6", "--random", "20")
-    assert (r.code, r.out) == (2, "")
-    assert r.err.startswith("error: " + message) and r.err.count("\n") == 1, r.err
-
-
 def test_cli_impl_needs_a_width(cli, in_tests):
     r = cli("permute-check", "--impl", "impls.ffns:good", "--random", "4")
     assert (r.code, r.err) == (2, "error: option --impl: give the width with --d-model N (or a "
@@ -181,38 +131,7 @@ def test_trials_flag_sets_the_number_of_permutations(cli):
         assert doc["properties"][0]["trials"] == expected
 
 
-# --- the core's comparison and sampling, pinned (each of these catches a one-line mutation) --
-
-
-def test_compare_bound_is_inclusive_and_relative_to_expected():
-    expected = np.array([[1.0, 0.0]])
-    # |got - expected| <= atol + rtol * |expected|: 0.75 for 1.0 and 0.25 for 0.0, exactly.
-    assert compare.compare(expected, np.array([[1.75, 0.25]]), rtol=0.5, atol=0.25).ok
-    assert not compare.compare(expected, np.array([[1.75 + 2**-40, 0.0]]), 0.5, 0.25).ok
-    assert not compare.compare(expected, np.array([[1.0, 0.25 + 2**-40]]), 0.5, 0.25).ok
-    # rtol scales |expected|, not |got|: 0.9 > 0.25 + 0.5 * 1 (but < 0.25 + 0.5 * 1.9)
-    assert not compare.compare(expected, np.array([[1.9, 0.0]]), 0.5, 0.25).ok
-
-
-def test_compare_nan_equals_nan_only():
-    nan = np.nan
-    same = compare.compare(np.array([[nan, 1.0]]), np.array([[nan, 1.0]]), 0.0, 0.0)
-    assert (same.ok, same.max_abs, same.max_rel, same.bit_identical) == (True, 0.0, 0.0, True)
-    for expected, got in (([[nan, 1.0]], [[0.0, 1.0]]), ([[0.0, 1.0]], [[nan, 1.0]])):
-        cmp = compare.compare(np.array(expected), np.array(got), 1.0, 1.0)
-        assert (cmp.ok, cmp.max_abs, cmp.worst_row, cmp.bit_identical) == (False, np.inf, 0,
-                                                                            False)
-
-
-def test_compare_worst_row_deviations_and_bits():
-    expected = np.zeros((3, 2))
-    got = np.array([[0.0, 0.0], [0.0, 0.375], [0.25, 0.25]])
-    cmp = compare.compare(expected, got, 0.0, 0.3)
-    assert (cmp.ok, cmp.max_abs, cmp.worst_row) == (False, 0.375, 1)
-    rel = compare.compare(np.array([[2.0, 0.0]]), np.array([[3.0, 0.0]]), 1.0, 0.0)
-    assert (rel.ok, rel.max_rel, rel.max_abs) == (True, 0.5, 1.0)
-    tiny = compare.compare(np.array([[1.0]]), np.array([[1.0 + 2**-52]]), 0.0, 1e-9)
-    assert (tiny.ok, tiny.bit_identical, tiny.max_abs) == (True, False, 2**-52)
+# --- the core's sampling, pinned (each of these catches a one-line mutation) ----------------
 
 
 @pytest.mark.parametrize("n,k", [(1, 8), (8, 8), (9, 8), (65, 64), (200, 64), (1000, 8)])
@@ -341,36 +260,7 @@ def test_token_independence_sees_the_ends(n, token):
     assert (prop.worst_token, prop.max_abs) == (token, pytest.approx(0.5, abs=1e-9))
 
 
-# --- the guard ------------------------------------------------------------------------------
-
-
-def test_guard_copies_outputs_and_never_changes_the_caller_s_input():
-    ffns._LAST.clear()
-    x = np.random.default_rng(8).normal(size=(4, 6))
-    call = guard.guarded(ffns.returns_last_output, "f", x.dtype)
-    first = call(x)
-    call(2 * x)  # overwrites the array it returned the first time
-    np.testing.assert_array_equal(first, ffns.good(x))
-    kept = x.copy()
-    with pytest.raises(errors.ImplError, match="changed its input in place"):
-        guard.guarded(ffns.changes_input, "f", x.dtype)(x)
-    np.testing.assert_array_equal(x, kept)
-
-
-def test_guard_allows_nonfinite_output_only_for_nonfinite_tokens():
-    x = np.random.default_rng(9).normal(size=(4, 6))
-    x[2, 1] = np.nan
-    y = guard.guarded(ffns.good, "g", x.dtype)(x)  # --allow-nonfinite: NaN in, NaN out
-    assert np.isnan(y[2]).all() and np.isfinite(np.delete(y, 2, axis=0)).all()
-
-    def leaks(X):
-        out = ffns.good(X)
-        out[3] = np.nan
-        return out
-
-    with pytest.raises(errors.ImplError, match=r"^f returned NaN in output row 3 for a finite "
-                                               r"token \(a call on 4 tokens\)"):
-        guard.guarded(leaks, "f", x.dtype)(x)
+# --- what the guard's copies and the tolerances given change --------------------------------
 
 
 def test_buffer_reuse_cannot_hide_a_failure():
@@ -388,16 +278,6 @@ def test_buffer_reuse_cannot_hide_a_failure():
         return buffer
 
     assert list(_failed(run_check(f, x))) == ["token_independence"]
-
-
-def test_junit_failure_carries_the_counterexample():
-    x = np.random.default_rng(0).normal(size=(5, 6))
-    report = run_check(ffns.position_bias, x)
-    root = ET.fromstring(render.junit_xml(report))
-    failures = {c.get("name"): c.find("failure") for c in root.iter("testcase")}
-    eq = report.properties[0]
-    assert failures[eq.name].get("message") == eq.counterexample
-    assert failures[eq.name].text.startswith(f"max abs deviation {eq.max_abs:.3g}, ")
 
 
 def test_tolerances_given_are_used():
