@@ -135,24 +135,6 @@ def test_random_needs_tokens(cli, n):
 # Sizes: what scales with the spec or the options is streamed, shrunk or refused.
 
 
-def test_huge_random_streams_in_bounded_memory(cli):
-    """--random draws chunk by chunk: the chunks are exactly the rows of one whole draw."""
-    from ffncli.formats.tokens import resolve_input
-
-    tokens = resolve_input(None, 10**12, 4, seed=5)
-    assert tokens.n_tokens == 10**12
-    whole = np.random.default_rng(5).normal(0.0, 1.0, (1000, 4)).astype(np.float32)
-    got = []
-    for start, chunk in tokens.chunks(300, np.dtype(np.float32)):
-        got.append(chunk.copy())
-        if start >= 700:
-            break
-    np.testing.assert_array_equal(np.vstack(got)[:1000], whole)
-    small = resolve_input(None, 7, 4, seed=5)
-    np.testing.assert_array_equal(small.matrix(np.dtype(np.float64)),
-                                  np.random.default_rng(5).normal(0.0, 1.0, (7, 4)))
-
-
 def test_streamed_random_equals_the_whole_draw_through_the_ffn(cli, tmp_path):
     out = tmp_path / "y.npy"
     r = cli("run", "--preset", "tiny", "--random", "3000", "--out", out)

@@ -1,6 +1,7 @@
-""".npy and text token files: every layout gives the same matrix (C or Fortran order, any byte
-order, whole or streamed), and every malformed file is one exact error line, exit 2; the
-reader fuzzed on mutated bytes gives a valid input or an InputError, nothing else."""
+""".npy and text token files, and --random (formats/tokens.py): every layout gives the same
+matrix (C or Fortran order, any byte order, whole or streamed), every malformed file is one exact
+error line, exit 2; the reader fuzzed on mutated bytes gives a valid input or an InputError,
+nothing else; --random draws the rows of one draw, chunk by chunk."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from ffncli.errors import InputError
 from ffncli.formats import npy as N
 from ffncli.formats import tokens as T
-from ffncli.formats.tokens import open_input
+from ffncli.formats.tokens import open_input, resolve_input
 
 D = 4  # the tiny preset's d_model
 X = np.arange(12, dtype=np.float64).reshape(3, D) * 0.5 - 2.5  # exact in every dtype below
@@ -357,6 +358,38 @@ def test_text_values_and_size_limit(cli, tmp_path, monkeypatch):
     assert (r.code, r.err) == (2, (f"error: input file {path} is {size} bytes; at most "
                                   f"{size - 1} are read\n"))
     assert T.TEXT_MAX_BYTES != 64 * 2**20 and T.IN_MEMORY_BYTES == 64 * 2**20
+
+
+# --- --random: the rows of one draw, chunk by chunk ------------------------------------------
+
+
+def test_random_tokens_chunks_are_the_rows_of_one_draw():
+    """--random 10 --seed 7 in chunks of 4: 4 + 4 + 2 rows, together exactly
+    default_rng(7).normal(0, 1, (10, 3)), the draw matrix() gives."""
+    tokens = resolve_input(None, 10, 3, 7)
+    whole = np.random.default_rng(7).normal(0.0, 1.0, (10, 3))
+    chunks = [(start, c.copy()) for start, c in tokens.chunks(4, np.dtype(np.float64))]
+    assert [(start, c.shape[0]) for start, c in chunks] == [(0, 4), (4, 4), (8, 2)]
+    np.testing.assert_array_equal(np.vstack([c for _, c in chunks]), whole)
+    np.testing.assert_array_equal(tokens.matrix(np.dtype(np.float64)), whole)
+
+
+def test_huge_random_streams_in_bounded_memory(cli):
+    """--random draws chunk by chunk: the chunks are exactly the rows of one whole draw."""
+    from ffncli.formats.tokens import resolve_input
+
+    tokens = resolve_input(None, 10**12, 4, seed=5)
+    assert tokens.n_tokens == 10**12
+    whole = np.random.default_rng(5).normal(0.0, 1.0, (1000, 4)).astype(np.float32)
+    got = []
+    for start, chunk in tokens.chunks(300, np.dtype(np.float32)):
+        got.append(chunk.copy())
+        if start >= 700:
+            break
+    np.testing.assert_array_equal(np.vstack(got)[:1000], whole)
+    small = resolve_input(None, 7, 4, seed=5)
+    np.testing.assert_array_equal(small.matrix(np.dtype(np.float64)),
+                                  np.random.default_rng(5).normal(0.0, 1.0, (7, 4)))
 
 
 # --- fuzzing ---------------------------------------------------------------------------------

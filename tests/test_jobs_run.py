@@ -1,5 +1,6 @@
-"""`run` as a library call (runner.run_ffn): the inactive counts, the residual and the printed
-head rows, for inputs held whole and inputs streamed chunk by chunk, against the plain formula."""
+"""`run` as a library call (jobs/run.py, run_ffn): the inactive counts, the residual and the
+printed head rows, for inputs held whole and inputs streamed chunk by chunk, against the plain
+formula."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from ffncli.compute import ffn as F
 from ffncli.compute.build import Model, build_model
 from ffncli.compute.engine import Engine
-from ffncli.formats.tokens import from_array, resolve_input
+from ffncli.formats.tokens import from_array
 from ffncli.jobs.run import SMALL_TOKENS, run_ffn
 from ffncli.specs.spec import FfnSpec, ModelSpec, load_preset
 
@@ -86,12 +87,3 @@ def test_streamed_moe_capacity_is_that_of_the_whole_input(tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-12, atol=1e-12)
 
 
-def test_random_tokens_chunks_are_the_rows_of_one_draw():
-    """--random 10 --seed 7 in chunks of 4: 4 + 4 + 2 rows, together exactly
-    default_rng(7).normal(0, 1, (10, 3)), the draw matrix() gives."""
-    tokens = resolve_input(None, 10, 3, 7)
-    whole = np.random.default_rng(7).normal(0.0, 1.0, (10, 3))
-    chunks = [(start, c.copy()) for start, c in tokens.chunks(4, np.dtype(np.float64))]
-    assert [(start, c.shape[0]) for start, c in chunks] == [(0, 4), (4, 4), (8, 2)]
-    np.testing.assert_array_equal(np.vstack([c for _, c in chunks]), whole)
-    np.testing.assert_array_equal(tokens.matrix(np.dtype(np.float64)), whole)
