@@ -14,9 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ffncli.errors import OutputError
-from ffncli.formats import npy as T
-
 LESSON = "0.8446 0.5777 0.8446 0.5777\n0.5777 0.8446 0.5777 0.8446\n0.7881 0.7881 0.7881 0.7881\n"
 MOE = ("--preset", "base", "--d-model", "16", "--d-ff", "32", "--experts", "4", "--top-k", "1")
 # The console script as a user runs it (signals, real stdout), from this interpreter.
@@ -157,26 +154,6 @@ def test_many_experts_are_refused_before_any_allocation(cli):
                             "25205.76 GB in float32, over the ")
 
 
-def test_a_very_wide_hidden_layer_gets_smaller_chunks(monkeypatch):
-    """d_ff so wide that 256 tokens of hidden buffer would not fit: fewer tokens per chunk;
-    not even one token: one error line."""
-    from ffncli.compute import build as runner
-    from ffncli.compute import memory as weights
-    from ffncli.errors import MemoryBudgetError
-    from ffncli.specs.spec import Overrides, apply_overrides, load_preset
-
-    spec = apply_overrides(load_preset("tiny"), Overrides(d_ff=1_000_000))
-    # 8,000,064 bytes a token (hidden and gate, float32) + 24 MB of per-unit counters: with
-    # 200 MB free, chunks use at most half: 8 tokens (88 MB), not 16 (152 MB).
-    monkeypatch.setattr(weights, "available_memory", lambda: 200 * 10**6)
-    assert runner._fitting_chunk(spec, np.dtype(np.float32)) == 8
-    monkeypatch.setattr(weights, "available_memory", lambda: 10**6)
-    with pytest.raises(MemoryBudgetError, match=r"^one FFN layer of tiny \(d_model 4, d_ff "
-                       r"1,000,000\) on one token needs 32\.00 MB of memory, over the 1\.00 MB "
-                       r"that is free; shrink it"):
-        runner._fitting_chunk(spec, np.dtype(np.float32))
-
-
 # ---------------------------------------------------------------------------------------------
 # Names the user typed, shown escaped; paths that cannot be used.
 
@@ -279,43 +256,7 @@ def test_a_signal_keeps_the_force_target_intact(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# --out: the final name is claimed without overwriting.
-
-
-def _write(path: Path, value: float, force: bool = False) -> T.AtomicNpyWriter:
-    writer = T.AtomicNpyWriter(path, (2, 3), np.dtype(np.float32), force)
-    writer.__enter__()
-    writer.write(np.full((2, 3), value, dtype=np.float32))
-    return writer
-
-
-def test_a_file_that_appears_while_writing_is_not_replaced(tmp_path):
-    path = tmp_path / "y.npy"
-    writer = _write(path, 1.0)
-    path.write_bytes(b"someone else's")
-    with pytest.raises(OutputError, match=r"appeared while this run was writing; it was left "
-                                          r"alone \(pass --force to replace it\)$"):
-        writer.__exit__(None, None, None)
-    assert path.read_bytes() == b"someone else's" and os.listdir(tmp_path) == ["y.npy"]
-
-
-def test_two_runs_to_one_path_cannot_both_succeed(tmp_path):
-    path = tmp_path / "y.npy"
-    first, second = _write(path, 1.0), _write(path, 2.0)
-    first.__exit__(None, None, None)
-    with pytest.raises(OutputError, match="appeared while this run was writing"):
-        second.__exit__(None, None, None)
-    np.testing.assert_array_equal(np.load(path), np.full((2, 3), 1.0, dtype=np.float32))
-    assert os.listdir(tmp_path) == ["y.npy"]
-
-
-def test_force_replaces_atomically(tmp_path):
-    path = tmp_path / "y.npy"
-    path.write_bytes(b"old")
-    writer = _write(path, 3.0, force=True)
-    assert path.read_bytes() == b"old"  # untouched until the end
-    writer.__exit__(None, None, None)
-    np.testing.assert_array_equal(np.load(path), np.full((2, 3), 3.0, dtype=np.float32))
+# Sizes, a closed standard output, overflow, and mixtures the engine does not compute.
 
 
 def test_permute_check_refuses_an_input_that_cannot_be_held(cli):
@@ -424,21 +365,3 @@ def test_a_dense_checkpoint_is_not_run_as_a_mixture_of_experts(cli):
                                           "weights a file holds\n")
 
 
-def test_the_library_refuses_bad_tokens_and_unknown_overrides():
-    import ffncli
-    from ffncli.errors import InputError, SpecError
-
-    ffn = ffncli.build_ffn(ffncli.load_spec(preset="tiny"))
-    with pytest.raises(InputError, match=r"^tokens: expected \(tokens, 4\) or \(batch, seq, 4\), "
-                                         r"got shape \(0, 4\)$"):
-        ffncli.permute_check(ffn, np.zeros((0, 4)))
-    with pytest.raises(InputError, match=r"got shape \(3, 5\)$"):
-        ffncli.permute_check(ffn, np.zeros((3, 5)))
-    with pytest.raises(SpecError, match=r"^load_spec: unknown override 'bogus'; known: d_model"):
-        ffncli.load_spec(preset="base", bogus=1)
-
-
-def test_every_error_message_is_one_line():
-    from ffncli.errors import WeightsError
-
-    assert str(WeightsError("f.gguf: metadata key 'a\nb'")) == "f.gguf: metadata key 'a\\nb'"

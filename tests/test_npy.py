@@ -1,0 +1,50 @@
+""".npy outputs (formats/npy.py): AtomicNpyWriter claims --out's final name without
+overwriting: a file that appears while it writes is left alone, two runs to one path cannot both
+succeed, --force replaces the old file atomically."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ffncli.errors import OutputError
+from ffncli.formats import npy as T
+
+
+def _write(path: Path, value: float, force: bool = False) -> T.AtomicNpyWriter:
+    writer = T.AtomicNpyWriter(path, (2, 3), np.dtype(np.float32), force)
+    writer.__enter__()
+    writer.write(np.full((2, 3), value, dtype=np.float32))
+    return writer
+
+
+def test_a_file_that_appears_while_writing_is_not_replaced(tmp_path):
+    path = tmp_path / "y.npy"
+    writer = _write(path, 1.0)
+    path.write_bytes(b"someone else's")
+    with pytest.raises(OutputError, match=r"appeared while this run was writing; it was left "
+                                          r"alone \(pass --force to replace it\)$"):
+        writer.__exit__(None, None, None)
+    assert path.read_bytes() == b"someone else's" and os.listdir(tmp_path) == ["y.npy"]
+
+
+def test_two_runs_to_one_path_cannot_both_succeed(tmp_path):
+    path = tmp_path / "y.npy"
+    first, second = _write(path, 1.0), _write(path, 2.0)
+    first.__exit__(None, None, None)
+    with pytest.raises(OutputError, match="appeared while this run was writing"):
+        second.__exit__(None, None, None)
+    np.testing.assert_array_equal(np.load(path), np.full((2, 3), 1.0, dtype=np.float32))
+    assert os.listdir(tmp_path) == ["y.npy"]
+
+
+def test_force_replaces_atomically(tmp_path):
+    path = tmp_path / "y.npy"
+    path.write_bytes(b"old")
+    writer = _write(path, 3.0, force=True)
+    assert path.read_bytes() == b"old"  # untouched until the end
+    writer.__exit__(None, None, None)
+    np.testing.assert_array_equal(np.load(path), np.full((2, 3), 3.0, dtype=np.float32))
