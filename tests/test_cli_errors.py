@@ -363,5 +363,3 @@ def test_a_dense_checkpoint_is_not_run_as_a_mixture_of_experts(cli):
     assert r.code == 2 and r.err.endswith("the bert layout holds one dense FFN per layer, not "
                                           "4 experts; the what-if options cannot change the "
                                           "weights a file holds\n")
-
-

@@ -1,4 +1,5 @@
-"""The FFN math against known answers and independent references (math.erf, PyTorch, loops)."""
+"""The FFN math (compute/ffn.py) and the engine that computes it fast (compute/engine.py),
+against known answers and independent references (math.erf, PyTorch, loops)."""
 
 from __future__ import annotations
 
@@ -265,29 +266,3 @@ def test_capacity_keeps_tokens_in_token_order_against_a_loop():
     for chunk in (4, 7):
         np.testing.assert_allclose(Engine(p, "gelu", chunk_tokens=chunk)(x), expected,
                                    rtol=1e-12, atol=1e-12)
-
-
-# ---------------------------------------------------------------------------------------------
-# The engine's chunks and blocks.
-
-
-@pytest.mark.parametrize("d_ff,tokens", [(1, 8192), (1024, 8192), (2048, 4096), (3072, 2730),
-                                         (32768, 256), (1 << 20, 256)])
-def test_default_chunk_holds_about_8m_hidden_values_within_256_to_8192_tokens(d_ff, tokens):
-    assert E.default_chunk_tokens(d_ff) == tokens  # min(8192, max(256, 2**23 // d_ff))
-    p = F.DenseWeights(np.zeros((2, d_ff), np.float32), None, np.zeros((d_ff, 2), np.float32),
-                       None)
-    assert Engine(p, "relu").chunk_tokens == tokens
-
-
-@pytest.mark.parametrize("rows,cols,itemsize", [(203, 4096, 4), (203, 4096, 8), (7, 16, 4),
-                                                (1000, 100_000, 8), (1, 3, 4)])
-def test_blocks_cover_the_rows_once_and_fit_the_cache(rows, cols, itemsize):
-    blocks = E._blocks(rows, cols, itemsize)
-    assert [lo for lo, _ in blocks] == [0] + [hi for _, hi in blocks[:-1]]  # contiguous
-    assert blocks[-1][1] == rows
-    row_bytes = cols * itemsize
-    for lo, hi in blocks:  # each block fits in 512 KiB, unless one row alone does not
-        assert (hi - lo) * row_bytes <= E.BLOCK_BYTES or hi - lo == 1
-    for lo, hi in blocks[:-1]:  # and is as large as fits: one row more would not
-        assert (hi - lo + 1) * row_bytes > E.BLOCK_BYTES

@@ -85,5 +85,3 @@ def test_streamed_moe_capacity_is_that_of_the_whole_input(tmp_path):
     expected = F.moe_ffn(x, model.engine.weights, "relu")
     assert (np.abs(expected).sum(axis=1) == 0).sum() > 0  # tokens are dropped
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-12, atol=1e-12)
-
-

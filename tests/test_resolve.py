@@ -97,5 +97,3 @@ def test_run_on_one_layer_reads_the_header_once(cli, counted):
     assert r.code == 0, r.err
     assert (counted["config.json parsed"], counted["safetensors header"],
             counted["open model.safetensors"]) == (1, 1, 2)
-
-

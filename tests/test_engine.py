@@ -1,0 +1,33 @@
+"""The engine (compute/engine.py): the default chunk of tokens and the cache blocks of the
+activation. Its outputs are checked against the plain formulas in tests/test_ffn.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ffncli.compute import engine as E
+from ffncli.compute import ffn as F
+from ffncli.compute.engine import Engine
+
+
+@pytest.mark.parametrize("d_ff,tokens", [(1, 8192), (1024, 8192), (2048, 4096), (3072, 2730),
+                                         (32768, 256), (1 << 20, 256)])
+def test_default_chunk_holds_about_8m_hidden_values_within_256_to_8192_tokens(d_ff, tokens):
+    assert E.default_chunk_tokens(d_ff) == tokens  # min(8192, max(256, 2**23 // d_ff))
+    p = F.DenseWeights(np.zeros((2, d_ff), np.float32), None, np.zeros((d_ff, 2), np.float32),
+                       None)
+    assert Engine(p, "relu").chunk_tokens == tokens
+
+
+@pytest.mark.parametrize("rows,cols,itemsize", [(203, 4096, 4), (203, 4096, 8), (7, 16, 4),
+                                                (1000, 100_000, 8), (1, 3, 4)])
+def test_blocks_cover_the_rows_once_and_fit_the_cache(rows, cols, itemsize):
+    blocks = E._blocks(rows, cols, itemsize)
+    assert [lo for lo, _ in blocks] == [0] + [hi for _, hi in blocks[:-1]]  # contiguous
+    assert blocks[-1][1] == rows
+    row_bytes = cols * itemsize
+    for lo, hi in blocks:  # each block fits in 512 KiB, unless one row alone does not
+        assert (hi - lo) * row_bytes <= E.BLOCK_BYTES or hi - lo == 1
+    for lo, hi in blocks[:-1]:  # and is as large as fits: one row more would not
+        assert (hi - lo + 1) * row_bytes > E.BLOCK_BYTES
