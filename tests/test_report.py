@@ -1,4 +1,4 @@
-"""Pictures: the terminal's bars, and the HTML reports read back against ``--json``.
+"""The HTML reports (present/report.py, drawn by present/svg.py), read back against ``--json``.
 
 Each report is parsed as XML (so every element is closed), holds no script and no URL, and
 every number in every table is the value of the command's ``--json`` document that its cell
@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers.installed_models import minilm
+from helpers.terminal import eighths as _eighths
 
 from ffncli.analysis.sparsity import calibrate_threshold, relu_stats
 from ffncli.api import build_ffn, load_spec
@@ -372,106 +373,6 @@ def test_report_refuses_every_file_of_a_weights_folder(cli, tmp_path):
              "(the config.json beside the --weights); choose another path")
     assert cli("relu-stats", "--weights", folder, "--random", "3", "--report",
                folder / "report.html").code == 0  # a new file beside them is fine
-
-
-# ---------------------------------------------------------------------------------------------
-# Terminal bars.
-
-
-def _eighths(drawn: str) -> int:
-    """A bar's length in eighths of a cell (the light-shade track is not counted)."""
-    body = drawn.rstrip("░")
-    return 8 * body.count("█") + sum(" ▏▎▍▌▋▊▉".index(c) for c in body if c != "█")
-
-
-def test_bar_in_eighths():
-    assert console.bar(0.5, 10) == "█████"
-    assert console.bar(0.55, 10) == "█████▌"  # 44 eighths
-    assert console.bar(1 / 80, 10) == "▏"
-    assert console.bar(0.5, 4, track=True) == "██░░"
-    assert console.bar(1.7, 3) == "███" and console.bar(-1.0, 3, track=True) == "░░░"
-    assert console.bar(0.0, 5) == ""
-    for share in np.linspace(0, 1, 37):
-        assert _eighths(console.bar(float(share), 13)) == round(share * 13 * 8)
-
-
-def _rows(out: str, title: str) -> list[list[str]]:
-    """The cells of the table under ``title`` in printed output."""
-    lines = out.splitlines()
-    title_at = next(i for i, line in enumerate(lines) if line.startswith(title))
-    start = next(i for i in range(title_at, len(lines)) if "┃" in lines[i]) + 2  # the rule
-    rows = []
-    for line in lines[start:]:
-        if "│" not in line:
-            break
-        rows.append([c.strip() for c in line.split("│")])
-    return rows
-
-
-def test_histogram_bars_scale_to_the_largest_bin(cli):
-    args = ("relu-stats", "--preset", "gpt2", "--d-model", "48", "--d-ff", "64", "--random",
-            "400")
-    doc = cli(*args, "--json").json()
-    rows = _rows(cli(*args).out, "units by how often they are active")
-    units = [b["units"] for b in doc["activity_histogram"]]
-    assert [(r[0], int(r[1])) for r in rows] == [(b["bin"], b["units"])
-                                                  for b in doc["activity_histogram"]]
-    for row, n in zip(rows, units, strict=True):
-        assert _eighths(row[2]) == round(n / max(units) * console.BAR_MAX * 8)
-    coverage = _rows(cli(*args).out, "hot units:")
-    for row, hot in zip(coverage, doc["hot_unit_coverage"], strict=True):
-        assert row[3].endswith("░") or hot["unit_share"] == 1.0
-        assert _eighths(row[3]) == round(hot["unit_share"] * console.BAR_MAX * 8)
-
-
-def test_params_keeps_its_lines_and_adds_share_bars(cli):
-    out = cli("params", "--preset", "base").out
-    assert "share in the FFN:      66.6%\n" in out
-    lines = out.splitlines()
-    i = lines.index("share in the FFN:      66.6%")
-    assert _eighths(lines[i + 1].strip()) == round(0.666071 * console.BAR_MAX * 8)
-    parts = {r[0]: r for r in _rows(out, "parameters by part")}
-    assert parts["FFN"][1:3] == ["25,196,544", "39.9%"]
-    flops = {r[0]: r for r in _rows(out, "FLOPs per token")}
-    assert flops["whole model"][5] == "34.7%"
-    assert _eighths(flops["whole model"][6]) == round(50331648 / 144842752 * console.BAR_MAX * 8)
-
-
-@pytest.mark.parametrize("columns", [60, 45, 30])
-def test_narrow_terminal_shortens_or_drops_the_bars(cli, monkeypatch, columns):
-    monkeypatch.setenv("COLUMNS", str(columns))
-    out = cli("relu-stats", "--preset", "tiny", "--random", "50").out
-    rows = _rows(out, "units by how often")
-    assert len(rows) == 12 and all(r[1].isdigit() for r in rows)  # numbers whole, one a line
-    widths = [len(r[2]) for r in rows if len(r) > 2]
-    assert max(widths, default=0) <= columns - len("never (dead) │     0 │ ")
-    assert max(len(line) for line in out.splitlines() if "│" in line) <= columns
-    if columns == 30:
-        assert all(len(r) == 2 for r in rows)  # fewer than BAR_MIN cells: no bar column
-        assert all(len(r) == 3 for r in _rows(out, "hot units"))
-    params = cli("params", "--preset", "base").out
-    assert "share in the FFN:      66.6%\n" in params
-    assert all(len(line) <= columns for line in params.splitlines() if "█" in line)
-
-
-COLOUR = re.compile(r"\x1b\[([0-9;]*)m")
-
-
-def _colours(out: str) -> set[str]:
-    """The colour codes among the escape sequences (30-37, 38;..., 90-97 foreground)."""
-    return {code for codes in COLOUR.findall(out) for code in codes.split(";")
-            if re.fullmatch(r"3[0-8]|9[0-7]", code)}
-
-
-def test_no_color_leaves_the_bars_uncoloured(cli, monkeypatch):
-    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # Rich writes escape sequences as to a terminal
-    monkeypatch.delenv("NO_COLOR", raising=False)
-    coloured = cli("relu-stats", "--preset", "tiny", "--random", "50").out
-    assert _colours(coloured) and "█" in coloured
-    monkeypatch.setenv("NO_COLOR", "1")
-    plain = cli("relu-stats", "--preset", "tiny", "--random", "50").out
-    assert not _colours(plain) and "█" in plain
-    assert not _colours(cli("params", "--preset", "base").out)
 
 
 def test_sweep_report_is_never_written_over_the_text_or_ids(tmp_path):

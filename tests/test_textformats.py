@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ffncli.base.textformats import MAX_TEXT_BYTES, Malformed, parse_json, parse_yaml
-from ffncli.base.validate import brief
 from ffncli.counting.model import count
 from ffncli.errors import ConfigError, SpecError
 from ffncli.specs.archs import load_config
@@ -123,14 +122,6 @@ def test_bad_texts(parse, text, where, problem):
     with pytest.raises(Malformed) as exc:
         parse(text)
     assert (exc.value.where, exc.value.problem) == (where, problem)
-
-
-def test_brief_cuts_long_values_short():
-    assert brief("x" * 100) == "'" + "x" * 27 + "..." + "x" * 28 + "'"
-    assert brief(list(range(100))) == "[0, 1, 2, 3, 4, 5, ...]"
-    assert brief({"a": [[[1]]]}) == "{'a': [[...]]}"
-    assert brief(10**100) == "1" + "0" * 17 + "..." + "0" * 19
-    assert brief(float("nan")) == "nan" and brief(True) == "True"
 
 
 # --- presets and configs through the CLI: one line, exit 2 ----------------------------------------
