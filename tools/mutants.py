@@ -39,8 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 COPIED = ("ffncli", "presets", "tests", "examples", "docs", "README.md", "pyproject.toml")
 # The core's unit tests run first: a mutant they catch is out in a second or two, not after
 # the CLI and README tests. Every test module still runs for a mutant that survives them.
-FIRST = ("test_counting.py", "test_ffn.py", "test_sparsity.py", "test_runner.py",
-         "test_weights.py", "test_checks.py")
+FIRST = ("test_model.py", "test_spec.py", "test_hfconfig.py", "test_ffn.py", "test_engine.py",
+         "test_sparsity.py", "test_jobs_run.py", "test_weights.py", "test_properties.py",
+         "test_compare.py", "test_guard.py")
 
 
 @dataclass(frozen=True)
