@@ -61,3 +61,43 @@ def test_one_version():
     import ffncli
 
     assert version("ffncli") == ffncli.__version__
+
+
+MODULES = """
+import json, sys
+from ffncli.cli import run
+code = run(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def _modules(*argv: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", MODULES, *argv], capture_output=True,
+                          text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["code"] == 0
+    return set(result["modules"])
+
+
+@pytest.mark.parametrize("argv", [("params", "--preset", "base", "--json"),
+                                  ("params", "--preset", "base"),
+                                  ("params", "--config", "tests/data/configs/gpt2.config.json",
+                                   "--json"),
+                                  ("presets", "--json")])
+def test_counting_imports_only_what_it_needs(argv, monkeypatch):
+    """params and presets load no NumPy, no Dask, no shard machinery, no forward, no text
+    tokenizer: only the base, the formats' header readers, the specs, counting, the resolver
+    and the presentation of counts."""
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    loaded = _modules(*argv)
+    ours = {m for m in loaded if m.startswith("ffncli.")}
+    for forbidden in ("numpy", "dask", "distributed", "tokenizers", "gguf"):
+        assert forbidden not in loaded, forbidden
+    assert not {m for m in ours if m.startswith(("ffncli.compute", "ffncli.analysis",
+                                                 "ffncli.jobs.shards", "ffncli.cli.sharded",
+                                                 "ffncli.formats.text",
+                                                 "ffncli.formats.tensors"))}, ours
+    allowed_rooms = ("ffncli.base", "ffncli.formats", "ffncli.specs", "ffncli.counting",
+                     "ffncli.jobs", "ffncli.present", "ffncli.cli", "ffncli.errors",
+                     "ffncli.presets")
+    assert all(m.startswith(allowed_rooms) for m in ours), ours
