@@ -21,7 +21,7 @@ from ffncli.analysis.sparsity import calibrate_threshold, relu_stats
 from ffncli.api import build_ffn, load_spec
 from ffncli.formats.tokens import from_array
 from ffncli.jobs.choices import ModelChoice, TextChoice
-from ffncli.jobs.resolve import report_target
+from ffncli.jobs.targets import report_target
 from ffncli.present import console, report, stats, svg
 
 CONFIGS = Path(__file__).parent / "data" / "configs"

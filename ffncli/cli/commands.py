@@ -30,7 +30,7 @@ from ffncli.cli.options import (
     grouped,
 )
 from ffncli.errors import ExitCode, ImplError, InputError
-from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice
+from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice, parse_layers
 from ffncli.specs.spec import Overrides
 
 app = typer.Typer(
@@ -66,7 +66,9 @@ def params(
     *, overrides: Overrides,
 ) -> None:
     """Count parameters, FLOPs per token, weight memory and KV cache: FFN, attention, norms."""
-    from ffncli.jobs.resolve import count_model, report_target, weights_of
+    from ffncli.jobs.params import count_model
+    from ffncli.jobs.resolve import weights_of
+    from ffncli.jobs.targets import report_target
     from ffncli.present.params import emit_params
     from ffncli.present.report import save_params
 
@@ -190,7 +192,8 @@ def relu_stats_cmd(
                            target_sparsity=target_sparsity, as_json=as_json)
         return
     from ffncli.analysis.sparsity import relu_stats
-    from ffncli.jobs.resolve import load_model, load_tokens, report_target
+    from ffncli.jobs.resolve import load_model, load_tokens
+    from ffncli.jobs.targets import report_target
     from ffncli.present.console import Bar
     from ffncli.present.report import save_stats
     from ffncli.present.stats import emit_stats
@@ -211,9 +214,9 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
                      threshold: float | None, target_sparsity: float | None,
                      report_path: Path | None, as_json: bool) -> None:
     """``relu-stats --text/--ids``: every selected layer's statistics on its real input."""
-    from ffncli.jobs.choices import parse_layers
-    from ffncli.jobs.resolve import open_text, report_target
+    from ffncli.jobs.resolve import open_text
     from ffncli.jobs.sweep import sweep
+    from ffncli.jobs.targets import report_target
     from ffncli.present.console import Bar
     from ffncli.present.report import save_sweep
     from ffncli.present.stats import emit_sweep, sweep_json
@@ -245,7 +248,6 @@ def capture(
 ) -> None:
     """Run real text through the whole model; save the input every layer's FFN receives."""
     from ffncli.jobs.capture import capture as capture_layers
-    from ffncli.jobs.choices import parse_layers
     from ffncli.jobs.resolve import open_text
     from ffncli.present.console import Bar
     from ffncli.present.stats import emit_capture

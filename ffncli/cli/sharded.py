@@ -10,10 +10,10 @@ from pathlib import Path
 
 from ffncli.errors import InputError
 from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice
-from ffncli.jobs.resolve import report_target
 from ffncli.jobs.shards.drivers import capture_shards, relu_stats_shards, run_shards, sweep_shards
 from ffncli.jobs.shards.inputs import shard_paths
 from ffncli.jobs.shards.pool import connect
+from ffncli.jobs.targets import report_target
 from ffncli.present.console import Bar
 from ffncli.present.report import save_sweep
 from ffncli.present.run import emit_sharded_run

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ffncli.counting.files import GROUPS, FileCount
 from ffncli.counting.model import KvCache, ModelCount, count
-from ffncli.specs.spec import ModelSpec
+from ffncli.specs.spec import ModelSpec, load_preset, preset_names
 
 # ---------------------------------------------------------------------------------------------
 # A spec against a checkpoint's header, and the built-in presets at a glance.
@@ -86,6 +86,5 @@ def summarize(spec: ModelSpec) -> PresetSummary:
 
 def presets_summary() -> tuple[PresetSummary, ...]:
     """Every built-in preset, counted."""
-    from ffncli.specs.spec import load_preset, preset_names
 
     return tuple(summarize(load_preset(name)) for name in preset_names())

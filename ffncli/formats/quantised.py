@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from ffncli.base.files import kept_or_opened, read_at
 from ffncli.errors import WeightsError
-from ffncli.formats.safetensors import Header, TensorInfo
+from ffncli.formats.safetensors import Header, TensorInfo, read_tensor
 
 if TYPE_CHECKING:
     import numpy as np
 
 
 @dataclass(frozen=True)
-class _Linear:
+class Linear:
     name: str  # the logical weight, <prefix>.weight
     scheme: str
     params: int
@@ -42,7 +42,7 @@ def recognise(header: Header) -> bool:
     return any(name.endswith(_MARKERS) for name in header.tensors)
 
 
-def _packed(header: Header, prefix: str) -> _Linear:
+def _packed(header: Header, prefix: str) -> Linear:
     """GPTQ or AWQ: the bits from qzeros against scales, the packing axis from qweight."""
     t = header.tensors
     where = f"{header.path}: quantised layer '{prefix}'"
@@ -70,11 +70,11 @@ def _packed(header: Header, prefix: str) -> _Linear:
         raise WeightsError(f"{where}: a quantised layout it does not know ({shapes}): "
                            f"qweight is packed along neither axis for {bits}-bit")
     parts = tuple(t[f"{prefix}.{p}"] for p in _GPTQ_PARTS if f"{prefix}.{p}" in t)
-    return _Linear(f"{prefix}.weight", f"{scheme} {bits}-bit", n_in * out, parts, bits,
+    return Linear(f"{prefix}.weight", f"{scheme} {bits}-bit", n_in * out, parts, bits,
                    (n_in, out))
 
 
-def _bitsandbytes(header: Header, prefix: str) -> _Linear:
+def _bitsandbytes(header: Header, prefix: str) -> Linear:
     """int8 ``weight`` + ``SCB``, or uint8 ``weight`` (two 4-bit values a byte) + ``absmax``."""
     t = header.tensors
     name = f"{prefix}.weight"
@@ -83,18 +83,18 @@ def _bitsandbytes(header: Header, prefix: str) -> _Linear:
                                                                 f"{prefix}.weight_format")]
     parts = tuple([weight] if weight else []) + tuple(t[n] for n in extras)
     if weight is not None and weight.dtype == "I8" and f"{prefix}.SCB" in t:
-        return _Linear(name, "bitsandbytes int8", weight.numel, parts)
+        return Linear(name, "bitsandbytes int8", weight.numel, parts)
     if weight is not None and weight.dtype == "U8" and f"{name}.absmax" in t:
         kind = "nf4" if any(n.endswith("bitsandbytes__nf4") for n in extras) else \
             "fp4" if any(n.endswith("bitsandbytes__fp4") for n in extras) else "4-bit"
-        return _Linear(name, f"bitsandbytes {kind}", 2 * weight.numel, parts)
+        return Linear(name, f"bitsandbytes {kind}", 2 * weight.numel, parts)
     got = "no such tensor" if weight is None else f"{weight.dtype} {list(weight.shape)}"
     raise WeightsError(f"{header.path}: tensor '{name}': a quantised layout it does not know "
                        f"({got}); bitsandbytes stores an I8 weight beside SCB, or a U8 weight "
                        "beside weight.absmax")
 
 
-def quantised_linears(header: Header) -> tuple[_Linear, ...]:
+def quantised_linears(header: Header) -> tuple[Linear, ...]:
     prefixes: dict[str, str] = {}  # prefix -> "packed" or "bnb"
     for name in header.tensors:
         for marker in _MARKERS:
@@ -112,7 +112,7 @@ def quantised_linears(header: Header) -> tuple[_Linear, ...]:
 _AWQ_REVERSE_ORDER = (0, 4, 1, 5, 2, 6, 3, 7)  # AWQ packs the 8 columns as 0 2 4 6 1 3 5 7
 
 
-def runnable(lin: _Linear) -> bool:
+def runnable(lin: Linear) -> bool:
     return (lin.scheme.startswith("GPTQ") and lin.bits in (2, 4, 8)) or lin.scheme == "AWQ 4-bit"
 
 
@@ -147,15 +147,13 @@ def _unpack(words: np.ndarray, bits: int, axis: int) -> np.ndarray:
     return values.reshape(words.shape[0], -1)
 
 
-def dequantised(header: Header, lin: _Linear, file: BinaryIO | None = None) -> np.ndarray:
+def dequantised(header: Header, lin: Linear, file: BinaryIO | None = None) -> np.ndarray:
     """W[i, o] = scale[g, o] * (q[i, o] - zero[g, o]) with g the group of input row i: GPTQ's
     qweight packs along the input, its zeros are stored minus one, and g_idx names each row's
     group (act-order); AWQ packs along the output in the order 0 2 4 6 1 3 5 7, its groups
     are consecutive rows. Returns [in, out] float32, ffncli's layout. ``file``: the file, kept
     open by the caller."""
     import numpy as np
-
-    from ffncli.formats.safetensors import read_tensor
 
     prefix, t = lin.name.removesuffix(".weight"), header.tensors
     n_in, n_out = lin.shape

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -23,7 +24,7 @@ from ffncli.formats import gguf, quantised, safetensors
 if TYPE_CHECKING:
     import numpy as np
 
-    from ffncli.formats.quantised import _Linear
+    from ffncli.formats.quantised import Linear
 
 
 class Tensors:
@@ -48,12 +49,12 @@ class Tensors:
         """Which numbered layers the checkpoint has (``layers 0-11``), for an error."""
         raise NotImplementedError
 
-    def quantised_linears(self) -> dict[str, _Linear]:
+    def quantised_linears(self) -> dict[str, Linear]:
         """GPTQ, AWQ or bitsandbytes linears by prefix (``model.layers.0.mlp.up_proj``); none
         in a float checkpoint."""
         return {}
 
-    def dequantised(self, linear: _Linear) -> np.ndarray:
+    def dequantised(self, linear: Linear) -> np.ndarray:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -111,7 +112,8 @@ class SafetensorsTensors(Tensors):
     def __init__(self, checkpoint: safetensors.Checkpoint) -> None:
         self.checkpoint, self.path = checkpoint, checkpoint.path
         self._files: dict[Path, BinaryIO] = {}
-        self._linears: dict[str, _Linear] | None = None
+        self._lock = threading.Lock()  # a file is opened once, whichever thread reads first
+        self._linears: dict[str, Linear] | None = None
 
     def find(self, stem: str) -> str | None:
         return safetensors.find_tensor(self.checkpoint.shard_of, stem)
@@ -120,9 +122,10 @@ class SafetensorsTensors(Tensors):
         return self.checkpoint.tensor(name)[1].shape
 
     def _file(self, shard: Path) -> BinaryIO:
-        if shard not in self._files:
-            self._files[shard] = open_kept(shard, "weights file", WeightsError)
-        return self._files[shard]
+        with self._lock:
+            if shard not in self._files:
+                self._files[shard] = open_kept(shard, "weights file", WeightsError)
+            return self._files[shard]
 
     def read(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
         header, info = self.checkpoint.tensor(name)
@@ -132,7 +135,7 @@ class SafetensorsTensors(Tensors):
         return _numbered(self.checkpoint.shard_of, r"(?:layer|layers|h|block)\.(\d+)\.",
                          "no numbered layers")
 
-    def quantised_linears(self) -> dict[str, _Linear]:
+    def quantised_linears(self) -> dict[str, Linear]:
         """A single file's quantised linears (an index's shards are read as floats)."""
         if self._linears is None:
             self._linears = {}
@@ -143,14 +146,16 @@ class SafetensorsTensors(Tensors):
                                      for lin in quantised.quantised_linears(header)}
         return self._linears
 
-    def dequantised(self, linear: _Linear) -> np.ndarray:
+    def dequantised(self, linear: Linear) -> np.ndarray:
         return quantised.dequantised(self.checkpoint.header(self.path), linear,
                                      file=self._file(self.path))
 
     def close(self) -> None:
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
+        """Close the files (a later read opens its file again, to be closed again)."""
+        with self._lock:
+            for f in self._files.values():
+                f.close()
+            self._files.clear()
 
 
 class GgufTensors(Tensors):
@@ -160,6 +165,7 @@ class GgufTensors(Tensors):
     def __init__(self, header: gguf.GgufHeader) -> None:
         self.header, self.path = header, header.path
         self._kept: BinaryIO | None = None
+        self._lock = threading.Lock()
 
     def find(self, stem: str) -> str | None:
         return stem if stem in self.header.tensors else None
@@ -168,17 +174,21 @@ class GgufTensors(Tensors):
         return tuple(self.header.tensors[name].shape)
 
     def read(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
-        if self._kept is None:
-            self._kept = open_kept(self.path, "weights file", WeightsError)
-        return gguf.dequantised(self.header, self.header.tensors[name], rows, file=self._kept)
+        with self._lock:
+            if self._kept is None:
+                self._kept = open_kept(self.path, "weights file", WeightsError)
+            kept = self._kept
+        return gguf.dequantised(self.header, self.header.tensors[name], rows, file=kept)
 
     def layers_present(self) -> str:
         return _numbered(self.header.tensors, r"^blk\.(\d+)\.", "no blk.N layers")
 
     def close(self) -> None:
-        if self._kept is not None:
-            self._kept.close()
-            self._kept = None
+        """Close the file (a later read opens it again, to be closed again)."""
+        with self._lock:
+            if self._kept is not None:
+                self._kept.close()
+                self._kept = None
 
 
 def is_checkpoint(path: Path) -> bool:

@@ -79,19 +79,10 @@ def load_target(impl: str | None, choice: ModelChoice, overrides: Overrides,
 def report_path(path: Path | None, target: Target, choice: ModelChoice,
                 tokens: TokenChoice) -> Path | None:
     """Where ``--junit-xml`` goes, refused before any work if it is an input of the command."""
-    if path is None:
-        return None
-    from ffncli.formats.safetensors import config_beside
+    from ffncli.jobs.targets import output_target
 
-    weights = target.weights
-    beside = None if weights is None else config_beside(weights) or weights.parent / "config.json"
-    preset = choice.preset
-    preset_file = Path(preset) if preset and Path(preset).is_file() else None
-    inputs = [("--input file", tokens.input), ("--preset file", preset_file),
-              ("--config file", choice.config), ("--weights file", weights),
-              ("config.json beside the --weights", beside)]
-    inputs += [("--impl module's source", source) for source in target.sources]
-    return check_report_path(path, inputs)
+    return output_target(path, "--junit-xml", choice, tokens,
+                         more=[("--impl module's source", source) for source in target.sources])
 
 
 def check_command(target: Target, choice: TokenChoice, *, trials: int = 8,

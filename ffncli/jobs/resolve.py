@@ -5,30 +5,27 @@ a command reads or writes. Spec resolution and ``params`` never import NumPy."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ffncli.base.validate import Keys, whole
+from ffncli.base.validate import Keys
 from ffncli.errors import InputError
-from ffncli.formats.safetensors import config_beside
+from ffncli.formats.safetensors import config_beside, open_checkpoint
 from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
 
 if TYPE_CHECKING:
     from ffncli.compute.build import Model
     from ffncli.compute.forward.families import Transformer
-    from ffncli.counting.results import FileOnlyResult, ParamsResult
     from ffncli.formats.gguf import GgufHeader
     from ffncli.formats.tensors import Tensors
-    from ffncli.formats.text import Sequences
+    from ffncli.formats.text import Sequences, Tokenizer
     from ffncli.formats.tokens import TokenInput
 
 _NO_MODEL = "give a model: --preset NAME|FILE or --config config.json"
 _NO_MODEL_OR_WEIGHTS = ("give a model: --preset NAME|FILE, --config config.json, or "
                         "--weights/--model with a config.json beside the weights")
-_NO_CONFIG = "no --preset or --config, and no config.json beside the weights"
 
 
 def weights_of(weights: Path | None, hub_model: str | None,
@@ -118,7 +115,6 @@ def open_model(choice: ModelChoice, overrides: Overrides, *, forward: bool = Fal
     config.json the whole model's settings come from (``--config``, else the one beside the
     weights)."""
     from ffncli.formats.gguf import read_header
-    from ffncli.formats.safetensors import open_checkpoint
     from ffncli.formats.tensors import GgufTensors, SafetensorsTensors, is_checkpoint
 
     weights = weights_of(choice.weights, choice.hub_model)
@@ -158,60 +154,6 @@ def load_tokens(choice: TokenChoice, d_model: int) -> TokenInput:
     return resolve_input(choice.input, choice.random, d_model, choice.seed)
 
 
-def count_model(preset: str | None, config: Path | None, overrides: Overrides,
-                weights: Path | None = None, batch: int = 1) -> ParamsResult | FileOnlyResult:
-    """``params``: the spec's count and KV cache at its seq_len x ``batch``; with ``weights``
-    (a .safetensors file, an index or a model folder) the count of every shard's header beside
-    it (no tensor data is read), the spec from the config.json beside the weights unless one
-    is given. A checkpoint without a config, or with a model type no reader knows, is still
-    counted from the file's tensor names."""
-    from ffncli.counting.files import count_file
-    from ffncli.counting.model import count, kv_cache
-    from ffncli.counting.results import FileOnlyResult, ParamsResult
-    from ffncli.formats.safetensors import read_checkpoint
-    from ffncli.specs.archs import UnsupportedModelType
-
-    whole("option --batch", batch)
-    if weights is not None and weights.suffix.lower() == ".gguf":
-        return _count_gguf(preset, config, overrides, weights, batch)
-    if weights is not None and preset is None and config is None:
-        config = config_beside(weights)
-        if config is None:
-            if overrides != Overrides():
-                raise InputError(f"the what-if options need a spec; {_NO_CONFIG}")
-            return FileOnlyResult(count_file(read_checkpoint(weights)), str(weights), _NO_CONFIG)
-    try:
-        spec = resolve_spec(preset, config, overrides)
-    except UnsupportedModelType as exc:
-        if weights is None:
-            raise
-        return FileOnlyResult(count_file(read_checkpoint(weights)), str(weights), str(exc))
-    file = count_file(read_checkpoint(weights)) if weights is not None else None
-    return ParamsResult(count(spec), file, str(weights) if weights is not None else None,
-                        kv_cache(spec, spec.seq_len, batch))
-
-
-def _count_gguf(preset: str | None, config: Path | None, overrides: Overrides, weights: Path,
-                batch: int) -> ParamsResult | FileOnlyResult:
-    """``params --weights model.gguf``: its tensor infos counted, its metadata's spec (or the
-    --preset / --config given) beside them; an architecture no reader knows is counted from
-    the file alone."""
-    from ffncli.counting.files import count_gguf as count_file
-    from ffncli.counting.model import count, kv_cache
-    from ffncli.counting.results import FileOnlyResult, ParamsResult
-    from ffncli.formats.gguf import read_header
-    from ffncli.specs.gguf import UnsupportedArchitecture, spec_from_header
-
-    header = read_header(weights)
-    file = count_file(header)
-    try:
-        spec = (resolve_spec(preset, config, overrides) if preset or config else
-                apply_overrides(spec_from_header(header), overrides))
-    except UnsupportedArchitecture as exc:
-        return FileOnlyResult(file, str(weights), str(exc))
-    return ParamsResult(count(spec), file, str(weights), kv_cache(spec, spec.seq_len, batch))
-
-
 def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
     """The whole model of ``--weights`` or ``--model``, for ``--text`` and ``--ids``."""
     weights = weights_of(choice.weights, choice.hub_model)
@@ -225,8 +167,13 @@ def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
         raise InputError("option --capacity-factor: the whole-model forward runs the "
                          "checkpoint's own routing, which drops no tokens")
     opened = open_model(choice, overrides, forward=True)
-    return open_transformer(opened.spec, weights, parse_dtype(choice.dtype), config=choice.config,
-                            tensors=opened.tensors, settings=opened.settings)
+    try:
+        return open_transformer(opened.spec, weights, parse_dtype(choice.dtype),
+                                config=choice.config, tensors=opened.tensors,
+                                settings=opened.settings)
+    except BaseException:
+        opened.close()
+        raise
 
 
 def open_text(choice: ModelChoice, text: TextChoice, overrides: Overrides
@@ -244,63 +191,34 @@ def open_text(choice: ModelChoice, text: TextChoice, overrides: Overrides
 def load_sequences(choice: TextChoice, model: Transformer, weights: Path) -> Sequences:
     """The sequences of ``--text`` (the tokenizer beside ``weights``) or ``--ids``, each cut
     into windows of the model's maximum positions, every id checked against its vocabulary."""
-    from ffncli.formats.text import load_tokenizer, read_ids, read_text
+    from ffncli.formats.text import read_ids
 
     if choice.text is not None and choice.ids is not None:
         raise InputError("give --text or --ids, not both")
     if choice.ids is not None:
         return read_ids(choice.ids, model.vocab, model.max_positions)
     assert choice.text is not None
-    tokenizer = load_tokenizer(weights, getattr(model.tensors, "header", None))
-    sequences = read_text(choice.text, tokenizer, model.max_positions)
+    return read_model_text(model, model_tokenizer(model, weights), choice.text)
+
+
+def model_tokenizer(model: Transformer, weights: Path | None = None) -> Tokenizer:
+    """The whole model's tokenizer: the tokenizer.json beside ``weights`` (default: the
+    model's), or a GGUF file's own, from the header the model's handle has read."""
+    from ffncli.formats.tensors import GgufTensors
+    from ffncli.formats.text import load_tokenizer
+
+    header = model.tensors.header if isinstance(model.tensors, GgufTensors) else None
+    return load_tokenizer(model.weights if weights is None else weights, header)
+
+
+def read_model_text(model: Transformer, tokenizer: Tokenizer, path: Path) -> Sequences:
+    """``--text FILE`` for the whole model: its sequences cut into windows of the model's
+    positions, refused when the tokenizer gives an id past the model's vocabulary."""
+    from ffncli.formats.text import read_text
+
+    sequences = read_text(path, tokenizer, model.max_positions)
     top = max(int(ids.max()) for ids in sequences.ids if ids.size)
     if top >= model.vocab:
         raise InputError(f"{tokenizer.source}: gives token id {top}, but the model's "
                          f"vocabulary has {model.vocab} rows; is it the model's tokenizer?")
     return sequences
-
-
-# ---------------------------------------------------------------------------------------------
-# Where a report goes: never over an input of the command, checked before any work.
-
-
-def report_target(path: Path | None, model: ModelChoice, tokens: TokenChoice | None = None,
-                  text: TextChoice | None = None) -> Path | None:
-    """Where ``--report`` goes (None: no report), refused in one line before any work if it
-    is one of the files the command reads, a folder or a device."""
-    if path is None:
-        return None
-    from ffncli.base.files import check_output_path
-
-    weights = weights_of(model.weights, model.hub_model)
-    inputs = command_inputs(model.preset, model.config, weights,
-                            tokens.input if tokens is not None else None,
-                            text=text.text if text is not None else None,
-                            ids=text.ids if text is not None else None)
-    return check_output_path(path, inputs, "--report")
-
-
-def command_inputs(preset: str | None = None, config: Path | None = None,
-                   weights: Path | None = None, tokens: Path | None = None,
-                   text: Path | None = None, ids: Path | None = None
-                   ) -> list[tuple[str, Path | None]]:
-    """The files a command reads, named as the error names them: a weights folder or index
-    stands for every file beside it (the shards, the config, the tokenizer)."""
-    from ffncli.formats.safetensors import config_beside
-
-    preset_file = Path(preset) if preset and Path(preset).is_file() else None
-    inputs: list[tuple[str, Path | None]] = [
-        ("--input file", tokens), ("--text file", text), ("--ids file", ids),
-        ("--preset file", preset_file), ("--config file", config), ("--weights file", weights)]
-    if weights is not None:
-        beside = config_beside(weights) or weights.parent / "config.json"
-        inputs.append(("config.json beside the --weights", beside))
-        folder = weights if os.path.isdir(weights) else (
-            weights.parent if weights.name.endswith(".index.json") else None)
-        if folder is not None:
-            try:
-                names = sorted(os.listdir(folder))
-            except OSError:
-                names = []
-            inputs += [("--weights folder's " + name, folder / name) for name in names]
-    return inputs

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ffncli.errors import shown
+from ffncli.errors import OutputError, shown
 
 if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
     from xml.etree.ElementTree import Element
@@ -21,12 +21,11 @@ if TYPE_CHECKING:  # the result types: their modules import NumPy, which params 
 
 def junit_report(path: Path | None, target: str, outcome: CheckReport | ImplError) -> None:
     """Write the report of a check, or of one that could not run, atomically to ``path``
-    (from ``checks.report_path``; nothing when None). When the FFN misbehaved, its error is
+    (from ``jobs.permute.report_path``; nothing when None). When the FFN misbehaved, its error is
     the one to show: a report that cannot be written then is left out silently."""
     if path is None:
         return
     from ffncli.base.files import write_text_atomically
-    from ffncli.errors import OutputError
 
     if isinstance(outcome, BaseException):
         try:

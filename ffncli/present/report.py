@@ -12,7 +12,7 @@ The file has no JavaScript and nothing that is fetched: no external fonts, style
 images. It is well-formed XML as well as HTML (every element closed, only XML's entities), and
 every string that comes from a file or an option is escaped. Pure Python: ``params --report``
 never imports NumPy. The path was checked by the job before its work
-(``ffncli.jobs.resolve.report_target``); the page is written here, atomically.
+(``ffncli.jobs.targets.report_target``); the page is written here, atomically.
 """
 
 from __future__ import annotations

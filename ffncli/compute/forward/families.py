@@ -25,9 +25,8 @@ from ffncli.compute.forward.ops import (
     rope_frequencies,
 )
 from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
-from ffncli.formats.gguf import read_header
-from ffncli.formats.safetensors import config_beside, open_checkpoint
-from ffncli.formats.tensors import GgufTensors, SafetensorsTensors, Tensors
+from ffncli.formats.safetensors import config_beside
+from ffncli.formats.tensors import GgufTensors, Tensors, open_tensors
 from ffncli.specs.archs import (
     ARCHS,
     GEMMA_NORMS,
@@ -423,13 +422,23 @@ def open_transformer(spec: ModelSpec, weights: Path, dtype: np.dtype,
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise InputError(f"the forward computes in float32 or float64, got {dtype}")
-    if weights.suffix.lower() == ".gguf":
-        return _open_gguf(spec, weights, dtype, tensors)
     if weights.suffix.lower() == ".npz":
         raise InputError(f"{weights}: an .npz holds one FFN; the whole-model forward reads a "
                          "checkpoint (.safetensors, an index, a model folder or .gguf)")
-    if tensors is None:
-        tensors = SafetensorsTensors(open_checkpoint(weights))
+    if tensors is not None:
+        return _open(spec, weights, dtype, config, tensors, settings)
+    tensors = open_tensors(weights)
+    try:
+        return _open(spec, weights, dtype, config, tensors, settings)
+    except BaseException:
+        tensors.close()  # opened here: nothing else will close it
+        raise
+
+
+def _open(spec: ModelSpec, weights: Path, dtype: np.dtype, config: Path | None,
+          tensors: Tensors, settings: Keys | None) -> Transformer:
+    if isinstance(tensors, GgufTensors):
+        return _open_gguf(spec, weights, dtype, tensors)
     if settings is None:
         config = config or config_beside(weights)
         if config is None:
@@ -445,8 +454,8 @@ def open_transformer(spec: ModelSpec, weights: Path, dtype: np.dtype,
 
 
 def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype,
-               tensors: Tensors | None) -> Transformer:
-    header = tensors.header if isinstance(tensors, GgufTensors) else read_header(weights)
+               tensors: GgufTensors) -> Transformer:
+    header = tensors.header
     arch = header.architecture
     row = ARCHS.get(GGUF_ARCHITECTURES.get(arch, ""))
     if row is None or row.gguf_names is None:
@@ -465,8 +474,7 @@ def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype,
     if scaling == "linear":
         data["rope_scaling"] = {"rope_type": "linear", "factor": key("rope.scaling.factor")}
     settings = Keys(data, f"{weights} (GGUF metadata)")
-    transformer = LlamaLike(spec, weights, GgufTensors(header) if tensors is None else tensors,
-                            settings, dtype,
+    transformer = LlamaLike(spec, weights, tensors, settings, dtype,
                             row.gguf_names, row.quirks, permuted=True)
     rotated = key("rope.dimension_count")
     if rotated is not None and rotated != transformer.head_dim:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from ffncli.base.files import output_folder
 from ffncli.errors import FfnError, OutputError
-from ffncli.jobs.choices import ModelChoice, TextChoice
+from ffncli.jobs.choices import ModelChoice, TextChoice, parse_layers
 from ffncli.jobs.progress import Progress
 from ffncli.jobs.shards import manifest as M
 from ffncli.jobs.shards.inputs import (
@@ -73,6 +73,7 @@ from ffncli.jobs.shards.workers import (
     TextJob,
     describe,
     forward_for,
+    release_forwards,
     rooms,
     shard_demand,
 )
@@ -365,13 +366,22 @@ def sweep_shards(model: ModelChoice, overrides: Overrides, text: TextChoice, poo
     first CALIBRATION_TOKENS tokens, computed once: first, when the rule's threshold needs it,
     else beside the shards (it only fills the CATS column)."""
     from ffncli.analysis.sparsity import check_rule
-    from ffncli.jobs.choices import parse_layers
-    from ffncli.jobs.sweep import LayerStats, SweepResult
 
     check_rule(threshold, target_sparsity)
     job = TextJob(model, overrides)
+    with contextlib.ExitStack() as done:
+        done.callback(release_forwards)  # the forward the client opens here is the job's
+        return _sweep_shards(job, text, pool, threshold, target_sparsity, skip_bad,
+                             progress or Progress())
+
+
+def _sweep_shards(job: TextJob, text: TextChoice, pool: Pool, threshold: float | None,
+                  target_sparsity: float | None, skip_bad: bool,
+                  progress: Progress) -> ShardedSweep:
+    from ffncli.jobs.sweep import LayerStats, SweepResult
+
     forward = forward_for(job)  # here too: the tokenizer, the vocabulary, the layers
-    layers = parse_layers(model.layer, forward.n_layers)
+    layers = parse_layers(job.model.layer, forward.n_layers)
     shards, skipped = read_text_shards(text, forward, skip_bad)
     total = sum(s.tokens for s in shards)
     calibration_call = (calibrate_text, job, _calibration_portions(shards), layers, threshold,
@@ -388,8 +398,8 @@ def sweep_shards(model: ModelChoice, overrides: Overrides, text: TextChoice, poo
     tree = TreeMerge(len(shards), _merge_layers)
     counted: list[int] = []
     for i, out in map_shards(pool, sweep_part, [(shard_sweep, task, s) for s in shards], shards,
-                             skip_bad=skip_bad, skipped=skipped,
-                             progress=progress or Progress(), beside=beside):
+                             skip_bad=skip_bad, skipped=skipped, progress=progress,
+                             beside=beside):
         if i < 0:
             calibration = out
             continue
@@ -432,9 +442,16 @@ def capture_shards(model: ModelChoice, text: TextChoice, out: Path, pool: Pool, 
     """``capture`` over the shards of --text/--ids: ``out/<shard>/`` for each (its layer files
     and capture.json) and ``out/manifest.json`` listing the complete ones; a rerun skips those
     (unless ``force``), Ctrl-C removes the partial folders of unfinished shards."""
-    from ffncli.jobs.choices import parse_layers
 
     job = TextJob(model, Overrides())
+    with contextlib.ExitStack() as done:
+        done.callback(release_forwards)  # the forward the client opens here is the job's
+        return _capture_shards(job, text, out, pool, force, skip_bad, progress or Progress())
+
+
+def _capture_shards(job: TextJob, text: TextChoice, out: Path, pool: Pool, force: bool,
+                    skip_bad: bool, progress: Progress) -> ShardedCapture:
+    model = job.model
     forward = forward_for(job)
     layers = parse_layers(model.layer, forward.n_layers)
     shards, skipped = read_text_shards(text, forward, skip_bad)
@@ -458,7 +475,7 @@ def capture_shards(model: ModelChoice, text: TextChoice, out: Path, pool: Pool, 
         return [p for p in glob.glob(glob.escape(str(out)) + "/.*.tmp") if os.path.isdir(p)]
 
     written = write_shards(pool, shard_capture, [(task, s) for s in todo], todo, out,
-                           skip_bad=skip_bad, skipped=skipped, progress=progress or Progress(),
+                           skip_bad=skip_bad, skipped=skipped, progress=progress,
                            finished=finished, leftovers=temporaries,
                            clean=lambda: _remove(temporaries()))
     return ShardedCapture(str(out), len(shards), layers, sorted(written),

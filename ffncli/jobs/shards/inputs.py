@@ -211,20 +211,10 @@ def _ids_reader(model: Any) -> Callable[[Path], Any]:
 
 def _text_reader(model: Any) -> Callable[[Path], Any]:
     """Each text file tokenised by the model's tokenizer, loaded once for all the files."""
-    from ffncli.formats.text import load_tokenizer, read_text
+    from ffncli.jobs.resolve import model_tokenizer, read_model_text
 
-    tokenizer = load_tokenizer(model.weights)
-
-    def read(path: Path) -> Any:
-        sequences = read_text(path, tokenizer, model.max_positions)
-        top = max(int(ids.max()) for ids in sequences.ids if ids.size)
-        if top >= model.vocab:  # as jobs.resolve.load_sequences says it
-            raise InputError(f"{tokenizer.source}: gives token id {top}, but the model's "
-                             f"vocabulary has {model.vocab} rows; is it the model's "
-                             "tokenizer?")
-        return sequences
-
-    return read
+    tokenizer = model_tokenizer(model)
+    return lambda path: read_model_text(model, tokenizer, path)
 
 
 def _runs(batches: Sequence[tuple[int, int]], ids: Sequence[Any]) -> list[tuple[int, int]]:

@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from ffncli.errors import FfnError
 from ffncli.jobs.shards.inputs import Shard, TextShard, named
-from ffncli.jobs.shards.workers import Job, TextJob, engine_for, forward_for, shard_chunks
+from ffncli.jobs.shards.workers import (
+    Job,
+    TextJob,
+    engine_for,
+    forward_for,
+    open_shard,
+    shard_chunks,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -75,7 +82,6 @@ def calibrate(job: Job, shards: Sequence[Shard], target: float, allow_nonfinite:
     import numpy as np
 
     from ffncli.analysis.sparsity import CALIBRATION_TOKENS, calibrate_threshold
-    from ffncli.jobs.shards.workers import open_shard
 
     ffn = engine_for(job)
     need = min(CALIBRATION_TOKENS, sum(s.tokens for s in shards))

@@ -173,9 +173,17 @@ def forward_for(job: TextJob) -> Any:
         model = _forwards.get(key)
         if model is None:
             for old in [k for k in _forwards if k[:-1] != model_key]:
-                del _forwards[old]  # one model at a time per worker
+                _forwards.pop(old).close()  # one model at a time per worker
             model = _forwards[key] = KeptLayers(open_forward(job.model, job.overrides))
     return model
+
+
+def release_forwards() -> None:
+    """Close and forget the whole models this process keeps (the client, once its job is
+    done: in this process its tasks were the job's, and their files need not stay open)."""
+    with _cache_lock:
+        while _forwards:
+            _forwards.popitem()[1].close()
 
 
 class KeptLayers:

@@ -1,0 +1,62 @@
+"""``params``: a spec's count (parameters, FLOPs, weight memory, KV cache) and, with
+``--weights``, a checkpoint's beside it, counted from its headers alone. Never imports NumPy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ffncli.base.validate import whole
+from ffncli.counting.files import count_file, count_gguf
+from ffncli.counting.model import count, kv_cache
+from ffncli.counting.results import FileOnlyResult, ParamsResult
+from ffncli.errors import InputError
+from ffncli.formats.gguf import read_header
+from ffncli.formats.safetensors import config_beside, read_checkpoint
+from ffncli.jobs.resolve import resolve_spec
+from ffncli.specs.archs import UnsupportedModelType
+from ffncli.specs.gguf import UnsupportedArchitecture, spec_from_header
+from ffncli.specs.spec import Overrides, apply_overrides
+
+_NO_CONFIG = "no --preset or --config, and no config.json beside the weights"
+
+
+def count_model(preset: str | None, config: Path | None, overrides: Overrides,
+                weights: Path | None = None, batch: int = 1) -> ParamsResult | FileOnlyResult:
+    """``params``: the spec's count and KV cache at its seq_len x ``batch``; with ``weights``
+    (a .safetensors file, an index or a model folder) the count of every shard's header beside
+    it (no tensor data is read), the spec from the config.json beside the weights unless one
+    is given. A checkpoint without a config, or with a model type no reader knows, is still
+    counted from the file's tensor names."""
+    whole("option --batch", batch)
+    if weights is not None and weights.suffix.lower() == ".gguf":
+        return _count_gguf(preset, config, overrides, weights, batch)
+    if weights is not None and preset is None and config is None:
+        config = config_beside(weights)
+        if config is None:
+            if overrides != Overrides():
+                raise InputError(f"the what-if options need a spec; {_NO_CONFIG}")
+            return FileOnlyResult(count_file(read_checkpoint(weights)), str(weights), _NO_CONFIG)
+    try:
+        spec = resolve_spec(preset, config, overrides)
+    except UnsupportedModelType as exc:
+        if weights is None:
+            raise
+        return FileOnlyResult(count_file(read_checkpoint(weights)), str(weights), str(exc))
+    file = count_file(read_checkpoint(weights)) if weights is not None else None
+    return ParamsResult(count(spec), file, str(weights) if weights is not None else None,
+                        kv_cache(spec, spec.seq_len, batch))
+
+
+def _count_gguf(preset: str | None, config: Path | None, overrides: Overrides, weights: Path,
+                batch: int) -> ParamsResult | FileOnlyResult:
+    """``params --weights model.gguf``: its tensor infos counted, its metadata's spec (or the
+    --preset / --config given) beside them; an architecture no reader knows is counted from
+    the file alone."""
+    header = read_header(weights)
+    file = count_gguf(header)
+    try:
+        spec = (resolve_spec(preset, config, overrides) if preset or config else
+                apply_overrides(spec_from_header(header), overrides))
+    except UnsupportedArchitecture as exc:
+        return FileOnlyResult(file, str(weights), str(exc))
+    return ParamsResult(count(spec), file, str(weights), kv_cache(spec, spec.seq_len, batch))
