@@ -231,3 +231,18 @@ def test_junit_xml_name_too_long_is_one_line(cli, in_tests, tmp_path):
             tmp_path / ("a" * 300 + ".xml"))
     assert r.code == 2 and r.err.count("\n") == 1
     assert r.err.startswith("error: option --junit-xml: cannot use ") and "too long" in r.err
+
+
+def test_junit_xml_is_never_a_file_of_the_weights_folder(cli, tmp_path):
+    """--junit-xml is checked as --report is, against every file of a weights folder: it
+    replaced the checkpoint's model.safetensors (exit 0) when permute-check kept its own list
+    of inputs."""
+    folder = tmp_path / "gpt2"
+    shutil.copytree(TESTS / "data" / "forward" / "gpt2", folder)
+    before = (folder / "model.safetensors").read_bytes()
+    target = folder / "model.safetensors"
+    r = cli("permute-check", "--weights", folder, "--random", "3", "--junit-xml", target)
+    assert (r.code, r.err) == (2, f"error: option --junit-xml: {target} is an input of this "
+                                  "command (the --weights folder's model.safetensors); choose "
+                                  "another path\n")
+    assert (folder / "model.safetensors").read_bytes() == before
