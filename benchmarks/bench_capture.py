@@ -9,8 +9,9 @@ memory runs, which are the CLI in a subprocess (its peak RSS from ``os.wait4``).
 
 1. Throughput, all-MiniLM-L6-v2 on examples/texts/alice_chapter1.txt repeated to about 20,000
    tokens (each non-empty line one sequence, as ``--text`` reads it), every layer's FFN input:
-   - ``ffncli capture``: tokenise (``text.read_text``) + ``capture.capture``, which walks all
-     layers and writes DIR/layer{N}.npy (float32, tokens x d_model) and capture.json;
+   - ``ffncli capture``: tokenise (``formats.text.read_text``) + ``jobs.capture.capture``,
+     which walks all layers and writes DIR/layer{N}.npy (float32, tokens x d_model) and
+     capture.json;
    - ``ffncli walk``: ``forward.walk`` over the same ids with a visitor that does nothing (the
      forward alone: embeddings, attention, norms, FFN, the spill file);
    - ``torch hooks``: tokenise (the model's AutoTokenizer, truncation off, windows of the
@@ -71,7 +72,7 @@ MB = 1 << 20
 BUDGET_SLACK = 200 * MB  # issue 13: one layer's weights + one batch + 200 MB
 
 # NumPy is imported in main(), after --threads is known and after the environment the ffncli
-# command gives OpenBLAS (ffncli/blas.py), as the command does
+# command gives OpenBLAS (ffncli/base/blas.py), as the command does
 np: Any = None
 Array = Any  # a numpy.ndarray
 
@@ -124,9 +125,9 @@ class Case:
     name: str
     weights: Path
     text: Path
-    forward: Any  # ffncli.forward.Transformer
-    tokenizer: Any  # ffncli.text.Tokenizer
-    sequences: Any  # ffncli.text.Sequences
+    forward: Any  # ffncli.compute.forward.families.Transformer
+    tokenizer: Any  # ffncli.formats.text.Tokenizer
+    sequences: Any  # ffncli.formats.text.Sequences
     hf_model: Any = None
     hf_tokenizer: Any = None
     hf_ffn: list[Any] = field(default_factory=list)

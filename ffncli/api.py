@@ -84,14 +84,8 @@ def permute_check(fn: Callable[[np.ndarray], np.ndarray], tokens: np.ndarray, *,
     from ffncli.analysis.compare import tolerances
     from ffncli.analysis.guard import check_timeout, guarded
     from ffncli.analysis.properties import permute_check as check
-    from ffncli.errors import InputError
 
-    x = np.asarray(tokens)
-    width = getattr(fn, "d_model", None)
-    if x.ndim not in (1, 2, 3) or x.size == 0 or (width is not None and x.shape[-1] != width):
-        expected = "d_model" if width is None else width
-        raise InputError(f"tokens: expected (tokens, {expected}) or (batch, seq, {expected}), "
-                         f"got shape {x.shape}")
+    x = _token_array(tokens, getattr(fn, "d_model", None))
     shape = x.shape if x.ndim > 1 else (1, x.shape[-1])
     matrix = x.reshape(-1, x.shape[-1])
     dtype = getattr(fn, "dtype", matrix.dtype if matrix.dtype.kind == "f" else np.float64)
@@ -115,18 +109,27 @@ def relu_stats(ffn: Engine, tokens: np.ndarray | str | Path, *,
 
 
 def _tokens(tokens: np.ndarray | str | Path, d_model: int) -> TokenInput:
-    import numpy as np
 
-    from ffncli.errors import InputError
     from ffncli.formats.tokens import from_array, open_input
 
     if isinstance(tokens, (str, Path)):
         return open_input(Path(tokens), d_model)
+    return from_array(_token_array(tokens, d_model))
+
+
+def _token_array(tokens: Any, d_model: int | None) -> np.ndarray:
+    """``tokens`` as an array of one token, tokens x d_model or batch x seq x d_model
+    (``d_model`` None: any width), or one error line."""
+    import numpy as np
+
+    from ffncli.errors import InputError
+
     x = np.asarray(tokens)
-    if x.ndim not in (1, 2, 3) or x.shape[-1] != d_model or x.size == 0:
-        raise InputError(f"tokens: expected (tokens, {d_model}) or (batch, seq, {d_model}), "
+    if x.ndim not in (1, 2, 3) or x.size == 0 or (d_model is not None and x.shape[-1] != d_model):
+        expected = "d_model" if d_model is None else d_model
+        raise InputError(f"tokens: expected (tokens, {expected}) or (batch, seq, {expected}), "
                          f"got shape {x.shape}")
-    return from_array(x)
+    return x
 
 
 def layer_stats(weights: str | Path, *, text: str | Path | None = None,

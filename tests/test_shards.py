@@ -431,7 +431,7 @@ def text_sweep(weights: Path, text: TextChoice, pool, layer: str | None = None, 
 
 
 def one_walk(weights: Path, text: TextChoice, layer: str | None = None, **options) -> dict:
-    """relu-stats --text/--ids over one file: the sweep of ffncli.capture (no shards)."""
+    """relu-stats --text/--ids over one file: the sweep of ffncli.jobs.sweep (no shards)."""
     model = open_forward(ModelChoice(weights=weights), Overrides())
     seqs = load_sequences(text, model, model.weights)
     return render.sweep_json(sweep(model, seqs, parse_layers(layer, model.n_layers),

@@ -1,5 +1,5 @@
-"""Text and token ids in (ffncli/text.py): the tokenizers against transformers' ids, windows,
-the --ids readers, and every bad input as one exact error line.
+"""Text and token ids in (ffncli/formats/text.py): the tokenizers against transformers'
+ids, windows, the --ids readers, and every bad input as one exact error line.
 
 The reference ids were made by tests/fixtures/make_forward.py with transformers:
 tests/data/forward/{minilm,smollm2}/tokenizer_ids.txt hold the ids of every non-empty line of

@@ -26,7 +26,7 @@ at once (default 2).
 
 How each invocation runs: the `ffncli` console script given, as a subprocess, in a fresh
 scratch folder (tempfile) holding links `tests` and `examples` to the repo (as
-tests/test_readme.py does; `--impl tests.impls.ffns:NAME` imports through them) and any
+tests/test_docs.py's pages do; `--impl tests.impls.ffns:NAME` imports through them) and any
 inputs it needs, copied from fixtures made once per run with the venv's Python (NumPy, fixed
 seeds). The environment is os.environ with the test suite's pins: COLUMNS=200,
 TERMINAL_WIDTH=200, _TYPER_FORCE_DISABLE_TERMINAL=1, NO_COLOR=1, plus

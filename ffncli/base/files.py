@@ -155,8 +155,8 @@ def check_output_path(path: Path, inputs: Iterable[tuple[str, Path | None]],
     return target
 
 
-def output_folder(out: Path, *, force: bool = False, inputs: Iterable[Path | None] = (),
-                  writer: str = "capture", empty: bool = True) -> bool:
+def output_folder(out: Path, *, writer: str, force: bool = False,
+                  inputs: Iterable[Path | None] = (), empty: bool = True) -> bool:
     """The folder ``--out`` names, checked before any work: created if missing (its parent
     must exist); an existing one must be empty (with ``empty``) unless ``force``, and is
     never an input (a model folder) nor a folder holding one. ``writer`` names the command

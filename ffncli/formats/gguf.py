@@ -297,7 +297,7 @@ def _tensor(path: Path, name: str, dims: tuple[int, ...], type_id: int, start: i
 def _gguf_quants() -> Any:
     import importlib
 
-    try:  # by name: this module is ffncli.gguf, the package is gguf
+    try:  # by name: this module is ffncli.formats.gguf, the package gguf
         return importlib.import_module("gguf.quants")
     except ImportError:
         raise WeightsError("running a .gguf file needs the gguf package: pip install "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +21,7 @@ import numpy as np
 from ffncli.base.files import output_folder, write_text_atomically
 from ffncli.errors import OutputError
 from ffncli.formats.npy import AtomicNpyWriter
+from ffncli.jobs.progress import Callback
 
 if TYPE_CHECKING:
     from ffncli.compute.forward.families import Transformer
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from ffncli.formats.text import Sequences
 
 
-Progress = Callable[[int], None]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -53,10 +53,10 @@ def layer_file(out: Path, layer: int) -> Path:
 def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out: Path, *,
             force: bool = False, inputs: Sequence[Path | None] = (),
             batch_tokens: int | None = None,
-            progress: Progress | None = None) -> CaptureResult:
+            progress: Callback | None = None) -> CaptureResult:
     """Write each selected layer's FFN input, float32 (tokens, d_model) in text order, to
     ``out/layer{N}.npy`` (each file atomically), then ``out/capture.json``."""
-    created = output_folder(out, force=force, inputs=inputs)
+    created = output_folder(out, writer="capture", force=force, inputs=inputs)
     try:
         _capture_layers(model, sequences, layers, out, inputs, batch_tokens, progress)
     except BaseException:
@@ -73,7 +73,7 @@ def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out
 
 def _capture_layers(model: Transformer, sequences: Sequences, layers: Sequence[int], out: Path,
                     inputs: Sequence[Path | None], batch_tokens: int | None,
-                    progress: Progress | None) -> None:
+                    progress: Callback | None) -> None:
     """The walk writing each selected layer's file, one write in flight."""
     from ffncli.compute.forward.walk import walk
 

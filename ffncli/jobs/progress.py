@@ -10,6 +10,10 @@ so far: the compute functions take the bound method as their callback) or
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+Callback = Callable[[int], None]  # done so far: what compute functions call as they go
+
 
 class Progress:
     """A job's progress, shown nowhere: the base of the command line's bar."""

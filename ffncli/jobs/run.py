@@ -4,7 +4,6 @@ positions) and the inactive units per token."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +17,11 @@ from ffncli.compute.ffn import MoEWeights, pre_activation
 from ffncli.errors import InputError
 from ffncli.formats.npy import AtomicNpyWriter
 from ffncli.formats.tokens import TokenInput, check_finite
+from ffncli.jobs.progress import Callback
 
 LESSON_CHECKS = ("same_as_one_position_at_a_time", "swapping_positions_only_swaps_the_outputs")
 SMALL_TOKENS = 1024  # inputs up to this size get the lesson's checks and a full JSON output
 
-Progress = Callable[[int], None]
 
 
 def check_printable(tokens: TokenInput, out: Path | None, as_json: bool) -> None:
@@ -78,7 +77,7 @@ def _inactive(ffn: Engine, x: np.ndarray) -> list[int] | None:
 
 def run_ffn(model: Model, tokens: TokenInput, *, out: Path | None = None, force: bool = False,
             residual: bool = False, allow_nonfinite: bool = False, head_rows: int = 8,
-            progress: Progress | None = None) -> RunResult:
+            progress: Callback | None = None) -> RunResult:
     ffn = model.engine
     dtype = ffn.dtype
     rows = ffn.chunk_tokens

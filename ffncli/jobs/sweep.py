@@ -19,7 +19,7 @@ from ffncli.analysis.sparsity import (
     check_rule,
     describe_rule,
 )
-from ffncli.jobs.capture import Progress
+from ffncli.jobs.progress import Callback
 
 if TYPE_CHECKING:
     from ffncli.compute.forward.families import Transformer
@@ -111,7 +111,7 @@ class LayerSweep:
 
 def sweep(model: Transformer, sequences: Sequences, layers: Sequence[int], *,
           threshold: float | None = None, target_sparsity: float | None = None,
-          batch_tokens: int | None = None, progress: Progress | None = None) -> SweepResult:
+          batch_tokens: int | None = None, progress: Callback | None = None) -> SweepResult:
     """The sparsity statistics of every selected layer's FFN on its real input."""
     from ffncli.compute.forward.walk import walk
 

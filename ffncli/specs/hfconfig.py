@@ -16,7 +16,7 @@ from typing import Any
 from ffncli.base import validate
 from ffncli.base.textformats import Malformed, parse_json, read_text
 from ffncli.base.validate import MAX_INT, Keys
-from ffncli.errors import ConfigError, FfnError
+from ffncli.errors import ConfigError
 from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
@@ -46,9 +46,6 @@ class Config(Keys):
     booleans are not numbers, 768.0 is not a whole number, a list is not a name, and whole
     numbers stop at 2**53."""
 
-    def error(self, key: str, expected: str) -> FfnError:
-        return self.fail(key, expected)
-
     def int(self, key: str, default: int | None = None) -> int:
         """A whole number >= 1, required unless there is a ``default``."""
         return self.required(key) if default is None else self.whole(key) or default
@@ -61,7 +58,7 @@ class Config(Keys):
         if value is None:
             value = default
         if not isinstance(value, str):
-            raise self.error(key, f"an activation name ({', '.join(_ACTIVATIONS)})")
+            raise self.fail(key, f"an activation name ({', '.join(_ACTIVATIONS)})")
         if value not in _ACTIVATIONS:
             raise ConfigError(
                 f"{self.source}: key '{key}': unsupported activation {value!r}; supported: "
@@ -92,13 +89,13 @@ class Config(Keys):
         if not isinstance(value, list) or not all(
                 isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT
                 for v in value):
-            raise self.error(key, "a list of layer numbers")
+            raise self.fail(key, "a list of layer numbers")
         return value
 
     def at_most(self, key: str, value: builtins.int, limit_key: str,
                 limit: builtins.int) -> builtins.int:
         if value > limit:
-            raise self.error(key, f"at most {limit_key} ({limit:,})")
+            raise self.fail(key, f"at most {limit_key} ({limit:,})")
         return value
 
     def heads(self, d: builtins.int, heads_key: str = "num_attention_heads",
@@ -110,9 +107,9 @@ class Config(Keys):
         heads = self.int(heads_key, default)
         kv = self.int(kv_key, heads) if kv_key else heads
         if kv > heads or heads % kv:
-            raise self.error(kv_key or heads_key, f"a divisor of {heads_key} ({heads})")
+            raise self.fail(kv_key or heads_key, f"a divisor of {heads_key} ({heads})")
         if head_dim is None and d % heads:
-            raise self.error(heads_key, f"a divisor of {d_key} ({d:,})")
+            raise self.fail(heads_key, f"a divisor of {d_key} ({d:,})")
         return heads, kv
 
     def head(self, tie_default: builtins.bool) -> HeadKind:
@@ -124,7 +121,7 @@ class Config(Keys):
         if value is None or value == "":
             return default
         if not isinstance(value, str):
-            raise self.error("_name_or_path", "a string")
+            raise self.fail("_name_or_path", "a string")
         return value
 
 
@@ -239,13 +236,13 @@ def t5_spec(c: Config) -> ModelSpec:
     """T5ForConditionalGeneration: v1.0 ("relu", tied) and v1.1 ("gated-gelu", untied)."""
     proj = c.data.get("feed_forward_proj", "relu")
     if not isinstance(proj, str):
-        raise c.error("feed_forward_proj", "a string such as 'relu' or 'gated-gelu'")
+        raise c.fail("feed_forward_proj", "a string such as 'relu' or 'gated-gelu'")
     gated = proj.startswith("gated-")
     act_name = proj.removeprefix("gated-")
     if gated and act_name == "gelu":
         act_name = "gelu_new"  # transformers runs "gated-gelu" with the tanh GELU
     if act_name not in _ACTIVATIONS:
-        raise c.error("feed_forward_proj", "'relu', 'gelu', 'gated-gelu' or 'gated-silu'")
+        raise c.fail("feed_forward_proj", "'relu', 'gelu', 'gated-gelu' or 'gated-silu'")
     activation = _ACTIVATIONS[act_name]
     d = c.int("d_model", 512)
     layers = c.int("num_layers", 6)
@@ -397,7 +394,7 @@ def qwen_moe(c: Config, layers: int, shared: bool) -> tuple[FfnSpec, int]:
     dense_only = set(c.ints("mlp_only_layers"))
     sparse = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
     if sparse == 0:
-        raise c.error("mlp_only_layers", "at least one sparse layer (with decoder_sparse_step "
+        raise c.fail("mlp_only_layers", "at least one sparse layer (with decoder_sparse_step "
                       f"{step}, {layers} layers)")
     return ffn, layers - sparse
 
@@ -412,7 +409,7 @@ def _deepseek_moe(c: Config, layers: int) -> tuple[FfnSpec, int]:
     dense = c.at_most("first_k_dense_replace", c.int0("first_k_dense_replace", 3),
                       "num_hidden_layers", layers)
     if dense == layers:
-        raise c.error("first_k_dense_replace", f"fewer than num_hidden_layers ({layers})")
+        raise c.fail("first_k_dense_replace", f"fewer than num_hidden_layers ({layers})")
     return ffn, dense
 
 
@@ -492,11 +489,11 @@ def falcon_spec(c: Config) -> ModelSpec:
     if new:
         kv = c.int("num_kv_heads", heads)
         if kv > heads or heads % kv:
-            raise c.error("num_kv_heads", f"a divisor of num_attention_heads ({heads})")
+            raise c.fail("num_kv_heads", f"a divisor of num_attention_heads ({heads})")
     else:
         kv = 1 if c.bool("multi_query", True) else heads
     if d % heads:
-        raise c.error("num_attention_heads", f"a divisor of hidden_size ({d:,})")
+        raise c.fail("num_attention_heads", f"a divisor of hidden_size ({d:,})")
     bias = c.bool("bias", False)
     parallel = c.bool("parallel_attn", True)
     norms = c.int("num_ln_in_parallel_attn", 2 if new else 1) if parallel else 2
@@ -528,7 +525,7 @@ def bloom_spec(c: Config) -> ModelSpec:
     d = c.alias(("hidden_size", "n_embed"))
     heads = c.alias(("n_head", "num_attention_heads"))
     if d % heads:
-        raise c.error("n_head", f"a divisor of hidden_size ({d:,})")
+        raise c.fail("n_head", f"a divisor of hidden_size ({d:,})")
     return ModelSpec(
         name=c.name("bloom"), family="bloom", description=f"from {c.source}", d_model=d,
         seq_len=2048,
@@ -546,10 +543,10 @@ def mpt_spec(c: Config) -> ModelSpec:
     d = c.int("d_model")
     heads = c.heads(d, "n_heads", None, d_key="d_model")[0]
     if c.data.get("expansion_ratio", 4) != 4:
-        raise c.error("expansion_ratio", "4 (transformers' MptForCausalLM builds a "
+        raise c.fail("expansion_ratio", "4 (transformers' MptForCausalLM builds a "
                       "4 x d_model FFN whatever the config says)")
     if not c.bool("no_bias", True):
-        raise c.error("no_bias", "true (transformers' MptForCausalLM has no biases)")
+        raise c.fail("no_bias", "true (transformers' MptForCausalLM has no biases)")
     return _decoder_only(
         c, "mpt",
         ffn=FfnSpec(d_ff=4 * d, activation="gelu", bias=False),
