@@ -256,3 +256,42 @@ def test_a_tokenizer_file_tokenizers_cannot_read(cli, tmp_path):
     assert r.err.startswith(f"error: {folder}/tokenizer.json: the tokenizers package cannot "
                             "read this tokenizer: ")  # then the package's own words
     assert r.err.count("\n") == 1
+
+
+def test_force_failing_within_the_first_layer_keeps_the_previous_capture(cli, tmp_path,
+                                                                          monkeypatch):
+    """--force over a previous capture, failing after layer 0's new file was begun but before
+    it replaced the old one (a NaN in the second batch: token 0's embedding row, batches of
+    3 tokens here): the old capture stays whole, capture.json included."""
+    from ffncli.compute.forward import walk
+
+    out = tmp_path / "out"
+    assert capture(cli, FORWARD / "gpt2", IDS, out).code == 0
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    assert sorted(before) == ["capture.json", "layer0.npy", "layer1.npy"]
+    broken = nan_at("gpt2", "transformer.wte.weight", tmp_path / "nan")  # token 0's row
+    ids = tmp_path / "ids.txt"
+    ids.write_text("5 6 7\n0 1 2\n")
+    monkeypatch.setattr(walk, "BATCH_TOKENS", 3)  # a batch a sequence: layer 0 begun first
+    r = capture(cli, broken, ids, out, "--force")
+    assert (r.code, r.err) == (2, f"error: {broken}: layer 0's FFN input of sequence 2 holds "
+                                  "NaN or infinity: the checkpoint's weights hold some, or its "
+                                  "forward overflows\n")
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+
+
+def test_capture_json_names_its_files_and_each_windows_line(cli, tmp_path):
+    """capture.json lists the layer files by name (they sit beside it), and each window by
+    the number of its line in the text: blank lines are skipped, and a line longer than the
+    model's 64 positions gives two windows of one line."""
+    long = [(7 * i) % 128 for i in range(70)]
+    ids = tmp_path / "ids.txt"
+    ids.write_text("3 1 4 1 5\n\n" + " ".join(map(str, long)) + "\n9 2 6\n")
+    out = tmp_path / "out"
+    r = capture(cli, FORWARD / "gpt2", ids, out)
+    assert r.code == 0, r.err
+    manifest = json.loads((out / "capture.json").read_text())
+    assert manifest["files"] == ["layer0.npy", "layer1.npy"]
+    assert [(s["line"], s["ids"]) for s in manifest["sequences"]] == [
+        (1, [3, 1, 4, 1, 5]), (3, long[:64]), (3, long[64:]), (4, [9, 2, 6])]
+    assert manifest["tokens"] == 5 + 70 + 3 == np.load(out / "layer0.npy").shape[0]

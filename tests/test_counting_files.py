@@ -90,3 +90,24 @@ def test_an_unknown_architecture_is_counted_from_the_file_alone(cli, tmp_path):
     assert f"{entry['total']:,}" in r.out
     r = cli("params", "--config", config)  # without --weights it stays an error
     assert r.code == 2 and "unsupported model_type 'qwen9'" in r.err
+
+
+def test_a_gguf_rope_freqs_table_is_a_buffer_not_a_parameter(cli, tmp_path):
+    """llama 3's rope_freqs.weight (F32, head_dim / 2 factors) is kept apart: not in any group,
+    not in the stored F32 parameters. The rest is write_gguf's default llama, by hand."""
+    from helpers.gguf_files import write_gguf
+
+    from ffncli.counting.files import count_gguf
+    from ffncli.formats.gguf import read_header
+
+    path = tmp_path / "m.gguf"
+    write_gguf(path, rope_freqs=8)
+    d, f, vocab, layers, kv_width = 64, 128, 40, 2, 32
+    total = vocab * d + layers * (2 * d * d + 2 * d * kv_width + 3 * d * f + 2 * d) + d
+    count = count_gguf(read_header(path))
+    assert [b.name for b in count.buffers] == ["rope_freqs.weight"]
+    assert (count.total, count.groups["other"], count.unplaced) == (total, 0, ())
+    assert [(s.kind, s.params, s.bytes) for s in count.stored] == [("F32", total, 4 * total)]
+    doc = cli("params", "--weights", path, "--json").json()
+    assert doc["file_params"] == doc["total_params"] == total and doc["matches"] is True
+    assert doc["buffers"] == [{"name": "rope_freqs.weight", "dtype": "F32", "shape": [8]}]

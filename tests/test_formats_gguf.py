@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.gguf_files import Q, write_gguf
+from helpers.gguf_files import Q, header_bytes, write_gguf
 from helpers.installed_models import smollm2_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -96,6 +96,37 @@ def test_a_header_longer_than_the_first_read_is_read_again(tmp_path, monkeypatch
     cut.write_bytes(path.read_bytes()[:5000])
     with pytest.raises(WeightsError, match="runs past the end of the file"):
         G.read_header(cut)
+
+
+def test_a_header_ending_at_the_last_byte_of_the_file(tmp_path):
+    """No tensors: the file is its header, whose last field (the architecture's text) ends at
+    the file's last byte; one byte less is cut short."""
+    path = tmp_path / "m.gguf"
+    data = header_bytes({"general.architecture": "llama"})
+    assert len(data) == 24 + (8 + 20 + 4) + (8 + 5)  # counts, key, type, value
+    path.write_bytes(data)
+    header = G.read_header(path)
+    assert (header.version, header.metadata, header.tensors) == \
+        (3, {"general.architecture": "llama"}, {})
+    path.write_bytes(data[:-1])
+    with pytest.raises(WeightsError, match=r"cut short \(metadata key 'general.architecture' "
+                                           r"runs past the end of the file, 68 bytes\)"):
+        G.read_header(path)
+
+
+def test_tensor_data_is_aligned_to_32_bytes_without_general_alignment(tmp_path):
+    """GGUF's default alignment is 32: a header of 102 bytes puts the data at 128 (not 112,
+    16's multiple), where the values were written; the zeros of the padding are before it."""
+    path = tmp_path / "m.gguf"
+    header = header_bytes({"general.architecture": "llama"}, [("a", (4,), 0, 0)])  # F32
+    assert len(header) == 69 + (8 + 1 + 4 + 8 + 4 + 8) == 102
+    values = np.array([1.5, -2.0, 3.25, 0.5], dtype="<f4")
+    path.write_bytes(header + bytes(128 - 102) + values.tobytes())
+    parsed = G.read_header(path)
+    tensor = parsed.tensors["a"]
+    assert (tensor.start, tensor.nbytes) == (128, 16)
+    assert [t.data_offset for t in gguf.GGUFReader(str(path)).tensors] == [128]
+    np.testing.assert_array_equal(G.dequantised(parsed, tensor), values)
 
 
 @needs_smollm2

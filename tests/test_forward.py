@@ -17,13 +17,16 @@ from helpers.installed_models import minilm_path, smollm2_path
 from ffncli.base.validate import Keys
 from ffncli.compute.forward import families, layer, ops
 from ffncli.compute.forward.families import open_transformer
-from ffncli.compute.forward.walk import hidden_states, walk
+from ffncli.compute.forward.walk import batches, hidden_states, walk
 from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
 from ffncli.jobs.resolve import resolve_spec
 
 FORWARD = Path(__file__).parent / "data" / "forward"
 TINY = ["bert", "roberta", "distilbert", "gpt2", "llama", "llama-rope3", "mistral", "qwen2",
-        "mixtral", "qwen3", "gemma"]
+        "mixtral", "qwen3", "gemma",
+        # the config flags: GPT-2's scale_attn_by_inverse_layer_idx set and left out, Qwen2's
+        # window on layers max_window_layers.. and use_sliding_window left out (off)
+        "gpt2-layer-scale", "gpt2-scale-default", "qwen2-window", "qwen2-window-default"]
 PACKAGED = {"minilm": minilm_path(), "smollm2": smollm2_path()}  # None: not installed
 
 
@@ -178,6 +181,42 @@ def test_rope_scaling_linear_divides_every_frequency():
     assert np.allclose(linear, plain / 4, rtol=1e-7)
 
 
+def test_rope_theta_under_rope_parameters_as_transformers_5_writes_it():
+    """transformers 5 keeps rope_theta inside rope_parameters (no top-level key)."""
+    settings = Keys({"rope_parameters": {"rope_type": "default", "rope_theta": 500.0}}, "t")
+    got = ops.rope_frequencies(settings, 16, 1e4)
+    np.testing.assert_allclose(got, 500.0 ** (-np.arange(0, 16, 2) / 16), rtol=1e-6)
+    linear = Keys({"rope_parameters": {"rope_type": "linear", "rope_theta": 500.0,
+                                       "factor": 4.0}}, "t")
+    np.testing.assert_allclose(ops.rope_frequencies(linear, 16, 1e4),
+                               500.0 ** (-np.arange(0, 16, 2) / 16) / 4, rtol=1e-6)
+
+
+def test_layer_norm_epsilon_on_rows_of_almost_no_variance():
+    """A constant row gives its bias (0 / sqrt(eps), not 0 / 0); on a row whose variance
+    (5e-7) is below eps (1e-5) eps decides the scale: (x - mean) / sqrt(var + eps) * w + b."""
+    x = np.array([[2.0, 2.0, 2.0, 2.0], [1.0, 1.001, 0.999, 1.0]])
+    w, b = np.array([1.0, 2.0, 0.5, 1.5]), np.array([0.1, 0.0, -0.2, 0.3])
+    eps = 1e-5
+    mean = x.mean(axis=1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+    want = (x - mean) / np.sqrt(var + eps) * w + b
+    got = ops.layer_norm(x, w, b, eps, np.empty_like(x), np.empty_like(x))
+    np.testing.assert_allclose(got[0], b, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)  # without eps: x 4.6
+
+
+def test_softmax_of_large_scores_is_finite():
+    """Scores of +-1000 overflow exp in float32 (inf / inf, 0 / 0) unless the row's maximum is
+    taken away first: exp(s - max) / sum(exp(s - max))."""
+    s = np.array([[1000.0, 999.0, 998.0], [-1000.0, -1001.0, -1003.0]], dtype=np.float32)
+    shifted = s.astype(np.float64) - s.max(axis=1, keepdims=True)
+    want = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    got = ops.softmax_(s)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
 def test_softmax_in_place_and_the_causal_mask():
     s = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], dtype=np.float32)
     want = np.exp(s) / np.exp(s).sum(axis=1, keepdims=True)
@@ -206,6 +245,70 @@ def test_a_sequence_gives_the_same_states_alone_and_in_any_batch(case):
                 np.testing.assert_allclose(got[i][rows], layers[i], rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(final[rows], last, rtol=1e-5, atol=1e-5)
             start += s.size
+
+
+def test_batches_are_cut_before_the_sequence_that_would_overflow():
+    """Hand-counted layouts: a batch of exactly batch_tokens is one batch; a new batch starts
+    with its first sequence's tokens counted once; a longer sequence is a batch alone."""
+    assert batches([3, 5], 8) == [(0, 2)]
+    assert batches([5, 4, 4], 8) == [(0, 1), (1, 3)]
+    assert batches([2, 10, 3, 3, 2], 8) == [(0, 1), (1, 2), (2, 5)]
+    assert batches([4096, 1]) == [(0, 1), (1, 2)]  # BATCH_TOKENS = 4096
+    assert batches([4095, 1, 1]) == [(0, 2), (2, 3)]
+    assert batches([]) == []
+
+
+def test_the_final_state_is_the_last_layers_whatever_layers_are_chosen():
+    """hidden_states asks for layer 0 only: the final state is still after layer 1 and ln_f."""
+    expected = np.load(FORWARD / "gpt2" / "expected.npz")
+    got, final = hidden_states(load("gpt2"), read_ids("gpt2"), [0])
+    assert list(got) == [0]
+    assert_close(got[0], expected["layer0"], "gpt2 layer 0")
+    assert_close(final, expected["final"], "gpt2 final after layer 0 only chosen")
+
+
+@pytest.mark.parametrize("case", ["gpt2", "llama"])
+def test_a_sequence_of_exactly_max_positions_tokens(case):
+    """64 positions: 64 tokens are taken, 65 refused. Causal attention: the first 13 rows of
+    the 64 are those of the reference's 13-token sequence alone (rows 7..19 of it)."""
+    model = load(case)
+    assert model.max_positions == 64
+    short = read_ids(case)[1]
+    assert short.size == 13
+    longest = np.concatenate([short, np.random.default_rng(5).integers(0, 128, 51)])
+    expected = np.load(FORWARD / case / "expected.npz")
+    got, final = hidden_states(model, [longest], [1])
+    assert_close(got[1][:13], expected["layer1"][7:20], f"{case} layer 1 of 64 tokens")
+    assert_close(final[:13], expected["final"][7:20], f"{case} final of 64 tokens")
+    with pytest.raises(InputError) as exc:
+        walk(model, [short, np.append(longest, 3)], [0], lambda *a: None)
+    assert one_line(exc) == "sequence 2: 65 tokens, more than the model's 64 positions"
+
+
+def test_roberta_positions_after_the_padding_index_bound_the_length():
+    """pad_token_id 1, 64 position rows: positions 2..63, so 62 tokens at most (transformers
+    indexes row pad + n); 62 are taken, 63 refused."""
+    model = load("roberta")
+    assert (model.pad, model.positions.shape[0], model.max_positions) == (1, 64, 62)
+    ids = np.random.default_rng(6).integers(2, 128, 63)
+    got, final = hidden_states(model, [ids[:62]], [1])
+    assert got[1].shape == (62, 64) and np.isfinite(final).all()
+    with pytest.raises(InputError) as exc:
+        walk(model, [ids], [0], lambda *a: None)
+    assert one_line(exc) == "sequence 1: 63 tokens, more than the model's 62 positions"
+
+
+def test_roberta_with_padding_index_0_starts_positions_at_1(tmp_path):
+    """create_position_ids_from_input_ids with padding_idx 0: cumsum(id != 0) * (id != 0)."""
+    folder = checkpoint(tmp_path, "roberta", config={"pad_token_id": 0})
+    model = open_folder(folder)
+    seqs = [np.array([5, 0, 7, 8]), np.array([9, 3])]
+    ids = np.concatenate(seqs)
+    positions = np.concatenate([np.arange(s.size) for s in seqs])
+    want = np.concatenate([np.cumsum(s != 0) * (s != 0) for s in seqs])
+    assert want.tolist() == [1, 0, 2, 3, 1, 2]
+    assert np.array_equal(model._rows_of_positions(ids, positions), want)
+    assert model.max_positions == 63
 
 
 def tiny_llama(folder: Path, layers: int = 4, d: int = 32, vocab: int = 96,

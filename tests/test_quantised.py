@@ -60,6 +60,39 @@ def test_gptq_8_bit_is_told_from_4_bit(tmp_path):
     assert result.scheme == "GPTQ 4-bit, GPTQ 8-bit" and result.total == TOTAL
 
 
+def test_a_float_buffer_is_not_in_the_stored_bytes(tmp_path):
+    """A rotary table saved beside GPTQ weights (F32 inv_freq) is a buffer: listed apart, in
+    neither the parameters nor the bytes that store them."""
+    name = "model.layers.0.self_attn.rotary_emb.inv_freq"
+    path, tensors = write_model(tmp_path, "GPTQ 4-bit",
+                                **{name: np.linspace(1, 0.01, 8, dtype=np.float32)})
+    result = count_file(read_header(path))
+    assert isinstance(result, QuantisedCount)
+    assert [b.name for b in result.buffers] == [name] and result.total == TOTAL
+    linear = LAYERS * (4 * D * D + 3 * D * F)
+    packed = sum(a.nbytes for n, a in tensors.items() if any(f".{k}." in n for k in LINEARS))
+    assert {s.kind: (s.params, s.bytes) for s in result.stored} == \
+        {"GPTQ 4-bit": (linear, packed), "F16": (TOTAL - linear, 2 * (TOTAL - linear))}
+    assert result.stored_bytes == packed + 2 * (TOTAL - linear)
+
+
+def test_gptq_3_bit_is_counted_and_its_run_refused(tmp_path, cli):
+    """3-bit GPTQ packs 32 values in 3 words, across word boundaries: counted as the in x out
+    parameters it holds, and not unpacked (the unpacking reads whole values from each word)."""
+    replace = {f"model.layers.0.{name}.{k}": v for name, (n_in, n_out) in LINEARS.items()
+               if name.startswith("mlp.") for k, v in gptq_layer(n_in, n_out, bits=3).items()}
+    assert replace["model.layers.0.mlp.up_proj.qweight"].shape == (D * 3 // 32, F)
+    path, _ = write_model(tmp_path, "GPTQ 4-bit", **replace)
+    result = count_file(read_header(path))
+    assert isinstance(result, QuantisedCount)
+    assert result.scheme == "GPTQ 3-bit, GPTQ 4-bit" and result.total == TOTAL
+    r = cli("run", "--weights", path, "--layer", 0, "--random", 2)
+    assert (r.code, r.err) == (2, f"error: {path}: GPTQ 3-bit quantised weights are not "
+                                  "dequantised; run, relu-stats and permute-check dequantise "
+                                  "GPTQ (2, 4, 8-bit) and AWQ 4-bit dense FFNs (params counts "
+                                  "this file)\n")
+
+
 def test_a_plain_file_is_not_quantised(tmp_path):
     path = tmp_path / "plain.safetensors"
     safetensors_numpy.save_file({"w.weight": np.zeros((2, 2), np.float32)}, str(path))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -18,10 +19,11 @@ import numpy as np
 import pytest
 from helpers.installed_models import minilm
 
+from ffncli.analysis import sparsity
 from ffncli.analysis.sparsity import relu_stats
 from ffncli.compute.forward import walk as walk_module
 from ffncli.compute.forward.walk import hidden_states
-from ffncli.errors import InputError, Interrupted
+from ffncli.errors import InputError, Interrupted, OutputError
 from ffncli.formats.tokens import open_input
 from ffncli.jobs.choices import ModelChoice, TextChoice, parse_layers
 from ffncli.jobs.progress import Progress
@@ -32,6 +34,7 @@ from ffncli.jobs.shards import workers as cluster
 from ffncli.jobs.shards.drivers import capture_shards, relu_stats_shards, run_shards, sweep_shards
 from ffncli.jobs.shards.inputs import read_text_shards
 from ffncli.jobs.shards.pool import DaskPool, InProcess, TreeMerge
+from ffncli.jobs.shards.tasks import SweepTask, shard_sweep
 from ffncli.jobs.sweep import sweep
 from ffncli.present import stats as render
 from ffncli.specs.spec import Overrides
@@ -671,3 +674,146 @@ def test_cli_text_shards_workers_and_errors(cli, tmp_path, client, monkeypatch):
                                   "with other options (model, --layer, --dtype, --text or "
                                   "--ids); pass --force to start again, or choose another "
                                   "--out\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Offsets, indices and runs of the shards; the manifest's refusals. MAX_TOKENS_LISTED and
+# SHARD_TOKENS are made small here (monkeypatched, in this process: InProcess pools) so that
+# the end of the per-token list, or a run's limit, falls within a few tokens.
+
+
+def test_per_token_list_skips_a_bad_shard_by_the_offsets(tmp_path, monkeypatch):
+    """A 3-D shard (batch, sequence, d) counts batch x sequence tokens in the offsets; a shard
+    refused by its header (--skip-bad) takes no index; one that fails while it is read (a NaN)
+    leaves a hole in the per-token list, the shards after it listing their tokens at their
+    offset in the whole input: here past the list's end (14 tokens), so none of them."""
+    monkeypatch.setattr(sparsity, "MAX_TOKENS_LISTED", 14)
+    x = tokens(20, seed=17)
+    folder = tmp_path / "acts"
+    folder.mkdir()
+    np.save(folder / "part-0.npy", x[:10].reshape(2, 5, 96))
+    np.save(folder / "part-1.npy", x[:3, :20])  # d_model 20: refused by its header
+    bad = x[10:14].copy()
+    bad[1, 2] = np.nan
+    np.save(folder / "part-2.npy", bad)
+    np.save(folder / "part-3.npy", x[14:])
+    shards, skipped = inputs.read_shards(inputs.shard_paths(folder), 96, skip_bad=True)
+    assert [(s.name, s.index, s.offset, s.tokens) for s in shards] == [
+        ("part-0.npy", 0, 0, 10), ("part-2.npy", 1, 10, 4), ("part-3.npy", 2, 14, 6)]
+    assert [s.path for s in skipped] == [f"{folder}/part-1.npy"]
+    got = sharded(DENSE, folder, InProcess(), skip_bad=True)
+    whole = single_file(DENSE, tmp_path, x)  # one pass over the 20 tokens: 14 listed
+    assert got["tokens"] == 16
+    assert len(whole["inactive_per_token"]) == 14
+    assert got["inactive_per_token"] == whole["inactive_per_token"][:10]
+
+
+def test_run_over_shards_with_residual_adds_the_input(tmp_path):
+    x = tokens(3000, seed=19)
+    folder = write_shards(tmp_path / "acts", x, (0, 1000, 3000))
+    out = tmp_path / "out"
+    done = run_shards(*GATED, folder, out, InProcess(), residual=True)
+    assert done.written == ["part-000.npy", "part-001.npy"]
+    ffn = load_model(*GATED).engine  # the single-file FFN, without the residual
+    got = np.concatenate([np.load(out / n) for n in done.written])
+    np.testing.assert_allclose(got, ffn(x) + x, rtol=1e-5, atol=1e-5)
+
+
+def test_text_shards_list_their_tokens_from_their_offsets(tmp_path, monkeypatch):
+    """A text shard's offset counts the tokens (not the sequences) before it; its task lists
+    only the tokens of the corpus's first MAX_TOKENS_LISTED (here 5 more than the first
+    file's): 5 of the second shard, none of the third. The tree merge cuts the list at the
+    limit anyway, so the shard's own counters are checked here, against one walk over its
+    file alone (the same batches, the same bits)."""
+    seqs = id_shards(tmp_path / "ids")
+    weights = FORWARD / "llama"
+    model = ModelChoice(weights=weights)
+    shards, _ = read_text_shards(TextChoice(ids=tmp_path / "ids"),
+                                 open_forward(model, Overrides()), False)
+    sizes = [sum(map(len, seqs[k * 12:(k + 1) * 12])) for k in range(3)]
+    assert [s.offset for s in shards] == [0, sizes[0], sizes[0] + sizes[1]]
+    assert [s.tokens for s in shards] == sizes
+    monkeypatch.setattr(sparsity, "MAX_TOKENS_LISTED", sizes[0] + 5)
+    task = SweepTask(cluster.TextJob(model, Overrides()), (0, 1), 0.05, None,
+                     ((math.nan, 0.05),) * 2, sum(sizes))
+    try:
+        parts = [shard_sweep(task, s) for s in shards]
+    finally:
+        cluster.release_forwards()
+    alone = one_walk(weights, TextChoice(ids=tmp_path / "ids" / "part-1.txt"), threshold=0.05)
+    for layer in (0, 1):
+        assert len(parts[0][layer].per_token) == sizes[0]
+        listed = alone["layers"][layer]["inactive_per_token"]
+        assert parts[1][layer].per_token.tolist() == listed[:5]
+        assert parts[2][layer].per_token.tolist() == []
+        assert parts[1][layer].tokens == sizes[1]  # every token counted all the same
+
+
+def test_a_file_of_exactly_one_run_is_one_shard_without_a_part(tmp_path, monkeypatch):
+    """SHARD_TOKENS 20, batches of 10: a file of exactly 20 tokens stays one shard, named by
+    its stem, without a part number; one of 30 is cut after its first 20 (whole batches)
+    into numbered parts. Each window keeps the number of its line in the file."""
+    monkeypatch.setattr(inputs, "SHARD_TOKENS", 20)
+    monkeypatch.setattr(walk_module, "BATCH_TOKENS", 10)
+    folder = tmp_path / "ids"
+    folder.mkdir()
+    rows = [[(7 * i + j) % 128 for j in range(5)] for i in range(10)]
+    (folder / "a.txt").write_text("".join(" ".join(map(str, r)) + "\n" for r in rows[:4]))
+    (folder / "b.txt").write_text("".join(" ".join(map(str, r)) + "\n" for r in rows[4:7])
+                                  + "\n" + "".join(" ".join(map(str, r)) + "\n"
+                                                   for r in rows[7:]))  # line 4 is blank
+    out = tmp_path / "out"
+    done = capture_shards(ModelChoice(weights=FORWARD / "llama"), TextChoice(ids=folder), out,
+                          InProcess())
+    assert done.written == ["a", "b-part0000", "b-part0001"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [(e["name"], e["part"], e["lines"], e["sequences"], e["tokens"])
+            for e in manifest["shards"]] == [("a", None, [1, 4], 4, 20),
+                                             ("b-part0000", 0, [1, 5], 4, 20),
+                                             ("b-part0001", 1, [6, 7], 2, 10)]
+    last = json.loads((out / "b-part0001" / "capture.json").read_text())
+    assert [(s["line"], s["ids"]) for s in last["sequences"]] == [(6, rows[8]), (7, rows[9])]
+    assert np.load(out / "b-part0001" / "layer0.npy").shape == (10, 64)
+
+
+def test_capture_shards_redo_an_edited_text(tmp_path):
+    """A text edited since its shard was captured, to as many tokens in as many lines, is
+    not complete (the manifest holds its sha256): the rerun captures it again, and only it."""
+    seqs = id_shards(tmp_path / "ids")
+    model = ModelChoice(weights=FORWARD / "llama")
+    text = TextChoice(ids=tmp_path / "ids")
+    out = tmp_path / "out"
+    first = capture_shards(model, text, out, InProcess())
+    assert first.written == ["part-0", "part-1", "part-2"]
+    edited = [[(t + 1) % 128 for t in s] for s in seqs[12:24]]
+    (tmp_path / "ids" / "part-1.txt").write_text("".join(" ".join(map(str, s)) + "\n"
+                                                         for s in edited))
+    again = capture_shards(model, text, out, InProcess())
+    assert again.written == ["part-1"] and again.already == ["part-0", "part-2"]
+    doc = json.loads((out / "part-1" / "capture.json").read_text())
+    assert [s["ids"] for s in doc["sequences"]] == edited
+    layers, _ = hidden_states(open_forward(model, Overrides()), [np.array(s) for s in edited],
+                              (0, 1))
+    for i in (0, 1):
+        np.testing.assert_allclose(np.load(out / "part-1" / f"layer{i}.npy"), layers[i],
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_a_manifest_of_another_command_is_refused(tmp_path):
+    folder = write_shards(tmp_path / "acts", tokens(100), (0, 40, 100))
+    id_shards(tmp_path / "ids")
+    model, text = ModelChoice(weights=FORWARD / "llama"), TextChoice(ids=tmp_path / "ids")
+    runs, captures = tmp_path / "runs", tmp_path / "captures"
+    run_shards(*DENSE, folder, runs, InProcess())
+    capture_shards(model, text, captures, InProcess())
+    before = {d: (d / "manifest.json").read_text() for d in (runs, captures)}
+    with pytest.raises(OutputError) as refused:
+        capture_shards(model, text, runs, InProcess())
+    assert str(refused.value) == (f"{runs}/manifest.json: not a manifest of ffncli capture "
+                                  "(format ffncli-capture-shards/1); pass --force to start "
+                                  "again")
+    with pytest.raises(OutputError) as refused:
+        run_shards(*DENSE, folder, captures, InProcess())
+    assert str(refused.value) == (f"{captures}/manifest.json: not a manifest of ffncli run "
+                                  "(format ffncli-run-shards/1); pass --force to start again")
+    assert {d: (d / "manifest.json").read_text() for d in (runs, captures)} == before

@@ -67,6 +67,74 @@ def test_params_counts_an_unknown_architecture_from_the_file_alone(tmp_path, cli
                                                         + 3 * 64 * 128 + 2 * 64) + 64
 
 
+# d=64, f=128, vocab=40, 2 layers, 4 heads of 16, 2 KV heads (K and V 32 wide), tied: the
+# default file of write_gguf, counted by hand.
+D, F, VOCAB, LAYERS, KV_WIDTH = 64, 128, 40, 2, 32
+PLAIN_LAYER = 2 * D * D + 2 * D * KV_WIDTH + 3 * D * F + 2 * D
+
+
+def _total(per_layer: int) -> int:
+    return VOCAB * D + LAYERS * per_layer + D  # embeddings, layers, final norm
+
+
+ATTENTION_BIASES = ("attn_q", "attn_k", "attn_v", "attn_output")
+FFN_BIASES = ("ffn_gate", "ffn_up", "ffn_down")
+
+
+@pytest.mark.parametrize("biases, extra", [
+    (ATTENTION_BIASES, D + 2 * KV_WIDTH + D),  # q, k, v, o biases: llama's attention_bias
+    (FFN_BIASES, 2 * F + D),  # gate, up, down biases: llama's mlp_bias
+])
+def test_biases_are_the_spec_s_when_layer_0_has_them(tmp_path, cli, biases, extra):
+    """Attention biases without FFN biases, and the reverse: each read from its own tensor."""
+    path = tmp_path / "m.gguf"
+    write_gguf(path, biases=biases)
+    doc = cli("params", "--weights", path, "--json").json()
+    assert doc["total_params"] == doc["file_params"] == _total(PLAIN_LAYER + extra)
+    assert doc["matches"] is True and doc["mismatches"] == {}
+
+
+def test_no_head_count_kv_means_one_kv_head_per_head(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, heads=4, kv=4, drop=("attention.head_count_kv",))
+    doc = cli("params", "--weights", path, "--json").json()
+    per_layer = 4 * D * D + 3 * D * F + 2 * D  # K and V as wide as Q
+    assert doc["total_params"] == doc["file_params"] == _total(per_layer)
+    rows = {row["name"]: row["shape"] for row in doc["layers"][0]["attention_rows"]}
+    assert rows["W_K"] == rows["W_V"] == "64 x 64" and doc["matches"] is True
+
+
+def test_key_length_is_the_head_dim(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path, heads=4, kv=2, head_dim=32)  # 4 x 32 = 128 wide, not d = 64
+    doc = cli("params", "--weights", path, "--json").json()
+    attention = D * 128 + 2 * D * 2 * 32 + 128 * D  # Q, K and V, O
+    assert doc["total_params"] == doc["file_params"] == _total(attention + 3 * D * F + 2 * D)
+    rows = {row["name"]: row["shape"] for row in doc["layers"][0]["attention_rows"]}
+    assert (rows["W_Q"], rows["W_K"], rows["W_O"]) == ("64 x 128", "64 x 64", "128 x 64")
+
+
+def test_context_length_is_the_sequence_length(tmp_path, cli):
+    path = tmp_path / "m.gguf"
+    write_gguf(path)  # llama.context_length 256
+    doc = cli("params", "--weights", path, "--json").json()
+    assert doc["flops_per_token"]["seq_len"] == doc["kv_cache"]["seq_len"] == 256
+    # K and V, 32 wide each, in 2 layers, 2 bytes each, for 256 positions
+    assert doc["kv_cache"]["bytes"]["float16"] == LAYERS * 2 * KV_WIDTH * 2 * 256
+
+
+def test_two_experts_are_a_mixture_of_experts(tmp_path, cli):
+    path = tmp_path / "moe.gguf"
+    write_gguf(path, experts=2, top_k=1)
+    doc = cli("params", "--weights", path, "--json").json()
+    assert (doc["family"], doc["experts"], doc["top_k"]) == ("mixtral", 2, 1)
+    ffn = 2 * 3 * D * F + D * 2  # two SwiGLU experts and the router
+    attention_and_norms = 2 * D * D + 2 * D * KV_WIDTH + 2 * D
+    assert doc["total_params"] == doc["file_params"] == _total(attention_and_norms + ffn)
+    assert doc["active_params"] == _total(attention_and_norms + 3 * D * F + D * 2)
+    assert doc["matches"] is True
+
+
 @needs_smollm2
 def test_params_on_smollm2_is_exact(cli):
     r = cli("params", "--weights", SMOLLM2, "--json")

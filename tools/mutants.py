@@ -652,7 +652,9 @@ AREAS: dict[str, list[Mutant]] = {
           "run over shards: --residual ignored"),
         M("jobs/shards/tasks.py", "sample = np.concatenate(parts.pop(i))[:CALIBRATION_TOKENS]",
           "sample = np.concatenate(parts.pop(i))",
-          "calibrate_text: every portion's tokens, not the first CALIBRATION_TOKENS"),
+          "calibrate_text: every portion's tokens, not the first CALIBRATION_TOKENS",
+          equivalent="LayerSweep.calibrate cuts its sample to CALIBRATION_TOKENS itself; the "
+          "longer sample changes only memory"),
         # ---- jobs/shards/inputs.py ---------------------------------------------------------------
         M("jobs/shards/inputs.py", "        offset += shard.tokens",
           "        offset += shard.shape[0]",

@@ -25,10 +25,15 @@ def _encode(array: np.ndarray, qtype) -> np.ndarray:
 
 def write_gguf(path: Path, *, d=64, f=128, layers=2, heads=4, kv=2, vocab=40, qtype=Q.F32,
                experts=0, top_k=2, arch="llama", tied=True, drop=(), seed=0,
-               tokens=True, raw_as=None, big_endian=False) -> dict[str, np.ndarray]:
+               tokens=True, raw_as=None, big_endian=False, biases=(), head_dim=None,
+               rope_freqs=0) -> dict[str, np.ndarray]:
     """A small llama-shaped GGUF; returns the float32 [in, out] matrices of each layer's FFN
     (before quantising) by GGUF name. ``raw_as`` {name: type}: that tensor is random bytes
-    of a type the gguf package cannot quantise (K-quants, Q8_1)."""
+    of a type the gguf package cannot quantise (K-quants, Q8_1). ``biases``: the layer
+    matrices ("attn_q", "ffn_up", ...) that also get a ``.bias`` of their output width.
+    ``head_dim``: written as ``attention.key_length`` (and ``value_length``), the attention
+    matrices shaped by it rather than by ``d / heads``. ``rope_freqs``: the length of a
+    ``rope_freqs.weight`` table (llama 3's rotary frequency factors), 0 for none."""
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), arch, endianess=gguf.GGUFEndian.BIG if big_endian
                         else gguf.GGUFEndian.LITTLE)
@@ -38,6 +43,9 @@ def write_gguf(path: Path, *, d=64, f=128, layers=2, heads=4, kv=2, vocab=40, qt
     for key, value in meta.items():
         if key not in drop:
             w.add_uint32(f"{arch}.{key}", value)
+    if head_dim is not None:
+        w.add_uint32(f"{arch}.attention.key_length", head_dim)
+        w.add_uint32(f"{arch}.attention.value_length", head_dim)
     if experts:
         w.add_uint32(f"{arch}.expert_count", experts)
         w.add_uint32(f"{arch}.expert_used_count", top_k)
@@ -62,13 +70,22 @@ def write_gguf(path: Path, *, d=64, f=128, layers=2, heads=4, kv=2, vocab=40, qt
             encoded = _encode(stored, t)
         w.add_tensor(name, encoded, raw_dtype=t if t not in (Q.F32, Q.F16) else None)
 
+    def matrix(stem: str, n_in: int, n_out: int) -> None:
+        add(f"{stem}.weight", (n_in, n_out))
+        if stem.rsplit(".", 1)[-1] in biases:
+            add(f"{stem}.bias", (n_out,))
+
+    q_width = d if head_dim is None else heads * head_dim
+    kv_width = d * kv // heads if head_dim is None else kv * head_dim
     add("token_embd.weight", (vocab, d)[::-1], quantise=False)
+    if rope_freqs:
+        w.add_tensor("rope_freqs.weight", np.linspace(1, 8, rope_freqs, dtype=np.float32))
     for i in range(layers):
         add(f"blk.{i}.attn_norm.weight", (d,))
-        add(f"blk.{i}.attn_q.weight", (d, d))
-        add(f"blk.{i}.attn_k.weight", (d, d * kv // heads))
-        add(f"blk.{i}.attn_v.weight", (d, d * kv // heads))
-        add(f"blk.{i}.attn_output.weight", (d, d))
+        matrix(f"blk.{i}.attn_q", d, q_width)
+        matrix(f"blk.{i}.attn_k", d, kv_width)
+        matrix(f"blk.{i}.attn_v", d, kv_width)
+        matrix(f"blk.{i}.attn_output", q_width, d)
         add(f"blk.{i}.ffn_norm.weight", (d,))
         if experts:
             add(f"blk.{i}.ffn_gate_inp.weight", (d, experts), quantise=False)
@@ -76,9 +93,9 @@ def write_gguf(path: Path, *, d=64, f=128, layers=2, heads=4, kv=2, vocab=40, qt
             add(f"blk.{i}.ffn_up_exps.weight", (experts, d, f))
             add(f"blk.{i}.ffn_down_exps.weight", (experts, f, d))
         else:
-            add(f"blk.{i}.ffn_gate.weight", (d, f))
-            add(f"blk.{i}.ffn_up.weight", (d, f))
-            add(f"blk.{i}.ffn_down.weight", (f, d))
+            matrix(f"blk.{i}.ffn_gate", d, f)
+            matrix(f"blk.{i}.ffn_up", d, f)
+            matrix(f"blk.{i}.ffn_down", f, d)
     add("output_norm.weight", (d,))
     if not tied:
         add("output.weight", (d, vocab), quantise=False)
@@ -87,3 +104,24 @@ def write_gguf(path: Path, *, d=64, f=128, layers=2, heads=4, kv=2, vocab=40, qt
     w.write_tensors_to_file()
     w.close()
     return kept
+
+
+def header_bytes(metadata: dict[str, str | int], tensors=()) -> bytes:
+    """A little-endian GGUF version 3 header written byte by byte from the format's definition
+    (not by the gguf package): magic, version, tensor count, metadata count, each key as a
+    string (u64 length, UTF-8) with its value type (8 string, 4 uint32) and value, then each
+    tensor info ``(name, dims innermost first, GGML type id, offset)``. No padding, no data."""
+    import struct
+
+    def string(text: str) -> bytes:
+        raw = text.encode()
+        return struct.pack("<Q", len(raw)) + raw
+
+    out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata))
+    for key, value in metadata.items():
+        out += string(key) + (struct.pack("<I", 8) + string(value) if isinstance(value, str)
+                              else struct.pack("<II", 4, value))
+    for name, dims, type_id, offset in tensors:
+        out += string(name) + struct.pack("<I", len(dims))
+        out += b"".join(struct.pack("<Q", n) for n in dims) + struct.pack("<IQ", type_id, offset)
+    return out
