@@ -339,6 +339,23 @@ def test_a_layer_the_file_does_not_have(tmp_path, cli):
                                   "layer 7 (the file has layers 0-1)\n")
 
 
+def test_the_file_s_kind_of_ffn_is_the_spec_s(tmp_path, cli):
+    """--no-gated on a gated file, or a stack of experts its router does not route to: the
+    weights cannot be run as the spec says, and the error says why."""
+    path = tmp_path / "m.gguf"
+    write_gguf(path)
+    r = cli("run", "--weights", path, "--no-gated", "--activation", "relu", "--random", 2)
+    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: layer 0 holds a gated FFN, not "
+                                      "the relu FFN of the spec; the what-if options cannot "
+                                      "change the weights a file holds\n")
+    lying = tmp_path / "lying.gguf"
+    write_gguf(lying, experts=4, stacked=3)  # a router of 4 experts, stacks of 3
+    r = cli("run", "--weights", lying, "--random", 2)
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (f"error: {lying}: 'blk.0.ffn_gate_exps.weight': expected 4 experts of "
+                     "shape (128, 64), got shape (3, 128, 64)\n")
+
+
 def test_an_empty_ffn_tensor_is_a_shape_error(tmp_path, cli):
     path = tmp_path / "m.gguf"
     write_gguf(path)

@@ -279,3 +279,27 @@ def test_pairwise_table_for_up_to_16_tokens(n, table):
     if table:
         p = random_weights(_spec(), np.float64)
         np.testing.assert_array_equal(r.small_masks, (x @ p.w1 + p.b1) <= 0)
+
+
+def test_merged_shards_of_a_mixture_count_chance_over_every_expert_unit(cli, tmp_path):
+    """A mixture's units are numbered expert * d_ff + unit: two random inactive sets of sizes
+    a and b share a * b / (experts * d_ff) of them by chance, over shards as in one file."""
+    acts = tmp_path / "acts"
+    acts.mkdir()
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((10, 4)).astype(np.float32)
+    np.save(acts / "part-0.npy", x[:6])
+    np.save(acts / "part-1.npy", x[6:])
+    np.save(tmp_path / "all.npy", x)
+    moe = ("--preset", "tiny", "--experts", "4", "--top-k", "2")
+    sharded = cli("relu-stats", *moe, "--input", acts, "--json").json()
+    whole = cli("relu-stats", *moe, "--input", tmp_path / "all.npy", "--json").json()
+    units = sharded["experts"] * sharded["d_ff"]
+    assert units == 64
+    sizes = sharded["inactive_per_token"]
+    assert len(sharded["pairwise_overlap"]) == 45
+    for merged, alone in zip(sharded["pairwise_overlap"], whole["pairwise_overlap"],
+                             strict=True):
+        assert merged["by_chance"] == pytest.approx(sizes[merged["a"]] * sizes[merged["b"]] /
+                                                    units, rel=1e-12)
+        assert merged == pytest.approx(alone, rel=1e-12)

@@ -134,3 +134,43 @@ def test_sweep_lets_each_layers_ffn_go(monkeypatch):
     monkeypatch.setattr(type(model), "layer", layer)
     sweep(model, sequences, (0, 1, 2, 3))
     assert alive_at == [[], [True], [False, True], [False, False, True]]
+
+
+@pytest.mark.parametrize("tokens", [16, 17])
+def test_sweep_pairwise_table_up_to_sixteen_tokens(cli, tmp_path, tokens):
+    """Up to SMALL_OVERLAP (16) tokens, every layer has the pairwise table of relu-stats, its
+    every pair (16 tokens: 120 pairs) with the count by chance of its two set sizes; past
+    that, none."""
+    gpt2 = FORWARD / "gpt2"
+    ids = tmp_path / "ids.txt"
+    ids.write_text(" ".join(str(7 + 3 * i) for i in range(tokens)) + "\n")
+    doc = cli("relu-stats", "--weights", gpt2, "--ids", ids, "--json").json()
+    for layer in doc["layers"]:
+        pairs = layer.get("pairwise_overlap")
+        if tokens == 17:
+            assert pairs is None
+            continue
+        assert len(pairs) == 16 * 15 // 2
+        sizes = layer["inactive_per_token"]
+        for p in pairs:
+            assert p["by_chance"] == pytest.approx(sizes[p["a"]] * sizes[p["b"]] /
+                                                   layer["d_ff"], rel=1e-12)
+
+
+def test_a_preset_with_weights_takes_the_forward_s_settings_from_the_config_beside(cli,
+                                                                                   tmp_path):
+    """--preset FILE gives the shapes; the whole model's settings (here Qwen2's sliding window
+    of 4 from layer 1, rope_theta 1e6) come from the config.json beside the weights, so the
+    sweep is the one of the checkpoint alone, which matches PyTorch (test_forward.py)."""
+    case = FORWARD / "qwen2-window"
+    preset = tmp_path / "qwen2-window.yaml"
+    preset.write_text(
+        "family: llama\nd_model: 16\nseq_len: 64\n"
+        "ffn: {d_ff: 32, activation: silu, gated: true, bias: false}\n"
+        "attention: {heads: 2, kv_heads: 1, head_dim: 8, qkv_bias: true, out_bias: false}\n"
+        "norm: {kind: rmsnorm, bias: false, final: true}\nlayers: {decoder: 3}\n"
+        "embeddings: {vocab: 128, head: tied}\n")
+    args = ("relu-stats", "--weights", case, "--ids", case / "ids.txt", "--json")
+    alone = cli(*args).json()
+    with_preset = cli(*args, "--preset", preset).json()
+    assert with_preset["layers"] == alone["layers"]

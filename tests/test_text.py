@@ -221,7 +221,8 @@ def test_ids_read_back_what_the_tokenizer_gave(minilm, tmp_path):
 
 def write_tokenizer_gguf(path: Path, *, pre: str | None = "smollm", model: str | None = "gpt2",
                          add_bos: bool | None = None, bos: int = 0,
-                         merges: list[str] | None = None) -> dict[str, int]:
+                         merges: list[str] | None = None,
+                         add_eos: bool | None = None) -> dict[str, int]:
     gguf = pytest.importorskip("gguf")
     alphabet = text._byte_alphabet()
     tokens = ["<s>", "</s>", *(alphabet[b] for b in range(256)), "ab", "abc", "12", "Ġab",
@@ -239,6 +240,8 @@ def write_tokenizer_gguf(path: Path, *, pre: str | None = "smollm", model: str |
     w.add_eos_token_id(1)
     if add_bos is not None:
         w.add_add_bos_token(add_bos)
+    if add_eos is not None:
+        w.add_add_eos_token(add_eos)
     w.add_tensor("token_embd.weight", np.zeros((len(tokens), 4), dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -259,6 +262,28 @@ def test_a_gguf_tokenizer_merges_splits_and_adds_bos_as_its_metadata_says(tmp_pa
                                                            v["12"]]]
     write_tokenizer_gguf(path, pre="gpt2")  # no add_bos_token key: none, as transformers
     assert load_tokenizer(path).encode(["ab"]) == [[v["ab"]]]
+
+
+def test_a_gguf_tokenizer_adds_eos_after_the_text(tmp_path):
+    path = tmp_path / "m.gguf"
+    v = write_tokenizer_gguf(path, pre="gpt2", add_bos=True, add_eos=True)
+    assert load_tokenizer(path).encode(["abc ab"]) == [[v["<s>"], v["abc"], v["Ġab"],
+                                                        v["</s>"]]]
+    write_tokenizer_gguf(path, pre="gpt2", add_bos=False, add_eos=True)
+    assert load_tokenizer(path).encode(["ab"]) == [[v["ab"], v["</s>"]]]
+
+
+def test_a_byte_order_mark_opening_a_text_is_not_a_token(tmp_path):
+    """A byte-level tokenizer would spell the mark as three bytes: --text drops it first."""
+    path = tmp_path / "m.gguf"
+    v = write_tokenizer_gguf(path, pre="gpt2", add_bos=False)
+    tok = load_tokenizer(path)
+    text_file = tmp_path / "t.txt"
+    text_file.write_bytes("\ufeffab\n\ufeffab\n".encode())
+    alphabet = text._byte_alphabet()
+    bom = [v[alphabet[b]] for b in "\ufeff".encode()]
+    # the first line loses its mark; a mark inside the text (line 2) is the text's own
+    assert as_lists(read_text(text_file, tok, None)) == [[v["ab"]], [*bom, v["ab"]]]
 
 
 def test_a_llama3_gguf_tokenizer_splits_numbers_by_three_and_ignores_merges(tmp_path):
@@ -652,6 +677,28 @@ def test_a_long_line_gives_the_ids_of_the_whole_line(monkeypatch, kind, cut):
     assert tok.encode(["short one", line, "another"]) == [
         backend.encode("short one").ids, want, backend.encode("another").ids]
     assert (max(seen) < 1000) is cut  # cut: no string longer than a piece and its context
+
+
+def test_a_cut_is_checked_by_its_ids_not_their_count(monkeypatch):
+    """A normalizer that rewrites across a space ("d w" -> "xyz", one id per character) gives
+    the text around a cut as many ids whole as cut, but other ids: no cut there."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, normalizers
+
+    from ffncli.formats import text
+
+    chars = sorted(set("abcdwxyz "))
+    backend = tokenizers.Tokenizer(models.WordLevel({c: i for i, c in enumerate(chars)},
+                                                    unk_token="a"))
+    backend.normalizer = normalizers.Replace("d w", "xyz")
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Split("", "isolated")
+    tok = text.Tokenizer(backend, "rewrites")
+    line = "abc" * 30 + "d w" + "abc" * 30
+    want = backend.encode(line).ids
+    assert [chars[i] for i in want].count("x") == 1 and " " not in [chars[i] for i in want]
+    monkeypatch.setattr(text, "LONG_LINE", 40)
+    monkeypatch.setattr(text, "CUT_CONTEXT", 10)
+    assert tok.encode([line]) == [want]
 
 
 @pytest.mark.parametrize("model", ["minilm", "smollm2"])

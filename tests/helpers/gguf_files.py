@@ -26,14 +26,16 @@ def _encode(array: np.ndarray, qtype) -> np.ndarray:
 def write_gguf(path: Path, *, d=64, f=128, layers=2, heads=4, kv=2, vocab=40, qtype=Q.F32,
                experts=0, top_k=2, arch="llama", tied=True, drop=(), seed=0,
                tokens=True, raw_as=None, big_endian=False, biases=(), head_dim=None,
-               rope_freqs=0) -> dict[str, np.ndarray]:
+               rope_freqs=0, stacked=None) -> dict[str, np.ndarray]:
     """A small llama-shaped GGUF; returns the float32 [in, out] matrices of each layer's FFN
     (before quantising) by GGUF name. ``raw_as`` {name: type}: that tensor is random bytes
     of a type the gguf package cannot quantise (K-quants, Q8_1). ``biases``: the layer
     matrices ("attn_q", "ffn_up", ...) that also get a ``.bias`` of their output width.
     ``head_dim``: written as ``attention.key_length`` (and ``value_length``), the attention
     matrices shaped by it rather than by ``d / heads``. ``rope_freqs``: the length of a
-    ``rope_freqs.weight`` table (llama 3's rotary frequency factors), 0 for none."""
+    ``rope_freqs.weight`` table (llama 3's rotary frequency factors), 0 for none.
+    ``stacked``: the experts the stacked FFN tensors hold, when not ``experts`` (a file that
+    lies: its router and its metadata say otherwise)."""
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), arch, endianess=gguf.GGUFEndian.BIG if big_endian
                         else gguf.GGUFEndian.LITTLE)
@@ -89,9 +91,10 @@ def write_gguf(path: Path, *, d=64, f=128, layers=2, heads=4, kv=2, vocab=40, qt
         add(f"blk.{i}.ffn_norm.weight", (d,))
         if experts:
             add(f"blk.{i}.ffn_gate_inp.weight", (d, experts), quantise=False)
-            add(f"blk.{i}.ffn_gate_exps.weight", (experts, d, f))
-            add(f"blk.{i}.ffn_up_exps.weight", (experts, d, f))
-            add(f"blk.{i}.ffn_down_exps.weight", (experts, f, d))
+            n = experts if stacked is None else stacked
+            add(f"blk.{i}.ffn_gate_exps.weight", (n, d, f))
+            add(f"blk.{i}.ffn_up_exps.weight", (n, d, f))
+            add(f"blk.{i}.ffn_down_exps.weight", (n, f, d))
         else:
             matrix(f"blk.{i}.ffn_gate", d, f)
             matrix(f"blk.{i}.ffn_up", d, f)
