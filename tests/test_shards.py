@@ -112,6 +112,20 @@ def _close(a, b) -> None:
 
 
 @pytest.mark.parametrize("model", [DENSE, GATED, MOE], ids=["dense", "gated", "moe"])
+
+class KillOne(Progress):
+    """At the first task done, SIGKILL one of ``client``'s workers (its pid into ``killed``)."""
+
+    def __init__(self, client, killed: list[int]) -> None:
+        self.before = client.run(os.getpid)
+        self.killed = killed
+
+    def advance(self, tokens: int) -> None:
+        if not self.killed:
+            pid = sorted(self.before.values())[0]
+            os.kill(pid, signal.SIGKILL)
+            self.killed.append(pid)
+
 def test_cluster_equals_single_process_to_the_last_digit(model, tmp_path, client):
     x = tokens(6000)
     folder = write_shards(tmp_path / "acts", x)
@@ -166,17 +180,9 @@ def test_a_killed_worker_changes_nothing(tmp_path, client):
     folder = write_shards(tmp_path / "acts", x, tuple(range(0, 24_001, 1000)))
     wide = (DENSE[0], Overrides(d_model=96, d_ff=2048))  # tasks of ~20 ms: some in flight
     expected = sharded(wide, folder, InProcess())
-    before = client.run(os.getpid)
-    killed: list[int] = []
+    killed: list[int] = []  # the first task is done, 23 are not
 
-    class KillOne(Progress):
-        def advance(self, tokens: int) -> None:  # the first task is done, 23 are not
-            if not killed:
-                pid = sorted(before.values())[0]
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-
-    out = relu_stats_shards(*wide, folder, DaskPool(client), progress=KillOne())
+    out = relu_stats_shards(*wide, folder, DaskPool(client), progress=KillOne(client, killed))
     assert killed
     assert render.stats_json(out.result) == expected
     assert client.run_on_scheduler(_rescheduled, "shard_stats") > 0  # the kill took tasks
@@ -561,18 +567,10 @@ def test_a_killed_worker_during_a_text_job_changes_nothing(tmp_path, client):
     folder = alice_shards(tmp_path / "corpus", (0, 4, 8, 12, 16, 20, None))
     text = TextChoice(text=folder)
     expected = text_sweep(weights, text, InProcess(), layer="0-1")
-    before = client.run(os.getpid)
-    killed: list[int] = []
-
-    class KillOne(Progress):
-        def advance(self, tokens: int) -> None:  # the first shard is done, 5 are not
-            if not killed:
-                pid = sorted(before.values())[0]
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
+    killed = []  # the first shard is done, 5 are not
 
     out = sweep_shards(ModelChoice(weights=weights, layer="0-1"), Overrides(), text,
-                       DaskPool(client), progress=KillOne())
+                       DaskPool(client), progress=KillOne(client, killed))
     assert killed
     assert_same(render.sweep_json(out.result), expected)
     assert client.run_on_scheduler(_rescheduled, "sweep_part") > 0

@@ -39,7 +39,8 @@ def test_a_tensor_reads_as_the_plain_reader_reads_it():
         assert tensors.layers_present() == "layers 0-1"
 
 
-def test_the_file_is_opened_once_and_closed(monkeypatch):
+def _counting_opens(monkeypatch) -> list[object]:
+    """Every model.safetensors opened from now on, in order."""
     opened: list[object] = []
     real = builtins.open
 
@@ -50,6 +51,11 @@ def test_the_file_is_opened_once_and_closed(monkeypatch):
         return f
 
     monkeypatch.setattr(builtins, "open", counting)
+    return opened
+
+
+def test_the_file_is_opened_once_and_closed(monkeypatch):
+    opened = _counting_opens(monkeypatch)
     tensors = open_tensors(GPT2)
     assert len(opened) == 1  # the header, read and closed
     names = [n for n in tensors.checkpoint.shard_of if n.endswith(".weight")]
@@ -65,19 +71,10 @@ def test_the_file_is_opened_once_and_closed(monkeypatch):
 
 def test_threads_share_one_handle(monkeypatch):
     """Eight threads reading at once: one file opened, every array as read alone."""
-    opened: list[object] = []
-    real = builtins.open
-
-    def counting(file, *args, **kwargs):
-        f = real(file, *args, **kwargs)
-        if str(file).endswith("model.safetensors"):
-            opened.append(f)
-        return f
-
     with open_tensors(GPT2) as tensors:
         expected = tensors.read(NAME)
         tensors.close()
-        monkeypatch.setattr(builtins, "open", counting)
+        opened = _counting_opens(monkeypatch)
         got: list[np.ndarray] = []
         start = threading.Barrier(8)
 
