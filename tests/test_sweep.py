@@ -174,3 +174,26 @@ def test_a_preset_with_weights_takes_the_forward_s_settings_from_the_config_besi
     alone = cli(*args).json()
     with_preset = cli(*args, "--preset", preset).json()
     assert with_preset["layers"] == alone["layers"]
+
+
+def test_sweep_calibrates_on_the_first_tokens_only(cli, tmp_path, monkeypatch):
+    """With CALIBRATION_TOKENS at 20 (small, to see it), the sweep's --target-sparsity
+    threshold of a layer is relu-stats' on that layer's captured input: both take the
+    text's first 20 tokens, whatever the walk's batches held."""
+    from ffncli.analysis import sparsity
+    from ffncli.jobs import sweep as sweep_job
+
+    monkeypatch.setattr(sweep_job, "CALIBRATION_TOKENS", 20)
+    monkeypatch.setattr(sparsity, "CALIBRATION_TOKENS", 20)
+    folder = FORWARD / "gpt2"
+    ids = folder / "ids.txt"
+    swept = cli("relu-stats", "--weights", folder, "--ids", ids, "--layer", "1",
+                "--target-sparsity", "0.5", "--json").json()["layers"][0]
+    assert cli("capture", "--weights", folder, "--ids", ids, "--layer", "1", "--out",
+               tmp_path / "cap").code == 0
+    alone = cli("relu-stats", "--weights", folder, "--layer", "1", "--input",
+                tmp_path / "cap" / "layer1.npy", "--target-sparsity", "0.5", "--json").json()
+    assert swept["tokens"] == alone["tokens"] > 20
+    assert swept["threshold"] == pytest.approx(alone["threshold"], rel=1e-6)
+    assert swept["mean_inactive_fraction"] == pytest.approx(alone["mean_inactive_fraction"],
+                                                            abs=1e-9)

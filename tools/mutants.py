@@ -926,7 +926,10 @@ AREAS: dict[str, list[Mutant]] = {
           "load_sequences: a token id equal to the vocabulary accepted"),
         M("jobs/resolve.py", "keys = _config(beside)[1] if beside is not None else None",
           "keys = None",
-          "open_model --preset: the config beside the weights not read for the forward"),
+          "open_model --preset: the config beside the weights not read for the forward",
+          equivalent="open_transformer reads the config beside the weights itself when given "
+          "no settings: read once either way (tests/test_sweep.py checks the settings reach "
+          "the forward)"),
         M("formats/safetensors.py", 'elif weights.suffix.lower() in (".safetensors", ".json") and',
           'elif weights.suffix.lower() in (".safetensors",) and',
           "config_beside: not beside an index"),
