@@ -111,8 +111,6 @@ def _close(a, b) -> None:
         assert a == b
 
 
-@pytest.mark.parametrize("model", [DENSE, GATED, MOE], ids=["dense", "gated", "moe"])
-
 class KillOne(Progress):
     """At the first task done, SIGKILL one of ``client``'s workers (its pid into ``killed``)."""
 
@@ -126,6 +124,8 @@ class KillOne(Progress):
             os.kill(pid, signal.SIGKILL)
             self.killed.append(pid)
 
+
+@pytest.mark.parametrize("model", [DENSE, GATED, MOE], ids=["dense", "gated", "moe"])
 def test_cluster_equals_single_process_to_the_last_digit(model, tmp_path, client):
     x = tokens(6000)
     folder = write_shards(tmp_path / "acts", x)
