@@ -8,9 +8,12 @@ import re
 
 import numpy as np
 import pytest
+from conftest import DATA
+from helpers.terminal import cells, in_terminal
 from helpers.terminal import eighths as _eighths
 
 from ffncli.present import console
+from ffncli.present import stats as stats_present
 
 # ---------------------------------------------------------------------------------------------
 # Terminal bars.
@@ -104,3 +107,116 @@ def test_no_color_leaves_the_bars_uncoloured(cli, monkeypatch):
     plain = cli("relu-stats", "--preset", "tiny", "--random", "50").out
     assert not _colours(plain) and "█" in plain
     assert not _colours(cli("params", "--preset", "base").out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables that fit: a figure is never cut, in a real terminal 60, 80 or 120 columns wide.
+
+
+def test_fit_widths_leaves_out_optional_columns_then_wraps_text():
+    headers = ["name", "family", "total"]
+    cells = [["mixtral-8x7b", "tiny"], ["transformer", "ffn"], ["46,702,792,704", "148"]]
+    # natural: 12 + 11 + 14 and two gaps of 3 = 43
+    assert console.fit_widths(headers, cells, [1], 43) == ([0, 1, 2], {0: 12, 1: 11, 2: 14})
+    # 42: family goes (it is optional) rather than fold "transformer"
+    assert console.fit_widths(headers, cells, [1], 42) == ([0, 2], {0: 12, 2: 14})
+    # not optional: the text column gives up cells, down to its longest word (11)
+    assert console.fit_widths(headers, cells, [], 42) == ([0, 1, 2], {0: 12, 1: 11, 2: 14})
+    # narrower than every figure: figures stay whole (the table is wider than asked)
+    kept, widths = console.fit_widths(headers, cells, [], 20)
+    assert kept == [0, 1, 2] and widths[0] == 12 and widths[2] == 14
+
+
+def test_fit_widths_folds_text_longer_than_a_word_limit():
+    long = "x" * 30
+    assert console.fit_widths(["part", "n"], [[long], ["7"]], [], 30)[1] == {0: 26, 1: 1}
+    # 15 leaves 11 cells: the word folds, but at no fewer than TEXT_MAX
+    assert console.fit_widths(["part", "n"], [[long], ["7"]], [], 15)[1] == {
+        0: console.TEXT_MAX, 1: 1}
+
+
+WIDTHS = (60, 80, 120)
+
+
+def _left_out(text: str) -> set[str]:
+    """The columns a table's note says were left out to fit."""
+    notes = re.findall(r"\(left out to fit \d+ columns: ([^;]*);", " ".join(text.split()))
+    return {name.strip() for note in notes for name in note.split(",")}
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_presets_table_keeps_every_figure_whole(cli, columns):
+    code, text = in_terminal(["presets"], columns)
+    assert code == 0 and "…" not in text
+    shown = cells(text)
+    for p in cli("presets", "--json").json()["presets"]:
+        assert {p["name"], str(p["d_model"]), str(p["d_ff"]), f"{p['total_params']:,}"} <= shown
+    assert max(len(line) for line in text.splitlines()) <= columns
+    if columns == 120:
+        assert not _left_out(text) and "transformer" in shown and "geglu (gelu_tanh)" in shown
+    else:
+        assert _left_out(text) and _left_out(text) <= {"family", "activation"}
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_params_tables_keep_every_figure_whole(cli, columns):
+    code, text = in_terminal(["params", "--preset", "llama3-8b"], columns)
+    assert code == 0 and "…" not in text
+    doc = cli("params", "--preset", "llama3-8b", "--json").json()
+    shown = cells(text)
+    figures = {doc["total_params"], *doc["groups"].values(), *doc["memory_bytes"].values(),
+               *doc["kv_cache"]["bytes"].values(), *doc["kv_cache"]["bytes_per_token"].values(),
+               doc["flops_per_token"]["ffn"], doc["flops_per_token"]["total"]}
+    assert {f"{f:,}" for f in figures if f} <= shown
+    layer = doc["layers"][0]
+    assert {f"{r['params']:,}" for r in layer["ffn_rows"] + layer["attention_rows"]} <= shown
+    assert max(len(line) for line in text.splitlines()) <= columns
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_run_table_shows_whole_values_and_names_the_columns_left_out(cli, tmp_path, columns):
+    x = np.random.default_rng(0).standard_normal((5, 512)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code, text = in_terminal(["run", "--preset", "base", "--input", str(tmp_path / "x.npy")],
+                             columns)
+    assert code == 0 and "…" not in text
+    rows = cli("run", "--preset", "base", "--input", tmp_path / "x.npy", "--json").json()
+    left_out = _left_out(text)
+    shown = cells(text)
+    assert max(len(line) for line in text.splitlines()) <= columns
+    for j in range(12):
+        column = {f"{row[j]:.4f}" for row in rows["first_rows"]}
+        assert (str(j) in left_out) != (column <= shown), j
+    # the first columns stay, the last go first: 0 to 11 (7 cells each) do not fit in 120
+    assert "0" not in left_out and "11" in left_out
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_relu_stats_sweep_keeps_tokens_inactive_and_dead(cli, columns):
+    case = DATA / "forward" / "bert"
+    args = ["relu-stats", "--weights", str(case), "--ids", str(case / "ids.txt"),
+            "--layer", "all"]
+    code, text = in_terminal(args, columns)
+    assert code == 0 and "…" not in text
+    doc = cli(*args, "--json").json()
+    shown = cells(text)
+    assert max(len(line) for line in text.splitlines()) <= columns
+    left_out = _left_out(text)
+    assert left_out <= set(stats_present.SWEEP_OPTIONAL)
+    for layer in doc["layers"]:
+        assert {f"{layer['tokens']:,}", f"{layer['mean_inactive_fraction']:.1%}",
+                f"{len(layer['dead_units']):,}", f"{len(layer['always_active_units']):,}"} <= shown
+        if "CATS T at 50%" not in left_out:
+            assert f"{layer['cats_threshold_50']:.4g}" in shown
+
+
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_permute_check_table_keeps_its_figures(cli, tmp_path, columns):
+    np.save(tmp_path / "x.npy", np.random.default_rng(1).standard_normal((5, 512)).astype(np.float32))
+    args = ["permute-check", "--preset", "base", "--input", str(tmp_path / "x.npy")]
+    code, text = in_terminal(args, columns)
+    assert code == 0 and "…" not in text
+    shown = cells(text)
+    for p in cli(*args, "--json").json()["properties"]:
+        assert {p["name"], "PASS", f"{p['max_abs']:.3g}", f"{p['max_rel']:.3g}"} <= shown
+    assert max(len(line) for line in text.splitlines()) <= columns

@@ -39,7 +39,8 @@ def print_check(report: CheckReport) -> None:
     out.print(Text(f"permute-check {report.target}: {report.tokens:,} tokens of d_model "
                    f"{report.d_model}, {report.dtype}"))
     table = new_table("properties", ("property", "result", "trials", "max abs", "max rel",
-                                  "worst token", "bit-identical"))
+                                  "worst token", "bit-identical"),
+                      optional=("worst token", "bit-identical", "trials"))
     for p in report.properties:
         table.add_row(p.name, "PASS" if p.passed else "FAIL", str(p.trials), f"{p.max_abs:.3g}",
                       f"{p.max_rel:.3g}", str(p.worst_token) if p.max_abs else "-",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -36,7 +37,11 @@ def console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     # Piped output has no terminal width; a wide fixed width keeps numbers whole.
     width = None if stream.isatty() or "COLUMNS" in os.environ else 160
-    return Console(file=stream, highlight=False, markup=False, emoji=False, width=width)
+    # crop=False: a table too wide for a narrow terminal is drawn whole (the terminal wraps
+    # its lines), not cut at the edge (see new_table)
+    out = Console(file=stream, highlight=False, markup=False, emoji=False, width=width)
+    out.print = functools.partial(out.print, crop=False)  # type: ignore[method-assign]
+    return out
 
 
 def emit_json(doc: dict[str, Any]) -> None:
@@ -105,14 +110,97 @@ def pct(share: float) -> str:
     return f"{share:.1%}"
 
 
-def new_table(title: str, columns: Iterable[str]) -> Table:
-    from rich.table import Table
-
-    table = Table(title=Text(title), title_justify="left", show_edge=False, pad_edge=False,
-                  min_width=len(title))
+def new_table(title: str, columns: Iterable[str], optional: Sequence[str] = ()) -> Table:
+    """A table that fits the width it is drawn in without cutting a figure: too wide, it
+    leaves out its ``optional`` columns (in that order, with a note under it), then folds
+    its text cells (words, headers) onto more lines. A cell with a digit in it is never
+    folded nor cut: when even those do not fit, the table is drawn wider than the terminal
+    (which wraps its lines) rather than show part of a number."""
+    table = _fitting_table()(title=Text(title), title_justify="left", show_edge=False,
+                             pad_edge=False, min_width=len(title))
+    table.optional = tuple(optional)
     for i, name in enumerate(columns):
         table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
     return table
+
+
+TEXT_MIN = 6  # a header folds to no fewer cells than this
+TEXT_MAX = 16  # a word of text longer than this may fold
+_GAP = 3  # the padding and the rule between two columns
+
+
+def _floor(cell: str) -> int:
+    """The fewest cells ``cell`` may take: all of them for a figure (or a bar); for text, its
+    longest word (a word longer than TEXT_MAX folds)."""
+    if any(c.isdigit() for c in cell) or (cell and cell.strip(_BLOCKS) == ""):
+        return len(cell)
+    return min(max(map(len, cell.split() or [""])), TEXT_MAX)
+
+
+def fit_widths(headers: Sequence[str], cells: Sequence[Sequence[str]], optional: Sequence[int],
+               width: int) -> tuple[list[int], dict[int, int]]:
+    """The columns kept to fit ``width`` and each one's width. A column is as wide as its
+    widest cell or header; narrower, its header wraps at its spaces (snug: as wide as its
+    longest word or widest cell), then its text cells fold (to :func:`_floor`). ``optional``
+    columns are left out, in that order, while the others are not snug within ``width``."""
+    natural = [max([len(h), *map(len, col)]) for h, col in zip(headers, cells, strict=True)]
+    snug = [max([*map(len, h.split() or [""]), *map(len, col)])
+            for h, col in zip(headers, cells, strict=True)]
+    floor = [max([min(len(h), TEXT_MIN), *map(_floor, col)])
+             for h, col in zip(headers, cells, strict=True)]
+    kept = list(range(len(headers)))
+
+    def room(columns: list[int]) -> int:
+        return width - _GAP * (len(columns) - 1)
+
+    for i in optional:
+        if sum(snug[k] for k in kept) <= room(kept) or len(kept) == 1:
+            break
+        kept.remove(i)
+    widths = {k: natural[k] for k in kept}
+    excess = sum(widths.values()) - room(kept)
+    for least in (snug, floor):
+        while excess > 0:
+            k = max(kept, key=lambda k: widths[k] - least[k])
+            if widths[k] <= least[k]:
+                break
+            widths[k] -= 1
+            excess -= 1
+    return kept, widths
+
+
+@functools.cache
+def _fitting_table() -> type[Table]:
+    from rich.table import Table
+
+    class FittingTable(Table):
+        optional: tuple[str, ...] = ()
+
+        def __rich_console__(self, console: Console, options: Any) -> Any:
+            def plain(cell: Any) -> str:
+                return cell.plain if hasattr(cell, "plain") else str(cell)
+
+            headers = [plain(c.header) for c in self.columns]
+            cells = [[plain(cell) for cell in c.cells] for c in self.columns]
+            kept, widths = fit_widths(headers, cells, [headers.index(n) for n in self.optional],
+                                      options.max_width)
+            inner = Table(title=self.title, title_justify=self.title_justify, show_edge=False,
+                          pad_edge=False)
+            for k in kept:
+                inner.add_column(self.columns[k].header, justify=self.columns[k].justify,
+                                 width=widths[k], overflow="fold")
+            for row in zip(*(self.columns[k].cells for k in kept), strict=True):
+                inner.add_row(*row)
+            whole = sum(widths.values()) + _GAP * (len(kept) - 1)
+            yield from console.render(inner, options.update(width=max(whole, min(
+                options.max_width, len(plain(self.title or "")))), max_width=max(
+                whole, options.max_width)))
+            left_out = [headers[i] for i in range(len(headers)) if i not in kept]
+            if left_out:
+                yield Text(f"(left out to fit {options.max_width} columns: "
+                           f"{', '.join(left_out)}; --json has them all)")
+
+    return FittingTable
 
 
 # Bars drawn with block characters, eighths of a cell for the end: they scale with the
@@ -123,6 +211,7 @@ BAR_MAX = 40  # cells of a full bar
 BAR_MIN = 8  # fewer cells than this say nothing: no bar
 BAR_STYLE = "cyan"
 _EIGHTHS = " ▏▎▍▌▋▊▉"
+_BLOCKS = "█▏▎▍▌▋▊▉░"
 
 
 def bar(share: float, width: int, track: bool = False) -> str:
@@ -152,17 +241,18 @@ def _bar_room(out: Console, table: Table) -> int:
 
 def bar_table(out: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
                shares: Sequence[float | None], *, after: int | None = None,
-               track: bool = False, heading: str = "") -> Table:
+               track: bool = False, heading: str = "", optional: Sequence[str] = ()) -> Table:
     """A table of ``rows`` with a bar column of ``shares`` after column ``after`` (default
-    the last), as wide as the console leaves room for; without it when there is none."""
-    table = new_table(title, columns)
+    the last), as wide as the console leaves room for; without it when there is none (the
+    bar goes before any ``optional`` column does, see :func:`new_table`)."""
+    table = new_table(title, columns, optional)
     for row in rows:
         table.add_row(*row)
     width = _bar_room(out, table)
     if not width:
         return table
     at = len(columns) if after is None else after + 1
-    table = new_table(title, [*columns[:at], heading, *columns[at:]])
+    table = new_table(title, [*columns[:at], heading, *columns[at:]], optional)
     table.columns[at].justify = "left"
     for row, share in zip(rows, shares, strict=True):
         table.add_row(*row[:at], _bar_text(share, width, track), *row[at:])

@@ -201,7 +201,8 @@ def _print_flops(out: Console, c: ModelCount) -> None:
     shares.append(c.flops_ffn_share)
     out.print(bar_table(out, f"FLOPs per token (2 per multiply-add) at seq_len "
                          f"{c.spec.seq_len}", ("layer", "FFN", "attn proj", "attn scores",
-                                               "total", "FFN share"), rows, shares, track=True))
+                                               "total", "FFN share"), rows, shares, track=True,
+                         optional=("attn proj", "attn scores")))
 
 
 def _print_memory(out: Console, c: ModelCount) -> None:
@@ -329,7 +330,7 @@ def presets_json(rows: Sequence[PresetSummary]) -> dict[str, Any]:
 
 def print_presets(rows: Sequence[PresetSummary]) -> None:
     table = new_table("built-in presets", ("name", "family", "d_model", "d_ff", "activation",
-                                        "layers", "total"))
+                                        "layers", "total"), optional=("family", "activation"))
     for r in rows:
         layers = str(r.layers) if r.layers else "FFN only"
         table.add_row(Text(r.name), Text(r.family), str(r.d_model), str(r.d_ff),

@@ -55,7 +55,9 @@ def print_run(result: RunResult, precision: int = 4) -> None:
         f"FFN output (first {shown} of {result.n_tokens:,} tokens)" if result.computed ==
         result.n_tokens else f"FFN output (first {shown} of {result.n_tokens:,} tokens; only "
         f"the first {result.computed:,} computed: add --out FILE.npy for all)")
-    table = new_table(title, ["token"] + [str(j) for j in range(min(result.head.shape[1], 12))])
+    values = [str(j) for j in range(min(result.head.shape[1], 12))]
+    # the last columns go first in a narrow terminal (a note says which)
+    table = new_table(title, ["token", *values], optional=values[:0:-1])
     for i, row in enumerate(result.head):
         cells = [f"{v:.{precision}f}" for v in row[:12]]
         table.add_row(str(i), *cells)
