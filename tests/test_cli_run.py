@@ -274,3 +274,20 @@ def test_precision_seed_and_max_memory_change_the_result(cli, cat_sat):
                                   "8.40 MB in float32, over the 1.00 MB budget; shrink it "
                                   "(--d-model, --d-ff, --experts) or raise --max-memory\n")
     assert cli("run", "--preset", "base", "--random", "2", "--max-memory", "10MB").code == 0
+
+
+def test_precision_over_shards_is_refused_not_ignored(cli, tmp_path):
+    """run over shards prints no values: --precision there is refused in one line, and the
+    default (4 digits) still applies to one file."""
+    acts = tmp_path / "acts"
+    acts.mkdir()
+    np.save(acts / "a.npy", np.ones((2, 4), np.float32))
+    r = cli("run", "--preset", "tiny", "--input", acts, "--out", tmp_path / "o", "--precision", "2")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == ("error: --precision sets the digits printed for one input file; run over "
+                     "shards prints no values (it writes a .npy per shard)\n")
+    assert not (tmp_path / "o").exists()
+    r = cli("run", "--preset", "tiny", "--input", acts / "a.npy")
+    assert r.code == 0 and any(
+        len(cell.split(".")[-1]) == 4 for cell in r.out.split() if cell.replace(".", "").replace(
+            "-", "").isdigit() and "." in cell)

@@ -409,3 +409,40 @@ def test_a_report_over_an_input_is_refused_before_any_work(cli, tmp_path):
     r = cli("relu-stats", "--weights", folder, "--ids", ids, "--report", tmp_path / "r.html")
     assert r.code == 2 and "not a safetensors file" in r.err  # the weights were bad
     assert ids.read_text() == "1 2 3\n" and not (tmp_path / "r.html").exists()
+
+
+def test_stats_report_over_shards_is_written_and_matches_json(cli, tmp_path):
+    """relu-stats over a glob or a folder of shards writes its --report as one file does."""
+    acts = tmp_path / "acts"
+    acts.mkdir()
+    rng = np.random.default_rng(3)
+    for i in range(3):
+        np.save(acts / f"part-{i}.npy", rng.standard_normal((40, 512)).astype(np.float32))
+    for given in (str(acts / "*.npy"), str(acts)):
+        out = tmp_path / "shards.html"
+        out.unlink(missing_ok=True)
+        args = ("relu-stats", "--preset", "base", "--input", given)
+        r = cli(*args, "--json", "--report", out)
+        assert r.code == 0, r.err
+        doc = r.json()
+        page = out.read_text(encoding="utf-8")
+        check_report(page, doc)
+        assert doc["tokens"] == 120 and _stats_sources(doc) <= _sources(page)
+
+
+def test_a_report_over_a_shard_is_refused(cli, tmp_path):
+    acts = tmp_path / "acts"
+    acts.mkdir()
+    np.save(acts / "part-0.npy", np.ones((4, 512), np.float32))
+    shard = acts / "part-0.npy"
+    for given in (str(acts / "*.npy"), str(acts)):
+        _refused(cli, "relu-stats", ("--preset", "base", "--input", given), shard,
+                 f"{shard} is an input of this command (the --input file {shard}); choose "
+                 "another path")
+    text = tmp_path / "texts"
+    text.mkdir()
+    (text / "a.txt").write_text("Alice was beginning to get very tired.\n")
+    _refused(cli, "relu-stats", ("--weights", str(minilm()), "--text", str(text)),
+             text / "a.txt", f"{text / 'a.txt'} is an input of this command (the --text file "
+             f"{text / 'a.txt'}); choose another path")
+    assert (text / "a.txt").read_text() == "Alice was beginning to get very tired.\n"

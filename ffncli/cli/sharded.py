@@ -15,7 +15,7 @@ from ffncli.jobs.shards.inputs import shard_paths
 from ffncli.jobs.shards.pool import connect
 from ffncli.jobs.targets import report_target
 from ffncli.present.console import Bar
-from ffncli.present.report import save_sweep
+from ffncli.present.report import save_stats, save_sweep
 from ffncli.present.run import emit_sharded_run
 from ffncli.present.stats import (
     emit_sharded_capture,
@@ -28,13 +28,16 @@ from ffncli.specs.spec import Overrides
 
 def relu_stats_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
                        scale: ScaleChoice, *, threshold: float | None,
-                       target_sparsity: float | None, as_json: bool) -> None:
+                       target_sparsity: float | None, report_path: Path | None,
+                       as_json: bool) -> None:
+    target = report_target(report_path, model, tokens)
     pattern, model = _seen_from_workers(scale, _pattern(tokens), model)
     with connect(scale) as pool, Bar() as bar:
         out = relu_stats_shards(model, overrides, pattern, pool, threshold=threshold,
                                 target_sparsity=target_sparsity,
                                 allow_nonfinite=tokens.allow_nonfinite, skip_bad=scale.skip_bad,
                                 progress=bar)
+    save_stats(target, out.result)
     emit_sharded_stats(out, as_json)
 
 

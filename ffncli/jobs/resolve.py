@@ -5,7 +5,8 @@ a command reads or writes. Spec resolution and ``params`` never import NumPy."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -145,6 +146,27 @@ def load_model(choice: ModelChoice, overrides: Overrides) -> Model:
         return build.build_model(opened.spec, opened.weights, choice.index(),
                                   build.parse_dtype(choice.dtype), budget,
                                   tensors=opened.tensors)
+
+
+def captured_layer(choice: ModelChoice, tokens: TokenChoice) -> ModelChoice:
+    """``--input`` one of ``capture``'s files with a checkpoint's weights: the layer whose
+    FFN input it is, as the ``capture.json`` beside it records, when ``--layer`` is not given;
+    a ``--layer`` that says otherwise is refused. Unchanged for any other input."""
+    if tokens.input is None or (choice.weights is None and choice.hub_model is None):
+        return choice
+    manifest = tokens.input.parent / "capture.json"
+    try:
+        doc = json.loads(manifest.read_text(encoding="utf-8"))
+        layer = dict(zip(doc["files"], doc["layers"], strict=True))[tokens.input.name]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # not capture's: nothing
+        return choice
+    if not isinstance(layer, int) or isinstance(layer, bool):
+        return choice
+    if choice.layer is not None and choice.index() != layer:
+        raise InputError(f"option --layer: {tokens.input} is layer {layer}'s FFN input (its "
+                         f"{manifest} says so), not layer {choice.index()}'s; leave --layer "
+                         "out or give that layer")
+    return replace(choice, layer=str(layer))
 
 
 def load_tokens(choice: TokenChoice, d_model: int) -> TokenInput:

@@ -3,13 +3,14 @@ work against every file the command reads, so that nothing the user gave is writ
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from ffncli.base.files import check_output_path
 from ffncli.formats.safetensors import config_beside
-from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice
+from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice, is_many
 from ffncli.jobs.resolve import weights_of
 
 
@@ -40,11 +41,16 @@ def command_inputs(preset: str | None = None, config: Path | None = None,
                    text: Path | None = None, ids: Path | None = None
                    ) -> list[tuple[str, Path | None]]:
     """The files a command reads, named as the error names them: a weights folder or index
-    stands for every file beside it (the shards, the config, the tokenizer)."""
+    stands for every file beside it (the shards, the config, the tokenizer); a glob or a
+    folder of inputs for every file it holds."""
     preset_file = Path(preset) if preset and Path(preset).is_file() else None
     inputs: list[tuple[str, Path | None]] = [
-        ("--input file", tokens), ("--text file", text), ("--ids file", ids),
         ("--preset file", preset_file), ("--config file", config), ("--weights file", weights)]
+    for option, path in (("--input", tokens), ("--text", text), ("--ids", ids)):
+        if path is not None and is_many(path):
+            inputs += [(f"{option} file {p}", p) for p in _files_of(path)]
+        else:
+            inputs.append((f"{option} file", path))
     if weights is not None:
         beside = config_beside(weights) or weights.parent / "config.json"
         inputs.append(("config.json beside the --weights", beside))
@@ -57,3 +63,13 @@ def command_inputs(preset: str | None = None, config: Path | None = None,
                 names = []
             inputs += [("--weights folder's " + name, folder / name) for name in names]
     return inputs
+
+
+def _files_of(many: Path) -> list[Path]:
+    """Every file of a folder, or every match of a glob."""
+    if os.path.isdir(many):
+        try:
+            return [many / name for name in sorted(os.listdir(many))]
+        except OSError:
+            return []
+    return [Path(p) for p in sorted(glob.glob(str(many)))]

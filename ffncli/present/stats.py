@@ -26,8 +26,9 @@ if TYPE_CHECKING:  # the result types: their modules import NumPy, which params 
     from ffncli.jobs.sweep import SweepResult
 
 
-def emit_stats(result: SparsityResult, as_json: bool) -> None:
-    emit_json(stats_json(result)) if as_json else print_stats(result)
+def emit_stats(result: SparsityResult, as_json: bool, weights: str | None = None) -> None:
+    """``weights``: where the FFN's weights came from (its layer), for the header."""
+    emit_json(stats_json(result)) if as_json else print_stats(result, weights)
 
 
 def emit_sweep(result: SweepResult, as_json: bool) -> None:
@@ -82,11 +83,13 @@ def stats_json(r: SparsityResult) -> dict[str, Any]:
     return doc
 
 
-def print_stats(r: SparsityResult) -> None:
+def print_stats(r: SparsityResult, weights: str | None = None) -> None:
     out = console()
     moe = f", {r.experts} experts, top-{r.top_k} (units numbered expert * d_ff + unit)" \
         if r.experts > 1 else ""
     out.print(Text(f"relu-stats: {r.tokens:,} tokens, d_ff {r.d_ff}, {r.activation}{moe}"))
+    if weights is not None:
+        out.print(Text(f"weights: {weights}"))
     out.print(Text(r.rule.description))
     slots = r.d_ff * r.top_k
     shown = r.inactive_per_token[:32]
