@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DATA
 
 LESSON = "0.8446 0.5777 0.8446 0.5777\n0.5777 0.8446 0.5777 0.8446\n0.7881 0.7881 0.7881 0.7881\n"
 MOE = ("--preset", "base", "--d-model", "16", "--d-ff", "32", "--experts", "4", "--top-k", "1")
@@ -111,6 +112,29 @@ def test_meaningless_numbers_are_refused(cli, cat_sat, args, line):
     source = ("--input", cat_sat) if "--seed" not in options else ("--random", "3")
     r = cli(command, "--preset", "tiny", *source, *options)
     assert (r.code, r.err, r.out) == (2, f"error: {line}\n", "")
+
+
+@pytest.mark.parametrize("command, more", [
+    ("run", ("--random", "2")), ("relu-stats", ("--random", "2")),
+    ("permute-check", ("--random", "2")), ("relu-stats", ("--ids", "ids.txt")),
+    ("capture", ("--ids", "ids.txt", "--out", "cap"))])
+def test_weights_mistyped_or_without_a_config_say_so(cli, tmp_path, monkeypatch, command, more):
+    """Not "give a model": the weights are missing, or their folder has no config.json."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ids.txt").write_text("1 2 3\n")
+    r = cli(command, "--weights", "modle.safetensors", *more)
+    assert (r.code, r.out, r.err) == (2, "", "error: weights file not found: "
+                                             "modle.safetensors\n")
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes((DATA / "forward" / "bert" /
+                                                "model.safetensors").read_bytes())
+    for weights in (folder, folder / "model.safetensors"):
+        r = cli(command, "--weights", weights, *more)
+        assert (r.code, r.out, r.err) == (2, "", f"error: no config.json in {folder}, which the "
+                                          "model's shape is read from: give it with --config "
+                                          "config.json, or a --preset NAME|FILE\n")
+    assert not (tmp_path / "cap").exists()
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])

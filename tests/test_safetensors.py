@@ -434,9 +434,9 @@ def test_params_without_any_config_counts_the_file_by_names(cli, sharded, tmp_pa
     assert (r.code, r.err) == (2, "error: the what-if options need a spec; no --preset or "
                                   "--config, and no config.json beside the weights\n")
     r = cli("run", "--weights", tmp_path, "--random", "1")
-    assert (r.code, r.err) == (2, "error: give a model: --preset NAME|FILE, --config "
-                                  "config.json, or --weights/--model with a config.json beside "
-                                  "the weights\n")
+    assert (r.code, r.err) == (2, f"error: no config.json in {tmp_path}, which the model's "
+                                  "shape is read from: give it with --config config.json, or a "
+                                  "--preset NAME|FILE\n")
 
 
 def test_junit_xml_is_never_the_config_in_the_weights_folder(cli, sharded, tmp_path):

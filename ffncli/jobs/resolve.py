@@ -6,6 +6,7 @@ a command reads or writes. Spec resolution and ``params`` never import NumPy."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -81,6 +82,8 @@ def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
         return apply_overrides(spec_from_header(header), overrides or Overrides()), None
     if weights_describe and config is None and preset is None and weights is not None:
         config = config_beside(weights)
+        if config is None:  # say what is wrong with the weights, not "give a model"
+            _no_config_beside(weights)
     keys = None
     if config is not None:
         spec, keys = _config(config)
@@ -89,6 +92,18 @@ def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
     else:
         raise InputError(_NO_MODEL_OR_WEIGHTS if weights_describe else _NO_MODEL)
     return apply_overrides(spec, overrides or Overrides()), keys
+
+
+def _no_config_beside(weights: Path) -> None:
+    """Refuse ``--weights`` that do not describe their model: missing, or without the
+    config.json a checkpoint's spec comes from."""
+    from ffncli.errors import WeightsError
+
+    if not os.path.lexists(weights):
+        raise WeightsError(f"weights file not found: {weights}")
+    folder = weights if os.path.isdir(weights) else weights.parent
+    raise InputError(f"no config.json in {folder}, which the model's shape is read from: "
+                     "give it with --config config.json, or a --preset NAME|FILE")
 
 
 def _config(path: Path) -> tuple[ModelSpec, Keys]:
