@@ -212,7 +212,8 @@ def test_relu_stats_sweep_keeps_tokens_inactive_and_dead(cli, columns):
 
 @pytest.mark.parametrize("columns", WIDTHS)
 def test_permute_check_table_keeps_its_figures(cli, tmp_path, columns):
-    np.save(tmp_path / "x.npy", np.random.default_rng(1).standard_normal((5, 512)).astype(np.float32))
+    x = np.random.default_rng(1).standard_normal((5, 512)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
     args = ["permute-check", "--preset", "base", "--input", str(tmp_path / "x.npy")]
     code, text = in_terminal(args, columns)
     assert code == 0 and "…" not in text

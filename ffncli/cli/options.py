@@ -109,6 +109,9 @@ SCALE: dict[str, Any] = {
     "skip_bad": Annotated[bool, typer.Option(
         "--skip-bad", help="With many shards: leave a bad shard out (listed on stderr) and go "
         "on, instead of stopping at it.")],
+    "verbose": Annotated[bool, typer.Option(
+        "--verbose", help="With --workers or --scheduler: show Dask's own log lines (warnings "
+        "and errors of the scheduler and workers) on stderr. Default: only ffncli's.")],
 }
 SHAPE = ("d_model", "d_ff", "activation", "gated", "experts", "top_k")
 RUNNING = {name: WHAT_IF[name] for name in SHAPE + ("beta", "capacity_factor")}

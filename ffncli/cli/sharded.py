@@ -5,6 +5,7 @@ its result to :mod:`ffncli.present`. Imported only on that path: ``params`` neve
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,6 +33,7 @@ def relu_stats_command(model: ModelChoice, tokens: TokenChoice, overrides: Overr
                        as_json: bool) -> None:
     target = report_target(report_path, model, tokens)
     pattern, model = _seen_from_workers(scale, _pattern(tokens), model)
+    note_workers(scale)
     with connect(scale) as pool, Bar() as bar:
         out = relu_stats_shards(model, overrides, pattern, pool, threshold=threshold,
                                 target_sparsity=target_sparsity,
@@ -51,6 +53,7 @@ def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
                          "one .npy per shard: add --out DIR")
     if scale.scheduler is not None:
         out = Path(os.path.abspath(out))
+    note_workers(scale)
     with connect(scale) as pool, Bar() as bar:
         done = run_shards(model, overrides, pattern, out, pool, residual=residual, force=force,
                           allow_nonfinite=tokens.allow_nonfinite, skip_bad=scale.skip_bad,
@@ -65,6 +68,7 @@ def sweep_command(model: ModelChoice, text: TextChoice, overrides: Overrides,
     """``relu-stats --text/--ids`` over shards (a glob, a folder, a cluster)."""
     target = report_target(report_path, model, text=text)
     _, model = _seen_from_workers(scale, Path(), model)  # --text/--ids are read here
+    note_workers(scale)
     with connect(scale) as pool, Bar() as bar:
         out = sweep_shards(model, overrides, text, pool, threshold=threshold,
                            target_sparsity=target_sparsity, skip_bad=scale.skip_bad,
@@ -79,10 +83,20 @@ def capture_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice, *,
     _, model = _seen_from_workers(scale, Path(), model)  # --text/--ids are read here
     if scale.scheduler is not None:
         out = Path(os.path.abspath(out))
+    note_workers(scale)
     with connect(scale) as pool, Bar() as bar:
         done = capture_shards(model, text, out, pool, force=force, skip_bad=scale.skip_bad,
                               progress=bar)
     emit_sharded_capture(done, as_json)
+
+
+def note_workers(scale: ScaleChoice) -> None:
+    """One line on stderr when ``--workers`` asks for more processes than there are cores:
+    at most one worker a core runs at a time."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if scale.workers is not None and cores and scale.workers > cores:
+        print(f"note: --workers {scale.workers} on {cores} core{'s' * (cores != 1)}: at most "
+              f"{cores} run at a time", file=sys.stderr)
 
 
 def _pattern(tokens: TokenChoice) -> Path:

@@ -97,11 +97,13 @@ _GLOB_MAGIC = ("*", "?", "[")
 @dataclass(frozen=True)
 class ScaleChoice:
     """Where the work runs: this process (the default), ``--workers N`` local processes, or
-    the Dask cluster at ``--scheduler ADDRESS``; ``--skip-bad`` goes on past a bad shard."""
+    the Dask cluster at ``--scheduler ADDRESS``; ``--skip-bad`` goes on past a bad shard;
+    ``--verbose`` lets Dask's own log lines through to stderr."""
 
     workers: int | None = None
     scheduler: str | None = None
     skip_bad: bool = False
+    verbose: bool = False
 
     def wanted(self, tokens: TokenChoice) -> bool:
         """Whether the command takes the sharded path: a glob or a folder for --input, or a

@@ -29,8 +29,8 @@ def in_terminal(args: list[str], columns: int, env: dict[str, str] | None = None
     root = Path(__file__).resolve().parents[2]
     primary, secondary = pty.openpty()
     fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    child_env = {k: v for k, v in os.environ.items()
-                 if k not in ("COLUMNS", "LINES", "TERMINAL_WIDTH", "_TYPER_FORCE_DISABLE_TERMINAL")}
+    pinned = ("COLUMNS", "LINES", "TERMINAL_WIDTH", "_TYPER_FORCE_DISABLE_TERMINAL")
+    child_env = {k: v for k, v in os.environ.items() if k not in pinned}
     child_env.update(TERM="xterm-256color", PYTHONPATH=str(root), **(env or {}))
     proc = subprocess.Popen([sys.executable, "-m", "ffncli", *args], stdin=secondary,
                             stdout=secondary, stderr=secondary, env=child_env, close_fds=True)

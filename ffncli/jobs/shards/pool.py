@@ -102,6 +102,12 @@ def _has_bokeh() -> bool:
     return importlib.util.find_spec("bokeh") is not None
 
 
+# Dask's log level in this process and its workers without --verbose: above CRITICAL, so
+# nothing (a worker's heartbeat failing as the cluster shuts down logs an ERROR with a
+# 30-line traceback, harmless); ffncli's own errors are its one line.
+_QUIET = logging.CRITICAL + 1
+
+
 @contextlib.contextmanager
 def connect(scale: ScaleChoice) -> Iterator[Pool]:
     """The pool the options ask for: this process, a LocalCluster of ``--workers`` processes
@@ -128,11 +134,12 @@ def connect(scale: ScaleChoice) -> Iterator[Pool]:
             with _sigint_ignored():
                 cluster = stack.enter_context(distributed.LocalCluster(
                     n_workers=scale.workers, processes=True, threads_per_worker=1,
-                    silence_logs=logging.ERROR, dashboard_address=_dashboard_address()))
+                    silence_logs=logging.WARNING if scale.verbose else _QUIET,
+                    dashboard_address=_dashboard_address()))
             client = stack.enter_context(distributed.Client(cluster))
         else:
             assert scale.scheduler is not None
-            client = stack.enter_context(_client(scale.scheduler))
+            client = stack.enter_context(_client(scale.scheduler, scale.verbose))
         yield DaskPool(client)
 
 
@@ -160,10 +167,11 @@ def _dashboard_address() -> str | None:
     return ":0" if importlib.util.find_spec("bokeh") is not None else None
 
 
-def _client(address: str) -> Any:
+def _client(address: str, verbose: bool) -> Any:
     from distributed import Client
 
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)  # our one line says it
+    if not verbose:  # our one line says what went wrong
+        logging.getLogger("distributed").setLevel(_QUIET)
     try:
         return Client(address, timeout=CONNECT_TIMEOUT)
     except (OSError, TimeoutError, ValueError, TypeError) as exc:
