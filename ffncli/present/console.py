@@ -185,16 +185,15 @@ def _fitting_table() -> type[Table]:
             kept, widths = fit_widths(headers, cells, [headers.index(n) for n in self.optional],
                                       options.max_width)
             inner = Table(title=self.title, title_justify=self.title_justify, show_edge=False,
-                          pad_edge=False)
+                          pad_edge=False, min_width=min(self.min_width or 0, options.max_width))
             for k in kept:
                 inner.add_column(self.columns[k].header, justify=self.columns[k].justify,
                                  width=widths[k], overflow="fold")
             for row in zip(*(self.columns[k].cells for k in kept), strict=True):
                 inner.add_row(*row)
             whole = sum(widths.values()) + _GAP * (len(kept) - 1)
-            yield from console.render(inner, options.update(width=max(whole, min(
-                options.max_width, len(plain(self.title or "")))), max_width=max(
-                whole, options.max_width)))
+            yield from console.render(inner, options.update(max_width=max(whole,
+                                                                          options.max_width)))
             left_out = [headers[i] for i in range(len(headers)) if i not in kept]
             if left_out:
                 yield Text(f"(left out to fit {options.max_width} columns: "
