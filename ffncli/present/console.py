@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ffncli.jobs.progress import Progress
@@ -117,8 +117,7 @@ def new_table(title: str, columns: Iterable[str], optional: Sequence[str] = ()) 
     folded nor cut: when even those do not fit, the table is drawn wider than the terminal
     (which wraps its lines) rather than show part of a number."""
     table = _fitting_table()(title=Text(title), title_justify="left", show_edge=False,
-                             pad_edge=False, min_width=len(title))
-    table.optional = tuple(optional)
+                             pad_edge=False, min_width=len(title), optional=tuple(optional))
     for i, name in enumerate(columns):
         table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
     return table
@@ -170,11 +169,13 @@ def fit_widths(headers: Sequence[str], cells: Sequence[Sequence[str]], optional:
 
 
 @functools.cache
-def _fitting_table() -> type[Table]:
+def _fitting_table() -> Callable[..., Table]:
     from rich.table import Table
 
     class FittingTable(Table):
-        optional: tuple[str, ...] = ()
+        def __init__(self, *args: Any, optional: tuple[str, ...] = (), **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.optional = optional
 
         def __rich_console__(self, console: Console, options: Any) -> Any:
             def plain(cell: Any) -> str:
