@@ -28,6 +28,7 @@ from ffncli.cli.options import (
     PresetOpt,
     ReportOpt,
     grouped,
+    put_in_panels,
 )
 from ffncli.errors import ExitCode, ImplError, InputError
 from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice, parse_layers
@@ -39,15 +40,53 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+    rich_markup_mode="rich",
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from ffncli import __version__
+
+        print(f"ffncli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option(
+        "--version", help="Print ffncli's version and exit.", is_eager=True,
+        callback=_print_version)] = False,
+) -> None:
+    """Inspect, run and count the position-wise feed-forward network (FFN) of Transformers."""
+
+
 # ---------------------------------------------------------------------------------------------
-# The commands.
+# The commands, each with one or two examples at the end of its --help (checked against its
+# options by tests/test_choices.py).
+
+EXAMPLES = {
+    "params": ("ffncli params --preset base",
+               "ffncli params --config config.json --seq-len 4096 --json"),
+    "presets": ("ffncli presets",),
+    "run": ("ffncli run --preset tiny --input the_cat_sat.txt",
+            "ffncli run --weights model.safetensors --layer 3 --input acts.npy --out out.npy"),
+    "permute-check": ("ffncli permute-check --preset base --random 64",
+                      "ffncli permute-check --impl mymodel.layers:feed_forward --d-model 512 "
+                      "--random 256 --junit-xml permute-check.xml"),
+    "relu-stats": ("ffncli relu-stats --preset gpt2 --random 500",
+                   "ffncli relu-stats --weights all-MiniLM-L6-v2/ --text alice.txt --report "
+                   "sparsity.html"),
+    "capture": ("ffncli capture --weights all-MiniLM-L6-v2/ --text alice.txt --out alice-acts",),
+}
 
 
-@app.command()
+def _examples(command: str) -> str:
+    return "Examples:\n\n" + "\n\n".join(f"  $ {line}" for line in EXAMPLES[command])
+
+
+
+@app.command(epilog=_examples("params"))
 @grouped(overrides=(Overrides, COUNTING))
 def params(
     preset: PresetOpt = None,
@@ -80,7 +119,7 @@ def params(
         raise typer.Exit(ExitCode.CHECK_FAILED)
 
 
-@app.command("run")
+@app.command("run", epilog=_examples("run"))
 @grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), overrides=(Overrides, RUNNING),
          scale=(ScaleChoice, SCALE))
 def run_cmd(
@@ -120,7 +159,7 @@ def run_cmd(
     emit_run(result, as_json, precision)
 
 
-@app.command("permute-check")
+@app.command("permute-check", epilog=_examples("permute-check"))
 @grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), overrides=(Overrides, RUNNING))
 def permute_check_cmd(
     impl: Annotated[Optional[str], typer.Option(
@@ -162,7 +201,7 @@ def permute_check_cmd(
         raise typer.Exit(ExitCode.CHECK_FAILED)
 
 
-@app.command("relu-stats")
+@app.command("relu-stats", epilog=_examples("relu-stats"))
 @grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), text=(TextChoice, TEXT),
          overrides=(Overrides, RUNNING), scale=(ScaleChoice, SCALE))
 def relu_stats_cmd(
@@ -239,7 +278,7 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
     emit_sweep(result, as_json)
 
 
-@app.command()
+@app.command(epilog=_examples("capture"))
 @grouped(model=(ModelChoice, CAPTURE_MODEL), text=(TextChoice, TEXT), scale=(ScaleChoice, SCALE))
 def capture(
     out: Annotated[Path, typer.Option(
@@ -277,10 +316,13 @@ def capture(
     emit_capture(result, as_json)
 
 
-@app.command()
+@app.command(epilog=_examples("presets"))
 def presets(as_json: JsonOpt = False) -> None:
     """List the built-in presets with their sizes."""
     from ffncli.counting.results import presets_summary
     from ffncli.present.params import emit_presets
 
     emit_presets(presets_summary(), as_json)
+
+
+put_in_panels(app)  # last: after every command is registered

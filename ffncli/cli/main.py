@@ -57,8 +57,8 @@ def run(argv: list[str] | None = None) -> int:
         return _fail(str(exc))
     except typer.TyperException as exc:  # Click's usage errors: bad option, value, command
         if type(exc).__name__ == "NoArgsIsHelpError":  # `ffncli` alone: the help, exit 0
-            ctx = getattr(exc, "ctx", None)  # Click's UsageError, vendored by Typer
-            typer.echo(ctx.get_help() if ctx else str(exc))
+            if str(exc):  # the help; Rich has drawn it already (as the error was made)
+                typer.echo(str(exc))
             return int(ExitCode.OK)
         return _fail(_usage_message(exc))
     except typer.Abort:

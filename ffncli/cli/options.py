@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Optional, TypeVar
@@ -91,7 +92,7 @@ TEXT: dict[str, Any] = {
     "text": Annotated[Optional[Path], typer.Option(
         "--text", help="Real text through the whole model: UTF-8, each non-empty line one "
         "sequence, tokenised with the tokenizer.json beside the weights (or a GGUF's own). "
-        "Needs pip install 'ffncli[text]'. relu-stats and capture also take many files: a "
+        "Needs pip install 'ffncli\\[text]'. relu-stats and capture also take many files: a "
         "quoted glob ('corpus/*.txt') or a folder, in name order.")],
     "ids": Annotated[Optional[Path], typer.Option(
         "--ids", help="Instead of --text: token ids, an integer .npy (1-D one sequence, 2-D "
@@ -101,7 +102,7 @@ TEXT: dict[str, Any] = {
 SCALE: dict[str, Any] = {
     "workers": Annotated[Optional[int], typer.Option(
         "--workers", help="Run the shards on a local Dask cluster of N worker processes "
-        "(pip install 'ffncli[dask]'). Default: this process.")],
+        "(pip install 'ffncli\\[dask]'). Default: this process.")],
     "scheduler": Annotated[Optional[str], typer.Option(
         "--scheduler", metavar="ADDRESS", help="Run the shards on the Dask cluster of this "
         "scheduler, e.g. tcp://10.0.0.5:8786 (the workers read --weights and --input from the "
@@ -152,5 +153,38 @@ def _defaults(cls: type) -> dict[str, Any]:
     return {f.name: f.default for f in dataclasses.fields(cls)}
 
 
-CAPTURE_MODEL = {name: MODEL[name] for name in ("config", "weights", "hub_model", "layer",
-                                                 "dtype")}
+CAPTURE_MODEL = {name: MODEL[name] for name in ("config", "hub_model", "layer", "dtype")}
+CAPTURE_MODEL["weights"] = Annotated[Optional[Path], typer.Option(
+    "--weights", help="The checkpoint the whole model runs from: a .safetensors file, a "
+    "model.safetensors.index.json, a model folder (with its config.json) or a llama.cpp .gguf. "
+    "Required, or --model.")]
+
+
+# Each option under its heading in --help (Typer's rich_help_panel), by its name; the options
+# of one command alone (--threshold, --trials, ...) stay under "Options".
+PANELS = {
+    "Model": ("--preset", "--config", "--weights", "--model", "--layer", "--dtype",
+              "--max-memory"),
+    "Tokens": ("--input", "--random", "--seed", "--allow-nonfinite", "--text", "--ids"),
+    "What-if": (*(f"--{name.replace('_', '-')}" for name in WHAT_IF), "--gated", "--batch"),
+    "Scale-out": ("--workers", "--scheduler", "--skip-bad", "--verbose"),
+    "Output": ("--out", "--force", "--residual", "--precision", "--json", "--report",
+               "--junit-xml"),
+}
+
+
+def put_in_panels(app: typer.Typer) -> None:
+    """Give every option of ``app``'s commands its heading of PANELS."""
+    panel_of = {option: panel for panel, options in PANELS.items() for option in options}
+    for command in app.registered_commands:
+        assert command.callback is not None
+        for param in inspect.signature(command.callback, eval_str=True).parameters.values():
+            info = next((a for a in typing.get_args(param.annotation)
+                         if isinstance(a, typer.models.OptionInfo)), param.default)
+            if not isinstance(info, typer.models.OptionInfo):
+                continue
+            # Annotated[T, typer.Option("--out", "-o")]: the first name is Typer's "default"
+            first = info.default if isinstance(info.default, str) else ""
+            for name in (first, *info.param_decls):
+                if name.split("/")[0] in panel_of:
+                    info.rich_help_panel = panel_of[name.split("/")[0]]
