@@ -185,6 +185,6 @@ def put_in_panels(app: typer.Typer) -> None:
                 continue
             # Annotated[T, typer.Option("--out", "-o")]: the first name is Typer's "default"
             first = info.default if isinstance(info.default, str) else ""
-            for name in (first, *info.param_decls):
+            for name in (first, *(info.param_decls or ())):
                 if name.split("/")[0] in panel_of:
                     info.rich_help_panel = panel_of[name.split("/")[0]]
