@@ -221,3 +221,78 @@ def test_permute_check_table_keeps_its_figures(cli, tmp_path, columns):
     for p in cli(*args, "--json").json()["properties"]:
         assert {p["name"], "PASS", f"{p['max_abs']:.3g}", f"{p['max_rel']:.3g}"} <= shown
     assert max(len(line) for line in text.splitlines()) <= columns
+
+
+# ---------------------------------------------------------------------------------------------
+# The progress bar: on stderr when it is a terminal, once the job has run DELAY seconds.
+
+
+class _Terminal:
+    """A stderr that says it is a terminal, and keeps what is written to it."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        raise OSError("not a real terminal")
+
+
+def _bar_run(monkeypatch, *, enabled=True, tty=True, seconds=(0.0, 3.0, 4.0)) -> str:
+    """A Bar over 6 tokens x 2 layers, its updates at ``seconds`` after the start."""
+    stderr = _Terminal()
+    if not tty:
+        stderr.isatty = lambda: False  # type: ignore[method-assign]
+    monkeypatch.setattr(console.sys, "stderr", stderr)
+    clock = iter([0.0, *seconds, seconds[-1]])
+    monkeypatch.setattr(console.time, "perf_counter", lambda: next(clock))
+    with console.Bar(enabled=enabled) as bar:
+        bar.start(12, "tokens x layers", per=2)
+        for done in (4, 8, 10)[:len(seconds)]:
+            bar.update(done)
+    return stderr.text
+
+
+def test_the_bar_shows_tokens_per_second_once_the_job_has_run_two_seconds(monkeypatch):
+    text = _bar_run(monkeypatch)
+    # at 3 s, 8 of 12 token-layers: 4 tokens in 3 s; at 4 s, 5 tokens in 4 s
+    # the last frame (Rich redraws at 10 Hz: the frames between may not be drawn)
+    assert "tokens x layers" in text and "10/12" in text
+    assert re.search(r"\b1 tokens/s", text)  # 5 tokens in 4 s, a whole number
+    assert re.search(r"\d:\d\d:\d\d|-:--:--", text)  # the time left
+    assert _bar_run(monkeypatch, seconds=(0.5, 1.0, 1.5)) == ""  # done within DELAY
+
+
+def test_no_bar_when_quiet_or_stderr_is_not_a_terminal(monkeypatch):
+    assert _bar_run(monkeypatch, enabled=False) == ""
+    assert _bar_run(monkeypatch, tty=False) == ""
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_quiet_turns_the_commands_bar_off(cli, monkeypatch, quiet):
+    """relu-stats with and without --quiet on a terminal, the bar due at once: drawn, or not."""
+    drawn = []
+
+    class Drawn:
+        def update(self, *args, **kwargs) -> None:
+            drawn.append(kwargs["completed"])
+
+    def show(self) -> None:
+        self._bar = Drawn()
+
+    monkeypatch.setattr(console.Bar, "DELAY", 0.0)
+    monkeypatch.setattr(console.Bar, "_show", show)
+    monkeypatch.setattr(console.sys.stderr, "isatty", lambda: True, raising=False)
+    r = cli("relu-stats", "--preset", "tiny", "--random", "20000", "--json",  # 3 chunks
+            *(["--quiet"] if quiet else []))
+    assert r.code == 0 and r.json()["tokens"] == 20_000
+    assert drawn == ([] if quiet else [8192, 16384, 20000])

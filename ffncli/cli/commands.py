@@ -26,6 +26,7 @@ from ffncli.cli.options import (
     HubModelOpt,
     JsonOpt,
     PresetOpt,
+    QuietOpt,
     ReportOpt,
     grouped,
     put_in_panels,
@@ -130,6 +131,7 @@ def run_cmd(
     precision: Annotated[Optional[int], typer.Option(
         "--precision", help="Digits shown (0 to 12; default 4).")] = None,
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
     *, model: ModelChoice, tokens: TokenChoice, overrides: Overrides, scale: ScaleChoice,
 ) -> None:
     """Run the FFN on token vectors: print the output, or stream it to a .npy file."""
@@ -140,7 +142,7 @@ def run_cmd(
             raise InputError("--precision sets the digits printed for one input file; run "
                              "over shards prints no values (it writes a .npy per shard)")
         run_command(model, tokens, overrides, scale, out=out, force=force, residual=residual,
-                    as_json=as_json)
+                    as_json=as_json, quiet=quiet)
         return
     precision = 4 if precision is None else precision
     from ffncli.jobs import run as run_job
@@ -152,7 +154,7 @@ def run_cmd(
     loaded = load_model(captured_layer(model, tokens), overrides)
     inputs = load_tokens(tokens, loaded.engine.d_model)
     run_job.check_printable(inputs, out, as_json)
-    with Bar(enabled=not as_json) as bar:
+    with Bar(enabled=not quiet) as bar:
         bar.start(inputs.n_tokens)
         result = run_job.run_ffn(loaded, inputs, out=out, force=force, residual=residual,
                                 allow_nonfinite=tokens.allow_nonfinite, progress=bar.update)
@@ -213,6 +215,7 @@ def relu_stats_cmd(
         "CATS rule), e.g. 0.5.")] = None,
     report_path: ReportOpt = None,
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
     *, model: ModelChoice, tokens: TokenChoice, text: TextChoice, overrides: Overrides,
     scale: ScaleChoice,
 ) -> None:
@@ -224,17 +227,17 @@ def relu_stats_cmd(
 
             sweep_command(model, text, overrides, scale, threshold=threshold,
                           target_sparsity=target_sparsity, report_path=report_path,
-                          as_json=as_json)
+                          as_json=as_json, quiet=quiet)
         else:
             _relu_stats_text(model, text, overrides, threshold, target_sparsity, report_path,
-                             as_json)
+                             as_json, quiet)
         return
     if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cli/sharded.py
         from ffncli.cli.sharded import relu_stats_command
 
         relu_stats_command(model, tokens, overrides, scale, threshold=threshold,
                            target_sparsity=target_sparsity, report_path=report_path,
-                           as_json=as_json)
+                           as_json=as_json, quiet=quiet)
         return
     from ffncli.analysis.sparsity import relu_stats
     from ffncli.jobs.resolve import captured_layer, load_model, load_tokens
@@ -246,7 +249,7 @@ def relu_stats_cmd(
     target = report_target(report_path, model, tokens)
     loaded = load_model(captured_layer(model, tokens), overrides)
     inputs = load_tokens(tokens, loaded.engine.d_model)
-    with Bar(enabled=not as_json) as bar:
+    with Bar(enabled=not quiet) as bar:
         bar.start(inputs.n_tokens)
         result = relu_stats(loaded.engine, inputs, threshold=threshold,
                             target_sparsity=target_sparsity,
@@ -257,7 +260,7 @@ def relu_stats_cmd(
 
 def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
                      threshold: float | None, target_sparsity: float | None,
-                     report_path: Path | None, as_json: bool) -> None:
+                     report_path: Path | None, as_json: bool, quiet: bool) -> None:
     """``relu-stats --text/--ids``: every selected layer's statistics on its real input."""
     from ffncli.jobs.resolve import open_text
     from ffncli.jobs.sweep import sweep
@@ -270,8 +273,8 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
     forward, sequences = open_text(model, text, overrides)
     with forward:
         layers = parse_layers(model.layer, forward.n_layers)
-        with Bar(enabled=not as_json) as bar:
-            bar.start(sequences.tokens * (layers[-1] + 1))
+        with Bar(enabled=not quiet) as bar:
+            bar.start(sequences.tokens * (layers[-1] + 1), "tokens x layers", per=layers[-1] + 1)
             result = sweep(forward, sequences, layers, threshold=threshold,
                            target_sparsity=target_sparsity, progress=bar.update)
     save_sweep(target, sweep_json(result))
@@ -289,6 +292,7 @@ def capture(
                                         "capture.json is removed before the first file is "
                                         "replaced).")] = False,
     as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
     *, model: ModelChoice, text: TextChoice, scale: ScaleChoice,
 ) -> None:
     """Run real text through the whole model; save the input every layer's FFN receives."""
@@ -303,13 +307,13 @@ def capture(
     if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cli/sharded.py
         from ffncli.cli.sharded import capture_command
 
-        capture_command(model, text, scale, out=out, force=force, as_json=as_json)
+        capture_command(model, text, scale, out=out, force=force, as_json=as_json, quiet=quiet)
         return
     forward, sequences = open_text(model, text, Overrides())
     with forward:
         layers = parse_layers(model.layer, forward.n_layers)
-        with Bar(enabled=not as_json) as bar:
-            bar.start(sequences.tokens * (layers[-1] + 1))
+        with Bar(enabled=not quiet) as bar:
+            bar.start(sequences.tokens * (layers[-1] + 1), "tokens x layers", per=layers[-1] + 1)
             result = capture_layers(forward, sequences, layers, out, force=force,
                                     inputs=(text.text, text.ids, forward.weights),
                                     progress=bar.update)

@@ -26,6 +26,9 @@ HubModelOpt = Annotated[Optional[str], typer.Option(
     "--model", metavar="ORG/NAME[@REVISION]", help="Instead of --weights: a model in the "
     "local Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub; "
     "revision default main). Never downloads.", show_default=False)]
+QuietOpt = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="No progress bar (it is drawn on stderr, when that is a terminal, "
+    "for work that runs longer than about two seconds).")]
 ReportOpt = Annotated[Optional[Path], typer.Option(
     "--report", metavar="FILE.html", help="Also write the results as one self-contained HTML "
     "page (SVG charts, each with its numbers in a table; no scripts, nothing fetched), "
@@ -169,7 +172,7 @@ PANELS = {
     "What-if": (*(f"--{name.replace('_', '-')}" for name in WHAT_IF), "--gated", "--batch"),
     "Scale-out": ("--workers", "--scheduler", "--skip-bad", "--verbose"),
     "Output": ("--out", "--force", "--residual", "--precision", "--json", "--report",
-               "--junit-xml"),
+               "--junit-xml", "--quiet"),
 }
 
 

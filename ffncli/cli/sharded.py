@@ -30,11 +30,11 @@ from ffncli.specs.spec import Overrides
 def relu_stats_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
                        scale: ScaleChoice, *, threshold: float | None,
                        target_sparsity: float | None, report_path: Path | None,
-                       as_json: bool) -> None:
+                       as_json: bool, quiet: bool = False) -> None:
     target = report_target(report_path, model, tokens)
     pattern, model = _seen_from_workers(scale, _pattern(tokens), model)
     note_workers(scale)
-    with connect(scale) as pool, Bar() as bar:
+    with connect(scale) as pool, Bar(enabled=not quiet) as bar:
         out = relu_stats_shards(model, overrides, pattern, pool, threshold=threshold,
                                 target_sparsity=target_sparsity,
                                 allow_nonfinite=tokens.allow_nonfinite, skip_bad=scale.skip_bad,
@@ -45,7 +45,7 @@ def relu_stats_command(model: ModelChoice, tokens: TokenChoice, overrides: Overr
 
 def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
                 scale: ScaleChoice, *, out: Path | None, force: bool, residual: bool,
-                as_json: bool) -> None:
+                as_json: bool, quiet: bool = False) -> None:
     pattern, model = _seen_from_workers(scale, _pattern(tokens), model)
     shard_paths(pattern)  # a glob that matches nothing says so first
     if out is None:
@@ -54,7 +54,7 @@ def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
     if scale.scheduler is not None:
         out = Path(os.path.abspath(out))
     note_workers(scale)
-    with connect(scale) as pool, Bar() as bar:
+    with connect(scale) as pool, Bar(enabled=not quiet) as bar:
         done = run_shards(model, overrides, pattern, out, pool, residual=residual, force=force,
                           allow_nonfinite=tokens.allow_nonfinite, skip_bad=scale.skip_bad,
                           progress=bar)
@@ -64,12 +64,12 @@ def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
 def sweep_command(model: ModelChoice, text: TextChoice, overrides: Overrides,
                   scale: ScaleChoice, *, threshold: float | None,
                   target_sparsity: float | None, report_path: Path | None,
-                  as_json: bool) -> None:
+                  as_json: bool, quiet: bool = False) -> None:
     """``relu-stats --text/--ids`` over shards (a glob, a folder, a cluster)."""
     target = report_target(report_path, model, text=text)
     _, model = _seen_from_workers(scale, Path(), model)  # --text/--ids are read here
     note_workers(scale)
-    with connect(scale) as pool, Bar() as bar:
+    with connect(scale) as pool, Bar(enabled=not quiet) as bar:
         out = sweep_shards(model, overrides, text, pool, threshold=threshold,
                            target_sparsity=target_sparsity, skip_bad=scale.skip_bad,
                            progress=bar)
@@ -78,13 +78,13 @@ def sweep_command(model: ModelChoice, text: TextChoice, overrides: Overrides,
 
 
 def capture_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice, *, out: Path,
-                    force: bool, as_json: bool) -> None:
+                    force: bool, as_json: bool, quiet: bool = False) -> None:
     """``capture`` over shards: a folder per shard under --out, a manifest, resumable."""
     _, model = _seen_from_workers(scale, Path(), model)  # --text/--ids are read here
     if scale.scheduler is not None:
         out = Path(os.path.abspath(out))
     note_workers(scale)
-    with connect(scale) as pool, Bar() as bar:
+    with connect(scale) as pool, Bar(enabled=not quiet) as bar:
         done = capture_shards(model, text, out, pool, force=force, skip_bad=scale.skip_bad,
                               progress=bar)
     emit_sharded_capture(done, as_json)

@@ -18,8 +18,10 @@ Callback = Callable[[int], None]  # done so far: what compute functions call as 
 class Progress:
     """A job's progress, shown nowhere: the base of the command line's bar."""
 
-    def start(self, total: int, unit: str = "tokens", note: str | None = None) -> None:
-        """The work is ``total`` ``unit`` (``tokens`` or ``shards``)."""
+    def start(self, total: int, unit: str = "tokens", note: str | None = None,
+              per: int = 1) -> None:
+        """The work is ``total`` ``unit`` (tokens, tokens x layers, or shards); ``per``: the
+        layers each token goes through, when ``total`` counts tokens x layers."""
 
     def update(self, done: int) -> None:
         """``done`` of ``total`` so far."""

@@ -52,12 +52,14 @@ def emit_json(doc: dict[str, Any]) -> None:
 
 
 class Bar(Progress):
-    """The one progress bar: Rich, on stderr, when it is a terminal (never on stdout, which
-    ``--json`` keeps for its one document). Tokens through the model, for work of at least
-    MIN_TOKENS; or shards done of all, with tokens per second. A job's note (a Dask
-    dashboard's address) goes to stderr too. Use it as a context manager."""
+    """The one progress bar: Rich, on stderr when it is a terminal (never on stdout, which
+    ``--json`` keeps for its one document), drawn once a job has run for DELAY seconds (a
+    shorter one ends before a bar would say anything): tokens through the model (per layer
+    when a walk counts token-layers) or shards done, with tokens per second and the time
+    left. A job's note (a Dask dashboard's address) goes to stderr at once. Off with
+    ``enabled=False`` (``--quiet``). Use it as a context manager."""
 
-    MIN_TOKENS = 200_000  # less work than this ends before a bar would say anything
+    DELAY = 2.0  # seconds before the bar is drawn
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
@@ -65,6 +67,10 @@ class Bar(Progress):
         self._bar: Any = None
         self._task: Any = None
         self._start = time.perf_counter()
+        self._total = 0
+        self._unit = "tokens"
+        self._per = 1
+        self._done = 0
         self._tokens = 0
 
     def __enter__(self) -> Bar:
@@ -73,33 +79,44 @@ class Bar(Progress):
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
-    def start(self, total: int, unit: str = "tokens", note: str | None = None) -> None:
+    def start(self, total: int, unit: str = "tokens", note: str | None = None,
+              per: int = 1) -> None:
+        """``per``: layers each token goes through, when ``total`` counts token-layers."""
         if note:
             print(f"Dask dashboard: {note}", file=sys.stderr)
-        if not self.enabled or not sys.stderr.isatty() or \
-                (unit == "tokens" and total < self.MIN_TOKENS):
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
-        from rich.progress import Progress as RichProgress
-
-        columns = (TextColumn("shards"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[rate]}")) if unit == "shards" else \
-            RichProgress.get_default_columns()
-        self._bar = self._stack.enter_context(RichProgress(
-            *columns, console=console(stderr=True), transient=True))
-        self._task = self._bar.add_task(unit, total=total, rate="")
+        self._total, self._unit, self._per = total, unit, max(per, 1)
+        self._done = self._tokens = 0
         self._start = time.perf_counter()
 
     def update(self, done: int) -> None:
-        if self._bar is not None:
-            self._bar.update(self._task, completed=done)
+        self._done = done
+        self._tokens = done // self._per
+        self._draw()
 
     def advance(self, tokens: int) -> None:
-        if self._bar is None:
-            return
+        self._done += 1
         self._tokens += tokens
-        rate = self._tokens / max(time.perf_counter() - self._start, 1e-9)
-        self._bar.update(self._task, advance=1, rate=f"{rate:,.0f} tokens/s")
+        self._draw()
+
+    def _draw(self) -> None:
+        elapsed = time.perf_counter() - self._start
+        if self._bar is None:
+            if not self.enabled or elapsed < self.DELAY or self._done >= self._total or \
+                    not sys.stderr.isatty():
+                return
+            self._show()
+        rate = f"{self._tokens / max(elapsed, 1e-9):,.0f} tokens/s"
+        self._bar.update(self._task, completed=self._done, rate=rate)
+
+    def _show(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+        from rich.progress import Progress as RichProgress
+
+        self._bar = self._stack.enter_context(RichProgress(
+            TextColumn(self._unit), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
+            console=console(stderr=True), transient=True))
+        self._task = self._bar.add_task(self._unit, total=self._total, rate="")
 
 
 def commas(value: int) -> str:
