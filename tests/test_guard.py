@@ -138,6 +138,11 @@ def test_sigterm_during_the_impl_exits_143(tmp_path):
                                               "error: interrupted by SIGTERM\n")
 
 
+WRAP = ("; --impl takes a function of a NumPy array (tokens, d_model) returning (tokens, "
+        "d_out): wrap it, e.g. block = FeedForwardBlock(512, 2048, 0.0).eval(); def ffn(x): "
+        "return block(torch.from_numpy(x)).detach().numpy()")
+
+
 @pytest.mark.parametrize("impl,message", [
     ("impls.ffns", "option --impl: expected module:function, got 'impls.ffns'"),
     ("impls.nothere:f", "option --impl: cannot import module 'impls.nothere' (No module named "
@@ -148,6 +153,11 @@ def test_sigterm_during_the_impl_exits_143(tmp_path):
      "(20, 6); expected (20, d_out)"),
     ("impls.ffns:returns_list", "impls.ffns:returns_list returned list; expected a numpy array"),
     ("impls.ffns:raises", "impls.ffns:raises raised RuntimeError: boom"),
+    # the lesson's FeedForwardBlock (a class), and a torch.nn.Module instance: what to write
+    ("impls.ffns:FeedForwardBlock", "option --impl: impls.ffns:FeedForwardBlock is a class"
+     + WRAP),
+    ("impls.ffns:torch_block", "option --impl: impls.ffns:torch_block is a PyTorch module"
+     + WRAP),
 ])
 def test_cli_bad_impl_exit_2(cli, in_tests, impl, message):
     r = cli("permute-check", "--impl", impl, "--d-model", "6", "--random", "20")

@@ -168,7 +168,25 @@ def load_impl(target: str, *, timeout: float | None = None) -> Fn:
         raise ImplError(f"option --impl: module {module_name!r} has no attribute {attr!r}")
     if not callable(fn):
         raise ImplError(f"option --impl: {target} is not callable")
+    kind = _framework_module(fn)
+    if kind is not None:
+        raise ImplError(f"option --impl: {target} is {kind}; --impl takes a function of a "
+                        "NumPy array (tokens, d_model) returning (tokens, d_out): wrap it, e.g. "
+                        "block = FeedForwardBlock(512, 2048, 0.0).eval(); def ffn(x): return "
+                        "block(torch.from_numpy(x)).detach().numpy()")
     return fn
+
+
+def _framework_module(fn: object) -> str | None:
+    """What ``fn`` is when it is not a function of arrays: a class, or a PyTorch, Flax or
+    Keras module (found by the modules its type comes from: none of them is imported)."""
+    kinds = {"torch.nn": "a PyTorch module", "flax": "a Flax module", "keras": "a Keras layer"}
+    cls = fn if inspect.isclass(fn) else type(fn)
+    for base in cls.__mro__:
+        for prefix, kind in kinds.items():
+            if base.__module__ == prefix or base.__module__.startswith(prefix + "."):
+                return f"{kind} class" if inspect.isclass(fn) else kind
+    return "a class" if inspect.isclass(fn) else None
 
 
 def impl_sources(target: str) -> list[Path]:

@@ -242,3 +242,23 @@ def hard_exits(x):
     import os
 
     os._exit(0)
+
+
+class FeedForwardBlock:
+    """The lesson's PyTorch ``FeedForwardBlock``, its constructor without PyTorch: a class."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
+        self.d_model, self.d_ff, self.dropout = d_model, d_ff, dropout
+
+
+# What a torch.nn.Module subclass looks like to the check (the module its base comes from),
+# for machines without PyTorch.
+_Module = type("Module", (), {"__module__": "torch.nn.modules.module"})
+
+
+class _TorchBlock(_Module):  # type: ignore[misc, valid-type]
+    def __call__(self, x):
+        raise TypeError("linear(): argument 'input' must be Tensor, not numpy.ndarray")
+
+
+torch_block = _TorchBlock()
