@@ -54,6 +54,9 @@ def command_inputs(preset: str | None = None, config: Path | None = None,
     if weights is not None:
         beside = config_beside(weights) or weights.parent / "config.json"
         inputs.append(("config.json beside the --weights", beside))
+        if not os.path.isdir(weights):  # the tokenizer --text reads beside a weights file
+            inputs.append(("tokenizer.json beside the --weights",
+                           weights.parent / "tokenizer.json"))
         folder = weights if os.path.isdir(weights) else (
             weights.parent if weights.name.endswith(".index.json") else None)
         if folder is not None:

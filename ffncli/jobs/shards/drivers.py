@@ -253,6 +253,32 @@ def _rooms(pool: Pool, job: Job, info: ModelInfo, shards: list[Shard], skip_bad:
     return list(rooms(info.capacity, demands))
 
 
+@contextlib.contextmanager
+def _removed_on_failure(out: Path, created: bool) -> Iterator[None]:
+    """The job's set-up (the model, the shards' headers or tokens), after --out was checked:
+    if it fails, a folder --out that the check created (still empty) goes again."""
+    try:
+        yield
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):
+                os.rmdir(out)
+        raise
+
+
+def read_by(model: ModelChoice, tokens: Path | None = None, text: TextChoice | None = None
+            ) -> list[Path | None]:
+    """Every file the job reads (the model's, each shard): what its --out must not be nor hold,
+    as on the single-file path."""
+    from ffncli.jobs.resolve import weights_of
+    from ffncli.jobs.targets import command_inputs
+
+    return [path for _, path in command_inputs(
+        model.preset, model.config, weights_of(model.weights, model.hub_model), tokens,
+        text=text.text if text is not None else None,
+        ids=text.ids if text is not None else None)]
+
+
 # ---------------------------------------------------------------------------------------------
 # run over .npy shards: DIR/<shard stem>.npy each, a manifest, resumable.
 
@@ -275,21 +301,23 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
     """``run`` over the shards of ``pattern``: ``out/<stem>.npy`` for each, and
     ``out/manifest.json`` listing the complete ones; a rerun skips those (unless ``force``)."""
     paths = shard_paths(pattern)
-    job = Job(model, overrides)
-    first = pool.call(describe, job, 0)
-    job = Job(model, overrides, first.rows)
-    shards, skipped = read_shards(paths, first.d_model, skip_bad)
-    check_unique([f"{s.path.stem}.npy" for s in shards], "option --input: ", "outputs")
-    info = pool.call(describe, job, sum(s.tokens for s in shards))
     if out.suffix.lower() == ".npy":
         raise OutputError(f"option --out: run over shards (a glob, a folder, --workers or "
                           f"--scheduler) writes one .npy per shard into a folder, got {out}")
-    output_folder(out, writer="run over shards", empty=False)
+    created = output_folder(out, writer="run over shards", empty=False,
+                            inputs=read_by(model, tokens=pattern))
+    with _removed_on_failure(out, created):
+        job = Job(model, overrides)
+        first = pool.call(describe, job, 0)
+        job = Job(model, overrides, first.rows)
+        shards, skipped = read_shards(paths, first.d_model, skip_bad)
+        check_unique([(str(s.path), s.out_name) for s in shards], "option --input: ", "output")
+        info = pool.call(describe, job, sum(s.tokens for s in shards))
     recipe = {"model": M.jsonable(model), "overrides": M.jsonable(overrides),
               "residual": residual, "source": info.source}
     done = {} if force else M.read_entries(out, recipe, M.RUN)
     entries = {s.name: e for s in shards if (e := done.get(s.name)) is not None
-               and e == M.entry(s) and (out / f"{s.path.stem}.npy").is_file()}
+               and e == M.entry(s) and (out / s.out_name).is_file()}
     todo = [s for s in shards if s.name not in entries]
     shard_rooms = _rooms(pool, job, info, shards, skip_bad, allow_nonfinite)
     task = RunTask(job, residual, allow_nonfinite)
@@ -301,10 +329,10 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
 
     def temporaries(of: Sequence[Shard]) -> list[str]:  # AtomicNpyWriter's .<name>.<hex>.tmp
         return [tmp for s in of
-                for tmp in glob.glob(glob.escape(str(out / f".{s.path.stem}.npy")) + ".*.tmp")]
+                for tmp in glob.glob(glob.escape(str(out / f".{s.out_name}")) + ".*.tmp")]
 
     written = write_shards(pool, shard_run,
-                           [(task, s, out / f"{s.path.stem}.npy", shard_rooms[s.index])
+                           [(task, s, out / s.out_name, shard_rooms[s.index])
                             for s in todo], todo, out, skip_bad=skip_bad, skipped=skipped,
                            progress=progress or Progress(), finished=finished,
                            leftovers=lambda: temporaries(todo),
@@ -452,11 +480,14 @@ def capture_shards(model: ModelChoice, text: TextChoice, out: Path, pool: Pool, 
 def _capture_shards(job: TextJob, text: TextChoice, out: Path, pool: Pool, force: bool,
                     skip_bad: bool, progress: Progress) -> ShardedCapture:
     model = job.model
-    forward = forward_for(job)
-    layers = parse_layers(model.layer, forward.n_layers)
-    shards, skipped = read_text_shards(text, forward, skip_bad)
-    check_unique([s.name for s in shards], "", "folders")
-    output_folder(out, writer="capture over shards", empty=False)
+    created = output_folder(out, writer="capture over shards", empty=False,
+                            inputs=read_by(model, text=text))
+    with _removed_on_failure(out, created):
+        forward = forward_for(job)
+        layers = parse_layers(model.layer, forward.n_layers)
+        shards, skipped = read_text_shards(text, forward, skip_bad)
+        check_unique([(str(s.path) if s.part is None else f"{s.path} (part {s.part})", s.name)
+                      for s in shards], "", "folder")
     recipe = {"model": os.path.abspath(forward.weights), "dtype": model.dtype,
               "layers": list(layers),
               "input": "--text" if text.text is not None else "--ids"}

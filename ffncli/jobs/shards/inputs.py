@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,26 @@ class Shard:
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def out_name(self) -> str:
+        """Its output's name in ``run``'s --out: :func:`output_name` of its stem, ``.npy``."""
+        return f"{output_name(self.path.stem)}.npy"
+
+
+RESERVED = {"manifest.json", "capture.json"}  # the files a job writes beside its shards'
+
+
+def output_name(stem: str) -> str:
+    """A safe name inside --out for the output of an input named ``stem``: its letters,
+    digits and ``. _ + -`` as they are, anything else (a separator, a space, a control
+    character) as ``_``, a leading dot as ``_`` (so never ``.``, ``..`` nor hidden), never
+    empty nor one of the job's own files. Two inputs that come to one name are refused by
+    :func:`check_unique`."""
+    name = re.sub(r"[^\w.+-]", "_", stem, flags=re.ASCII)
+    dots = len(name) - len(name.lstrip("."))
+    name = "_" * dots + name[dots:] or "_"
+    return name + "_" if name.casefold() in RESERVED else name
 
 
 @dataclass(frozen=True)
@@ -121,12 +142,15 @@ def every_shard_bad(option: str, skipped: Sequence[Skipped]) -> InputError:
     return InputError(f"option {option}: every shard is bad ({len(skipped)} skipped)")
 
 
-def check_unique(names: Sequence[str], prefix: str, outputs: str) -> None:
-    """Refuse two shards whose outputs would have one name in ``--out``."""
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})[0]
-        raise InputError(f"{prefix}two shards are named {twice}; their {outputs} would collide "
-                         "in --out")
+def check_unique(outputs: Sequence[tuple[str, str]], prefix: str, what: str) -> None:
+    """Refuse two shards whose outputs would have one name in ``--out``, letter case aside (a
+    file system may not tell them apart). ``outputs``: (the shard, its output's name)."""
+    seen: dict[str, str] = {}
+    for shard, name in outputs:
+        other = seen.setdefault(name.casefold(), shard)
+        if other != shard:
+            raise InputError(f"{prefix}two shards, {other} and {shard}, would write one "
+                             f"{what} {name} in --out; rename one")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,7 +171,7 @@ class TextShard:
     ``offset``: the index of its first token in the whole corpus."""
 
     index: int
-    name: str  # its folder under capture's --out: the file's stem, or stem-partNNNN
+    name: str  # its folder under capture's --out: output_name(stem), or that -partNNNN
     path: Path
     part: int | None
     ids: tuple[np.ndarray, ...]
@@ -193,7 +217,8 @@ def read_text_shards(choice: TextChoice, model: Any, skip_bad: bool
             continue
         runs = _runs(batches([len(s) for s in seqs.ids]), seqs.ids)
         for part, (a, b) in enumerate(runs):
-            name = path.stem if len(runs) == 1 else f"{path.stem}-part{part:04d}"
+            stem = output_name(path.stem)
+            name = stem if len(runs) == 1 else f"{stem}-part{part:04d}"
             shard = TextShard(len(shards), name, path, part if len(runs) > 1 else None,
                               seqs.ids[a:b], seqs.lines[a:b], offset, seqs.sha256)
             shards.append(shard)
