@@ -222,12 +222,15 @@ def test_ids_read_back_what_the_tokenizer_gave(minilm, tmp_path):
 def write_tokenizer_gguf(path: Path, *, pre: str | None = "smollm", model: str | None = "gpt2",
                          add_bos: bool | None = None, bos: int = 0,
                          merges: list[str] | None = None,
-                         add_eos: bool | None = None) -> dict[str, int]:
+                         add_eos: bool | None = None, specials: tuple[str, str] = ("<s>", "</s>"),
+                         special_types: tuple[int, int] = (3, 3)) -> dict[str, int]:
+    """``specials``: the texts of tokens 0 and 1 (BOS and EOS), of token types
+    ``special_types`` (3: control)."""
     gguf = pytest.importorskip("gguf")
     alphabet = text._byte_alphabet()
-    tokens = ["<s>", "</s>", *(alphabet[b] for b in range(256)), "ab", "abc", "12", "Ġab",
+    tokens = [*specials, *(alphabet[b] for b in range(256)), "ab", "abc", "12", "Ġab",
               "123", "xyz"]
-    types = [3, 3] + [1] * (len(tokens) - 2)
+    types = [*special_types] + [1] * (len(tokens) - 2)
     w = gguf.GGUFWriter(str(path), "llama")
     if model is not None:
         w.add_tokenizer_model(model)
@@ -271,6 +274,53 @@ def test_a_gguf_tokenizer_adds_eos_after_the_text(tmp_path):
                                                         v["</s>"]]]
     write_tokenizer_gguf(path, pre="gpt2", add_bos=False, add_eos=True)
     assert load_tokenizer(path).encode(["ab"]) == [[v["ab"], v["</s>"]]]
+
+
+# BOS and EOS texts that are template syntax to the tokenizers package: "$A" was pasted into
+# the post-processor's template as the sequence itself (every line's ids twice), a space or a
+# colon was a traceback (issue 20). Their text is data: the ids are [bos] + text + [eos].
+TEMPLATE_SYNTAX = ["$A", "$B", "$", "$0", "$A:1", ":", "a:b", "<s>:0", " ", "<s> x", "\t",
+                   "bos", "eos", "$A $B", "Ġ", ""]
+
+
+@pytest.mark.parametrize("bos", TEMPLATE_SYNTAX)
+def test_bos_and_eos_of_any_text_are_added_by_their_ids(tmp_path, bos):
+    path = tmp_path / "m.gguf"
+    v = write_tokenizer_gguf(path, pre="gpt2", add_bos=True, add_eos=True,
+                             specials=(bos, "</s>" if bos != "</s>" else "x"))
+    assert load_tokenizer(path).encode(["ab", "abc ab"]) == [[0, v["ab"], 1],
+                                                             [0, v["abc"], v["Ġab"], 1]]
+    write_tokenizer_gguf(path, pre="gpt2", add_bos=True, add_eos=True, specials=("<s>", bos))
+    assert load_tokenizer(path).encode(["ab"]) == [[0, v["ab"], 1]]
+    write_tokenizer_gguf(path, pre="gpt2", add_bos=True, add_eos=True, specials=(bos, bos))
+    assert load_tokenizer(path).encode(["ab"]) == [[0, v["ab"], 1]]
+
+
+_TOKEN_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bos=_TOKEN_TEXT | st.sampled_from(TEMPLATE_SYNTAX),
+       eos=_TOKEN_TEXT | st.sampled_from(TEMPLATE_SYNTAX),
+       types=st.tuples(st.sampled_from([1, 3, 4]), st.sampled_from([1, 3, 4])),
+       add_bos=st.booleans(), add_eos=st.booleans(),
+       lines=st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=12),
+                      min_size=1, max_size=3))
+def test_fuzz_the_bos_and_eos_of_a_gguf_tokenizer(tmp_path, bos, eos, types, add_bos, add_eos,
+                                                   lines):
+    """Any BOS and EOS text, of any token type, added or not: each line's ids are [bos] + the
+    ids of its text + [eos] exactly, or the file is refused in one line."""
+    path = tmp_path / "m.gguf"
+    write_tokenizer_gguf(path, pre="gpt2", add_bos=add_bos, add_eos=add_eos,
+                         specials=(bos, eos), special_types=types)
+    try:
+        tok = load_tokenizer(path)
+    except WeightsError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(f"{path}: ")
+        return
+    plain = [tok._backend.encode(line, add_special_tokens=False).ids for line in lines]
+    assert tok.encode(lines) == [[0] * add_bos + ids + [1] * add_eos for ids in plain]
 
 
 def test_a_byte_order_mark_opening_a_text_is_not_a_token(tmp_path):

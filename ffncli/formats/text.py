@@ -212,8 +212,9 @@ def _gguf_tokenizer(path: Path, tokenizers: Any,
                     header: GgufHeader | None = None) -> Tokenizer:
     """A byte-level BPE from ``tokenizer.ggml.tokens`` and ``.merges``, split per
     ``tokenizer.ggml.pre``, control tokens kept whole (as ``transformers`` and llama.cpp keep
-    them), BOS/EOS added when ``tokenizer.ggml.add_bos_token``/``add_eos_token`` say so (when
-    a file does not say, as llama.cpp does: BOS for the LLAMA3 pre-tokenizers only)."""
+    them), BOS/EOS added by their ids (whatever their text) when
+    ``tokenizer.ggml.add_bos_token``/``add_eos_token`` say so (when a file does not say, as
+    llama.cpp does: BOS for the LLAMA3 pre-tokenizers only)."""
     from ffncli.formats.gguf import metadata_arrays, read_header
 
     if header is None:
@@ -272,17 +273,20 @@ def _gguf_tokenizer(path: Path, tokenizers: Any,
     backend.add_tokens([tokenizers.AddedToken(t, normalized=False, special=False)
                         for t, kind in zip(tokens, types, strict=True) if kind == _USER_DEFINED
                         and t in vocab])
+    # The template names BOS and EOS by placeholders of ours, mapped to their ids: the token's
+    # own text ("$A", "<s> x", "a:b") is data, never template syntax.
     template, specials = ["$A:0"], []
     for end, flag, default in (("bos", "add_bos_token", pre in _LLAMA3),
                                ("eos", "add_eos_token", False)):
         if meta.get(f"tokenizer.ggml.{flag}", default) is True:
             token_id = meta.get(f"tokenizer.ggml.{end}_token_id")
-            if not isinstance(token_id, int) or not 0 <= token_id < len(tokens):
+            if (isinstance(token_id, bool) or not isinstance(token_id, int)
+                    or not 0 <= token_id < len(tokens)):
                 raise WeightsError(f"{path}: metadata key 'tokenizer.ggml.{end}_token_id': "
                                    f"expected a token id below {len(tokens):,} (the file sets "
                                    f"{flag}), got {brief(token_id)}")
-            template.insert(0 if end == "bos" else len(template), f"{tokens[token_id]}:0")
-            specials.append((tokens[token_id], token_id))
+            template.insert(0 if end == "bos" else len(template), f"{end}:0")
+            specials.append((end, token_id))
     backend.post_processor = tokenizers.processors.TemplateProcessing(
         single=" ".join(template), special_tokens=specials)
     return Tokenizer(backend, str(path))
