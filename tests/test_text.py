@@ -299,28 +299,30 @@ def test_bos_and_eos_of_any_text_are_added_by_their_ids(tmp_path, bos):
 _TOKEN_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(bos=_TOKEN_TEXT | st.sampled_from(TEMPLATE_SYNTAX),
        eos=_TOKEN_TEXT | st.sampled_from(TEMPLATE_SYNTAX),
        types=st.tuples(st.sampled_from([1, 3, 4]), st.sampled_from([1, 3, 4])),
-       add_bos=st.booleans(), add_eos=st.booleans(),
+       add_bos=st.booleans(), add_eos=st.booleans(), bos_id=st.sampled_from([0, 1, 7, 264]),
        lines=st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=12),
                       min_size=1, max_size=3))
 def test_fuzz_the_bos_and_eos_of_a_gguf_tokenizer(tmp_path, bos, eos, types, add_bos, add_eos,
-                                                   lines):
-    """Any BOS and EOS text, of any token type, added or not: each line's ids are [bos] + the
-    ids of its text + [eos] exactly, or the file is refused in one line."""
+                                                   bos_id, lines):
+    """Any BOS and EOS text, of any token type, added or not, any BOS id: each line's ids are
+    [bos] + the ids of its text + [eos] exactly, or the file is refused in one line."""
     path = tmp_path / "m.gguf"
-    write_tokenizer_gguf(path, pre="gpt2", add_bos=add_bos, add_eos=add_eos,
+    write_tokenizer_gguf(path, pre="gpt2", add_bos=add_bos, add_eos=add_eos, bos=bos_id,
                          specials=(bos, eos), special_types=types)
     try:
         tok = load_tokenizer(path)
     except WeightsError as exc:
-        assert "\n" not in str(exc) and str(exc).startswith(f"{path}: ")
+        assert (add_bos, bos_id) == (True, 264)
+        assert str(exc) == (f"{path}: metadata key 'tokenizer.ggml.bos_token_id': expected a "
+                            "token id below 264 (the file sets add_bos_token), got 264")
         return
     plain = [tok._backend.encode(line, add_special_tokens=False).ids for line in lines]
-    assert tok.encode(lines) == [[0] * add_bos + ids + [1] * add_eos for ids in plain]
+    assert tok.encode(lines) == [[bos_id] * add_bos + ids + [1] * add_eos for ids in plain]
 
 
 def test_a_byte_order_mark_opening_a_text_is_not_a_token(tmp_path):
