@@ -520,6 +520,12 @@ def test_a_huge_text(tmp_path, tok, monkeypatch):
      "line 1: token id 99999999999999999999 is out of range for a vocabulary of 30522"),
     ("1 " + "9" * 30 + "\n",
      f"line 1: token id '{'9' * 30}' is out of range for a vocabulary of 30522"),
+    # an id is its value, leading zeros or not (int() refused 4,300 characters: a traceback)
+    ("1 " + "0" * 5000 + "30522\n",
+     "line 1: token id 30522 is out of range for a vocabulary of 30522"),
+    ("-" + "0" * 5000 + "7\n", "line 1: token id -7 is out of range for a vocabulary of 30522"),
+    ("1 " + "0" * 5000 + "9" * 30 + "\n",
+     f"line 1: token id '{'0' * 27}...{'9' * 28}' is out of range for a vocabulary of 30522"),
     ("1 2\n3 1.5\n", "line 2: expected token ids (whole numbers separated by spaces), got "
      "'3 1.5'"),
     ("1,2\n", "line 1: expected token ids (whole numbers separated by spaces), got '1,2'"),
@@ -531,6 +537,15 @@ def test_bad_ids_txt(tmp_path, content, message):
     path = tmp_path / "ids.txt"
     path.write_text(content, encoding="utf-8")
     assert error_of(read_ids, path, 30522, None) == (InputError, f"{path}: {message}")
+
+
+@pytest.mark.parametrize("written, value", [
+    ("0" * 5000 + "7", 7), ("+" + "0" * 5000 + "7", 7), ("0" * 5000, 0), ("-" + "0" * 5000, 0),
+    ("0" * 4299 + "30521", 30521), ("007", 7)])
+def test_an_id_with_thousands_of_leading_zeros_is_its_value(tmp_path, written, value):
+    path = tmp_path / "ids.txt"
+    path.write_text(f"1 {written} 2\n", encoding="utf-8")
+    assert as_lists(read_ids(path, 30522, None)) == [[1, value, 2]]
 
 
 def test_ids_txt_not_utf8(tmp_path):
@@ -639,7 +654,7 @@ def test_an_id_of_thousands_of_digits(cli, tmp_path):
     assert (r.code, r.err) == (2, f"error: {ids}: line 2: token id '{'9' * 27}...{'9' * 28}' is "
                                   "out of range for a vocabulary of 128\n")
     assert not (tmp_path / "out").exists()
-    ids.write_text("1 " + "0" * 30 + "7 " + "9" * 19 + "\n")  # 7 written long is in range
+    ids.write_text("1 " + "0" * 5000 + "7 " + "9" * 19 + "\n")  # 7 written long is in range
     r = capture(cli, FORWARD / "gpt2", ids, tmp_path / "out")
     assert (r.code, r.err) == (2, f"error: {ids}: line 1: token id {'9' * 19} is out of range "
                                   "for a vocabulary of 128\n")

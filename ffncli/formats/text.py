@@ -21,7 +21,8 @@ BPE (``tokenizer.ggml.model`` ``gpt2``) is rebuilt from its tokens and merges, s
 llama.cpp splits it (``tokenizer.ggml.pre``).
 
 ``--ids FILE``: token ids without a tokenizer: an integer ``.npy`` (1-D one sequence, 2-D
-sequences x length) or a ``.txt`` with one sequence of space-separated ids per line.
+sequences x length) or a ``.txt`` with one sequence of space-separated ids per line (an id
+is its value: ``007``, or 7 after thousands of zeros, is 7).
 
 A sequence longer than the model's positions is cut into consecutive windows of that many
 ids (the last one shorter): special tokens stay where the tokenizer put them (BERT's
@@ -458,8 +459,11 @@ def _txt_ids(path: Path, f: io.BufferedReader, digest: Any,
         for parts in _split_ids(text):  # a long line a megabyte at a time: ~120 bytes a part
             try:
                 ids = np.array(parts, dtype=np.int64)
-            except (OverflowError, ValueError):  # beyond int64 (or int()'s 4,300 digits)
-                ids = None
+            except (OverflowError, ValueError):  # beyond int64, or int()'s 4,300 characters
+                try:  # an id is its value: 0...07, thousands of zeros long, is 7
+                    ids = np.array([_shortest(p) for p in parts], dtype=np.int64)
+                except (OverflowError, ValueError):
+                    ids = None
             if ids is None or (ids < 0).any() or (ids >= vocab).any():
                 raise _out_of_range(f"{path}: line {number}", _first_out_of_range(parts, vocab),
                                     vocab)
@@ -478,12 +482,20 @@ def _split_ids(text: str) -> Iterator[list[str]]:
         start = end
 
 
+def _shortest(part: str) -> str:
+    """An id as written (a sign, digits), without its leading zeros: int() refuses more than
+    4,300 characters, leading zeros included."""
+    digits = part.lstrip("+-")
+    return part[:len(part) - len(digits)] + (digits.lstrip("0") or "0")
+
+
 def _first_out_of_range(parts: list[str], vocab: int) -> int | str:
     """The first id of ``parts`` outside 0..vocab-1: as a number, or as written when it is
-    more than 20 digits (not converted: int() refuses more than 4,300)."""
+    more than 20 digits without its leading zeros (not converted)."""
     for part in parts:
-        if len(part.lstrip("+-").lstrip("0")) > 20:
+        shortest = _shortest(part)
+        if len(shortest.lstrip("+-")) > 20:
             return part
-        if not 0 <= int(part) < vocab:
-            return int(part)
+        if not 0 <= int(shortest) < vocab:
+            return int(shortest)
     raise AssertionError("no id out of range")  # the caller found one
