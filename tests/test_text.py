@@ -841,3 +841,69 @@ def test_a_text_the_tokenizer_gives_no_ids_for(cli, tmp_path):
     assert (r.code, r.err) == (2, f"error: {text}: no token ids: the tokenizer "
                                   f"{folder}/tokenizer.json gives none for any of its 2 "
                                   "non-empty lines\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile input: a tokenizer.json whose encode fails on the text (issue 20: a traceback, or the
+# Rust panic's message and backtrace on stderr, then a traceback)
+
+
+def _tokenizer_json(kind: str) -> str:
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    vocab = {"a": 0, "b": 1, "<unk>": 2}
+    if kind == "regex":  # backtracks past Oniguruma's retry limit on a long word and a "!"
+        tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"(\w+\s?)*$"), behavior="isolated")
+    else:
+        tok = Tokenizer({"wordpiece": models.WordPiece({"a": 0, "b": 1}, unk_token="[UNK]"),
+                         "wordlevel": models.WordLevel({"a": 0, "b": 1}, unk_token="<unk>"),
+                         "bpe": models.BPE({"a": 0, "b": 1}, [], unk_token="<unk>"),
+                         "unigram": models.Unigram([("a", -1.0), ("b", -1.0)])}[kind])
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tok.to_str()
+
+
+ENCODE_FAILS = {
+    "wordpiece": ("a b\nb c a\n", 2, "WordPiece error: Missing [UNK] token from the vocabulary"),
+    "wordlevel": ("x\n", 1, "WordLevel error: Missing [UNK] token from the vocabulary"),
+    "bpe": ("a\n\nab\nabc\n", 4, "Unk token `<unk>` not found in the vocabulary"),
+    "unigram": ("ba\nc\n", 2, "Encountered an unknown token but `unk_id` is missing"),
+    "regex": ("a b\n" + "a" * 30 + "!\n", 2, "Onig: Regex search error: retry-limit-in-match over"),
+}
+
+
+@pytest.mark.parametrize("kind", list(ENCODE_FAILS))
+def test_a_tokenizer_that_fails_on_the_text_is_one_line(tmp_path, capfd, kind):
+    """Read at the level of file descriptors: the panic of the tokenizers package's Rust code
+    wrote its message and a backtrace to fd 2 itself."""
+    from ffncli.cli.main import run
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        os.symlink(FORWARD / "gpt2" / name, folder / name)
+    (folder / "tokenizer.json").write_text(_tokenizer_json(kind))
+    content, line, reason = ENCODE_FAILS[kind]
+    lines = tmp_path / "t.txt"
+    lines.write_text(content)
+    capfd.readouterr()
+    code = run(["capture", "--weights", str(folder), "--text", str(lines), "--out",
+                str(tmp_path / "out")])
+    out, err = capfd.readouterr()
+    assert (code, out, err) == (2, "", f"error: {folder}/tokenizer.json: the tokenizer cannot "
+                                       f"encode line {line} of {lines}: {reason}\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_what_the_tokenizer_writes_to_stderr_is_passed_on(capfd):
+    """fd 2 is held only while the package runs: what else is written there stays."""
+    def writes() -> int:
+        os.write(2, b"a warning\n")
+        return 7
+
+    capfd.readouterr()
+    assert text._stderr_held(writes) == 7
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "a warning\nafter\n"
+

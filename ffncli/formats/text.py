@@ -33,11 +33,15 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
-from collections.abc import Iterator
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ffncli.base.files import check_file, open_file
 from ffncli.base.validate import brief
@@ -80,6 +84,57 @@ class Sequences:
         return sum(len(s) for s in self.ids)
 
 
+_T = TypeVar("_T")
+
+
+class EncodeError(WeightsError):
+    """The tokenizer failed on a text (an unknown-token entry missing from its vocabulary, a
+    pre-tokenizer's regular expression past the regex engine's limit): the first line it
+    fails on (its index in the batch), and why."""
+
+    def __init__(self, source: str, index: int, reason: str) -> None:
+        super().__init__(f"{source}: the tokenizer cannot encode the text: {reason}")
+        self.source, self.index, self.reason = source, index, reason
+
+
+def _tokenizer_failed(exc: BaseException) -> bool:
+    """What the tokenizers package raises for a text it cannot encode: a bare Exception, or
+    its Rust code's panic (pyo3's PanicException, a BaseException)."""
+    return type(exc) is Exception or type(exc).__name__ == "PanicException"
+
+
+def _stderr_held(call: Callable[[], _T]) -> _T:
+    """``call()`` with file descriptor 2 in a temporary file: a panic of the tokenizers
+    package's Rust code prints its message and a backtrace there before Python sees it. After
+    a return, whatever was written is passed on to stderr; after an exception (the panic) it
+    is dropped."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no stderr to hold
+        return call()
+    try:
+        held = tempfile.TemporaryFile()
+    except OSError:  # no room for it: unheld
+        os.close(saved)
+        return call()
+    with held:
+        os.dup2(held.fileno(), 2)
+        try:
+            result = call()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        held.seek(0)
+        written = held.read()
+    if written:
+        try:
+            os.write(2, written)
+        except OSError:
+            pass
+    return result
+
+
 class Tokenizer:
     """A ``tokenizers.Tokenizer`` that never truncates or pads, and adds special tokens."""
 
@@ -91,6 +146,27 @@ class Tokenizer:
         self.vocab: int = backend.get_vocab_size(with_added_tokens=True)
 
     def encode(self, lines: list[str]) -> list[list[int]]:
+        """The ids of each line; a text the tokenizer fails on is an :class:`EncodeError`
+        naming the first such line, never the package's traceback or panic."""
+        try:
+            return _stderr_held(lambda: self._encode(lines))
+        except BaseException as exc:
+            if not _tokenizer_failed(exc):
+                raise
+            reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise EncodeError(self.source, self._first_failing(lines), reason)
+
+    def _first_failing(self, lines: list[str]) -> int:
+        for i, line in enumerate(lines):
+            try:
+                _stderr_held(partial(self._encode, [line]))
+            except BaseException as exc:
+                if not _tokenizer_failed(exc):
+                    raise
+                return i
+        return 0  # only the batch fails: name its first line
+
+    def _encode(self, lines: list[str]) -> list[list[int]]:
         short = [line for line in lines if len(line) <= LONG_LINE]
         encoded = iter(self._backend.encode_batch(short, add_special_tokens=True))
         return [next(encoded).ids if len(line) <= LONG_LINE else self._encode_long(line)
@@ -338,7 +414,12 @@ def read_text(path: Path, tokenizer: Tokenizer, max_positions: int | None) -> Se
     lines: list[int] = []
 
     def flush(batch: list[tuple[int, str]]) -> None:
-        for (number, _), ids in zip(batch, tokenizer.encode([t for _, t in batch]), strict=True):
+        try:
+            encoded = tokenizer.encode([t for _, t in batch])
+        except EncodeError as exc:
+            raise WeightsError(f"{exc.source}: the tokenizer cannot encode line "
+                               f"{batch[exc.index][0]} of {path}: {exc.reason}") from None
+        for (number, _), ids in zip(batch, encoded, strict=True):
             if ids:  # a tokenizer may give nothing for a line (a lone control character)
                 cut = _windows(np.asarray(ids, dtype=np.int64), max_positions)
                 windows.extend(cut)
