@@ -301,6 +301,15 @@ BAD = {
     "unknown tensor type": (lambda d: _set(d, _first_tensor_type_offset(d), "<I", 99), "params",
                             lambda h, n: f"tensor 'token_embd.weight': unknown GGML type 99; "
                             f"known: {_KNOWN}"),
+    # llama.cpp refuses a name given twice; the walk kept the last one (issue 20)
+    "a tensor name twice": (lambda d: d.replace(b"blk.0.ffn_up.weight", b"blk.0.attn_q.weight"),
+                            "params", lambda h, n: "tensor 'blk.0.attn_q.weight' appears twice"),
+    "a tensor name twice, run": (
+        lambda d: d.replace(b"blk.0.ffn_gate.weight", b"blk.0.ffn_down.weight"), "run",
+        lambda h, n: "tensor 'blk.0.ffn_down.weight' appears twice"),
+    "a metadata key twice": (
+        lambda d: d.replace(b"llama.context_length", b"general.architecture"), "params",
+        lambda h, n: "metadata key 'general.architecture' appears twice"),
     "huge array length": (lambda d: _set(d, d.index(b"tokenizer.ggml.tokens") + 21 + 8, "<Q",
                                          2**62), "params",
                           lambda h, n: "the GGUF header is cut short (metadata key "

@@ -4,6 +4,8 @@ them (tests/helpers/quantised_files.py)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -194,6 +196,22 @@ UNKNOWN = {
          f"{LAYER}.scales": np.zeros((2, F), np.float16)},
         f"quantised layer '{LAYER}': a quantised layout it does not know (qweight [9, 9], "
         "qzeros [2, 16], scales [2, 128]): qweight is packed along neither axis for 4-bit"),
+    # zero groups: counted, then a traceback in run (issue 20)
+    "GPTQ with no groups": (
+        {f"{LAYER}.qweight": np.zeros((8, F), np.int32),
+         f"{LAYER}.qzeros": np.zeros((0, 16), np.int32),
+         f"{LAYER}.scales": np.zeros((0, F), np.float16),
+         f"{LAYER}.g_idx": np.zeros(D, np.int32)},
+        f"quantised layer '{LAYER}': no groups (qweight [8, 128], qzeros [0, 16], scales "
+        "[0, 128]); expected at least one group of inputs, each with its row of scales and "
+        "zeros"),
+    "AWQ with no groups": (
+        {f"{LAYER}.qweight": np.zeros((D, 16), np.int32),
+         f"{LAYER}.qzeros": np.zeros((0, 16), np.int32),
+         f"{LAYER}.scales": np.zeros((0, F), np.float16)},
+        f"quantised layer '{LAYER}': no groups (qweight [64, 16], qzeros [0, 16], scales "
+        "[0, 128]); expected at least one group of inputs, each with its row of scales and "
+        "zeros"),
     "SCB beside a float weight": (
         {f"{LAYER}.weight": np.zeros((F, D), np.float16), f"{LAYER}.SCB": np.ones(F, np.float32)},
         f"tensor '{LAYER}.weight': a quantised layout it does not know (F16 [128, 64]); "
@@ -212,8 +230,25 @@ def test_a_layout_it_does_not_know_is_one_error_line(tmp_path, cli, case):
     base = {k: v for k, v in safetensors_numpy.load_file(str(path)).items()
             if not k.startswith(LAYER)}
     safetensors_numpy.save_file({**base, **tensors}, str(path))
-    r = cli("params", "--config", tmp_path / "config.json", "--weights", path)
-    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
+    for command in ("params", "run"):
+        r = cli(command, "--weights", path, *(("--random", 2) if command == "run" else ()))
+        assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
+
+
+@pytest.mark.parametrize("scheme", ["GPTQ 4-bit", "AWQ 4-bit"])
+def test_a_layer_with_no_inputs_is_a_shape_error(tmp_path, cli, scheme):
+    """qweight of no rows: AWQ's unpacking reshaped by -1 (a ValueError traceback)."""
+    layer = "model.layers.0.mlp.gate_proj"
+    parts = {"qweight": np.zeros((0, F) if scheme.startswith("GPTQ") else (0, 16), np.int32),
+             "qzeros": np.zeros((2, 16), np.int32), "scales": np.ones((2, F), np.float16)}
+    path, _ = write_model(tmp_path, scheme, **{f"{layer}.{k}": v for k, v in parts.items()})
+    if scheme.startswith("GPTQ"):  # no g_idx: its groups are consecutive rows
+        tensors = safetensors_numpy.load_file(str(path))
+        del tensors[f"{layer}.g_idx"]
+        safetensors_numpy.save_file(tensors, str(path))
+    r = cli("run", "--weights", path, "--random", 2)
+    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: 'w': expected shape (64, 128), got "
+                                             "(0, 128)\n")
 
 
 @pytest.fixture(scope="module")
@@ -251,3 +286,89 @@ def test_fuzz_shapes_and_names(quantised_header, data):
         count_file(Header(quantised_header.path, tensors))
     except WeightsError as exc:
         assert "\n" not in str(exc)
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(awq=st.booleans(), bits=st.sampled_from([2, 4, 8]), n_in=st.sampled_from([0, 8, 32, 64]),
+       out=st.sampled_from([0, 8, 16]), groups=st.integers(0, 3),
+       g_idx=st.sampled_from(["none", "consecutive", "short", "high"]))
+def test_fuzz_dequantising_any_packed_shapes(tmp_path, awq, bits, n_in, out, groups, g_idx):
+    """Packed tensors of any (also empty) sizes: dequantised to [in, out], or one
+    WeightsError line; never NumPy's traceback (zero groups divided by zero, zero rows did
+    not reshape)."""
+    from ffncli.formats.quantised import dequantised, quantised_linears, runnable
+
+    per = 32 // bits
+    layer = "model.layers.0.mlp.up_proj"
+    tensors = {f"{layer}.qweight": np.zeros((n_in, out // per) if awq else (n_in // per, out),
+                                            np.int32),
+               f"{layer}.qzeros": np.zeros((groups, out // per), np.int32),
+               f"{layer}.scales": np.ones((groups, out), np.float16)}
+    if g_idx != "none" and not awq:
+        length = n_in - 1 if g_idx == "short" else n_in
+        tensors[f"{layer}.g_idx"] = (np.full(length, groups, np.int32) if g_idx == "high" else
+                                     np.arange(length, dtype=np.int32) * groups // max(n_in, 1))
+    path = tmp_path / "q.safetensors"
+    safetensors_numpy.save_file(tensors, str(path))
+    header = read_header(path)
+    try:
+        for lin in quantised_linears(header):
+            if runnable(lin):
+                w = dequantised(header, lin)
+                assert w.shape == lin.shape and np.isfinite(w).all()
+    except WeightsError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(f"{path}: ")
+
+
+# ---------------------------------------------------------------------------------------------
+# quantization_config in the config.json beside the weights (issue 20: an unknown method's
+# tensors were counted as buffers, a mismatch; exit 0 for a model type no reader knows)
+
+_READ = "ffncli reads the weights of 'gptq', 'awq', 'bitsandbytes' (without --weights, params " \
+    "counts the config's spec)"
+QUANT_CONFIGS = {
+    "fp8": ({"quant_method": "fp8", "weight_block_size": [128, 128]},
+            f"quant_method 'fp8' is not read; {_READ}"),
+    "compressed-tensors": ({"quant_method": "compressed-tensors", "format": "pack-quantized"},
+                           f"quant_method 'compressed-tensors' is not read; {_READ}"),
+    "hqq": ({"quant_method": "hqq"}, f"quant_method 'hqq' is not read; {_READ}"),
+    "upper case": ({"quant_method": "GPTQ"}, f"quant_method 'GPTQ' is not read; {_READ}"),
+    "a number": ({"quant_method": 4}, f"quant_method 4 is not read; {_READ}"),
+    "no method": ({"bits": 4}, f"no quant_method is not read; {_READ}"),
+    "a string": ("gptq", "expected an object with a quant_method, got 'gptq'"),
+    "a list": (["gptq"], "expected an object with a quant_method, got ['gptq']"),
+}
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen9"])
+@pytest.mark.parametrize("case", list(QUANT_CONFIGS))
+def test_a_quantisation_it_does_not_read_is_one_line(tmp_path, cli, case, model_type):
+    quant, message = QUANT_CONFIGS[case]
+    path, _ = write_model(tmp_path, "GPTQ 4-bit")
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "model_type": model_type,
+                                  "quantization_config": quant}))
+    want = (2, "", f"error: {config}: key 'quantization_config': {message}\n")
+    for args in (("params", "--weights", path), ("params", "--weights", tmp_path),
+                 ("params", "--config", config, "--weights", path),
+                 ("run", "--weights", path, "--random", 2)):
+        r = cli(*args)
+        assert (r.code, r.out, r.err) == want, args
+    if model_type == "llama":  # the spec alone is counted: the config says what the model is
+        assert cli("params", "--config", config, "--json").code == 0
+
+
+@pytest.mark.parametrize("scheme, quant", [
+    ("GPTQ 4-bit", {"quant_method": "gptq", "bits": 4, "group_size": GROUP}),
+    ("AWQ 4-bit", {"quant_method": "awq", "bits": 4, "version": "gemm"}),
+    ("bitsandbytes int8", {"quant_method": "bitsandbytes", "load_in_8bit": True}),
+    ("bitsandbytes nf4", {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}),
+    ("GPTQ 4-bit", None)])
+def test_the_quantisations_it_reads_are_counted(tmp_path, cli, scheme, quant):
+    path, _ = write_model(tmp_path, scheme)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "quantization_config": quant}))
+    r = cli("params", "--weights", path, "--json")
+    assert r.code == 0, r.err
+    assert r.json()["matches"] is True and r.json()["quantisation"] == scheme

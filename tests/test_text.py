@@ -222,12 +222,15 @@ def test_ids_read_back_what_the_tokenizer_gave(minilm, tmp_path):
 def write_tokenizer_gguf(path: Path, *, pre: str | None = "smollm", model: str | None = "gpt2",
                          add_bos: bool | None = None, bos: int = 0,
                          merges: list[str] | None = None,
-                         add_eos: bool | None = None) -> dict[str, int]:
+                         add_eos: bool | None = None, specials: tuple[str, str] = ("<s>", "</s>"),
+                         special_types: tuple[int, int] = (3, 3)) -> dict[str, int]:
+    """``specials``: the texts of tokens 0 and 1 (BOS and EOS), of token types
+    ``special_types`` (3: control)."""
     gguf = pytest.importorskip("gguf")
     alphabet = text._byte_alphabet()
-    tokens = ["<s>", "</s>", *(alphabet[b] for b in range(256)), "ab", "abc", "12", "Ġab",
+    tokens = [*specials, *(alphabet[b] for b in range(256)), "ab", "abc", "12", "Ġab",
               "123", "xyz"]
-    types = [3, 3] + [1] * (len(tokens) - 2)
+    types = [*special_types] + [1] * (len(tokens) - 2)
     w = gguf.GGUFWriter(str(path), "llama")
     if model is not None:
         w.add_tokenizer_model(model)
@@ -271,6 +274,55 @@ def test_a_gguf_tokenizer_adds_eos_after_the_text(tmp_path):
                                                         v["</s>"]]]
     write_tokenizer_gguf(path, pre="gpt2", add_bos=False, add_eos=True)
     assert load_tokenizer(path).encode(["ab"]) == [[v["ab"], v["</s>"]]]
+
+
+# BOS and EOS texts that are template syntax to the tokenizers package: "$A" was pasted into
+# the post-processor's template as the sequence itself (every line's ids twice), a space or a
+# colon was a traceback (issue 20). Their text is data: the ids are [bos] + text + [eos].
+TEMPLATE_SYNTAX = ["$A", "$B", "$", "$0", "$A:1", ":", "a:b", "<s>:0", " ", "<s> x", "\t",
+                   "bos", "eos", "$A $B", "Ġ", ""]
+
+
+@pytest.mark.parametrize("bos", TEMPLATE_SYNTAX)
+def test_bos_and_eos_of_any_text_are_added_by_their_ids(tmp_path, bos):
+    path = tmp_path / "m.gguf"
+    v = write_tokenizer_gguf(path, pre="gpt2", add_bos=True, add_eos=True,
+                             specials=(bos, "</s>" if bos != "</s>" else "x"))
+    assert load_tokenizer(path).encode(["ab", "abc ab"]) == [[0, v["ab"], 1],
+                                                             [0, v["abc"], v["Ġab"], 1]]
+    write_tokenizer_gguf(path, pre="gpt2", add_bos=True, add_eos=True, specials=("<s>", bos))
+    assert load_tokenizer(path).encode(["ab"]) == [[0, v["ab"], 1]]
+    write_tokenizer_gguf(path, pre="gpt2", add_bos=True, add_eos=True, specials=(bos, bos))
+    assert load_tokenizer(path).encode(["ab"]) == [[0, v["ab"], 1]]
+
+
+_TOKEN_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bos=_TOKEN_TEXT | st.sampled_from(TEMPLATE_SYNTAX),
+       eos=_TOKEN_TEXT | st.sampled_from(TEMPLATE_SYNTAX),
+       types=st.tuples(st.sampled_from([1, 3, 4]), st.sampled_from([1, 3, 4])),
+       add_bos=st.booleans(), add_eos=st.booleans(), bos_id=st.sampled_from([0, 1, 7, 264]),
+       lines=st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=12),
+                      min_size=1, max_size=3))
+def test_fuzz_the_bos_and_eos_of_a_gguf_tokenizer(tmp_path, bos, eos, types, add_bos, add_eos,
+                                                   bos_id, lines):
+    """Any BOS and EOS text, of any token type, added or not, any BOS id: each line's ids are
+    [bos] + the ids of its text + [eos] exactly, or the file is refused in one line."""
+    path = tmp_path / "m.gguf"
+    write_tokenizer_gguf(path, pre="gpt2", add_bos=add_bos, add_eos=add_eos, bos=bos_id,
+                         specials=(bos, eos), special_types=types)
+    try:
+        tok = load_tokenizer(path)
+    except WeightsError as exc:
+        assert (add_bos, bos_id) == (True, 264)
+        assert str(exc) == (f"{path}: metadata key 'tokenizer.ggml.bos_token_id': expected a "
+                            "token id below 264 (the file sets add_bos_token), got 264")
+        return
+    plain = [tok._backend.encode(line, add_special_tokens=False).ids for line in lines]
+    assert tok.encode(lines) == [[bos_id] * add_bos + ids + [1] * add_eos for ids in plain]
 
 
 def test_a_byte_order_mark_opening_a_text_is_not_a_token(tmp_path):
@@ -468,6 +520,12 @@ def test_a_huge_text(tmp_path, tok, monkeypatch):
      "line 1: token id 99999999999999999999 is out of range for a vocabulary of 30522"),
     ("1 " + "9" * 30 + "\n",
      f"line 1: token id '{'9' * 30}' is out of range for a vocabulary of 30522"),
+    # an id is its value, leading zeros or not (int() refused 4,300 characters: a traceback)
+    ("1 " + "0" * 5000 + "30522\n",
+     "line 1: token id 30522 is out of range for a vocabulary of 30522"),
+    ("-" + "0" * 5000 + "7\n", "line 1: token id -7 is out of range for a vocabulary of 30522"),
+    ("1 " + "0" * 5000 + "9" * 30 + "\n",
+     f"line 1: token id '{'0' * 27}...{'9' * 28}' is out of range for a vocabulary of 30522"),
     ("1 2\n3 1.5\n", "line 2: expected token ids (whole numbers separated by spaces), got "
      "'3 1.5'"),
     ("1,2\n", "line 1: expected token ids (whole numbers separated by spaces), got '1,2'"),
@@ -479,6 +537,15 @@ def test_bad_ids_txt(tmp_path, content, message):
     path = tmp_path / "ids.txt"
     path.write_text(content, encoding="utf-8")
     assert error_of(read_ids, path, 30522, None) == (InputError, f"{path}: {message}")
+
+
+@pytest.mark.parametrize("written, value", [
+    ("0" * 5000 + "7", 7), ("+" + "0" * 5000 + "7", 7), ("0" * 5000, 0), ("-" + "0" * 5000, 0),
+    ("0" * 4299 + "30521", 30521), ("007", 7)])
+def test_an_id_with_thousands_of_leading_zeros_is_its_value(tmp_path, written, value):
+    path = tmp_path / "ids.txt"
+    path.write_text(f"1 {written} 2\n", encoding="utf-8")
+    assert as_lists(read_ids(path, 30522, None)) == [[1, value, 2]]
 
 
 def test_ids_txt_not_utf8(tmp_path):
@@ -587,7 +654,7 @@ def test_an_id_of_thousands_of_digits(cli, tmp_path):
     assert (r.code, r.err) == (2, f"error: {ids}: line 2: token id '{'9' * 27}...{'9' * 28}' is "
                                   "out of range for a vocabulary of 128\n")
     assert not (tmp_path / "out").exists()
-    ids.write_text("1 " + "0" * 30 + "7 " + "9" * 19 + "\n")  # 7 written long is in range
+    ids.write_text("1 " + "0" * 5000 + "7 " + "9" * 19 + "\n")  # 7 written long is in range
     r = capture(cli, FORWARD / "gpt2", ids, tmp_path / "out")
     assert (r.code, r.err) == (2, f"error: {ids}: line 1: token id {'9' * 19} is out of range "
                                   "for a vocabulary of 128\n")
@@ -774,3 +841,69 @@ def test_a_text_the_tokenizer_gives_no_ids_for(cli, tmp_path):
     assert (r.code, r.err) == (2, f"error: {text}: no token ids: the tokenizer "
                                   f"{folder}/tokenizer.json gives none for any of its 2 "
                                   "non-empty lines\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile input: a tokenizer.json whose encode fails on the text (issue 20: a traceback, or the
+# Rust panic's message and backtrace on stderr, then a traceback)
+
+
+def _tokenizer_json(kind: str) -> str:
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    vocab = {"a": 0, "b": 1, "<unk>": 2}
+    if kind == "regex":  # backtracks past Oniguruma's retry limit on a long word and a "!"
+        tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"(\w+\s?)*$"), behavior="isolated")
+    else:
+        tok = Tokenizer({"wordpiece": models.WordPiece({"a": 0, "b": 1}, unk_token="[UNK]"),
+                         "wordlevel": models.WordLevel({"a": 0, "b": 1}, unk_token="<unk>"),
+                         "bpe": models.BPE({"a": 0, "b": 1}, [], unk_token="<unk>"),
+                         "unigram": models.Unigram([("a", -1.0), ("b", -1.0)])}[kind])
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tok.to_str()
+
+
+ENCODE_FAILS = {
+    "wordpiece": ("a b\nb c a\n", 2, "WordPiece error: Missing [UNK] token from the vocabulary"),
+    "wordlevel": ("x\n", 1, "WordLevel error: Missing [UNK] token from the vocabulary"),
+    "bpe": ("a\n\nab\nabc\n", 4, "Unk token `<unk>` not found in the vocabulary"),
+    "unigram": ("ba\nc\n", 2, "Encountered an unknown token but `unk_id` is missing"),
+    "regex": ("a b\n" + "a" * 30 + "!\n", 2, "Onig: Regex search error: retry-limit-in-match over"),
+}
+
+
+@pytest.mark.parametrize("kind", list(ENCODE_FAILS))
+def test_a_tokenizer_that_fails_on_the_text_is_one_line(tmp_path, capfd, kind):
+    """Read at the level of file descriptors: the panic of the tokenizers package's Rust code
+    wrote its message and a backtrace to fd 2 itself."""
+    from ffncli.cli.main import run
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        os.symlink(FORWARD / "gpt2" / name, folder / name)
+    (folder / "tokenizer.json").write_text(_tokenizer_json(kind))
+    content, line, reason = ENCODE_FAILS[kind]
+    lines = tmp_path / "t.txt"
+    lines.write_text(content)
+    capfd.readouterr()
+    code = run(["capture", "--weights", str(folder), "--text", str(lines), "--out",
+                str(tmp_path / "out")])
+    out, err = capfd.readouterr()
+    assert (code, out, err) == (2, "", f"error: {folder}/tokenizer.json: the tokenizer cannot "
+                                       f"encode line {line} of {lines}: {reason}\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_what_the_tokenizer_writes_to_stderr_is_passed_on(capfd):
+    """fd 2 is held only while the package runs: what else is written there stays."""
+    def writes() -> int:
+        os.write(2, b"a warning\n")
+        return 7
+
+    capfd.readouterr()
+    assert text._stderr_held(writes) == 7
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "a warning\nafter\n"
+

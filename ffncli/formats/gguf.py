@@ -251,6 +251,8 @@ def _walk(path: Path, buf: bytes, size: int) -> GgufHeader:
     data_start = -(-w.pos // alignment) * alignment
     tensors: dict[str, GgufTensor] = {}
     for name, dims, type_id, offset in infos:
+        if name in tensors:  # llama.cpp refuses the file: which one would be the weight?
+            raise WeightsError(f"{path}: tensor {brief(name)} appears twice")
         tensors[name] = _tensor(path, name, dims, type_id, data_start + offset, size)
     ranges = sorted((t for t in tensors.values() if t.nbytes), key=lambda t: t.start)
     for a, b in pairwise(ranges):

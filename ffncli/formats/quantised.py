@@ -13,9 +13,10 @@ and AWQ layers dequantised (``ffncli.counting.files`` counts them).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ffncli.base.files import kept_or_opened, read_at
+from ffncli.base.validate import brief
 from ffncli.errors import WeightsError
 from ffncli.formats.safetensors import Header, TensorInfo, read_tensor
 
@@ -31,6 +32,33 @@ class Linear:
     parts: tuple[TensorInfo, ...]  # the tensors that store it
     bits: int = 0  # GPTQ and AWQ
     shape: tuple[int, int] = (0, 0)  # GPTQ and AWQ: (in, out)
+
+
+# transformers' quantization_config.quant_method of the layouts read here (QuantizationMethod)
+QUANT_METHODS = ("gptq", "awq", "bitsandbytes")
+
+
+def check_quant_method(config: Any, source: str) -> None:
+    """A checkpoint's config.json (its document, ``source`` its file) says how its weights
+    are stored in ``quantization_config``: absent or null (plain tensors), or a method whose
+    tensors are read here. Any other method (fp8, compressed-tensors, hqq, ...) stores tensors
+    whose names and dtypes mean something else: counted by name they would be buffers and a
+    mismatch, so they are refused. As transformers reads it: ``load_in_8bit``/``load_in_4bit``
+    without a method is bitsandbytes, a config without either is refused."""
+    if not isinstance(config, dict) or config.get("quantization_config") is None:
+        return
+    quant = config["quantization_config"]
+    where = f"{source}: key 'quantization_config'"
+    if not isinstance(quant, dict):
+        raise WeightsError(f"{where}: expected an object with a quant_method, got {brief(quant)}")
+    method = quant.get("quant_method")
+    if method is None and (quant.get("load_in_8bit") is True or quant.get("load_in_4bit") is True):
+        return  # bitsandbytes, as transformers took it before quant_method
+    if method not in QUANT_METHODS:
+        told = "no quant_method" if method is None else f"quant_method {brief(method)}"
+        raise WeightsError(f"{where}: {told} is not read; ffncli reads the weights of "
+                           f"{', '.join(repr(m) for m in QUANT_METHODS)} (without --weights, "
+                           "params counts the config's spec)")
 
 
 _MARKERS = (".qweight", ".qzeros", ".SCB", ".absmax", ".quant_map")
@@ -61,6 +89,9 @@ def _packed(header: Header, prefix: str) -> Linear:
                            "expected int32 GPTQ qweight [in*bits/32, out] or AWQ qweight "
                            "[in, out*bits/32], qzeros [groups, out*bits/32], scales "
                            "[groups, out], bits 2, 3, 4 or 8")
+    if s.shape[0] == 0:  # nothing to scale the inputs by: no weights, though in x out are counted
+        raise WeightsError(f"{where}: no groups ({shapes}); expected at least one group of "
+                           "inputs, each with its row of scales and zeros")
     out = s.shape[1]
     if q.shape[1] == out and (q.shape[0] * 32) % bits == 0:
         scheme, n_in = "GPTQ", q.shape[0] * 32 // bits
@@ -140,11 +171,12 @@ def _unpack(words: np.ndarray, bits: int, axis: int) -> np.ndarray:
 
     shifts = np.arange(0, 32, bits, dtype=np.uint32)
     mask = np.uint32((1 << bits) - 1)
+    rows, cols = words.shape
     if axis == 0:  # (rows, cols) -> (rows, per, cols) -> (rows * per, cols)
         values = (words[:, None, :] >> shifts[None, :, None]) & mask
-        return values.reshape(-1, words.shape[1])
+        return values.reshape(rows * len(shifts), cols)  # shapes spelled out: rows may be 0
     values = (words[:, :, None] >> shifts[None, None, :]) & mask  # (rows, cols, per)
-    return values.reshape(words.shape[0], -1)
+    return values.reshape(rows, cols * len(shifts))
 
 
 def dequantised(header: Header, lin: Linear, file: BinaryIO | None = None) -> np.ndarray:

@@ -21,7 +21,8 @@ BPE (``tokenizer.ggml.model`` ``gpt2``) is rebuilt from its tokens and merges, s
 llama.cpp splits it (``tokenizer.ggml.pre``).
 
 ``--ids FILE``: token ids without a tokenizer: an integer ``.npy`` (1-D one sequence, 2-D
-sequences x length) or a ``.txt`` with one sequence of space-separated ids per line.
+sequences x length) or a ``.txt`` with one sequence of space-separated ids per line (an id
+is its value: ``007``, or 7 after thousands of zeros, is 7).
 
 A sequence longer than the model's positions is cut into consecutive windows of that many
 ids (the last one shorter): special tokens stay where the tokenizer put them (BERT's
@@ -32,11 +33,15 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
-from collections.abc import Iterator
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ffncli.base.files import check_file, open_file
 from ffncli.base.validate import brief
@@ -79,6 +84,57 @@ class Sequences:
         return sum(len(s) for s in self.ids)
 
 
+_T = TypeVar("_T")
+
+
+class EncodeError(WeightsError):
+    """The tokenizer failed on a text (an unknown-token entry missing from its vocabulary, a
+    pre-tokenizer's regular expression past the regex engine's limit): the first line it
+    fails on (its index in the batch), and why."""
+
+    def __init__(self, source: str, index: int, reason: str) -> None:
+        super().__init__(f"{source}: the tokenizer cannot encode the text: {reason}")
+        self.source, self.index, self.reason = source, index, reason
+
+
+def _tokenizer_failed(exc: BaseException) -> bool:
+    """What the tokenizers package raises for a text it cannot encode: a bare Exception, or
+    its Rust code's panic (pyo3's PanicException, a BaseException)."""
+    return type(exc) is Exception or type(exc).__name__ == "PanicException"
+
+
+def _stderr_held(call: Callable[[], _T]) -> _T:
+    """``call()`` with file descriptor 2 in a temporary file: a panic of the tokenizers
+    package's Rust code prints its message and a backtrace there before Python sees it. After
+    a return, whatever was written is passed on to stderr; after an exception (the panic) it
+    is dropped."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no stderr to hold
+        return call()
+    try:
+        held = tempfile.TemporaryFile()
+    except OSError:  # no room for it: unheld
+        os.close(saved)
+        return call()
+    with held:
+        os.dup2(held.fileno(), 2)
+        try:
+            result = call()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        held.seek(0)
+        written = held.read()
+    if written:
+        try:
+            os.write(2, written)
+        except OSError:
+            pass
+    return result
+
+
 class Tokenizer:
     """A ``tokenizers.Tokenizer`` that never truncates or pads, and adds special tokens."""
 
@@ -90,6 +146,27 @@ class Tokenizer:
         self.vocab: int = backend.get_vocab_size(with_added_tokens=True)
 
     def encode(self, lines: list[str]) -> list[list[int]]:
+        """The ids of each line; a text the tokenizer fails on is an :class:`EncodeError`
+        naming the first such line, never the package's traceback or panic."""
+        try:
+            return _stderr_held(lambda: self._encode(lines))
+        except BaseException as exc:
+            if not _tokenizer_failed(exc):
+                raise
+            reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise EncodeError(self.source, self._first_failing(lines), reason)
+
+    def _first_failing(self, lines: list[str]) -> int:
+        for i, line in enumerate(lines):
+            try:
+                _stderr_held(partial(self._encode, [line]))
+            except BaseException as exc:
+                if not _tokenizer_failed(exc):
+                    raise
+                return i
+        return 0  # only the batch fails: name its first line
+
+    def _encode(self, lines: list[str]) -> list[list[int]]:
         short = [line for line in lines if len(line) <= LONG_LINE]
         encoded = iter(self._backend.encode_batch(short, add_special_tokens=True))
         return [next(encoded).ids if len(line) <= LONG_LINE else self._encode_long(line)
@@ -212,8 +289,9 @@ def _gguf_tokenizer(path: Path, tokenizers: Any,
                     header: GgufHeader | None = None) -> Tokenizer:
     """A byte-level BPE from ``tokenizer.ggml.tokens`` and ``.merges``, split per
     ``tokenizer.ggml.pre``, control tokens kept whole (as ``transformers`` and llama.cpp keep
-    them), BOS/EOS added when ``tokenizer.ggml.add_bos_token``/``add_eos_token`` say so (when
-    a file does not say, as llama.cpp does: BOS for the LLAMA3 pre-tokenizers only)."""
+    them), BOS/EOS added by their ids (whatever their text) when
+    ``tokenizer.ggml.add_bos_token``/``add_eos_token`` say so (when a file does not say, as
+    llama.cpp does: BOS for the LLAMA3 pre-tokenizers only)."""
     from ffncli.formats.gguf import metadata_arrays, read_header
 
     if header is None:
@@ -272,17 +350,20 @@ def _gguf_tokenizer(path: Path, tokenizers: Any,
     backend.add_tokens([tokenizers.AddedToken(t, normalized=False, special=False)
                         for t, kind in zip(tokens, types, strict=True) if kind == _USER_DEFINED
                         and t in vocab])
+    # The template names BOS and EOS by placeholders of ours, mapped to their ids: the token's
+    # own text ("$A", "<s> x", "a:b") is data, never template syntax.
     template, specials = ["$A:0"], []
     for end, flag, default in (("bos", "add_bos_token", pre in _LLAMA3),
                                ("eos", "add_eos_token", False)):
         if meta.get(f"tokenizer.ggml.{flag}", default) is True:
             token_id = meta.get(f"tokenizer.ggml.{end}_token_id")
-            if not isinstance(token_id, int) or not 0 <= token_id < len(tokens):
+            if (isinstance(token_id, bool) or not isinstance(token_id, int)
+                    or not 0 <= token_id < len(tokens)):
                 raise WeightsError(f"{path}: metadata key 'tokenizer.ggml.{end}_token_id': "
                                    f"expected a token id below {len(tokens):,} (the file sets "
                                    f"{flag}), got {brief(token_id)}")
-            template.insert(0 if end == "bos" else len(template), f"{tokens[token_id]}:0")
-            specials.append((tokens[token_id], token_id))
+            template.insert(0 if end == "bos" else len(template), f"{end}:0")
+            specials.append((end, token_id))
     backend.post_processor = tokenizers.processors.TemplateProcessing(
         single=" ".join(template), special_tokens=specials)
     return Tokenizer(backend, str(path))
@@ -333,7 +414,12 @@ def read_text(path: Path, tokenizer: Tokenizer, max_positions: int | None) -> Se
     lines: list[int] = []
 
     def flush(batch: list[tuple[int, str]]) -> None:
-        for (number, _), ids in zip(batch, tokenizer.encode([t for _, t in batch]), strict=True):
+        try:
+            encoded = tokenizer.encode([t for _, t in batch])
+        except EncodeError as exc:
+            raise WeightsError(f"{exc.source}: the tokenizer cannot encode line "
+                               f"{batch[exc.index][0]} of {path}: {exc.reason}") from None
+        for (number, _), ids in zip(batch, encoded, strict=True):
             if ids:  # a tokenizer may give nothing for a line (a lone control character)
                 cut = _windows(np.asarray(ids, dtype=np.int64), max_positions)
                 windows.extend(cut)
@@ -454,8 +540,11 @@ def _txt_ids(path: Path, f: io.BufferedReader, digest: Any,
         for parts in _split_ids(text):  # a long line a megabyte at a time: ~120 bytes a part
             try:
                 ids = np.array(parts, dtype=np.int64)
-            except (OverflowError, ValueError):  # beyond int64 (or int()'s 4,300 digits)
-                ids = None
+            except (OverflowError, ValueError):  # beyond int64, or int()'s 4,300 characters
+                try:  # an id is its value: 0...07, thousands of zeros long, is 7
+                    ids = np.array([_shortest(p) for p in parts], dtype=np.int64)
+                except (OverflowError, ValueError):
+                    ids = None
             if ids is None or (ids < 0).any() or (ids >= vocab).any():
                 raise _out_of_range(f"{path}: line {number}", _first_out_of_range(parts, vocab),
                                     vocab)
@@ -474,12 +563,20 @@ def _split_ids(text: str) -> Iterator[list[str]]:
         start = end
 
 
+def _shortest(part: str) -> str:
+    """An id as written (a sign, digits), without its leading zeros: int() refuses more than
+    4,300 characters, leading zeros included."""
+    digits = part.lstrip("+-")
+    return part[:len(part) - len(digits)] + (digits.lstrip("0") or "0")
+
+
 def _first_out_of_range(parts: list[str], vocab: int) -> int | str:
     """The first id of ``parts`` outside 0..vocab-1: as a number, or as written when it is
-    more than 20 digits (not converted: int() refuses more than 4,300)."""
+    more than 20 digits without its leading zeros (not converted)."""
     for part in parts:
-        if len(part.lstrip("+-").lstrip("0")) > 20:
+        shortest = _shortest(part)
+        if len(shortest.lstrip("+-")) > 20:
             return part
-        if not 0 <= int(part) < vocab:
-            return int(part)
+        if not 0 <= int(shortest) < vocab:
+            return int(shortest)
     raise AssertionError("no id out of range")  # the caller found one

@@ -36,8 +36,8 @@ def count_model(preset: str | None, config: Path | None, overrides: Overrides,
             if overrides != Overrides():
                 raise InputError(f"the what-if options need a spec; {_NO_CONFIG}")
             return FileOnlyResult(count_file(read_checkpoint(weights)), str(weights), _NO_CONFIG)
-    try:
-        spec = resolve_spec(preset, config, overrides)
+    try:  # with the weights: a config.json's quantization_config is checked
+        spec = resolve_spec(preset, config, overrides, weights=weights)
     except UnsupportedModelType as exc:
         if weights is None:
             raise

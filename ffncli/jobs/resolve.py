@@ -86,7 +86,7 @@ def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
             _no_config_beside(weights)
     keys = None
     if config is not None:
-        spec, keys = _config(config)
+        spec, keys = _config(config, weights)
     elif preset is not None:
         spec = load_preset(preset)
     else:
@@ -106,12 +106,16 @@ def _no_config_beside(weights: Path) -> None:
                      "give it with --config config.json, or a --preset NAME|FILE")
 
 
-def _config(path: Path) -> tuple[ModelSpec, Keys]:
-    """A config.json, read once: its spec and its keys."""
+def _config(path: Path, weights: Path | None) -> tuple[ModelSpec, Keys]:
+    """A config.json, read once: its spec and its keys. With the ``weights`` it describes (a
+    checkpoint, not a GGUF file), its quantization_config names a method they are read by."""
+    from ffncli.formats.quantised import check_quant_method
     from ffncli.specs.archs import spec_from_config
     from ffncli.specs.hfconfig import read_config
 
     data = read_config(path)
+    if weights is not None and weights.suffix.lower() != ".gguf":
+        check_quant_method(data, str(path))
     spec = spec_from_config(data, str(path))  # refuses anything but a JSON object
     return spec, Keys(data, str(path))
 
@@ -147,7 +151,7 @@ def open_model(choice: ModelChoice, overrides: Overrides, *, forward: bool = Fal
         tensors = SafetensorsTensors(open_checkpoint(weights))
     if forward and keys is None and not gguf:  # a --preset's spec: the settings beside
         beside = config_beside(weights)
-        keys = _config(beside)[1] if beside is not None else None
+        keys = _config(beside, weights)[1] if beside is not None else None
     return Opened(spec, weights, tensors, keys)
 
 
