@@ -16,6 +16,8 @@ pytest.importorskip("distributed")
 
 LEVELS = """
 import logging
+import warnings
+warnings.simplefilter("ignore")  # as the CLI does (a port in use is a warning, not a log)
 from ffncli.jobs.choices import ScaleChoice
 from ffncli.jobs.shards.pool import connect
 
