@@ -607,15 +607,15 @@ def test_nan_weights_are_refused_not_counted(cli, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_infinite_ffn_weights_show_in_the_next_layer(cli, tmp_path):
-    """Layer 0's FFN gives infinity: its input is finite, layer 1's is not."""
+def test_infinite_ffn_weights_are_refused_when_the_layer_is_built(cli, tmp_path):
+    """Layer 0's FFN gave infinity: its input was finite (exit 0 on --layer 0, every unit
+    counted from NaN activations), layer 1's was not. Now the tensor is named, either way."""
     folder = nan_at("gpt2", "transformer.h.0.mlp.c_fc.weight", tmp_path, np.inf)
-    r = cli("relu-stats", "--weights", folder, "--ids", IDS, "--layer", "0", "--json")
-    assert r.code == 0, r.err
-    r = cli("relu-stats", "--weights", folder, "--ids", IDS, "--json")
-    assert (r.code, r.err) == (2, f"error: {folder}: layer 1's FFN input of sequence 1 holds NaN "
-                                  "or infinity: the checkpoint's weights hold some, or its "
-                                  "forward overflows\n")
+    line = (f"error: {folder}/model.safetensors: tensor 'transformer.h.0.mlp.c_fc.weight' holds "
+            "1 NaN or infinite value, the first at index (0, 0)\n")
+    for layers in (("--layer", "0"), ()):
+        r = cli("relu-stats", "--weights", folder, "--ids", IDS, *layers, "--json")
+        assert (r.code, r.out, r.err) == (2, "", line)
 
 
 def test_nan_in_a_later_sequence_is_named(tmp_path):

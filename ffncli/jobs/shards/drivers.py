@@ -212,9 +212,9 @@ def relu_stats_shards(model: ModelChoice, overrides: Overrides, pattern: Path, p
 
     check_rule(threshold, target_sparsity)
     paths = shard_paths(pattern)
-    job = Job(model, overrides)
+    job = Job(model, overrides, allow_nonfinite=allow_nonfinite)
     first = pool.call(describe, job, 0)
-    job = Job(model, overrides, first.rows)
+    job = Job(model, overrides, first.rows, allow_nonfinite)
     shards, skipped = read_shards(paths, first.d_model, skip_bad)
     total = sum(s.tokens for s in shards)
     info = pool.call(describe, job, total)
@@ -275,9 +275,9 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
     """``run`` over the shards of ``pattern``: ``out/<stem>.npy`` for each, and
     ``out/manifest.json`` listing the complete ones; a rerun skips those (unless ``force``)."""
     paths = shard_paths(pattern)
-    job = Job(model, overrides)
+    job = Job(model, overrides, allow_nonfinite=allow_nonfinite)
     first = pool.call(describe, job, 0)
-    job = Job(model, overrides, first.rows)
+    job = Job(model, overrides, first.rows, allow_nonfinite)
     shards, skipped = read_shards(paths, first.d_model, skip_bad)
     check_unique([f"{s.path.stem}.npy" for s in shards], "option --input: ", "outputs")
     info = pool.call(describe, job, sum(s.tokens for s in shards))
