@@ -697,3 +697,49 @@ def test_odd_heads_with_rotary_positions_are_one_line(cli, tmp_path, make, sourc
     r = capture(cli, weights, ids, tmp_path / "out")
     assert (r.code, r.err) == (2, line)
     assert not (tmp_path / "out").exists()
+
+
+def _gguf_claiming(tmp_path: Path, layers: int) -> Path:
+    """A two-layer GGUF file whose llama.block_count says ``layers``."""
+    pytest.importorskip("gguf")
+    from helpers.gguf_files import write_gguf
+
+    path = tmp_path / "claims.gguf"
+    write_gguf(path)
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"llama.block_count") + len(b"llama.block_count") + 4  # past its u32 type
+    raw[at:at + 4] = layers.to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+    return path
+
+
+LAYER_CLAIMS = [  # (id, make(tmp_path) -> weights, the config named, layers claimed, held)
+    ("llama-2**31", lambda t: checkpoint(t, "llama", config={"num_hidden_layers": 2**31}),
+     "{w}/config.json", 2**31, "{w}/model.safetensors", "layers 0-1"),
+    ("gpt2-2**40", lambda t: checkpoint(t, "gpt2", config={"n_layer": 2**40}),
+     "{w}/config.json", 2**40, "{w}/model.safetensors", "layers 0-1"),
+    ("bert-3", lambda t: checkpoint(t, "bert", config={"num_hidden_layers": 3}),
+     "{w}/config.json", 3, "{w}/model.safetensors", "layers 0-1"),
+    ("gguf-2**32-1", lambda t: _gguf_claiming(t, 2**32 - 1), "{w} (GGUF metadata)", 2**32 - 1,
+     "{w}", "layers 0-1"),
+]
+
+
+@pytest.mark.parametrize("make,config,claimed,path,held", [c[1:] for c in LAYER_CLAIMS],
+                         ids=[c[0] for c in LAYER_CLAIMS])
+def test_a_layer_count_past_the_weights_is_one_line_before_anything_scales(
+        cli, tmp_path, make, config, claimed, path, held):
+    """2**31 layers made --layer all build a list of every one (MemoryError, or the
+    out-of-memory killer); fewer, a walk ran to the first missing layer. The count is checked
+    against the tensors when the forward opens."""
+    weights = make(tmp_path)
+    ids = tmp_path / "ids.txt"
+    ids.write_text("1 2 3\n4 5\n")
+    line = (f"error: {config.format(w=weights)}: {claimed:,} layers, but the weights "
+            f"({path.format(w=weights)}) hold {held}\n")
+    for chosen in ((), ("--layer", "0")):
+        r = cli("relu-stats", "--weights", weights, "--ids", ids, *chosen)
+        assert (r.code, r.out, r.err) == (2, "", line)
+    r = capture(cli, weights, ids, tmp_path / "out")
+    assert (r.code, r.err) == (2, line)
+    assert not (tmp_path / "out").exists()
