@@ -52,6 +52,11 @@ class WeightsError(FfnError):
     """A weights file is unreadable or does not fit the spec."""
 
 
+class NonfiniteWeightsError(WeightsError):
+    """A weights tensor holds NaN or infinity (the commands that take ``--allow-nonfinite``
+    say so in the line)."""
+
+
 class MemoryBudgetError(FfnError):
     """The work would need more memory than the budget allows."""
 

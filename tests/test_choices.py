@@ -60,3 +60,37 @@ def test_one_layer_grammar_for_every_command(cli, layer):
             "--layer", layer)
     assert (r.code, r.err) == (2, "error: option --layer: expected a layer N, a range A-B or "
                                   f"all, got '{layer}'\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# --workers: at most WORKERS_PER_CORE a core, refused before anything starts (no note, no Dask).
+
+_WHY = ("each worker is a process holding its own copy of the weights, and at most one a core "
+        "runs at a time")
+TOO_MANY_WORKERS = [  # (id, cores, --workers, command, the line)
+    ("10000-on-2", 2, "10000", "relu-stats",
+     f"option --workers: expected at most 8 (4 a core, 2 cores here: {_WHY}), got 10000"),
+    ("9-on-2", 2, "9", "run",
+     f"option --workers: expected at most 8 (4 a core, 2 cores here: {_WHY}), got 9"),
+    ("5-on-1", 1, "5", "relu-stats",
+     f"option --workers: expected at most 4 (4 a core, 1 core here: {_WHY}), got 5"),
+    ("million-on-64", 64, "1000000", "run",
+     f"option --workers: expected at most 256 (4 a core, 64 cores here: {_WHY}), got 1000000"),
+]
+
+
+@pytest.mark.parametrize("cores,workers,command,line", [c[1:] for c in TOO_MANY_WORKERS],
+                         ids=[c[0] for c in TOO_MANY_WORKERS])
+def test_too_many_workers_is_one_line_before_anything_starts(cli, tmp_path, monkeypatch, cores,
+                                                             workers, command, line):
+    import os
+    import sys
+
+    import numpy as np
+
+    np.save(tmp_path / "a.npy", np.ones((3, 4), np.float32))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setitem(sys.modules, "distributed", None)  # would say "needs the dask package"
+    out = ("--out", tmp_path / "y") if command == "run" else ()
+    r = cli(command, "--preset", "toy", "--input", tmp_path, *out, "--workers", workers)
+    assert (r.code, r.out, r.err) == (2, "", f"error: {line}\n")  # and no "note: --workers"

@@ -216,9 +216,11 @@ def test_bad_options(cli, tmp_path, cat_sat):
 
 
 def test_nonfinite_pass_through(cli, tmp_path):
+    """NaN computes through; --json writes it as null (strict JSON) and lists where."""
     path = _write(tmp_path, "nan.npy", np.array([[1, 2, 3, 4], [np.nan, 0, 0, 0.0]]))
     doc = cli("run", "--preset", "tiny", "--input", path, "--json", "--allow-nonfinite").json()
-    assert np.all(np.isfinite(doc["output"][0])) and np.isnan(doc["output"][1][0])
+    assert np.all(np.isfinite(doc["output"][0])) and doc["output"][1] == [None] * 4
+    assert doc["nonfinite"]["first"][0] == {"path": "output[1][0]", "value": "NaN"}
 
 
 def test_mixtral_shape_what_if_runs(cli):

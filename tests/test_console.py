@@ -4,6 +4,7 @@ lines beside them."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -296,3 +297,47 @@ def test_quiet_turns_the_commands_bar_off(cli, monkeypatch, quiet):
             *(["--quiet"] if quiet else []))
     assert r.code == 0 and r.json()["tokens"] == 20_000
     assert drawn == ([] if quiet else [8192, 16384, 20000])
+
+
+# ---------------------------------------------------------------------------------------------
+# --json is strict JSON: NaN and infinity are written as null, listed under "nonfinite".
+
+
+def _strict(text: str) -> dict:
+    """json.loads as a strict parser reads: NaN, Infinity and -Infinity are errors."""
+    def refuse(name: str) -> None:
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+NONFINITE_DOCS = [  # (id, document, the same as written, its nonfinite note)
+    ("nan", {"a": float("nan")}, {"a": None},
+     {"count": 1, "first": [{"path": "a", "value": "NaN"}]}),
+    ("nested", {"x": [[1.0, float("inf")], [float("-inf"), 2]], "y": {"z": (float("nan"),)}},
+     {"x": [[1.0, None], [None, 2]], "y": {"z": [None]}},
+     {"count": 3, "first": [{"path": "x[0][1]", "value": "Infinity"},
+                            {"path": "x[1][0]", "value": "-Infinity"},
+                            {"path": "y.z[0]", "value": "NaN"}]}),
+    ("many", {"output": [float("nan")] * 25}, {"output": [None] * 25},
+     {"count": 25, "first": [{"path": f"output[{i}]", "value": "NaN"} for i in range(10)]}),
+]
+
+
+@pytest.mark.parametrize("doc,written,note", [c[1:] for c in NONFINITE_DOCS],
+                         ids=[c[0] for c in NONFINITE_DOCS])
+def test_json_is_strict_nonfinite_values_are_null_with_a_note(capsys, doc, written, note):
+    console.emit_json(doc)
+    got = _strict(capsys.readouterr().out)
+    assert got == {**written, "nonfinite": {
+        **note, "note": "NaN and infinity are not JSON: each is written as null"}}
+
+
+def test_run_json_with_allow_nonfinite_is_strict(cli, tmp_path):
+    path = tmp_path / "nan.npy"
+    np.save(path, np.array([[1, 2, 3, 4], [np.nan, 0, 0, np.inf]], np.float32))
+    r = cli("run", "--preset", "tiny", "--input", path, "--json", "--allow-nonfinite")
+    doc = _strict(r.out)
+    assert r.code == 0 and all(v is not None for v in doc["output"][0])
+    assert doc["nonfinite"]["count"] == 2 * 4  # row 1 of output and of first_rows
+    assert doc["nonfinite"]["first"][0] == {"path": "output[1][0]", "value": "NaN"}

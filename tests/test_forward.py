@@ -607,15 +607,15 @@ def test_nan_weights_are_refused_not_counted(cli, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_infinite_ffn_weights_show_in_the_next_layer(cli, tmp_path):
-    """Layer 0's FFN gives infinity: its input is finite, layer 1's is not."""
+def test_infinite_ffn_weights_are_refused_when_the_layer_is_built(cli, tmp_path):
+    """Layer 0's FFN gave infinity: its input was finite (exit 0 on --layer 0, every unit
+    counted from NaN activations), layer 1's was not. Now the tensor is named, either way."""
     folder = nan_at("gpt2", "transformer.h.0.mlp.c_fc.weight", tmp_path, np.inf)
-    r = cli("relu-stats", "--weights", folder, "--ids", IDS, "--layer", "0", "--json")
-    assert r.code == 0, r.err
-    r = cli("relu-stats", "--weights", folder, "--ids", IDS, "--json")
-    assert (r.code, r.err) == (2, f"error: {folder}: layer 1's FFN input of sequence 1 holds NaN "
-                                  "or infinity: the checkpoint's weights hold some, or its "
-                                  "forward overflows\n")
+    line = (f"error: {folder}/model.safetensors: tensor 'transformer.h.0.mlp.c_fc.weight' holds "
+            "1 NaN or infinite value, the first at index (0, 0)\n")
+    for layers in (("--layer", "0"), ()):
+        r = cli("relu-stats", "--weights", folder, "--ids", IDS, *layers, "--json")
+        assert (r.code, r.out, r.err) == (2, "", line)
 
 
 def test_nan_in_a_later_sequence_is_named(tmp_path):
@@ -641,3 +641,105 @@ def test_nan_in_a_later_sequence_is_named(tmp_path):
     assert str(info.value) == (f"{FORWARD / 'gpt2'}: layer 1's FFN input of sequence 4 holds "
                                "NaN or infinity: the checkpoint's weights hold some, or its "
                                "forward overflows")
+
+
+def _odd_heads(tmp_path: Path, base: str, head_dim: int) -> Path:
+    """``base`` with heads ``head_dim`` wide: its config says so and every attention weight
+    has that shape (random values), as a checkpoint with odd heads would."""
+    from safetensors.numpy import load_file
+
+    settings = json.loads((FORWARD / base / "config.json").read_text())
+    d, nq = settings["hidden_size"], settings["num_attention_heads"]
+    nkv = settings.get("num_key_value_heads", nq)
+    rng = np.random.default_rng(0)
+    shapes = {"q_proj": (nq * head_dim, d), "k_proj": (nkv * head_dim, d),
+              "v_proj": (nkv * head_dim, d), "o_proj": (d, nq * head_dim),
+              "q_norm": (head_dim,), "k_norm": (head_dim,)}
+    tensors = {}
+    for name, w in load_file(str(FORWARD / base / "model.safetensors")).items():
+        part = name.split(".")[-2]
+        if ".self_attn." in name and part in shapes:
+            shape = shapes[part] if name.endswith(".weight") else (shapes[part][0],)
+            tensors[name] = rng.normal(0, 0.1, shape).astype(w.dtype)
+    return checkpoint(tmp_path, base, config={"head_dim": head_dim}, tensors=tensors)
+
+
+def _odd_gguf(tmp_path: Path) -> Path:
+    pytest.importorskip("gguf")
+    from helpers.gguf_files import write_gguf
+
+    path = tmp_path / "odd.gguf"
+    write_gguf(path, head_dim=15)
+    return path
+
+
+ODD_HEADS = [  # (id, make(tmp_path) -> weights, the config or metadata named, head width)
+    ("llama-15", lambda t: _odd_heads(t, "llama", 15), "{w}/config.json", 15),
+    ("qwen3-9", lambda t: _odd_heads(t, "qwen3", 9), "{w}/config.json", 9),
+    ("mistral-1", lambda t: _odd_heads(t, "mistral", 1), "{w}/config.json", 1),
+    ("gguf-15", _odd_gguf, "{w} (GGUF metadata)", 15),
+]
+
+
+@pytest.mark.parametrize("make,source,width", [c[1:] for c in ODD_HEADS],
+                         ids=[c[0] for c in ODD_HEADS])
+def test_odd_heads_with_rotary_positions_are_one_line(cli, tmp_path, make, source, width):
+    """The rotary step split a head into halves of different widths: a ValueError traceback.
+    transformers' rotate_half cannot compute them either, so they are refused."""
+    weights = make(tmp_path)
+    ids = tmp_path / "ids.txt"
+    ids.write_text("1 2 3\n4 5\n")  # in every vocabulary (the GGUF file's has 40)
+    line = (f"error: {source.format(w=weights)}: heads of {width} values: rotary positions turn "
+            "pairs of a head's values, so its width must be even (transformers does not "
+            "compute an odd one either)\n")
+    r = cli("relu-stats", "--weights", weights, "--ids", ids)
+    assert (r.code, r.out, r.err) == (2, "", line)
+    r = capture(cli, weights, ids, tmp_path / "out")
+    assert (r.code, r.err) == (2, line)
+    assert not (tmp_path / "out").exists()
+
+
+def _gguf_claiming(tmp_path: Path, layers: int) -> Path:
+    """A two-layer GGUF file whose llama.block_count says ``layers``."""
+    pytest.importorskip("gguf")
+    from helpers.gguf_files import write_gguf
+
+    path = tmp_path / "claims.gguf"
+    write_gguf(path)
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"llama.block_count") + len(b"llama.block_count") + 4  # past its u32 type
+    raw[at:at + 4] = layers.to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+    return path
+
+
+LAYER_CLAIMS = [  # (id, make(tmp_path) -> weights, the config named, layers claimed, held)
+    ("llama-2**31", lambda t: checkpoint(t, "llama", config={"num_hidden_layers": 2**31}),
+     "{w}/config.json", 2**31, "{w}/model.safetensors", "layers 0-1"),
+    ("gpt2-2**40", lambda t: checkpoint(t, "gpt2", config={"n_layer": 2**40}),
+     "{w}/config.json", 2**40, "{w}/model.safetensors", "layers 0-1"),
+    ("bert-3", lambda t: checkpoint(t, "bert", config={"num_hidden_layers": 3}),
+     "{w}/config.json", 3, "{w}/model.safetensors", "layers 0-1"),
+    ("gguf-2**32-1", lambda t: _gguf_claiming(t, 2**32 - 1), "{w} (GGUF metadata)", 2**32 - 1,
+     "{w}", "layers 0-1"),
+]
+
+
+@pytest.mark.parametrize("make,config,claimed,path,held", [c[1:] for c in LAYER_CLAIMS],
+                         ids=[c[0] for c in LAYER_CLAIMS])
+def test_a_layer_count_past_the_weights_is_one_line_before_anything_scales(
+        cli, tmp_path, make, config, claimed, path, held):
+    """2**31 layers made --layer all build a list of every one (MemoryError, or the
+    out-of-memory killer); fewer, a walk ran to the first missing layer. The count is checked
+    against the tensors when the forward opens."""
+    weights = make(tmp_path)
+    ids = tmp_path / "ids.txt"
+    ids.write_text("1 2 3\n4 5\n")
+    line = (f"error: {config.format(w=weights)}: {claimed:,} layers, but the weights "
+            f"({path.format(w=weights)}) hold {held}\n")
+    for chosen in ((), ("--layer", "0")):
+        r = cli("relu-stats", "--weights", weights, "--ids", ids, *chosen)
+        assert (r.code, r.out, r.err) == (2, "", line)
+    r = capture(cli, weights, ids, tmp_path / "out")
+    assert (r.code, r.err) == (2, line)
+    assert not (tmp_path / "out").exists()

@@ -143,15 +143,71 @@ def test_the_six_fixed_configs(name):
     assert counted(name).total == FIXES[name] == MODELS[name]["total"]
 
 
-def test_gemma_reads_hidden_act_when_hidden_activation_is_null():
-    """transformers 5 reads hidden_act ("gelu" meaning the tanh GELU); older ones read
-    hidden_activation. Either way the tanh GELU, and an unknown name is refused."""
-    base = dict(MODELS["fix-gemma-hidden-act"]["config"])
-    assert spec_from_config(base, "c").ffn.activation == "gelu_tanh"
-    silu = {**base, "hidden_act": "silu"}
-    assert spec_from_config(silu, "c").ffn.activation == "silu"
-    newer = {**base, "hidden_act": "silu", "hidden_activation": "gelu_pytorch_tanh"}
-    assert spec_from_config(newer, "c").ffn.activation == "gelu_tanh"
+GEMMA_2B = json.loads((CONFIGS / "gemma-2b.config.json").read_text())  # 4.38.0.dev0, "gelu"
+TINY_GEMMA = dict(MODELS["fix-gemma-hidden-act"]["config"])  # no transformers_version
+
+# Gemma's activation as the transformers that wrote the config computes it (4.38.2 to 4.47.1:
+# hidden_activation, gelu_pytorch_tanh when null; 4.48 on, and transformers 5: hidden_act;
+# Gemma 2 and 3: hidden_activation always). (id, config, activation)
+GEMMA_ACTIVATIONS = [
+    ("gemma-2b-4.38-hidden-act-ignored", {**GEMMA_2B, "hidden_act": "silu"}, "gelu_tanh"),
+    ("4.44-null-hidden-activation", {**TINY_GEMMA, "transformers_version": "4.44.2",
+                                     "hidden_act": "silu", "hidden_activation": None},
+     "gelu_tanh"),
+    ("4.47.1-no-hidden-activation", {**TINY_GEMMA, "transformers_version": "4.47.1",
+                                     "hidden_act": "relu"}, "gelu_tanh"),
+    ("4.48-reads-hidden-act", {**TINY_GEMMA, "transformers_version": "4.48.0",
+                               "hidden_act": "silu", "hidden_activation": "gelu_pytorch_tanh"},
+     "silu"),
+    ("5-reads-hidden-act", {**GEMMA_2B, "transformers_version": "5.24.0", "hidden_act": "silu",
+                            "hidden_activation": "gelu_pytorch_tanh"}, "silu"),
+    ("no-version-reads-hidden-act", {**TINY_GEMMA, "hidden_act": "silu",
+                                     "hidden_activation": "gelu_pytorch_tanh"}, "silu"),
+    ("gemma2-reads-hidden-activation", {**TINY_GEMMA, "model_type": "gemma2",
+                                        "transformers_version": "5.24.0", "hidden_act": "silu",
+                                        "hidden_activation": None}, "gelu_tanh"),
+    ("gemma3-reads-hidden-activation", {**TINY_GEMMA, "model_type": "gemma3_text",
+                                        "transformers_version": "4.50.0", "hidden_act": "relu",
+                                        "hidden_activation": None}, "gelu_tanh"),
+]
+
+
+@pytest.mark.parametrize("config,activation", [c[1:] for c in GEMMA_ACTIVATIONS],
+                         ids=[c[0] for c in GEMMA_ACTIVATIONS])
+def test_gemma_activation_follows_the_transformers_that_wrote_the_config(config, activation):
+    spec = spec_from_config(config, "c")
+    assert spec.ffn.activation == activation
+    # the count does not depend on the activation: the same with the other key read
+    swapped = {**config, "hidden_act": "gelu_pytorch_tanh", "hidden_activation": None}
+    assert count(spec).total == count(spec_from_config(swapped, "c")).total
+
+
+@pytest.mark.parametrize("version", [5, "latest", ["4.48.0"], ""])
+def test_a_gemma_transformers_version_that_is_not_one(version):
+    config = {**TINY_GEMMA, "transformers_version": version}
+    with pytest.raises(FfnError) as info:
+        spec_from_config(config, "c")
+    assert str(info.value) == ("c: key 'transformers_version': expected a version such as "
+                               f"4.38.0, got {version!r}")
+
+
+@pytest.mark.parametrize("version,hidden_activation,activation", [
+    ("5.24.0", "gelu_pytorch_tanh", "silu"), ("4.44.0", None, "gelu_tanh")])
+def test_gemma_forward_computes_the_activation_the_config_means(tmp_path, version,
+                                                                 hidden_activation, activation):
+    """The whole-model forward's FFN (the engine each layer builds) runs the spec's activation."""
+    from helpers.forward_cases import checkpoint
+
+    from ffncli.jobs.choices import ModelChoice
+    from ffncli.jobs.resolve import open_forward
+    from ffncli.specs.spec import Overrides
+
+    folder = checkpoint(tmp_path, "gemma", config={
+        "transformers_version": version, "hidden_act": "silu",
+        "hidden_activation": hidden_activation})
+    with open_forward(ModelChoice(weights=folder), Overrides()) as model:
+        assert model.spec.ffn.activation == activation
+        assert model.layer(1).engine.act.name == activation
 
 
 def test_distilbert_sinusoidal_positions_are_still_parameters():

@@ -487,3 +487,116 @@ def test_npz_arrays_the_ffn_does_not_read_are_refused(cli, tmp_path):
     np.savez(path, w1=rng.normal(size=(4, 16)), b1=rng.normal(size=16),
              w2=rng.normal(size=(16, 4)), b2=rng.normal(size=4))
     assert cli("run", "--preset", "tiny", "--weights", path, "--random", "2").code == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile weights: NaN or infinity in a layer's FFN is refused when the layer is built, in one
+# line naming the tensor (NaN is never <= 0: every unit it reaches was counted active), unless
+# --allow-nonfinite. The whole-model forward (--text, --ids) never computes with them.
+
+
+def _nan_npz(tmp_path: Path, name: str, index: tuple[int, ...], value: float) -> Path:
+    p = random_weights(load_preset("tiny"), np.float32)
+    arrays = {"w1": p.w1, "b1": np.zeros(16, np.float32), "w2": p.w2,
+              "b2": np.zeros(4, np.float32)}
+    arrays[name] = arrays[name].copy()
+    arrays[name][index] = value
+    path = tmp_path / "w.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def _nan_checkpoint(tmp_path: Path, base: str, name: str, value: float) -> Path:
+    from helpers.forward_cases import nan_at
+
+    return nan_at(base, name, tmp_path, value)
+
+
+def _nan_gptq(tmp_path: Path) -> Path:
+    from helpers.quantised_files import gptq_layer, write_model
+
+    scales = gptq_layer(64, 128)["scales"].copy()
+    scales[1, 5] = np.nan  # a group's scale: 32 inputs of output 5
+    write_model(tmp_path, "GPTQ 4-bit", **{"model.layers.1.mlp.up_proj.scales": scales})
+    return tmp_path
+
+
+NONFINITE_WEIGHTS = [  # (id, make(tmp_path) -> weights, command args, message, hint)
+    ("npz-w1-nan", lambda t: _nan_npz(t, "w1", (1, 2), np.nan),
+     ("run", "--preset", "tiny", "--random", "2"),
+     "{w}: array 'w1' holds 1 NaN or infinite value, the first at index (1, 2)", True),
+    ("npz-b2-inf", lambda t: _nan_npz(t, "b2", (3,), np.inf),
+     ("relu-stats", "--preset", "tiny", "--random", "2"),
+     "{w}: array 'b2' holds 1 NaN or infinite value, the first at index 3", True),
+    ("npz-w2-minus-inf", lambda t: _nan_npz(t, "w2", (15, 0), -np.inf),
+     ("permute-check", "--preset", "tiny", "--random", "4"),
+     "{w}: array 'w2' holds 1 NaN or infinite value, the first at index (15, 0)", True),
+    ("gpt2-c_fc-nan", lambda t: _nan_checkpoint(t, "gpt2", "transformer.h.0.mlp.c_fc.weight",
+                                                np.nan),
+     ("relu-stats", "--random", "3"),
+     "{w}/model.safetensors: tensor 'transformer.h.0.mlp.c_fc.weight' holds 1 NaN or "
+     "infinite value, the first at index (0, 0)", True),
+    ("llama-up-inf-layer-1", lambda t: _nan_checkpoint(t, "llama",
+                                                        "model.layers.1.mlp.up_proj.weight",
+                                                        np.inf),
+     ("run", "--layer", "1", "--random", "3"),
+     "{w}/model.safetensors: tensor 'model.layers.1.mlp.up_proj.weight' holds 1 NaN or "
+     "infinite value, the first at index (0, 0)", True),
+    ("mixtral-router-nan", lambda t: _nan_checkpoint(
+        t, "mixtral", "model.layers.0.block_sparse_moe.gate.weight", np.nan),
+     ("relu-stats", "--random", "3"),
+     "{w}/model.safetensors: tensor 'model.layers.0.block_sparse_moe.gate.weight' holds 1 NaN "
+     "or infinite value, the first at index (0, 0)", True),
+    ("mixtral-expert-3-inf", lambda t: _nan_checkpoint(
+        t, "mixtral", "model.layers.1.block_sparse_moe.experts.3.w3.weight", -np.inf),
+     ("run", "--layer", "1", "--random", "3"),
+     "{w}/model.safetensors: tensor 'model.layers.1.block_sparse_moe.experts.3.w3.weight' "
+     "holds 1 NaN or infinite value, the first at index (0, 0)", True),
+    ("gptq-scale-nan", _nan_gptq, ("run", "--layer", "1", "--random", "3"),
+     "{w}/model.safetensors: the GPTQ 4-bit linear 'model.layers.1.mlp.up_proj', dequantised, "
+     "holds 32 NaN or infinite values, the first at index (32, 5)", True),
+    ("forward-down-nan", lambda t: _nan_checkpoint(t, "llama",
+                                                    "model.layers.0.mlp.down_proj.weight",
+                                                    np.nan),
+     ("relu-stats", "--layer", "0", "--ids", str(DATA / "forward" / "gpt2" / "ids.txt")),
+     "{w}/model.safetensors: tensor 'model.layers.0.mlp.down_proj.weight' holds 1 NaN or "
+     "infinite value, the first at index (0, 0)", False),
+]
+
+
+@pytest.mark.parametrize("make,args,message,hint", [c[1:] for c in NONFINITE_WEIGHTS],
+                         ids=[c[0] for c in NONFINITE_WEIGHTS])
+def test_nonfinite_weights_are_one_line_naming_the_tensor(cli, tmp_path, make, args, message,
+                                                          hint):
+    pytest.importorskip("safetensors.numpy")
+    weights = make(tmp_path)
+    r = cli(*args, "--weights", weights)
+    line = message.format(w=weights) + ("; pass --allow-nonfinite to compute with them" if hint
+                                        else "")
+    assert (r.code, r.out, r.err) == (2, "", f"error: {line}\n")
+    if hint:  # --allow-nonfinite computes anyway (permute-check then refuses to judge NaN)
+        r = cli(*args, "--weights", weights, "--allow-nonfinite", "--json")
+        assert "NaN or infinite value" not in r.err
+        assert r.code == (2 if args[0] == "permute-check" else 0), r.err
+
+
+def test_nonfinite_weights_through_the_shards_and_the_api(cli, tmp_path):
+    """The sharded path (each worker builds the layer) and the library refuse them too."""
+    from ffncli.api import build_ffn
+    from ffncli.errors import NonfiniteWeightsError
+
+    weights = _nan_npz(tmp_path, "w1", (0, 3), np.nan)
+    folder = tmp_path / "acts"
+    folder.mkdir()
+    np.save(folder / "a.npy", np.ones((3, 4), np.float32))
+    np.save(folder / "b.npy", np.ones((2, 4), np.float32))
+    r = cli("relu-stats", "--preset", "tiny", "--weights", weights, "--input", folder)
+    assert (r.code, r.err) == (2, f"error: {weights}: array 'w1' holds 1 NaN or infinite "
+                                  "value, the first at index (0, 3); pass --allow-nonfinite "
+                                  "to compute with them\n")
+    r = cli("relu-stats", "--preset", "tiny", "--weights", weights, "--input", folder,
+            "--allow-nonfinite", "--json")
+    assert r.code == 0, r.err
+    with pytest.raises(NonfiniteWeightsError, match=r"array 'w1' holds 1 NaN or infinite "
+                                                    r"value, the first at index \(0, 3\)$"):
+        build_ffn(load_preset("tiny"), weights)

@@ -151,7 +151,8 @@ def run_cmd(
     from ffncli.present.run import emit_run
 
     whole("option --precision", precision, 0, 12)
-    loaded = load_model(captured_layer(model, tokens), overrides)
+    loaded = load_model(captured_layer(model, tokens), overrides,
+                        allow_nonfinite=tokens.allow_nonfinite)
     inputs = load_tokens(tokens, loaded.engine.d_model)
     run_job.check_printable(inputs, out, as_json)
     with Bar(enabled=not quiet) as bar:
@@ -190,7 +191,8 @@ def permute_check_cmd(
     from ffncli.present.check import emit_check
     from ffncli.present.junit import junit_report
 
-    target = checks.load_target(impl, model, overrides, timeout)
+    target = checks.load_target(impl, model, overrides, timeout,
+                                allow_nonfinite=tokens.allow_nonfinite)
     report_path = checks.report_path(junit_xml, target, model, tokens)
     try:
         report = checks.check_command(target, tokens, trials=trials, rtol=rtol, atol=atol)
@@ -247,7 +249,8 @@ def relu_stats_cmd(
     from ffncli.present.stats import emit_stats
 
     target = report_target(report_path, model, tokens)
-    loaded = load_model(captured_layer(model, tokens), overrides)
+    loaded = load_model(captured_layer(model, tokens), overrides,
+                        allow_nonfinite=tokens.allow_nonfinite)
     inputs = load_tokens(tokens, loaded.engine.d_model)
     with Bar(enabled=not quiet) as bar:
         bar.start(inputs.n_tokens)

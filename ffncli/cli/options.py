@@ -64,7 +64,8 @@ TOKENS: dict[str, Any] = {
         "--random", help="Instead of --input: N tokens drawn from normal(0, 1) with --seed.")],
     "seed": Annotated[int, typer.Option("--seed", help="Seed of --random tokens.")],
     "allow_nonfinite": Annotated[bool, typer.Option(
-        "--allow-nonfinite", help="Compute with NaN and infinity instead of refusing them.")],
+        "--allow-nonfinite", help="Compute with NaN and infinity (in the tokens or the "
+        "weights) instead of refusing them.")],
 }
 WHAT_IF: dict[str, Any] = {
     "d_model": Annotated[Optional[int], typer.Option("--d-model", help="What-if: model width.")],

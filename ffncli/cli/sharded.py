@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ffncli.errors import InputError
-from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice
+from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice, usable_cores
 from ffncli.jobs.shards.drivers import capture_shards, relu_stats_shards, run_shards, sweep_shards
 from ffncli.jobs.shards.inputs import shard_paths
 from ffncli.jobs.shards.pool import connect
@@ -93,8 +93,8 @@ def capture_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice, *,
 def note_workers(scale: ScaleChoice) -> None:
     """One line on stderr when ``--workers`` asks for more processes than there are cores:
     at most one worker a core runs at a time."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if scale.workers is not None and cores and scale.workers > cores:
+    cores = usable_cores()
+    if scale.workers is not None and scale.workers > cores:
         print(f"note: --workers {scale.workers} on {cores} core{'s' * (cores != 1)}: at most "
               f"{cores} run at a time", file=sys.stderr)
 

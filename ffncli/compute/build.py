@@ -47,10 +47,12 @@ def check_runnable(spec: ModelSpec) -> None:
 
 def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dtype,
                 max_memory: int | None = None, chunk_tokens: int | None = None,
-                tensors: Tensors | None = None) -> Model:
+                tensors: Tensors | None = None, allow_nonfinite: bool = False) -> Model:
     """The FFN of layer ``layer``: random weights, a ``.npz``, or a checkpoint (a ``.gguf``
     file, a ``.safetensors`` file, an index or a model folder), read through ``tensors`` when
-    the caller holds it open (a walk over every layer), else opened here."""
+    the caller holds it open (a walk over every layer), else opened here. Weights holding NaN
+    or infinity are refused (NonfiniteWeightsError, naming the tensor) unless
+    ``allow_nonfinite``."""
     whole("option --layer", layer, 0)
     if layer and (weights is None or weights.suffix.lower() == ".npz"):
         raise InputError(f"option --layer: picks a layer of a checkpoint (--weights or --model); "
@@ -60,14 +62,14 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
         params = W.random_weights(spec, dtype, max_memory)
         source = f"random: normal(0, {spec.init.std:g}), seed {spec.init.seed}"
     elif weights.suffix.lower() == ".npz":
-        params = W.npz_weights(weights, spec, dtype)
+        params = W.npz_weights(weights, spec, dtype, finite=not allow_nonfinite)
         source = str(weights)
     elif tensors is not None:
-        params = W.layer_weights(tensors, spec, layer, dtype)
+        params = W.layer_weights(tensors, spec, layer, dtype, finite=not allow_nonfinite)
         source = f"{weights}, layer {layer}"
     elif is_checkpoint(weights):
         with open_tensors(weights) as opened:
-            params = W.layer_weights(opened, spec, layer, dtype)
+            params = W.layer_weights(opened, spec, layer, dtype, finite=not allow_nonfinite)
         source = f"{weights}, layer {layer}"
     else:
         raise InputError(f"option --weights: expected a .npz, .safetensors or .gguf file, an "

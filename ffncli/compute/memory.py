@@ -5,9 +5,11 @@ fit instead of a MemoryError or the out-of-memory killer later."""
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 import numpy as np
 
+from ffncli.base.validate import brief
 from ffncli.compute import memory as W
 from ffncli.counting.model import ffn_params
 from ffncli.errors import MemoryBudgetError, WeightsError
@@ -34,18 +36,31 @@ def available_memory() -> int | None:
     return None
 
 
+MAX_SIZE = 2**53  # bytes: 9 PB, past any machine's memory (the largest whole option value)
+
+
 def parse_size(text: str) -> int:
-    """'2GB', '512MB', '1.5G', '1000000' -> bytes (powers of 1000; KiB, MiB, GiB of 1024)."""
+    """'2GB', '512MB', '1.5G', '1000000' -> bytes (powers of 1000; KiB, MiB, GiB of 1024), from
+    1 to MAX_SIZE. Computed exactly (a Fraction, not a float: 400 digits would overflow to
+    infinity), the digits' length bounded before they are turned into a number."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)\s*", text.lower())
     if not m:
         raise WeightsError(f"option --max-memory: expected a size such as 2GB or 512MB, "
-                           f"got {text!r}")
+                           f"got {brief(text)}")
     unit = m.group(2).rstrip("b")
     scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
              "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}[unit]
-    size = int(float(m.group(1)) * scale)
+    whole, _, fraction = m.group(1).partition(".")
+    whole = whole.lstrip("0")
+    # more than 20 whole digits is past MAX_SIZE whatever the unit; fraction digits past 24
+    # move the size by less than a byte
+    size = MAX_SIZE + 1 if len(whole) > 20 else \
+        int(Fraction(f"{whole or 0}.{fraction[:24] or 0}") * scale)
     if size < 1:
-        raise WeightsError(f"option --max-memory: expected a size above 0, got {text!r}")
+        raise WeightsError(f"option --max-memory: expected a size above 0, got {brief(text)}")
+    if size > MAX_SIZE:
+        raise WeightsError(f"option --max-memory: expected a size of at most 2**53 bytes "
+                           f"(9 PB), got {brief(text)}")
     return size
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from ffncli.base.files import open_file
 from ffncli.compute.ffn import DenseWeights, ExpertWeights, GatedWeights, MoEWeights, Weights
 from ffncli.compute.memory import check_budget
-from ffncli.errors import WeightsError
+from ffncli.errors import NonfiniteWeightsError, WeightsError
 from ffncli.formats.npz import npz_members, open_zip
 from ffncli.formats.quantised import runnable
 from ffncli.formats.tensors import GgufTensors, Tensors, open_tensors
@@ -69,13 +69,33 @@ def random_weights(spec: ModelSpec, dtype: np.dtype, budget: int | None = None) 
 
 
 def checked(source: str, name: str, array: np.ndarray, shape: tuple[int, ...],
-             dtype: np.dtype) -> np.ndarray:
+             dtype: np.dtype, finite: bool = False) -> np.ndarray:
+    """``array`` of ``shape``, floating-point, as ``dtype``; with ``finite``, without NaN
+    or infinity."""
     if array.shape != shape:
         raise WeightsError(f"{source}: '{name}': expected shape {shape}, got {array.shape}")
     if array.dtype.kind != "f":
         raise WeightsError(f"{source}: '{name}': expected floating-point values, got "
                            f"{array.dtype}")
-    return np.ascontiguousarray(array, dtype=dtype)
+    out = np.ascontiguousarray(array, dtype=dtype)
+    if finite:
+        refuse_nonfinite(source, f"array '{name}'", out)
+    return out
+
+
+def refuse_nonfinite(source: str, what: str, array: np.ndarray) -> None:
+    """Refuse weights holding NaN or infinity (``what``: ``tensor 'name'``): NaN is never <= 0,
+    so every unit it reaches would be counted active, and every output it reaches is NaN.
+    Two reductions (min and max carry NaN and infinity), no copy; counted only on the way
+    out."""
+    if array.size == 0 or (np.isfinite(array.min()) and np.isfinite(array.max())):
+        return
+    bad = ~np.isfinite(array)
+    n = int(bad.sum())
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    at = str(first[0]) if len(first) == 1 else f"({', '.join(map(str, first))})"
+    raise NonfiniteWeightsError(f"{source}: {what} holds {n:,} NaN or infinite "
+                                f"value{'s' if n > 1 else ''}, the first at index {at}")
 
 
 # Each matrix's bias, in ffncli's names: w1 b1 w2 b2 (dense), w b v c w2 b2 (gated).
@@ -83,19 +103,22 @@ BIAS_OF = {"w1": "b1", "w2": "b2", "w": "b", "v": "c"}
 
 
 def assemble(source: str, spec: ModelSpec, dtype: np.dtype,
-              get: Callable[[str], np.ndarray | None], prefix: str = "") -> ExpertWeights:
-    """Build one expert from named [in, out] arrays: w1 b1 w2 b2, or w b v c w2 b2."""
+              get: Callable[[str], np.ndarray | None], prefix: str = "",
+              finite: bool = False) -> ExpertWeights:
+    """Build one expert from named [in, out] arrays: w1 b1 w2 b2, or w b v c w2 b2 (with
+    ``finite``, each refused if it holds NaN or infinity)."""
     d, f = spec.d_model, spec.ffn.d_ff
 
     def need(name: str, shape: tuple[int, ...]) -> np.ndarray:
         array = get(prefix + name)
         if array is None:
             raise WeightsError(f"{source}: missing array '{prefix + name}'")
-        return checked(source, prefix + name, array, shape, dtype)
+        return checked(source, prefix + name, array, shape, dtype, finite)
 
     def maybe(name: str, n: int) -> np.ndarray | None:
         array = get(prefix + name)
-        return None if array is None else checked(source, prefix + name, array, (n,), dtype)
+        return None if array is None else checked(source, prefix + name, array, (n,), dtype,
+                                                  finite)
 
     if spec.ffn.gated:
         return GatedWeights(need("w", (d, f)), maybe("b", f), need("v", (d, f)), maybe("c", f),
@@ -103,11 +126,12 @@ def assemble(source: str, spec: ModelSpec, dtype: np.dtype,
     return DenseWeights(need("w1", (d, f)), maybe("b1", f), need("w2", (f, d)), maybe("b2", d))
 
 
-def npz_weights(path: Path, spec: ModelSpec, dtype: np.dtype) -> Weights:
+def npz_weights(path: Path, spec: ModelSpec, dtype: np.dtype, finite: bool = True) -> Weights:
     """Arrays ``w1 b1 w2 b2`` (dense), ``w b v c w2 b2`` (gated, W activated), all [in, out];
     biases optional. Mixture of experts: ``router`` (d_model x E), optional ``router_bias``,
     and each expert's arrays prefixed ``experts.<e>.``. Every member's header is checked
-    when the archive is opened; only the arrays the spec uses are read."""
+    when the archive is opened; only the arrays the spec uses are read, each refused if it
+    holds NaN or infinity (unless not ``finite``)."""
     with open_file(path, "weights file", WeightsError) as f, open_zip(path, f) as archive:
         members = npz_members(path, archive)
         asked: set[str] = set()
@@ -116,7 +140,7 @@ def npz_weights(path: Path, spec: ModelSpec, dtype: np.dtype) -> Weights:
             asked.add(name)
             return members.get(name)  # type: ignore[return-value]  # read by np.asarray
 
-        weights = _npz_assemble(path, spec, dtype, get)
+        weights = _npz_assemble(path, spec, dtype, get, finite)
         unused = sorted(set(members) - asked)
         if unused:  # a misspelt bias would otherwise be left out without a word
             raise WeightsError(f"{path}: unexpected array{'s' if len(unused) > 1 else ''} "
@@ -126,18 +150,19 @@ def npz_weights(path: Path, spec: ModelSpec, dtype: np.dtype) -> Weights:
 
 
 def _npz_assemble(path: Path, spec: ModelSpec, dtype: np.dtype,
-                  get: Callable[[str], np.ndarray | None]) -> Weights:
+                  get: Callable[[str], np.ndarray | None], finite: bool) -> Weights:
     source = str(path)
     ffn = spec.ffn
     if not ffn.is_moe:
-        return assemble(source, spec, dtype, get)
+        return assemble(source, spec, dtype, get, finite=finite)
     router = get("router")
     if router is None:
         raise WeightsError(f"{path}: missing array 'router'")
-    router = checked(source, "router", router, (spec.d_model, ffn.experts), dtype)
+    router = checked(source, "router", router, (spec.d_model, ffn.experts), dtype, finite)
     rb = get("router_bias")
-    rb = None if rb is None else checked(source, "router_bias", rb, (ffn.experts,), dtype)
-    experts = tuple(assemble(source, spec, dtype, get, f"experts.{e}.")
+    rb = None if rb is None else checked(source, "router_bias", rb, (ffn.experts,), dtype,
+                                         finite)
+    experts = tuple(assemble(source, spec, dtype, get, f"experts.{e}.", finite)
                     for e in range(ffn.experts))
     return MoEWeights(router, rb, experts, ffn.top_k, ffn.capacity_factor)
 
@@ -146,11 +171,13 @@ def _npz_assemble(path: Path, spec: ModelSpec, dtype: np.dtype,
 # One layer's FFN from an open checkpoint: safetensors (float, GPTQ, AWQ) or GGUF.
 
 
-def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype) -> Weights:
+def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype,
+                  finite: bool = True) -> Weights:
     """Layer ``layer``'s FFN, in ffncli's [in, out] layout: the tensors its layout names (the
     architecture table's for a safetensors checkpoint, llama.cpp's for GGUF), each found,
-    read (GPTQ and AWQ linears dequantised), turned to [in, out] and checked against the spec
-    as it is read. Only that layer's tensors are read."""
+    read (GPTQ and AWQ linears dequantised), refused if it holds NaN or infinity (unless not
+    ``finite``; named as the file names it), turned to [in, out] and checked against the
+    spec as it is read. Only that layer's tensors are read."""
     layout = _gguf_layout(tensors, spec, layer) if isinstance(tensors, GgufTensors) else \
         _checkpoint_layout(tensors, spec)
     gguf_names = isinstance(tensors, GgufTensors)  # errors name GGUF tensors, ours otherwise
@@ -163,7 +190,11 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
         if linears and stem.endswith(".weight"):
             hits = [p for p in linears if p == prefix or p.endswith("." + prefix)]
             if len(hits) == 1:
-                return tensors.dequantised(linears[hits[0]])  # already [in, out]
+                dequantised = tensors.dequantised(linears[hits[0]])  # already [in, out]
+                if finite:
+                    refuse_nonfinite(source, f"the {linears[hits[0]].scheme} linear "
+                                     f"'{hits[0]}', dequantised,", dequantised)
+                return dequantised
         name = tensors.find(stem)
         if name is None:
             if not required:
@@ -174,6 +205,9 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
             raise WeightsError(f"{tensors.path}: no tensor '{stem}' for layer {layer} (the "
                                f"file has {tensors.layers_present()})")
         array = tensors.read(name)
+        if finite:
+            # indices as stored; in the dtype computed with (float64 past float32's range too)
+            refuse_nonfinite(source, f"tensor '{name}'", array.astype(dtype, copy=False))
         return array.T if layout.linear and array.ndim == 2 else array
 
     def stem_of(ours: str, e: int) -> str:
@@ -222,10 +256,11 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
     return MoEWeights(router, None, experts, ffn.top_k, ffn.capacity_factor)
 
 
-def checkpoint_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype) -> Weights:
+def checkpoint_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype,
+                       finite: bool = True) -> Weights:
     """:func:`layer_weights` of the checkpoint at ``path``, opened for the call."""
     with open_tensors(path) as tensors:
-        return layer_weights(tensors, spec, layer, dtype)
+        return layer_weights(tensors, spec, layer, dtype, finite)
 
 
 def _gate_up(read: Callable[..., np.ndarray | None], stem: str, spec: ModelSpec,

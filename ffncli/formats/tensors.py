@@ -49,6 +49,11 @@ class Tensors:
         """Which numbered layers the checkpoint has (``layers 0-11``), for an error."""
         raise NotImplementedError
 
+    def layer_count(self) -> int:
+        """The highest numbered layer the tensor names hold, plus one (0 for none): what a
+        config's layer count is checked against before anything is sized by it."""
+        raise NotImplementedError
+
     def quantised_linears(self) -> dict[str, Linear]:
         """GPTQ, AWQ or bitsandbytes linears by prefix (``model.layers.0.mlp.up_proj``); none
         in a float checkpoint."""
@@ -101,9 +106,17 @@ class Tensors:
         return self.read(name, unique).astype(dtype, copy=False)[inverse.ravel()]
 
 
+def _layer_numbers(names: Iterable[str], pattern: str) -> list[int]:
+    return sorted({int(m.group(1)) for name in names for m in [re.search(pattern, name)] if m})
+
+
 def _numbered(names: Iterable[str], pattern: str, none: str) -> str:
-    found = sorted({int(m.group(1)) for name in names for m in [re.search(pattern, name)] if m})
+    found = _layer_numbers(names, pattern)
     return f"layers {found[0]}-{found[-1]}" if found else none
+
+
+_SAFETENSORS_LAYER = r"(?:layer|layers|h|block)\.(\d{1,18})\."
+_GGUF_LAYER = r"^blk\.(\d{1,18})\."
 
 
 class SafetensorsTensors(Tensors):
@@ -132,8 +145,10 @@ class SafetensorsTensors(Tensors):
         return safetensors.read_tensor(header, info, rows, file=self._file(header.path))
 
     def layers_present(self) -> str:
-        return _numbered(self.checkpoint.shard_of, r"(?:layer|layers|h|block)\.(\d+)\.",
-                         "no numbered layers")
+        return _numbered(self.checkpoint.shard_of, _SAFETENSORS_LAYER, "no numbered layers")
+
+    def layer_count(self) -> int:
+        return max(_layer_numbers(self.checkpoint.shard_of, _SAFETENSORS_LAYER), default=-1) + 1
 
     def quantised_linears(self) -> dict[str, Linear]:
         """A single file's quantised linears (an index's shards are read as floats)."""
@@ -181,7 +196,10 @@ class GgufTensors(Tensors):
         return gguf.dequantised(self.header, self.header.tensors[name], rows, file=kept)
 
     def layers_present(self) -> str:
-        return _numbered(self.header.tensors, r"^blk\.(\d+)\.", "no blk.N layers")
+        return _numbered(self.header.tensors, _GGUF_LAYER, "no blk.N layers")
+
+    def layer_count(self) -> int:
+        return max(_layer_numbers(self.header.tensors, _GGUF_LAYER), default=-1) + 1
 
     def close(self) -> None:
         """Close the file (a later read opens it again, to be closed again)."""

@@ -92,6 +92,14 @@ def layer_number(text: str) -> int | None:
 
 
 _GLOB_MAGIC = ("*", "?", "[")
+WORKERS_PER_CORE = 4  # --workers at most this many a core: more only wait, each with a model
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, else the machine's), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,20 @@ class ScaleChoice:
     scheduler: str | None = None
     skip_bad: bool = False
     verbose: bool = False
+
+    def __post_init__(self) -> None:
+        """``--workers`` checked once, before anything starts: from 1 to WORKERS_PER_CORE
+        a core."""
+        if self.workers is None:
+            return
+        whole("option --workers", self.workers, 1)
+        cores = usable_cores()
+        if self.workers > WORKERS_PER_CORE * cores:
+            raise InputError(
+                f"option --workers: expected at most {WORKERS_PER_CORE * cores} "
+                f"({WORKERS_PER_CORE} a core, {cores} core{'s' * (cores != 1)} here: each "
+                f"worker is a process holding its own copy of the weights, and at most one a "
+                f"core runs at a time), got {self.workers}")
 
     def wanted(self, tokens: TokenChoice) -> bool:
         """Whether the command takes the sharded path: a glob or a folder for --input, or a

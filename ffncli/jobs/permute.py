@@ -46,16 +46,16 @@ class Target:
 
 
 def load_target(impl: str | None, choice: ModelChoice, overrides: Overrides,
-                timeout: float | None) -> Target:
+                timeout: float | None, *, allow_nonfinite: bool = False) -> Target:
     """``--impl module:function`` (its width from ``--d-model`` or the spec), or the FFN of
-    the spec and weights."""
+    the spec and weights (NaN or infinity in them refused unless ``allow_nonfinite``)."""
     from ffncli.compute.build import parse_dtype
     from ffncli.jobs.resolve import load_model, resolve_spec, weights_of
 
     np_dtype = parse_dtype(choice.dtype)
     check_timeout(timeout)
     if impl is None:
-        model = load_model(choice, overrides)
+        model = load_model(choice, overrides, allow_nonfinite=allow_nonfinite)
         return Target(model.engine, model.spec.name, model.engine.d_model, np_dtype, timeout,
                       weights=weights_of(choice.weights, choice.hub_model))
     weights_of(choice.weights, choice.hub_model, impl)  # refuses --model with --impl

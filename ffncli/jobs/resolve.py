@@ -155,16 +155,23 @@ def open_model(choice: ModelChoice, overrides: Overrides, *, forward: bool = Fal
     return Opened(spec, weights, tensors, keys)
 
 
-def load_model(choice: ModelChoice, overrides: Overrides) -> Model:
-    """The spec and its FFN: random from the spec's seed, or one layer of a weights file."""
+def load_model(choice: ModelChoice, overrides: Overrides, *,
+               allow_nonfinite: bool = False) -> Model:
+    """The spec and its FFN: random from the spec's seed, or one layer of a weights file
+    (refused if it holds NaN or infinity, unless ``allow_nonfinite``: --allow-nonfinite)."""
     from ffncli.compute import build
     from ffncli.compute.memory import parse_size
+    from ffncli.errors import NonfiniteWeightsError
 
     with open_model(choice, overrides) as opened:
         budget = parse_size(choice.max_memory) if choice.max_memory is not None else None
-        return build.build_model(opened.spec, opened.weights, choice.index(),
-                                  build.parse_dtype(choice.dtype), budget,
-                                  tensors=opened.tensors)
+        try:
+            return build.build_model(opened.spec, opened.weights, choice.index(),
+                                      build.parse_dtype(choice.dtype), budget,
+                                      tensors=opened.tensors, allow_nonfinite=allow_nonfinite)
+        except NonfiniteWeightsError as exc:  # the option is this command's to offer
+            raise NonfiniteWeightsError(f"{exc}; pass --allow-nonfinite to compute with "
+                                        "them") from None
 
 
 def captured_layer(choice: ModelChoice, tokens: TokenChoice) -> ModelChoice:

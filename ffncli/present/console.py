@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import os
 import sys
 import time
@@ -44,11 +45,38 @@ def console(stderr: bool = False) -> Console:
     return out
 
 
+NONFINITE_LISTED = 10  # places of NaN or infinity named in a document's "nonfinite" note
+
+
 def emit_json(doc: dict[str, Any]) -> None:
-    """One JSON document on stdout. NaN and infinity in an output (``--allow-nonfinite``, or
-    an FFN that overflowed) are written as Python's json module writes them: ``NaN``,
-    ``Infinity``, which Python and JavaScript read but strict JSON parsers refuse."""
-    print(json.dumps(doc, indent=2))
+    """One strict JSON document on stdout. NaN and infinity in a result (``--allow-nonfinite``,
+    or an FFN that overflowed) are not JSON: each is written as null, and the document gains
+    a ``nonfinite`` note saying how many there were and where the first are (docs/json.md)."""
+    try:
+        text = json.dumps(doc, indent=2, allow_nan=False)
+    except ValueError:  # NaN or infinity somewhere: rarely, so only then walked
+        places: list[dict[str, str]] = []
+        clean = _nonfinite_to_null(doc, "", places)
+        clean["nonfinite"] = {
+            "count": len(places), "first": places[:NONFINITE_LISTED],
+            "note": "NaN and infinity are not JSON: each is written as null"}
+        text = json.dumps(clean, indent=2, allow_nan=False)
+    print(text)
+
+
+def _nonfinite_to_null(value: Any, path: str, places: list[dict[str, str]]) -> Any:
+    """``value`` with every NaN and infinity replaced by None, each place (``output[1][0]``)
+    and value (``NaN``, ``Infinity``, ``-Infinity``) appended to ``places``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        places.append({"path": path, "value": "NaN" if value != value else
+                       "Infinity" if value > 0 else "-Infinity"})
+        return None
+    if isinstance(value, dict):
+        return {k: _nonfinite_to_null(v, f"{path}.{k}" if path else str(k), places)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nonfinite_to_null(v, f"{path}[{i}]", places) for i, v in enumerate(value)]
+    return value
 
 
 class Bar(Progress):

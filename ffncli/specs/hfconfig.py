@@ -8,6 +8,7 @@ Llama does not.
 from __future__ import annotations
 
 import builtins
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -557,10 +558,35 @@ def mpt_spec(c: Config) -> ModelSpec:
     )
 
 
-def _gemma_act(c: Config) -> str:
-    """Gemma's activation: hidden_activation where a config sets it (transformers < 4.46 read
-    it), else hidden_act; "gelu" in either is the tanh GELU the weights were trained with."""
-    key = "hidden_activation" if c.data.get("hidden_activation") is not None else "hidden_act"
+# The first transformers whose GemmaMLP computes hidden_act: 4.48.0 (the "all attention
+# refactor", commit 2c47618c, dropped the hidden_activation guard that 4.38.2 to 4.47.1 had;
+# transformers 5 has no hidden_activation key at all, but writes one it was given).
+GEMMA_HIDDEN_ACT_SINCE = (4, 48)
+
+
+def transformers_version(c: Config) -> tuple[int, int] | None:
+    """(major, minor) of the transformers that wrote the config, None when it does not say."""
+    value = c.data.get("transformers_version")
+    if value is None:
+        return None
+    m = re.match(r"(\d{1,6})\.(\d{1,6})(?:\D|$)", value) if isinstance(value, str) else None
+    if m is None:
+        raise c.fail("transformers_version", "a version such as 4.38.0")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _gemma_act(c: Config, family: str) -> str:
+    """Gemma's activation as the transformers that wrote the config computes it. Gemma 2 and 3
+    read hidden_activation (default gelu_pytorch_tanh). Gemma 1: transformers older than
+    4.48 read hidden_activation (gelu_pytorch_tanh when it is null, whatever hidden_act says);
+    4.48 and later, and a config that names no version, read hidden_act. "gelu" is the tanh
+    GELU the weights were trained with (Gemma 1.0's configs say "gelu" and mean it)."""
+    if family != "gemma":
+        key = "hidden_activation"
+    else:
+        version = transformers_version(c)
+        old = version is not None and version < GEMMA_HIDDEN_ACT_SINCE
+        key = "hidden_activation" if old else "hidden_act"
     if c.data.get(key) == "gelu":
         return "gelu_tanh"
     return c.act(key, "gelu_pytorch_tanh")
@@ -577,7 +603,7 @@ COHERE_NORM = NormSpec(kind="layernorm", bias=False, per_layer=1, final=True)
 
 def gemma_spec(c: Config, family: str, **options: Any) -> ModelSpec:
     return gated_decoder_spec(c, family, tie_default=True, head_dim_default=256,
-                          activation=_gemma_act(c), **options)
+                          activation=_gemma_act(c, family), **options)
 
 
 def read_config(path: Path) -> Any:

@@ -56,6 +56,10 @@ class Transformer:
         self.dtype = np.dtype(dtype)
         self.d_model = spec.d_model
         self.n_layers = spec.layers.encoder or spec.layers.decoder
+        held = tensors.layer_count()
+        if self.n_layers > held:  # before --layer all lists them, or a walk is sized by them
+            raise WeightsError(f"{settings.source}: {self.n_layers:,} layers, but the weights "
+                               f"({tensors.path}) hold {tensors.layers_present()}")
         self.scratch = Scratch(self.dtype)
         att = spec.attention
         if att is None:

@@ -108,9 +108,13 @@ class Rope:
 
 
 def rope_frequencies(settings: Keys, head_dim: int, default_theta: float) -> Array:
-    """inv_freq_i = theta^(-2i / d_head), scaled as the config's rope_scaling (or transformers
-    5's rope_parameters) says: linear divides every frequency by its factor; llama3 divides
-    the low frequencies, keeps the high ones and blends the band between."""
+    """inv_freq_i = theta^(-2i / d_head) (d_head even), scaled as the config's rope_scaling (or
+    transformers 5's rope_parameters) says: linear divides every frequency by its factor;
+    llama3 divides the low frequencies, keeps the high ones and blends the band between."""
+    if head_dim % 2:  # the halves of rotate-half would differ in width
+        raise ConfigError(f"{settings.source}: heads of {head_dim} values: rotary positions "
+                          "turn pairs of a head's values, so its width must be even "
+                          "(transformers does not compute an odd one either)")
     rope = settings.mapping("rope_parameters") or settings.mapping("rope_scaling") or {}
     where = "rope_parameters" if "rope_parameters" in settings.data else "rope_scaling"
     scaled = Keys(rope, f"{settings.source}: key '{where}'")

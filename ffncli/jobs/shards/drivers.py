@@ -212,9 +212,9 @@ def relu_stats_shards(model: ModelChoice, overrides: Overrides, pattern: Path, p
 
     check_rule(threshold, target_sparsity)
     paths = shard_paths(pattern)
-    job = Job(model, overrides)
+    job = Job(model, overrides, allow_nonfinite=allow_nonfinite)
     first = pool.call(describe, job, 0)
-    job = Job(model, overrides, first.rows)
+    job = Job(model, overrides, first.rows, allow_nonfinite)
     shards, skipped = read_shards(paths, first.d_model, skip_bad)
     total = sum(s.tokens for s in shards)
     info = pool.call(describe, job, total)
@@ -307,9 +307,9 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
     created = output_folder(out, writer="run over shards", empty=False,
                             inputs=read_by(model, tokens=pattern))
     with _removed_on_failure(out, created):
-        job = Job(model, overrides)
+        job = Job(model, overrides, allow_nonfinite=allow_nonfinite)
         first = pool.call(describe, job, 0)
-        job = Job(model, overrides, first.rows)
+        job = Job(model, overrides, first.rows, allow_nonfinite)
         shards, skipped = read_shards(paths, first.d_model, skip_bad)
         check_unique([(str(s.path), s.out_name) for s in shards], "option --input: ", "output")
         info = pool.call(describe, job, sum(s.tokens for s in shards))

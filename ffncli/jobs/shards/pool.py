@@ -113,16 +113,12 @@ def connect(scale: ScaleChoice) -> Iterator[Pool]:
     """The pool the options ask for: this process, a LocalCluster of ``--workers`` processes
     (one thread each: the engine's BLAS and NumPy are single-threaded in a Dask worker), or the
     cluster at ``--scheduler``. Closed (a local cluster shut down) on the way out."""
-    from ffncli.base.validate import whole
-
     if scale.workers is not None and scale.scheduler is not None:
         raise InputError("give --workers or --scheduler, not both")
     if scale.workers is None and scale.scheduler is None:
         yield InProcess()
         return
-    option = "--workers" if scale.workers is not None else "--scheduler"
-    if scale.workers is not None:
-        whole("option --workers", scale.workers, 1)
+    option = "--workers" if scale.workers is not None else "--scheduler"  # checked: ScaleChoice
     try:
         import distributed
     except ImportError:

@@ -34,6 +34,7 @@ class Job:
     model: ModelChoice
     overrides: Overrides
     rows: int = 0  # the engine's tokens per chunk, fixed for every process (0: not yet)
+    allow_nonfinite: bool = False  # --allow-nonfinite: NaN or infinity in the weights too
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,13 @@ def _model(job: Job) -> Any:
     weights' size and mtime: a changed file is read again)."""
     from ffncli.jobs.resolve import load_model
 
-    key = (job.model, job.overrides, _weights_stamp(job.model))
+    key = (job.model, job.overrides, job.allow_nonfinite, _weights_stamp(job.model))
     with _cache_lock:
         model = _cache.get(key)
         if model is None:
             _cache.clear()  # one model at a time per worker
-            model = _cache[key] = load_model(job.model, job.overrides)
+            model = _cache[key] = load_model(job.model, job.overrides,
+                                             allow_nonfinite=job.allow_nonfinite)
     return model
 
 
