@@ -12,11 +12,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import distributed
 import numpy as np
 import pytest
+from helpers import processes
 from helpers.installed_models import minilm
 
 from ffncli.analysis import sparsity
@@ -815,3 +817,79 @@ def test_a_manifest_of_another_command_is_refused(tmp_path):
     assert str(refused.value) == (f"{captures}/manifest.json: not a manifest of ffncli run "
                                   "(format ffncli-run-shards/1); pass --force to start again")
     assert {d: (d / "manifest.json").read_text() for d in (runs, captures)} == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults, end to end: `python -m ffncli ... --workers 2` stopped by a signal at a random point
+# (the interpreter starting, the cluster starting, tasks running), or a worker killed. No
+# process is left behind, no partial output, the exit code is 128 + n.
+
+FAULT_SHARDS = 24  # of 3,000 tokens: about 10 s of work on 2 workers, past the signals
+
+
+@pytest.fixture(scope="module")
+def fault_inputs(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("faults") / "acts"
+    write_shards(folder, tokens(3000 * FAULT_SHARDS, d=192, seed=20),
+                 tuple(range(0, 3000 * FAULT_SHARDS + 1, 3000)))
+    return folder
+
+
+def fault_job(command: str, acts: Path, out: Path) -> list[str]:
+    args = [command, "--preset", "gpt2", "--d-model", "192", "--d-ff", "4096", "--input",
+            str(acts), "--workers", "2", "--quiet"]
+    return args + (["--out", str(out)] if command == "run" else ["--json"])
+
+
+def assert_no_partial_output(out: Path) -> None:
+    """Only complete files in ``out``: no temporary or stop file; every shard file whole."""
+    if not out.exists():
+        return
+    for name in os.listdir(out):
+        assert not name.startswith("."), name
+        if name != "manifest.json":
+            assert np.load(out / name).shape == (3000, 192), name
+    if (out / "manifest.json").exists():
+        for entry in json.loads((out / "manifest.json").read_text())["shards"]:
+            assert (out / entry["name"]).is_file()
+
+
+@pytest.mark.parametrize("command, signum, delay", [
+    ("run", signal.SIGINT, 0.8), ("run", signal.SIGTERM, 2.9), ("run", signal.SIGINT, 4.6),
+    ("relu-stats", signal.SIGTERM, 1.7), ("relu-stats", signal.SIGINT, 3.8),
+], ids=lambda v: v.name if isinstance(v, signal.Signals) else str(v))
+def test_a_signal_at_any_point_leaves_nothing_behind(fault_inputs, tmp_path, command, signum,
+                                                     delay):
+    """The delays were drawn once at random over the first five seconds (interpreter start,
+    cluster start, tasks); each is one point where the job must stop cleanly."""
+    out = tmp_path / "out"
+    job = processes.ffncli(fault_job(command, fault_inputs, out))
+    time.sleep(delay)
+    job.send_signal(signum)
+    stdout, stderr = job.communicate(timeout=120)
+    assert (job.returncode, stdout, stderr) == (
+        128 + signum, "", f"error: interrupted by {signal.Signals(signum).name}\n")
+    assert processes.left_behind(job.pid) == []
+    assert_no_partial_output(out)
+
+
+def test_a_killed_worker_is_replaced_and_nothing_is_left(fault_inputs, tmp_path):
+    """SIGKILL to a worker process once the first shard is written: Dask reruns its tasks, the
+    job completes, every shard is written whole, and no process is left."""
+    out = tmp_path / "out"
+    job = processes.ffncli(fault_job("run", fault_inputs, out))
+    deadline = time.monotonic() + 60
+    while not (out / "manifest.json").exists() or not [
+            e for e in json.loads((out / "manifest.json").read_text() or "{}").get("shards", [])]:
+        assert time.monotonic() < deadline and job.poll() is None
+        time.sleep(0.05)
+    workers = [pid for pid in processes.group(job.pid) if "spawn_main" in
+               Path(f"/proc/{pid}/cmdline").read_text()]
+    assert len(workers) == 2
+    os.kill(workers[0], signal.SIGKILL)
+    stdout, stderr = job.communicate(timeout=120)
+    assert (job.returncode, stderr) == (0, ""), stderr
+    assert processes.left_behind(job.pid) == []
+    assert_no_partial_output(out)
+    assert sorted(os.listdir(out)) == ["manifest.json", *(f"part-{i:03d}.npy"
+                                                          for i in range(FAULT_SHARDS))]
