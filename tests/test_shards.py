@@ -5,6 +5,7 @@ every integer count."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -854,17 +855,57 @@ def assert_no_partial_output(out: Path) -> None:
             assert (out / entry["name"]).is_file()
 
 
-@pytest.mark.parametrize("command, signum, delay", [
-    ("run", signal.SIGINT, 0.8), ("run", signal.SIGTERM, 2.9), ("run", signal.SIGINT, 4.6),
-    ("relu-stats", signal.SIGTERM, 1.7), ("relu-stats", signal.SIGINT, 3.8),
+def workers_of(job: subprocess.Popen) -> list[int]:
+    """The Dask worker processes of ``job`` (its process group's multiprocessing children)."""
+    found = []
+    for pid in processes.group(job.pid):
+        with contextlib.suppress(OSError):
+            if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text():
+                found.append(pid)
+    return found
+
+
+def shards_written(out: Path) -> int:
+    try:
+        return len(json.loads((out / "manifest.json").read_text())["shards"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def wait_for(job: subprocess.Popen, ready) -> None:
+    deadline = time.monotonic() + 60
+    while not ready():
+        assert job.poll() is None, "the job ended before the fault"
+        assert time.monotonic() < deadline, "the fault's moment never came"
+        time.sleep(0.02)
+
+
+def at(point: str, job: subprocess.Popen, command: str, out: Path) -> None:
+    """Wait for the moment the fault comes."""
+    if point == "starting":  # the interpreter, ffncli's imports
+        time.sleep(0.3)
+    elif point == "workers-starting":  # the first worker process exists, the cluster is not up
+        wait_for(job, lambda: workers_of(job))
+    elif command == "run":  # tasks running: a shard is written
+        wait_for(job, lambda: shards_written(out) > 0)
+    else:  # tasks running: both workers are up
+        wait_for(job, lambda: len(workers_of(job)) == 2)
+        time.sleep(0.3)
+
+
+@pytest.mark.parametrize("command, signum, point", [
+    ("run", signal.SIGINT, "starting"), ("run", signal.SIGINT, "workers-starting"),
+    ("run", signal.SIGTERM, "tasks-running"), ("relu-stats", signal.SIGTERM,
+                                               "workers-starting"),
+    ("relu-stats", signal.SIGINT, "tasks-running"),
 ], ids=lambda v: v.name if isinstance(v, signal.Signals) else str(v))
 def test_a_signal_at_any_point_leaves_nothing_behind(fault_inputs, tmp_path, command, signum,
-                                                     delay):
-    """The delays were drawn once at random over the first five seconds (interpreter start,
-    cluster start, tasks); each is one point where the job must stop cleanly."""
+                                                     point):
+    """SIGINT or SIGTERM as the interpreter starts, as the first worker process starts (Ctrl-C
+    there was ignored: exit 0), or once tasks run (for run: once a shard is written)."""
     out = tmp_path / "out"
     job = processes.ffncli(fault_job(command, fault_inputs, out))
-    time.sleep(delay)
+    at(point, job, command, out)
     job.send_signal(signum)
     stdout, stderr = job.communicate(timeout=120)
     assert (job.returncode, stdout, stderr) == (
@@ -878,13 +919,8 @@ def test_a_killed_worker_is_replaced_and_nothing_is_left(fault_inputs, tmp_path)
     job completes, every shard is written whole, and no process is left."""
     out = tmp_path / "out"
     job = processes.ffncli(fault_job("run", fault_inputs, out))
-    deadline = time.monotonic() + 60
-    while not (out / "manifest.json").exists() or not [
-            e for e in json.loads((out / "manifest.json").read_text() or "{}").get("shards", [])]:
-        assert time.monotonic() < deadline and job.poll() is None
-        time.sleep(0.05)
-    workers = [pid for pid in processes.group(job.pid) if "spawn_main" in
-               Path(f"/proc/{pid}/cmdline").read_text()]
+    wait_for(job, lambda: shards_written(out) > 0)
+    workers = workers_of(job)
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGKILL)
     stdout, stderr = job.communicate(timeout=120)
