@@ -13,11 +13,13 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.forward_cases import IDS, capture, expected, ids_of, nan_at
+from helpers import processes
+from helpers.forward_cases import IDS, capture, checkpoint, expected, ids_of, nan_at
 from helpers.installed_models import minilm
 
 FORWARD = Path(__file__).parent / "data" / "forward"
@@ -161,11 +163,11 @@ def test_a_failed_capture_removes_the_folder_it_made(cli, tmp_path):
     assert os.listdir(tmp_path / "mine") == []
 
 
-def test_force_over_a_capture_never_leaves_its_manifest_over_a_mix(cli, tmp_path,
-                                                                   monkeypatch):
-    """--force over a previous capture: an error before any file is replaced keeps the old
-    capture whole, capture.json included; once a file is replaced, the old capture.json (which
-    described the replaced file) is gone, never left describing a mix of two runs."""
+def test_force_over_a_capture_keeps_it_whole_until_the_new_one_is_complete(cli, tmp_path,
+                                                                           monkeypatch):
+    """--force over a previous capture: an error before the new capture is complete keeps the
+    old one whole, capture.json included, also once a new layer file is complete (it used to
+    replace the old one at once, leaving a mix of two runs without capture.json)."""
     import importlib
 
     from ffncli.errors import OutputError
@@ -184,18 +186,104 @@ def test_force_over_a_capture_never_leaves_its_manifest_over_a_mix(cli, tmp_path
 
     def full_at_layer1(path: Path, *args, **kwargs):
         if path.name == "layer1.npy":
-            raise OutputError(f"option --out: cannot reserve bytes for {path}: No space left")
+            raise OutputError(f"option --out: cannot reserve bytes for {kwargs['shown']}: No "
+                              "space left")
         return writer(path, *args, **kwargs)
 
     monkeypatch.setattr(module, "AtomicNpyWriter", full_at_layer1)
     other = tmp_path / "other.txt"
     other.write_text("3 1 4 1 5\n9 2 6\n")
-    r = capture(cli, FORWARD / "gpt2", other, out, "--force")  # layer 0 replaced, then full
+    r = capture(cli, FORWARD / "gpt2", other, out, "--force")  # layer 0 complete, then full
     assert (r.code, r.err) == (2, f"error: option --out: cannot reserve bytes for "
                                   f"{out / 'layer1.npy'}: No space left\n")
-    assert sorted(os.listdir(out)) == ["layer0.npy", "layer1.npy"]
-    assert np.load(out / "layer0.npy").shape == (8, 64)  # the new run's
-    assert (out / "layer1.npy").read_bytes() == before["layer1.npy"]
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+
+
+def _no_room_for_capture_json(monkeypatch) -> None:
+    """The disk fills as capture.json is written (its fsync; the layer files are reserved
+    whole, and complete, before it)."""
+    import errno
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+
+
+@pytest.mark.parametrize("where", ["new", "empty", "previous"])
+@pytest.mark.parametrize("cause", ["more-layers", "no-room-for-capture.json"])
+def test_a_capture_that_fails_late_leaves_nothing_of_its_own(cli, tmp_path, monkeypatch, cause,
+                                                             where):
+    """A config claiming more layers than the weights hold (layer 2 is missing, layers 0 and 1
+    are complete), or no room for capture.json: the complete layer files were left behind in
+    the folder the run made. Now what the run wrote goes, and its folder if it made it; an
+    empty folder stays empty, a previous capture (--force) stays whole."""
+    out = tmp_path / "out"
+    extra: tuple[str, ...] = ()
+    before: dict[str, bytes] = {}
+    if where == "empty":
+        out.mkdir()
+    elif where == "previous":
+        assert capture(cli, FORWARD / "gpt2", IDS, out).code == 0
+        before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+        extra = ("--force",)
+    if cause == "more-layers":
+        weights = checkpoint(tmp_path, "gpt2", config={"n_layer": 3})
+        line = f"error: {weights}/model.safetensors: missing tensor 'h.2.attn.c_attn.weight'\n"
+    else:
+        weights = FORWARD / "gpt2"
+        _no_room_for_capture_json(monkeypatch)
+        line = f"error: option --out: cannot write {out}/capture.json: No space left on device\n"
+    r = capture(cli, weights, IDS, out, *extra)
+    assert (r.code, r.out, r.err) == (2, "", line)
+    if where == "new":
+        assert not out.exists()
+    else:
+        assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+
+
+SIGNAL_AFTER_LAYER0 = """
+import os, signal, sys
+from ffncli.formats import npy
+from ffncli.cli.main import main
+
+complete = npy.AtomicNpyWriter.__exit__
+
+def then_signal(self, *exc):  # layer 0's file is complete: the signal comes
+    complete(self, *exc)
+    if self.path.name == "layer0.npy":
+        os.kill(os.getpid(), signal.SIGNUM)
+
+npy.AtomicNpyWriter.__exit__ = then_signal
+sys.argv = ["ffncli", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.parametrize("signum, where", [(signal.SIGINT, "new"), (signal.SIGTERM, "new"),
+                                           (signal.SIGHUP, "new"),
+                                           (signal.SIGINT, "previous")],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP", "SIGINT-over-a-capture"])
+def test_a_signal_during_capture_leaves_nothing_of_its_own(cli, tmp_path, signum, where):
+    """A signal once layer 0's file is complete: layer0.npy stayed in the folder the run
+    made. Now the folder goes (exit 128 + n, one line), and a previous capture stays whole."""
+    out = tmp_path / "out"
+    extra: tuple[str, ...] = ()
+    before: dict[str, bytes] = {}
+    if where == "previous":
+        assert capture(cli, FORWARD / "gpt2", IDS, out).code == 0
+        before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+        extra = ("--force",)
+    code = SIGNAL_AFTER_LAYER0.replace("SIGNUM", signal.Signals(signum).name)
+    job = processes.python(["-c", code, "capture", "--weights", str(FORWARD / "gpt2"), "--ids",
+                            str(IDS), "--out", str(out), *extra])
+    stdout, stderr = job.communicate(timeout=120)
+    assert (job.returncode, stdout, stderr) == (
+        128 + signum, "", f"error: interrupted by {signal.Signals(signum).name}\n")
+    if where == "new":
+        assert not out.exists()
+    else:
+        assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ every integer count."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -12,11 +13,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import distributed
 import numpy as np
 import pytest
+from helpers import processes
 from helpers.installed_models import minilm
 
 from ffncli.analysis import sparsity
@@ -815,3 +818,114 @@ def test_a_manifest_of_another_command_is_refused(tmp_path):
     assert str(refused.value) == (f"{captures}/manifest.json: not a manifest of ffncli run "
                                   "(format ffncli-run-shards/1); pass --force to start again")
     assert {d: (d / "manifest.json").read_text() for d in (runs, captures)} == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults, end to end: `python -m ffncli ... --workers 2` stopped by a signal at a random point
+# (the interpreter starting, the cluster starting, tasks running), or a worker killed. No
+# process is left behind, no partial output, the exit code is 128 + n.
+
+FAULT_SHARDS = 24  # of 3,000 tokens: about 10 s of work on 2 workers, past the signals
+
+
+@pytest.fixture(scope="module")
+def fault_inputs(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("faults") / "acts"
+    write_shards(folder, tokens(3000 * FAULT_SHARDS, d=192, seed=20),
+                 tuple(range(0, 3000 * FAULT_SHARDS + 1, 3000)))
+    return folder
+
+
+def fault_job(command: str, acts: Path, out: Path) -> list[str]:
+    args = [command, "--preset", "gpt2", "--d-model", "192", "--d-ff", "4096", "--input",
+            str(acts), "--workers", "2", "--quiet"]
+    return args + (["--out", str(out)] if command == "run" else ["--json"])
+
+
+def assert_no_partial_output(out: Path) -> None:
+    """Only complete files in ``out``: no temporary or stop file; every shard file whole."""
+    if not out.exists():
+        return
+    for name in os.listdir(out):
+        assert not name.startswith("."), name
+        if name != "manifest.json":
+            assert np.load(out / name).shape == (3000, 192), name
+    if (out / "manifest.json").exists():
+        for entry in json.loads((out / "manifest.json").read_text())["shards"]:
+            assert (out / entry["name"]).is_file()
+
+
+def workers_of(job: subprocess.Popen) -> list[int]:
+    """The Dask worker processes of ``job`` (its process group's multiprocessing children)."""
+    found = []
+    for pid in processes.group(job.pid):
+        with contextlib.suppress(OSError):
+            if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text():
+                found.append(pid)
+    return found
+
+
+def shards_written(out: Path) -> int:
+    try:
+        return len(json.loads((out / "manifest.json").read_text())["shards"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def wait_for(job: subprocess.Popen, ready) -> None:
+    deadline = time.monotonic() + 60
+    while not ready():
+        assert job.poll() is None, "the job ended before the fault"
+        assert time.monotonic() < deadline, "the fault's moment never came"
+        time.sleep(0.02)
+
+
+def at(point: str, job: subprocess.Popen, command: str, out: Path) -> None:
+    """Wait for the moment the fault comes."""
+    if point == "starting":  # the interpreter, ffncli's imports
+        time.sleep(0.3)
+    elif point == "workers-starting":  # the first worker process exists, the cluster is not up
+        wait_for(job, lambda: workers_of(job))
+    elif command == "run":  # tasks running: a shard is written
+        wait_for(job, lambda: shards_written(out) > 0)
+    else:  # tasks running: both workers are up
+        wait_for(job, lambda: len(workers_of(job)) == 2)
+        time.sleep(0.3)
+
+
+@pytest.mark.parametrize("command, signum, point", [
+    ("run", signal.SIGINT, "starting"), ("run", signal.SIGINT, "workers-starting"),
+    ("run", signal.SIGTERM, "tasks-running"), ("relu-stats", signal.SIGTERM,
+                                               "workers-starting"),
+    ("relu-stats", signal.SIGINT, "tasks-running"),
+], ids=lambda v: v.name if isinstance(v, signal.Signals) else str(v))
+def test_a_signal_at_any_point_leaves_nothing_behind(fault_inputs, tmp_path, command, signum,
+                                                     point):
+    """SIGINT or SIGTERM as the interpreter starts, as the first worker process starts (Ctrl-C
+    there was ignored: exit 0), or once tasks run (for run: once a shard is written)."""
+    out = tmp_path / "out"
+    job = processes.ffncli(fault_job(command, fault_inputs, out))
+    at(point, job, command, out)
+    job.send_signal(signum)
+    stdout, stderr = job.communicate(timeout=120)
+    assert (job.returncode, stdout, stderr) == (
+        128 + signum, "", f"error: interrupted by {signal.Signals(signum).name}\n")
+    assert processes.left_behind(job.pid) == []
+    assert_no_partial_output(out)
+
+
+def test_a_killed_worker_is_replaced_and_nothing_is_left(fault_inputs, tmp_path):
+    """SIGKILL to a worker process once the first shard is written: Dask reruns its tasks, the
+    job completes, every shard is written whole, and no process is left."""
+    out = tmp_path / "out"
+    job = processes.ffncli(fault_job("run", fault_inputs, out))
+    wait_for(job, lambda: shards_written(out) > 0)
+    workers = workers_of(job)
+    assert len(workers) == 2
+    os.kill(workers[0], signal.SIGKILL)
+    stdout, stderr = job.communicate(timeout=120)
+    assert (job.returncode, stderr) == (0, ""), stderr
+    assert processes.left_behind(job.pid) == []
+    assert_no_partial_output(out)
+    assert sorted(os.listdir(out)) == ["manifest.json", *(f"part-{i:03d}.npy"
+                                                          for i in range(FAULT_SHARDS))]

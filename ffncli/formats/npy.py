@@ -164,7 +164,9 @@ class AtomicNpyWriter:
     """
 
     def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, force: bool,
-                 inputs: tuple[Path | None, ...] = ()) -> None:
+                 inputs: tuple[Path | None, ...] = (), shown: Path | None = None) -> None:
+        """``shown``: the path errors name, when the file is written elsewhere first (capture
+        writes into a hidden folder, then moves the complete files into --out)."""
         if path.suffix.lower() != ".npy":
             raise OutputError(f"option --out: expected a .npy path, got {path}")
         for source in inputs:
@@ -183,6 +185,7 @@ class AtomicNpyWriter:
         if not path.parent.is_dir():
             raise OutputError(f"option --out: folder {path.parent} does not exist")
         self.path, self.shape, self.dtype, self.force = path, shape, np.dtype(dtype), force
+        self.shown = shown if shown is not None else path
         self._file: BinaryIO | None = None
         self._tmp: str | None = None
         self._writer: ThreadPoolExecutor | None = None
@@ -235,7 +238,7 @@ class AtomicNpyWriter:
         except OSError as exc:
             if exc.errno in _NO_ROOM:
                 raise OutputError(f"option --out: cannot reserve {size:,} bytes for "
-                                  f"{self.path}: {exc.strerror}") from None
+                                  f"{self.shown}: {exc.strerror}") from None
             # EOPNOTSUPP and the like: the file system cannot reserve; plain writes will do.
 
     def write(self, chunk: np.ndarray) -> None:
@@ -259,7 +262,7 @@ class AtomicNpyWriter:
             raise self._error(exc) from None
 
     def _error(self, exc: OSError) -> OutputError:
-        return OutputError(f"option --out: cannot write {self.path}: {exc.strerror or exc}")
+        return OutputError(f"option --out: cannot write {self.shown}: {exc.strerror or exc}")
 
     def _discard(self) -> None:
         """Close and delete the temporary file; the first error is the one being raised."""

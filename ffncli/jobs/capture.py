@@ -1,5 +1,8 @@
 """``capture``: real text through the whole model, every selected layer's FFN input written to
-``DIR/layer{N}.npy`` (each file atomically) and ``DIR/capture.json``.
+``DIR/layer{N}.npy`` and ``DIR/capture.json``, all or nothing: the files are written into a
+hidden folder inside ``DIR`` and moved into place only when every one is complete. A failed
+or interrupted capture (a signal, a layer the weights do not hold, a full disk) removes what
+it wrote, and the folder if it made it; what was in ``DIR`` before stays as it was.
 
 It is one walk (:func:`ffncli.compute.forward.walk.walk`) over the sequences, as the sweep of
 ``relu-stats --text`` is with another visitor: layer by layer (one layer's weights in memory),
@@ -9,8 +12,11 @@ batch by batch, each selected layer's FFN input handed over in text order.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import secrets
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ffncli.base.files import output_folder, write_text_atomically
+from ffncli.base.files import output_folder
 from ffncli.errors import OutputError
 from ffncli.formats.npy import AtomicNpyWriter
 from ffncli.jobs.progress import Callback
@@ -55,57 +61,134 @@ def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out
             batch_tokens: int | None = None,
             progress: Callback | None = None) -> CaptureResult:
     """Write each selected layer's FFN input, float32 (tokens, d_model) in text order, to
-    ``out/layer{N}.npy`` (each file atomically), then ``out/capture.json``."""
+    ``out/layer{N}.npy``, and ``out/capture.json``: all of them, or (on any error or signal)
+    none, and ``out`` as it was."""
     created = output_folder(out, writer="capture", force=force, inputs=inputs)
+    staging: Path | None = None
     try:
-        _capture_layers(model, sequences, layers, out, inputs, batch_tokens, progress)
+        staging = _staging(out)
+        _capture_layers(model, sequences, layers, staging, out, inputs, batch_tokens,
+                        progress)
+        files = tuple(layer_file(out, i) for i in layers)
+        manifest = capture_manifest(model, sequences, layers, files)
+        _write_new(staging / "capture.json", json.dumps(manifest, indent=1) + "\n",
+                   out / "capture.json")
+        _publish(staging, out, [*(f.name for f in files), "capture.json"], force)
     except BaseException:
-        if created:  # a folder this run made and left empty (nothing completed) goes too
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if created:  # the folder this run made goes too
             with contextlib.suppress(OSError):
                 os.rmdir(out)
         raise
-    files = tuple(layer_file(out, i) for i in layers)
-    manifest = capture_manifest(model, sequences, layers, files)
-    write_text_atomically(out / "capture.json", json.dumps(manifest, indent=1) + "\n", "--out")
+    with contextlib.suppress(OSError):
+        os.rmdir(staging)
     return CaptureResult(str(out), str(model.weights), tuple(layers), sequences.tokens,
                          len(sequences.ids), model.d_model, tuple(str(f) for f in files))
 
 
-def _capture_layers(model: Transformer, sequences: Sequences, layers: Sequence[int], out: Path,
-                    inputs: Sequence[Path | None], batch_tokens: int | None,
-                    progress: Callback | None) -> None:
-    """The walk writing each selected layer's file, one write in flight."""
+def _staging(out: Path) -> Path:
+    """A new hidden folder in ``out`` for this run's files until they are all complete."""
+    for _ in range(100):
+        folder = out / f".capture.{secrets.token_hex(4)}.tmp"
+        try:
+            os.mkdir(folder)
+            return folder
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise OutputError(f"option --out: cannot write in {out}: "
+                              f"{exc.strerror or exc}") from None
+    raise OutputError(f"option --out: cannot find a free temporary name in {out}")
+
+
+def _write_new(path: Path, text: str, shown: Path) -> None:
+    """A new file in the staging folder, synced (errors name ``shown``, its place in --out):
+    a full disk fails here, before any file is moved into --out."""
+    try:
+        with open(path, "x", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise OutputError(f"option --out: cannot write {shown}: {exc.strerror or exc}") \
+            from None
+
+
+_NO_LINKS = tuple(getattr(errno, name) for name in ("EPERM", "ENOTSUP", "EOPNOTSUPP", "EXDEV",
+                                                    "EMLINK", "ENOSYS")
+                  if hasattr(errno, name))  # hard links refused by the file system
+
+
+def _publish(staging: Path, out: Path, names: Sequence[str], force: bool) -> None:
+    """Move the complete files from ``staging`` into ``out``, capture.json last. With
+    ``force`` a previous capture's capture.json goes first (it must never describe a mix of
+    two runs) and its files are replaced; without it, a file that appeared in ``out`` while
+    this run worked is left alone and the run fails. Interrupted half-way, the files moved
+    so far are removed again."""
+    moved: list[Path] = []
+    try:
+        if force:
+            try:
+                os.unlink(out / "capture.json")
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise OutputError(f"option --out: cannot remove the previous capture's "
+                                  f"{out / 'capture.json'}: {exc.strerror or exc}") from None
+        for name in names:
+            _move(staging / name, out / name, force)
+            moved.append(out / name)
+    except BaseException:
+        for path in moved:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise
+
+
+def _move(source: Path, target: Path, force: bool) -> None:
+    """One rename; without ``force`` a hard link first, which fails if ``target`` exists."""
+    try:
+        if force:
+            os.replace(source, target)
+            return
+        try:
+            os.link(source, target)
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise
+            if os.path.lexists(target):  # a file system without hard links
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST)) from None
+            os.replace(source, target)
+            return
+        os.unlink(source)
+    except FileExistsError:
+        raise OutputError(f"option --out: {target} appeared while this run was writing; it "
+                          "was left alone (pass --force to replace it)") from None
+    except OSError as exc:
+        raise OutputError(f"option --out: cannot write {target}: {exc.strerror or exc}") \
+            from None
+
+
+def _capture_layers(model: Transformer, sequences: Sequences, layers: Sequence[int],
+                    staging: Path, out: Path, inputs: Sequence[Path | None],
+                    batch_tokens: int | None, progress: Callback | None) -> None:
+    """The walk writing each selected layer's file into ``staging`` (errors name its place in
+    ``out``), one write in flight."""
     from ffncli.compute.forward.walk import walk
 
     shape = (sequences.tokens, model.d_model)
     with contextlib.ExitStack() as stack:
-        current: dict[str, Any] = {"layer": None, "writer": None, "pending": [],
-                                   "published": False}
-
-        def before_publishing(exc_type: type[BaseException] | None, *_: object) -> bool:
-            """The first file is about to replace one of a previous capture (--force): its
-            capture.json goes first, so that it never describes a mix of two runs (it stays
-            while nothing is replaced: an error before then keeps the old capture whole)."""
-            if exc_type is None and not current["published"]:
-                current["published"] = True
-                try:
-                    os.unlink(out / "capture.json")
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    raise OutputError(f"option --out: cannot remove the previous capture's "
-                                      f"{out / 'capture.json'}: {exc.strerror or exc}") from None
-            return False
+        current: dict[str, Any] = {"layer": None, "writer": None, "pending": []}
 
         def visit(layer: int, block: Block, x: np.ndarray) -> None:
             if current["layer"] != layer:
                 if current["writer"] is not None:
-                    stack.close()  # the previous layer's file is complete: publish it
+                    stack.close()  # the previous layer's file is complete
                 current["pending"] = []
                 current["writer"] = stack.enter_context(AtomicNpyWriter(
-                    layer_file(out, layer), shape, np.dtype(np.float32), force=True,
-                    inputs=tuple(inputs)))
-                stack.push(before_publishing)  # runs before the writer's exit publishes
+                    layer_file(staging, layer), shape, np.dtype(np.float32), force=True,
+                    inputs=tuple(inputs), shown=layer_file(out, layer)))
                 current["layer"] = layer
             writer, pending = current["writer"], current["pending"]
             chunk = np.ascontiguousarray(x, dtype=np.float32)

@@ -68,7 +68,7 @@ class DaskPool:
         futures = [self.client.submit(fn, *args, pure=False) for args in calls]
         where = {f.key: i for i, f in enumerate(futures)}
         try:
-            for future in as_completed(futures):
+            for future in as_completed(futures, loop=self.client.loop):
                 i = where[future.key]
                 if future.status == "error":
                     exc = future.exception()
@@ -127,7 +127,7 @@ def connect(scale: ScaleChoice) -> Iterator[Pool]:
     cluster = None
     with contextlib.ExitStack() as stack:
         if scale.workers is not None:
-            with _sigint_ignored():
+            with _signals_held():
                 cluster = stack.enter_context(distributed.LocalCluster(
                     n_workers=scale.workers, processes=True, threads_per_worker=1,
                     silence_logs=logging.WARNING if scale.verbose else _QUIET,
@@ -139,21 +139,55 @@ def connect(scale: ScaleChoice) -> Iterator[Pool]:
         yield DaskPool(client)
 
 
+# While a local cluster starts, signals wait: Dask stopped half-way through its start leaves
+# worker processes it has not handed over yet. SIGINT and SIGHUP reach the terminal's whole
+# process group, so they are also kept from the workers (blocked: they inherit the mask) and
+# this process answers them by shutting the workers down. SIGTERM is sent to one process, and
+# Dask stops its workers with it: it stays theirs.
+_HELD = ("SIGINT", "SIGTERM", "SIGHUP")
+_KEPT_FROM_WORKERS = ("SIGINT", "SIGHUP")
+
+
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """SIGINT ignored while the worker processes start: they inherit it. Ctrl-C reaches the
-    terminal's whole process group; only this process should answer it (cancel the job,
-    then shut the workers down), not each worker with a KeyboardInterrupt traceback."""
+def _signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP wait while the body runs (the worker processes start); the
+    first that came is raised again right after, through the handler that was there before
+    (ffncli's: Interrupted, exit 128 + n). Ctrl-C in the first seconds is not lost, and it
+    lands where the cluster is already in the ``with`` that shuts it down.
+
+    The worker processes start with SIGINT and SIGHUP blocked (a signal mask outlives
+    ``exec``, a handler does not): the terminal's Ctrl-C or hangup never ends one with a
+    traceback or a half-closed queue; this process shuts them down."""
     import signal
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    held = [getattr(signal, name) for name in _HELD if hasattr(signal, name)]
+    kept = {getattr(signal, name) for name in _KEPT_FROM_WORKERS if hasattr(signal, name)}
+    arrived: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        arrived.append(signum)
+
+    before = {}
+    for signum in held:
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # an ignored one stays ignored
+            before[signum] = signal.signal(signum, hold)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, kept)  # threads started here inherit it
+    if kept:  # multiprocessing's resource tracker, started on first use, unblocks SIGINT
+        from multiprocessing import resource_tracker  # after it is spawned: start it first
+
+        resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, kept)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending now runs hold()
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        if arrived:
+            signal.raise_signal(arrived[0])
 
 
 def _dashboard_address() -> str | None:
@@ -163,18 +197,100 @@ def _dashboard_address() -> str | None:
     return ":0" if importlib.util.find_spec("bokeh") is not None else None
 
 
-def _client(address: str, verbose: bool) -> Any:
-    from distributed import Client
+@contextlib.contextmanager
+def _client(address: str, verbose: bool) -> Iterator[Any]:
+    """A client of the scheduler at ``address``, connected and with a worker, within
+    CONNECT_TIMEOUT seconds in all: the TCP connection, Dask's handshake and the wait for a
+    first worker. Dask bounds only parts of that: a peer that accepts and says nothing hangs
+    its Client for ever, one that speaks another protocol fails deep in its frame reader (and
+    the half-made Client hangs again as it is collected). So a first, private exchange asks
+    the peer who it is, in a thread given up at the deadline; only a scheduler gets a Client.
+    Whatever the peer did is one line. Closed on the way out."""
+    import time
 
     if not verbose:  # our one line says what went wrong
         logging.getLogger("distributed").setLevel(_QUIET)
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+
+    def within(call: Callable[[], Any]) -> Any:
+        """``call()`` in a thread, its result or the reason it gave none by the deadline."""
+        done: dict[str, Any] = {}
+
+        def attempt() -> None:
+            try:
+                done["result"] = call()
+            except BaseException as exc:  # handed to the thread that waits
+                done["error"] = exc
+
+        thread = threading.Thread(target=attempt, name="ffncli-connect", daemon=True)
+        thread.start()
+        thread.join(max(deadline - time.monotonic(), 0) + 1)  # Dask's timeout goes first
+        if "result" not in done:
+            raise InputError(f"cannot reach the Dask scheduler at {address}: "
+                             f"{_unreachable(done.get('error'))}")
+        return done["result"]
+
+    identity = within(lambda: _identity(address, CONNECT_TIMEOUT))
+    kind = identity.get("type") if isinstance(identity, dict) else None
+    if kind != "Scheduler":
+        what = f"it is a Dask {kind[:40]}," if isinstance(kind, str) else "it answers, but"
+        raise InputError(f"cannot reach the Dask scheduler at {address}: {what} not a "
+                         "scheduler")
+
+    def client() -> Any:
+        from distributed import Client
+
+        return Client(address, timeout=max(deadline - time.monotonic(), 0.1),
+                      set_as_default=False)
+
+    with within(client) as connected:
+        _first_worker(connected, address, deadline)
+        yield connected
+
+
+def _identity(address: str, timeout: float) -> Any:
+    """What the Dask server at ``address`` says it is (its ``identity``), over a connection of
+    its own in an event loop of its own; raises what the peer made Dask raise."""
+    import asyncio
+
+    from distributed.comm import connect
+
+    async def ask() -> Any:
+        comm = await connect(address, timeout=timeout)  # TCP, then Dask's handshake
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    return asyncio.run(asyncio.wait_for(ask(), timeout))
+
+
+def _unreachable(exc: BaseException | None) -> str:
+    """Why the connection to a --scheduler failed, in a few words."""
+    if exc is None or isinstance(exc, TimeoutError) or "timed out" in str(exc).lower():
+        return f"no answer within {CONNECT_TIMEOUT:g} s"  # Dask retries a refused one till then
+    if not isinstance(exc, Exception):
+        raise exc  # SystemExit or KeyboardInterrupt in the thread: not the peer's doing
+    if type(exc).__name__ == "CommClosedError":  # Dask's; its text names a local port
+        return "it closed the connection during Dask's handshake"
+    if isinstance(exc, (OSError, ValueError, TypeError)) and str(exc):
+        return str(exc).splitlines()[0]  # a connection closed, an address Dask cannot parse
+    # not Dask: its bytes, read as Dask's frames, claim exabytes (MemoryError), do not
+    # unpack (struct.error) or decode to something else
+    return "it does not speak Dask's protocol (not a Dask scheduler?)"
+
+
+def _first_worker(client: Any, address: str, deadline: float) -> None:
+    """Wait until ``deadline`` for the cluster to have a worker: without one no task ever
+    runs, and the job would wait in silence."""
+    import time
+
     try:
-        return Client(address, timeout=CONNECT_TIMEOUT)
-    except (OSError, TimeoutError, ValueError, TypeError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "timed out" in reason.lower():  # Dask retries a refused connection until then
-            reason = f"no answer within {CONNECT_TIMEOUT:g} s"
-        raise InputError(f"cannot reach the Dask scheduler at {address}: {reason}") from None
+        client.wait_for_workers(1, timeout=max(deadline - time.monotonic(), 0.05))
+    except TimeoutError:
+        raise InputError(f"the Dask scheduler at {address} has no workers: none joined within "
+                         f"{CONNECT_TIMEOUT:g} s") from None
 
 
 # ---------------------------------------------------------------------------------------------
