@@ -142,7 +142,12 @@ def test_a_capture_json_that_is_not_a_capture_is_ignored(cli, captured, tmp_path
     expected = cli("relu-stats", "--weights", weights, "--input", other, "--layer", "0",
                    "--json").json()
     for junk in ("not json", '{"files": ["layer3.npy"]}', '{"files": ["layer3.npy"], '
-                 '"layers": ["3"]}', "[" * 100_000):
+                 '"layers": ["3"]}', "[" * 100_000, '{"files": ["layer3.npy"], "layers": [3], '
+                 '"files": []}'):
         (tmp_path / "capture.json").write_text(junk)
         r = cli("relu-stats", "--weights", weights, "--input", other, "--json")
         assert r.code == 0 and r.json() == expected, junk[:40]
+    (tmp_path / "capture.json").unlink()
+    os.mkfifo(tmp_path / "capture.json")  # would block a plain open: never opened
+    r = cli("relu-stats", "--weights", weights, "--input", other, "--json")
+    assert r.code == 0 and r.json() == expected

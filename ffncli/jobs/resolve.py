@@ -5,14 +5,13 @@ a command reads or writes. Spec resolution and ``params`` never import NumPy."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ffncli.base.validate import Keys
-from ffncli.errors import InputError
+from ffncli.errors import FfnError, InputError
 from ffncli.formats.safetensors import config_beside, open_checkpoint
 from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
@@ -174,17 +173,24 @@ def load_model(choice: ModelChoice, overrides: Overrides, *,
                                         "them") from None
 
 
+CAPTURE_JSON_BYTES = 256 * 2**20  # a capture.json lists every sequence's ids: a long corpus's
+
+
 def captured_layer(choice: ModelChoice, tokens: TokenChoice) -> ModelChoice:
     """``--input`` one of ``capture``'s files with a checkpoint's weights: the layer whose
     FFN input it is, as the ``capture.json`` beside it records, when ``--layer`` is not given;
     a ``--layer`` that says otherwise is refused. Unchanged for any other input."""
     if tokens.input is None or (choice.weights is None and choice.hub_model is None):
         return choice
+    from ffncli.base.textformats import Malformed, parse_json, read_text
+
     manifest = tokens.input.parent / "capture.json"
-    try:
-        doc = json.loads(manifest.read_text(encoding="utf-8"))
+    if not os.path.lexists(manifest):
+        return choice
+    try:  # the strict, bounded reader: a FIFO, a huge file or deep nesting is never read
+        doc = parse_json(read_text(manifest, "capture.json", InputError, CAPTURE_JSON_BYTES))
         layer = dict(zip(doc["files"], doc["layers"], strict=True))[tokens.input.name]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # not capture's: nothing
+    except (FfnError, Malformed, ValueError, KeyError, TypeError):  # not capture's: nothing
         return choice
     if not isinstance(layer, int) or isinstance(layer, bool):
         return choice
