@@ -229,7 +229,9 @@ def test_a_capture_that_fails_late_leaves_nothing_of_its_own(cli, tmp_path, monk
         extra = ("--force",)
     if cause == "more-layers":
         weights = checkpoint(tmp_path, "gpt2", config={"n_layer": 3})
-        line = f"error: {weights}/model.safetensors: missing tensor 'h.2.attn.c_attn.weight'\n"
+        # refused when the forward opens now (the layer count is checked against the weights)
+        line = (f"error: {weights}/config.json: 3 layers, but the weights "
+                f"({weights}/model.safetensors) hold layers 0-1\n")
     else:
         weights = FORWARD / "gpt2"
         _no_room_for_capture_json(monkeypatch)

@@ -794,9 +794,8 @@ AREAS: dict[str, list[Mutant]] = {
     ],
     "capture+sweep": [
         # ---- jobs/capture.py ---------------------------------------------------------------------
-        M("jobs/capture.py", 'if exc_type is None and not current["published"]:',
-          'if not current["published"]:',
-          "capture --force: a failed run removes the previous capture.json"),
+        M("jobs/capture.py", "            shutil.rmtree(staging, ignore_errors=True)\n",
+          "            pass\n", "capture: a failed run leaves its staging folder in --out"),
         M("jobs/capture.py", "                    stack.close()  #", "                    pass  #",
           "capture: a layer's file published only at the end"),
         M("jobs/capture.py", '"tokens": sequences.tokens,', '"tokens": len(sequences.ids),',
