@@ -4,11 +4,14 @@ names, always a safe name inside --out; and --out checked against every input fi
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers.installed_models import minilm
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ffncli.jobs.shards.inputs import check_unique, output_name
 
@@ -135,3 +138,19 @@ def test_a_report_is_never_written_over_the_tokenizer_beside_the_weights(cli, tm
                                              "of this command (the tokenizer.json beside the "
                                              "--weights); choose another path\n")
     assert tokenizer.resolve().read_bytes() == (minilm() / "tokenizer.json").read_bytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40))
+def test_any_stem_gives_a_safe_output_name(stem):
+    """Whatever a file is called, its output is one plain name inside --out: ASCII letters,
+    digits and . _ + -, no separator, never . or .. or hidden, never the job's own files; and
+    a name that is already safe is kept as it is."""
+    name = output_name(stem)
+    assert re.fullmatch(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*", name)
+    assert name.casefold() not in ("manifest.json", "capture.json")
+    assert Path(name).name == name and len(Path(name).parts) == 1
+    assert output_name(name) == name  # a safe name is its own output name
+    if re.fullmatch(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*", stem) and \
+            stem.casefold() not in ("manifest.json", "capture.json"):
+        assert name == stem
