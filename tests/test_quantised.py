@@ -352,7 +352,10 @@ def test_a_quantisation_it_does_not_read_is_one_line(tmp_path, cli, case, model_
     want = (2, "", f"error: {config}: key 'quantization_config': {message}\n")
     for args in (("params", "--weights", path), ("params", "--weights", tmp_path),
                  ("params", "--config", config, "--weights", path),
-                 ("run", "--weights", path, "--random", 2)):
+                 ("run", "--weights", path, "--random", 2),
+                 # a --preset gives the shape; the config beside still says how it is stored
+                 ("params", "--preset", "tiny", "--weights", path),
+                 ("run", "--preset", "tiny", "--weights", path, "--random", 2)):
         r = cli(*args)
         assert (r.code, r.out, r.err) == want, args
     if model_type == "llama":  # the spec alone is counted: the config says what the model is

@@ -932,12 +932,9 @@ AREAS: dict[str, list[Mutant]] = {
           "return spec_from_header(header), None", "resolve: the what-if options ignored for GGUF"),
         M("jobs/resolve.py", "    if top >= model.vocab:", "    if top > model.vocab:",
           "load_sequences: a token id equal to the vocabulary accepted"),
-        M("jobs/resolve.py", "keys = _config(beside)[1] if beside is not None else None",
-          "keys = None",
-          "open_model --preset: the config beside the weights not read for the forward",
-          equivalent="open_transformer reads the config beside the weights itself when given "
-          "no settings: read once either way (tests/test_sweep.py checks the settings reach "
-          "the forward)"),
+        M("jobs/resolve.py", "            keys = _settings_beside(weights)\n",
+          "            pass\n", "--preset with weights: the config beside neither read for the "
+          "forward's settings nor its quantization_config checked"),
         M("formats/safetensors.py", 'elif weights.suffix.lower() in (".safetensors", ".json") and',
           'elif weights.suffix.lower() in (".safetensors",) and',
           "config_beside: not beside an index"),

@@ -88,6 +88,8 @@ def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
         spec, keys = _config(config, weights)
     elif preset is not None:
         spec = load_preset(preset)
+        if weights is not None and weights.suffix.lower() != ".gguf":
+            keys = _settings_beside(weights)
     else:
         raise InputError(_NO_MODEL_OR_WEIGHTS if weights_describe else _NO_MODEL)
     return apply_overrides(spec, overrides or Overrides()), keys
@@ -103,6 +105,21 @@ def _no_config_beside(weights: Path) -> None:
     folder = weights if os.path.isdir(weights) else weights.parent
     raise InputError(f"no config.json in {folder}, which the model's shape is read from: "
                      "give it with --config config.json, or a --preset NAME|FILE")
+
+
+def _settings_beside(weights: Path) -> Keys | None:
+    """With a --preset's spec, the config.json beside a checkpoint, read once: the whole
+    model's settings for the forward, and its quantization_config checked as
+    :func:`_config` checks it (None when there is no config beside the weights)."""
+    from ffncli.formats.quantised import check_quant_method
+    from ffncli.specs.hfconfig import read_config
+
+    beside = config_beside(weights)
+    if beside is None:
+        return None
+    data = read_config(beside)
+    check_quant_method(data, str(beside))
+    return Keys(data, str(beside))
 
 
 def _config(path: Path, weights: Path | None) -> tuple[ModelSpec, Keys]:
@@ -128,11 +145,10 @@ def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides |
     return _spec(preset, config, overrides, weights, weights_describe)[0]
 
 
-def open_model(choice: ModelChoice, overrides: Overrides, *, forward: bool = False) -> Opened:
-    """The model of ``choice``: the spec, and the checkpoint of ``--weights``/``--model`` opened
-    (a GGUF file's header read once, for both). With ``forward``, also the keys of the
-    config.json the whole model's settings come from (``--config``, else the one beside the
-    weights)."""
+def open_model(choice: ModelChoice, overrides: Overrides) -> Opened:
+    """The model of ``choice``: the spec, the checkpoint of ``--weights``/``--model`` opened
+    (a GGUF file's header read once, for both), and the keys of the config.json the whole
+    model's settings come from (``--config``, else the one beside the weights)."""
     from ffncli.formats.gguf import read_header
     from ffncli.formats.tensors import GgufTensors, SafetensorsTensors, is_checkpoint
 
@@ -148,9 +164,6 @@ def open_model(choice: ModelChoice, overrides: Overrides, *, forward: bool = Fal
         tensors = GgufTensors(header if header is not None else read_header(weights))
     else:
         tensors = SafetensorsTensors(open_checkpoint(weights))
-    if forward and keys is None and not gguf:  # a --preset's spec: the settings beside
-        beside = config_beside(weights)
-        keys = _config(beside, weights)[1] if beside is not None else None
     return Opened(spec, weights, tensors, keys)
 
 
@@ -220,7 +233,7 @@ def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
     if overrides.capacity_factor is not None:
         raise InputError("option --capacity-factor: the whole-model forward runs the "
                          "checkpoint's own routing, which drops no tokens")
-    opened = open_model(choice, overrides, forward=True)
+    opened = open_model(choice, overrides)
     try:
         return open_transformer(opened.spec, weights, parse_dtype(choice.dtype),
                                 config=choice.config, tensors=opened.tensors,
