@@ -86,6 +86,7 @@ if TYPE_CHECKING:
     from ffncli.jobs.sweep import SweepResult
 
 STOP_WAIT = 10.0  # seconds the tasks still running after Ctrl-C get to remove their files
+STOP_GRACE = 1.0  # seconds a cluster's tasks get to show a temporary file after a stop
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,18 +149,22 @@ def write_shards(pool: Pool, fn: Callable[..., Any], calls: Sequence[tuple[Any, 
             raise
     finally:
         if stop.exists():
-            _wait_for(leftovers)
+            # a task a worker had already begun when its future was cancelled may not have made
+            # its temporary file yet: on a cluster, give it STOP_GRACE to see the stop file
+            _wait_for(leftovers, STOP_GRACE if getattr(pool, "client", None) else 0.0)
         clean()
         with contextlib.suppress(OSError):
             stop.unlink()
     return written
 
 
-def _wait_for(pending: Callable[[], list[str]]) -> None:
+def _wait_for(pending: Callable[[], list[str]], grace: float = 0.0) -> None:
     """Give the tasks still running after a stop (they see the stop file at their next chunk
-    or batch) up to STOP_WAIT seconds to remove their own temporary files."""
-    deadline = time.monotonic() + STOP_WAIT
-    while pending() and time.monotonic() < deadline:
+    or batch) up to STOP_WAIT seconds to remove their own temporary files, and at least
+    ``grace`` seconds to show any."""
+    start = time.monotonic()
+    while (pending() or time.monotonic() < start + grace) and \
+            time.monotonic() < start + STOP_WAIT:
         time.sleep(0.05)
 
 
