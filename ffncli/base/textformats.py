@@ -154,6 +154,20 @@ def parse_json(text: str) -> Any:
         raise Malformed(exc.problem, line, column) from None
 
 
+def read_json(path: Path, what: str, error: type[FfnError], max_bytes: int = MAX_TEXT_BYTES,
+              *, kind: str | None = None, after: str = "") -> Any:
+    """A small JSON file, read by :func:`read_text` and parsed by :func:`parse_json`; bad JSON
+    is one ``error`` line: ``PATH: invalid JSON at ...: PROBLEM``, or with ``kind`` ``PATH:
+    not KIND (not valid JSON at ...: PROBLEM)``, then ``after``."""
+    text = read_text(path, what, error, max_bytes)
+    try:
+        return parse_json(text)
+    except Malformed as exc:
+        bad = f"invalid JSON{exc.where}: {exc.problem}" if kind is None else \
+            f"not {kind} (not valid JSON{exc.where}: {exc.problem})"
+        raise error(f"{path}: {bad}{after}") from None
+
+
 # ---------------------------------------------------------------------------------------------
 # YAML.
 

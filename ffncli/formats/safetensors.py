@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, BinaryIO
 
 from ffncli.base.files import check_file, kept_or_opened, open_file, read_at, reading
-from ffncli.base.textformats import Malformed, parse_json, read_text
+from ffncli.base.textformats import Malformed, parse_json, read_json
 from ffncli.base.validate import brief
 from ffncli.errors import WeightsError
 
@@ -286,12 +286,7 @@ def read_index(path: Path) -> dict[str, Path]:
     """A ``model.safetensors.index.json``: tensor name -> shard file, checked strictly (JSON
     without duplicate keys, only ``metadata`` and ``weight_map``, each shard a file name
     inside the index's folder that exists)."""
-    text = read_text(path, "index file", WeightsError, MAX_INDEX)
-    try:
-        data = parse_json(text)
-    except Malformed as exc:
-        raise WeightsError(f"{path}: not a safetensors index (not valid JSON{exc.where}: "
-                           f"{exc.problem})") from None
+    data = read_json(path, "index file", WeightsError, MAX_INDEX, kind="a safetensors index")
     if not isinstance(data, dict):
         raise WeightsError(f"{path}: not a safetensors index: expected a JSON object with a "
                            f"weight_map, got {brief(data)}")

@@ -195,15 +195,15 @@ def captured_layer(choice: ModelChoice, tokens: TokenChoice) -> ModelChoice:
     a ``--layer`` that says otherwise is refused. Unchanged for any other input."""
     if tokens.input is None or (choice.weights is None and choice.hub_model is None):
         return choice
-    from ffncli.base.textformats import Malformed, parse_json, read_text
+    from ffncli.base.textformats import read_json
 
     manifest = tokens.input.parent / "capture.json"
     if not os.path.lexists(manifest):
         return choice
     try:  # the strict, bounded reader: a FIFO, a huge file or deep nesting is never read
-        doc = parse_json(read_text(manifest, "capture.json", InputError, CAPTURE_JSON_BYTES))
+        doc = read_json(manifest, "capture.json", InputError, CAPTURE_JSON_BYTES)
         layer = dict(zip(doc["files"], doc["layers"], strict=True))[tokens.input.name]
-    except (FfnError, Malformed, ValueError, KeyError, TypeError):  # not capture's: nothing
+    except (FfnError, ValueError, KeyError, TypeError):  # not capture's: nothing known
         return choice
     if not isinstance(layer, int) or isinstance(layer, bool):
         return choice

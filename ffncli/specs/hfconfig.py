@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ffncli.base import validate
-from ffncli.base.textformats import Malformed, parse_json, read_text
+from ffncli.base.textformats import read_json
 from ffncli.base.validate import MAX_INT, Keys
 from ffncli.errors import ConfigError
 from ffncli.specs.spec import (
@@ -609,8 +609,4 @@ def gemma_spec(c: Config, family: str, **options: Any) -> ModelSpec:
 def read_config(path: Path) -> Any:
     """A config.json's document: a regular file of at most 4 MiB, strict JSON (no duplicate
     keys, NaN, Infinity or nesting past 64 levels)."""
-    text = read_text(path, "config file", ConfigError)
-    try:
-        return parse_json(text)
-    except Malformed as exc:
-        raise ConfigError(f"{path}: invalid JSON{exc.where}: {exc.problem}") from None
+    return read_json(path, "config file", ConfigError)

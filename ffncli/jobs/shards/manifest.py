@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ffncli.base.files import write_text_atomically
-from ffncli.base.textformats import Malformed, parse_json, read_text
+from ffncli.base.textformats import read_json
 from ffncli.base.validate import brief
 from ffncli.errors import OutputError
 from ffncli.jobs.shards.inputs import Shard, TextShard
@@ -105,12 +105,8 @@ def read_entries(out: Path, recipe: dict[str, Any], kind: Kind) -> dict[str, dic
                               "choose an empty folder or pass --force")
         return {}
     again = "pass --force to start again"
-    text = read_text(path, "manifest", OutputError, MAX_MANIFEST)
-    try:
-        doc = parse_json(text)
-    except Malformed as exc:
-        raise OutputError(f"{path}: not a manifest of ffncli (not valid JSON{exc.where}: "
-                          f"{exc.problem}); {again}") from None
+    doc = read_json(path, "manifest", OutputError, MAX_MANIFEST, kind="a manifest of ffncli",
+                    after=f"; {again}")
     if not isinstance(doc, dict) or doc.get("format") != kind.format or \
             not isinstance(doc.get("shards"), list):
         raise OutputError(f"{path}: not a manifest of ffncli {kind.command} (format "
