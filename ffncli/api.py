@@ -16,7 +16,6 @@ and raises an ``ffncli.errors.FfnError`` subclass with a one-line message for ba
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,28 +72,21 @@ def build_ffn(spec: ModelSpec, weights: str | Path | None = None, layer: int = 0
     return build_model(spec, path, layer, parse_dtype(dtype), budget).engine
 
 
-def permute_check(fn: Callable[[np.ndarray], np.ndarray], tokens: np.ndarray, *,
-                  trials: int = 8, seed: int = 0, rtol: float | None = None,
-                  atol: float | None = None, timeout: float | None = None,
-                  name: str | None = None) -> CheckReport:
-    """Is ``fn`` position-wise on ``tokens`` (tokens x d_model, or batch x seq x d_model)?
-    The report holds each property's result (``report.passed``, ``report.properties``)."""
-    import numpy as np
+def permute_check(fn: Any, tokens: Any = None, *, trials: int = 8, seed: int = 0,
+                  rtol: float | None = None, atol: float | None = None,
+                  timeout: float | None = None, name: str | None = None, bitwise: bool = False,
+                  train_mode: bool = False, d_model: int | None = None,
+                  impl_args: dict[str, Any] | None = None) -> CheckReport:
+    """Is ``fn`` position-wise on ``tokens`` (tokens x d_model, or batch x seq x d_model; a
+    NumPy array or a framework tensor; None: 32 random tokens)? ``fn`` is a function of
+    arrays (NumPy, JAX), a PyTorch or Flax module, or a class or factory of one (called with
+    ``impl_args``). It runs in this process. The report holds each property's result
+    (``report.passed``, ``report.properties``)."""
+    from ffncli.jobs.permute import check_here
 
-    from ffncli.analysis.compare import tolerances
-    from ffncli.analysis.guard import check_timeout, guarded
-    from ffncli.analysis.properties import permute_check as check
-
-    x = _token_array(tokens, getattr(fn, "d_model", None))
-    shape = x.shape if x.ndim > 1 else (1, x.shape[-1])
-    matrix = x.reshape(-1, x.shape[-1])
-    dtype = getattr(fn, "dtype", matrix.dtype if matrix.dtype.kind == "f" else np.float64)
-    matrix = matrix.astype(dtype, copy=False)
-    tolerances(dtype, rtol, atol)  # refuse NaN and negative tolerances up front
-    check_timeout(timeout)
-    label = name if name else getattr(fn, "__name__", type(fn).__name__)
-    return check(guarded(fn, label, np.dtype(dtype), timeout=timeout), matrix, target=label,
-                 input_shape=shape, trials=trials, seed=seed, rtol=rtol, atol=atol)
+    return check_here(fn, tokens, name=name, d_model=d_model, trials=trials, seed=seed,
+                      rtol=rtol, atol=atol, timeout=timeout, bitwise=bitwise,
+                      train_mode=train_mode, impl_args=impl_args)
 
 
 def relu_stats(ffn: Engine, tokens: np.ndarray | str | Path, *,
@@ -109,27 +101,12 @@ def relu_stats(ffn: Engine, tokens: np.ndarray | str | Path, *,
 
 
 def _tokens(tokens: np.ndarray | str | Path, d_model: int) -> TokenInput:
-
-    from ffncli.formats.tokens import from_array, open_input
+    """``tokens`` as the readers take them: a file streamed, an array in memory."""
+    from ffncli.formats.tokens import from_array, open_input, token_array
 
     if isinstance(tokens, (str, Path)):
         return open_input(Path(tokens), d_model)
-    return from_array(_token_array(tokens, d_model))
-
-
-def _token_array(tokens: Any, d_model: int | None) -> np.ndarray:
-    """``tokens`` as an array of one token, tokens x d_model or batch x seq x d_model
-    (``d_model`` None: any width), or one error line."""
-    import numpy as np
-
-    from ffncli.errors import InputError
-
-    x = np.asarray(tokens)
-    if x.ndim not in (1, 2, 3) or x.size == 0 or (d_model is not None and x.shape[-1] != d_model):
-        expected = "d_model" if d_model is None else d_model
-        raise InputError(f"tokens: expected (tokens, {expected}) or (batch, seq, {expected}), "
-                         f"got shape {x.shape}")
-    return x
+    return from_array(token_array(tokens, d_model))
 
 
 def layer_stats(weights: str | Path, *, text: str | Path | None = None,

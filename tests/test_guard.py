@@ -4,6 +4,7 @@ they come, the caller's input is never changed, and --timeout bounds each call a
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import processes
 from helpers.checks import IMPL
 from impls import ffns
 
@@ -45,10 +47,10 @@ TESTS = Path(__file__).parent
      "(a call on 20 tokens); the properties cannot be checked on it"),
     ("returns_inf_in_one_row", "impls.ffns:returns_inf_in_one_row returned infinity in output "
      "row 19 for a finite token (a call on 20 tokens); the properties cannot be checked on it"),
-    ("returns_none", "impls.ffns:returns_none returned NoneType; expected a numpy array of "
-     "shape (20, d_out)"),
-    ("returns_list", "impls.ffns:returns_list returned list; expected a numpy array of shape "
+    ("returns_none", "impls.ffns:returns_none returned NoneType; expected one array of shape "
      "(20, d_out)"),
+    ("returns_list", "impls.ffns:returns_list returned a list of 20 (list, list, list, list, "
+     "...); expected one array of shape (20, d_out)"),
     ("returns_1d", "impls.ffns:returns_1d returned shape (20,) for input (20, 6); expected "
      "(20, d_out)"),
     ("wrong_shape", "impls.ffns:wrong_shape returned shape (19, 6) for input (20, 6); expected "
@@ -128,19 +130,31 @@ def test_ffncli_own_interrupt_is_not_the_impl_s_fault():
 
 
 def test_sigterm_during_the_impl_exits_143(tmp_path):
+    """SIGTERM to ffncli while the code under test runs (in its child): exit 143, and the
+    child is killed with its whole group."""
+    pids = tmp_path / "pids"
+    ffncli = subprocess.Popen([sys.executable, "-m", "ffncli", "permute-check", "--impl",
+                               "impls.children:sleeps", *IMPL], cwd=TESTS, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "FFNCLI_TEST_PIDFILE": str(pids)})
+    child = processes.wait_for_pids(pids, 1)[0]
+    ffncli.send_signal(signal.SIGTERM)
+    out, err = ffncli.communicate(timeout=60)
+    assert (ffncli.returncode, out, err) == (128 + signal.SIGTERM, "",
+                                             "error: interrupted by SIGTERM\n")
+    assert not processes.alive(child)
+
+
+def test_the_impl_killing_its_own_process_is_exit_2(tmp_path):
     (tmp_path / "selfkill.py").write_text(
         "import os, signal\n\ndef f(x):\n    os.kill(os.getpid(), signal.SIGTERM)\n"
         "    import time\n    time.sleep(30)\n")
     done = subprocess.run([sys.executable, "-m", "ffncli", "permute-check", "--impl",
                            "selfkill:f", *IMPL], cwd=tmp_path, capture_output=True, text=True,
                           timeout=60, check=False)
-    assert (done.returncode, done.stderr) == (128 + signal.SIGTERM,
-                                              "error: interrupted by SIGTERM\n")
-
-
-WRAP = ("; --impl takes a function of a NumPy array (tokens, d_model) returning (tokens, "
-        "d_out): wrap it, e.g. block = FeedForwardBlock(512, 2048, 0.0).eval(); def ffn(x): "
-        "return block(torch.from_numpy(x)).detach().numpy()")
+    assert (done.returncode, done.stderr) == (2, "error: selfkill:f crashed: its process was "
+                                              "killed by SIGTERM (terminated) instead of "
+                                              "returning its output\n")
 
 
 @pytest.mark.parametrize("impl,message", [
@@ -151,13 +165,10 @@ WRAP = ("; --impl takes a function of a NumPy array (tokens, d_model) returning 
     ("impls.ffns:D_FF", "option --impl: impls.ffns:D_FF is not callable"),
     ("impls.ffns:wrong_shape", "impls.ffns:wrong_shape returned shape (19, 6) for input "
      "(20, 6); expected (20, d_out)"),
-    ("impls.ffns:returns_list", "impls.ffns:returns_list returned list; expected a numpy array"),
+    ("impls.ffns:returns_list", "impls.ffns:returns_list returned a list of 20"),
     ("impls.ffns:raises", "impls.ffns:raises raised RuntimeError: boom"),
-    # the lesson's FeedForwardBlock (a class), and a torch.nn.Module instance: what to write
-    ("impls.ffns:FeedForwardBlock", "option --impl: impls.ffns:FeedForwardBlock is a class"
-     + WRAP),
-    ("impls.ffns:torch_block", "option --impl: impls.ffns:torch_block is a PyTorch module"
-     + WRAP),
+    ("impls.ffns:make_nothing", "option --impl: impls.ffns:make_nothing gave int, which is not "
+     "callable"),
 ])
 def test_cli_bad_impl_exit_2(cli, in_tests, impl, message):
     r = cli("permute-check", "--impl", impl, "--d-model", "6", "--random", "20")
@@ -242,12 +253,23 @@ def test_timeout_ends_a_hanging_impl(cli, in_tests, impl):
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
-def test_timeout_bounds_the_import(cli, in_tests):
+def test_load_timeout_bounds_the_import(cli, in_tests):
     started = time.monotonic()
-    r = cli("permute-check", "--impl", "impls.hang_on_import:f", *IMPL, "--timeout", "0.5")
+    r = cli("permute-check", "--impl", "impls.hang_on_import:f", *IMPL, "--timeout", "0.5",
+            "--load-timeout", "1")
     assert time.monotonic() - started < 20
-    assert (r.code, r.err) == (2, "error: option --impl: importing 'impls.hang_on_import' did not "
-                                  "finish within the --timeout of 0.5 s\n")
+    assert (r.code, r.err) == (2, "error: option --impl: importing and building "
+                                  "impls.hang_on_import:f did not finish within the "
+                                  "--load-timeout of 1 s\n")
+
+
+def test_the_load_limit_is_generous_and_its_own():
+    """import torch alone takes seconds: 120 s at least, ten calls' worth past that; none
+    without --timeout; --load-timeout as given."""
+    from ffncli.analysis.isolate import load_limit
+
+    assert (load_limit(None), load_limit(0.5), load_limit(30), load_limit(0.5, 3)) == \
+        (None, 120, 300, 3)
 
 
 def test_timeout_keeps_good_results(cli, in_tests):

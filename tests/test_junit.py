@@ -38,7 +38,7 @@ def test_cli_impl_pass_and_fail_with_junit(cli, tmp_path, in_tests):
     failed = [p["name"] for p in doc["properties"] if not p["passed"]]
     root = ET.parse(junit).getroot()
     suite = root.find("testsuite")
-    assert suite.get("tests") == "3" and suite.get("failures") == str(len(failed))
+    assert suite.get("tests") == "4" and suite.get("failures") == str(len(failed))
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == [p["name"] for p in doc["properties"]]
     assert [c.get("name") for c in cases if c.find("failure") is not None] == failed
@@ -50,7 +50,7 @@ def test_junit_failure_carries_the_counterexample():
     report = run_check(ffns.position_bias, x)
     root = ET.fromstring(render.junit_xml(report))
     failures = {c.get("name"): c.find("failure") for c in root.iter("testcase")}
-    eq = report.properties[0]
+    eq = report.properties[1]
     assert failures[eq.name].get("message") == eq.counterexample
     assert failures[eq.name].text.startswith(f"max abs deviation {eq.max_abs:.3g}, ")
 
@@ -121,7 +121,7 @@ def test_junit_xml_replaces_last_run_s_report(cli, tmp_path, in_tests):
     args = ("permute-check", "--impl", "impls.ffns:good", *IMPL, "--junit-xml", junit)
     assert cli(*args).code == 0
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "0", "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("4", "0", "0")
     umask = os.umask(0)
     os.umask(umask)
     assert junit.stat().st_mode & 0o777 == 0o666 & ~umask  # a new file, as open() makes it
@@ -212,7 +212,7 @@ def test_junit_xml_named_like_a_built_in_preset(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = cli("permute-check", "--preset", "tiny", "--random", "4", "--junit-xml", "tiny")
     assert r.code == 0
-    assert ET.parse(tmp_path / "tiny").getroot().find("testsuite").get("tests") == "3"
+    assert ET.parse(tmp_path / "tiny").getroot().find("testsuite").get("tests") == "4"
 
 
 def test_junit_error_report_with_control_characters_is_valid_xml(cli, tmp_path, in_tests):

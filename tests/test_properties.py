@@ -39,7 +39,7 @@ def test_broken_impls_fail(name, fails):
 def test_counterexample_names_permutation_and_values():
     x = np.random.default_rng(0).normal(size=(5, 6))
     report = run_check(ffns.position_bias, x)
-    eq = report.properties[0]
+    eq = report.properties[1]
     assert eq.name == "permutation_equivariance" and not eq.passed
     assert eq.counterexample.startswith("permutation reverse: output row ")
     assert "expected [" in eq.counterexample and ", got [" in eq.counterexample
@@ -128,7 +128,7 @@ def test_trials_flag_sets_the_number_of_permutations(cli):
     for trials, expected in (("0", 3), ("5", 8)):  # reverse, cyclic shift, swap + random
         doc = cli("permute-check", "--preset", "tiny", "--random", "6", "--trials", trials,
                   "--json").json()
-        assert doc["properties"][0]["trials"] == expected
+        assert doc["properties"][1]["trials"] == expected
 
 
 # --- the core's sampling, pinned (each of these catches a one-line mutation) ----------------
@@ -214,7 +214,7 @@ def test_other_tokens_changed_can_fail_alone(n, token):
     assert failed["token_independence"].startswith(
         f"token {token or 0} with the other tokens changed: ")
     if token is not None:
-        assert report.properties[1].worst_token == token
+        assert report.properties[2].worst_token == token
 
 
 def test_duplicate_pair_can_fail_alone():

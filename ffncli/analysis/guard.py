@@ -15,16 +15,15 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ffncli.analysis.compare import first_overflow
+from ffncli.analysis.frameworks import Fn, as_numpy, describe
 from ffncli.base.validate import number
 from ffncli.errors import ImplError, InputError, Interrupted
-
-Fn = Callable[[np.ndarray], np.ndarray]
-
 
 # ---------------------------------------------------------------------------------------------
 # Calling the function under test safely.
@@ -137,13 +136,12 @@ def _what_it_raised(exc: BaseException) -> str:
     return f"raised {type(exc).__name__}" + (f": {message}" if message else "")
 
 
-def load_impl(target: str, *, timeout: float | None = None) -> Fn:
-    """``package.module:function``, importable from the current directory. The import runs
-    under ``timeout`` seconds, if given; whatever it raises (even ``sys.exit``) is an
-    ImplError, except ffncli's own :class:`Interrupted`."""
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise ImplError(f"option --impl: expected module:function, got {target!r}")
+def load_impl(target: str, *, timeout: float | None = None) -> object:
+    """``package.module:NAME``, importable from the current directory: the object it names (a
+    function, a class, a module instance: :mod:`ffncli.analysis.frameworks` adapts it). The
+    import runs under ``timeout`` seconds, if given; whatever it raises (even ``sys.exit``) is
+    an ImplError, except ffncli's own :class:`Interrupted`."""
+    module_name, attr = split_target(target)
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
@@ -158,7 +156,7 @@ def load_impl(target: str, *, timeout: float | None = None) -> Fn:
             raise ImplError(_late(f"option --impl: importing {module_name!r}", timeout)) from None
         if isinstance(exc, ModuleNotFoundError):
             raise ImplError(f"option --impl: cannot import module {module_name!r} "
-                            f"({exc})") from None
+                            f"({exc}){_extra_for(exc.name)}") from None
         raise ImplError(f"option --impl: importing {module_name!r} "
                         f"{_what_it_raised(exc)}") from None
     if alarm.fired:  # it caught the timeout's exception and went on
@@ -168,30 +166,61 @@ def load_impl(target: str, *, timeout: float | None = None) -> Fn:
         raise ImplError(f"option --impl: module {module_name!r} has no attribute {attr!r}")
     if not callable(fn):
         raise ImplError(f"option --impl: {target} is not callable")
-    kind = _framework_module(fn)
-    if kind is not None:
-        raise ImplError(f"option --impl: {target} is {kind}; --impl takes a function of a "
-                        "NumPy array (tokens, d_model) returning (tokens, d_out): wrap it, e.g. "
-                        "block = FeedForwardBlock(512, 2048, 0.0).eval(); def ffn(x): return "
-                        "block(torch.from_numpy(x)).detach().numpy()")
     return fn
 
 
-def _framework_module(fn: object) -> str | None:
-    """What ``fn`` is when it is not a function of arrays: a class, or a PyTorch, Flax or
-    Keras module (found by the modules its type comes from: none of them is imported)."""
-    kinds = {"torch.nn": "a PyTorch module", "flax": "a Flax module", "keras": "a Keras layer"}
-    cls = fn if inspect.isclass(fn) else type(fn)
-    for base in cls.__mro__:
-        for prefix, kind in kinds.items():
-            if base.__module__ == prefix or base.__module__.startswith(prefix + "."):
-                return f"{kind} class" if inspect.isclass(fn) else kind
-    return "a class" if inspect.isclass(fn) else None
+EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "flax": "jax"}
+
+
+def _extra_for(missing: str | None) -> str:
+    """What to install when the module missing is a framework ffncli has an extra for."""
+    extra = EXTRAS.get((missing or "").partition(".")[0])
+    return f"; install it with: pip install 'ffncli[{extra}]'" if extra else ""
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """``package.module:NAME`` as (module, name), refused in one line when it is not that."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ImplError(f"option --impl: expected module:function, got {target!r}")
+    return module_name, attr
+
+
+def impl_path() -> list[str]:
+    """Where ``--impl`` modules are imported from: the current directory, then ``sys.path``
+    (the same for the files found here and for the child process that imports them)."""
+    cwd = os.getcwd()
+    return [cwd, *(p for p in sys.path if p not in ("", cwd))]
+
+
+def module_files(module_name: str, path: list[str] | None = None) -> list[Path]:
+    """The files importing ``module_name`` would run (its packages' ``__init__.py`` and the
+    module), found as the import system would, but without running any of them: the inputs
+    a report must not be written over, known before the user's code runs."""
+    from importlib.machinery import PathFinder
+
+    found: list[Path] = []
+    search = impl_path() if path is None else path
+    name = ""
+    for part in module_name.split("."):
+        name = f"{name}.{part}" if name else part
+        try:
+            spec = PathFinder.find_spec(part, search)
+        except (ImportError, ValueError, OSError):
+            break
+        if spec is None:
+            break
+        if spec.origin and spec.has_location:
+            found.append(Path(spec.origin))
+        if not spec.submodule_search_locations:
+            break
+        search = list(spec.submodule_search_locations)
+    return found
 
 
 def impl_sources(target: str) -> list[Path]:
-    """The source files of an imported ``module:function``: its module and, when the function
-    is defined elsewhere, that file too (inputs a report must not be written over)."""
+    """The source files of an imported ``module:NAME``: its module and, when the object is
+    defined elsewhere, that file too (inputs a report must not be written over)."""
     module_name, _, attr = target.partition(":")
     module = sys.modules.get(module_name)
     found = [getattr(module, "__file__", None)]
@@ -202,46 +231,86 @@ def impl_sources(target: str) -> list[Path]:
     return list(dict.fromkeys(Path(f) for f in found if f))
 
 
-def guarded(fn: Fn, name: str, dtype: np.dtype, *, timeout: float | None = None) -> Fn:
-    """``fn`` as the checks may call it: each call gets its own copy of the input, runs under
-    ``timeout`` seconds (if given), and must leave that copy unchanged and return a finite
-    (tokens, d_out) array of real numbers, with the same d_out every call. The output is
-    copied, so a view of the input or a buffer ``fn`` reuses cannot change it later."""
-    check_timeout(timeout)
-    widths: list[int] = []  # d_out of the first call
+# ---------------------------------------------------------------------------------------------
+# One call, and what it did.
 
-    def call(x: np.ndarray) -> np.ndarray:
-        given = x.copy()
-        calling = f"a call on {x.shape[0]:,} tokens"
-        alarm = _Alarm()
-        try:
-            with _time_limit(timeout) as alarm, _no_hard_exit():
-                y = fn(given)
-        except Interrupted:
-            raise
-        except BaseException as exc:  # sys.exit, KeyboardInterrupt: never a silent exit 0
-            if alarm.fired:
-                raise ImplError(_late(name, timeout, f" ({calling})")) from None
-            instead = " instead of returning its output" \
-                if isinstance(exc, (SystemExit, _ExitCalled)) else ""
-            raise ImplError(f"{name} {_what_it_raised(exc)}{instead}") from None
-        if alarm.fired:  # it caught the timeout's exception and went on
-            raise ImplError(_late(name, timeout, f" ({calling})"))
-        if not _same_bits(given, x):
+
+class CallRaised(ImplError):
+    """The code under test raised an ordinary exception. On the first call it cannot be
+    checked at all (exit 2); on a later one, on tokens it should handle like the first (one
+    token alone, which BatchNorm in training mode refuses), a property fails."""
+
+
+@dataclass
+class Outcome:
+    """What one call of the code under test did, in this process or in a child."""
+
+    y: np.ndarray | None = None  # what it returned, when that was an array (or a tensor)
+    returned: str = ""  # what it returned otherwise: "NoneType", "a tuple of 2 (Tensor, Tensor)"
+    raised: str = ""  # "raised ValueError: bad", "called sys.exit(0)", "was killed by SIGSEGV"
+    stopped: bool = False  # it exited (or its process ended) instead of returning
+    exception: bool = False  # what it raised was an ordinary Exception
+    mutated: bool = False  # it changed its input in place
+    timed_out: bool = False
+
+
+def call_here(fn: Callable[[np.ndarray], object], x: np.ndarray,
+              timeout: float | None = None) -> Outcome:
+    """Call ``fn`` on a copy of ``x`` in this process, under ``timeout`` seconds (if given),
+    and say what it did; ffncli's own :class:`Interrupted` goes through."""
+    given = x.copy()
+    alarm = _Alarm()
+    try:
+        with _time_limit(timeout) as alarm, _no_hard_exit():
+            y = as_numpy(fn(given))
+    except Interrupted:
+        raise
+    except BaseException as exc:  # sys.exit, KeyboardInterrupt: never a silent exit 0
+        return Outcome(raised=_what_it_raised(exc), timed_out=alarm.fired,
+                       stopped=isinstance(exc, (SystemExit, _ExitCalled)),
+                       exception=isinstance(exc, Exception))
+    if alarm.fired:  # it caught the timeout's exception and went on
+        return Outcome(timed_out=True)
+    mutated = not _same_bits(given, x)
+    if isinstance(y, np.ndarray):
+        return Outcome(y=y, mutated=mutated)
+    return Outcome(returned=describe(y), mutated=mutated)
+
+
+class Judge:
+    """The verdict on each call of one implementation: its output as the checks may use it
+    (copied, finite, (tokens, d_out) of real numbers, the same d_out every call), or the
+    ImplError saying what it did instead."""
+
+    def __init__(self, name: str, timeout: float | None = None) -> None:
+        self.name, self.timeout = name, timeout
+        self.width: int | None = None  # d_out of the first call
+
+    def __call__(self, x: np.ndarray, done: Outcome) -> np.ndarray:
+        name, calling = self.name, f"a call on {x.shape[0]:,} tokens"
+        if done.timed_out:
+            raise ImplError(_late(name, self.timeout, f" ({calling})"))
+        if done.raised:
+            if done.exception:
+                raise CallRaised(f"{name} {done.raised}")
+            instead = " instead of returning its output" if done.stopped else ""
+            raise ImplError(f"{name} {done.raised}{instead}")
+        if done.mutated:
             raise ImplError(f"{name} changed its input in place ({calling}); the caller's "
                             f"tokens would be lost: copy them before changing them")
-        if not isinstance(y, np.ndarray):
-            raise ImplError(f"{name} returned {type(y).__name__}; expected a numpy array of "
-                            f"shape ({x.shape[0]}, d_out)")
+        y = done.y
+        if y is None:
+            raise ImplError(f"{name} returned {done.returned}; expected one array of shape "
+                            f"({x.shape[0]}, d_out)")
         if y.ndim != 2 or y.shape[0] != x.shape[0]:
             raise ImplError(f"{name} returned shape {y.shape} for input {x.shape}; expected "
                             f"({x.shape[0]}, d_out)")
         if y.shape[1] == 0:  # every property would hold, vacuously
             raise ImplError(f"{name} returned shape {y.shape} for input {x.shape}; expected "
                             f"({x.shape[0]}, d_out) with d_out >= 1")
-        if widths and y.shape[1] != widths[0]:
+        if self.width is not None and y.shape[1] != self.width:
             raise ImplError(f"{name} returned shape {y.shape} for input {x.shape}; expected "
-                            f"({x.shape[0]}, {widths[0]}), the d_out of its first call")
+                            f"({x.shape[0]}, {self.width}), the d_out of its first call")
         if y.dtype.kind not in "fiu":
             raise ImplError(f"{name} returned dtype {y.dtype}; expected real numbers")
         row = first_overflow(x, y)
@@ -249,9 +318,20 @@ def guarded(fn: Fn, name: str, dtype: np.dtype, *, timeout: float | None = None)
             kind = "NaN" if np.isnan(y[row]).any() else "infinity"
             raise ImplError(f"{name} returned {kind} in output row {row} for a finite token "
                             f"({calling}); the properties cannot be checked on it")
-        if not widths:
-            widths.append(y.shape[1])
+        self.width = y.shape[1]
         return np.array(y, copy=True)
+
+
+def guarded(fn: Callable[[np.ndarray], object], name: str, dtype: np.dtype, *,
+            timeout: float | None = None) -> Fn:
+    """``fn`` as the checks may call it in this process: each call gets its own copy of the
+    input, runs under ``timeout`` seconds (if given), and is judged by a :class:`Judge`. The
+    output is copied, so a view of the input or a buffer ``fn`` reuses cannot change it."""
+    check_timeout(timeout)
+    judge = Judge(name, timeout)
+
+    def call(x: np.ndarray) -> np.ndarray:
+        return judge(x, call_here(fn, x, timeout))
 
     return call
 

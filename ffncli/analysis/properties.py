@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from ffncli.analysis.compare import Comparison, compare, output_scale, tolerances
-from ffncli.analysis.guard import Fn
+from ffncli.analysis.frameworks import RANDOM_HINT, Fn
+from ffncli.analysis.guard import CallRaised
 
 
 @dataclass(frozen=True)
@@ -41,10 +43,48 @@ class CheckReport:
     d_model: int
     dtype: str
     properties: tuple[PropertyResult, ...]
+    bitwise: bool = False  # bit-identity was required besides the tolerance
+    skipped: tuple[str, ...] = ()  # properties not checked: the function is random
+    framework: str = "numpy"  # numpy, torch, jax or flax
+    mode: str | None = None  # eval or train, for a module
+    notes: tuple[str, ...] = ()  # what was done to check it: eval mode, a cast on a copy
 
     @property
     def passed(self) -> bool:
         return all(p.passed for p in self.properties)
+
+
+PROPERTIES = ("permutation_equivariance", "token_independence", "identical_tokens",
+              "batch_independence")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When two outputs count as equal: within the tolerance, and bit-identical too when
+    ``bitwise``."""
+
+    rtol: float
+    atol: float
+    bitwise: bool = False
+
+    def compare(self, expected: np.ndarray, got: np.ndarray) -> Comparison:
+        cmp = compare(expected, got, self.rtol, self.atol)
+        if self.bitwise and cmp.ok and not cmp.bit_identical:
+            return replace(cmp, ok=False, worst_row=_first_unequal_row(expected, got))
+        return cmp
+
+
+def _first_unequal_row(expected: np.ndarray, got: np.ndarray) -> int:
+    same = (expected == got) | (np.isnan(expected) & np.isnan(got))
+    return int((~same.all(axis=1)).argmax())
+
+
+def _differs(cmp: Comparison, rule: Rule) -> str:
+    """How a failed comparison failed: past the tolerance, or (bitwise) in its last bits."""
+    if rule.bitwise and cmp.max_abs <= rule.atol:
+        return (f" (within the tolerance, but not bit-identical, as --bitwise requires: they "
+                f"differ by up to {cmp.max_abs:.3g})")
+    return ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,7 +117,8 @@ def _fmt(row: np.ndarray) -> str:
 class _Worst:
     """The worst comparison over several trials of one property."""
 
-    def __init__(self) -> None:
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
         self.max_abs = self.max_rel = 0.0
         self.worst_token = 0
         self.bit_identical = True
@@ -93,26 +134,46 @@ class _Worst:
             self.max_abs, self.worst_token = cmp.max_abs, token
         self.max_rel = max(self.max_rel, cmp.max_rel)
         if not cmp.ok and self.counterexample is None:
-            self.counterexample = counterexample
+            self.counterexample = f"{counterexample}{_differs(cmp, self.rule)}"
 
-    def result(self, name: str, rtol: float, atol: float, started: float) -> PropertyResult:
+    def raised(self, token: int, counterexample: str) -> None:
+        """One trial on which the function raised (an ordinary exception) instead."""
+        self.trials += 1
+        self.bit_identical = False
+        if self.counterexample is None:
+            self.worst_token, self.counterexample = token, counterexample
+
+    def result(self, name: str, started: float) -> PropertyResult:
         return PropertyResult(name, self.counterexample is None, self.trials, self.max_abs,
-                              self.max_rel, rtol, atol, self.worst_token, self.bit_identical,
-                              self.counterexample, time.perf_counter() - started)
+                              self.max_rel, self.rule.rtol, self.rule.atol, self.worst_token,
+                              self.bit_identical, self.counterexample,
+                              time.perf_counter() - started)
+
+
+def _call(f: Fn, x: np.ndarray) -> np.ndarray | str:
+    """``f(x)``, or what it raised: on a call after the first, an ordinary exception is a
+    failure of the property (BatchNorm in training mode refuses one token alone)."""
+    try:
+        return f(x)
+    except CallRaised as exc:
+        return str(exc)
 
 
 def check_equivariance(f: Fn, x: np.ndarray, y: np.ndarray, seq: int, batch: int, trials: int,
-                       rng: np.random.Generator, rtol: float, atol: float) -> PropertyResult:
+                       rng: np.random.Generator, rule: Rule) -> PropertyResult:
     """f(P X) = P f(X) for named and random permutations along the sequence."""
-    started, worst = time.perf_counter(), _Worst()
+    started, worst = time.perf_counter(), _Worst(rule)
     for name, perm in _permutations(seq, batch, trials, rng):
-        got, expected = f(x[perm]), y[perm]
-        cmp = compare(expected, got, rtol, atol)
+        got, expected = _call(f, x[perm]), y[perm]
+        if isinstance(got, str):
+            worst.raised(int(perm[0]), f"permutation {name}: {got}")
+            continue
+        cmp = rule.compare(expected, got)
         i = cmp.worst_row
         worst.add(cmp, int(perm[i]), None if cmp.ok else (
             f"permutation {name}: output row {i} (token {perm[i]}) expected "
             f"{_fmt(expected[i])}, got {_fmt(got[i])}"))
-    return worst.result("permutation_equivariance", rtol, atol, started)
+    return worst.result("permutation_equivariance", started)
 
 
 def _sample_tokens(n: int, k: int, rng: np.random.Generator) -> list[int]:
@@ -122,13 +183,16 @@ def _sample_tokens(n: int, k: int, rng: np.random.Generator) -> list[int]:
 
 
 def check_independence(f: Fn, x: np.ndarray, y: np.ndarray, rng: np.random.Generator,
-                       rtol: float, atol: float) -> PropertyResult:
+                       rule: Rule) -> PropertyResult:
     """Row i of f(X) is f(token i alone), and stays put when the other tokens change."""
-    started, worst = time.perf_counter(), _Worst()
+    started, worst = time.perf_counter(), _Worst(rule)
     n = x.shape[0]
     for i in _sample_tokens(n, 64, rng):
-        alone = f(x[i:i + 1])
-        cmp = compare(y[i:i + 1], alone, rtol, atol)
+        alone = _call(f, x[i:i + 1])
+        if isinstance(alone, str):
+            worst.raised(i, f"token {i} alone: {alone}")
+            continue
+        cmp = rule.compare(y[i:i + 1], alone)
         worst.add(cmp, i, None if cmp.ok else (
             f"token {i} alone: expected {_fmt(y[i])} (as in the whole input), got "
             f"{_fmt(alone[0])}"))
@@ -136,64 +200,99 @@ def check_independence(f: Fn, x: np.ndarray, y: np.ndarray, rng: np.random.Gener
     for i in _sample_tokens(n, 8, rng):
         other = rng.normal(0.0, scale, x.shape).astype(x.dtype)
         other[i] = x[i]
-        got = f(other)
-        cmp = compare(y[i:i + 1], got[i:i + 1], rtol, atol)
+        got = _call(f, other)
+        if isinstance(got, str):
+            worst.raised(i, f"token {i} with the other tokens changed: {got}")
+            continue
+        cmp = rule.compare(y[i:i + 1], got[i:i + 1])
         worst.add(cmp, i, None if cmp.ok else (
             f"token {i} with the other tokens changed: expected {_fmt(y[i])}, got "
             f"{_fmt(got[i])}"))
-    return worst.result("token_independence", rtol, atol, started)
+    return worst.result("token_independence", started)
 
 
-def check_identical(f: Fn, x: np.ndarray, rtol: float, atol: float) -> PropertyResult:
+def check_identical(f: Fn, x: np.ndarray, rule: Rule) -> PropertyResult:
     """Identical tokens give identical outputs: all copies of one token, and one duplicate."""
-    started, worst = time.perf_counter(), _Worst()
+    started, worst = time.perf_counter(), _Worst(rule)
     n = x.shape[0]
     same = np.repeat(x[:1], max(n, 2), axis=0)
-    got = f(same)
-    cmp = compare(np.repeat(got[:1], got.shape[0], axis=0), got, rtol, atol)
-    worst.add(cmp, 0, None if cmp.ok else (
-        f"{same.shape[0]} copies of token 0: row {cmp.worst_row} {_fmt(got[cmp.worst_row])} "
-        f"differs from row 0 {_fmt(got[0])}"))
+    got = _call(f, same)
+    if isinstance(got, str):
+        worst.raised(0, f"{same.shape[0]} copies of token 0: {got}")
+    else:
+        cmp = rule.compare(np.repeat(got[:1], got.shape[0], axis=0), got)
+        worst.add(cmp, 0, None if cmp.ok else (
+            f"{same.shape[0]} copies of token 0: row {cmp.worst_row} "
+            f"{_fmt(got[cmp.worst_row])} differs from row 0 {_fmt(got[0])}"))
     if n > 1:
         dup = x.copy()
         dup[-1] = dup[0]
-        got2 = f(dup)
-        cmp2 = compare(got2[:1], got2[-1:], rtol, atol)
-        worst.add(cmp2, n - 1, None if cmp2.ok else (
-            f"token {n - 1} set equal to token 0: output {_fmt(got2[-1])} differs from "
-            f"{_fmt(got2[0])}"))
-    return worst.result("identical_tokens", rtol, atol, started)
+        got2 = _call(f, dup)
+        if isinstance(got2, str):
+            worst.raised(n - 1, f"token {n - 1} set equal to token 0: {got2}")
+        else:
+            cmp2 = rule.compare(got2[:1], got2[-1:])
+            worst.add(cmp2, n - 1, None if cmp2.ok else (
+                f"token {n - 1} set equal to token 0: output {_fmt(got2[-1])} differs from "
+                f"{_fmt(got2[0])}"))
+    return worst.result("identical_tokens", started)
 
 
 def check_batches(f: Fn, x: np.ndarray, y: np.ndarray, seq: int, batch: int,
-                  rtol: float, atol: float) -> PropertyResult:
+                  rule: Rule) -> PropertyResult:
     """Each batch row alone gives the rows it gets within the whole batch."""
-    started, worst = time.perf_counter(), _Worst()
+    started, worst = time.perf_counter(), _Worst(rule)
     for b in range(batch):
         rows = slice(b * seq, (b + 1) * seq)
-        got = f(x[rows])
-        cmp = compare(y[rows], got, rtol, atol)
+        got = _call(f, x[rows])
+        if isinstance(got, str):
+            worst.raised(b * seq, f"batch row {b} alone: {got}")
+            continue
+        cmp = rule.compare(y[rows], got)
         worst.add(cmp, b * seq + cmp.worst_row, None if cmp.ok else (
             f"batch row {b} alone: token {cmp.worst_row} expected "
             f"{_fmt(y[rows][cmp.worst_row])}, got {_fmt(got[cmp.worst_row])}"))
-    return worst.result("batch_independence", rtol, atol, started)
+    return worst.result("batch_independence", started)
+
+
+def check_deterministic(f: Fn, x: np.ndarray, y: np.ndarray, rule: Rule) -> PropertyResult:
+    """The same tokens twice give the same outputs: a random function (dropout in training
+    mode, an unseeded sampler) fails here, once, and the properties are not checked on it."""
+    started, worst = time.perf_counter(), _Worst(rule)
+    again = f(x)
+    cmp = rule.compare(y, again)
+    i = cmp.worst_row
+    worst.add(cmp, i, None if cmp.ok else (
+        f"two calls on the same {x.shape[0]:,} tokens differ: token {i} gave {_fmt(y[i])}, "
+        f"then {_fmt(again[i])}; the function is random: {RANDOM_HINT}"))
+    return worst.result("deterministic", started)
 
 
 def permute_check(f: Fn, x: np.ndarray, *, target: str, input_shape: tuple[int, ...],
                   trials: int = 8, seed: int = 0, rtol: float | None = None,
-                  atol: float | None = None) -> CheckReport:
-    """Run every property on ``x`` (tokens, d_model); ``input_shape`` tells the batch."""
+                  atol: float | None = None, bitwise: bool = False,
+                  about: dict[str, Any] | None = None) -> CheckReport:
+    """Run every property on ``x`` (tokens, d_model); ``input_shape`` tells the batch. First
+    the same tokens go in twice: a function that is random is reported as that alone.
+    ``about`` fills the report's framework, mode and notes."""
     dtype = x.dtype.name
     tolerances(dtype, rtol, atol)  # refuse bad values before any call
     batch, seq = (input_shape[0], input_shape[1]) if len(input_shape) == 3 else (1, x.shape[0])
     rng = np.random.default_rng(seed)
     y = f(x)
-    rtol, atol = tolerances(dtype, rtol, atol, output_scale(y))
+    rule = Rule(*tolerances(dtype, rtol, atol, output_scale(y)), bitwise)
+    names = PROPERTIES if batch > 1 else PROPERTIES[:-1]
+    first = check_deterministic(f, x, y, rule)
+    if not first.passed:
+        return CheckReport(target, x.shape[0], tuple(input_shape), x.shape[1], dtype, (first,),
+                           bitwise, names, **(about or {}))
     props = [
-        check_equivariance(f, x, y, seq, batch, trials, rng, rtol, atol),
-        check_independence(f, x, y, rng, rtol, atol),
-        check_identical(f, x, rtol, atol),
+        first,
+        check_equivariance(f, x, y, seq, batch, trials, rng, rule),
+        check_independence(f, x, y, rng, rule),
+        check_identical(f, x, rule),
     ]
     if batch > 1:
-        props.append(check_batches(f, x, y, seq, batch, rtol, atol))
-    return CheckReport(target, x.shape[0], tuple(input_shape), x.shape[1], dtype, tuple(props))
+        props.append(check_batches(f, x, y, seq, batch, rule))
+    return CheckReport(target, x.shape[0], tuple(input_shape), x.shape[1], dtype, tuple(props),
+                       bitwise, (), **(about or {}))

@@ -31,7 +31,7 @@ from ffncli.cli.options import (
     grouped,
     put_in_panels,
 )
-from ffncli.errors import ExitCode, ImplError, InputError
+from ffncli.errors import ExitCode, FfnError, InputError
 from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice, parse_layers
 from ffncli.specs.spec import Overrides
 
@@ -166,8 +166,16 @@ def run_cmd(
 @grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), overrides=(Overrides, RUNNING))
 def permute_check_cmd(
     impl: Annotated[Optional[str], typer.Option(
-        "--impl", help="Check your own FFN: package.module:function, importable from the "
-        "current directory, taking (tokens, d_model) and returning (tokens, d_out).")] = None,
+        "--impl", help="Check your own FFN: package.module:NAME, importable from the current "
+        "directory: a function of a NumPy array (tokens, d_model) returning (tokens, d_out), a "
+        "JAX function, a PyTorch or Flax module (a class, an instance, or a factory returning "
+        "one). It runs in a process of its own.")] = None,
+    impl_args: Annotated[Optional[str], typer.Option(
+        "--impl-args", metavar="JSON", help="Keyword arguments for an --impl class or factory, "
+        "as a JSON object, e.g. '{\"d_model\": 512, \"d_ff\": 2048}'.")] = None,
+    train_mode: Annotated[bool, typer.Option(
+        "--train-mode", help="Check a module as it is (default: in eval mode, dropout off).")
+    ] = False,
     trials: Annotated[int, typer.Option("--trials", help="Random permutations, besides "
                                         "reverse, cyclic shift and first/last swap.")] = 8,
     rtol: Annotated[Optional[float], typer.Option(
@@ -175,14 +183,21 @@ def permute_check_cmd(
     atol: Annotated[Optional[float], typer.Option(
         "--atol", help="Absolute tolerance (default: float32 1e-5, float64 1e-7, times the "
         "largest |output| when that is above 1).")] = None,
+    bitwise: Annotated[bool, typer.Option(
+        "--bitwise", help="Also require bit-identical results (one token and many often "
+        "differ in the last bits).")] = False,
     junit_xml: Annotated[Optional[Path], typer.Option(
         "--junit-xml", help="Also write a JUnit XML report (one testcase per property; an "
-        "<error> if the FFN misbehaves), atomically, never over an input of the command.")
+        "<error> when the check cannot run), atomically, never over an input of the command.")
     ] = None,
     timeout: Annotated[Optional[float], typer.Option(
         "--timeout", metavar="SECONDS", help="Limit on each call of the FFN (the check makes "
-        "about 80 + --trials) and on importing the --impl module: one that takes longer is an "
-        "error, exit 2. POSIX only. Default: no limit.", show_default=False)] = None,
+        "about 80 + --trials): one that takes longer is an error, exit 2. Default: no limit.",
+        show_default=False)] = None,
+    load_timeout: Annotated[Optional[float], typer.Option(
+        "--load-timeout", metavar="SECONDS", help="Limit on importing and building the --impl "
+        "(default: the larger of 120 s and 10 x --timeout, when --timeout is given).",
+        show_default=False)] = None,
     as_json: JsonOpt = False,
     *, model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
 ) -> None:
@@ -191,13 +206,19 @@ def permute_check_cmd(
     from ffncli.present.check import emit_check
     from ffncli.present.junit import junit_report
 
-    target = checks.load_target(impl, model, overrides, timeout,
-                                allow_nonfinite=tokens.allow_nonfinite)
-    report_path = checks.report_path(junit_xml, target, model, tokens)
+    report_path = checks.report_path(junit_xml, impl, model, tokens)
+    name, safe = impl or model.preset or "ffn", report_path
     try:
-        report = checks.check_command(target, tokens, trials=trials, rtol=rtol, atol=atol)
-    except ImplError as exc:  # the FFN misbehaved: the report says so too, then exit 2
-        junit_report(report_path, target.name, exc)
+        how = checks.ImplChoice(checks.parse_impl_args(impl_args), train_mode, tokens.seed,
+                                load_timeout)
+        with checks.open_target(impl, model, overrides, timeout,
+                                allow_nonfinite=tokens.allow_nonfinite, how=how) as target:
+            name, safe = target.name, None  # until it is known not to be the impl's source
+            safe = checks.not_a_source(report_path, target)
+            report = checks.check_command(target, tokens, trials=trials, rtol=rtol, atol=atol,
+                                          bitwise=bitwise)
+    except FfnError as exc:  # the check could not run: the report says so too, then exit 2
+        junit_report(safe, name, exc)
         raise
     junit_report(report_path, target.name, report)
     emit_check(report, as_json)

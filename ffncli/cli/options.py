@@ -171,6 +171,8 @@ PANELS = {
               "--max-memory"),
     "Tokens": ("--input", "--random", "--seed", "--allow-nonfinite", "--text", "--ids"),
     "What-if": (*(f"--{name.replace('_', '-')}" for name in WHAT_IF), "--gated", "--batch"),
+    "Your FFN (--impl)": ("--impl", "--impl-args", "--train-mode", "--timeout",
+                          "--load-timeout"),
     "Scale-out": ("--workers", "--scheduler", "--skip-bad", "--verbose"),
     "Output": ("--out", "--force", "--residual", "--precision", "--json", "--report",
                "--junit-xml", "--quiet"),

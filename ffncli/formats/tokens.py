@@ -244,3 +244,14 @@ def resolve_input(path: Path | None, random: int | None, d_model: int, seed: int
     random = whole("option --random", random, 1)  # at most 2**53: sizes stay exact
     whole("option --seed", seed, 0)
     return RandomTokens(None, (random, d_model), np.dtype(np.float64), seed=seed)
+
+
+def token_array(tokens: object, d_model: int | None) -> np.ndarray:
+    """``tokens`` as an array of one token, tokens x d_model or batch x seq x d_model
+    (``d_model`` None: any width), or one error line."""
+    x = np.asarray(tokens)
+    if x.ndim not in (1, 2, 3) or x.size == 0 or (d_model is not None and x.shape[-1] != d_model):
+        expected = "d_model" if d_model is None else d_model
+        raise InputError(f"tokens: expected (tokens, {expected}) or (batch, seq, {expected}), "
+                         f"got shape {x.shape}")
+    return x

@@ -26,6 +26,11 @@ def check_json(report: CheckReport) -> dict[str, Any]:
         "input_shape": list(report.input_shape),
         "d_model": report.d_model,
         "dtype": report.dtype,
+        "framework": report.framework,
+        "mode": report.mode,
+        "notes": list(report.notes),
+        "bitwise": report.bitwise,
+        "skipped": list(report.skipped),
         "properties": [{
             "name": p.name, "passed": p.passed, "trials": p.trials, "max_abs": p.max_abs,
             "max_rel": p.max_rel, "rtol": p.rtol, "atol": p.atol, "worst_token": p.worst_token,
@@ -37,7 +42,10 @@ def check_json(report: CheckReport) -> dict[str, Any]:
 def print_check(report: CheckReport) -> None:
     out = console()
     out.print(Text(f"permute-check {report.target}: {report.tokens:,} tokens of d_model "
-                   f"{report.d_model}, {report.dtype}"))
+                   f"{report.d_model}, {report.dtype}"
+                   + (f" ({report.framework})" if report.framework != "numpy" else "")))
+    for note in report.notes:
+        out.print(Text(f"  {note}"))
     table = new_table("properties", ("property", "result", "trials", "max abs", "max rel",
                                   "worst token", "bit-identical"),
                       optional=("worst token", "bit-identical", "trials"))
@@ -48,9 +56,14 @@ def print_check(report: CheckReport) -> None:
     out.print(table)
     first = report.properties[0]
     out.print(f"tolerance: |got - expected| <= atol + rtol * |expected|, rtol {first.rtol:g}, "
-              f"atol {first.atol:g}")
+              f"atol {first.atol:g}" + (", and bit-identical (--bitwise)" if report.bitwise
+                                        else ""))
     for p in report.properties:
         if p.counterexample:
             out.print(Text(f"{p.name} FAILED: {p.counterexample}"))
-    out.print("position-wise: every property holds" if report.passed else
-              "NOT position-wise: see the failures above")
+    if report.skipped:
+        out.print(Text(f"not checked, as the function is random: {', '.join(report.skipped)}"))
+        out.print("NOT checked: the function is random")
+    else:
+        out.print("position-wise: every property holds" if report.passed else
+                  "NOT position-wise: see the failures above")

@@ -56,3 +56,35 @@ def left_behind(pgid: int, wait: float = 10.0) -> list[int]:
         except OSError:
             pass
     return alive
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` is alive (a zombie is not), from /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[0] not in ("Z", "X")
+
+
+def wait_for_pids(path: Path, count: int, wait: float = 120.0) -> list[int]:
+    """The first ``count`` pids written to ``path``, one per line (tests/impls/children.py
+    records its processes there), waiting ``wait`` seconds at most."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        lines = path.read_text().split() if path.exists() else []
+        if len(lines) >= count:
+            return [int(p) for p in lines[:count]]
+        time.sleep(0.05)
+    raise AssertionError(f"{path}: fewer than {count} pids after {wait:g} s")
+
+
+def kill_all(pids: list[int]) -> list[int]:
+    """Those of ``pids`` still alive (killed, so a failing test leaves none behind)."""
+    found = [pid for pid in pids if alive(pid)]
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return found

@@ -244,21 +244,21 @@ def hard_exits(x):
     os._exit(0)
 
 
-class FeedForwardBlock:
-    """The lesson's PyTorch ``FeedForwardBlock``, its constructor without PyTorch: a class."""
+class Scaled:
+    """A plain class: built with --impl-args, its instance is the FFN (position-wise)."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float) -> None:
-        self.d_model, self.d_ff, self.dropout = d_model, d_ff, dropout
+    def __init__(self, scale: float = 1.0) -> None:
+        self.scale = scale
 
-
-# What a torch.nn.Module subclass looks like to the check (the module its base comes from),
-# for machines without PyTorch.
-_Module = type("Module", (), {"__module__": "torch.nn.modules.module"})
-
-
-class _TorchBlock(_Module):  # type: ignore[misc, valid-type]
     def __call__(self, x):
-        raise TypeError("linear(): argument 'input' must be Tensor, not numpy.ndarray")
+        return good(x) * self.scale
 
 
-torch_block = _TorchBlock()
+def make_good():
+    """A factory (no parameter): returns the FFN."""
+    return good
+
+
+def make_nothing():
+    """A factory that returns what is not callable."""
+    return 42

@@ -1,0 +1,70 @@
+"""The child's end of :mod:`ffncli.analysis.isolate`: ``python -m ffncli.analysis.child IN OUT``
+imports and builds the code under test, then answers calls until its pipe closes.
+
+Everything the code under test does is reported as data (what it returned, raised, or changed
+in place); the parent judges it."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from ffncli.analysis.frameworks import Adapted, adapt
+from ffncli.analysis.guard import _no_hard_exit, _what_it_raised, call_here, impl_sources, load_impl
+from ffncli.analysis.isolate import Ended, receive, send
+from ffncli.errors import ImplError
+
+
+def _load(request: dict[str, Any]) -> Adapted:
+    target = request["target"]
+    obj = load_impl(target)
+    try:
+        with _no_hard_exit():
+            return adapt(obj, target, dtype=np.dtype(request["dtype"]),
+                         impl_args=request.get("impl_args"), seed=int(request.get("seed", 0)),
+                         d_model=request.get("d_model"),
+                         train_mode=bool(request.get("train_mode")))
+    except ImplError:
+        raise
+    except BaseException as exc:  # sys.exit or KeyboardInterrupt while building
+        raise ImplError(f"option --impl: building {target} {_what_it_raised(exc)}") from None
+
+
+def _reply(outcome: Any) -> tuple[dict[str, Any], np.ndarray | None]:
+    header = {"returned": outcome.returned, "raised": outcome.raised,
+              "stopped": outcome.stopped, "exception": outcome.exception,
+              "mutated": outcome.mutated}
+    y = outcome.y
+    if y is not None and (y.dtype.kind not in "biufc" or y.dtype.hasobject):
+        header["returned"], y = f"an array of dtype {y.dtype}", None
+    return header, y
+
+
+def main(argv: list[str]) -> int:
+    read_fd, write_fd = int(argv[0]), int(argv[1])
+    request, _ = receive(read_fd)
+    sys.path[:] = list(request.get("path") or sys.path)
+    try:
+        adapted = _load(request)
+    except ImplError as exc:
+        send(write_fd, {"ok": False, "error": str(exc)})
+        return 0
+    send(write_fd, {"ok": True, "framework": adapted.framework, "d_model": adapted.d_model,
+                    "no_width": adapted.no_width, "mode": adapted.mode, "notes": adapted.notes,
+                    "sources": [str(p) for p in impl_sources(request["target"])]})
+    while True:
+        try:
+            request, x = receive(read_fd)
+        except Ended:  # the check is over
+            return 0
+        if x is None:
+            return 1
+        adapted.seq = request.get("seq")
+        header, y = _reply(call_here(adapted.fn, x))
+        send(write_fd, header, y)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
