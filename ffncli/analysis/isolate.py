@@ -125,7 +125,9 @@ def receive(fd: int, deadline: float | None = None) -> tuple[dict[str, Any], np.
     if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != n_payload:
         raise ValueError(f"{n_payload:,} bytes for an array of shape {shape}, {dtype}")
     data = _read_exact(fd, n_payload, deadline) if n_payload else bytearray()
-    return header, np.frombuffer(data, dtype).reshape(shape)
+    array = np.frombuffer(data, dtype).reshape(shape)
+    array.flags.writeable = False  # data, to be judged and copied
+    return header, array
 
 
 # ---------------------------------------------------------------------------------------------

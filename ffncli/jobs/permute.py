@@ -112,9 +112,8 @@ def open_target(impl: str | None, choice: ModelChoice, overrides: Overrides,
                                            ("--load-timeout", how.load_timeout is not None))
                   if given]
         if unused:
-            option = unused[0]
-            raise InputError(f"option {option}: is for an --impl class or module; ffncli's own "
-                             "FFN has neither")
+            raise InputError(f"option {unused[0]}: is for an --impl class or module; ffncli's "
+                             "own FFN has neither")
         model = load_model(choice, overrides, allow_nonfinite=allow_nonfinite)
         engine, name = model.engine, model.spec.name
         yield Target(lambda seq: guarded(engine, name, np_dtype, timeout=timeout), name,
@@ -122,7 +121,7 @@ def open_target(impl: str | None, choice: ModelChoice, overrides: Overrides,
                      weights=weights_of(choice.weights, choice.hub_model))
         return
     width = _impl_width(impl, choice, overrides)
-    split_target(impl)
+    split_target(impl)  # refused before a process is started for it
     with Child(impl, timeout, load_timeout=how.load_timeout, x64=np_dtype.itemsize == 8) as child:
         loaded = child.load({"target": impl, "path": impl_path(), "dtype": np_dtype.name,
                              "impl_args": how.impl_args, "seed": how.seed,
@@ -134,8 +133,7 @@ def open_target(impl: str | None, choice: ModelChoice, overrides: Overrides,
             no_width = loaded.get("no_width", "is a function")
             raise InputError(f"option --impl: {how_to}" if no_width == "is a function" else
                              f"option --impl: {impl} {no_width}: {how_to}")
-        judge_name = impl
-        yield Target(lambda seq: isolated(child, Judge(judge_name, timeout), seq), impl,
+        yield Target(lambda seq: isolated(child, Judge(impl, timeout), seq), impl,
                      whole("the --impl module's d_model", width), np_dtype, timeout,
                      tuple(Path(p) for p in loaded.get("sources", [])),
                      framework=str(loaded.get("framework")), mode=loaded.get("mode"),

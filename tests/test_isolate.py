@@ -1,0 +1,191 @@
+"""The code under test in a child process (analysis/isolate.py, analysis/child.py): a C-level
+_exit, a segfault, a hang, a loop swallowing BaseException that ignores SIGINT and SIGTERM,
+a grandchild left hanging: each is exit 2 with one line, never exit 0, and no process is left
+behind. What the child prints never reaches stdout. The frames it sends are checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import processes
+from helpers.checks import IMPL
+
+from ffncli.analysis import isolate
+
+TESTS = Path(__file__).parent
+
+
+def _gate(tmp_path: Path, impl: str, *args: str) -> tuple[subprocess.CompletedProcess[str],
+                                                            list[int]]:
+    """python -m ffncli permute-check --impl impls.IMPL, as CI runs it; its result and the
+    pids the code under test recorded (tests/impls/children.py writes them)."""
+    pids = tmp_path / "pids"
+    done = subprocess.run([sys.executable, "-m", "ffncli", "permute-check", "--impl",
+                           f"impls.{impl}", *IMPL, "--junit-xml", str(tmp_path / "r.xml"),
+                           *args], cwd=TESTS, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "FFNCLI_TEST_PIDFILE": str(pids)}, check=False)
+    recorded = [int(p) for p in pids.read_text().split()] if pids.exists() else []
+    return done, recorded
+
+
+@pytest.mark.parametrize("impl,args,line", [
+    ("children:hard_exit", (), "impls.children:hard_exit ended its process with exit code 0 "
+     "(os._exit, or C code calling exit) instead of returning its output"),
+    ("children:segfault", (), "impls.children:segfault crashed: its process was killed by "
+     "SIGSEGV (segmentation fault) instead of returning its output"),
+    ("children:sleeps", ("--timeout", "1"), "impls.children:sleeps did not finish within the "
+     "--timeout of 1 s (a call on 20 tokens)"),
+    ("children:stubborn", ("--timeout", "1"), "impls.children:stubborn did not finish within "
+     "the --timeout of 1 s (a call on 20 tokens)"),
+    ("children:spawns_and_hangs", ("--timeout", "1"), "impls.children:spawns_and_hangs did not "
+     "finish within the --timeout of 1 s (a call on 20 tokens)"),
+    ("exit_hard_on_import:f", (), "option --impl: importing and building "
+     "impls.exit_hard_on_import:f: ended its process with exit code 0 (os._exit, or C code "
+     "calling exit)"),
+    ("segfault_on_import:f", (), "option --impl: importing and building "
+     "impls.segfault_on_import:f: crashed: its process was killed by SIGSEGV (segmentation "
+     "fault)"),
+    ("hang_on_import:f", ("--load-timeout", "1"), "option --impl: importing and building "
+     "impls.hang_on_import:f did not finish within the --load-timeout of 1 s"),
+])
+def test_the_child_cannot_pass_the_gate_or_stay_behind(tmp_path, impl, args, line):
+    done, pids = _gate(tmp_path, impl, *args)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"error: {line}\n")
+    assert processes.kill_all(pids) == []  # the child and its grandchild are gone
+    if impl.startswith("children:"):
+        assert len(pids) == (2 if impl == "children:spawns_and_hangs" else 1)
+    error = (tmp_path / "r.xml").read_text()
+    assert "<error " in error and "<testcase" in error
+
+
+def test_what_the_child_prints_never_reaches_stdout(tmp_path):
+    done, _ = _gate(tmp_path, "children:prints", "--json")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout)["passed"] is True  # one JSON document, nothing else
+
+
+def test_a_random_function_is_reported_as_random(tmp_path):
+    done, _ = _gate(tmp_path, "children:random_output", "--json")
+    doc = json.loads(done.stdout)
+    assert (done.returncode, [p["name"] for p in doc["properties"]]) == (1, ["deterministic"])
+    assert doc["skipped"] == ["permutation_equivariance", "token_independence",
+                              "identical_tokens"]
+
+
+def test_ctrl_c_during_a_call_kills_the_child_and_exits_130(tmp_path):
+    pids = tmp_path / "pids"
+    gate = subprocess.Popen([sys.executable, "-m", "ffncli", "permute-check", "--impl",
+                             "impls.children:stubborn", *IMPL], cwd=TESTS, text=True,
+                            start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
+                            env={**os.environ, "FFNCLI_TEST_PIDFILE": str(pids)})
+    child = processes.wait_for_pids(pids, 1)[0]
+    time.sleep(0.2)  # in its loop, SIGINT and SIGTERM ignored
+    gate.send_signal(signal.SIGINT)
+    out, err = gate.communicate(timeout=60)
+    assert (gate.returncode, out, err) == (130, "", "error: interrupted by SIGINT\n")
+    assert processes.kill_all([child]) == [] and processes.left_behind(gate.pid, 1) == []
+
+
+def test_the_child_imports_from_the_current_directory(tmp_path):
+    (tmp_path / "mine.py").write_text("def f(x):\n    return x * 2\n")
+    done = subprocess.run([sys.executable, "-m", "ffncli", "permute-check", "--impl", "mine:f",
+                           *IMPL, "--json"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert all(p["max_abs"] == 0 for p in json.loads(done.stdout)["properties"])
+
+
+def test_junit_xml_is_never_the_impl_s_source(cli, tmp_path, monkeypatch):
+    """Found before the module runs (its file, and its package's __init__.py), so an import
+    that fails cannot have its error report written over the module."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkg").mkdir()
+    init, mod = tmp_path / "pkg" / "__init__.py", tmp_path / "pkg" / "broken.py"
+    init.write_text("")
+    mod.write_text("raise RuntimeError('no')\n")
+    for victim in (mod, init):
+        r = cli("permute-check", "--impl", "pkg.broken:f", *IMPL, "--junit-xml", victim)
+        assert (r.code, r.err) == (2, f"error: option --junit-xml: {victim} is an input of this "
+                                      "command (the --impl module's source); choose another "
+                                      "path\n")
+    assert (mod.read_text(), init.read_text()) == ("raise RuntimeError('no')\n", "")
+    r = cli("permute-check", "--impl", "pkg.broken:f", *IMPL, "--junit-xml", "r.xml")
+    assert (r.code, r.err) == (2, "error: option --impl: importing 'pkg.broken' raised "
+                                  "RuntimeError: no\n")
+    assert "raised RuntimeError: no" in (tmp_path / "r.xml").read_text()
+
+
+def test_bad_input_after_the_report_path_gets_a_junit_error_too(cli, in_tests, tmp_path):
+    report = tmp_path / "r.xml"
+    r = cli("permute-check", "--impl", "impls.ffns:good", "--d-model", "6", "--random", "20",
+            "--trials", "-1", "--junit-xml", report)
+    assert r.code == 2
+    assert 'type="InputError"' in report.read_text()
+
+
+# --- the frames ---------------------------------------------------------------------------
+
+
+def _pipe_with(data: bytes) -> int:
+    r, w = os.pipe()
+    os.write(w, data)
+    os.close(w)
+    return r
+
+
+def test_frames_carry_a_header_and_an_array_exactly():
+    r, w = os.pipe()
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+    isolate.send(w, {"op": "call", "seq": None}, x)
+    header, y = isolate.receive(r, time.monotonic() + 10)
+    assert header == {"op": "call", "seq": None}
+    assert y.dtype == x.dtype and y.tobytes() == x.tobytes() and not y.flags.writeable
+    os.close(w)
+    with pytest.raises(isolate.Ended):
+        isolate.receive(r)
+    os.close(r)
+
+
+def _frame(header: dict, payload: bytes = b"") -> bytes:
+    head = json.dumps(header).encode()
+    return len(head).to_bytes(8, "big") + len(payload).to_bytes(8, "big") + head + payload
+
+
+@pytest.mark.parametrize("data,problem", [
+    (_frame({"array": {"dtype": "|O", "shape": [1]}}, b"x" * 8), "an array of dtype object"),
+    (_frame({"array": {"dtype": "<f4", "shape": [2, 2]}}, b"x" * 12), "12 bytes for an array"),
+    (_frame({"array": {"dtype": "<f4", "shape": [-1]}}), "shape (-1,)"),
+    (_frame({}, b"junk"), "bytes with no array"),
+    ((2**40).to_bytes(8, "big") + bytes(8), "a header of 1,099,511,627,776 bytes"),
+])
+def test_a_frame_that_lies_is_refused(data, problem):
+    fd = _pipe_with(data)
+    with pytest.raises(ValueError, match=problem.replace("(", r"\(").replace(")", r"\)")):
+        isolate.receive(fd, time.monotonic() + 10)
+    os.close(fd)
+
+
+def test_a_truncated_frame_is_the_end_not_a_hang():
+    fd = _pipe_with(_frame({"array": {"dtype": "<f8", "shape": [4]}}, bytes(32))[:-5])
+    with pytest.raises(isolate.Ended):
+        isolate.receive(fd, time.monotonic() + 10)
+    os.close(fd)
+
+
+def test_a_silent_pipe_is_late_at_the_deadline():
+    r, w = os.pipe()
+    started = time.monotonic()
+    with pytest.raises(isolate.Late):
+        isolate.receive(r, time.monotonic() + 0.3)
+    assert 0.25 < time.monotonic() - started < 10
+    os.close(r)
+    os.close(w)
