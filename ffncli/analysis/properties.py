@@ -50,6 +50,22 @@ class CheckReport:
     notes: tuple[str, ...] = ()  # what was done to check it: eval mode, a cast on a copy
 
     @property
+    def explanation(self) -> str | None:
+        """The usual cause of what failed, from which properties failed (None when none did
+        beyond the last bits)."""
+        failed = {p.name for p in self.properties if not p.passed
+                  and "not bit-identical, as --bitwise requires" not in (p.counterexample or "")}
+        if "permutation_equivariance" in failed:
+            return ("the outputs depend on the position: something is added or chosen by "
+                    "position (a position embedding, a cumulative or causal operation, a "
+                    "convolution along the sequence, an expert capacity filled in token order)")
+        if "token_independence" in failed:
+            return ("the outputs depend on the other tokens, whatever their order: something "
+                    "pools or normalises along the sequence (a mean, a LayerNorm or softmax "
+                    "over positions, BatchNorm in training mode, which mixes the batch)")
+        return None
+
+    @property
     def passed(self) -> bool:
         return all(p.passed for p in self.properties)
 

@@ -31,6 +31,7 @@ def check_json(report: CheckReport) -> dict[str, Any]:
         "notes": list(report.notes),
         "bitwise": report.bitwise,
         "skipped": list(report.skipped),
+        "explanation": report.explanation,
         "properties": [{
             "name": p.name, "passed": p.passed, "trials": p.trials, "max_abs": p.max_abs,
             "max_rel": p.max_rel, "rtol": p.rtol, "atol": p.atol, "worst_token": p.worst_token,
@@ -65,5 +66,7 @@ def print_check(report: CheckReport) -> None:
         out.print(Text(f"not checked, as the function is random: {', '.join(report.skipped)}"))
         out.print("NOT checked: the function is random")
     else:
+        if report.explanation:
+            out.print(Text(f"why, most often: {report.explanation}"))
         out.print("position-wise: every property holds" if report.passed else
                   "NOT position-wise: see the failures above")
