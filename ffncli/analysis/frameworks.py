@@ -21,8 +21,12 @@ from ffncli.errors import ImplError
 
 Fn = Callable[[np.ndarray], np.ndarray]
 
-RANDOM_HINT = ("call .eval() on a module (or pass dropout=0), or seed its random numbers "
-               "(ffncli checks a module in eval mode unless --train-mode)")
+RANDOM_HINT = {
+    "torch": "call .eval() on a module (or pass dropout=0), or seed its random numbers "
+             "(ffncli checks a module in eval mode unless --train-mode)",
+    "flax": "make its dropout deterministic, or seed its random numbers",
+}
+RANDOM_OTHERWISE = "seed its random numbers (a sampler or noise drawn without a seed)"
 
 
 def _from(obj: object, *prefixes: str) -> bool:
@@ -111,20 +115,24 @@ def adapt(obj: object, label: str, *, dtype: np.dtype, impl_args: dict[str, Any]
     if _is_flax_module(obj):
         return _flax(obj, label, dtype, seed, d_model)
     if _is_jax(obj):
-        return Adapted(_jax_call(obj, dtype), "jax", None)
+        return Adapted(_jax_call(obj), "jax", None)
     return Adapted(_numpy_call(obj), "numpy", None)
 
 
 def _build(factory: Any, label: str, impl_args: dict[str, Any], seed: int) -> object:
     """Call a class or factory with ``impl_args``; PyTorch's random numbers are seeded first
-    (when the factory comes from a module that uses it), so its weights are the same each run."""
+    (when the factory comes from a module that uses it), so its weights are the same each run,
+    and put back as they were afterwards."""
     import sys
 
-    if "torch" in sys.modules:
-        sys.modules["torch"].manual_seed(seed)
     shown = ", ".join(f"{k}={v!r}" for k, v in impl_args.items())
+    torch = sys.modules.get("torch")
+    seeded = torch.random.fork_rng(devices=[]) if torch is not None else contextlib.nullcontext()
     try:
-        return factory(**impl_args)
+        with seeded:  # the caller's own random numbers are put back afterwards
+            if torch is not None:
+                torch.manual_seed(seed)
+            return factory(**impl_args)
     except TypeError as exc:  # a keyword it does not take, or one it needs
         raise ImplError(f"option --impl-args: building {label}({shown}) raised TypeError: "
                         f"{exc} (keyword arguments go in --impl-args as a JSON object)") from None
@@ -219,22 +227,15 @@ def _torch_width(module: Any) -> tuple[int | None, str]:
 # JAX and Flax
 
 
-def _jax_call(fn: Callable[..., Any], dtype: np.dtype) -> Callable[[np.ndarray], Any]:
+def _jax_call(fn: Callable[..., Any]) -> Callable[[np.ndarray], Any]:
+    """Tokens as JAX arrays (in float32 unless JAX's 64-bit mode is on: the outputs' dtype
+    then sets the tolerance)."""
     import jax.numpy as jnp
 
     def call(x: np.ndarray) -> Any:
         return as_numpy(fn(jnp.asarray(x)))
 
-    _check_jax_dtype(dtype)
     return call
-
-
-def _check_jax_dtype(dtype: np.dtype) -> None:
-    import jax
-
-    if np.dtype(dtype).itemsize == 8 and not jax.config.read("jax_enable_x64"):
-        raise ImplError("JAX computes in float32 unless 64-bit mode is on: check in float32 "
-                        "(--dtype float32), or set JAX_ENABLE_X64=1")
 
 
 def _flax(module: Any, label: str, dtype: np.dtype, seed: int, d_model: int | None) -> Adapted:
@@ -243,14 +244,13 @@ def _flax(module: Any, label: str, dtype: np.dtype, seed: int, d_model: int | No
     if d_model is None:
         raise ImplError(f"option --impl: {label} is a Flax module, whose layers learn their "
                         "input width when initialised: give --d-model N")
-    _check_jax_dtype(dtype)
     sample = np.zeros((1, d_model), dtype)
     try:
         variables = module.init(jax.random.PRNGKey(seed), sample)
     except Exception as exc:
         raise ImplError(f"option --impl: initialising {label} on (1, {d_model}) tokens raised "
                         f"{type(exc).__name__}: {exc}") from None
-    call = _jax_call(lambda x: module.apply(variables, x), dtype)
+    call = _jax_call(lambda x: module.apply(variables, x))
     return Adapted(call, "flax", d_model, "", None, [f"parameters initialised from --seed {seed}"])
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ffncli.analysis.compare import Comparison, compare, output_scale, tolerances
-from ffncli.analysis.frameworks import RANDOM_HINT, Fn
+from ffncli.analysis.frameworks import RANDOM_HINT, RANDOM_OTHERWISE, Fn
 from ffncli.analysis.guard import CallRaised
 
 
@@ -271,7 +271,8 @@ def check_batches(f: Fn, x: np.ndarray, y: np.ndarray, seq: int, batch: int,
     return worst.result("batch_independence", started)
 
 
-def check_deterministic(f: Fn, x: np.ndarray, y: np.ndarray, rule: Rule) -> PropertyResult:
+def check_deterministic(f: Fn, x: np.ndarray, y: np.ndarray, rule: Rule,
+                        framework: str = "numpy") -> PropertyResult:
     """The same tokens twice give the same outputs: a random function (dropout in training
     mode, an unseeded sampler) fails here, once, and the properties are not checked on it."""
     started, worst = time.perf_counter(), _Worst(rule)
@@ -280,7 +281,8 @@ def check_deterministic(f: Fn, x: np.ndarray, y: np.ndarray, rule: Rule) -> Prop
     i = cmp.worst_row
     worst.add(cmp, i, None if cmp.ok else (
         f"two calls on the same {x.shape[0]:,} tokens differ: token {i} gave {_fmt(y[i])}, "
-        f"then {_fmt(again[i])}; the function is random: {RANDOM_HINT}"))
+        f"then {_fmt(again[i])}; the function is random: "
+        f"{RANDOM_HINT.get(framework, RANDOM_OTHERWISE)}"))
     return worst.result("deterministic", started)
 
 
@@ -296,12 +298,18 @@ def permute_check(f: Fn, x: np.ndarray, *, target: str, input_shape: tuple[int, 
     batch, seq = (input_shape[0], input_shape[1]) if len(input_shape) == 3 else (1, x.shape[0])
     rng = np.random.default_rng(seed)
     y = f(x)
+    about = dict(about or {})
+    if y.dtype.kind == "f" and y.dtype.itemsize < x.dtype.itemsize:  # computed coarser
+        dtype = y.dtype.name
+        about["notes"] = (*about.get("notes", ()), f"the outputs come back in {dtype}: "
+                          f"compared with {dtype}'s tolerances")
     rule = Rule(*tolerances(dtype, rtol, atol, output_scale(y)), bitwise)
+    dtype = x.dtype.name
     names = PROPERTIES if batch > 1 else PROPERTIES[:-1]
-    first = check_deterministic(f, x, y, rule)
+    first = check_deterministic(f, x, y, rule, about.get("framework", "numpy"))
     if not first.passed:
         return CheckReport(target, x.shape[0], tuple(input_shape), x.shape[1], dtype, (first,),
-                           bitwise, names, **(about or {}))
+                           bitwise, names, **about)
     props = [
         first,
         check_equivariance(f, x, y, seq, batch, trials, rng, rule),
@@ -311,4 +319,4 @@ def permute_check(f: Fn, x: np.ndarray, *, target: str, input_shape: tuple[int, 
     if batch > 1:
         props.append(check_batches(f, x, y, seq, batch, rule))
     return CheckReport(target, x.shape[0], tuple(input_shape), x.shape[1], dtype, tuple(props),
-                       bitwise, (), **(about or {}))
+                       bitwise, (), **about)

@@ -54,7 +54,9 @@ def junit_xml(report: CheckReport) -> str:
             failure.text = (f"max abs deviation {p.max_abs:.3g}, max rel {p.max_rel:.3g}, "
                             f"rtol {p.rtol:g}, atol {p.atol:g}, worst token {p.worst_token}, "
                             f"bit-identical {'yes' if p.bit_identical else 'no'}"
-                            + (" (required: --bitwise)" if report.bitwise else ""))
+                            + (" (required: --bitwise)" if report.bitwise else "")
+                            + (f"; why, most often: {report.explanation}"
+                               if report.explanation else ""))
     for name in report.skipped:  # not checked: the function is random
         case = ET.SubElement(suite, "testcase", classname=_classname(report.target), name=name,
                              time="0")
