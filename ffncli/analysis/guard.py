@@ -70,10 +70,14 @@ class _ExitCalled(BaseException):
 @contextlib.contextmanager
 def _no_hard_exit() -> Iterator[None]:
     """``os._exit`` raises :class:`_ExitCalled` for the duration (a C extension calling
-    ``_exit`` itself cannot be stopped from Python)."""
-    real = os._exit
+    ``_exit`` itself cannot be stopped from Python). Only in this process: a process forked
+    from it (a ``multiprocessing`` worker ends with ``os._exit``) exits for real, instead of
+    unwinding into the caller's code and running it on as a copy."""
+    real, here = os._exit, os.getpid()
 
     def refuse(code: int) -> None:
+        if os.getpid() != here:
+            real(code)
         raise _ExitCalled(code)
 
     os._exit = refuse  # type: ignore[assignment]
