@@ -290,3 +290,25 @@ def test_tolerances_given_are_used():
     assert not run_check(f, x).passed
     loose = run_check(f, x, rtol=0.02, atol=0.0)
     assert loose.passed and {(p.rtol, p.atol) for p in loose.properties} == {(0.02, 0.0)}
+
+
+def test_a_float16_result_is_compared_with_float16_s_tolerance():
+    """A correct FFN that rounds its result to float16 (autocast, `.half()`): one token alone
+    and all at once round alike but for a last bit, which a float32 tolerance called a
+    failure (exit 1). Mixing positions beyond float16's rounding still fails."""
+    rng = np.random.default_rng(3)
+    w1, w2 = rng.normal(0, 0.2, (32, 128)), rng.normal(0, 0.1, (128, 32))
+    x = rng.normal(size=(2000, 32)).astype(np.float32)
+
+    def rounds(X):  # one token alone off in its last float32 bits, as plain matmul is
+        y = np.maximum(0, X @ w1.astype(np.float32)) @ w2.astype(np.float32)
+        return (y * (1 + 2e-7 * (X.shape[0] == 1))).astype(np.float16)
+
+    def mixes(X):
+        return (np.maximum(0, X @ w1) @ w2 + 0.01 * X.mean(axis=0)).astype(np.float16)
+
+    report = run_check(rounds, x)
+    assert report.passed, [p.counterexample for p in report.properties]
+    assert report.notes == ("it returns float16: compared with float16's tolerance",)
+    assert {p.rtol for p in report.properties} == {1e-3} and report.dtype == "float32"
+    assert not run_check(mixes, x).passed
