@@ -13,6 +13,7 @@ from impls import ffns
 from ffncli.analysis import guard, properties
 from ffncli.compute.engine import Engine
 from ffncli.compute.weights import random_weights
+from ffncli.errors import InputError
 from ffncli.specs.spec import FfnSpec, InitSpec, ModelSpec
 
 
@@ -312,3 +313,17 @@ def test_a_float16_result_is_compared_with_float16_s_tolerance():
     assert report.notes == ("it returns float16: compared with float16's tolerance",)
     assert {p.rtol for p in report.properties} == {1e-3} and report.dtype == "float32"
     assert not run_check(mixes, x).passed
+
+
+def test_tokens_none_of_them_finite_are_refused(cli, in_tests, tmp_path):
+    """NaN equals NaN in the comparisons: on NaN tokens alone, a function mixing every
+    position passed (through the API, and the CLI with --allow-nonfinite)."""
+    nan = np.full((8, 6), np.nan)
+    with pytest.raises(InputError, match="NaN or infinity in every token"):
+        run_check(ffns.adds_token_mean, nan)
+    np.save(tmp_path / "nan.npy", nan)
+    r = cli("permute-check", "--impl", "impls.ffns:adds_token_mean", "--d-model", "6",
+            "--input", tmp_path / "nan.npy", "--allow-nonfinite")
+    assert (r.code, r.err) == (2, "error: tokens: NaN or infinity in every token; with no "
+                                  "finite token every property would hold whatever the "
+                                  "function does\n")
