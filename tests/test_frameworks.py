@@ -163,7 +163,8 @@ def test_bitwise_requires_bit_identical_results(cli, in_tests):
     bitwise = cli("permute-check", "--impl", "impls.torch_ffns:TopKMoE", "--impl-args", FFN,
                   "--random", "12", "--json", "--bitwise").json()
     assert plain["passed"] and bitwise["bitwise"] and not plain["bitwise"]
-    for a, b in zip(plain["properties"], bitwise["properties"]):  # the same numbers, judged
+    # the same numbers, judged
+    for a, b in zip(plain["properties"], bitwise["properties"], strict=True):
         assert (a["max_abs"], a["bit_identical"]) == (b["max_abs"], b["bit_identical"])
         assert b["passed"] == a["bit_identical"]
         if not b["passed"]:
