@@ -297,3 +297,20 @@ def test_frameworks_are_recognised_without_importing_them():
     assert frameworks._is_factory(Fake) and not frameworks._is_factory(lambda x: x)
     assert frameworks._is_factory(lambda: None) and frameworks._is_factory(lambda a=1: a)
     assert not frameworks._is_factory(lambda *a: a)
+
+
+def test_a_module_s_torch_dtype_attribute_is_read_as_its_dtype():
+    """A Hugging Face module's .dtype is a torch.dtype, which np.dtype() refuses (a
+    TypeError out of assert_position_wise before)."""
+    report = testing.assert_position_wise(torch_ffns.WithDtype(16, 32))
+    assert (report.dtype, report.passed) == ("float32", True)
+    assert testing.assert_position_wise(torch_ffns.WithDtype(16, 32).double()).dtype == \
+        "float64"
+
+
+def test_a_factory_returning_a_class_is_one_line(cli, in_tests):
+    r = cli("permute-check", "--impl", "impls.torch_ffns:returns_the_class", "--random", "4",
+            "--d-model", "16")
+    assert (r.code, r.err) == (2, "error: option --impl: impls.torch_ffns:returns_the_class "
+                                  "returned the class SwiGLU, not a module or a function: "
+                                  "return SwiGLU(...)\n")

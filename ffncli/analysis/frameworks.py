@@ -94,6 +94,9 @@ def adapt(obj: object, label: str, *, dtype: np.dtype, impl_args: dict[str, Any]
     mode unless ``train_mode``, and cast to ``dtype`` on a copy."""
     if _is_factory(obj):
         obj = _build(obj, label, impl_args or {}, seed)
+        if inspect.isclass(obj):  # the class itself, where an instance was meant
+            raise ImplError(f"option --impl: {label} returned the class {obj.__name__}, not "
+                            f"a module or a function: return {obj.__name__}(...)")
     elif impl_args:
         built = "a module already built" if _from(obj, "torch.nn", "flax.linen") else \
             "a function of the tokens"
