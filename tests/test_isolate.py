@@ -226,3 +226,12 @@ def test_a_silent_pipe_is_late_at_the_deadline():
     assert 0.25 < time.monotonic() - started < 10
     os.close(r)
     os.close(w)
+
+
+def test_a_gate_with_its_stdin_closed_still_talks_to_its_child(tmp_path):
+    """``<&-`` (a launcher that closes stdin): the pipe to the child took fd 0, which the
+    child's /dev/null stdin replaced; a correct FFN was 'ended its process with exit code 1'."""
+    done = subprocess.run([sys.executable, "-m", "ffncli", "permute-check", "--impl",
+                           "impls.ffns:good", *IMPL], cwd=TESTS, capture_output=True, text=True,
+                          timeout=120, check=False, preexec_fn=lambda: os.close(0))
+    assert (done.returncode, done.stderr) == (0, "")

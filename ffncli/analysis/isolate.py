@@ -179,8 +179,8 @@ class Child:
         self.name, self.timeout = name, timeout
         self.load_timeout = load_limit(timeout, load_timeout)
         env = {**os.environ, "JAX_ENABLE_X64": "1"} if x64 else None
-        to_child, self._out = os.pipe()
-        self._in, from_child = os.pipe()
+        to_child, self._out = _pipe()
+        self._in, from_child = _pipe()
         for fd in (self._out, self._in):
             os.set_blocking(fd, False)
         try:
@@ -329,6 +329,20 @@ def _kill_below(pid: int, rounds: int = 20) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
         time.sleep(0.01)
+
+
+def _pipe() -> tuple[int, int]:
+    """``os.pipe()``, its two ends numbered 3 or more: with ffncli's stdin (or stdout) closed
+    (``<&-``), a pipe would take fd 0, and the child's /dev/null stdin would replace it."""
+    import fcntl
+
+    ends = []
+    for fd in os.pipe():
+        if fd < 3:
+            fd, low = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3), fd
+            os.close(low)
+        ends.append(fd)
+    return ends[0], ends[1]
 
 
 def _deadline(seconds: float | None) -> float | None:
