@@ -235,3 +235,15 @@ def test_a_gate_with_its_stdin_closed_still_talks_to_its_child(tmp_path):
                            "impls.ffns:good", *IMPL], cwd=TESTS, capture_output=True, text=True,
                           timeout=120, check=False, preexec_fn=lambda: os.close(0))
     assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_the_user_s_json_py_does_not_replace_ffncli_s(tmp_path):
+    """The child started with -m had the project's folder first on sys.path before ffncli's
+    own imports: a json.py (or copy.py, typing.py) there broke every check."""
+    (tmp_path / "mine.py").write_text("def f(x):\n    return x * 2\n")
+    (tmp_path / "json.py").write_text("raise ImportError('the project own json.py')\n")
+    console_script = "import sys; del sys.path[0]; from ffncli.cli.main import main; main()"
+    done = subprocess.run([sys.executable, "-c", console_script,  # no '' on its sys.path
+                           "permute-check", "--impl", "mine:f", *IMPL], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode, done.stderr) == (0, "")

@@ -1,4 +1,4 @@
-"""The child's end of :mod:`ffncli.analysis.isolate`: ``python -m ffncli.analysis.child IN OUT``
+"""The child's end of :mod:`ffncli.analysis.isolate`: ``main([IN, OUT, PARENT])``
 imports and builds the code under test, then answers calls until its pipe closes.
 
 Everything the code under test does is reported as data (what it returned, raised, or changed

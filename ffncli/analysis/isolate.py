@@ -168,6 +168,13 @@ def load_limit(timeout: float | None, given: float | None = None) -> float | Non
     return None if timeout is None else max(LOAD_LIMIT, 10 * timeout)
 
 
+# The child's start: not ``-m``, which puts the current directory (the user's project) first
+# on sys.path before ffncli's own imports, so a json.py or copy.py of theirs replaced the
+# standard library's under ffncli. The code under test is imported from there afterwards.
+_START = ("import sys; del sys.path[0]; from ffncli.analysis.child import main; "
+          "sys.exit(main(sys.argv[1:]))")
+
+
 class Child:
     """One child process running the code under test; a context manager that kills its whole
     process group on the way out."""
@@ -185,8 +192,7 @@ class Child:
             os.set_blocking(fd, False)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "ffncli.analysis.child", str(to_child), str(from_child),
-                 str(os.getpid())],
+                [sys.executable, "-c", _START, str(to_child), str(from_child), str(os.getpid())],
                 pass_fds=(to_child, from_child), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                 env=env)
