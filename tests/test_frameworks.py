@@ -314,3 +314,15 @@ def test_a_factory_returning_a_class_is_one_line(cli, in_tests):
     assert (r.code, r.err) == (2, "error: option --impl: impls.torch_ffns:returns_the_class "
                                   "returned the class SwiGLU, not a module or a function: "
                                   "return SwiGLU(...)\n")
+
+
+def test_train_mode_leaves_a_module_s_running_statistics_as_they_were():
+    """BatchNorm in training mode updates its running mean on every call: 55 calls on random
+    tokens were left in the user's module after the check."""
+    module = torch_ffns.BatchNormFFN()
+    module.train()
+    kept = {k: v.clone() for k, v in module.state_dict().items()}
+    with pytest.raises(AssertionError):
+        testing.assert_position_wise(module, train_mode=True)
+    assert all(torch.equal(kept[k], v) for k, v in module.state_dict().items())
+    assert module.training
