@@ -338,3 +338,26 @@ def test_a_timeout_too_short_to_arm_is_refused(cli, in_tests, value):
     r = cli("permute-check", "--impl", "impls.ffns:good", *IMPL, "--timeout", value)
     assert (r.code, r.err) == (2, f"error: option --timeout: expected at least 0.001 seconds, "
                                   f"got {float(value):g}\n")
+
+
+def test_a_timeout_outside_the_main_thread_is_refused_not_blamed_on_the_ffn():
+    """SIGALRM works in the main thread only: from another, ffncli.permute_check(timeout=...)
+    said 'f raised ValueError: signal only works in main thread', an ImplError of the FFN."""
+    import threading
+
+    import ffncli
+
+    caught: list[BaseException] = []
+
+    def check() -> None:
+        try:
+            ffncli.permute_check(ffns.good, np.ones((4, 6)), timeout=5)
+        except BaseException as exc:  # handed to the main thread
+            caught.append(exc)
+
+    thread = threading.Thread(target=check)
+    thread.start()
+    thread.join(60)
+    assert [type(e) for e in caught] == [errors.InputError]
+    assert str(caught[0]) == ("option --timeout: works in the main thread only (it needs "
+                              "SIGALRM), not in this one")

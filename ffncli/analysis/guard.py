@@ -55,6 +55,11 @@ def check_timeout(seconds: float | None) -> None:
     if not hasattr(signal, "setitimer"):
         raise InputError("option --timeout: not available on this platform (it needs "
                          "signal.setitimer)")
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # SIGALRM's handler
+        raise InputError("option --timeout: works in the main thread only (it needs "
+                         "SIGALRM), not in this one")
 
 
 class _ExitCalled(BaseException):
