@@ -37,6 +37,39 @@ def ffn(x):
 '''
 
 
+def _compare(n: int, d: int, reps: int, folder: Path, ffn: object) -> dict[str, list[float]]:
+    """Seconds per check of ``n`` tokens, in this process and in a child, interleaved."""
+    import ffncli
+    from ffncli.jobs.choices import ModelChoice, TokenChoice
+    from ffncli.jobs.permute import check_command, open_target
+    from ffncli.specs.spec import Overrides
+
+    x = np.random.default_rng(0).standard_normal((n, d)).astype(np.float32)
+    np.save(folder / "x.npy", x)
+    choice, tokens = ModelChoice(None, None, None, None), TokenChoice(input=folder / "x.npy")
+
+    def here() -> bool:
+        return ffncli.permute_check(ffn, x).passed
+
+    def child() -> bool:
+        with open_target("bench_ffn_module:ffn", choice, Overrides(d_model=d), None) as t:
+            return check_command(t, tokens).passed
+
+    times: dict[str, list[float]] = {"here": [], "child": []}
+    verdicts = {here(), child()}  # warm-up, and the same verdict both ways
+    for _ in range(reps):
+        for name, fn in (("here", here), ("child", child)):
+            started = time.perf_counter()
+            verdicts.add(fn())
+            times[name].append(time.perf_counter() - started)
+    assert verdicts == {True}, verdicts
+    return times
+
+
+def _span(seconds: list[float]) -> str:
+    return f"{statistics.median(seconds):.3f} ({min(seconds):.3f}-{max(seconds):.3f})"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=5)
@@ -44,11 +77,6 @@ def main() -> int:
     ap.add_argument("--d-model", type=int, default=256)
     args = ap.parse_args()
     d, f = args.d_model, 4 * args.d_model
-
-    import ffncli
-    from ffncli.jobs.choices import ModelChoice, TokenChoice
-    from ffncli.jobs.permute import check_command, open_target
-    from ffncli.specs.spec import Overrides
 
     folder = Path(tempfile.mkdtemp())
     (folder / "bench_ffn_module.py").write_text(MODULE.format(d=d, f=f))
@@ -59,32 +87,9 @@ def main() -> int:
     print(f"d_model {d}, d_ff {f}, float32, {args.reps} repetitions, {os.cpu_count()} cores")
     print(f"{'tokens':>8} {'in-process s':>22} {'child s':>22} {'child/in-process':>17}")
     for n in (int(t) for t in args.tokens.split(",")):
-        x = np.random.default_rng(0).standard_normal((n, d)).astype(np.float32)
-        np.save(folder / "x.npy", x)
-        choice = ModelChoice(None, None, None, None)
-        tokens = TokenChoice(input=folder / "x.npy")
-
-        def here() -> bool:
-            return ffncli.permute_check(bench_ffn_module.ffn, x).passed
-
-        def child() -> bool:
-            with open_target("bench_ffn_module:ffn", choice, Overrides(d_model=d), None) as t:
-                return check_command(t, tokens).passed
-
-        times: dict[str, list[float]] = {"here": [], "child": []}
-        verdicts = {here(), child()}  # warm-up, and the same verdict both ways
-        for _ in range(args.reps):
-            for name, fn in (("here", here), ("child", child)):
-                started = time.perf_counter()
-                verdicts.add(fn())
-                times[name].append(time.perf_counter() - started)
-        assert verdicts == {True}, verdicts
+        times = _compare(n, d, args.reps, folder, bench_ffn_module.ffn)
         h, c = (statistics.median(times[k]) for k in ("here", "child"))
-
-        def span(k: str) -> str:
-            return f"{statistics.median(times[k]):.3f} ({min(times[k]):.3f}-{max(times[k]):.3f})"
-
-        print(f"{n:>8,} {span('here'):>22} {span('child'):>22} {c / h:>17.2f}")
+        print(f"{n:>8,} {_span(times['here']):>22} {_span(times['child']):>22} {c / h:>17.2f}")
     return 0
 
 

@@ -327,3 +327,32 @@ def test_the_caller_s_module_is_cast_on_a_copy_and_left_as_it_was():
     assert report.notes[0] == "a float32 module, cast to float64 on a copy"
     assert all(v.dtype == torch.float32 and torch.equal(v, before[k])
                for k, v in block.state_dict().items())
+
+
+def test_a_module_s_torch_dtype_attribute_is_read_as_its_dtype():
+    """A Hugging Face module's .dtype is a torch.dtype, which np.dtype() refuses (a
+    TypeError out of assert_position_wise before)."""
+    report = testing.assert_position_wise(torch_ffns.WithDtype(16, 32))
+    assert (report.dtype, report.passed) == ("float32", True)
+    assert testing.assert_position_wise(torch_ffns.WithDtype(16, 32).double()).dtype == \
+        "float64"
+
+
+def test_a_factory_returning_a_class_is_one_line(cli, in_tests):
+    r = cli("permute-check", "--impl", "impls.torch_ffns:returns_the_class", "--random", "4",
+            "--d-model", "16")
+    assert (r.code, r.err) == (2, "error: option --impl: impls.torch_ffns:returns_the_class "
+                                  "returned the class SwiGLU, not a module or a function: "
+                                  "return SwiGLU(...)\n")
+
+
+def test_train_mode_leaves_a_module_s_running_statistics_as_they_were():
+    """BatchNorm in training mode updates its running mean on every call: 55 calls on random
+    tokens were left in the user's module after the check."""
+    module = torch_ffns.BatchNormFFN()
+    module.train()
+    kept = {k: v.clone() for k, v in module.state_dict().items()}
+    with pytest.raises(AssertionError):
+        testing.assert_position_wise(module, train_mode=True)
+    assert all(torch.equal(kept[k], v) for k, v in module.state_dict().items())
+    assert module.training

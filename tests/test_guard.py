@@ -189,6 +189,24 @@ def test_os_exit_in_a_subprocess_is_exit_2(tmp_path):
     assert p.stderr == "error: quits:f called os._exit(0) instead of returning its output\n"
 
 
+def test_a_forked_worker_s_os_exit_is_its_own_and_real(tmp_path):
+    """In the caller's process (pytest): a multiprocessing worker forked while the FFN runs
+    ends with os._exit, which must end it, not unwind into the caller's code and run the rest
+    of it (the test session) as a copy."""
+    script = ("import os, numpy as np\n"
+              "from impls import children\n"
+              "from ffncli.testing import assert_position_wise\n"
+              "me = os.getpid()\n"
+              "try:\n"
+              "    assert_position_wise(children.forks_a_pool, np.ones((6, 6)) / 3)\n"
+              "    print('passed', os.getpid() == me)\n"
+              "except BaseException as exc:\n"
+              "    print(type(exc).__name__, os.getpid() == me)\n")
+    p = subprocess.run([sys.executable, "-c", script], cwd=TESTS, capture_output=True,
+                       text=True, timeout=120, check=False)
+    assert (p.returncode, p.stdout) == (0, "passed True\n"), p.stderr
+
+
 @pytest.mark.parametrize("args, line", [
     (("--d-model", "0"), "option --d-model: expected a whole number >= 1, got 0"),
     (("--d-model", "6", "--trials", "10001"),
@@ -320,3 +338,26 @@ def test_a_timeout_too_short_to_arm_is_refused(cli, in_tests, value):
     r = cli("permute-check", "--impl", "impls.ffns:good", *IMPL, "--timeout", value)
     assert (r.code, r.err) == (2, f"error: option --timeout: expected at least 0.001 seconds, "
                                   f"got {float(value):g}\n")
+
+
+def test_a_timeout_outside_the_main_thread_is_refused_not_blamed_on_the_ffn():
+    """SIGALRM works in the main thread only: from another, ffncli.permute_check(timeout=...)
+    said 'f raised ValueError: signal only works in main thread', an ImplError of the FFN."""
+    import threading
+
+    import ffncli
+
+    caught: list[BaseException] = []
+
+    def check() -> None:
+        try:
+            ffncli.permute_check(ffns.good, np.ones((4, 6)), timeout=5)
+        except BaseException as exc:  # handed to the main thread
+            caught.append(exc)
+
+    thread = threading.Thread(target=check)
+    thread.start()
+    thread.join(60)
+    assert [type(e) for e in caught] == [errors.InputError]
+    assert str(caught[0]) == ("option --timeout: works in the main thread only (it needs "
+                              "SIGALRM), not in this one")

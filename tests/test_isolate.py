@@ -47,6 +47,8 @@ def _gate(tmp_path: Path, impl: str, *args: str) -> tuple[subprocess.CompletedPr
      "the --timeout of 1 s (a call on 20 tokens)"),
     ("children:spawns_and_hangs", ("--timeout", "1"), "impls.children:spawns_and_hangs did not "
      "finish within the --timeout of 1 s (a call on 20 tokens)"),
+    ("children:forks_then_segfaults", (), "impls.children:forks_then_segfaults crashed: its "
+     "process was killed by SIGSEGV (segmentation fault) instead of returning its output"),
     ("exit_hard_on_import:f", (), "option --impl: importing and building "
      "impls.exit_hard_on_import:f: ended its process with exit code 0 (os._exit, or C code "
      "calling exit)"),
@@ -61,7 +63,8 @@ def test_the_child_cannot_pass_the_gate_or_stay_behind(tmp_path, impl, args, lin
     assert (done.returncode, done.stdout, done.stderr) == (2, "", f"error: {line}\n")
     assert processes.kill_all(pids) == []  # the child and its grandchild are gone
     if impl.startswith("children:"):
-        assert len(pids) == (2 if impl == "children:spawns_and_hangs" else 1)
+        assert len(pids) == (2 if impl in ("children:spawns_and_hangs",
+                                           "children:forks_then_segfaults") else 1)
     error = (tmp_path / "r.xml").read_text()
     assert "<error " in error and "<testcase" in error
 
@@ -70,6 +73,40 @@ def test_what_the_child_prints_never_reaches_stdout(tmp_path):
     done, _ = _gate(tmp_path, "children:prints", "--json")
     assert (done.returncode, done.stderr) == (0, "")
     assert json.loads(done.stdout)["passed"] is True  # one JSON document, nothing else
+
+
+def test_a_function_using_forked_workers_passes(tmp_path):
+    """Its workers end with os._exit: that is theirs, not the code under test's, exiting."""
+    done, _ = _gate(tmp_path, "children:forks_a_pool", "--timeout", "60")
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+
+
+def test_a_grandchild_that_leaves_the_group_is_killed_too(tmp_path):
+    done, pids = _gate(tmp_path, "children:escapes_the_group")
+    assert (done.returncode, done.stderr, len(pids)) == (0, "", 2)
+    assert processes.kill_all(pids) == []
+
+
+def test_the_child_does_not_outlive_a_killed_gate(tmp_path):
+    """SIGKILL (a CI job's limit, the OOM killer): ffncli cannot clean up, and the child, in
+    a session of its own, is beyond the kill of ffncli's process group."""
+    pids = tmp_path / "pids"
+    gate = subprocess.Popen([sys.executable, "-m", "ffncli", "permute-check", "--impl",
+                             "impls.children:stubborn", *IMPL], cwd=TESTS, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "FFNCLI_TEST_PIDFILE": str(pids)})
+    child = processes.wait_for_pids(pids, 1)[0]
+    gate.kill()
+    gate.wait(60)
+    deadline = time.monotonic() + 10
+    while processes.alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes.kill_all([child]) == []
+
+
+def test_a_timeout_of_a_billion_seconds_is_no_limit_rather_than_a_crash(tmp_path):
+    done, _ = _gate(tmp_path, "children:prints", "--timeout", "1e9", "--load-timeout", "1e300")
+    assert (done.returncode, done.stderr) == (0, "")
 
 
 def test_a_random_function_is_reported_as_random(tmp_path):
@@ -189,3 +226,24 @@ def test_a_silent_pipe_is_late_at_the_deadline():
     assert 0.25 < time.monotonic() - started < 10
     os.close(r)
     os.close(w)
+
+
+def test_a_gate_with_its_stdin_closed_still_talks_to_its_child(tmp_path):
+    """``<&-`` (a launcher that closes stdin): the pipe to the child took fd 0, which the
+    child's /dev/null stdin replaced; a correct FFN was 'ended its process with exit code 1'."""
+    done = subprocess.run([sys.executable, "-m", "ffncli", "permute-check", "--impl",
+                           "impls.ffns:good", *IMPL], cwd=TESTS, capture_output=True, text=True,
+                          timeout=120, check=False, preexec_fn=lambda: os.close(0))
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_the_user_s_json_py_does_not_replace_ffncli_s(tmp_path):
+    """The child started with -m had the project's folder first on sys.path before ffncli's
+    own imports: a json.py (or copy.py, typing.py) there broke every check."""
+    (tmp_path / "mine.py").write_text("def f(x):\n    return x * 2\n")
+    (tmp_path / "json.py").write_text("raise ImportError('the project own json.py')\n")
+    console_script = "import sys; del sys.path[0]; from ffncli.cli.main import main; main()"
+    done = subprocess.run([sys.executable, "-c", console_script,  # no '' on its sys.path
+                           "permute-check", "--impl", "mine:f", *IMPL], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode, done.stderr) == (0, "")

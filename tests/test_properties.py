@@ -13,6 +13,7 @@ from impls import ffns
 from ffncli.analysis import guard, properties
 from ffncli.compute.engine import Engine
 from ffncli.compute.weights import random_weights
+from ffncli.errors import InputError
 from ffncli.specs.spec import FfnSpec, InitSpec, ModelSpec
 
 
@@ -290,3 +291,40 @@ def test_tolerances_given_are_used():
     assert not run_check(f, x).passed
     loose = run_check(f, x, rtol=0.02, atol=0.0)
     assert loose.passed and {(p.rtol, p.atol) for p in loose.properties} == {(0.02, 0.0)}
+
+
+def test_a_float16_result_is_compared_with_float16_s_tolerance():
+    """A correct FFN that rounds its result to float16 (autocast, `.half()`): one token alone
+    and all at once round alike but for a last bit, which a float32 tolerance called a
+    failure (exit 1). Mixing positions beyond float16's rounding still fails."""
+    rng = np.random.default_rng(3)
+    w1, w2 = rng.normal(0, 0.2, (32, 128)), rng.normal(0, 0.1, (128, 32))
+    x = rng.normal(size=(2000, 32)).astype(np.float32)
+
+    def rounds(X):  # one token alone off in its last float32 bits, as plain matmul is
+        y = np.maximum(0, X @ w1.astype(np.float32)) @ w2.astype(np.float32)
+        return (y * (1 + 2e-7 * (X.shape[0] == 1))).astype(np.float16)
+
+    def mixes(X):
+        return (np.maximum(0, X @ w1) @ w2 + 0.01 * X.mean(axis=0)).astype(np.float16)
+
+    report = run_check(rounds, x)
+    assert report.passed, [p.counterexample for p in report.properties]
+    assert report.notes == ("the outputs come back in float16: compared with float16's "
+                            "tolerances",)
+    assert {p.rtol for p in report.properties} == {1e-3} and report.dtype == "float32"
+    assert not run_check(mixes, x).passed
+
+
+def test_tokens_none_of_them_finite_are_refused(cli, in_tests, tmp_path):
+    """NaN equals NaN in the comparisons: on NaN tokens alone, a function mixing every
+    position passed (through the API, and the CLI with --allow-nonfinite)."""
+    nan = np.full((8, 6), np.nan)
+    with pytest.raises(InputError, match="NaN or infinity in every token"):
+        run_check(ffns.adds_token_mean, nan)
+    np.save(tmp_path / "nan.npy", nan)
+    r = cli("permute-check", "--impl", "impls.ffns:adds_token_mean", "--d-model", "6",
+            "--input", tmp_path / "nan.npy", "--allow-nonfinite")
+    assert (r.code, r.err) == (2, "error: tokens: NaN or infinity in every token; with no "
+                                  "finite token every property would hold whatever the "
+                                  "function does\n")

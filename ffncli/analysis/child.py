@@ -1,4 +1,4 @@
-"""The child's end of :mod:`ffncli.analysis.isolate`: ``python -m ffncli.analysis.child IN OUT``
+"""The child's end of :mod:`ffncli.analysis.isolate`: ``main([IN, OUT, PARENT])``
 imports and builds the code under test, then answers calls until its pipe closes.
 
 Everything the code under test does is reported as data (what it returned, raised, or changed
@@ -6,6 +6,8 @@ in place); the parent judges it."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from typing import Any
 
@@ -42,8 +44,33 @@ def _reply(outcome: Any) -> tuple[dict[str, Any], np.ndarray | None]:
     return header, y
 
 
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER = 1, 36  # linux/prctl.h
+
+
+def _die_with_parent(parent: int | None) -> None:
+    """SIGKILL this process when ffncli's ends, however it ends (SIGKILL, the OOM killer, a
+    CI job's time limit): in a session of its own, the child is beyond the kill of ffncli's
+    process group, and a hanging call would run on for ever. And be the subreaper of what
+    the code under test starts, so a process that leaves the group (``setsid``, a daemon's
+    double fork) is still found below it and killed. Linux only; elsewhere the pipe closing
+    ends a child that is waiting for a call."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # what it starts stays below it
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:  # it ended before the line above
+        os._exit(1)
+
+
 def main(argv: list[str]) -> int:
     read_fd, write_fd = int(argv[0]), int(argv[1])
+    _die_with_parent(int(argv[2]) if len(argv) > 2 else None)
     request, _ = receive(read_fd)
     sys.path[:] = list(request.get("path") or sys.path)
     try:

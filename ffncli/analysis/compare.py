@@ -12,7 +12,7 @@ import numpy.typing as npt
 from ffncli.base.validate import number
 
 # Default tolerances: float32 as torch.testing.assert_close, float64 tighter.
-TOLERANCES = {"float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7)}
+TOLERANCES = {"float16": (1e-3, 1e-5), "float32": (1.3e-6, 1e-5), "float64": (1e-7, 1e-7)}
 
 
 def tolerances(dtype: npt.DTypeLike, rtol: float | None = None, atol: float | None = None,

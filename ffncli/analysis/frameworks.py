@@ -66,7 +66,7 @@ def _is_factory(obj: object) -> bool:
 class Adapted:
     """An object under test as a function of NumPy rows (tokens, d_model), with what was done
     to get it. ``seq`` (set for 3-D input) makes a module see (batch, seq, d_model) tensors;
-    ``restore`` puts a module back in the mode it was in."""
+    ``restore`` puts a module back in the mode it was in, its buffers as they were."""
 
     call: Callable[[np.ndarray], Any]  # the framework's call, on NumPy as the object takes it
     framework: str  # numpy, torch, jax or flax
@@ -98,6 +98,9 @@ def adapt(obj: object, label: str, *, dtype: np.dtype, impl_args: dict[str, Any]
     mode unless ``train_mode``, and cast to ``dtype`` on a copy."""
     if _is_factory(obj):
         obj = _build(obj, label, impl_args or {}, seed)
+        if inspect.isclass(obj):  # the class itself, where an instance was meant
+            raise ImplError(f"option --impl: {label} returned the class {obj.__name__}, not "
+                            f"a module or a function: return {obj.__name__}(...)")
     elif impl_args:
         built = "a module already built" if _from(obj, "torch.nn", "flax.linen") else \
             "a function of the tokens"
@@ -186,6 +189,8 @@ def _torch(module: Any, dtype: np.dtype, train_mode: bool) -> Adapted:
 
     notes = []
     modes = [(m, m.training) for m in module.modules()]
+    # what a call may change in place (BatchNorm's running statistics in training mode)
+    buffers = [(b, b.detach().clone()) for b in module.buffers()]
     want = getattr(torch, _TORCH_DTYPES.get(np.dtype(dtype).name, "float32"))
     floats = {p.dtype for p in [*module.parameters(), *module.buffers()] if p.is_floating_point()}
     if floats and floats != {want}:
@@ -205,6 +210,9 @@ def _torch(module: Any, dtype: np.dtype, train_mode: bool) -> Adapted:
     def restore() -> None:
         for m, training in modes:
             m.train(training)
+        with torch.no_grad():
+            for b, kept in buffers:
+                b.copy_(kept)
 
     width, no_width = _torch_width(module)
     return Adapted(call, "torch", width, no_width, mode, notes, restore)

@@ -55,6 +55,11 @@ def check_timeout(seconds: float | None) -> None:
     if not hasattr(signal, "setitimer"):
         raise InputError("option --timeout: not available on this platform (it needs "
                          "signal.setitimer)")
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # SIGALRM's handler
+        raise InputError("option --timeout: works in the main thread only (it needs "
+                         "SIGALRM), not in this one")
 
 
 class _ExitCalled(BaseException):
@@ -70,10 +75,14 @@ class _ExitCalled(BaseException):
 @contextlib.contextmanager
 def _no_hard_exit() -> Iterator[None]:
     """``os._exit`` raises :class:`_ExitCalled` for the duration (a C extension calling
-    ``_exit`` itself cannot be stopped from Python)."""
-    real = os._exit
+    ``_exit`` itself cannot be stopped from Python). Only in this process: a process forked
+    from it (a ``multiprocessing`` worker ends with ``os._exit``) exits for real, instead of
+    unwinding into the caller's code and running it on as a copy."""
+    real, here = os._exit, os.getpid()
 
     def refuse(code: int) -> None:
+        if os.getpid() != here:
+            real(code)
         raise _ExitCalled(code)
 
     os._exit = refuse  # type: ignore[assignment]

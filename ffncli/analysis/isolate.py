@@ -54,12 +54,36 @@ def _left(deadline: float | None) -> float | None:
     return left
 
 
-def _write_all(fd: int, data: bytes | memoryview, deadline: float | None) -> None:
+_LONGEST_WAIT = 1e6  # seconds: select() overflows time_t near 1e10 (--timeout 1e9 and more)
+_LOOK_EVERY = 0.25  # seconds between looks at whether the process at the other end is there
+
+
+def _wait(fd: int, writing: bool, deadline: float | None,
+          ended: Callable[[], bool] | None) -> None:
+    """Until ``fd`` is ready: Late once the deadline has passed, Ended once ``ended()`` says
+    the other end's process is gone and nothing more is there. A process it forked may hold
+    the pipe open after it died (a segfault), and would otherwise keep this waiting for
+    ever."""
+    fds = ([], [fd]) if writing else ([fd], [])
+    while True:
+        left = _left(deadline)
+        wait = min(w for w in (left, _LONGEST_WAIT, _LOOK_EVERY if ended else None)
+                   if w is not None)
+        ready = select.select(*fds, [], wait)
+        if ready[0] or ready[1]:
+            return
+        if ended is not None and ended():
+            ready = select.select(*fds, [], 0)  # what it wrote before it went
+            if ready[0] or ready[1]:
+                return
+            raise Ended
+
+
+def _write_all(fd: int, data: bytes | memoryview, deadline: float | None,
+               ended: Callable[[], bool] | None = None) -> None:
     view = memoryview(data).cast("B")
     while view:
-        _, ready, _ = select.select([], [fd], [], _left(deadline))
-        if not ready:
-            raise Late
+        _wait(fd, True, deadline, ended)
         try:
             view = view[os.write(fd, view[:_CHUNK]):]
         except BlockingIOError:
@@ -68,13 +92,12 @@ def _write_all(fd: int, data: bytes | memoryview, deadline: float | None) -> Non
             raise Ended from None
 
 
-def _read_exact(fd: int, n: int, deadline: float | None) -> bytearray:
+def _read_exact(fd: int, n: int, deadline: float | None,
+                ended: Callable[[], bool] | None = None) -> bytearray:
     buf = bytearray(n)
     view, got = memoryview(buf), 0
     while got < n:
-        ready, _, _ = select.select([fd], [], [], _left(deadline))
-        if not ready:
-            raise Late
+        _wait(fd, False, deadline, ended)
         try:
             k = os.readv(fd, [view[got:got + _CHUNK]])
         except BlockingIOError:
@@ -88,7 +111,7 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytearray:
 
 
 def send(fd: int, header: dict[str, Any], array: np.ndarray | None = None,
-         deadline: float | None = None) -> None:
+         deadline: float | None = None, ended: Callable[[], bool] | None = None) -> None:
     """One frame: ``header`` and, if given, ``array`` (its dtype and shape go in the header)."""
     payload: bytes | memoryview = b""
     if array is not None:
@@ -97,21 +120,23 @@ def send(fd: int, header: dict[str, Any], array: np.ndarray | None = None,
         payload = array.data.cast("B") if array.size else b""
     head = json.dumps(header).encode()
     _write_all(fd, len(head).to_bytes(8, "big") + len(payload).to_bytes(8, "big") + head,
-               deadline)
+               deadline, ended)
     if len(payload):
-        _write_all(fd, payload, deadline)
+        _write_all(fd, payload, deadline, ended)
 
 
 MAX_HEADER = 1 << 24
 
 
-def receive(fd: int, deadline: float | None = None) -> tuple[dict[str, Any], np.ndarray | None]:
-    """One frame: its header and its array (read-only), checked before it is believed."""
-    lengths = _read_exact(fd, 16, deadline)
+def receive(fd: int, deadline: float | None = None, ended: Callable[[], bool] | None = None
+            ) -> tuple[dict[str, Any], np.ndarray | None]:
+    """One frame: its header and its array (read-only), checked before it is believed;
+    ``ended()`` (if given) says whether the process sending it has gone."""
+    lengths = _read_exact(fd, 16, deadline, ended)
     n_head, n_payload = int.from_bytes(lengths[:8], "big"), int.from_bytes(lengths[8:], "big")
     if n_head > MAX_HEADER:
         raise ValueError(f"a header of {n_head:,} bytes")
-    header = json.loads(bytes(_read_exact(fd, n_head, deadline)))
+    header = json.loads(bytes(_read_exact(fd, n_head, deadline, ended)))
     if not isinstance(header, dict):
         raise ValueError("a header that is not a JSON object")
     meta = header.pop("array", None)
@@ -124,7 +149,7 @@ def receive(fd: int, deadline: float | None = None) -> tuple[dict[str, Any], np.
         raise ValueError(f"an array of dtype {dtype} and shape {shape}")
     if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != n_payload:
         raise ValueError(f"{n_payload:,} bytes for an array of shape {shape}, {dtype}")
-    data = _read_exact(fd, n_payload, deadline) if n_payload else bytearray()
+    data = _read_exact(fd, n_payload, deadline, ended) if n_payload else bytearray()
     array = np.frombuffer(data, dtype).reshape(shape)
     array.flags.writeable = False  # data, to be judged and copied
     return header, array
@@ -143,6 +168,13 @@ def load_limit(timeout: float | None, given: float | None = None) -> float | Non
     return None if timeout is None else max(LOAD_LIMIT, 10 * timeout)
 
 
+# The child's start: not ``-m``, which puts the current directory (the user's project) first
+# on sys.path before ffncli's own imports, so a json.py or copy.py of theirs replaced the
+# standard library's under ffncli. The code under test is imported from there afterwards.
+_START = ("import sys; del sys.path[0]; from ffncli.analysis.child import main; "
+          "sys.exit(main(sys.argv[1:]))")
+
+
 class Child:
     """One child process running the code under test; a context manager that kills its whole
     process group on the way out."""
@@ -154,13 +186,13 @@ class Child:
         self.name, self.timeout = name, timeout
         self.load_timeout = load_limit(timeout, load_timeout)
         env = {**os.environ, "JAX_ENABLE_X64": "1"} if x64 else None
-        to_child, self._out = os.pipe()
-        self._in, from_child = os.pipe()
+        to_child, self._out = _pipe()
+        self._in, from_child = _pipe()
         for fd in (self._out, self._in):
             os.set_blocking(fd, False)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "ffncli.analysis.child", str(to_child), str(from_child)],
+                [sys.executable, "-c", _START, str(to_child), str(from_child), str(os.getpid())],
                 pass_fds=(to_child, from_child), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                 env=env)
@@ -183,8 +215,8 @@ class Child:
         deadline = _deadline(self.load_timeout)
         what = f"option --impl: importing and building {self.name}"
         try:
-            send(self._out, {"op": "load", **request}, deadline=deadline)
-            reply, _ = receive(self._in, deadline)
+            send(self._out, {"op": "load", **request}, deadline=deadline, ended=self._gone)
+            reply, _ = receive(self._in, deadline, self._gone)
         except Late:
             self.close()
             raise ImplError(f"{what} did not finish within the --load-timeout of "
@@ -205,8 +237,8 @@ class Child:
         timeout, or a process that ends, is one too."""
         deadline = _deadline(self.timeout)
         try:
-            send(self._out, {"op": "call", "seq": seq}, x, deadline)
-            reply, y = receive(self._in, deadline)
+            send(self._out, {"op": "call", "seq": seq}, x, deadline, self._gone)
+            reply, y = receive(self._in, deadline, self._gone)
         except Late:
             self.close()
             return Outcome(timed_out=True)
@@ -218,6 +250,11 @@ class Child:
         fields = {k: reply[k] for k in ("returned", "raised", "stopped", "exception", "mutated")
                   if k in reply}
         return Outcome(y=y, **fields)
+
+    def _gone(self) -> bool:
+        """Whether the child has ended (its pipe may outlive it, held by a process it
+        forked)."""
+        return self.process.poll() is not None
 
     def _ending(self) -> str:
         """Why the child's pipe closed: how its process ended (after EXIT_GRACE, killed)."""
@@ -238,9 +275,13 @@ class Child:
         return f"crashed: its process was killed by {name} ({what.lower()})"
 
     def close(self) -> None:
-        """Kill the child's whole process group (SIGKILL: nothing can ignore it), reap the
-        child and close the pipes; safe to call twice."""
+        """Kill the child's whole process group (SIGKILL: nothing can ignore it), and first
+        every process below it, even one that left the group (``setsid``, a daemon's double
+        fork: the child is their subreaper); reap the child and close the pipes; safe to
+        call twice."""
         if self.process.returncode is None or self._in >= 0:
+            if self.process.poll() is None:  # alive, a subreaper: all it started is below it
+                _kill_below(self.process.pid)
             try:
                 os.killpg(self.process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
@@ -254,6 +295,60 @@ class Child:
             if fd >= 0:
                 os.close(fd)
                 setattr(self, attr, -1)
+
+
+def _below(pid: int) -> list[int]:
+    """The live processes descended from ``pid`` (zombies aside), from /proc; none where
+    there is no /proc."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        if fields[0] not in "ZX":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(children.get(p, []))
+    return found
+
+
+def _kill_below(pid: int, rounds: int = 20) -> None:
+    """SIGKILL every process below ``pid`` until none is left (one forked meanwhile is
+    reparented to ``pid``, a subreaper, and found the next round)."""
+    for _ in range(rounds):
+        left = _below(pid)
+        if not left:
+            return
+        for p in left:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+
+
+def _pipe() -> tuple[int, int]:
+    """``os.pipe()``, its two ends numbered 3 or more: with ffncli's stdin (or stdout) closed
+    (``<&-``), a pipe would take fd 0, and the child's /dev/null stdin would replace it."""
+    import fcntl
+
+    ends = []
+    for fd in os.pipe():
+        if fd < 3:
+            fd, low = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3), fd
+            os.close(low)
+        ends.append(fd)
+    return ends[0], ends[1]
 
 
 def _deadline(seconds: float | None) -> float | None:

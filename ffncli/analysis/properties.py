@@ -18,6 +18,7 @@ import numpy as np
 from ffncli.analysis.compare import Comparison, compare, output_scale, tolerances
 from ffncli.analysis.frameworks import RANDOM_HINT, RANDOM_OTHERWISE, Fn
 from ffncli.analysis.guard import CallRaised
+from ffncli.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -295,6 +296,9 @@ def permute_check(f: Fn, x: np.ndarray, *, target: str, input_shape: tuple[int, 
     ``about`` fills the report's framework, mode and notes."""
     dtype = x.dtype.name
     tolerances(dtype, rtol, atol)  # refuse bad values before any call
+    if x.size and not np.isfinite(x).all(axis=1).any():  # NaN == NaN: all would pass
+        raise InputError("tokens: NaN or infinity in every token; with no finite token every "
+                         "property would hold whatever the function does")
     batch, seq = (input_shape[0], input_shape[1]) if len(input_shape) == 3 else (1, x.shape[0])
     rng = np.random.default_rng(seed)
     y = f(x)

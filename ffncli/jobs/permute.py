@@ -232,9 +232,9 @@ def check_here(obj: object, tokens: Any = None, *, name: str | None = None,
 
     label = str(name or getattr(obj, "__name__", type(obj).__name__))
     given = None if tokens is None else np.asarray(as_numpy(tokens))
-    dtype = np.dtype(getattr(obj, "dtype", None) or (
+    dtype = _dtype_of(obj) or np.dtype(
         given.dtype if given is not None and given.dtype.kind == "f" else
-        np.float32 if given is None else np.float64))
+        np.float32 if given is None else np.float64)
     tolerances(dtype, rtol, atol)  # refuse NaN and negative tolerances up front
     check_timeout(timeout)
     whole("trials", trials, 0, MAX_TRIALS)
@@ -255,3 +255,19 @@ def check_here(obj: object, tokens: Any = None, *, name: str | None = None,
                              about={"framework": ffn.framework, "mode": ffn.mode,
                                     "notes": tuple(ffn.notes)})
 
+
+
+def _dtype_of(obj: object) -> np.dtype | None:
+    """The floating-point dtype ``obj`` says it computes in (``ffn.dtype``: a NumPy dtype, or
+    a PyTorch one, as a Hugging Face module's ``.dtype`` is), or None when it says none NumPy
+    has (``torch.bfloat16``) or none at all."""
+    said = getattr(obj, "dtype", None)
+    if said is None:
+        return None
+    for name in (said, str(said).removeprefix("torch.")):
+        try:
+            dtype = np.dtype(name)
+        except TypeError:
+            continue
+        return dtype if dtype.kind == "f" else None
+    return None

@@ -86,3 +86,40 @@ def random_output(x):
     _record_pid()
     y = _ffn(x)
     return y + np.random.default_rng().normal(0, 1e-3, y.shape)
+
+
+def _row(row):
+    return _ffn(row[None])[0]
+
+
+def forks_a_pool(x):
+    """The correct FFN, one token per task in a pool of forked workers (which end with
+    os._exit): position-wise, and must pass."""
+    import multiprocessing
+
+    _record_pid()
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        return np.array(pool.map(_row, list(x)))
+
+
+def forks_then_segfaults(x):
+    """Forks a sleeping copy (which keeps ffncli's pipe open), then dies of SIGSEGV."""
+    _record_pid()
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(10**6)
+        os._exit(0)
+    _record_pid(pid)
+    ctypes.string_at(0)
+
+
+def escapes_the_group(x):
+    """The correct FFN, which on its first call starts a sleeping grandchild in a session of
+    its own (setsid, out of the child's process group), and records its pid."""
+    if not os.environ.get("FFNCLI_TEST_ESCAPED"):
+        os.environ["FFNCLI_TEST_ESCAPED"] = "1"
+        _record_pid()
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(10**6)"],
+                                 start_new_session=True)
+        _record_pid(child.pid)
+    return _ffn(x)

@@ -258,3 +258,16 @@ class Prints(_FFN):
         print("hello from forward")
         print("hello from forward", file=sys.stderr)
         return self.ffn(x)
+
+
+def returns_the_class():
+    """A factory returning the class, not an instance: a mistake, exit 2 with one line."""
+    return SwiGLU
+
+
+class WithDtype(SwiGLU):
+    """SwiGLU with a ``.dtype`` property, as a Hugging Face module has (a torch.dtype)."""
+
+    @property
+    def dtype(self):
+        return self.w1.weight.dtype
