@@ -173,6 +173,17 @@ def test_bad_input_after_the_report_path_gets_a_junit_error_too(cli, in_tests, t
 
 
 def _pipe_with(data: bytes) -> int:
+    """A descriptor to read ``data`` from, then its end: a pipe, or a file for more than a
+    pipe holds."""
+    if len(data) > 4096:
+        import tempfile
+
+        with tempfile.TemporaryFile() as f:
+            f.write(data)
+            f.flush()
+            fd = os.dup(f.fileno())
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
     r, w = os.pipe()
     os.write(w, data)
     os.close(w)
@@ -203,6 +214,10 @@ def _frame(header: dict, payload: bytes = b"") -> bytes:
     (_frame({"array": {"dtype": "<f4", "shape": [-1]}}), "shape (-1,)"),
     (_frame({}, b"junk"), "bytes with no array"),
     ((2**40).to_bytes(8, "big") + bytes(8), "a header of 1,099,511,627,776 bytes"),
+    (_frame({"array": {"dtype": "<f4", "shape": [2**70]}}), "0 bytes for an array"),
+    (_frame({"array": {"dtype": "<f4", "shape": [2**40, 2**40]}}), "0 bytes for an array"),
+    (len(b"[" * 10**5 + b"]" * 10**5).to_bytes(8, "big") + bytes(8) + b"[" * 10**5
+     + b"]" * 10**5, "a header nested too deep"),
 ])
 def test_a_frame_that_lies_is_refused(data, problem):
     fd = _pipe_with(data)

@@ -13,6 +13,7 @@ pickle: the child's replies are read as data."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import signal
@@ -136,7 +137,10 @@ def receive(fd: int, deadline: float | None = None, ended: Callable[[], bool] | 
     n_head, n_payload = int.from_bytes(lengths[:8], "big"), int.from_bytes(lengths[8:], "big")
     if n_head > MAX_HEADER:
         raise ValueError(f"a header of {n_head:,} bytes")
-    header = json.loads(bytes(_read_exact(fd, n_head, deadline, ended)))
+    try:
+        header = json.loads(bytes(_read_exact(fd, n_head, deadline, ended)))
+    except RecursionError:
+        raise ValueError("a header nested too deep") from None
     if not isinstance(header, dict):
         raise ValueError("a header that is not a JSON object")
     meta = header.pop("array", None)
@@ -147,7 +151,7 @@ def receive(fd: int, deadline: float | None = None, ended: Callable[[], bool] | 
     dtype, shape = np.dtype(meta["dtype"]), tuple(int(n) for n in meta["shape"])
     if dtype.kind not in _KINDS or dtype.hasobject or any(n < 0 for n in shape):
         raise ValueError(f"an array of dtype {dtype} and shape {shape}")
-    if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != n_payload:
+    if math.prod(shape) * dtype.itemsize != n_payload:  # Python ints: no overflow
         raise ValueError(f"{n_payload:,} bytes for an array of shape {shape}, {dtype}")
     data = _read_exact(fd, n_payload, deadline, ended) if n_payload else bytearray()
     array = np.frombuffer(data, dtype).reshape(shape)
