@@ -361,3 +361,22 @@ def test_a_timeout_outside_the_main_thread_is_refused_not_blamed_on_the_ffn():
     assert [type(e) for e in caught] == [errors.InputError]
     assert str(caught[0]) == ("option --timeout: works in the main thread only (it needs "
                               "SIGALRM), not in this one")
+
+
+# --- a plain class or factory: built, then checked ------------------------------------------
+
+
+def test_a_plain_class_is_built_with_impl_args_and_a_factory_is_called(cli, in_tests):
+    built = cli("permute-check", "--impl", "impls.ffns:Scaled", "--impl-args", '{"scale": 2}',
+                *IMPL, "--json")
+    plain = cli("permute-check", "--impl", "impls.ffns:good", *IMPL, "--json")
+    factory = cli("permute-check", "--impl", "impls.ffns:make_good", *IMPL, "--json")
+    assert (built.code, plain.code, factory.code) == (0, 0, 0)
+    assert _verdicts(factory) == _verdicts(plain)  # the factory returns good itself
+    scaled = {p["name"]: p["max_abs"] for p in built.json()["properties"]}
+    assert all(scaled[p["name"]] == pytest.approx(2 * p["max_abs"], abs=1e-15)
+               for p in plain.json()["properties"])  # the same deviations, twice the outputs
+    r = cli("permute-check", "--impl", "impls.ffns:good", "--impl-args", "{}", *IMPL)
+    assert (r.code, r.err) == (2, "error: option --impl-args: impls.ffns:good is a function of "
+                                  "the tokens, not a class or a factory; --impl-args is for "
+                                  "those\n")

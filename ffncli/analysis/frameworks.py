@@ -101,7 +101,7 @@ def adapt(obj: object, label: str, *, dtype: np.dtype, impl_args: dict[str, Any]
         if inspect.isclass(obj):  # the class itself, where an instance was meant
             raise ImplError(f"option --impl: {label} returned the class {obj.__name__}, not "
                             f"a module or a function: return {obj.__name__}(...)")
-    elif impl_args:
+    elif impl_args is not None:
         built = "a module already built" if _from(obj, "torch.nn", "flax.linen") else \
             "a function of the tokens"
         raise ImplError(f"option --impl-args: {label} is {built}, not a class or a factory; "
