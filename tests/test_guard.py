@@ -4,7 +4,6 @@ they come, the caller's input is never changed, and --timeout bounds each call a
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -133,10 +132,7 @@ def test_sigterm_during_the_impl_exits_143(tmp_path):
     """SIGTERM to ffncli while the code under test runs (in its child): exit 143, and the
     child is killed with its whole group."""
     pids = tmp_path / "pids"
-    ffncli = subprocess.Popen([sys.executable, "-m", "ffncli", "permute-check", "--impl",
-                               "impls.children:sleeps", *IMPL], cwd=TESTS, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              env={**os.environ, "FFNCLI_TEST_PIDFILE": str(pids)})
+    ffncli = processes.gate("impls.children:sleeps", pids, *IMPL)
     child = processes.wait_for_pids(pids, 1)[0]
     ffncli.send_signal(signal.SIGTERM)
     out, err = ffncli.communicate(timeout=60)

@@ -91,10 +91,7 @@ def test_the_child_does_not_outlive_a_killed_gate(tmp_path):
     """SIGKILL (a CI job's limit, the OOM killer): ffncli cannot clean up, and the child, in
     a session of its own, is beyond the kill of ffncli's process group."""
     pids = tmp_path / "pids"
-    gate = subprocess.Popen([sys.executable, "-m", "ffncli", "permute-check", "--impl",
-                             "impls.children:stubborn", *IMPL], cwd=TESTS, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "FFNCLI_TEST_PIDFILE": str(pids)})
+    gate = processes.gate("impls.children:stubborn", pids, *IMPL)
     child = processes.wait_for_pids(pids, 1)[0]
     gate.kill()
     gate.wait(60)
@@ -119,11 +116,7 @@ def test_a_random_function_is_reported_as_random(tmp_path):
 
 def test_ctrl_c_during_a_call_kills_the_child_and_exits_130(tmp_path):
     pids = tmp_path / "pids"
-    gate = subprocess.Popen([sys.executable, "-m", "ffncli", "permute-check", "--impl",
-                             "impls.children:stubborn", *IMPL], cwd=TESTS, text=True,
-                            start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE,
-                            env={**os.environ, "FFNCLI_TEST_PIDFILE": str(pids)})
+    gate = processes.gate("impls.children:stubborn", pids, *IMPL, start_new_session=True)
     child = processes.wait_for_pids(pids, 1)[0]
     time.sleep(0.2)  # in its loop, SIGINT and SIGTERM ignored
     gate.send_signal(signal.SIGINT)

@@ -478,8 +478,7 @@ AREAS: dict[str, list[Mutant]] = {
         M("analysis/isolate.py", "os.killpg(self.process.pid, signal.SIGKILL)",
           "os.kill(self.process.pid, signal.SIGKILL)",
           "isolate: the child killed, its grandchildren left behind"),
-        M("analysis/isolate.py",
-          "    if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != n_payload:",
+        M("analysis/isolate.py", "    if math.prod(shape) * dtype.itemsize != n_payload:",
           "    if False:", "isolate: a frame whose bytes do not match its array believed"),
     ],
     "forward": [

@@ -145,31 +145,27 @@ def _what_it_raised(exc: BaseException) -> str:
     return f"raised {type(exc).__name__}" + (f": {message}" if message else "")
 
 
-def load_impl(target: str, *, timeout: float | None = None) -> object:
+def load_impl(target: str) -> object:
     """``package.module:NAME``, importable from the current directory: the object it names (a
-    function, a class, a module instance: :mod:`ffncli.analysis.frameworks` adapts it). The
-    import runs under ``timeout`` seconds, if given; whatever it raises (even ``sys.exit``) is
-    an ImplError, except ffncli's own :class:`Interrupted`."""
+    function, a class, a module instance: :mod:`ffncli.analysis.frameworks` adapts it).
+    Whatever the import raises (even ``sys.exit``) is an ImplError, except ffncli's own
+    :class:`Interrupted`. It runs in the child process, whose parent bounds it in time
+    (``--load-timeout``)."""
     module_name, attr = split_target(target)
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
-    alarm = _Alarm()
     try:
-        with _time_limit(timeout) as alarm, _no_hard_exit():
+        with _no_hard_exit():
             module = importlib.import_module(module_name)
     except Interrupted:
         raise
     except BaseException as exc:  # the user's module failed (or exited) while importing
-        if alarm.fired:
-            raise ImplError(_late(f"option --impl: importing {module_name!r}", timeout)) from None
         if isinstance(exc, ModuleNotFoundError):
             raise ImplError(f"option --impl: cannot import module {module_name!r} "
                             f"({exc}){_extra_for(exc.name)}") from None
         raise ImplError(f"option --impl: importing {module_name!r} "
                         f"{_what_it_raised(exc)}") from None
-    if alarm.fired:  # it caught the timeout's exception and went on
-        raise ImplError(_late(f"option --impl: importing {module_name!r}", timeout))
     fn = getattr(module, attr, None)
     if fn is None:
         raise ImplError(f"option --impl: module {module_name!r} has no attribute {attr!r}")

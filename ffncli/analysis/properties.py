@@ -303,12 +303,12 @@ def permute_check(f: Fn, x: np.ndarray, *, target: str, input_shape: tuple[int, 
     rng = np.random.default_rng(seed)
     y = f(x)
     about = dict(about or {})
-    if y.dtype.kind == "f" and y.dtype.itemsize < x.dtype.itemsize:  # computed coarser
-        dtype = y.dtype.name
-        about["notes"] = (*about.get("notes", ()), f"the outputs come back in {dtype}: "
-                          f"compared with {dtype}'s tolerances")
-    rule = Rule(*tolerances(dtype, rtol, atol, output_scale(y)), bitwise)
-    dtype = x.dtype.name
+    compared = dtype  # the tolerances' dtype: the outputs', when they come back coarser
+    if y.dtype.kind == "f" and y.dtype.itemsize < x.dtype.itemsize:
+        compared = y.dtype.name
+        about["notes"] = (*about.get("notes", ()), f"the outputs come back in {compared}: "
+                          f"compared with {compared}'s tolerances")
+    rule = Rule(*tolerances(compared, rtol, atol, output_scale(y)), bitwise)
     names = PROPERTIES if batch > 1 else PROPERTIES[:-1]
     first = check_deterministic(f, x, y, rule, about.get("framework", "numpy"))
     if not first.passed:

@@ -88,3 +88,12 @@ def kill_all(pids: list[int]) -> list[int]:
         except OSError:
             pass
     return found
+
+
+def gate(impl: str, pids: Path, *args: str, **popen: object) -> subprocess.Popen[str]:
+    """``python -m ffncli permute-check --impl IMPL ARGS`` in tests/, as CI runs it, output
+    captured; tests/impls/children.py records its processes' pids in ``pids``."""
+    return subprocess.Popen(  # type: ignore[call-overload]
+        [sys.executable, "-m", "ffncli", "permute-check", "--impl", impl, *args],
+        cwd=ROOT / "tests", text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "FFNCLI_TEST_PIDFILE": str(pids)}, **popen)
