@@ -11,13 +11,16 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import secrets
 import stat
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
+from ffncli.base.signals import signals_held
 from ffncli.errors import FfnError, OutputError
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -104,28 +107,45 @@ def same_file(a: Path, b: Path) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
+def create_hidden(folder: Path, name: str, option: str, make: Callable[[str], T]) -> tuple[str, T]:
+    """A new hidden ``folder/.NAME.HEX.tmp`` made by ``make(path)`` (which fails with
+    FileExistsError on a name already taken; the next name is tried), as ``(path, made)``.
+    Errors name ``option``. Call it under :func:`ffncli.base.signals.signals_held` and keep the
+    path in the same block: from then on an interrupt finds what it must remove."""
+    for _ in range(100):
+        path = str(folder / f".{name[:100]}.{secrets.token_hex(4)}.tmp")
+        try:
+            return path, make(path)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise OutputError(f"option {option}: cannot write in {folder}: "
+                              f"{exc.strerror or exc}") from None
+    raise OutputError(f"option {option}: cannot find a free temporary name in {folder}")
+
+
+def new_file(path: str) -> int:
+    """Create ``path``, which must not exist, mode 0o666 less the umask as ``open`` gives."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+
+
 def write_text_atomically(path: Path, text: str, option: str) -> None:
     """Write ``text`` to ``path`` atomically: into a temporary file beside it, synced, then
-    renamed over it, so that a crash or a full disk never leaves half a file (nor deletes the
-    last one). Errors name ``option``."""
+    renamed over it, so that a crash, a signal or a full disk never leaves half a file (nor
+    deletes the last one). Errors name ``option``."""
+    tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.",
-                                   suffix=".tmp")
-    except OSError as exc:
-        raise OutputError(f"option {option}: cannot write in {path.parent}: "
-                          f"{exc.strerror or exc}") from None
-    try:
+        with signals_held():
+            tmp, fd = create_hidden(path.parent, path.name, option, new_file)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # as open() would, not mkstemp's 0o600
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         if isinstance(exc, OSError):
             raise OutputError(f"option {option}: cannot write {path}: "
                               f"{exc.strerror or exc}") from None

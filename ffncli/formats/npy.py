@@ -16,7 +16,6 @@ import ast
 import errno
 import math
 import os
-import secrets
 import stat
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,7 +25,8 @@ from typing import IO, BinaryIO
 
 import numpy as np
 
-from ffncli.base.files import same_file
+from ffncli.base.files import create_hidden, new_file, same_file
+from ffncli.base.signals import signals_held
 from ffncli.errors import FfnError, OutputError
 
 # ---------------------------------------------------------------------------------------------
@@ -156,6 +156,10 @@ _NO_ROOM = tuple(getattr(errno, name) for name in ("ENOSPC", "EFBIG", "EDQUOT")
                  if hasattr(errno, name))  # disk full, file too large, quota exceeded
 
 
+def _new_binary(path: str) -> BinaryIO:
+    return open(new_file(path), "wb")
+
+
 class AtomicNpyWriter:
     """Write a .npy chunk by chunk into a temporary file beside the target, then rename it.
 
@@ -192,38 +196,24 @@ class AtomicNpyWriter:
         self._pending: dict[int, Future] = {}
 
     def __enter__(self) -> AtomicNpyWriter:
-        try:  # from the moment the name is chosen, a signal or an error removes the file
-            self._file = self._create_temporary()
+        try:  # from the moment the file exists, a signal or an error removes it
+            with signals_held():
+                self._tmp, file = create_hidden(self.path.parent, self.path.name, "--out",
+                                                _new_binary)
+                self._file = file
             header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
                       "shape": self.shape}
             try:
-                np.lib.format.write_array_header_2_0(self._file, header)
-                self._file.flush()
+                np.lib.format.write_array_header_2_0(file, header)
+                file.flush()
             except OSError as exc:
                 raise self._error(exc) from None
-            self._reserve(self._file.tell() + math.prod(self.shape) * self.dtype.itemsize)
+            self._reserve(file.tell() + math.prod(self.shape) * self.dtype.itemsize)
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="ffncli-writer")
         except BaseException:
             self._discard()
             raise
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="ffncli-writer")
         return self
-
-    def _create_temporary(self) -> BinaryIO:
-        """A new hidden file beside the target, mode 0o666 less the umask as open() gives.
-        ``self._tmp`` is set before the file exists, so an interrupt can always remove it."""
-        folder = self.path.parent
-        for _ in range(100):
-            self._tmp = str(folder / f".{self.path.name}.{secrets.token_hex(4)}.tmp")
-            try:
-                return open(os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666),
-                            "wb")
-            except FileExistsError:
-                continue
-            except OSError as exc:
-                self._tmp = None
-                raise OutputError(f"option --out: cannot write in {folder}: "
-                                  f"{exc.strerror or exc}") from None
-        raise OutputError(f"option --out: cannot find a free temporary name in {folder}")
 
     def _reserve(self, size: int) -> None:
         """Allocate the whole file up front: a full disk fails now, not after the work, and

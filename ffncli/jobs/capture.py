@@ -15,7 +15,6 @@ import contextlib
 import errno
 import json
 import os
-import secrets
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ffncli.base.files import output_folder
+from ffncli.base.files import create_hidden, output_folder
+from ffncli.base.signals import signals_held
 from ffncli.errors import OutputError
 from ffncli.formats.npy import AtomicNpyWriter
 from ffncli.jobs.progress import Callback
@@ -63,10 +63,11 @@ def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out
     """Write each selected layer's FFN input, float32 (tokens, d_model) in text order, to
     ``out/layer{N}.npy``, and ``out/capture.json``: all of them, or (on any error or signal)
     none, and ``out`` as it was."""
-    created = output_folder(out, writer="capture", force=force, inputs=inputs)
-    staging: Path | None = None
+    created, staging = False, None
     try:
-        staging = _staging(out)
+        with signals_held():  # a signal now lands where both names are kept
+            created = output_folder(out, writer="capture", force=force, inputs=inputs)
+            staging = Path(create_hidden(out, "capture", "--out", os.mkdir)[0])
         _capture_layers(model, sequences, layers, staging, out, inputs, batch_tokens,
                         progress)
         files = tuple(layer_file(out, i) for i in layers)
@@ -85,21 +86,6 @@ def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out
         os.rmdir(staging)
     return CaptureResult(str(out), str(model.weights), tuple(layers), sequences.tokens,
                          len(sequences.ids), model.d_model, tuple(str(f) for f in files))
-
-
-def _staging(out: Path) -> Path:
-    """A new hidden folder in ``out`` for this run's files until they are all complete."""
-    for _ in range(100):
-        folder = out / f".capture.{secrets.token_hex(4)}.tmp"
-        try:
-            os.mkdir(folder)
-            return folder
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise OutputError(f"option --out: cannot write in {out}: "
-                              f"{exc.strerror or exc}") from None
-    raise OutputError(f"option --out: cannot find a free temporary name in {out}")
 
 
 def _write_new(path: Path, text: str, shown: Path) -> None:

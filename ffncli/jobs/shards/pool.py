@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Protocol
 
+from ffncli.base.signals import signals_held
 from ffncli.errors import FfnError, InputError
 from ffncli.jobs.choices import ScaleChoice
 
@@ -144,16 +145,14 @@ def connect(scale: ScaleChoice) -> Iterator[Pool]:
 # process group, so they are also kept from the workers (blocked: they inherit the mask) and
 # this process answers them by shutting the workers down. SIGTERM is sent to one process, and
 # Dask stops its workers with it: it stays theirs.
-_HELD = ("SIGINT", "SIGTERM", "SIGHUP")
 _KEPT_FROM_WORKERS = ("SIGINT", "SIGHUP")
 
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP wait while the body runs (the worker processes start); the
-    first that came is raised again right after, through the handler that was there before
-    (ffncli's: Interrupted, exit 128 + n). Ctrl-C in the first seconds is not lost, and it
-    lands where the cluster is already in the ``with`` that shuts it down.
+    """SIGINT, SIGTERM and SIGHUP wait while the body runs (the worker processes start), as
+    :func:`ffncli.base.signals.signals_held` makes them: Ctrl-C in the first seconds is not
+    lost, and it lands where the cluster is already in the ``with`` that shuts it down.
 
     The worker processes start with SIGINT and SIGHUP blocked (a signal mask outlives
     ``exec``, a handler does not): the terminal's Ctrl-C or hangup never ends one with a
@@ -163,31 +162,18 @@ def _signals_held() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = [getattr(signal, name) for name in _HELD if hasattr(signal, name)]
     kept = {getattr(signal, name) for name in _KEPT_FROM_WORKERS if hasattr(signal, name)}
-    arrived: list[int] = []
+    with signals_held():
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, kept)  # threads started here inherit it
+        if kept:  # multiprocessing's resource tracker, started on first use, unblocks SIGINT
+            from multiprocessing import resource_tracker  # after it is spawned: start it first
 
-    def hold(signum: int, frame: object) -> None:
-        arrived.append(signum)
-
-    before = {}
-    for signum in held:
-        if signal.getsignal(signum) is not signal.SIG_IGN:  # an ignored one stays ignored
-            before[signum] = signal.signal(signum, hold)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, kept)  # threads started here inherit it
-    if kept:  # multiprocessing's resource tracker, started on first use, unblocks SIGINT
-        from multiprocessing import resource_tracker  # after it is spawned: start it first
-
-        resource_tracker.ensure_running()
-        signal.pthread_sigmask(signal.SIG_BLOCK, kept)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending now runs hold()
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
-        if arrived:
-            signal.raise_signal(arrived[0])
+            resource_tracker.ensure_running()
+            signal.pthread_sigmask(signal.SIG_BLOCK, kept)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending one waits, held
 
 
 def _dashboard_address() -> str | None:
