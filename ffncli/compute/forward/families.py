@@ -17,7 +17,7 @@ import numpy as np
 from ffncli.base.validate import Keys, brief
 from ffncli.compute.build import build_model
 from ffncli.compute.engine import Engine
-from ffncli.compute.forward.layer import Attention, Block, Norm
+from ffncli.compute.forward.layer import Attention, Block, Head, Norm
 from ffncli.compute.forward.ops import (
     Array,
     Rope,
@@ -47,6 +47,7 @@ class Transformer:
 
     family = ""
     post_norm = False
+    has_head = False  # a decoder's LM head (see head())
 
     def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
                  dtype: np.dtype, names: Mapping[str, str],
@@ -158,6 +159,33 @@ class Transformer:
 
     def final(self, h: Array) -> Array:
         return h
+
+    def head(self) -> Head | None:
+        """The LM head a decoder predicts the next token with; None for an encoder."""
+        return None
+
+    def fingerprint(self) -> str:
+        """A short hash of the weights (the first rows of the token embeddings, as float32):
+        what tells two checkpoints of one shape apart, read in a moment."""
+        import hashlib
+
+        stem = self.names.get("embed") or self.names["word"]
+        rows = self.tensors.rows(stem, np.arange(min(self.vocab, 16)), np.dtype(np.float32))
+        return hashlib.sha256(np.ascontiguousarray(rows).tobytes()).hexdigest()[:16]
+
+    def _head(self, embed: str, tied: bool | None) -> Head:
+        """The head's own ``lm_head`` (``output.weight`` in a GGUF file), or the input
+        embeddings when ``tied`` (None: when the checkpoint holds no head of its own, as
+        save_pretrained leaves a tied one out)."""
+        name = self.names["head"]
+        own = self.tensors.find(name) is not None
+        if tied is False and not own:
+            raise WeightsError(f"{self.tensors.path}: no LM head: tensor '{name}' is missing "
+                               f"and {self.settings.source} says tie_word_embeddings false")
+        table = self._need(embed if tied or not own else name, (self.vocab, self._table_width()))
+        cap = self.settings.data.get("final_logit_softcapping")
+        return Head(table, None if cap is None else self.settings.number(
+            "final_logit_softcapping"))
 
 
 class BertLike(Transformer):
@@ -273,6 +301,8 @@ class Gpt2(Transformer):
     """GPT-2: word + learned position embeddings, pre-norm layers with causal attention (Conv1D
     weights, [in, out]), a final LayerNorm (ln_f)."""
 
+    has_head = True
+
     def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
                  dtype: np.dtype, names: Mapping[str, str],
                  quirks: frozenset[str] = frozenset()) -> None:
@@ -313,6 +343,9 @@ class Gpt2(Transformer):
     def final(self, h: Array) -> Array:
         return self.ln_f(h, np.empty_like(h), self.scratch("norm_tmp", h.shape))
 
+    def head(self) -> Head:
+        return self._head(self.names["word"], None)  # GPT-2's head is its wte
+
 
 def unpermute(w: Array, heads: int) -> Array:
     """Undo llama.cpp's converter, which reorders each head's Q and K rows so that rotated
@@ -329,6 +362,7 @@ class LlamaLike(Transformer):
 
     default_theta = 10000.0
     default_eps = 1e-6
+    has_head = True
 
     def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
                  dtype: np.dtype, names: Mapping[str, str],
@@ -395,6 +429,13 @@ class LlamaLike(Transformer):
 
     def final(self, h: Array) -> Array:
         return self.norm(h, np.empty_like(h), self.scratch("norm_tmp", h.shape))
+
+    def head(self) -> Head:
+        if self.permuted:  # GGUF: output.weight, else the embeddings (as llama.cpp)
+            return self._head(self.names["embed"], None)
+        tied = self.settings.data.get("tie_word_embeddings")
+        return self._head(self.names["embed"], None if tied is None else self.settings.flag(
+            "tie_word_embeddings", False))
 
 
 class Mixtral(LlamaLike):
@@ -474,7 +515,8 @@ def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype,
         raise WeightsError(f"{weights}: GGUF rope scaling {brief(scaling or 'rope_freqs')} is "
                            "not computed; the forward knows none and linear")
     data: dict[str, Any] = {"model_type": arch, "rms_norm_eps": key(
-        "attention.layer_norm_rms_epsilon"), "rope_theta": key("rope.freq_base")}
+        "attention.layer_norm_rms_epsilon"), "rope_theta": key("rope.freq_base"),
+        "final_logit_softcapping": key("final_logit_softcapping")}
     if scaling == "linear":
         data["rope_scaling"] = {"rope_type": "linear", "factor": key("rope.scaling.factor")}
     settings = Keys(data, f"{weights} (GGUF metadata)")

@@ -3,7 +3,7 @@ the FFN and the residual stream (post-norm BERT, pre-norm GPT-2 and LLaMA)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +20,7 @@ from ffncli.compute.forward.ops import (
 )
 
 Bounds = Sequence[tuple[int, int]]
+Ffn = Callable[[Array, Array], None]  # (ffn_input, out): the FFN of x into out
 SCORE_ELEMENTS = 1 << 22  # attention scores held at once (16 MB in float32): longer
 
 
@@ -121,9 +122,13 @@ class Block:
         self.norm1, self.norm2, self.post_norm = norm1, norm2, post_norm
         self._scratch = scratch
 
-    def __call__(self, h: Array, bounds: Bounds) -> tuple[Array, Array]:
-        """(ffn_input, output), both (tokens, d_model), new arrays; ``h`` is not modified."""
+    def __call__(self, h: Array, bounds: Bounds, ffn: Ffn | None = None
+                 ) -> tuple[Array, Array]:
+        """(ffn_input, output), both (tokens, d_model), new arrays; ``h`` is not modified.
+        ``ffn(x, out)`` replaces the layer's FFN (a sparsified one); default the engine."""
         scratch, d = self._scratch, self.engine.d_model
+        if ffn is None:
+            ffn = self._dense
         if h.ndim != 2 or h.shape[1] != d:
             raise ValueError(f"expected (tokens, {d}), got {h.shape}")
         h = np.ascontiguousarray(h, dtype=scratch.dtype)
@@ -135,13 +140,39 @@ class Block:
             a = self.attention(h, bounds, positions, scratch)
             np.add(a, h, out=a)
             x = self.norm1(a, a, tmp)
-            self.engine(x, out=ffn_out)
+            ffn(x, ffn_out)
             np.add(ffn_out, x, out=ffn_out)
             return x, self.norm2(ffn_out, np.empty_like(x), tmp)
         normed = self.norm1(h, scratch("normed", (n, d)), tmp)
         h1 = self.attention(normed, bounds, positions, scratch)
         np.add(h1, h, out=h1)
         x = self.norm2(h1, np.empty_like(h1), tmp)
-        self.engine(x, out=ffn_out)
+        ffn(x, ffn_out)
         np.add(h1, ffn_out, out=h1)
         return x, h1
+
+    def _dense(self, x: Array, out: Array) -> None:
+        self.engine(x, out=out)
+
+
+@dataclass(frozen=True)
+class Head:
+    """The language-model head: logits = h @ weight.T, the weight (vocab, d_model) the LM
+    head's own or the tied input embeddings; with ``cap``, soft-capped as
+    cap * tanh(logits / cap) (Gemma 2's final_logit_softcapping)."""
+
+    weight: Array
+    cap: float | None = None
+
+    @property
+    def vocab(self) -> int:
+        return int(self.weight.shape[0])
+
+    def __call__(self, h: Array) -> Array:
+        """(rows, d_model) -> (rows, vocab), a new array in the weight's dtype."""
+        logits = np.matmul(h, self.weight.T)
+        if self.cap is not None:
+            np.divide(logits, self.cap, out=logits)
+            np.tanh(logits, out=logits)
+            np.multiply(logits, self.cap, out=logits)
+        return logits

@@ -14,7 +14,7 @@ import numpy as np
 
 from ffncli.base.validate import whole
 from ffncli.compute.forward.families import Transformer
-from ffncli.compute.forward.layer import Block, Bounds
+from ffncli.compute.forward.layer import Block, Bounds, Ffn
 from ffncli.compute.forward.ops import Array
 from ffncli.errors import InputError, OutputError, WeightsError
 
@@ -136,6 +136,42 @@ def walk(model: Transformer, sequences: Sequence[np.ndarray], layers: Collection
     With ``final``, every layer is computed and ``final(model.final(h))`` is called for each
     batch of the last layer's output."""
     chosen = set(layers)
+
+    def seen(i: int, variant: int, block: Block, x: np.ndarray) -> None:
+        if i in chosen:
+            visit(i, block, x)
+
+    walk_variants(model, sequences, 1, seen, layers=chosen, batch_tokens=batch_tokens,
+                  progress=progress,
+                  final=None if final is None else lambda bounds, first, states: final(states[0]))
+
+
+VariantVisit = Callable[[int, int, Block, np.ndarray], None]
+VariantFfn = Callable[[int, int, Block], Ffn | None]
+Final = Callable[[Bounds, int, list[np.ndarray]], None]
+
+
+def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants: int,
+                  visit: VariantVisit | None = None, *, layers: Collection[int] = (),
+                  ffn: VariantFfn | None = None, final: Final | None = None,
+                  batch_tokens: int | None = None,
+                  progress: Callable[[int], None] | None = None) -> None:
+    """Run ``variants`` versions of the model over the same sequences in one walk, each layer's
+    weights read once for all of them: variant ``v``'s FFN in layer ``i`` is ``ffn(i, v,
+    block)`` (None: the layer's own engine). Layer-major; within a layer, variant by variant in
+    order, each over every batch, so variant 0's pass of a layer (the dense model, whose
+    statistics may calibrate the others) is over before variant 1's begins.
+
+    ``visit(i, v, block, ffn_input)`` sees each pass's FFN input, batch by batch, in the layers
+    of ``layers`` (with ``final``, the model's every layer is computed; without, layers up to
+    max(layers)). With ``final``, ``final(bounds, first, states)`` is called for each batch
+    after the last layer: ``states[v]`` is variant v's final hidden state (``model.final``) of
+    the batch's rows, whose sequences start at index ``first`` and lie at ``bounds``.
+
+    The hidden states of every variant live in one temporary spill file between layers: memory
+    holds one layer's weights and one batch per variant. ``progress(done)`` counts tokens
+    through layers and variants."""
+    chosen = set(layers)
     for i in chosen:
         model.check_layer(i)
     if not chosen and final is None:
@@ -145,37 +181,53 @@ def walk(model: Transformer, sequences: Sequence[np.ndarray], layers: Collection
     lengths = [s.size for s in seqs]
     starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     batches = _batches_of(lengths, batch_tokens)
-    d, item = model.d_model, model.dtype.itemsize
+    d, item, total = model.d_model, model.dtype.itemsize, int(starts[-1])
     rows = max(int(starts[b] - starts[a]) for a, b in batches) if batches else 0
     buffer = np.empty((rows, d), dtype=model.dtype)
+
+    def where(v: int, a: int) -> int:  # byte offset of variant v's rows of sequence a
+        return (v * total + int(starts[a])) * d * item
+
+    def bounds_of(a: int, b: int) -> list[tuple[int, int]]:
+        return [(int(starts[j] - starts[a]), int(starts[j + 1] - starts[a]))
+                for j in range(a, b)]
+
     done = 0
-    with _spill(int(starts[-1]) * d * item) as fd:
+    with _spill(variants * total * d * item) as fd:
         for a, b in batches:
             ids = np.concatenate(seqs[a:b]).astype(np.int64, copy=False)
             positions = np.concatenate([np.arange(n) for n in lengths[a:b]])
-            _pwrite(fd, model.embed(ids, positions), int(starts[a]) * d * item)
+            h = model.embed(ids, positions)
+            for v in range(variants):
+                _pwrite(fd, h, where(v, a))
         for i in range(last + 1):
             block = model.layer(i)
-            for a, b in batches:
-                offset = int(starts[a]) * d * item
-                h = buffer[:int(starts[b] - starts[a])]
-                _pread(fd, h, offset)
-                bounds = [(int(starts[j] - starts[a]), int(starts[j + 1] - starts[a]))
-                          for j in range(a, b)]
-                ffn_input, out = block(h, bounds)
-                if i in chosen:
-                    _check_finite(model, f"layer {i}'s FFN input", ffn_input, bounds, a)
-                    visit(i, block, ffn_input)
-                if i < last:
-                    _pwrite(fd, out, offset)
-                elif final is not None:
-                    state = model.final(out)
-                    _check_finite(model, "the final hidden state", state, bounds, a)
-                    final(state)
-                done += h.shape[0]
-                if progress is not None:
-                    progress(done)
+            for v in range(variants):
+                layer_ffn = ffn(i, v, block) if ffn is not None else None
+                for a, b in batches:
+                    h = buffer[:int(starts[b] - starts[a])]
+                    _pread(fd, h, where(v, a))
+                    bounds = bounds_of(a, b)
+                    ffn_input, out = block(h, bounds, layer_ffn)
+                    if i in chosen and visit is not None:
+                        _check_finite(model, f"layer {i}'s FFN input", ffn_input, bounds, a)
+                        visit(i, v, block, ffn_input)
+                    _pwrite(fd, out, where(v, a))
+                    done += h.shape[0]
+                    if progress is not None:
+                        progress(done)
             del block
+        if final is None:
+            return
+        for a, b in batches:
+            bounds, states = bounds_of(a, b), []
+            for v in range(variants):
+                h = np.empty((int(starts[b] - starts[a]), d), dtype=model.dtype)  # kept
+                _pread(fd, h, where(v, a))
+                state = model.final(h)
+                _check_finite(model, "the final hidden state", state, bounds, a)
+                states.append(state)
+            final(bounds, a, states)
 
 
 def hidden_states(model: Transformer, sequences: Sequence[np.ndarray],
