@@ -18,6 +18,7 @@ import numpy as np
 from ffncli.base.validate import number
 from ffncli.compute.engine import Engine, activate_inplace
 from ffncli.compute.ffn import ExpertWeights, MoEWeights, dispatch, pre_activation, route
+from ffncli.compute.sparse import Cut, gate_and_up
 from ffncli.errors import InputError
 
 MAX_TOKENS_LISTED = 10_000
@@ -194,6 +195,22 @@ def calibrate_threshold(ffn: Engine, x: np.ndarray, target: float) -> float:
     for _, p, rows in _expert_inputs(ffn, x):
         values.append(np.abs(expert_activation(ffn, pre_activation(x[rows], p))).ravel())
     return float(np.quantile(np.concatenate(values), target))
+
+
+def calibrate_cut(ffn: Engine, x: np.ndarray, rule: str, target: float) -> Cut:
+    """The cut that zeroes a share ``target`` of these tokens' values: cats, the S-quantile
+    of |act(x W + b)|; teal, of |x| (the input) and of |h| (the down projection's input);
+    topk, round((1 - S) d_ff) units kept per token (no calibration). numpy's default
+    (linear) quantile."""
+    if rule == "topk":
+        return Cut("topk", keep=round((1 - target) * ffn.d_ff))
+    if rule == "cats":
+        return Cut("cats", threshold=calibrate_threshold(ffn, x, target))
+    assert not isinstance(ffn.weights, MoEWeights)
+    a, u = gate_and_up(x, ffn.weights, ffn)
+    h = a if u is None else a * u
+    return Cut("teal", threshold=float(np.quantile(np.abs(x), target)),
+               down=float(np.quantile(np.abs(h), target)))
 
 
 def _expert_inputs(ffn: Engine, x: np.ndarray, room: list[int] | None = None

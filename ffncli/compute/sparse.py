@@ -1,0 +1,156 @@
+"""The FFN with its small activations skipped: the rules of CATS, TEAL and top-k.
+
+One layer's FFN (dense or gated; the gate's activation is ``a = act(x W + b)``, the down
+projection's input ``h = a * (x V + c)``, or ``h = a`` without a gate)::
+
+    cats   a[|a| <= t] = 0                  the down column and up row of those units skipped
+    teal   x[|x| <= t_in] = 0 before W (and V);  h[|h| <= t_down] = 0 before W2
+    topk   per token, a keeps its ``keep`` largest |a| units
+
+Zeroing an entry gives the product that skipping it would (a sum that leaves out a term is
+the sum with a zero in its place), so the result is that of the sparse kernel, computed with
+the dense matrix multiply. :class:`SparseFfn` also measures what it cut and, on the same
+input, how far its output is from the dense FFN's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ffncli.compute.engine import Engine, activate_inplace
+from ffncli.compute.ffn import Array, DenseWeights, GatedWeights, MoEWeights
+
+RULES = ("cats", "teal", "topk")
+SPARSE_CHUNK = 1024  # tokens at a time: a few (tokens, d_ff) temporaries each
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One layer's sparsification: ``rule`` with its thresholds (cats: ``threshold``; teal:
+    ``threshold`` on the input, ``down`` on the down projection's input) or, for topk, the
+    units ``keep`` kept per token."""
+
+    rule: str
+    threshold: float = 0.0
+    down: float = 0.0
+    keep: int = 0
+
+
+@dataclass
+class CutCounts:
+    """What a layer's cut did, summed over the tokens it saw."""
+
+    tokens: int = 0
+    zeroed: int = 0  # hidden units (cats, topk) or down-projection inputs (teal) set to zero
+    zeroed_in: int = 0  # teal: FFN input entries set to zero
+    error2: float = 0.0  # sum of ||y_sparse - y_dense||^2
+    dense2: float = 0.0  # sum of ||y_dense||^2
+
+    def add(self, other: CutCounts) -> None:
+        self.tokens += other.tokens
+        self.zeroed += other.zeroed
+        self.zeroed_in += other.zeroed_in
+        self.error2 += other.error2
+        self.dense2 += other.dense2
+
+
+def gate_and_up(x: Array, p: DenseWeights | GatedWeights, engine: Engine
+                ) -> tuple[Array, Array | None]:
+    """(a, u): the activated gate ``act(x W + b)`` (fresh) and the up projection (None without
+    a gate)."""
+    if isinstance(p, GatedWeights):
+        a = x @ p.w
+        if p.b is not None:
+            a += p.b
+        u = x @ p.v
+        if p.c is not None:
+            u += p.c
+    else:
+        a, u = x @ p.w1, None
+        if p.b1 is not None:
+            a += p.b1
+    activate_inplace(a, engine.act)
+    return a, u
+
+
+def down(h: Array, p: DenseWeights | GatedWeights, out: Array) -> None:
+    np.matmul(h, p.w2, out=out)
+    if p.b2 is not None:
+        np.add(out, p.b2, out=out)
+
+
+def smallest(a: Array, keep: int) -> Array:
+    """A mask of each row's ``a.shape[1] - keep`` entries of smallest |a|."""
+    units = a.shape[1]
+    mask = np.zeros(a.shape, dtype=bool)
+    if keep >= units:
+        return mask
+    if keep <= 0:
+        mask[...] = True
+        return mask
+    order = np.argpartition(np.abs(a), units - keep - 1, axis=1)[:, :units - keep]
+    np.put_along_axis(mask, order, True, axis=1)
+    return mask
+
+
+def _sum2(a: Array) -> float:
+    return float(np.einsum("ij,ij->", a, a, dtype=np.float64))
+
+
+class SparseFfn:
+    """Layer ``engine``'s FFN under ``cut``, as the forward's ``ffn(x, out)``; ``counts``
+    accumulates what it cut and its error against the dense FFN on the same input."""
+
+    def __init__(self, engine: Engine, cut: Cut) -> None:
+        if isinstance(engine.weights, MoEWeights):
+            raise ValueError("a mixture of experts is not sparsified")
+        if cut.rule not in RULES:
+            raise ValueError(f"rule: expected one of {', '.join(RULES)}, got {cut.rule!r}")
+        self.engine: Engine | None = engine
+        self.cut, self.counts = cut, CutCounts()
+        self.p: DenseWeights | GatedWeights | None = engine.weights
+        self.d_model, self.d_ff = engine.d_model, engine.d_ff
+        self.first = 2 if isinstance(engine.weights, GatedWeights) else 1  # matrices before h
+
+    @property
+    def macs(self) -> tuple[int, int]:
+        """Multiply-adds per token of the first matrices and of the down projection."""
+        return self.first * self.d_model * self.d_ff, self.d_model * self.d_ff
+
+    def release(self) -> None:
+        """Let the layer's weights and buffers go; the counts stay."""
+        self.engine = self.p = None
+
+    def __call__(self, x: Array, out: Array) -> None:
+        if self.engine is None:
+            raise ValueError("this layer's cut was released")
+        step = min(self.engine.chunk_tokens, SPARSE_CHUNK)
+        for start in range(0, x.shape[0], step):
+            self._chunk(np.ascontiguousarray(x[start:start + step], dtype=self.engine.dtype),
+                        out[start:start + step], self.engine)
+
+    def _chunk(self, x: Array, out: Array, engine: Engine) -> None:
+        p, cut, counts = engine.weights, self.cut, self.counts
+        assert not isinstance(p, MoEWeights)
+        dense = np.empty_like(out)
+        a, u = gate_and_up(x, p, engine)
+        h = a if u is None else np.multiply(a, u, out=u)
+        down(h, p, dense)
+        if cut.rule == "teal":
+            small = np.abs(x) <= cut.threshold
+            counts.zeroed_in += int(np.count_nonzero(small))
+            a, u = gate_and_up(np.where(small, 0, x).astype(x.dtype, copy=False), p, engine)
+            h = a if u is None else np.multiply(a, u, out=u)
+            cut_mask = np.abs(h) <= cut.down
+        else:
+            # h = a * u was computed in u's buffer: a is intact for the mask
+            cut_mask = np.abs(a) <= cut.threshold if cut.rule == "cats" else \
+                smallest(a, cut.keep)
+        counts.zeroed += int(np.count_nonzero(cut_mask))
+        np.copyto(h, 0, where=cut_mask)
+        down(h, p, out)
+        counts.tokens += x.shape[0]
+        counts.dense2 += _sum2(dense)
+        counts.error2 += _sum2(np.subtract(out, dense, out=dense))
