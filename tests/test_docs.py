@@ -124,7 +124,8 @@ def _export(command: str, env: dict[str, str], folder: Path) -> tuple[str, str]:
 def test_readme_has_examples_for_every_command():
     commands = {cmd.split()[1] for block in README if block.kind == "console"
                 for cmd, _ in block.steps() if cmd.startswith("ffncli ")}
-    assert {"params", "presets", "run", "permute-check", "relu-stats", "capture"} <= commands
+    assert {"params", "presets", "run", "permute-check", "relu-stats", "capture",
+            "perplexity"} <= commands
 
 
 def test_readme_has_a_library_example():
@@ -215,7 +216,7 @@ def test_example(block, pages, cli, monkeypatch):
 
 COMMAND_PAGES = {"params": "params.md", "presets": "params.md", "run": "run.md",
                  "permute-check": "permute-check.md", "relu-stats": "relu-stats.md",
-                 "capture": "capture.md"}  # under docs/commands/
+                 "capture": "capture.md", "perplexity": "perplexity.md"}  # under docs/commands/
 
 
 def _options(command: str) -> list[str]:

@@ -171,7 +171,7 @@ def test_junit_xml_directory(cli, tmp_path, in_tests):
 
 
 @pytest.mark.parametrize("fail,message", [
-    ("tempfile.mkstemp", "cannot write in {t}: Permission denied"),
+    ("new_file", "cannot write in {t}: Permission denied"),
     ("os.fsync", "cannot write {t}/report.xml: No space left on device"),
     ("os.replace", "cannot write {t}/report.xml: Permission denied"),
 ])
@@ -179,13 +179,12 @@ def test_junit_xml_write_failures_leave_last_report(cli, tmp_path, in_tests, mon
                                                      fail, message):
     junit = tmp_path / "report.xml"
     junit.write_text("last run's report")
-    module, name = fail.split(".")
-    code = errno.ENOSPC if name == "fsync" else errno.EACCES
+    code = errno.ENOSPC if fail == "os.fsync" else errno.EACCES
 
     def broken(*args, **kwargs):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(f"ffncli.base.files.{module}.{name}", broken)
+    monkeypatch.setattr(f"ffncli.base.files.{fail}", broken)
     r = cli("permute-check", "--impl", "impls.ffns:good", *IMPL, "--junit-xml", junit)
     assert (r.code, r.out) == (2, "")
     assert r.err == "error: option --junit-xml: " + message.format(t=tmp_path) + "\n"

@@ -17,6 +17,7 @@ from ffncli.base.validate import whole
 from ffncli.cli.options import (
     CAPTURE_MODEL,
     COUNTING,
+    DOCUMENT,
     MODEL,
     RUNNING,
     SCALE,
@@ -79,6 +80,9 @@ EXAMPLES = {
                    "ffncli relu-stats --weights all-MiniLM-L6-v2/ --text alice.txt --report "
                    "sparsity.html"),
     "capture": ("ffncli capture --weights all-MiniLM-L6-v2/ --text alice.txt --out alice-acts",),
+    "perplexity": ("ffncli perplexity --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt",
+                   "ffncli perplexity --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt "
+                   "--sparsify cats --target-sparsity 0.25,0.5 --report cats.html"),
 }
 
 
@@ -236,6 +240,10 @@ def relu_stats_cmd(
     target_sparsity: Annotated[Optional[float], typer.Option(
         "--target-sparsity", help="Pick T as this quantile of |act| on the first tokens (the "
         "CATS rule), e.g. 0.5.")] = None,
+    thresholds: Annotated[Optional[Path], typer.Option(
+        "--thresholds", metavar="FILE.json", help="With --text or --ids: each layer's cats "
+        "threshold from a file perplexity --save-thresholds wrote (with several targets in it, "
+        "--target-sparsity picks one).")] = None,
     report_path: ReportOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
@@ -243,9 +251,18 @@ def relu_stats_cmd(
     scale: ScaleChoice,
 ) -> None:
     """Activation sparsity of the hidden layer: per token, per unit, overlap, savings."""
+    if thresholds is not None and not text.given:
+        raise InputError("option --thresholds: per-layer thresholds need the whole model: "
+                         "give --text or --ids")
     if text.given:
         text.refuse(tokens)
-        if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cli/sharded.py
+        if thresholds is not None:
+            if scale.wanted_text(text):
+                raise InputError("option --thresholds: one text file, in this process (not "
+                                 "with many files, --workers or --scheduler)")
+            _relu_stats_text(model, text, overrides, threshold, target_sparsity, report_path,
+                             as_json, quiet, thresholds)
+        elif scale.wanted_text(text):  # text shards, or a cluster: ffncli/cli/sharded.py
             from ffncli.cli.sharded import sweep_command
 
             sweep_command(model, text, overrides, scale, threshold=threshold,
@@ -284,23 +301,32 @@ def relu_stats_cmd(
 
 def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
                      threshold: float | None, target_sparsity: float | None,
-                     report_path: Path | None, as_json: bool, quiet: bool) -> None:
+                     report_path: Path | None, as_json: bool, quiet: bool,
+                     thresholds: Path | None = None) -> None:
     """``relu-stats --text/--ids``: every selected layer's statistics on its real input."""
     from ffncli.jobs.resolve import open_text
     from ffncli.jobs.sweep import sweep
-    from ffncli.jobs.targets import report_target
+    from ffncli.jobs.targets import output_target
+    from ffncli.jobs.thresholds import layer_thresholds
     from ffncli.present.console import Bar
     from ffncli.present.report import about, save_sweep
     from ffncli.present.stats import emit_sweep, sweep_json
 
-    target = report_target(report_path, model, text=text)
+    target = output_target(report_path, "--report", model, text=text,
+                           more=(("--thresholds", thresholds),))
     forward, sequences = open_text(model, text, overrides)
     with forward:
         layers = parse_layers(model.layer, forward.n_layers)
+        cuts = None
+        if thresholds is not None:
+            cuts = layer_thresholds(thresholds, forward, threshold, target_sparsity)
+            layers = tuple(i for i in layers if i in cuts) if model.layer else tuple(cuts)
+            target_sparsity = None
         with Bar(enabled=not quiet) as bar:
             bar.start(sequences.tokens * (layers[-1] + 1), "tokens x layers", per=layers[-1] + 1)
             result = sweep(forward, sequences, layers, threshold=threshold,
-                           target_sparsity=target_sparsity, progress=bar.update)
+                           target_sparsity=target_sparsity, thresholds=cuts,
+                           progress=bar.update)
     save_sweep(target, sweep_json(result), about(model, text=text))
     emit_sweep(result, as_json)
 
@@ -342,6 +368,70 @@ def capture(
                                     inputs=(text.text, text.ids, forward.weights),
                                     progress=bar.update)
     emit_capture(result, as_json)
+
+
+@app.command(epilog=_examples("perplexity"))
+@grouped(model=(ModelChoice, CAPTURE_MODEL), text=(TextChoice, DOCUMENT))
+def perplexity(
+    ctx: Annotated[Optional[int], typer.Option(
+        "--ctx", help="Tokens per chunk (window) [default: 512, and at most the model's "
+        "positions].", show_default=False)] = None,
+    stride: Annotated[Optional[int], typer.Option(
+        "--stride", help="Hugging Face's protocol instead of llama.cpp's: windows of --ctx "
+        "tokens every S tokens, each scoring the tokens the previous one did not.")] = None,
+    score: Annotated[str, typer.Option(
+        "--score", help="half: llama.cpp's, only the second half of each chunk is scored; "
+        "all: every token but the first of each chunk.")] = "half",
+    sparsify: Annotated[Optional[str], typer.Option(
+        "--sparsify", help="Also the model with every selected layer's FFN sparsified: cats "
+        "(zero |act| <= T of the gate), teal (zero |x| <= T1 of the FFN input and |h| <= T2 "
+        "of the down projection's) or topk (keep the largest units per token).")] = None,
+    target_sparsity: Annotated[Optional[str], typer.Option(
+        "--target-sparsity", metavar="S[,S...]", help="With --sparsify: the shares to zero, "
+        "from 0 to below 1, e.g. 0.25,0.5; each runs in the same walk as the dense model.")
+    ] = None,
+    calibration_text: Annotated[Optional[Path], typer.Option(
+        "--calibration-text", help="Calibrate the thresholds on this text's first 4,096 "
+        "tokens (read as --text is) instead of the evaluated text's.")] = None,
+    thresholds: Annotated[Optional[Path], typer.Option(
+        "--thresholds", metavar="FILE.json", help="Apply the thresholds a --save-thresholds "
+        "run wrote (instead of --sparsify and --target-sparsity).")] = None,
+    save_thresholds: Annotated[Optional[Path], typer.Option(
+        "--save-thresholds", metavar="FILE.json", help="Write the calibrated per-layer "
+        "thresholds, with the model, rule, targets and calibration text named.")] = None,
+    report_path: ReportOpt = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    *, model: ModelChoice, text: TextChoice,
+) -> None:
+    """A decoder's perplexity on a text, protocol stated; with --sparsify, what skipping the
+    FFN's small activations costs (perplexity, KL, top-1; an encoder: embedding fidelity)."""
+    from ffncli.jobs.perplexity import check_targets, parse_targets, run_perplexity
+    from ffncli.jobs.targets import output_target
+    from ffncli.present.console import Bar
+    from ffncli.present.perplexity import emit_perplexity, perplexity_json, save_perplexity
+    from ffncli.present.report import about
+
+    targets = parse_targets(target_sparsity)
+    if thresholds is not None and (sparsify is not None or targets):
+        raise InputError("option --thresholds replaces --sparsify and --target-sparsity: give "
+                         "one or the other")
+    if save_thresholds is not None and thresholds is not None:
+        raise InputError("options --thresholds and --save-thresholds: nothing is calibrated "
+                         "when the thresholds come from a file")
+    check_targets(sparsify, targets)
+    if save_thresholds is not None and sparsify is None:
+        raise InputError("option --save-thresholds needs --sparsify and --target-sparsity")
+    more = (("--calibration-text", calibration_text), ("--thresholds", thresholds))
+    report = output_target(report_path, "--report", model, text=text, more=more)
+    saved = output_target(save_thresholds, "--save-thresholds", model, text=text,
+                          more=(*more, ("--report", report)))
+    with Bar(enabled=not quiet) as bar:
+        result = run_perplexity(
+            model, text, ctx=ctx, stride=stride, score=score, rule=sparsify, targets=targets,
+            calibration_text=calibration_text, thresholds=thresholds, save=saved, bar=bar)
+    save_perplexity(report, perplexity_json(result), about(model, text=text))
+    emit_perplexity(result, as_json)
 
 
 @app.command(epilog=_examples("presets"))

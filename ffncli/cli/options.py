@@ -103,6 +103,16 @@ TEXT: dict[str, Any] = {
         "sequences x length) or a .txt with one sequence of space-separated ids per line; "
         "also a quoted glob or a folder (its .npy and .txt files).")],
 }
+DOCUMENT: dict[str, Any] = {
+    "text": Annotated[Optional[Path], typer.Option(
+        "--text", help="The text to score: UTF-8, tokenised whole as one document (newlines "
+        "are text; the tokenizer's BOS first where it adds one) with the tokenizer.json beside "
+        "the weights (or a GGUF's own). An encoder's text: each non-empty line one sequence. "
+        "Needs pip install 'ffncli\\[text]'.")],
+    "ids": Annotated[Optional[Path], typer.Option(
+        "--ids", help="Instead of --text: token ids (.npy or .txt as relu-stats reads them), "
+        "all sequences joined into one document (no BOS put first).")],
+}
 SCALE: dict[str, Any] = {
     "workers": Annotated[Optional[int], typer.Option(
         "--workers", help="Run the shards on a local Dask cluster of N worker processes "
@@ -171,6 +181,9 @@ PANELS = {
               "--max-memory"),
     "Tokens": ("--input", "--random", "--seed", "--allow-nonfinite", "--text", "--ids"),
     "What-if": (*(f"--{name.replace('_', '-')}" for name in WHAT_IF), "--gated", "--batch"),
+    "Protocol": ("--ctx", "--stride", "--score"),
+    "Sparsify": ("--sparsify", "--target-sparsity", "--calibration-text", "--thresholds",
+                 "--save-thresholds"),
     "Your FFN (--impl)": ("--impl", "--impl-args", "--train-mode", "--timeout",
                           "--load-timeout"),
     "Scale-out": ("--workers", "--scheduler", "--skip-bad", "--verbose"),

@@ -31,6 +31,7 @@ ids (the last one shorter): special tokens stay where the tokenizer put them (BE
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -144,6 +145,15 @@ class Tokenizer:
         self._backend = backend
         self.source = source
         self.vocab: int = backend.get_vocab_size(with_added_tokens=True)
+
+    @functools.cached_property
+    def bos(self) -> int | None:
+        """The id the tokenizer puts before a text's own (its BOS; BERT's [CLS]), or None."""
+        plain = self._backend.encode("a", add_special_tokens=False).ids
+        special = self._backend.encode("a", add_special_tokens=True).ids
+        if len(special) > len(plain) and special[1:1 + len(plain)] == plain:
+            return int(special[0])
+        return None
 
     def encode(self, lines: list[str]) -> list[list[int]]:
         """The ids of each line; a text the tokenizer fails on is an :class:`EncodeError`
@@ -443,6 +453,30 @@ def read_text(path: Path, tokenizer: Tokenizer, max_positions: int | None) -> Se
         raise InputError(f"{path}: no text: every line is empty (expected one sequence per "
                          "non-empty line)")
     return Sequences(tuple(windows), tuple(lines), str(path), digest.hexdigest())
+
+
+def read_document(path: Path, tokenizer: Tokenizer) -> Sequences:
+    """A UTF-8 text as one document, tokenised whole (newlines are text; the tokenizer adds
+    its special tokens, a BOS first where it uses one): one sequence of ids, not cut."""
+    import numpy as np
+
+    with open_file(path, "text file", InputError, INPUT_MAX_BYTES) as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise InputError(f"{path}: line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x})"
+                         ) from None
+    if not text.strip():
+        raise InputError(f"{path}: no text: the file is empty or blank")
+    try:
+        ids = tokenizer.encode([text])[0]
+    except EncodeError as exc:
+        raise WeightsError(f"{exc.source}: the tokenizer cannot encode {path}: {exc.reason}"
+                           ) from None
+    return Sequences((np.asarray(ids, dtype=np.int64),), (1,), str(path),
+                     hashlib.sha256(raw).hexdigest())
 
 
 # ---------------------------------------------------------------------------------------------

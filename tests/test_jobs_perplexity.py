@@ -1,0 +1,263 @@
+"""``ffncli perplexity`` (jobs/perplexity.py, jobs/thresholds.py, the command): the dense run
+and its sparsified variants in one walk, each variant what it would be alone; thresholds
+saved and applied again; an encoder's fidelity; bad input as one line. The values against
+PyTorch are in tests/test_perplexity_torch.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ffncli.analysis.perplexity import Protocol
+from ffncli.formats.text import Sequences
+from ffncli.jobs.choices import ModelChoice
+from ffncli.jobs.perplexity import Variant, perplexity
+from ffncli.jobs.resolve import open_forward
+from ffncli.specs.spec import Overrides
+
+DATA = Path(__file__).parent / "data"
+FORWARD = DATA / "forward"
+IDS = np.random.default_rng(22).integers(0, 128, 300)
+
+
+def _model(case: str):
+    return open_forward(ModelChoice(weights=FORWARD / case / "model.safetensors"), Overrides())
+
+
+def _document(ids=IDS) -> Sequences:
+    return Sequences((np.asarray(ids, dtype=np.int64),), (1,), "ids", "0" * 64)
+
+
+@pytest.fixture(scope="module")
+def ids_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("ids") / "ids.txt"
+    path.write_text(" ".join(map(str, IDS)) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("case", ["gpt2", "llama"])
+def test_variants_in_one_walk_are_each_what_they_are_alone(case):
+    with _model(case) as m:
+        together = perplexity(m, _document(), Protocol(32), variants=[
+            Variant("cats", 0.5), Variant("teal", 0.5), Variant("topk", 0.25)])
+        for v in together.variants:
+            alone = perplexity(m, _document(), Protocol(32),
+                               variants=[Variant(v.rule, v.target)]).variants[0]
+            assert v.perplexity == pytest.approx(alone.perplexity, rel=1e-12)
+            assert v.kl_mean == pytest.approx(alone.kl_mean, rel=1e-9)
+            assert [c.cut for c in v.layers] == [c.cut for c in alone.layers]
+        dense = perplexity(m, _document(), Protocol(32))
+    assert together.perplexity == pytest.approx(dense.perplexity, rel=1e-12)
+    assert dense.tokens_scored == 9 * 15 and dense.windows == 9 and dense.dropped == 12
+
+
+@pytest.mark.parametrize("case", ["gpt2", "llama"])
+def test_a_cut_that_keeps_every_unit_changes_nothing(case):
+    with _model(case) as m:
+        r = perplexity(m, _document(), Protocol(32, stride=16), variants=[Variant("topk", 0.0)])
+    v = r.variants[0]
+    assert v.perplexity == pytest.approx(r.perplexity, rel=1e-6) and v.top1 == 1.0
+    assert v.kl_mean == pytest.approx(0.0, abs=1e-9) and v.sparsity == 0.0
+    assert all(c.ffn_error < 1e-6 and c.macs_saved == 0 for c in v.layers)
+
+
+def test_sparsity_and_savings_are_counted_per_layer():
+    with _model("llama") as m:
+        v = perplexity(m, _document(), Protocol(32), variants=[Variant("topk", 0.5),
+                                                               Variant("teal", 0.4)]).variants
+    topk, teal = v
+    # topk keeps round(0.5 * 128) units of every token, in every layer; each zeroed unit
+    # saves its down column and up row (d_model each)
+    assert all(c.sparsity == 0.5 and c.macs_saved == 64 * 64 * 2 for c in topk.layers)
+    assert topk.macs == 2 * 3 * 64 * 128 and topk.sparsity == 0.5
+    for c in teal.layers:  # the two cuts, weighted by the multiply-adds they skip
+        assert 0.3 < c.sparsity_in < 0.5 and 0.3 < c.sparsity_down < 0.5
+        weighted = (c.sparsity_in * 2 * 64 * 128 + c.sparsity_down * 64 * 128) / (3 * 64 * 128)
+        assert c.sparsity == pytest.approx(weighted, rel=1e-12)
+
+
+def test_an_encoder_reports_fidelity_per_line():
+    with _model("bert") as m:
+        doc = Sequences(tuple(np.asarray(IDS[i:i + 40]) for i in range(0, 200, 40)),
+                        (1, 2, 3, 4, 5), "ids", "0" * 64)
+        r = perplexity(m, doc, None, variants=[Variant("cats", 0.5), Variant("topk", 0.0)])
+    cats, keep_all = r.variants
+    assert r.kind == "encoder" and r.perplexity is None and r.tokens == 200
+    assert 0.5 < cats.sentence_cosine < 0.9999 and 0.5 < cats.token_cosine < 0.9999
+    assert cats.worst_sentence <= cats.sentence_cosine
+    assert keep_all.sentence_cosine == pytest.approx(1.0, abs=1e-6)
+
+
+def test_calibration_on_another_text_is_used(tmp_path):
+    with _model("llama") as m:
+        other = _document(IDS[::-1].copy())
+        own = perplexity(m, _document(), Protocol(32), variants=[Variant("cats", 0.5)])
+        theirs = perplexity(m, _document(), Protocol(32), variants=[Variant("cats", 0.5)],
+                            calibration=other)
+        same = perplexity(m, _document(), Protocol(32), variants=[Variant("cats", 0.5)],
+                          calibration=_document())
+    assert theirs.calibration["evaluated_text"] is False
+    assert [c.cut for c in own.variants[0].layers] == [c.cut for c in same.variants[0].layers]
+    assert [c.cut for c in own.variants[0].layers] != [c.cut for c in theirs.variants[0].layers]
+
+
+# ---------------------------------------------------------------------------------------------
+# The command.
+
+
+def test_thresholds_saved_and_applied_again_give_the_same_model(cli, tmp_path, ids_file):
+    w = FORWARD / "llama" / "model.safetensors"
+    saved = tmp_path / "t.json"
+    r = cli("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "32", "--sparsify",
+            "teal", "--target-sparsity", "0.25,0.5", "--save-thresholds", saved, "--json")
+    assert r.code == 0, r.err
+    first = r.json()
+    doc = json.loads(saved.read_text())
+    assert doc["model"] == {"name": "model.safetensors", "layers": 2, "d_model": 64,
+                            "d_ff": 128, "fingerprint": doc["model"]["fingerprint"]}
+    assert len(doc["model"]["fingerprint"]) == 16
+    assert [(e["rule"], e["target"]) for e in doc["entries"]] == [("teal", 0.25),
+                                                                  ("teal", 0.5)]
+    assert doc["entries"][1]["layers"][0]["threshold"] == \
+        first["variants"][1]["layers"][0]["threshold"]
+    again = cli("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "32", "--thresholds",
+                saved, "--json")
+    assert again.code == 0, again.err
+    for a, b in zip(first["variants"], again.json()["variants"], strict=True):
+        assert a["perplexity"] == b["perplexity"] and a["layers"] == b["layers"]
+    assert first["protocol"]["name"] == "llama.cpp" and first["tokens_scored"] == 135
+
+
+def test_relu_stats_applies_a_saved_cats_threshold(cli, tmp_path, ids_file):
+    w = FORWARD / "llama" / "model.safetensors"
+    saved = tmp_path / "t.json"
+    assert cli("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "32", "--sparsify",
+               "cats", "--target-sparsity", "0.3,0.6", "--save-thresholds", saved,
+               "--quiet").code == 0
+    cuts = {e["target"]: [x["threshold"] for x in e["layers"]]
+            for e in json.loads(saved.read_text())["entries"]}
+    r = cli("relu-stats", "--weights", w, "--ids", ids_file, "--thresholds", saved,
+            "--target-sparsity", "0.6", "--json")
+    assert r.code == 0, r.err
+    layers = r.json()["layers"]
+    for layer, t in zip(layers, cuts[0.6], strict=True):
+        assert layer["threshold"] == t and 0.5 < layer["mean_inactive_fraction"] < 0.7
+    two = cli("relu-stats", "--weights", w, "--ids", ids_file, "--thresholds", saved)
+    assert two.code == 2 and two.err == (
+        f"error: {saved}: relu-stats applies one cats entry; the file's cats targets: 0.3, "
+        "0.6; pick one with --target-sparsity\n")
+
+
+def test_the_report_draws_the_curve_and_the_layers(cli, tmp_path, ids_file):
+    page = tmp_path / "r.html"
+    r = cli("perplexity", "--weights", FORWARD / "gpt2" / "model.safetensors", "--ids",
+            ids_file, "--ctx", "32", "--sparsify", "cats", "--target-sparsity", "0.25,0.5",
+            "--report", page, "--json")
+    assert r.code == 0, r.err
+    html = page.read_text()
+    assert html.count("<svg") == 3 and "<polyline" in html and 'id="variants"' in html
+    for v in r.json()["variants"]:
+        assert f"{v['perplexity']:,.4f}" in html
+
+
+def _copy(case: str, tmp_path: Path, **edits) -> Path:
+    folder = tmp_path / case
+    shutil.copytree(FORWARD / case, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **edits}))
+    return folder
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--ctx", "65"), "option --ctx: 65 is more than the model's 64 positions"),
+    (("--ctx", "32", "--stride", "40"), "option --stride: expected a whole number from 1 to "
+                                        "--ctx (32), got 40"),
+    (("--ctx", "32", "--stride", "8", "--score", "all"),
+     "options --stride and --score all: give one (a stride window scores what the previous "
+     "one did not)"),
+    (("--ctx", "32", "--thresholds", "t.json", "--sparsify", "cats"),
+     "option --thresholds replaces --sparsify and --target-sparsity: give one or the other"),
+    (("--ctx", "32", "--save-thresholds", "t.json"),
+     "option --save-thresholds needs --sparsify and --target-sparsity"),
+    (("--ctx", "32", "--sparsify", "cats", "--target-sparsity", "1"),
+     "option --target-sparsity: expected shares from 0 to below 1, got 1"),
+    (("--ctx", "32", "--sparsify", "cats", "--target-sparsity", "-0.1"),
+     "option --target-sparsity: expected shares from 0 to below 1, got -0.1"),
+    (("--ctx", "32", "--sparsify", "cats", "--target-sparsity", "half"),
+     "option --target-sparsity: expected shares such as 0.5 or 0.25,0.5, got 'half'"),
+    (("--ctx", "32", "--sparsify", "deja-vu", "--target-sparsity", "0.5"),
+     "option --sparsify: expected one of cats, teal, topk, got 'deja-vu'"),
+    (("--ctx", "32", "--sparsify", "cats"),
+     "option --sparsify needs --target-sparsity S[,S...], e.g. 0.5"),
+])
+def test_bad_options_are_one_line(cli, ids_file, args, message):
+    r = cli("perplexity", "--weights", FORWARD / "llama" / "model.safetensors", "--ids",
+            ids_file, *args)
+    assert (r.code, r.err) == (2, f"error: {message}\n")
+
+
+def test_a_text_shorter_than_two_chunks_is_refused(cli, tmp_path):
+    short = tmp_path / "short.txt"
+    short.write_text(" ".join(map(str, IDS[:40])) + "\n")
+    r = cli("perplexity", "--weights", FORWARD / "gpt2" / "model.safetensors", "--ids", short,
+            "--ctx", "32")
+    assert (r.code, r.err) == (2, "error: the text has 40 tokens; perplexity with --ctx 32 "
+                                  "needs at least 64 (two chunks)\n")
+
+
+def test_an_encoder_has_no_protocol(cli, ids_file):
+    r = cli("perplexity", "--weights", FORWARD / "bert" / "model.safetensors", "--ids",
+            FORWARD / "bert" / "ids.txt", "--stride", "8")
+    assert r.code == 2 and r.err.startswith("error: option --stride: ") and \
+        "is an encoder, with no LM head" in r.err and r.err.count("\n") == 1
+
+
+def test_a_decoder_without_its_lm_head_is_refused(cli, tmp_path, ids_file):
+    folder = _copy("llama", tmp_path, tie_word_embeddings=False)
+    r = cli("perplexity", "--weights", folder, "--ids", ids_file, "--ctx", "32")
+    assert (r.code, r.err) == (2, f"error: {folder / 'model.safetensors'}: no LM head: tensor "
+                                  f"'lm_head.weight' is missing and {folder / 'config.json'} "
+                                  "says tie_word_embeddings false\n")
+
+
+def test_a_thresholds_file_for_another_model_is_refused(cli, tmp_path, ids_file):
+    saved = tmp_path / "t.json"
+    assert cli("perplexity", "--weights", FORWARD / "llama" / "model.safetensors", "--ids",
+               ids_file, "--ctx", "32", "--sparsify", "cats", "--target-sparsity", "0.5",
+               "--save-thresholds", saved, "-q").code == 0
+    gpt2 = cli("perplexity", "--weights", FORWARD / "gpt2" / "model.safetensors", "--ids",
+               ids_file, "--ctx", "32", "--thresholds", saved)
+    assert gpt2.code == 2 and gpt2.err.startswith(f"error: {saved}: made for another model: "
+                                                  "its fingerprint is ")
+    doc = json.loads(saved.read_text())
+    doc["model"]["layers"] = 3
+    saved.write_text(json.dumps(doc))
+    r = cli("perplexity", "--weights", FORWARD / "llama" / "model.safetensors", "--ids",
+            ids_file, "--ctx", "32", "--thresholds", saved)
+    assert (r.code, r.err) == (2, f"error: {saved}: made for another model: its layers is 3, "
+                                  f"this model's ({FORWARD / 'llama' / 'model.safetensors'}) "
+                                  "is 2\n")
+    saved.write_text("{not json")
+    r = cli("perplexity", "--weights", FORWARD / "llama" / "model.safetensors", "--ids",
+            ids_file, "--ctx", "32", "--thresholds", saved)
+    assert r.code == 2 and r.err.startswith(f"error: {saved}: not a thresholds file (not valid "
+                                            "JSON at line 1")
+
+
+def test_a_mixture_of_experts_is_not_sparsified(cli, tmp_path, ids_file):
+    r = cli("perplexity", "--weights", FORWARD / "mixtral" / "model.safetensors", "--ids",
+            ids_file, "--ctx", "32", "--sparsify", "topk", "--target-sparsity", "0.5")
+    assert r.code == 2 and r.err.endswith("is not sparsified; --sparsify computes dense and "
+                                          "gated FFNs\n")
+
+
+def test_save_thresholds_never_overwrites_an_input(cli, ids_file):
+    r = cli("perplexity", "--weights", FORWARD / "llama" / "model.safetensors", "--ids",
+            ids_file, "--ctx", "32", "--sparsify", "cats", "--target-sparsity", "0.5",
+            "--save-thresholds", ids_file)
+    assert r.code == 2 and "--save-thresholds" in r.err and r.err.count("\n") == 1
+    assert ids_file.read_text().split()[0] == str(IDS[0])
