@@ -8,7 +8,7 @@ import pytest
 
 from ffncli.compute.engine import Engine
 from ffncli.compute.ffn import DenseWeights, GatedWeights, as_activation
-from ffncli.compute.sparse import Cut, SparseFfn, smallest
+from ffncli.compute.sparse import Cut, SparseFfn, gate_and_up, smallest
 
 D, F = 16, 48
 
@@ -106,3 +106,20 @@ def test_a_mixture_of_experts_is_refused():
     moe = MoEWeights(rng.normal(0, 1, (D, 2)), None, (_weights(True, rng),) * 2, 1)
     with pytest.raises(ValueError, match="mixture of experts"):
         SparseFfn(Engine(moe, "silu"), Cut("cats", threshold=0.1))
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_value_at_the_threshold_is_zeroed(gated):
+    """'at most the threshold': a calibrated threshold is often one of the values itself."""
+    rng = np.random.default_rng(11)
+    p = _weights(gated, rng)
+    x = rng.normal(0, 1, (5, D))
+    a, _ = gate_and_up(x, p, Engine(p, "silu"))  # as the cut computes it, to the last bit
+    t = float(np.sort(np.abs(a).ravel())[40])  # the 41st smallest |a|, exactly
+    ffn = SparseFfn(Engine(p, "silu"), Cut("cats", threshold=t))
+    ffn(x, np.empty((5, D)))
+    assert ffn.counts.zeroed == 41
+    teal = SparseFfn(Engine(p, "silu"), Cut("teal", threshold=float(np.sort(np.abs(x).ravel())[9]),
+                                            down=-1.0))
+    teal(x, np.empty((5, D)))
+    assert teal.counts.zeroed_in == 10

@@ -19,6 +19,7 @@ from ffncli.cli.options import (
     COUNTING,
     DOCUMENT,
     MODEL,
+    PERPLEXITY_MODEL,
     RUNNING,
     SCALE,
     TEXT,
@@ -371,11 +372,11 @@ def capture(
 
 
 @app.command(epilog=_examples("perplexity"))
-@grouped(model=(ModelChoice, CAPTURE_MODEL), text=(TextChoice, DOCUMENT))
+@grouped(model=(ModelChoice, PERPLEXITY_MODEL), text=(TextChoice, DOCUMENT))
 def perplexity(
     ctx: Annotated[Optional[int], typer.Option(
-        "--ctx", help="Tokens per chunk (window) [default: 512, and at most the model's "
-        "positions].", show_default=False)] = None,
+        "--ctx", help="Tokens per chunk (window): 512 by default, at most the model's "
+        "positions.", show_default=False)] = None,
     stride: Annotated[Optional[int], typer.Option(
         "--stride", help="Hugging Face's protocol instead of llama.cpp's: windows of --ctx "
         "tokens every S tokens, each scoring the tokens the previous one did not.")] = None,

@@ -173,6 +173,9 @@ CAPTURE_MODEL["weights"] = Annotated[Optional[Path], typer.Option(
     "model.safetensors.index.json, a model folder (with its config.json) or a llama.cpp .gguf. "
     "Required, or --model.")]
 
+PERPLEXITY_MODEL = {**CAPTURE_MODEL, "layer": Annotated[Optional[str], typer.Option(
+    "--layer", metavar="N", help="The layers whose FFN --sparsify sparsifies: N, A-B or all "
+    "(the default); the model always runs whole.", show_default=False)]}
 
 # Each option under its heading in --help (Typer's rich_help_panel), by its name; the options
 # of one command alone (--threshold, --trials, ...) stay under "Options".
