@@ -261,3 +261,37 @@ def test_save_thresholds_never_overwrites_an_input(cli, ids_file):
             "--save-thresholds", ids_file)
     assert r.code == 2 and "--save-thresholds" in r.err and r.err.count("\n") == 1
     assert ids_file.read_text().split()[0] == str(IDS[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile input found in review (issue 22): each a traceback or a silent nonsense before.
+
+
+def _worded(tmp_path: Path) -> Path:
+    """The tiny GPT-2 with a word-level tokenizer.json whose BERT normalizer drops control
+    characters (a text of them is not blank, but gives no ids) and adds no BOS."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, normalizers, pre_tokenizers
+
+    folder = _copy("gpt2", tmp_path)
+    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")} | {"[UNK]": 127}
+    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def test_a_text_the_tokenizer_gives_no_ids_for_is_one_line(cli, tmp_path):
+    folder = _worded(tmp_path)
+    control = tmp_path / "control.txt"
+    control.write_text("\x01\x02\n\x03\n")
+    r = cli("perplexity", "--weights", folder, "--text", control, "--ctx", "8")
+    assert (r.code, r.err) == (2, f"error: {control}: no token ids: the tokenizer "
+                                  f"{folder}/tokenizer.json gives none for its text\n")
+    words = tmp_path / "words.txt"
+    words.write_text(" ".join("abcdefghij" * 10) + "\n")
+    r = cli("perplexity", "--weights", folder, "--text", words, "--ctx", "8", "--sparsify",
+            "cats", "--target-sparsity", "0.5", "--calibration-text", control)
+    assert (r.code, r.err) == (2, f"error: {control}: no token ids: the tokenizer "
+                                  f"{folder}/tokenizer.json gives none for its text\n")
