@@ -295,3 +295,20 @@ def test_a_text_the_tokenizer_gives_no_ids_for_is_one_line(cli, tmp_path):
             "cats", "--target-sparsity", "0.5", "--calibration-text", control)
     assert (r.code, r.err) == (2, f"error: {control}: no token ids: the tokenizer "
                                   f"{folder}/tokenizer.json gives none for its text\n")
+
+
+def test_the_smallest_chunks_each_protocol_scores_from(cli, ids_file):
+    """--ctx 2 under llama.cpp's protocol scores positions 1..0: none (perplexity nan, exit 0
+    before); --score all and a stride score one token a chunk."""
+    w = FORWARD / "gpt2" / "model.safetensors"
+    r = cli("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "2")
+    assert (r.code, r.err) == (2, "error: option --ctx: 2 scores no token under llama.cpp's "
+                                  "protocol (positions 1..0); expected a whole number >= 3, "
+                                  "or --score all\n")
+    for more in (("--score", "all"), ("--stride", "2")):
+        r = cli("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "2", *more, "--json")
+        assert r.code == 0, r.err
+        assert r.json()["tokens_scored"] == 150
+    three = cli("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "3", "--json")
+    assert three.code == 0 and three.json()["tokens_scored"] == 100
+
