@@ -312,3 +312,21 @@ def test_the_smallest_chunks_each_protocol_scores_from(cli, ids_file):
     three = cli("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "3", "--json")
     assert three.code == 0 and three.json()["tokens_scored"] == 100
 
+
+def test_a_calibration_text_shorter_than_one_chunk_is_one_line(cli, tmp_path):
+    """That was a KeyError from the calibration walk of no sequence."""
+    folder = _worded(tmp_path)
+    words = tmp_path / "words.txt"
+    words.write_text(" ".join("abcdefghij" * 10) + "\n")
+    few = tmp_path / "few.txt"
+    few.write_text("a b c\n")
+    r = cli("perplexity", "--weights", folder, "--text", words, "--ctx", "8", "--sparsify",
+            "cats", "--target-sparsity", "0.5", "--calibration-text", few)
+    assert (r.code, r.err) == (2, f"error: option --calibration-text: {few} has 3 tokens, not "
+                                  "one chunk of --ctx 8: nothing to calibrate on\n")
+    eight = tmp_path / "eight.txt"
+    eight.write_text("a b c d e f g h\n")  # one chunk is enough
+    r = cli("perplexity", "--weights", folder, "--text", words, "--ctx", "8", "--sparsify",
+            "cats", "--target-sparsity", "0.5", "--calibration-text", eight, "--json")
+    assert r.code == 0, r.err
+    assert r.json()["calibration"]["tokens"] == 8

@@ -284,6 +284,11 @@ def perplexity(model: Transformer, document: Sequences, protocol: Protocol | Non
         source = calibration.ids if calibration is not None else document.ids
         calib = chunks(source[0], protocol.ctx, bos) if protocol is not None else \
             list(source)
+        if not calib:
+            assert protocol is not None and calibration is not None  # the text has 2 chunks
+            raise InputError(f"option --calibration-text: {calibration.source} has "
+                             f"{len(source[0]):,} tokens, not one chunk of --ctx "
+                             f"{protocol.ctx}: nothing to calibrate on")
         samples = calibration_samples(model, calib, layers, batch_tokens)
     cuts = _Cuts(variants, samples)
     sparse: dict[tuple[int, int], SparseFfn] = {}
