@@ -330,3 +330,97 @@ def test_a_calibration_text_shorter_than_one_chunk_is_one_line(cli, tmp_path):
             "cats", "--target-sparsity", "0.5", "--calibration-text", eight, "--json")
     assert r.code == 0, r.err
     assert r.json()["calibration"]["tokens"] == 8
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, ids_file) -> dict:
+    """A thresholds file of the tiny GPT-2, cats at 0.5, both layers."""
+    from ffncli.cli.main import run
+
+    path = tmp_path_factory.mktemp("saved") / "t.json"
+    assert run(["perplexity", "--weights", str(FORWARD / "gpt2" / "model.safetensors"),
+                "--ids", str(ids_file), "--ctx", "32", "--sparsify", "cats",
+                "--target-sparsity", "0.5", "--save-thresholds", str(path), "--quiet"]) == 0
+    return json.loads(path.read_text())
+
+
+def _layers(doc: dict, entry: int = 0) -> list:
+    return doc["entries"][entry]["layers"]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(extra=1), "unknown key 'extra'; its keys: format, version, model, "
+                                  "calibration, entries"),
+    (lambda d: d["model"].update(size=3), "key 'model': unknown key 'size'; its keys: name, "
+                                          "layers, d_model, d_ff, fingerprint"),
+    (lambda d: d.update(calibration=5), "key 'calibration': expected an object, got 5"),
+    (lambda d: d["entries"][0].update(note="x"), "entry 1: unknown key 'note'; its keys: rule, "
+                                                 "target, layers"),
+    (lambda d: _layers(d)[0].update(treshold=_layers(d)[0].pop("threshold")),
+     "entry 1: layer entry 1: unknown key 'treshold' (did you mean 'threshold'?); its keys: "
+     "layer, threshold"),
+    (lambda d: _layers(d)[0].update(down=0.1),  # a cats entry's down would be ignored
+     "entry 1: layer entry 1: unknown key 'down'; its keys: layer, threshold"),
+    (lambda d: d["entries"].append(json.loads(json.dumps(d["entries"][0]))),
+     "entry 2: cats at target 0.5 is entry 1 already"),
+    (lambda d: d["entries"].append({"rule": "cats", "target": 0.25,
+                                    "layers": _layers(d)[:1]}),
+     "entry 2: cuts layers 0, but entry 1 cuts 0-1: every entry of a thresholds file cuts the "
+     "same layers"),
+])
+def test_a_thresholds_file_is_read_strictly(cli, tmp_path, ids_file, saved, edit, message):
+    doc = json.loads(json.dumps(saved))
+    edit(doc)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    r = cli("perplexity", "--weights", FORWARD / "gpt2" / "model.safetensors", "--ids",
+            ids_file, "--ctx", "32", "--thresholds", path)
+    assert (r.code, r.err) == (2, f"error: {path}: {message}\n")
+
+
+def test_a_target_of_minus_zero_is_zero(cli, tmp_path, ids_file, saved):
+    doc = json.loads(json.dumps(saved))
+    doc["entries"][0]["target"] = -0.0
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    for args, label in ((("--thresholds", path), "cats 0%"),
+                        (("--sparsify", "topk", "--target-sparsity=-0,0"), "topk 0%")):
+        r = cli("perplexity", "--weights", FORWARD / "gpt2" / "model.safetensors", "--ids",
+                ids_file, "--ctx", "32", *args, "--json")
+        assert r.code == 0, r.err
+        assert [(v["label"], str(v["target"])) for v in r.json()["variants"]] == \
+            [(label, "0.0")]
+
+
+def test_layers_a_thresholds_file_does_not_cut_are_refused(cli, tmp_path, ids_file, saved):
+    """relu-stats --layer 1 with a file cutting layer 0 only was an IndexError; --layer 0-1
+    silently dropped layer 1. perplexity applies the file's model whole."""
+    doc = json.loads(json.dumps(saved))
+    doc["entries"][0]["layers"] = _layers(doc)[:1]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    w = FORWARD / "gpt2" / "model.safetensors"
+    for command in ("relu-stats", "perplexity"):
+        for layer in ("1", "0-1"):
+            r = cli(command, "--weights", w, "--ids", ids_file, "--thresholds", path,
+                    "--layer", layer, *(("--ctx", "32") if command == "perplexity" else ()))
+            assert (r.code, r.err) == (2, f"error: option --layer: {path} cuts layers 0, but "
+                                          f"--layer selects {layer} (no threshold for layer "
+                                          "1)\n")
+        alone = cli(command, "--weights", w, "--ids", ids_file, "--thresholds", path, "--json",
+                    *(("--ctx", "32") if command == "perplexity" else ()))
+        assert alone.code == 0, alone.err
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps(saved))
+    r = cli("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "32", "--thresholds",
+            whole, "--layer", "1")
+    assert (r.code, r.err) == (2, f"error: option --layer: {whole} cuts layers 0-1, but --layer "
+                                  "selects 1\n")
+    assert cli("relu-stats", "--weights", w, "--ids", ids_file, "--thresholds", whole,
+               "--layer", "1", "--json").json()["layers"][0]["layer"] == 1
+
+
+def test_layer_ranges_join_runs():
+    from ffncli.jobs.thresholds import layer_ranges
+
+    assert layer_ranges([5, 0, 2, 3, 4]) == "0, 2-5" and layer_ranges([7]) == "7"

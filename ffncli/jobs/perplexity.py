@@ -31,7 +31,13 @@ from ffncli.analysis.sparsity import CALIBRATION_TOKENS, calibrate_cut
 from ffncli.compute.sparse import RULES, Cut, SparseFfn
 from ffncli.errors import InputError, SpecError
 from ffncli.jobs.progress import Callback, Progress
-from ffncli.jobs.thresholds import Variant, load_thresholds, save_thresholds
+from ffncli.jobs.thresholds import (
+    Variant,
+    check_layers,
+    layer_ranges,
+    load_thresholds,
+    save_thresholds,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -77,6 +83,7 @@ def parse_targets(text: str | None) -> tuple[float, ...]:
         if value != value:
             raise InputError("option --target-sparsity: expected shares from 0 to below 1, "
                              "got nan")
+        value += 0.0  # -0 is 0
         if value not in out:
             out.append(value)
     return tuple(out)
@@ -241,12 +248,8 @@ def _check_sparsifiable(model: Transformer, variants: Sequence[Variant],
                         "sparsified; --sparsify computes dense and gated FFNs")
     for v in variants:
         if v.cuts is not None and set(v.cuts) != set(layers):
-            raise InputError(f"the thresholds file cuts layers {_ranges(sorted(v.cuts))}, "
-                             f"but --layer selects {_ranges(list(layers))}")
-
-
-def _ranges(layers: list[int]) -> str:
-    return f"{layers[0]}-{layers[-1]}" if len(layers) > 1 else str(layers[0])
+            raise InputError(f"{v.label}: its thresholds cut layers {layer_ranges(v.cuts)}, but "
+                             f"the layers selected are {layer_ranges(layers)}")
 
 
 def perplexity(model: Transformer, document: Sequences, protocol: Protocol | None, *,
@@ -395,8 +398,10 @@ def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = No
         variants = [Variant(rule, s) for s in targets] if rule is not None else []
         if thresholds is not None:
             variants = load_thresholds(thresholds, forward)
+            cuts = variants[0].cuts or {}
             if model.layer is None:
-                layers = tuple(sorted(variants[0].cuts or ()))
+                layers = tuple(sorted(cuts))
+            check_layers(thresholds, cuts, layers, exact=True)
         document, bos = load_document(text.text, text.ids, forward)
         calibration = None
         if calibration_text is not None:
