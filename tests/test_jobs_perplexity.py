@@ -216,8 +216,9 @@ def test_an_encoder_has_no_protocol(cli, ids_file):
         "is an encoder, with no LM head" in r.err and r.err.count("\n") == 1
 
 
-def test_a_decoder_without_its_lm_head_is_refused(cli, tmp_path, ids_file):
-    folder = _copy("llama", tmp_path, tie_word_embeddings=False)
+@pytest.mark.parametrize("case", ["llama", "gpt2"])  # GPT-2's wte was used whatever it said
+def test_a_decoder_without_its_lm_head_is_refused(cli, tmp_path, ids_file, case):
+    folder = _copy(case, tmp_path, tie_word_embeddings=False)
     r = cli("perplexity", "--weights", folder, "--ids", ids_file, "--ctx", "32")
     assert (r.code, r.err) == (2, f"error: {folder / 'model.safetensors'}: no LM head: tensor "
                                   f"'lm_head.weight' is missing and {folder / 'config.json'} "
