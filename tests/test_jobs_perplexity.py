@@ -209,6 +209,16 @@ def test_a_text_shorter_than_two_chunks_is_refused(cli, tmp_path):
                                   "needs at least 64 (two chunks)\n")
 
 
+def test_an_encoder_without_a_sparsified_variant_is_refused(cli):
+    """It printed a header and nothing else, exit 0."""
+    r = cli("perplexity", "--weights", FORWARD / "bert" / "model.safetensors", "--ids",
+            FORWARD / "bert" / "ids.txt")
+    assert (r.code, r.err) == (2, "error: perplexity: bert is an encoder, with no LM head: it "
+                                  "has no perplexity; give --sparsify RULE --target-sparsity S "
+                                  "(or --thresholds) for the fidelity of its sparsified hidden "
+                                  "states\n")
+
+
 def test_an_encoder_has_no_protocol(cli, ids_file):
     r = cli("perplexity", "--weights", FORWARD / "bert" / "model.safetensors", "--ids",
             FORWARD / "bert" / "ids.txt", "--stride", "8")

@@ -402,6 +402,11 @@ def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = No
             if model.layer is None:
                 layers = tuple(sorted(cuts))
             check_layers(thresholds, cuts, layers, exact=True)
+        if protocol is None and not variants:
+            raise InputError(f"perplexity: {forward.spec.name} is an encoder, with no LM head: "
+                             "it has no perplexity; give --sparsify RULE --target-sparsity S "
+                             "(or --thresholds) for the fidelity of its sparsified hidden "
+                             "states")
         document, bos = load_document(text.text, text.ids, forward)
         calibration = None
         if calibration_text is not None:
