@@ -209,6 +209,16 @@ def test_a_text_shorter_than_two_chunks_is_refused(cli, tmp_path):
                                   "needs at least 64 (two chunks)\n")
 
 
+def test_an_encoder_without_a_sparsified_variant_is_refused(cli):
+    """It printed a header and nothing else, exit 0."""
+    r = cli("perplexity", "--weights", FORWARD / "bert" / "model.safetensors", "--ids",
+            FORWARD / "bert" / "ids.txt")
+    assert (r.code, r.err) == (2, "error: perplexity: bert is an encoder, with no LM head: it "
+                                  "has no perplexity; give --sparsify RULE --target-sparsity S "
+                                  "(or --thresholds) for the fidelity of its sparsified hidden "
+                                  "states\n")
+
+
 def test_an_encoder_has_no_protocol(cli, ids_file):
     r = cli("perplexity", "--weights", FORWARD / "bert" / "model.safetensors", "--ids",
             FORWARD / "bert" / "ids.txt", "--stride", "8")
@@ -216,8 +226,9 @@ def test_an_encoder_has_no_protocol(cli, ids_file):
         "is an encoder, with no LM head" in r.err and r.err.count("\n") == 1
 
 
-def test_a_decoder_without_its_lm_head_is_refused(cli, tmp_path, ids_file):
-    folder = _copy("llama", tmp_path, tie_word_embeddings=False)
+@pytest.mark.parametrize("case", ["llama", "gpt2"])  # GPT-2's wte was used whatever it said
+def test_a_decoder_without_its_lm_head_is_refused(cli, tmp_path, ids_file, case):
+    folder = _copy(case, tmp_path, tie_word_embeddings=False)
     r = cli("perplexity", "--weights", folder, "--ids", ids_file, "--ctx", "32")
     assert (r.code, r.err) == (2, f"error: {folder / 'model.safetensors'}: no LM head: tensor "
                                   f"'lm_head.weight' is missing and {folder / 'config.json'} "
@@ -261,3 +272,166 @@ def test_save_thresholds_never_overwrites_an_input(cli, ids_file):
             "--save-thresholds", ids_file)
     assert r.code == 2 and "--save-thresholds" in r.err and r.err.count("\n") == 1
     assert ids_file.read_text().split()[0] == str(IDS[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile input found in review (issue 22): each a traceback or a silent nonsense before.
+
+
+def _worded(tmp_path: Path) -> Path:
+    """The tiny GPT-2 with a word-level tokenizer.json whose BERT normalizer drops control
+    characters (a text of them is not blank, but gives no ids) and adds no BOS."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, normalizers, pre_tokenizers
+
+    folder = _copy("gpt2", tmp_path)
+    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")} | {"[UNK]": 127}
+    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def test_a_text_the_tokenizer_gives_no_ids_for_is_one_line(cli, tmp_path):
+    folder = _worded(tmp_path)
+    control = tmp_path / "control.txt"
+    control.write_text("\x01\x02\n\x03\n")
+    r = cli("perplexity", "--weights", folder, "--text", control, "--ctx", "8")
+    assert (r.code, r.err) == (2, f"error: {control}: no token ids: the tokenizer "
+                                  f"{folder}/tokenizer.json gives none for its text\n")
+    words = tmp_path / "words.txt"
+    words.write_text(" ".join("abcdefghij" * 10) + "\n")
+    r = cli("perplexity", "--weights", folder, "--text", words, "--ctx", "8", "--sparsify",
+            "cats", "--target-sparsity", "0.5", "--calibration-text", control)
+    assert (r.code, r.err) == (2, f"error: {control}: no token ids: the tokenizer "
+                                  f"{folder}/tokenizer.json gives none for its text\n")
+
+
+def test_the_smallest_chunks_each_protocol_scores_from(cli, ids_file):
+    """--ctx 2 under llama.cpp's protocol scores positions 1..0: none (perplexity nan, exit 0
+    before); --score all and a stride score one token a chunk."""
+    w = FORWARD / "gpt2" / "model.safetensors"
+    r = cli("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "2")
+    assert (r.code, r.err) == (2, "error: option --ctx: 2 scores no token under llama.cpp's "
+                                  "protocol (positions 1..0); expected a whole number >= 3, "
+                                  "or --score all\n")
+    for more in (("--score", "all"), ("--stride", "2")):
+        r = cli("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "2", *more, "--json")
+        assert r.code == 0, r.err
+        assert r.json()["tokens_scored"] == 150
+    three = cli("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "3", "--json")
+    assert three.code == 0 and three.json()["tokens_scored"] == 100
+
+
+def test_a_calibration_text_shorter_than_one_chunk_is_one_line(cli, tmp_path):
+    """That was a KeyError from the calibration walk of no sequence."""
+    folder = _worded(tmp_path)
+    words = tmp_path / "words.txt"
+    words.write_text(" ".join("abcdefghij" * 10) + "\n")
+    few = tmp_path / "few.txt"
+    few.write_text("a b c\n")
+    r = cli("perplexity", "--weights", folder, "--text", words, "--ctx", "8", "--sparsify",
+            "cats", "--target-sparsity", "0.5", "--calibration-text", few)
+    assert (r.code, r.err) == (2, f"error: option --calibration-text: {few} has 3 tokens, not "
+                                  "one chunk of --ctx 8: nothing to calibrate on\n")
+    eight = tmp_path / "eight.txt"
+    eight.write_text("a b c d e f g h\n")  # one chunk is enough
+    r = cli("perplexity", "--weights", folder, "--text", words, "--ctx", "8", "--sparsify",
+            "cats", "--target-sparsity", "0.5", "--calibration-text", eight, "--json")
+    assert r.code == 0, r.err
+    assert r.json()["calibration"]["tokens"] == 8
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, ids_file) -> dict:
+    """A thresholds file of the tiny GPT-2, cats at 0.5, both layers."""
+    from ffncli.cli.main import run
+
+    path = tmp_path_factory.mktemp("saved") / "t.json"
+    assert run(["perplexity", "--weights", str(FORWARD / "gpt2" / "model.safetensors"),
+                "--ids", str(ids_file), "--ctx", "32", "--sparsify", "cats",
+                "--target-sparsity", "0.5", "--save-thresholds", str(path), "--quiet"]) == 0
+    return json.loads(path.read_text())
+
+
+def _layers(doc: dict, entry: int = 0) -> list:
+    return doc["entries"][entry]["layers"]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(extra=1), "unknown key 'extra'; its keys: format, version, model, "
+                                  "calibration, entries"),
+    (lambda d: d["model"].update(size=3), "key 'model': unknown key 'size'; its keys: name, "
+                                          "layers, d_model, d_ff, fingerprint"),
+    (lambda d: d.update(calibration=5), "key 'calibration': expected an object, got 5"),
+    (lambda d: d["entries"][0].update(note="x"), "entry 1: unknown key 'note'; its keys: rule, "
+                                                 "target, layers"),
+    (lambda d: _layers(d)[0].update(treshold=_layers(d)[0].pop("threshold")),
+     "entry 1: layer entry 1: unknown key 'treshold' (did you mean 'threshold'?); its keys: "
+     "layer, threshold"),
+    (lambda d: _layers(d)[0].update(down=0.1),  # a cats entry's down would be ignored
+     "entry 1: layer entry 1: unknown key 'down'; its keys: layer, threshold"),
+    (lambda d: d["entries"].append(json.loads(json.dumps(d["entries"][0]))),
+     "entry 2: cats at target 0.5 is entry 1 already"),
+    (lambda d: d["entries"].append({"rule": "cats", "target": 0.25,
+                                    "layers": _layers(d)[:1]}),
+     "entry 2: cuts layers 0, but entry 1 cuts 0-1: every entry of a thresholds file cuts the "
+     "same layers"),
+])
+def test_a_thresholds_file_is_read_strictly(cli, tmp_path, ids_file, saved, edit, message):
+    doc = json.loads(json.dumps(saved))
+    edit(doc)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    r = cli("perplexity", "--weights", FORWARD / "gpt2" / "model.safetensors", "--ids",
+            ids_file, "--ctx", "32", "--thresholds", path)
+    assert (r.code, r.err) == (2, f"error: {path}: {message}\n")
+
+
+def test_a_target_of_minus_zero_is_zero(cli, tmp_path, ids_file, saved):
+    doc = json.loads(json.dumps(saved))
+    doc["entries"][0]["target"] = -0.0
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    for args, label in ((("--thresholds", path), "cats 0%"),
+                        (("--sparsify", "topk", "--target-sparsity=-0,0"), "topk 0%")):
+        r = cli("perplexity", "--weights", FORWARD / "gpt2" / "model.safetensors", "--ids",
+                ids_file, "--ctx", "32", *args, "--json")
+        assert r.code == 0, r.err
+        assert [(v["label"], str(v["target"])) for v in r.json()["variants"]] == \
+            [(label, "0.0")]
+
+
+def test_layers_a_thresholds_file_does_not_cut_are_refused(cli, tmp_path, ids_file, saved):
+    """relu-stats --layer 1 with a file cutting layer 0 only was an IndexError; --layer 0-1
+    silently dropped layer 1. perplexity applies the file's model whole."""
+    doc = json.loads(json.dumps(saved))
+    doc["entries"][0]["layers"] = _layers(doc)[:1]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    w = FORWARD / "gpt2" / "model.safetensors"
+    for command in ("relu-stats", "perplexity"):
+        for layer in ("1", "0-1"):
+            r = cli(command, "--weights", w, "--ids", ids_file, "--thresholds", path,
+                    "--layer", layer, *(("--ctx", "32") if command == "perplexity" else ()))
+            assert (r.code, r.err) == (2, f"error: option --layer: {path} cuts layers 0, but "
+                                          f"--layer selects {layer} (no threshold for layer "
+                                          "1)\n")
+        alone = cli(command, "--weights", w, "--ids", ids_file, "--thresholds", path, "--json",
+                    *(("--ctx", "32") if command == "perplexity" else ()))
+        assert alone.code == 0, alone.err
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps(saved))
+    r = cli("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "32", "--thresholds",
+            whole, "--layer", "1")
+    assert (r.code, r.err) == (2, f"error: option --layer: {whole} cuts layers 0-1, but --layer "
+                                  "selects 1\n")
+    assert cli("relu-stats", "--weights", w, "--ids", ids_file, "--thresholds", whole,
+               "--layer", "1", "--json").json()["layers"][0]["layer"] == 1
+
+
+def test_layer_ranges_join_runs():
+    from ffncli.jobs.thresholds import layer_ranges
+
+    assert layer_ranges([5, 0, 2, 3, 4]) == "0, 2-5" and layer_ranges([7]) == "7"

@@ -58,6 +58,8 @@ def test_a_stride_scores_each_token_once_and_drops_the_short_end(stride):
 @pytest.mark.parametrize("protocol, match", [
     (P.Protocol(1), r"--ctx: expected a whole number >= 2, got 1"),
     (P.Protocol(65), r"--ctx: 65 is more than the model's 64 positions"),
+    (P.Protocol(2), r"^option --ctx: 2 scores no token under llama.cpp's protocol \(positions "
+                    r"1..0\); expected a whole number >= 3, or --score all$"),
     (P.Protocol(32, stride=33), r"--stride: expected a whole number from 1 to --ctx \(32\), "
                                 r"got 33"),
     (P.Protocol(32, stride=0), r"--stride: .* got 0"),

@@ -80,6 +80,10 @@ def check_protocol(protocol: Protocol, max_positions: int | None) -> None:
     n = protocol.ctx
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise InputError(f"option --ctx: expected a whole number >= 2, got {n!r}")
+    if n < 3 and protocol.score == "half" and protocol.stride is None:
+        raise InputError(f"option --ctx: {n} scores no token under llama.cpp's protocol "
+                         f"(positions {n // 2}..{n - 2}); expected a whole number >= 3, or "
+                         "--score all")
     if max_positions is not None and n > max_positions:
         raise InputError(f"option --ctx: {n:,} is more than the model's {max_positions:,} "
                          "positions")

@@ -308,7 +308,7 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
     from ffncli.jobs.resolve import open_text
     from ffncli.jobs.sweep import sweep
     from ffncli.jobs.targets import output_target
-    from ffncli.jobs.thresholds import layer_thresholds
+    from ffncli.jobs.thresholds import check_layers, layer_thresholds
     from ffncli.present.console import Bar
     from ffncli.present.report import about, save_sweep
     from ffncli.present.stats import emit_sweep, sweep_json
@@ -321,7 +321,9 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
         cuts = None
         if thresholds is not None:
             cuts = layer_thresholds(thresholds, forward, threshold, target_sparsity)
-            layers = tuple(i for i in layers if i in cuts) if model.layer else tuple(cuts)
+            if model.layer is None:
+                layers = tuple(cuts)
+            check_layers(thresholds, cuts, layers, exact=False)
             target_sparsity = None
         with Bar(enabled=not quiet) as bar:
             bar.start(sequences.tokens * (layers[-1] + 1), "tokens x layers", per=layers[-1] + 1)

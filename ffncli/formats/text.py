@@ -475,6 +475,9 @@ def read_document(path: Path, tokenizer: Tokenizer) -> Sequences:
     except EncodeError as exc:
         raise WeightsError(f"{exc.source}: the tokenizer cannot encode {path}: {exc.reason}"
                            ) from None
+    if not ids:  # a normalizer may drop everything (control characters)
+        raise InputError(f"{path}: no token ids: the tokenizer {tokenizer.source} gives none "
+                         "for its text")
     return Sequences((np.asarray(ids, dtype=np.int64),), (1,), str(path),
                      hashlib.sha256(raw).hexdigest())
 

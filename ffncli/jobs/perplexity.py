@@ -31,7 +31,13 @@ from ffncli.analysis.sparsity import CALIBRATION_TOKENS, calibrate_cut
 from ffncli.compute.sparse import RULES, Cut, SparseFfn
 from ffncli.errors import InputError, SpecError
 from ffncli.jobs.progress import Callback, Progress
-from ffncli.jobs.thresholds import Variant, load_thresholds, save_thresholds
+from ffncli.jobs.thresholds import (
+    Variant,
+    check_layers,
+    layer_ranges,
+    load_thresholds,
+    save_thresholds,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -77,6 +83,7 @@ def parse_targets(text: str | None) -> tuple[float, ...]:
         if value != value:
             raise InputError("option --target-sparsity: expected shares from 0 to below 1, "
                              "got nan")
+        value += 0.0  # -0 is 0
         if value not in out:
             out.append(value)
     return tuple(out)
@@ -241,12 +248,8 @@ def _check_sparsifiable(model: Transformer, variants: Sequence[Variant],
                         "sparsified; --sparsify computes dense and gated FFNs")
     for v in variants:
         if v.cuts is not None and set(v.cuts) != set(layers):
-            raise InputError(f"the thresholds file cuts layers {_ranges(sorted(v.cuts))}, "
-                             f"but --layer selects {_ranges(list(layers))}")
-
-
-def _ranges(layers: list[int]) -> str:
-    return f"{layers[0]}-{layers[-1]}" if len(layers) > 1 else str(layers[0])
+            raise InputError(f"{v.label}: its thresholds cut layers {layer_ranges(v.cuts)}, but "
+                             f"the layers selected are {layer_ranges(layers)}")
 
 
 def perplexity(model: Transformer, document: Sequences, protocol: Protocol | None, *,
@@ -284,6 +287,11 @@ def perplexity(model: Transformer, document: Sequences, protocol: Protocol | Non
         source = calibration.ids if calibration is not None else document.ids
         calib = chunks(source[0], protocol.ctx, bos) if protocol is not None else \
             list(source)
+        if not calib:
+            assert protocol is not None and calibration is not None  # the text has 2 chunks
+            raise InputError(f"option --calibration-text: {calibration.source} has "
+                             f"{len(source[0]):,} tokens, not one chunk of --ctx "
+                             f"{protocol.ctx}: nothing to calibrate on")
         samples = calibration_samples(model, calib, layers, batch_tokens)
     cuts = _Cuts(variants, samples)
     sparse: dict[tuple[int, int], SparseFfn] = {}
@@ -390,8 +398,15 @@ def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = No
         variants = [Variant(rule, s) for s in targets] if rule is not None else []
         if thresholds is not None:
             variants = load_thresholds(thresholds, forward)
+            cuts = variants[0].cuts or {}
             if model.layer is None:
-                layers = tuple(sorted(variants[0].cuts or ()))
+                layers = tuple(sorted(cuts))
+            check_layers(thresholds, cuts, layers, exact=True)
+        if protocol is None and not variants:
+            raise InputError(f"perplexity: {forward.spec.name} is an encoder, with no LM head: "
+                             "it has no perplexity; give --sparsify RULE --target-sparsity S "
+                             "(or --thresholds) for the fidelity of its sparsified hidden "
+                             "states")
         document, bos = load_document(text.text, text.ids, forward)
         calibration = None
         if calibration_text is not None:

@@ -6,14 +6,14 @@ applied to (``perplexity --thresholds``, ``relu-stats --thresholds``)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ffncli.base.files import write_text_atomically
 from ffncli.base.textformats import read_json
-from ffncli.base.validate import brief, number, whole
+from ffncli.base.validate import brief, number, suggest, whole
 from ffncli.compute.sparse import RULES, Cut
 from ffncli.errors import InputError
 
@@ -71,9 +71,22 @@ def save_thresholds(path: Path, model: Transformer, calibration: dict[str, Any] 
                                            indent=1) + "\n", "--save-thresholds")
 
 
-def _object(where: str, value: Any) -> dict[str, Any]:
+TOP_KEYS = ("format", "version", "model", "calibration", "entries")
+MODEL_KEYS = ("name", "layers", "d_model", "d_ff", "fingerprint")
+CALIBRATION_KEYS = ("source", "sha256", "tokens", "evaluated_text")
+ENTRY_KEYS = ("rule", "target", "layers")
+CUT_KEYS = {"cats": ("layer", "threshold"), "teal": ("layer", "threshold", "down"),
+            "topk": ("layer", "keep")}
+
+
+def _object(where: str, value: Any, keys: Sequence[str] | None = None) -> dict[str, Any]:
+    """An object, with none but ``keys`` when given (a misspelt key is not ignored)."""
     if not isinstance(value, dict):
         raise InputError(f"{where}: expected an object, got {brief(value)}")
+    unknown = [k for k in value if keys is not None and k not in keys]
+    if keys is not None and unknown:
+        raise InputError(f"{where}: unknown key {brief(unknown[0])}{suggest(unknown[0], keys)}"
+                         f"; its keys: {', '.join(keys)}")
     return value
 
 
@@ -84,7 +97,7 @@ def _list(where: str, value: Any) -> list[Any]:
 
 
 def _cut(where: str, rule: str, item: Any, d_ff: int) -> tuple[int, Cut]:
-    item = _object(where, item)
+    item = _object(where, item, CUT_KEYS[rule])
     layer = whole(f"{where}: key 'layer'", item.get("layer"), minimum=0)
     if rule == "topk":
         keep = whole(f"{where}: key 'keep'", item.get("keep"), minimum=0, maximum=d_ff)
@@ -105,17 +118,20 @@ def load_thresholds(path: Path, model: Transformer) -> list[Variant]:
     if data.get("version") != VERSION:
         raise InputError(f"{path}: key 'version': expected {VERSION}, got "
                          f"{brief(data.get('version'))}")
-    made_for = _object(f"{path}: key 'model'", data.get("model"))
+    _object(str(path), data, TOP_KEYS)
+    if data.get("calibration") is not None:
+        _object(f"{path}: key 'calibration'", data["calibration"], CALIBRATION_KEYS)
+    made_for = _object(f"{path}: key 'model'", data.get("model"), MODEL_KEYS)
     this = model_identity(model)
     for key in ("layers", "d_model", "d_ff", "fingerprint", "name"):
         if made_for.get(key) != this[key]:
             raise InputError(f"{path}: made for another model: its {key} is "
                              f"{brief(made_for.get(key))}, this model's ({model.weights}) is "
                              f"{brief(this[key])}")
-    variants = []
+    variants: list[Variant] = []
     for n, entry in enumerate(_list(f"{path}: key 'entries'", data.get("entries")), 1):
         where = f"{path}: entry {n}"
-        entry = _object(where, entry)
+        entry = _object(where, entry, ENTRY_KEYS)
         rule = entry.get("rule")
         if rule not in RULES:
             raise InputError(f"{where}: key 'rule': expected one of {', '.join(RULES)}, got "
@@ -125,6 +141,11 @@ def load_thresholds(path: Path, model: Transformer) -> list[Variant]:
                 or not 0 <= target < 1:
             raise InputError(f"{where}: key 'target': expected a share from 0 to below 1, "
                              f"got {brief(target)}")
+        target = float(target) + 0.0  # -0.0 is 0
+        twice = [k for k, v in enumerate(variants, 1) if (v.rule, v.target) == (rule, target)]
+        if twice:
+            raise InputError(f"{where}: {rule} at target {target:g} is entry {twice[0]} "
+                             "already")
         cuts: dict[int, Cut] = {}
         for k, item in enumerate(_list(f"{where}: key 'layers'", entry.get("layers")), 1):
             layer, cut = _cut(f"{where}: layer entry {k}", rule, item, this["d_ff"])
@@ -133,8 +154,36 @@ def load_thresholds(path: Path, model: Transformer) -> list[Variant]:
                                  + ("listed twice" if layer in cuts else
                                     f"past the model's {model.n_layers} layers"))
             cuts[layer] = cut
-        variants.append(Variant(rule, float(target), cuts))
+        if variants and set(cuts) != set(variants[0].cuts or ()):
+            raise InputError(f"{where}: cuts layers {layer_ranges(cuts)}, but entry 1 cuts "
+                             f"{layer_ranges(variants[0].cuts or ())}: every entry of a "
+                             "thresholds file cuts the same layers")
+        variants.append(Variant(rule, target, cuts))
     return variants
+
+
+def layer_ranges(layers: Iterable[int]) -> str:
+    """Layers as ``--layer`` writes them, runs joined: ``0, 2-4``."""
+    runs: list[list[int]] = []
+    for i in sorted(set(layers)):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def check_layers(path: Path, cuts: Iterable[int], layers: Sequence[int], exact: bool) -> None:
+    """Refuse ``--layer`` selections the thresholds file at ``path`` does not cut: one it has
+    no threshold for, or (``exact``, perplexity: the file is one sparsified model) any set but
+    the file's own."""
+    have = set(cuts)
+    missing = [i for i in layers if i not in have]
+    if missing or (exact and have != set(layers)):
+        raise InputError(f"option --layer: {path} cuts layers {layer_ranges(have)}, but --layer "
+                         f"selects {layer_ranges(layers)}"
+                         + (f" (no threshold for layer {layer_ranges(missing)})" if missing
+                            else ""))
 
 
 def layer_thresholds(path: Path, model: Transformer, threshold: float | None,

@@ -173,6 +173,12 @@ class Transformer:
         rows = self.tensors.rows(stem, np.arange(min(self.vocab, 16)), np.dtype(np.float32))
         return hashlib.sha256(np.ascontiguousarray(rows).tobytes()).hexdigest()[:16]
 
+    def _tied(self) -> bool | None:
+        """config.json's tie_word_embeddings, None where it says nothing."""
+        if self.settings.data.get("tie_word_embeddings") is None:
+            return None
+        return self.settings.flag("tie_word_embeddings", False)
+
     def _head(self, embed: str, tied: bool | None) -> Head:
         """The head's own ``lm_head`` (``output.weight`` in a GGUF file), or the input
         embeddings when ``tied`` (None: when the checkpoint holds no head of its own, as
@@ -344,7 +350,7 @@ class Gpt2(Transformer):
         return self.ln_f(h, np.empty_like(h), self.scratch("norm_tmp", h.shape))
 
     def head(self) -> Head:
-        return self._head(self.names["word"], None)  # GPT-2's head is its wte
+        return self._head(self.names["word"], self._tied())  # GPT-2's head is its wte
 
 
 def unpermute(w: Array, heads: int) -> Array:
@@ -433,9 +439,7 @@ class LlamaLike(Transformer):
     def head(self) -> Head:
         if self.permuted:  # GGUF: output.weight, else the embeddings (as llama.cpp)
             return self._head(self.names["embed"], None)
-        tied = self.settings.data.get("tie_word_embeddings")
-        return self._head(self.names["embed"], None if tied is None else self.settings.flag(
-            "tie_word_embeddings", False))
+        return self._head(self.names["embed"], self._tied())
 
 
 class Mixtral(LlamaLike):
