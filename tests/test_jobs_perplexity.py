@@ -435,3 +435,25 @@ def test_layer_ranges_join_runs():
     from ffncli.jobs.thresholds import layer_ranges
 
     assert layer_ranges([5, 0, 2, 3, 4]) == "0, 2-5" and layer_ranges([7]) == "7"
+
+
+def test_calibration_takes_the_first_4096_tokens_in_chunk_order():
+    """A text longer than the calibration: the thresholds are the quantiles over the dense
+    model's FFN inputs of the first 4,096 tokens of the chunks (85 chunks of 48 and 16 tokens
+    of the next; a batch holds 85), not all."""
+    from ffncli.analysis.perplexity import chunks
+    from ffncli.analysis.sparsity import calibrate_cut
+    from ffncli.compute.forward.walk import hidden_states
+
+    ids = np.random.default_rng(5).integers(0, 128, 5000)
+    with _model("llama") as m:
+        r = perplexity(m, _document(ids), Protocol(48),
+                       variants=[Variant("cats", 0.5), Variant("teal", 0.4)])
+        inputs, _ = hidden_states(m, chunks(ids, 48, None)[:86], [0, 1])
+        for v in r.variants:
+            for c in v.layers:
+                want = calibrate_cut(m.layer(c.layer).engine, inputs[c.layer][:4096], v.rule,
+                                     v.target)
+                assert c.cut.threshold == pytest.approx(want.threshold, rel=1e-6)
+                assert c.cut.down == pytest.approx(want.down, rel=1e-6)
+    assert r.calibration["tokens"] == 4096
