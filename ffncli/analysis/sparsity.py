@@ -11,6 +11,7 @@ each expert's hidden layer on the tokens routed to it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -198,19 +199,47 @@ def calibrate_threshold(ffn: Engine, x: np.ndarray, target: float) -> float:
 
 
 def calibrate_cut(ffn: Engine, x: np.ndarray, rule: str, target: float) -> Cut:
-    """The cut that zeroes a share ``target`` of these tokens' values: cats, the S-quantile
-    of |act(x W + b)|; teal, of |x| (the input) and of |h| (the down projection's input);
-    topk, round((1 - S) d_ff) units kept per token (no calibration). numpy's default
-    (linear) quantile."""
-    if rule == "topk":
-        return Cut("topk", keep=round((1 - target) * ffn.d_ff))
-    if rule == "cats":
-        return Cut("cats", threshold=calibrate_threshold(ffn, x, target))
+    """The cut that zeroes a share ``target`` of these tokens' values: :func:`calibrate_cuts`
+    of one target."""
+    return calibrate_cuts(ffn, x, [(rule, target)])[0]
+
+
+def calibrate_cuts(ffn: Engine, x: np.ndarray, wanted: Sequence[tuple[str, float]]
+                   ) -> list[Cut]:
+    """The cuts that zero a share S of these tokens' values, for each (rule, S): cats, the
+    S-quantile of |act(x W + b)|; teal, of |x| (the input) and of |h| (the down projection's
+    input); topk, round((1 - S) d_ff) units kept per token (no calibration). numpy's default
+    (linear) quantile; each set of magnitudes is computed and ordered once for all targets."""
     assert not isinstance(ffn.weights, MoEWeights)
-    a, u = gate_and_up(x, ffn.weights, ffn)
-    h = a if u is None else a * u
-    return Cut("teal", threshold=float(np.quantile(np.abs(x), target)),
-               down=float(np.quantile(np.abs(h), target)))
+    p = ffn.weights
+
+    def quantiles(values: np.ndarray, rule: str) -> dict[float, float]:
+        """The targets' quantiles of ``values``, a fresh array this reorders."""
+        targets = sorted({s for r, s in wanted if r == rule})
+        if not targets:
+            return {}
+        found = np.quantile(values.reshape(-1), targets, overwrite_input=True)
+        return dict(zip(targets, (float(q) for q in found), strict=True))
+
+    gate = [r for r, _ in wanted if r in ("cats", "teal")]
+    cats: dict[float, float] = {}
+    teal_in: dict[float, float] = {}
+    teal_down: dict[float, float] = {}
+    if gate:
+        a, u = gate_and_up(x, p, ffn)
+        if "teal" in gate:
+            teal_in = quantiles(np.abs(x), "teal")
+            teal_down = quantiles(np.abs(a if u is None else a * u), "teal")
+        cats = quantiles(np.abs(a, out=a), "cats")  # a is ours: its last use
+    cuts = []
+    for rule, s in wanted:
+        if rule == "topk":
+            cuts.append(Cut("topk", keep=round((1 - s) * ffn.d_ff)))
+        elif rule == "cats":
+            cuts.append(Cut("cats", threshold=cats[s]))
+        else:
+            cuts.append(Cut("teal", threshold=teal_in[s], down=teal_down[s]))
+    return cuts
 
 
 def _expert_inputs(ffn: Engine, x: np.ndarray, room: list[int] | None = None

@@ -111,6 +111,7 @@ def _gelu_(h: Array, s: list[Array], beta: float) -> None:
 
 
 InPlace = Callable[[Array, list[Array], float], None]
+Visit = Callable[[int, int, Array, "Array | None"], None]  # rows lo..hi: the gate, the up
 
 # One in-place version per name of spec.ACTIVATIONS, with the scratch buffers it needs.
 _INPLACE: dict[str, tuple[InPlace, int]] = {
@@ -228,7 +229,18 @@ class Engine:
 
     # -- one chunk ----------------------------------------------------------------------------
 
-    def _hidden_chunk(self, x: Array, p: ExpertWeights) -> Array:
+    def hidden(self, x: Array, visit: Visit | None = None) -> Array:
+        """The hidden layer of a chunk of a dense or gated FFN (not a mixture): act(x W1 + b1),
+        or act(x W + b) * (x V + c), in the engine's reused buffer (valid until its next
+        call). ``visit(lo, hi, a, u)`` sees each block of rows of the activated gate ``a``
+        and of the up projection ``u`` (None without a gate) before they are multiplied, on
+        the engine's worker threads, and may change both in place."""
+        p = self.weights
+        if isinstance(p, MoEWeights):
+            raise ValueError("a mixture of experts has a hidden layer per expert")
+        return self._hidden_chunk(np.ascontiguousarray(x, dtype=self.dtype), p, visit)
+
+    def _hidden_chunk(self, x: Array, p: ExpertWeights, visit: Visit | None = None) -> Array:
         """act(x W1 + b1), or act(x W + b) * (x V + c), into the reused hidden buffer."""
         rows = x.shape[0]
         v: Array | None
@@ -244,10 +256,12 @@ class Engine:
             if bias is not None:
                 np.add(hp, bias, out=hp)
             self._inplace(hp, self._scratch(worker, hi - lo), self.act.beta)
-            if u is not None:
-                up = u[lo:hi]
-                if up_bias is not None:
-                    np.add(up, up_bias, out=up)
+            up = u[lo:hi] if u is not None else None
+            if up is not None and up_bias is not None:
+                np.add(up, up_bias, out=up)
+            if visit is not None:
+                visit(lo, hi, hp, up)
+            if up is not None:
                 np.multiply(hp, up, out=hp)
 
         _in_parallel(part, rows, self.d_ff, self.dtype.itemsize)

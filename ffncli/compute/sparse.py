@@ -59,7 +59,7 @@ class CutCounts:
 def gate_and_up(x: Array, p: DenseWeights | GatedWeights, engine: Engine
                 ) -> tuple[Array, Array | None]:
     """(a, u): the activated gate ``act(x W + b)`` (fresh) and the up projection (None without
-    a gate)."""
+    a gate), for calibration."""
     if isinstance(p, GatedWeights):
         a = x @ p.w
         if p.b is not None:
@@ -113,6 +113,7 @@ class SparseFfn:
         self.p: DenseWeights | GatedWeights | None = engine.weights
         self.d_model, self.d_ff = engine.d_model, engine.d_ff
         self.first = 2 if isinstance(engine.weights, GatedWeights) else 1  # matrices before h
+        self._buffer: Array | None = None  # the zeroed part of the hidden layer
 
     @property
     def macs(self) -> tuple[int, int]:
@@ -121,7 +122,7 @@ class SparseFfn:
 
     def release(self) -> None:
         """Let the layer's weights and buffers go; the counts stay."""
-        self.engine = self.p = None
+        self.engine = self.p = self._buffer = None
 
     def __call__(self, x: Array, out: Array) -> None:
         if self.engine is None:
@@ -134,23 +135,43 @@ class SparseFfn:
     def _chunk(self, x: Array, out: Array, engine: Engine) -> None:
         p, cut, counts = engine.weights, self.cut, self.counts
         assert not isinstance(p, MoEWeights)
-        dense = np.empty_like(out)
-        a, u = gate_and_up(x, p, engine)
-        h = a if u is None else np.multiply(a, u, out=u)
-        down(h, p, dense)
-        if cut.rule == "teal":
+        counts.tokens += x.shape[0]
+        if cut.rule == "teal":  # another input: the dense FFN on x, the sparse one on x'
+            dense = engine(x, out=np.empty_like(out))
             small = np.abs(x) <= cut.threshold
             counts.zeroed_in += int(np.count_nonzero(small))
-            a, u = gate_and_up(np.where(small, 0, x).astype(x.dtype, copy=False), p, engine)
-            h = a if u is None else np.multiply(a, u, out=u)
-            cut_mask = np.abs(h) <= cut.down
-        else:
-            # h = a * u was computed in u's buffer: a is intact for the mask
-            cut_mask = np.abs(a) <= cut.threshold if cut.rule == "cats" else \
-                smallest(a, cut.keep)
-        counts.zeroed += int(np.count_nonzero(cut_mask))
-        np.copyto(h, 0, where=cut_mask)
+            h = engine.hidden(np.where(small, 0, x).astype(x.dtype, copy=False))
+            small = np.abs(h) <= cut.down
+            counts.zeroed += int(np.count_nonzero(small))
+            np.multiply(h, ~small, out=h)
+            down(h, p, out)
+            counts.dense2 += _sum2(dense)
+            counts.error2 += _sum2(np.subtract(out, dense, out=dense))
+            return
+        # cats, topk: the cut is of the gate a, so the dense FFN shares the sparse one's
+        # products: h = a * u splits exactly into its kept part and its zeroed part z, and
+        # y_dense - y_sparse = z W2 (no rounding of a difference of two outputs)
+        zeroed = self._zeroed(x.shape[0], engine)
+        found: list[int] = []  # zeroed per block (the blocks run on the engine's threads)
+
+        def visit(lo: int, hi: int, a: Array, u: Array | None) -> None:
+            small = np.abs(a) <= cut.threshold if cut.rule == "cats" else smallest(a, cut.keep)
+            found.append(int(np.count_nonzero(small)))
+            z = zeroed[lo:hi]
+            np.multiply(a, small, out=z)
+            np.subtract(a, z, out=a)  # a - a = 0 and a - 0 = a, exactly
+            if u is not None:
+                np.multiply(z, u, out=z)
+
+        h = engine.hidden(x, visit)
+        counts.zeroed += sum(found)
         down(h, p, out)
-        counts.tokens += x.shape[0]
-        counts.dense2 += _sum2(dense)
-        counts.error2 += _sum2(np.subtract(out, dense, out=dense))
+        diff = np.matmul(zeroed, p.w2)
+        counts.error2 += _sum2(diff)
+        counts.dense2 += _sum2(np.add(diff, out, out=diff))
+
+    def _zeroed(self, rows: int, engine: Engine) -> Array:
+        buf = self._buffer
+        if buf is None or buf.shape[0] < rows:
+            buf = self._buffer = np.empty((rows, engine.d_ff), dtype=engine.dtype)
+        return buf[:rows]

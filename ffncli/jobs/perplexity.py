@@ -27,7 +27,7 @@ from ffncli.analysis.perplexity import (
     scored_rows,
     windows,
 )
-from ffncli.analysis.sparsity import CALIBRATION_TOKENS, calibrate_cut
+from ffncli.analysis.sparsity import CALIBRATION_TOKENS, calibrate_cuts
 from ffncli.compute.sparse import RULES, Cut, SparseFfn
 from ffncli.errors import InputError, SpecError
 from ffncli.jobs.progress import Callback, Progress
@@ -168,17 +168,18 @@ class _Cuts:
                                             for v in self.variants)
 
     def cut(self, i: int, v: int, engine: Engine) -> Cut:
+        """Variant v's cut in layer i: the first call of a layer calibrates every variant's."""
         if (i, v) not in self.cuts:
-            variant = self.variants[v]
-            if variant.cuts is not None:
-                self.cuts[i, v] = variant.cuts[i]
-            else:
+            calibrated = [(n, w) for n, w in enumerate(self.variants) if w.cuts is None]
+            if calibrated:
                 sample = self.samples[i] if self.samples is not None else \
                     np.concatenate(self.gathered.get(i) or [np.empty((0, engine.d_model))])
-                self.cuts[i, v] = calibrate_cut(engine, sample.astype(engine.dtype),
-                                                variant.rule, variant.target)
-            if v == len(self.variants) - 1:
-                self.gathered.pop(i, None)  # every variant of the layer has its cut
+                cuts = calibrate_cuts(engine, sample.astype(engine.dtype),
+                                      [(w.rule, w.target) for _, w in calibrated])
+                self.cuts |= {(i, n): c for (n, _), c in zip(calibrated, cuts, strict=True)}
+            self.cuts |= {(i, n): w.cuts[i] for n, w in enumerate(self.variants)
+                          if w.cuts is not None}
+            self.gathered.pop(i, None)  # every variant of the layer has its cut
         return self.cuts[i, v]
 
 

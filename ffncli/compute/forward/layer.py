@@ -21,6 +21,7 @@ from ffncli.compute.forward.ops import (
 
 Bounds = Sequence[tuple[int, int]]
 Ffn = Callable[[Array, Array], None]  # (ffn_input, out): the FFN of x into out
+CAUSAL_BLOCK = 128  # queries at a time in causal attention (SmolLM2 at 512: 7% faster)
 SCORE_ELEMENTS = 1 << 22  # attention scores held at once (16 MB in float32): longer
 
 
@@ -96,6 +97,8 @@ class Attention:
         a block's keys stop at its last query (and start at its first query's window)."""
         length = q.shape[2]
         step = max(1, min(length, SCORE_ELEMENTS // (self.heads * length)))
+        if self.causal:  # a block's keys stop at its last query: the masked half not computed
+            step = min(step, CAUSAL_BLOCK)
         for r0 in range(0, length, step):
             r1 = min(length, r0 + step)
             k0, k1 = 0, length
