@@ -226,7 +226,7 @@ def calibrate_cuts(ffn: Engine, x: np.ndarray, wanted: Sequence[tuple[str, float
     teal_in: dict[float, float] = {}
     teal_down: dict[float, float] = {}
     if gate:
-        a, u = gate_and_up(x, p, ffn)
+        a, u = gate_and_up(x, p, ffn, up="teal" in gate)  # cats needs no up projection
         if "teal" in gate:
             teal_in = quantiles(np.abs(x), "teal")
             teal_down = quantiles(np.abs(a if u is None else a * u), "teal")

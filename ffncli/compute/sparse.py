@@ -56,16 +56,16 @@ class CutCounts:
         self.dense2 += other.dense2
 
 
-def gate_and_up(x: Array, p: DenseWeights | GatedWeights, engine: Engine
+def gate_and_up(x: Array, p: DenseWeights | GatedWeights, engine: Engine, up: bool = True
                 ) -> tuple[Array, Array | None]:
     """(a, u): the activated gate ``act(x W + b)`` (fresh) and the up projection (None without
-    a gate), for calibration."""
+    a gate, or without ``up``), for calibration."""
     if isinstance(p, GatedWeights):
         a = x @ p.w
         if p.b is not None:
             a += p.b
-        u = x @ p.v
-        if p.c is not None:
+        u = x @ p.v if up else None
+        if u is not None and p.c is not None:
             u += p.c
     else:
         a, u = x @ p.w1, None
