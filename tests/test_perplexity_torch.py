@@ -5,13 +5,15 @@ to torch. The tests do not import torch.
 - Dense perplexity under every protocol, float32: within 1e-5 relative on the tiny GPT-2 and
   LLaMA checkpoints and 1e-4 on SmolLM2-135M (the issue asks 1e-4).
 - Thresholds calibrated on ffncli's own dense activations: within float32 rounding of numpy's
-  quantile on PyTorch's (rtol 1e-5 tiny, 1e-4 after SmolLM2's 30 layers); achieved sparsity
-  within 0.01.
+  quantile on PyTorch's (rtol 1e-4: a quantile at a small |a| carries the absolute rounding of
+  the layer's larger values; OpenBLAS's Haswell kernel put one tiny GPT-2 threshold 1.1e-5
+  away); achieved sparsity within 0.01.
 - The sparsified tiny models, given PyTorch's thresholds: the same perplexity, KL, top-1 and
   per-layer error (a sparsified perplexity moves with the thresholds' last bits: see
   test_own_thresholds_move_a_sparse_perplexity_a_little).
 - SmolLM2 sparsified: within the band the fixture measured (float32 and float64 torch, the
-  thresholds moved by 1e-6 of themselves), widened by its own width.
+  thresholds moved by 1e-6 of themselves), widened by its own width or 3%, whichever is more
+  (the band is a lower bound on the spread: the Haswell kernel put topk's KL 1.1% below it).
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def test_calibrated_thresholds_are_numpys_quantile_of_pytorchs_activations(case)
         r = perplexity(m, _ids(case), Protocol(32),
                        variants=[_variant(name, sparse[name], False) for name in RULES])
     for name, v in zip(RULES, r.variants, strict=True):
-        _check_cuts(v.layers, sparse[name], rtol=1e-5)
+        _check_cuts(v.layers, sparse[name], rtol=1e-4)
     assert r.calibration["tokens"] == _expected(case)["float32"]["calibration_tokens"]
 
 
@@ -141,7 +143,7 @@ def test_minilms_fidelity_is_pytorchs():
     with open_forward(ModelChoice(weights=minilm()), Overrides()) as m:
         r = perplexity(m, doc, None, variants=[Variant("cats", 0.5), Variant("topk", 0.5)])
     for name, v in zip(("cats-0.5", "topk-0.5"), r.variants, strict=True):
-        _check_cuts(v.layers, want[name], rtol=1e-5)
+        _check_cuts(v.layers, want[name], rtol=1e-4)
         assert v.token_cosine == pytest.approx(want[name]["token_cosine"], rel=1e-4)
         assert v.sentence_cosine == pytest.approx(want[name]["sentence_cosine"], rel=1e-4)
         np.testing.assert_allclose([c.ffn_error for c in v.layers],
@@ -185,8 +187,7 @@ def test_smollm2_sparsified_lands_in_pytorchs_band(smollm2_document):
                                          rel=1e-4)
     for name, v in zip(RULES, r.variants, strict=True):
         _check_cuts(v.layers, sparse[name], rtol=1e-4)
-        lo, hi = band[name]["perplexity"]
-        wide = max(hi - lo, 0.01 * lo)
-        assert lo - wide <= v.perplexity <= hi + wide, (name, v.perplexity, lo, hi)
-        lo, hi = band[name]["kl_mean"]
-        assert lo - max(hi - lo, 0.01 * lo) <= v.kl_mean <= hi + max(hi - lo, 0.01 * lo), name
+        for key, got in (("perplexity", v.perplexity), ("kl_mean", v.kl_mean)):
+            lo, hi = band[name][key]
+            wide = max(hi - lo, 0.03 * lo)
+            assert lo - wide <= got <= hi + wide, (name, key, got, lo, hi)
