@@ -110,7 +110,6 @@ class SparseFfn:
             raise ValueError(f"rule: expected one of {', '.join(RULES)}, got {cut.rule!r}")
         self.engine: Engine | None = engine
         self.cut, self.counts = cut, CutCounts()
-        self.p: DenseWeights | GatedWeights | None = engine.weights
         self.d_model, self.d_ff = engine.d_model, engine.d_ff
         self.first = 2 if isinstance(engine.weights, GatedWeights) else 1  # matrices before h
         self._buffer: Array | None = None  # the zeroed part of the hidden layer
@@ -122,7 +121,7 @@ class SparseFfn:
 
     def release(self) -> None:
         """Let the layer's weights and buffers go; the counts stay."""
-        self.engine = self.p = self._buffer = None
+        self.engine = self._buffer = None
 
     def __call__(self, x: Array, out: Array) -> None:
         if self.engine is None:

@@ -30,7 +30,7 @@ from ffncli.analysis.perplexity import (
 from ffncli.analysis.sparsity import CALIBRATION_TOKENS, calibrate_cuts
 from ffncli.compute.sparse import RULES, Cut, SparseFfn
 from ffncli.errors import InputError, SpecError
-from ffncli.jobs.progress import Callback, Progress
+from ffncli.jobs.progress import Progress
 from ffncli.jobs.thresholds import (
     Variant,
     check_layers,
@@ -155,17 +155,15 @@ class _Cuts:
         self.variants, self.samples = variants, samples
         self.gathered: dict[int, list[np.ndarray]] = {}
         self.cuts: dict[tuple[int, int], Cut] = {}
+        # from variant 0 of this walk: no calibration walk, and some variant to calibrate
+        self.gathering = samples is None and any(v.cuts is None and v.rule != "topk"
+                                                 for v in variants)
 
     def gather(self, i: int, x: np.ndarray) -> None:
         parts = self.gathered.setdefault(i, [])
         have = sum(len(p) for p in parts)
         if have < CALIBRATION_TOKENS:
             parts.append(np.array(x[:CALIBRATION_TOKENS - have]))
-
-    @property
-    def gathering(self) -> bool:
-        return self.samples is None and any(v.cuts is None and v.rule != "topk"
-                                            for v in self.variants)
 
     def cut(self, i: int, v: int, engine: Engine) -> Cut:
         """Variant v's cut in layer i: the first call of a layer calibrates every variant's."""
@@ -256,7 +254,7 @@ def _check_sparsifiable(model: Transformer, variants: Sequence[Variant],
 def perplexity(model: Transformer, document: Sequences, protocol: Protocol | None, *,
                variants: Sequence[Variant] = (), layers: Sequence[int] | None = None,
                bos: int | None = None, calibration: Sequences | None = None,
-               batch_tokens: int | None = None, progress: Callback | None = None
+               batch_tokens: int | None = None, progress: Progress | None = None
                ) -> PerplexityResult:
     """The dense model's perplexity on ``document`` under ``protocol`` (decoders), and each
     variant's against it; for an encoder (no LM head, ``protocol`` None), the fidelity of
@@ -284,6 +282,7 @@ def perplexity(model: Transformer, document: Sequences, protocol: Protocol | Non
         sequences, firsts = list(document.ids), []
     samples = None
     needs = any(v.cuts is None and v.rule != "topk" for v in variants)
+    calib = sequences  # what calibrates: the evaluated chunks, or another text's
     if needs and (calibration is not None or (protocol is not None and protocol.stride)):
         source = calibration.ids if calibration is not None else document.ids
         calib = chunks(source[0], protocol.ctx, bos) if protocol is not None else \
@@ -325,8 +324,13 @@ def perplexity(model: Transformer, document: Sequences, protocol: Protocol | Non
         score(head, states[0][rows], targets, nll, [s[rows] for s in states[1:]],
               agreements)
 
-    walk_variants(model, sequences, 1 + len(variants), visit, layers=layers, ffn=layer_ffn,
-                  final=final, batch_tokens=batch_tokens, progress=progress)
+    runs = 1 + len(variants)
+    if progress is not None:
+        progress.start(sum(len(s) for s in sequences) * model.n_layers * runs,
+                       "tokens x layers", per=model.n_layers * runs)
+    walk_variants(model, sequences, runs, visit, layers=layers, ffn=layer_ffn, final=final,
+                  batch_tokens=batch_tokens,
+                  progress=progress.update if progress is not None else None)
     results = []
     for v, variant in enumerate(variants):
         ffns = [sparse[i, v + 1] for i in layers]
@@ -338,9 +342,7 @@ def perplexity(model: Transformer, document: Sequences, protocol: Protocol | Non
     if needs:
         where = calibration or document
         calibrated = {"source": where.source, "sha256": where.sha256,
-                      "tokens": min(CALIBRATION_TOKENS, sum(len(s) for s in (
-                          chunks(where.ids[0], protocol.ctx, bos) if protocol is not None
-                          else where.ids))),
+                      "tokens": min(CALIBRATION_TOKENS, sum(len(s) for s in calib)),
                       "evaluated_text": calibration is None}
     tokens = len(ids) if protocol is not None else document.tokens
     return PerplexityResult(
@@ -392,7 +394,6 @@ def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = No
     from ffncli.specs.spec import Overrides
 
     check_targets(rule, targets)
-    bar = bar if bar is not None else Progress()
     with open_forward(model, Overrides()) as forward:
         protocol = _protocol(forward, ctx, stride, score)
         layers = parse_layers(model.layer, forward.n_layers)
@@ -415,12 +416,8 @@ def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = No
                 raise InputError("option --calibration-text: nothing is calibrated (it goes "
                                  "with --sparsify cats or teal)")
             calibration, _ = load_document(calibration_text, None, forward)
-        runs = len(windows(document.ids[0], protocol, bos).ids) * protocol.ctx \
-            if protocol is not None else document.tokens
-        bar.start(runs * forward.n_layers * (1 + len(variants)), "tokens x layers",
-                  per=forward.n_layers * (1 + len(variants)))
         result = perplexity(forward, document, protocol, variants=variants, layers=layers,
-                            bos=bos, calibration=calibration, progress=bar.update)
+                            bos=bos, calibration=calibration, progress=bar)
         if save is not None:
             save_thresholds(save, forward, result.calibration,
                             [(v.rule, v.target, {c.layer: c.cut for c in v.layers})

@@ -192,9 +192,8 @@ def perplexity_report(doc: dict[str, Any], about: Context | None = None) -> str:
                            x_ticks=[(k / 5, percent(k / 5, 0)) for k in range(6)],
                            y_range=(lo - pad, hi + pad), y_text=lambda y: f"{y:.4g}")
         columns, rows, _ = _rows(doc)
-        sources = [[Cell(c, None) for c in row] for row in rows]
         sections.append(section("the cost of sparsity", chart,
-                                number_table(columns, sources, "variants"),
+                                number_table(columns, rows, "variants"),
                                 note="The dense model at 0%, then each target of each rule."))
         labels = [v["label"] for v in doc["variants"]]
         layers = [str(i) for i in doc["layers"]]

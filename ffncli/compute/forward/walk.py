@@ -135,14 +135,8 @@ def walk(model: Transformer, sequences: Sequence[np.ndarray], layers: Collection
     one batch. ``progress(done)`` counts tokens through layers (of tokens x (max(layers) + 1)).
     With ``final``, every layer is computed and ``final(model.final(h))`` is called for each
     batch of the last layer's output."""
-    chosen = set(layers)
-
-    def seen(i: int, variant: int, block: Block, x: np.ndarray) -> None:
-        if i in chosen:
-            visit(i, block, x)
-
-    walk_variants(model, sequences, 1, seen, layers=chosen, batch_tokens=batch_tokens,
-                  progress=progress,
+    walk_variants(model, sequences, 1, lambda i, v, block, x: visit(i, block, x),
+                  layers=layers, batch_tokens=batch_tokens, progress=progress,
                   final=None if final is None else lambda bounds, first, states: final(states[0]))
 
 
