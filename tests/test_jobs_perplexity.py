@@ -6,6 +6,7 @@ PyTorch are in tests/test_perplexity_torch.py."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -457,3 +458,62 @@ def test_calibration_takes_the_first_4096_tokens_in_chunk_order():
                 assert c.cut.threshold == pytest.approx(want.threshold, rel=1e-6)
                 assert c.cut.down == pytest.approx(want.down, rel=1e-6)
     assert r.calibration["tokens"] == 4096
+
+
+def test_no_room_for_any_file_is_one_line_and_leaves_nothing(tmp_path, ids_file):
+    """A file-size limit of 0 (set in the process, as CPython ignores SIGXFSZ): the spill file
+    cannot be made; one line, exit 2, no thresholds file or report left behind."""
+    import subprocess
+    import sys
+
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))"
+    done = subprocess.run(
+        [sys.executable, "-c", f"{limit}; from ffncli.cli import main; main()", "perplexity",
+         "--weights", str(FORWARD / "llama"), "--ids", str(ids_file), "--ctx", "32",
+         "--sparsify", "cats", "--target-sparsity", "0.5", "--save-thresholds", "t.json",
+         "--report", "r.html"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.startswith("error: cannot keep the forward's spill file in ")
+    assert done.stderr.count("\n") == 1 and os.listdir(tmp_path) == []
+
+
+def test_each_option_of_the_command_changes_what_it_reports(cli, tmp_path, ids_file):
+    w = FORWARD / "llama" / "model.safetensors"
+    base = ("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "32", "--json")
+
+    def run(*extra):
+        r = cli(*base, *extra)
+        assert r.code == 0, r.err
+        return r.json()
+
+    dense = run()
+    assert (dense["tokens_scored"], dense["protocol"]["name"]) == (135, "llama.cpp")
+    every = run("--score", "all")
+    assert (every["tokens_scored"], every["protocol"]["name"]) == (279, "all")
+    strided = run("--stride", "16")
+    assert (strided["tokens_scored"], strided["windows"]) == (287, 17)
+    sparse = ["--sparsify", "cats", "--target-sparsity", "0.5"]
+    whole = run(*sparse)["variants"][0]
+    one = run(*sparse, "--layer", "1")["variants"][0]
+    assert [c["layer"] for c in whole["layers"]] == [0, 1]
+    assert [c["layer"] for c in one["layers"]] == [1] and one["perplexity"] != whole["perplexity"]
+    assert run("--dtype", "float64")["perplexity"] == pytest.approx(dense["perplexity"],
+                                                                    rel=1e-5)
+
+
+def test_calibration_text_calibrates_in_place_of_the_evaluated_one(cli, tmp_path):
+    from helpers.installed_models import minilm
+
+    text, other = tmp_path / "text.txt", tmp_path / "other.txt"
+    text.write_text("Alice was beginning to get very tired of sitting by her sister.\n"
+                    "So she was considering in her own mind.\n")
+    other.write_text("The Rabbit took a watch out of its waistcoat-pocket, and looked at it.\n")
+    base = ("perplexity", "--weights", minilm(), "--text", text, "--sparsify", "cats",
+            "--target-sparsity", "0.5", "--json")
+    own, theirs = cli(*base), cli(*base, "--calibration-text", other)
+    assert own.code == theirs.code == 0, (own.err, theirs.err)
+    assert own.json()["calibration"]["evaluated_text"] is True
+    assert theirs.json()["calibration"]["source"] == str(other)
+    assert theirs.json()["calibration"]["evaluated_text"] is False
+    assert own.json()["variants"][0]["layers"][0]["threshold"] != \
+        theirs.json()["variants"][0]["layers"][0]["threshold"]
