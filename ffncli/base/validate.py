@@ -144,3 +144,47 @@ class Keys:
         if value is not None and not isinstance(value, dict):
             raise self.fail(key, "an object")
         return value
+
+
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def size(where: str, text: str) -> tuple[int, int]:
+    """A memory size with its unit, decimal (``24GB``) or binary (``24GiB``), or several
+    devices' (``2x80GB``, their sum): (bytes, devices). No unit, zero, a negative or a
+    non-number is refused."""
+    import re
+    from decimal import Decimal, InvalidOperation
+
+    match = re.fullmatch(r"\s*(?:(\d+)\s*[x*]\s*)?([0-9]*\.?[0-9]+)\s*([A-Za-z]+)\s*", text)
+    unit = match and _UNITS.get(match.group(3).lower())
+    if not match or not unit:
+        raise fail(where, "a size with its unit, such as 24GB, 24GiB or 2x80GB (units: B, KB, "
+                   "MB, GB, TB, KiB, MiB, GiB, TiB)", text)
+    devices = int(match.group(1) or 1)
+    try:
+        amount = int(Decimal(match.group(2)) * unit) * devices
+    except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
+        raise fail(where, "a number before the unit", text) from None
+    if amount <= 0 or devices <= 0:
+        raise fail(where, "a size above zero", text)
+    return amount, devices
+
+
+def reserve(where: str, text: str, total: int) -> int:
+    """Bytes held back from ``total``: a share (``10%``) or a size (``2GB``), under it."""
+    from decimal import Decimal, InvalidOperation
+
+    if text.strip().endswith("%"):
+        try:
+            share = Decimal(text.strip()[:-1])
+        except InvalidOperation:
+            raise fail(where, "a percentage such as 10% or a size such as 2GB", text) from None
+        if not share.is_finite() or not 0 <= share < 100:
+            raise fail(where, "a percentage from 0% to below 100%", text)
+        return int(total * share / 100)
+    held, _ = size(where, text)
+    if held >= total:
+        raise fail(where, f"less than the memory given ({total:,} bytes)", text)
+    return held

@@ -24,7 +24,9 @@ from ffncli.cli.options import (
     SCALE,
     TEXT,
     TOKENS,
+    TRAINING,
     ConfigOpt,
+    FormatOpt,
     HubModelOpt,
     JsonOpt,
     PresetOpt,
@@ -34,7 +36,14 @@ from ffncli.cli.options import (
     put_in_panels,
 )
 from ffncli.errors import ExitCode, FfnError, InputError
-from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice, parse_layers
+from ffncli.jobs.choices import (
+    ModelChoice,
+    ScaleChoice,
+    TextChoice,
+    TokenChoice,
+    TrainChoice,
+    parse_layers,
+)
 from ffncli.specs.spec import Overrides
 
 app = typer.Typer(
@@ -93,7 +102,7 @@ def _examples(command: str) -> str:
 
 
 @app.command(epilog=_examples("params"))
-@grouped(overrides=(Overrides, COUNTING))
+@grouped(overrides=(Overrides, COUNTING), plan=(TrainChoice, TRAINING))
 def params(
     preset: PresetOpt = None,
     config: ConfigOpt = None,
@@ -108,19 +117,24 @@ def params(
     hub_model: HubModelOpt = None,
     report_path: ReportOpt = None,
     as_json: JsonOpt = False,
-    *, overrides: Overrides,
+    table_format: FormatOpt = "rich",
+    *, overrides: Overrides, plan: TrainChoice,
 ) -> None:
-    """Count parameters, FLOPs per token, weight memory and KV cache: FFN, attention, norms."""
+    """Count parameters, FLOPs per token, weight memory and KV cache: FFN, attention, norms;
+    the memory of fine-tuning it (--train) and what fits (--fit)."""
     from ffncli.jobs.params import count_model
     from ffncli.jobs.resolve import weights_of
     from ffncli.jobs.targets import report_target
+    from ffncli.present.console import check_format
     from ffncli.present.params import emit_params
     from ffncli.present.report import about, save_params
 
+    check_format(table_format, as_json)
     target = report_target(report_path, ModelChoice(preset, config, weights, hub_model))
-    result = count_model(preset, config, overrides, weights_of(weights, hub_model), batch)
+    result = count_model(preset, config, overrides, weights_of(weights, hub_model), batch,
+                         plan.plan(), plan.budget())
     save_params(target, result, about(ModelChoice(preset, config, weights, hub_model)))
-    emit_params(result, as_json)
+    emit_params(result, as_json, table_format)
     if not result.matches:
         raise typer.Exit(ExitCode.CHECK_FAILED)
 
@@ -248,10 +262,25 @@ def relu_stats_cmd(
     report_path: ReportOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
+    table_format: FormatOpt = "rich",
     *, model: ModelChoice, tokens: TokenChoice, text: TextChoice, overrides: Overrides,
     scale: ScaleChoice,
 ) -> None:
     """Activation sparsity of the hidden layer: per token, per unit, overlap, savings."""
+    from ffncli.present.console import check_format
+    from ffncli.present.console import table_format as tables
+
+    check_format(table_format, as_json)
+    with tables(table_format):
+        _relu_stats(threshold, target_sparsity, thresholds, report_path, as_json, quiet,
+                    model, tokens, text, overrides, scale)
+
+
+def _relu_stats(threshold: float | None, target_sparsity: float | None,
+                thresholds: Path | None, report_path: Path | None, as_json: bool, quiet: bool,
+                model: ModelChoice, tokens: TokenChoice, text: TextChoice,
+                overrides: Overrides, scale: ScaleChoice) -> None:
+    """``relu-stats``: on text (whole model), on shards, or on one token file."""
     if thresholds is not None and not text.given:
         raise InputError("option --thresholds: per-layer thresholds need the whole model: "
                          "give --text or --ids")

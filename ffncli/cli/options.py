@@ -128,6 +128,43 @@ SCALE: dict[str, Any] = {
         "--verbose", help="With --workers or --scheduler: show Dask's own log lines (warnings "
         "and errors of the scheduler and workers) on stderr. Default: only ffncli's.")],
 }
+TRAINING: dict[str, Any] = {
+    "train": Annotated[Optional[str], typer.Option(
+        "--train", metavar="full|lora|qlora", help="The memory of fine-tuning: weights, "
+        "gradients, fp32 master weights, optimizer states and activations (an estimate), at "
+        "--seq-len x --batch; LoRA's adapters counted exactly, QLoRA's base in NF4.",
+        show_default=False)],
+    "optimizer": Annotated[Optional[str], typer.Option(
+        "--optimizer", help="adamw (default), adam, sgd, sgd-momentum, adafactor or adamw-8bit "
+        "(bitsandbytes).", show_default=False)],
+    "precision": Annotated[Optional[str], typer.Option(
+        "--precision", help="bf16-mixed (default), fp16-mixed, fp32 or bf16 (pure).",
+        show_default=False)],
+    "lora_rank": Annotated[Optional[int], typer.Option(
+        "--lora-rank", metavar="R", help="LoRA's rank (default 8).", show_default=False)],
+    "lora_targets": Annotated[Optional[str], typer.Option(
+        "--lora-targets", metavar="LIST", help="Projections LoRA adapts, comma-separated: q, "
+        "k, v, o, gate, up, down, router, or attention, ffn, all-linear (the default; every "
+        "linear layer but the output head, as peft's).", show_default=False)],
+    "flash_attention": Annotated[bool, typer.Option(
+        "--flash-attention", help="Attention that keeps no seq_len^2 scores (FlashAttention).")],
+    "recompute": Annotated[bool, typer.Option(
+        "--recompute", help="Full activation recomputation: keep each layer's input only.")],
+    "dropout": Annotated[bool, typer.Option(
+        "--dropout/--no-dropout", help="Count dropout's masks and outputs among the "
+        "activations (the paper's formula does; models trained without dropout keep none).")],
+    "fit": Annotated[Optional[str], typer.Option(
+        "--fit", metavar="SIZE", help="What fits in this memory: 24GB, 24GiB or 2x80GB (the "
+        "sum): the longest --seq-len at --batch and the largest --batch at --seq-len for "
+        "inference, for every weight and cache dtype; with --train, whether the plan fits.",
+        show_default=False)],
+    "reserve": Annotated[Optional[str], typer.Option(
+        "--reserve", metavar="SHARE|SIZE", help="Memory held back from --fit: 10% or 2GB "
+        "(default none).", show_default=False)],
+}
+FormatOpt = Annotated[str, typer.Option(
+    "--format", help="Tables as rich (for a terminal), markdown or csv (to paste into an issue, "
+    "a paper or a spreadsheet; --json has every field).")]
 SHAPE = ("d_model", "d_ff", "activation", "gated", "experts", "top_k")
 RUNNING = {name: WHAT_IF[name] for name in SHAPE + ("beta", "capacity_factor")}
 COUNTING = {name: WHAT_IF[name] for name in SHAPE + ("match_params", "multiple_of", "seq_len")}
@@ -189,9 +226,12 @@ PANELS = {
                  "--save-thresholds"),
     "Your FFN (--impl)": ("--impl", "--impl-args", "--train-mode", "--timeout",
                           "--load-timeout"),
+    "Training and fit": ("--train", "--optimizer", "--precision", "--lora-rank",
+                         "--lora-targets", "--flash-attention", "--recompute", "--dropout",
+                         "--fit", "--reserve"),
     "Scale-out": ("--workers", "--scheduler", "--skip-bad", "--verbose"),
     "Output": ("--out", "--force", "--residual", "--precision", "--json", "--report",
-               "--junit-xml", "--quiet"),
+               "--junit-xml", "--quiet", "--format"),
 }
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ffncli.counting.files import GROUPS, FileCount
+from ffncli.counting.fit import Budget, FitCell, TrainFit
 from ffncli.counting.model import KvCache, ModelCount, count
+from ffncli.counting.training import Training
 from ffncli.specs.spec import ModelSpec, load_preset, preset_names
 
 # ---------------------------------------------------------------------------------------------
@@ -21,6 +23,11 @@ class ParamsResult:
     file: FileCount | None = None
     weights_path: str | None = None
     kv: KvCache | None = None  # the KV cache at the spec's seq_len and --batch
+    training: Training | None = None  # --train: the plan's memory
+    budget: Budget | None = None  # --fit: the memory given
+    fit: tuple[FitCell, ...] = ()  # --fit: every weight dtype x cache dtype, for inference
+    train_fit: TrainFit | None = None  # --fit with --train: the plan against the budget
+    context: int | None = None  # --fit: the model's own context limit (not applied)
 
     @property
     def mismatches(self) -> dict[str, tuple[int, int]]:

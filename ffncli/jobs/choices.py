@@ -7,9 +7,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ffncli.base.validate import fail, whole
 from ffncli.errors import InputError
+
+if TYPE_CHECKING:  # imported when a plan is made: the counting modules stay off start-up
+    from ffncli.counting.fit import Budget
+    from ffncli.counting.training import Plan
 
 
 @dataclass(frozen=True)
@@ -146,3 +151,60 @@ def is_many(path: Path) -> bool:
     if os.path.isdir(path):
         return True
     return any(c in str(path) for c in _GLOB_MAGIC) and not os.path.lexists(path)
+
+
+@dataclass(frozen=True)
+class TrainChoice:
+    """``params --train`` and its options, and ``--fit``/``--reserve``: a training plan
+    (:class:`ffncli.counting.training.Plan`) and a memory budget, or None when not asked."""
+
+    train: str | None = None
+    optimizer: str | None = None
+    precision: str | None = None
+    lora_rank: int | None = None
+    lora_targets: str | None = None
+    flash_attention: bool = False
+    recompute: bool = False
+    dropout: bool = True
+    fit: str | None = None
+    reserve: str | None = None
+
+    def plan(self) -> Plan | None:
+        """The plan (seq_len and batch filled in by the job), or None without ``--train``;
+        training options without it, or LoRA's without LoRA, are refused."""
+        from ffncli.counting.training import Plan
+
+        if self.train is None:
+            given = [name for name, value in (
+                ("--optimizer", self.optimizer), ("--precision", self.precision),
+                ("--lora-rank", self.lora_rank), ("--lora-targets", self.lora_targets),
+                ("--flash-attention", self.flash_attention or None),
+                ("--recompute", self.recompute or None),
+                ("--no-dropout", None if self.dropout else True)) if value is not None]
+            if given:
+                raise InputError(f"{', '.join(given)} plan training: give --train full, lora "
+                                 "or qlora with them")
+            return None
+        if self.train == "full" and (self.lora_rank is not None or self.lora_targets):
+            raise InputError("--lora-rank and --lora-targets need --train lora or qlora")
+        defaults = Plan()
+        targets = (tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
+                   if self.lora_targets is not None else defaults.lora_targets)
+        return Plan(mode=self.train, optimizer=self.optimizer or defaults.optimizer,
+                    precision=self.precision or defaults.precision,
+                    lora_rank=defaults.lora_rank if self.lora_rank is None else self.lora_rank,
+                    lora_targets=targets, flash_attention=self.flash_attention,
+                    recompute=self.recompute, dropout=self.dropout).check()
+
+    def budget(self) -> Budget | None:
+        """``--fit`` as a :class:`ffncli.counting.fit.Budget`, or None."""
+        from ffncli.base.validate import reserve, size
+        from ffncli.counting.fit import Budget
+
+        if self.fit is None:
+            if self.reserve is not None:
+                raise InputError("--reserve holds memory back from --fit: give --fit too")
+            return None
+        total, devices = size("option --fit", self.fit)
+        held = reserve("option --reserve", self.reserve, total) if self.reserve else 0
+        return Budget(self.fit.strip(), total, devices, held)

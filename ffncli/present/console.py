@@ -5,16 +5,19 @@ narrow terminal, and the one progress bar on stderr."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import json
 import math
 import os
+import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ffncli.errors import InputError
 from ffncli.jobs.progress import Progress
 
 if TYPE_CHECKING:  # Rich is imported when it draws (~50 ms that --json never pays)
@@ -32,9 +35,119 @@ def Text(text: str) -> RichText:  # noqa: N802 - stands in for rich.text.Text
     return RichText(text)
 
 
+TABLE_FORMATS = ("rich", "markdown", "csv")
+_TABLE_FORMAT: contextvars.ContextVar[str] = contextvars.ContextVar("table_format",
+                                                                   default="rich")
+
+
+def check_format(name: str, as_json: bool) -> str:
+    """``--format``: one of TABLE_FORMATS, and not beside ``--json`` (one document)."""
+    if name not in TABLE_FORMATS:
+        from ffncli.base.validate import suggest
+
+        raise InputError(f"option --format: expected one of {', '.join(TABLE_FORMATS)}, got "
+                         f"'{name}'{suggest(name, TABLE_FORMATS)}")
+    if as_json and name != "rich":
+        raise InputError(f"give --json or --format {name}, not both")
+    return name
+
+
+@contextlib.contextmanager
+def table_format(name: str) -> Iterator[None]:
+    """Tables printed inside as ``name`` (``--format``): Rich for people, or Markdown / CSV
+    on stdout for issues, papers and spreadsheets (no bars, every column)."""
+    token = _TABLE_FORMAT.set(name)
+    try:
+        yield
+    finally:
+        _TABLE_FORMAT.reset(token)
+
+
+class PlainConsole:
+    """What :func:`console` gives under ``--format markdown|csv``: tables as GitHub Markdown
+    (a bold title, then the table) or CSV (the title in a row of its own, the header, the
+    rows, a blank row), lines of text as they are (in CSV a one-cell row each)."""
+
+    width = 10**6  # every column is kept
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._blank = True  # the last line written was blank (or nothing was written)
+
+    def _write(self, line: str) -> None:
+        """A line; in Markdown, blank lines never two in a row."""
+        if line or not self._blank or self.kind == "csv":
+            print(line)
+        self._blank = not line
+
+    def print(self, *objects: Any, **_: Any) -> None:
+        if not objects:
+            self._write("")
+            return
+        for obj in objects:
+            if hasattr(obj, "columns") and hasattr(obj, "add_row"):
+                self._table(obj)
+            else:
+                self._line(obj.plain if hasattr(obj, "plain") else str(obj))
+
+    def _line(self, text: str) -> None:
+        if self.kind == "csv":
+            self._csv([[text]])
+        else:  # a paragraph of its own
+            self._write(text)
+            self._write("")
+
+    def _table(self, table: Table) -> None:
+        def plain(cell: Any) -> str:
+            return cell.plain if hasattr(cell, "plain") else str(cell)
+
+        title = plain(table.title) if table.title is not None else ""
+        rows = [[plain(c.header) for c in table.columns],
+                *map(list, zip(*([plain(x) for x in c.cells] for c in table.columns),
+                                strict=True))]
+        if self.kind == "csv":  # figures without thousands separators, for a spreadsheet
+            body = [[_FIGURE.sub(lambda m: m.group().replace(",", ""), cell) for cell in row]
+                    for row in rows]
+            self._csv(([[title]] if title else []) + body + [[]])
+            return
+        self._write("")
+        if title:
+            self._write(f"**{_md(title)}**")
+            self._write("")
+        right = ["---:" if c.justify == "right" else "---" for c in table.columns]
+        for row in (rows[0], right, *rows[1:]):
+            self._write("| " + " | ".join(_md(cell) if row is not right else cell
+                                          for cell in row) + " |")
+        self._write("")
+
+    @staticmethod
+    def _csv(rows: Sequence[Sequence[str]]) -> None:
+        import csv
+
+        csv.writer(sys.stdout, lineterminator="\n").writerows(rows)
+
+
+_FIGURE = re.compile(r"(?<![\w.,])-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,])")
+
+
+def _md(text: str) -> str:
+    """A Markdown table cell: pipes and backslashes escaped, on one line."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def plain_tables(out: Any) -> bool:
+    """Whether ``out`` prints tables as Markdown or CSV (no bars then)."""
+    return isinstance(out, PlainConsole)
+
+
 def console(stderr: bool = False) -> Console:
+    """The console for stdout (or stderr): Rich, or under ``--format markdown|csv`` on
+    stdout a :class:`PlainConsole` (typed as Rich's: it takes the calls the tables make)."""
     from rich.console import Console
 
+    kind = _TABLE_FORMAT.get()
+    if kind != "rich" and not stderr:
+        return PlainConsole(kind)  # type: ignore[return-value]
     stream = sys.stderr if stderr else sys.stdout
     # Piped output has no terminal width; a wide fixed width keeps numbers whole.
     width = None if stream.isatty() or "COLUMNS" in os.environ else 160
@@ -293,7 +406,7 @@ def bar_table(out: Console, title: str, columns: Sequence[str], rows: Sequence[S
     table = new_table(title, columns, optional)
     for row in rows:
         table.add_row(*row)
-    width = _bar_room(out, table)
+    width = 0 if plain_tables(out) else _bar_room(out, table)
     if not width:
         return table
     at = len(columns) if after is None else after + 1
@@ -307,7 +420,7 @@ def bar_table(out: Console, title: str, columns: Sequence[str], rows: Sequence[S
 def share_bar_line(out: Console, indent: int, share: float) -> None:
     """A share printed on the line above, drawn under it with its 100% track."""
     width = min(BAR_MAX, out.width - indent)
-    if width >= BAR_MIN:
+    if width >= BAR_MIN and not plain_tables(out):
         from rich.text import Text as RichText
 
         line = RichText(" " * indent)

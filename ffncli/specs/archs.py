@@ -52,6 +52,7 @@ class Arch:
     gguf: str | None = None  # the GGUF general.architecture read as this model type
     gguf_names: Mapping[str, str] | None = None  # a GGUF file's tensor names, for the forward
     not_run: str | None = None
+    fused_qkv: bool = False  # Q, K and V in one stored matrix (GPT-2's c_attn): one LoRA target
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,7 +125,8 @@ def _bert(family: str, **options: Any) -> Callable[[Config], ModelSpec]:
 
 ARCHS: dict[str, Arch] = {
     "gpt2": Arch(H.gpt2_spec, Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"},
-                                     linear=False), forward="gpt2", names=GPT2_NAMES),
+                                     linear=False), forward="gpt2", names=GPT2_NAMES,
+                 fused_qkv=True),
     "bert": Arch(_bert("bert"), BERT_FFN, forward="bert", names=BERT_NAMES),
     "roberta": Arch(_bert("roberta", vocab_default=50265), BERT_FFN, forward="bert",
                     names=BERT_NAMES, quirks=frozenset({PADDED_POSITIONS})),
@@ -134,7 +136,8 @@ ARCHS: dict[str, Arch] = {
     "t5": Arch(H.t5_spec, T5_FFN, gated_ffn=T5_GATED_FFN),
     "opt": Arch(H.opt_spec, Layout({"w1": "layers.{i}.fc1", "w2": "layers.{i}.fc2"})),
     "gpt_neox": Arch(H.gpt_neox_spec, Layout({"w1": "layers.{i}.mlp.dense_h_to_4h",
-                                              "w2": "layers.{i}.mlp.dense_4h_to_h"})),
+                                              "w2": "layers.{i}.mlp.dense_4h_to_h"}),
+                     fused_qkv=True),
     "llama": Arch(H.llama_like("llama"), LLAMA_FFN, forward="llama", names=LLAMA_NAMES,
                   gguf="llama", gguf_names=GGUF_LLAMA_NAMES),
     # Mistral and Mixtral have no attention biases whatever attention_bias says; Qwen2 always
@@ -167,20 +170,21 @@ ARCHS: dict[str, Arch] = {
                                                qk_norm="head"), LLAMA_FFN),
     "phi3": Arch(H.llama_like("phi3", qkv_bias=False, out_bias=False),
                  Layout({"w2": "layers.{i}.mlp.down_proj"},
-                        gate_up="layers.{i}.mlp.gate_up_proj"), gguf="phi3"),
+                        gate_up="layers.{i}.mlp.gate_up_proj"), gguf="phi3", fused_qkv=True),
     "olmo": Arch(H.llama_like("olmo", norm=H.NO_AFFINE), LLAMA_FFN),
     "olmo2": Arch(H.llama_like("olmo2", qk_norm="heads"), LLAMA_FFN),
     "granite": Arch(H.llama_like("granite"), LLAMA_FFN, gguf="granite"),
     "starcoder2": Arch(H.starcoder2_spec, Layout({"w1": "layers.{i}.mlp.c_fc",
                                                   "w2": "layers.{i}.mlp.c_proj"})),
     "gpt_bigcode": Arch(H.gpt_bigcode_spec, Layout({"w1": "h.{i}.mlp.c_fc",
-                                                    "w2": "h.{i}.mlp.c_proj"})),
+                                                    "w2": "h.{i}.mlp.c_proj"}),
+                        fused_qkv=True),
     "gptj": Arch(H.gptj_spec, Layout({"w1": "h.{i}.mlp.fc_in", "w2": "h.{i}.mlp.fc_out"})),
-    "falcon": Arch(H.falcon_spec, H_TO_4H_FFN),
+    "falcon": Arch(H.falcon_spec, H_TO_4H_FFN, fused_qkv=True),
     "stablelm": Arch(H.stablelm_spec, LLAMA_FFN),
-    "bloom": Arch(H.bloom_spec, H_TO_4H_FFN),
+    "bloom": Arch(H.bloom_spec, H_TO_4H_FFN, fused_qkv=True),
     "mpt": Arch(H.mpt_spec, Layout({"w1": "blocks.{i}.ffn.up_proj",
-                                    "w2": "blocks.{i}.ffn.down_proj"})),
+                                    "w2": "blocks.{i}.ffn.down_proj"}), fused_qkv=True),
     "xlm-roberta": Arch(_bert("xlm-roberta"), BERT_FFN, forward="bert", names=BERT_NAMES,
                         quirks=frozenset({PADDED_POSITIONS})),
     "electra": Arch(H.electra_spec, BERT_FFN, forward="electra", names=BERT_NAMES),
@@ -209,6 +213,17 @@ def ffn_layout(spec: ModelSpec) -> Layout | None:
 def with_ffn_layout() -> list[str]:
     """The model types whose FFN ffncli reads from a checkpoint."""
     return [t for t, row in ARCHS.items() if row.ffn is not None]
+
+
+def fused(spec: ModelSpec) -> frozenset[str]:
+    """The projections the spec's family stores as one matrix: ``qkv`` (GPT-2's c_attn),
+    ``gate_up`` (Phi-3's gate_up_proj). A LoRA adapter sees each as one linear layer."""
+    row = ARCHS.get(spec.family)
+    if row is None:
+        return frozenset()
+    layout = ffn_layout(spec)
+    return frozenset({"qkv"} if row.fused_qkv else set()) | frozenset(
+        {"gate_up"} if layout is not None and layout.gate_up else set())
 
 
 def not_run(spec: ModelSpec) -> str | None:
