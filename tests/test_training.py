@@ -117,8 +117,8 @@ def test_optimizer_states_of_one_matrix():
 
 def test_nf4_of_a_matrix():
     n = 4096 * 4096  # 4 bits, an 8-bit absmax per 64, a float32 per 256 absmaxes, an offset
-    assert nf4_bytes(n) == n // 2 + n // 64 + 4 * (n // 64 // 256) + 4
-    assert nf4_bytes(65) == 33 + 2 + 4 + 4
+    assert nf4_bytes(n) == n // 2 + n // 64 + 4 * (n // 64 // 256) + 4 + 4 * (16 + 256)
+    assert nf4_bytes(65) == 33 + 2 + 4 + 4 + 4 * (16 + 256)
 
 
 def test_qlora_keeps_the_linear_layers_in_nf4_and_the_rest_in_16_bits():

@@ -40,8 +40,9 @@ STEP_BYTES = 4  # PyTorch's ``step``: a float32 scalar tensor per parameter tens
 # float32 quantisation map per state.
 BNB_BLOCK, BNB_MIN_8BIT, BNB_QMAP = 256, 4096, 256 * FP32
 # NF4 (QLoRA): 4 bits a weight, one absmax per 64 weights, the absmaxes quantised to 8 bits in
-# blocks of 256 with a float32 scale each and one float32 offset (double quantisation).
-NF4_BLOCK, NF4_NESTED_BLOCK = 64, 256
+# blocks of 256 with a float32 scale each and one float32 offset (double quantisation), and the
+# matrix's two code tables (NF4's 16 values, the nested 256-entry map), float32.
+NF4_BLOCK, NF4_NESTED_BLOCK, NF4_CODES = 64, 256, (16 + 256) * FP32
 
 
 @dataclass(frozen=True)
@@ -185,9 +186,11 @@ def adapters(spec: ModelSpec, plan: Plan) -> tuple[Adapter, ...]:
 
 def nf4_bytes(numel: int) -> int:
     """A matrix in QLoRA's NF4 with double quantisation: packed 4-bit weights, an 8-bit absmax
-    per block of 64, a float32 scale per 256 absmaxes, and one float32 offset."""
+    per block of 64, a float32 scale per 256 absmaxes, one float32 offset and the two code
+    tables (as bitsandbytes 0.50's ``Params4bit`` holds them)."""
     blocks = -(-numel // NF4_BLOCK)
-    return -(-numel // 2) + blocks + FP32 * -(-blocks // NF4_NESTED_BLOCK) + FP32
+    return (-(-numel // 2) + blocks + FP32 * -(-blocks // NF4_NESTED_BLOCK) + FP32
+            + NF4_CODES)
 
 
 def optimizer_bytes(optimizer: str, tensor: Tensor, state: int) -> int:
