@@ -122,3 +122,18 @@ def test_the_fixtures_name_their_versions():
         assert doc["versions"]["torch"].startswith("2.13.0")
     assert LORA["versions"]["peft"] == "0.21.2" and BNB["versions"]["bitsandbytes"] == "0.50.2"
     assert Path(REF / "README.md").is_file()
+
+
+LORA_V4 = json.loads((REF / "lora-v4.json").read_text())
+
+
+@pytest.mark.parametrize("model,targets,rank", [
+    (m, t, r) for m, entry in LORA_V4["models"].items() for t in entry["targets"]
+    for r in (8, 64)])
+def test_lora_on_separate_experts_equals_peft_on_transformers_4(model, targets, rank):
+    """transformers 4 keeps each expert's matrices as nn.Linear (the checkpoint's layout):
+    peft's count there is ours, experts, routers and all-linear included."""
+    assert LORA_V4["versions"]["transformers"].startswith("4.")
+    spec = load_config(CONFIGS / f"{model}.config.json")
+    expected = LORA_V4["models"][model]["targets"][targets][f"r={rank}"]["trainable"]
+    assert lora_params(spec, targets, rank) == expected
