@@ -25,8 +25,10 @@ from ffncli.cli.options import (
     TEXT,
     TOKENS,
     ConfigOpt,
+    GgufFileOpt,
     HubModelOpt,
     JsonOpt,
+    OfflineOpt,
     PresetOpt,
     QuietOpt,
     ReportOpt,
@@ -108,17 +110,20 @@ def params(
     hub_model: HubModelOpt = None,
     report_path: ReportOpt = None,
     as_json: JsonOpt = False,
+    gguf_file: GgufFileOpt = None,
+    offline: OfflineOpt = False,
     *, overrides: Overrides,
 ) -> None:
     """Count parameters, FLOPs per token, weight memory and KV cache: FFN, attention, norms."""
     from ffncli.jobs.params import count_model
-    from ffncli.jobs.resolve import weights_of
+    from ffncli.jobs.resolve import weights_to_count
     from ffncli.jobs.targets import report_target
     from ffncli.present.params import emit_params
     from ffncli.present.report import about, save_params
 
     target = report_target(report_path, ModelChoice(preset, config, weights, hub_model))
-    result = count_model(preset, config, overrides, weights_of(weights, hub_model), batch)
+    counted = weights_to_count(weights, hub_model, gguf_file, offline)
+    result = count_model(preset, config, overrides, counted, batch)
     save_params(target, result, about(ModelChoice(preset, config, weights, hub_model)))
     emit_params(result, as_json)
     if not result.matches:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path, PurePosixPath
@@ -195,6 +195,8 @@ class Checkpoint:
     shard_of: dict[str, Path]
     _headers: dict[Path, Header] = field(default_factory=dict, compare=False, repr=False)
     _listed: dict[Path, set[str]] = field(default_factory=dict, compare=False, repr=False)
+    # how a shard's header is read: read_header, or by range from the Hub (formats/remote.py)
+    reader: Callable[[Path], Header] | None = field(default=None, compare=False, repr=False)
 
     @property
     def shards(self) -> tuple[Path, ...]:
@@ -203,7 +205,7 @@ class Checkpoint:
     def header(self, shard: Path) -> Header:
         """The header of one shard, read once and checked against the index."""
         if shard not in self._headers:
-            header = read_header(shard)
+            header = (self.reader or read_header)(shard)
             if self.index is not None:
                 self._check_shard(header)
             self._headers[shard] = header

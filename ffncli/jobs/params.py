@@ -10,9 +10,8 @@ from ffncli.counting.files import count_file, count_gguf
 from ffncli.counting.model import count, kv_cache
 from ffncli.counting.results import FileOnlyResult, ParamsResult
 from ffncli.errors import InputError
-from ffncli.formats.gguf import read_header
-from ffncli.formats.safetensors import config_beside, read_checkpoint
-from ffncli.jobs.resolve import resolve_spec
+from ffncli.formats.safetensors import config_beside
+from ffncli.jobs.resolve import Counted, resolve_spec
 from ffncli.specs.archs import UnsupportedModelType
 from ffncli.specs.gguf import UnsupportedArchitecture, spec_from_header
 from ffncli.specs.spec import Overrides, apply_overrides
@@ -21,42 +20,47 @@ _NO_CONFIG = "no --preset or --config, and no config.json beside the weights"
 
 
 def count_model(preset: str | None, config: Path | None, overrides: Overrides,
-                weights: Path | None = None, batch: int = 1) -> ParamsResult | FileOnlyResult:
+                weights: Path | Counted | None = None, batch: int = 1
+                ) -> ParamsResult | FileOnlyResult:
     """``params``: the spec's count and KV cache at its seq_len x ``batch``; with ``weights``
-    (a .safetensors file, an index or a model folder) the count of every shard's header beside
-    it (no tensor data is read), the spec from the config.json beside the weights unless one
-    is given. A checkpoint without a config, or with a model type no reader knows, is still
-    counted from the file's tensor names."""
+    (a .safetensors file, an index or a model folder; or a model on the Hub, its headers read
+    by range: ``Counted``) the count of every shard's header beside it (no tensor data is
+    read), the spec from the config.json beside the weights unless one is given. A checkpoint
+    without a config, or with a model type no reader knows, is still counted from the file's
+    tensor names."""
     whole("option --batch", batch)
+    located = weights if isinstance(weights, Counted) else Counted(weights, None if weights
+                                                                   is None else str(weights))
+    weights, named = located.path, located.name
     if weights is not None and weights.suffix.lower() == ".gguf":
-        return _count_gguf(preset, config, overrides, weights, batch)
+        return _count_gguf(preset, config, overrides, weights, batch, located)
     if weights is not None and preset is None and config is None:
         config = config_beside(weights)
         if config is None:
             if overrides != Overrides():
                 raise InputError(f"the what-if options need a spec; {_NO_CONFIG}")
-            return FileOnlyResult(count_file(read_checkpoint(weights)), str(weights), _NO_CONFIG)
+            return FileOnlyResult(count_file(located.checkpoint(weights)), str(named),
+                                  _NO_CONFIG)
     try:  # with the weights: a config.json's quantization_config is checked
         spec = resolve_spec(preset, config, overrides, weights=weights)
     except UnsupportedModelType as exc:
         if weights is None:
             raise
-        return FileOnlyResult(count_file(read_checkpoint(weights)), str(weights), str(exc))
-    file = count_file(read_checkpoint(weights)) if weights is not None else None
-    return ParamsResult(count(spec), file, str(weights) if weights is not None else None,
-                        kv_cache(spec, spec.seq_len, batch))
+        return FileOnlyResult(count_file(located.checkpoint(weights)), str(named), str(exc))
+    file = count_file(located.checkpoint(weights)) if weights is not None else None
+    return ParamsResult(count(spec), file, named, kv_cache(spec, spec.seq_len, batch))
 
 
 def _count_gguf(preset: str | None, config: Path | None, overrides: Overrides, weights: Path,
-                batch: int) -> ParamsResult | FileOnlyResult:
+                batch: int, located: Counted) -> ParamsResult | FileOnlyResult:
     """``params --weights model.gguf``: its tensor infos counted, its metadata's spec (or the
     --preset / --config given) beside them; an architecture no reader knows is counted from
     the file alone."""
-    header = read_header(weights)
+    header = located.gguf(weights)
     file = count_gguf(header)
     try:
         spec = (resolve_spec(preset, config, overrides) if preset or config else
                 apply_overrides(spec_from_header(header), overrides))
     except UnsupportedArchitecture as exc:
-        return FileOnlyResult(file, str(weights), str(exc))
-    return ParamsResult(count(spec), file, str(weights), kv_cache(spec, spec.seq_len, batch))
+        return FileOnlyResult(file, str(located.name), str(exc))
+    return ParamsResult(count(spec), file, located.name, kv_cache(spec, spec.seq_len, batch))
