@@ -92,7 +92,7 @@ def snapshot(model: str) -> Path:
         cached = folder.is_dir()
     if not cached:
         raise NotCached(f"{repo_id} is not in the Hugging Face cache at {cache} (ffncli "
-                           f"never downloads); {_listing(cache)}")
+                        f"never downloads weights); {_listing(cache)}")
     snapshots = folder / "snapshots"
     with reading(snapshots, "snapshots folder", WeightsError):
         commits = sorted(p.name for p in snapshots.iterdir()) if snapshots.is_dir() else []

@@ -184,7 +184,8 @@ def locate(repo_id: str, revision: str, gguf_file: str | None, why: str) -> HubW
               and not file.endswith(".gguf") and (name != INDEX_NAME or file == INDEX_NAME)]
     for name in wanted:
         with _mapped(f"{repo_id}: {name}", revision):
-            snapshot = Path(hub.hf_hub_download(repo_id, name, revision=commit,
+            # by the revision asked for, so that huggingface_hub keeps its refs/ as it does
+            snapshot = Path(hub.hf_hub_download(repo_id, name, revision=revision,
                                                 cache_dir=cache_dir(), endpoint=endpoint)).parent
     return HubWeights(repo_id, commit, file, snapshot, endpoint)
 

@@ -59,7 +59,9 @@ class Hub:
         self.server.server_close()
 
     def requests_of(self, repo: str, file: str) -> list[Request]:
-        return [r for r in self.log if r.path == f"/{repo}/resolve/{COMMIT}/{file}"]
+        """The requests of one file, at any revision."""
+        return [r for r in self.log if (found := _RESOLVE.fullmatch(r.path)) is not None
+                and (found["repo"], found["file"]) == (repo, file)]
 
 
 def folder_files(folder: Path) -> dict[str, bytes]:
