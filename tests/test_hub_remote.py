@@ -39,6 +39,7 @@ def hub(sharded):
         "acme/loop": Repo(model, loop=("model.safetensors",)),
         "acme/liar": Repo({"config.json": model["config.json"], "model.safetensors": LIAR}),
         "acme/cut": Repo(model, cut={"model.safetensors": 100}),
+        "acme/no-ranges": Repo(model, ranges=False),
         "acme/pickles": Repo({"config.json": model["config.json"], "pytorch_model.bin": b"x"}),
     })
     yield server
@@ -226,6 +227,7 @@ def test_a_gated_repository_needs_hf_token_which_is_sent_and_never_shown(cli, hu
 
 
 def test_bad_hubs_and_bad_headers_are_one_line(cli, hub, online):
+    hub.hung_up.clear()
     cases = {
         "acme/nope": "acme/nope: no such repository on the Hub, or it is private (a token "
                      "that may read it goes in HF_TOKEN)",
@@ -235,6 +237,9 @@ def test_bad_hubs_and_bad_headers_are_one_line(cli, hub, online):
                      "(TooManyRedirects: Exceeded maximum allowed redirects.)",
         "acme/liar": f"{url(hub, 'acme/liar', 'model.safetensors')}: not a safetensors file "
                      "(header length 10,000,000 runs past the end of the file, 1,000 bytes)",
+        "acme/no-ranges": f"{url(hub, 'acme/no-ranges', 'model.safetensors')}: the server "
+                          "answered HTTP 200 without the byte range asked for; ffncli reads "
+                          "only a weights file's header, by range requests",
         "acme/pickles": "acme/pickles@main on the Hub has no model.safetensors, "
                         "model.safetensors.index.json or .gguf file (it has pytorch_model.bin: "
                         "PyTorch pickles, never read)",
@@ -244,6 +249,9 @@ def test_bad_hubs_and_bad_headers_are_one_line(cli, hub, online):
     cut = one_error(cli("params", "--model", "acme/cut"))
     assert cut.startswith(f"{url(hub, 'acme/cut', 'model.safetensors')}: the Hub could not be "
                           "read (RemoteProtocolError: "), cut
+    whole = f"/acme/no-ranges/resolve/{COMMIT}/model.safetensors"
+    assert len(minilm().joinpath("model.safetensors").read_bytes()) > 20_000_000
+    assert hub.hung_up == [whole]  # 90 MB offered whole, and left unread
     loops = hub.requests_of("acme/loop", "model.safetensors")
     assert 1 < len(loops) <= 21  # the redirects are bounded
     assert not hub.requests_of("acme/liar", "config.json")[2:]  # nothing read twice

@@ -24,7 +24,7 @@ class Repo:
     """A repository: its files (name -> bytes), and how it misbehaves: ``status`` answers every
     request with that error (``error_code`` as the Hub's X-Error-Code), unless ``token`` is
     given and sent; ``loop`` files redirect to themselves forever; ``cut`` files stop after that
-    many bytes of a range, the connection closed."""
+    many bytes of a range, the connection closed; without ``ranges``, ``Range`` is ignored."""
 
     files: dict[str, bytes]
     status: int | None = None
@@ -32,6 +32,7 @@ class Repo:
     token: str | None = None
     loop: tuple[str, ...] = ()
     cut: dict[str, int] = field(default_factory=dict)
+    ranges: bool = True  # False: every GET answered whole, Range ignored
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Hub:
     def __init__(self) -> None:
         self.repos: dict[str, Repo] = {}
         self.log: list[Request] = []
+        self.hung_up: list[str] = []  # paths whose answer the client stopped reading
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -115,7 +117,7 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             meta = {"X-Repo-Commit": COMMIT,
                     "ETag": f'"{hashlib.sha1(data).hexdigest()}"', "Accept-Ranges": "bytes"}
             ranged = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
-            if ranged is None:
+            if ranged is None or not repo.ranges:
                 return self.send(200, data, meta, head)
             start, end = int(ranged[1]), min(int(ranged[2]), len(data) - 1)
             if start >= len(data):
@@ -135,8 +137,12 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 self.send_header(key, value)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            if not head:
-                self.wfile.write(body if send is None else send)
-            self.wfile.flush()
+            try:
+                if not head:
+                    self.wfile.write(body if send is None else send)
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):  # the client stopped reading
+                hub.hung_up.append(self.path)
+                self.close_connection = True
 
     return Handler
