@@ -10,6 +10,9 @@ os.environ["COLUMNS"] = "200"
 os.environ["TERMINAL_WIDTH"] = "200"
 os.environ["_TYPER_FORCE_DISABLE_TERMINAL"] = "1"
 os.environ["NO_COLOR"] = "1"
+# Never the real Hub: params --model reads a model that is not cached from it. The tests that
+# mean to (test_hub_remote.py) clear this and point HF_ENDPOINT at a server of their own.
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402

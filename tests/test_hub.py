@@ -15,6 +15,11 @@ from ffncli.formats.hub import cache_dir
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 OTHER = "fedcba9876543210fedcba9876543210fedcba98"
+# what params adds to a model that is not cached, the tests being offline (conftest.py), and
+# what the other commands add
+OFF = ("; HF_HUB_OFFLINE keeps ffncli off the Hub: without it, params counts the model from "
+       "the Hub by its headers")
+ONLY = "; only ffncli params reads a model from the Hub (by its headers)"
 
 
 def fake_cache(root: Path, model_dir: Path, repo: str = "sentence-transformers/all-MiniLM-L6-v2",
@@ -89,22 +94,23 @@ def test_model_errors_exact_lines(cli, cache, tmp_path):
               "sentence-transformers/all-MiniLM-L6-v2")
     cases = [
         (("params", "--model", "acme/nope"),
-         f"acme/nope is not in the Hugging Face cache at {cache} (ffncli never downloads); "
-         f"cached models: {cached}"),
+         f"acme/nope is not in the Hugging Face cache at {cache} (ffncli never downloads weights); "
+         f"cached models: {cached}{OFF}"),
         (("run", "--model", "acme/empty", "--random", "1"),
-         f"{cache / 'models--acme--empty'}: no snapshots in it (an interrupted download?)"),
+         f"{cache / 'models--acme--empty'}: no snapshots in it (an interrupted download?){ONLY}"),
         (("run", "--model", "acme/minilm-sharded@v2", "--random", "1"),
          f"acme/minilm-sharded: no revision 'v2' in the cache (refs: main, refs/pr/1; "
-         f"snapshots: {COMMIT}, {OTHER})"),
+         f"snapshots: {COMMIT}, {OTHER}){ONLY}"),
         (("params", "--model", "sentence-transformers/all-MiniLM-L6-v2@v1"),
          f"sentence-transformers/all-MiniLM-L6-v2: revision 'v1' (commit {OTHER}) is not in "
-         f"the cache; cached snapshots: {COMMIT}"),
+         f"the cache; cached snapshots: {COMMIT}{OFF}"),
         (("params", "--model", f"acme/minilm-sharded@{'a' * 40}"),
          f"acme/minilm-sharded: revision '{'a' * 40}' is not in the cache; cached snapshots: "
-         f"{COMMIT}, {OTHER}"),
+         f"{COMMIT}, {OTHER}{OFF}"),
         (("params", "--model", "acme/minilm-sharded@0123456"),
-         f"{acme / 'snapshots' / COMMIT}: no model.safetensors or "
-         "model.safetensors.index.json in the folder"),
+         f"acme/minilm-sharded@0123456: the cache's snapshot {acme / 'snapshots' / COMMIT} "
+         "holds no weights (model.safetensors, every shard of model.safetensors.index.json, or "
+         f"one .gguf file){OFF}"),
         (("params", "--model", "acme/bad-ref"),
          f"{cache / 'models--acme--bad-ref' / 'refs' / 'main'}: expected a 40-digit commit "
          "hash, got 'not a commit'"),
@@ -128,7 +134,7 @@ def test_an_empty_or_missing_cache_says_so(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "none"))
     r = cli("params", "--model", "a/b")
     assert r.err == (f"error: a/b is not in the Hugging Face cache at {tmp_path / 'none'} "
-                     "(ffncli never downloads); there is no cache there\n")
+                     "(ffncli never downloads weights); there is no cache there" + OFF + "\n")
     (tmp_path / "none").mkdir()
     r = cli("params", "--model", "a/b")
-    assert r.err.endswith("(ffncli never downloads); it holds no models\n")
+    assert r.err.endswith("(ffncli never downloads weights); it holds no models" + OFF + "\n")

@@ -27,8 +27,10 @@ from ffncli.cli.options import (
     TRAINING,
     ConfigOpt,
     FormatOpt,
+    GgufFileOpt,
     HubModelOpt,
     JsonOpt,
+    OfflineOpt,
     PresetOpt,
     QuietOpt,
     ReportOpt,
@@ -117,13 +119,15 @@ def params(
     hub_model: HubModelOpt = None,
     report_path: ReportOpt = None,
     as_json: JsonOpt = False,
+    gguf_file: GgufFileOpt = None,
+    offline: OfflineOpt = False,
     table_format: FormatOpt = "rich",
     *, overrides: Overrides, plan: TrainChoice,
 ) -> None:
     """Count parameters, FLOPs per token, weight memory and KV cache: FFN, attention, norms;
     the memory of fine-tuning it (--train) and what fits (--fit)."""
     from ffncli.jobs.params import count_model
-    from ffncli.jobs.resolve import weights_of
+    from ffncli.jobs.resolve import weights_to_count
     from ffncli.jobs.targets import report_target
     from ffncli.present.console import check_format
     from ffncli.present.params import emit_params
@@ -131,8 +135,9 @@ def params(
 
     check_format(table_format, as_json)
     target = report_target(report_path, ModelChoice(preset, config, weights, hub_model))
-    result = count_model(preset, config, overrides, weights_of(weights, hub_model), batch,
-                         plan.plan(), plan.budget())
+    counted = weights_to_count(weights, hub_model, gguf_file, offline)
+    result = count_model(preset, config, overrides, counted, batch, plan.plan(),
+                         plan.budget())
     save_params(target, result, about(ModelChoice(preset, config, weights, hub_model)))
     emit_params(result, as_json, table_format)
     if not result.matches:

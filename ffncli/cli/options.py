@@ -25,7 +25,16 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document o
 HubModelOpt = Annotated[Optional[str], typer.Option(
     "--model", metavar="ORG/NAME[@REVISION]", help="Instead of --weights: a model in the "
     "local Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub; "
-    "revision default main). Never downloads.", show_default=False)]
+    "revision default main). Never downloads weights: params counts a model that is not "
+    "cached from the Hub by its headers (see --offline).", show_default=False)]
+GgufFileOpt = Annotated[Optional[str], typer.Option(
+    "--gguf-file", metavar="NAME", help="With --model: the .gguf file of the repository to "
+    "count (default: its safetensors weights, else its only .gguf).", show_default=False)]
+OfflineOpt = Annotated[bool, typer.Option(
+    "--offline", help="With --model: the local Hugging Face cache only, as HF_HUB_OFFLINE=1 "
+    "(default: a model whose weights are not cached is counted from the Hub by its headers, "
+    "with pip install 'ffncli\\[hub]'; HF_ENDPOINT and HF_TOKEN as huggingface_hub reads "
+    "them).")]
 QuietOpt = Annotated[bool, typer.Option(
     "--quiet", "-q", help="No progress bar (it is drawn on stderr, when that is a terminal, "
     "for work that runs longer than about two seconds).")]
@@ -217,8 +226,8 @@ PERPLEXITY_MODEL = {**CAPTURE_MODEL, "layer": Annotated[Optional[str], typer.Opt
 # Each option under its heading in --help (Typer's rich_help_panel), by its name; the options
 # of one command alone (--threshold, --trials, ...) stay under "Options".
 PANELS = {
-    "Model": ("--preset", "--config", "--weights", "--model", "--layer", "--dtype",
-              "--max-memory"),
+    "Model": ("--preset", "--config", "--weights", "--model", "--gguf-file", "--offline",
+              "--layer", "--dtype", "--max-memory"),
     "Tokens": ("--input", "--random", "--seed", "--allow-nonfinite", "--text", "--ids"),
     "What-if": (*(f"--{name.replace('_', '-')}" for name in WHAT_IF), "--gated", "--batch"),
     "Protocol": ("--ctx", "--stride", "--score"),

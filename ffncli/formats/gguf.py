@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from ffncli.base.files import kept_or_opened, open_file, read_at
 from ffncli.base.validate import brief
 from ffncli.errors import WeightsError
+from ffncli.formats.sources import ByteSource, LocalBytes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -124,7 +125,7 @@ class _Walker:
     """A cursor over the first bytes of the file that refuses to step past them: past the
     end of the file it is an error, past what was read it asks for more."""
 
-    def __init__(self, path: Path, buf: bytes, size: int, order: str) -> None:
+    def __init__(self, path: str | Path, buf: bytes, size: int, order: str) -> None:
         self.path, self.buf, self.size, self.order, self.pos = path, buf, size, order, 0
         self.limit = len(buf)
 
@@ -200,28 +201,35 @@ class _Walker:
 
 
 def read_header(path: Path) -> GgufHeader:
-    """The metadata and tensor infos, checked: magic, version, every length against the file,
-    known GGML types, tensor data inside the file and not overlapping. No tensor data is read."""
+    """A local file's metadata and tensor infos, checked (:func:`parse_header`)."""
     with open_file(path, "weights file", WeightsError) as f:
-        size = f.seek(0, 2)
-        if size < 24:
-            f.seek(0)
-            head = f.read(4)
-            if head != MAGIC:
-                raise WeightsError(f"{path}: not a GGUF file (expected the magic bytes "
-                                   f"b'GGUF', got {brief(head)})")
-            raise WeightsError(f"{path}: the GGUF header is cut short ({size} bytes)")
-        chunk = FIRST_READ
-        while True:
-            f.seek(0)
-            buf = f.read(min(size, chunk))
-            try:
-                return _walk(path, buf, size if len(buf) == min(size, chunk) else len(buf))
-            except _NeedMore:
-                chunk *= 8
+        return parse_header(LocalBytes(f, path, FIRST_READ))
 
 
-def _walk(path: Path, buf: bytes, size: int) -> GgufHeader:
+def parse_header(source: ByteSource) -> GgufHeader:
+    """The metadata and tensor infos of ``source`` (a local file, or one on the Hub read by
+    range requests), checked: magic, version, every length against the file, known GGML
+    types, tensor data inside the file and not overlapping. No tensor data is read beyond
+    what the last read of the header brought: its first ``source.first`` bytes, then
+    ``source.growth`` times more each time the walk needs more."""
+    name, size = source.name, source.size
+    if size < 24:
+        head = source.read(0, 4)
+        if head != MAGIC:
+            raise WeightsError(f"{name}: not a GGUF file (expected the magic bytes "
+                               f"b'GGUF', got {brief(head)})")
+        raise WeightsError(f"{name}: the GGUF header is cut short ({size} bytes)")
+    chunk = source.first
+    while True:
+        buf = source.read(0, min(size, chunk))
+        try:
+            return _walk(name, buf, size if len(buf) == min(size, chunk) else len(buf),
+                         source.path)
+        except _NeedMore:
+            chunk *= source.growth
+
+
+def _walk(path: str, buf: bytes, size: int, file: Path) -> GgufHeader:
     if buf[:4] != MAGIC:
         raise WeightsError(f"{path}: not a GGUF file (expected the magic bytes b'GGUF', got "
                            f"{brief(bytes(buf[:4]))})")
@@ -258,7 +266,7 @@ def _walk(path: Path, buf: bytes, size: int) -> GgufHeader:
     for a, b in pairwise(ranges):
         if b.start < a.start + a.nbytes:
             raise WeightsError(f"{path}: tensors '{a.name}' and '{b.name}' overlap")
-    return GgufHeader(path, version, little, metadata, tensors)
+    return GgufHeader(file, version, little, metadata, tensors)
 
 
 def _tensor_info(w: _Walker) -> tuple[str, tuple[int, ...], int, int]:
@@ -273,7 +281,7 @@ def _tensor_info(w: _Walker) -> tuple[str, tuple[int, ...], int, int]:
     return name, dims, type_id, offset
 
 
-def _tensor(path: Path, name: str, dims: tuple[int, ...], type_id: int, start: int,
+def _tensor(path: str, name: str, dims: tuple[int, ...], type_id: int, start: int,
             size: int) -> GgufTensor:
     where = f"{path}: tensor '{name}'"
     if type_id not in GGML_TYPES:

@@ -1,4 +1,5 @@
-"""``--model ORG/NAME[@REVISION]``: a model in the local Hugging Face cache, never the network.
+"""``--model ORG/NAME[@REVISION]``: a model in the local Hugging Face cache, never the network
+(``params`` counts one that is not cached from the Hub by its headers: ``formats/remote.py``).
 
 The cache is the one ``huggingface_hub`` fills (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else
 ``~/.cache/huggingface/hub``). A model lives in ``models--ORG--NAME/``: ``refs/<revision>``
@@ -15,11 +16,17 @@ from pathlib import Path
 from ffncli.base.files import reading
 from ffncli.base.textformats import read_text
 from ffncli.errors import WeightsError
+from ffncli.formats.safetensors import INDEX_NAME, SINGLE_NAME, parse_index
 
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _REVISION = re.compile(r"[A-Za-z0-9._-]+(?:/[A-Za-z0-9._-]+)*")
 _SHOWN = 20  # cached models named in an error, at most
+
+
+class NotCached(WeightsError):
+    """The model, its revision or its weights are not in the cache (``params`` may read them
+    from the Hub instead; the cache's own faults, a bad ref file, are plain WeightsErrors)."""
 
 
 def cache_dir() -> Path:
@@ -40,9 +47,8 @@ def cached_models(cache: Path) -> list[str]:
                   if name.startswith("models--"))
 
 
-def snapshot(model: str) -> Path:
-    """The snapshot folder of ``ORG/NAME[@REVISION]`` in the cache: the commit that
-    ``refs/REVISION`` (default ``main``) names, or REVISION itself when it is a commit hash."""
+def parse_model(model: str) -> tuple[str, str]:
+    """``ORG/NAME[@REVISION]`` as ``(ORG/NAME, REVISION)``, the revision ``main`` by default."""
     repo_id, _, revision = model.partition("@")
     if not _REPO_ID.fullmatch(repo_id) or (revision == "" and "@" in model):
         raise WeightsError(f"option --model: expected ORG/NAME or ORG/NAME@REVISION, got "
@@ -51,22 +57,51 @@ def snapshot(model: str) -> Path:
     if not _REVISION.fullmatch(revision) or ".." in revision.split("/"):
         raise WeightsError(f"option --model: revision '{revision}' is not a branch, tag or "
                            "commit name")
+    return repo_id, revision
+
+
+def cached_weights(model: str, gguf_file: str | None = None) -> Path:
+    """The weights of ``ORG/NAME[@REVISION]`` in the cache: its snapshot folder when that
+    holds a ``model.safetensors``, or an index and every shard it names; else the .gguf file
+    ``gguf_file`` names, or the folder's only one. A snapshot without them (huggingface_hub
+    keeps the config.json and index that ``params`` fetched from the Hub) is not cached."""
+    folder = snapshot(model)
+    if gguf_file is not None:
+        if os.path.isfile(folder / gguf_file):
+            return folder / gguf_file
+        raise NotCached(f"{model}: the cache's snapshot {folder} has no file '{gguf_file}'")
+    index = folder / INDEX_NAME
+    if os.path.isfile(folder / SINGLE_NAME) or (os.path.isfile(index) and all(
+            os.path.isfile(shard) for shard in set(parse_index(index).values()))):
+        return folder
+    with reading(folder, "snapshot folder", WeightsError):
+        ggufs = sorted(p for p in folder.iterdir() if p.suffix.lower() == ".gguf")
+    if len(ggufs) == 1 and not os.path.lexists(index):
+        return ggufs[0]
+    raise NotCached(f"{model}: the cache's snapshot {folder} holds no weights "
+                    f"({SINGLE_NAME}, every shard of {INDEX_NAME}, or one .gguf file)")
+
+
+def snapshot(model: str) -> Path:
+    """The snapshot folder of ``ORG/NAME[@REVISION]`` in the cache: the commit that
+    ``refs/REVISION`` (default ``main``) names, or REVISION itself when it is a commit hash."""
+    repo_id, revision = parse_model(model)
     cache = cache_dir()
     folder = cache / f"models--{repo_id.replace('/', '--')}"
     with reading(folder, "Hugging Face cache folder", WeightsError):
         cached = folder.is_dir()
     if not cached:
-        raise WeightsError(f"{repo_id} is not in the Hugging Face cache at {cache} (ffncli "
-                           f"never downloads); {_listing(cache)}")
+        raise NotCached(f"{repo_id} is not in the Hugging Face cache at {cache} (ffncli "
+                        f"never downloads weights); {_listing(cache)}")
     snapshots = folder / "snapshots"
     with reading(snapshots, "snapshots folder", WeightsError):
         commits = sorted(p.name for p in snapshots.iterdir()) if snapshots.is_dir() else []
     if not commits:
-        raise WeightsError(f"{folder}: no snapshots in it (an interrupted download?)")
+        raise NotCached(f"{folder}: no snapshots in it (an interrupted download?)")
     commit = _commit(repo_id, folder, revision, commits)
     if commit not in commits:
         named = "" if commit == revision else f" (commit {commit})"
-        raise WeightsError(f"{repo_id}: revision '{revision}'{named} is not in the cache; "
+        raise NotCached(f"{repo_id}: revision '{revision}'{named} is not in the cache; "
                            f"cached snapshots: {', '.join(commits)}")
     return snapshots / commit
 
@@ -87,7 +122,7 @@ def _commit(repo_id: str, folder: Path, revision: str, commits: list[str]) -> st
     with reading(refs_dir, "refs folder", WeightsError):
         refs = sorted(str(p.relative_to(refs_dir)) for p in refs_dir.rglob("*")
                       if p.is_file()) if refs_dir.is_dir() else []
-    raise WeightsError(f"{repo_id}: no revision '{revision}' in the cache (refs: "
+    raise NotCached(f"{repo_id}: no revision '{revision}' in the cache (refs: "
                        f"{', '.join(refs) or 'none'}; snapshots: {', '.join(commits)})")
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path, PurePosixPath
@@ -24,6 +24,7 @@ from ffncli.base.files import check_file, kept_or_opened, open_file, read_at, re
 from ffncli.base.textformats import Malformed, parse_json, read_json
 from ffncli.base.validate import brief
 from ffncli.errors import WeightsError
+from ffncli.formats.sources import ByteSource, LocalBytes
 
 if TYPE_CHECKING:
     import numpy as np
@@ -57,50 +58,55 @@ class Header:
 
 
 def read_header(path: Path) -> Header:
-    """Parse and check the header; no tensor data is read.
+    """Parse and check a local file's header (:func:`parse_header`); no tensor data is read."""
+    with open_file(path, "weights file", WeightsError) as f:
+        return parse_header(LocalBytes(f, path, 8))
+
+
+def parse_header(source: ByteSource) -> Header:
+    """Parse and check the header of ``source`` (a local file, or one on the Hub read by
+    range requests): its first 8 bytes, then the header they measure, nothing more.
 
     Everything is checked before it is trusted: the header length against the format's limit
     and the file's size, the JSON strictly (no duplicate keys, NaN or deep nesting), and each
     entry's fields, dtype, shape and byte range, which must lie in the data and overlap no
     other tensor's (gaps between tensors are allowed)."""
-    with open_file(path, "weights file", WeightsError) as f:
-        size = f.seek(0, 2)
-        f.seek(0)
-        prefix = f.read(8)
-        if len(prefix) < 8:
-            raise WeightsError(f"{path}: not a safetensors file (shorter than 8 bytes)")
-        (n,) = struct.unpack("<Q", prefix)
-        if n > MAX_HEADER:
-            raise WeightsError(f"{path}: not a safetensors file (header length {n:,} is over "
-                               f"the format's limit of {MAX_HEADER:,} bytes)")
-        if 8 + n > size:
-            raise WeightsError(f"{path}: not a safetensors file (header length {n:,} runs "
-                               f"past the end of the file, {size:,} bytes)")
-        raw = f.read(n)
+    name, size = source.name, source.size
+    prefix = source.read(0, 8)
+    if len(prefix) < 8:
+        raise WeightsError(f"{name}: not a safetensors file (shorter than 8 bytes)")
+    (n,) = struct.unpack("<Q", prefix)
+    if n > MAX_HEADER:
+        raise WeightsError(f"{name}: not a safetensors file (header length {n:,} is over "
+                           f"the format's limit of {MAX_HEADER:,} bytes)")
+    if 8 + n > size:
+        raise WeightsError(f"{name}: not a safetensors file (header length {n:,} runs "
+                           f"past the end of the file, {size:,} bytes)")
+    raw = source.read(8, n)
     if len(raw) < n:  # the file shrank after it was measured
-        raise WeightsError(f"{path}: not a safetensors file (header length {n:,} runs past the "
+        raise WeightsError(f"{name}: not a safetensors file (header length {n:,} runs past the "
                            f"end of the file, {8 + len(raw):,} bytes)")
     try:
         data = parse_json(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise WeightsError(f"{path}: not a safetensors file (header is not UTF-8 text)") from None
+        raise WeightsError(f"{name}: not a safetensors file (header is not UTF-8 text)") from None
     except Malformed as exc:
-        raise WeightsError(f"{path}: not a safetensors file (header is not valid "
+        raise WeightsError(f"{name}: not a safetensors file (header is not valid "
                            f"JSON{exc.where}: {exc.problem})") from None
     if not isinstance(data, dict):
-        raise WeightsError(f"{path}: not a safetensors file (header is not a JSON object)")
+        raise WeightsError(f"{name}: not a safetensors file (header is not a JSON object)")
     base, data_size = 8 + n, size - 8 - n
     tensors: dict[str, TensorInfo] = {}
-    for name, entry in data.items():
-        if name == "__metadata__":
-            _check_metadata(path, entry)
+    for key, entry in data.items():
+        if key == "__metadata__":
+            _check_metadata(name, entry)
             continue
-        tensors[name] = _tensor(path, name, entry, base, data_size)
-    _check_overlaps(path, tensors.values(), base)
-    return Header(path, tensors)
+        tensors[key] = _tensor(name, key, entry, base, data_size)
+    _check_overlaps(name, tensors.values(), base)
+    return Header(source.path, tensors)
 
 
-def _check_metadata(path: Path, entry: object) -> None:
+def _check_metadata(path: str, entry: object) -> None:
     """Free-form text: a mapping of strings to strings, as the format defines it."""
     if not (isinstance(entry, dict)
             and all(isinstance(v, str) for v in entry.values())):
@@ -112,7 +118,7 @@ def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _tensor(path: Path, name: str, entry: object, base: int, data_size: int) -> TensorInfo:
+def _tensor(path: str, name: str, entry: object, base: int, data_size: int) -> TensorInfo:
     where = f"{path}: tensor '{name}'"
     if not isinstance(entry, dict):
         raise WeightsError(f"{where}: expected an object with dtype, shape and data_offsets, "
@@ -155,7 +161,7 @@ def _tensor(path: Path, name: str, entry: object, base: int, data_size: int) -> 
     return info
 
 
-def _check_overlaps(path: Path, tensors: Iterable[TensorInfo], base: int) -> None:
+def _check_overlaps(path: str, tensors: Iterable[TensorInfo], base: int) -> None:
     """No two tensors share a byte (empty ones occupy none). Sorted by start, each must end
     before the next begins."""
     ranges = sorted((t for t in tensors if t.end > t.start), key=lambda t: (t.start, t.end))
@@ -189,6 +195,8 @@ class Checkpoint:
     shard_of: dict[str, Path]
     _headers: dict[Path, Header] = field(default_factory=dict, compare=False, repr=False)
     _listed: dict[Path, set[str]] = field(default_factory=dict, compare=False, repr=False)
+    # how a shard's header is read: read_header, or by range from the Hub (formats/remote.py)
+    reader: Callable[[Path], Header] | None = field(default=None, compare=False, repr=False)
 
     @property
     def shards(self) -> tuple[Path, ...]:
@@ -197,7 +205,7 @@ class Checkpoint:
     def header(self, shard: Path) -> Header:
         """The header of one shard, read once and checked against the index."""
         if shard not in self._headers:
-            header = read_header(shard)
+            header = (self.reader or read_header)(shard)
             if self.index is not None:
                 self._check_shard(header)
             self._headers[shard] = header
@@ -286,6 +294,15 @@ def read_index(path: Path) -> dict[str, Path]:
     """A ``model.safetensors.index.json``: tensor name -> shard file, checked strictly (JSON
     without duplicate keys, only ``metadata`` and ``weight_map``, each shard a file name
     inside the index's folder that exists)."""
+    shard_of = parse_index(path)
+    for shard in dict.fromkeys(shard_of.values()):
+        check_file(shard, f"shard named by {path.name}", WeightsError)
+    return shard_of
+
+
+def parse_index(path: Path) -> dict[str, Path]:
+    """:func:`read_index` without looking for the shards: an index whose shards are on the
+    Hub (``ffncli.formats.remote``)."""
     data = read_json(path, "index file", WeightsError, MAX_INDEX, kind="a safetensors index")
     if not isinstance(data, dict):
         raise WeightsError(f"{path}: not a safetensors index: expected a JSON object with a "
@@ -309,8 +326,6 @@ def read_index(path: Path) -> dict[str, Path]:
         if file not in shards:
             shards[file] = _shard_path(path, name, file)
         shard_of[name] = shards[file]
-    for shard in shards.values():
-        check_file(shard, f"shard named by {path.name}", WeightsError)
     return shard_of
 
 

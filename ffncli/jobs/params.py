@@ -13,9 +13,8 @@ from ffncli.counting.model import count, kv_cache
 from ffncli.counting.results import FileOnlyResult, ParamsResult
 from ffncli.counting.training import Plan, training
 from ffncli.errors import InputError
-from ffncli.formats.gguf import read_header
-from ffncli.formats.safetensors import config_beside, read_checkpoint
-from ffncli.jobs.resolve import resolve_spec
+from ffncli.formats.safetensors import config_beside
+from ffncli.jobs.resolve import Counted, resolve_spec
 from ffncli.specs.archs import UnsupportedModelType
 from ffncli.specs.gguf import UnsupportedArchitecture, spec_from_header
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides
@@ -24,59 +23,66 @@ _NO_CONFIG = "no --preset or --config, and no config.json beside the weights"
 
 
 def count_model(preset: str | None, config: Path | None, overrides: Overrides,
-                weights: Path | None = None, batch: int = 1, plan: Plan | None = None,
-                budget: Budget | None = None) -> ParamsResult | FileOnlyResult:
+                weights: Path | Counted | None = None, batch: int = 1,
+                plan: Plan | None = None, budget: Budget | None = None
+                ) -> ParamsResult | FileOnlyResult:
     """``params``: the spec's count and KV cache at its seq_len x ``batch``; with ``weights``
-    (a .safetensors file, an index or a model folder) the count of every shard's header beside
-    it (no tensor data is read), the spec from the config.json beside the weights unless one
-    is given. A checkpoint without a config, or with a model type no reader knows, is still
-    counted from the file's tensor names. ``plan``: the memory of training it (``--train``);
-    ``budget``: what fits in that memory (``--fit``)."""
+    (a .safetensors file, an index or a model folder; or a model on the Hub, its headers read
+    by range: ``Counted``) the count of every shard's header beside it (no tensor data is
+    read), the spec from the config.json beside the weights unless one is given. A checkpoint
+    without a config, or with a model type no reader knows, is still counted from the file's
+    tensor names. ``plan``: the memory of training it (``--train``); ``budget``: what fits in
+    that memory (``--fit``)."""
     whole("option --batch", batch)
     if plan is not None:
         plan.check()
+    located = weights if isinstance(weights, Counted) else Counted(weights, None if weights
+                                                                   is None else str(weights))
+    weights, named = located.path, located.name
     if weights is not None and weights.suffix.lower() == ".gguf":
-        return _count_gguf(preset, config, overrides, weights, batch, plan, budget)
+        return _count_gguf(preset, config, overrides, weights, batch, located, plan, budget)
     if weights is not None and preset is None and config is None:
         config = config_beside(weights)
         if config is None:
             if overrides != Overrides() or plan is not None or budget is not None:
                 raise InputError(f"the what-if, --train and --fit options need a spec; "
                                  f"{_NO_CONFIG}")
-            return FileOnlyResult(count_file(read_checkpoint(weights)), str(weights), _NO_CONFIG)
+            return FileOnlyResult(count_file(located.checkpoint(weights)), str(named),
+                                  _NO_CONFIG)
     try:  # with the weights: a config.json's quantization_config is checked
         spec = resolve_spec(preset, config, overrides, weights=weights)
     except UnsupportedModelType as exc:
         if weights is None or plan is not None or budget is not None:
             raise
-        return FileOnlyResult(count_file(read_checkpoint(weights)), str(weights), str(exc))
-    file = count_file(read_checkpoint(weights)) if weights is not None else None
+        return FileOnlyResult(count_file(located.checkpoint(weights)), str(named), str(exc))
+    file = count_file(located.checkpoint(weights)) if weights is not None else None
     limit = (resolve_spec(preset, config, dataclasses.replace(overrides, seq_len=None),
                           weights=weights).seq_len if budget is not None else None)
-    return _planned(spec, file, weights, batch, plan, budget, limit)
+    return _planned(spec, file, named, batch, plan, budget, limit)
 
 
-def _planned(spec: ModelSpec, file: FileCount | None, weights: Path | None, batch: int,
+def _planned(spec: ModelSpec, file: FileCount | None, named: str | None, batch: int,
              plan: Plan | None, budget: Budget | None, limit: int | None) -> ParamsResult:
     """The spec's count, its KV cache and, when asked, its training plan and what fits."""
     c, kv = count(spec), kv_cache(spec, spec.seq_len, batch)
     trained = (training(spec, dataclasses.replace(plan, seq_len=spec.seq_len, batch=batch))
                if plan is not None else None)
     return ParamsResult(
-        c, file, str(weights) if weights is not None else None, kv, trained, budget,
+        c, file, named, kv, trained, budget,
         fit_inference(c, kv, budget) if budget is not None else (),
         TrainFit(trained.total.total, budget.usable) if trained and budget else None,
         limit)
 
 
 def _count_gguf(preset: str | None, config: Path | None, overrides: Overrides, weights: Path,
-                batch: int, plan: Plan | None, budget: Budget | None
+                batch: int, located: Counted, plan: Plan | None, budget: Budget | None
                 ) -> ParamsResult | FileOnlyResult:
     """``params --weights model.gguf``: its tensor infos counted, its metadata's spec (or the
     --preset / --config given) beside them; an architecture no reader knows is counted from
     the file alone."""
-    header = read_header(weights)
+    header = located.gguf(weights)
     file = count_gguf(header)
+
     def spec_of(ov: Overrides) -> ModelSpec:
         return (resolve_spec(preset, config, ov) if preset or config else
                 apply_overrides(spec_from_header(header), ov))
@@ -86,7 +92,7 @@ def _count_gguf(preset: str | None, config: Path | None, overrides: Overrides, w
     except UnsupportedArchitecture as exc:
         if plan is not None or budget is not None:
             raise
-        return FileOnlyResult(file, str(weights), str(exc))
+        return FileOnlyResult(file, str(located.name), str(exc))
     limit = (spec_of(dataclasses.replace(overrides, seq_len=None)).seq_len
              if budget is not None else None)
-    return _planned(spec, file, weights, batch, plan, budget, limit)
+    return _planned(spec, file, located.name, batch, plan, budget, limit)

@@ -6,20 +6,21 @@ a command reads or writes. Spec resolution and ``params`` never import NumPy."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ffncli.base.validate import Keys
 from ffncli.errors import FfnError, InputError
-from ffncli.formats.safetensors import config_beside, open_checkpoint
+from ffncli.formats.gguf import GgufHeader, read_header
+from ffncli.formats.safetensors import Header, config_beside, open_checkpoint, read_checkpoint
 from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
 
 if TYPE_CHECKING:
     from ffncli.compute.build import Model
     from ffncli.compute.forward.families import Transformer
-    from ffncli.formats.gguf import GgufHeader
     from ffncli.formats.tensors import Tensors
     from ffncli.formats.text import Sequences, Tokenizer
     from ffncli.formats.tokens import TokenInput
@@ -39,9 +40,53 @@ def weights_of(weights: Path | None, hub_model: str | None,
         raise InputError("give --weights or --model, not both")
     if impl is not None:
         raise InputError("give --impl or --model, not both")
-    from ffncli.formats.hub import snapshot
+    from ffncli.formats.hub import NotCached, cached_weights
 
-    return snapshot(hub_model)
+    try:
+        return cached_weights(hub_model)
+    except NotCached as exc:
+        raise NotCached(f"{exc}; only ffncli params reads a model from the Hub (by its "
+                        "headers)") from None
+
+
+@dataclass(frozen=True)
+class Counted:
+    """The weights ``params`` counts: ``path``, where the spec logic looks (the file or
+    folder, or a Hub model's cache snapshot, its config.json beside); ``name``, how the result
+    names them; and how their headers are read (from the file, or by range from the Hub)."""
+
+    path: Path | None
+    name: str | None
+    checkpoint: Callable[[Path], Header] = read_checkpoint
+    gguf: Callable[[Path], GgufHeader] = read_header
+
+
+def weights_to_count(weights: Path | None, hub_model: str | None, gguf_file: str | None = None,
+                     offline: bool = False) -> Counted:
+    """``params``' ``--weights`` or ``--model``: a model in the cache as any command has it;
+    one that is not, from the Hub by its headers (``formats/remote.py``), unless ``offline``
+    (``--offline``) or ``HF_HUB_OFFLINE`` says not to, or huggingface_hub is not installed."""
+    if hub_model is None:
+        if gguf_file is not None:
+            raise InputError("option --gguf-file names a file of --model's repository: give "
+                             "--model ORG/NAME (or the file itself with --weights)")
+        return Counted(weights, None if weights is None else str(weights))
+    if weights is not None:
+        raise InputError("give --weights or --model, not both")
+    from ffncli.formats import remote
+    from ffncli.formats.hub import NotCached, cached_weights, parse_model
+
+    repo_id, revision = parse_model(hub_model)
+    try:
+        path = cached_weights(hub_model, gguf_file)
+        return Counted(path, str(path))
+    except NotCached as exc:
+        if offline or remote.offline():
+            how = "--offline" if offline else "HF_HUB_OFFLINE"
+            raise NotCached(f"{exc}; {how} keeps ffncli off the Hub: without it, params "
+                            "counts the model from the Hub by its headers") from None
+        hub = remote.locate(repo_id, revision, gguf_file, str(exc))
+        return Counted(hub.path, hub.name, hub.checkpoint, hub.gguf)
 
 
 @dataclass
@@ -74,7 +119,6 @@ def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
         raise InputError("give --preset or --config, not both")
     if preset is None and config is None and weights is not None \
             and weights.suffix.lower() == ".gguf":  # a GGUF file describes itself
-        from ffncli.formats.gguf import read_header
         from ffncli.specs.gguf import spec_from_header
 
         header = gguf if gguf is not None else read_header(weights)
@@ -149,7 +193,6 @@ def open_model(choice: ModelChoice, overrides: Overrides) -> Opened:
     """The model of ``choice``: the spec, the checkpoint of ``--weights``/``--model`` opened
     (a GGUF file's header read once, for both), and the keys of the config.json the whole
     model's settings come from (``--config``, else the one beside the weights)."""
-    from ffncli.formats.gguf import read_header
     from ffncli.formats.tensors import GgufTensors, SafetensorsTensors, is_checkpoint
 
     weights = weights_of(choice.weights, choice.hub_model)
