@@ -26,7 +26,7 @@ from ffncli.analysis.perplexity import (
     scored_rows,
     windows,
 )
-from ffncli.analysis.sparsity import CALIBRATION_TOKENS, calibrate_cuts
+from ffncli.analysis.sparsity import CALIBRATION_TOKENS, Gathering, Magnitudes, cuts_from
 from ffncli.compute.sparse import RULES, Cut, SparseFfn, Tally
 from ffncli.errors import InputError, SpecError
 from ffncli.jobs.progress import Progress
@@ -145,37 +145,43 @@ class PerplexityResult:
 
 
 class _Cuts:
-    """Each variant's cut in each selected layer, from a file, from the rule alone (topk), or
-    calibrated on the dense model's first CALIBRATION_TOKENS FFN inputs of the layer: held
-    (``samples``, from a calibration walk) or gathered from variant 0 of this walk."""
+    """Each variant's cut in each selected layer: from a file, from the rule alone (topk), or
+    calibrated on the dense model's first CALIBRATION_TOKENS FFN inputs of the layer, their
+    magnitudes kept by variant 0's FFN (a :class:`Gathering`) as the walk computes it."""
 
-    def __init__(self, variants: Sequence[Variant], samples: dict[int, np.ndarray] | None
-                 ) -> None:
-        self.variants, self.samples = variants, samples
-        self.gathered: dict[int, list[np.ndarray]] = {}
+    def __init__(self, variants: Sequence[Variant]) -> None:
+        self.variants = variants
+        self.wanted = [(w.rule, w.target) for w in variants if w.cuts is None]
+        self.gathering = _needs_calibration(variants)
+        self.gatherers: dict[int, Gathering] = {}
         self.cuts: dict[tuple[int, int], Cut] = {}
-        # from variant 0 of this walk: no calibration walk, and some variant to calibrate
-        self.gathering = samples is None and _needs_calibration(variants)
 
-    def gather(self, i: int, x: np.ndarray) -> None:
-        parts = self.gathered.setdefault(i, [])
-        have = sum(len(p) for p in parts)
-        if have < CALIBRATION_TOKENS:
-            parts.append(np.array(x[:CALIBRATION_TOKENS - have]))
+    def ffn(self, i: int, engine: Engine) -> Ffn | None:
+        """Variant 0's FFN in selected layer i: the gathering one while layer i has no cuts."""
+        for j in [j for j in self.gatherers if j < i]:
+            self.finish(j, self.gatherers[j].d_ff)  # the walk has left layer j
+        if not self.gathering or (i, 0) in self.cuts:
+            return None
+        g = self.gatherers.setdefault(i, Gathering(engine, self.wanted))
+        g.engine = engine
+        return g
 
-    def cut(self, i: int, v: int, engine: Engine) -> Cut:
+    def finish(self, i: int, d_ff: int) -> None:
+        """Every variant's cut in layer i, the calibrated ones from the magnitudes kept."""
+        if (i, 0) in self.cuts:
+            return
+        calibrated = [n for n, w in enumerate(self.variants) if w.cuts is None]
+        if calibrated:
+            g = self.gatherers.pop(i, None)
+            cuts = g.cuts() if g is not None else cuts_from(Magnitudes(), d_ff, self.wanted)
+            self.cuts |= {(i, n): c for n, c in zip(calibrated, cuts, strict=True)}
+        self.cuts |= {(i, n): w.cuts[i] for n, w in enumerate(self.variants)
+                      if w.cuts is not None}
+
+    def cut(self, i: int, v: int, d_ff: int) -> Cut:
         """Variant v's cut in layer i: the first call of a layer calibrates every variant's."""
         if (i, v) not in self.cuts:
-            calibrated = [(n, w) for n, w in enumerate(self.variants) if w.cuts is None]
-            if calibrated:
-                sample = self.samples[i] if self.samples is not None else \
-                    np.concatenate(self.gathered.get(i) or [np.empty((0, engine.d_model))])
-                cuts = calibrate_cuts(engine, sample.astype(engine.dtype),
-                                      [(w.rule, w.target) for _, w in calibrated])
-                self.cuts |= {(i, n): c for (n, _), c in zip(calibrated, cuts, strict=True)}
-            self.cuts |= {(i, n): w.cuts[i] for n, w in enumerate(self.variants)
-                          if w.cuts is not None}
-            self.gathered.pop(i, None)  # every variant of the layer has its cut
+            self.finish(i, d_ff)
         return self.cuts[i, v]
 
 
@@ -198,32 +204,42 @@ def first_batches(sequences: Sequence[np.ndarray], batch_tokens: int | None = No
     return list(sequences[:end])
 
 
-def calibration_samples(model: Transformer, sequences: Sequence[np.ndarray],
-                        layers: Sequence[int], batch_tokens: int | None = None
-                        ) -> dict[int, np.ndarray]:
-    """The dense model's FFN inputs of the first CALIBRATION_TOKENS tokens of ``sequences``
-    (in order), per selected layer: a walk of the first batches only."""
-    from ffncli.compute.forward.walk import walk
+def calibration_walk(model: Transformer, sequences: Sequence[np.ndarray],
+                     variants: Sequence[Variant], layers: Sequence[int],
+                     batch_tokens: int | None = None) -> _Cuts:
+    """Every variant's cut in every selected layer, calibrated on the dense model's first
+    CALIBRATION_TOKENS tokens of ``sequences`` (in order): a walk of the first batches only,
+    its FFNs computed and kept as in a walk over all of them."""
+    from ffncli.compute.forward.walk import walk_variants
 
-    cuts = _Cuts([], None)
-    walk(model, first_batches(sequences, batch_tokens), layers,
-         lambda i, block, x: cuts.gather(i, x), batch_tokens=batch_tokens)
-    return {i: np.concatenate(cuts.gathered[i]) for i in layers}
+    cuts = _Cuts(variants)
+    selected = set(layers)
+    d_ff: dict[int, int] = {}
+
+    def ffn(i: int, v: int, block: Block) -> Ffn | None:
+        if i not in selected:
+            return None
+        d_ff[i] = block.engine.d_ff
+        return cuts.ffn(i, block.engine)
+
+    walk_variants(model, first_batches(sequences, batch_tokens), 1, layers=layers, ffn=ffn,
+                  batch_tokens=batch_tokens)
+    for i in layers:
+        cuts.finish(i, d_ff[i])
+    cuts.gathering = False
+    return cuts
 
 
 def calibrate(model: Transformer, sequences: Sequence[np.ndarray], variants: Sequence[Variant],
               layers: Sequence[int], batch_tokens: int | None = None) -> list[Variant]:
     """Each variant with its cut in every selected layer (a sharded job's, sent with its
     tasks): calibrated on the dense model's FFN inputs of the first CALIBRATION_TOKENS tokens
-    of ``sequences``, as one walk over them would calibrate them."""
+    of ``sequences``, as one walk over them calibrates them."""
     if all(v.cuts is not None for v in variants):
         return list(variants)
-    samples = calibration_samples(model, sequences, layers, batch_tokens) \
-        if _needs_calibration(variants) else None
-    cuts = _Cuts(variants, samples)
-    engines = {i: model.layer(i).engine for i in layers}
+    cuts = calibration_walk(model, sequences, variants, layers, batch_tokens)
     return [v if v.cuts is not None else
-            Variant(v.rule, v.target, {i: cuts.cut(i, n, engines[i]) for i in layers})
+            Variant(v.rule, v.target, {i: cuts.cuts[i, n] for i in layers})
             for n, v in enumerate(variants)]
 
 
@@ -257,15 +273,15 @@ def merge_parts(a: Part, b: Part) -> Part:
 
 def walk_part(model: Transformer, head: Head | None, sequences: Sequence[np.ndarray],
               firsts: Sequence[int], variants: Sequence[Variant], layers: Sequence[int], *,
-              samples: dict[int, np.ndarray] | None = None, batch_tokens: int | None = None,
+              calibrated: _Cuts | None = None, batch_tokens: int | None = None,
               progress: Callable[[int], None] | None = None) -> Part:
     """The dense model and every variant over ``sequences`` in one walk: decoders scored by
     ``head`` at the positions ``firsts[j]`` .. end-2 of sequence j; encoders (no head) by the
-    cosines of their final hidden states. Cuts not given are calibrated from ``samples`` or,
-    without, from variant 0's first FFN inputs of this walk."""
+    cosines of their final hidden states. Cuts not given are those ``calibrated`` found or,
+    without, calibrated on variant 0's first FFN inputs of this walk."""
     from ffncli.compute.forward.walk import walk_variants
 
-    cuts = _Cuts(variants, samples)
+    cuts = calibrated if calibrated is not None else _Cuts(variants)
     sparse: dict[tuple[int, int], SparseFfn] = {}
     selected = set(layers)
 
@@ -273,14 +289,12 @@ def walk_part(model: Transformer, head: Head | None, sequences: Sequence[np.ndar
         for (j, _), done in sparse.items():
             if j < i:
                 done.release()  # the walk has left layer j: its weights can go
-        if v == 0 or i not in selected:
+        if i not in selected:
             return None
-        sparse[i, v] = SparseFfn(block.engine, cuts.cut(i, v - 1, block.engine))
+        if v == 0:  # the dense FFN, keeping what calibrates while it calibrates
+            return cuts.ffn(i, block.engine)
+        sparse[i, v] = SparseFfn(block.engine, cuts.cut(i, v - 1, block.engine.d_ff))
         return sparse[i, v]
-
-    def visit(i: int, v: int, block: Block, x: np.ndarray) -> None:
-        if v == 0 and cuts.gathering:
-            cuts.gather(i, x)
 
     part = Part(Nll(), [Agreement() for _ in variants], [Cosines() for _ in variants], [])
 
@@ -294,7 +308,7 @@ def walk_part(model: Transformer, head: Head | None, sequences: Sequence[np.ndar
         score(head, states[0][rows], targets, part.nll, [s[rows] for s in states[1:]],
               part.agreements)
 
-    walk_variants(model, sequences, 1 + len(variants), visit, layers=layers, ffn=layer_ffn,
+    walk_variants(model, sequences, 1 + len(variants), layers=layers, ffn=layer_ffn,
                   final=final, batch_tokens=batch_tokens, progress=progress)
     part.tallies = [[sparse[i, v + 1].tally() for i in layers] for v in range(len(variants))]
     return part
@@ -454,14 +468,14 @@ def evaluate(p: Plan, *, batch_tokens: int | None = None, progress: Progress | N
              ) -> PerplexityResult:
     """The plan's walk in this process, calibrated by it."""
     model = p.model
-    samples = None if p.calibrate is None else \
-        calibration_samples(model, p.calibrate, p.layers, batch_tokens)
+    calibrated = None if p.calibrate is None else \
+        calibration_walk(model, p.calibrate, p.variants, p.layers, batch_tokens)
     runs = 1 + len(p.variants)
     if progress is not None:
         progress.start(sum(len(s) for s in p.sequences) * model.n_layers * runs,
                        "tokens x layers", per=model.n_layers * runs)
     part = walk_part(model, p.head, p.sequences, p.firsts, p.variants, p.layers,
-                     samples=samples, batch_tokens=batch_tokens,
+                     calibrated=calibrated, batch_tokens=batch_tokens,
                      progress=progress.update if progress is not None else None)
     return p.result(part)
 
