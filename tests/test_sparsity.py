@@ -8,7 +8,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from ffncli.analysis.sparsity import UnitStats, merge, pairwise_overlap, relu_stats
+from ffncli.analysis.sparsity import (
+    UnitStats,
+    merge,
+    pairwise_overlap,
+    relu_stats,
+    sorted_quantiles,
+)
 from ffncli.compute import ffn as F
 from ffncli.compute.engine import Engine
 from ffncli.compute.weights import random_weights
@@ -303,3 +309,16 @@ def test_merged_shards_of_a_mixture_count_chance_over_every_expert_unit(cli, tmp
         assert merged["by_chance"] == pytest.approx(sizes[merged["a"]] * sizes[merged["b"]] /
                                                     units, rel=1e-12)
         assert merged == pytest.approx(alone, rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 4097, 100_003])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sorted_quantiles_are_numpys_to_the_bit(n, dtype):
+    """One sort for every target gives np.quantile's default (linear) values exactly: ties
+    (rounded values), both ends, and targets whose (n - 1) q falls on an index."""
+    rng = np.random.default_rng(n)
+    values = np.abs(rng.standard_normal(n)).astype(dtype)
+    values[: n // 3] = np.round(values[: n // 3], 1)  # ties
+    targets = [0.0, 0.1, 0.25, 0.4, 0.5, 0.65, 0.9, 0.999, 0.5 + 1e-9, 1 / 3]
+    expected = [float(q) for q in np.quantile(values, targets)]
+    assert sorted_quantiles(values.copy(), targets) == expected

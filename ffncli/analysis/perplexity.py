@@ -148,6 +148,10 @@ class Nll:
     total: float = 0.0
     tokens: int = 0
 
+    def add(self, other: Nll) -> None:
+        self.total += other.total
+        self.tokens += other.tokens
+
     @property
     def mean(self) -> float:
         return self.total / self.tokens if self.tokens else math.nan
@@ -164,6 +168,11 @@ class Agreement:
     nll: Nll = field(default_factory=Nll)
     kl: float = 0.0  # sum over tokens of KL(dense || changed), nats
     same_top1: int = 0
+
+    def add(self, other: Agreement) -> None:
+        self.nll.add(other.nll)
+        self.kl += other.kl
+        self.same_top1 += other.same_top1
 
     @property
     def kl_mean(self) -> float:
@@ -222,6 +231,13 @@ class Cosines:
     sentence: float = 0.0
     sentences: int = 0
     worst_sentence: float = 1.0
+
+    def add(self, other: Cosines) -> None:
+        self.token += other.token
+        self.tokens += other.tokens
+        self.sentence += other.sentence
+        self.sentences += other.sentences
+        self.worst_sentence = min(self.worst_sentence, other.worst_sentence)
 
     @property
     def token_mean(self) -> float:

@@ -408,7 +408,8 @@ def capture(
 
 
 @app.command(epilog=_examples("perplexity"))
-@grouped(model=(ModelChoice, PERPLEXITY_MODEL), text=(TextChoice, DOCUMENT))
+@grouped(model=(ModelChoice, PERPLEXITY_MODEL), text=(TextChoice, DOCUMENT),
+         scale=(ScaleChoice, SCALE))
 def perplexity(
     ctx: Annotated[Optional[int], typer.Option(
         "--ctx", help="Tokens per chunk (window): 512 by default, at most the model's "
@@ -439,11 +440,11 @@ def perplexity(
     report_path: ReportOpt = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    *, model: ModelChoice, text: TextChoice,
+    *, model: ModelChoice, text: TextChoice, scale: ScaleChoice,
 ) -> None:
     """A decoder's perplexity on a text, protocol stated; with --sparsify, what skipping the
     FFN's small activations costs (perplexity, KL, top-1; an encoder: embedding fidelity)."""
-    from ffncli.jobs.perplexity import check_targets, parse_targets, run_perplexity
+    from ffncli.jobs.perplexity import Asked, check_targets, parse_targets, run_perplexity
     from ffncli.jobs.targets import output_target
     from ffncli.present.console import Bar
     from ffncli.present.perplexity import emit_perplexity, perplexity_json, save_perplexity
@@ -463,6 +464,13 @@ def perplexity(
     report = output_target(report_path, "--report", model, text=text, more=more)
     saved = output_target(save_thresholds, "--save-thresholds", model, text=text,
                           more=(*more, ("--report", report)))
+    if scale.wanted_text(text):  # its windows on a cluster: ffncli/cli/sharded.py
+        from ffncli.cli.sharded import perplexity_command
+
+        perplexity_command(model, text, scale, Asked(
+            ctx, stride, score, sparsify, targets, calibration_text, thresholds, saved),
+            report_path=report, as_json=as_json, quiet=quiet)
+        return
     with Bar(enabled=not quiet) as bar:
         result = run_perplexity(
             model, text, ctx=ctx, stride=stride, score=score, rule=sparsify, targets=targets,

@@ -1,6 +1,7 @@
-"""The sharded path of ``run``, ``relu-stats`` and ``capture`` (a glob or a folder of inputs,
-``--workers`` or ``--scheduler``): options to one job of :mod:`ffncli.jobs.shards.drivers`,
-its result to :mod:`ffncli.present`. Imported only on that path: ``params`` never loads it."""
+"""The sharded path of ``run``, ``relu-stats``, ``capture`` and ``perplexity`` (a glob or a
+folder of inputs, ``--workers`` or ``--scheduler``): options to one job of
+:mod:`ffncli.jobs.shards.drivers`, its result to :mod:`ffncli.present`. Imported only on that
+path: ``params`` never loads it."""
 
 from __future__ import annotations
 
@@ -10,12 +11,27 @@ from dataclasses import replace
 from pathlib import Path
 
 from ffncli.errors import InputError
-from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice, usable_cores
-from ffncli.jobs.shards.drivers import capture_shards, relu_stats_shards, run_shards, sweep_shards
+from ffncli.jobs.choices import (
+    ModelChoice,
+    ScaleChoice,
+    TextChoice,
+    TokenChoice,
+    is_many,
+    usable_cores,
+)
+from ffncli.jobs.perplexity import Asked
+from ffncli.jobs.shards.drivers import (
+    capture_shards,
+    perplexity_shards,
+    relu_stats_shards,
+    run_shards,
+    sweep_shards,
+)
 from ffncli.jobs.shards.inputs import shard_paths
 from ffncli.jobs.shards.pool import connect
 from ffncli.jobs.targets import report_target
 from ffncli.present.console import Bar
+from ffncli.present.perplexity import emit_perplexity, perplexity_json, save_perplexity
 from ffncli.present.report import about, save_stats, save_sweep
 from ffncli.present.run import emit_sharded_run
 from ffncli.present.stats import (
@@ -88,6 +104,28 @@ def capture_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice, *,
         done = capture_shards(model, text, out, pool, force=force, skip_bad=scale.skip_bad,
                               progress=bar)
     emit_sharded_capture(done, as_json)
+
+
+def perplexity_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice, asked: Asked,
+                       *, report_path: Path | None, as_json: bool, quiet: bool = False
+                       ) -> None:
+    """``perplexity`` with its one document's windows on ``--workers`` or ``--scheduler``:
+    the same result as one process (``report_path``, ``asked.save``: checked outputs)."""
+    given = text.text if text.text is not None else text.ids
+    option = "--text" if text.text is not None else "--ids"
+    if given is not None and is_many(given):
+        raise InputError(f"option {option}: perplexity scores one document, got the glob or "
+                         f"folder {given}; give one file (--workers and --scheduler share out "
+                         "its windows)")
+    if scale.skip_bad:
+        raise InputError("option --skip-bad: perplexity's shards are the windows of one "
+                         "document, and none is left out")
+    _, model = _seen_from_workers(scale, Path(), model)  # the text is read here
+    note_workers(scale)
+    with connect(scale) as pool, Bar(enabled=not quiet) as bar:
+        out = perplexity_shards(model, text, pool, asked, progress=bar)
+    save_perplexity(report_path, perplexity_json(out.result), about(model, text=text))
+    emit_perplexity(out.result, as_json)
 
 
 def note_workers(scale: ScaleChoice) -> None:

@@ -56,6 +56,27 @@ class CutCounts:
         self.dense2 += other.dense2
 
 
+@dataclass
+class Tally:
+    """One layer's cut, the layer's shape and what the cut did: mergeable (the counts add)."""
+
+    cut: Cut
+    d_model: int
+    d_ff: int
+    first: int  # matrices before the hidden layer: 2 in a gated FFN, else 1
+    counts: CutCounts
+
+    @property
+    def macs(self) -> tuple[int, int]:
+        """Multiply-adds per token of the first matrices and of the down projection."""
+        return self.first * self.d_model * self.d_ff, self.d_model * self.d_ff
+
+    def add(self, other: Tally) -> None:
+        if other.cut != self.cut:
+            raise ValueError(f"cannot add the counts of {other.cut} to those of {self.cut}")
+        self.counts.add(other.counts)
+
+
 def gate_and_up(x: Array, p: DenseWeights | GatedWeights, engine: Engine, up: bool = True
                 ) -> tuple[Array, Array | None]:
     """(a, u): the activated gate ``act(x W + b)`` (fresh) and the up projection (None without
@@ -114,10 +135,8 @@ class SparseFfn:
         self.first = 2 if isinstance(engine.weights, GatedWeights) else 1  # matrices before h
         self._buffer: Array | None = None  # the zeroed part of the hidden layer
 
-    @property
-    def macs(self) -> tuple[int, int]:
-        """Multiply-adds per token of the first matrices and of the down projection."""
-        return self.first * self.d_model * self.d_ff, self.d_model * self.d_ff
+    def tally(self) -> Tally:
+        return Tally(self.cut, self.d_model, self.d_ff, self.first, self.counts)
 
     def release(self) -> None:
         """Let the layer's weights and buffers go; the counts stay."""

@@ -9,7 +9,7 @@ embeddings, per line of the text.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -20,15 +20,14 @@ from ffncli.analysis.perplexity import (
     Cosines,
     Nll,
     Protocol,
-    Windows,
     add_cosines,
     chunks,
     score,
     scored_rows,
     windows,
 )
-from ffncli.analysis.sparsity import CALIBRATION_TOKENS, calibrate_cuts
-from ffncli.compute.sparse import RULES, Cut, SparseFfn
+from ffncli.analysis.sparsity import CALIBRATION_TOKENS, Gathering, Magnitudes, cuts_from
+from ffncli.compute.sparse import RULES, Cut, SparseFfn, Tally
 from ffncli.errors import InputError, SpecError
 from ffncli.jobs.progress import Progress
 from ffncli.jobs.thresholds import (
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
 
     from ffncli.compute.engine import Engine
     from ffncli.compute.forward.families import Transformer
-    from ffncli.compute.forward.layer import Block, Ffn
+    from ffncli.compute.forward.layer import Block, Ffn, Head
     from ffncli.formats.text import Sequences
     from ffncli.jobs.choices import ModelChoice, TextChoice
 
@@ -142,71 +141,186 @@ class PerplexityResult:
 
 
 # ---------------------------------------------------------------------------------------------
-# The walk.
+# Calibration.
 
 
 class _Cuts:
-    """Each variant's cut in each selected layer, from a file, from the rule alone (topk), or
-    calibrated on the dense model's first CALIBRATION_TOKENS FFN inputs of the layer: held
-    (``samples``, from a calibration walk) or gathered from variant 0 of this walk."""
+    """Each variant's cut in each selected layer: from a file, from the rule alone (topk), or
+    calibrated on the dense model's first CALIBRATION_TOKENS FFN inputs of the layer, their
+    magnitudes kept by variant 0's FFN (a :class:`Gathering`) as the walk computes it."""
 
-    def __init__(self, variants: Sequence[Variant], samples: dict[int, np.ndarray] | None
-                 ) -> None:
-        self.variants, self.samples = variants, samples
-        self.gathered: dict[int, list[np.ndarray]] = {}
+    def __init__(self, variants: Sequence[Variant]) -> None:
+        self.variants = variants
+        self.wanted = [(w.rule, w.target) for w in variants if w.cuts is None]
+        self.gathering = _needs_calibration(variants)
+        self.gatherers: dict[int, Gathering] = {}
         self.cuts: dict[tuple[int, int], Cut] = {}
-        # from variant 0 of this walk: no calibration walk, and some variant to calibrate
-        self.gathering = samples is None and any(v.cuts is None and v.rule != "topk"
-                                                 for v in variants)
 
-    def gather(self, i: int, x: np.ndarray) -> None:
-        parts = self.gathered.setdefault(i, [])
-        have = sum(len(p) for p in parts)
-        if have < CALIBRATION_TOKENS:
-            parts.append(np.array(x[:CALIBRATION_TOKENS - have]))
+    def ffn(self, i: int, engine: Engine) -> Ffn | None:
+        """Variant 0's FFN in selected layer i: the gathering one while layer i has no cuts."""
+        for j in [j for j in self.gatherers if j < i]:
+            self.finish(j, self.gatherers[j].d_ff)  # the walk has left layer j
+        if not self.gathering or (i, 0) in self.cuts:
+            return None
+        g = self.gatherers.setdefault(i, Gathering(engine, self.wanted))
+        g.engine = engine
+        return g
 
-    def cut(self, i: int, v: int, engine: Engine) -> Cut:
+    def finish(self, i: int, d_ff: int) -> None:
+        """Every variant's cut in layer i, the calibrated ones from the magnitudes kept."""
+        if (i, 0) in self.cuts:
+            return
+        calibrated = [n for n, w in enumerate(self.variants) if w.cuts is None]
+        if calibrated:
+            g = self.gatherers.pop(i, None)
+            cuts = g.cuts() if g is not None else cuts_from(Magnitudes(), d_ff, self.wanted)
+            self.cuts |= {(i, n): c for n, c in zip(calibrated, cuts, strict=True)}
+        self.cuts |= {(i, n): w.cuts[i] for n, w in enumerate(self.variants)
+                      if w.cuts is not None}
+
+    def cut(self, i: int, v: int, d_ff: int) -> Cut:
         """Variant v's cut in layer i: the first call of a layer calibrates every variant's."""
         if (i, v) not in self.cuts:
-            calibrated = [(n, w) for n, w in enumerate(self.variants) if w.cuts is None]
-            if calibrated:
-                sample = self.samples[i] if self.samples is not None else \
-                    np.concatenate(self.gathered.get(i) or [np.empty((0, engine.d_model))])
-                cuts = calibrate_cuts(engine, sample.astype(engine.dtype),
-                                      [(w.rule, w.target) for _, w in calibrated])
-                self.cuts |= {(i, n): c for (n, _), c in zip(calibrated, cuts, strict=True)}
-            self.cuts |= {(i, n): w.cuts[i] for n, w in enumerate(self.variants)
-                          if w.cuts is not None}
-            self.gathered.pop(i, None)  # every variant of the layer has its cut
+            self.finish(i, d_ff)
         return self.cuts[i, v]
 
 
-def calibration_samples(model: Transformer, sequences: Sequence[np.ndarray],
-                        layers: Sequence[int], batch_tokens: int | None = None
-                        ) -> dict[int, np.ndarray]:
-    """The dense model's FFN inputs of the first CALIBRATION_TOKENS tokens of ``sequences``
-    (in order), per selected layer: a walk of those tokens only."""
-    from ffncli.compute.forward.walk import walk
+def _needs_calibration(variants: Sequence[Variant]) -> bool:
+    return any(v.cuts is None and v.rule != "topk" for v in variants)
 
-    first, have = [], 0
-    for s in sequences:
+
+def first_batches(sequences: Sequence[np.ndarray], batch_tokens: int | None = None
+                  ) -> list[np.ndarray]:
+    """The sequences of the walk's first batches, until they hold CALIBRATION_TOKENS tokens:
+    walked alone, they are batched (hence rounded) as in a walk over all of them."""
+    from ffncli.compute.forward.walk import batches
+
+    end, have = 0, 0
+    for a, b in batches([len(s) for s in sequences], batch_tokens):
         if have >= CALIBRATION_TOKENS:
             break
-        first.append(s)
-        have += len(s)
-    cuts = _Cuts([], None)
-    walk(model, first, layers, lambda i, block, x: cuts.gather(i, x),
-         batch_tokens=batch_tokens)
-    return {i: np.concatenate(cuts.gathered[i]) for i in layers}
+        have += sum(len(s) for s in sequences[a:b])
+        end = b
+    return list(sequences[:end])
 
 
-def _layer_cost(i: int, ffn: SparseFfn) -> LayerCost:
-    c, d, f, first = ffn.counts, ffn.d_model, ffn.d_ff, ffn.first
-    first_macs, down_macs = ffn.macs
+def calibration_walk(model: Transformer, sequences: Sequence[np.ndarray],
+                     variants: Sequence[Variant], layers: Sequence[int],
+                     batch_tokens: int | None = None) -> _Cuts:
+    """Every variant's cut in every selected layer, calibrated on the dense model's first
+    CALIBRATION_TOKENS tokens of ``sequences`` (in order): a walk of the first batches only,
+    its FFNs computed and kept as in a walk over all of them."""
+    from ffncli.compute.forward.walk import walk_variants
+
+    cuts = _Cuts(variants)
+    selected = set(layers)
+    d_ff: dict[int, int] = {}
+
+    def ffn(i: int, v: int, block: Block) -> Ffn | None:
+        if i not in selected:
+            return None
+        d_ff[i] = block.engine.d_ff
+        return cuts.ffn(i, block.engine)
+
+    walk_variants(model, first_batches(sequences, batch_tokens), 1, layers=layers, ffn=ffn,
+                  batch_tokens=batch_tokens)
+    for i in layers:
+        cuts.finish(i, d_ff[i])
+    cuts.gathering = False
+    return cuts
+
+
+def calibrate(model: Transformer, sequences: Sequence[np.ndarray], variants: Sequence[Variant],
+              layers: Sequence[int], batch_tokens: int | None = None) -> list[Variant]:
+    """Each variant with its cut in every selected layer (a sharded job's, sent with its
+    tasks): calibrated on the dense model's FFN inputs of the first CALIBRATION_TOKENS tokens
+    of ``sequences``, as one walk over them calibrates them."""
+    if all(v.cuts is not None for v in variants):
+        return list(variants)
+    cuts = calibration_walk(model, sequences, variants, layers, batch_tokens)
+    return [v if v.cuts is not None else
+            Variant(v.rule, v.target, {i: cuts.cuts[i, n] for i in layers})
+            for n, v in enumerate(variants)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The walk, and what it adds up.
+
+
+@dataclass
+class Part:
+    """What the walk over some windows (an encoder: lines) adds up, for the dense model and
+    each variant: sums that merge (:func:`merge_parts`), exactly for the counts."""
+
+    nll: Nll
+    agreements: list[Agreement]  # decoders: per variant
+    cosines: list[Cosines]  # encoders: per variant
+    tallies: list[list[Tally]]  # per variant, per selected layer
+
+
+def merge_parts(a: Part, b: Part) -> Part:
+    """a's sums with b's added (a is changed: it is the merge's own)."""
+    a.nll.add(b.nll)
+    for x, y in zip(a.agreements, b.agreements, strict=True):
+        x.add(y)
+    for c, d in zip(a.cosines, b.cosines, strict=True):
+        c.add(d)
+    for ts, us in zip(a.tallies, b.tallies, strict=True):
+        for t, u in zip(ts, us, strict=True):
+            t.add(u)
+    return a
+
+
+def walk_part(model: Transformer, head: Head | None, sequences: Sequence[np.ndarray],
+              firsts: Sequence[int], variants: Sequence[Variant], layers: Sequence[int], *,
+              calibrated: _Cuts | None = None, batch_tokens: int | None = None,
+              progress: Callable[[int], None] | None = None) -> Part:
+    """The dense model and every variant over ``sequences`` in one walk: decoders scored by
+    ``head`` at the positions ``firsts[j]`` .. end-2 of sequence j; encoders (no head) by the
+    cosines of their final hidden states. Cuts not given are those ``calibrated`` found or,
+    without, calibrated on variant 0's first FFN inputs of this walk."""
+    from ffncli.compute.forward.walk import walk_variants
+
+    cuts = calibrated if calibrated is not None else _Cuts(variants)
+    sparse: dict[tuple[int, int], SparseFfn] = {}
+    selected = set(layers)
+
+    def layer_ffn(i: int, v: int, block: Block) -> Ffn | None:
+        for (j, _), done in sparse.items():
+            if j < i:
+                done.release()  # the walk has left layer j: its weights can go
+        if i not in selected:
+            return None
+        if v == 0:  # the dense FFN, keeping what calibrates while it calibrates
+            return cuts.ffn(i, block.engine)
+        sparse[i, v] = SparseFfn(block.engine, cuts.cut(i, v - 1, block.engine.d_ff))
+        return sparse[i, v]
+
+    part = Part(Nll(), [Agreement() for _ in variants], [Cosines() for _ in variants], [])
+
+    def final(bounds: Sequence[tuple[int, int]], first: int, states: list[np.ndarray]) -> None:
+        if head is None:
+            for v, c in enumerate(part.cosines):
+                add_cosines(states[0], states[v + 1], bounds, c)
+            return
+        rows, nexts = scored_rows(bounds, firsts[first:first + len(bounds)])
+        targets = np.concatenate(sequences[first:first + len(bounds)])[nexts]
+        score(head, states[0][rows], targets, part.nll, [s[rows] for s in states[1:]],
+              part.agreements)
+
+    walk_variants(model, sequences, 1 + len(variants), layers=layers, ffn=layer_ffn,
+                  final=final, batch_tokens=batch_tokens, progress=progress)
+    part.tallies = [[sparse[i, v + 1].tally() for i in layers] for v in range(len(variants))]
+    return part
+
+
+def _layer_cost(i: int, t: Tally) -> LayerCost:
+    c, d, f, first = t.counts, t.d_model, t.d_ff, t.first
+    first_macs, down_macs = t.macs
     n = max(c.tokens, 1)
     s_in: float | None = None
     s_down: float | None = None
-    if ffn.cut.rule == "teal":
+    if t.cut.rule == "teal":
         saved = (c.zeroed_in * f * first + c.zeroed * d) / n
         s_in, s_down = c.zeroed_in / (n * d), c.zeroed / (n * f)
         share = saved / (first_macs + down_macs)
@@ -214,18 +328,19 @@ def _layer_cost(i: int, ffn: SparseFfn) -> LayerCost:
         saved = c.zeroed * d * first / n  # the down column, and the up row of a gated FFN
         share = c.zeroed / (n * f)
     error = float(np.sqrt(c.error2 / c.dense2)) if c.dense2 else 0.0
-    return LayerCost(i, ffn.cut, share, s_in, s_down, error, saved)
+    return LayerCost(i, t.cut, share, s_in, s_down, error, saved)
 
 
-def _variant_result(variant: Variant, costs: list[LayerCost], ffns: list[SparseFfn],
+def _variant_result(variant: Variant, layers: Sequence[int], tallies: list[Tally],
                     agreement: Agreement | None, cosines: Cosines | None) -> VariantResult:
-    macs = sum(sum(f.macs) for f in ffns)
+    costs = [_layer_cost(i, t) for i, t in zip(layers, tallies, strict=True)]
+    macs = sum(sum(t.macs) for t in tallies)
     saved = sum(c.macs_saved for c in costs)
     if variant.rule == "teal":
         sparsity = saved / macs if macs else 0.0
     else:
-        units = sum(f.counts.tokens * f.d_ff for f in ffns)
-        sparsity = sum(f.counts.zeroed for f in ffns) / units if units else 0.0
+        units = sum(t.counts.tokens * t.d_ff for t in tallies)
+        sparsity = sum(t.counts.zeroed for t in tallies) / units if units else 0.0
     kw: dict[str, float | None] = {}
     if agreement is not None:
         kw = {"perplexity": agreement.nll.perplexity, "nll_mean": agreement.nll.mean,
@@ -251,6 +366,89 @@ def _check_sparsifiable(model: Transformer, variants: Sequence[Variant],
                              f"the layers selected are {layer_ranges(layers)}")
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What a perplexity job runs: the windows (an encoder: the lines) and the first position
+    each scores, the head, and what calibrates (``calibrate``: sequences walked for it alone;
+    None: the evaluated windows themselves, gathered from the dense pass)."""
+
+    model: Transformer
+    document: Sequences
+    protocol: Protocol | None
+    layers: tuple[int, ...]
+    variants: tuple[Variant, ...]
+    bos: int | None
+    calibration: Sequences | None
+    head: Head | None
+    sequences: tuple[np.ndarray, ...]
+    firsts: tuple[int, ...]
+    dropped: int
+    calibrate: tuple[np.ndarray, ...] | None
+
+    @property
+    def calibrating(self) -> tuple[np.ndarray, ...]:
+        return self.calibrate if self.calibrate is not None else self.sequences
+
+    def result(self, part: Part) -> PerplexityResult:
+        """The job's result from the sums of its walk (or of its shards' walks, merged)."""
+        m, doc, head = self.model, self.document, self.head
+        results = tuple(_variant_result(v, self.layers, part.tallies[n],
+                                        part.agreements[n] if head is not None else None,
+                                        part.cosines[n] if head is None else None)
+                        for n, v in enumerate(self.variants))
+        calibrated = None
+        if _needs_calibration(self.variants):
+            where = self.calibration or doc
+            calibrated = {"source": where.source, "sha256": where.sha256,
+                          "tokens": min(CALIBRATION_TOKENS,
+                                        sum(len(s) for s in self.calibrating)),
+                          "evaluated_text": self.calibration is None}
+        decoder = head is not None
+        return PerplexityResult(
+            str(m.weights), doc.source, doc.sha256, "decoder" if decoder else "encoder",
+            len(doc.ids[0]) if decoder else doc.tokens, len(self.sequences), self.dropped,
+            self.bos, self.protocol, part.nll.tokens,
+            part.nll.perplexity if decoder else None, part.nll.mean if decoder else None,
+            self.layers, calibrated, results)
+
+
+def plan(model: Transformer, document: Sequences, protocol: Protocol | None, *,
+         variants: Sequence[Variant] = (), layers: Sequence[int] | None = None,
+         bos: int | None = None, calibration: Sequences | None = None) -> Plan:
+    """The windows ``protocol`` makes of ``document`` (a decoder), or its lines (an encoder,
+    ``protocol`` None), and what calibrates the variants: ``calibration``'s chunks, the
+    evaluated text's chunks under a stride, else the evaluated windows."""
+    layers = tuple(range(model.n_layers)) if layers is None else tuple(layers)
+    _check_sparsifiable(model, variants, layers)
+    head = model.head() if model.has_head else None
+    if head is None and protocol is not None:
+        raise InputError(f"{model.weights}: {model.spec.name} is an encoder: it has no LM head "
+                         "to predict the next token with; perplexity on it reports the "
+                         "fidelity of sparsified hidden states (give no --ctx, --stride or "
+                         "--score)")
+    if head is not None and protocol is None:
+        raise ValueError("a decoder is scored under a protocol")
+    dropped = 0
+    if protocol is not None:
+        run = windows(document.ids[0], protocol, bos)
+        sequences, firsts, dropped = run.ids, run.first, run.dropped
+    else:
+        sequences, firsts = tuple(document.ids), ()
+    calib = None
+    if _needs_calibration(variants) and (calibration is not None or
+                                         (protocol is not None and protocol.stride)):
+        source = calibration.ids if calibration is not None else document.ids
+        calib = tuple(chunks(source[0], protocol.ctx, bos)) if protocol is not None else \
+            tuple(source)
+        if not calib:
+            assert protocol is not None and calibration is not None  # the text has 2 chunks
+            raise InputError(f"option --calibration-text: {calibration.source} has "
+                             f"{len(source[0]):,} tokens, not one chunk of --ctx "
+                             f"{protocol.ctx}: nothing to calibrate on")
+    return Plan(model, document, protocol, layers, tuple(variants), bos, calibration, head,
+                tuple(sequences), tuple(firsts), dropped, calib)
+
+
 def perplexity(model: Transformer, document: Sequences, protocol: Protocol | None, *,
                variants: Sequence[Variant] = (), layers: Sequence[int] | None = None,
                bos: int | None = None, calibration: Sequences | None = None,
@@ -262,95 +460,24 @@ def perplexity(model: Transformer, document: Sequences, protocol: Protocol | Non
 
     Thresholds are calibrated on the dense model: on ``calibration`` (another text's
     sequences) or, by default, the evaluated text's own first tokens in chunk order."""
-    from ffncli.compute.forward.walk import walk_variants
+    return evaluate(plan(model, document, protocol, variants=variants, layers=layers, bos=bos,
+                         calibration=calibration), batch_tokens=batch_tokens, progress=progress)
 
-    layers = tuple(range(model.n_layers)) if layers is None else tuple(layers)
-    _check_sparsifiable(model, variants, layers)
-    head = model.head() if model.has_head else None
-    if head is None and protocol is not None:
-        raise InputError(f"{model.weights}: {model.spec.name} is an encoder: it has no LM head "
-                         "to predict the next token with; perplexity on it reports the "
-                         "fidelity of sparsified hidden states (give no --ctx, --stride or "
-                         "--score)")
-    if head is not None and protocol is None:
-        raise ValueError("a decoder is scored under a protocol")
-    ids = document.ids[0] if protocol is not None else np.empty(0, dtype=np.int64)
-    if protocol is not None:
-        run: Windows = windows(ids, protocol, bos)
-        sequences, firsts = list(run.ids), list(run.first)
-    else:
-        sequences, firsts = list(document.ids), []
-    samples = None
-    needs = any(v.cuts is None and v.rule != "topk" for v in variants)
-    calib = sequences  # what calibrates: the evaluated chunks, or another text's
-    if needs and (calibration is not None or (protocol is not None and protocol.stride)):
-        source = calibration.ids if calibration is not None else document.ids
-        calib = chunks(source[0], protocol.ctx, bos) if protocol is not None else \
-            list(source)
-        if not calib:
-            assert protocol is not None and calibration is not None  # the text has 2 chunks
-            raise InputError(f"option --calibration-text: {calibration.source} has "
-                             f"{len(source[0]):,} tokens, not one chunk of --ctx "
-                             f"{protocol.ctx}: nothing to calibrate on")
-        samples = calibration_samples(model, calib, layers, batch_tokens)
-    cuts = _Cuts(variants, samples)
-    sparse: dict[tuple[int, int], SparseFfn] = {}
-    selected = set(layers)
 
-    def layer_ffn(i: int, v: int, block: Block) -> Ffn | None:
-        for (j, _), done in sparse.items():
-            if j < i:
-                done.release()  # the walk has left layer j: its weights can go
-        if v == 0 or i not in selected:
-            return None
-        sparse[i, v] = SparseFfn(block.engine, cuts.cut(i, v - 1, block.engine))
-        return sparse[i, v]
-
-    def visit(i: int, v: int, block: Block, x: np.ndarray) -> None:
-        if v == 0 and cuts.gathering:
-            cuts.gather(i, x)
-
-    nll = Nll()
-    agreements = [Agreement() for _ in variants]
-    cosines = [Cosines() for _ in variants]
-
-    def final(bounds: Sequence[tuple[int, int]], first: int, states: list[np.ndarray]) -> None:
-        if head is None:
-            for v, c in enumerate(cosines):
-                add_cosines(states[0], states[v + 1], bounds, c)
-            return
-        rows, nexts = scored_rows(bounds, firsts[first:first + len(bounds)])
-        targets = np.concatenate(sequences[first:first + len(bounds)])[nexts]
-        score(head, states[0][rows], targets, nll, [s[rows] for s in states[1:]],
-              agreements)
-
-    runs = 1 + len(variants)
+def evaluate(p: Plan, *, batch_tokens: int | None = None, progress: Progress | None = None
+             ) -> PerplexityResult:
+    """The plan's walk in this process, calibrated by it."""
+    model = p.model
+    calibrated = None if p.calibrate is None else \
+        calibration_walk(model, p.calibrate, p.variants, p.layers, batch_tokens)
+    runs = 1 + len(p.variants)
     if progress is not None:
-        progress.start(sum(len(s) for s in sequences) * model.n_layers * runs,
+        progress.start(sum(len(s) for s in p.sequences) * model.n_layers * runs,
                        "tokens x layers", per=model.n_layers * runs)
-    walk_variants(model, sequences, runs, visit, layers=layers, ffn=layer_ffn, final=final,
-                  batch_tokens=batch_tokens,
-                  progress=progress.update if progress is not None else None)
-    results = []
-    for v, variant in enumerate(variants):
-        ffns = [sparse[i, v + 1] for i in layers]
-        costs = [_layer_cost(i, f) for i, f in zip(layers, ffns, strict=True)]
-        results.append(_variant_result(variant, costs, ffns,
-                                       agreements[v] if head is not None else None,
-                                       cosines[v] if head is None else None))
-    calibrated = None
-    if needs:
-        where = calibration or document
-        calibrated = {"source": where.source, "sha256": where.sha256,
-                      "tokens": min(CALIBRATION_TOKENS, sum(len(s) for s in calib)),
-                      "evaluated_text": calibration is None}
-    tokens = len(ids) if protocol is not None else document.tokens
-    return PerplexityResult(
-        str(model.weights), document.source, document.sha256,
-        "decoder" if head is not None else "encoder", tokens, len(sequences),
-        run.dropped if protocol is not None else 0, bos, protocol,
-        nll.tokens, nll.perplexity if head is not None else None,
-        nll.mean if head is not None else None, layers, calibrated, tuple(results))
+    part = walk_part(model, p.head, p.sequences, p.firsts, p.variants, p.layers,
+                     calibrated=calibrated, batch_tokens=batch_tokens,
+                     progress=progress.update if progress is not None else None)
+    return p.result(part)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,6 +509,63 @@ def _protocol(forward: Transformer, ctx: int | None, stride: int | None, score: 
     return protocol
 
 
+@dataclass(frozen=True)
+class Asked:
+    """``perplexity``'s options, one model and text: what :func:`perplexity` (or the sharded
+    job) is given, and where ``--save-thresholds`` writes."""
+
+    ctx: int | None = None
+    stride: int | None = None
+    score: str = "half"
+    rule: str | None = None
+    targets: tuple[float, ...] = ()
+    calibration_text: Path | None = None
+    thresholds: Path | None = None
+    save: Path | None = None
+
+
+def plan_job(forward: Transformer, model: ModelChoice, text: TextChoice, asked: Asked
+             ) -> Plan:
+    """The options checked against the opened model, the text read, the thresholds file read:
+    the job's :class:`Plan`."""
+    from ffncli.jobs.choices import parse_layers
+    from ffncli.jobs.resolve import load_document
+
+    check_targets(asked.rule, asked.targets)
+    protocol = _protocol(forward, asked.ctx, asked.stride, asked.score)
+    layers = parse_layers(model.layer, forward.n_layers)
+    variants = [Variant(asked.rule, s) for s in asked.targets] if asked.rule is not None \
+        else []
+    if asked.thresholds is not None:
+        variants = load_thresholds(asked.thresholds, forward)
+        cuts = variants[0].cuts or {}
+        if model.layer is None:
+            layers = tuple(sorted(cuts))
+        check_layers(asked.thresholds, cuts, layers, exact=True)
+    if protocol is None and not variants:
+        raise InputError(f"perplexity: {forward.spec.name} is an encoder, with no LM head: "
+                         "it has no perplexity; give --sparsify RULE --target-sparsity S "
+                         "(or --thresholds) for the fidelity of its sparsified hidden "
+                         "states")
+    document, bos = load_document(text.text, text.ids, forward)
+    calibration = None
+    if asked.calibration_text is not None:
+        if not _needs_calibration(variants):
+            raise InputError("option --calibration-text: nothing is calibrated (it goes "
+                             "with --sparsify cats or teal)")
+        calibration, _ = load_document(asked.calibration_text, None, forward)
+    return plan(forward, document, protocol, variants=variants, layers=layers, bos=bos,
+                calibration=calibration)
+
+
+def save_result(path: Path | None, forward: Transformer, result: PerplexityResult) -> None:
+    """``--save-thresholds``: every variant's per-layer cuts, the calibration named."""
+    if path is not None:
+        save_thresholds(path, forward, result.calibration,
+                        [(v.rule, v.target, {c.layer: c.cut for c in v.layers})
+                         for v in result.variants])
+
+
 def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = None,
                    stride: int | None = None, score: str = "half", rule: str | None = None,
                    targets: Sequence[float] = (), calibration_text: Path | None = None,
@@ -389,37 +573,13 @@ def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = No
                    bar: Progress | None = None) -> PerplexityResult:
     """``ffncli perplexity``: the model opened once, the text read, the thresholds calibrated
     or read, the walk, and the thresholds saved (``save``) when asked."""
-    from ffncli.jobs.choices import parse_layers
-    from ffncli.jobs.resolve import load_document, open_forward
+    from ffncli.jobs.resolve import open_forward
     from ffncli.specs.spec import Overrides
 
-    check_targets(rule, targets)
+    asked = Asked(ctx, stride, score, rule, tuple(targets), calibration_text, thresholds, save)
+    check_targets(rule, asked.targets)
     with open_forward(model, Overrides()) as forward:
-        protocol = _protocol(forward, ctx, stride, score)
-        layers = parse_layers(model.layer, forward.n_layers)
-        variants = [Variant(rule, s) for s in targets] if rule is not None else []
-        if thresholds is not None:
-            variants = load_thresholds(thresholds, forward)
-            cuts = variants[0].cuts or {}
-            if model.layer is None:
-                layers = tuple(sorted(cuts))
-            check_layers(thresholds, cuts, layers, exact=True)
-        if protocol is None and not variants:
-            raise InputError(f"perplexity: {forward.spec.name} is an encoder, with no LM head: "
-                             "it has no perplexity; give --sparsify RULE --target-sparsity S "
-                             "(or --thresholds) for the fidelity of its sparsified hidden "
-                             "states")
-        document, bos = load_document(text.text, text.ids, forward)
-        calibration = None
-        if calibration_text is not None:
-            if not variants or all(v.rule == "topk" or v.cuts is not None for v in variants):
-                raise InputError("option --calibration-text: nothing is calibrated (it goes "
-                                 "with --sparsify cats or teal)")
-            calibration, _ = load_document(calibration_text, None, forward)
-        result = perplexity(forward, document, protocol, variants=variants, layers=layers,
-                            bos=bos, calibration=calibration, progress=bar)
-        if save is not None:
-            save_thresholds(save, forward, result.calibration,
-                            [(v.rule, v.target, {c.layer: c.cut for c in v.layers})
-                             for v in result.variants])
+        p = plan_job(forward, model, text, asked)
+        result = evaluate(p, progress=bar)
+        save_result(save, forward, result)
     return result

@@ -4,7 +4,9 @@ pool, and merge or record what comes back, through one pipeline (:func:`map_shar
 - ``relu-stats --input``: :func:`relu_stats_shards`, counters merged in the fixed tree;
 - ``run``: :func:`run_shards`, a file per shard and a manifest, resumable;
 - ``relu-stats --text/--ids``: :func:`sweep_shards`, every layer's counters merged;
-- ``capture``: :func:`capture_shards`, a folder per shard and a manifest, resumable.
+- ``capture``: :func:`capture_shards`, a folder per shard and a manifest, resumable;
+- ``perplexity``: :func:`perplexity_shards`, one document's windows shared out, the sums
+  (NLL, KL, top-1, cosines, each layer's cut counts) merged in the fixed tree.
 
 Results do not depend on the number of workers or on the order tasks finish in:
 
@@ -83,6 +85,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ffncli.analysis.sparsity import Partial, SparsityResult
+    from ffncli.jobs.perplexity import Asked, PerplexityResult
     from ffncli.jobs.sweep import SweepResult
 
 STOP_WAIT = 10.0  # seconds the tasks still running after Ctrl-C get to remove their files
@@ -517,3 +520,53 @@ def _capture_shards(job: TextJob, text: TextChoice, out: Path, pool: Pool, force
     return ShardedCapture(str(out), len(shards), layers, sorted(written),
                           sorted(s.name for s in shards if s not in todo), _sorted(skipped),
                           sum(s.tokens for s in shards), str(forward.weights), pool.dashboard)
+
+
+# ---------------------------------------------------------------------------------------------
+# perplexity over shards: one document's windows, a run of whole batches a task.
+
+
+@dataclass(frozen=True)
+class ShardedPerplexity:
+    result: PerplexityResult
+    shards: int
+    dashboard: str | None
+
+
+def perplexity_shards(model: ModelChoice, text: TextChoice, pool: Pool, asked: Asked, *,
+                      progress: Progress | None = None) -> ShardedPerplexity:
+    """``perplexity`` with its windows on the pool: the text read and tokenised here, the
+    thresholds calibrated here once (the dense model on the first CALIBRATION_TOKENS tokens,
+    in the walk's batches) and sent with every task; each task walks a run of whole batches of
+    windows (the dense model and every variant) and returns its sums, merged in the fixed
+    tree. The integer counts equal one walk's; the float sums (NLL, KL, the cosines, the FFN
+    errors) are added in another order."""
+    job = TextJob(model, Overrides())
+    with contextlib.ExitStack() as done:
+        done.callback(release_forwards)  # the forward the client opens here is the job's
+        return _perplexity_shards(job, text, pool, asked, progress or Progress())
+
+
+def _perplexity_shards(job: TextJob, text: TextChoice, pool: Pool, asked: Asked,
+                       progress: Progress) -> ShardedPerplexity:
+    from ffncli.jobs.perplexity import calibrate, merge_parts, plan_job, save_result
+    from ffncli.jobs.shards.inputs import document_shards
+    from ffncli.jobs.shards.tasks import PerplexityTask, shard_perplexity
+
+    forward = forward_for(job)
+    plan = plan_job(forward, job.model, text, asked)
+    variants = calibrate(forward, plan.calibrating, plan.variants, plan.layers)
+    shards = document_shards(Path(plan.document.source), plan.sequences, plan.document.sha256)
+    task = PerplexityTask(job, plan.layers, tuple(variants), plan.head is not None)
+    calls, start = [], 0
+    for s in shards:
+        firsts = plan.firsts[start:start + len(s.ids)] if plan.head is not None else ()
+        calls.append((task, s, firsts))
+        start += len(s.ids)
+    tree = TreeMerge(len(shards), merge_parts)
+    for i, out in map_shards(pool, shard_perplexity, calls, shards, skip_bad=False,
+                             skipped=[], progress=progress):
+        tree.add(i, out)
+    result = plan.result(tree.root)
+    save_result(asked.save, forward, result)
+    return ShardedPerplexity(result, len(shards), pool.dashboard)

@@ -228,6 +228,26 @@ def read_text_shards(choice: TextChoice, model: Any, skip_bad: bool
     return shards, skipped
 
 
+def document_shards(path: Path, sequences: Sequence[np.ndarray], sha256: str
+                    ) -> list[TextShard]:
+    """``perplexity``'s shards: the windows (an encoder: the lines) of its one document, cut
+    into runs of whole forward batches of at most SHARD_TOKENS tokens, so that the shards
+    compute exactly the batches of one walk over all of them. ``lines``: each window's number
+    (from 1)."""
+    from ffncli.compute.forward.walk import batches
+
+    runs = _runs(batches([len(s) for s in sequences]), sequences)
+    shards: list[TextShard] = []
+    offset, stem = 0, output_name(path.stem)
+    for part, (a, b) in enumerate(runs):
+        name = stem if len(runs) == 1 else f"{stem}-part{part:04d}"
+        shard = TextShard(part, name, path, part if len(runs) > 1 else None,
+                          tuple(sequences[a:b]), tuple(range(a + 1, b + 1)), offset, sha256)
+        shards.append(shard)
+        offset += shard.tokens
+    return shards
+
+
 def _ids_reader(model: Any) -> Callable[[Path], Any]:
     from ffncli.formats.text import read_ids
 

@@ -5,7 +5,8 @@ record and a shard); the model comes from the worker's cache (:mod:`.workers`).
 - ``relu-stats --input``: :func:`shard_stats`, a shard's mergeable counters;
 - ``run``: :func:`shard_run`, a shard's output file;
 - ``relu-stats --text/--ids``: :func:`shard_sweep`, every selected layer's counters;
-- ``capture``: :func:`shard_capture`, a shard's folder of layer files.
+- ``capture``: :func:`shard_capture`, a shard's folder of layer files;
+- ``perplexity``: :func:`shard_perplexity`, a run of the document's windows scored.
 
 The writing tasks watch a stop file (``--out``'s ``.stop-*``): Dask cannot stop a running
 task, so on Ctrl-C or an error the client creates it and each task stops at its next chunk,
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ffncli.analysis.sparsity import Partial, Rule
+    from ffncli.jobs.perplexity import Part
+    from ffncli.jobs.thresholds import Variant
 
 
 class Stopped(Exception):
@@ -249,3 +252,29 @@ def shard_capture(task: CaptureTask, shard: TextShard, stop: str) -> int:
         if os.path.isdir(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
     return shard.tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# perplexity over shards: a run of one document's windows each.
+
+
+@dataclass(frozen=True)
+class PerplexityTask:
+    job: TextJob
+    layers: tuple[int, ...]
+    variants: tuple[Variant, ...]  # each with its cut in every selected layer (calibrated)
+    decoder: bool  # scored by the LM head; an encoder by the cosines of its hidden states
+
+
+def shard_perplexity(task: PerplexityTask, shard: TextShard, firsts: tuple[int, ...]) -> Part:
+    """One run of windows through the dense model and every variant (one walk): its sums, as
+    the walk over the whole document adds them on these windows. ``firsts``: the first
+    position each window scores."""
+    from ffncli.jobs.perplexity import walk_part
+
+    model = forward_for(task.job)
+    try:
+        return walk_part(model, model.head() if task.decoder else None, shard.ids, firsts,
+                         task.variants, task.layers)
+    except FfnError as exc:
+        raise type(exc)(named(shard.path, exc)) from None

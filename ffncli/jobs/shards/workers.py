@@ -198,6 +198,13 @@ class KeptLayers:
         self.model = model
         self.kept: dict[int, Any] = {}
         self.kept_bytes = 0
+        self._head: Any = None
+
+    def head(self) -> Any:
+        """The LM head, read once (perplexity's tasks score every shard with it)."""
+        if self._head is None:
+            self._head = self.model.head()
+        return self._head
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.model, name)
