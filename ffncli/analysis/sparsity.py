@@ -25,6 +25,7 @@ from ffncli.errors import InputError
 MAX_TOKENS_LISTED = 10_000
 SMALL_OVERLAP = 16  # up to this many tokens: the full pairwise overlap table
 CALIBRATION_TOKENS = 4096
+STATS_ROWS = 1024  # tokens counted at once: (1024, d_ff) pre-activations, not a batch's
 COVERAGE_SHARES = (0.5, 0.8, 0.9, 0.95, 0.99)
 
 
@@ -321,7 +322,17 @@ class SparsityAccumulator:
         self.masks: list[np.ndarray] = []
 
     def update(self, x: np.ndarray) -> None:
+        """Count a chunk of tokens (m, d_model), STATS_ROWS rows at a time: the pre-activations
+        and masks of a piece, not of a whole batch, are held at once (the counters merge over
+        pieces as over chunks). A mixture's routing and capacity see the whole chunk."""
         x = np.ascontiguousarray(x, dtype=self.ffn.dtype)
+        if isinstance(self.ffn.weights, MoEWeights) or x.shape[0] <= STATS_ROWS:
+            self._update(x)
+            return
+        for lo in range(0, x.shape[0], STATS_ROWS):
+            self._update(x[lo:lo + STATS_ROWS])
+
+    def _update(self, x: np.ndarray) -> None:
         counts = np.zeros(x.shape[0], dtype=np.int64)
         full = np.zeros((x.shape[0], self.experts * self.ffn.d_ff), dtype=bool) \
             if self.keep_masks else None
