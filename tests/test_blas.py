@@ -44,8 +44,8 @@ def test_restored_after_an_exception(two_threads):
 
 def test_another_thread_leaving_does_not_end_the_limit(two_threads):
     """The forward's workers enter and leave while the calling thread is inside: one thread
-    until the caller leaves too. (OpenBLAS 0.3.31 takes the setting from the thread that set
-    it first, normally the main one: the forward's caller.)"""
+    until the caller leaves too. (OpenBLAS 0.3.31 ignores other threads' settings once the
+    main thread has made one: the forward's caller, normally the main thread, sets it.)"""
     seen: list[set[int]] = []
 
     def worker() -> None:

@@ -61,9 +61,10 @@ def one_thread() -> Iterator[None]:
     """BLAS on one thread per call inside the block (the process's setting: OpenBLAS has no
     per-thread one), for products too small to share out, which the caller runs side by side
     on its own threads instead. Nested and concurrent uses are counted: the limit ends when
-    the last one leaves. OpenBLAS 0.3.31 ignores a setting from a thread other than the one
-    that set it first (measured), normally the main one: called elsewhere, this changes
-    nothing and the products share out as before."""
+    the last one leaves. OpenBLAS 0.3.31 ignores a setting from any other thread once the
+    main thread has made one (measured): from another thread then, this changes nothing and
+    the products share out as before (a Dask worker's task thread, whose main thread never
+    sets it, does get the limit)."""
     global _holders, _limiter
     with _lock:
         if _holders == 0:
