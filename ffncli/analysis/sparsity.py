@@ -18,7 +18,14 @@ import numpy as np
 
 from ffncli.base.validate import number
 from ffncli.compute.engine import Engine, activate_inplace
-from ffncli.compute.ffn import ExpertWeights, MoEWeights, dispatch, pre_activation, route
+from ffncli.compute.ffn import (
+    DenseWeights,
+    ExpertWeights,
+    MoEWeights,
+    dispatch,
+    pre_activation,
+    route,
+)
 from ffncli.compute.sparse import Cut, gate_and_up
 from ffncli.errors import InputError
 
@@ -193,10 +200,25 @@ def expert_activation(ffn: Engine, pre: np.ndarray) -> np.ndarray:
 
 def calibrate_threshold(ffn: Engine, x: np.ndarray, target: float) -> float:
     """The CATS rule: T such that a share ``target`` of |act(x W + b)| is <= T."""
-    values = []
-    for _, p, rows in _expert_inputs(ffn, x):
-        values.append(np.abs(expert_activation(ffn, pre_activation(x[rows], p))).ravel())
-    return float(np.quantile(np.concatenate(values), target))
+    if isinstance(ffn.weights, DenseWeights):
+        values = _dense_magnitudes(ffn, x)
+    else:
+        values = np.concatenate([
+            np.abs(expert_activation(ffn, pre_activation(x[rows], p))).ravel()
+            for _, p, rows in _expert_inputs(ffn, x)])
+    return float(np.quantile(values, target, overwrite_input=True))
+
+
+def _dense_magnitudes(ffn: Engine, x: np.ndarray) -> np.ndarray:
+    """|act(x W1 + b1)| of a dense FFN, flat, a fresh array: the engine's hidden layer (the
+    same values as the plain formula, its activation in cache-sized blocks on every core)."""
+    out = np.empty((x.shape[0], ffn.d_ff), dtype=ffn.dtype)
+
+    def visit(lo: int, hi: int, a: np.ndarray, u: np.ndarray | None) -> None:
+        np.abs(a, out=out[lo:hi])
+
+    ffn.hidden(x, visit)
+    return out.reshape(-1)
 
 
 def calibrate_cut(ffn: Engine, x: np.ndarray, rule: str, target: float) -> Cut:
