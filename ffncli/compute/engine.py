@@ -12,8 +12,9 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 
@@ -134,6 +135,8 @@ DEFAULT_CHUNK_ELEMENTS = 1 << 23  # hidden-buffer elements per chunk: big produc
 BLOCK_BYTES = 1 << 19  # elementwise work goes block by block through the core's cache
 _THREADS = max(1, min(os.cpu_count() or 1, 8))
 _pool: ThreadPoolExecutor | None = None
+T = TypeVar("T")
+_DONE = object()  # the end of each_in_parallel's tasks
 
 
 def default_chunk_tokens(d_ff: int) -> int:
@@ -152,24 +155,29 @@ def _in_parallel(part: Callable[[int, int, int], None], rows: int, cols: int,
 
     A multi-pass activation over a block that fits in the core's cache costs a fraction of the
     same passes over the whole hidden buffer. NumPy's ufuncs are single-threaded but release
-    the GIL, so workers run side by side, as BLAS does; each has its own scratch buffers and
-    takes the next block when it is done with one (a shared iterator: a core slowed by another
-    process does less of the work, instead of holding everyone up at the end).
+    the GIL, so workers run side by side, as BLAS does; each has its own scratch buffers.
     """
+    each_in_parallel(_blocks(rows, cols, itemsize), lambda block, worker: part(*block, worker))
+
+
+def each_in_parallel(tasks: Sequence[T], part: Callable[[T, int], None]) -> None:
+    """Run ``part(task, worker)`` for every task, on every core (worker 0 is the calling
+    thread). Each worker takes the next task when it is done with one (a shared iterator: a
+    core slowed by another process does less of the work, instead of holding everyone up at
+    the end)."""
     global _pool
-    blocks = _blocks(rows, cols, itemsize)
-    workers = min(_THREADS, len(blocks))
-    todo, lock = iter(blocks), threading.Lock()  # the lock: safe without a GIL too
+    workers = min(_THREADS, len(tasks))
+    todo, lock = iter(tasks), threading.Lock()  # the lock: safe without a GIL too
 
     def run(worker: int) -> None:
         while True:
             with lock:
-                block = next(todo, None)
-            if block is None:
+                task = next(todo, _DONE)
+            if task is _DONE:
                 return
-            part(*block, worker)
+            part(task, worker)  # type: ignore[arg-type]
 
-    if workers == 1:
+    if workers <= 1:
         run(0)
         return
     if _pool is None:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ffncli.compute.engine import Engine
+from ffncli.base.blas import one_thread
+from ffncli.compute.engine import Engine, each_in_parallel
 from ffncli.compute.forward.ops import (
     Array,
     Rope,
@@ -84,34 +85,46 @@ class Attention:
         v = qkv[:, (nq + nkv) * hd:].reshape(n, nkv, 1, hd).transpose(1, 2, 0, 3)
         ctx = scratch("ctx", (n, nq * hd))
         c = ctx.reshape(n, nkv, group, hd).transpose(1, 2, 0, 3)
-        for s, e in bounds:
-            self.sequence(q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], c[:, :, s:e], scratch)
+
+        def attend(task: tuple[int, int, int, int], worker: int) -> None:
+            s, e, r0, r1 = task
+            self.queries(q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], c[:, :, s:e], r0, r1,
+                         scratch, f"scores{worker}")
+
+        # many small products (L x d_head x L a head): one BLAS thread each, side by side
+        with one_thread():
+            each_in_parallel([(s, e, r0, r1) for s, e in bounds
+                              for r0, r1 in self.blocks(e - s)], attend)
         out = np.matmul(ctx, self.wo)  # (n, heads d_head) -> (n, d_model)
         if self.bo is not None:
             np.add(out, self.bo, out=out)
         return out
 
-    def sequence(self, q: Array, k: Array, v: Array, out: Array, scratch: Scratch) -> None:
-        """softmax(q k^T / sqrt(d_head) + mask) v for one sequence, every head at once, a
-        block of queries at a time when the scores would not fit in SCORE_ELEMENTS. Causal:
-        a block's keys stop at its last query (and start at its first query's window)."""
-        length = q.shape[2]
+    def blocks(self, length: int) -> list[tuple[int, int]]:
+        """The blocks of queries of a sequence, (first, end): all of it, or as many as fit in
+        SCORE_ELEMENTS scores; causal, at most CAUSAL_BLOCK (a block's keys stop at its last
+        query: the masked half is not computed)."""
         step = max(1, min(length, SCORE_ELEMENTS // (self.heads * length)))
-        if self.causal:  # a block's keys stop at its last query: the masked half not computed
+        if self.causal:
             step = min(step, CAUSAL_BLOCK)
-        for r0 in range(0, length, step):
-            r1 = min(length, r0 + step)
-            k0, k1 = 0, length
-            if self.causal:
-                k0, k1 = (max(0, r0 - self.window + 1) if self.window else 0), r1
-            s = np.matmul(q[:, :, r0:r1], k[:, :, k0:k1].swapaxes(-1, -2),
-                          out=scratch("scores", (*q.shape[:2], r1 - r0, k1 - k0)))
-            np.multiply(s, self.scale, out=s)  # (kv, group, queries, keys)
-            mask = causal_mask(r0 - k0, r1 - r0, k1 - k0, self.window) if self.causal else None
-            if mask is not None:
-                np.add(s, mask, out=s)
-            softmax_(s)
-            np.matmul(s, v[:, :, k0:k1], out=out[:, :, r0:r1])  # -> (kv, group, queries, hd)
+        return [(r0, min(length, r0 + step)) for r0 in range(0, length, step)]
+
+    def queries(self, q: Array, k: Array, v: Array, out: Array, r0: int, r1: int,
+                scratch: Scratch, name: str = "scores") -> None:
+        """softmax(q k^T / sqrt(d_head) + mask) v for queries r0..r1 of one sequence, every
+        head at once, into out[:, :, r0:r1]. Causal: the keys stop at the last query (and
+        start at the first query's window). ``name``: the scratch buffer of the scores."""
+        k0, k1 = 0, q.shape[2]
+        if self.causal:
+            k0, k1 = (max(0, r0 - self.window + 1) if self.window else 0), r1
+        s = np.matmul(q[:, :, r0:r1], k[:, :, k0:k1].swapaxes(-1, -2),
+                      out=scratch(name, (*q.shape[:2], r1 - r0, k1 - k0)))
+        np.multiply(s, self.scale, out=s)  # (kv, group, queries, keys)
+        mask = causal_mask(r0 - k0, r1 - r0, k1 - k0, self.window) if self.causal else None
+        if mask is not None:
+            np.add(s, mask, out=s)
+        softmax_(s)
+        np.matmul(s, v[:, :, k0:k1], out=out[:, :, r0:r1])  # -> (kv, group, queries, hd)
 
 
 class Block:
