@@ -431,8 +431,9 @@ def test_params_without_any_config_counts_the_file_by_names(cli, sharded, tmp_pa
     assert doc["checked_by_config"] is False and doc["file_params"] == MINILM_TOTAL
     assert doc["reason"] == "no --preset or --config, and no config.json beside the weights"
     r = cli("params", "--weights", tmp_path, "--d-ff", "8")
-    assert (r.code, r.err) == (2, "error: the what-if options need a spec; no --preset or "
-                                  "--config, and no config.json beside the weights\n")
+    assert (r.code, r.err) == (2, "error: the what-if, --train and --fit options need a spec; "
+                                  "no --preset or --config, and no config.json beside the "
+                                  "weights\n")
     r = cli("run", "--weights", tmp_path, "--random", "1")
     assert (r.code, r.err) == (2, f"error: no config.json in {tmp_path}, which the model's "
                                   "shape is read from: give it with --config config.json, or a "

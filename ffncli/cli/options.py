@@ -148,7 +148,7 @@ TRAINING: dict[str, Any] = {
         "(bitsandbytes).", show_default=False)],
     "precision": Annotated[Optional[str], typer.Option(
         "--precision", help="bf16-mixed (default), fp16-mixed, fp32 or bf16 (pure).",
-        show_default=False)],
+        show_default=False, rich_help_panel="Training and fit")],  # run's --precision: Output
     "lora_rank": Annotated[Optional[int], typer.Option(
         "--lora-rank", metavar="R", help="LoRA's rank (default 8).", show_default=False)],
     "lora_targets": Annotated[Optional[str], typer.Option(
@@ -235,7 +235,7 @@ PANELS = {
                  "--save-thresholds"),
     "Your FFN (--impl)": ("--impl", "--impl-args", "--train-mode", "--timeout",
                           "--load-timeout"),
-    "Training and fit": ("--train", "--optimizer", "--precision", "--lora-rank",
+    "Training and fit": ("--train", "--optimizer", "--lora-rank",
                          "--lora-targets", "--flash-attention", "--recompute", "--dropout",
                          "--fit", "--reserve"),
     "Scale-out": ("--workers", "--scheduler", "--skip-bad", "--verbose"),
@@ -257,5 +257,5 @@ def put_in_panels(app: typer.Typer) -> None:
             # Annotated[T, typer.Option("--out", "-o")]: the first name is Typer's "default"
             first = info.default if isinstance(info.default, str) else ""
             for name in (first, *(info.param_decls or ())):
-                if name.split("/")[0] in panel_of:
+                if name.split("/")[0] in panel_of and info.rich_help_panel is None:
                     info.rich_help_panel = panel_of[name.split("/")[0]]

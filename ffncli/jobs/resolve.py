@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from ffncli.base.validate import Keys
 from ffncli.errors import FfnError, InputError
-from ffncli.formats.gguf import GgufHeader, read_header
+from ffncli.formats import gguf as gguf_format
+from ffncli.formats.gguf import GgufHeader
 from ffncli.formats.safetensors import Header, config_beside, open_checkpoint, read_checkpoint
 from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
@@ -49,6 +50,11 @@ def weights_of(weights: Path | None, hub_model: str | None,
                         "headers)") from None
 
 
+def _read_gguf(path: Path) -> GgufHeader:
+    """A local GGUF file's header, looked up at call time (so a spy on it sees every read)."""
+    return gguf_format.read_header(path)
+
+
 @dataclass(frozen=True)
 class Counted:
     """The weights ``params`` counts: ``path``, where the spec logic looks (the file or
@@ -58,7 +64,7 @@ class Counted:
     path: Path | None
     name: str | None
     checkpoint: Callable[[Path], Header] = read_checkpoint
-    gguf: Callable[[Path], GgufHeader] = read_header
+    gguf: Callable[[Path], GgufHeader] = _read_gguf
 
 
 def weights_to_count(weights: Path | None, hub_model: str | None, gguf_file: str | None = None,
@@ -121,7 +127,7 @@ def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
             and weights.suffix.lower() == ".gguf":  # a GGUF file describes itself
         from ffncli.specs.gguf import spec_from_header
 
-        header = gguf if gguf is not None else read_header(weights)
+        header = gguf if gguf is not None else _read_gguf(weights)
         return apply_overrides(spec_from_header(header), overrides or Overrides()), None
     if weights_describe and config is None and preset is None and weights is not None:
         config = config_beside(weights)
@@ -197,14 +203,14 @@ def open_model(choice: ModelChoice, overrides: Overrides) -> Opened:
 
     weights = weights_of(choice.weights, choice.hub_model)
     gguf = weights is not None and weights.suffix.lower() == ".gguf"
-    header = read_header(weights) if weights is not None and gguf and choice.preset is None \
+    header = _read_gguf(weights) if weights is not None and gguf and choice.preset is None \
         and choice.config is None else None
     spec, keys = _spec(choice.preset, choice.config, overrides, weights, True, header)
     if weights is None or not is_checkpoint(weights):
         return Opened(spec, weights)
     tensors: Tensors
     if gguf:
-        tensors = GgufTensors(header if header is not None else read_header(weights))
+        tensors = GgufTensors(header if header is not None else _read_gguf(weights))
     else:
         tensors = SafetensorsTensors(open_checkpoint(weights))
     return Opened(spec, weights, tensors, keys)
