@@ -101,3 +101,37 @@ def test_counting_imports_only_what_it_needs(argv, monkeypatch):
                      "ffncli.jobs", "ffncli.present", "ffncli.cli", "ffncli.errors",
                      "ffncli.presets")
     assert all(m.startswith(allowed_rooms) for m in ours), ours
+
+
+# The modules of ffncli that `params --preset base` imports, all of them: a new import on this
+# path (a file reader, the training plan, the report page) is a start-up cost every user pays,
+# and has to be added here on purpose (issue 24: start-up at most 1.0x `import numpy`).
+PRESET_PARAMS = {
+    "ffncli", "ffncli.base", "ffncli.base.blas", "ffncli.base.files",
+    "ffncli.base.invocation", "ffncli.base.signals", "ffncli.base.textformats",
+    "ffncli.base.validate", "ffncli.base.version", "ffncli.cli", "ffncli.cli.commands",
+    "ffncli.cli.main", "ffncli.cli.options", "ffncli.counting", "ffncli.counting.model",
+    "ffncli.counting.results", "ffncli.errors", "ffncli.jobs", "ffncli.jobs.choices",
+    "ffncli.jobs.params", "ffncli.jobs.progress", "ffncli.jobs.resolve", "ffncli.jobs.targets",
+    "ffncli.present", "ffncli.present.console", "ffncli.present.params", "ffncli.presets",
+    "ffncli.specs", "ffncli.specs.spec",
+}
+HELP = {"ffncli", "ffncli.base", "ffncli.base.blas", "ffncli.base.invocation",
+        "ffncli.base.validate", "ffncli.base.version", "ffncli.cli", "ffncli.cli.commands",
+        "ffncli.cli.main", "ffncli.cli.options", "ffncli.errors", "ffncli.jobs",
+        "ffncli.jobs.choices", "ffncli.specs", "ffncli.specs.spec"}
+
+
+@pytest.mark.parametrize("argv, expected, rich", [
+    (("params", "--preset", "base"), PRESET_PARAMS, True),
+    (("params", "--preset", "base", "--json"), PRESET_PARAMS, False),
+    (("--help",), HELP, True),
+])
+def test_the_main_job_imports_exactly_these_modules(argv, expected, rich, tmp_path,
+                                                    monkeypatch):
+    """A preset's params: no file readers, no training plan, no report page, no architecture
+    table; --json draws nothing, so Rich stays unimported; --help imports no command's work."""
+    monkeypatch.chdir(tmp_path)
+    loaded = _modules(*argv)
+    assert {m for m in loaded if m.startswith("ffncli")} == expected
+    assert ("rich" in loaded) is rich

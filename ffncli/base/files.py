@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import secrets
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -113,7 +112,7 @@ def create_hidden(folder: Path, name: str, option: str, make: Callable[[str], T]
     Errors name ``option``. Call it under :func:`ffncli.base.signals.signals_held` and keep the
     path in the same block: from then on an interrupt finds what it must remove."""
     for _ in range(100):
-        path = str(folder / f".{name[:100]}.{secrets.token_hex(4)}.tmp")
+        path = str(folder / f".{name[:100]}.{os.urandom(4).hex()}.tmp")  # secrets' own source
         try:
             return path, make(path)
         except FileExistsError:

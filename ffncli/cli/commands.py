@@ -131,14 +131,16 @@ def params(
     from ffncli.jobs.targets import report_target
     from ffncli.present.console import check_format
     from ffncli.present.params import emit_params
-    from ffncli.present.report import about, save_params
 
     check_format(table_format, as_json)
     target = report_target(report_path, ModelChoice(preset, config, weights, hub_model))
     counted = weights_to_count(weights, hub_model, gguf_file, offline)
     result = count_model(preset, config, overrides, counted, batch, plan.plan(),
                          plan.budget())
-    save_params(target, result, about(ModelChoice(preset, config, weights, hub_model)))
+    if target is not None:  # the page's modules only for a page
+        from ffncli.present.report import about, save_params
+
+        save_params(target, result, about(ModelChoice(preset, config, weights, hub_model)))
     emit_params(result, as_json, table_format)
     if not result.matches:
         raise typer.Exit(ExitCode.CHECK_FAILED)

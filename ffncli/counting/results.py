@@ -4,12 +4,15 @@ they match), a checkpoint counted from its headers alone, every built-in preset 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ffncli.counting.files import GROUPS, FileCount
-from ffncli.counting.fit import Budget, FitCell, TrainFit
 from ffncli.counting.model import KvCache, ModelCount, count
-from ffncli.counting.training import Training
 from ffncli.specs.spec import ModelSpec, load_preset, preset_names
+
+if TYPE_CHECKING:  # a file's count and a plan's: imported by what makes them, not by a preset's
+    from ffncli.counting.files import FileCount
+    from ffncli.counting.fit import Budget, FitCell, TrainFit
+    from ffncli.counting.training import Training
 
 # ---------------------------------------------------------------------------------------------
 # A spec against a checkpoint's header, and the built-in presets at a glance.
@@ -34,6 +37,8 @@ class ParamsResult:
         """Groups whose spec and file counts differ: {group: (spec, file)}."""
         if self.file is None:
             return {}
+        from ffncli.counting.files import GROUPS
+
         spec_groups = {**dict.fromkeys(GROUPS, 0), **self.count.groups}
         return {g: (spec_groups[g], self.file.groups[g]) for g in GROUPS
                 if spec_groups[g] != self.file.groups[g] and not self.task_head(g)}

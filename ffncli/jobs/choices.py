@@ -172,8 +172,6 @@ class TrainChoice:
     def plan(self) -> Plan | None:
         """The plan (seq_len and batch filled in by the job), or None without ``--train``;
         training options without it, or LoRA's without LoRA, are refused."""
-        from ffncli.counting.training import Plan
-
         if self.train is None:
             given = [name for name, value in (
                 ("--optimizer", self.optimizer), ("--precision", self.precision),
@@ -187,6 +185,8 @@ class TrainChoice:
             return None
         if self.train == "full" and (self.lora_rank is not None or self.lora_targets):
             raise InputError("--lora-rank and --lora-targets need --train lora or qlora")
+        from ffncli.counting.training import Plan
+
         defaults = Plan()
         targets = (tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
                    if self.lora_targets is not None else defaults.lora_targets)
@@ -198,13 +198,13 @@ class TrainChoice:
 
     def budget(self) -> Budget | None:
         """``--fit`` as a :class:`ffncli.counting.fit.Budget`, or None."""
-        from ffncli.base.validate import reserve, size
-        from ffncli.counting.fit import Budget
-
         if self.fit is None:
             if self.reserve is not None:
                 raise InputError("--reserve holds memory back from --fit: give --fit too")
             return None
+        from ffncli.base.validate import reserve, size
+        from ffncli.counting.fit import Budget
+
         total, devices = size("option --fit", self.fit)
         held = reserve("option --reserve", self.reserve, total) if self.reserve else 0
         return Budget(self.fit.strip(), total, devices, held)

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ffncli.base.validate import whole
-from ffncli.counting.files import FileCount, count_file, count_gguf
-from ffncli.counting.fit import Budget, TrainFit, fit_inference
 from ffncli.counting.model import count, kv_cache
 from ffncli.counting.results import FileOnlyResult, ParamsResult
-from ffncli.counting.training import Plan, training
 from ffncli.errors import InputError
-from ffncli.formats.safetensors import config_beside
-from ffncli.jobs.resolve import Counted, resolve_spec
-from ffncli.specs.archs import UnsupportedModelType
-from ffncli.specs.gguf import UnsupportedArchitecture, spec_from_header
+from ffncli.jobs.resolve import Counted, config_beside, resolve_spec
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides
+
+if TYPE_CHECKING:  # imported when a file, a plan or a budget is given: off the preset's path
+    from ffncli.counting.files import FileCount
+    from ffncli.counting.fit import Budget
+    from ffncli.counting.training import Plan
 
 _NO_CONFIG = "no --preset or --config, and no config.json beside the weights"
 
@@ -41,7 +41,15 @@ def count_model(preset: str | None, config: Path | None, overrides: Overrides,
     weights, named = located.path, located.name
     if weights is not None and weights.suffix.lower() == ".gguf":
         return _count_gguf(preset, config, overrides, weights, batch, located, plan, budget)
-    if weights is not None and preset is None and config is None:
+    if weights is None:
+        spec = resolve_spec(preset, config, overrides)
+        limit = (resolve_spec(preset, config, dataclasses.replace(overrides, seq_len=None)).seq_len
+                 if budget is not None else None)
+        return _planned(spec, None, None, batch, plan, budget, limit)
+    from ffncli.counting.files import count_file
+    from ffncli.specs.archs import UnsupportedModelType
+
+    if preset is None and config is None:
         config = config_beside(weights)
         if config is None:
             if overrides != Overrides() or plan is not None or budget is not None:
@@ -52,10 +60,10 @@ def count_model(preset: str | None, config: Path | None, overrides: Overrides,
     try:  # with the weights: a config.json's quantization_config is checked
         spec = resolve_spec(preset, config, overrides, weights=weights)
     except UnsupportedModelType as exc:
-        if weights is None or plan is not None or budget is not None:
+        if plan is not None or budget is not None:
             raise
         return FileOnlyResult(count_file(located.checkpoint(weights)), str(named), str(exc))
-    file = count_file(located.checkpoint(weights)) if weights is not None else None
+    file = count_file(located.checkpoint(weights))
     limit = (resolve_spec(preset, config, dataclasses.replace(overrides, seq_len=None),
                           weights=weights).seq_len if budget is not None else None)
     return _planned(spec, file, named, batch, plan, budget, limit)
@@ -65,6 +73,11 @@ def _planned(spec: ModelSpec, file: FileCount | None, named: str | None, batch: 
              plan: Plan | None, budget: Budget | None, limit: int | None) -> ParamsResult:
     """The spec's count, its KV cache and, when asked, its training plan and what fits."""
     c, kv = count(spec), kv_cache(spec, spec.seq_len, batch)
+    if plan is None and budget is None:
+        return ParamsResult(c, file, named, kv)
+    from ffncli.counting.fit import TrainFit, fit_inference
+    from ffncli.counting.training import training
+
     trained = (training(spec, dataclasses.replace(plan, seq_len=spec.seq_len, batch=batch))
                if plan is not None else None)
     return ParamsResult(
@@ -80,6 +93,9 @@ def _count_gguf(preset: str | None, config: Path | None, overrides: Overrides, w
     """``params --weights model.gguf``: its tensor infos counted, its metadata's spec (or the
     --preset / --config given) beside them; an architecture no reader knows is counted from
     the file alone."""
+    from ffncli.counting.files import count_gguf
+    from ffncli.specs.gguf import UnsupportedArchitecture, spec_from_header
+
     header = located.gguf(weights)
     file = count_gguf(header)
 

@@ -13,15 +13,14 @@ from typing import TYPE_CHECKING
 
 from ffncli.base.validate import Keys
 from ffncli.errors import FfnError, InputError
-from ffncli.formats import gguf as gguf_format
-from ffncli.formats.gguf import GgufHeader
-from ffncli.formats.safetensors import Header, config_beside, open_checkpoint, read_checkpoint
 from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the readers are imported when a file is read: off a preset's start-up
     from ffncli.compute.build import Model
     from ffncli.compute.forward.families import Transformer
+    from ffncli.formats.gguf import GgufHeader
+    from ffncli.formats.safetensors import Header
     from ffncli.formats.tensors import Tensors
     from ffncli.formats.text import Sequences, Tokenizer
     from ffncli.formats.tokens import TokenInput
@@ -51,8 +50,24 @@ def weights_of(weights: Path | None, hub_model: str | None,
 
 
 def _read_gguf(path: Path) -> GgufHeader:
-    """A local GGUF file's header, looked up at call time (so a spy on it sees every read)."""
-    return gguf_format.read_header(path)
+    """A local GGUF file's header (``formats.gguf.read_header``, looked up at call time)."""
+    from ffncli.formats import gguf
+
+    return gguf.read_header(path)
+
+
+def _read_checkpoint(path: Path) -> Header:
+    """A local checkpoint's headers (``formats.safetensors.read_checkpoint``)."""
+    from ffncli.formats import safetensors
+
+    return safetensors.read_checkpoint(path)
+
+
+def config_beside(weights: Path) -> Path | None:
+    """The config.json beside ``weights`` (``formats.safetensors.config_beside``)."""
+    from ffncli.formats import safetensors
+
+    return safetensors.config_beside(weights)
 
 
 @dataclass(frozen=True)
@@ -63,7 +78,7 @@ class Counted:
 
     path: Path | None
     name: str | None
-    checkpoint: Callable[[Path], Header] = read_checkpoint
+    checkpoint: Callable[[Path], Header] = _read_checkpoint
     gguf: Callable[[Path], GgufHeader] = _read_gguf
 
 
@@ -199,6 +214,7 @@ def open_model(choice: ModelChoice, overrides: Overrides) -> Opened:
     """The model of ``choice``: the spec, the checkpoint of ``--weights``/``--model`` opened
     (a GGUF file's header read once, for both), and the keys of the config.json the whole
     model's settings come from (``--config``, else the one beside the weights)."""
+    from ffncli.formats.safetensors import open_checkpoint
     from ffncli.formats.tensors import GgufTensors, SafetensorsTensors, is_checkpoint
 
     weights = weights_of(choice.weights, choice.hub_model)

@@ -9,9 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ffncli.base.files import check_output_path
-from ffncli.formats.safetensors import config_beside
 from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice, is_many
-from ffncli.jobs.resolve import weights_of
+from ffncli.jobs.resolve import config_beside, weights_of
 
 
 def output_target(path: Path | None, option: str, model: ModelChoice,
