@@ -122,7 +122,7 @@ def test_a_signal_while_the_writer_thread_starts_leaves_nothing(tmp_path, monkey
 
 def test_names_are_hidden_beside_the_target_and_a_taken_one_is_skipped(tmp_path, monkeypatch):
     tokens = iter(["aaaaaaaa", "aaaaaaaa", "bbbbbbbb"])
-    monkeypatch.setattr(files.secrets, "token_hex", lambda n: next(tokens))
+    monkeypatch.setattr(files, "_token", lambda: next(tokens))
     first, fd1 = files.create_hidden(tmp_path, "y.npy", "--out", files.new_file)
     second, fd2 = files.create_hidden(tmp_path, "y.npy", "--out", files.new_file)
     os.close(fd1), os.close(fd2)
