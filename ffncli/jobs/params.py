@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,32 +42,43 @@ def count_model(preset: str | None, config: Path | None, overrides: Overrides,
     weights, named = located.path, located.name
     if weights is not None and weights.suffix.lower() == ".gguf":
         return _count_gguf(preset, config, overrides, weights, batch, located, plan, budget)
+    file = None
     if weights is None:
         spec = resolve_spec(preset, config, overrides)
-        limit = (resolve_spec(preset, config, dataclasses.replace(overrides, seq_len=None)).seq_len
-                 if budget is not None else None)
-        return _planned(spec, None, None, batch, plan, budget, limit)
-    from ffncli.counting.files import count_file
-    from ffncli.specs.archs import UnsupportedModelType
+    else:
+        from ffncli.counting.files import count_file
+        from ffncli.specs.archs import UnsupportedModelType
 
-    if preset is None and config is None:
-        config = config_beside(weights)
-        if config is None:
-            if overrides != Overrides() or plan is not None or budget is not None:
-                raise InputError(f"the what-if, --train and --fit options need a spec; "
-                                 f"{_NO_CONFIG}")
+        if preset is None and config is None:
+            config = config_beside(weights)
+            if config is None:
+                if overrides != Overrides() or plan is not None or budget is not None:
+                    raise InputError(f"the what-if, --train and --fit options need a spec; "
+                                     f"{_NO_CONFIG}")
+                return FileOnlyResult(count_file(located.checkpoint(weights)), str(named),
+                                      _NO_CONFIG)
+        try:  # with the weights: a config.json's quantization_config is checked
+            spec = resolve_spec(preset, config, overrides, weights=weights)
+        except UnsupportedModelType as exc:
+            if plan is not None or budget is not None:
+                raise
             return FileOnlyResult(count_file(located.checkpoint(weights)), str(named),
-                                  _NO_CONFIG)
-    try:  # with the weights: a config.json's quantization_config is checked
-        spec = resolve_spec(preset, config, overrides, weights=weights)
-    except UnsupportedModelType as exc:
-        if plan is not None or budget is not None:
-            raise
-        return FileOnlyResult(count_file(located.checkpoint(weights)), str(named), str(exc))
-    file = count_file(located.checkpoint(weights))
-    limit = (resolve_spec(preset, config, dataclasses.replace(overrides, seq_len=None),
-                          weights=weights).seq_len if budget is not None else None)
+                                  str(exc))
+        file = count_file(located.checkpoint(weights))
+    limit = _context(spec, overrides, budget,
+                     lambda ov: resolve_spec(preset, config, ov, weights=weights))
     return _planned(spec, file, named, batch, plan, budget, limit)
+
+
+def _context(spec: ModelSpec, overrides: Overrides, budget: Budget | None,
+             resolve: Callable[[Overrides], ModelSpec]) -> int | None:
+    """``--fit``'s note: the model's own context limit, the seq_len before ``--seq-len``
+    overrode it (the spec resolved again only when it did)."""
+    if budget is None:
+        return None
+    if overrides.seq_len is None:
+        return spec.seq_len
+    return resolve(dataclasses.replace(overrides, seq_len=None)).seq_len
 
 
 def _planned(spec: ModelSpec, file: FileCount | None, named: str | None, batch: int,
@@ -109,6 +121,5 @@ def _count_gguf(preset: str | None, config: Path | None, overrides: Overrides, w
         if plan is not None or budget is not None:
             raise
         return FileOnlyResult(file, str(located.name), str(exc))
-    limit = (spec_of(dataclasses.replace(overrides, seq_len=None)).seq_len
-             if budget is not None else None)
-    return _planned(spec, file, located.name, batch, plan, budget, limit)
+    return _planned(spec, file, located.name, batch, plan, budget,
+                    _context(spec, overrides, budget, spec_of))
