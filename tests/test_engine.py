@@ -31,3 +31,34 @@ def test_blocks_cover_the_rows_once_and_fit_the_cache(rows, cols, itemsize):
         assert (hi - lo) * row_bytes <= E.BLOCK_BYTES or hi - lo == 1
     for lo, hi in blocks[:-1]:  # and is as large as fits: one row more would not
         assert (hi - lo + 1) * row_bytes > E.BLOCK_BYTES
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_hidden_shows_each_block_its_pre_activation_then_its_activation(gated):
+    """``before`` sees x W + b (the gate's, with a gate) and ``visit`` act of it, block by
+    block over every row once, as the plain formulas compute them; the hidden layer is then
+    act(x W + b) (times the up projection)."""
+    rng = np.random.default_rng(3)
+    d, f, n = 8, 300, 700  # 300 float32 columns: blocks of 436 rows, so two blocks
+    w, b = rng.standard_normal((d, f), np.float32), rng.standard_normal(f, np.float32)
+    w2 = rng.standard_normal((f, d), np.float32)
+    p = F.GatedWeights(w, b, rng.standard_normal((d, f), np.float32), None, w2, None) \
+        if gated else F.DenseWeights(w, b, w2, None)
+    x = rng.standard_normal((n, d), np.float32)
+    pre, act = np.full((n, f), np.nan, np.float32), np.full((n, f), np.nan, np.float32)
+    seen: list[tuple[int, int]] = []
+
+    def before(lo, hi, a, u):
+        assert u is None
+        pre[lo:hi] = a
+        seen.append((lo, hi))
+
+    def after(lo, hi, a, u):
+        act[lo:hi] = a
+
+    h = Engine(p, "silu").hidden(x, after, before)
+    assert sorted(seen) == E._blocks(n, f, 4) and len(seen) == 2
+    np.testing.assert_allclose(pre, F.pre_activation(x, p), rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(act, F.silu(F.pre_activation(x, p)), rtol=1e-5, atol=1e-5)
+    up = x @ p.v if gated else 1
+    np.testing.assert_allclose(h, F.silu(F.pre_activation(x, p)) * up, rtol=1e-5, atol=1e-4)

@@ -12,8 +12,9 @@ from ffncli.analysis.sparsity import (
     UnitStats,
     merge,
     pairwise_overlap,
+    quantile,
+    quantiles,
     relu_stats,
-    sorted_quantiles,
 )
 from ffncli.compute import ffn as F
 from ffncli.compute.engine import Engine
@@ -333,12 +334,17 @@ def test_merged_shards_of_a_mixture_count_chance_over_every_expert_unit(cli, tmp
 
 @pytest.mark.parametrize("n", [1, 2, 3, 10, 4097, 100_003])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_sorted_quantiles_are_numpys_to_the_bit(n, dtype):
-    """One sort for every target gives np.quantile's default (linear) values exactly: ties
+def test_quantiles_are_numpys_to_the_bit(n, dtype):
+    """One partition per target gives np.quantile's default (linear) values exactly, with the
+    targets as an array (float64 results) and one float at a time (the values' dtype): ties
     (rounded values), both ends, and targets whose (n - 1) q falls on an index."""
     rng = np.random.default_rng(n)
     values = np.abs(rng.standard_normal(n)).astype(dtype)
     values[: n // 3] = np.round(values[: n // 3], 1)  # ties
     targets = [0.0, 0.1, 0.25, 0.4, 0.5, 0.65, 0.9, 0.999, 0.5 + 1e-9, 1 / 3]
     expected = [float(q) for q in np.quantile(values, targets)]
-    assert sorted_quantiles(values.copy(), targets) == expected
+    assert quantiles(values.copy(), targets) == expected
+    one_at_a_time = [float(np.quantile(values, q)) for q in targets]
+    assert [quantile(values.copy(), q) for q in targets] == one_at_a_time
+    if dtype == np.float32 and n > 3:  # the two really differ: float32 against float64
+        assert one_at_a_time != expected

@@ -106,6 +106,26 @@ def test_sweep_does_not_depend_on_the_batches(options):
                                                             abs=1e-3)
 
 
+@pytest.mark.parametrize("options", [{}, {"target_sparsity": 0.3}, {"threshold": 0.05}])
+def test_sweep_counts_a_dense_ffn_as_the_walk_computes_it(options, monkeypatch):
+    """Each layer's gate product is computed once, by the walk: the counts and the calibration
+    come from the walk's own FFN, never from a second product of the inputs (which the numbers
+    equal: the tests above compare them with relu-stats on the captured inputs)."""
+    from ffncli.analysis import sparsity
+    from ffncli.jobs import sweep as sweep_job
+
+    def second_product(*args, **kwargs):
+        raise AssertionError("the gate computed a second time")
+
+    for module, name in ((sparsity, "pre_activation"), (sparsity, "gate_and_up"),
+                         (sweep_job, "calibrate_threshold")):
+        monkeypatch.setattr(module, name, second_product)
+    monkeypatch.setattr(sweep_job, "CALIBRATION_TOKENS", 10)  # calibrated across batches
+    _, result = _gpt2_sweep(batch_tokens=4, **options)
+    assert all(row.stats.tokens == result.tokens == 21 for row in result.layers)
+    assert all(row.cats_threshold_50 > 0 for row in result.layers)
+
+
 def test_sweep_lets_each_layers_ffn_go(monkeypatch):
     """When the walk builds layer i, the FFNs of layers < i - 1 are gone: the sweep keeps no
     layer's weights once the walk has left it (the walk itself holds layer i - 1 until then)."""

@@ -207,7 +207,7 @@ def calibrate_threshold(ffn: Engine, x: np.ndarray, target: float) -> float:
         values = np.concatenate([
             np.abs(expert_activation(ffn, pre_activation(x[rows], p))).ravel()
             for _, p, rows in _expert_inputs(ffn, x)])
-    return float(np.quantile(values, target, overwrite_input=True))
+    return quantile(values, target)
 
 
 def _dense_magnitudes(ffn: Engine, x: np.ndarray) -> np.ndarray:
@@ -228,20 +228,35 @@ def calibrate_cut(ffn: Engine, x: np.ndarray, rule: str, target: float) -> Cut:
     return calibrate_cuts(ffn, x, [(rule, target)])[0]
 
 
-def sorted_quantiles(values: np.ndarray, targets: Sequence[float]) -> list[float]:
-    """numpy's default (linear) quantiles of ``values`` (a fresh array, sorted here in place)
-    at each target, from one sort for all of them: np.quantile itself interpolates between
-    the two order statistics around (n - 1) q, given them alone with their weight (the same
-    virtual index, gamma and interpolation, so the same bits). One sort of a layer's values
-    took 0.09 s where np.quantile's partition at four targets took 0.37 s."""
+def _around(flat: np.ndarray, q: float) -> tuple[np.ndarray, float]:
+    """The two order statistics around numpy's linear virtual index (n - 1) q, and its gamma:
+    ``flat`` partitioned in place at the lower index, the upper one the smallest value past
+    it. (np.quantile partitions at both indices at once, about ten times slower here.)"""
+    n = flat.size
+    virtual = (n - 1) * float(q)  # numpy's linear method: previous index floor(virtual)
+    low = math.floor(virtual)
+    if low >= n - 1:
+        top = flat.max()
+        return np.array([top, top], dtype=flat.dtype), 0.0
+    flat.partition(low)
+    return np.array([flat[low], flat[low + 1:].min()], dtype=flat.dtype), virtual - low
+
+
+def quantile(values: np.ndarray, q: float) -> float:
+    """``np.quantile(values, q)`` (the default, linear; q a float) to the bit, from one
+    partition of ``values`` (a fresh array, reordered here): np.quantile itself interpolates
+    between the two order statistics, given them alone with their weight."""
+    pair, gamma = _around(values.reshape(-1), q)
+    return float(np.quantile(pair, gamma))
+
+
+def quantiles(values: np.ndarray, targets: Sequence[float]) -> list[float]:
+    """``np.quantile(values, targets)`` (the default, linear; the targets a float64 array)
+    to the bit, one partition of ``values`` (a fresh array, reordered here) per target."""
     flat = values.reshape(-1)
-    flat.sort()
-    n, out = flat.size, []
+    out = []
     for q in targets:
-        virtual = (n - 1) * float(q)  # numpy's linear method: previous index floor(virtual)
-        low = math.floor(virtual)
-        pair, gamma = (flat[low:low + 2], virtual - low) if low < n - 1 else \
-            (flat[[-1, -1]], 0.0)
+        pair, gamma = _around(flat, q)
         out.append(float(np.quantile(pair, np.array([gamma]))[0]))  # a float64 q, as given
     return out
 
@@ -366,15 +381,15 @@ def calibrate_cuts(ffn: Engine, x: np.ndarray, wanted: Sequence[tuple[str, float
 
 def cuts_from(m: Magnitudes, d_ff: int, wanted: Sequence[tuple[str, float]]) -> list[Cut]:
     """The cuts of ``wanted`` from a layer's magnitudes (reordered here): numpy's default
-    (linear) quantile, each set of magnitudes ordered once for all targets."""
-    def quantiles(values: np.ndarray | None, rule: str) -> dict[float, float]:
+    (linear) quantile, one partition of each set of magnitudes per target."""
+    def of(values: np.ndarray | None, rule: str) -> dict[float, float]:
         targets = sorted({s for r, s in wanted if r == rule})
         if not targets or values is None:
             return {}
-        return dict(zip(targets, sorted_quantiles(values, targets), strict=True))
+        return dict(zip(targets, quantiles(values, targets), strict=True))
 
-    cats = quantiles(m.gate, "cats")
-    teal_in, teal_down = quantiles(m.inputs, "teal"), quantiles(m.hidden, "teal")
+    cats = of(m.gate, "cats")
+    teal_in, teal_down = of(m.inputs, "teal"), of(m.hidden, "teal")
     cuts = []
     for rule, s in wanted:
         if rule == "topk":
@@ -475,14 +490,28 @@ class SparsityAccumulator:
         for lo in range(0, x.shape[0], STATS_ROWS):
             self._update(x[lo:lo + STATS_ROWS])
 
+    def count(self, inactive: np.ndarray) -> None:
+        """Count a dense (or gated) FFN's inactive mask of consecutive tokens (m, d_ff), as
+        ``update`` of their inputs would: what its engine saw as it computed them, STATS_ROWS
+        rows at a time."""
+        assert self.experts == 1
+        for lo in range(0, inactive.shape[0], STATS_ROWS):
+            part = inactive[lo:lo + STATS_ROWS]
+            self._count(part.shape[0], [(0, slice(None), part)])
+
     def _update(self, x: np.ndarray) -> None:
-        counts = np.zeros(x.shape[0], dtype=np.int64)
-        full = np.zeros((x.shape[0], self.experts * self.ffn.d_ff), dtype=bool) \
+        self._count(x.shape[0], [
+            (e, rows, inactive_mask(self.ffn, p, x[rows], self.rule))
+            for e, p, rows in _expert_inputs(self.ffn, x, self.ffn.capacity_left)
+            if rows.size])
+
+    def _count(self, m: int, masks: Sequence[tuple[int, np.ndarray | slice, np.ndarray]]
+               ) -> None:
+        """Add m tokens' masks: (expert, the token rows routed to it, their inactive mask)."""
+        counts = np.zeros(m, dtype=np.int64)
+        full = np.zeros((m, self.experts * self.ffn.d_ff), dtype=bool) \
             if self.keep_masks else None
-        for e, p, rows in _expert_inputs(self.ffn, x, self.ffn.capacity_left):
-            if rows.size == 0:
-                continue
-            mask = inactive_mask(self.ffn, p, x[rows], self.rule)
+        for e, rows, mask in masks:
             counts[rows] += self.stats[e].update(mask)
             if full is not None:
                 full[rows, e * self.ffn.d_ff:(e + 1) * self.ffn.d_ff] = mask
@@ -492,7 +521,7 @@ class SparsityAccumulator:
             self.listed += keep.size
         if full is not None:
             self.masks.append(full)
-        self.tokens += x.shape[0]
+        self.tokens += m
 
     def partial(self) -> Partial:
         """What has been counted, as mergeable counters (a shard's share of a job)."""

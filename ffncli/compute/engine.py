@@ -237,18 +237,21 @@ class Engine:
 
     # -- one chunk ----------------------------------------------------------------------------
 
-    def hidden(self, x: Array, visit: Visit | None = None) -> Array:
+    def hidden(self, x: Array, visit: Visit | None = None, before: Visit | None = None
+               ) -> Array:
         """The hidden layer of a chunk of a dense or gated FFN (not a mixture): act(x W1 + b1),
         or act(x W + b) * (x V + c), in the engine's reused buffer (valid until its next
         call). ``visit(lo, hi, a, u)`` sees each block of rows of the activated gate ``a``
         and of the up projection ``u`` (None without a gate) before they are multiplied, on
-        the engine's worker threads, and may change both in place."""
+        the engine's worker threads, and may change both in place; ``before(lo, hi, pre,
+        None)`` sees the block's pre-activation (its bias added) before the activation."""
         p = self.weights
         if isinstance(p, MoEWeights):
             raise ValueError("a mixture of experts has a hidden layer per expert")
-        return self._hidden_chunk(np.ascontiguousarray(x, dtype=self.dtype), p, visit)
+        return self._hidden_chunk(np.ascontiguousarray(x, dtype=self.dtype), p, visit, before)
 
-    def _hidden_chunk(self, x: Array, p: ExpertWeights, visit: Visit | None = None) -> Array:
+    def _hidden_chunk(self, x: Array, p: ExpertWeights, visit: Visit | None = None,
+                      before: Visit | None = None) -> Array:
         """act(x W1 + b1), or act(x W + b) * (x V + c), into the reused hidden buffer."""
         rows = x.shape[0]
         v: Array | None
@@ -263,6 +266,8 @@ class Engine:
             hp = h[lo:hi]
             if bias is not None:
                 np.add(hp, bias, out=hp)
+            if before is not None:
+                before(lo, hi, hp, None)
             self._inplace(hp, self._scratch(worker, hi - lo), self.act.beta)
             up = u[lo:hi] if u is not None else None
             if up is not None and up_bias is not None:

@@ -183,33 +183,25 @@ def shard_sweep(task: SweepTask, shard: TextShard) -> list[Partial]:
     """One shard through the whole model: each selected layer's counters, as one walk over
     the whole corpus counts them on this shard's tokens."""
     from ffncli.analysis.sparsity import MAX_TOKENS_LISTED
-    from ffncli.compute.forward.walk import walk
-    from ffncli.jobs.sweep import LayerSweep
+    from ffncli.jobs.sweep import LayerSweep, count_walk
 
-    sweeps: dict[int, LayerSweep] = {}
     done: dict[int, Partial] = {}
 
-    def finish() -> None:  # the walk has left the layer: its FFN can go
-        for i, s in list(sweeps.items()):
-            assert s.acc is not None
-            done[i] = s.acc.partial()
-            del sweeps[i]
+    def open_layer(layer: int, block: Any) -> LayerSweep:
+        s = LayerSweep(block, task.total, task.threshold, task.target,
+                       calibration=task.calibration[task.layers.index(layer)])
+        assert s.acc is not None
+        s.acc.listed = min(shard.offset, MAX_TOKENS_LISTED)  # the tokens listed before
+        return s
 
-    def visit(layer: int, block: Any, x: np.ndarray) -> None:
-        if layer not in sweeps:
-            finish()
-            at = task.layers.index(layer)
-            s = sweeps[layer] = LayerSweep(block, task.total, task.threshold, task.target,
-                                           calibration=task.calibration[at])
-            assert s.acc is not None
-            s.acc.listed = min(shard.offset, MAX_TOKENS_LISTED)  # the tokens listed before
-        sweeps[layer].update(x)
+    def close_layer(layer: int, s: LayerSweep) -> None:  # the walk has left the layer
+        assert s.acc is not None
+        done[layer] = s.acc.partial()
 
     try:
-        walk(forward_for(task.job), shard.ids, task.layers, visit)
+        count_walk(forward_for(task.job), shard.ids, task.layers, open_layer, close_layer)
     except FfnError as exc:
         raise type(exc)(named(shard.path, exc)) from None
-    finish()
     return [done[i] for i in task.layers]
 
 
