@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import DATA
 
+from ffncli.base import parallel
 from ffncli.compute import engine as E
 from ffncli.compute import ffn as F
 from ffncli.compute.engine import Engine, activate_inplace
@@ -185,7 +186,7 @@ def test_engine_blocks_and_threads_equal_plain_path(act, gated, monkeypatch):
     threaded = Engine(p, act, chunk_tokens=128)(x)
     scale = max(1.0, float(np.abs(plain).max()))  # float32 sums over 4096 terms
     np.testing.assert_allclose(threaded, plain, rtol=2e-5, atol=2e-6 * scale)
-    monkeypatch.setattr(E, "_THREADS", 1)
+    monkeypatch.setattr(parallel, "_THREADS", 1)
     np.testing.assert_array_equal(Engine(p, act, chunk_tokens=128)(x), threaded)
 
 

@@ -155,7 +155,13 @@ def _model(path: Path, layer: int, allow_nonfinite: bool = False):
 
 @pytest.mark.parametrize("qtype", [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0,
                                    Q.Q5_1])
-def test_layer_weights_are_the_gguf_packages_dequantisation(tmp_path, qtype):
+@pytest.mark.parametrize("group", [None, 1, 200])
+def test_layer_weights_are_the_gguf_packages_dequantisation(tmp_path, qtype, group,
+                                                            monkeypatch):
+    """The package's dequantisation exactly, whether the rows go in one task or in groups of
+    a row (or a few) on every core."""
+    if group is not None:
+        monkeypatch.setattr(G, "DEQUANTISE_BYTES", group)
     path = tmp_path / "m.gguf"
     written = write_gguf(path, qtype=qtype)
     weights = _model(path, 1).engine.weights
@@ -170,8 +176,10 @@ def test_layer_weights_are_the_gguf_packages_dequantisation(tmp_path, qtype):
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # random scales: some NaN, both sides
 @pytest.mark.parametrize("qtype", [Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_NL])
-def test_k_quants_are_read_in_the_gguf_packages_layout(tmp_path, qtype):
-    """Random blocks (no quantiser for these in the package): ours is its dequantisation."""
+def test_k_quants_are_read_in_the_gguf_packages_layout(tmp_path, qtype, monkeypatch):
+    """Random blocks (no quantiser for these in the package): ours is its dequantisation,
+    a few rows a task."""
+    monkeypatch.setattr(G, "DEQUANTISE_BYTES", 1000)
     path = tmp_path / "m.gguf"
     names = [f"blk.0.ffn_{n}.weight" for n in ("gate", "up", "down")]
     write_gguf(path, d=256, f=512, heads=4, kv=4, raw_as=dict.fromkeys(names, qtype))

@@ -17,7 +17,7 @@ The attention's per-sequence products (L x d_head x L per head) are 6% of a forw
 but OpenBLAS shares each one out over every thread: each waits for the slowest, and with
 another process on a core they ran below 1 GFLOP/s, most of the forward's time. Inside
 ``one_thread()`` every product runs on the thread that calls it, and the forward runs the
-sequences side by side on its own threads instead (``compute.engine.each_in_parallel``), so a
+sequences side by side on its own threads instead (``base.parallel.each_in_parallel``), so a
 slowed core simply does fewer of them. threadpoolctl sets the limit (NumPy cannot); it is
 imported only when first needed, after NumPy.
 """

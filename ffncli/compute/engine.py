@@ -10,14 +10,11 @@ gated and MoE variant and chunk boundary.
 from __future__ import annotations
 
 import functools
-import os
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from collections.abc import Callable
 
 import numpy as np
 
+from ffncli.base.parallel import each_in_parallel
 from ffncli.compute.ffn import (
     AS_A,
     AS_K,
@@ -133,10 +130,6 @@ def activate_inplace(h: Array, act: Activation | str) -> None:
 
 DEFAULT_CHUNK_ELEMENTS = 1 << 23  # hidden-buffer elements per chunk: big products are fastest
 BLOCK_BYTES = 1 << 19  # elementwise work goes block by block through the core's cache
-_THREADS = max(1, min(os.cpu_count() or 1, 8))
-_pool: ThreadPoolExecutor | None = None
-T = TypeVar("T")
-_DONE = object()  # the end of each_in_parallel's tasks
 
 
 def default_chunk_tokens(d_ff: int) -> int:
@@ -158,34 +151,6 @@ def _in_parallel(part: Callable[[int, int, int], None], rows: int, cols: int,
     the GIL, so workers run side by side, as BLAS does; each has its own scratch buffers.
     """
     each_in_parallel(_blocks(rows, cols, itemsize), lambda block, worker: part(*block, worker))
-
-
-def each_in_parallel(tasks: Sequence[T], part: Callable[[T, int], None]) -> None:
-    """Run ``part(task, worker)`` for every task, on every core (worker 0 is the calling
-    thread). Each worker takes the next task when it is done with one (a shared iterator: a
-    core slowed by another process does less of the work, instead of holding everyone up at
-    the end)."""
-    global _pool
-    workers = min(_THREADS, len(tasks))
-    todo, lock = iter(tasks), threading.Lock()  # the lock: safe without a GIL too
-
-    def run(worker: int) -> None:
-        while True:
-            with lock:
-                task = next(todo, _DONE)
-            if task is _DONE:
-                return
-            part(task, worker)  # type: ignore[arg-type]
-
-    if workers <= 1:
-        run(0)
-        return
-    if _pool is None:
-        _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="ffncli")
-    futures = [_pool.submit(run, w) for w in range(1, workers)]
-    run(0)  # the calling thread takes a share rather than wait
-    for future in futures:
-        future.result()
 
 
 class Engine:

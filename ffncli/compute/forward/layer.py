@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ffncli.base.blas import one_thread
-from ffncli.compute.engine import Engine, each_in_parallel
+from ffncli.base.parallel import each_in_parallel
+from ffncli.compute.engine import Engine
 from ffncli.compute.forward.ops import (
     Array,
     Rope,
