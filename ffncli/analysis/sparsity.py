@@ -187,10 +187,16 @@ class Rule:
 
 def inactive_mask(ffn: Engine, p: ExpertWeights, x: np.ndarray, rule: Rule) -> np.ndarray:
     pre = pre_activation(x, p)  # (m, d) -> (m, f), a fresh array
+    values = pre if rule.threshold is None else expert_activation(ffn, pre)
+    return mark_inactive(rule, values, np.empty(values.shape, dtype=bool))
+
+
+def mark_inactive(rule: Rule, values: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The rule's inactive mask of ``values`` into ``out``: pre-activation <= 0 (the default;
+    ``values`` the pre-activations) or |act| <= T (``values`` the activated values)."""
     if rule.threshold is None:
-        return pre <= 0
-    act = expert_activation(ffn, pre)
-    return np.abs(act) <= rule.threshold
+        return np.less_equal(values, 0, out=out)
+    return np.less_equal(np.abs(values), rule.threshold, out=out)
 
 
 def expert_activation(ffn: Engine, pre: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ from ffncli.analysis.sparsity import (
     calibrate_threshold,
     check_rule,
     describe_rule,
+    mark_inactive,
     quantile,
 )
 from ffncli.compute.ffn import MoEWeights
@@ -116,19 +117,18 @@ class LayerSweep:
         keep = min(self.left, x.shape[0])
         mags = np.empty((keep, e.d_ff), dtype=e.dtype) if keep else None
         mask = np.empty((x.shape[0], e.d_ff), dtype=bool) if acc is not None else None
-        threshold = acc.rule.threshold if acc is not None else None
+        default = acc is not None and acc.rule.threshold is None  # counted before act
 
         def before(lo: int, hi: int, pre: np.ndarray, u: np.ndarray | None) -> None:
-            assert mask is not None
-            np.less_equal(pre, 0, out=mask[lo:hi])  # inactive_mask's default rule
+            assert acc is not None and mask is not None
+            mark_inactive(acc.rule, pre, mask[lo:hi])
 
         def after(lo: int, hi: int, a: np.ndarray, u: np.ndarray | None) -> None:
             if mags is not None and lo < keep:
                 np.abs(a[:min(hi, keep) - lo], out=mags[lo:min(hi, keep)])
-            if mask is not None and threshold is not None:
-                np.less_equal(np.abs(a), threshold, out=mask[lo:hi])  # |act| <= T
+            if acc is not None and mask is not None and not default:
+                mark_inactive(acc.rule, a, mask[lo:hi])
 
-        default = mask is not None and threshold is None
         down(e.hidden(x, after, before if default else None), p, out)
         if mags is not None:
             self.held.append(mags)
@@ -153,9 +153,8 @@ class LayerSweep:
             return
         self._start(found[0], found[-1])
         assert self.acc is not None
-        threshold = self.acc.rule.threshold
-        for mags in held:
-            self.acc.count(mags <= threshold)
+        for mags in held:  # |a|, so the rule's |act| <= T as the walk's blocks would mark it
+            self.acc.count(mark_inactive(self.acc.rule, mags, np.empty(mags.shape, bool)))
 
     # -- a mixture of experts: counted from its inputs ------------------------------------
 
