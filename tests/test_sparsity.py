@@ -348,3 +348,24 @@ def test_quantiles_are_numpys_to_the_bit(n, dtype):
     assert [quantile(values.copy(), q) for q in targets] == one_at_a_time
     if dtype == np.float32 and n > 3:  # the two really differ: float32 against float64
         assert one_at_a_time != expected
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("signs", ["negative", "negative zero", "zeros and infinity"])
+def test_quantiles_of_values_with_a_sign_bit_are_numpys_too(dtype, signs):
+    """Magnitudes are partitioned as integers (their bits' order); values that order
+    otherwise (a negative value, -0.0, which ties with 0.0) are partitioned as floats."""
+    rng = np.random.default_rng(7)
+    values = np.abs(rng.standard_normal(5003)).astype(dtype)
+    values[::7] = 0.0
+    if signs == "negative":
+        values[::3] *= -1
+    elif signs == "negative zero":
+        values[::5] = -0.0
+    else:
+        values[-3:] = np.inf
+    targets = [0.0, 0.1, 0.25, 0.4, 0.5, 0.65, 0.9, 0.9995]
+    got = quantiles(values.copy(), targets)
+    assert got == [float(q) for q in np.quantile(values, targets)]
+    assert [quantile(values.copy(), q) for q in targets] == \
+        [float(np.quantile(values, q)) for q in targets]

@@ -234,36 +234,81 @@ def calibrate_cut(ffn: Engine, x: np.ndarray, rule: str, target: float) -> Cut:
     return calibrate_cuts(ffn, x, [(rule, target)])[0]
 
 
-def _around(flat: np.ndarray, q: float) -> tuple[np.ndarray, float]:
-    """The two order statistics around numpy's linear virtual index (n - 1) q, and its gamma:
-    ``flat`` partitioned in place at the lower index, the upper one the smallest value past
-    it. (np.quantile partitions at both indices at once, about ten times slower here.)"""
-    n = flat.size
-    virtual = (n - 1) * float(q)  # numpy's linear method: previous index floor(virtual)
+def _lower(n: int, q: float) -> tuple[int, float]:
+    """numpy's linear virtual index (n - 1) q as its previous index and gamma."""
+    virtual = (n - 1) * float(q)
     low = math.floor(virtual)
-    if low >= n - 1:
-        top = flat.max()
-        return np.array([top, top], dtype=flat.dtype), 0.0
-    flat.partition(low)
-    return np.array([flat[low], flat[low + 1:].min()], dtype=flat.dtype), virtual - low
+    return low, virtual - low
+
+
+def _order_statistics(flat: np.ndarray, indices: Sequence[int]
+                      ) -> dict[int, tuple[np.generic, np.generic]]:
+    """The order statistics at each index i < n - 1 and at i + 1, ``flat`` (a fresh array)
+    reordered in place: partitioned at the middle wanted index, then each side at its own,
+    each partition over the range the earlier ones left (about 2.3 passes for four indices,
+    against four whole partitions); the one past i, the smallest value after i in its range.
+    (np.partition at the four indices at once takes twice as long as four separate ones.)
+
+    Magnitudes are partitioned as the integers their bits are: for floats without a sign
+    bit (no negative value, no -0.0) the two orders are the same, NaN last as in numpy's, and
+    NumPy partitions integers about five times faster than floats."""
+    keys = _as_ordered_ints(flat)
+    found: dict[int, tuple[np.generic, np.generic]] = {}
+
+    def select(lo: int, hi: int, wanted: list[int]) -> None:  # ranks lo..hi-1 lie in [lo, hi)
+        if not wanted:
+            return
+        k = len(wanted) // 2
+        mid = wanted[k]
+        keys[lo:hi].partition(mid - lo)
+        after = mid + 1 + int(keys[mid + 1:hi].argmin()) if mid + 1 < hi else hi
+        found[mid] = flat[mid], flat[after]
+        select(lo, mid, wanted[:k])
+        select(mid + 1, hi, wanted[k + 1:])
+
+    select(0, flat.size, sorted(set(indices)))
+    return found
+
+
+def _as_ordered_ints(flat: np.ndarray) -> np.ndarray:
+    """``flat``'s memory as signed integers of its width when that orders it as its floats
+    (no sign bit set anywhere), else ``flat`` itself."""
+    if flat.dtype.kind != "f" or not flat.size:
+        return flat
+    ints = flat.view(np.dtype(f"i{flat.dtype.itemsize}"))
+    return ints if ints.min() >= 0 else flat
 
 
 def quantile(values: np.ndarray, q: float) -> float:
     """``np.quantile(values, q)`` (the default, linear; q a float) to the bit, from one
-    partition of ``values`` (a fresh array, reordered here): np.quantile itself interpolates
+    partition of ``values`` (a fresh array, reordered here; magnitudes, or any values, as
+    :func:`_order_statistics` says): np.quantile itself interpolates
     between the two order statistics, given them alone with their weight."""
-    pair, gamma = _around(values.reshape(-1), q)
+    pair, gamma = _pairs(values.reshape(-1), [q])[0]
     return float(np.quantile(pair, gamma))
 
 
 def quantiles(values: np.ndarray, targets: Sequence[float]) -> list[float]:
     """``np.quantile(values, targets)`` (the default, linear; the targets a float64 array)
-    to the bit, one partition of ``values`` (a fresh array, reordered here) per target."""
-    flat = values.reshape(-1)
+    to the bit, from partitions of ``values`` (a fresh array, reordered here) over ever
+    smaller ranges, one per distinct target."""
+    return [float(np.quantile(pair, np.array([gamma]))[0])  # a float64 q, as given
+            for pair, gamma in _pairs(values.reshape(-1), targets)]
+
+
+def _pairs(flat: np.ndarray, targets: Sequence[float]) -> list[tuple[np.ndarray, float]]:
+    """For each target, the two order statistics around numpy's linear virtual index and its
+    gamma (at or past the last index: the largest value twice)."""
+    n = flat.size
+    lows = [_lower(n, q) for q in targets]
+    stats = _order_statistics(flat, [low for low, _ in lows if low < n - 1])
+    top = flat.max() if any(low >= n - 1 for low, _ in lows) else None
     out = []
-    for q in targets:
-        pair, gamma = _around(flat, q)
-        out.append(float(np.quantile(pair, np.array([gamma]))[0]))  # a float64 q, as given
+    for low, gamma in lows:
+        if low >= n - 1:
+            out.append((np.array([top, top], dtype=flat.dtype), 0.0))
+        else:
+            out.append((np.array(stats[low], dtype=flat.dtype), gamma))
     return out
 
 
@@ -387,7 +432,7 @@ def calibrate_cuts(ffn: Engine, x: np.ndarray, wanted: Sequence[tuple[str, float
 
 def cuts_from(m: Magnitudes, d_ff: int, wanted: Sequence[tuple[str, float]]) -> list[Cut]:
     """The cuts of ``wanted`` from a layer's magnitudes (reordered here): numpy's default
-    (linear) quantile, one partition of each set of magnitudes per target."""
+    (linear) quantile, each set of magnitudes partitioned at every target's index."""
     def of(values: np.ndarray | None, rule: str) -> dict[float, float]:
         targets = sorted({s for r, s in wanted if r == rule})
         if not targets or values is None:
