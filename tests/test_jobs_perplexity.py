@@ -57,6 +57,53 @@ def test_variants_in_one_walk_are_each_what_they_are_alone(case):
 
 
 @pytest.mark.parametrize("case", ["gpt2", "llama"])
+def test_layers_before_the_first_sparsified_are_computed_once(case, monkeypatch):
+    """Sparsifying layer 1 alone: layer 0 is the same in every variant, so the walk computes
+    it once (for the dense model) and the variants start from its states; every number is the
+    walk's that computes layer 0 for each variant, and the progress still reaches its end."""
+    from ffncli.compute.forward import walk as walks
+    from ffncli.compute.forward.layer import Block
+    from ffncli.jobs.progress import Progress
+
+    variants = [Variant("cats", 0.5), Variant("topk", 0.25)]
+    calls: list[int] = []
+    call = Block.__call__
+
+    def counted(self, h, bounds, ffn=None):
+        calls.append(self.engine.d_model)
+        return call(self, h, bounds, ffn)
+
+    class Seen(Progress):
+        def __init__(self) -> None:
+            self.total = self.done = 0
+
+        def start(self, total: int, *args, **kwargs) -> None:
+            self.total = total
+
+        def update(self, done: int) -> None:
+            self.done = done
+
+    monkeypatch.setattr(Block, "__call__", counted)
+    seen = Seen()
+    with _model(case) as m:
+        shared = perplexity(m, _document(), Protocol(32), variants=variants, layers=[1],
+                            batch_tokens=128, progress=seen)
+        once = len(calls)
+        plain = walks.walk_variants
+        monkeypatch.setattr(walks, "walk_variants", lambda *a, alike=0, **k: plain(*a, **k))
+        every = perplexity(m, _document(), Protocol(32), variants=variants, layers=[1],
+                           batch_tokens=128)
+    batches = 3  # 288 tokens in chunks of 32, 128 tokens a batch
+    assert once == batches * (1 + 3) and len(calls) - once == 2 * batches * 3
+    assert seen.done == seen.total == 288 * 2 * 3
+    assert shared.perplexity == every.perplexity
+    for a, b in zip(shared.variants, every.variants, strict=True):
+        assert (a.perplexity, a.kl_mean, a.top1) == (b.perplexity, b.kl_mean, b.top1)
+        assert [(c.cut, c.sparsity, c.ffn_error) for c in a.layers] == \
+            [(c.cut, c.sparsity, c.ffn_error) for c in b.layers]
+
+
+@pytest.mark.parametrize("case", ["gpt2", "llama"])
 def test_a_cut_that_keeps_every_unit_changes_nothing(case):
     with _model(case) as m:
         r = perplexity(m, _document(), Protocol(32, stride=16), variants=[Variant("topk", 0.0)])

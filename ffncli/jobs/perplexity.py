@@ -309,7 +309,8 @@ def walk_part(model: Transformer, head: Head | None, sequences: Sequence[np.ndar
               part.agreements)
 
     walk_variants(model, sequences, 1 + len(variants), layers=layers, ffn=layer_ffn,
-                  final=final, batch_tokens=batch_tokens, progress=progress)
+                  final=final, batch_tokens=batch_tokens, alike=min(selected, default=0),
+                  progress=progress)
     part.tallies = [[sparse[i, v + 1].tally() for i in layers] for v in range(len(variants))]
     return part
 

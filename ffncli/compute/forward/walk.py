@@ -148,7 +148,7 @@ Final = Callable[[Bounds, int, list[np.ndarray]], None]
 def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants: int,
                   visit: VariantVisit | None = None, *, layers: Collection[int] = (),
                   ffn: VariantFfn | None = None, final: Final | None = None,
-                  batch_tokens: int | None = None,
+                  batch_tokens: int | None = None, alike: int = 0,
                   progress: Callable[[int], None] | None = None) -> None:
     """Run ``variants`` versions of the model over the same sequences in one walk, each layer's
     weights read once for all of them: variant ``v``'s FFN in layer ``i`` is ``ffn(i, v,
@@ -164,7 +164,11 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
 
     The hidden states of every variant live in one temporary spill file between layers: memory
     holds one layer's weights and one batch per variant. ``progress(done)`` counts tokens
-    through layers and variants."""
+    through layers and variants.
+
+    Layers below ``alike`` are the same in every variant (the caller's word: ``ffn`` None for
+    every variant but 0 there): they are computed once, for variant 0 (whom alone ``visit``
+    sees there), and the other variants start from its states at layer ``alike``."""
     chosen = set(layers)
     for i in chosen:
         model.check_layer(i)
@@ -182,6 +186,17 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
     def where(v: int, a: int) -> int:  # byte offset of variant v's rows of sequence a
         return (v * total + int(starts[a])) * d * item
 
+    shared = min(max(alike, 0), last + 1)  # the first layer each variant computes
+
+    def spread() -> None:  # variant 0's states, every batch, to the others (once, at shared)
+        if shared == 0:
+            return  # the embeddings went to every variant
+        for a, b in batches:
+            h = buffer[:int(starts[b] - starts[a])]
+            _pread(fd, h, where(0, a))
+            for v in range(1, variants):
+                _pwrite(fd, h, where(v, a))
+
     def bounds_of(a: int, b: int) -> list[tuple[int, int]]:
         return [(int(starts[j] - starts[a]), int(starts[j + 1] - starts[a]))
                 for j in range(a, b)]
@@ -192,11 +207,13 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
             ids = np.concatenate(seqs[a:b]).astype(np.int64, copy=False)
             positions = np.concatenate([np.arange(n) for n in lengths[a:b]])
             h = model.embed(ids, positions)
-            for v in range(variants):
+            for v in range(variants if shared == 0 else 1):
                 _pwrite(fd, h, where(v, a))
         for i in range(last + 1):
+            if i == shared:
+                spread()
             block = model.layer(i)
-            for v in range(variants):
+            for v in range(variants if i >= shared else 1):
                 layer_ffn = ffn(i, v, block) if ffn is not None else None
                 for a, b in batches:
                     h = buffer[:int(starts[b] - starts[a])]
@@ -207,10 +224,12 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
                         _check_finite(model, f"layer {i}'s FFN input", ffn_input, bounds, a)
                         visit(i, v, block, ffn_input)
                     _pwrite(fd, out, where(v, a))
-                    done += h.shape[0]
+                    done += h.shape[0] * (1 if i >= shared else variants)
                     if progress is not None:
                         progress(done)
             del block
+        if shared == last + 1:
+            spread()
         if final is None:
             return
         for a, b in batches:
