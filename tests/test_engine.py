@@ -62,3 +62,26 @@ def test_hidden_shows_each_block_its_pre_activation_then_its_activation(gated):
     np.testing.assert_allclose(act, F.silu(F.pre_activation(x, p)), rtol=1e-5, atol=1e-5)
     up = x @ p.v if gated else 1
     np.testing.assert_allclose(h, F.silu(F.pre_activation(x, p)) * up, rtol=1e-5, atol=1e-4)
+
+
+def test_a_gated_hidden_layer_takes_the_callers_gate_and_up_buffer():
+    """``gate`` replaces a *= u block by block, ``up`` receives the up projection: a gate that
+    writes a + u gives that, and the caller's buffer holds x V + c."""
+    rng = np.random.default_rng(4)
+    d, f, n = 8, 300, 700
+    p = F.GatedWeights(rng.standard_normal((d, f), np.float32), None,
+                       rng.standard_normal((d, f), np.float32),
+                       rng.standard_normal(f, np.float32),
+                       rng.standard_normal((f, d), np.float32), None)
+    x = rng.standard_normal((n, d), np.float32)
+    seen: list[tuple[int, int]] = []
+
+    def gate(lo, hi, a, u):
+        np.add(a, u, out=a)
+        seen.append((lo, hi))
+
+    up = np.full((n, f), np.nan, np.float32)
+    h = Engine(p, "silu").hidden(x, gate=gate, up=up)
+    assert sorted(seen) == E._blocks(n, f, 4)
+    np.testing.assert_allclose(up, x @ p.v + p.c, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(h, F.silu(F.pre_activation(x, p)) + up, rtol=1e-5, atol=1e-5)

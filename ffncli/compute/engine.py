@@ -110,6 +110,7 @@ def _gelu_(h: Array, s: list[Array], beta: float) -> None:
 
 InPlace = Callable[[Array, list[Array], float], None]
 Visit = Callable[[int, int, Array, "Array | None"], None]  # rows lo..hi: the gate, the up
+Gate = Callable[[int, int, Array, Array], None]  # rows lo..hi: the gate, the up
 
 # One in-place version per name of spec.ACTIVATIONS, with the scratch buffers it needs.
 _INPLACE: dict[str, tuple[InPlace, int]] = {
@@ -202,21 +203,26 @@ class Engine:
 
     # -- one chunk ----------------------------------------------------------------------------
 
-    def hidden(self, x: Array, visit: Visit | None = None, before: Visit | None = None
-               ) -> Array:
+    def hidden(self, x: Array, visit: Visit | None = None, before: Visit | None = None, *,
+               gate: Gate | None = None, up: Array | None = None) -> Array:
         """The hidden layer of a chunk of a dense or gated FFN (not a mixture): act(x W1 + b1),
         or act(x W + b) * (x V + c), in the engine's reused buffer (valid until its next
         call). ``visit(lo, hi, a, u)`` sees each block of rows of the activated gate ``a``
         and of the up projection ``u`` (None without a gate) before they are multiplied, on
         the engine's worker threads, and may change both in place; ``before(lo, hi, pre,
-        None)`` sees the block's pre-activation (its bias added) before the activation."""
+        None)`` sees the block's pre-activation (its bias added) before the activation.
+        In a gated FFN, ``gate(lo, hi, a, u)`` replaces the gate's multiply ``a *= u`` (it
+        leaves the block's hidden values in ``a``; ``u`` is then free), and ``up``, a
+        (rows, d_ff) array, receives the up projection instead of the engine's buffer."""
         p = self.weights
         if isinstance(p, MoEWeights):
             raise ValueError("a mixture of experts has a hidden layer per expert")
-        return self._hidden_chunk(np.ascontiguousarray(x, dtype=self.dtype), p, visit, before)
+        return self._hidden_chunk(np.ascontiguousarray(x, dtype=self.dtype), p, visit, before,
+                                  gate, up)
 
     def _hidden_chunk(self, x: Array, p: ExpertWeights, visit: Visit | None = None,
-                      before: Visit | None = None) -> Array:
+                      before: Visit | None = None, gate: Gate | None = None,
+                      up_out: Array | None = None) -> Array:
         """act(x W1 + b1), or act(x W + b) * (x V + c), into the reused hidden buffer."""
         rows = x.shape[0]
         v: Array | None
@@ -225,7 +231,9 @@ class Engine:
         else:
             w, bias, v, up_bias = p.w1, p.b1, None, None
         h = np.matmul(x, w, out=self._buffer("hidden", rows, self.d_ff))  # (n, d) -> (n, f)
-        u = np.matmul(x, v, out=self._buffer("up", rows, self.d_ff)) if v is not None else None
+        if v is not None and up_out is None:
+            up_out = self._buffer("up", rows, self.d_ff)
+        u = np.matmul(x, v, out=up_out) if v is not None else None
 
         def part(lo: int, hi: int, worker: int) -> None:  # bias, activation, gate on a block
             hp = h[lo:hi]
@@ -240,7 +248,10 @@ class Engine:
             if visit is not None:
                 visit(lo, hi, hp, up)
             if up is not None:
-                np.multiply(hp, up, out=hp)
+                if gate is not None:
+                    gate(lo, hi, hp, up)
+                else:
+                    np.multiply(hp, up, out=hp)
 
         _in_parallel(part, rows, self.d_ff, self.dtype.itemsize)
         return h

@@ -174,16 +174,26 @@ class SparseFfn:
         zeroed = self._zeroed(x.shape[0], engine)
         found: list[int] = []  # zeroed per block (the blocks run on the engine's threads)
 
-        def visit(lo: int, hi: int, a: Array, u: Array | None) -> None:
-            small = np.abs(a) <= cut.threshold if cut.rule == "cats" else smallest(a, cut.keep)
-            found.append(int(np.count_nonzero(small)))
-            z = zeroed[lo:hi]
-            np.multiply(a, small, out=z)
-            np.subtract(a, z, out=a)  # a - a = 0 and a - 0 = a, exactly
-            if u is not None:
-                np.multiply(z, u, out=z)
+        def inactive(a: Array) -> Array:
+            return np.abs(a) <= cut.threshold if cut.rule == "cats" else smallest(a, cut.keep)
 
-        h = engine.hidden(x, visit)
+        def visit(lo: int, hi: int, a: Array, u: Array | None) -> None:  # no gate: h = a
+            cut_here = inactive(a)
+            found.append(int(np.count_nonzero(cut_here)))
+            z = np.multiply(a, cut_here, out=zeroed[lo:hi])
+            np.subtract(a, z, out=a)  # a - a = 0 and a - 0 = a, exactly
+
+        def gate(lo: int, hi: int, a: Array, u: Array) -> None:  # u is zeroed[lo:hi]
+            cut_here = inactive(a)
+            found.append(int(np.count_nonzero(cut_here)))
+            np.multiply(a, u, out=a)  # h, as the dense FFN's
+            np.multiply(a, cut_here, out=u)  # z, where u was (in cache, no longer needed)
+            np.subtract(a, u, out=a)
+
+        if self.first == 2:
+            h = engine.hidden(x, gate=gate, up=zeroed)
+        else:
+            h = engine.hidden(x, visit)
         counts.zeroed += sum(found)
         down(h, p, out)
         diff = np.matmul(zeroed, p.w2)
