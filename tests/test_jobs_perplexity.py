@@ -104,6 +104,21 @@ def test_layers_before_the_first_sparsified_are_computed_once(case, monkeypatch)
 
 
 @pytest.mark.parametrize("case", ["gpt2", "llama"])
+def test_the_lm_head_is_read_when_the_walk_has_left_the_layers(case):
+    """The head (SmolLM2's: 113 MB, eight of its layers) is checked when the job is planned
+    but read once, after the last layer, when the layers' buffers are gone."""
+    events: list[object] = []
+    with _model(case) as m:
+        layer, head = m.layer, m.head
+        m.layer = lambda i: events.append(i) or layer(i)
+        m.head = lambda: events.append(("head", len(m.scratch._buffers))) or head()
+        r = perplexity(m, _document(), Protocol(32), variants=[Variant("topk", 0.5)],
+                       batch_tokens=128)
+    assert events == [0, 1, ("head", 1)]  # the final norm's one buffer, none of the layers'
+    assert r.tokens_scored == 9 * 15
+
+
+@pytest.mark.parametrize("case", ["gpt2", "llama"])
 def test_a_cut_that_keeps_every_unit_changes_nothing(case):
     with _model(case) as m:
         r = perplexity(m, _document(), Protocol(32, stride=16), variants=[Variant("topk", 0.0)])

@@ -133,9 +133,10 @@ def windows(ids: Array, protocol: Protocol, bos: int | None) -> Windows:
 
 
 def log_softmax(logits: Array) -> Array:
-    """log softmax over the last axis, in the logits' dtype, its normaliser summed in float64
-    (float32 logits: within 1e-6 of a float64 log softmax)."""
-    z = logits - logits.max(axis=-1, keepdims=True)
+    """log softmax over the last axis, in the logits' dtype and in their place (``logits``,
+    a fresh array, is overwritten and returned), its normaliser summed in float64 (float32
+    logits: within 1e-6 of a float64 log softmax)."""
+    z = np.subtract(logits, logits.max(axis=-1, keepdims=True), out=logits)
     total = np.exp(z).sum(axis=-1, keepdims=True, dtype=np.float64)
     z -= np.log(total).astype(z.dtype)
     return z

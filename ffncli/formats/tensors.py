@@ -73,22 +73,27 @@ class Tensors:
 
     # -- reading with checks ------------------------------------------------------------------
 
-    def get(self, stem: str, shape: tuple[int, ...] | None, dtype: np.dtype,
-            required: bool = True) -> np.ndarray | None:
-        """The tensor ``stem`` (under any prefix), checked to have ``shape`` (None: any)."""
+    def check(self, stem: str, shape: tuple[int, ...] | None) -> str:
+        """The stored name of tensor ``stem`` (under any prefix), checked in the header to be
+        there with ``shape`` (None: any), nothing read."""
         name = self.find(stem)
         if name is None:
-            if required and self.find(stem.removesuffix(".weight") + ".qweight") is not None:
+            if self.find(stem.removesuffix(".weight") + ".qweight") is not None:
                 raise WeightsError(f"{self.path}: tensor '{stem}' is quantised (GPTQ or AWQ "
                                    "qweight); the whole-model forward reads float checkpoints "
                                    "and GGUF files")
-            if required:
-                raise WeightsError(f"{self.path}: missing tensor '{stem}'")
-            return None
+            raise WeightsError(f"{self.path}: missing tensor '{stem}'")
         if shape is not None and self.shape(name) != shape:
             raise WeightsError(f"{self.path}: tensor '{name}': expected shape {shape}, got "
                                f"{self.shape(name)}")
-        return self.read(name).astype(dtype, copy=False)
+        return name
+
+    def get(self, stem: str, shape: tuple[int, ...] | None, dtype: np.dtype,
+            required: bool = True) -> np.ndarray | None:
+        """The tensor ``stem`` (under any prefix), checked to have ``shape`` (None: any)."""
+        if not required and self.find(stem) is None:
+            return None
+        return self.read(self.check(stem, shape)).astype(dtype, copy=False)
 
     def need(self, stem: str, shape: tuple[int, ...] | None, dtype: np.dtype) -> np.ndarray:
         array = self.get(stem, shape, dtype)

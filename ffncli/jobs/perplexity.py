@@ -271,14 +271,17 @@ def merge_parts(a: Part, b: Part) -> Part:
     return a
 
 
-def walk_part(model: Transformer, head: Head | None, sequences: Sequence[np.ndarray],
-              firsts: Sequence[int], variants: Sequence[Variant], layers: Sequence[int], *,
+def walk_part(model: Transformer, head: Callable[[], Head | None] | None,
+              sequences: Sequence[np.ndarray], firsts: Sequence[int],
+              variants: Sequence[Variant], layers: Sequence[int], *,
               calibrated: _Cuts | None = None, batch_tokens: int | None = None,
               progress: Callable[[int], None] | None = None) -> Part:
     """The dense model and every variant over ``sequences`` in one walk: decoders scored by
-    ``head`` at the positions ``firsts[j]`` .. end-2 of sequence j; encoders (no head) by the
-    cosines of their final hidden states. Cuts not given are those ``calibrated`` found or,
-    without, calibrated on variant 0's first FFN inputs of this walk."""
+    their LM head at the positions ``firsts[j]`` .. end-2 of sequence j (``head()`` reads it
+    when the walk has left its layers, so that the two are never in memory together);
+    encoders (no head) by the cosines of their final hidden states. Cuts not given are those
+    ``calibrated`` found or, without, calibrated on variant 0's first FFN inputs of this
+    walk."""
     from ffncli.compute.forward.walk import walk_variants
 
     cuts = calibrated if calibrated is not None else _Cuts(variants)
@@ -297,6 +300,7 @@ def walk_part(model: Transformer, head: Head | None, sequences: Sequence[np.ndar
         return sparse[i, v]
 
     part = Part(Nll(), [Agreement() for _ in variants], [Cosines() for _ in variants], [])
+    read: list[Head] = []  # the head, once the layers' weights are gone
 
     def final(bounds: Sequence[tuple[int, int]], first: int, states: list[np.ndarray]) -> None:
         if head is None:
@@ -305,7 +309,13 @@ def walk_part(model: Transformer, head: Head | None, sequences: Sequence[np.ndar
             return
         rows, nexts = scored_rows(bounds, firsts[first:first + len(bounds)])
         targets = np.concatenate(sequences[first:first + len(bounds)])[nexts]
-        score(head, states[0][rows], targets, part.nll, [s[rows] for s in states[1:]],
+        if not read:
+            for done in sparse.values():
+                done.release()  # the last layer's too: the walk has left them all
+            lm = head()
+            assert lm is not None  # a decoder's
+            read.append(lm)
+        score(read[0], states[0][rows], targets, part.nll, [s[rows] for s in states[1:]],
               part.agreements)
 
     walk_variants(model, sequences, 1 + len(variants), layers=layers, ffn=layer_ffn,
@@ -380,7 +390,7 @@ class Plan:
     variants: tuple[Variant, ...]
     bos: int | None
     calibration: Sequences | None
-    head: Head | None
+    decoder: bool  # scored by its LM head (checked, read by the walk when it needs it)
     sequences: tuple[np.ndarray, ...]
     firsts: tuple[int, ...]
     dropped: int
@@ -392,10 +402,10 @@ class Plan:
 
     def result(self, part: Part) -> PerplexityResult:
         """The job's result from the sums of its walk (or of its shards' walks, merged)."""
-        m, doc, head = self.model, self.document, self.head
+        m, doc, decoder = self.model, self.document, self.decoder
         results = tuple(_variant_result(v, self.layers, part.tallies[n],
-                                        part.agreements[n] if head is not None else None,
-                                        part.cosines[n] if head is None else None)
+                                        part.agreements[n] if decoder else None,
+                                        part.cosines[n] if not decoder else None)
                         for n, v in enumerate(self.variants))
         calibrated = None
         if _needs_calibration(self.variants):
@@ -404,7 +414,6 @@ class Plan:
                           "tokens": min(CALIBRATION_TOKENS,
                                         sum(len(s) for s in self.calibrating)),
                           "evaluated_text": self.calibration is None}
-        decoder = head is not None
         return PerplexityResult(
             str(m.weights), doc.source, doc.sha256, "decoder" if decoder else "encoder",
             len(doc.ids[0]) if decoder else doc.tokens, len(self.sequences), self.dropped,
@@ -421,13 +430,13 @@ def plan(model: Transformer, document: Sequences, protocol: Protocol | None, *,
     evaluated text's chunks under a stride, else the evaluated windows."""
     layers = tuple(range(model.n_layers)) if layers is None else tuple(layers)
     _check_sparsifiable(model, variants, layers)
-    head = model.head() if model.has_head else None
-    if head is None and protocol is not None:
+    decoder = model.has_head and model.head_tensor() is not None  # checked, not read
+    if not decoder and protocol is not None:
         raise InputError(f"{model.weights}: {model.spec.name} is an encoder: it has no LM head "
                          "to predict the next token with; perplexity on it reports the "
                          "fidelity of sparsified hidden states (give no --ctx, --stride or "
                          "--score)")
-    if head is not None and protocol is None:
+    if decoder and protocol is None:
         raise ValueError("a decoder is scored under a protocol")
     dropped = 0
     if protocol is not None:
@@ -446,7 +455,7 @@ def plan(model: Transformer, document: Sequences, protocol: Protocol | None, *,
             raise InputError(f"option --calibration-text: {calibration.source} has "
                              f"{len(source[0]):,} tokens, not one chunk of --ctx "
                              f"{protocol.ctx}: nothing to calibrate on")
-    return Plan(model, document, protocol, layers, tuple(variants), bos, calibration, head,
+    return Plan(model, document, protocol, layers, tuple(variants), bos, calibration, decoder,
                 tuple(sequences), tuple(firsts), dropped, calib)
 
 
@@ -475,8 +484,8 @@ def evaluate(p: Plan, *, batch_tokens: int | None = None, progress: Progress | N
     if progress is not None:
         progress.start(sum(len(s) for s in p.sequences) * model.n_layers * runs,
                        "tokens x layers", per=model.n_layers * runs)
-    part = walk_part(model, p.head, p.sequences, p.firsts, p.variants, p.layers,
-                     calibrated=calibrated, batch_tokens=batch_tokens,
+    part = walk_part(model, model.head if p.decoder else None, p.sequences, p.firsts,
+                     p.variants, p.layers, calibrated=calibrated, batch_tokens=batch_tokens,
                      progress=progress.update if progress is not None else None)
     return p.result(part)
 

@@ -161,7 +161,38 @@ class Transformer:
         return h
 
     def head(self) -> Head | None:
-        """The LM head a decoder predicts the next token with; None for an encoder."""
+        """The LM head a decoder predicts the next token with, its table read now; None for
+        an encoder."""
+        stem = self.head_tensor()
+        if stem is None:
+            return None
+        table = self._need(stem, (self.vocab, self._table_width()))
+        cap = self.settings.data.get("final_logit_softcapping")
+        return Head(table, None if cap is None else self.settings.number(
+            "final_logit_softcapping"))
+
+    def head_tensor(self) -> str | None:
+        """The tensor the LM head is, checked in the header (there, of shape (vocab, width))
+        but not read: the head's own ``lm_head`` (``output.weight`` in a GGUF file), or the
+        input embeddings when tied (config.json's tie_word_embeddings; when it says nothing,
+        when the checkpoint holds no head of its own, as save_pretrained leaves a tied one
+        out). None for an encoder."""
+        choice = self._head_choice()
+        if choice is None:
+            return None
+        embed, tied = choice
+        name = self.names["head"]
+        own = self.tensors.find(name) is not None
+        if tied is False and not own:
+            raise WeightsError(f"{self.tensors.path}: no LM head: tensor '{name}' is missing "
+                               f"and {self.settings.source} says tie_word_embeddings false")
+        stem = embed if tied or not own else name
+        self.tensors.check(stem, (self.vocab, self._table_width()))
+        return stem
+
+    def _head_choice(self) -> tuple[str, bool | None] | None:
+        """(the input embeddings' tensor, whether the head is tied to them: None where the
+        checkpoint decides); None for an encoder."""
         return None
 
     def fingerprint(self) -> str:
@@ -178,20 +209,6 @@ class Transformer:
         if self.settings.data.get("tie_word_embeddings") is None:
             return None
         return self.settings.flag("tie_word_embeddings", False)
-
-    def _head(self, embed: str, tied: bool | None) -> Head:
-        """The head's own ``lm_head`` (``output.weight`` in a GGUF file), or the input
-        embeddings when ``tied`` (None: when the checkpoint holds no head of its own, as
-        save_pretrained leaves a tied one out)."""
-        name = self.names["head"]
-        own = self.tensors.find(name) is not None
-        if tied is False and not own:
-            raise WeightsError(f"{self.tensors.path}: no LM head: tensor '{name}' is missing "
-                               f"and {self.settings.source} says tie_word_embeddings false")
-        table = self._need(embed if tied or not own else name, (self.vocab, self._table_width()))
-        cap = self.settings.data.get("final_logit_softcapping")
-        return Head(table, None if cap is None else self.settings.number(
-            "final_logit_softcapping"))
 
 
 class BertLike(Transformer):
@@ -349,8 +366,8 @@ class Gpt2(Transformer):
     def final(self, h: Array) -> Array:
         return self.ln_f(h, np.empty_like(h), self.scratch("norm_tmp", h.shape))
 
-    def head(self) -> Head:
-        return self._head(self.names["word"], self._tied())  # GPT-2's head is its wte
+    def _head_choice(self) -> tuple[str, bool | None]:
+        return self.names["word"], self._tied()  # GPT-2's head is its wte
 
 
 def unpermute(w: Array, heads: int) -> Array:
@@ -436,10 +453,10 @@ class LlamaLike(Transformer):
     def final(self, h: Array) -> Array:
         return self.norm(h, np.empty_like(h), self.scratch("norm_tmp", h.shape))
 
-    def head(self) -> Head:
+    def _head_choice(self) -> tuple[str, bool | None]:
         if self.permuted:  # GGUF: output.weight, else the embeddings (as llama.cpp)
-            return self._head(self.names["embed"], None)
-        return self._head(self.names["embed"], self._tied())
+            return self.names["embed"], None
+        return self.names["embed"], self._tied()
 
 
 class Mixtral(LlamaLike):

@@ -165,4 +165,9 @@ class Scratch:
             self._buffers[name] = buf
         return buf[:n].reshape(shape)
 
+    def release(self) -> None:
+        """Let every buffer go (a later call allocates it again): when a walk has left the
+        layers, before the LM head is read."""
+        self._buffers.clear()
+
 

@@ -557,10 +557,10 @@ def _perplexity_shards(job: TextJob, text: TextChoice, pool: Pool, asked: Asked,
     plan = plan_job(forward, job.model, text, asked)
     variants = calibrate(forward, plan.calibrating, plan.variants, plan.layers)
     shards = document_shards(Path(plan.document.source), plan.sequences, plan.document.sha256)
-    task = PerplexityTask(job, plan.layers, tuple(variants), plan.head is not None)
+    task = PerplexityTask(job, plan.layers, tuple(variants), plan.decoder)
     calls, start = [], 0
     for s in shards:
-        firsts = plan.firsts[start:start + len(s.ids)] if plan.head is not None else ()
+        firsts = plan.firsts[start:start + len(s.ids)] if plan.decoder else ()
         calls.append((task, s, firsts))
         start += len(s.ids)
     tree = TreeMerge(len(shards), merge_parts)

@@ -266,7 +266,7 @@ def shard_perplexity(task: PerplexityTask, shard: TextShard, firsts: tuple[int, 
 
     model = forward_for(task.job)
     try:
-        return walk_part(model, model.head() if task.decoder else None, shard.ids, firsts,
+        return walk_part(model, model.head if task.decoder else None, shard.ids, firsts,
                          task.variants, task.layers)
     except FfnError as exc:
         raise type(exc)(named(shard.path, exc)) from None
