@@ -27,6 +27,12 @@ warm-up of each, and the medians and ranges are printed with the machine's load 
    dense runs (the dense run's median time times k + 1): the target is a ratio below 1. Also in
    this process's CPU seconds (a dense run timed once more beside each sweep), which a machine
    busy with other work moves less than the wall clock.
+3. With ``--memory``: the peak RSS of ``ffncli perplexity --json`` (a subprocess) on the
+   chapter repeated to about 20,000 and 100,000 tokens, against issue 24's budget: one layer's
+   weights + one batch + 200 MB. The LM head is counted as the last layer (it is read when the
+   walk has left the layers, never beside them), so the weights are the larger of the largest
+   layer's (tracemalloc while it is read) and the head's; the batch, what NumPy allocates
+   while the last layer runs a batch of 8 chunks (tracemalloc).
 """
 
 from __future__ import annotations
@@ -179,15 +185,71 @@ def measure(weights: Path, model, chunks: list[list[int]], n: int, targets: tupl
           f"({min(cpu_ratio):.2f} to {max(cpu_ratio):.2f})")
 
 
+def memory(weights: Path, sizes: tuple[int, ...]) -> None:
+    import tempfile
+    import tracemalloc
+
+    import numpy as np
+    from bench_capture import MB, peak_rss  # beside this file
+
+    from ffncli.compute.forward.walk import BATCH_TOKENS
+    from ffncli.jobs.choices import ModelChoice
+    from ffncli.jobs.resolve import load_document, open_forward
+    from ffncli.specs.spec import Overrides
+
+    model = open_forward(ModelChoice(weights=weights), Overrides())
+    tracemalloc.start()
+    block = model.layer(model.n_layers - 1)
+    layer, _ = tracemalloc.get_traced_memory()
+    head = model.head()
+    head_bytes = head.weight.nbytes if head is not None else 0
+    del head
+    chunks, _ = document_ids(weights)
+    batch_chunks = (chunks * 8)[:BATCH_TOKENS // CTX]  # a long text's batch: 8 chunks
+    ids = np.concatenate([np.array(c, dtype=np.int64) for c in batch_chunks])
+    lengths = [len(c) for c in batch_chunks]
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    bounds = [(int(starts[j]), int(starts[j + 1])) for j in range(len(lengths))]
+    h = model.embed(ids, np.concatenate([np.arange(n) for n in lengths]))
+    tracemalloc.reset_peak()
+    base, _ = tracemalloc.get_traced_memory()
+    block(h, bounds)
+    batch = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    budget = max(layer, head_bytes) + batch + 200 * MB
+    per_copy = sum(len(s) for s in load_document(TEXT, None, model)[0].ids)
+    model.close()
+    print(f"\npeak memory of `ffncli perplexity --json` (dense): budget = the larger of the last "
+          f"layer's weights ({layer / MB:.1f} MB) and the LM head's ({head_bytes / MB:.1f} MB) + "
+          f"one batch of {len(ids):,} tokens ({batch / MB:.1f} MB) + 200 MB = {budget / MB:.0f} MB")
+    with tempfile.TemporaryDirectory() as folder:
+        for target in sizes:
+            copies = max(1, round(target / per_copy))
+            text = Path(folder) / f"x{copies}.txt"
+            text.write_text(TEXT.read_text(encoding="utf-8") * copies, encoding="utf-8")
+            peak, seconds, code = peak_rss([sys.executable, "-m", "ffncli", "perplexity",
+                                            "--weights", str(weights), "--text", str(text),
+                                            "--json"], Path(folder) / "stderr.txt")
+            ok = "within" if peak <= budget else "OVER"
+            print(f"  ~{copies * per_copy:,} tokens: exit {code}, peak RSS {peak / MB:.0f} MB in "
+                  f"{seconds:.0f} s, {ok} the budget ({100 * peak / budget:.0f}%)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--targets", default="0.25,0.4,0.5,0.65")
     parser.add_argument("--skip-sweep", action="store_true")
+    parser.add_argument("--memory", action="store_true",
+                        help="only the peak memory at --memory-tokens (no torch needed)")
+    parser.add_argument("--memory-tokens", default="20000,100000")
     parser.add_argument("--load", choices=("quiet", "busy", "both"), default="quiet",
                         help="busy: one spinning process per spare core while timing")
     args = parser.parse_args()
     weights = smollm2()
+    if args.memory:
+        memory(weights, tuple(int(t) for t in args.memory_tokens.split(",")))
+        return
     targets = tuple(float(t) for t in args.targets.split(","))
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     chunks, n = document_ids(weights)
