@@ -254,19 +254,20 @@ def _order_statistics(flat: np.ndarray, indices: Sequence[int]
     NumPy partitions integers about five times faster than floats."""
     keys = _as_ordered_ints(flat)
     found: dict[int, tuple[np.generic, np.generic]] = {}
-
-    def select(lo: int, hi: int, wanted: list[int]) -> None:  # ranks lo..hi-1 lie in [lo, hi)
+    # ranges still to split, each with its wanted indices: ranks lo..hi-1 lie in [lo, hi).
+    # (A loop, not a recursive closure, whose reference cycle would keep ``flat`` alive
+    # until the garbage collector next ran.)
+    ranges = [(0, flat.size, sorted(set(indices)))]
+    while ranges:
+        lo, hi, wanted = ranges.pop()
         if not wanted:
-            return
+            continue
         k = len(wanted) // 2
         mid = wanted[k]
         keys[lo:hi].partition(mid - lo)
         after = mid + 1 + int(keys[mid + 1:hi].argmin()) if mid + 1 < hi else hi
         found[mid] = flat[mid], flat[after]
-        select(lo, mid, wanted[:k])
-        select(mid + 1, hi, wanted[k + 1:])
-
-    select(0, flat.size, sorted(set(indices)))
+        ranges += [(lo, mid, wanted[:k]), (mid + 1, hi, wanted[k + 1:])]
     return found
 
 
