@@ -174,21 +174,22 @@ class SparseFfn:
         zeroed = self._zeroed(x.shape[0], engine)
         found: list[int] = []  # zeroed per block (the blocks run on the engine's threads)
 
-        def inactive(a: Array) -> Array:
-            return np.abs(a) <= cut.threshold if cut.rule == "cats" else smallest(a, cut.keep)
+        def inactive(a: Array) -> Array:  # the block's units cut, counted
+            mask = np.abs(a) <= cut.threshold if cut.rule == "cats" else smallest(a, cut.keep)
+            found.append(int(np.count_nonzero(mask)))
+            return mask
+
+        def split(h: Array, mask: Array, z: Array) -> None:  # h's cut part into z, out of h
+            np.multiply(h, mask, out=z)
+            np.subtract(h, z, out=h)  # h - h = 0 and h - 0 = h, exactly
 
         def visit(lo: int, hi: int, a: Array, u: Array | None) -> None:  # no gate: h = a
-            cut_here = inactive(a)
-            found.append(int(np.count_nonzero(cut_here)))
-            z = np.multiply(a, cut_here, out=zeroed[lo:hi])
-            np.subtract(a, z, out=a)  # a - a = 0 and a - 0 = a, exactly
+            split(a, inactive(a), zeroed[lo:hi])
 
         def gate(lo: int, hi: int, a: Array, u: Array) -> None:  # u is zeroed[lo:hi]
-            cut_here = inactive(a)
-            found.append(int(np.count_nonzero(cut_here)))
+            mask = inactive(a)
             np.multiply(a, u, out=a)  # h, as the dense FFN's
-            np.multiply(a, cut_here, out=u)  # z, where u was (in cache, no longer needed)
-            np.subtract(a, u, out=a)
+            split(a, mask, u)  # z where u was (in cache, no longer needed)
 
         if self.first == 2:
             h = engine.hidden(x, gate=gate, up=zeroed)
