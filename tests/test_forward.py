@@ -17,7 +17,7 @@ from helpers.installed_models import minilm_path, smollm2_path
 from ffncli.base.validate import Keys
 from ffncli.compute.forward import families, layer, ops
 from ffncli.compute.forward.families import open_transformer
-from ffncli.compute.forward.walk import batches, hidden_states, walk
+from ffncli.compute.forward.walk import batches, hidden_states, walk, walk_variants
 from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
 from ffncli.jobs.resolve import resolve_spec
 
@@ -265,6 +265,39 @@ def test_the_final_state_is_the_last_layers_whatever_layers_are_chosen():
     assert list(got) == [0]
     assert_close(got[0], expected["layer0"], "gpt2 layer 0")
     assert_close(final, expected["final"], "gpt2 final after layer 0 only chosen")
+
+
+@pytest.mark.parametrize("case", ["bert", "llama"])
+@pytest.mark.parametrize("alike", [0, 1])
+def test_variants_share_what_is_alike_and_end_as_their_own_walks(case, alike):
+    """Three variants, the second with its FFN doubled from layer ``alike`` on: the walk
+    computes the layers before it and that layer's attention once, yet every variant ends as a
+    walk of that variant alone, bit for bit (post-norm BERT and pre-norm LLaMA)."""
+    model, ids = load(case), read_ids(case)
+
+    def doubled(block: layer.Block):
+        def ffn(x: np.ndarray, out: np.ndarray) -> None:
+            block.engine(x, out=out)
+            np.multiply(out, 2, out=out)
+        return ffn
+
+    def finals(variants: int, changed: set[int], shared: int) -> list[np.ndarray]:
+        got: list[list[np.ndarray]] = [[] for _ in range(variants)]
+
+        def final(bounds, first, states) -> None:
+            for v, s in enumerate(states):
+                got[v].append(s)
+
+        walk_variants(model, ids, variants, ffn=lambda i, v, block: doubled(block)
+                      if v in changed and i >= alike else None, final=final, alike=shared,
+                      batch_tokens=8)
+        return [np.concatenate(g) for g in got]
+
+    dense, double = finals(1, set(), 0)[0], finals(1, {0}, 0)[0]
+    assert not np.array_equal(dense, double)  # the doubled FFN changes the states
+    together = finals(3, {1}, alike)
+    assert np.array_equal(together[0], dense) and np.array_equal(together[2], dense)
+    assert np.array_equal(together[1], double)
 
 
 @pytest.mark.parametrize("case", ["gpt2", "llama"])

@@ -58,20 +58,26 @@ def test_variants_in_one_walk_are_each_what_they_are_alone(case):
 
 @pytest.mark.parametrize("case", ["gpt2", "llama"])
 def test_layers_before_the_first_sparsified_are_computed_once(case, monkeypatch):
-    """Sparsifying layer 1 alone: layer 0 is the same in every variant, so the walk computes
-    it once (for the dense model) and the variants start from its states; every number is the
-    walk's that computes layer 0 for each variant, and the progress still reaches its end."""
+    """Sparsifying layer 1 alone: layer 0 and layer 1's attention are the same in every
+    variant, so the walk computes them once (for the dense model) and the variants start from
+    its stream; every number is the walk's that computes layer 0's FFN for each variant, and
+    the progress still reaches its end."""
     from ffncli.compute.forward import walk as walks
     from ffncli.compute.forward.layer import Block
     from ffncli.jobs.progress import Progress
 
     variants = [Variant("cats", 0.5), Variant("topk", 0.25)]
-    calls: list[int] = []
-    call = Block.__call__
+    attends: list[int] = []
+    joins: list[int] = []
+    attend, join = Block.attend, Block.join
 
-    def counted(self, h, bounds, ffn=None):
-        calls.append(self.engine.d_model)
-        return call(self, h, bounds, ffn)
+    def counted_attend(self, h, bounds):
+        attends.append(self.engine.d_model)
+        return attend(self, h, bounds)
+
+    def counted_join(self, x, r, ffn=None):
+        joins.append(self.engine.d_model)
+        return join(self, x, r, ffn)
 
     class Seen(Progress):
         def __init__(self) -> None:
@@ -83,18 +89,23 @@ def test_layers_before_the_first_sparsified_are_computed_once(case, monkeypatch)
         def update(self, done: int) -> None:
             self.done = done
 
-    monkeypatch.setattr(Block, "__call__", counted)
+    monkeypatch.setattr(Block, "attend", counted_attend)
+    monkeypatch.setattr(Block, "join", counted_join)
     seen = Seen()
     with _model(case) as m:
         shared = perplexity(m, _document(), Protocol(32), variants=variants, layers=[1],
                             batch_tokens=128, progress=seen)
-        once = len(calls)
+        counts = len(attends), len(joins)
         plain = walks.walk_variants
         monkeypatch.setattr(walks, "walk_variants", lambda *a, alike=0, **k: plain(*a, **k))
         every = perplexity(m, _document(), Protocol(32), variants=variants, layers=[1],
                            batch_tokens=128)
     batches = 3  # 288 tokens in chunks of 32, 128 tokens a batch
-    assert once == batches * (1 + 3) and len(calls) - once == 2 * batches * 3
+    # attention: layers 0 and 1 once; the FFN: layer 0 once, layer 1 per variant
+    assert counts == (batches * 2, batches * (1 + 3))
+    # from layer 0 on: its attention once, its FFN and layer 1 per variant
+    assert (len(attends) - counts[0], len(joins) - counts[1]) == \
+        (batches * (1 + 3), 2 * batches * 3)
     assert seen.done == seen.total == 288 * 2 * 3
     assert shared.perplexity == every.perplexity
     for a, b in zip(shared.variants, every.variants, strict=True):

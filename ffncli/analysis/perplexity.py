@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ffncli.compute.forward.layer import Head
+from ffncli.compute.forward.ops import dot_sum
 from ffncli.errors import InputError
 
 Array = np.ndarray
@@ -214,8 +215,7 @@ def score(head: Head, dense: Array, targets: Array, nll: Nll,
             agreement.nll.total -= float(ls[picked, t].sum(dtype=np.float64))
             agreement.nll.tokens += len(t)
             agreement.same_top1 += int(np.count_nonzero(ls.argmax(axis=1) == top))
-            agreement.kl += float(np.einsum("ij,ij->", pd, np.subtract(ld, ls, out=ls),
-                                            dtype=np.float64))
+            agreement.kl += dot_sum(pd, np.subtract(ld, ls, out=ls))
 
 
 # ---------------------------------------------------------------------------------------------

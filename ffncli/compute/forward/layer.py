@@ -143,30 +143,49 @@ class Block:
                  ) -> tuple[Array, Array]:
         """(ffn_input, output), both (tokens, d_model), new arrays; ``h`` is not modified.
         ``ffn(x, out)`` replaces the layer's FFN (a sparsified one); default the engine."""
+        r = self.attend(h, bounds)
+        x = self.ffn_input(r)
+        return x, self.join(x, r, ffn)
+
+    def attend(self, h: Array, bounds: Bounds) -> Array:
+        """The layer's first half: the residual stream after attention, a new array (pre-norm
+        h + attn(norm1(h)); post-norm norm1(h + attn(h)), which is also the FFN's input);
+        ``h`` is not modified. Variants that differ from this layer's FFN on share it."""
         scratch, d = self._scratch, self.engine.d_model
-        if ffn is None:
-            ffn = self._dense
         if h.ndim != 2 or h.shape[1] != d:
             raise ValueError(f"expected (tokens, {d}), got {h.shape}")
         h = np.ascontiguousarray(h, dtype=scratch.dtype)
         n = h.shape[0]
         positions = np.concatenate([np.arange(e - s) for s, e in bounds]) if bounds else \
             np.zeros(0, dtype=np.int64)
-        tmp, ffn_out = scratch("norm_tmp", (n, d)), scratch("ffn_out", (n, d))
+        tmp = scratch("norm_tmp", (n, d))
         if self.post_norm:
             a = self.attention(h, bounds, positions, scratch)
             np.add(a, h, out=a)
-            x = self.norm1(a, a, tmp)
-            ffn(x, ffn_out)
-            np.add(ffn_out, x, out=ffn_out)
-            return x, self.norm2(ffn_out, np.empty_like(x), tmp)
+            return self.norm1(a, a, tmp)
         normed = self.norm1(h, scratch("normed", (n, d)), tmp)
         h1 = self.attention(normed, bounds, positions, scratch)
         np.add(h1, h, out=h1)
-        x = self.norm2(h1, np.empty_like(h1), tmp)
-        ffn(x, ffn_out)
-        np.add(h1, ffn_out, out=h1)
-        return x, h1
+        return h1
+
+    def ffn_input(self, r: Array) -> Array:
+        """The FFN's input from :meth:`attend`'s stream: pre-norm norm2(r), a new array;
+        post-norm r itself."""
+        if self.post_norm:
+            return r
+        return self.norm2(r, np.empty_like(r), self._scratch("norm_tmp", r.shape))
+
+    def join(self, x: Array, r: Array, ffn: Ffn | None = None) -> Array:
+        """The layer's output from the FFN's input ``x`` and :meth:`attend`'s stream ``r``:
+        pre-norm r + ffn(x), in r's place; post-norm norm2(x + ffn(x)), a new array."""
+        scratch = self._scratch
+        ffn_out = scratch("ffn_out", x.shape)
+        (ffn or self._dense)(x, ffn_out)
+        if self.post_norm:
+            np.add(ffn_out, x, out=ffn_out)
+            return self.norm2(ffn_out, np.empty_like(x), scratch("norm_tmp", x.shape))
+        np.add(r, ffn_out, out=r)
+        return r
 
     def _dense(self, x: Array, out: Array) -> None:
         self.engine(x, out=out)

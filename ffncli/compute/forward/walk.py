@@ -168,7 +168,8 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
 
     Layers below ``alike`` are the same in every variant (the caller's word: ``ffn`` None for
     every variant but 0 there): they are computed once, for variant 0 (whom alone ``visit``
-    sees there), and the other variants start from its states at layer ``alike``."""
+    sees there), and so is layer ``alike``'s attention: the other variants start from
+    variant 0's residual stream after it, and differ from its FFN on."""
     chosen = set(layers)
     for i in chosen:
         model.check_layer(i)
@@ -188,9 +189,7 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
 
     shared = min(max(alike, 0), last + 1)  # the first layer each variant computes
 
-    def spread() -> None:  # variant 0's states, every batch, to the others (once, at shared)
-        if shared == 0:
-            return  # the embeddings went to every variant
+    def spread() -> None:  # variant 0's final states to the others, when no layer differed
         for a, b in batches:
             h = buffer[:int(starts[b] - starts[a])]
             _pread(fd, h, where(0, a))
@@ -206,12 +205,8 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
         for a, b in batches:
             ids = np.concatenate(seqs[a:b]).astype(np.int64, copy=False)
             positions = np.concatenate([np.arange(n) for n in lengths[a:b]])
-            h = model.embed(ids, positions)
-            for v in range(variants if shared == 0 else 1):
-                _pwrite(fd, h, where(v, a))
+            _pwrite(fd, model.embed(ids, positions), where(0, a))
         for i in range(last + 1):
-            if i == shared:
-                spread()
             block = model.layer(i)
             for v in range(variants if i >= shared else 1):
                 layer_ffn = ffn(i, v, block) if ffn is not None else None
@@ -219,7 +214,17 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
                     h = buffer[:int(starts[b] - starts[a])]
                     _pread(fd, h, where(v, a))
                     bounds = bounds_of(a, b)
-                    ffn_input, out = block(h, bounds, layer_ffn)
+                    if i == shared and variants > 1:  # the first layer that differs: its
+                        # attention is variant 0's, whose stream the others read back as h
+                        r = h
+                        if v == 0:
+                            r = block.attend(h, bounds)
+                            for u in range(1, variants):
+                                _pwrite(fd, r, where(u, a))
+                        ffn_input = block.ffn_input(r)
+                        out = block.join(ffn_input, r, layer_ffn)
+                    else:
+                        ffn_input, out = block(h, bounds, layer_ffn)
                     if i in chosen and visit is not None:
                         _check_finite(model, f"layer {i}'s FFN input", ffn_input, bounds, a)
                         visit(i, v, block, ffn_input)
@@ -228,7 +233,7 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
                     if progress is not None:
                         progress(done)
             del block
-        if shared == last + 1:
+        if shared == last + 1 and variants > 1:
             spread()
         if final is None:
             return
