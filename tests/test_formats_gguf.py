@@ -158,8 +158,9 @@ def _model(path: Path, layer: int, allow_nonfinite: bool = False):
 @pytest.mark.parametrize("group", [None, 1, 200])
 def test_layer_weights_are_the_gguf_packages_dequantisation(tmp_path, qtype, group,
                                                             monkeypatch):
-    """The package's dequantisation exactly, whether the rows go in one task or in groups of
-    a row (or a few) on every core."""
+    """The package's dequantisation exactly (Q4_0, Q4_1 and Q8_0 by ffncli's own kernels,
+    the others by the package's code), whether the rows go in one task or in groups of a row
+    (or a few) on every core."""
     if group is not None:
         monkeypatch.setattr(G, "DEQUANTISE_BYTES", group)
     path = tmp_path / "m.gguf"
@@ -240,6 +241,20 @@ def test_smollm2_layer_0_against_a_q4_1_dequantiser_written_here():
         by_hand = q4_1_by_hand(raw, t.dims[1], t.dims[0]).T  # [out, in] -> [in, out]
         np.testing.assert_allclose(ours, by_hand, rtol=0, atol=1e-6)
     assert weights.w.shape == (576, 1536) and weights.w2.shape == (1536, 576)
+
+
+@needs_smollm2
+def test_smollm2_legacy_blocks_are_the_gguf_packages_bit_for_bit():
+    """ffncli's Q4_1 and Q8_0 kernels against the package's dequantisation on SmolLM2's own
+    tensors: the embedding table (Q8_0) and every matrix of layers 0 and 29 (Q4_1)."""
+    header = G.read_header(SMOLLM2)
+    names = ["token_embd.weight"] + [n for n in header.tensors
+                                     if n.startswith(("blk.0.", "blk.29.")) and
+                                     header.tensors[n].type_name == "Q4_1"]
+    assert len(names) == 15 and header.tensors[names[0]].type_name == "Q8_0"
+    for name in names:
+        np.testing.assert_array_equal(G.dequantised(header, header.tensors[name]),
+                                      oracle(SMOLLM2, name).T, err_msg=name)  # [out, in]
 
 
 @needs_smollm2

@@ -363,17 +363,20 @@ def dequantised(header: GgufHeader, tensor: GgufTensor, rows: np.ndarray | None 
 
 
 def _dequantise(quants: Any, blocks: np.ndarray, type_name: str, inner: int) -> np.ndarray:
-    """(rows, bytes per row) of ``type_name`` as (rows, inner) float32: the gguf package's own
-    code for the type (``dequantize_rows``), on groups of about DEQUANTISE_BYTES on every core
-    (the package's ``dequantize`` takes 16 rows at a time on one: SmolLM2's Q4_1 matrices at
-    4.0 ns a value there, 1.9 here); what has no such code, through ``dequantize``."""
+    """(rows, bytes per row) of ``type_name`` as (rows, inner) float32: the legacy types by
+    ``gguf_blocks.LEGACY``, the others by the gguf package's own code for the type
+    (``dequantize_rows``), on groups of about DEQUANTISE_BYTES on every core (the package's
+    ``dequantize`` takes 16 rows at a time on one: SmolLM2's Q4_1 matrices at 4.0 ns a value
+    there); what has no such code, through ``dequantize``."""
     import numpy as np
 
     from ffncli.base.parallel import each_in_parallel
+    from ffncli.formats.gguf_blocks import LEGACY
 
     kind = getattr(quants, type_name, None)
     rows_of = getattr(kind, "dequantize_rows", None)
-    if rows_of is None:  # F16 and F32 (views and casts), or a package of another shape
+    legacy = LEGACY.get(type_name)
+    if rows_of is None and legacy is None:  # F16, F32 (casts), or a package of another shape
         return quants.dequantize(blocks, quants.GGMLQuantizationType[type_name])
     init = getattr(kind, "init_grid", None)
     if init is not None:  # the i-quants' grids, built once, before the threads
@@ -384,7 +387,13 @@ def _dequantise(quants: Any, blocks: np.ndarray, type_name: str, inner: int) -> 
 
     def part(span: tuple[int, int], worker: int) -> None:
         lo, hi = span
-        out[lo:hi] = rows_of(blocks[lo:hi]).reshape(hi - lo, inner)
+        if legacy is not None:
+            per_row = inner // 32
+            legacy(blocks[lo:hi].reshape((hi - lo) * per_row, -1),
+                   out[lo:hi].reshape((hi - lo) * per_row, 32))
+        else:
+            assert rows_of is not None
+            out[lo:hi] = rows_of(blocks[lo:hi]).reshape(hi - lo, inner)
 
     each_in_parallel([(lo, min(lo + step, rows)) for lo in range(0, rows, step)], part)
     return out
