@@ -77,7 +77,9 @@ def checked(source: str, name: str, array: np.ndarray, shape: tuple[int, ...],
     if array.dtype.kind != "f":
         raise WeightsError(f"{source}: '{name}': expected floating-point values, got "
                            f"{array.dtype}")
-    out = np.ascontiguousarray(array, dtype=dtype)
+    out = np.asarray(array, dtype=dtype)
+    if not (out.flags.c_contiguous or out.flags.f_contiguous):
+        out = np.ascontiguousarray(out)
     if finite:
         refuse_nonfinite(source, f"array '{name}'", out)
     return out
