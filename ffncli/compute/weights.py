@@ -70,8 +70,9 @@ def random_weights(spec: ModelSpec, dtype: np.dtype, budget: int | None = None) 
 
 def checked(source: str, name: str, array: np.ndarray, shape: tuple[int, ...],
              dtype: np.dtype, finite: bool = False) -> np.ndarray:
-    """``array`` of ``shape``, floating-point, as ``dtype``; with ``finite``, without NaN
-    or infinity."""
+    """``array`` of ``shape``, floating-point, as ``dtype``, contiguous in C or Fortran order
+    (a transposed matrix stays a view: BLAS reads either order without a copy); with
+    ``finite``, without NaN or infinity."""
     if array.shape != shape:
         raise WeightsError(f"{source}: '{name}': expected shape {shape}, got {array.shape}")
     if array.dtype.kind != "f":
