@@ -243,6 +243,22 @@ def test_smollm2_layer_0_against_a_q4_1_dequantiser_written_here():
     assert weights.w.shape == (576, 1536) and weights.w2.shape == (1536, 576)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # random scales: NaN and infinity
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0"])
+def test_legacy_kernels_on_random_bytes_are_the_gguf_packages(qtype):
+    """Any bytes, scales that are NaN, infinity or subnormal among them: ffncli's kernel
+    gives the package's values, NaN where it has NaN."""
+    from ffncli.formats.gguf_blocks import LEGACY
+
+    size = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[qtype]
+    blocks = np.random.default_rng(7).integers(0, 256, (5000, size), dtype=np.uint8)
+    ours = np.empty((5000, 32), dtype=np.float32)
+    LEGACY[qtype](blocks, ours)
+    theirs = getattr(gguf.quants, qtype).dequantize_blocks(blocks)
+    assert np.isnan(theirs).any()  # the draw holds NaN scales: the comparison covers them
+    np.testing.assert_array_equal(ours, theirs)  # NaN where NaN
+
+
 @needs_smollm2
 def test_smollm2_legacy_blocks_are_the_gguf_packages_bit_for_bit():
     """ffncli's Q4_1 and Q8_0 kernels against the package's dequantisation on SmolLM2's own
