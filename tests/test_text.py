@@ -365,6 +365,31 @@ def test_metadata_arrays_are_the_gguf_packages(tmp_path):
         assert got[key] == list(fields[key].contents())
 
 
+@pytest.mark.parametrize("first_read", [40, 300, 1000])
+def test_metadata_arrays_read_past_a_short_first_read_and_name_a_bad_string(
+        tmp_path, monkeypatch, first_read):
+    """The strings' fast loop hands over to the checked walk where the bytes read so far end
+    (more is read and the walk starts again) and where a string is not UTF-8 (its item
+    named)."""
+    from ffncli.formats import gguf as G
+
+    path = tmp_path / "m.gguf"
+    write_tokenizer_gguf(path)
+    keys = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges")
+    whole = G.metadata_arrays(path, keys)
+    monkeypatch.setattr(G, "FIRST_READ", first_read)
+    assert G.metadata_arrays(path, keys) == whole
+    tokens = whole["tokenizer.ggml.tokens"]
+    j = tokens.index("xyz")
+    raw = path.read_bytes()
+    path.write_bytes(raw.replace(b"\x03\x00\x00\x00\x00\x00\x00\x00xyz",
+                                 b"\x03\x00\x00\x00\x00\x00\x00\x00x\xffz", 1))
+    with pytest.raises(WeightsError) as e:
+        G.metadata_arrays(path, keys)
+    assert str(e.value) == (f"{path}: metadata key 'tokenizer.ggml.tokens', item {j} is not "
+                            "UTF-8 text: b'x\\xffz'")
+
+
 @needs_smollm2
 def test_metadata_arrays_of_smollm2_are_the_gguf_packages():
     gguf = pytest.importorskip("gguf")
