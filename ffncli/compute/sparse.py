@@ -116,11 +116,6 @@ def smallest(a: Array, keep: int) -> Array:
     return mask
 
 
-def _sum2(a: Array) -> float:
-    """The sum of squares (rows in the array's dtype, their sum in float64)."""
-    return dot_sum(a, a)
-
-
 class SparseFfn:
     """Layer ``engine``'s FFN under ``cut``, as the forward's ``ffn(x, out)``; ``counts``
     accumulates what it cut and its error against the dense FFN on the same input."""
@@ -164,8 +159,9 @@ class SparseFfn:
             counts.zeroed += int(np.count_nonzero(small))
             np.multiply(h, ~small, out=h)
             down(h, p, out)
-            counts.dense2 += _sum2(dense)
-            counts.error2 += _sum2(np.subtract(out, dense, out=dense))
+            counts.dense2 += dot_sum(dense, dense)
+            error = np.subtract(out, dense, out=dense)
+            counts.error2 += dot_sum(error, error)
             return
         # cats, topk: the cut is of the gate a, so the dense FFN shares the sparse one's
         # products: h = a * u splits exactly into its kept part and its zeroed part z, and
@@ -197,8 +193,9 @@ class SparseFfn:
         counts.zeroed += sum(found)
         down(h, p, out)
         diff = np.matmul(zeroed, p.w2)
-        counts.error2 += _sum2(diff)
-        counts.dense2 += _sum2(np.add(diff, out, out=diff))
+        counts.error2 += dot_sum(diff, diff)
+        dense = np.add(diff, out, out=diff)
+        counts.dense2 += dot_sum(dense, dense)
 
     def _zeroed(self, rows: int, engine: Engine) -> Array:
         buf = self._buffer

@@ -393,7 +393,7 @@ def _dequantise(quants: Any, blocks: np.ndarray, type_name: str, inner: int) -> 
     import numpy as np
 
     from ffncli.base.parallel import each_in_parallel
-    from ffncli.formats.gguf_blocks import LEGACY
+    from ffncli.formats.gguf_blocks import LEGACY, VALUES
 
     kind = getattr(quants, type_name, None)
     rows_of = getattr(kind, "dequantize_rows", None)
@@ -407,12 +407,13 @@ def _dequantise(quants: Any, blocks: np.ndarray, type_name: str, inner: int) -> 
     out = np.empty((rows, inner), dtype=np.float32)
     step = max(1, DEQUANTISE_BYTES // max(1, blocks.shape[1]))
 
+    per_row = inner // VALUES  # blocks a row, of the legacy types
+
     def part(span: tuple[int, int], worker: int) -> None:
         lo, hi = span
         if legacy is not None:
-            per_row = inner // 32
             legacy(blocks[lo:hi].reshape((hi - lo) * per_row, -1),
-                   out[lo:hi].reshape((hi - lo) * per_row, 32))
+                   out[lo:hi].reshape((hi - lo) * per_row, VALUES))
         else:
             assert rows_of is not None
             out[lo:hi] = rows_of(blocks[lo:hi]).reshape(hi - lo, inner)

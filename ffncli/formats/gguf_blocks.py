@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+VALUES = 32  # values a block of each of these types holds
+
 
 def _scale(blocks: np.ndarray, at: int) -> np.ndarray:
     """The float16 at byte ``at`` of each block, as a (blocks, 1) float32 column."""
@@ -41,7 +43,7 @@ def _q8_0(blocks: np.ndarray, out: np.ndarray) -> None:
     np.multiply(blocks[:, 2:].view(np.int8), _scale(blocks, 0), out=out)
 
 
-# (blocks, bytes a block) -> (blocks, 32) float32, in place. SmolLM2's Q4_1: 1.5 ns a value on
+# (blocks, bytes a block) -> (blocks, VALUES) float32, in place. SmolLM2's Q4_1: 1.5 ns a value on
 # one core, against 2.5 for the package's code.
 LEGACY: dict[str, Callable[[np.ndarray, np.ndarray], None]] = {
     "Q4_0": _q4_0, "Q4_1": _q4_1, "Q8_0": _q8_0}
