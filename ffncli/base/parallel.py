@@ -1,44 +1,97 @@
 """Work shared out over the machine's cores: NumPy's ufuncs and BLAS release the GIL, so
 tasks given to a few threads run side by side (the FFN's elementwise blocks, the attention's
-sequences, a GGUF tensor's rows as it is dequantised)."""
+sequences, a GGUF tensor's rows as it is dequantised, the variants of a sweep)."""
 
 from __future__ import annotations
 
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 _THREADS = max(1, min(os.cpu_count() or 1, 8))
 _pool: ThreadPoolExecutor | None = None
 T = TypeVar("T")
 _DONE = object()  # the end of each_in_parallel's tasks
+_inside = threading.local()  # .part: this thread runs a part of each_in_parallel
 
 
 def each_in_parallel(tasks: Sequence[T], part: Callable[[T, int], None]) -> None:
     """Run ``part(task, worker)`` for every task, on every core (worker 0 is the calling
     thread). Each worker takes the next task when it is done with one (a shared iterator: a
     core slowed by another process does less of the work, instead of holding everyone up at
-    the end)."""
+    the end).
+
+    A call from inside a part (the attention's sequences within a variant's pass that already
+    runs beside another) runs its tasks on the calling thread, in order: the cores are taken.
+    When a part raises (or the calling thread is interrupted), no further task starts, and the
+    call returns (raising the first error) only once every part already started has ended:
+    none still writes into buffers or files the caller is about to let go."""
     global _pool
-    workers = min(_THREADS, len(tasks))
+    workers = 1 if getattr(_inside, "part", False) else min(_THREADS, len(tasks))
     todo, lock = iter(tasks), threading.Lock()  # the lock: safe without a GIL too
+    stop: list[bool] = []
 
     def run(worker: int) -> None:
         while True:
             with lock:
-                task = next(todo, _DONE)
+                task = _DONE if stop else next(todo, _DONE)
             if task is _DONE:
                 return
             part(task, worker)  # type: ignore[arg-type]
+
+    def inside(worker: int) -> None:
+        _inside.part = True
+        try:
+            run(worker)
+        except BaseException:
+            stop.append(True)
+            raise
+        finally:
+            _inside.part = False
 
     if workers <= 1:
         run(0)
         return
     if _pool is None:
         _pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="ffncli")
-    futures = [_pool.submit(run, w) for w in range(1, workers)]
-    run(0)  # the calling thread takes a share rather than wait
+    futures = [_pool.submit(inside, w) for w in range(1, workers)]
+    try:
+        inside(0)  # the calling thread takes a share rather than wait
+    finally:
+        stop.append(True)  # a no-op when all went well: every task was taken
+        _wait_all(futures)
     for future in futures:
         future.result()
+
+
+def _wait_all(futures: Sequence[Future[None]]) -> None:
+    """Wait until every future is done, even when a signal's exception (Ctrl-C) comes while
+    waiting; that exception is raised once they are."""
+    came: BaseException | None = None
+    while True:
+        try:
+            wait(futures)
+            break
+        except BaseException as exc:  # noqa: BLE001 (raised below, once the parts are over)
+            came = came or exc
+    if came is not None:
+        raise came
+
+
+def side_by_side(tasks: Sequence[T], part: Callable[[T, int], None]) -> None:
+    """:func:`each_in_parallel` for tasks that are each made of large matrix products (the
+    variants of a sweep): each runs on one core with one BLAS thread, instead of each product
+    shared out over every core in turn, so that the elementwise work between the products
+    (norms, softmax, what a sparsified FFN cuts and counts) runs on every core too. The bits
+    are the same: OpenBLAS shares a product out by its rows and columns, never by its sums.
+    A single task keeps every BLAS thread."""
+    if len(tasks) < 2:
+        for task in tasks:
+            part(task, 0)
+        return
+    from ffncli.base.blas import one_thread
+
+    with one_thread():
+        each_in_parallel(tasks, part)
