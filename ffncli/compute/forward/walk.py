@@ -8,10 +8,12 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 
 import numpy as np
 
+from ffncli.base.parallel import side_by_side
 from ffncli.base.validate import whole
 from ffncli.compute.forward.families import Transformer
 from ffncli.compute.forward.layer import Block, Bounds, Ffn
@@ -200,7 +202,49 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
         return [(int(starts[j] - starts[a]), int(starts[j + 1] - starts[a]))
                 for j in range(a, b)]
 
-    done = 0
+    done, counting = 0, threading.Lock()
+    lanes: dict[int, np.ndarray] = {0: buffer}  # a batch buffer for each thread that runs
+
+    def lane(worker: int) -> np.ndarray:
+        if worker not in lanes:
+            lanes[worker] = np.empty_like(buffer)
+        return lanes[worker]
+
+    def run_pass(i: int, v: int, block: Block, layer_ffn: Ffn | None, buf: np.ndarray) -> None:
+        """Variant v through layer i, batch by batch, from its slots back into them."""
+        nonlocal done
+        for a, b in batches:
+            h = buf[:int(starts[b] - starts[a])]
+            _pread(fd, h, where(v, a))
+            bounds = bounds_of(a, b)
+            if i == shared and variants > 1:  # the first layer that differs: its
+                # attention is variant 0's, whose stream the others read back as h
+                r = h
+                if v == 0:
+                    r = block.attend(h, bounds)
+                    for u in range(1, variants):
+                        _pwrite(fd, r, where(u, a))
+                ffn_input = block.ffn_input(r)
+                out = block.join(ffn_input, r, layer_ffn)
+            else:
+                ffn_input, out = block(h, bounds, layer_ffn)
+            if i in chosen and visit is not None:
+                _check_finite(model, f"layer {i}'s FFN input", ffn_input, bounds, a)
+                visit(i, v, block, ffn_input)
+            _pwrite(fd, out, where(v, a))
+            with counting:
+                done += h.shape[0] * (1 if i >= shared else variants)
+                if progress is not None:
+                    progress(done)
+
+    def side_pass(p: tuple[int, Block, Ffn | None], worker: int) -> None:
+        v, twin, layer_ffn = p
+        run_pass(i, v, twin, layer_ffn, lane(worker))
+        twin.release()
+
+    def pass_of(i: int, v: int, block: Block) -> tuple[int, Block, Ffn | None]:
+        return v, block, ffn(i, v, block) if ffn is not None else None
+
     with _spill(variants * total * d * item) as fd:
         for a, b in batches:
             ids = np.concatenate(seqs[a:b]).astype(np.int64, copy=False)
@@ -208,30 +252,15 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
             _pwrite(fd, model.embed(ids, positions), where(0, a))
         for i in range(last + 1):
             block = model.layer(i)
-            for v in range(variants if i >= shared else 1):
-                layer_ffn = ffn(i, v, block) if ffn is not None else None
-                for a, b in batches:
-                    h = buffer[:int(starts[b] - starts[a])]
-                    _pread(fd, h, where(v, a))
-                    bounds = bounds_of(a, b)
-                    if i == shared and variants > 1:  # the first layer that differs: its
-                        # attention is variant 0's, whose stream the others read back as h
-                        r = h
-                        if v == 0:
-                            r = block.attend(h, bounds)
-                            for u in range(1, variants):
-                                _pwrite(fd, r, where(u, a))
-                        ffn_input = block.ffn_input(r)
-                        out = block.join(ffn_input, r, layer_ffn)
-                    else:
-                        ffn_input, out = block(h, bounds, layer_ffn)
-                    if i in chosen and visit is not None:
-                        _check_finite(model, f"layer {i}'s FFN input", ffn_input, bounds, a)
-                        visit(i, v, block, ffn_input)
-                    _pwrite(fd, out, where(v, a))
-                    done += h.shape[0] * (1 if i >= shared else variants)
-                    if progress is not None:
-                        progress(done)
+            run_pass(i, *pass_of(i, 0, block), buffer)
+            others = range(1, variants) if i >= shared else range(0)
+            if visit is None and len(others) > 1:  # side by side, each with buffers of its own
+                passes = [pass_of(i, v, block.twin()) for v in others]
+                side_by_side(passes, side_pass)
+                del passes
+            else:  # in order: visit sees the variants' passes one after another
+                for v in others:
+                    run_pass(i, *pass_of(i, v, block), buffer)
             del block
         if shared == last + 1 and variants > 1:
             spread()
