@@ -371,6 +371,37 @@ def test_quantiles_of_values_with_a_sign_bit_are_numpys_too(dtype, signs):
         [float(np.quantile(values, q)) for q in targets]
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("case", ["one value", "two values", "edges", "wide"])
+def test_quantiles_counted_by_buckets_are_numpys(dtype, case):
+    """Magnitudes are counted in buckets of their top bits and only the buckets that hold a
+    wanted rank are partitioned: a rank and the one after it in two buckets, every value in
+    one bucket, values from subnormal to infinity, give np.quantile's values exactly."""
+    rng = np.random.default_rng(11)
+    n = 20_001
+    if case == "one value":
+        values = np.full(n, 0.75, dtype=dtype)
+    elif case == "two values":  # every wanted rank between the two: each in its own bucket
+        values = np.where(np.arange(n) % 2 == 0, 1.0, 2.0).astype(dtype)
+    elif case == "edges":  # the values around each target's index in neighbouring buckets
+        values = np.repeat(np.array([1.0, 1.001, 1.5, 1.51, 3.0], dtype=dtype), n // 5 + 1)[:n]
+        rng.shuffle(values)
+    else:
+        info = np.finfo(dtype)  # subnormal to near the largest value, every exponent
+        powers = rng.uniform(np.log10(info.smallest_subnormal), info.maxexp * np.log10(2) - 1, n)
+        values = (rng.uniform(1, 2, n) * 10.0 ** powers).astype(dtype)
+        values[:5] = [0.0, np.inf, np.finfo(dtype).tiny / 4, np.finfo(dtype).max, 0.0]
+    targets = [0.0, 0.1, 0.2, 0.25, 0.4, 0.5, 0.6, 0.65, 0.8, 0.9999, 0.99999]
+    with np.errstate(invalid="ignore"):  # numpy's own: infinity less infinity, at the top
+        expected = np.quantile(values, targets)
+        one_at_a_time = [np.quantile(values, q) for q in targets]
+        got = quantiles(values.copy(), targets)
+        got_one = [quantile(values.copy(), q) for q in targets]
+    np.testing.assert_array_equal(got, expected)  # NaN (numpy's too) equal to NaN, bit for bit
+    np.testing.assert_array_equal(got_one, np.array(one_at_a_time, dtype=np.float64))
+    assert np.isfinite(expected[:4]).all()
+
+
 def test_quantiles_let_the_values_go_at_once():
     """No reference cycle keeps the values (a layer's calibration: 25 MB for MiniLM) alive
     until the garbage collector next runs: relu-stats --layer all kept every layer's."""

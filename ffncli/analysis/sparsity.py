@@ -243,16 +243,59 @@ def _lower(n: int, q: float) -> tuple[int, float]:
 
 def _order_statistics(flat: np.ndarray, indices: Sequence[int]
                       ) -> dict[int, tuple[np.generic, np.generic]]:
-    """The order statistics at each index i < n - 1 and at i + 1, ``flat`` (a fresh array)
-    reordered in place: partitioned at the middle wanted index, then each side at its own,
-    each partition over the range the earlier ones left (about 2.3 passes for four indices,
-    against four whole partitions); the one past i, the smallest value after i in its range.
-    (np.partition at the four indices at once takes twice as long as four separate ones.)
+    """The order statistics at each index i < n - 1 and at i + 1 of ``flat`` (a fresh array,
+    which may be reordered in place).
 
-    Magnitudes are partitioned as the integers their bits are: for floats without a sign
-    bit (no negative value, no -0.0) the two orders are the same, NaN last as in numpy's, and
-    NumPy partitions integers about five times faster than floats."""
+    Magnitudes (floats without a sign bit: no negative value, no -0.0) order as the integers
+    their bits are, NaN last as in numpy's: they are counted by their top bits
+    (:func:`_bucketed`). Other values are partitioned (:func:`_partitioned`)."""
+    if not indices:
+        return {}
     keys = _as_ordered_ints(flat)
+    if keys is flat:
+        return _partitioned(flat, indices)
+    return _bucketed(flat, keys, indices)
+
+
+_BUCKET_BITS = 15  # the bits after the sign that name a bucket: the exponent and 6 or 3 more
+
+
+def _bucketed(flat: np.ndarray, keys: np.ndarray, indices: Sequence[int]
+              ) -> dict[int, tuple[np.generic, np.generic]]:
+    """:func:`_order_statistics` of magnitudes, ``keys`` their bits as integers: one pass
+    counts the keys of each bucket of their top bits (whose cumulative counts say in which
+    bucket each wanted rank lies), one more gathers the few buckets that hold a wanted rank,
+    and those alone are partitioned at the ranks they hold. For SmolLM2's 4,096 x 1,536
+    calibration magnitudes and four targets: 39 ms, against 78 ms for partitions of the whole
+    nested over ever smaller ranges (benchmarked in one process, 2026-12-04)."""
+    bucket = keys >> (keys.dtype.itemsize * 8 - 1 - _BUCKET_BITS)
+    counts = np.bincount(bucket, minlength=1 << _BUCKET_BITS)
+    ends = np.cumsum(counts)  # the ranks below ends[b] lie in the buckets up to b
+    ranks = sorted({r for i in indices for r in (i, i + 1)})
+    homes = np.searchsorted(ends, ranks, side="right")  # the bucket of each rank
+    chosen = np.zeros(counts.size, dtype=bool)
+    chosen[homes] = True
+    picked = chosen[bucket]
+    held, held_bucket = np.compress(picked, keys), np.compress(picked, bucket)  # (2x keys[])
+    del bucket, picked
+    found: dict[int, np.generic] = {}
+    for b in np.unique(homes):
+        first = int(ends[b] - counts[b])  # the rank of the bucket's smallest key
+        inside = [r - first for r, home in zip(ranks, homes, strict=True) if home == b]
+        mine = np.compress(held_bucket == b, held)
+        mine.partition(inside)
+        for r in inside:
+            found[r + first] = mine[r:r + 1].view(flat.dtype)[0]  # the key as its float
+    return {i: (found[i], found[i + 1]) for i in indices}
+
+
+def _partitioned(flat: np.ndarray, indices: Sequence[int]
+                 ) -> dict[int, tuple[np.generic, np.generic]]:
+    """:func:`_order_statistics` by partitions of ``flat`` in place: at the middle wanted
+    index, then each side at its own, each partition over the range the earlier ones left
+    (about 2.3 passes for four indices, against four whole partitions); the one past i, the
+    smallest value after i in its range. (np.partition at the four indices at once takes
+    twice as long as four separate ones.)"""
     found: dict[int, tuple[np.generic, np.generic]] = {}
     # ranges still to split, each with its wanted indices: ranks lo..hi-1 lie in [lo, hi).
     # (A loop, not a recursive closure, whose reference cycle would keep ``flat`` alive
@@ -264,8 +307,8 @@ def _order_statistics(flat: np.ndarray, indices: Sequence[int]
             continue
         k = len(wanted) // 2
         mid = wanted[k]
-        keys[lo:hi].partition(mid - lo)
-        after = mid + 1 + int(keys[mid + 1:hi].argmin()) if mid + 1 < hi else hi
+        flat[lo:hi].partition(mid - lo)
+        after = mid + 1 + int(flat[mid + 1:hi].argmin()) if mid + 1 < hi else hi
         found[mid] = flat[mid], flat[after]
         ranges += [(lo, mid, wanted[:k]), (mid + 1, hi, wanted[k + 1:])]
     return found
@@ -281,18 +324,18 @@ def _as_ordered_ints(flat: np.ndarray) -> np.ndarray:
 
 
 def quantile(values: np.ndarray, q: float) -> float:
-    """``np.quantile(values, q)`` (the default, linear; q a float) to the bit, from one
-    partition of ``values`` (a fresh array, reordered here; magnitudes, or any values, as
-    :func:`_order_statistics` says): np.quantile itself interpolates
-    between the two order statistics, given them alone with their weight."""
+    """``np.quantile(values, q)`` (the default, linear; q a float) to the bit, from the two
+    order statistics around its index (:func:`_order_statistics`; ``values`` a fresh array,
+    which may be reordered): np.quantile itself interpolates between them, given them alone
+    with their weight."""
     pair, gamma = _pairs(values.reshape(-1), [q])[0]
     return float(np.quantile(pair, gamma))
 
 
 def quantiles(values: np.ndarray, targets: Sequence[float]) -> list[float]:
     """``np.quantile(values, targets)`` (the default, linear; the targets a float64 array)
-    to the bit, from partitions of ``values`` (a fresh array, reordered here) over ever
-    smaller ranges, one per distinct target."""
+    to the bit, from the order statistics around each target's index, found together
+    (:func:`_order_statistics`; ``values`` a fresh array, which may be reordered)."""
     return [float(np.quantile(pair, np.array([gamma]))[0])  # a float64 q, as given
             for pair, gamma in _pairs(values.reshape(-1), targets)]
 
@@ -328,6 +371,8 @@ class Magnitudes:
         """The parts' tokens in order (the parts of a layer's batches)."""
         def rows(arrays: list[np.ndarray | None]) -> np.ndarray | None:
             kept = [a for a in arrays if a is not None]
+            if len(kept) == 1:  # one batch: its own array, not a copy
+                return kept[0]
             return np.concatenate(kept) if kept else None
 
         return Magnitudes(rows([m.gate for m in parts]), rows([m.inputs for m in parts]),
