@@ -154,9 +154,11 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
                   progress: Callable[[int], None] | None = None) -> None:
     """Run ``variants`` versions of the model over the same sequences in one walk, each layer's
     weights read once for all of them: variant ``v``'s FFN in layer ``i`` is ``ffn(i, v,
-    block)`` (None: the layer's own engine). Layer-major; within a layer, variant by variant in
-    order, each over every batch, so variant 0's pass of a layer (the dense model, whose
-    statistics may calibrate the others) is over before variant 1's begins.
+    block)`` (None: the layer's own engine). Layer-major; within a layer, variant 0's pass over
+    every batch first (the dense model, whose statistics may calibrate the others), then the
+    other variants': side by side (:func:`side_by_side`, each on one core, on a twin of the
+    layer's block with buffers of its own) when there are two or more and no ``visit``, else
+    in order (``visit`` sees the passes one after another). The bits are the same either way.
 
     ``visit(i, v, block, ffn_input)`` sees each pass's FFN input, batch by batch, in the layers
     of ``layers`` (with ``final``, the model's every layer is computed; without, layers up to
@@ -165,8 +167,9 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
     the batch's rows, whose sequences start at index ``first`` and lie at ``bounds``.
 
     The hidden states of every variant live in one temporary spill file between layers: memory
-    holds one layer's weights and one batch per variant. ``progress(done)`` counts tokens
-    through layers and variants.
+    holds one layer's weights and a batch; side by side, a batch and the block's scratch
+    buffers for each core, let go after each layer. ``progress(done)`` counts tokens through
+    layers and variants (from the cores' threads, one call at a time).
 
     Layers below ``alike`` are the same in every variant (the caller's word: ``ffn`` None for
     every variant but 0 there): they are computed once, for variant 0 (whom alone ``visit``
