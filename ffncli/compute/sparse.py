@@ -129,7 +129,7 @@ class SparseFfn:
         self.cut, self.counts = cut, CutCounts()
         self.d_model, self.d_ff = engine.d_model, engine.d_ff
         self.first = 2 if isinstance(engine.weights, GatedWeights) else 1  # matrices before h
-        self._buffer: Array | None = None  # the zeroed part of the hidden layer
+        self._buffer: Array | None = None  # the zeroed part of the hidden layer, in a call
 
     def tally(self) -> Tally:
         return Tally(self.cut, self.d_model, self.d_ff, self.first, self.counts)
@@ -142,9 +142,12 @@ class SparseFfn:
         if self.engine is None:
             raise ValueError("this layer's cut was released")
         step = self.engine.chunk_tokens  # the dense FFN's chunks: its products as fast
-        for start in range(0, x.shape[0], step):
-            self._chunk(np.ascontiguousarray(x[start:start + step], dtype=self.engine.dtype),
-                        out[start:start + step], self.engine)
+        try:
+            for start in range(0, x.shape[0], step):
+                self._chunk(np.ascontiguousarray(x[start:start + step], dtype=self.engine.dtype),
+                            out[start:start + step], self.engine)
+        finally:  # the zeroed part goes with the call: a sweep's variants hold none between
+            self._buffer = None  # their passes (made again: a few ms against the batch's FFN)
 
     def _chunk(self, x: Array, out: Array, engine: Engine) -> None:
         p, cut, counts = engine.weights, self.cut, self.counts
