@@ -156,9 +156,10 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
     weights read once for all of them: variant ``v``'s FFN in layer ``i`` is ``ffn(i, v,
     block)`` (None: the layer's own engine). Layer-major; within a layer, variant 0's pass over
     every batch first (the dense model, whose statistics may calibrate the others), then the
-    other variants': side by side (:func:`side_by_side`, each on one core, on a twin of the
-    layer's block with buffers of its own) when there are two or more and no ``visit``, else
-    in order (``visit`` sees the passes one after another). The bits are the same either way.
+    other variants': side by side (:func:`side_by_side`, each on one core, on the layer's block
+    or a twin of it with buffers of its own; ``ffn`` then called from the cores' threads, one
+    call at a time) when there are two or more and no ``visit``, else in order (``visit``
+    sees the passes one after another). The bits are the same either way.
 
     ``visit(i, v, block, ffn_input)`` sees each pass's FFN input, batch by batch, in the layers
     of ``layers`` (with ``final``, the model's every layer is computed; without, layers up to
@@ -240,10 +241,15 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
                 if progress is not None:
                     progress(done)
 
-    def side_pass(p: tuple[int, Block, Ffn | None], worker: int) -> None:
-        v, twin, layer_ffn = p
-        run_pass(i, v, twin, layer_ffn, lane(worker))
-        twin.release()
+    making = threading.Lock()  # ffn is called one at a time: it may keep state of its own
+    cores: dict[int, Block] = {}  # the layer's block for each thread that runs a pass
+
+    def side_pass(v: int, worker: int) -> None:
+        with making:
+            if worker not in cores:  # worker 0, the calling thread, has the block itself
+                cores[worker] = cores[0].twin()
+            p = pass_of(i, v, cores[worker])
+        run_pass(i, *p, lane(worker))
 
     def pass_of(i: int, v: int, block: Block) -> tuple[int, Block, Ffn | None]:
         return v, block, ffn(i, v, block) if ffn is not None else None
@@ -257,10 +263,13 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
             block = model.layer(i)
             run_pass(i, *pass_of(i, 0, block), buffer)
             others = range(1, variants) if i >= shared else range(0)
-            if visit is None and len(others) > 1:  # side by side, each with buffers of its own
-                passes = [pass_of(i, v, block.twin()) for v in others]
-                side_by_side(passes, side_pass)
-                del passes
+            if visit is None and len(others) > 1:  # side by side, each core on a block of its
+                cores[0] = block  # own (the others' twins let go when the layer is done)
+                try:
+                    side_by_side(list(others), side_pass)
+                finally:
+                    for twin in [cores.pop(w) for w in list(cores)][1:]:
+                        twin.release()
             else:  # in order: visit sees the variants' passes one after another
                 for v in others:
                     run_pass(i, *pass_of(i, v, block), buffer)
