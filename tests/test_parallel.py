@@ -78,17 +78,3 @@ def test_a_failing_part_stops_the_rest_and_the_started_ones_end_first(two_thread
         parallel.each_in_parallel(["slow", "bad", "later", "later", "later"], part)
     assert ended == ["slow"]
 
-
-def test_side_by_side_runs_every_task_and_a_single_one_on_the_calling_thread(two_threads):
-    seen: list[tuple[str, int]] = []
-    parallel.side_by_side(["only"], lambda t, w: seen.append((t, threading.get_ident())))
-    assert seen == [("only", threading.get_ident())]
-    lock = threading.Lock()
-    got: list[int] = []
-
-    def part(task: int, worker: int) -> None:
-        with lock:
-            got.append(task)
-
-    parallel.side_by_side([1, 2, 3], part)
-    assert sorted(got) == [1, 2, 3]

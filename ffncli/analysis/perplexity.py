@@ -16,14 +16,12 @@ Under each, a final window shorter than N is dropped. Sums are float64 and merge
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ffncli.base.parallel import side_by_side
 from ffncli.compute.forward.layer import Head
 from ffncli.compute.forward.ops import dot_sum
 from ffncli.errors import InputError
@@ -199,8 +197,7 @@ def score(head: Head, dense: Array, targets: Array, nll: Nll,
           changed: Sequence[Array] = (), agreements: Sequence[Agreement] = ()) -> None:
     """Add the NLL of ``targets`` under the dense model's final states ``dense`` (rows) to
     ``nll``, and for each changed model's states the NLL, KL(dense || changed) and top-1
-    agreement, a block of rows at a time (never rows x vocab for the whole batch); the changed
-    models side by side (:func:`side_by_side`)."""
+    agreement, a block of rows at a time (never rows x vocab for the whole batch)."""
     if not len(targets):
         return
     step = max(1, LOGIT_ELEMENTS // head.vocab)
@@ -213,20 +210,12 @@ def score(head: Head, dense: Array, targets: Array, nll: Nll,
         if not changed:
             continue
         pd, top = np.exp(ld), ld.argmax(axis=1)
-        side_by_side(list(zip(changed, agreements, strict=True)),
-                     functools.partial(_agree, head, slice(start, start + step), t, ld, pd, top))
-
-
-def _agree(head: Head, rows: slice, t: Array, ld: Array, pd: Array, top: Array,
-           task: tuple[Array, Agreement], worker: int) -> None:
-    """One changed model's NLL, KL(dense || changed) and top-1 agreement on a block of rows,
-    from the dense model's log-probabilities ``ld`` (``pd`` their exp, ``top`` its argmax)."""
-    states, agreement = task
-    ls = log_softmax(head(states[rows]))
-    agreement.nll.total -= float(ls[np.arange(len(t)), t].sum(dtype=np.float64))
-    agreement.nll.tokens += len(t)
-    agreement.same_top1 += int(np.count_nonzero(ls.argmax(axis=1) == top))
-    agreement.kl += dot_sum(pd, np.subtract(ld, ls, out=ls))
+        for states, agreement in zip(changed, agreements, strict=True):
+            ls = log_softmax(head(states[start:start + step]))
+            agreement.nll.total -= float(ls[picked, t].sum(dtype=np.float64))
+            agreement.nll.tokens += len(t)
+            agreement.same_top1 += int(np.count_nonzero(ls.argmax(axis=1) == top))
+            agreement.kl += dot_sum(pd, np.subtract(ld, ls, out=ls))
 
 
 # ---------------------------------------------------------------------------------------------

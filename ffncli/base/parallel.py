@@ -1,6 +1,6 @@
 """Work shared out over the machine's cores: NumPy's ufuncs and BLAS release the GIL, so
 tasks given to a few threads run side by side (the FFN's elementwise blocks, the attention's
-sequences, a GGUF tensor's rows as it is dequantised, the variants of a sweep)."""
+sequences, a GGUF tensor's rows as it is dequantised)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,12 @@ def each_in_parallel(tasks: Sequence[T], part: Callable[[T, int], None]) -> None
     core slowed by another process does less of the work, instead of holding everyone up at
     the end).
 
-    A call from inside a part (the attention's sequences within a variant's pass that already
-    runs beside another) runs its tasks on the calling thread, in order: the cores are taken.
-    When a part raises (or the calling thread is interrupted), no further task starts, and the
-    call returns (raising the first error) only once every part already started has ended:
-    none still writes into buffers or files the caller is about to let go."""
+    A call from inside a part runs its tasks on the calling thread, in order: the cores are
+    taken. When a part raises (or the calling thread is interrupted), no further task starts,
+    and the call returns only once every part already started has ended (parts are short:
+    a block of elementwise work, a sequence's attention, a group of rows), so that none still
+    writes into buffers or files the caller is about to let go; it raises the calling
+    thread's error, or else the first worker's."""
     global _pool
     workers = 1 if getattr(_inside, "part", False) else min(_THREADS, len(tasks))
     todo, lock = iter(tasks), threading.Lock()  # the lock: safe without a GIL too
@@ -79,19 +80,3 @@ def _wait_all(futures: Sequence[Future[None]]) -> None:
     if came is not None:
         raise came
 
-
-def side_by_side(tasks: Sequence[T], part: Callable[[T, int], None]) -> None:
-    """:func:`each_in_parallel` for tasks that are each made of large matrix products (the
-    variants of a sweep): each runs on one core with one BLAS thread, instead of each product
-    shared out over every core in turn, so that the elementwise work between the products
-    (norms, softmax, what a sparsified FFN cuts and counts) runs on every core too. The bits
-    are the same: OpenBLAS shares a product out by its rows and columns, never by its sums.
-    A single task keeps every BLAS thread."""
-    if len(tasks) < 2:
-        for task in tasks:
-            part(task, 0)
-        return
-    from ffncli.base.blas import one_thread
-
-    with one_thread():
-        each_in_parallel(tasks, part)

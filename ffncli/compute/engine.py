@@ -171,15 +171,6 @@ class Engine:
         self._buffers: dict[str, Array] = {}
         self.capacity_left: list[int] | None = None  # capped experts: places left
 
-    def twin(self) -> Engine:
-        """The same FFN, its weights shared (not copied), with buffers and an expert capacity
-        of its own: for a thread that runs it beside this one."""
-        return Engine(self.weights, self.act, self.chunk_tokens)
-
-    def release(self) -> None:
-        """Let the reused buffers go (a later call allocates them again)."""
-        self._buffers.clear()
-
     def begin(self, n_tokens: int) -> Engine:
         """Start an input of ``n_tokens`` that will come chunk by chunk: an expert capacity
         is then that of the whole input, as ``moe_ffn`` on all of it, whatever the chunks."""

@@ -139,18 +139,6 @@ class Block:
         self.norm1, self.norm2, self.post_norm = norm1, norm2, post_norm
         self._scratch = scratch
 
-    def twin(self) -> Block:
-        """The same layer, its weights shared, with buffers of its own (its engine's too): for
-        a thread that runs it beside this one (a variant of a sweep)."""
-        return Block(self.engine.twin(), self.attention, self.norm1, self.norm2, self.post_norm,
-                     Scratch(self._scratch.dtype))
-
-    def release(self) -> None:
-        """Let a twin's buffers go, its engine's too, when its pass is over (a later call
-        allocates them again)."""
-        self._scratch.release()
-        self.engine.release()
-
     def __call__(self, h: Array, bounds: Bounds, ffn: Ffn | None = None
                  ) -> tuple[Array, Array]:
         """(ffn_input, output), both (tokens, d_model), new arrays; ``h`` is not modified.

@@ -8,12 +8,10 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 
 import numpy as np
 
-from ffncli.base.parallel import side_by_side
 from ffncli.base.validate import whole
 from ffncli.compute.forward.families import Transformer
 from ffncli.compute.forward.layer import Block, Bounds, Ffn
@@ -154,12 +152,9 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
                   progress: Callable[[int], None] | None = None) -> None:
     """Run ``variants`` versions of the model over the same sequences in one walk, each layer's
     weights read once for all of them: variant ``v``'s FFN in layer ``i`` is ``ffn(i, v,
-    block)`` (None: the layer's own engine). Layer-major; within a layer, variant 0's pass over
-    every batch first (the dense model, whose statistics may calibrate the others), then the
-    other variants': side by side (:func:`side_by_side`, each on one core, on the layer's block
-    or a twin of it with buffers of its own; ``ffn`` then called from the cores' threads, one
-    call at a time) when there are two or more and no ``visit``, else in order (``visit``
-    sees the passes one after another). The bits are the same either way.
+    block)`` (None: the layer's own engine). Layer-major; within a layer, variant by variant in
+    order, each over every batch, so variant 0's pass of a layer (the dense model, whose
+    statistics may calibrate the others) is over before variant 1's begins.
 
     ``visit(i, v, block, ffn_input)`` sees each pass's FFN input, batch by batch, in the layers
     of ``layers`` (with ``final``, the model's every layer is computed; without, layers up to
@@ -168,9 +163,8 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
     the batch's rows, whose sequences start at index ``first`` and lie at ``bounds``.
 
     The hidden states of every variant live in one temporary spill file between layers: memory
-    holds one layer's weights and a batch; side by side, a batch and the block's scratch
-    buffers for each core, let go after each layer. ``progress(done)`` counts tokens through
-    layers and variants (from the cores' threads, one call at a time).
+    holds one layer's weights and one batch per variant. ``progress(done)`` counts tokens
+    through layers and variants.
 
     Layers below ``alike`` are the same in every variant (the caller's word: ``ffn`` None for
     every variant but 0 there): they are computed once, for variant 0 (whom alone ``visit``
@@ -206,54 +200,7 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
         return [(int(starts[j] - starts[a]), int(starts[j + 1] - starts[a]))
                 for j in range(a, b)]
 
-    done, counting = 0, threading.Lock()
-    lanes: dict[int, np.ndarray] = {0: buffer}  # a batch buffer for each thread that runs
-
-    def lane(worker: int) -> np.ndarray:
-        if worker not in lanes:
-            lanes[worker] = np.empty_like(buffer)
-        return lanes[worker]
-
-    def run_pass(i: int, v: int, block: Block, layer_ffn: Ffn | None, buf: np.ndarray) -> None:
-        """Variant v through layer i, batch by batch, from its slots back into them."""
-        nonlocal done
-        for a, b in batches:
-            h = buf[:int(starts[b] - starts[a])]
-            _pread(fd, h, where(v, a))
-            bounds = bounds_of(a, b)
-            if i == shared and variants > 1:  # the first layer that differs: its
-                # attention is variant 0's, whose stream the others read back as h
-                r = h
-                if v == 0:
-                    r = block.attend(h, bounds)
-                    for u in range(1, variants):
-                        _pwrite(fd, r, where(u, a))
-                ffn_input = block.ffn_input(r)
-                out = block.join(ffn_input, r, layer_ffn)
-            else:
-                ffn_input, out = block(h, bounds, layer_ffn)
-            if i in chosen and visit is not None:
-                _check_finite(model, f"layer {i}'s FFN input", ffn_input, bounds, a)
-                visit(i, v, block, ffn_input)
-            _pwrite(fd, out, where(v, a))
-            with counting:
-                done += h.shape[0] * (1 if i >= shared else variants)
-                if progress is not None:
-                    progress(done)
-
-    making = threading.Lock()  # ffn is called one at a time: it may keep state of its own
-    cores: dict[int, Block] = {}  # the layer's block for each thread that runs a pass
-
-    def side_pass(v: int, worker: int) -> None:
-        with making:
-            if worker not in cores:  # worker 0, the calling thread, has the block itself
-                cores[worker] = cores[0].twin()
-            p = pass_of(i, v, cores[worker])
-        run_pass(i, *p, lane(worker))
-
-    def pass_of(i: int, v: int, block: Block) -> tuple[int, Block, Ffn | None]:
-        return v, block, ffn(i, v, block) if ffn is not None else None
-
+    done = 0
     with _spill(variants * total * d * item) as fd:
         for a, b in batches:
             ids = np.concatenate(seqs[a:b]).astype(np.int64, copy=False)
@@ -261,18 +208,30 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
             _pwrite(fd, model.embed(ids, positions), where(0, a))
         for i in range(last + 1):
             block = model.layer(i)
-            run_pass(i, *pass_of(i, 0, block), buffer)
-            others = range(1, variants) if i >= shared else range(0)
-            if visit is None and len(others) > 1:  # side by side, each core on a block of its
-                cores[0] = block  # own (the others' twins let go when the layer is done)
-                try:
-                    side_by_side(list(others), side_pass)
-                finally:
-                    for twin in [cores.pop(w) for w in list(cores)][1:]:
-                        twin.release()
-            else:  # in order: visit sees the variants' passes one after another
-                for v in others:
-                    run_pass(i, *pass_of(i, v, block), buffer)
+            for v in range(variants if i >= shared else 1):
+                layer_ffn = ffn(i, v, block) if ffn is not None else None
+                for a, b in batches:
+                    h = buffer[:int(starts[b] - starts[a])]
+                    _pread(fd, h, where(v, a))
+                    bounds = bounds_of(a, b)
+                    if i == shared and variants > 1:  # the first layer that differs: its
+                        # attention is variant 0's, whose stream the others read back as h
+                        r = h
+                        if v == 0:
+                            r = block.attend(h, bounds)
+                            for u in range(1, variants):
+                                _pwrite(fd, r, where(u, a))
+                        ffn_input = block.ffn_input(r)
+                        out = block.join(ffn_input, r, layer_ffn)
+                    else:
+                        ffn_input, out = block(h, bounds, layer_ffn)
+                    if i in chosen and visit is not None:
+                        _check_finite(model, f"layer {i}'s FFN input", ffn_input, bounds, a)
+                        visit(i, v, block, ffn_input)
+                    _pwrite(fd, out, where(v, a))
+                    done += h.shape[0] * (1 if i >= shared else variants)
+                    if progress is not None:
+                        progress(done)
             del block
         if shared == last + 1 and variants > 1:
             spread()
