@@ -120,6 +120,9 @@ def test_model_errors_exact_lines(cli, cache, tmp_path):
          "option --model: expected ORG/NAME or ORG/NAME@REVISION, got '../etc'"),
         (("params", "--model", "acme/x@"),
          "option --model: expected ORG/NAME or ORG/NAME@REVISION, got 'acme/x@'"),
+        (("params", "--model", str(tmp_path)),
+         f"option --model: expected ORG/NAME or ORG/NAME@REVISION, got '{tmp_path}'; a local "
+         "file or folder goes to --weights"),
         (("params", "--model", "acme/minilm-sharded", "--weights", tmp_path),
          "give --weights or --model, not both"),
         (("permute-check", "--model", "acme/minilm-sharded", "--impl", "m:f", "--random", "2"),

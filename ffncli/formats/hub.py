@@ -51,8 +51,9 @@ def parse_model(model: str) -> tuple[str, str]:
     """``ORG/NAME[@REVISION]`` as ``(ORG/NAME, REVISION)``, the revision ``main`` by default."""
     repo_id, _, revision = model.partition("@")
     if not _REPO_ID.fullmatch(repo_id) or (revision == "" and "@" in model):
+        local = "; a local file or folder goes to --weights" if os.path.exists(model) else ""
         raise WeightsError(f"option --model: expected ORG/NAME or ORG/NAME@REVISION, got "
-                           f"'{model}'")
+                           f"'{model}'{local}")
     revision = revision or "main"
     if not _REVISION.fullmatch(revision) or ".." in revision.split("/"):
         raise WeightsError(f"option --model: revision '{revision}' is not a branch, tag or "
