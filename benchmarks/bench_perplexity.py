@@ -26,7 +26,9 @@ warm-up of each, and the medians and ranges are printed with the machine's load 
 2. The sweep: ``ffncli`` with ``--sparsify cats --target-sparsity`` the k targets against k + 1
    dense runs (the dense run's median time times k + 1): the target is a ratio below 1. Also in
    this process's CPU seconds (a dense run timed once more beside each sweep), which a machine
-   busy with other work moves less than the wall clock.
+   busy with other work moves less than the wall clock. And as commands, the way a user runs
+   them: one ``ffncli perplexity --sparsify`` process against k + 1 dense ones (``python -m
+   ffncli``, each paying its start-up and imports, which the in-process figures do not).
 3. With ``--memory``: the peak RSS of ``ffncli perplexity --json`` (a subprocess) on the
    chapter repeated to about 20,000 and 100,000 tokens, against issue 24's budget: one layer's
    weights + one batch + 200 MB. The LM head is counted as the last layer (it is read when the
@@ -49,6 +51,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this tree's ffncli, whatever the venv installed
 from load import loads_of, machine_load  # noqa: E402  (benchmarks/load.py, beside this file)
+
+from ffncli.base.blas import quiet_idle_threads  # noqa: E402
+
+quiet_idle_threads()  # OPENBLAS_THREAD_TIMEOUT, as the ffncli command sets it, before NumPy loads
 
 TEXT = ROOT / "examples" / "texts" / "alice_chapter1.txt"
 CTX = 512
@@ -183,6 +189,33 @@ def measure(weights: Path, model, chunks: list[list[int]], n: int, targets: tupl
     print(f"  the same in CPU seconds: {summary(sweeps_cpu)} against {k + 1} x "
           f"{summary(dense_cpu)}: ratio {statistics.median(cpu_ratio):.2f} "
           f"({min(cpu_ratio):.2f} to {max(cpu_ratio):.2f})")
+    commands_sweep(weights, targets, reps)
+
+
+def commands_sweep(weights: Path, targets: tuple[float, ...], reps: int) -> None:
+    """The sweep as a user runs it: one ``ffncli perplexity`` command against k + 1 dense ones,
+    each its own process (its imports and start-up counted), alternating after a warm-up."""
+    import subprocess
+
+    base = [sys.executable, "-m", "ffncli", "perplexity", "--weights", str(weights), "--text",
+            str(TEXT), "--json"]
+    sweep = [*base, "--sparsify", "cats", "--target-sparsity", ",".join(map(str, targets))]
+
+    def run(argv: list[str]) -> float:
+        # cwd: ``python -m ffncli`` runs this tree's ffncli, as the in-process figures do
+        return timed(lambda: subprocess.run(argv, check=True, stdout=subprocess.DEVNULL,
+                                            cwd=ROOT))[0]
+
+    run(base), run(sweep)  # the warm-up of each
+    dense, swept = [], []
+    for _ in range(reps):
+        dense.append(run(base))
+        swept.append(run(sweep))
+    k = len(targets)
+    ratio = [s / ((k + 1) * d) for s, d in zip(swept, dense, strict=True)]
+    print(f"  as commands (each a process): the sweep {summary(swept)} s against {k + 1} x "
+          f"{summary(dense)} s: ratio {statistics.median(ratio):.2f} ({min(ratio):.2f} to "
+          f"{max(ratio):.2f})")
 
 
 def memory(weights: Path, sizes: tuple[int, ...]) -> None:
