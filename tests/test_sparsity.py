@@ -332,9 +332,47 @@ def test_merged_shards_of_a_mixture_count_chance_over_every_expert_unit(cli, tmp
         assert merged == pytest.approx(alone, rel=1e-12)
 
 
+@pytest.fixture(params=["buckets", "partitions"])
+def keys_by(request, monkeypatch):
+    """Magnitudes' order statistics by either way (ffncli keeps the faster on the CPU it runs
+    on, both with numpy's bits), at every size."""
+    from ffncli.analysis import sparsity
+
+    monkeypatch.setattr(sparsity, "_PROBE", 0)
+    monkeypatch.setattr(sparsity, "_partition_faster", [request.param == "partitions"])
+    return request.param
+
+
+def test_the_faster_way_to_order_magnitudes_is_measured_once(monkeypatch):
+    """The choice between partitions and buckets is timed once per process and kept: a bool
+    each way, both ways run on the probe's keys (each timed three times), and not again."""
+    from ffncli.analysis import sparsity
+
+    calls = {"partitions": 0, "buckets": 0}
+    partitioned, bucketed = sparsity._partitioned, sparsity._bucketed
+
+    def count(name, f):
+        def wrapped(*args):
+            calls[name] += 1
+            return f(*args)
+        return wrapped
+
+    monkeypatch.setattr(sparsity, "_partitioned", count("partitions", partitioned))
+    monkeypatch.setattr(sparsity, "_bucketed", count("buckets", bucketed))
+    monkeypatch.setattr(sparsity, "_partition_faster", [])
+    values = np.abs(np.random.default_rng(3).standard_normal(sparsity._PROBE)).astype(np.float32)
+    expected = [float(q) for q in np.quantile(values, [0.5])]
+    assert quantiles(values.copy(), [0.5]) == expected
+    chosen = "partitions" if sparsity._partition_faster == [True] else "buckets"
+    assert sparsity._partition_faster in ([True], [False])
+    assert calls == {"partitions": 3, "buckets": 3, chosen: 4}  # the probe's, then the values'
+    assert quantiles(values.copy(), [0.5]) == expected
+    assert calls == {"partitions": 3, "buckets": 3, chosen: 5}  # no second probe
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 10, 4097, 100_003])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_quantiles_are_numpys_to_the_bit(n, dtype):
+def test_quantiles_are_numpys_to_the_bit(n, dtype, keys_by):
     """One partition per target gives np.quantile's default (linear) values exactly, with the
     targets as an array (float64 results) and one float at a time (the values' dtype): ties
     (rounded values), both ends, and targets whose (n - 1) q falls on an index."""
@@ -373,7 +411,7 @@ def test_quantiles_of_values_with_a_sign_bit_are_numpys_too(dtype, signs):
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("case", ["one value", "two values", "edges", "wide"])
-def test_quantiles_counted_by_buckets_are_numpys(dtype, case):
+def test_quantiles_counted_by_buckets_are_numpys(dtype, case, keys_by):
     """Magnitudes are counted in buckets of their top bits and only the buckets that hold a
     wanted rank are partitioned: a rank and the one after it in two buckets, every value in
     one bucket, values from subnormal to infinity, give np.quantile's values exactly."""
@@ -408,6 +446,7 @@ def test_quantiles_counted_block_by_block_are_numpys(monkeypatch):
     from ffncli.analysis import sparsity
 
     monkeypatch.setattr(sparsity, "_BLOCK", 999)
+    monkeypatch.setattr(sparsity, "_partition_faster", [False])
     rng = np.random.default_rng(12)
     values = np.abs(rng.standard_normal(100_003)).astype(np.float32)
     values[::4] = np.round(values[::4], 2)  # ties, across blocks
@@ -415,7 +454,7 @@ def test_quantiles_counted_block_by_block_are_numpys(monkeypatch):
     assert quantiles(values.copy(), targets) == [float(q) for q in np.quantile(values, targets)]
 
 
-def test_quantiles_need_little_memory_beside_the_values():
+def test_quantiles_need_little_memory_beside_the_values(keys_by):
     """A layer's calibration magnitudes (Llama's 4,096 x 14,336 are 235 MB): the quantiles
     count and gather them block by block, so what they allocate beside them stays a few
     blocks, not copies of the whole (which made 3 times the values' size)."""
@@ -431,7 +470,7 @@ def test_quantiles_need_little_memory_beside_the_values():
     assert peak < 24 * 2**20  # the values: 32 MB; a block's temporaries about 13 MB
 
 
-def test_quantiles_let_the_values_go_at_once():
+def test_quantiles_let_the_values_go_at_once(keys_by):
     """No reference cycle keeps the values (a layer's calibration: 25 MB for MiniLM) alive
     until the garbage collector next runs: relu-stats --layer all kept every layer's."""
     import gc
