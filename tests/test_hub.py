@@ -84,7 +84,9 @@ def test_cache_dir_follows_huggingface_hub(monkeypatch, tmp_path):
     assert cache_dir() == tmp_path / "c"
 
 
-def test_model_errors_exact_lines(cli, cache, tmp_path):
+def test_model_errors_exact_lines(cli, cache, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")  # a local file: never a model's id
     acme = cache / "models--acme--minilm-sharded"
     (cache / "models--acme--empty" / "snapshots").mkdir(parents=True)
     (cache / "models--acme--bad-ref" / "snapshots" / COMMIT).mkdir(parents=True)
@@ -122,7 +124,10 @@ def test_model_errors_exact_lines(cli, cache, tmp_path):
          "option --model: expected ORG/NAME or ORG/NAME@REVISION, got 'acme/x@'"),
         (("params", "--model", str(tmp_path)),
          f"option --model: expected ORG/NAME or ORG/NAME@REVISION, got '{tmp_path}'; a local "
-         "file or folder goes to --weights"),
+         "folder goes to --weights"),
+        (("perplexity", "--model", "model.gguf", "--text", "model.gguf"),
+         "option --model: 'model.gguf' is a local file; give it as --weights (--model names a "
+         "model in the Hugging Face cache or on the Hub, ORG/NAME[@REVISION])"),
         (("params", "--model", "acme/minilm-sharded", "--weights", tmp_path),
          "give --weights or --model, not both"),
         (("permute-check", "--model", "acme/minilm-sharded", "--impl", "m:f", "--random", "2"),
@@ -131,6 +136,20 @@ def test_model_errors_exact_lines(cli, cache, tmp_path):
     for args, line in cases:
         r = cli(*args)
         assert (r.code, r.out, r.err) == (2, "", f"error: {line}\n"), args
+
+
+def test_a_local_folder_named_like_a_model_is_pointed_to_weights(cli, tmp_path, monkeypatch):
+    """ORG/NAME stays the Hub's, even where a folder of that name is here (a clone of the
+    repository, a model folder given to the wrong option); the error line points there."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "none"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "smol").mkdir(parents=True)
+    (tmp_path / "t.txt").write_text("hello\n")
+    r = cli("perplexity", "--model", "models/smol", "--text", "t.txt")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (f"error: models/smol is not in the Hugging Face cache at {tmp_path / 'none'} "
+                     "(ffncli never downloads weights); there is no cache there; a local folder "
+                     "goes to --weights" + ONLY + "\n")
 
 
 def test_an_empty_or_missing_cache_says_so(cli, tmp_path, monkeypatch):

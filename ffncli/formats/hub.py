@@ -47,13 +47,22 @@ def cached_models(cache: Path) -> list[str]:
                   if name.startswith("models--"))
 
 
+def _local_hint(model: str) -> str:
+    """The end of an error line when ``--model``'s value is also a local folder (a model
+    folder given to the wrong option, or an ORG/NAME that a clone of the repository shares)."""
+    return "; a local folder goes to --weights" if os.path.isdir(model) else ""
+
+
 def parse_model(model: str) -> tuple[str, str]:
     """``ORG/NAME[@REVISION]`` as ``(ORG/NAME, REVISION)``, the revision ``main`` by default."""
+    if os.path.isfile(model):  # never a model's id: a checkpoint or config the user has
+        raise WeightsError(f"option --model: '{model}' is a local file; give it as --weights "
+                           "(--model names a model in the Hugging Face cache or on the Hub, "
+                           "ORG/NAME[@REVISION])")
     repo_id, _, revision = model.partition("@")
     if not _REPO_ID.fullmatch(repo_id) or (revision == "" and "@" in model):
-        local = "; a local file or folder goes to --weights" if os.path.exists(model) else ""
         raise WeightsError(f"option --model: expected ORG/NAME or ORG/NAME@REVISION, got "
-                           f"'{model}'{local}")
+                           f"'{model}'{_local_hint(model)}")
     revision = revision or "main"
     if not _REVISION.fullmatch(revision) or ".." in revision.split("/"):
         raise WeightsError(f"option --model: revision '{revision}' is not a branch, tag or "
@@ -93,7 +102,7 @@ def snapshot(model: str) -> Path:
         cached = folder.is_dir()
     if not cached:
         raise NotCached(f"{repo_id} is not in the Hugging Face cache at {cache} (ffncli "
-                        f"never downloads weights); {_listing(cache)}")
+                        f"never downloads weights); {_listing(cache)}{_local_hint(repo_id)}")
     snapshots = folder / "snapshots"
     with reading(snapshots, "snapshots folder", WeightsError):
         commits = sorted(p.name for p in snapshots.iterdir()) if snapshots.is_dir() else []
