@@ -339,13 +339,14 @@ def keys_by(request, monkeypatch):
     from ffncli.analysis import sparsity
 
     monkeypatch.setattr(sparsity, "_PROBE", 0)
-    monkeypatch.setattr(sparsity, "_partition_faster", [request.param == "partitions"])
+    monkeypatch.setattr(sparsity, "_keys_partition_faster",
+                        lambda dtype: request.param == "partitions")
     return request.param
 
 
 def test_the_faster_way_to_order_magnitudes_is_measured_once(monkeypatch):
-    """The choice between partitions and buckets is timed once per process and kept: a bool
-    each way, both ways run on the probe's keys (each timed three times), and not again."""
+    """The choice between partitions and buckets is timed once per process and width of keys
+    and kept: both ways run on the probe's keys (each timed three times), and not again."""
     from ffncli.analysis import sparsity
 
     calls = {"partitions": 0, "buckets": 0}
@@ -359,15 +360,18 @@ def test_the_faster_way_to_order_magnitudes_is_measured_once(monkeypatch):
 
     monkeypatch.setattr(sparsity, "_partitioned", count("partitions", partitioned))
     monkeypatch.setattr(sparsity, "_bucketed", count("buckets", bucketed))
-    monkeypatch.setattr(sparsity, "_partition_faster", [])
+    monkeypatch.setattr(sparsity, "_partition_faster", {})
     values = np.abs(np.random.default_rng(3).standard_normal(sparsity._PROBE)).astype(np.float32)
     expected = [float(q) for q in np.quantile(values, [0.5])]
     assert quantiles(values.copy(), [0.5]) == expected
-    chosen = "partitions" if sparsity._partition_faster == [True] else "buckets"
-    assert sparsity._partition_faster in ([True], [False])
+    assert list(sparsity._partition_faster) == [np.dtype(np.int32)]  # float32's keys
+    chosen = "partitions" if sparsity._partition_faster[np.dtype(np.int32)] else "buckets"
     assert calls == {"partitions": 3, "buckets": 3, chosen: 4}  # the probe's, then the values'
     assert quantiles(values.copy(), [0.5]) == expected
     assert calls == {"partitions": 3, "buckets": 3, chosen: 5}  # no second probe
+    assert quantiles(values.astype(np.float64), [0.5]) == expected  # float64: int64 keys
+    assert set(sparsity._partition_faster) == {np.dtype(np.int32), np.dtype(np.int64)}
+    assert sum(calls.values()) == 15  # a probe of its own (6) and the values (1)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 10, 4097, 100_003])
@@ -446,7 +450,6 @@ def test_quantiles_counted_block_by_block_are_numpys(monkeypatch):
     from ffncli.analysis import sparsity
 
     monkeypatch.setattr(sparsity, "_BLOCK", 999)
-    monkeypatch.setattr(sparsity, "_partition_faster", [False])
     rng = np.random.default_rng(12)
     values = np.abs(rng.standard_normal(100_003)).astype(np.float32)
     values[::4] = np.round(values[::4], 2)  # ties, across blocks

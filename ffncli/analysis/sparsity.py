@@ -266,39 +266,55 @@ def _order_statistics(flat: np.ndarray, indices: Sequence[int]
     keys = _as_ordered_ints(flat)
     if keys is flat:
         return _partitioned(flat, indices)
-    if keys.size >= _PROBE and _keys_partition_faster():  # fewer: either takes a few ms
+    if keys.size >= _PROBE and _keys_partition_faster(keys.dtype):  # fewer: either takes a few ms
         return _partitioned(flat, indices, keys)
     return _bucketed(flat, keys, indices)
 
 
 _PROBE = 1 << 18  # keys timed once per process by _keys_partition_faster (fewer misjudge: the
 # buckets' fixed costs weigh on them)
-_partition_faster: list[bool] = []  # its answer, once measured
+_partition_faster: dict[np.dtype, bool] = {}  # its answer for each width of keys, once measured
 
 
-def _keys_partition_faster() -> bool:
-    """Whether partitioning the keys in place beats counting them in buckets on this CPU.
-    Both give the same bits; which is faster depends on NumPy's partition of integers: with
-    SIMD (x86-simd-sort: AVX-512 or AVX2) on an Intel Xeon, 3.5-7x faster than the buckets
-    (SmolLM2's 1,425 x 1,536 magnitudes: 0.8 against 5.7 ms), but 3.5x slower where it was
-    measured on an AMD EPYC (4,096 x 1,536, four targets: 78 against 22 ms) and without
-    SIMD. So both run once on the same 2^18 spread keys (about 7 ms) and the faster is kept."""
-    if not _partition_faster:
-        # a fixed spread of the int32 range (a multiplicative hash): no randomness, no order
-        keys = ((np.arange(_PROBE, dtype=np.uint64) * 2654435761) % (1 << 31)).astype(np.int32)
-        values = keys.view(np.float32)
+def _keys_partition_faster(dtype: np.dtype) -> bool:
+    """Whether partitioning keys of this integer ``dtype`` in place beats counting them in
+    buckets on this CPU. Both give the same bits; which is faster depends on NumPy's partition
+    of integers: with SIMD (x86-simd-sort: AVX-512 or AVX2) on an Intel Xeon, 3.5-7x faster
+    than the buckets (SmolLM2's 1,425 x 1,536 magnitudes: 0.8 against 5.7 ms), but 3.5x
+    slower without SIMD and where it was measured on an AMD EPYC (4,096 x 1,536, four
+    targets: 78 against 22 ms). So both run once on the same 2^18 keys (5-20 ms) and the
+    faster is kept. The keys are well mixed (:func:`_mixed`): a regular sequence partitions
+    much faster than data does where NumPy's partition has no SIMD, and fooled an earlier
+    probe."""
+    if dtype not in _partition_faster:
+        keys = _mixed(_PROBE, dtype)
+        values = keys.view(np.dtype(f"f{keys.itemsize}"))
         wanted = [_PROBE // 4, _PROBE // 2]
         partition = bucket = math.inf
         for _ in range(3):  # the best of three of each, alternating
             work = keys.copy()
             start = time.perf_counter()
-            _partitioned(work.view(np.float32), wanted, work)
+            _partitioned(work.view(values.dtype), wanted, work)
             partition = min(partition, time.perf_counter() - start)
             start = time.perf_counter()
             _bucketed(values, keys, wanted)
             bucket = min(bucket, time.perf_counter() - start)
-        _partition_faster[:] = [partition < bucket]  # two threads that both measured: one answer
-    return _partition_faster[0]
+        _partition_faster[dtype] = partition < bucket
+    return _partition_faster[dtype]
+
+
+def _mixed(n: int, dtype: np.dtype) -> np.ndarray:
+    """``n`` non-negative integers of ``dtype`` that look random and are always the same:
+    0, 1, 2, ... through MurmurHash3's 64-bit finaliser, their top bits kept (no
+    ``np.random``, whose import would cost the probe as much again)."""
+    with np.errstate(over="ignore"):
+        h = np.arange(1, n + 1, dtype=np.uint64)
+        h ^= h >> np.uint64(33)
+        h *= np.uint64(0xFF51AFD7ED558CCD)
+        h ^= h >> np.uint64(33)
+        h *= np.uint64(0xC4CEB9FE1A85EC53)
+        h ^= h >> np.uint64(33)
+    return (h >> np.uint64(65 - 8 * np.dtype(dtype).itemsize)).astype(dtype)
 
 
 _BUCKET_BITS = 15  # the bits after the sign that name a bucket: the exponent and 6 or 3 more
