@@ -178,7 +178,8 @@ def merge(a: UnitStats, b: UnitStats) -> UnitStats:
 
 
 def _count(mask: np.ndarray, axis: int) -> np.ndarray:
-    """``np.count_nonzero(mask, axis)`` of a bool mask, as int64: its bytes summed as int32
+    """``np.count_nonzero(mask, axis)`` of a bool mask made by a comparison (each byte 0 or
+    1, as NumPy's comparisons write them), as int64: its bytes summed as int32
     (twice as fast as count_nonzero along an axis, or as an int64 sum; the counts of a chunk
     of tokens or of units fit)."""
     return mask.view(np.uint8).sum(axis=axis, dtype=np.int32).astype(np.int64)
