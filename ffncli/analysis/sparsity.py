@@ -281,7 +281,7 @@ def _keys_partition_faster(dtype: np.dtype) -> bool:
     """Whether partitioning keys of this integer ``dtype`` in place beats counting them in
     buckets on this CPU. Both give the same bits; which is faster depends on NumPy's partition
     of integers: with SIMD (x86-simd-sort: AVX-512 or AVX2) on an Intel Xeon, 3.5-7x faster
-    than the buckets (SmolLM2's 1,425 x 1,536 magnitudes: 0.8 against 5.7 ms), but 3.5x
+    than the buckets (SmolLM2's 1,425 x 1,536 magnitudes: 0.8 against 5.7 ms), but about 3x
     slower without SIMD and where it was measured on an AMD EPYC (4,096 x 1,536, four
     targets: 78 against 22 ms). So both run once on the same 2^18 keys (5-20 ms) and the
     faster is kept. The keys are well mixed (:func:`_mixed`): a regular sequence partitions
@@ -306,7 +306,7 @@ def _keys_partition_faster(dtype: np.dtype) -> bool:
 
 def _mixed(n: int, dtype: np.dtype) -> np.ndarray:
     """``n`` non-negative integers of ``dtype`` that look random and are always the same:
-    0, 1, 2, ... through MurmurHash3's 64-bit finaliser, their top bits kept (no
+    1, 2, 3, ... through MurmurHash3's 64-bit finaliser, their top bits kept (no
     ``np.random``, whose import would cost the probe as much again)."""
     with np.errstate(over="ignore"):
         h = np.arange(1, n + 1, dtype=np.uint64)
