@@ -564,7 +564,8 @@ def test_each_option_of_the_command_changes_what_it_reports(cli, tmp_path, ids_f
     every = run("--score", "all")
     assert (every["tokens_scored"], every["protocol"]["name"]) == (279, "all")
     strided = run("--stride", "16")
-    assert (strided["tokens_scored"], strided["windows"]) == (287, 17)
+    assert (strided["tokens_scored"], strided["windows"]) == (299, 18)  # 300 ids, HF's recipe
+    assert strided["dropped_tokens"] == 0 and dense["dropped_tokens"] == 300 - 9 * 32
     sparse = ["--sparsify", "cats", "--target-sparsity", "0.5"]
     whole = run(*sparse)["variants"][0]
     one = run(*sparse, "--layer", "1")["variants"][0]
