@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ffncli.analysis.perplexity import Protocol
+from ffncli.errors import InputError, Interrupted
 from ffncli.formats.text import Sequences
 from ffncli.jobs.choices import ModelChoice
 from ffncli.jobs.perplexity import Variant, perplexity
@@ -631,3 +634,76 @@ def test_calibration_text_calibrates_in_place_of_the_evaluated_one(cli, tmp_path
     assert theirs.json()["calibration"]["evaluated_text"] is False
     assert own.json()["variants"][0]["layers"][0]["threshold"] != \
         theirs.json()["variants"][0]["layers"][0]["threshold"]
+
+
+# ---------------------------------------------------------------------------------------------
+# --save-thresholds with --report: all or nothing, as capture is.
+
+
+def _both(tmp_path: Path, ids_file: Path) -> tuple[Path, Path, tuple]:
+    saved, report = tmp_path / "t.json", tmp_path / "r.html"
+    args = ("perplexity", "--weights", FORWARD / "gpt2" / "model.safetensors", "--ids",
+            ids_file, "--ctx", "32", "--sparsify", "cats", "--target-sparsity", "0.5",
+            "--save-thresholds", saved, "--report", report, "--quiet")
+    return saved, report, args
+
+
+def _after_the_work(monkeypatch, then) -> list:
+    """run_perplexity as it was, ``then(result)`` after it; what it saw in the folder."""
+    import ffncli.jobs.perplexity as job
+
+    run, seen = job.run_perplexity, []
+
+    def wrapped(*args, **kwargs):
+        result = run(*args, **kwargs)
+        seen.append(then(result))
+        return result
+
+    monkeypatch.setattr(job, "run_perplexity", wrapped)
+    return seen
+
+
+def test_both_outputs_are_reserved_before_the_work(cli, tmp_path, ids_file, monkeypatch):
+    """While the walk runs, each output's hidden temporary file exists beside it (a folder
+    that cannot be written fails before the work); after, only the two files."""
+    saved, report, args = _both(tmp_path, ids_file)
+    seen = _after_the_work(monkeypatch, lambda result: sorted(os.listdir(tmp_path)))
+    r = cli(*args)
+    assert (r.code, r.err) == (0, "")
+    assert [re.sub(r"\.[0-9a-f]{8}\.", ".HEX.", n) for n in seen[0]] == \
+        [".r.html.HEX.tmp", ".t.json.HEX.tmp"]
+    assert sorted(os.listdir(tmp_path)) == ["r.html", "t.json"]
+    assert json.loads(saved.read_text())["format"] == "ffncli thresholds"
+
+
+@pytest.mark.parametrize("how", ["report-fails", "report-is-a-directory", "interrupted"])
+def test_a_report_that_fails_leaves_no_thresholds_file(cli, tmp_path, ids_file, monkeypatch,
+                                                       how):
+    """The thresholds file was written in the job, before the report was made: a report that
+    could not be made or written left it behind (exit 2). Now neither is named."""
+    import ffncli.present.perplexity as present
+
+    saved, report, args = _both(tmp_path, ids_file)
+    line = "error: the report could not be drawn\n"
+    if how == "report-fails":
+        def failing(*a):
+            raise InputError(line[7:-1])
+
+        monkeypatch.setattr(present, "perplexity_report", failing)
+    elif how == "report-is-a-directory":  # taken by a folder while the walk ran
+        _after_the_work(monkeypatch, lambda result: report.mkdir())
+        line = f"error: option --report: cannot write {report}: Is a directory\n"
+    else:
+        def interrupt(result):  # SIGTERM as main()'s handler raises it, after the walk
+            raise Interrupted(signal.SIGTERM)
+
+        _after_the_work(monkeypatch, interrupt)
+    if how == "interrupted":
+        with pytest.raises(Interrupted):
+            cli(*args)
+    else:
+        r = cli(*args)
+        assert (r.code, r.out, r.err) == (2, "", line)
+    assert not saved.exists()
+    assert sorted(os.listdir(tmp_path)) == (["r.html"] if how == "report-is-a-directory"
+                                            else [])

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.base.files import write_text_atomically
 from ffncli.base.textformats import read_json
 from ffncli.base.validate import brief, flag, name, number, suggest, whole
 from ffncli.compute.sparse import RULES, Cut
@@ -65,10 +64,9 @@ def thresholds_json(model: Transformer, calibration: dict[str, Any] | None,
                         for rule, target, cuts in entries]}
 
 
-def save_thresholds(path: Path, model: Transformer, calibration: dict[str, Any] | None,
-                    entries: Sequence[Entry]) -> None:
-    write_text_atomically(path, json.dumps(thresholds_json(model, calibration, entries),
-                                           indent=1) + "\n", "--save-thresholds")
+def thresholds_text(doc: dict[str, Any]) -> str:
+    """A thresholds file's text: :func:`thresholds_json`'s document."""
+    return json.dumps(doc, indent=1) + "\n"
 
 
 TOP_KEYS = ("format", "version", "model", "calibration", "entries")

@@ -9,9 +9,10 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.base.files import write_text_atomically
+from ffncli.base.files import Outputs
+from ffncli.jobs.thresholds import thresholds_text
 from ffncli.present.console import Text, bar_table, console, emit_json, pct
-from ffncli.present.report import OPTION, Context
+from ffncli.present.report import Context
 from ffncli.present.svg import (
     PALETTE,
     Cell,
@@ -217,6 +218,13 @@ def perplexity_report(doc: dict[str, Any], about: Context | None = None) -> str:
                 sections, about.footer() if about is not None else ())
 
 
-def save_perplexity(target: Path | None, doc: dict[str, Any], about: Context | None) -> None:
-    if target is not None:
-        write_text_atomically(target, perplexity_report(doc, about), OPTION)
+def save_perplexity(outputs: Outputs, report: Path | None, saved: Path | None,
+                    result: PerplexityResult, about: Context | None) -> None:
+    """``--report`` and ``--save-thresholds``, reserved in ``outputs`` before the work, given
+    their texts: both are named when ``outputs`` closes, or neither (a report that cannot be
+    made leaves no thresholds file)."""
+    if saved is not None:
+        assert result.thresholds is not None  # asked for with save
+        outputs.text(saved, thresholds_text(result.thresholds))
+    if report is not None:
+        outputs.text(report, perplexity_report(perplexity_json(result), about))
