@@ -466,44 +466,32 @@ def test_a_thresholds_file_is_read_strictly(cli, tmp_path, ids_file, saved, edit
     assert (r.code, r.err) == (2, f"error: {path}: {message}\n")
 
 
-@pytest.mark.parametrize("edit, message", [
+WHOLE, TEXT = "a whole number >= 1", "a non-empty string"
+
+
+@pytest.mark.parametrize("where, key, value, expected", [
     # accepted before: true == 1 and 128.0 == 128 in Python's comparison
-    (lambda d: d.update(version=True), "key 'version': expected a whole number >= 1, got True"),
-    (lambda d: d.update(version=1.0), "key 'version': expected a whole number >= 1, got 1.0"),
-    (lambda d: d.update(version=2), "key 'version': expected 1, got 2"),
-    (lambda d: d["model"].update(d_ff=128.0),
-     "key 'model': key 'd_ff': expected a whole number >= 1, got 128.0"),
-    (lambda d: d["model"].update(d_model=64.0),
-     "key 'model': key 'd_model': expected a whole number >= 1, got 64.0"),
-    (lambda d: d["model"].update(layers=2.0),
-     "key 'model': key 'layers': expected a whole number >= 1, got 2.0"),
-    (lambda d: d["model"].update(layers=True),
-     "key 'model': key 'layers': expected a whole number >= 1, got True"),
-    (lambda d: d["model"].update(d_ff="128"),
-     "key 'model': key 'd_ff': expected a whole number >= 1, got '128'"),
-    (lambda d: d["model"].pop("fingerprint"),
-     "key 'model': key 'fingerprint': expected a non-empty string, got None"),
-    (lambda d: d["model"].update(name=5), "key 'model': key 'name': expected a non-empty "
-                                          "string, got 5"),
-    (lambda d: d["calibration"].update(tokens=288.0),
-     "key 'calibration': key 'tokens': expected a whole number >= 1, got 288.0"),
-    (lambda d: d["calibration"].update(evaluated_text=1),
-     "key 'calibration': key 'evaluated_text': expected true or false, got 1"),
-    (lambda d: d["calibration"].update(sha256=None),
-     "key 'calibration': key 'sha256': expected a non-empty string, got None"),
+    (None, "version", True, WHOLE), (None, "version", 1.0, WHOLE), (None, "version", 2, "1"),
+    ("model", "d_ff", 128.0, WHOLE), ("model", "d_model", 64.0, WHOLE),
+    ("model", "layers", 2.0, WHOLE), ("model", "layers", True, WHOLE),
+    ("model", "d_ff", "128", WHOLE), ("model", "fingerprint", None, TEXT),
+    ("model", "name", 5, TEXT), ("calibration", "tokens", 288.0, WHOLE),
+    ("calibration", "evaluated_text", 1, "true or false"), ("calibration", "sha256", None, TEXT),
 ])
-def test_a_thresholds_files_numbers_are_of_their_type(cli, tmp_path, ids_file, saved, edit,
-                                                     message):
+def test_a_thresholds_files_numbers_are_of_their_type(cli, tmp_path, ids_file, saved, where,
+                                                     key, value, expected):
     """Booleans are not numbers, 128.0 is not a whole number: base/validate's whole(), name()
     and flag(), as every config key is read."""
     doc = json.loads(json.dumps(saved))
-    edit(doc)
+    (doc if where is None else doc[where])[key] = value
     path = tmp_path / "t.json"
     path.write_text(json.dumps(doc))
+    line = (f"error: {path}: " + ("" if where is None else f"key '{where}': ")
+            + f"key '{key}': expected {expected}, got {value!r}\n")
     for command in (("perplexity", "--ctx", "32"), ("relu-stats",)):
         r = cli(command[0], "--weights", FORWARD / "gpt2" / "model.safetensors", "--ids",
                 ids_file, *command[1:], "--thresholds", path)
-        assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
+        assert (r.code, r.out, r.err) == (2, "", line)
 
 
 def test_a_target_of_minus_zero_is_zero(cli, tmp_path, ids_file, saved):
