@@ -95,7 +95,7 @@ def test_the_hubs_count_is_the_local_files_byte_for_byte(cli, hub, online, shard
 
 def test_only_each_safetensors_header_is_asked_for(cli, hub, online, sharded):
     """Each weights file: one range of its 8-byte length, one of exactly the header it
-    measures; config.json and the index whole (huggingface_hub's HEAD, then GET)."""
+    measures; config.json and the index whole, by one GET each (ffncli's bounded reader)."""
     for repo, folder in ((MINILM, minilm()), ("acme/minilm-sharded", sharded)):
         assert cli("params", "--model", repo, "--json").code == 0
         weights = sorted(p.name for p in folder.glob("*.safetensors"))
@@ -106,7 +106,7 @@ def test_only_each_safetensors_header_is_asked_for(cli, hub, online, sharded):
             assert asked == [("GET", "bytes=0-7"), ("GET", f"bytes=8-{8 + n - 1}")], name
         for name in ("config.json", "model.safetensors.index.json"):
             asked = [(r.method, r.range) for r in hub.requests_of(repo, name)]
-            assert asked == ([("HEAD", None), ("GET", None)] if (folder / name).exists()
+            assert asked == ([("GET", None)] if (folder / name).exists()
                              else []), name
 
 
