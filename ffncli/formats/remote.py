@@ -180,7 +180,7 @@ class Conversation:
                 _refused(answer, what, revision)
             said = answer.headers.get("X-Repo-Commit")
             if commit is not None and said is not None and said != commit:
-                raise WeightsError(f"{what}: the Hub answered for commit {brief(shown(said))}, "
+                raise WeightsError(f"{what}: the Hub answered for commit {brief(said)}, "
                                    f"not for {commit}, the commit asked for")
             yield answer
 
