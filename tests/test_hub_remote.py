@@ -430,6 +430,10 @@ def test_a_cache_that_is_a_file_is_one_line(cli, hub, hostile, monkeypatch):
             f"the Hugging Face cache {hostile.parent / 'cache'} is not a folder (HF_HUB_CACHE "
             "names it, else HF_HOME/hub)")
     assert hub.log == []
+    monkeypatch.setenv("HF_HUB_CACHE", str(hostile.parent / "cache" / "hub"))  # in a file
+    assert one_error(cli("params", "--model", MINILM)) == (
+        f"cannot write config.json into the Hugging Face cache at {hostile.parent / 'cache'}"
+        "/hub: Not a directory")
 
 
 def test_a_silent_hub_stops_at_the_deadline_or_the_timeout(cli, hub, hostile, monkeypatch):
