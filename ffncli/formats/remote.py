@@ -65,8 +65,8 @@ DEADLINE = 120.0
 TIMEOUT = 10  # seconds a request may wait in silence (HF_HUB_DOWNLOAD_TIMEOUT, huggingface_hub's)
 INFO_MAX = 16 * 1024 * 1024  # the model info: a repository of 100,000 files lists ~6 MB
 # Shards whose headers are read from the Hub, at most: the largest models have about 200
-# (Llama 3.1 405B 191, DeepSeek-V3 163, Kimi K2 62); 4,096 leaves room for a 405B model saved
-# in 200 MB shards, and bounds the requests of a hostile index (two per shard).
+# (Llama 3.1 405B 191, DeepSeek-V3 163, Kimi K2 about 60); 4,096 leaves room for a 405B model
+# saved in 200 MB shards (4,050), and bounds the requests of a hostile index (two per shard).
 MAX_SHARDS = 4096
 _INT_VARIABLES = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")  # read by its import
 _COMMIT = re.compile(r"[0-9a-f]{40}")
