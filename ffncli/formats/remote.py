@@ -177,7 +177,7 @@ class Conversation:
                 get_session().stream("GET", url, headers={**self.headers, **(headers or {})},
                                      timeout=timeout, follow_redirects=True) as answer:
             if answer.status_code not in ok:
-                _refused(answer, what, revision)
+                _refused(answer, what, revision or commit or "")
             said = answer.headers.get("X-Repo-Commit")
             if commit is not None and said is not None and said != commit:
                 raise WeightsError(f"{what}: the Hub answered for commit {brief(said)}, "
