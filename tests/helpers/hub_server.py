@@ -1,5 +1,5 @@
 """A stand-in for the Hugging Face Hub on 127.0.0.1, for ``params --model`` read by headers
-(formats/remote.py): the two endpoints huggingface_hub calls, ``/api/models/{repo}/revision/
+(formats/remote.py): the two endpoints ffncli calls, ``/api/models/{repo}/revision/
 {rev}`` (the file list and commit) and ``/{repo}/resolve/{rev}/{file}`` (HEAD, GET and GET with
 ``Range``), for repositories made of real files, plus ones that answer 401, 404 or 500, redirect
 forever, or cut a header short, and hostile ones: model info that is not what it should be, an
