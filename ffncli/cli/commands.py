@@ -35,6 +35,8 @@ from ffncli.cli.options import (
     QuietOpt,
     ReportOpt,
     grouped,
+    one_line_summaries,
+    parse_strictly,
     put_in_panels,
 )
 from ffncli.errors import ExitCode, FfnError, InputError
@@ -491,3 +493,5 @@ def presets(as_json: JsonOpt = False) -> None:
 
 
 put_in_panels(app)  # last: after every command is registered
+parse_strictly(app)
+one_line_summaries(app)
