@@ -237,13 +237,32 @@ def test_a_full_stdout_is_one_error_line():
         2, "error: cannot write to standard output: No space left on device\n")
 
 
-def test_a_pipe_closed_early_is_one_error_line():
+def test_a_pipe_closed_before_the_output_ends_quietly():
+    """A reader that goes away is a normal end (as for coreutils and git): no line, 141."""
     p = subprocess.Popen([*FFNCLI, "run", "--preset", "tiny", "--random", "1000", "--json"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     p.stdout.close()  # the reader went away before the output came
     err = p.stderr.read()
     p.wait(timeout=60)
-    assert (p.returncode, err) == (2, "error: cannot write to standard output: Broken pipe\n")
+    assert (p.returncode, err) == (141, "")
+
+
+@pytest.mark.parametrize("args", [
+    ("run", "--preset", "tiny", "--random", "200000"),  # the table, row by row
+    ("run", "--preset", "tiny", "--random", "1000", "--json"),  # one JSON document
+])
+def test_head_ends_the_output_quietly(args):
+    """`ffncli ... | head -1`: the first line read, then the pipe closed mid-output."""
+    p = subprocess.Popen([*FFNCLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = p.stdout.readline()
+    p.stdout.close()
+    try:
+        err = p.stderr.read()
+        p.wait(timeout=60)
+    finally:
+        p.kill()
+    assert first.startswith((b"shape: (", b"{"))
+    assert (p.returncode, err) == (141, b"")
 
 
 # ---------------------------------------------------------------------------------------------

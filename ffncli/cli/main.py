@@ -1,9 +1,10 @@
 """The one error boundary and the process around it: a core ``FfnError`` or a usage error is one
 ``error: ...`` line on stderr and exit 2, a failed check exits 1, a signal unwinds (removing
-temporary files) and exits 128 + n, a full or closed stdout is one line."""
+temporary files) and exits 128 + n, a full stdout is one line, a closed pipe a quiet 141."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shlex
@@ -107,6 +108,8 @@ def run(argv: list[str] | None = None) -> int:
             warnings.simplefilter("ignore")
             code = app(args=argv, prog_name="ffncli", standalone_mode=False)
             sys.stdout.flush()
+    except ClosedPipe:  # the reader has all it wanted (`| head`): a normal end, no line
+        return CLOSED_PIPE
     except FfnError as exc:
         return _fail(str(exc))
     except typer.TyperException as exc:  # Click's usage errors: bad option, value, command
@@ -163,7 +166,19 @@ class _GuardedStdout:
         return getattr(self._stream, name)
 
 
+class ClosedPipe(OutputError):
+    """Standard output is a pipe whose reader has gone (``ffncli ... | head``)."""
+
+
+# A closed pipe ends ffncli as it ends coreutils and git: quietly, with the status a shell
+# shows for them (they die of SIGPIPE: 128 + 13). ffncli exits with it rather than dying of
+# the signal, so that its cleanup (temporary files, workers) runs first.
+CLOSED_PIPE = 128 + 13
+
+
 def _stdout_error(exc: OSError) -> OutputError:
+    if exc.errno == errno.EPIPE:
+        return ClosedPipe("cannot write to standard output: the pipe is closed")
     return OutputError(f"cannot write to standard output: {exc.strerror or exc}")
 
 
@@ -197,7 +212,7 @@ def main() -> None:
         _quiet_stdout()
         typer.echo(f"error: interrupted by {signal.Signals(exc.signum).name}", err=True)
         code = 128 + exc.signum
-    if code == ExitCode.USAGE:
+    if code in (ExitCode.USAGE, CLOSED_PIPE):
         _quiet_stdout()
     sys.exit(code)
 
