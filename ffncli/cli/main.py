@@ -84,7 +84,8 @@ def _no_argument(command: str, extra: str, ctx: Any) -> str:
 
     takes = _long_options(ctx.command)
     for word in dict.fromkeys((extra, extra.split(" ")[0])):
-        likely = [("a preset", ("--preset",))] if word in preset_names() else []
+        likely: list[tuple[str, tuple[str, ...]]] = \
+            [("a preset", ("--preset",))] if word in preset_names() else []
         likely += [(what, options) for test, what, options in _LIKELY if test(word)]
         for what, options in likely:
             option = next((o for o in options if o in takes), None)
