@@ -178,3 +178,14 @@ def test_an_empty_path_is_an_error_of_its_own(cli, option, args):
     r = cli(*args)
     assert (r.code, r.out, r.err) == (
         2, "", f"error: option {option}: expected a path, got an empty value\n")
+
+
+@pytest.mark.parametrize("typed, part", [("0_5", "0_5"), ("0.25,1_0e-1", "1_0e-1"),
+                                         ("nan", "nan"), ("0.25,inf", "inf"), ("0.5,", ""),
+                                         ("0x1", "0x1")])
+def test_perplexitys_shares_are_decimal_numbers(cli, typed, part):
+    """perplexity's --target-sparsity is a list (S[,S...]): each share read as above."""
+    r = cli("perplexity", "--weights", "m.gguf", "--text", "a.txt", "--sparsify", "cats",
+            "--target-sparsity", typed)
+    assert (r.code, r.err) == (2, "error: option --target-sparsity: expected shares such as 0.5 "
+                                  f"or 0.25,0.5, got {part!r}\n")

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
+from ffncli.errors import InputError
 from ffncli.specs.spec import ACTIVATIONS, GLU_VARIANTS
 
 # ---------------------------------------------------------------------------------------------
@@ -288,6 +289,17 @@ def _float(text: str) -> float:
     if not math.isfinite(value):
         raise typer.BadParameter(f"{text!r} is too large for a float")
     return value
+
+
+def shares(text: str) -> str:
+    """``S[,S...]`` (perplexity's --target-sparsity): each share a number as :func:`_float`
+    reads one (a space after a comma allowed), the text passed on as typed. Its line is the
+    one the job's own reader gives (ffncli.jobs.perplexity.parse_targets), which then reads it."""
+    for part in text.split(","):
+        if not _DECIMAL.fullmatch(part.strip()):
+            raise InputError(f"option --target-sparsity: expected shares such as 0.5 or "
+                             f"0.25,0.5, got {part.strip()!r}")
+    return text
 
 
 def _path(text: str) -> Path:
