@@ -63,7 +63,7 @@ def test_run_summary_checks_fail_on_a_capped_mixture_of_experts(cli):
      "no such option: --inptu (did you mean '--input'?)"),
     (("params", "--preset", "base", "--zzzzzz"), "no such option: --zzzzzz"),
     (("params", "--preset", "base", "--d-model", "abc"),
-     "option '--d-model': 'abc' is not a valid int."),
+     "option '--d-model': expected a whole number such as 12, got 'abc'"),
     (("run", "--preset", "tiny", "--random"), "option '--random' requires an argument."),
     (("run", "--preset", "tiny", "--random", "3", "--layer", "-1"),
      "option --layer: expected a whole number >= 0, got -1"),

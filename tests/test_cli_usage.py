@@ -139,7 +139,7 @@ FLOAT_OPTIONS = [("relu-stats", "--target-sparsity"), ("relu-stats", "--threshol
 
 @pytest.mark.parametrize("command, option", FLOAT_OPTIONS)
 @pytest.mark.parametrize("typed", ["0_5", "1_000", "nan", "NaN", "inf", "-infinity", " ", "",
-                                   " 1", "1 ", "0x10", "1e", "½", "1,5", "--"])
+                                   " 1", "1 ", "0x10", "1e", "½", "1,5", "--", "٣"])
 def test_a_float_option_takes_only_decimal_numbers(cli, command, option, typed):
     r = cli(command, option, typed)
     assert (r.code, r.out, r.err) == (
@@ -162,6 +162,26 @@ def test_decimal_numbers_are_read(cli, typed, value):
     assert r.code == 0, r.err
     assert "(--target-sparsity 0.5: " in r.json()["definition"]
     assert r.json()["mean_inactive_fraction"] == pytest.approx(value)
+
+
+INT_OPTIONS = [("run", "--seed"), ("run", "--random"), ("permute-check", "--trials"),
+               ("params", "--d-ff"), ("params", "--seq-len")]
+
+
+@pytest.mark.parametrize("command, option", INT_OPTIONS)
+@pytest.mark.parametrize("typed", ["1_0", " 3", "3 ", "", "1e3", "3.0", "0x10", "nan", "٣"])
+def test_an_integer_option_takes_only_digits(cli, command, option, typed):
+    """int() reads '1_0' as 10, ' 3' as 3 and the Arabic-Indic digit three as 3."""
+    r = cli(command, option, typed)
+    assert (r.code, r.out, r.err) == (
+        2, "", f"error: option '{option}': expected a whole number such as 12, got "
+               f"{typed!r}\n")
+
+
+def test_an_integer_option_is_read(cli):
+    r = cli("run", "--preset", "tiny", "--random", "+3", "--seed", "007", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["input_shape"] == [3, 4]
 
 
 @pytest.mark.parametrize("option, args", [

@@ -272,10 +272,21 @@ def _options_of(app: typer.Typer) -> Iterator[tuple[typer.models.OptionInfo, Any
 
 
 # ---------------------------------------------------------------------------------------------
-# One parser per kind of value: Click's own take what Python's float() takes ('0_5' is 5,
-# ' 1 ', 'nan', 'infinity') and read an empty path as the current folder.
+# One parser per kind of value: Click's own take what Python's float() and int() take ('0_5'
+# is 5, '1_0' is 10, ' 1 ', 'nan', 'infinity') and read an empty path as the current folder.
 
-_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # ASCII digits
+_INTEGER = re.compile(r"[+-]?[0-9]{1,30}")  # past 30 digits every count is refused anyway
+
+
+def _int(text: str) -> int:
+    """A whole number as people write it: 12, -1; nothing else (no '1_0', which int() reads
+    as 10, no spaces, no 1e3); the checks of its option bound it."""
+    if isinstance(text, int):  # a default, already a number
+        return text
+    if not _INTEGER.fullmatch(text):
+        raise typer.BadParameter(f"expected a whole number such as 12, got {text!r}")
+    return int(text)
 
 
 def _float(text: str) -> float:
@@ -312,12 +323,14 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
-_float.__name__, _path.__name__ = "float", "path"  # their metavars in --help: <float>, <path>
-PARSERS: dict[Any, Callable[[Any], Any]] = {float: _float, Path: _path}
+# their metavars in --help: <float>, <integer>, <path>
+_float.__name__, _int.__name__, _path.__name__ = "float", "integer", "path"
+PARSERS: dict[Any, Callable[[Any], Any]] = {float: _float, int: _int, Path: _path}
 
 
 def parse_strictly(app: typer.Typer) -> None:
-    """Give every float and path option of ``app``'s commands its parser of PARSERS."""
+    """Give every float, integer and path option of ``app``'s commands its parser of
+    PARSERS."""
     for info, kind in _options_of(app):
         if kind in PARSERS and info.parser is None and info.click_type is None:
             info.parser = PARSERS[kind]
