@@ -35,7 +35,10 @@ from ffncli.cli.options import (
     QuietOpt,
     ReportOpt,
     grouped,
+    one_line_summaries,
+    parse_strictly,
     put_in_panels,
+    shares,
 )
 from ffncli.errors import ExitCode, FfnError, InputError
 from ffncli.jobs.choices import (
@@ -427,8 +430,9 @@ def perplexity(
         "(zero |act| <= T of the gate), teal (zero |x| <= T1 of the FFN input and |h| <= T2 "
         "of the down projection's) or topk (keep the largest units per token).")] = None,
     target_sparsity: Annotated[Optional[str], typer.Option(
-        "--target-sparsity", metavar="S[,S...]", help="With --sparsify: the shares to zero, "
-        "from 0 to below 1, e.g. 0.25,0.5; each runs in the same walk as the dense model.")
+        "--target-sparsity", metavar="S[,S...]", parser=shares, help="With --sparsify: the "
+        "shares to zero, from 0 to below 1, e.g. 0.25,0.5; each runs in the same walk as the "
+        "dense model.")
     ] = None,
     calibration_text: Annotated[Optional[Path], typer.Option(
         "--calibration-text", help="Calibrate the thresholds on this text's first 4,096 "
@@ -496,3 +500,5 @@ def presets(as_json: JsonOpt = False) -> None:
 
 
 put_in_panels(app)  # last: after every command is registered
+parse_strictly(app)
+one_line_summaries(app)
