@@ -450,10 +450,11 @@ def perplexity(
 ) -> None:
     """A decoder's perplexity on a text, protocol stated; with --sparsify, what skipping the
     FFN's small activations costs (perplexity, KL, top-1; an encoder: embedding fidelity)."""
+    from ffncli.base.files import Outputs
     from ffncli.jobs.perplexity import Asked, check_targets, parse_targets, run_perplexity
     from ffncli.jobs.targets import output_target
     from ffncli.present.console import Bar
-    from ffncli.present.perplexity import emit_perplexity, perplexity_json, save_perplexity
+    from ffncli.present.perplexity import emit_perplexity, save_perplexity
     from ffncli.present.report import about
 
     targets = parse_targets(target_sparsity)
@@ -470,18 +471,22 @@ def perplexity(
     report = output_target(report_path, "--report", model, text=text, more=more)
     saved = output_target(save_thresholds, "--save-thresholds", model, text=text,
                           more=(*more, ("--report", report)))
-    if scale.wanted_text(text):  # its windows on a cluster: ffncli/cli/sharded.py
-        from ffncli.cli.sharded import perplexity_command
+    with Outputs() as outputs:  # both written, or neither
+        outputs.reserve(report, "--report")
+        outputs.reserve(saved, "--save-thresholds")
+        if scale.wanted_text(text):  # its windows on a cluster: ffncli/cli/sharded.py
+            from ffncli.cli.sharded import perplexity_command
 
-        perplexity_command(model, text, scale, Asked(
-            ctx, stride, score, sparsify, targets, calibration_text, thresholds, saved),
-            report_path=report, as_json=as_json, quiet=quiet)
-        return
-    with Bar(enabled=not quiet) as bar:
-        result = run_perplexity(
-            model, text, ctx=ctx, stride=stride, score=score, rule=sparsify, targets=targets,
-            calibration_text=calibration_text, thresholds=thresholds, save=saved, bar=bar)
-    save_perplexity(report, perplexity_json(result), about(model, text=text))
+            result = perplexity_command(model, text, scale, Asked(
+                ctx, stride, score, sparsify, targets, calibration_text, thresholds, saved),
+                quiet=quiet)
+        else:
+            with Bar(enabled=not quiet) as bar:
+                result = run_perplexity(
+                    model, text, ctx=ctx, stride=stride, score=score, rule=sparsify,
+                    targets=targets, calibration_text=calibration_text, thresholds=thresholds,
+                    save=saved, bar=bar)
+        save_perplexity(outputs, report, saved, result, about(model, text=text))
     emit_perplexity(result, as_json)
 
 
