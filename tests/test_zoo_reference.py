@@ -139,3 +139,79 @@ def test_ffncli_total_matches_the_zoo(name):
 def test_every_supported_type_is_in_the_zoo():
     assert set(SUPPORTED_MODEL_TYPES) <= set(TYPES)
     assert set(DIFFERS) <= set(SUPPORTED)
+
+
+# --- KV cache: what transformers' cache objects hold after a real forward of a small model of
+# each decoder type (windows and chunks shrunk to 4), at 2 and 9 tokens, float32 ------------
+
+KV = json.loads((ZOO / "kv_cache.json").read_text())
+KV_BUILT = {t: e for t, e in KV["kv"].items() if e["status"] == "built"}
+
+
+def _rows(kind):
+    for model_type, e in KV_BUILT.items():
+        for length, cache in e["lengths"].items():
+            for i, row in enumerate(cache["layers"]):
+                if row["kind"] == kind:
+                    yield model_type, int(length), i, row
+
+
+def test_kv_entries_are_whole_or_failed_with_a_reason():
+    assert set(KV["kv"]) <= set(TYPES) and len(KV_BUILT) > 100
+    for model_type, e in KV["kv"].items():
+        if e["status"] != "built":
+            assert e["status"].startswith("failed: ") and len(e["status"]) > 15, model_type
+            continue
+        assert set(e["lengths"]) == {str(n) for n in KV["lengths"]}, model_type
+        counts = {len(c["layers"]) for c in e["lengths"].values()}
+        assert len(counts) == 1 and counts.pop() > 0, model_type
+        for cache in e["lengths"].values():
+            for row in cache["layers"]:
+                assert row["bytes"] == 4 * row["elements"] >= 0, model_type  # float32
+
+
+def test_full_attention_holds_every_token():
+    """CPM-Ant prepends its prompt_length (32) prompt tokens to every sequence."""
+    rows = list(_rows("DynamicLayer"))
+    assert len({t for t, *_ in rows}) > 80
+    for model_type, length, i, row in rows:
+        if "keys" in row["tensors"]:
+            prompt = KV_BUILT[model_type]["config"].get("prompt_length", 32) \
+                if model_type == "cpmant" else 0
+            assert row["tensors"]["keys"][-2] == length + prompt, (model_type, i)
+
+
+def test_window_and_chunk_layers_are_capped():
+    """The window (or chunk) of 4: a sliding layer keeps at most the last 3 tokens."""
+    rows = list(_rows("DynamicSlidingWindowLayer"))
+    assert {"mistral", "gemma3_text", "gpt_oss", "llama4_text", "cohere2"} <= {t for t, *_ in rows}
+    for model_type, length, i, row in rows:
+        assert row["tensors"]["keys"][-2] == min(length, 3), (model_type, i)
+
+
+def test_state_layers_hold_the_same_at_any_length():
+    rows = list(_rows("LinearAttentionLayer"))
+    assert {"mamba", "jamba", "qwen3_next", "falcon_mamba", "zamba2"} <= {t for t, *_ in rows}
+    by_layer = {}
+    for model_type, _, i, row in rows:
+        by_layer.setdefault((model_type, i), []).append(row["tensors"])
+    for key, shapes in by_layer.items():
+        assert len(shapes) == 2 and shapes[0] == shapes[1], key
+
+
+def test_layers_sharing_kv_hold_none_of_their_own():
+    rows = list(_rows("DummyLayer"))
+    assert {"gemma3n_text", "gemma4_text"} <= {t for t, *_ in rows}
+    assert all(row["elements"] == 0 for *_, row in rows)
+    for model_type in ("gemma3n_text", "gemma4_text"):  # num_kv_shared_layers=2 of 8
+        kinds = [r["kind"] for r in KV_BUILT[model_type]["lengths"]["9"]["layers"]]
+        assert kinds[-2:] == ["DummyLayer"] * 2 and "DummyLayer" not in kinds[:-2]
+
+
+def test_mla_caches_the_latent_and_the_rope_key():
+    e = KV_BUILT["deepseek_v3"]
+    for length, cache in e["lengths"].items():
+        for row in cache["layers"]:
+            assert row["tensors"]["keys"] == [1, 1, int(length), e["config"]["kv_lora_rank"]]
+            assert row["tensors"]["values"] == [1, 1, int(length),
+                                                e["config"]["qk_rope_head_dim"]]
