@@ -105,9 +105,22 @@ def test_flagship_totals_match_published_figures(name, kind):
         assert b["active"] == active
 
 
-def test_mixtral_layer_ffn_is_eight_experts_and_router():
-    stack = FLAGSHIPS["Mixtral-8x7B-v0.1"]["builds"]["causal_lm"]["stacks"]["model.layers"]
-    assert stack["ffn"] == [8 * 176_160_768 + 32_768] * 32  # param-truth.md
+# One layer's FFN and whole layer, param-truth.md's per-layer table (Mixtral: 8 experts and
+# the router).
+LAYERS = {
+    ("Mixtral-8x7B-v0.1", "causal_lm", "model.layers"): (32, 8 * 176_160_768 + 32_768,
+                                                         1_451_270_144),
+    ("Llama-2-7b-hf", "causal_lm", "model.layers"): (32, 135_266_304, 202_383_360),
+    ("gpt2", "causal_lm", "transformer.h"): (12, 4_722_432, 7_087_872),
+    ("bert-base-uncased", "base", "encoder.layer"): (12, 4_722_432, 7_087_872),
+}
+
+
+@pytest.mark.parametrize(("name", "kind", "stack"), sorted(LAYERS))
+def test_flagship_layer_ffn_matches_param_truth(name, kind, stack):
+    n, ffn, layer = LAYERS[name, kind, stack]
+    s = FLAGSHIPS[name]["builds"][kind]["stacks"][stack]
+    assert (s["ffn"], s["params"]) == ([ffn] * n, [layer] * n)
 
 
 # Supported types whose ffncli total differs from transformers' on the zoo's config
