@@ -125,11 +125,7 @@ def test_flagship_layer_ffn_matches_param_truth(name, kind, stack):
 
 # Supported types whose ffncli total differs from transformers' on the zoo's config
 # (strict: a fix makes the test fail until the entry is removed).
-DIFFERS = {
-    "qwen3_moe": "transformers 5.25 saves num_experts as num_local_experts (attribute_map); "
-                 "ffncli reads only num_experts",
-    "flagship:Qwen3-30B-A3B": "same: num_local_experts in the saved config",
-}
+DIFFERS: dict[str, str] = {}
 
 
 def _kind(e):

@@ -18,6 +18,7 @@ from ffncli.base import validate
 from ffncli.base.textformats import read_json
 from ffncli.base.validate import MAX_INT, Keys
 from ffncli.errors import ConfigError
+from ffncli.specs.renames import ATTRIBUTE_MAPS
 from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
@@ -45,7 +46,28 @@ _ACTIVATIONS = {
 class Config(Keys):
     """A config.json's keys as its readers need them. Values are checked, never coerced:
     booleans are not numbers, 768.0 is not a whole number, a list is not a name, and whole
-    numbers stop at 2**53."""
+    numbers stop at 2**53.
+
+    Both spellings of a key its model_type's transformers class renames (``attribute_map``:
+    Qwen3-MoE reads ``num_experts``, transformers 5.25 writes ``num_local_experts``) are read
+    as one key; an error names the spelling the file holds."""
+
+    def __init__(self, data: dict[str, Any], source: str) -> None:
+        renames = ATTRIBUTE_MAPS.get(data.get("model_type"), {})  # type: ignore[arg-type]
+        both = {**{b: a for a, b in renames.items()}, **renames}
+        filled = {key: other for key, other in both.items()
+                  if data.get(key) is None and data.get(other) is not None}
+        super().__init__({**data, **{key: data[other] for key, other in filled.items()}},
+                         source)
+        self.spelled = filled  # key read -> the spelling the file holds
+        self.other = both
+
+    def where(self, key: str) -> str:
+        return super().where(self.spelled.get(key, key))
+
+    def missing(self, key: str) -> ConfigError:
+        other = f" (or '{self.other[key]}')" if key in self.other else ""
+        return ConfigError(f"{self.source}: missing key '{key}'{other}")
 
     def int(self, key: str, default: int | None = None) -> int:
         """A whole number >= 1, required unless there is a ``default``."""
@@ -608,5 +630,6 @@ def gemma_spec(c: Config, family: str, **options: Any) -> ModelSpec:
 
 def read_config(path: Path) -> Any:
     """A config.json's document: a regular file of at most 4 MiB, strict JSON (no duplicate
-    keys, NaN, Infinity or nesting past 64 levels)."""
-    return read_json(path, "config file", ConfigError)
+    keys or nesting past 64 levels) but for the ``Infinity``, ``-Infinity`` and ``NaN`` that
+    transformers writes into config files (Mamba-2's time_step_limit), read as those floats."""
+    return read_json(path, "config file", ConfigError, constants=True)
