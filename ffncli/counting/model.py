@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ffncli.specs.spec import AttentionSpec, EmbeddingsSpec, FfnSpec, ModelSpec, NormSpec
+from ffncli.specs.spec import (
+    AttentionSpec,
+    EmbeddingsSpec,
+    FfnSpec,
+    LayerKind,
+    LinearMixerSpec,
+    ModelSpec,
+    NormSpec,
+)
 
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
 BITS_PER_PARAM = {"float32": 32, "bfloat16": 16, "int8": 8, "int4": 4}
@@ -107,7 +115,30 @@ def attention_params(d_model: int, att: AttentionSpec) -> int:
                    for _, n_in, n_out, bias in latent_attention_matrices(d_model, att))
     q_width, kv_width = attention_widths(d_model, att)
     qkv = linear(d_model, q_width, att.qkv_bias) + 2 * linear(d_model, kv_width, att.qkv_bias)
-    return qkv + linear(q_width, d_model, att.out_bias)
+    return qkv + linear(q_width, d_model, att.out_bias) + sink_params(att)
+
+
+def sink_params(att: AttentionSpec) -> int:
+    """Attention sinks: one learned logit per head (gpt-oss)."""
+    return att.heads if att.sinks else 0
+
+
+def linear_mixer_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int],
+                                                                         ...]:
+    """Gated DeltaNet (Qwen3-Next) as (name, shape, params): one projection to Q, K, V and the
+    output gate z, one to the per-head beta and alpha, a depthwise convolution over Q, K and
+    V, the per-head decay (A_log) and time-step bias, a gated RMSNorm of a value head, and
+    the output projection."""
+    k, v = mix.k_heads * mix.k_head_dim, mix.v_heads * mix.v_head_dim
+    conv = 2 * k + v
+    return (
+        ("W_qkvz", f"{d_model} x {2 * k + 2 * v}", d_model * (2 * k + 2 * v)),
+        ("W_ba", f"{d_model} x {2 * mix.v_heads}", d_model * 2 * mix.v_heads),
+        ("conv1d (depthwise)", f"{conv} x {mix.conv_kernel}", conv * mix.conv_kernel),
+        ("A_log, dt_bias", f"2 x {mix.v_heads}", 2 * mix.v_heads),
+        ("output norm", f"{mix.v_head_dim}", mix.v_head_dim),
+        ("W_O", f"{v} x {d_model}", v * d_model),
+    )
 
 
 def norm_params(d_model: int, norm: NormSpec) -> int:
@@ -224,6 +255,9 @@ class LayerCount:
     attention: int  # self-attention, plus cross-attention in an encoder-decoder's decoder
     norm: int
     flops: Flops
+    indices: tuple[int, ...] = ()  # which decoder layers are of this kind (0-based)
+    mixer: str = "full"  # the token mixer (spec.MIXERS); window: its window or chunk
+    window: int = 0
 
     @property
     def total(self) -> int:
@@ -235,11 +269,11 @@ class LayerCount:
 
     @property
     def ffn_share(self) -> float:
-        return self.ffn / self.total
+        return self.ffn / self.total if self.total else 0.0
 
     @property
     def ffn_active_share(self) -> float:
-        return self.ffn_active / self.active
+        return self.ffn_active / self.active if self.active else 0.0
 
 
 @dataclass(frozen=True)
@@ -258,6 +292,12 @@ class ModelCount:
     def active(self) -> int:
         unused = sum(layer.count * (layer.ffn - layer.ffn_active) for layer in self.layers)
         return self.total - unused
+
+    def decoder_ffn(self) -> tuple[int, ...]:
+        """Each decoder layer's FFN parameters, in order (experts, shared experts and router
+        included)."""
+        at = {i: layer.ffn for layer in self.layers for i in layer.indices}
+        return tuple(at[i] for i in sorted(at))
 
     @property
     def flops_ffn(self) -> int:
@@ -312,24 +352,41 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
         return tuple(Row(f"{prefix}{name}", f"{n_in} x {n_out}", linear(n_in, n_out, bias))
                      for name, n_in, n_out, bias in latent_attention_matrices(d, att))
     q_width, kv_width = attention_widths(d, att)
+    sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
     return (
         Row(f"{prefix}W_Q", f"{d} x {q_width}", linear(d, q_width, att.qkv_bias)),
         Row(f"{prefix}W_K", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
         Row(f"{prefix}W_V", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
         Row(f"{prefix}W_O", f"{q_width} x {d}", linear(q_width, d, att.out_bias)),
-    )
+    ) + sinks
 
 
-def _layer(spec: ModelSpec, kind: str, count: int, cross: bool,
-           ffn: FfnSpec | None = None) -> LayerCount:
-    d, att, norm = spec.d_model, spec.attention, spec.norm
-    ffn = ffn or spec.ffn
-    attention_rows: tuple[Row, ...] = ()
-    proj_flops = score_flops = 0
+def _mixer(spec: ModelSpec, kind: LayerKind) -> AttentionSpec | None:
+    """The softmax attention of a layer of this kind (None: another mixer, or none)."""
+    if kind.mixer in ("linear", "mamba", "none"):
+        return None
+    return kind.attention or spec.attention
+
+
+def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
+    if kind.mixer_spec is None:
+        return ()
+    return tuple(Row(name, shape, n) for name, shape, n in
+                 linear_mixer_matrices(d, kind.mixer_spec))
+
+
+def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
+           kind: LayerKind = LayerKind(), indices: tuple[int, ...] = ()) -> LayerCount:
+    d, att, norm = spec.d_model, _mixer(spec, kind), spec.norm
+    ffn = kind.ffn or spec.ffn
+    attention_rows = _linear_mixer_rows(d, kind)
+    proj_flops = 2 * sum(r.params for r in attention_rows)
+    score_flops = 0
     if att is not None:
         attention_rows = _attention_rows(d, att, "")
         proj_flops = attention_projection_flops(d, att)
-        score_flops = attention_score_flops(d, att, spec.seq_len)
+        window = kind.window if kind.mixer in ("sliding", "chunked") else 0
+        score_flops = attention_score_flops(d, att, min(spec.seq_len, window or spec.seq_len))
         if cross:
             attention_rows += _attention_rows(d, att, "cross ")
             proj_flops *= 2
@@ -338,16 +395,28 @@ def _layer(spec: ModelSpec, kind: str, count: int, cross: bool,
     if att is not None:
         norms += qk_norm_params(d, att) * (2 if cross else 1)
     return LayerCount(
-        kind=kind,
+        kind=name,
         count=count,
-        ffn_rows=_ffn_rows(d, ffn),
+        ffn_rows=_ffn_rows(d, ffn) if kind.has_ffn else (),
         attention_rows=attention_rows,
-        ffn=ffn_params(d, ffn),
-        ffn_active=ffn_active_params(d, ffn),
+        ffn=ffn_params(d, ffn) if kind.has_ffn else 0,
+        ffn_active=ffn_active_params(d, ffn) if kind.has_ffn else 0,
         attention=sum(r.params for r in attention_rows),
         norm=norms,
-        flops=Flops(ffn_flops(d, ffn), proj_flops, score_flops),
+        flops=Flops(ffn_flops(d, ffn) if kind.has_ffn else 0, proj_flops, score_flops),
+        indices=indices,
+        mixer=kind.mixer,
+        window=kind.window,
     )
+
+
+def _decoder_layers(spec: ModelSpec, cross: bool) -> list[LayerCount]:
+    """The decoder's layers, those of one kind counted together, kinds in order of first
+    appearance (DeepSeek's dense first layers, then its MoE layers)."""
+    at: dict[LayerKind, list[int]] = {}
+    for i, kind in enumerate(spec.decoder_kinds()):
+        at.setdefault(kind, []).append(i)
+    return [_layer(spec, kind.name, len(ix), cross, kind, tuple(ix)) for kind, ix in at.items()]
 
 
 def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
@@ -395,13 +464,7 @@ def count(spec: ModelSpec) -> ModelCount:
             layers.append(_layer(spec, "encoder", spec.layers.encoder, cross=False))
             stacks += 1
         if spec.layers.decoder:
-            cross = spec.layers.encoder > 0
-            dense = spec.layers.dense
-            if dense and spec.dense_ffn is not None:
-                layers.append(_layer(spec, "dense decoder", dense, cross=cross,
-                                     ffn=spec.dense_ffn))
-            if spec.layers.decoder > dense:
-                layers.append(_layer(spec, "decoder", spec.layers.decoder - dense, cross=cross))
+            layers += _decoder_layers(spec, cross=spec.layers.encoder > 0)
             stacks += 1
     d, emb, norm, att = spec.d_model, spec.embeddings, spec.norm, spec.attention
     groups = {

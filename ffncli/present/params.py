@@ -56,6 +56,9 @@ def _layer_json(layer: LayerCount) -> dict[str, Any]:
     return {
         "kind": layer.kind,
         "count": layer.count,
+        "indices": list(layer.indices),
+        "mixer": layer.mixer,
+        "window": layer.window,
         "ffn": layer.ffn,
         "ffn_active": layer.ffn_active,
         "attention": layer.attention,
@@ -90,6 +93,7 @@ def params_json(result: ParamsResult) -> dict[str, Any]:
         "top_k": spec.ffn.top_k,
         "total_params": c.total,
         "active_params": c.active,
+        "uncounted": list(spec.uncounted),
         "layers": [_layer_json(layer) for layer in c.layers],
         "groups": dict(c.groups),
         "other": _rows_json(c.other_rows),
@@ -131,19 +135,49 @@ def _layer_title(layer: LayerCount) -> str:
     return f"{layer.kind} layer (x {layer.count})"
 
 
+def _ranges(indices: Sequence[int]) -> str:
+    """Layer numbers as runs: ``0-2, 5, 7-9``."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+
+
+_MIXER_NOTES = {"sliding": "attention over a sliding window of {} tokens",
+                "chunked": "attention within chunks of {} tokens",
+                "linear": "linear attention (a fixed state, no KV cache)",
+                "mamba": "a Mamba mixer (a fixed state, no KV cache)",
+                "none": "no token mixer"}
+
+
+def _layer_note(layer: LayerCount) -> str:
+    """Which layers are of this kind and how they mix tokens (a per-layer pattern only)."""
+    mixer = _MIXER_NOTES.get(layer.mixer, "").format(layer.window)
+    return f"layers {_ranges(layer.indices)}" + (f"; {mixer}" if mixer else "")
+
+
 def print_params(result: ParamsResult) -> None:
     out = console()
     c, spec = result.count, result.count.spec
     ffn = spec.ffn
     moe = f", {ffn.experts} experts, top-{ffn.top_k}" if ffn.is_moe else ""
     out.print(Text(f"{spec.name}: d_model {spec.d_model}, d_ff {ffn.d_ff}, {ffn.label}{moe}"))
+    if spec.uncounted:
+        out.print(Text(f"counted: the language model only; not counted: "
+                       f"{', '.join(spec.uncounted)}"))
     for layer in c.layers:
         out.print()
+        if spec.pattern:
+            out.print(Text(_layer_note(layer)))
         table = new_table(_layer_title(layer), ("part", "shape", "params"))
         for row in layer.ffn_rows:
             table.add_row(Text(f"FFN {row.name}"), row.shape, commas(row.params))
+        mixer = "linear attention" if layer.mixer == "linear" else "attention"
         for row in layer.attention_rows:
-            table.add_row(Text(f"attention {row.name}"), row.shape, commas(row.params))
+            table.add_row(Text(f"{mixer} {row.name}"), row.shape, commas(row.params))
         if layer.norm:
             table.add_row("norms", "", commas(layer.norm))
         out.print(table)
@@ -169,7 +203,8 @@ def print_params(result: ParamsResult) -> None:
                           f"{commas(layer.total)}", commas(layer.count * layer.total))
         for row in c.other_rows:
             table.add_row(Text(row.name), row.shape, commas(row.params))
-        table.add_row("total", "", commas(c.total))
+        table.add_row("total" if not spec.uncounted else "total (language model only)", "",
+                      commas(c.total))
         if c.active != c.total:
             table.add_row("active per token", "", commas(c.active))
         out.print(table)
