@@ -361,6 +361,9 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     ) + sinks
 
 
+_PLAIN = LayerKind()  # a layer of the spec's attention and FFN
+
+
 def _mixer(spec: ModelSpec, kind: LayerKind) -> AttentionSpec | None:
     """The softmax attention of a layer of this kind (None: another mixer, or none)."""
     if kind.mixer in ("linear", "mamba", "none"):
@@ -376,7 +379,7 @@ def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
 
 
 def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
-           kind: LayerKind = LayerKind(), indices: tuple[int, ...] = ()) -> LayerCount:
+           kind: LayerKind = _PLAIN, indices: tuple[int, ...] = ()) -> LayerCount:
     d, att, norm = spec.d_model, _mixer(spec, kind), spec.norm
     ffn = kind.ffn or spec.ffn
     attention_rows = _linear_mixer_rows(d, kind)
