@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from ffncli.base.textformats import MAX_TEXT_BYTES, Malformed, parse_json, parse_yaml
 from ffncli.counting.model import count
 from ffncli.errors import ConfigError, SpecError
-from ffncli.specs.archs import load_config
+from ffncli.specs.archs import SUPPORTED_MODEL_TYPES, load_config
 from ffncli.specs.hfconfig import read_config
 from ffncli.specs.spec import load_preset, preset_names
 
@@ -240,7 +240,7 @@ BAD_CONFIGS = [
      + "x" * 28 + "'; supported: gpt2, bert, roberta, distilbert, t5, opt, gpt_neox, llama, "
      "mistral, mixtral, qwen2, gemma, phi, qwen3, qwen3_moe, qwen2_moe, gemma2, gemma3_text, "
      "phi3, olmo, olmo2, granite, starcoder2, gpt_bigcode, gptj, falcon, stablelm, bloom, mpt, "
-     "xlm-roberta, electra, cohere, deepseek_v3"),
+     "xlm-roberta, electra, cohere, deepseek_v3, " + ", ".join(SUPPORTED_MODEL_TYPES[33:])),
     ('{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "head_dim": 16.0}',
      "key 'head_dim': expected a whole number >= 1, got 16.0"),
     ('{"model_type": "t5", "feed_forward_proj": ["relu"]}',

@@ -45,15 +45,15 @@ def _decoder_stack(build, spec):
 
 def _parts(e, spec):
     """What ffncli's count must equal: total and active, and each decoder layer's FFN; a
-    multimodal config counted as its language model alone: its embeddings, layers and head."""
+    multimodal config counted as its language model alone: its layers and its head (the
+    truth's embeddings also hold the vision tower's position table)."""
     truth, counted = _build(e), ffncli.count(spec)
     if spec.uncounted:
         stack = _decoder_stack(truth, spec)
-        text = (truth["parts"]["embeddings"], sum(stack["params"]), truth["parts"]["head"])
-        mine = (counted.groups["embeddings"],
-                sum(layer.count * layer.total for layer in counted.layers),
-                counted.groups["head"])
-        return mine, text, counted.decoder_ffn(), tuple(stack["ffn"])
+        at = {i: layer.total for layer in counted.layers for i in layer.indices}
+        mine = (tuple(at[i] for i in sorted(at)), counted.groups["head"])
+        return mine, (tuple(stack["params"]), truth["parts"]["head"]), counted.decoder_ffn(), \
+            tuple(stack["ffn"])
     mine, want = (counted.total, counted.active), (truth["total"], truth["active"])
     if spec.layers.encoder or spec.ffn_only:
         return mine, want, (), ()
@@ -84,7 +84,7 @@ def test_every_config_ffncli_reads_is_counted_exactly(name):
 
 # The generated figure of issue 40: types of the three mappings counted exactly on their
 # defaults (total, active and each layer's FFN). A type added raises it; lower it never.
-EXACT_TYPES = 34
+EXACT_TYPES = 36
 
 
 def test_n_of_m_types_exact(capsys):
@@ -94,3 +94,33 @@ def test_n_of_m_types_exact(capsys):
         print(f"\nzoo: {len(exact)} of {len(MAPPED)} types exact, {len(flagships)} of "
               f"{len(DOC['flagships'])} flagships (transformers {DOC['transformers']})")
     assert len(exact) == EXACT_TYPES
+
+
+def test_a_multimodal_config_counts_its_language_model_and_says_so(cli):
+    """Gemma 3: the text_config's model with its FFN breakdown; the SigLIP tower named."""
+    path = ZOO / "configs" / "gemma3.config.json"
+    r = cli("params", "--config", path, "--json")
+    doc = json.loads(r.out)
+    assert r.code == 0 and doc["uncounted"] == [
+        "vision tower (siglip_vision_model)", "what joins them to the language model"]
+    text = ffncli.count(ffncli.load_spec(config=ZOO / "configs" / "gemma3_text.config.json"))
+    assert doc["total_params"] == text.total
+    assert [(x["kind"], x["count"], x["mixer"], x["window"]) for x in doc["layers"]] == [
+        ("sliding decoder", 22, "sliding", 4096), ("decoder", 4, "full", 0)]
+    out = cli("params", "--config", path).out
+    assert "counted: the language model only; not counted: vision tower (siglip_vision_model)" \
+        ", what joins them to the language model\n" in out
+    assert "total (language model only)" in out and "layers 5, 11, 17, 23\n" in out
+
+
+def test_a_pattern_groups_layers_by_kind_and_names_them(cli):
+    """gpt-oss: sliding and full layers alternate; both hold the MoE FFN and attention sinks."""
+    doc = json.loads(cli("params", "--config", ZOO / "configs" / "gpt_oss.config.json",
+                         "--json").out)
+    sliding, full = doc["layers"]
+    assert (sliding["kind"], sliding["indices"], sliding["window"]) == (
+        "sliding decoder", list(range(0, 36, 2)), 128)
+    assert (full["kind"], full["indices"], full["mixer"]) == ("decoder", list(range(1, 36, 2)),
+                                                              "full")
+    assert {"name": "sinks", "shape": "64", "params": 64} in full["attention_rows"]
+    assert doc["total_params"] == DOC["types"]["gpt_oss"]["builds"]["causal_lm"]["total"]

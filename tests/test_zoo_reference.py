@@ -141,7 +141,11 @@ SUPPORTED = sorted(n for n, e in ENTRIES.items() if e["model_type"] in SUPPORTED
 def test_ffncli_total_matches_the_zoo(name):
     e = ENTRIES[name]
     truth = e["builds"][_kind(e)]
-    counted = ffncli.count(ffncli.load_spec(config=ZOO / e["config"]))
+    spec = ffncli.load_spec(config=ZOO / e["config"])
+    counted = ffncli.count(spec)
+    if spec.uncounted:  # a multimodal config: its language model alone (test_zoo_counts.py)
+        assert counted.total < truth["total"]
+        return
     assert (counted.total, counted.active) == (truth["total"], truth["active"])
 
 

@@ -18,7 +18,7 @@ Lists in messages ("supported: ...") follow the table's order. No NumPy here.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -166,8 +166,7 @@ ARCHS: dict[str, Arch] = {
         not_run="a gated shared expert, and top-k weights not renormalised"),
     "gemma2": Arch(lambda c: H.gemma_spec(c, "gemma2", norm=H.GEMMA2_NORM), LLAMA_FFN,
                    gguf="gemma2"),
-    "gemma3_text": Arch(lambda c: H.gemma_spec(c, "gemma3_text", norm=H.GEMMA2_NORM,
-                                               qk_norm="head"), LLAMA_FFN),
+    "gemma3_text": Arch(lambda c: H.gemma3_text_spec(c, "gemma3_text"), LLAMA_FFN),
     "phi3": Arch(H.llama_like("phi3", qkv_bias=False, out_bias=False),
                  Layout({"w2": "layers.{i}.mlp.down_proj"},
                         gate_up="layers.{i}.mlp.gate_up_proj"), gguf="phi3", fused_qkv=True),
@@ -194,6 +193,11 @@ ARCHS: dict[str, Arch] = {
     "deepseek_v3": Arch(H.deepseek_v3_spec,
                         not_run="shared experts, dense first layers and grouped sigmoid "
                                 "routing"),
+    # 2025-26 decoders
+    "gemma3": Arch(lambda c: _multimodal(c, "gemma3_text")),
+    "smollm3": Arch(H.patterned_decoder("smollm3"), LLAMA_FFN),
+    "gpt_oss": Arch(H.gpt_oss_spec, not_run="experts with clamped SwiGLU (alpha 1.702, limit 7) "
+                    "and biases"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
@@ -269,6 +273,26 @@ def spec_from_config(data: Any, source: str) -> ModelSpec:
             f"{_same_type(model_type)}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     return check_spec(row.reader(Config(data, source)), source)
+
+
+# The sub-configs of a multimodal config that are not its language model.
+TOWERS = ("vision_config", "audio_config", "speech_config", "vision_encoder_config",
+          "audio_encoder_config")
+
+
+def _multimodal(c: Config, text_type: str) -> ModelSpec:
+    """A multimodal config: its language model (``text_config``, read as ``text_type``)
+    counted with its FFN breakdown; its towers named as not counted."""
+    text = c.mapping("text_config") or {}
+    tie = {"tie_word_embeddings": c.data["tie_word_embeddings"]} \
+        if "tie_word_embeddings" in c.data and "tie_word_embeddings" not in text else {}
+    data = {**text, **tie, "model_type": text_type}
+    spec = ARCHS[text_type].reader(Config(data, f"{c.source}: text_config"))
+    towers = tuple(f"{key.removesuffix('_config').replace('_', ' ')} tower ({kind})"
+                   for key in TOWERS if isinstance(c.data.get(key), dict)
+                   for kind in [str(c.data[key].get("model_type", "?"))[:40]])
+    joins = ("what joins them to the language model",) if towers else ()
+    return replace(spec, name=c.name(text_type), uncounted=towers + joins)
 
 
 def load_config(path: Path) -> ModelSpec:

@@ -24,7 +24,9 @@ from ffncli.specs.spec import (
     EmbeddingsSpec,
     FfnSpec,
     HeadKind,
+    LayerKind,
     LayersSpec,
+    LinearMixerSpec,
     ModelSpec,
     NormSpec,
 )
@@ -633,3 +635,87 @@ def read_config(path: Path) -> Any:
     keys or nesting past 64 levels) but for the ``Infinity``, ``-Infinity`` and ``NaN`` that
     transformers writes into config files (Mamba-2's time_step_limit), read as those floats."""
     return read_json(path, "config file", ConfigError, constants=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2025-26 decoders: per-layer patterns (layer_types, MoE steps), sinks, linear attention.
+
+# transformers' layer_types -> our mixers (spec.MIXERS)
+_LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding",
+                "chunked_attention": "chunked", "linear_attention": "linear"}
+_WINDOW_KEYS = {"sliding": "sliding_window", "chunked": "attention_chunk_size"}
+
+
+def layer_mixers(c: Config, layers: int, default: str = "full_attention") -> list[str]:
+    """Each decoder layer's mixer from ``layer_types`` (every layer ``default`` without it)."""
+    value = c.data.get("layer_types")
+    if value is None:
+        value = [default] * layers
+    if not isinstance(value, list) or len(value) != layers or not all(
+            isinstance(v, str) and v in _LAYER_TYPES for v in value):
+        raise c.fail("layer_types", f"a list of {layers} layer types "
+                     f"({', '.join(_LAYER_TYPES)})")
+    return [_LAYER_TYPES[v] for v in value]
+
+
+def _window(c: Config, mixer: str) -> int:
+    key = _WINDOW_KEYS.get(mixer)
+    return c.int(key) if key else 0
+
+
+def _kind_name(mixer: str, dense: bool) -> str:
+    """``decoder``, ``sliding decoder``, ``dense decoder``, ``linear dense decoder``..."""
+    return " ".join(p for p in ("" if mixer == "full" else mixer, "dense" if dense else "",
+                                "decoder") if p)
+
+
+def with_pattern(spec: ModelSpec, c: Config, mixers: list[str],
+                 ffns: list[FfnSpec] | None = None,
+                 attention: dict[str, AttentionSpec] | None = None,
+                 mixer_spec: LinearMixerSpec | None = None) -> ModelSpec:
+    """The spec with one LayerKind per decoder layer: layer i mixes tokens by mixers[i] (its
+    window read from the config), its FFN ffns[i] (default: the spec's; a dense FFN in a mixture
+    of experts is named so), its attention ``attention[mixer]`` where given."""
+    ffns = ffns or [spec.ffn] * len(mixers)
+    moe = any(f.is_moe for f in ffns)
+    kinds = tuple(LayerKind(
+        name=_kind_name(m, moe and not f.is_moe), mixer=m, window=_window(c, m),
+        attention=(attention or {}).get(m), ffn=None if f == spec.ffn else f,
+        mixer_spec=mixer_spec if m == "linear" else None)
+        for m, f in zip(mixers, ffns, strict=True))
+    if all(k == LayerKind() for k in kinds):
+        return spec
+    return replace(spec, pattern=kinds, layers=replace(spec.layers, dense=0), dense_ffn=None)
+
+
+def _dense_ffn(c: Config, act: str | None = None, key: str = "intermediate_size") -> FfnSpec:
+    return FfnSpec(d_ff=c.int(key), activation=act or c.act("hidden_act", "silu"), gated=True,
+                   bias=c.bool("mlp_bias", False))
+
+
+def patterned_decoder(family: str, **options: Any) -> Callable[[Config], ModelSpec]:
+    """A LLaMA-shaped decoder whose layers' mixers follow ``layer_types`` (SmolLM3, and the
+    sliding layers of Mistral-like models)."""
+    def read(c: Config) -> ModelSpec:
+        spec = gated_decoder_spec(c, family, **options)
+        return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))
+    return read
+
+
+def gpt_oss_spec(c: Config) -> ModelSpec:
+    """GptOssForCausalLM: attention with biases and per-head sinks, layers alternating between
+    sliding-window and full attention (layer_types), every FFN a mixture of SwiGLU experts
+    with biases (gate and up in one matrix) and a router with a bias."""
+    spec = gated_decoder_spec(c, "gpt_oss", seq_default=131072)
+    experts = _experts(c, "num_local_experts", "intermediate_size", 4, experts_default=128,
+                       router_bias=True)
+    spec = replace(spec, ffn=replace(experts, bias=True),
+                   attention=replace(spec.attention, sinks=True) if spec.attention else None)
+    return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))
+
+
+def gemma3_text_spec(c: Config, family: str) -> ModelSpec:
+    """Gemma 3's language model: Gemma 2's four norms a layer, a norm on Q and on K, layers
+    sliding or full by layer_types."""
+    spec = gemma_spec(c, family, norm=GEMMA2_NORM, qk_norm="head")
+    return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))
