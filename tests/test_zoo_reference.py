@@ -143,6 +143,9 @@ def test_ffncli_total_matches_the_zoo(name):
     truth = e["builds"][_kind(e)]
     spec = ffncli.load_spec(config=ZOO / e["config"])
     counted = ffncli.count(spec)
+    if truth["status"] != "built":  # transformers cannot build its own defaults (Llama 4)
+        assert truth["status"].startswith("failed: ") and spec.uncounted
+        return
     if spec.uncounted:  # a multimodal config: its language model alone (test_zoo_counts.py)
         assert counted.total < truth["total"]
         return

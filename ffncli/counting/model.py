@@ -113,9 +113,7 @@ def attention_params(d_model: int, att: AttentionSpec) -> int:
     if att.kv_lora_rank:
         return sum(linear(n_in, n_out, bias)
                    for _, n_in, n_out, bias in latent_attention_matrices(d_model, att))
-    q_width, kv_width = attention_widths(d_model, att)
-    qkv = linear(d_model, q_width, att.qkv_bias) + 2 * linear(d_model, kv_width, att.qkv_bias)
-    return qkv + linear(q_width, d_model, att.out_bias) + sink_params(att)
+    return sum(r.params for r in _attention_rows(d_model, att, ""))
 
 
 def sink_params(att: AttentionSpec) -> int:
@@ -213,7 +211,8 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
         return 2 * sum(n_in * n_out for _, n_in, n_out, _ in
                        latent_attention_matrices(d_model, att))
     q_width, kv_width = attention_widths(d_model, att)
-    return 2 * (2 * d_model * q_width + 2 * d_model * kv_width)
+    gate = d_model * q_width if att.output_gate else 0
+    return 2 * (2 * d_model * q_width + 2 * d_model * kv_width + gate)
 
 
 def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int:
@@ -353,8 +352,10 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
                      for name, n_in, n_out, bias in latent_attention_matrices(d, att))
     q_width, kv_width = attention_widths(d, att)
     sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
+    q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
     return (
-        Row(f"{prefix}W_Q", f"{d} x {q_width}", linear(d, q_width, att.qkv_bias)),
+        Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
+            f"{d} x {q_out}", linear(d, q_out, att.qkv_bias)),
         Row(f"{prefix}W_K", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
         Row(f"{prefix}W_V", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
         Row(f"{prefix}W_O", f"{q_width} x {d}", linear(q_width, d, att.out_bias)),

@@ -195,6 +195,13 @@ ARCHS: dict[str, Arch] = {
                                 "routing"),
     # 2025-26 decoders
     "gemma3": Arch(lambda c: _multimodal(c, "gemma3_text")),
+    "glm4_moe": Arch(H.glm4_moe_spec, not_run="shared experts, a dense first layer and grouped "
+                     "sigmoid routing"),
+    "llama4_text": Arch(H.llama4_text_spec, not_run="a shared expert and sigmoid routing"),
+    "llama4": Arch(lambda c: _multimodal(c, "llama4_text")),
+    "qwen3_next": Arch(H.qwen3_next_spec, not_run="a gated shared expert"),
+    "minimax_m2": Arch(H.minimax_m2_spec, not_run="sigmoid routing with a score-correction "
+                       "bias"),
     "smollm3": Arch(H.patterned_decoder("smollm3"), LLAMA_FFN),
     "gpt_oss": Arch(H.gpt_oss_spec, not_run="experts with clamped SwiGLU (alpha 1.702, limit 7) "
                     "and biases"),

@@ -719,3 +719,60 @@ def gemma3_text_spec(c: Config, family: str) -> ModelSpec:
     sliding or full by layer_types."""
     spec = gemma_spec(c, family, norm=GEMMA2_NORM, qk_norm="head")
     return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))
+
+
+def glm4_moe_spec(c: Config) -> ModelSpec:
+    """Glm4MoeForCausalLM (GLM-4.5): grouped-query attention with biases on Q, K and V (never
+    O) and optional norms on Q and K; DeepSeek-V3's mixture of experts (first_k_dense_replace
+    dense layers, n_shared_experts shared ones, the score-correction bias a buffer). The
+    multi-token-prediction layer (num_nextn_predict_layers) is not built by transformers.
+    Without head_dim a head is hidden_size // num_attention_heads wide, rounded down."""
+    floor = c.int("hidden_size") // c.int("num_attention_heads")
+    return gated_decoder_spec(c, "glm4_moe", qkv_bias=c.bool("attention_bias", False),
+                              head_dim_default=max(floor, 1),
+                              out_bias=False, moe=_deepseek_moe,
+                              qk_norm="head" if c.bool("use_qk_norm", False) else "none")
+
+
+def minimax_m2_spec(c: Config) -> ModelSpec:
+    """MiniMaxM2ForCausalLM: norms on all of Q and all of K (one weight per head and channel),
+    every FFN a mixture of SwiGLU experts of intermediate_size, the router without bias (its
+    score-correction bias is a buffer)."""
+    return gated_decoder_spec(c, "minimax_m2", qk_norm="heads", seq_default=196608,
+                              moe=lambda c, n: (_experts(c, "num_local_experts",
+                                                         "intermediate_size", 8), 0))
+
+
+def llama4_text_spec(c: Config) -> ModelSpec:
+    """Llama4ForCausalLM: chunked and full attention by layer_types (its Q and K norm is an L2
+    norm without weights), layers listed in moe_layers a mixture of experts of
+    intermediate_size with one shared expert as wide (no gate), the others a dense FFN of
+    intermediate_size_mlp."""
+    spec = gated_decoder_spec(c, "llama4_text", seq_default=131072)
+    experts = _experts(c, "num_local_experts", "intermediate_size", 1, experts_default=16,
+                       shared_d_ff=c.int("intermediate_size"))
+    n = spec.layers.decoder
+    dense = _dense_ffn(c, key="intermediate_size_mlp")
+    moe_layers = set(c.ints("moe_layers") or range(n))
+    ffns = [experts if i in moe_layers else dense for i in range(n)]
+    return with_pattern(replace(spec, ffn=experts), c, layer_mixers(c, n), ffns)
+
+
+def qwen3_next_spec(c: Config) -> ModelSpec:
+    """Qwen3NextForCausalLM: Gated DeltaNet linear attention and full attention by layer_types
+    (full attention with a gate on each head's output and a norm on Q and K), Qwen2-MoE's
+    mixture of experts (a gated shared expert) on the layers mlp_only_layers and
+    decoder_sparse_step leave sparse, a dense FFN of intermediate_size on the others."""
+    spec = gated_decoder_spec(c, "qwen3_next", qk_norm="head",
+                              moe=lambda c, n: qwen_moe(c, n, shared=True))
+    n = spec.layers.decoder
+    step, dense_only = c.int("decoder_sparse_step", 1), set(c.ints("mlp_only_layers"))
+    ffns = [spec.ffn if i not in dense_only and (i + 1) % step == 0 else _dense_ffn(c)
+            for i in range(n)]
+    mixer = LinearMixerSpec(
+        "gated_deltanet", k_heads=c.int("linear_num_key_heads"),
+        v_heads=c.int("linear_num_value_heads"), k_head_dim=c.int("linear_key_head_dim"),
+        v_head_dim=c.int("linear_value_head_dim"), conv_kernel=c.int("linear_conv_kernel_dim", 4))
+    assert spec.attention is not None  # gated_decoder_spec always builds it
+    spec = replace(spec, attention=replace(spec.attention, output_gate=True))
+    return with_pattern(spec, c, layer_mixers(c, n), ffns, mixer_spec=mixer)

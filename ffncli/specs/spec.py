@@ -92,6 +92,7 @@ class AttentionSpec:
     rope_head_dim: int = 0
     v_head_dim: int | None = None
     sinks: bool = False  # one learned logit per head that takes part in the softmax (gpt-oss)
+    output_gate: bool = False  # W_Q also gives a sigmoid gate on each head's output (Qwen3-Next)
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
