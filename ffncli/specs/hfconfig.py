@@ -721,14 +721,14 @@ def gemma3_text_spec(c: Config, family: str) -> ModelSpec:
     return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))
 
 
-def glm4_moe_spec(c: Config) -> ModelSpec:
+def glm4_moe_spec(c: Config, family: str = "glm4_moe") -> ModelSpec:
     """Glm4MoeForCausalLM (GLM-4.5): grouped-query attention with biases on Q, K and V (never
     O) and optional norms on Q and K; DeepSeek-V3's mixture of experts (first_k_dense_replace
     dense layers, n_shared_experts shared ones, the score-correction bias a buffer). The
     multi-token-prediction layer (num_nextn_predict_layers) is not built by transformers.
     Without head_dim a head is hidden_size // num_attention_heads wide, rounded down."""
     floor = c.int("hidden_size") // c.int("num_attention_heads")
-    return gated_decoder_spec(c, "glm4_moe", qkv_bias=c.bool("attention_bias", False),
+    return gated_decoder_spec(c, family, qkv_bias=c.bool("attention_bias", False),
                               head_dim_default=max(floor, 1),
                               out_bias=False, moe=_deepseek_moe,
                               qk_norm="head" if c.bool("use_qk_norm", False) else "none")
@@ -776,3 +776,29 @@ def qwen3_next_spec(c: Config) -> ModelSpec:
     assert spec.attention is not None  # gated_decoder_spec always builds it
     spec = replace(spec, attention=replace(spec.attention, output_gate=True))
     return with_pattern(spec, c, layer_mixers(c, n), ffns, mixer_spec=mixer)
+
+
+def patterned_gemma(family: str, **options: Any) -> Callable[[Config], ModelSpec]:
+    """A Gemma whose layers follow layer_types (VaultGemma: two norms a layer)."""
+    def read(c: Config) -> ModelSpec:
+        spec = gemma_spec(c, family, **options)
+        return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))
+    return read
+
+
+def ernie4_5_spec(c: Config) -> ModelSpec:
+    """Ernie4_5ForCausalLM: use_bias on every projection of attention and FFN."""
+    bias = c.bool("use_bias", False)
+    spec = gated_decoder_spec(c, "ernie4_5", qkv_bias=bias, out_bias=bias)
+    return replace(spec, ffn=replace(spec.ffn, bias=bias))
+
+
+def granitemoe_spec(family: str) -> Callable[[Config], ModelSpec]:
+    """GraniteMoe(Shared)ForCausalLM: Mixtral's experts behind a bias-free router, attention
+    biases by attention_bias; GraniteMoeShared adds a shared expert of
+    shared_intermediate_size (none when 0), without a gate."""
+    def moe(c: Config, layers: int) -> tuple[FfnSpec, int]:
+        shared = c.int0("shared_intermediate_size", 0)
+        return _experts(c, "num_local_experts", "intermediate_size", 2, experts_default=8,
+                        shared_d_ff=shared), 0
+    return lambda c: gated_decoder_spec(c, family, moe=moe)
