@@ -13,6 +13,8 @@ from conftest import DATA
 
 import ffncli
 from ffncli.errors import FfnError
+from ffncli.specs.archs import SUPPORTED_MODEL_TYPES
+from ffncli.specs.refused import LACKS
 
 ZOO = DATA / "zoo"
 DOC = json.loads((ZOO / "truths.json").read_text())
@@ -124,3 +126,17 @@ def test_a_pattern_groups_layers_by_kind_and_names_them(cli):
                                                               "full")
     assert {"name": "sinks", "shape": "64", "params": 64} in full["attention_rows"]
     assert doc["total_params"] == DOC["types"]["gpt_oss"]["builds"]["causal_lm"]["total"]
+
+
+@pytest.mark.parametrize("name", sorted(t for t, e in DOC["types"].items()
+                                        if not e["config"].startswith("failed")
+                                        and t not in SUPPORTED_MODEL_TYPES))
+def test_a_type_still_refused_says_what_ffncli_lacks(cli, name):
+    path = ZOO / DOC["types"][name]["config"]
+    r = cli("params", "--config", path)
+    model_type = json.loads(path.read_text())["model_type"]  # gpt-sw3's config is gpt2's
+    if model_type in SUPPORTED_MODEL_TYPES:
+        return
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (f"error: {path}: unsupported model_type '{model_type}': ffncli lacks "
+                     f"{LACKS[model_type]}\n")

@@ -26,6 +26,7 @@ from ffncli.base.validate import brief
 from ffncli.errors import ConfigError
 from ffncli.specs import hfconfig as H
 from ffncli.specs.hfconfig import Config, read_config
+from ffncli.specs.refused import LACKS
 from ffncli.specs.spec import ModelSpec, check_spec
 
 
@@ -299,6 +300,9 @@ def spec_from_config(data: Any, source: str) -> ModelSpec:
         raise ConfigError(f"{source}: key 'model_type': expected a string such as 'llama', got "
                           f"{brief(model_type)}")
     row = ARCHS.get(model_type)
+    if row is None and model_type in LACKS:
+        raise UnsupportedModelType(f"{source}: unsupported model_type {brief(model_type)}: "
+                                   f"ffncli lacks {LACKS[model_type]}")
     if row is None:
         raise UnsupportedModelType(
             f"{source}: unsupported model_type {brief(model_type)}"
