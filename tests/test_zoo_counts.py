@@ -140,3 +140,47 @@ def test_a_type_still_refused_says_what_ffncli_lacks(cli, name):
     assert (r.code, r.out) == (2, "")
     assert r.err == (f"error: {path}: unsupported model_type '{model_type}': ffncli lacks "
                      f"{LACKS[model_type]}\n")
+
+
+# --- the KV cache, layer by layer, against transformers' cache objects after a forward of a
+# small model of each type (kv_cache.json: windows and chunks of 4, 2 and 9 tokens) -----------
+
+KV = json.loads((ZOO / "kv_cache.json").read_text())
+KV_TYPES = sorted(t for t, e in KV["kv"].items() if e["status"] == "built"
+                  and t in SUPPORTED_MODEL_TYPES)
+
+
+def _kv_spec(model_type, tmp_path):
+    config = json.loads((ZOO / DOC["types"][model_type]["config"]).read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, **KV["kv"][model_type]["config"]}))
+    return ffncli.load_spec(config=path)
+
+
+def _per_layer(kv, length):
+    at = {}
+    for p in kv.parts:
+        for i in p.indices or range(p.layers):
+            at[i] = p.per_token * (min(length, p.cap) if p.cap else length) + p.state
+    return [at.get(i, 0) for i in range(max(at) + 1)]
+
+
+@pytest.mark.parametrize("model_type", KV_TYPES)
+def test_kv_cache_per_layer_is_what_transformers_holds(model_type, tmp_path):
+    """Each layer's cached values at both lengths: full layers every token, sliding and
+    chunked layers window - 1, latent attention its latent and rope key, Gated DeltaNet its
+    fixed state; the total is their sum."""
+    from ffncli.counting.model import kv_cache
+
+    spec = _kv_spec(model_type, tmp_path)
+    for length, cache in KV["kv"][model_type]["lengths"].items():
+        kv = kv_cache(spec, int(length))
+        want = [row["elements"] for row in cache["layers"]]
+        assert _per_layer(kv, int(length)) == want, length
+        assert kv.elements(int(length)) == sum(want)
+
+
+def test_every_decoder_type_ffncli_counts_has_its_cache_checked():
+    assert {"gpt_oss", "gemma3_text", "llama4_text", "qwen3_next", "deepseek_v3",
+            "smollm3", "glm4_moe", "minimax_m2"} <= set(KV_TYPES)
+    assert len(KV_TYPES) >= 40

@@ -152,45 +152,108 @@ def norm_params(d_model: int, norm: NormSpec) -> int:
 
 
 @dataclass(frozen=True)
+class KvPart:
+    """The cache of the decoder layers of one kind, as transformers' cache holds it: each layer
+    keeps ``per_token`` values for each of the last ``cap`` tokens (every token when cap is 0),
+    plus ``state`` values per sequence whatever its length (a linear-attention or SSM state)."""
+
+    kind: str  # "full", "sliding", "chunked", "mla" (latent), "linear", "shared" (none its own)
+    layers: int
+    per_token: int
+    cap: int = 0
+    state: int = 0
+    indices: tuple[int, ...] = ()  # which decoder layers (0-based; empty for every layer)
+
+    def elements(self, seq_len: int) -> int:
+        """Values held for one sequence of seq_len tokens, all layers of this kind."""
+        tokens = min(seq_len, self.cap) if self.cap else seq_len
+        return self.layers * (self.per_token * tokens + self.state)
+
+
+@dataclass(frozen=True)
 class KvCache:
     kind: str  # "mha", "gqa", "mqa", "mla" (latent), or "none" (no decoder)
     layers: int  # decoder layers holding a cache (cross-attention counted as more layers)
-    elements_per_token: int  # cached numbers per token, all layers
+    elements_per_token: int  # cached numbers per token, all layers, below every window
     seq_len: int
     batch: int
+    parts: tuple[KvPart, ...] = ()  # per layer kind
+
+    def elements(self, seq_len: int) -> int:
+        """Values held for one sequence of seq_len tokens, all layers."""
+        return sum(p.elements(seq_len) for p in self.parts)
+
+    @property
+    def grows(self) -> bool:
+        """Whether the cache still grows at seq_len (not every layer capped or a state)."""
+        return self.elements(self.seq_len + 1) > self.elements(self.seq_len)
 
     def bytes_per_token(self) -> dict[str, int]:
         return {dtype: self.elements_per_token * size for dtype, size in KV_BYTES.items()}
 
     def bytes(self) -> dict[str, int]:
         """At seq_len tokens for each of batch sequences."""
-        return {dtype: n * self.seq_len * self.batch for dtype, n in
-                self.bytes_per_token().items()}
+        n = self.elements(self.seq_len) * self.batch
+        return {dtype: n * size for dtype, size in KV_BYTES.items()}
 
 
 def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     """One token's cache in one layer: K and V of each kv head, or under latent attention the
-    compressed latent and the shared rope key (what deployed DeepSeek-V3 caches; transformers'
-    reference code caches the expanded K and V instead)."""
+    compressed latent and the shared rope key (what transformers 5 caches for DeepSeek-V3)."""
     if att.kv_lora_rank:
         return att.kv_lora_rank + att.rope_head_dim
     _, kv_width = attention_widths(d_model, att)
     return 2 * kv_width
 
 
+def linear_state_elements(mix: LinearMixerSpec) -> int:
+    """Gated DeltaNet's fixed state: the convolution's last conv_kernel inputs (Q, K and V) and
+    one k_head_dim x v_head_dim matrix per value head."""
+    conv = 2 * mix.k_heads * mix.k_head_dim + mix.v_heads * mix.v_head_dim
+    return conv * mix.conv_kernel + mix.v_heads * mix.k_head_dim * mix.v_head_dim
+
+
+def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPart | None:
+    """A kind of layer's cache: sliding and chunked layers keep the last window - 1 tokens
+    (transformers' DynamicSlidingWindowLayer), a layer reading another's KV keeps none."""
+    n = len(indices)
+    if kind.shares_kv:
+        return KvPart("shared", n, 0, indices=indices)
+    if kind.mixer == "linear" and kind.mixer_spec is not None:
+        return KvPart("linear", n, 0, state=linear_state_elements(kind.mixer_spec),
+                      indices=indices)
+    att = _mixer(spec, kind)
+    if att is None:
+        return None
+    per_token = kv_elements_per_layer(spec.d_model, att)
+    if kind.mixer in ("sliding", "chunked"):
+        return KvPart(kind.mixer, n, per_token, cap=max(kind.window - 1, 1), indices=indices)
+    return KvPart("mla" if att.kv_lora_rank else "full", n, per_token, indices=indices)
+
+
 def kv_cache(spec: ModelSpec, seq_len: int, batch: int = 1) -> KvCache:
-    """The KV cache of decoding seq_len tokens in each of batch sequences. Encoder-only models
-    keep none; an encoder-decoder's decoder also caches cross-attention K and V, counted here
-    for a source as long as seq_len."""
+    """The KV cache of decoding seq_len tokens in each of batch sequences, per layer kind.
+    Encoder-only models keep none; an encoder-decoder's decoder also caches cross-attention K
+    and V, counted here for a source as long as seq_len."""
     att = spec.attention
     if att is None or spec.layers.decoder == 0:
         return KvCache("none", 0, 0, seq_len, batch)
-    layers = spec.layers.decoder * (2 if spec.layers.encoder else 1)
     kv_heads = att.kv_heads or att.heads
     kind = ("mla" if att.kv_lora_rank else "mha" if kv_heads == att.heads
             else "mqa" if kv_heads == 1 else "gqa")
-    return KvCache(kind, layers, layers * kv_elements_per_layer(spec.d_model, att), seq_len,
-                   batch)
+    if spec.layers.encoder:
+        layers = spec.layers.decoder * 2
+        parts: tuple[KvPart, ...] = (KvPart("full", layers,
+                                            kv_elements_per_layer(spec.d_model, att)),)
+    else:
+        at: dict[LayerKind, list[int]] = {}
+        for i, k in enumerate(spec.decoder_kinds()):
+            at.setdefault(k, []).append(i)
+        parts = tuple(p for k, ix in at.items() if (p := _kv_part(spec, k, tuple(ix)))
+                      is not None)
+    held = sum(p.layers for p in parts if p.per_token or p.state)
+    return KvCache(kind, held, sum(p.layers * p.per_token for p in parts), seq_len, batch,
+                   parts)
 
 
 # ---------------------------------------------------------------------------------------------

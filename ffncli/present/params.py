@@ -295,6 +295,10 @@ def kv_json(kv: KvCache) -> dict[str, Any]:
     return {
         "kind": kv.kind,
         "layers": kv.layers,
+        "parts": [{"kind": p.kind, "layers": p.layers, "indices": list(p.indices),
+                   "per_token": p.per_token, "cap": p.cap, "state": p.state,
+                   "elements": p.elements(kv.seq_len)} for p in kv.parts],
+        "elements": kv.elements(kv.seq_len),
         "elements_per_token": kv.elements_per_token,
         "bytes_per_token": kv.bytes_per_token(),
         "seq_len": kv.seq_len,
@@ -319,6 +323,35 @@ def print_kv(out: Console, kv: KvCache) -> None:
     for dtype, size in kv.bytes_per_token().items():
         table.add_row(dtype, commas(size), commas(total[dtype]), f"{total[dtype] / 2**30:,.2f}")
     out.print(table)
+    if any(p.cap or p.state or p.kind == "shared" for p in kv.parts):
+        _print_kv_parts(out, kv)
+
+
+_KV_PARTS = {"full": "full attention", "mla": "latent attention",
+             "sliding": "sliding window", "chunked": "chunked attention",
+             "linear": "linear attention (state)", "shared": "shares another layer's KV"}
+
+
+def _print_kv_parts(out: Console, kv: KvCache) -> None:
+    """The cache by layer kind, and how it grows: by every layer's values a token up to the
+    first window, then by the uncapped layers' alone."""
+    out.print()
+    table = new_table(f"KV cache by layer kind, at {kv.seq_len:,} tokens (one sequence)",
+                      ("layers", "count", "values per token", "tokens kept", "values"))
+    for p in kv.parts:
+        kept = f"last {p.cap:,}" if p.cap else "fixed state" if p.state else \
+            "none" if p.kind == "shared" else "all"
+        table.add_row(_KV_PARTS[p.kind], str(p.layers), commas(p.per_token), kept,
+                      commas(p.elements(kv.seq_len)))
+    out.print(table)
+    steps, rate = [], kv.elements_per_token
+    for cap in sorted({p.cap for p in kv.parts if p.cap}):
+        rate -= sum(p.layers * p.per_token for p in kv.parts if p.cap == cap)
+        steps.append(f"then {rate:,} after {cap:,} tokens")
+    fixed = sum(p.layers * p.state for p in kv.parts)
+    start = f"{fixed:,} values of fixed state, then " if fixed else ""
+    out.print(Text(f"grows by: {start}{kv.elements_per_token:,} values a token"
+                   + "".join(f", {s}" for s in steps)))
 
 
 def file_only_json(result: FileOnlyResult) -> dict[str, Any]:

@@ -802,3 +802,17 @@ def granitemoe_spec(family: str) -> Callable[[Config], ModelSpec]:
         return _experts(c, "num_local_experts", "intermediate_size", 2, experts_default=8,
                         shared_d_ff=shared), 0
     return lambda c: gated_decoder_spec(c, family, moe=moe)
+
+
+def windowed(read: Callable[[Config], ModelSpec]) -> Callable[[Config], ModelSpec]:
+    """A reader whose layers follow layer_types when the config has them (Gemma 2, Qwen2 and
+    Qwen3 as transformers 5 writes them), else all slide when sliding_window is set (Mistral,
+    Mixtral), else all attend fully."""
+    def windows(c: Config) -> ModelSpec:
+        spec = read(c)
+        n = spec.layers.decoder
+        every = "sliding_attention" if c.data.get("sliding_window") is not None \
+            and c.data.get("layer_types") is None else "full_attention"
+        ffns = [k.ffn or spec.ffn for k in spec.decoder_kinds()]
+        return with_pattern(spec, c, layer_mixers(c, n, every), ffns)
+    return windows
