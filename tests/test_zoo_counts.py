@@ -184,3 +184,18 @@ def test_every_decoder_type_ffncli_counts_has_its_cache_checked():
     assert {"gpt_oss", "gemma3_text", "llama4_text", "qwen3_next", "deepseek_v3",
             "smollm3", "glm4_moe", "minimax_m2"} <= set(KV_TYPES)
     assert len(KV_TYPES) >= 40
+
+
+@pytest.mark.parametrize("model_type", ["gpt_oss", "qwen3_next", "llama4_text", "gemma3_text"])
+def test_fit_finds_the_longest_sequence_of_a_capped_cache(model_type, tmp_path):
+    """--fit's longest sequence against a walk over every length: with windows the cache
+    grows fast, then slower; a budget past what the windows hold reaches further."""
+    from ffncli.counting.fit import longest
+    from ffncli.counting.model import kv_cache
+
+    kv = kv_cache(_kv_spec(model_type, tmp_path), 16)
+    for free in (0, 1_000, 5_000, 20_000, 123_457, 10**6):
+        walk = 0
+        while kv.elements(walk + 1) * 2 <= free and walk < 10**6:
+            walk += 1
+        assert longest(free, kv, 2) == (walk if kv.elements(0) * 2 <= free else 0), free
