@@ -228,6 +228,8 @@ ARCHS: dict[str, Arch] = {
                    not_run="top-k weights renormalised only with norm_topk_prob"),
     "param2moe": Arch(lambda c: H.glm4_moe_spec(c, "param2moe"), not_run="shared experts"),
     "sarvam_moe": Arch(lambda c: H.glm4_moe_spec(c, "sarvam_moe"), not_run="shared experts"),
+    "deepseek_v2": Arch(lambda c: H.deepseek_v3_spec(c, "deepseek_v2"),
+                        not_run="shared experts and latent attention"),
     "minimax_m2": Arch(H.minimax_m2_spec, not_run="sigmoid routing with a score-correction "
                        "bias"),
     "smollm3": Arch(H.patterned_decoder("smollm3"), LLAMA_FFN),

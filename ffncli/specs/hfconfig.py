@@ -438,15 +438,18 @@ def _deepseek_moe(c: Config, layers: int) -> tuple[FfnSpec, int]:
     return ffn, dense
 
 
-def deepseek_v3_spec(c: Config) -> ModelSpec:
+def deepseek_v3_spec(c: Config, family: str = "deepseek_v3") -> ModelSpec:
     """DeepseekV3ForCausalLM: multi-head latent attention (queries through q_lora_rank, or
-    straight when it is null; keys and values from a kv_lora_rank latent), mixture of experts."""
+    straight when it is null; keys and values from a kv_lora_rank latent), mixture of experts.
+    DeepSeek-V2 (``family`` deepseek_v2) is built alike; its class names no default top-k."""
     d = c.int("hidden_size")
     heads = c.int("num_attention_heads")
     nope, rope = c.int("qk_nope_head_dim", 128), c.int("qk_rope_head_dim", 64)
     kv_rank = c.at_most("kv_lora_rank", c.int("kv_lora_rank", 512), "hidden_size", d)
     q_rank = c.at_most("q_lora_rank", c.int0("q_lora_rank", 1536), "hidden_size", d)
-    spec = gated_decoder_spec(c, "deepseek_v3", moe=_deepseek_moe)
+    if family != "deepseek_v3":
+        c.int("num_experts_per_tok")  # required: null routes nowhere
+    spec = gated_decoder_spec(c, family, moe=_deepseek_moe)
     bias = c.bool("attention_bias", False)
     attention = AttentionSpec(heads=heads, head_dim=nope + rope, qkv_bias=bias, out_bias=bias,
                               kv_lora_rank=kv_rank, q_lora_rank=q_rank, rope_head_dim=rope,
