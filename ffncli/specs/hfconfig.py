@@ -819,3 +819,43 @@ def windowed(read: Callable[[Config], ModelSpec]) -> Callable[[Config], ModelSpe
         ffns = [k.ffn or spec.ffn for k in spec.decoder_kinds()]
         return with_pattern(spec, c, layer_mixers(c, n, every), ffns)
     return windows
+
+
+def with_sinks(read: Callable[[Config], ModelSpec]) -> Callable[[Config], ModelSpec]:
+    """A reader whose attention also has a learned sink logit per head (Granite SWA)."""
+    def sinks(c: Config) -> ModelSpec:
+        spec = read(c)
+        assert spec.attention is not None  # the readers wrapped build attention
+        spec = replace(spec, attention=replace(spec.attention, sinks=True))
+        return replace(spec, pattern=tuple(replace(k, attention=None) for k in spec.pattern))
+    return sinks
+
+
+def routed(experts_key: str, top_k_default: int | None = None,
+           experts_default: int | None = None) -> Callable[[Config, int], tuple[FfnSpec, int]]:
+    """Every layer a mixture of SwiGLU experts of intermediate_size, no shared expert."""
+    return lambda c, n: (_experts(c, experts_key, "intermediate_size", top_k_default,
+                                  experts_default), 0)
+
+
+def phimoe_spec(c: Config) -> ModelSpec:
+    """PhimoeForCausalLM: Mixtral's experts behind LayerNorms with biases, an lm_head bias by
+    lm_head_bias."""
+    spec = gated_decoder_spec(c, "phimoe", moe=routed("num_local_experts", 2, 16),
+                              norm=NormSpec(kind="layernorm", bias=True, final=True))
+    assert spec.embeddings is not None  # gated_decoder_spec always builds them
+    return replace(spec, embeddings=replace(spec.embeddings,
+                                            head_bias=c.bool("lm_head_bias", False)))
+
+
+def cohere2_moe_spec(c: Config) -> ModelSpec:
+    """Cohere2MoeForCausalLM: Cohere 2's norms and windows, each layer a mixture of experts or
+    a dense FFN of intermediate_size by mlp_layer_types ("sparse", "dense")."""
+    spec = gated_decoder_spec(c, "cohere2_moe", tie_default=True, norm=COHERE_NORM,
+                              moe=routed("num_experts", 2, 8))
+    n = spec.layers.decoder
+    kinds = c.data.get("mlp_layer_types") or ["sparse"] * n
+    if not isinstance(kinds, list) or len(kinds) != n or not set(kinds) <= {"sparse", "dense"}:
+        raise c.fail("mlp_layer_types", f"a list of {n} layer types (sparse, dense)")
+    ffns = [spec.ffn if k == "sparse" else _dense_ffn(c) for k in kinds]
+    return with_pattern(spec, c, layer_mixers(c, n), ffns)
