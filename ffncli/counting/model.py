@@ -15,6 +15,7 @@ from ffncli.specs.spec import (
     FfnSpec,
     LayerKind,
     LinearMixerSpec,
+    MambaMixerSpec,
     ModelSpec,
     NormSpec,
 )
@@ -157,7 +158,7 @@ class KvPart:
     keeps ``per_token`` values for each of the last ``cap`` tokens (every token when cap is 0),
     plus ``state`` values per sequence whatever its length (a linear-attention or SSM state)."""
 
-    kind: str  # "full", "sliding", "chunked", "mla" (latent), "linear", "shared" (none its own)
+    kind: str  # full, sliding, chunked, mla (latent), linear, mamba, shared (none of its own)
     layers: int
     per_token: int
     cap: int = 0
@@ -172,7 +173,7 @@ class KvPart:
 
 @dataclass(frozen=True)
 class KvCache:
-    kind: str  # "mha", "gqa", "mqa", "mla" (latent), or "none" (no decoder)
+    kind: str  # "mha", "gqa", "mqa", "mla" (latent), "state" (no attention), "none"
     layers: int  # decoder layers holding a cache (cross-attention counted as more layers)
     elements_per_token: int  # cached numbers per token, all layers, below every window
     seq_len: int
@@ -206,9 +207,12 @@ def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     return 2 * kv_width
 
 
-def linear_state_elements(mix: LinearMixerSpec) -> int:
-    """Gated DeltaNet's fixed state: the convolution's last conv_kernel inputs (Q, K and V) and
-    one k_head_dim x v_head_dim matrix per value head."""
+def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec) -> int:
+    """A fixed state: Gated DeltaNet's convolution's last conv_kernel inputs (Q, K and V) and
+    one k_head_dim x v_head_dim matrix per value head; Mamba's convolution inputs and its
+    d_inner x d_state SSM state."""
+    if isinstance(mix, MambaMixerSpec):
+        return mix.d_inner * (mix.conv_kernel + mix.d_state)
     conv = 2 * mix.k_heads * mix.k_head_dim + mix.v_heads * mix.v_head_dim
     return conv * mix.conv_kernel + mix.v_heads * mix.k_head_dim * mix.v_head_dim
 
@@ -219,8 +223,8 @@ def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPa
     n = len(indices)
     if kind.shares_kv:
         return KvPart("shared", n, 0, indices=indices)
-    if kind.mixer == "linear" and kind.mixer_spec is not None:
-        return KvPart("linear", n, 0, state=linear_state_elements(kind.mixer_spec),
+    if kind.mixer in ("linear", "mamba") and kind.mixer_spec is not None:
+        return KvPart(kind.mixer, n, 0, state=linear_state_elements(kind.mixer_spec),
                       indices=indices)
     att = _mixer(spec, kind)
     if att is None:
@@ -236,12 +240,12 @@ def kv_cache(spec: ModelSpec, seq_len: int, batch: int = 1) -> KvCache:
     Encoder-only models keep none; an encoder-decoder's decoder also caches cross-attention K
     and V, counted here for a source as long as seq_len."""
     att = spec.attention
-    if att is None or spec.layers.decoder == 0:
+    if spec.layers.decoder == 0 or (att is None and not spec.pattern):
         return KvCache("none", 0, 0, seq_len, batch)
-    kv_heads = att.kv_heads or att.heads
-    kind = ("mla" if att.kv_lora_rank else "mha" if kv_heads == att.heads
-            else "mqa" if kv_heads == 1 else "gqa")
-    if spec.layers.encoder:
+    kv_heads = (att.kv_heads or att.heads) if att is not None else 0
+    kind = ("state" if att is None else "mla" if att.kv_lora_rank
+            else "mha" if kv_heads == att.heads else "mqa" if kv_heads == 1 else "gqa")
+    if spec.layers.encoder and att is not None:
         layers = spec.layers.decoder * 2
         parts: tuple[KvPart, ...] = (KvPart("full", layers,
                                             kv_elements_per_layer(spec.d_model, att)),)
@@ -435,11 +439,30 @@ def _mixer(spec: ModelSpec, kind: LayerKind) -> AttentionSpec | None:
     return kind.attention or spec.attention
 
 
+def mamba_matrices(d_model: int, mix: MambaMixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """A Mamba mixer as (name, shape, params): in_proj to the SSM input and its gate, the
+    depthwise convolution, x_proj to dt, B and C, dt_proj, A_log and D, out_proj."""
+    di, s, r = mix.d_inner, mix.d_state, mix.dt_rank
+    rows = (
+        ("in_proj", f"{d_model} x {2 * di}", linear(d_model, 2 * di, mix.proj_bias)),
+        ("conv1d (depthwise)", f"{di} x {mix.conv_kernel}",
+         di * mix.conv_kernel + (di if mix.conv_bias else 0)),
+        ("x_proj", f"{di} x {r + 2 * s}", di * (r + 2 * s)),
+        ("dt_proj", f"{r} x {di}", linear(r, di, True)),
+        ("A_log, D", f"{di} x {s}, {di}", di * s + di),
+        ("out_proj", f"{di} x {d_model}", linear(di, d_model, mix.proj_bias)),
+    )
+    norms = (("dt, B, C norms", f"{r}, {s}, {s}", r + 2 * s),) if mix.bc_dt_norms else ()
+    return rows + norms
+
+
 def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
-    if kind.mixer_spec is None:
+    mix = kind.mixer_spec
+    if mix is None:
         return ()
-    return tuple(Row(name, shape, n) for name, shape, n in
-                 linear_mixer_matrices(d, kind.mixer_spec))
+    matrices = (mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
+                else linear_mixer_matrices(d, mix))
+    return tuple(Row(name, shape, n) for name, shape, n in matrices)
 
 
 def _layer(spec: ModelSpec, name: str, count: int, cross: bool,

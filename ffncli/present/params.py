@@ -164,7 +164,11 @@ def print_params(result: ParamsResult) -> None:
     c, spec = result.count, result.count.spec
     ffn = spec.ffn
     moe = f", {ffn.experts} experts, top-{ffn.top_k}" if ffn.is_moe else ""
-    out.print(Text(f"{spec.name}: d_model {spec.d_model}, d_ff {ffn.d_ff}, {ffn.label}{moe}"))
+    if spec.pattern and not any(k.has_ffn for k in spec.pattern):
+        out.print(Text(f"{spec.name}: d_model {spec.d_model}, no FFN (mixer-only layers)"))
+    else:
+        out.print(Text(f"{spec.name}: d_model {spec.d_model}, d_ff {ffn.d_ff}, "
+                       f"{ffn.label}{moe}"))
     if spec.uncounted:
         out.print(Text(f"counted: the language model only; not counted: "
                        f"{', '.join(spec.uncounted)}"))
@@ -175,7 +179,7 @@ def print_params(result: ParamsResult) -> None:
         table = new_table(_layer_title(layer), ("part", "shape", "params"))
         for row in layer.ffn_rows:
             table.add_row(Text(f"FFN {row.name}"), row.shape, commas(row.params))
-        mixer = "linear attention" if layer.mixer == "linear" else "attention"
+        mixer = {"linear": "linear attention", "mamba": "mamba"}.get(layer.mixer, "attention")
         for row in layer.attention_rows:
             table.add_row(Text(f"{mixer} {row.name}"), row.shape, commas(row.params))
         if layer.norm:
@@ -308,7 +312,8 @@ def kv_json(kv: KvCache) -> dict[str, Any]:
 
 
 _KV_KINDS = {"mha": "one K and V per head", "gqa": "grouped-query: K and V per kv head",
-             "mqa": "multi-query: one K and V head", "mla": "latent: kv_lora_rank + rope key"}
+             "mqa": "multi-query: one K and V head", "mla": "latent: kv_lora_rank + rope key",
+             "state": "fixed states, no attention"}
 
 
 def print_kv(out: Console, kv: KvCache) -> None:
@@ -329,7 +334,8 @@ def print_kv(out: Console, kv: KvCache) -> None:
 
 _KV_PARTS = {"full": "full attention", "mla": "latent attention",
              "sliding": "sliding window", "chunked": "chunked attention",
-             "linear": "linear attention (state)", "shared": "shares another layer's KV"}
+             "linear": "linear attention (state)", "mamba": "mamba (state)",
+             "shared": "shares another layer's KV"}
 
 
 def _print_kv_parts(out: Console, kv: KvCache) -> None:

@@ -241,6 +241,10 @@ ARCHS: dict[str, Arch] = {
     "granite_swa": Arch(H.with_sinks(H.patterned_decoder("granite_swa")), LLAMA_FFN),
     "granitemoe_swa": Arch(H.with_sinks(H.windowed(H.granitemoe_spec("granitemoe_swa"))),
                            not_run="attention sinks"),
+    # state-space mixers
+    "mamba": Arch(lambda c: H.mamba_spec(c, "mamba")),
+    "falcon_mamba": Arch(lambda c: H.mamba_spec(c, "falcon_mamba")),
+    "jamba": Arch(H.jamba_spec, not_run="Mamba layers and a mixture of experts"),
     "deepseek_v2": Arch(lambda c: H.deepseek_v3_spec(c, "deepseek_v2"),
                         not_run="shared experts and latent attention"),
     "minimax_m2": Arch(H.minimax_m2_spec, not_run="sigmoid routing with a score-correction "

@@ -27,6 +27,7 @@ from ffncli.specs.spec import (
     LayerKind,
     LayersSpec,
     LinearMixerSpec,
+    MambaMixerSpec,
     ModelSpec,
     NormSpec,
 )
@@ -675,7 +676,7 @@ def _kind_name(mixer: str, dense: bool) -> str:
 def with_pattern(spec: ModelSpec, c: Config, mixers: list[str],
                  ffns: list[FfnSpec] | None = None,
                  attention: dict[str, AttentionSpec] | None = None,
-                 mixer_spec: LinearMixerSpec | None = None) -> ModelSpec:
+                 mixer_spec: LinearMixerSpec | MambaMixerSpec | None = None) -> ModelSpec:
     """The spec with one LayerKind per decoder layer: layer i mixes tokens by mixers[i] (its
     window read from the config), its FFN ffns[i] (default: the spec's; a dense FFN in a mixture
     of experts is named so), its attention ``attention[mixer]`` where given."""
@@ -684,7 +685,7 @@ def with_pattern(spec: ModelSpec, c: Config, mixers: list[str],
     kinds = tuple(LayerKind(
         name=_kind_name(m, moe and not f.is_moe), mixer=m, window=_window(c, m),
         attention=(attention or {}).get(m), ffn=None if f == spec.ffn else f,
-        mixer_spec=mixer_spec if m == "linear" else None)
+        mixer_spec=mixer_spec if m in ("linear", "mamba") else None)
         for m, f in zip(mixers, ffns, strict=True))
     if all(k == LayerKind() for k in kinds):
         return spec
@@ -859,3 +860,47 @@ def cohere2_moe_spec(c: Config) -> ModelSpec:
         raise c.fail("mlp_layer_types", f"a list of {n} layer types (sparse, dense)")
     ffns = [spec.ffn if k == "sparse" else _dense_ffn(c) for k in kinds]
     return with_pattern(spec, c, layer_mixers(c, n), ffns)
+
+
+def _dt_rank(c: Config, key: str, d: int) -> int:
+    """Mamba's time-step rank: a number, or "auto": ceil(hidden_size / 16)."""
+    return -(-d // 16) if c.data.get(key) == "auto" else c.int(key)
+
+
+def mamba_spec(c: Config, family: str) -> ModelSpec:
+    """MambaForCausalLM and FalconMambaForCausalLM: every layer one RMSNorm and a Mamba mixer,
+    no attention and no FFN; a final norm; the head tied by default."""
+    d, n = c.int("hidden_size"), c.int("num_hidden_layers")
+    mixer = MambaMixerSpec(
+        d_inner=c.int("intermediate_size", c.int("expand", 2) * d),
+        d_state=c.int("state_size", 16), dt_rank=_dt_rank(c, "time_step_rank", d),
+        conv_kernel=c.int("conv_kernel", 4), conv_bias=c.bool("use_conv_bias", True),
+        proj_bias=c.bool("use_bias", False))
+    return ModelSpec(
+        name=c.name(family), family=family, description=f"from {c.source}", d_model=d,
+        seq_len=c.int("max_position_embeddings", 2048),
+        ffn=FfnSpec(d_ff=mixer.d_inner, activation=c.act("hidden_act", "silu")),
+        norm=NormSpec(kind="rmsnorm", bias=False, per_layer=1, final=True),
+        layers=LayersSpec(encoder=0, decoder=n),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), head=c.head(True)),
+        pattern=(LayerKind("mamba decoder", mixer="mamba", mixer_spec=mixer,
+                           has_ffn=False),) * n)
+
+
+def jamba_spec(c: Config) -> ModelSpec:
+    """JambaForCausalLM: attention on layers attn_layer_offset mod attn_layer_period, a Mamba
+    mixer (with norms on dt, B and C) on the others; a mixture of experts on layers
+    expert_layer_offset mod expert_layer_period, a dense FFN on the others."""
+    spec = gated_decoder_spec(c, "jamba", moe=routed("num_experts", 2, 16),
+                              seq_default=262144)
+    d, n = spec.d_model, spec.layers.decoder
+    mixer = MambaMixerSpec(
+        d_inner=c.int("mamba_expand", 2) * d, d_state=c.int("mamba_d_state", 16),
+        dt_rank=_dt_rank(c, "mamba_dt_rank", d), conv_kernel=c.int("mamba_d_conv", 4),
+        conv_bias=c.bool("mamba_conv_bias", True), proj_bias=c.bool("mamba_proj_bias", False),
+        bc_dt_norms=True)
+    attn = (c.int("attn_layer_period", 8), c.int0("attn_layer_offset", 4))
+    experts = (c.int("expert_layer_period", 2), c.int0("expert_layer_offset", 1))
+    mixers = ["full" if i % attn[0] == attn[1] else "mamba" for i in range(n)]
+    ffns = [spec.ffn if i % experts[0] == experts[1] else _dense_ffn(c) for i in range(n)]
+    return replace(with_pattern(spec, c, mixers, ffns, mixer_spec=mixer))

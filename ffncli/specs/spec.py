@@ -120,6 +120,22 @@ class LinearMixerSpec:
 
 
 @dataclass(frozen=True)
+class MambaMixerSpec:
+    """A Mamba (selective state-space) mixer: x -> d_inner twice (the SSM input and its gate),
+    a depthwise causal convolution of conv_kernel, x_proj to the time-step rank and the input-
+    dependent B and C (d_state each), dt_proj back to d_inner, per-channel A (d_state) and D,
+    the output projection. ``bc_dt_norms``: RMSNorms on the time step, B and C (Jamba)."""
+
+    d_inner: int
+    d_state: int
+    dt_rank: int
+    conv_kernel: int = 4
+    conv_bias: bool = True
+    proj_bias: bool = False
+    bc_dt_norms: bool = False
+
+
+@dataclass(frozen=True)
 class LayerKind:
     """One kind of decoder layer, as data: its token mixer and its FFN. ``ModelSpec.pattern``
     lists the kind of every decoder layer in order; layers of equal kinds are counted
@@ -129,7 +145,7 @@ class LayerKind:
     mixer: str = "full"  # one of MIXERS
     window: int = 0  # sliding: the window; chunked: the chunk (tokens)
     attention: AttentionSpec | None = None  # None: the spec's attention
-    mixer_spec: LinearMixerSpec | None = None  # mixer "linear": its shape
+    mixer_spec: LinearMixerSpec | MambaMixerSpec | None = None  # mixer linear or mamba
     ffn: FfnSpec | None = None  # None: the spec's FFN
     has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
