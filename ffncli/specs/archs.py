@@ -203,6 +203,11 @@ ARCHS: dict[str, Arch] = {
     "llama4_text": Arch(H.llama4_text_spec, not_run="a shared expert and sigmoid routing"),
     "llama4": Arch(lambda c: _multimodal(c, "llama4_text")),
     "qwen3_next": Arch(H.qwen3_next_spec, not_run="a gated shared expert"),
+    "qwen3_5_text": Arch(lambda c: H.qwen3_next_spec(c, "qwen3_5_text", moe=False)),
+    "qwen3_5_moe_text": Arch(lambda c: H.qwen3_next_spec(c, "qwen3_5_moe_text"),
+                             not_run="a gated shared expert"),
+    "qwen3_5": Arch(lambda c: _multimodal(c, "qwen3_5_text")),
+    "qwen3_5_moe": Arch(lambda c: _multimodal(c, "qwen3_5_moe_text")),
     # LLaMA's shape with a twist: biases, norms, per-layer windows
     "exaone": Arch(H.llama_like("exaone"), LLAMA_FFN),  # built as LlamaForCausalLM
     "internlm3": Arch(H.llama_like("internlm3"), LLAMA_FFN),

@@ -372,10 +372,12 @@ def gated_decoder_spec(
     heads, kv = c.heads(d, head_dim=head_dim)
     bias = c.bool("attention_bias", False)
     act = activation or c.act("hidden_act", "silu")
-    dense_ffn = FfnSpec(d_ff=c.int("intermediate_size"), activation=act, gated=True,
-                        bias=c.bool("mlp_bias", False))
     layers = c.int("num_hidden_layers")
-    ffn, dense = moe(c, layers) if moe else (dense_ffn, 0)
+    routed, dense = moe(c, layers) if moe else (None, 0)
+    dense_ffn = FfnSpec(d_ff=c.int("intermediate_size"), activation=act, gated=True,
+                        bias=c.bool("mlp_bias", False)) if routed is None or dense else None
+    ffn = routed or dense_ffn
+    assert ffn is not None  # one of the two is built
     spec = _decoder_only(
         c, family,
         ffn=ffn,
@@ -762,17 +764,19 @@ def llama4_text_spec(c: Config) -> ModelSpec:
     return with_pattern(replace(spec, ffn=experts), c, layer_mixers(c, n), ffns)
 
 
-def qwen3_next_spec(c: Config) -> ModelSpec:
+def qwen3_next_spec(c: Config, family: str = "qwen3_next", moe: bool = True) -> ModelSpec:
     """Qwen3NextForCausalLM: Gated DeltaNet linear attention and full attention by layer_types
     (full attention with a gate on each head's output and a norm on Q and K), Qwen2-MoE's
     mixture of experts (a gated shared expert) on the layers mlp_only_layers and
-    decoder_sparse_step leave sparse, a dense FFN of intermediate_size on the others."""
-    spec = gated_decoder_spec(c, "qwen3_next", qk_norm="head",
-                              moe=lambda c, n: qwen_moe(c, n, shared=True))
+    decoder_sparse_step leave sparse, a dense FFN of intermediate_size on the others. Qwen 3.5
+    is built alike (its linear attention's projections split, as many parameters), dense
+    (qwen3_5_text) or every layer sparse (qwen3_5_moe_text)."""
+    spec = gated_decoder_spec(c, family, qk_norm="head",
+                              moe=(lambda c, n: qwen_moe(c, n, shared=True)) if moe else None)
     n = spec.layers.decoder
     step, dense_only = c.int("decoder_sparse_step", 1), set(c.ints("mlp_only_layers"))
-    ffns = [spec.ffn if i not in dense_only and (i + 1) % step == 0 else _dense_ffn(c)
-            for i in range(n)]
+    ffns = [spec.ffn if not moe or (i not in dense_only and (i + 1) % step == 0)
+            else _dense_ffn(c) for i in range(n)]
     mixer = LinearMixerSpec(
         "gated_deltanet", k_heads=c.int("linear_num_key_heads"),
         v_heads=c.int("linear_num_value_heads"), k_head_dim=c.int("linear_key_head_dim"),
