@@ -246,6 +246,8 @@ ARCHS: dict[str, Arch] = {
     "granite_swa": Arch(H.with_sinks(H.patterned_decoder("granite_swa")), LLAMA_FFN),
     "granitemoe_swa": Arch(H.with_sinks(H.windowed(H.granitemoe_spec("granitemoe_swa"))),
                            not_run="attention sinks"),
+    "ernie4_5_moe": Arch(H.ernie4_5_moe_spec, not_run="shared experts and biased routing"),
+    "afmoe": Arch(H.afmoe_spec, not_run="shared experts and biased routing"),
     # state-space mixers
     "mamba": Arch(lambda c: H.mamba_spec(c, "mamba")),
     "falcon_mamba": Arch(lambda c: H.mamba_spec(c, "falcon_mamba")),

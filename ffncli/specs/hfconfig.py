@@ -908,3 +908,45 @@ def jamba_spec(c: Config) -> ModelSpec:
     mixers = ["full" if i % attn[0] == attn[1] else "mamba" for i in range(n)]
     ffns = [spec.ffn if i % experts[0] == experts[1] else _dense_ffn(c) for i in range(n)]
     return replace(with_pattern(spec, c, mixers, ffns, mixer_spec=mixer))
+
+
+def ernie4_5_moe_spec(c: Config) -> ModelSpec:
+    """Ernie4_5_MoeForCausalLM: use_bias on attention, dense FFNs and the head; layer i a
+    mixture of experts when (i + 1) is a multiple of moe_layer_interval and i lies within
+    moe_layer_start_index..moe_layer_end_index, a dense FFN of intermediate_size otherwise. Its
+    router's score-correction bias is a parameter (one per expert), counted as a router bias;
+    moe_num_shared_experts shared experts run as one FFN that much wider, without a gate."""
+    bias = c.bool("use_bias", False)
+    shared = c.int0("moe_num_shared_experts", 0) * c.int("moe_intermediate_size")
+    experts = _experts(c, "num_experts", "moe_intermediate_size", 2, router_bias=True,
+                       shared_d_ff=shared)
+    spec = gated_decoder_spec(c, "ernie4_5_moe", tie_default=True, qkv_bias=bias,
+                              out_bias=bias, moe=lambda c, n: (experts, 0))
+    n = spec.layers.decoder
+    step = c.int("moe_layer_interval", 1)
+    first, last = c.int0("moe_layer_start_index", 0), c.int0("moe_layer_end_index", n - 1)
+    dense = replace(_dense_ffn(c), bias=bias)
+    ffns = [experts if (i + 1) % step == 0 and first <= i <= last else dense
+            for i in range(n)]
+    assert spec.embeddings is not None  # gated_decoder_spec always builds them
+    spec = replace(spec, embeddings=replace(spec.embeddings, head_bias=bias))
+    return with_pattern(spec, c, layer_mixers(c, n), ffns)
+
+
+def afmoe_spec(c: Config) -> ModelSpec:
+    """AfmoeForCausalLM (Arcee): a gate on each head's output, norms on Q and K, four norms a
+    layer, layers sliding or full by layer_types; num_dense_layers dense first layers, then
+    experts of moe_intermediate_size with num_shared_experts shared ones (one FFN that much
+    wider) and a per-expert bias on the routing scores (a parameter, counted as a router
+    bias)."""
+    def moe(c: Config, layers: int) -> tuple[FfnSpec, int]:
+        shared = c.int0("num_shared_experts", 0) * c.int("moe_intermediate_size")
+        dense = c.at_most("num_dense_layers", c.int0("num_dense_layers", 0),
+                          "num_hidden_layers", layers)
+        return _experts(c, "num_experts", "moe_intermediate_size", 6, router_bias=True,
+                        shared_d_ff=shared), dense
+    spec = gated_decoder_spec(c, "afmoe", qk_norm="head", norm=GEMMA2_NORM, moe=moe)
+    assert spec.attention is not None  # gated_decoder_spec always builds it
+    spec = replace(spec, attention=replace(spec.attention, output_gate=True))
+    ffns = [k.ffn or spec.ffn for k in spec.decoder_kinds()]
+    return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder), ffns)
