@@ -99,7 +99,7 @@ def test_every_config_ffncli_reads_is_counted_exactly(name, tmp_path):
 
 # The generated figure of issue 40: types of the three mappings counted exactly on their
 # defaults (total, active and each layer's FFN). A type added raises it; lower it never.
-EXACT_TYPES = 74
+EXACT_TYPES = 75
 
 
 def test_n_of_m_types_exact(capsys, tmp_path):
@@ -212,3 +212,18 @@ def test_fit_finds_the_longest_sequence_of_a_capped_cache(model_type, tmp_path):
         while kv.elements(walk + 1) * 2 <= free and walk < 10**6:
             walk += 1
         assert longest(free, kv, 2) == (walk if kv.elements(0) * 2 <= free else 0), free
+
+
+def test_gemma3n_parts_beside_attention_and_ffn(cli):
+    """Gemma 3n: its last 15 layers reuse K and V (no K, V or K norm, no cache); AltUp, LAuReL
+    and the per-layer inputs are "other", the per-layer table an embedding."""
+    doc = json.loads(cli("params", "--config", ZOO / "configs" / "gemma3n_text.config.json",
+                         "--seq-len", "9", "--json").out)
+    truth = DOC["types"]["gemma3n_text"]["builds"]["causal_lm"]
+    assert doc["groups"]["embeddings"] == truth["parts"]["embeddings"]
+    assert doc["groups"]["other"] == 35 * (12_368 + 264_192 + 1_050_624) + 18_350_336 + \
+        25_165_824
+    shared = [x for x in doc["layers"] if x["kind"].startswith("kv-sharing")]
+    assert sorted(i for x in shared for i in x["indices"]) == list(range(20, 35))
+    assert all({r["name"] for r in x["attention_rows"]} == {"W_Q", "W_O"} for x in shared)
+    assert [p["elements"] for p in doc["kv_cache"]["parts"] if p["kind"] == "shared"] == [0, 0]

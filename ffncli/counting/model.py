@@ -13,6 +13,7 @@ from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
     FfnSpec,
+    LayerExtrasSpec,
     LayerKind,
     LinearMixerSpec,
     MambaMixerSpec,
@@ -107,6 +108,15 @@ def qk_norm_params(d_model: int, att: AttentionSpec) -> int:
     widths = ((head_dim, head_dim) if att.qk_norm == "head"
               else attention_widths(d_model, att))
     return sum(widths) * (2 if att.qk_norm_bias else 1)
+
+
+def k_norm_params(d_model: int, att: AttentionSpec) -> int:
+    """The key's part of qk_norm_params: a layer that reuses another's keys has no K norm."""
+    if att.kv_lora_rank or att.qk_norm == "none":
+        return 0
+    head_dim = att.head_dim or d_model // att.heads
+    width = head_dim if att.qk_norm == "head" else attention_widths(d_model, att)[1]
+    return width * (2 if att.qk_norm_bias else 1)
 
 
 def attention_params(d_model: int, att: AttentionSpec) -> int:
@@ -324,14 +334,16 @@ class LayerCount:
     indices: tuple[int, ...] = ()  # which decoder layers are of this kind (0-based)
     mixer: str = "full"  # the token mixer (spec.MIXERS); window: its window or chunk
     window: int = 0
+    other_rows: tuple[Row, ...] = ()  # parts neither attention, FFN nor norm (Gemma 3n)
+    other: int = 0
 
     @property
     def total(self) -> int:
-        return self.ffn + self.attention + self.norm
+        return self.ffn + self.attention + self.norm + self.other
 
     @property
     def active(self) -> int:
-        return self.ffn_active + self.attention + self.norm
+        return self.ffn_active + self.attention + self.norm + self.other
 
     @property
     def ffn_share(self) -> float:
@@ -456,6 +468,30 @@ def mamba_matrices(d_model: int, mix: MambaMixerSpec) -> tuple[tuple[str, str, i
     return rows + norms
 
 
+def layer_extra_rows(d: int, x: LayerExtrasSpec) -> tuple[Row, ...]:
+    """Gemma 3n's parts of each layer: AltUp (correction n x n and prediction n x n^2
+    coefficients, a d -> n router and its norm, a per-channel output scale), LAuReL (d -> rank
+    -> d and a norm), the per-layer input (gate d -> w, projection w -> d, a norm)."""
+    n, r, w = x.altup_inputs, x.laurel_rank, x.per_layer_width
+    return (
+        Row("AltUp", f"{n}x{n} + {n}x{n * n} + {d}x{n} + 2 x {d}", n * n + n ** 3 + d * n + 2 * d),
+        Row("LAuReL", f"{d} x {r} x {d} + {d}", 2 * d * r + d),
+        Row("per-layer input", f"{d} x {w} x {d} + {d}", 2 * d * w + d),
+    )
+
+
+def model_extra_rows(d: int, layers: int, x: LayerExtrasSpec) -> tuple[Row, ...]:
+    """Gemma 3n's parts of the whole model: the per-layer embeddings, the stream's projection
+    to the per-layer inputs and its norm, the AltUp projections in and out (n - 1 each)."""
+    w, n = layers * x.per_layer_width, x.altup_inputs
+    return (
+        Row("per-layer embeddings", f"{x.per_layer_vocab} x {w}", x.per_layer_vocab * w),
+        Row("per-layer projection and norm", f"{d} x {w} + {x.per_layer_width}",
+            d * w + x.per_layer_width),
+        Row("AltUp projections", f"2 x {n - 1} x {d} x {d}", 2 * (n - 1) * d * d),
+    )
+
+
 def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
     mix = kind.mixer_spec
     if mix is None:
@@ -474,6 +510,8 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
     score_flops = 0
     if att is not None:
         attention_rows = _attention_rows(d, att, "")
+        if kind.shares_kv:  # no K and V of its own (Gemma 3n's last layers)
+            attention_rows = tuple(r for r in attention_rows if r.name not in ("W_K", "W_V"))
         proj_flops = attention_projection_flops(d, att)
         window = kind.window if kind.mixer in ("sliding", "chunked") else 0
         score_flops = attention_score_flops(d, att, min(spec.seq_len, window or spec.seq_len))
@@ -483,7 +521,9 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
             score_flops *= 2
     norms = (norm.per_layer + (1 if cross else 0)) * norm_params(d, norm) if norm else 0
     if att is not None:
-        norms += qk_norm_params(d, att) * (2 if cross else 1)
+        qk = qk_norm_params(d, att)
+        norms += (qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
+    extra = layer_extra_rows(d, spec.extras) if spec.extras else ()
     return LayerCount(
         kind=name,
         count=count,
@@ -493,6 +533,8 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         ffn_active=ffn_active_params(d, ffn) if kind.has_ffn else 0,
         attention=sum(r.params for r in attention_rows),
         norm=norms,
+        other_rows=extra,
+        other=sum(r.params for r in extra),
         flops=Flops(ffn_flops(d, ffn) if kind.has_ffn else 0, proj_flops, score_flops),
         indices=indices,
         mixer=kind.mixer,
@@ -591,4 +633,10 @@ def count(spec: ModelSpec) -> ModelCount:
     if spec.pooler:
         rows.append(Row("pooler", f"{d} x {d}", linear(d, d, True)))
         groups["pooler"] = linear(d, d, True)
+    if spec.extras is not None:
+        embedding, *other = model_extra_rows(d, spec.layers.decoder, spec.extras)
+        rows += [embedding, *other]
+        groups["embeddings"] += embedding.params
+        groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
+            r.params for r in other)
     return ModelCount(spec, tuple(layers), tuple(rows), groups, head_flops)

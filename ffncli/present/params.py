@@ -69,6 +69,8 @@ def _layer_json(layer: LayerCount) -> dict[str, Any]:
         "ffn_active_share": round(layer.ffn_active_share, 6),
         "ffn_rows": _rows_json(layer.ffn_rows),
         "attention_rows": _rows_json(layer.attention_rows),
+        "other": layer.other,
+        "other_rows": _rows_json(layer.other_rows),
         "flops_per_token": {
             "ffn": layer.flops.ffn,
             "attention_projections": layer.flops.attention_projections,
@@ -182,6 +184,8 @@ def print_params(result: ParamsResult) -> None:
         mixer = {"linear": "linear attention", "mamba": "mamba"}.get(layer.mixer, "attention")
         for row in layer.attention_rows:
             table.add_row(Text(f"{mixer} {row.name}"), row.shape, commas(row.params))
+        for row in layer.other_rows:
+            table.add_row(Text(row.name), row.shape, commas(row.params))
         if layer.norm:
             table.add_row("norms", "", commas(layer.norm))
         out.print(table)
@@ -230,7 +234,7 @@ def print_params(result: ParamsResult) -> None:
 
 
 PARTS = {"embeddings": "embeddings", "attention": "attention", "ffn": "FFN", "norms": "norms",
-         "head": "output head", "pooler": "pooler"}
+         "head": "output head", "pooler": "pooler", "other": "other (AltUp, LAuReL...)"}
 
 
 def _print_parts(out: Console, c: ModelCount) -> None:

@@ -24,6 +24,7 @@ from ffncli.specs.spec import (
     EmbeddingsSpec,
     FfnSpec,
     HeadKind,
+    LayerExtrasSpec,
     LayerKind,
     LayersSpec,
     LinearMixerSpec,
@@ -678,17 +679,20 @@ def _kind_name(mixer: str, dense: bool) -> str:
 def with_pattern(spec: ModelSpec, c: Config, mixers: list[str],
                  ffns: list[FfnSpec] | None = None,
                  attention: dict[str, AttentionSpec] | None = None,
-                 mixer_spec: LinearMixerSpec | MambaMixerSpec | None = None) -> ModelSpec:
+                 mixer_spec: LinearMixerSpec | MambaMixerSpec | None = None,
+                 shares_kv: list[bool] | None = None) -> ModelSpec:
     """The spec with one LayerKind per decoder layer: layer i mixes tokens by mixers[i] (its
     window read from the config), its FFN ffns[i] (default: the spec's; a dense FFN in a mixture
     of experts is named so), its attention ``attention[mixer]`` where given."""
     ffns = ffns or [spec.ffn] * len(mixers)
+    shared = shares_kv or [False] * len(mixers)
     moe = any(f.is_moe for f in ffns)
     kinds = tuple(LayerKind(
-        name=_kind_name(m, moe and not f.is_moe), mixer=m, window=_window(c, m),
-        attention=(attention or {}).get(m), ffn=None if f == spec.ffn else f,
+        name=("kv-sharing " if kv else "") + _kind_name(m, moe and not f.is_moe), mixer=m,
+        window=_window(c, m), attention=(attention or {}).get(m),
+        ffn=None if f == spec.ffn else f, shares_kv=kv,
         mixer_spec=mixer_spec if m in ("linear", "mamba") else None)
-        for m, f in zip(mixers, ffns, strict=True))
+        for m, f, kv in zip(mixers, ffns, shared, strict=True))
     if all(k == LayerKind() for k in kinds):
         return spec
     return replace(spec, pattern=kinds, layers=replace(spec.layers, dense=0), dense_ffn=None)
@@ -950,3 +954,28 @@ def afmoe_spec(c: Config) -> ModelSpec:
     spec = replace(spec, attention=replace(spec.attention, output_gate=True))
     ffns = [k.ffn or spec.ffn for k in spec.decoder_kinds()]
     return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder), ffns)
+
+
+def gemma3n_text_spec(c: Config) -> ModelSpec:
+    """Gemma3nForCausalLM: Gemma 3's layers (four norms, Q and K norms, sliding or full by
+    layer_types) with a width of FFN per layer (intermediate_size a list), the last
+    num_kv_shared_layers reusing earlier layers' K and V (no K, V or K norm of their own),
+    and Gemma 3n's AltUp, LAuReL and per-layer inputs (LayerExtrasSpec)."""
+    n = c.int("num_hidden_layers")
+    sizes = c.data.get("intermediate_size")
+    sizes = [sizes] * n if isinstance(sizes, int) and not isinstance(sizes, bool) else sizes
+    if not isinstance(sizes, list) or len(sizes) != n or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_INT for v in sizes):
+        raise c.fail("intermediate_size", f"a width or a list of {n} widths")
+    first = Config({**c.data, "intermediate_size": sizes[0]}, c.source)
+    spec = gemma_spec(first, "gemma3n_text", norm=GEMMA2_NORM, qk_norm="head")
+    shared = c.at_most("num_kv_shared_layers", c.int0("num_kv_shared_layers", 0),
+                       "num_hidden_layers", n)
+    extras = LayerExtrasSpec(
+        altup_inputs=c.int("altup_num_inputs", 4), laurel_rank=c.int("laurel_rank", 64),
+        per_layer_width=c.int("hidden_size_per_layer_input", 256),
+        per_layer_vocab=c.int("vocab_size_per_layer_input", 262144))
+    spec = with_pattern(replace(spec, extras=extras), c, layer_mixers(c, n),
+                        [replace(spec.ffn, d_ff=w) for w in sizes],
+                        shares_kv=[i >= n - shared for i in range(n)])
+    return spec if spec.pattern else replace(spec, pattern=(LayerKind(),) * n)

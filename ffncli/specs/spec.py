@@ -152,6 +152,21 @@ class LayerKind:
 
 
 @dataclass(frozen=True)
+class LayerExtrasSpec:
+    """Gemma 3n's parts beside attention and FFN. Per layer: AltUp over ``altup_inputs``
+    copies of the stream (coefficients, a router and its norm, an output scale), a LAuReL
+    low-rank residual of ``laurel_rank`` and its norm, the per-layer input's gate and projection
+    of ``per_layer_width`` and its norm. Per model: a per-layer embedding table
+    (``per_layer_vocab`` x layers x per_layer_width), the projection of the stream to those
+    inputs and its norm, and the AltUp projections in and out."""
+
+    altup_inputs: int
+    laurel_rank: int
+    per_layer_width: int
+    per_layer_vocab: int
+
+
+@dataclass(frozen=True)
 class NormSpec:
     kind: NormKind = "layernorm"
     bias: bool = True
@@ -211,6 +226,7 @@ class ModelSpec:
     # What a multimodal config holds that is not counted (its vision or audio tower): the count
     # is the language model's alone, and says so.
     uncounted: tuple[str, ...] = ()
+    extras: LayerExtrasSpec | None = None  # Gemma 3n's AltUp, LAuReL and per-layer inputs
 
     @property
     def ffn_only(self) -> bool:
@@ -269,7 +285,7 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
 
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
-NOT_PRESET_KEYS = frozenset({"pattern", "uncounted"})
+NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras"})
 
 
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
