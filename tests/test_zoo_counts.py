@@ -99,7 +99,7 @@ def test_every_config_ffncli_reads_is_counted_exactly(name, tmp_path):
 
 # The generated figure of issue 40: types of the three mappings counted exactly on their
 # defaults (total, active and each layer's FFN). A type added raises it; lower it never.
-EXACT_TYPES = 75
+EXACT_TYPES = 76
 
 
 def test_n_of_m_types_exact(capsys, tmp_path):
@@ -227,3 +227,41 @@ def test_gemma3n_parts_beside_attention_and_ffn(cli):
     assert sorted(i for x in shared for i in x["indices"]) == list(range(20, 35))
     assert all({r["name"] for r in x["attention_rows"]} == {"W_Q", "W_O"} for x in shared)
     assert [p["elements"] for p in doc["kv_cache"]["parts"] if p["kind"] == "shared"] == [0, 0]
+
+
+def _config(model_type, **changes):
+    return {**json.loads((ZOO / DOC["types"][model_type]["config"]).read_text()), **changes}
+
+
+HOSTILE = [
+    (_config("gpt_oss", layer_types=["full_attention"] * 35),
+     "key 'layer_types': expected a list of 36 layer types (full_attention, sliding_attention, "
+     "chunked_attention, linear_attention), got"),
+    (_config("lfm2", layer_types=["conv"] + ["full_attention"] * 31),
+     "key 'layer_types': expected a list of 32 layer types"),
+    (_config("gemma3_text", layer_types=None, sliding_window=None),
+     None),  # no layer_types: every layer full
+    (_config("gemma3_text", sliding_window=None), "missing key 'sliding_window'"),
+    (_config("gemma3n_text", intermediate_size=[16384] * 34),
+     "key 'intermediate_size': expected a width or a list of 35 widths, got"),
+    (_config("cohere2_moe", mlp_layer_types=["sparse"] * 39 + ["moe"]),
+     "key 'mlp_layer_types': expected a list of 40 layer types (sparse, dense), got"),
+    (_config("deepseek_v2"), "missing key 'num_experts_per_tok'"),
+    (_config("qwen3_next", linear_num_key_heads=0),
+     "key 'linear_num_key_heads': expected a whole number >= 1, got 0"),
+    (_config("jamba", mamba_dt_rank="big"),
+     "key 'mamba_dt_rank': expected a whole number >= 1, got 'big'"),
+    (_config("gemma3", text_config=[1]), "key 'text_config': expected an object, got [1]"),
+]
+
+
+@pytest.mark.parametrize(("config", "message"), HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_configs_of_the_new_readers(cli, tmp_path, config, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = cli("params", "--config", path)
+    if message is None:
+        assert r.code == 0, r.err
+        return
+    assert (r.code, r.out) == (2, "") and r.err.count("\n") == 1
+    assert r.err.startswith(f"error: {path}: {message}"), r.err

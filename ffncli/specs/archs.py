@@ -246,6 +246,7 @@ ARCHS: dict[str, Arch] = {
     "granite_swa": Arch(H.with_sinks(H.patterned_decoder("granite_swa")), LLAMA_FFN),
     "granitemoe_swa": Arch(H.with_sinks(H.windowed(H.granitemoe_spec("granitemoe_swa"))),
                            not_run="attention sinks"),
+    "lfm2": Arch(H.lfm2_spec),
     "gemma3n_text": Arch(H.gemma3n_text_spec, not_run="AltUp, LAuReL and per-layer inputs"),
     "ernie4_5_moe": Arch(H.ernie4_5_moe_spec, not_run="shared experts and biased routing"),
     "afmoe": Arch(H.afmoe_spec, not_run="shared experts and biased routing"),

@@ -979,3 +979,26 @@ def gemma3n_text_spec(c: Config) -> ModelSpec:
                         [replace(spec.ffn, d_ff=w) for w in sizes],
                         shares_kv=[i >= n - shared for i in range(n)])
     return spec if spec.pattern else replace(spec, pattern=(LayerKind(),) * n)
+
+
+def lfm2_ffn_width(c: Config) -> int:
+    """LFM2's FFN width: with block_auto_adjust_ff_dim, 2/3 of intermediate_size (rounded
+    down), times block_ffn_dim_multiplier (rounded down) and rounded up to block_multiple_of."""
+    width = c.int("intermediate_size")
+    if not c.bool("block_auto_adjust_ff_dim", True):
+        return width
+    width = int(2 * width / 3)
+    if c.data.get("block_ffn_dim_multiplier") is not None:
+        width = int(c.number("block_ffn_dim_multiplier") * width)
+        multiple = c.int("block_multiple_of", 256)
+        width = multiple * -(-width // multiple)
+    return width
+
+
+def lfm2_spec(c: Config) -> ModelSpec:
+    """Lfm2ForCausalLM with attention layers (its short-convolution layers, "conv" in
+    layer_types, are refused by name): norms on Q and K, the FFN width of lfm2_ffn_width."""
+    spec = gated_decoder_spec(c, "lfm2", tie_default=True, qk_norm="head",
+                              seq_default=128000)
+    spec = replace(spec, ffn=replace(spec.ffn, d_ff=lfm2_ffn_width(c)))
+    return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))
