@@ -254,6 +254,8 @@ ARCHS: dict[str, Arch] = {
     "mamba": Arch(lambda c: H.mamba_spec(c, "mamba")),
     "falcon_mamba": Arch(lambda c: H.mamba_spec(c, "falcon_mamba")),
     "jamba": Arch(H.jamba_spec, not_run="Mamba layers and a mixture of experts"),
+    "sarvam_mla": Arch(lambda c: H.deepseek_v3_spec(c, "sarvam_mla"),
+                       not_run="shared experts and latent attention"),
     "deepseek_v2": Arch(lambda c: H.deepseek_v3_spec(c, "deepseek_v2"),
                         not_run="shared experts and latent attention"),
     "minimax_m2": Arch(H.minimax_m2_spec, not_run="sigmoid routing with a score-correction "
