@@ -16,6 +16,7 @@ from ffncli.specs.spec import (
     LayerExtrasSpec,
     LayerKind,
     LinearMixerSpec,
+    Mamba2MixerSpec,
     MambaMixerSpec,
     ModelSpec,
     NormSpec,
@@ -217,12 +218,15 @@ def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     return 2 * kv_width
 
 
-def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec) -> int:
+def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec) -> int:
     """A fixed state: Gated DeltaNet's convolution's last conv_kernel inputs (Q, K and V) and
     one k_head_dim x v_head_dim matrix per value head; Mamba's convolution inputs and its
     d_inner x d_state SSM state."""
     if isinstance(mix, MambaMixerSpec):
         return mix.d_inner * (mix.conv_kernel + mix.d_state)
+    if isinstance(mix, Mamba2MixerSpec):  # the convolved stream's inputs, a state per head
+        conv = mix.d_inner + 2 * mix.groups * mix.d_state
+        return conv * mix.conv_kernel + mix.d_inner * mix.d_state
     conv = 2 * mix.k_heads * mix.k_head_dim + mix.v_heads * mix.v_head_dim
     return conv * mix.conv_kernel + mix.v_heads * mix.k_head_dim * mix.v_head_dim
 
@@ -468,6 +472,23 @@ def mamba_matrices(d_model: int, mix: MambaMixerSpec) -> tuple[tuple[str, str, i
     return rows + norms
 
 
+def mamba2_matrices(d_model: int, mix: Mamba2MixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """A Mamba-2 mixer as (name, shape, params): in_proj to the gate, the convolved stream
+    (x, B, C) and the per-head time steps; the depthwise convolution; dt_bias, A_log and D per
+    head; the gated norm; out_proj."""
+    di, h = mix.d_inner, mix.heads
+    conv = di + 2 * mix.groups * mix.d_state
+    return (
+        ("in_proj", f"{d_model} x {di + conv + h}", linear(d_model, di + conv + h,
+                                                           mix.proj_bias)),
+        ("conv1d (depthwise)", f"{conv} x {mix.conv_kernel}",
+         conv * mix.conv_kernel + (conv if mix.conv_bias else 0)),
+        ("dt_bias, A_log, D", f"3 x {h}", 3 * h),
+        ("gated norm", f"{di}", di),
+        ("out_proj", f"{di} x {d_model}", linear(di, d_model, mix.proj_bias)),
+    )
+
+
 def layer_extra_rows(d: int, x: LayerExtrasSpec) -> tuple[Row, ...]:
     """Gemma 3n's parts of each layer: AltUp (correction n x n and prediction n x n^2
     coefficients, a d -> n router and its norm, a per-channel output scale), LAuReL (d -> rank
@@ -497,6 +518,7 @@ def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
     if mix is None:
         return ()
     matrices = (mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
+                else mamba2_matrices(d, mix) if isinstance(mix, Mamba2MixerSpec)
                 else linear_mixer_matrices(d, mix))
     return tuple(Row(name, shape, n) for name, shape, n in matrices)
 

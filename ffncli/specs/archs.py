@@ -253,6 +253,7 @@ ARCHS: dict[str, Arch] = {
     # state-space mixers
     "mamba": Arch(lambda c: H.mamba_spec(c, "mamba")),
     "falcon_mamba": Arch(lambda c: H.mamba_spec(c, "falcon_mamba")),
+    "mamba2": Arch(H.mamba2_spec),
     "jamba": Arch(H.jamba_spec, not_run="Mamba layers and a mixture of experts"),
     "sarvam_mla": Arch(lambda c: H.deepseek_v3_spec(c, "sarvam_mla"),
                        not_run="shared experts and latent attention"),

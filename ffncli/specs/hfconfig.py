@@ -28,6 +28,7 @@ from ffncli.specs.spec import (
     LayerKind,
     LayersSpec,
     LinearMixerSpec,
+    Mamba2MixerSpec,
     MambaMixerSpec,
     ModelSpec,
     NormSpec,
@@ -679,7 +680,7 @@ def _kind_name(mixer: str, dense: bool) -> str:
 def with_pattern(spec: ModelSpec, c: Config, mixers: list[str],
                  ffns: list[FfnSpec] | None = None,
                  attention: dict[str, AttentionSpec] | None = None,
-                 mixer_spec: LinearMixerSpec | MambaMixerSpec | None = None,
+                 mixer_spec: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | None = None,
                  shares_kv: list[bool] | None = None) -> ModelSpec:
     """The spec with one LayerKind per decoder layer: layer i mixes tokens by mixers[i] (its
     window read from the config), its FFN ffns[i] (default: the spec's; a dense FFN in a mixture
@@ -876,21 +877,43 @@ def _dt_rank(c: Config, key: str, d: int) -> int:
 
 
 def mamba_spec(c: Config, family: str) -> ModelSpec:
-    """MambaForCausalLM and FalconMambaForCausalLM: every layer one RMSNorm and a Mamba mixer,
-    no attention and no FFN; a final norm; the head tied by default."""
-    d, n = c.int("hidden_size"), c.int("num_hidden_layers")
-    mixer = MambaMixerSpec(
+    """MambaForCausalLM and FalconMambaForCausalLM: Mamba mixers, the head tied by default."""
+    return _mamba_model(c, family, _mamba_mixer(c))
+
+
+def mamba2_spec(c: Config) -> ModelSpec:
+    """Mamba2ForCausalLM: every layer one RMSNorm and a Mamba-2 mixer (num_heads heads of
+    head_dim, n_groups groups of B and C), no attention, no FFN; untied by default."""
+    d = c.int("hidden_size")
+    mixer = Mamba2MixerSpec(
+        d_inner=c.int("expand", 2) * d, d_state=c.int("state_size", 128),
+        heads=c.int("num_heads", 128), groups=c.int("n_groups", 8),
+        conv_kernel=c.int("conv_kernel", 4), conv_bias=c.bool("use_conv_bias", True),
+        proj_bias=c.bool("use_bias", False))
+    return _mamba_model(c, "mamba2", mixer, tie_default=False)
+
+
+def _mamba_mixer(c: Config) -> MambaMixerSpec:
+    d = c.int("hidden_size")
+    return MambaMixerSpec(
         d_inner=c.int("intermediate_size", c.int("expand", 2) * d),
         d_state=c.int("state_size", 16), dt_rank=_dt_rank(c, "time_step_rank", d),
         conv_kernel=c.int("conv_kernel", 4), conv_bias=c.bool("use_conv_bias", True),
         proj_bias=c.bool("use_bias", False))
+
+
+def _mamba_model(c: Config, family: str, mixer: MambaMixerSpec | Mamba2MixerSpec,
+                 tie_default: bool = True) -> ModelSpec:
+    """A state-space model: every layer one RMSNorm and a mixer, no attention and no FFN; a
+    final norm."""
+    d, n = c.int("hidden_size"), c.int("num_hidden_layers")
     return ModelSpec(
         name=c.name(family), family=family, description=f"from {c.source}", d_model=d,
         seq_len=c.int("max_position_embeddings", 2048),
         ffn=FfnSpec(d_ff=mixer.d_inner, activation=c.act("hidden_act", "silu")),
         norm=NormSpec(kind="rmsnorm", bias=False, per_layer=1, final=True),
         layers=LayersSpec(encoder=0, decoder=n),
-        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), head=c.head(True)),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), head=c.head(tie_default)),
         pattern=(LayerKind("mamba decoder", mixer="mamba", mixer_spec=mixer,
                            has_ffn=False),) * n)
 

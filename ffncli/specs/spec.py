@@ -136,6 +136,22 @@ class MambaMixerSpec:
 
 
 @dataclass(frozen=True)
+class Mamba2MixerSpec:
+    """A Mamba-2 mixer: one projection to the gate (d_inner), the convolved stream (d_inner and
+    B and C, groups x d_state each) and one time step per head; a depthwise convolution of
+    conv_kernel over the convolved stream; per-head dt_bias, A_log and D; a gated RMSNorm of
+    d_inner; the output projection."""
+
+    d_inner: int
+    d_state: int
+    heads: int
+    groups: int = 1
+    conv_kernel: int = 4
+    conv_bias: bool = True
+    proj_bias: bool = False
+
+
+@dataclass(frozen=True)
 class LayerKind:
     """One kind of decoder layer, as data: its token mixer and its FFN. ``ModelSpec.pattern``
     lists the kind of every decoder layer in order; layers of equal kinds are counted
@@ -145,7 +161,7 @@ class LayerKind:
     mixer: str = "full"  # one of MIXERS
     window: int = 0  # sliding: the window; chunked: the chunk (tokens)
     attention: AttentionSpec | None = None  # None: the spec's attention
-    mixer_spec: LinearMixerSpec | MambaMixerSpec | None = None  # mixer linear or mamba
+    mixer_spec: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | None = None
     ffn: FfnSpec | None = None  # None: the spec's FFN
     has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
