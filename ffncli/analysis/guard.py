@@ -13,7 +13,6 @@ import inspect
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 
 from ffncli.analysis.compare import first_overflow
 from ffncli.analysis.frameworks import as_numpy, came_as, describe
+from ffncli.base.signals import Alarm, time_limit
 from ffncli.base.validate import number
 from ffncli.errors import ImplError, InputError, Interrupted
 
@@ -40,7 +40,6 @@ class _TimedOut(BaseException):
 
 
 MIN_TIMEOUT = 1e-3  # seconds
-_LONGEST_TIMER = 1e8  # seconds (three years): setitimer overflows time_t past about 1e11
 
 
 def check_timeout(seconds: float | None) -> None:
@@ -92,43 +91,10 @@ def _no_hard_exit() -> Iterator[None]:
         os._exit = real
 
 
-class _Alarm:
-    fired = False  # the limit passed, even if the code under test swallowed _TimedOut
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float | None) -> Iterator[_Alarm]:
-    """Raise :class:`_TimedOut` in the main thread once ``seconds`` have passed.
-
-    A real-time interval timer sends SIGALRM; its handler raises only while the limit is
-    armed, so a signal that lands after the call has returned is ignored. The timer repeats
-    and the alarm records that it fired, in case the code under test swallows the exception.
-    The previous SIGALRM handler and timer are restored afterwards. Python runs the handler
-    between bytecodes, so a single long NumPy call is stopped when it returns."""
-    alarm = _Alarm()
-    if seconds is None:
-        yield alarm
-        return
-    armed = True
-
-    def on_alarm(signum: int, frame: object) -> None:
-        if armed:
-            alarm.fired = True
-            raise _TimedOut
-
-    seconds = min(seconds, _LONGEST_TIMER)
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    started = time.monotonic()
-    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds, seconds)
-    try:
-        yield alarm
-    finally:
-        armed = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if old_delay > 0:  # someone else's timer was running: let it go on
-            left = max(old_delay - (time.monotonic() - started), 1e-6)
-            signal.setitimer(signal.ITIMER_REAL, left, old_interval)
+def _time_limit(seconds: float | None) -> contextlib.AbstractContextManager[Alarm]:
+    """Raise :class:`_TimedOut` in the main thread once ``seconds`` have passed, and again
+    every ``seconds`` after, in case the code under test swallows it."""
+    return time_limit(seconds, _TimedOut, repeat=True)
 
 
 def _late(what: str, timeout: float | None, during: str = "") -> str:
@@ -283,7 +249,7 @@ def call_here(fn: Callable[[np.ndarray], object], x: np.ndarray,
     """Call ``fn`` on a copy of ``x`` in this process, under ``timeout`` seconds (if given),
     and say what it did; ffncli's own :class:`Interrupted` goes through."""
     given = x.copy()
-    alarm = _Alarm()
+    alarm = Alarm()
     try:
         with _time_limit(timeout) as alarm, _no_hard_exit():
             returned = fn(given)
