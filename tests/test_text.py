@@ -734,6 +734,24 @@ def trained_tokenizer(kind: str):
     return Tokenizer(backend, kind)
 
 
+def spy_on(tok) -> list[int]:
+    """The length of every string ``tok``'s backend tokenises from now on, in a list kept up
+    to date."""
+    backend, seen = tok._backend, []
+
+    class Spy:
+        def encode(self, s: str, **kw):
+            seen.append(len(s))
+            return backend.encode(s, **kw)
+
+        def encode_batch(self, batch: list[str], **kw):
+            seen.extend(len(s) for s in batch)
+            return backend.encode_batch(batch, **kw)
+
+    tok._backend = Spy()
+    return seen
+
+
 def long_line() -> str:
     """Alice's first 600 words separated by one space, two, a tab or an ideographic space."""
     seps = [" ", "  ", "\t", " \u3000 ", " ", "   "]
@@ -753,19 +771,8 @@ def test_a_long_line_gives_the_ids_of_the_whole_line(monkeypatch, kind, cut):
     want = tok._backend.encode(line).ids
     assert want[0] == 1 and want[-1] == 2  # the template's <s> ... </s>
     monkeypatch.setattr(text, "LONG_LINE", 200)
-    seen: list[int] = []  # the length of every string the backend tokenises
     backend = tok._backend
-
-    class Spy:
-        def encode(self, s: str, **kw):
-            seen.append(len(s))
-            return backend.encode(s, **kw)
-
-        def encode_batch(self, batch: list[str], **kw):
-            seen.extend(len(s) for s in batch)
-            return backend.encode_batch(batch, **kw)
-
-    tok._backend = Spy()
+    seen = spy_on(tok)
     assert tok.encode(["short one", line, "another"]) == [
         backend.encode("short one").ids, want, backend.encode("another").ids]
     assert (max(seen) < 1000) is cut  # cut: no string longer than a piece and its context
@@ -998,18 +1005,7 @@ def test_a_document_without_spaces_is_cut_where_its_ids_do_not_change(monkeypatc
     monkeypatch.setattr(text, "LONG_LINE", 500)
     monkeypatch.setattr(text, "MAX_PIECE", 2000)
     monkeypatch.setattr(text, "CUT_CONTEXT", 32)
-    seen: list[int] = []
-
-    class Spy:
-        def encode(self, s: str, **kw):
-            seen.append(len(s))
-            return backend.encode(s, **kw)
-
-        def encode_batch(self, batch: list[str], **kw):
-            seen.extend(len(s) for s in batch)
-            return backend.encode_batch(batch, **kw)
-
-    tok._backend = Spy()
+    seen = spy_on(tok)
     ids = tok.encode([doc])[0]
     assert max(seen) <= 2000
     assert ids[0] == 1 and ids[-1] == 2  # <s> ... </s>
