@@ -298,8 +298,7 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\
 # = + - @, and tab and carriage return, which one_line has already escaped)
 _FORMULA = ("=", "+", "-", "@")
 # a figure (which a spreadsheet should read as one), or the "-" of a figure left out
-_FIGURE = re.compile(r"[+-]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?%?|[+-]?(?:inf|nan)|-",
-                     re.IGNORECASE)
+_FIGURE = re.compile(r"[+-]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?%?|-")
 
 
 def one_line(text: str) -> str:
