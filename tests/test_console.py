@@ -341,3 +341,87 @@ def test_run_json_with_allow_nonfinite_is_strict(cli, tmp_path):
     assert r.code == 0 and all(v is not None for v in doc["output"][0])
     assert doc["nonfinite"]["count"] == 2 * 4  # row 1 of output and of first_rows
     assert doc["nonfinite"]["first"][0] == {"path": "output[1][0]", "value": "NaN"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Output to a file or a pipe: no line is broken (it was at 160 columns, mid-path).
+
+
+def _piped(*args: str, columns: str | None = None) -> str:
+    """ffncli's stdout as a pipe reads it, with COLUMNS unset as a shell leaves it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    p = subprocess.run([sys.executable, "-c", "from ffncli.cli import main; main()", *args],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+@pytest.fixture
+def long_folder(tmp_path):
+    folder = tmp_path / ("d" * 200)  # the weights' line is over 230 characters
+    folder.mkdir()
+    (folder / "cat.txt").write_text("0.8446 0.5777 0.8446 0.5777\n0.5777 0.8446 0.5777 0.8446\n")
+    rng = np.random.default_rng(0)
+    np.savez(folder / "w.npz", w1=rng.normal(size=(4, 16)).astype(np.float32),
+             b1=np.zeros(16, np.float32), w2=rng.normal(size=(16, 4)).astype(np.float32),
+             b2=np.zeros(4, np.float32))
+    return folder
+
+
+@pytest.mark.parametrize("command, line", [
+    ("run", "FFN: relu, float32, weights {}/w.npz"),
+    ("relu-stats", "weights: {}/w.npz"),
+])
+def test_a_pipe_gets_long_lines_whole(long_folder, command, line):
+    out = _piped(command, "--preset", "tiny", "--weights", str(long_folder / "w.npz"),
+                 "--input", str(long_folder / "cat.txt"))
+    assert line.format(long_folder) in out.splitlines()
+
+
+def test_columns_set_is_a_width_asked_for(long_folder):
+    out = _piped("run", "--preset", "tiny", "--weights", str(long_folder / "w.npz"),
+                 "--input", str(long_folder / "cat.txt"), columns="80")
+    assert max(map(len, out.splitlines())) <= 80
+
+
+@pytest.mark.parametrize("columns", [40, 80, 200])
+def test_the_bar_leaves_room_for_the_terminals_echo_of_ctrl_c(monkeypatch, columns):
+    """A bar line as wide as the terminal made the echoed "^C" wrap: Rich then cleared the
+    line below it on the way out, and the bar stayed on screen after Ctrl-C."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    text = _bar_run(monkeypatch)
+    frames = [line for line in re.split(r"[\r\n]", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text))
+              if line.strip()]
+    assert frames and "tokens x layers" in frames[-1]
+    assert max(len(line) for line in frames) <= columns - 3
+
+
+def test_a_signal_as_the_bar_starts_still_clears_it(monkeypatch):
+    """The bar's stop is registered before it starts: a signal raised inside Rich's start
+    (the refresh thread already running) still stops and clears it."""
+    from rich.progress import Progress as RichProgress
+
+    started = RichProgress.start
+
+    def start_then_signal(self) -> None:
+        started(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RichProgress, "start", start_then_signal)
+    stopped = []
+    real_stop = RichProgress.stop
+
+    def stop(self) -> None:
+        stopped.append(self.live.is_started)
+        real_stop(self)
+
+    monkeypatch.setattr(RichProgress, "stop", stop)
+    with pytest.raises(KeyboardInterrupt):
+        _bar_run(monkeypatch)
+    assert stopped == [True]

@@ -168,6 +168,7 @@ def _run_console(block: Block, page: Page, cli, monkeypatch) -> None:
     path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
     with monkeypatch.context() as m:
         m.setenv("PATH", path)  # python3 in a `$ ` step is this venv's
+        m.delenv("COLUMNS")  # a reader's shell exports none: the output is not a terminal's
         for name, value in page.env.items():
             m.setenv(name, value)
         for command, expected in block.steps():
@@ -311,7 +312,8 @@ def _of_the_clone(entry: Path) -> bool:
 def _reader_env(bin_folder: Path) -> dict[str, str]:
     """A reader's shell with the venv activated: nothing on PYTHONPATH."""
     env = {name: value for name, value in os.environ.items()
-           if name not in ("PYTHONPATH", "PYTHONSAFEPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+           if name not in ("PYTHONPATH", "PYTHONSAFEPATH", "PYTHONHOME", "VIRTUAL_ENV",
+                           "COLUMNS")}
     env["PATH"] = f"{bin_folder}{os.pathsep}{env.get('PATH', '')}"
     env["VIRTUAL_ENV"] = str(bin_folder.parent)
     return env
@@ -421,3 +423,77 @@ def test_readme_test_command_is_what_ci_runs():
     assert len(ci) == 1 and f"```bash\n{ci[0]}\n```" in readme
     assert "ruff check ." in ci[0] and "mypy" in ci[0] and "lint-imports" in ci[0]
     assert ci[0].endswith("pytest")
+
+
+# ---- docs/specs.md's YAML template: it loads, and it is every key with its default ----------
+
+def _spec_template() -> str:
+    text = (ROOT / "docs" / "specs.md").read_text()
+    m = re.search(r"Every key, with its default:\n\n```yaml\n(.*?)^```", text, re.S | re.M)
+    assert m, "docs/specs.md: no YAML template after 'Every key, with its default:'"
+    return m.group(1)
+
+
+def test_the_spec_template_loads(cli, tmp_path):
+    path = tmp_path / "my-model.yaml"
+    path.write_text(_spec_template())
+    r = cli("params", "--preset", path, "--json")
+    assert r.code == 0, r.err
+    assert (r.json()["model"], r.json()["d_model"], r.json()["d_ff"]) == ("my-model", 512, 2048)
+
+
+def test_the_spec_template_is_every_key_with_its_default():
+    """Each section of the template names exactly its dataclass's fields, and a key with a
+    default shows that default (the template is a copy of it a reader can start from)."""
+    import dataclasses
+
+    import yaml
+
+    from ffncli.specs import spec
+
+    sections = {"ffn": spec.FfnSpec, "attention": spec.AttentionSpec, "norm": spec.NormSpec,
+                "layers": spec.LayersSpec, "embeddings": spec.EmbeddingsSpec,
+                "init": spec.InitSpec}
+    written_default = {"description"}  # its default, none, is no value: the template shows one
+    wrong = []
+
+    def walk(cls: type, data: dict, prefix: str) -> None:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if set(data) != set(fields):
+            wrong.append(f"{prefix or 'top level'}: keys {sorted(set(data) ^ set(fields))}")
+        for name, f in fields.items():
+            value = data.get(name)
+            if name in sections and isinstance(value, dict):
+                walk(sections[name], value, f"{prefix}{name}.")
+                continue
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING \
+                else f.default
+            if default is dataclasses.MISSING or name in written_default:
+                continue
+            if dataclasses.is_dataclass(default):
+                default = dataclasses.asdict(default)
+            if value != default:
+                wrong.append(f"{prefix}{name}: {value!r}, default {default!r}")
+
+    walk(spec.ModelSpec, yaml.safe_load(_spec_template()), "")
+    assert not wrong, wrong
+
+
+# ---- the README's install lines come before the examples that need them --------------------
+
+EXTRA_USES = {"text": ("--text", "--ids"), "gguf": ("$SMOLLM2", ".gguf")}
+
+
+def test_readme_installs_each_extra_before_its_first_use():
+    """An example that needs an extra (the `gguf` package reads SmolLM2's .gguf, `tokenizers`
+    its text) follows a README line that installs it: `pip install .` alone has neither."""
+    text = (ROOT / "README.md").read_text()
+    installs = {extra: [m.start() for m in re.finditer(
+        rf"^pip install [^\n]*'\.\[[\w,]*\b{extra}\b[\w,]*\]'", text, re.M)]
+        for extra in EXTRA_USES}
+    for extra, uses in EXTRA_USES.items():
+        first_use = min(m.start() for m in re.finditer(r"^\$ ffncli .*$", text, re.M)
+                        if any(use in m.group() for use in uses))
+        assert installs[extra] and installs[extra][0] < first_use, \
+            f"README.md: no pip install '.[{extra}]' before line " \
+            f"{text.count(chr(10), 0, first_use) + 1}"

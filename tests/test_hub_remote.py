@@ -1,27 +1,64 @@
 """``params --model`` from the Hub by headers (formats/remote.py), against a stand-in Hub on
 127.0.0.1 (helpers/hub_server.py, HF_ENDPOINT pointing at it), never the real one: real MiniLM
 files, MiniLM in shards, SmolLM2's GGUF, a gated repository, and ones that answer 404 or 500,
-redirect forever, lie about a header's length or hang up mid-header. Every count is compared,
-byte for byte, with ``params --weights`` on the same local files; the server's log says which
-bytes of each weights file were asked for."""
+redirect forever, lie about a header's length or hang up mid-header, and a table of hostile ones
+(each bounded in time by a deadline made short here, each leaving no partial file in the cache).
+Every count is compared, byte for byte, with ``params --weights`` on the same local files; the
+server's log says which bytes of each weights file were asked for."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import struct
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.hub_server import COMMIT, Hub, Repo, folder_files
+from helpers.hub_server import API, COMMIT, Hub, Repo, folder_files
 from helpers.installed_models import minilm, smollm2
 
+from ffncli.formats import remote
 from ffncli.formats.gguf import read_header as gguf_header
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 TOKEN = "hf_ThisIsTheSecretToken"
 LIAR = struct.pack("<Q", 10_000_000) + b"{}" + bytes(990)  # 1,000 bytes in all
+
+
+ESCAPE = "../../../../outside"  # from snapshots/ of the cache (HF_HOME/hub) to beside HF_HOME
+SHARDS = 50_000
+
+
+def hostile_repos(model: dict[str, bytes]) -> dict[str, Repo]:
+    """The hostile repositories, by name: MiniLM's files, served badly."""
+    many = json.dumps({"weight_map": {f"t{i}": f"s{i}.safetensors" for i in range(SHARDS)}})
+    minimal = {"config.json": model["config.json"], "model.safetensors": model["model.safetensors"]}
+    return {
+        "acme/html": Repo(model, info=b"<!DOCTYPE html><html><body>Hub</body></html>"),
+        "acme/list": Repo(model, info=b'["config.json", "model.safetensors"]'),
+        "acme/siblings": Repo(model, info=json.dumps(
+            {"sha": COMMIT, "siblings": "model.safetensors"}).encode()),
+        "acme/no-sha": Repo(model, info=json.dumps(
+            {"siblings": [{"rfilename": "model.safetensors"}]}).encode()),
+        "acme/dotdot": Repo({"../x.gguf": b"GGUF"}),
+        "acme/escape": Repo({"model.safetensors": model["model.safetensors"]}, sha=ESCAPE),
+        "acme/other-commit": Repo(minimal, commit_header="../../../other\x1b"),
+        "acme/retry-after": Repo(minimal, answers={
+            "config.json": (429, {"Retry-After": "1000000000"})}),
+        "acme/unavailable": Repo(minimal, answers={
+            "config.json": (503, {"Retry-After": "1000000000"})}),
+        "acme/trickle": Repo(minimal, trickle={"config.json": 0.2}),
+        "acme/trickle-head": Repo(minimal, trickle_head={API: 0.2}),
+        "acme/trickle-range": Repo(minimal, trickle={"model.safetensors": 0.2}),
+        "acme/huge-config": Repo(minimal, announce={"config.json": (10**10, 6 << 20)}),
+        "acme/endless-config": Repo(minimal, endless={"config.json": 6 << 20}),
+        "acme/endless-info": Repo(minimal, endless={API: 20 << 20}),
+        "acme/many-shards": Repo({"config.json": model["config.json"],
+                                  "model.safetensors.index.json": many.encode()}),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +78,7 @@ def hub(sharded):
         "acme/cut": Repo(model, cut={"model.safetensors": 100}),
         "acme/no-ranges": Repo(model, ranges=False),
         "acme/pickles": Repo({"config.json": model["config.json"], "pytorch_model.bin": b"x"}),
+        **hostile_repos(model),
     })
     yield server
     server.close()
@@ -95,7 +133,7 @@ def test_the_hubs_count_is_the_local_files_byte_for_byte(cli, hub, online, shard
 
 def test_only_each_safetensors_header_is_asked_for(cli, hub, online, sharded):
     """Each weights file: one range of its 8-byte length, one of exactly the header it
-    measures; config.json and the index whole (huggingface_hub's HEAD, then GET)."""
+    measures; config.json and the index whole, by one GET each (ffncli's bounded reader)."""
     for repo, folder in ((MINILM, minilm()), ("acme/minilm-sharded", sharded)):
         assert cli("params", "--model", repo, "--json").code == 0
         weights = sorted(p.name for p in folder.glob("*.safetensors"))
@@ -106,7 +144,7 @@ def test_only_each_safetensors_header_is_asked_for(cli, hub, online, sharded):
             assert asked == [("GET", "bytes=0-7"), ("GET", f"bytes=8-{8 + n - 1}")], name
         for name in ("config.json", "model.safetensors.index.json"):
             asked = [(r.method, r.range) for r in hub.requests_of(repo, name)]
-            assert asked == ([("HEAD", None), ("GET", None)] if (folder / name).exists()
+            assert asked == ([("GET", None)] if (folder / name).exists()
                              else []), name
 
 
@@ -269,3 +307,175 @@ def test_counting_from_the_hub_never_imports_numpy(hub, online):
     for repo in (MINILM, "acme/smollm2"):
         result = probe("params", "--model", repo, "--json")
         assert (result["numpy_after"], result["code"]) == (False, 0), repo
+
+
+# ---------------------------------------------------------------------------------------------
+# The Hub cannot steer or hang ffncli: a table of hostile answers and settings, each one line,
+# exit 2, within a deadline made short here, and no partial file left in the cache.
+
+DEADLINE = 1.0  # seconds (120 by default): each trickle lasts 6 s, then would succeed
+
+
+@pytest.fixture
+def hostile(hub, online, monkeypatch) -> Iterator[Path]:
+    """``online`` with the deadline made short; afterwards, the cache holds whole files only:
+    no temporary or partial one, each blob a file the Hub holds, each snapshot file a link to
+    a blob, each ref the commit."""
+    monkeypatch.setattr(remote, "DEADLINE", DEADLINE)
+    yield online
+    served = {data for repo in hub.repos.values() for data in repo.files.values()}
+    for path in (online / "hub").rglob("*"):
+        assert not path.name.endswith((".tmp", ".incomplete", ".lock")), path
+        if path.parent.name == "blobs":
+            assert path.read_bytes() in served, path
+        if "snapshots" in path.parts and not path.is_dir():
+            assert path.is_symlink() and path.resolve().parent.name == "blobs", path
+        if "refs" in path.parts and path.is_file():
+            assert path.read_text() == COMMIT, path
+
+
+LATE = "the Hub took longer than the 1 s ffncli gives it for all of its answers"
+INFO = "the Hub's model info"
+# a model not cached whose Hub does not answer in time (or at all): the line says both
+NOT_CACHED = ("{model} is not in the Hugging Face cache at {cache} (ffncli never downloads "
+              "weights); there is no cache there; nor could it be counted from the Hub: ")
+OFFLINE = "; --offline keeps params to the cache"
+HOSTILE = {  # model: its line; {url}: the URL of the repository's files at the commit
+    "acme/html": f"acme/html: {INFO} is not valid JSON at line 1, column 1: Expecting value",
+    "acme/list": f"acme/list: {INFO}: expected a JSON object, got ['config.json', "
+                 "'model.safetensors']",
+    "acme/siblings": f"acme/siblings: {INFO}: siblings: expected a list of files, each with its "
+                     "rfilename, got 'model.safetensors'",
+    "acme/no-sha": f"acme/no-sha: {INFO}: sha: expected a commit id of 40 hex digits, got None",
+    "acme/dotdot": f"acme/dotdot: {INFO}: siblings: '../x.gguf' is not a file's path in a "
+                   "repository",
+    "acme/other-commit": "{url}config.json: the Hub answered for commit '../../../other\\x1b', "
+                         f"not for {COMMIT}, the commit asked for",
+    "acme/retry-after": "{url}config.json: the Hub answered HTTP 429",
+    "acme/unavailable": "{url}config.json: the Hub answered HTTP 503",
+    "acme/trickle": NOT_CACHED + "{url}config.json: " + LATE + OFFLINE,
+    "acme/trickle-head": NOT_CACHED + "acme/trickle-head: " + LATE + OFFLINE,
+    "acme/trickle-range": "{url}model.safetensors: " + LATE,
+    "acme/huge-config": "{url}config.json: the Hub announces 10,000,000,000 bytes; ffncli "
+                        "reads at most 4,194,304",
+    "acme/endless-config": "{url}config.json: the Hub sent more than 4,194,304 bytes, the "
+                           "most ffncli reads",
+    "acme/endless-info": "acme/endless-info: the Hub sent more than 16,777,216 bytes, the most "
+                         "ffncli reads",
+    "acme/many-shards": "{cache}/models--acme--many-shards/snapshots/" + COMMIT +
+                        "/model.safetensors.index.json: names 50,000 shard files; ffncli reads "
+                        "the headers of at most 4,096 from the Hub (the largest models have "
+                        "about 200)",
+}
+
+
+@pytest.mark.parametrize("model", HOSTILE)
+def test_a_hostile_hub_is_one_line_within_the_deadline(cli, hub, hostile, model):
+    line = HOSTILE[model].format(model=model, url=url(hub, model, ""), cache=hostile / "hub")
+    assert one_error(cli("params", "--model", model)) == line
+    for name in ("config.json", "model.safetensors.index.json"):  # no retry, no HEAD first
+        assert len(hub.requests_of(model, name)) <= 1
+    assert not any(r.range is None for r in hub.requests_of(model, "model.safetensors"))
+
+
+def test_the_commit_is_never_a_path_out_of_the_cache(cli, hub, hostile, monkeypatch):
+    """A commit id (sha) that climbs out of snapshots/ to a folder holding a config.json: it
+    is refused, and no file outside the cache is read."""
+    outside = hostile.parent / "outside"
+    outside.mkdir()
+    (outside / "config.json").write_bytes(minilm().joinpath("config.json").read_bytes())
+    from ffncli.base import textformats
+
+    read: list[Path] = []
+    real = textformats.read_text
+    monkeypatch.setattr(textformats, "read_text",
+                        lambda path, *a, **k: read.append(Path(path)) or real(path, *a, **k))
+    assert one_error(cli("params", "--model", "acme/escape")) == (
+        f"acme/escape: {INFO}: sha: expected a commit id of 40 hex digits, got '{ESCAPE}'")
+    assert read == [] and hub.requests_of("acme/escape", "model.safetensors") == []
+    assert not (hostile / "hub" / "models--acme--escape").exists()
+
+
+BAD_ENDPOINT = "HF_ENDPOINT: expected the Hub's URL, http(s)://HOST[:PORT], got "
+BAD_TOKEN = ("the Hub token (HF_TOKEN) holds a character that is not printable ASCII, which no "
+             "HTTP header carries; it was not sent")
+
+
+@pytest.mark.parametrize("name, value, line", [
+    ("HF_ENDPOINT", "not a url", BAD_ENDPOINT + "'not a url'"),
+    ("HF_ENDPOINT", "http://127.0.0.1:99999", BAD_ENDPOINT + "'http://127.0.0.1:99999'"),
+    ("HF_ENDPOINT", "http://user:secret@127.0.0.1:0", BAD_ENDPOINT + "'http://127.0.0.1:0'"),
+    ("HF_ENDPOINT", "ftp://127.0.0.1", BAD_ENDPOINT + "'ftp://127.0.0.1'"),
+    ("HF_ENDPOINT", "http://exa mple.org", BAD_ENDPOINT + "'http://exa mple.org'"),
+    ("HF_HUB_DOWNLOAD_TIMEOUT", "abc",
+     "HF_HUB_DOWNLOAD_TIMEOUT: expected a whole number of seconds, got 'abc'"),
+    ("HF_HUB_ETAG_TIMEOUT", "1.5", "HF_HUB_ETAG_TIMEOUT: expected a whole number of seconds, "
+                                   "got '1.5'"),
+    ("HF_TOKEN", "hf_s\u00e9cret", BAD_TOKEN),
+    ("HF_TOKEN", "hf_se\x7fcret", BAD_TOKEN),
+])
+def test_bad_settings_are_one_line_before_any_request(cli, hub, hostile, monkeypatch, name,
+                                                      value, line):
+    monkeypatch.setenv(name, value)
+    r = cli("params", "--model", MINILM)
+    assert one_error(r) == line and "secret" not in r.err
+    assert hub.log == []
+
+
+def test_a_cache_that_is_a_file_is_one_line(cli, hub, hostile, monkeypatch):
+    (hostile.parent / "cache").write_text("not a folder\n")
+    monkeypatch.setenv("HF_HUB_CACHE", str(hostile.parent / "cache"))
+    for command in (("params", "--model", MINILM), ("run", "--model", MINILM, "--random", "1")):
+        assert one_error(cli(*command)) == (
+            f"the Hugging Face cache {hostile.parent / 'cache'} is not a folder (HF_HUB_CACHE "
+            "names it, else HF_HOME/hub)")
+    assert hub.log == []
+    monkeypatch.setenv("HF_HUB_CACHE", str(hostile.parent / "cache" / "hub"))  # in a file
+    assert one_error(cli("params", "--model", MINILM)) == (
+        f"cannot write config.json into the Hugging Face cache at {hostile.parent / 'cache'}"
+        "/hub: Not a directory")
+
+
+def test_a_silent_hub_stops_at_the_deadline_or_the_timeout(cli, hub, hostile, monkeypatch):
+    """A Hub that accepts the connection and never answers: the request stops at the deadline
+    when that comes first, else at HF_HUB_DOWNLOAD_TIMEOUT's seconds; either is one line that
+    also says the model is not cached."""
+    start = NOT_CACHED.format(model="acme/x", cache=hostile / "hub")
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(8)
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{listening.getsockname()[1]}")
+        assert one_error(cli("params", "--model", "acme/x")) == f"{start}acme/x: {LATE}{OFFLINE}"
+        monkeypatch.setattr(remote, "DEADLINE", 30.0)
+        monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "1")
+        assert one_error(cli("params", "--model", "acme/x")) == (
+            f"{start}acme/x: the Hub could not be read (ReadTimeout: timed out){OFFLINE}")
+
+
+def test_not_cached_and_the_hub_unreachable_says_both(cli, hub, hostile, monkeypatch):
+    assert cli("params", "--model", MINILM).code == 0  # the cache now holds its config.json
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    assert one_error(cli("params", "--model", "acme/smollm2")) == (
+        f"acme/smollm2 is not in the Hugging Face cache at {hostile / 'hub'} (ffncli never "
+        f"downloads weights); cached models: {MINILM}; nor could it be counted from the Hub: "
+        "acme/smollm2: the Hub could not be read (ConnectError: [Errno 111] Connection "
+        f"refused){OFFLINE}")
+
+
+def test_the_user_and_password_of_hf_endpoint_are_never_shown(cli, hub, hostile, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", hub.url.replace("://", "://user:secret@"))
+    r = cli("params", "--model", MINILM, "--json")
+    assert (r.code, r.err) == (0, "")
+    assert json.loads(r.out)["weights"] == url(hub, MINILM, "model.safetensors")
+    r = cli("params", "--model", MINILM)
+    assert r.code == 0 and f"weights: {url(hub, MINILM, 'model.safetensors')}" in r.out
+    shown = r.out
+    for model in ("acme/other-commit", "acme/trickle-range", "acme/broken"):
+        r = cli("params", "--model", model)
+        assert one_error(r) == HOSTILE.get(model, "acme/broken: the Hub answered HTTP 500").format(
+            url=url(hub, model, ""), cache=hostile / "hub")
+        shown += r.err
+    assert "secret" not in shown

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ffncli.analysis.perplexity import Protocol
+from ffncli.errors import InputError, Interrupted
 from ffncli.formats.text import Sequences
 from ffncli.jobs.choices import ModelChoice
 from ffncli.jobs.perplexity import Variant, perplexity
@@ -463,6 +466,34 @@ def test_a_thresholds_file_is_read_strictly(cli, tmp_path, ids_file, saved, edit
     assert (r.code, r.err) == (2, f"error: {path}: {message}\n")
 
 
+WHOLE, TEXT = "a whole number >= 1", "a non-empty string"
+
+
+@pytest.mark.parametrize("where, key, value, expected", [
+    # accepted before: true == 1 and 128.0 == 128 in Python's comparison
+    (None, "version", True, WHOLE), (None, "version", 1.0, WHOLE), (None, "version", 2, "1"),
+    ("model", "d_ff", 128.0, WHOLE), ("model", "d_model", 64.0, WHOLE),
+    ("model", "layers", 2.0, WHOLE), ("model", "layers", True, WHOLE),
+    ("model", "d_ff", "128", WHOLE), ("model", "fingerprint", None, TEXT),
+    ("model", "name", 5, TEXT), ("calibration", "tokens", 288.0, WHOLE),
+    ("calibration", "evaluated_text", 1, "true or false"), ("calibration", "sha256", None, TEXT),
+])
+def test_a_thresholds_files_numbers_are_of_their_type(cli, tmp_path, ids_file, saved, where,
+                                                     key, value, expected):
+    """Booleans are not numbers, 128.0 is not a whole number: base/validate's whole(), name()
+    and flag(), as every config key is read."""
+    doc = json.loads(json.dumps(saved))
+    (doc if where is None else doc[where])[key] = value
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    line = (f"error: {path}: " + ("" if where is None else f"key '{where}': ")
+            + f"key '{key}': expected {expected}, got {value!r}\n")
+    for command in (("perplexity", "--ctx", "32"), ("relu-stats",)):
+        r = cli(command[0], "--weights", FORWARD / "gpt2" / "model.safetensors", "--ids",
+                ids_file, *command[1:], "--thresholds", path)
+        assert (r.code, r.out, r.err) == (2, "", line)
+
+
 def test_a_target_of_minus_zero_is_zero(cli, tmp_path, ids_file, saved):
     doc = json.loads(json.dumps(saved))
     doc["entries"][0]["target"] = -0.0
@@ -564,7 +595,8 @@ def test_each_option_of_the_command_changes_what_it_reports(cli, tmp_path, ids_f
     every = run("--score", "all")
     assert (every["tokens_scored"], every["protocol"]["name"]) == (279, "all")
     strided = run("--stride", "16")
-    assert (strided["tokens_scored"], strided["windows"]) == (287, 17)
+    assert (strided["tokens_scored"], strided["windows"]) == (299, 18)  # 300 ids, HF's recipe
+    assert strided["dropped_tokens"] == 0 and dense["dropped_tokens"] == 300 - 9 * 32
     sparse = ["--sparsify", "cats", "--target-sparsity", "0.5"]
     whole = run(*sparse)["variants"][0]
     one = run(*sparse, "--layer", "1")["variants"][0]
@@ -590,3 +622,76 @@ def test_calibration_text_calibrates_in_place_of_the_evaluated_one(cli, tmp_path
     assert theirs.json()["calibration"]["evaluated_text"] is False
     assert own.json()["variants"][0]["layers"][0]["threshold"] != \
         theirs.json()["variants"][0]["layers"][0]["threshold"]
+
+
+# ---------------------------------------------------------------------------------------------
+# --save-thresholds with --report: all or nothing, as capture is.
+
+
+def _both(tmp_path: Path, ids_file: Path) -> tuple[Path, Path, tuple]:
+    saved, report = tmp_path / "t.json", tmp_path / "r.html"
+    args = ("perplexity", "--weights", FORWARD / "gpt2" / "model.safetensors", "--ids",
+            ids_file, "--ctx", "32", "--sparsify", "cats", "--target-sparsity", "0.5",
+            "--save-thresholds", saved, "--report", report, "--quiet")
+    return saved, report, args
+
+
+def _after_the_work(monkeypatch, then) -> list:
+    """run_perplexity as it was, ``then(result)`` after it; what it saw in the folder."""
+    import ffncli.jobs.perplexity as job
+
+    run, seen = job.run_perplexity, []
+
+    def wrapped(*args, **kwargs):
+        result = run(*args, **kwargs)
+        seen.append(then(result))
+        return result
+
+    monkeypatch.setattr(job, "run_perplexity", wrapped)
+    return seen
+
+
+def test_both_outputs_are_reserved_before_the_work(cli, tmp_path, ids_file, monkeypatch):
+    """While the walk runs, each output's hidden temporary file exists beside it (a folder
+    that cannot be written fails before the work); after, only the two files."""
+    saved, report, args = _both(tmp_path, ids_file)
+    seen = _after_the_work(monkeypatch, lambda result: sorted(os.listdir(tmp_path)))
+    r = cli(*args)
+    assert (r.code, r.err) == (0, "")
+    assert [re.sub(r"\.[0-9a-f]{8}\.", ".HEX.", n) for n in seen[0]] == \
+        [".r.html.HEX.tmp", ".t.json.HEX.tmp"]
+    assert sorted(os.listdir(tmp_path)) == ["r.html", "t.json"]
+    assert json.loads(saved.read_text())["format"] == "ffncli thresholds"
+
+
+@pytest.mark.parametrize("how", ["report-fails", "report-is-a-directory", "interrupted"])
+def test_a_report_that_fails_leaves_no_thresholds_file(cli, tmp_path, ids_file, monkeypatch,
+                                                       how):
+    """The thresholds file was written in the job, before the report was made: a report that
+    could not be made or written left it behind (exit 2). Now neither is named."""
+    import ffncli.present.perplexity as present
+
+    saved, report, args = _both(tmp_path, ids_file)
+    line = "error: the report could not be drawn\n"
+    if how == "report-fails":
+        def failing(*a):
+            raise InputError(line[7:-1])
+
+        monkeypatch.setattr(present, "perplexity_report", failing)
+    elif how == "report-is-a-directory":  # taken by a folder while the walk ran
+        _after_the_work(monkeypatch, lambda result: report.mkdir())
+        line = f"error: option --report: cannot write {report}: Is a directory\n"
+    else:
+        def interrupt(result):  # SIGTERM as main()'s handler raises it, after the walk
+            raise Interrupted(signal.SIGTERM)
+
+        _after_the_work(monkeypatch, interrupt)
+    if how == "interrupted":
+        with pytest.raises(Interrupted):
+            cli(*args)
+    else:
+        r = cli(*args)
+        assert (r.code, r.out, r.err) == (2, "", line)
+    assert not saved.exists()
+    assert sorted(os.listdir(tmp_path)) == (["r.html"] if how == "report-is-a-directory"
+                                            else [])

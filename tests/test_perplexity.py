@@ -40,19 +40,55 @@ def test_score_all_scores_every_token_but_the_first_of_each_chunk():
     assert [list(c) for c in w.ids] == [list(IDS[i:i + 32]) for i in (0, 32, 64, 96)]
 
 
-@pytest.mark.parametrize("stride", [1, 7, 16, 32])
-def test_a_stride_scores_each_token_once_and_drops_the_short_end(stride):
-    w = P.windows(IDS, P.Protocol(32, stride=stride), bos=1)  # no BOS under the stride
-    starts = list(range(0, 130 - 32 + 1, stride))
-    assert [list(x) for x in w.ids] == [list(IDS[s:s + 32]) for s in starts]
-    end = starts[-1] + 32
-    predicted = _predicted(w, starts)
-    assert predicted == sorted(set(predicted)) and predicted[-1] == end - 1  # each once
-    assert w.dropped == 130 - end
-    if stride == 32:  # windows side by side: each one's first token predicted by none
-        assert w.scored == len(starts) * 31
-        return
-    assert w.dropped == 130 - end and w.scored == end - 1
+def _hf_recipe(seq_len: int, max_length: int, stride: int) -> list[tuple[int, int, int]]:
+    """Hugging Face's "perplexity of fixed-length models" loop, line for line: (begin_loc,
+    end_loc, trg_len) of each window it runs. The oracle of the stride's windows."""
+    out, prev_end_loc = [], 0
+    for begin_loc in range(0, seq_len, stride):
+        end_loc = min(begin_loc + max_length, seq_len)
+        trg_len = end_loc - prev_end_loc  # may be different from stride on last loop
+        out.append((begin_loc, end_loc, trg_len))
+        prev_end_loc = end_loc
+        if end_loc == seq_len:
+            break
+    return out
+
+
+def _recipe_scored(seq_len: int, max_length: int, stride: int) -> list[int]:
+    """The document positions of the tokens the recipe's loss scores: of each window's
+    labels, the last trg_len not masked, less the first label, which the model's shift
+    drops."""
+    out = []
+    for begin, end, trg in _hf_recipe(seq_len, max_length, stride):
+        out += [p for p in range(end - trg, end) if p > begin]
+    return out
+
+
+@pytest.mark.parametrize("n, stride", [(32, 1), (32, 7), (32, 16), (32, 32), (32, 17),
+                                       (33, 32), (65, 65), (64, 9)])
+def test_a_stride_runs_hugging_faces_recipe_exactly(n, stride):
+    """Every window of the recipe's loop (130 ids), the last one ending at the text's end
+    (shorter than --ctx where 130 - ctx is no multiple of the stride: it was dropped), each
+    scoring the tokens the recipe's loss scores: every token but the first, once, where
+    windows overlap."""
+    w = P.windows(IDS, P.Protocol(n, stride=stride), bos=1)  # no BOS under the stride
+    recipe = _hf_recipe(130, n, stride)
+    assert [list(x) for x in w.ids] == [list(IDS[b:e]) for b, e, _ in recipe]
+    assert _predicted(w, [b for b, _, _ in recipe]) == _recipe_scored(130, n, stride)
+    assert w.dropped == 0 and w.scored == len(_recipe_scored(130, n, stride))
+    if stride < n:  # windows overlap: every token but the first
+        assert w.scored == 129
+    else:  # side by side: each window's first token predicted by none
+        assert w.scored == 130 - len(recipe)
+
+
+def test_a_strides_last_window_is_the_short_one_llama_cpp_drops():
+    """ctx 32, stride 16, 130 ids: llama.cpp's chunks stop at 128; the recipe's last window
+    is ids[112:130], 18 ids, scoring its last 2 targets (positions 15 and 16)."""
+    w = P.windows(IDS, P.Protocol(32, stride=16), bos=None)
+    assert len(w.ids) == 8 and list(w.ids[-1]) == list(IDS[112:130])
+    assert w.first[-1] == 15 and w.scored == 31 + 6 * 16 + 2
+    assert P.windows(IDS, P.Protocol(32), bos=None).dropped == 2
 
 
 @pytest.mark.parametrize("protocol, match", [

@@ -596,3 +596,100 @@ def test_a_report_renders_in_headless_chromium(cli, tmp_path):
     width, height = int.from_bytes(png.read_bytes()[16:20], "big"), \
         int.from_bytes(png.read_bytes()[20:24], "big")
     assert (width, height) == (1000, 1400)
+
+
+# ---------------------------------------------------------------------------------------------
+# perplexity --report of a deep model: 30 layers fit the page, the heat maps span their data.
+
+
+def _deep_perplexity_doc(cli, tmp_path, n_layers: int = 30) -> dict[str, Any]:
+    """A perplexity --json document of the tiny GPT-2 (cats and topk at two targets),
+    widened to ``n_layers`` layers: sparsity 45-55%, FFN errors 0.02-0.3, as SmolLM2's 30
+    layers give."""
+    import json
+
+    ids = tmp_path / "ids.txt"
+    ids.write_text(" ".join(str(i % 128) for i in range(200)) + "\n")
+    docs = [cli("perplexity", "--weights", ROOT_DATA / "forward" / "gpt2" / "model.safetensors",
+                "--ids", ids, "--ctx", "32", "--sparsify", rule, "--target-sparsity",
+                "0.25,0.5", "--json") for rule in ("cats", "topk")]
+    assert all(d.code == 0 for d in docs), [d.err for d in docs]
+    doc = json.loads(docs[0].out)
+    doc["variants"] += json.loads(docs[1].out)["variants"]
+    doc["layers"] = list(range(n_layers))
+    for n, v in enumerate(doc["variants"]):
+        template = v["layers"][0]
+        v["layers"] = [{**template, "layer": k, "sparsity": 0.45 + 0.1 * k / (n_layers - 1),
+                        "ffn_relative_error": 0.02 + 0.28 * ((k + 7 * n) % n_layers)
+                        / (n_layers - 1)} for k in range(n_layers)]
+    return doc
+
+
+def _page_width_em() -> float:
+    m = re.search(r"body \{[^}]*max-width: ([\d.]+)em", svg.STYLE)
+    assert m is not None
+    return float(m.group(1))
+
+
+def _table_width_em(table: ET.Element) -> float:
+    """A table's width as laid out, estimated: per column its longest text at 0.6 em a
+    character plus its padding (0.7 em a side), in the table's font (0.85 of the page's)."""
+    rows = [["".join(c.itertext()) for c in tr if c.tag in ("th", "td")]
+            for tr in table.iter("tr")]
+    columns = max(len(r) for r in rows)
+    longest = [max(len(r[j]) for r in rows if j < len(r)) for j in range(columns)]
+    return 0.85 * sum(0.6 * n + 1.4 for n in longest)
+
+
+def _lightness(fill: str) -> float:
+    m = re.fullmatch(r"hsl\(210, 55%, (\d+)%\)", fill)
+    assert m is not None, fill
+    return float(m.group(1))
+
+
+def test_a_30_layer_perplexity_report_fits_the_page(cli, tmp_path):
+    """The per-layer table had a column a layer: 31 columns of '25.0% / 0.0123', about 240 em
+    on a 60 em page. Now a row a layer, a column a target, in two tables (sparsity, error),
+    each beneath its heat map; every number is the --json value its cell names. (The
+    variants table, shared with the terminal's, names none: not checked here.)"""
+    from ffncli.present.perplexity import perplexity_report
+
+    doc = _deep_perplexity_doc(cli, tmp_path)
+    root = ET.fromstring(perplexity_report(doc))
+    width = _page_width_em()
+    for table in root.iter("table"):
+        assert _table_width_em(table) <= width, (table.get("id"), _table_width_em(table))
+    for element in root.iter("svg"):  # 16 px an em
+        assert float(element.get("width")) <= 16 * width, element.get("aria-label")
+    for name in ("layer_sparsity", "layer_error"):
+        table = next(t for t in root.iter("table") if t.get("id") == name)
+        rows = [tr.findall("td") for tr in table.iter("tr") if tr.findall("td")]
+        assert len(rows) == 30 and all(len(r) == 1 + 4 for r in rows)
+        for td in (td for r in rows for td in r):  # each the value its cell names
+            text = "".join(td.itertext())
+            assert _equal(text, _source(doc, td.get("data-json"))), (name, text)
+    kinds = [c.tag for s in root.iter("section") for c in s]
+    assert kinds.count("svg") >= 3 and all(kinds[i + 1] == "table" for i, k in
+                                           enumerate(kinds) if k == "svg")
+
+
+@pytest.mark.parametrize("label, key", [("FFN relative error per layer", "ffn_relative_error"),
+                                        ("achieved sparsity per layer", "sparsity")])
+def test_a_perplexity_heat_maps_shades_span_its_data(cli, tmp_path, label, key):
+    """Errors of 0.02 to 0.3 were drawn on a 0 to 100% scale: lightness 88% to 63%, near-white
+    beside the scale's 35%. Now the smallest value is the lightest shade (97%), the largest
+    the darkest (35%), and the scale beneath says from what to what."""
+    from ffncli.present.perplexity import perplexity_report
+
+    doc = _deep_perplexity_doc(cli, tmp_path)
+    values = [c[key] for v in doc["variants"] for c in v["layers"]]
+    heat = next(e for e in ET.fromstring(perplexity_report(doc)).iter("svg")
+                if e.get("aria-label") == label)
+    cells = [r for r in heat.iter("rect") if r.find("title") is not None]
+    assert len(cells) == len(values) == 4 * 30
+    shades = [_lightness(r.get("fill")) for r in cells]
+    assert (min(shades), max(shades)) == (35, 97)
+    assert shades[values.index(min(values))] == 97 and shades[values.index(max(values))] == 35
+    ticks = ["".join(t.itertext()) for t in heat.iter("text")][-6:-1]
+    assert ticks == [svg.percent(min(values) + (max(values) - min(values)) * k / 4, 0)
+                     for k in range(5)]

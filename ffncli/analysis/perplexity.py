@@ -7,11 +7,13 @@ The protocols, each named beside every number it gives (T tokens, N = ctx):
   first one of each replaced by BOS where the model's tokenizer adds one; only the second half
   scored: positions N/2 .. N-2 predict tokens N/2+1 .. N-1.
 - ``all``: the same chunks, every position 0 .. N-2 scored.
-- ``stride S`` (Hugging Face's "perplexity of fixed-length models"): windows of N tokens
-  starting every S tokens; the first scores positions 0 .. N-2, each later one only the S
-  tokens the previous did not.
+- ``stride S`` (Hugging Face's "perplexity of fixed-length models", its loop exactly): windows
+  of N tokens starting every S tokens, the last one ending at the text's end (shorter than N
+  where T - N is no multiple of S); the first scores positions 0 .. N-2, each later one only
+  the tokens the previous did not: every token but the first, once.
 
-Under each, a final window shorter than N is dropped. Sums are float64 and merge exactly.
+Under llama.cpp's protocol and ``all``, a final chunk shorter than N is dropped, as
+llama-perplexity drops it. Sums are float64 and merge exactly.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ class Protocol:
     def describe(self) -> str:
         n = self.ctx
         if self.stride is not None:
-            return (f"windows of {n} tokens every {self.stride} (Hugging Face's stride "
-                    f"recipe): each scores the tokens the previous one did not")
+            return (f"windows of {n} tokens every {self.stride}, the last one ending at the "
+                    "text's end (Hugging Face's stride recipe): each scores the tokens the "
+                    "previous one did not")
         scored = f"positions {n // 2}..{n - 2} scored" if self.score == "half" else \
             f"positions 0..{n - 2} scored"
         return f"chunks of {n} tokens (llama.cpp's llama-perplexity), {scored}" \
@@ -64,9 +67,9 @@ class Protocol:
 
 @dataclass(frozen=True)
 class Windows:
-    """The windows a protocol runs, each ``ctx`` ids, and the first position each scores
-    (positions first .. ctx-2 predict the next token); ``dropped``: ids past the last full
-    window."""
+    """The windows a protocol runs (each ``ctx`` ids, but a stride's last) and the first
+    position each scores (positions first .. len-2 predict the next token); ``dropped``: ids
+    past the last full chunk (none under a stride)."""
 
     ids: tuple[Array, ...]
     first: tuple[int, ...]
@@ -122,11 +125,24 @@ def windows(ids: Array, protocol: Protocol, bos: int | None) -> Windows:
         parts = chunks(ids, n, bos)
         half = n // 2 if protocol.score == "half" else 0
         return Windows(tuple(parts), (half,) * len(parts), t - len(parts) * n)
-    s = protocol.stride
-    starts = range(0, t - n + 1, s)
-    parts = [np.array(ids[b:b + n], dtype=np.int64) for b in starts]
-    first = tuple(0 if k == 0 else max(0, n - s - 1) for k in range(len(parts)))
-    return Windows(tuple(parts), first, t - (starts[-1] + n))
+    return _recipe(ids, n, protocol.stride)
+
+
+def _recipe(ids: Array, n: int, s: int) -> Windows:
+    """Hugging Face's recipe, as its loop reads: a window ``ids[b:min(b + n, T)]`` for b = 0,
+    s, 2s, ... until one ends at T (the last one shorter where T - n is no multiple of s);
+    each scores its last ``end - previous end`` targets (the first window every position)."""
+    t = len(ids)
+    parts, first, previous = [], [], 0
+    for b in range(0, t, s):
+        end = min(b + n, t)
+        window = np.array(ids[b:end], dtype=np.int64)
+        parts.append(window)
+        first.append(max(0, len(window) - (end - previous) - 1))  # its last end - previous
+        previous = end
+        if end == t:
+            break
+    return Windows(tuple(parts), tuple(first), 0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Every reader of a user file goes through :func:`open_file` (or :func:`check_file` and
 :func:`reading`): OS errors become one ``error:`` line naming the file, and folders, FIFOs
 and devices are refused before they are opened. Every output is written beside its target
-and renamed into place (:func:`write_text_atomically`, ``tokens.AtomicNpyWriter``).
+and renamed into place (:func:`write_text_atomically`, :class:`Outputs` for several at once,
+``tokens.AtomicNpyWriter``).
 """
 
 from __future__ import annotations
@@ -155,6 +156,70 @@ def write_text_atomically(path: Path, text: str, option: str) -> None:
             raise OutputError(f"option {option}: cannot write {path}: "
                               f"{exc.strerror or exc}") from None
         raise
+
+
+class Outputs:
+    """Text outputs written all or nothing (``perplexity --report`` with ``--save-thresholds``,
+    as ``capture`` writes its folder): each reserved before the work, its hidden temporary
+    file created beside it (a folder that cannot be written fails at once); given its text
+    after the work; and named only when the block ends without an error and every one is
+    written and synced. An error, a signal or an output that cannot be written leaves none,
+    and an existing file whole."""
+
+    def __init__(self) -> None:
+        self._files: dict[Path, tuple[str, str, io.TextIOWrapper]] = {}  # option, temp, file
+        self._texts: dict[Path, str] = {}
+
+    def reserve(self, path: Path | None, option: str) -> None:
+        if path is None:
+            return
+        with signals_held():  # from the moment the file exists, it is removed on the way out
+            tmp, f = create_hidden(path.parent, path.name, option,
+                                   lambda p: open(new_file(p), "w", encoding="utf-8"))
+            self._files[path] = (option, tmp, f)
+
+    def text(self, path: Path | None, text: str) -> None:
+        """The text of a reserved output, written when the block ends."""
+        if path is not None:
+            assert path in self._files, path
+            self._texts[path] = text
+
+    def __enter__(self) -> Outputs:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            if exc_type is None:
+                self._publish()
+        finally:
+            self._discard()
+
+    def _publish(self) -> None:
+        for path, (option, _, f) in self._files.items():
+            try:
+                f.write(self._texts[path])
+                f.flush()
+                os.fsync(f.fileno())
+                f.close()
+            except OSError as exc:
+                raise OutputError(f"option {option}: cannot write {path}: "
+                                  f"{exc.strerror or exc}") from None
+        for path, (option, tmp, _) in list(self._files.items()):
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise OutputError(f"option {option}: cannot write {path}: "
+                                  f"{exc.strerror or exc}") from None
+            del self._files[path]
+
+    def _discard(self) -> None:
+        """Close and remove the temporary files not renamed (on an error or a signal)."""
+        for _, tmp, f in self._files.values():
+            with contextlib.suppress(OSError):
+                f.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        self._files.clear()
 
 
 def check_output_path(path: Path, inputs: Iterable[tuple[str, Path | None]],

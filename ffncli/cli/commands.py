@@ -35,7 +35,10 @@ from ffncli.cli.options import (
     QuietOpt,
     ReportOpt,
     grouped,
+    one_line_summaries,
+    parse_strictly,
     put_in_panels,
+    shares,
 )
 from ffncli.errors import ExitCode, FfnError, InputError
 from ffncli.jobs.choices import (
@@ -207,8 +210,9 @@ def permute_check_cmd(
     rtol: Annotated[Optional[float], typer.Option(
         "--rtol", help="Relative tolerance (default: float32 1.3e-6, float64 1e-7).")] = None,
     atol: Annotated[Optional[float], typer.Option(
-        "--atol", help="Absolute tolerance (default: float32 1e-5, float64 1e-7, times the "
-        "largest |output| when that is above 1).")] = None,
+        "--atol", help="Absolute tolerance, as given (default: float32 1e-5, float64 1e-7, "
+        "times max(1, the largest |output| of each output column, their lower median)).")
+    ] = None,
     bitwise: Annotated[bool, typer.Option(
         "--bitwise", help="Also require bit-identical results (one token and many often "
         "differ in the last bits).")] = False,
@@ -427,8 +431,9 @@ def perplexity(
         "(zero |act| <= T of the gate), teal (zero |x| <= T1 of the FFN input and |h| <= T2 "
         "of the down projection's) or topk (keep the largest units per token).")] = None,
     target_sparsity: Annotated[Optional[str], typer.Option(
-        "--target-sparsity", metavar="S[,S...]", help="With --sparsify: the shares to zero, "
-        "from 0 to below 1, e.g. 0.25,0.5; each runs in the same walk as the dense model.")
+        "--target-sparsity", metavar="S[,S...]", parser=shares, help="With --sparsify: the "
+        "shares to zero, from 0 to below 1, e.g. 0.25,0.5; each runs in the same walk as the "
+        "dense model.")
     ] = None,
     calibration_text: Annotated[Optional[Path], typer.Option(
         "--calibration-text", help="Calibrate the thresholds on this text's first 4,096 "
@@ -446,10 +451,11 @@ def perplexity(
 ) -> None:
     """A decoder's perplexity on a text, protocol stated; with --sparsify, what skipping the
     FFN's small activations costs (perplexity, KL, top-1; an encoder: embedding fidelity)."""
+    from ffncli.base.files import Outputs
     from ffncli.jobs.perplexity import Asked, check_targets, parse_targets, run_perplexity
     from ffncli.jobs.targets import output_target
     from ffncli.present.console import Bar
-    from ffncli.present.perplexity import emit_perplexity, perplexity_json, save_perplexity
+    from ffncli.present.perplexity import emit_perplexity, save_perplexity
     from ffncli.present.report import about
 
     targets = parse_targets(target_sparsity)
@@ -466,18 +472,22 @@ def perplexity(
     report = output_target(report_path, "--report", model, text=text, more=more)
     saved = output_target(save_thresholds, "--save-thresholds", model, text=text,
                           more=(*more, ("--report", report)))
-    if scale.wanted_text(text):  # its windows on a cluster: ffncli/cli/sharded.py
-        from ffncli.cli.sharded import perplexity_command
+    with Outputs() as outputs:  # both written, or neither
+        outputs.reserve(report, "--report")
+        outputs.reserve(saved, "--save-thresholds")
+        if scale.wanted_text(text):  # its windows on a cluster: ffncli/cli/sharded.py
+            from ffncli.cli.sharded import perplexity_command
 
-        perplexity_command(model, text, scale, Asked(
-            ctx, stride, score, sparsify, targets, calibration_text, thresholds, saved),
-            report_path=report, as_json=as_json, quiet=quiet)
-        return
-    with Bar(enabled=not quiet) as bar:
-        result = run_perplexity(
-            model, text, ctx=ctx, stride=stride, score=score, rule=sparsify, targets=targets,
-            calibration_text=calibration_text, thresholds=thresholds, save=saved, bar=bar)
-    save_perplexity(report, perplexity_json(result), about(model, text=text))
+            result = perplexity_command(model, text, scale, Asked(
+                ctx, stride, score, sparsify, targets, calibration_text, thresholds, saved),
+                quiet=quiet)
+        else:
+            with Bar(enabled=not quiet) as bar:
+                result = run_perplexity(
+                    model, text, ctx=ctx, stride=stride, score=score, rule=sparsify,
+                    targets=targets, calibration_text=calibration_text, thresholds=thresholds,
+                    save=saved, bar=bar)
+        save_perplexity(outputs, report, saved, result, about(model, text=text))
     emit_perplexity(result, as_json)
 
 
@@ -491,3 +501,5 @@ def presets(as_json: JsonOpt = False) -> None:
 
 
 put_in_panels(app)  # last: after every command is registered
+parse_strictly(app)
+one_line_summaries(app)

@@ -1,13 +1,17 @@
 """The one error boundary and the process around it: a core ``FfnError`` or a usage error is one
 ``error: ...`` line on stderr and exit 2, a failed check exits 1, a signal unwinds (removing
-temporary files) and exits 128 + n, a full or closed stdout is one line."""
+temporary files) and exits 128 + n, a full stdout is one line, a closed pipe a quiet 141."""
 
 from __future__ import annotations
 
+import errno
 import os
+import re
+import shlex
 import signal
 import sys
 import warnings
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import typer
@@ -29,17 +33,67 @@ from ffncli.errors import (
 
 def _usage_message(exc: typer.TyperException) -> str:
     """Click's usage error as one line in our style, without its usage banner."""
-    if type(exc).__name__ == "NoSuchOption":  # name the closest options of the command
-        option = str(getattr(exc, "option_name", ""))
-        ctx = getattr(exc, "ctx", None)
-        known = [o for p in (ctx.command.params if ctx else ()) for o in p.opts + p.secondary_opts
-                 if o.startswith("--")]
-        from ffncli.base.validate import suggest
-
-        return f"no such option: {option}{suggest(option, known)}"
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoSuchOption":
+        return _no_such_option(str(getattr(exc, "option_name", "")), ctx)
     message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    extra = re.fullmatch(r"Got unexpected extra argument(?:s|\(s\))? \((.*)\)", message, re.S)
+    if extra and ctx is not None:
+        return _no_argument(str(ctx.info_name), extra.group(1), ctx)
     message = message.replace("Invalid value for '", "option '", 1)
     return message[:1].lower() + message[1:]
+
+
+def _long_options(command: Any) -> list[str]:
+    return [o for p in command.params for o in p.opts + p.secondary_opts if o.startswith("--")]
+
+
+def _no_such_option(option: str, ctx: Any) -> str:
+    """The closest option of the command; or, when the option is another command's (``run
+    --format``), which commands take it: a near name of this command's would mislead."""
+    from ffncli.base.validate import suggest
+
+    if ctx is None:
+        return f"no such option: {option}"
+    siblings = getattr(ctx.parent.command, "commands", {}) if ctx.parent is not None else {}
+    others = [name for name, command in siblings.items() if option in _long_options(command)]
+    if others:
+        named = ", ".join(others[:-1]) + " and " + others[-1] if len(others) > 1 else others[0]
+        return f"{ctx.info_name} has no option {option}: {named} " \
+               f"{'take' if len(others) > 1 else 'takes'} it"
+    return f"no such option: {option}{suggest(option, _long_options(ctx.command))}"
+
+
+# What a word given without an option most likely is, by the option that takes it (the first
+# of these the command has).
+_LIKELY: tuple[tuple[Callable[[str], bool], str, tuple[str, ...]], ...] = (
+    (lambda w: w.endswith((".yaml", ".yml")), "a YAML spec", ("--preset",)),
+    (lambda w: w.endswith((".safetensors", ".gguf", ".npz", ".index.json")) or os.path.isdir(w),
+     "weights", ("--weights",)),
+    (lambda w: w.endswith(".json"), "a config.json", ("--config",)),
+    (lambda w: w.endswith(".txt"), "a text", ("--text",)),
+    (lambda w: w.endswith((".npy", ".txt", ".csv")), "tokens", ("--input",)),
+    (lambda w: w.endswith((".npy", ".txt")), "token ids", ("--ids",)),
+)
+
+
+def _no_argument(command: str, extra: str, ctx: Any) -> str:
+    """``params llama3-8b``: every input is an option; say which one this word goes to.
+    ``extra``: Click's extra arguments joined by spaces (one name with a space, or many)."""
+    from ffncli.specs.spec import preset_names
+
+    takes = _long_options(ctx.command)
+    for word in dict.fromkeys((extra, extra.split(" ")[0])):
+        likely: list[tuple[str, tuple[str, ...]]] = \
+            [("a preset", ("--preset",))] if word in preset_names() else []
+        likely += [(what, options) for test, what, options in _LIKELY if test(word)]
+        for what, options in likely:
+            option = next((o for o in options if o in takes), None)
+            if option is not None:
+                return f"{command} takes no argument {word!r}: give {what} with {option} " \
+                       f"{shlex.quote(word)}"
+    return f"{command} takes no argument {extra.split(' ')[0]!r} (its inputs are options: " \
+           f"ffncli {command} --help)"
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -55,6 +109,8 @@ def run(argv: list[str] | None = None) -> int:
             warnings.simplefilter("ignore")
             code = app(args=argv, prog_name="ffncli", standalone_mode=False)
             sys.stdout.flush()
+    except ClosedPipe:  # the reader has all it wanted (`| head`): a normal end, no line
+        return CLOSED_PIPE
     except FfnError as exc:
         return _fail(str(exc))
     except typer.TyperException as exc:  # Click's usage errors: bad option, value, command
@@ -111,7 +167,19 @@ class _GuardedStdout:
         return getattr(self._stream, name)
 
 
+class ClosedPipe(OutputError):
+    """Standard output is a pipe whose reader has gone (``ffncli ... | head``)."""
+
+
+# A closed pipe ends ffncli as it ends coreutils and git: quietly, with the status a shell
+# shows for them (they die of SIGPIPE: 128 + 13). ffncli exits with it rather than dying of
+# the signal, so that its cleanup (temporary files, workers) runs first.
+CLOSED_PIPE = 128 + 13
+
+
 def _stdout_error(exc: OSError) -> OutputError:
+    if exc.errno == errno.EPIPE:
+        return ClosedPipe("cannot write to standard output: the pipe is closed")
     return OutputError(f"cannot write to standard output: {exc.strerror or exc}")
 
 
@@ -145,7 +213,7 @@ def main() -> None:
         _quiet_stdout()
         typer.echo(f"error: interrupted by {signal.Signals(exc.signum).name}", err=True)
         code = 128 + exc.signum
-    if code == ExitCode.USAGE:
+    if code in (ExitCode.USAGE, CLOSED_PIPE):
         _quiet_stdout()
     sys.exit(code)
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
+import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
+from ffncli.errors import InputError
 from ffncli.specs.spec import ACTIVATIONS, GLU_VARIANTS
 
 # ---------------------------------------------------------------------------------------------
@@ -247,15 +250,96 @@ PANELS = {
 def put_in_panels(app: typer.Typer) -> None:
     """Give every option of ``app``'s commands its heading of PANELS."""
     panel_of = {option: panel for panel, options in PANELS.items() for option in options}
+    for info, _ in _options_of(app):
+        # Annotated[T, typer.Option("--out", "-o")]: the first name is Typer's "default"
+        first = info.default if isinstance(info.default, str) else ""
+        for name in (first, *(info.param_decls or ())):
+            if name.split("/")[0] in panel_of and info.rich_help_panel is None:
+                info.rich_help_panel = panel_of[name.split("/")[0]]
+
+
+def _options_of(app: typer.Typer) -> Iterator[tuple[typer.models.OptionInfo, Any]]:
+    """Each option of ``app``'s commands: its OptionInfo and its type (``Optional`` unwrapped)."""
     for command in app.registered_commands:
         assert command.callback is not None
         for param in inspect.signature(command.callback, eval_str=True).parameters.values():
             info = next((a for a in typing.get_args(param.annotation)
                          if isinstance(a, typer.models.OptionInfo)), param.default)
-            if not isinstance(info, typer.models.OptionInfo):
-                continue
-            # Annotated[T, typer.Option("--out", "-o")]: the first name is Typer's "default"
-            first = info.default if isinstance(info.default, str) else ""
-            for name in (first, *(info.param_decls or ())):
-                if name.split("/")[0] in panel_of and info.rich_help_panel is None:
-                    info.rich_help_panel = panel_of[name.split("/")[0]]
+            if isinstance(info, typer.models.OptionInfo):
+                kind = typing.get_args(param.annotation)[0]
+                kinds = [k for k in typing.get_args(kind) if k is not type(None)] or [kind]
+                yield info, kinds[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# One parser per kind of value: Click's own take what Python's float() and int() take ('0_5'
+# is 5, '1_0' is 10, ' 1 ', 'nan', 'infinity') and read an empty path as the current folder.
+
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")  # ASCII digits
+_INTEGER = re.compile(r"[+-]?[0-9]{1,30}")  # past 30 digits every count is refused anyway
+
+
+def _int(text: str) -> int:
+    """A whole number as people write it: 12, -1; nothing else (no '1_0', which int() reads
+    as 10, no spaces, no 1e3); the checks of its option bound it."""
+    if isinstance(text, int):  # a default, already a number
+        return text
+    if not _INTEGER.fullmatch(text):
+        raise typer.BadParameter(f"expected a whole number such as 12, got {text!r}")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    """A number as people write it: 0.5, -2, .5, 1e-6; nothing else (no '0_5', no spaces,
+    no nan or inf); one too large for a float is refused too."""
+    if isinstance(text, float):  # a default, already a number
+        return text
+    if not _DECIMAL.fullmatch(text):
+        raise typer.BadParameter(f"expected a number such as 0.5 or 1e-6, got {text!r}")
+    value = float(text)
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{text!r} is too large for a float")
+    return value
+
+
+def shares(text: str) -> str:
+    """``S[,S...]`` (perplexity's --target-sparsity): each share a number as :func:`_float`
+    reads one (a space after a comma allowed), the text passed on as typed. Its line is the
+    one the job's own reader gives (ffncli.jobs.perplexity.parse_targets), which then reads it."""
+    for part in text.split(","):
+        if not _DECIMAL.fullmatch(part.strip()):
+            raise InputError(f"option --target-sparsity: expected shares such as 0.5 or "
+                             f"0.25,0.5, got {part.strip()!r}")
+    return text
+
+
+def _path(text: str) -> Path:
+    """A path; an empty one (what an unset variable gives: --weights "$MINILM") is refused
+    rather than read as the current folder."""
+    if isinstance(text, Path):
+        return text
+    if not text:
+        raise typer.BadParameter("expected a path, got an empty value")
+    return Path(text)
+
+
+# their metavars in --help: <float>, <integer>, <path>
+_float.__name__, _int.__name__, _path.__name__ = "float", "integer", "path"
+PARSERS: dict[Any, Callable[[Any], Any]] = {float: _float, int: _int, Path: _path}
+
+
+def parse_strictly(app: typer.Typer) -> None:
+    """Give every float, integer and path option of ``app``'s commands its parser of
+    PARSERS."""
+    for info, kind in _options_of(app):
+        if kind in PARSERS and info.parser is None and info.click_type is None:
+            info.parser = PARSERS[kind]
+
+
+def one_line_summaries(app: typer.Typer) -> None:
+    """Each command's line in ``ffncli --help``: its docstring's first paragraph as one line
+    (Rich keeps the docstring's line breaks there, and would break a sentence in two)."""
+    for command in app.registered_commands:
+        if command.short_help is None and command.callback is not None:
+            first = (inspect.getdoc(command.callback) or "").split("\n\n")[0]
+            command.short_help = " ".join(first.split())

@@ -19,7 +19,7 @@ from ffncli.jobs.choices import (
     is_many,
     usable_cores,
 )
-from ffncli.jobs.perplexity import Asked
+from ffncli.jobs.perplexity import Asked, PerplexityResult
 from ffncli.jobs.shards.drivers import (
     capture_shards,
     perplexity_shards,
@@ -31,7 +31,6 @@ from ffncli.jobs.shards.inputs import shard_paths
 from ffncli.jobs.shards.pool import connect
 from ffncli.jobs.targets import report_target
 from ffncli.present.console import Bar
-from ffncli.present.perplexity import emit_perplexity, perplexity_json, save_perplexity
 from ffncli.present.report import about, save_stats, save_sweep
 from ffncli.present.run import emit_sharded_run
 from ffncli.present.stats import (
@@ -107,10 +106,9 @@ def capture_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice, *,
 
 
 def perplexity_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice, asked: Asked,
-                       *, report_path: Path | None, as_json: bool, quiet: bool = False
-                       ) -> None:
+                       *, quiet: bool = False) -> PerplexityResult:
     """``perplexity`` with its one document's windows on ``--workers`` or ``--scheduler``:
-    the same result as one process (``report_path``, ``asked.save``: checked outputs)."""
+    the same result as one process (its outputs written by the command)."""
     given = text.text if text.text is not None else text.ids
     option = "--text" if text.text is not None else "--ids"
     if given is not None and is_many(given):
@@ -124,8 +122,7 @@ def perplexity_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice,
     note_workers(scale)
     with connect(scale) as pool, Bar(enabled=not quiet) as bar:
         out = perplexity_shards(model, text, pool, asked, progress=bar)
-    save_perplexity(report_path, perplexity_json(out.result), about(model, text=text))
-    emit_perplexity(out.result, as_json)
+    return out.result
 
 
 def note_workers(scale: ScaleChoice) -> None:

@@ -97,6 +97,9 @@ def snapshot(model: str) -> Path:
     ``refs/REVISION`` (default ``main``) names, or REVISION itself when it is a commit hash."""
     repo_id, revision = parse_model(model)
     cache = cache_dir()
+    if os.path.exists(cache) and not os.path.isdir(cache):
+        raise WeightsError(f"the Hugging Face cache {cache} is not a folder (HF_HUB_CACHE "
+                           "names it, else HF_HOME/hub)")
     folder = cache / f"models--{repo_id.replace('/', '--')}"
     with reading(folder, "Hugging Face cache folder", WeightsError):
         cached = folder.is_dir()

@@ -10,8 +10,8 @@ embeddings, per line of the text.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from ffncli.jobs.thresholds import (
     check_layers,
     layer_ranges,
     load_thresholds,
-    save_thresholds,
+    thresholds_json,
 )
 
 if TYPE_CHECKING:
@@ -138,6 +138,8 @@ class PerplexityResult:
     layers: tuple[int, ...]
     calibration: dict[str, object] | None
     variants: tuple[VariantResult, ...] = field(default=())
+    # --save-thresholds' document: written by the command with --report, all or nothing
+    thresholds: dict[str, Any] | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -568,12 +570,16 @@ def plan_job(forward: Transformer, model: ModelChoice, text: TextChoice, asked: 
                 calibration=calibration)
 
 
-def save_result(path: Path | None, forward: Transformer, result: PerplexityResult) -> None:
-    """``--save-thresholds``: every variant's per-layer cuts, the calibration named."""
-    if path is not None:
-        save_thresholds(path, forward, result.calibration,
-                        [(v.rule, v.target, {c.layer: c.cut for c in v.layers})
-                         for v in result.variants])
+def with_thresholds(save: bool, forward: Transformer, result: PerplexityResult
+                    ) -> PerplexityResult:
+    """``result`` with, when ``save`` (``--save-thresholds``), the document of every
+    variant's per-layer cuts and the calibration, made while the model is open: the command
+    writes it with ``--report``, both or neither."""
+    if not save:
+        return result
+    return replace(result, thresholds=thresholds_json(
+        forward, result.calibration,
+        [(v.rule, v.target, {c.layer: c.cut for c in v.layers}) for v in result.variants]))
 
 
 def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = None,
@@ -582,7 +588,8 @@ def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = No
                    thresholds: Path | None = None, save: Path | None = None,
                    bar: Progress | None = None) -> PerplexityResult:
     """``ffncli perplexity``: the model opened once, the text read, the thresholds calibrated
-    or read, the walk, and the thresholds saved (``save``) when asked."""
+    or read, the walk, and the thresholds' document made (``save``, written by the command)
+    when asked."""
     from ffncli.jobs.resolve import open_forward
     from ffncli.specs.spec import Overrides
 
@@ -591,5 +598,5 @@ def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = No
     with open_forward(model, Overrides()) as forward:
         p = plan_job(forward, model, text, asked)
         result = evaluate(p, progress=bar)
-        save_result(save, forward, result)
+        result = with_thresholds(save is not None, forward, result)
     return result

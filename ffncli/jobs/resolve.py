@@ -106,7 +106,11 @@ def weights_to_count(weights: Path | None, hub_model: str | None, gguf_file: str
             how = "--offline" if offline else "HF_HUB_OFFLINE"
             raise NotCached(f"{exc}; {how} keeps ffncli off the Hub: without it, params "
                             "counts the model from the Hub by its headers") from None
-        hub = remote.locate(repo_id, revision, gguf_file, str(exc))
+        try:
+            hub = remote.locate(repo_id, revision, gguf_file, str(exc))
+        except remote.Unreachable as failed:  # say both, and how not to wait for the Hub
+            raise remote.Unreachable(f"{exc}; nor could it be counted from the Hub: {failed}; "
+                                     "--offline keeps params to the cache") from None
         return Counted(hub.path, hub.name, hub.checkpoint, hub.gguf)
 
 

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.base.files import write_text_atomically
 from ffncli.base.textformats import read_json
-from ffncli.base.validate import brief, number, suggest, whole
+from ffncli.base.validate import brief, flag, name, number, suggest, whole
 from ffncli.compute.sparse import RULES, Cut
 from ffncli.errors import InputError
 
@@ -65,10 +64,9 @@ def thresholds_json(model: Transformer, calibration: dict[str, Any] | None,
                         for rule, target, cuts in entries]}
 
 
-def save_thresholds(path: Path, model: Transformer, calibration: dict[str, Any] | None,
-                    entries: Sequence[Entry]) -> None:
-    write_text_atomically(path, json.dumps(thresholds_json(model, calibration, entries),
-                                           indent=1) + "\n", "--save-thresholds")
+def thresholds_text(doc: dict[str, Any]) -> str:
+    """A thresholds file's text: :func:`thresholds_json`'s document."""
+    return json.dumps(doc, indent=1) + "\n"
 
 
 TOP_KEYS = ("format", "version", "model", "calibration", "entries")
@@ -107,6 +105,25 @@ def _cut(where: str, rule: str, item: Any, d_ff: int) -> tuple[int, Cut]:
     return layer, Cut(rule, threshold=threshold, down=down)
 
 
+def _model(where: str, value: Any) -> dict[str, Any]:
+    """The model a file was made for, each key of the type :func:`model_identity` gives
+    (128.0 is no whole number, true no number: neither equals this model's 128 or 1)."""
+    made_for = _object(where, value, MODEL_KEYS)
+    return {"name": name(f"{where}: key 'name'", made_for.get("name")),
+            "fingerprint": name(f"{where}: key 'fingerprint'", made_for.get("fingerprint")),
+            **{k: whole(f"{where}: key {k!r}", made_for.get(k))
+               for k in ("layers", "d_model", "d_ff")}}
+
+
+def _calibration(where: str, value: Any) -> None:
+    """What calibrated the thresholds, as :func:`thresholds_json` writes it."""
+    made = _object(where, value, CALIBRATION_KEYS)
+    for key in ("source", "sha256"):
+        name(f"{where}: key {key!r}", made.get(key))
+    whole(f"{where}: key 'tokens'", made.get("tokens"))
+    flag(f"{where}: key 'evaluated_text'", made.get("evaluated_text"))
+
+
 def load_thresholds(path: Path, model: Transformer) -> list[Variant]:
     """The variants a thresholds file holds, refused in one line when it was made for another
     model (its name or its layers' shapes differ) or is not such a file."""
@@ -115,18 +132,18 @@ def load_thresholds(path: Path, model: Transformer) -> list[Variant]:
     if data.get("format") != FORMAT:
         raise InputError(f"{path}: not a thresholds file (key 'format' is not {FORMAT!r}; "
                          "perplexity --save-thresholds writes one)")
-    if data.get("version") != VERSION:
-        raise InputError(f"{path}: key 'version': expected {VERSION}, got "
-                         f"{brief(data.get('version'))}")
+    version = whole(f"{path}: key 'version'", data.get("version"))  # true is not 1
+    if version != VERSION:
+        raise InputError(f"{path}: key 'version': expected {VERSION}, got {brief(version)}")
     _object(str(path), data, TOP_KEYS)
     if data.get("calibration") is not None:
-        _object(f"{path}: key 'calibration'", data["calibration"], CALIBRATION_KEYS)
-    made_for = _object(f"{path}: key 'model'", data.get("model"), MODEL_KEYS)
+        _calibration(f"{path}: key 'calibration'", data["calibration"])
+    made_for = _model(f"{path}: key 'model'", data.get("model"))
     this = model_identity(model)
     for key in ("layers", "d_model", "d_ff", "fingerprint", "name"):
-        if made_for.get(key) != this[key]:
+        if made_for[key] != this[key]:
             raise InputError(f"{path}: made for another model: its {key} is "
-                             f"{brief(made_for.get(key))}, this model's ({model.weights}) is "
+                             f"{brief(made_for[key])}, this model's ({model.weights}) is "
                              f"{brief(this[key])}")
     variants: list[Variant] = []
     for n, entry in enumerate(_list(f"{path}: key 'entries'", data.get("entries")), 1):

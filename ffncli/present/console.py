@@ -137,6 +137,9 @@ def plain_tables(out: Any) -> bool:
     return isinstance(out, PlainConsole)
 
 
+UNBROKEN = 10**5  # the width of a console that is not a terminal: lines are never broken
+
+
 def console(stderr: bool = False) -> Console:
     """The console for stdout (or stderr): Rich, or under ``--format markdown|csv`` on
     stdout a :class:`PlainConsole` (typed as Rich's: it takes the calls the tables make)."""
@@ -146,11 +149,13 @@ def console(stderr: bool = False) -> Console:
     if kind != "rich" and not stderr:
         return PlainConsole(kind)  # type: ignore[return-value]
     stream = sys.stderr if stderr else sys.stdout
-    # Piped output has no terminal width; a wide fixed width keeps numbers whole.
-    width = None if stream.isatty() or "COLUMNS" in os.environ else 160
+    # Output to a file or a pipe has no width: no line is broken (a long path, a
+    # counterexample), tables keep every column. COLUMNS, when set, is a width asked for.
+    unbroken = not stream.isatty() and "COLUMNS" not in os.environ
     # crop=False: a table too wide for a narrow terminal is drawn whole (the terminal wraps
     # its lines), not cut at the edge (see new_table)
-    out = Console(file=stream, highlight=False, markup=False, emoji=False, width=width)
+    out = Console(file=stream, highlight=False, markup=False, emoji=False,
+                  width=UNBROKEN if unbroken else None, soft_wrap=unbroken)
     out.print = functools.partial(out.print, crop=False)  # type: ignore[method-assign]
     return out
 
@@ -187,6 +192,9 @@ def _nonfinite_to_null(value: Any, path: str, places: list[dict[str, str]]) -> A
     if isinstance(value, (list, tuple)):
         return [_nonfinite_to_null(v, f"{path}[{i}]", places) for i, v in enumerate(value)]
     return value
+
+
+ECHO_ROOM = 3  # cells the progress bar leaves free at the end of its line (see Bar._show)
 
 
 class Bar(Progress):
@@ -250,10 +258,18 @@ class Bar(Progress):
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
         from rich.progress import Progress as RichProgress
 
-        self._bar = self._stack.enter_context(RichProgress(
+        out = console(stderr=True)
+        # Narrower than the terminal by the "^C" it echoes on Ctrl-C: after a line that fills
+        # the width that echo wraps, Rich's last frame lands a line lower and the bar it
+        # clears on the way out is that one, not the one left above it.
+        out.width = max(out.width - ECHO_ROOM, 1)
+        bar = RichProgress(
             TextColumn(self._unit), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
-            console=console(stderr=True), transient=True))
+            console=out, transient=True)
+        self._stack.callback(bar.stop)  # before it starts: a signal while it starts clears it
+        bar.start()
+        self._bar = bar
         self._task = self._bar.add_task(self._unit, total=self._total, rate="")
 
 

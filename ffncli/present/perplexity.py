@@ -6,15 +6,18 @@ tables beneath)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.base.files import write_text_atomically
+from ffncli.base.files import Outputs
+from ffncli.jobs.thresholds import thresholds_text
 from ffncli.present.console import Text, bar_table, console, emit_json, pct
-from ffncli.present.report import OPTION, Context
+from ffncli.present.report import Context
 from ffncli.present.svg import (
     PALETTE,
     Cell,
+    data_span,
     fixed,
     heatmap,
     line_chart,
@@ -200,23 +203,38 @@ def perplexity_report(doc: dict[str, Any], about: Context | None = None) -> str:
         sparsity = [[c["sparsity"] for c in v["layers"]] for v in doc["variants"]]
         errors = [[min(1.0, c["ffn_relative_error"]) for c in v["layers"]]
                   for v in doc["variants"]]
-        table = number_table(["target", *layers], [
-            [v["label"], *(Cell(f"{percent(c['sparsity'])} / {fixed(c['ffn_relative_error'], 4)}",
-                                f"variants.{n}.layers.{k}.sparsity")
-                           for k, c in enumerate(v["layers"]))]
-            for n, v in enumerate(doc["variants"])], "layers")
+        def per_layer(key: str, text: Callable[[float], str], name: str) -> str:
+            """A row a layer, a column a target: 30 layers fit the page."""
+            return number_table(["layer", *labels], [
+                [Cell(layer, f"layers.{k}"),
+                 *(Cell(text(v["layers"][k][key]), f"variants.{n}.layers.{k}.{key}")
+                   for n, v in enumerate(doc["variants"]))]
+                for k, layer in enumerate(layers)], name)
+
         sections.append(section(
             "each layer", heatmap(labels, layers, sparsity, "achieved sparsity per layer",
-                                  "share of the FFN zeroed"),
+                                  "share of the FFN zeroed",
+                                  data_span(s for row in sparsity for s in row)),
+            per_layer("sparsity", percent, "layer_sparsity"),
             heatmap(labels, layers, errors, "FFN relative error per layer",
-                    "||y sparse - y dense|| / ||y dense||"), table,
-            note="Each cell: the layer's achieved sparsity / its FFN's relative error on its "
-                 "own input, sparse against dense."))
+                    "||y sparse - y dense|| / ||y dense||",
+                    data_span(e for row in errors for e in row)),
+            per_layer("ffn_relative_error", lambda e: fixed(e, 4), "layer_error"),
+            note="Each layer's achieved sparsity, and its FFN's relative error on its own "
+                 "input, sparse against dense. Each heat map's shades span its data, lightest "
+                 "to darkest (the scale beneath it says from what to what)."))
     name = about.model if about is not None else doc["model"]
     return page("perplexity and the cost of FFN sparsity", [name, *_about_lines(doc)[1:]],
                 sections, about.footer() if about is not None else ())
 
 
-def save_perplexity(target: Path | None, doc: dict[str, Any], about: Context | None) -> None:
-    if target is not None:
-        write_text_atomically(target, perplexity_report(doc, about), OPTION)
+def save_perplexity(outputs: Outputs, report: Path | None, saved: Path | None,
+                    result: PerplexityResult, about: Context | None) -> None:
+    """``--report`` and ``--save-thresholds``, reserved in ``outputs`` before the work, given
+    their texts: both are named when ``outputs`` closes, or neither (a report that cannot be
+    made leaves no thresholds file)."""
+    if saved is not None:
+        assert result.thresholds is not None  # asked for with save
+        outputs.text(saved, thresholds_text(result.thresholds))
+    if report is not None:
+        outputs.text(report, perplexity_report(perplexity_json(result), about))

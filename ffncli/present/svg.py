@@ -23,7 +23,8 @@ footer { margin-top: 3em; border-top: 1px solid #ddd; padding-top: 0.5em; color:
 footer code { white-space: pre-wrap; word-break: break-all; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 2em; }
 p.meta { margin: 0.2em 0; color: #444; }
-table { border-collapse: collapse; margin: 0.5em 0 1em 0; font-size: 0.85em; }
+table { border-collapse: collapse; margin: 0.5em 0 1em 0; font-size: 0.85em;
+  display: block; max-width: 100%; overflow-x: auto; }
 th, td { padding: 0.15em 0.7em; border-bottom: 1px solid #ddd; }
 th { text-align: right; } th:first-child { text-align: left; }
 td { text-align: right; font-variant-numeric: tabular-nums; }
@@ -240,9 +241,11 @@ def stacked_bars(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]], title: s
 
 
 def heatmap(rows: Sequence[str], columns: Sequence[str], shares: Sequence[Sequence[float]],
-            title: str, scale_label: str) -> str:
-    """A grid of shares (0 to 1), darker is more, with its colour scale beneath: what a
-    shade means (``scale_label``), from 0% to 100%."""
+            title: str, scale_label: str, span: tuple[float, float] = (0.0, 1.0)) -> str:
+    """A grid of shares, darker is more, with its colour scale beneath: what a shade means
+    (``scale_label``), from ``span``'s low end (lightest) to its high end (darkest); 0% to
+    100% by default, the data's own range (:func:`data_span`) where it is narrow."""
+    lo, hi = span
     left, top, cell_h = 70, 40, 20
     cell_w = (WIDTH - left - RIGHT) / max(len(columns), 1)
     grid = top + cell_h * len(rows)
@@ -255,18 +258,31 @@ def heatmap(rows: Sequence[str], columns: Sequence[str], shares: Sequence[Sequen
         y = top + i * cell_h
         body.append(text_at(left - 8, y + 14, name, "end"))
         for j, share in enumerate(values):
-            body.append(rect(left + j * cell_w, y, cell_w - 1, cell_h - 1, shade(share),
-                              f"{name}, {columns[j]}: {percent(share)}"))
-    steps, width = 20, 240  # the scale: 0% to 100% in steps, its ticks every 25%
+            body.append(rect(left + j * cell_w, y, cell_w - 1, cell_h - 1,
+                             shade((share - lo) / (hi - lo)),
+                             f"{name}, {columns[j]}: {percent(share)}"))
+    steps, width = 20, 240  # the scale: low to high in steps, its ticks every quarter
     for k in range(steps):
         body.append(rect(left + width * k / steps, grid + 12, width / steps + 0.5, 12,
                          shade((k + 0.5) / steps)))
+    digits = max(0, min(3, -math.floor(math.log10(100 * (hi - lo) / 4))))  # ticks told apart
     for k in range(5):
         x = left + width * k / 4
         body.append(line(x, grid + 24, x, grid + 28, "#666"))
-        body.append(text_at(x, grid + 40, percent(k / 4, 0), "middle"))
+        body.append(text_at(x, grid + 40, percent(lo + (hi - lo) * k / 4, digits), "middle"))
     body.append(text_at(left + width + 12, grid + 22, scale_label))
     return svg_element(body, title, height)
+
+
+def data_span(values: Iterable[float]) -> tuple[float, float]:
+    """A heat map's span fitted to its data: its smallest to its largest finite value (a
+    layer's FFN error of 0.02 to 0.3 was near-white on a 0 to 100% scale); 0 to the value
+    when all are one."""
+    finite = [v for v in values if math.isfinite(v)]
+    lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    if hi > lo:
+        return lo, hi
+    return (0.0, hi) if hi > 0 else (0.0, 1.0)
 
 
 def shade(share: float) -> str:

@@ -354,7 +354,7 @@ def _parse_yaml(text: str, source: str) -> Any:
 
 def load_preset(name_or_path: str) -> ModelSpec:
     """A built-in preset by name, or a YAML file by path."""
-    looks_like_path = name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path
+    looks_like_path = name_or_path.endswith((".yaml", ".yml", ".json")) or "/" in name_or_path
     if not looks_like_path:
         names = preset_names()
         if name_or_path not in names:
@@ -372,7 +372,12 @@ def load_preset(name_or_path: str) -> ModelSpec:
     from ffncli.base.textformats import read_text
 
     text = read_text(path, "preset file", SpecError)
-    return spec_from_mapping(_parse_yaml(text, source), source, default_name)
+    data = _parse_yaml(text, source)
+    hf_keys = [k for k in ("model_type", "architectures") if isinstance(data, dict) and k in data]
+    if hf_keys:  # a Hugging Face config.json given as a preset
+        raise SpecError(f"{source}: a Hugging Face config (it has '{hf_keys[0]}'), not a spec: "
+                        f"give it with --config {name_or_path}")
+    return spec_from_mapping(data, source, default_name)
 
 
 # ---------------------------------------------------------------------------------------------

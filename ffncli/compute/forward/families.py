@@ -24,6 +24,7 @@ from ffncli.compute.forward.ops import (
     Scratch,
     rope_frequencies,
 )
+from ffncli.compute.weights import refuse_nonfinite
 from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
 from ffncli.formats.safetensors import config_beside
 from ffncli.formats.tensors import GgufTensors, Tensors, open_tensors
@@ -87,8 +88,14 @@ class Transformer:
              ) -> Array | None:
         return self.tensors.get(stem, shape, self.dtype, required)
 
-    def _need(self, stem: str, shape: tuple[int, ...] | None) -> Array:
-        return self.tensors.need(stem, shape, self.dtype)
+    def _need(self, stem: str, shape: tuple[int, ...] | None, finite: bool = False) -> Array:
+        """The tensor ``stem`` of ``shape``; with ``finite``, refused if it holds NaN or
+        infinity, named as the file names it (as a layer's FFN weights are)."""
+        array = self.tensors.need(stem, shape, self.dtype)
+        if finite:
+            refuse_nonfinite(str(self.tensors.path), f"tensor '{self.tensors.find(stem)}'",
+                             array)
+        return array
 
     def _table_rows(self, stem: str) -> int:
         name = self.tensors.find(stem)
@@ -160,13 +167,24 @@ class Transformer:
     def final(self, h: Array) -> Array:
         return h
 
+    def final_tensors(self) -> tuple[str, ...]:
+        """The tensors ``final`` reads (the final norm's): none for an encoder."""
+        return ()
+
+    def check_final(self) -> None:
+        """Refuse NaN or infinity in the tensors ``final`` reads, naming the first bad one and
+        its first bad index; a walk calls it before it first computes the final state."""
+        for stem in self.final_tensors():
+            self._need(stem, None, finite=True)
+
     def head(self) -> Head | None:
-        """The LM head a decoder predicts the next token with, its table read now; None for
-        an encoder."""
+        """The LM head a decoder predicts the next token with, its table read now and refused
+        if it holds NaN or infinity (the head's own or the tied embeddings, named as the file
+        names them); None for an encoder."""
         stem = self.head_tensor()
         if stem is None:
             return None
-        table = self._need(stem, (self.vocab, self._table_width()))
+        table = self._need(stem, (self.vocab, self._table_width()), finite=True)
         cap = self.settings.data.get("final_logit_softcapping")
         return Head(table, None if cap is None else self.settings.number(
             "final_logit_softcapping"))
@@ -366,6 +384,9 @@ class Gpt2(Transformer):
     def final(self, h: Array) -> Array:
         return self.ln_f(h, np.empty_like(h), self.scratch("norm_tmp", h.shape))
 
+    def final_tensors(self) -> tuple[str, ...]:
+        return self.names["norm"] + ".weight", self.names["norm"] + ".bias"
+
     def _head_choice(self) -> tuple[str, bool | None]:
         return self.names["word"], self._tied()  # GPT-2's head is its wte
 
@@ -452,6 +473,9 @@ class LlamaLike(Transformer):
 
     def final(self, h: Array) -> Array:
         return self.norm(h, np.empty_like(h), self.scratch("norm_tmp", h.shape))
+
+    def final_tensors(self) -> tuple[str, ...]:
+        return (self.names["norm"],)
 
     def _head_choice(self) -> tuple[str, bool | None]:
         if self.permuted:  # GGUF: output.weight, else the embeddings (as llama.cpp)

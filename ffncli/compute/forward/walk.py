@@ -238,6 +238,7 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
         if final is None:
             return
         model.scratch.release()  # the layers' buffers: the final phase may read the LM head
+        model.check_final()
         for a, b in batches:
             bounds, states = bounds_of(a, b), []
             for v in range(variants):

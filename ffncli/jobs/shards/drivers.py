@@ -549,7 +549,7 @@ def perplexity_shards(model: ModelChoice, text: TextChoice, pool: Pool, asked: A
 
 def _perplexity_shards(job: TextJob, text: TextChoice, pool: Pool, asked: Asked,
                        progress: Progress) -> ShardedPerplexity:
-    from ffncli.jobs.perplexity import calibrate, merge_parts, plan_job, save_result
+    from ffncli.jobs.perplexity import calibrate, merge_parts, plan_job, with_thresholds
     from ffncli.jobs.shards.inputs import document_shards
     from ffncli.jobs.shards.tasks import PerplexityTask, shard_perplexity
 
@@ -567,6 +567,5 @@ def _perplexity_shards(job: TextJob, text: TextChoice, pool: Pool, asked: Asked,
     for i, out in map_shards(pool, shard_perplexity, calls, shards, skip_bad=False,
                              skipped=[], progress=progress):
         tree.add(i, out)
-    result = plan.result(tree.root)
-    save_result(asked.save, forward, result)
+    result = with_thresholds(asked.save is not None, forward, plan.result(tree.root))
     return ShardedPerplexity(result, len(shards), pool.dashboard)
