@@ -1045,3 +1045,16 @@ def test_an_abort_while_stderr_is_held_is_not_silent(tmp_path):
     assert done.returncode == -6  # SIGABRT
     assert done.stderr.splitlines()[0] == "Fatal Python error: Aborted"
     assert "in _stderr_held" in done.stderr  # and where
+
+
+def test_a_long_line_of_what_gives_no_ids_is_cut_too(minilm, monkeypatch):
+    """BERT's normalizer drops control characters: a long line of them gives the ids of one
+    call ([CLS] [SEP]), in pieces, its specials found on another text."""
+    tok = load_tokenizer(MINILM)  # its own: the spy stays on it
+    monkeypatch.setattr(text, "LONG_LINE", 100)
+    monkeypatch.setattr(text, "MAX_PIECE", 400)
+    monkeypatch.setattr(text, "CUT_CONTEXT", 32)
+    seen = spy_on(tok)
+    line = "\x01\x02" * 1000
+    assert tok.encode([line]) == [[101, 102]]  # [CLS] [SEP]
+    assert max(seen) <= 400

@@ -64,9 +64,10 @@ LONG_LINE = 1 << 16  # characters: a longer line is tokenised in pieces cut at s
 # tokenizers package holds ~700 bytes per token of one string: 1.4 GB for a 10 MB line)
 MAX_PIECE = 1 << 18  # characters one native call tokenises at most, wherever the cuts fall
 # (SmolLM2's byte-level BPE: 0.4 s for 256K characters without a space, 1.9 s for 1M; so
-# Ctrl-C is taken within a call's time, and one call's memory is bounded)
+# Ctrl-C is taken within a call's time, and one call's memory is bounded); at least
+# 2 * LONG_LINE + CUT_CONTEXT, the most between two places to cut (_cut_points)
 CUT_CONTEXT = 256  # characters each side of a cut, tokenised whole and cut, to check the cut
-CUT_TRIES = 4  # places tried, one character apart, for a cut where there is no space
+CUT_TRIES = 4  # word boundaries, and characters, tried for a cut where there is no space
 _CUT = re.compile(r"\S \S")  # a cut point: one space (U+0020) between two words
 _WORD_EDGE = re.compile(r"\b")  # where there is no space: a word beside punctuation
 NO_TOKENIZERS = "--text needs the tokenizers package: pip install 'ffncli[text]'"
@@ -230,6 +231,9 @@ class Tokenizer:
             return list(backend.encode(line, add_special_tokens=True).ids)
         probe = line[:bounds[1]]
         plain = backend.encode(probe, add_special_tokens=False).ids
+        if not plain:  # the first piece gives no ids (control characters): any text shows
+            probe = "a"  # where the specials go
+            plain = backend.encode(probe, add_special_tokens=False).ids
         special = backend.encode(probe, add_special_tokens=True).ids
         where = next((k for k in range(len(special) - len(plain) + 1)
                       if special[k:k + len(plain)] == plain), None)
