@@ -1,0 +1,189 @@
+"""Issue 40's encoders and seq2seq types against the zoo (tests/data/zoo: what transformers 5.25
+builds on the meta device): the total and each layer's FFN, on each type's defaults and on the
+published flagship configs.
+
+Which class a count equals: a masked-LM type is counted as its bare model (AutoModel, "base":
+BertModel with its pooler, as param-truth.md counts BERT), not its ForMaskedLM class (which adds
+the LM head's transform and bias); a seq2seq type as its ForConditionalGeneration class
+("seq2seq_lm": the head tied to the word table, BART's final_logits_bias a buffer), not the
+ForCausalLM class some of them also have (the decoder alone). BART, mBART and MVP are in both
+mappings; their bare model holds exactly what the seq2seq class does.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import DATA
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ffncli.counting.model import count
+from ffncli.errors import FfnError
+from ffncli.specs.archs import ARCHS, spec_from_config
+
+ZOO = DATA / "zoo"
+DOC = json.loads((ZOO / "truths.json").read_text())
+MAPPINGS = DOC["mappings"]
+
+BASE = ["modernbert", "deberta-v2", "mpnet", "camembert", "data2vec-text", "ernie", "ibert",
+        "big_bird", "xlm-roberta-xl", "megatron-bert", "roberta-prelayernorm", "mra", "yoso",
+        "tapas", "layoutlm", "rembert", "jina_embeddings_v3", "nomic_bert", "eurobert"]
+SEQ2SEQ = ["bart", "mbart", "mvp", "mt5", "umt5", "longt5", "pegasus", "marian", "m2m_100",
+           "plbart", "blenderbot", "blenderbot-small", "bigbird_pegasus"]
+KIND = {**{t: "base" for t in BASE}, **{t: "seq2seq_lm" for t in SEQ2SEQ}}
+FLAGSHIPS = sorted(n for n, e in DOC["flagships"].items() if e["model_type"] in KIND)
+CASES = [(t, DOC["types"][t]) for t in KIND] + [(f"flagship:{n}", DOC["flagships"][n])
+                                                for n in FLAGSHIPS]
+
+
+def _counted(entry):
+    return count(spec_from_config(json.loads((ZOO / entry["config"]).read_text()),
+                                  entry["config"]))
+
+
+def _ffn_per_layer(counted):
+    """Each layer's FFN, encoder layers then decoder layers, as the zoo lists its stacks."""
+    return [layer.ffn for layer in counted.layers for _ in range(layer.count)]
+
+
+def test_flagships_of_these_families_are_all_here():
+    assert FLAGSHIPS == ["ModernBERT-base", "all-mpnet-base-v2", "bart-large", "deberta-v3-base"]
+
+
+@pytest.mark.parametrize(("name", "entry"), CASES, ids=[n for n, _ in CASES])
+def test_total_and_each_layer_ffn_match_transformers(name, entry):
+    truth = entry["builds"][KIND[entry["model_type"]]]
+    counted = _counted(entry)
+    ffn = [f for stack in truth["stacks"].values() for f in stack["ffn"]]
+    assert (counted.total, counted.active) == (truth["total"], truth["active"])
+    assert _ffn_per_layer(counted) == ffn
+
+
+@pytest.mark.parametrize("model_type", ["bart", "mbart", "mvp"])
+def test_bart_bare_model_holds_what_the_seq2seq_class_holds(model_type):
+    builds = DOC["types"][model_type]["builds"]
+    assert builds["base"]["total"] == builds["seq2seq_lm"]["total"]
+
+
+@pytest.mark.parametrize("model_type", sorted(KIND))
+def test_a_config_of_the_type_alone_takes_the_class_defaults(model_type):
+    """{"model_type": ...} alone counts as the class's defaults written out in full."""
+    alone = count(spec_from_config({"model_type": model_type}, "c.json"))
+    assert alone.total == _counted(DOC["types"][model_type]).total
+
+
+def _rows(name):
+    entry = DOC["flagships"][name] if name in DOC["flagships"] else DOC["types"][name]
+    return {r.name: (r.shape, r.params) for r in _counted(entry).other_rows}
+
+
+def test_the_new_tables_are_named_in_the_breakdown():
+    """DeBERTa-v3's relative table and its norm, BART's second position table and embedding
+    norm, UMT5's bias table in each of its 16 layers, ModernBERT's absent embedding norm."""
+    deberta = _rows("deberta-v3-base")
+    assert deberta["relative position embeddings"] == ("512 x 768", 512 * 768)
+    assert deberta["relative embedding norm"] == ("768", 2 * 768)
+    assert "position embeddings" not in deberta  # position_biased_input: false
+    bart = _rows("bart-large")
+    assert bart["position embeddings"] == bart["decoder position embeddings"] == (
+        "1026 x 1024", 1026 * 1024)
+    assert bart["embedding norm"] == bart["decoder embedding norm"] == ("1024", 2 * 1024)
+    assert _rows("umt5")["relative position bias"] == ("16 x 32 x 6", 16 * 32 * 6)
+    assert _rows("mt5")["relative position bias"] == ("2 x 32 x 6", 2 * 32 * 6)
+    assert "embedding norm" not in _rows("ModernBERT-base")
+
+
+def _exact(model_type):
+    entry = DOC["types"][model_type]
+    if model_type not in ARCHS:
+        return False
+    kind = "base" if "base" in entry["builds"] else "seq2seq_lm"
+    truth = entry["builds"][kind]
+    counted = _counted(entry)
+    ffn = [f for stack in truth["stacks"].values() for f in stack["ffn"]]
+    return counted.total == truth["total"] and _ffn_per_layer(counted) == ffn
+
+
+def test_n_of_m_types_of_the_two_mappings_exact():
+    """Before issue 40's encoders: masked-LM 5 of 49 text types (bert, distilbert, electra,
+    roberta, xlm-roberta), seq2seq 1 of 26 (t5)."""
+    figures = {}
+    for mapping in ("masked_lm", "seq2seq_lm"):
+        text = [t for t in MAPPINGS[mapping] if DOC["types"][t]["text"]]
+        figures[mapping] = (sum(_exact(t) for t in text), len(text))
+    assert figures == {"masked_lm": (27, 49), "seq2seq_lm": (14, 26)}
+
+
+# ---------------------------------------------------------------------------------------------
+# What these readers refuse: one line naming the key, exit 2.
+
+
+def _config(model_type, **changes):
+    return {**json.loads((ZOO / DOC["types"][model_type]["config"]).read_text()), **changes}
+
+
+BAD = [
+    (_config("deberta-v2", relative_attention=True, pos_att_type=["c2p"], share_att_key=False),
+     "key 'share_att_key': expected true (the separate position projections of pos_att_type "
+     "are not read), got False"),
+    (_config("deberta-v2", conv_kernel_size=3),
+     "key 'conv_kernel_size': expected 0 (the convolution beside the first layer is not read), "
+     "got 3"),
+    (_config("deberta-v2", embedding_size=128),
+     "key 'embedding_size': expected hidden_size (1,536); an embedding projection is not read, "
+     "got 128"),
+    (_config("deberta-v2", relative_attention=True, position_buckets="256"),
+     "key 'position_buckets': expected a whole number, got '256'"),
+    (_config("longt5", encoder_attention_type="transient-global"),
+     "key 'encoder_attention_type': expected 'local' (transient-global attention's tables and "
+     "norms are not read), got 'transient-global'"),
+    (_config("marian", share_encoder_decoder_embeddings=False),
+     "key 'share_encoder_decoder_embeddings': expected true (separate decoder embeddings are "
+     "not read), got False"),
+    (_config("marian", decoder_vocab_size=100),
+     "key 'decoder_vocab_size': expected vocab_size (58,101), got 100"),
+    (_config("bart", decoder_attention_heads=8),
+     "key 'decoder_attention_heads': expected the encoder's value (16); stacks of different "
+     "widths are not read, got 8"),
+    (_config("bart", decoder_ffn_dim=1024),
+     "key 'decoder_ffn_dim': expected the encoder's value (4,096); stacks of different widths "
+     "are not read, got 1024"),
+    (_config("bart", encoder_attention_heads=10, decoder_attention_heads=10),
+     "key 'encoder_attention_heads': expected a divisor of d_model (1,024), got 10"),
+    (_config("mvp", use_prompt=True),
+     "key 'use_prompt': expected false (the prompt tables are not read), got True"),
+    (_config("tapas", type_vocab_sizes=[3, -1]),
+     "key 'type_vocab_sizes': expected a list of layer numbers, got [3, -1]"),
+]
+
+
+@pytest.mark.parametrize("config,message", BAD, ids=range(len(BAD)))
+def test_one_line_naming_the_key(cli, tmp_path, config, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = cli("params", "--config", path)
+    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 70), st.floats(allow_nan=True),
+                    st.text(max_size=4), st.lists(st.integers(-1, 5), max_size=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(model_type=st.sampled_from(sorted(KIND)), data=st.data())
+def test_mutated_configs_count_or_fail_in_one_line(model_type, data):
+    """Any key of a type's default config set to any value: a count, or a one-line FfnError."""
+    config = _config(model_type)
+    keys = sorted(config) + ["position_buckets", "max_relative_positions", "norm_rel_ebd",
+                             "embedding_size", "input_embedding_size", "type_vocab_sizes",
+                             "max_2d_position_embeddings", "use_prompt", "use_bias"]
+    for _ in range(data.draw(st.integers(1, 3))):
+        config[data.draw(st.sampled_from(keys))] = data.draw(_VALUES)
+    try:
+        c = count(spec_from_config(config, "c.json"))
+    except FfnError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("c.json")
+    else:
+        assert c.total > 0 and c.active <= c.total
