@@ -19,7 +19,9 @@ from conftest import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ffncli.counting.files import group_of
 from ffncli.counting.model import count
+from ffncli.counting.tensors import tensors
 from ffncli.errors import FfnError
 from ffncli.specs.archs import ARCHS, spec_from_config
 
@@ -59,6 +61,30 @@ def test_total_and_each_layer_ffn_match_transformers(name, entry):
     ffn = [f for stack in truth["stacks"].values() for f in stack["ffn"]]
     assert (counted.total, counted.active) == (truth["total"], truth["active"])
     assert _ffn_per_layer(counted) == ffn
+
+
+@pytest.mark.parametrize(("name", "entry"), CASES, ids=[n for n, _ in CASES])
+def test_the_tensor_inventory_sums_to_the_count(name, entry):
+    """LoRA, optimizer states and 4-bit storage are counted over the inventory: it holds the
+    new tables (BART's second positions, DeBERTa's relative table, UMT5's per-layer biases)."""
+    spec = spec_from_config(json.loads((ZOO / entry["config"]).read_text()), name)
+    inventory = tensors(spec)
+    assert sum(t.numel * t.count for t in inventory) == count(spec).total
+    assert sum(t.numel * t.count for t in inventory if t.part == "ffn") == \
+        count(spec).groups["ffn"]
+
+
+@pytest.mark.parametrize("model_type", sorted(KIND))
+def test_a_checkpoint_layer_names_each_tensor_group(model_type):
+    """The names transformers gives each layer's tensors (the zoo's ffn_names, other_names):
+    the FFN's are FFN, the others attention or norms (Megatron-BERT's ln included)."""
+    truth = DOC["types"][model_type]["builds"][KIND[model_type]]
+    for stack in truth["stacks"]:
+        for names, groups in ((truth["ffn_names"], {"ffn"}),
+                              (truth["other_names"], {"attention", "norms"})):
+            for name in names:
+                full = f"{stack}.0.{name}".replace("*", "1")
+                assert group_of(full) in groups, full
 
 
 @pytest.mark.parametrize("model_type", ["bart", "mbart", "mvp"])

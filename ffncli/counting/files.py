@@ -15,9 +15,11 @@ GROUPS = ("embeddings", "attention", "ffn", "norms", "head", "pooler", "other")
 
 
 # Leaves of tensors that are saved but are not parameters: causal masks, rotary tables,
-# DeepSeek-V3's router score bias (a buffer updated outside training), Gemma's embedding scale.
+# DeepSeek-V3's router score bias (a buffer updated outside training), Gemma's embedding scale,
+# BART's final_logits_bias (a buffer its checkpoints keep).
 _BUFFER_LEAVES = ("position_ids", "inv_freq", "original_inv_freq", "masked_bias",
-                  "e_score_correction_bias", "embed_positions", "embed_scale")
+                  "e_score_correction_bias", "embed_positions", "embed_scale",
+                  "final_logits_bias")
 
 # First name segments of the task heads that masked-LM, causal-LM and pre-training classes add
 # to a base model (BertForMaskedLM's cls.predictions, DistilBertForMaskedLM's vocab_*, ELECTRA's
@@ -43,7 +45,7 @@ def group_of(name: str) -> str:
     segments = n.split(".")
     if segments[0] in _HEAD_SEGMENTS or "lm_head" in segments:
         return "head"  # before norms: cls.predictions.transform.LayerNorm is the head's
-    if "norm" in n or "ln_" in n:
+    if "norm" in n or "ln_" in n or "ln" in segments:  # Megatron-BERT's ln
         return "norms"
     if "pooler" in n:
         return "pooler"
