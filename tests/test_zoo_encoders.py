@@ -213,3 +213,113 @@ def test_mutated_configs_count_or_fail_in_one_line(model_type, data):
         assert "\n" not in str(exc) and str(exc).startswith("c.json")
     else:
         assert c.total > 0 and c.active <= c.total
+
+
+# ---------------------------------------------------------------------------------------------
+# `params --config --weights`: files laid out by hand as transformers saves each family (tiny
+# sizes, zeros), every tensor in its group and the file's total the spec's.
+
+D, F, V, P = 8, 16, 10, 6  # width, FFN width, vocabulary, positions
+
+
+def _linear(name, n_in, n_out, bias=True):
+    return {f"{name}.weight": (n_out, n_in), **({f"{name}.bias": (n_out,)} if bias else {})}
+
+
+def _norm(name, bias=True):
+    return {f"{name}.weight": (D,), **({f"{name}.bias": (D,)} if bias else {})}
+
+
+def _bart_layer(prefix, cross):
+    tensors = {}
+    for block in ("self_attn", "encoder_attn") if cross else ("self_attn",):
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            tensors |= _linear(f"{prefix}.{block}.{proj}", D, D)
+        tensors |= _norm(f"{prefix}.{block}_layer_norm")
+    return tensors | _linear(f"{prefix}.fc1", D, F) | _linear(f"{prefix}.fc2", F, D) | _norm(
+        f"{prefix}.final_layer_norm")
+
+
+def _bart():
+    tensors = {"model.shared.weight": (V, D), "final_logits_bias": (1, V)}  # a buffer
+    for stack in ("encoder", "decoder"):
+        tensors[f"model.{stack}.embed_positions.weight"] = (P + 2, D)
+        tensors |= _norm(f"model.{stack}.layernorm_embedding")
+        for i in range(2):
+            tensors |= _bart_layer(f"model.{stack}.layers.{i}", stack == "decoder")
+    config = {"d_model": D, "encoder_layers": 2, "decoder_layers": 2, "encoder_ffn_dim": F,
+              "decoder_ffn_dim": F, "encoder_attention_heads": 2, "decoder_attention_heads": 2,
+              "vocab_size": V, "max_position_embeddings": P}
+    return "bart", config, tensors, V
+
+
+def _bert_layer(prefix, names):
+    tensors = {}
+    for proj in names["qkv"]:
+        tensors |= _linear(f"{prefix}.attention.self.{proj}", D, D)
+    tensors |= _linear(f"{prefix}.attention.output.dense", D, D)
+    tensors |= _linear(f"{prefix}.intermediate.dense", D, F) | _linear(
+        f"{prefix}.output.dense", F, D)
+    for norm in names["norms"]:
+        tensors |= _norm(f"{prefix}.{norm}")
+    return tensors
+
+
+def _deberta_v3():
+    tensors = {"embeddings.word_embeddings.weight": (V, D), "encoder.rel_embeddings.weight":
+               (2 * 4, D)} | _norm("embeddings.LayerNorm") | _norm("encoder.LayerNorm")
+    names = {"qkv": ("query_proj", "key_proj", "value_proj"),
+             "norms": ("attention.output.LayerNorm", "output.LayerNorm")}
+    for i in range(2):
+        tensors |= _bert_layer(f"encoder.layer.{i}", names)
+    config = {"hidden_size": D, "num_hidden_layers": 2, "num_attention_heads": 2,
+              "intermediate_size": F, "vocab_size": V, "max_position_embeddings": P,
+              "relative_attention": True, "position_buckets": 4, "norm_rel_ebd": "layer_norm",
+              "position_biased_input": False, "share_att_key": True,
+              "pos_att_type": ["p2c", "c2p"], "type_vocab_size": 0}
+    return "deberta-v2", config, tensors, 0
+
+
+def _megatron():
+    tensors = {"embeddings.word_embeddings.weight": (V, D),
+               "embeddings.position_embeddings.weight": (P, D),
+               "embeddings.token_type_embeddings.weight": (2, D)} | _norm("encoder.ln") | \
+        _linear("pooler.dense", D, D)
+    names = {"qkv": ("query", "key", "value"), "norms": ("attention.ln", "ln")}
+    for i in range(2):
+        tensors |= _bert_layer(f"encoder.layer.{i}", names)
+    config = {"hidden_size": D, "num_hidden_layers": 2, "num_attention_heads": 2,
+              "intermediate_size": F, "vocab_size": V, "max_position_embeddings": P}
+    return "megatron-bert", config, tensors, 0
+
+
+def _modernbert():
+    tensors = {"embeddings.tok_embeddings.weight": (V, D)} | _norm("embeddings.norm", False) | \
+        _norm("final_norm", False)
+    for i in range(2):
+        p = f"layers.{i}"
+        tensors |= _linear(f"{p}.attn.Wqkv", D, 3 * D, False) | _linear(f"{p}.attn.Wo", D, D,
+                                                                          False)
+        tensors |= _linear(f"{p}.mlp.Wi", D, 2 * F, False) | _linear(f"{p}.mlp.Wo", F, D, False)
+        tensors |= _norm(f"{p}.mlp_norm", False) | (_norm(f"{p}.attn_norm", False) if i else {})
+    config = {"hidden_size": D, "num_hidden_layers": 2, "num_attention_heads": 2,
+              "intermediate_size": F, "vocab_size": V}
+    return "modernbert", config, tensors, 0
+
+
+@pytest.mark.parametrize("family", [_bart, _deberta_v3, _megatron, _modernbert],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_a_checkpoint_of_the_family_matches_its_config(cli, tmp_path, family):
+    import numpy as np
+    from safetensors import numpy as safetensors_numpy
+
+    model_type, config, shapes, buffers = family()
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, **config}))
+    safetensors_numpy.save_file({n: np.zeros(s, np.float32) for n, s in shapes.items()},
+                                tmp_path / "model.safetensors")
+    r = cli("params", "--config", tmp_path / "config.json", "--weights",
+            tmp_path / "model.safetensors", "--json")
+    doc = r.json()
+    held = sum(int(np.prod(s)) for s in shapes.values()) - buffers
+    assert (r.code, doc["mismatches"], doc["file_groups"]["other"]) == (0, {}, 0)
+    assert doc["file_params"] == doc["total_params"] == held
