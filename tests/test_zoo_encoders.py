@@ -31,7 +31,8 @@ MAPPINGS = DOC["mappings"]
 
 BASE = ["modernbert", "deberta-v2", "mpnet", "camembert", "data2vec-text", "ernie", "ibert",
         "big_bird", "xlm-roberta-xl", "megatron-bert", "roberta-prelayernorm", "mra", "yoso",
-        "tapas", "layoutlm", "rembert", "jina_embeddings_v3", "nomic_bert", "eurobert"]
+        "tapas", "layoutlm", "rembert", "jina_embeddings_v3", "nomic_bert", "eurobert",
+        "ultrabert", "xlm", "flaubert"]
 SEQ2SEQ = ["bart", "mbart", "mvp", "mt5", "umt5", "longt5", "pegasus", "marian", "m2m_100",
            "plbart", "blenderbot", "blenderbot-small", "bigbird_pegasus"]
 KIND = {**{t: "base" for t in BASE}, **{t: "seq2seq_lm" for t in SEQ2SEQ}}
@@ -84,6 +85,9 @@ def test_a_checkpoint_layer_names_each_tensor_group(model_type):
                               (truth["other_names"], {"attention", "norms"})):
             for name in names:
                 full = f"{stack}.0.{name}".replace("*", "1")
+                if stack.startswith("{"):  # XLM: a list per sublayer, ffns.0.lin1
+                    part, rest = name.split(".", 1)
+                    full = f"{part}.0.{rest}"
                 assert group_of(full) in groups, full
 
 
@@ -98,6 +102,22 @@ def test_a_config_of_the_type_alone_takes_the_class_defaults(model_type):
     """{"model_type": ...} alone counts as the class's defaults written out in full."""
     alone = count(spec_from_config({"model_type": model_type}, "c.json"))
     assert alone.total == _counted(DOC["types"][model_type]).total
+
+
+@pytest.mark.parametrize(("model_type", "changes", "more"), [
+    ("ernie", {"use_task_id": True}, 3 * 768),  # ErnieEmbeddings.task_type_embeddings
+    ("ernie", {"use_task_id": True, "task_type_vocab_size": 5}, 5 * 768),
+    ("big_bird", {"use_bias": False}, -12 * 3 * 768),  # no Q, K, V biases
+    ("xlm", {"n_langs": 4}, 4 * 2048),  # XLMModel.lang_embeddings
+    ("xlm", {"n_langs": 4, "use_lang_emb": False}, 0),
+    ("deberta-v2", {"relative_attention": True}, 2 * 512 * 1536),  # 2 x max_position rows
+    ("deberta-v2", {"relative_attention": True, "max_relative_positions": 64}, 128 * 1536),
+])
+def test_the_keys_that_add_tables(model_type, changes, more):
+    """Keys off by default that add parameters, counted as the class's code adds them."""
+    base = _counted(DOC["types"][model_type]).total
+    changed = count(spec_from_config(_config(model_type, **changes), "c.json")).total
+    assert changed - base == more
 
 
 def _rows(name):
@@ -139,7 +159,7 @@ def test_n_of_m_types_of_the_two_mappings_exact():
     for mapping in ("masked_lm", "seq2seq_lm"):
         text = [t for t in MAPPINGS[mapping] if DOC["types"][t]["text"]]
         figures[mapping] = (sum(_exact(t) for t in text), len(text))
-    assert figures == {"masked_lm": (27, 49), "seq2seq_lm": (14, 26)}
+    assert figures == {"masked_lm": (30, 49), "seq2seq_lm": (14, 26)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,6 +200,10 @@ BAD = [
      "key 'encoder_attention_heads': expected a divisor of d_model (1,024), got 10"),
     (_config("mvp", use_prompt=True),
      "key 'use_prompt': expected false (the prompt tables are not read), got True"),
+    (_config("yoso", conv_window=65),
+     "key 'conv_window': expected null (the convolution on the values is not read), got 65"),
+    (_config("nomic_bert", head_dim=32),
+     "key 'head_dim': expected hidden_size / num_attention_heads (64), got 32"),
     (_config("tapas", type_vocab_sizes=[3, -1]),
      "key 'type_vocab_sizes': expected a list of layer numbers, got [3, -1]"),
 ]

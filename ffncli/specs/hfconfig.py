@@ -293,6 +293,33 @@ def bert_relative_spec(c: Config, family: str, *, pooler: bool = True,
                                       position_offset=position_offset))
 
 
+def ernie_spec(c: Config) -> ModelSpec:
+    """ErnieModel: BERT, and with use_task_id a task-type table (task_type_vocab_size rows),
+    counted with the token-type rows."""
+    spec = bert_relative_spec(c, "ernie")
+    assert spec.embeddings is not None
+    tasks = c.int("task_type_vocab_size", 3) if c.bool("use_task_id", False) else 0
+    return replace(spec, embeddings=replace(spec.embeddings,
+                                            token_types=spec.embeddings.token_types + tasks))
+
+
+def big_bird_spec(c: Config) -> ModelSpec:
+    """BigBirdModel: BERT with 4096 positions; Q, K and V biases only with use_bias
+    (block-sparse attention has full attention's projections)."""
+    spec = bert_relative_spec(c, "big_bird", vocab_size=50358, max_position_embeddings=4096,
+                              hidden_act="gelu_new")
+    assert spec.attention is not None
+    return replace(spec, attention=replace(spec.attention, qkv_bias=c.bool("use_bias", True)))
+
+
+def yoso_spec(c: Config) -> ModelSpec:
+    """YosoModel: BERT without pooler, 2 extra position rows, one token type."""
+    if c.data.get("conv_window") is not None:
+        raise c.fail("conv_window", "null (the convolution on the values is not read)")
+    return bert_relative_spec(c, "yoso", pooler=False, position_offset=2, vocab_size=50265,
+                              max_position_embeddings=4096, type_vocab_size=1)
+
+
 def tapas_spec(c: Config) -> ModelSpec:
     """TapasModel: BERT with seven token-type tables (type_vocab_sizes), all d_model wide."""
     sizes = c.ints("type_vocab_sizes") or [3, 256, 256, 2, 256, 256, 10]
@@ -316,6 +343,10 @@ def rotary_bert_spec(c: Config, family: str, *, pooler: bool, gated: bool, bias:
     (BERT's FFN and biases, with pooler), NomicBERT (SwiGLU, no biases, no pooler)."""
     spec = bert_relative_spec(c, family, pooler=pooler, **defaults)
     assert spec.embeddings is not None and spec.attention is not None
+    head_dim = c.whole("head_dim")
+    if head_dim is not None and head_dim * spec.attention.heads != spec.d_model:
+        raise c.fail("head_dim", f"hidden_size / num_attention_heads "
+                     f"({spec.d_model // spec.attention.heads})")
     return replace(spec, ffn=replace(spec.ffn, gated=gated, bias=bias),
                    attention=replace(spec.attention, qkv_bias=bias, out_bias=bias),
                    embeddings=replace(spec.embeddings, positions=0))
@@ -407,15 +438,36 @@ def modernbert_spec(c: Config) -> ModelSpec:
     )
 
 
-def encoder_gated_spec(c: Config, family: str) -> ModelSpec:
-    """EuroBertModel: LLaMA's layers (gated FFN, RMSNorms, grouped-query attention) as an
-    encoder, no head."""
-    spec = gated_decoder_spec(_with_defaults(c, vocab_size=128256, hidden_size=768,
-                                             intermediate_size=3072, num_hidden_layers=12,
-                                             num_attention_heads=12), family)
+def encoder_gated_spec(c: Config, family: str, **defaults: Any) -> ModelSpec:
+    """EuroBertModel, UltraBertModel: LLaMA's layers (gated FFN, RMSNorms, grouped-query
+    attention) as an encoder, no head."""
+    spec = gated_decoder_spec(_with_defaults(c, **defaults), family)
     assert spec.embeddings is not None
     return replace(spec, layers=LayersSpec(encoder=spec.layers.decoder, decoder=0),
                    embeddings=replace(spec.embeddings, head="none"))
+
+
+def xlm_spec(c: Config, family: str) -> ModelSpec:
+    """XLMModel, FlaubertModel: post-norm layers of emb_dim with a 4 x emb_dim FFN (GELU, or
+    ReLU without gelu_activation), learned positions (sinusoidal ones are a frozen parameter
+    too), an embedding norm, no token types; with n_langs > 1 and use_lang_emb a language
+    table (n_langs rows), counted with the token-type rows. Pre-norm FlauBERT holds the same."""
+    d = c.int("emb_dim", 2048)
+    langs = c.int("n_langs", 1)
+    return ModelSpec(
+        name=c.name(family), family=family, description=f"from {c.source}", d_model=d,
+        seq_len=c.int("max_position_embeddings", 512),
+        ffn=FfnSpec(d_ff=4 * d, activation="gelu" if c.bool("gelu_activation", True)
+                    else "relu"),
+        attention=AttentionSpec(heads=c.heads(d, "n_heads", None, d_key="emb_dim",
+                                              default=16)[0]),
+        norm=NormSpec(final=False),
+        layers=LayersSpec(encoder=c.int("n_layers", 12), decoder=0),
+        embeddings=EmbeddingsSpec(
+            vocab=c.int("vocab_size", 30145), positions=c.int("max_position_embeddings", 512),
+            token_types=langs if langs > 1 and c.bool("use_lang_emb", True) else 0, norm=True,
+            head="none"),
+    )
 
 
 def t5_variant_spec(c: Config, family: str, *, relative_per_layer: bool = False,
