@@ -269,6 +269,8 @@ ARCHS: dict[str, Arch] = {
     "marian": Arch(H.marian_spec),
     "mvp": Arch(H.mvp_spec),
     "bigbird_pegasus": Arch(H.bigbird_pegasus_spec),
+    "seamless_m4t": Arch(lambda c: H.seamless_text_spec(c, "seamless_m4t")),
+    "seamless_m4t_v2": Arch(lambda c: H.seamless_text_spec(c, "seamless_m4t_v2")),
     "cohere": Arch(lambda c: H.gated_decoder_spec(
         c, "cohere", tie_default=True, norm=H.COHERE_NORM,
         qk_norm="heads" if c.bool("use_qk_norm", False) else "none"), LLAMA_FFN),

@@ -484,14 +484,14 @@ def t5_variant_spec(c: Config, family: str, *, relative_per_layer: bool = False,
 
 
 def bart_like_spec(c: Config, family: str, *, positions: str, embedding_norm: bool,
-                   final_norm: bool, **defaults: Any) -> ModelSpec:
+                   final_norm: bool, d_key: str = "d_model", **defaults: Any) -> ModelSpec:
     """BART and its kin, as their ForConditionalGeneration class: one word table for both
     stacks (and the tied head), each stack its own position table and embedding norm.
     ``positions``: "learned" (BART: max_position_embeddings + 2 rows), "learned0" (Blenderbot:
     no offset), "sinusoidal" (Pegasus, Marian: a frozen table that is still a parameter),
     "buffer" (M2M-100, NLLB: none). final_logits_bias is a buffer."""
     c = _with_defaults(c, **defaults)
-    d = c.int("d_model", 1024)
+    d = c.int(d_key, 1024)
     heads = c.int("encoder_attention_heads", 16)
     for key, value in (("decoder_attention_heads", heads),
                        ("decoder_ffn_dim", c.int("encoder_ffn_dim", 4096))):
@@ -499,7 +499,7 @@ def bart_like_spec(c: Config, family: str, *, positions: str, embedding_norm: bo
             raise c.fail(key, f"the encoder's value ({value:,}); stacks of different widths "
                          "are not read")
     if d % heads:
-        raise c.fail("encoder_attention_heads", f"a divisor of d_model ({d:,})")
+        raise c.fail("encoder_attention_heads", f"a divisor of {d_key} ({d:,})")
     seq = c.int("max_position_embeddings", 1024)
     rows = {"learned": seq, "learned0": seq, "sinusoidal": seq, "buffer": 0}[positions]
     vocab = c.int("vocab_size", 50265)
@@ -537,6 +537,16 @@ def bigbird_pegasus_spec(c: Config) -> ModelSpec:
     assert spec.attention is not None
     bias = c.bool("use_bias", False)
     return replace(spec, attention=replace(spec.attention, qkv_bias=bias, out_bias=bias))
+
+
+def seamless_text_spec(c: Config, family: str) -> ModelSpec:
+    """SeamlessM4T(v2)ForTextToText, the class of the seq2seq mapping: the text encoder and
+    decoder (M2M-100's shapes, hidden_size wide); the speech encoder, text-to-unit model and
+    vocoder of the whole model are not in it."""
+    return bart_like_spec(c, family, positions="buffer", embedding_norm=False, final_norm=True,
+                          d_key="hidden_size", vocab_size=256102, encoder_layers=24,
+                          decoder_layers=24, encoder_ffn_dim=8192, decoder_ffn_dim=8192,
+                          activation_function="relu")
 
 
 def marian_spec(c: Config) -> ModelSpec:
