@@ -16,13 +16,13 @@ import json
 
 import pytest
 from conftest import DATA
+from helpers.configs import VALUES, assert_counts_or_fails_in_one_line, assert_one_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ffncli.counting.files import group_of
 from ffncli.counting.model import count
 from ffncli.counting.tensors import tensors
-from ffncli.errors import FfnError
 from ffncli.specs.archs import ARCHS, spec_from_config
 
 ZOO = DATA / "zoo"
@@ -206,20 +206,13 @@ BAD = [
     (_config("nomic_bert", head_dim=32),
      "key 'head_dim': expected hidden_size / num_attention_heads (64), got 32"),
     (_config("tapas", type_vocab_sizes=[3, -1]),
-     "key 'type_vocab_sizes': expected a list of layer numbers, got [3, -1]"),
+     "key 'type_vocab_sizes': expected a list of table sizes, got [3, -1]"),
 ]
 
 
 @pytest.mark.parametrize("config,message", BAD, ids=range(len(BAD)))
 def test_one_line_naming_the_key(cli, tmp_path, config, message):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    r = cli("params", "--config", path)
-    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
-
-
-_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 70), st.floats(allow_nan=True),
-                    st.text(max_size=4), st.lists(st.integers(-1, 5), max_size=3))
+    assert_one_line(cli, tmp_path, config, message)
 
 
 @settings(max_examples=300, deadline=None)
@@ -231,13 +224,8 @@ def test_mutated_configs_count_or_fail_in_one_line(model_type, data):
                              "embedding_size", "input_embedding_size", "type_vocab_sizes",
                              "max_2d_position_embeddings", "use_prompt", "use_bias"]
     for _ in range(data.draw(st.integers(1, 3))):
-        config[data.draw(st.sampled_from(keys))] = data.draw(_VALUES)
-    try:
-        c = count(spec_from_config(config, "c.json"))
-    except FfnError as exc:
-        assert "\n" not in str(exc) and str(exc).startswith("c.json")
-    else:
-        assert c.total > 0 and c.active <= c.total
+        config[data.draw(st.sampled_from(keys))] = data.draw(VALUES)
+    assert_counts_or_fails_in_one_line(config)
 
 
 # ---------------------------------------------------------------------------------------------

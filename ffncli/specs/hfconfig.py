@@ -322,7 +322,10 @@ def yoso_spec(c: Config) -> ModelSpec:
 
 def tapas_spec(c: Config) -> ModelSpec:
     """TapasModel: BERT with seven token-type tables (type_vocab_sizes), all d_model wide."""
-    sizes = c.ints("type_vocab_sizes") or [3, 256, 256, 2, 256, 256, 10]
+    sizes = c.data.get("type_vocab_sizes") or [3, 256, 256, 2, 256, 256, 10]
+    if not isinstance(sizes, list) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_INT for n in sizes):
+        raise c.fail("type_vocab_sizes", "a list of table sizes")
     spec = bert_relative_spec(c, "tapas", max_position_embeddings=1024)
     assert spec.embeddings is not None
     return replace(spec, embeddings=replace(spec.embeddings, token_types=sum(sizes)))
