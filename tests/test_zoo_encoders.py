@@ -230,7 +230,9 @@ def test_mutated_configs_count_or_fail_in_one_line(model_type, data):
 
 # ---------------------------------------------------------------------------------------------
 # `params --config --weights`: files laid out by hand as transformers saves each family (tiny
-# sizes, zeros), every tensor in its group and the file's total the spec's.
+# sizes, zeros), every tensor in its group and the file's total the spec's. Each family gives
+# its model_type, config, tensor shapes, and how many of the numbers held are not the body's
+# parameters (a buffer: BART's final_logits_bias; a task head: ModernBertForMaskedLM's).
 
 D, F, V, P = 8, 16, 10, 6  # width, FFN width, vocabulary, positions
 
@@ -320,19 +322,29 @@ def _modernbert():
     return "modernbert", config, tensors, 0
 
 
-@pytest.mark.parametrize("family", [_bart, _deberta_v3, _megatron, _modernbert],
-                         ids=lambda f: f.__name__.strip("_"))
+def _modernbert_masked_lm():
+    """ModernBertForMaskedLM as ModernBERT-base is saved: the body under model., the head's
+    dense and norm, the decoder's bias (its weight tied to the word table)."""
+    model_type, config, body, _ = _modernbert()
+    tensors = {f"model.{n}": s for n, s in body.items()} | _linear("head.dense", D, D, False) | \
+        _norm("head.norm", False) | {"decoder.bias": (V,)}
+    return model_type, config, tensors, D * D + D + V
+
+
+@pytest.mark.parametrize("family", [_bart, _deberta_v3, _megatron, _modernbert,
+                                    _modernbert_masked_lm], ids=lambda f: f.__name__.strip("_"))
 def test_a_checkpoint_of_the_family_matches_its_config(cli, tmp_path, family):
     import numpy as np
     from safetensors import numpy as safetensors_numpy
 
-    model_type, config, shapes, buffers = family()
+    model_type, config, shapes, not_body = family()
     (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type, **config}))
     safetensors_numpy.save_file({n: np.zeros(s, np.float32) for n, s in shapes.items()},
                                 tmp_path / "model.safetensors")
     r = cli("params", "--config", tmp_path / "config.json", "--weights",
             tmp_path / "model.safetensors", "--json")
     doc = r.json()
-    held = sum(int(np.prod(s)) for s in shapes.values()) - buffers
+    held = sum(int(np.prod(s)) for s in shapes.values())
     assert (r.code, doc["mismatches"], doc["file_groups"]["other"]) == (0, {}, 0)
-    assert doc["file_params"] == doc["total_params"] == held
+    assert doc["file_params"] - doc["file_groups"]["head"] == doc["total_params"] == \
+        held - not_body

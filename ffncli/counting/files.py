@@ -23,8 +23,10 @@ _BUFFER_LEAVES = ("position_ids", "inv_freq", "original_inv_freq", "masked_bias"
 
 # First name segments of the task heads that masked-LM, causal-LM and pre-training classes add
 # to a base model (BertForMaskedLM's cls.predictions, DistilBertForMaskedLM's vocab_*, ELECTRA's
-# generator and discriminator heads, RoBERTa's lm_head).
-_HEAD_SEGMENTS = ("lm_head", "embed_out", "cls", "vocab_transform", "vocab_layer_norm",
+# generator and discriminator heads, RoBERTa's lm_head; ModernBertForMaskedLM's head and its
+# top-level decoder, a name of two segments unlike T5's decoder stack).
+_HEAD_NAMES = ("decoder.weight", "decoder.bias")
+_HEAD_SEGMENTS = ("head", "lm_head", "embed_out", "cls", "vocab_transform", "vocab_layer_norm",
                   "vocab_projector", "generator_predictions", "generator_lm_head",
                   "discriminator_predictions")
 
@@ -43,7 +45,7 @@ def group_of(name: str) -> str:
     """embeddings / attention / ffn / norms / head / pooler / other, from a tensor's name."""
     n = name.lower()
     segments = n.split(".")
-    if segments[0] in _HEAD_SEGMENTS or "lm_head" in segments:
+    if segments[0] in _HEAD_SEGMENTS or "lm_head" in segments or n in _HEAD_NAMES:
         return "head"  # before norms: cls.predictions.transform.LayerNorm is the head's
     if "norm" in n or "ln_" in n or "ln" in segments:  # Megatron-BERT's ln
         return "norms"
