@@ -348,3 +348,34 @@ def test_a_checkpoint_of_the_family_matches_its_config(cli, tmp_path, family):
     assert (r.code, doc["mismatches"], doc["file_groups"]["other"]) == (0, {}, 0)
     assert doc["file_params"] - doc["file_groups"]["head"] == doc["total_params"] == \
         held - not_body
+
+
+def _concrete(pattern):
+    """The zoo's names with digits as '*' (T5's layer.*.DenseReluDense.wi_*), made concrete."""
+    names = [pattern]
+    while any("*" in n for n in names):
+        names = [n.replace("*", digit, 1) for n in names for digit in "01"]
+    return names
+
+
+@pytest.mark.parametrize("model_type", sorted(t for t in KIND if ARCHS[t].ffn is not None))
+def test_the_ffn_layout_names_tensors_transformers_gives_the_ffn(model_type):
+    """Where run, relu-stats and permute-check read a layer's FFN: the layout's tensors are the
+    ones the zoo found in that type's FFN (layer 0 of its first stack)."""
+    from ffncli.specs.archs import ffn_layout
+
+    entry = DOC["types"][model_type]
+    truth = entry["builds"][KIND[model_type]]
+    layout = ffn_layout(_counted(entry).spec)
+    stack = next(iter(truth["stacks"]))
+    held = set()
+    for name in truth["ffn_names"]:
+        if stack.startswith("{"):  # XLM: a list per sublayer, ffns.0.lin1
+            part, rest = name.split(".", 1)
+            held.update(_concrete(f"{part}.0.{rest}"))
+        else:
+            held.update(_concrete(f"{stack}.0.{name}"))
+    assert layout is not None and layout.names
+    for stem in layout.names.values():
+        wanted = stem.format(i=0) + ".weight"
+        assert any(n == wanted or n.endswith("." + wanted) for n in held), (wanted, held)
