@@ -267,7 +267,6 @@ def t5_spec(c: Config) -> ModelSpec:
     )
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Encoders and seq2seq, 2025-26 (issue 40). Each reader takes its class's defaults for the keys
 # a config omits (transformers 5.25's config classes, tests/data/zoo/configs).
@@ -322,7 +321,8 @@ def yoso_spec(c: Config) -> ModelSpec:
 
 def tapas_spec(c: Config) -> ModelSpec:
     """TapasModel: BERT with seven token-type tables (type_vocab_sizes), all d_model wide."""
-    sizes = c.data.get("type_vocab_sizes") or [3, 256, 256, 2, 256, 256, 10]
+    sizes = c.data.get("type_vocab_sizes")
+    sizes = [3, 256, 256, 2, 256, 256, 10] if sizes is None else sizes
     if not isinstance(sizes, list) or not all(
             isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_INT for n in sizes):
         raise c.fail("type_vocab_sizes", "a list of table sizes")
@@ -563,6 +563,7 @@ def marian_spec(c: Config) -> ModelSpec:
         raise c.fail("decoder_vocab_size", f"vocab_size ({vocab:,})")
     return bart_like_spec(c, "marian", positions="sinusoidal", embedding_norm=False,
                           final_norm=False, vocab_size=58101)
+
 
 def opt_spec(c: Config) -> ModelSpec:
     d = c.int("hidden_size", 768)
