@@ -379,3 +379,39 @@ def test_the_ffn_layout_names_tensors_transformers_gives_the_ffn(model_type):
     for stem in layout.names.values():
         wanted = stem.format(i=0) + ".weight"
         assert any(n == wanted or n.endswith("." + wanted) for n in held), (wanted, held)
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec keys added for these families, in a YAML spec (docs/specs.md).
+
+
+def _yaml_total(layers=None, attention=None, **embeddings):
+    from ffncli.specs.spec import spec_from_mapping
+
+    spec = spec_from_mapping({"d_model": D, "ffn": {"d_ff": F}, "norm": {},
+                              "attention": {"heads": 2, **(attention or {})},
+                              "layers": layers or {"encoder": 2, "decoder": 1},
+                              "embeddings": {"vocab": V, **embeddings}}, "spec.yaml")
+    assert sum(t.numel * t.count for t in tensors(spec)) == count(spec).total
+    return count(spec).total
+
+
+@pytest.mark.parametrize(("keys", "more"), [
+    ({"embeddings": {"positions": P, "norm": True, "per_stack": True}},
+     P * D + 2 * D),  # the decoder's own table and norm
+    ({"embeddings": {"positions": P, "per_stack": True},
+      "layers": {"encoder": 2, "decoder": 0}}, 0),  # one stack: nothing to repeat
+    ({"embeddings": {"relative": 4, "relative_norm": True}}, 4 * D + 2 * D),
+    ({"embeddings": {"relative": 4}}, 4 * D),
+    ({"embeddings": {"relative_norm": True}}, 0),  # no table, no norm on it
+    ({"attention": {"relative_buckets": 3, "relative_per_layer": True}},
+     3 * 3 * 2 - 2 * 3 * 2),  # a table in each of 3 layers, not in each of 2 stacks
+])
+def test_the_added_spec_keys(keys, more):
+    layers = keys.get("layers")
+    base = _yaml_total(layers, {k: v for k, v in keys.get("attention", {}).items()
+                                if k != "relative_per_layer"},
+                       **{k: v for k, v in keys.get("embeddings", {}).items()
+                          if k not in ("per_stack", "relative", "relative_norm")})
+    assert _yaml_total(layers, keys.get("attention"), **keys.get("embeddings", {})) - base == \
+        more

@@ -434,7 +434,7 @@ def count(spec: ModelSpec) -> ModelCount:
         if _stack_copies(spec) > 1:
             rows.append(Row("decoder embedding norm", f"{width}", norm_params(width, norm)))
             groups["norms"] += norm_params(width, norm)
-    if emb is not None and emb.relative_norm and norm is not None:
+    if emb is not None and emb.relative and emb.relative_norm and norm is not None:
         rows.append(Row("relative embedding norm", f"{d}", norm_params(d, norm)))
         groups["norms"] += norm_params(d, norm)
     if att is not None and att.relative_buckets:

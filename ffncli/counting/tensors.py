@@ -152,7 +152,7 @@ def _outside(spec: ModelSpec, stacks: int) -> list[Tensor]:
             tensors.append(Tensor("norms", (wide,), per * copies))
         if emb.relative:  # DeBERTa's relative-position table, and its norm
             tensors.append(Tensor("embeddings", (emb.relative, d), 1))
-        if emb.relative_norm and norm is not None and norm_params(d, norm):
+        if emb.relative and emb.relative_norm and norm is not None and norm_params(d, norm):
             tensors.append(Tensor("norms", (d,), 2 if norm_params(d, norm) == 2 * d else 1))
     if att is not None and att.relative_buckets:
         tables = spec.layers.encoder + spec.layers.decoder if att.relative_per_layer else stacks

@@ -125,7 +125,7 @@ class EmbeddingsSpec:
     factorized: bool = False
     per_stack: bool = False  # BART: each stack of an encoder-decoder its own positions and norm
     relative: int = 0  # DeBERTa: rows of a relative-position table (d_model wide), all layers'
-    relative_norm: bool = False  # DeBERTa-v3: a norm on that table
+    relative_norm: bool = False  # DeBERTa-v3: a norm on that table (with relative > 0)
 
 
 @dataclass(frozen=True)
