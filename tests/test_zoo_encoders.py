@@ -415,3 +415,8 @@ def test_the_added_spec_keys(keys, more):
                           if k not in ("per_stack", "relative", "relative_norm")})
     assert _yaml_total(layers, keys.get("attention"), **keys.get("embeddings", {})) - base == \
         more
+
+
+def test_the_params_page_gives_the_number_of_types():
+    text = (DATA.parent.parent / "docs" / "commands" / "params.md").read_text()
+    assert f"the {len(ARCHS)} model types of the table" in text
