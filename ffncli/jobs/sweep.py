@@ -4,7 +4,7 @@ calibrated (the CATS threshold) on the text's first tokens whatever the batches.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -85,13 +85,14 @@ def calibrate_parts(model: Transformer, parts: Sequence[Sequence[np.ndarray]],
 
     tokens = sum(len(s) for part in parts for s in part)
     wanted = [("cats", s) for s in _shares(target)]
-    kept: dict[int, Gathering | _Inputs] = {}
+    kept: dict[int, Gathering | list[np.ndarray]] = {}  # a mixture's: its inputs
     found: dict[int, tuple[float, float | None]] = {}
 
     def finish(i: int) -> None:
         k = kept.pop(i)
-        if isinstance(k, _Inputs):
-            found[i] = _calibrate_inputs(k.engine, np.concatenate(k.rows), threshold, target)
+        if isinstance(k, list):
+            engine = model.layer(i).engine
+            found[i] = _calibrate_inputs(engine, np.concatenate(k), threshold, target)
             return
         gate = k.magnitudes().gate
         cuts = thresholds_from(gate if gate is not None else np.zeros(1, k.dtype),
@@ -99,34 +100,32 @@ def calibrate_parts(model: Transformer, parts: Sequence[Sequence[np.ndarray]],
         found[i] = cuts[0], threshold if target is None else cuts[-1]
 
     def ffn(i: int, v: int, block: Block) -> Gathering | None:
-        for j in [j for j, k in kept.items() if j < i and isinstance(k, Gathering) and not k.left]:
-            finish(j)  # the walk has left layer j, its tokens all kept
+        for j, k in list(kept.items()):
+            if j < i and isinstance(k, Gathering) and not k.left:
+                finish(j)  # the walk has left layer j with its tokens all kept
+            elif j < i and isinstance(k, Gathering):
+                k.release()  # the walk has left layer j: its weights can go till the next part
         if i not in layers or i in found:
             return None
         engine = block.engine
-        k = kept.setdefault(i, _Inputs(engine) if isinstance(engine.weights, MoEWeights)
-                            else Gathering(engine, wanted, calibration_rows(tokens)))
-        k.engine = engine
-        return k if isinstance(k, Gathering) else None
+        if isinstance(engine.weights, MoEWeights):
+            kept.setdefault(i, [])
+            return None
+        g = kept.setdefault(i, Gathering(engine, wanted, calibration_rows(tokens)))
+        assert isinstance(g, Gathering)
+        g.engine = engine
+        return g
 
     def visit(i: int, v: int, block: Block, x: np.ndarray) -> None:
         k = kept.get(i)
-        if isinstance(k, _Inputs):
-            k.rows.append(x.copy())
+        if isinstance(k, list):
+            k.append(x.copy())
 
     for part in parts:
         walk_variants(model, part, 1, visit, layers=layers, ffn=ffn)
     for i in list(kept):
         finish(i)
     return [found[i] for i in layers]
-
-
-@dataclass
-class _Inputs:
-    """A mixture's first FFN inputs, kept to calibrate."""
-
-    engine: Engine
-    rows: list[np.ndarray] = field(default_factory=list)
 
 
 class LayerSweep:
