@@ -95,9 +95,9 @@ def calibrate_parts(model: Transformer, parts: Sequence[Sequence[np.ndarray]],
             found[i] = _calibrate_inputs(engine, np.concatenate(k), threshold, target)
             return
         gate = k.magnitudes().gate
-        cuts = thresholds_from(gate if gate is not None else np.zeros(1, k.dtype),
+        cats = thresholds_from(gate if gate is not None else np.zeros(1, k.dtype),
                                _shares(target))
-        found[i] = cuts[0], threshold if target is None else cuts[-1]
+        found[i] = cats[0], threshold if target is None else cats[-1]
 
     def ffn(i: int, v: int, block: Block) -> Gathering | None:
         for j, k in list(kept.items()):
@@ -150,7 +150,7 @@ class LayerSweep:
         self.fused = not isinstance(self.engine.weights, MoEWeights)
         self.held: list[np.ndarray] = []  # a mixture's first FFN inputs
         self.held_rows = 0
-        self.shares = [CATS_SHARE] if target is None else [CATS_SHARE, target]
+        self.shares = _shares(target)
         self.gathering = Gathering(self.engine, [("cats", s) for s in self.shares],
                                    calibration_rows(tokens)) \
             if self.fused and calibration is None else None  # |a| of the first tokens
