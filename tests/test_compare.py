@@ -42,11 +42,12 @@ def test_compare_worst_row_deviations_and_bits():
 
 
 def test_a_wide_ffn_is_position_wise_in_float32():
-    """LLaMA-3-8B's FFN (4096 -> 14336 -> 4096, SwiGLU) gives outputs near 10, and float32
-    results of one token and of many differ by about 2e-5 on some BLAS: the default atol
-    scales with the outputs, so permute-check and run's summary agree that it is
-    position-wise (with a fixed atol of 1e-5 both said it was not)."""
-    from ffncli.analysis.compare import compare, output_scale, tolerances
+    """LLaMA-3-8B's FFN (4096 -> 14336 -> 4096, SwiGLU, weights of std 0.02 as real models
+    have) gives outputs near 10, and float32 results of one token and of many differ by about
+    2e-5 on some BLAS: the default atol scales with each output column, so permute-check and
+    run's summary agree that it is position-wise (with a fixed atol of 1e-5 both said it was
+    not)."""
+    from ffncli.analysis.compare import column_scale, compare, tolerances
     from ffncli.compute import ffn as F
     from ffncli.compute.engine import Engine
     from ffncli.jobs.run import _lesson_checks
@@ -60,12 +61,95 @@ def test_a_wide_ffn_is_position_wise_in_float32():
                                    None), "silu")
     x = rng.standard_normal((8, 4096), dtype=np.float32)
     y = engine(x)
-    assert 5 < output_scale(y) < 20
-    rtol, atol = tolerances(np.float32, scale=output_scale(y))
-    assert atol == pytest.approx(1e-5 * output_scale(y))
-    assert compare(y, np.vstack([engine(x[i:i + 1]) for i in range(8)]), rtol, atol).ok
+    assert 5 < np.abs(y).max() < 20
+    one = np.vstack([engine(x[i:i + 1]) for i in range(8)])
+    rtol, atol = tolerances(np.float32)
+    assert (rtol, atol) == (1.3e-6, 1e-5)
+    assert compare(y, one, rtol, atol, column_scale(y)).ok
     assert _lesson_checks(engine, x, y) == {"same_as_one_position_at_a_time": True,
                                            "swapping_positions_only_swaps_the_outputs": True}
     import ffncli
 
     assert ffncli.permute_check(engine, x, trials=2).passed
+
+
+# --- the default atol, per output column ----------------------------------------------------
+
+
+def test_column_scale_is_each_column_s_largest_value_at_least_the_lower_median_and_1():
+    y = np.array([[0.5, -3.0, 1e6, 2.0, np.nan, 0.1],
+                  [0.2, 1.0, -1e6, -4.0, 7.0, np.inf]])
+    # largest finite |value| per column: 0.5, 3, 1e6, 4, 7, 0.1; their lower median 3
+    np.testing.assert_array_equal(compare.column_scale(y), [[3.0, 3.0, 1e6, 4.0, 7.0, 3.0]])
+    np.testing.assert_array_equal(compare.column_scale(np.array([[1e12, 0.5]])), [[1e12, 1.0]])
+    np.testing.assert_array_equal(compare.column_scale(np.full((3, 2), 0.01)), [[1.0, 1.0]])
+    assert compare.column_scale(np.zeros((0, 3))).shape == (1, 3)
+
+
+def _with_channel(y: np.ndarray, value: float) -> np.ndarray:
+    out = y.copy()
+    out[:, 0] = value
+    return out
+
+
+@pytest.mark.parametrize("channel,leak", [(1e5, 0.05), (1e6, 1e-3), (1e12, 1e-3)])
+def test_an_outlier_channel_does_not_hide_a_leak_in_the_others(channel, leak):
+    """Outputs of 16 tokens with one channel of ``channel`` (LLMs' massive activations, or a
+    constant column), and, in every other channel, ``leak`` of the tokens' mean added: the
+    one-token results differ from the many-token ones by ``leak`` * |y_i - mean|, which a
+    tolerance scaled by the largest |output| of all (1e5 * 1e-5 = 1) let pass."""
+    rng = np.random.default_rng(1)
+    y = rng.standard_normal((16, 8))
+    leaky = y + leak * y.mean(axis=0)  # many tokens
+    alone = y + leak * y  # each token alone: its own mean
+    expected, got = _with_channel(leaky, channel), _with_channel(alone, channel)
+    rtol, atol = compare.tolerances(np.float32)
+    cmp = compare.compare(expected, got, rtol, atol, compare.column_scale(expected))
+    assert not cmp.ok
+    assert cmp.max_abs == pytest.approx(leak * np.abs(y - y.mean(axis=0))[:, 1:].max())
+    everywhere = atol * max(1.0, channel)  # the old rule: one atol, from the largest output
+    assert compare.compare(expected, got, rtol, everywhere).ok
+    # without the leak, float32 rounding of the outputs passes beside the channel
+    rounded = _with_channel(y, channel).astype(np.float32).astype(np.float64)
+    assert compare.compare(_with_channel(y, channel), rounded, rtol, atol,
+                           compare.column_scale(_with_channel(y, channel))).ok
+
+
+def test_a_leak_inside_a_huge_column_is_within_its_relative_tolerance():
+    """What the rule cannot see, stated: in a column of 1e12 a change below rtol * 1e12
+    (1.3e6 in float32, which cannot even hold 1e12 + 1) passes; in the other columns the same
+    change fails."""
+    expected = np.ones((4, 2))
+    expected[:, 0] = 1e12
+    got = expected + np.array([[1e5, 0.0]])
+    scale = compare.column_scale(expected)
+    assert compare.compare(expected, got, 1.3e-6, 1e-5, scale).ok
+    assert not compare.compare(expected, expected + np.array([[0.0, 1e-3]]), 1.3e-6, 1e-5,
+                               scale).ok
+
+
+# --- max rel ---------------------------------------------------------------------------------
+
+
+def test_max_rel_leaves_out_values_within_the_atol():
+    """An MoE whose capacity drops a token gives exact zeros: |got - expected| / 0 was
+    printed as 1.8e+308 (NumPy's nan_to_num of infinity). Now the ratio is taken where
+    |expected| is above its absolute tolerance."""
+    expected = np.array([[0.0, 2.0, 1e-9], [4.0, 0.0, 8.0]])
+    got = np.array([[0.5, 3.0, 1.0], [4.0, 0.0, 8.0]])
+    cmp = compare.compare(expected, got, 0.0, 1e-5)
+    assert (cmp.ok, cmp.max_abs, cmp.max_rel) == (False, 1.0, 0.5)  # 1/2, not 0.5/0 or 1/1e-9
+    only_zeros = compare.compare(np.zeros((2, 2)), np.array([[0.0, 1.0], [0.0, 0.0]]), 0.0,
+                                 1e-5)
+    assert (only_zeros.max_abs, only_zeros.max_rel) == (1.0, None)  # no ratio means anything
+    zeros = compare.compare(np.zeros((1, 2)), np.zeros((1, 2)), 0.0, 1e-5)
+    assert (zeros.ok, zeros.max_rel) == (True, None)
+    same = compare.compare(np.ones((1, 2)), np.ones((1, 2)), 0.0, 1e-5)
+    assert (same.ok, same.max_rel) == (True, 0.0)
+    scaled = compare.compare(np.array([[5.0, 1e6]]), np.array([[6.0, 1e6]]), 0.0, 1e-5,
+                             np.array([[1e6, 1e6]]))  # |5| is within atol * 1e6 = 10
+    assert (scaled.max_abs, scaled.max_rel) == (1.0, 0.0)
+    inf = compare.compare(np.array([[1.0]]), np.array([[np.inf]]), 0.0, 1e-5)
+    assert (inf.ok, inf.max_rel, inf.nonfinite) == (False, np.inf, True)
+    assert compare.compare(np.array([[np.inf, -np.inf]]), np.array([[np.inf, -np.inf]]), 0.0,
+                           0.0).ok

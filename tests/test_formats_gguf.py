@@ -316,6 +316,16 @@ def _set(data: bytes, offset: int, fmt: str, value: int) -> bytes:
     return bytes(out)
 
 
+def _keys(data: bytes) -> int:
+    return struct.unpack_from("<Q", data, 16)[0]
+
+
+def _counts(tensors: int, keys: int, size: int) -> str:
+    return (f"the GGUF header is cut short ({tensors:,} tensor infos and {keys:,} metadata "
+            f"keys, at least {tensors * 24 + keys * 13:,} bytes, run past the end of the file, "
+            f"{size:,} bytes)")
+
+
 _KNOWN = ", ".join(name for name, _, _ in G.GGML_TYPES.values())
 
 # case: (how the valid file is damaged, the command, the error line from the valid file's
@@ -335,8 +345,11 @@ BAD = {
                       f"{t.start + t.nbytes:,}) runs past the end of the file ({n:,} bytes): "
                       "the file is truncated")(h.tensors["output_norm.weight"])),
     "truncated header": (lambda d: d[:200], "run",
-                         lambda h, n: "the GGUF header is cut short (metadata key 4 runs past "
-                         "the end of the file, 200 bytes)"),
+                         lambda h, n: _counts(len(h.tensors), len(h.metadata), n)),
+    "truncated header, past the counts": (
+        lambda d: d[:500], "run",
+        lambda h, n: "the GGUF header is cut short (metadata key 'tokenizer.ggml.tokens' runs "
+        "past the end of the file, 500 bytes)"),
     "unknown tensor type": (lambda d: _set(d, _first_tensor_type_offset(d), "<I", 99), "params",
                             lambda h, n: f"tensor 'token_embd.weight': unknown GGML type 99; "
                             f"known: {_KNOWN}"),
@@ -349,6 +362,15 @@ BAD = {
     "a metadata key twice": (
         lambda d: d.replace(b"llama.context_length", b"general.architecture"), "params",
         lambda h, n: "metadata key 'general.architecture' appears twice"),
+    # the counts checked against the file before the walk (issue 39: 2**63 tensor infos were
+    # walked one at a time through the whole file)
+    "tensor count 2**63": (lambda d: _set(d, 8, "<Q", 2**63), "params",
+                           lambda h, n: _counts(2**63, len(h.metadata), n)),
+    "metadata count 2**64-1": (lambda d: _set(d, 16, "<Q", 2**64 - 1), "run",
+                               lambda h, n: _counts(len(h.tensors), 2**64 - 1, n)),
+    "one tensor too many for the file": (
+        lambda d: _set(d, 8, "<Q", (len(d) - 24 - 13 * _keys(d)) // 24 + 1), "params",
+        lambda h, n: _counts((n - 24 - 13 * len(h.metadata)) // 24 + 1, len(h.metadata), n)),
     "huge array length": (lambda d: _set(d, d.index(b"tokenizer.ggml.tokens") + 21 + 8, "<Q",
                                          2**62), "params",
                           lambda h, n: "the GGUF header is cut short (metadata key "
@@ -367,6 +389,42 @@ def test_bad_files_are_one_error_line(tmp_path, cli, case):
     r = cli(command, "--weights", path, *args)
     message = expected(G.read_header(tmp_path / "ok.gguf"), path.stat().st_size)
     assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
+
+
+class _FarFile:
+    """A ByteSource as the Hub's range reader is one: a file of ``size`` bytes of which only
+    what is read is fetched (``reads``); past the header, zeros."""
+
+    first, growth = 4096, 2
+
+    def __init__(self, head: bytes, size: int) -> None:
+        self.head, self.size, self.reads = head, size, []
+        self.name, self.path = "https://hub/far.gguf", Path("far.gguf")
+
+    def read(self, offset: int, n: int) -> bytes:
+        self.reads.append((offset, n))
+        end = min(offset + n, self.size)
+        return (self.head + bytes(max(0, end - len(self.head))))[offset:end]
+
+
+@pytest.mark.parametrize(("tensors", "keys"), [(2**63, 0), (0, 2**63), (2**64 - 1, 2**64 - 1),
+                                               ((2**24 - 24) // 24 + 1, 0)])
+def test_counts_past_the_file_are_refused_before_the_walk_reads_more(tensors, keys):
+    """A count whose entries cannot fit in the file is refused from the first read (the Hub's
+    reader fetched up to 256 MiB, in 85 s, for a tensor count of 2**63)."""
+    far = _FarFile(b"GGUF" + struct.pack("<IQQ", 3, tensors, keys), 2**24)
+    with pytest.raises(WeightsError) as info:
+        G.parse_header(far)
+    assert str(info.value) == f"https://hub/far.gguf: {_counts(tensors, keys, 2**24)}"
+    assert far.reads == [(0, 4096)]
+
+
+def test_counts_that_fit_are_walked():
+    """Tensor infos of 24 bytes each (empty names, no dimensions) that fit are walked:
+    the counts' bound is the least an entry takes, not more."""
+    far = _FarFile(b"GGUF" + struct.pack("<IQQ", 3, 2, 0), 24 + 2 * 24 + 64)
+    with pytest.raises(WeightsError, match="tensor '' appears twice"):
+        G.parse_header(far)
 
 
 def test_a_type_it_cannot_dequantise(tmp_path, cli):

@@ -290,6 +290,16 @@ def test_outputs_coarser_than_the_tokens_get_their_own_tolerances(name):
     assert (report.framework, report.dtype, report.notes) == ("jax", "float32", ())
 
 
+def test_bfloat16_outputs_come_back_as_float32_and_say_so():
+    """NumPy has no bfloat16: `.numpy()` raised TypeError, blamed on the module as 'raised
+    TypeError: Got unsupported ScalarType BFloat16'."""
+    t = torch.tensor([[1.5, -2.0]], dtype=torch.bfloat16)
+    y = frameworks.as_numpy(t)
+    assert (y.dtype, y.tolist(), frameworks.came_as(t)) == (np.float32, [[1.5, -2.0]],
+                                                           "bfloat16")
+    assert frameworks.came_as(torch.ones(1)) is None and frameworks.came_as(np.ones(1)) is None
+
+
 def test_building_a_class_leaves_the_caller_s_torch_generator_as_it_was():
     torch.manual_seed(1234)
     expected = torch.rand(3)

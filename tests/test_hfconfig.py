@@ -13,6 +13,7 @@ import json
 
 import pytest
 from conftest import CONFIGS, DATA
+from helpers.configs import VALUES, assert_counts_or_fails_in_one_line, assert_one_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -351,14 +352,7 @@ def test_either_spelling_of_a_renamed_key_counts_the_same(tmp_path, name, key, s
 
 @pytest.mark.parametrize("config,message", BAD, ids=range(len(BAD)))
 def test_one_line_naming_the_key(cli, tmp_path, config, message):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    r = cli("params", "--config", path)
-    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
-
-
-_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 70), st.floats(allow_nan=True),
-                    st.text(max_size=4), st.lists(st.integers(-1, 5), max_size=3))
+    assert_one_line(cli, tmp_path, config, message)
 
 
 @settings(max_examples=400, deadline=None)
@@ -370,10 +364,5 @@ def test_mutated_configs_count_or_fail_in_one_line(name, data):
     keys = sorted(config) + ["head_dim", "tie_word_embeddings", "mlp_only_layers",
                              "q_lora_rank", "decoder_sparse_step", "num_kv_heads"]
     for _ in range(data.draw(st.integers(1, 3))):
-        config[data.draw(st.sampled_from(keys))] = data.draw(_VALUES)
-    try:
-        c = count(spec_from_config(config, "c.json"))
-    except FfnError as exc:
-        assert "\n" not in str(exc) and str(exc).startswith("c.json")
-    else:
-        assert c.total > 0 and c.active <= c.total
+        config[data.draw(st.sampled_from(keys))] = data.draw(VALUES)
+    assert_counts_or_fails_in_one_line(config)

@@ -546,8 +546,8 @@ def test_calibration_takes_the_first_4096_tokens_in_chunk_order():
     """A text longer than the calibration: the thresholds are the quantiles over the dense
     model's FFN inputs of the first 4,096 tokens of the chunks (85 chunks of 48 and 16 tokens
     of the next; a batch holds 85), not all."""
+    from ffncli.analysis.calibration import calibrate_cut
     from ffncli.analysis.perplexity import chunks
-    from ffncli.analysis.sparsity import calibrate_cut
     from ffncli.compute.forward.walk import hidden_states
 
     ids = np.random.default_rng(5).integers(0, 128, 5000)

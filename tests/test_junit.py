@@ -55,6 +55,31 @@ def test_junit_failure_carries_the_counterexample():
     assert failures[eq.name].text.startswith(f"max abs deviation {eq.max_abs:.3g}, ")
 
 
+def test_junit_failure_states_the_tolerance_and_a_max_rel_that_means_something():
+    """Outputs that differ only where they are (near) zero: max rel is '-', not |d| / 0 (it
+    was 1.8e+308); the tolerance is the rule that applied, atol as given or scaled."""
+    x = np.random.default_rng(0).normal(size=(5, 6))
+
+    def drops_alone(X):  # a token alone gives 0.25 where its output should be exactly 0
+        y = np.zeros((X.shape[0], 6))
+        if X.shape[0] == 1:
+            y[:, 0] = 0.25
+        return y
+
+    for kw, rule in (({}, "tolerance |got - expected| <= atol * s + rtol * |expected|, rtol "
+                          "1e-07, atol 1e-07 (s = max(1, c, m) per output column: c its "
+                          "largest |output|, m the lower median of c), "),
+                     ({"atol": 0.1}, "tolerance |got - expected| <= atol + rtol * |expected|, "
+                                     "rtol 1e-07, atol 0.1, ")):
+        report = run_check(drops_alone, x, **kw)
+        prop = {p.name: p for p in report.properties}["token_independence"]
+        assert (prop.passed, prop.max_abs, prop.max_rel) == (False, 0.25, None)
+        failure = {c.get("name"): c.find("failure")
+                   for c in ET.fromstring(render.junit_xml(report)).iter("testcase")}
+        assert failure["token_independence"].text.startswith(
+            f"max abs deviation 0.25, max rel -, {rule}worst token 4, ")
+
+
 # --- --junit-xml never writes over an input -------------------------------------------------
 
 

@@ -8,7 +8,7 @@ import pytest
 from helpers.checks import run_check
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from impls import ffns
+from impls import ffns, outliers
 
 from ffncli.analysis import guard, properties
 from ffncli.compute.engine import Engine
@@ -89,6 +89,56 @@ def test_3d_input_checks_batches():
     assert not {p.name: p for p in bad.properties}["batch_independence"].passed
 
 
+@pytest.mark.parametrize("name,fails", [
+    ("massive", set()),  # a channel of 1e6, position-wise
+    ("massive_leaks_5pct", {"token_independence"}),
+    ("massive_leaks_1e_3", {"token_independence"}),
+    ("constant_running_sum", {"permutation_equivariance", "token_independence",
+                              "identical_tokens"}),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_an_outlier_channel_does_not_hide_a_leak(name, fails, dtype):
+    """The default atol was scaled by the largest |output| anywhere (1e-5 * 1e6 = 10): each
+    leak beside the outlier channel passed. Now each column has its own scale."""
+    x = np.random.default_rng(0).normal(size=(16, 6)).astype(dtype)
+    report = run_check(getattr(outliers, name), x)
+    assert {p.name for p in report.properties if not p.passed} == fails
+    assert {(p.atol, p.atol_scaled) for p in report.properties} == {
+        (1e-5 if dtype == np.float32 else 1e-7, True)}
+
+
+def test_nan_on_a_later_call_fails_the_property_with_a_finite_counterexample_first():
+    x = np.random.default_rng(0).normal(size=(10, 6))
+    report = run_check(outliers.std_over_tokens, x)
+    failed = _failed(report)
+    assert list(failed) == ["token_independence", "identical_tokens"]
+    assert failed["token_independence"].startswith("token 0 with the other tokens changed: ")
+    assert failed["identical_tokens"].startswith("10 copies of token 0: row 0 is [nan")
+    ti = {p.name: p for p in report.properties}["token_independence"]
+    assert ti.max_abs == np.inf  # the NaN of one token alone, counted but not shown first
+
+
+@pytest.mark.parametrize("shape,line", [
+    ((1, 6), "tokens: expected at least 2 tokens, got 1; "),
+    ((0, 6), "tokens: expected at least 2 tokens, got 0; "),
+    ((4, 1, 6), "tokens: expected sequences of at least 2 tokens, got shape (4, 1, 6); "),
+])
+def test_fewer_than_two_tokens_are_refused_before_any_call(shape, line):
+    calls = []
+
+    def f(X):
+        calls.append(X.shape)
+        return ffns.good(X)
+
+    x = np.ones(shape)
+    with pytest.raises(InputError) as raised:
+        properties.permute_check(guard.guarded(f, "f", x.dtype), x.reshape(-1, 6), target="f",
+                                 input_shape=shape)
+    assert str(raised.value) == line + ("with one token every permutation is the identity, "
+                                        "and nothing would be checked")
+    assert calls == []
+
+
 # --- through the CLI ------------------------------------------------------------------------
 
 
@@ -111,12 +161,12 @@ def test_cli_tolerance_flags_change_the_verdict(cli, in_tests):
     assert cli(*args, "--atol", "1").code == 0
     doc = cli(*args, "--json").json()
     assert {p["rtol"] for p in doc["properties"]} == {1e-7}
+    assert {(p["atol"], p["atol_scaled"]) for p in doc["properties"]} == {(1e-7, True)}
+    # The default atol, 1e-5 for values near 1, is scaled per output column; one given is not.
     doc32 = cli(*args[:-2], "--json").json()
-    # The default atol, 1e-5 for values near 1, scales with the largest |output| above 1.
-    x = np.random.default_rng(0).normal(0.0, 1.0, (4, 6)).astype(np.float32)
-    scale = float(np.abs(ffns.position_bias(x)).max())
-    atols = {p["atol"] for p in doc32["properties"]}
-    assert len(atols) == 1 and atols.pop() == pytest.approx(1e-5 * max(1.0, scale), rel=1e-6)
+    assert {(p["atol"], p["atol_scaled"]) for p in doc32["properties"]} == {(1e-5, True)}
+    given = cli(*args, "--atol", "1", "--json").json()
+    assert {(p["atol"], p["atol_scaled"]) for p in given["properties"]} == {(1.0, False)}
 
 
 def test_cli_impl_needs_a_width(cli, in_tests):
@@ -247,15 +297,12 @@ def test_batch_independence_can_fail_alone():
     assert failed["batch_independence"].startswith("batch row 0 alone: token ")
 
 
-@pytest.mark.parametrize("n,token", [(200, 0), (200, 100), (200, 199), (12, 7), (1, 0)])
+@pytest.mark.parametrize("n,token", [(200, 0), (200, 100), (200, 199), (12, 7), (2, 1)])
 def test_token_independence_sees_the_ends(n, token):
     """Wrong on one token when it is alone: the check must try that token, and name it."""
     x = np.random.default_rng(7).normal(size=(n, 6))
     f = _wrong_on(x, token, lambda X: X.shape[0] > 1)
     report = run_check(f, x, trials=1)
-    if n == 1:  # one token: nothing to be independent of
-        assert report.passed
-        return
     assert list(_failed(report)) == ["token_independence"]
     prop = {p.name: p for p in report.properties}["token_independence"]
     assert (prop.worst_token, prop.max_abs) == (token, pytest.approx(0.5, abs=1e-9))

@@ -18,7 +18,8 @@ import pytest
 from helpers.installed_models import minilm
 from helpers.terminal import eighths as _eighths
 
-from ffncli.analysis.sparsity import calibrate_threshold, relu_stats
+from ffncli.analysis.calibration import calibrate_threshold
+from ffncli.analysis.sparsity import relu_stats
 from ffncli.api import build_ffn, load_spec
 from ffncli.formats.tokens import from_array
 from ffncli.jobs.choices import ModelChoice, TextChoice

@@ -13,6 +13,7 @@ import distributed
 import numpy as np
 import pytest
 
+from ffncli.analysis.calibration import first_batches
 from ffncli.analysis.perplexity import Protocol
 from ffncli.formats.text import Sequences
 from ffncli.jobs import perplexity as job
@@ -168,7 +169,7 @@ def test_calibration_is_that_of_the_first_whole_batches():
                       Overrides()) as m:
         doc = Sequences((IDS.astype(np.int64),), (1,), "ids", "0" * 64)
         p = job.plan(m, doc, Protocol(30), variants=[Variant("cats", 0.5)])
-        assert [len(s) for s in job.first_batches(p.sequences)] == [30] * 272  # 2 batches
+        assert [len(s) for s in first_batches(p.sequences)[0]] == [30] * 272  # 2 batches
         cuts = job.calibrate(m, p.calibrating, p.variants, p.layers)[0].cuts
         gathered = perplexity(m, doc, Protocol(30), variants=[Variant("cats", 0.5)])
     assert cuts == {c.layer: c.cut for c in gathered.variants[0].layers}

@@ -111,16 +111,16 @@ def test_sweep_counts_a_dense_ffn_as_the_walk_computes_it(options, monkeypatch):
     """Each layer's gate product is computed once, by the walk: the counts and the calibration
     come from the walk's own FFN, never from a second product of the inputs (which the numbers
     equal: the tests above compare them with relu-stats on the captured inputs)."""
-    from ffncli.analysis import sparsity
+    from ffncli.analysis import calibration, sparsity
     from ffncli.jobs import sweep as sweep_job
 
     def second_product(*args, **kwargs):
         raise AssertionError("the gate computed a second time")
 
-    for module, name in ((sparsity, "pre_activation"), (sparsity, "gate_and_up"),
-                         (sweep_job, "calibrate_threshold")):
+    for module, name in ((sparsity, "pre_activation"), (calibration, "pre_activation"),
+                         (calibration, "gate_and_up"), (sweep_job, "calibrate_threshold")):
         monkeypatch.setattr(module, name, second_product)
-    monkeypatch.setattr(sweep_job, "CALIBRATION_TOKENS", 10)  # calibrated across batches
+    monkeypatch.setattr(calibration, "CALIBRATION_TOKENS", 10)  # calibrated across batches
     _, result = _gpt2_sweep(batch_tokens=4, **options)
     assert all(row.stats.tokens == result.tokens == 21 for row in result.layers)
     assert all(row.cats_threshold_50 > 0 for row in result.layers)
@@ -200,11 +200,9 @@ def test_sweep_calibrates_on_the_first_tokens_only(cli, tmp_path, monkeypatch):
     """With CALIBRATION_TOKENS at 20 (small, to see it), the sweep's --target-sparsity
     threshold of a layer is relu-stats' on that layer's captured input: both take the
     text's first 20 tokens, whatever the walk's batches held."""
-    from ffncli.analysis import sparsity
-    from ffncli.jobs import sweep as sweep_job
+    from ffncli.analysis import calibration
 
-    monkeypatch.setattr(sweep_job, "CALIBRATION_TOKENS", 20)
-    monkeypatch.setattr(sparsity, "CALIBRATION_TOKENS", 20)
+    monkeypatch.setattr(calibration, "CALIBRATION_TOKENS", 20)
     folder = FORWARD / "gpt2"
     ids = folder / "ids.txt"
     swept = cli("relu-stats", "--weights", folder, "--ids", ids, "--layer", "1",

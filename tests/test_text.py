@@ -734,6 +734,24 @@ def trained_tokenizer(kind: str):
     return Tokenizer(backend, kind)
 
 
+def spy_on(tok) -> list[int]:
+    """The length of every string ``tok``'s backend tokenises from now on, in a list kept up
+    to date."""
+    backend, seen = tok._backend, []
+
+    class Spy:
+        def encode(self, s: str, **kw):
+            seen.append(len(s))
+            return backend.encode(s, **kw)
+
+        def encode_batch(self, batch: list[str], **kw):
+            seen.extend(len(s) for s in batch)
+            return backend.encode_batch(batch, **kw)
+
+    tok._backend = Spy()
+    return seen
+
+
 def long_line() -> str:
     """Alice's first 600 words separated by one space, two, a tab or an ideographic space."""
     seps = [" ", "  ", "\t", " \u3000 ", " ", "   "]
@@ -753,19 +771,8 @@ def test_a_long_line_gives_the_ids_of_the_whole_line(monkeypatch, kind, cut):
     want = tok._backend.encode(line).ids
     assert want[0] == 1 and want[-1] == 2  # the template's <s> ... </s>
     monkeypatch.setattr(text, "LONG_LINE", 200)
-    seen: list[int] = []  # the length of every string the backend tokenises
     backend = tok._backend
-
-    class Spy:
-        def encode(self, s: str, **kw):
-            seen.append(len(s))
-            return backend.encode(s, **kw)
-
-        def encode_batch(self, batch: list[str], **kw):
-            seen.extend(len(s) for s in batch)
-            return backend.encode_batch(batch, **kw)
-
-    tok._backend = Spy()
+    seen = spy_on(tok)
     assert tok.encode(["short one", line, "another"]) == [
         backend.encode("short one").ids, want, backend.encode("another").ids]
     assert (max(seen) < 1000) is cut  # cut: no string longer than a piece and its context
@@ -932,3 +939,122 @@ def test_what_the_tokenizer_writes_to_stderr_is_passed_on(capfd):
     os.write(2, b"after\n")
     assert capfd.readouterr().err == "a warning\nafter\n"
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile input: one huge document without spaces (issue 39: 150 MB went to the tokenizer in one
+# native call, which aborted the process with an empty stderr, and Ctrl-C waited for it)
+
+
+class CountingBackend:
+    """A stand-in for a tokenizers.Tokenizer that costs nothing: one id per string (its
+    length), <s>=-1 and </s>=-2 around it with special tokens; every string it is given, and
+    every call, kept."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[int]] = []  # the lengths of the strings of each call
+
+    def no_truncation(self) -> None: ...
+
+    def no_padding(self) -> None: ...
+
+    def get_vocab_size(self, with_added_tokens: bool) -> int:
+        return 10
+
+    def _one(self, s: str, add_special_tokens: bool):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(ids=[-1, len(s), -2] if add_special_tokens else [len(s)])
+
+    def encode(self, s: str, add_special_tokens: bool = True):
+        self.calls.append([len(s)])
+        return self._one(s, add_special_tokens)
+
+    def encode_batch(self, batch: list[str], add_special_tokens: bool = True):
+        self.calls.append([len(s) for s in batch])
+        return [self._one(s, add_special_tokens) for s in batch]
+
+
+def test_a_20_mb_document_without_spaces_is_tokenised_in_bounded_calls():
+    """Every string a native call takes is at most MAX_PIECE characters, every call about
+    BATCH_BYTES in all, and the pieces are the whole text, in order, each once. (No cut is
+    checked right here: one id per string is never the ids of the two sides, so the text is
+    cut only where a piece would run past MAX_PIECE.)"""
+    doc = "abcdefghijklmnopqrstuvwxyz0123456789" * (20_000_000 // 36)
+    backend = CountingBackend()
+    tok = text.Tokenizer(backend, "counting")
+    ids = tok.encode([doc])[0]
+    strings = [n for call in backend.calls for n in call]
+    assert max(strings) <= text.MAX_PIECE
+    assert max(sum(call) for call in backend.calls) <= text.BATCH_BYTES + text.MAX_PIECE
+    assert ids[0] == -1 and ids[-1] == -2 and sum(ids[1:-1]) == len(doc)  # each piece once
+    assert all(0 < n <= text.MAX_PIECE for n in ids[1:-1])
+    assert len(ids) - 2 == -(-len(doc) // text.MAX_PIECE)  # as few pieces as the bound allows
+
+
+@pytest.mark.parametrize("kind", ["metaspace", "wordpiece", "llama2"])
+def test_a_document_without_spaces_is_cut_where_its_ids_do_not_change(monkeypatch, kind):
+    """Alice without whitespace, as one line: no string longer than MAX_PIECE reaches the
+    tokenizer (the whole line did). Where the cuts' checks pass (BERT's pre-tokenizer splits
+    at punctuation) the ids are those of the line whole; where none can (a '▁' before every
+    string), the line is cut only where a piece would pass MAX_PIECE, and nothing of the text
+    is lost or repeated there."""
+    tok = trained_tokenizer(kind)
+    backend = tok._backend
+    doc = "".join(ALICE.read_text().split())[:20_000]
+    monkeypatch.setattr(text, "LONG_LINE", 500)
+    monkeypatch.setattr(text, "MAX_PIECE", 2000)
+    monkeypatch.setattr(text, "CUT_CONTEXT", 32)
+    seen = spy_on(tok)
+    ids = tok.encode([doc])[0]
+    assert max(seen) <= 2000
+    assert ids[0] == 1 and ids[-1] == 2  # <s> ... </s>
+    whole = backend.encode(doc).ids
+    if kind == "wordpiece":  # words and punctuation: cut between them, the ids of the whole
+        assert ids == whole
+    else:  # a '▁' opens each piece (no check passes), past MAX_PIECE only: other ids there
+        spelled = "".join(backend.id_to_token(i) for i in ids[1:-1])
+        assert spelled.replace("\u2581", "") == doc and ids != whole
+        assert spelled.count("\u2581") == -(-len(doc) // 2000)
+
+
+def test_a_long_line_is_cut_at_a_space_before_anywhere_else(monkeypatch):
+    """A space between two words within LONG_LINE characters is the cut (the piece ends
+    before it); without one, cuts are tried at the word boundaries before LONG_LINE characters
+    on, then at the characters there, none inside a combined character."""
+    monkeypatch.setattr(text, "LONG_LINE", 10)
+    spaced = "a" * 12 + " b" + "c" * 30
+    assert text._cut_points(spaced) == [[12], [32, 31, 30, 29]]
+    comma = "a" * 15 + ",b" + "c" * 30
+    assert text._cut_points(comma)[0] == [16, 15, 20, 19, 18, 17]
+    accents = "e\u0301" * 30  # each é is an e and a combining acute accent
+    assert text._cut_points(accents) == [[20, 18, 16, 14], [40, 38, 36, 34]]
+    marks = "a" + "\u0301" * 200  # no place outside a combined character: cut anyway
+    assert text._cut_points(marks)[0] == [20]
+
+
+def test_an_abort_while_stderr_is_held_is_not_silent(tmp_path):
+    """A native abort (the tokenizers package's Rust code out of memory) while fd 2 is held
+    killed the process with nothing on stderr: the fault handler now writes to the real one."""
+    import subprocess
+
+    code = ("import os\nfrom ffncli.formats import text\n"
+            "text._stderr_held(lambda: (os.write(2, b'held\\n'), os.abort()))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == -6  # SIGABRT
+    assert done.stderr.splitlines()[0] == "Fatal Python error: Aborted"
+    assert "in _stderr_held" in done.stderr  # and where
+
+
+def test_a_long_line_of_what_gives_no_ids_is_cut_too(minilm, monkeypatch):
+    """BERT's normalizer drops control characters: a long line of them gives the ids of one
+    call ([CLS] [SEP]), in pieces, its specials found on another text."""
+    tok = load_tokenizer(MINILM)  # its own: the spy stays on it
+    monkeypatch.setattr(text, "LONG_LINE", 100)
+    monkeypatch.setattr(text, "MAX_PIECE", 400)
+    monkeypatch.setattr(text, "CUT_CONTEXT", 32)
+    seen = spy_on(tok)
+    line = "\x01\x02" * 1000
+    assert tok.encode([line]) == [[101, 102]]  # [CLS] [SEP]
+    assert max(seen) <= 400

@@ -233,6 +233,42 @@ def test_reserves():
             reserve("option --reserve", bad, 24 * 10**9)
 
 
+_NINES = "9" * 5000
+_AT_MOST = "expected a size of at most 2**53 bytes (9,007,199,254,740,992)"
+
+
+# (the options, the error line): sizes of 5,000 digits were a traceback after the tables had
+# printed (issue 39); they are bounded as counts are, at 2**53, before anything prints
+HUGE_SIZES = [
+    (("--fit", f"{_NINES}GB"),
+     f"option --fit: {_AT_MOST}, got '{_NINES[:27]}...{_NINES[:26]}GB'"),
+    (("--fit", f"{_NINES}x8GB"),
+     f"option --fit: {_AT_MOST}, got '{_NINES[:27]}...{_NINES[:24]}x8GB'"),
+    (("--fit", f"8x{_NINES}B"),
+     f"option --fit: {_AT_MOST}, got '8x{_NINES[:25]}...{_NINES[:27]}B'"),
+    (("--fit", f"{2**53 + 1}B"), f"option --fit: {_AT_MOST}, got '{2**53 + 1}B'"),
+    (("--fit", f"2x{2**52 + 1}B"), f"option --fit: {_AT_MOST}, got '2x{2**52 + 1}B'"),
+    (("--fit", "9007.199254740993TB"), f"option --fit: {_AT_MOST}, got '9007.199254740993TB'"),
+    (("--fit", "80GB", "--reserve", f"{_NINES}GB"),
+     f"option --reserve: {_AT_MOST}, got '{_NINES[:27]}...{_NINES[:26]}GB'"),
+    (("--fit", "80GB", "--reserve", f"{_NINES}%"),
+     f"option --reserve: expected a percentage from 0% to below 100%, got "
+     f"'{_NINES[:27]}...{_NINES[:27]}%'"),
+]
+
+
+@pytest.mark.parametrize(("args", "line"), HUGE_SIZES)
+def test_huge_sizes_are_one_line_before_any_table(cli, args, line):
+    r = cli("params", "--preset", "llama2-7b", *args)
+    assert (r.code, r.out, r.err) == (2, "", f"error: {line}\n")
+
+
+def test_the_largest_size_is_2_to_the_53():
+    assert size("option --fit", f"{2**53}B") == (2**53, 1)
+    assert size("option --fit", f"{'0' * 5000}1GB") == (10**9, 1)  # zeros are not digits
+    assert reserve("option --reserve", f"{'0' * 5000}10%", 1000) == 100
+
+
 # ---------------------------------------------------------------------------------------------
 # Through the CLI
 

@@ -130,7 +130,9 @@ DIFFERS: dict[str, str] = {}
 
 
 def _kind(e):
-    return next(k for k in ("base", "causal_lm", "seq2seq_lm") if k in e["builds"])
+    """The bare model of a masked-LM type (as ffncli counts BERT), the seq2seq class of a
+    seq2seq type (Pegasus is also a causal LM: its decoder alone), else the causal LM."""
+    return next(k for k in ("base", "seq2seq_lm", "causal_lm") if k in e["builds"])
 
 
 SUPPORTED = sorted(n for n, e in ENTRIES.items() if e["model_type"] in SUPPORTED_MODEL_TYPES)

@@ -37,7 +37,7 @@ def _load(request: dict[str, Any]) -> Adapted:
 def _reply(outcome: Any) -> tuple[dict[str, Any], np.ndarray | None]:
     header = {"returned": outcome.returned, "raised": outcome.raised,
               "stopped": outcome.stopped, "exception": outcome.exception,
-              "mutated": outcome.mutated}
+              "mutated": outcome.mutated, "came_as": outcome.came_as}
     y = outcome.y
     if y is not None and (y.dtype.kind not in "biufc" or y.dtype.hasobject):
         header["returned"], y = f"an array of dtype {y.dtype}", None

@@ -68,7 +68,8 @@ class Adapted:
     to get it. ``seq`` (set for 3-D input) makes a module see (batch, seq, d_model) tensors;
     ``restore`` puts a module back in the mode it was in, its buffers as they were."""
 
-    call: Callable[[np.ndarray], Any]  # the framework's call, on NumPy as the object takes it
+    call: Callable[[np.ndarray], Any]  # the framework's call, on NumPy as the object takes it,
+    # returning what the object returns (a tensor: as_numpy makes it NumPy)
     framework: str  # numpy, torch, jax or flax
     d_model: int | None  # read from the module (its first nn.Linear), when it tells
     no_width: str = "is a function"  # why it cannot tell, for the error asking for --d-model
@@ -80,13 +81,15 @@ class Adapted:
     def fn(self, x: np.ndarray) -> Any:
         """The rows ``x`` through the object: a NumPy function gets them as they are; a module
         gets whole sequences (batch, seq, d_model) when ``seq`` is set, or one shorter
-        sequence (one token alone is (1, 1, d_model)), and its output comes back as rows."""
+        sequence (one token alone is (1, 1, d_model)), and its output comes back as rows, in
+        the framework's type (:func:`as_numpy` makes it NumPy)."""
         if self.framework == "numpy" or self.seq is None:
             return self.call(x)
         rows, seq = x.shape[0], self.seq
         given = x.reshape(rows // seq, seq, -1) if rows % seq == 0 else x.reshape(1, rows, -1)
         y = self.call(given)  # a view: a change in place still shows in x
-        if isinstance(y, np.ndarray) and y.shape[:-1] == given.shape[:-1]:
+        shape = getattr(y, "shape", None)
+        if shape is not None and hasattr(y, "reshape") and tuple(shape[:-1]) == given.shape[:-1]:
             return y.reshape(rows, -1)
         return y
 
@@ -114,7 +117,7 @@ def adapt(obj: object, label: str, *, dtype: np.dtype, impl_args: dict[str, Any]
                         "functions and PyTorch and Flax modules: wrap it in a function of a "
                         "NumPy array returning one")
     if _is_torch_module(obj):
-        return _torch(obj, dtype, train_mode)
+        return _torch(obj, label, dtype, train_mode)
     if _is_flax_module(obj):
         return _flax(obj, label, dtype, seed, d_model)
     if _is_jax(obj):
@@ -151,15 +154,23 @@ def _build(factory: Any, label: str, impl_args: dict[str, Any], seed: int) -> ob
 
 
 def as_numpy(y: object) -> object:
-    """A PyTorch tensor or a JAX array as a NumPy array; anything else as it is (the guard
-    says what is wrong with it)."""
-    if isinstance(y, np.ndarray):
-        return y
+    """A PyTorch tensor or a JAX array as a NumPy array, bfloat16 (which NumPy lacks) as
+    float32; anything else as it is (the guard says what is wrong with it)."""
     if _from(y, "torch") and hasattr(y, "detach"):
-        return y.detach().cpu().numpy()
+        tensor: Any = y.detach().cpu()
+        return (tensor.float() if came_as(tensor) else tensor).numpy()
     if _is_jax(y) and hasattr(y, "__array__"):
-        return np.asarray(y)
+        y = np.asarray(y)
+    if isinstance(y, np.ndarray) and came_as(y):  # JAX's, ml_dtypes'
+        return y.astype(np.float32)
     return y
+
+
+def came_as(y: object) -> str | None:
+    """``"bfloat16"`` for an array or tensor of bfloat16, which :func:`as_numpy` converts to
+    float32 (its tolerances are bfloat16's); else None."""
+    return "bfloat16" if str(getattr(y, "dtype", "")).removeprefix("torch.") == "bfloat16" \
+        else None
 
 
 def describe(y: object) -> str:
@@ -172,7 +183,7 @@ def describe(y: object) -> str:
 
 def _numpy_call(fn: Callable[..., Any]) -> Callable[[np.ndarray], Any]:
     def call(x: np.ndarray) -> Any:
-        return as_numpy(fn(x))
+        return fn(x)
 
     return call
 
@@ -184,7 +195,7 @@ def _numpy_call(fn: Callable[..., Any]) -> Callable[[np.ndarray], Any]:
 _TORCH_DTYPES = {"float16": "float16", "float32": "float32", "float64": "float64"}
 
 
-def _torch(module: Any, dtype: np.dtype, train_mode: bool) -> Adapted:
+def _torch(module: Any, label: str, dtype: np.dtype, train_mode: bool) -> Adapted:
     import torch
 
     notes = []
@@ -195,7 +206,7 @@ def _torch(module: Any, dtype: np.dtype, train_mode: bool) -> Adapted:
     floats = {p.dtype for p in [*module.parameters(), *module.buffers()] if p.is_floating_point()}
     if floats and floats != {want}:
         have = ", ".join(sorted(str(d).removeprefix("torch.") for d in floats))
-        module = copy.deepcopy(module).to(want)
+        module = _copy(module, label, have, np.dtype(dtype).name).to(want)
         notes.append(f"a {have} module, cast to {np.dtype(dtype).name} on a copy")
     if not train_mode:
         module.eval()
@@ -205,7 +216,7 @@ def _torch(module: Any, dtype: np.dtype, train_mode: bool) -> Adapted:
 
     def call(x: np.ndarray) -> Any:
         with torch.inference_mode():
-            return as_numpy(module(torch.from_numpy(x)))
+            return module(torch.from_numpy(x))
 
     def restore() -> None:
         for m, training in modes:
@@ -216,6 +227,20 @@ def _torch(module: Any, dtype: np.dtype, train_mode: bool) -> Adapted:
 
     width, no_width = _torch_width(module)
     return Adapted(call, "torch", width, no_width, mode, notes, restore)
+
+
+def _copy(module: Any, label: str, have: str, want: str) -> Any:
+    """A copy of ``module`` to cast (the caller's stays as it is), or the ImplError saying
+    that it cannot be copied: the module did not fail, the copy ffncli makes did."""
+    try:
+        return copy.deepcopy(module)
+    except Exception as exc:
+        instead = (f"check it in {have} (--dtype {have})" if have in ("float32", "float64")
+                   else "make it copyable")
+        raise ImplError(f"option --dtype {want}: {label} is a {have} module, which ffncli "
+                        f"casts to {want} on a copy, and copy.deepcopy cannot copy it "
+                        f"({type(exc).__name__}: {exc}); {instead}, or cast it to {want} "
+                        "yourself") from None
 
 
 def _torch_width(module: Any) -> tuple[int | None, str]:
@@ -241,7 +266,7 @@ def _jax_call(fn: Callable[..., Any]) -> Callable[[np.ndarray], Any]:
     import jax.numpy as jnp
 
     def call(x: np.ndarray) -> Any:
-        return as_numpy(fn(jnp.asarray(x)))
+        return fn(jnp.asarray(x))
 
     return call
 

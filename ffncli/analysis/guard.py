@@ -13,7 +13,6 @@ import inspect
 import os
 import signal
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from ffncli.analysis.compare import first_overflow
-from ffncli.analysis.frameworks import Fn, as_numpy, describe
+from ffncli.analysis.frameworks import as_numpy, came_as, describe
+from ffncli.base.signals import Alarm, time_limit
 from ffncli.base.validate import number
 from ffncli.errors import ImplError, InputError, Interrupted
 
@@ -40,7 +40,6 @@ class _TimedOut(BaseException):
 
 
 MIN_TIMEOUT = 1e-3  # seconds
-_LONGEST_TIMER = 1e8  # seconds (three years): setitimer overflows time_t past about 1e11
 
 
 def check_timeout(seconds: float | None) -> None:
@@ -92,43 +91,10 @@ def _no_hard_exit() -> Iterator[None]:
         os._exit = real
 
 
-class _Alarm:
-    fired = False  # the limit passed, even if the code under test swallowed _TimedOut
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float | None) -> Iterator[_Alarm]:
-    """Raise :class:`_TimedOut` in the main thread once ``seconds`` have passed.
-
-    A real-time interval timer sends SIGALRM; its handler raises only while the limit is
-    armed, so a signal that lands after the call has returned is ignored. The timer repeats
-    and the alarm records that it fired, in case the code under test swallows the exception.
-    The previous SIGALRM handler and timer are restored afterwards. Python runs the handler
-    between bytecodes, so a single long NumPy call is stopped when it returns."""
-    alarm = _Alarm()
-    if seconds is None:
-        yield alarm
-        return
-    armed = True
-
-    def on_alarm(signum: int, frame: object) -> None:
-        if armed:
-            alarm.fired = True
-            raise _TimedOut
-
-    seconds = min(seconds, _LONGEST_TIMER)
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    started = time.monotonic()
-    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds, seconds)
-    try:
-        yield alarm
-    finally:
-        armed = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        if old_delay > 0:  # someone else's timer was running: let it go on
-            left = max(old_delay - (time.monotonic() - started), 1e-6)
-            signal.setitimer(signal.ITIMER_REAL, left, old_interval)
+def _time_limit(seconds: float | None) -> contextlib.AbstractContextManager[Alarm]:
+    """Raise :class:`_TimedOut` in the main thread once ``seconds`` have passed, and again
+    every ``seconds`` after, in case the code under test swallows it."""
+    return time_limit(seconds, _TimedOut, repeat=True)
 
 
 def _late(what: str, timeout: float | None, during: str = "") -> str:
@@ -184,11 +150,29 @@ def _extra_for(missing: str | None) -> str:
 
 
 def split_target(target: str) -> tuple[str, str]:
-    """``package.module:NAME`` as (module, name), refused in one line when it is not that."""
+    """``package.module:NAME`` as (module, name), refused in one line when it is not that:
+    a file's path says the name to give instead."""
     module_name, sep, attr = target.partition(":")
+    if "/" in module_name or os.sep in module_name or module_name.endswith(".py"):
+        raise ImplError(f"option --impl: expected package.module:NAME, got {target!r} "
+                        f"({_as_import(module_name, attr or 'NAME')})")
     if not sep or not module_name or not attr:
-        raise ImplError(f"option --impl: expected module:function, got {target!r}")
+        raise ImplError(f"option --impl: expected package.module:NAME, got {target!r}")
     return module_name, attr
+
+
+def _as_import(path: str, attr: str) -> str:
+    """How to name what the file at ``path`` defines: its import name, from the current
+    directory when it lies below it, else from its own folder."""
+    file = Path(path)
+    kind = "a file" if file.is_file() else "a path"
+    parts = file.with_suffix("").parts if file.suffix == ".py" else file.parts
+    if not file.is_absolute() and parts and all(p.isidentifier() for p in parts):
+        return f"{kind}: give it as {'.'.join(parts)}:{attr}, from the current directory"
+    stem = file.stem if file.suffix == ".py" else file.name
+    if stem.isidentifier():
+        return f"{kind}: give it as {stem}:{attr}, from the folder it is in"
+    return f"{kind}: --impl takes a module's import name, not its path"
 
 
 def impl_path() -> list[str]:
@@ -257,6 +241,7 @@ class Outcome:
     exception: bool = False  # what it raised was an ordinary Exception
     mutated: bool = False  # it changed its input in place
     timed_out: bool = False
+    came_as: str = ""  # the dtype it returned, when as_numpy converted it (bfloat16)
 
 
 def call_here(fn: Callable[[np.ndarray], object], x: np.ndarray,
@@ -264,10 +249,11 @@ def call_here(fn: Callable[[np.ndarray], object], x: np.ndarray,
     """Call ``fn`` on a copy of ``x`` in this process, under ``timeout`` seconds (if given),
     and say what it did; ffncli's own :class:`Interrupted` goes through."""
     given = x.copy()
-    alarm = _Alarm()
+    alarm = Alarm()
     try:
         with _time_limit(timeout) as alarm, _no_hard_exit():
-            y = as_numpy(fn(given))
+            returned = fn(given)
+            y = as_numpy(returned)
     except Interrupted:
         raise
     except BaseException as exc:  # sys.exit, KeyboardInterrupt: never a silent exit 0
@@ -278,24 +264,34 @@ def call_here(fn: Callable[[np.ndarray], object], x: np.ndarray,
         return Outcome(timed_out=True)
     mutated = not _same_bits(given, x)
     if isinstance(y, np.ndarray):
-        return Outcome(y=y, mutated=mutated)
+        return Outcome(y=y, mutated=mutated, came_as=came_as(returned) or "")
     return Outcome(returned=describe(y), mutated=mutated)
+
+
+_UNPACKED_3D = "raised ValueError: not enough values to unpack (expected 3, got 2)"
 
 
 class Judge:
     """The verdict on each call of one implementation: its output as the checks may use it
-    (copied, finite, (tokens, d_out) of real numbers, the same d_out every call), or the
-    ImplError saying what it did instead."""
+    (copied, (tokens, d_out) of real numbers, the same d_out every call, finite on the first
+    call), or the ImplError saying what it did instead. ``rows_only``: a module given 2-D
+    input (tokens, d_model), which may want 3-D. NaN or infinity on a later call, for tokens
+    it should handle like the first's, is left to the property that asked, which fails."""
 
-    def __init__(self, name: str, timeout: float | None = None) -> None:
-        self.name, self.timeout = name, timeout
+    def __init__(self, name: str, timeout: float | None = None, rows_only: bool = False) -> None:
+        self.name, self.timeout, self.rows_only = name, timeout, rows_only
         self.width: int | None = None  # d_out of the first call
+        self.came_as: str | None = None  # the dtype of the first call's output, if converted
 
     def __call__(self, x: np.ndarray, done: Outcome) -> np.ndarray:
         name, calling = self.name, f"a call on {x.shape[0]:,} tokens"
         if done.timed_out:
             raise ImplError(_late(name, self.timeout, f" ({calling})"))
         if done.raised:
+            if self.rows_only and done.raised == _UNPACKED_3D:
+                raise CallRaised(f"{name} {done.raised}, on 2-D input {x.shape}: it wants 3-D "
+                                 "input; give tokens of shape (batch, seq, d_model) (to "
+                                 "--input, a .npy of that shape)")
             if done.exception:
                 raise CallRaised(f"{name} {done.raised}")
             instead = " instead of returning its output" if done.stopped else ""
@@ -318,27 +314,39 @@ class Judge:
                             f"({x.shape[0]}, {self.width}), the d_out of its first call")
         if y.dtype.kind not in "fiu":
             raise ImplError(f"{name} returned dtype {y.dtype}; expected real numbers")
-        row = first_overflow(x, y)
+        row = first_overflow(x, y) if self.width is None else None
         if row is not None:  # NaN == NaN would let every property pass
             kind = "NaN" if np.isnan(y[row]).any() else "infinity"
             raise ImplError(f"{name} returned {kind} in output row {row} for a finite token "
                             f"({calling}); the properties cannot be checked on it")
-        self.width = y.shape[1]
+        if self.width is None:
+            self.width, self.came_as = y.shape[1], done.came_as or None
         return np.array(y, copy=True)
 
 
+class Guarded:
+    """The code under test as the checks call it: each call made by ``call`` (here, or in a
+    child process), then judged; ``came_as`` tells the dtype its outputs came in when they
+    were converted (bfloat16), for the tolerances."""
+
+    def __init__(self, call: Callable[[np.ndarray], Outcome], judge: Judge) -> None:
+        self._call, self.judge = call, judge
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self.judge(x, self._call(x))
+
+    @property
+    def came_as(self) -> str | None:
+        return self.judge.came_as
+
+
 def guarded(fn: Callable[[np.ndarray], object], name: str, dtype: np.dtype, *,
-            timeout: float | None = None) -> Fn:
+            timeout: float | None = None, rows_only: bool = False) -> Guarded:
     """``fn`` as the checks may call it in this process: each call gets its own copy of the
     input, runs under ``timeout`` seconds (if given), and is judged by a :class:`Judge`. The
     output is copied, so a view of the input or a buffer ``fn`` reuses cannot change it."""
     check_timeout(timeout)
-    judge = Judge(name, timeout)
-
-    def call(x: np.ndarray) -> np.ndarray:
-        return judge(x, call_here(fn, x, timeout))
-
-    return call
+    return Guarded(lambda x: call_here(fn, x, timeout), Judge(name, timeout, rows_only))
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:

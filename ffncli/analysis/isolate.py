@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ffncli.analysis.guard import Judge, Outcome
+from ffncli.analysis.guard import Guarded, Judge, Outcome
 from ffncli.errors import ImplError
 
 LOAD_LIMIT = 120.0  # seconds for importing and building, at least, when --timeout is given
@@ -251,8 +251,8 @@ class Child:
         except (ValueError, KeyError, TypeError) as exc:
             self.close()
             return Outcome(raised=f"sent what is not ffncli's reply ({exc}) from its process")
-        fields = {k: reply[k] for k in ("returned", "raised", "stopped", "exception", "mutated")
-                  if k in reply}
+        fields = {k: reply[k] for k in ("returned", "raised", "stopped", "exception", "mutated",
+                                        "came_as") if k in reply}
         return Outcome(y=y, **fields)
 
     def _gone(self) -> bool:
@@ -359,9 +359,6 @@ def _deadline(seconds: float | None) -> float | None:
     return None if seconds is None else time.monotonic() + seconds
 
 
-def isolated(child: Child, judge: Judge, seq: int | None) -> Callable[[np.ndarray], np.ndarray]:
+def isolated(child: Child, judge: Judge, seq: int | None) -> Guarded:
     """The code under test as the checks call it: each call in the child, then judged."""
-    def call(x: np.ndarray) -> np.ndarray:
-        return judge(x, child.call(x, seq))
-
-    return call
+    return Guarded(lambda x: child.call(x, seq), judge)

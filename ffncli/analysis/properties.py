@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ffncli.analysis.compare import Comparison, compare, output_scale, tolerances
+from ffncli.analysis.compare import Comparison, column_scale, compare, first_overflow, tolerances
 from ffncli.analysis.frameworks import RANDOM_HINT, RANDOM_OTHERWISE, Fn
 from ffncli.analysis.guard import CallRaised
 from ffncli.errors import InputError
@@ -27,13 +27,14 @@ class PropertyResult:
     passed: bool
     trials: int
     max_abs: float
-    max_rel: float
+    max_rel: float | None  # None: no |expected| compared was above its atol
     rtol: float
-    atol: float
+    atol: float  # as given; or the default, multiplied per output column (atol_scaled)
     worst_token: int
     bit_identical: bool
     counterexample: str | None
     seconds: float
+    atol_scaled: bool = False  # atol * max(1, the largest |output| of each column)
 
 
 @dataclass(frozen=True)
@@ -77,17 +78,24 @@ PROPERTIES = ("permutation_equivariance", "token_independence", "identical_token
 
 @dataclass(frozen=True)
 class Rule:
-    """When two outputs count as equal: within the tolerance, and bit-identical too when
-    ``bitwise``."""
+    """When two outputs count as equal: within the tolerance (atol multiplied by ``scale``:
+    1, or per output column), and bit-identical too when ``bitwise``."""
 
     rtol: float
     atol: float
     bitwise: bool = False
+    scale: np.ndarray | float = 1.0
+
+    @property
+    def scaled(self) -> bool:
+        """Whether atol is multiplied per output column (the default atol)."""
+        return isinstance(self.scale, np.ndarray)
 
     def compare(self, expected: np.ndarray, got: np.ndarray) -> Comparison:
-        cmp = compare(expected, got, self.rtol, self.atol)
+        cmp = compare(expected, got, self.rtol, self.atol, self.scale)
         if self.bitwise and cmp.ok and not cmp.bit_identical:
-            return replace(cmp, ok=False, worst_row=_first_unequal_row(expected, got))
+            return replace(cmp, ok=False, worst_row=_first_unequal_row(expected, got),
+                           bits_only=True)
         return cmp
 
 
@@ -96,9 +104,9 @@ def _first_unequal_row(expected: np.ndarray, got: np.ndarray) -> int:
     return int((~same.all(axis=1)).argmax())
 
 
-def _differs(cmp: Comparison, rule: Rule) -> str:
+def _differs(cmp: Comparison) -> str:
     """How a failed comparison failed: past the tolerance, or (bitwise) in its last bits."""
-    if rule.bitwise and cmp.max_abs <= rule.atol:
+    if cmp.bits_only:
         return (f" (within the tolerance, but not bit-identical, as --bitwise requires: they "
                 f"differ by up to {cmp.max_abs:.3g})")
     return ""
@@ -118,10 +126,9 @@ def _permutations(seq: int, batch: int, trials: int,
     idx = np.arange(seq)
     yield "reverse", within(lambda: idx[::-1])
     yield "cyclic shift by 1", within(lambda: np.roll(idx, 1))
-    if seq > 1:
-        swap = idx.copy()
-        swap[[0, -1]] = swap[[-1, 0]]
-        yield "swap of first and last", within(lambda: swap)
+    swap = idx.copy()
+    swap[[0, -1]] = swap[[-1, 0]]
+    yield "swap of first and last", within(lambda: swap)
     for t in range(trials):
         yield f"random #{t + 1}", within(lambda: rng.permutation(seq))
 
@@ -132,14 +139,19 @@ def _fmt(row: np.ndarray) -> str:
 
 
 class _Worst:
-    """The worst comparison over several trials of one property."""
+    """The worst comparison over several trials of one property. Its counterexample is the
+    first trial that failed, but one whose output is finite comes before one that gave NaN or
+    infinity for a finite token (one token alone, normalised by a deviation over the sequence
+    of one: the comparison of many tokens says more)."""
 
     def __init__(self, rule: Rule) -> None:
         self.rule = rule
-        self.max_abs = self.max_rel = 0.0
+        self.max_abs = 0.0
+        self.max_rel: float | None = None  # None until a comparison has one
         self.worst_token = 0
         self.bit_identical = True
         self.counterexample: str | None = None
+        self.nonfinite: str | None = None  # the first trial that failed with NaN or infinity
         self.trials = 0
 
     def add(self, cmp: Comparison, token: int, counterexample: str | None) -> None:
@@ -149,9 +161,14 @@ class _Worst:
         self.bit_identical &= cmp.bit_identical
         if cmp.max_abs >= self.max_abs:
             self.max_abs, self.worst_token = cmp.max_abs, token
-        self.max_rel = max(self.max_rel, cmp.max_rel)
-        if not cmp.ok and self.counterexample is None:
-            self.counterexample = f"{counterexample}{_differs(cmp, self.rule)}"
+        if cmp.max_rel is not None:
+            self.max_rel = max(self.max_rel or 0.0, cmp.max_rel)
+        if cmp.ok:
+            return
+        if cmp.nonfinite:
+            self.nonfinite = self.nonfinite or counterexample
+        elif self.counterexample is None:
+            self.counterexample = f"{counterexample}{_differs(cmp)}"
 
     def raised(self, token: int, counterexample: str) -> None:
         """One trial on which the function raised (an ordinary exception) instead."""
@@ -160,11 +177,21 @@ class _Worst:
         if self.counterexample is None:
             self.worst_token, self.counterexample = token, counterexample
 
+    def overflowed(self, token: int, counterexample: str) -> None:
+        """One trial on which the function gave NaN or infinity for a finite token, in outputs
+        compared with one another."""
+        self.trials += 1
+        self.bit_identical = False
+        if self.max_abs < np.inf:  # as a comparison with the first call's outputs says it
+            self.max_abs, self.worst_token = np.inf, token
+        self.nonfinite = self.nonfinite or counterexample
+
     def result(self, name: str, started: float) -> PropertyResult:
-        return PropertyResult(name, self.counterexample is None, self.trials, self.max_abs,
+        counterexample = self.counterexample or self.nonfinite
+        return PropertyResult(name, counterexample is None, self.trials, self.max_abs,
                               self.max_rel, self.rule.rtol, self.rule.atol, self.worst_token,
-                              self.bit_identical, self.counterexample,
-                              time.perf_counter() - started)
+                              self.bit_identical, counterexample,
+                              time.perf_counter() - started, self.rule.scaled)
 
 
 def _call(f: Fn, x: np.ndarray) -> np.ndarray | str:
@@ -228,30 +255,42 @@ def check_independence(f: Fn, x: np.ndarray, y: np.ndarray, rng: np.random.Gener
     return worst.result("token_independence", started)
 
 
+def _overflowed(x: np.ndarray, got: np.ndarray, rows: list[int]) -> int | None:
+    """The first of ``rows`` whose output is NaN or infinity for a finite token: outputs
+    compared with one another, not with the first call's, would be NaN equal to NaN."""
+    row = first_overflow(x[rows], got[rows])
+    return None if row is None else rows[row]
+
+
 def check_identical(f: Fn, x: np.ndarray, rule: Rule) -> PropertyResult:
     """Identical tokens give identical outputs: all copies of one token, and one duplicate."""
     started, worst = time.perf_counter(), _Worst(rule)
     n = x.shape[0]
-    same = np.repeat(x[:1], max(n, 2), axis=0)
+    same = np.repeat(x[:1], n, axis=0)
     got = _call(f, same)
     if isinstance(got, str):
-        worst.raised(0, f"{same.shape[0]} copies of token 0: {got}")
+        worst.raised(0, f"{n} copies of token 0: {got}")
+    elif (row := _overflowed(same, got, list(range(n)))) is not None:
+        worst.overflowed(row, f"{n} copies of token 0: row {row} is {_fmt(got[row])}, for "
+                              "a finite token")
     else:
-        cmp = rule.compare(np.repeat(got[:1], got.shape[0], axis=0), got)
+        cmp = rule.compare(np.repeat(got[:1], n, axis=0), got)
         worst.add(cmp, 0, None if cmp.ok else (
-            f"{same.shape[0]} copies of token 0: row {cmp.worst_row} "
+            f"{n} copies of token 0: row {cmp.worst_row} "
             f"{_fmt(got[cmp.worst_row])} differs from row 0 {_fmt(got[0])}"))
-    if n > 1:
-        dup = x.copy()
-        dup[-1] = dup[0]
-        got2 = _call(f, dup)
-        if isinstance(got2, str):
-            worst.raised(n - 1, f"token {n - 1} set equal to token 0: {got2}")
-        else:
-            cmp2 = rule.compare(got2[:1], got2[-1:])
-            worst.add(cmp2, n - 1, None if cmp2.ok else (
-                f"token {n - 1} set equal to token 0: output {_fmt(got2[-1])} differs from "
-                f"{_fmt(got2[0])}"))
+    dup = x.copy()
+    dup[-1] = dup[0]
+    got2 = _call(f, dup)
+    if isinstance(got2, str):
+        worst.raised(n - 1, f"token {n - 1} set equal to token 0: {got2}")
+    elif (row := _overflowed(dup, got2, [0, n - 1])) is not None:
+        worst.overflowed(row, f"token {n - 1} set equal to token 0: output row {row} is "
+                              f"{_fmt(got2[row])}, for a finite token")
+    else:
+        cmp2 = rule.compare(got2[:1], got2[-1:])
+        worst.add(cmp2, n - 1, None if cmp2.ok else (
+            f"token {n - 1} set equal to token 0: output {_fmt(got2[-1])} differs from "
+            f"{_fmt(got2[0])}"))
     return worst.result("identical_tokens", started)
 
 
@@ -287,12 +326,27 @@ def check_deterministic(f: Fn, x: np.ndarray, y: np.ndarray, rule: Rule,
     return worst.result("deterministic", started)
 
 
+def _compared_dtype(x: np.ndarray, y: np.ndarray, came_as: str | None) -> tuple[str, str]:
+    """The dtype whose tolerances compare the outputs: the tokens', or the outputs' when they
+    come back coarser (float16; bfloat16, which NumPy lacks, converted to float32 on the way:
+    ``came_as``), with the note saying so."""
+    if came_as == "bfloat16":
+        return came_as, ("the outputs come back in bfloat16, converted to float32: compared "
+                         "with bfloat16's tolerances")
+    if y.dtype.kind == "f" and y.dtype.itemsize < x.dtype.itemsize:
+        return y.dtype.name, (f"the outputs come back in {y.dtype.name}: compared with "
+                              f"{y.dtype.name}'s tolerances")
+    return x.dtype.name, ""
+
+
 def permute_check(f: Fn, x: np.ndarray, *, target: str, input_shape: tuple[int, ...],
                   trials: int = 8, seed: int = 0, rtol: float | None = None,
                   atol: float | None = None, bitwise: bool = False,
                   about: dict[str, Any] | None = None) -> CheckReport:
-    """Run every property on ``x`` (tokens, d_model); ``input_shape`` tells the batch. First
-    the same tokens go in twice: a function that is random is reported as that alone.
+    """Run every property on ``x`` (tokens, d_model); ``input_shape`` tells the batch. Fewer
+    than 2 tokens (in a sequence) are refused: they check nothing. First the same tokens go in
+    twice: a function that is random is reported as that alone. ``f`` may say the dtype its
+    outputs came in before they were converted (``f.came_as``, a guarded call's: bfloat16).
     ``about`` fills the report's framework, mode and notes."""
     dtype = x.dtype.name
     tolerances(dtype, rtol, atol)  # refuse bad values before any call
@@ -300,15 +354,19 @@ def permute_check(f: Fn, x: np.ndarray, *, target: str, input_shape: tuple[int, 
         raise InputError("tokens: NaN or infinity in every token; with no finite token every "
                          "property would hold whatever the function does")
     batch, seq = (input_shape[0], input_shape[1]) if len(input_shape) == 3 else (1, x.shape[0])
+    if seq < 2:  # every permutation is the identity, and each token is alone already
+        got = f"shape {tuple(input_shape)}" if len(input_shape) == 3 else f"{seq}"
+        raise InputError(f"tokens: expected {'sequences of ' if len(input_shape) == 3 else ''}"
+                         f"at least 2 tokens, got {got}; with one token every permutation is "
+                         "the identity, and nothing would be checked")
     rng = np.random.default_rng(seed)
     y = f(x)
     about = dict(about or {})
-    compared = dtype  # the tolerances' dtype: the outputs', when they come back coarser
-    if y.dtype.kind == "f" and y.dtype.itemsize < x.dtype.itemsize:
-        compared = y.dtype.name
-        about["notes"] = (*about.get("notes", ()), f"the outputs come back in {compared}: "
-                          f"compared with {compared}'s tolerances")
-    rule = Rule(*tolerances(compared, rtol, atol, output_scale(y)), bitwise)
+    compared, note = _compared_dtype(x, y, getattr(f, "came_as", None))
+    if note:
+        about["notes"] = (*about.get("notes", ()), note)
+    scale = column_scale(y) if atol is None else 1.0
+    rule = Rule(*tolerances(compared, rtol, atol), bitwise, scale)
     names = PROPERTIES if batch > 1 else PROPERTIES[:-1]
     first = check_deterministic(f, x, y, rule, about.get("framework", "numpy"))
     if not first.passed:

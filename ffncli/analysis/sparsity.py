@@ -11,29 +11,20 @@ each expert's hidden layer on the tokens routed to it.
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ffncli.analysis.calibration import calibrate_threshold, calibration_rows
+from ffncli.analysis.experts import expert_activation, expert_inputs
 from ffncli.base.validate import number
-from ffncli.compute.engine import Engine, Visit, activate_inplace
-from ffncli.compute.ffn import (
-    DenseWeights,
-    ExpertWeights,
-    MoEWeights,
-    dispatch,
-    pre_activation,
-    route,
-)
-from ffncli.compute.sparse import Cut, down, gate_and_up
+from ffncli.compute.engine import Engine
+from ffncli.compute.ffn import ExpertWeights, MoEWeights, pre_activation
 from ffncli.errors import InputError
 
 MAX_TOKENS_LISTED = 10_000
 SMALL_OVERLAP = 16  # up to this many tokens: the full pairwise overlap table
-CALIBRATION_TOKENS = 4096
 STATS_ROWS = 1024  # tokens counted at once: (1024, d_ff) pre-activations, not a batch's
 COVERAGE_SHARES = (0.5, 0.8, 0.9, 0.95, 0.99)
 
@@ -211,373 +202,6 @@ def mark_inactive(rule: Rule, values: np.ndarray, out: np.ndarray) -> np.ndarray
     return np.less_equal(np.abs(values), rule.threshold, out=out)
 
 
-def expert_activation(ffn: Engine, pre: np.ndarray) -> np.ndarray:
-    """act(pre) in place (pre is a fresh array of the caller's)."""
-    activate_inplace(pre, ffn.act)
-    return pre
-
-
-def calibrate_threshold(ffn: Engine, x: np.ndarray, target: float) -> float:
-    """The CATS rule: T such that a share ``target`` of |act(x W + b)| is <= T."""
-    if isinstance(ffn.weights, DenseWeights):
-        values = _dense_magnitudes(ffn, x)
-    else:
-        values = np.concatenate([
-            np.abs(expert_activation(ffn, pre_activation(x[rows], p))).ravel()
-            for _, p, rows in _expert_inputs(ffn, x)])
-    return quantile(values, target)
-
-
-def _dense_magnitudes(ffn: Engine, x: np.ndarray) -> np.ndarray:
-    """|act(x W1 + b1)| of a dense FFN, flat, a fresh array: the engine's hidden layer (the
-    same values as the plain formula, its activation in cache-sized blocks on every core)."""
-    out = np.empty((x.shape[0], ffn.d_ff), dtype=ffn.dtype)
-
-    def visit(lo: int, hi: int, a: np.ndarray, u: np.ndarray | None) -> None:
-        np.abs(a, out=out[lo:hi])
-
-    ffn.hidden(x, visit)
-    return out.reshape(-1)
-
-
-def calibrate_cut(ffn: Engine, x: np.ndarray, rule: str, target: float) -> Cut:
-    """The cut that zeroes a share ``target`` of these tokens' values: :func:`calibrate_cuts`
-    of one target."""
-    return calibrate_cuts(ffn, x, [(rule, target)])[0]
-
-
-def _lower(n: int, q: float) -> tuple[int, float]:
-    """numpy's linear virtual index (n - 1) q as its previous index and gamma."""
-    virtual = (n - 1) * float(q)
-    low = math.floor(virtual)
-    return low, virtual - low
-
-
-def _order_statistics(flat: np.ndarray, indices: Sequence[int]
-                      ) -> dict[int, tuple[np.generic, np.generic]]:
-    """The order statistics at each index i < n - 1 and at i + 1 of ``flat`` (a fresh array,
-    which may be reordered in place).
-
-    Magnitudes (floats without a sign bit: no negative value, no -0.0) order as the integers
-    their bits are, NaN last as in numpy's: those integers are partitioned or counted by their
-    top bits (:func:`_bucketed`), whichever this CPU does faster. Other values are
-    partitioned as they are (:func:`_partitioned`)."""
-    if not indices:
-        return {}
-    keys = _as_ordered_ints(flat)
-    if keys is flat:
-        return _partitioned(flat, indices)
-    if keys.size >= _PROBE and _keys_partition_faster(keys.dtype):  # fewer: either takes a few ms
-        return _partitioned(flat, indices, keys)
-    return _bucketed(flat, keys, indices)
-
-
-_PROBE = 1 << 18  # keys timed once per process by _keys_partition_faster (fewer misjudge: the
-# buckets' fixed costs weigh on them)
-_partition_faster: dict[np.dtype, bool] = {}  # its answer for each width of keys, once measured
-
-
-def _keys_partition_faster(dtype: np.dtype) -> bool:
-    """Whether partitioning keys of this integer ``dtype`` in place beats counting them in
-    buckets on this CPU. Both give the same bits; which is faster depends on NumPy's partition
-    of integers: with SIMD (x86-simd-sort: AVX-512 or AVX2) on an Intel Xeon, 3.5-7x faster
-    than the buckets (SmolLM2's 1,425 x 1,536 magnitudes: 0.8 against 5.7 ms), but about 3x
-    slower without SIMD and where it was measured on an AMD EPYC (4,096 x 1,536, four
-    targets: 78 against 22 ms). So both run once on the same 2^18 keys (5-20 ms) and the
-    faster is kept. The keys are well mixed (:func:`_mixed`): a regular sequence partitions
-    much faster than data does where NumPy's partition has no SIMD, and fooled an earlier
-    probe."""
-    if dtype not in _partition_faster:
-        keys = _mixed(_PROBE, dtype)
-        values = keys.view(np.dtype(f"f{keys.itemsize}"))
-        wanted = [_PROBE // 4, _PROBE // 2]
-        partition = bucket = math.inf
-        for _ in range(3):  # the best of three of each, alternating
-            work = keys.copy()
-            start = time.perf_counter()
-            _partitioned(work.view(values.dtype), wanted, work)
-            partition = min(partition, time.perf_counter() - start)
-            start = time.perf_counter()
-            _bucketed(values, keys, wanted)
-            bucket = min(bucket, time.perf_counter() - start)
-        _partition_faster[dtype] = partition < bucket
-    return _partition_faster[dtype]
-
-
-def _mixed(n: int, dtype: np.dtype) -> np.ndarray:
-    """``n`` non-negative integers of ``dtype`` that look random and are always the same:
-    1, 2, 3, ... through MurmurHash3's 64-bit finaliser, their top bits kept (no
-    ``np.random``, whose import would cost the probe as much again)."""
-    with np.errstate(over="ignore"):
-        h = np.arange(1, n + 1, dtype=np.uint64)
-        h ^= h >> np.uint64(33)
-        h *= np.uint64(0xFF51AFD7ED558CCD)
-        h ^= h >> np.uint64(33)
-        h *= np.uint64(0xC4CEB9FE1A85EC53)
-        h ^= h >> np.uint64(33)
-    return (h >> np.uint64(65 - 8 * np.dtype(dtype).itemsize)).astype(dtype)
-
-
-_BUCKET_BITS = 15  # the bits after the sign that name a bucket: the exponent and 6 or 3 more
-_BLOCK = 1 << 20  # keys counted and gathered a block at a time: the temporaries stay small
-
-
-def _bucketed(flat: np.ndarray, keys: np.ndarray, indices: Sequence[int]
-              ) -> dict[int, tuple[np.generic, np.generic]]:
-    """:func:`_order_statistics` of magnitudes, ``keys`` their bits as integers: one pass
-    counts the keys of each bucket of their top bits (whose cumulative counts say in which
-    bucket each wanted rank lies), one more gathers the buckets that hold a wanted rank, and
-    each of those is partitioned at the ranks it holds. Block by block, so that memory grows
-    by a few blocks and the buckets gathered, never by copies of the whole. For SmolLM2's
-    4,096 x 1,536 calibration magnitudes and four targets: 22 ms, against 78 ms for
-    partitions of the whole nested over ever smaller ranges (one process, 2026-12-04)."""
-    shift = keys.dtype.itemsize * 8 - 1 - _BUCKET_BITS
-    blocks = [keys[s:s + _BLOCK] for s in range(0, keys.size, _BLOCK)]
-    counts = np.zeros(1 << _BUCKET_BITS, dtype=np.int64)
-    for block in blocks:
-        counts += np.bincount(block >> shift, minlength=counts.size)
-    ends = np.cumsum(counts)  # the ranks below ends[b] lie in the buckets up to b
-    ranks = sorted({r for i in indices for r in (i, i + 1)})
-    homes = np.searchsorted(ends, ranks, side="right")  # the bucket of each rank
-    gathered: dict[int, list[np.ndarray]] = {int(b): [] for b in homes}
-    for block in blocks:
-        names = block >> shift
-        for b, parts in gathered.items():
-            parts.append(np.compress(names == b, block))
-        del names
-    found: dict[int, np.generic] = {}
-    for b, parts in gathered.items():
-        first = int(ends[b] - counts[b])  # the rank of the bucket's smallest key
-        inside = [r - first for r, home in zip(ranks, homes, strict=True) if home == b]
-        mine = np.concatenate(parts)
-        parts.clear()
-        mine.partition(inside)
-        for r in inside:
-            found[r + first] = mine[r:r + 1].view(flat.dtype)[0]  # the key as its float
-    return {i: (found[i], found[i + 1]) for i in indices}
-
-
-def _partitioned(flat: np.ndarray, indices: Sequence[int], keys: np.ndarray | None = None
-                 ) -> dict[int, tuple[np.generic, np.generic]]:
-    """:func:`_order_statistics` by partitions of ``flat`` in place: at the middle wanted
-    index, then each side at its own, each partition over the range the earlier ones left
-    (about 2.3 passes for four indices, against four whole partitions); the one past i, the
-    smallest value after i in its range. (np.partition at the four indices at once takes
-    twice as long as four separate ones.) ``keys``: ``flat``'s memory as integers that order
-    as its values, partitioned instead of it (the same reordering of the same memory)."""
-    order = flat if keys is None else keys
-    found: dict[int, tuple[np.generic, np.generic]] = {}
-    # ranges still to split, each with its wanted indices: ranks lo..hi-1 lie in [lo, hi).
-    # (A loop, not a recursive closure, whose reference cycle would keep ``flat`` alive
-    # until the garbage collector next ran.)
-    ranges = [(0, flat.size, sorted(set(indices)))]
-    while ranges:
-        lo, hi, wanted = ranges.pop()
-        if not wanted:
-            continue
-        k = len(wanted) // 2
-        mid = wanted[k]
-        order[lo:hi].partition(mid - lo)
-        after = mid + 1 + int(order[mid + 1:hi].argmin()) if mid + 1 < hi else hi
-        found[mid] = flat[mid], flat[after]
-        ranges += [(lo, mid, wanted[:k]), (mid + 1, hi, wanted[k + 1:])]
-    return found
-
-
-def _as_ordered_ints(flat: np.ndarray) -> np.ndarray:
-    """``flat``'s memory as signed integers of its width when that orders it as its floats
-    (no sign bit set anywhere), else ``flat`` itself."""
-    if flat.dtype.kind != "f" or not flat.size:
-        return flat
-    ints = flat.view(np.dtype(f"i{flat.dtype.itemsize}"))
-    return ints if ints.min() >= 0 else flat
-
-
-def quantile(values: np.ndarray, q: float) -> float:
-    """``np.quantile(values, q)`` (the default, linear; q a float) to the bit, from the two
-    order statistics around its index (:func:`_order_statistics`; ``values`` a fresh array,
-    which may be reordered): np.quantile itself interpolates between them, given them alone
-    with their weight."""
-    pair, gamma = _pairs(values.reshape(-1), [q])[0]
-    return float(np.quantile(pair, gamma))
-
-
-def quantiles(values: np.ndarray, targets: Sequence[float]) -> list[float]:
-    """``np.quantile(values, targets)`` (the default, linear; the targets a float64 array)
-    to the bit, from the order statistics around each target's index, found together
-    (:func:`_order_statistics`; ``values`` a fresh array, which may be reordered)."""
-    return [float(np.quantile(pair, np.array([gamma]))[0])  # a float64 q, as given
-            for pair, gamma in _pairs(values.reshape(-1), targets)]
-
-
-def _pairs(flat: np.ndarray, targets: Sequence[float]) -> list[tuple[np.ndarray, float]]:
-    """For each target, the two order statistics around numpy's linear virtual index and its
-    gamma (at or past the last index: the largest value twice)."""
-    n = flat.size
-    lows = [_lower(n, q) for q in targets]
-    stats = _order_statistics(flat, [low for low, _ in lows if low < n - 1])
-    top = flat.max() if any(low >= n - 1 for low, _ in lows) else None
-    out = []
-    for low, gamma in lows:
-        if low >= n - 1:
-            out.append((np.array([top, top], dtype=flat.dtype), 0.0))
-        else:
-            out.append((np.array(stats[low], dtype=flat.dtype), gamma))
-    return out
-
-
-@dataclass
-class Magnitudes:
-    """What calibrates one layer's cuts, over the same tokens: |a| = |act(x W + b)| (cats),
-    |x| and |h| (teal: the FFN input and the down projection's). Fresh arrays, reordered when
-    the cuts are found; None where no rule asked."""
-
-    gate: np.ndarray | None = None
-    inputs: np.ndarray | None = None
-    hidden: np.ndarray | None = None
-
-    @staticmethod
-    def join(parts: Sequence[Magnitudes]) -> Magnitudes:
-        """The parts' tokens in order (the parts of a layer's batches)."""
-        def rows(arrays: list[np.ndarray | None]) -> np.ndarray | None:
-            kept = [a for a in arrays if a is not None]
-            if len(kept) == 1:  # one batch: its own array, not a copy
-                return kept[0]
-            return np.concatenate(kept) if kept else None
-
-        return Magnitudes(rows([m.gate for m in parts]), rows([m.inputs for m in parts]),
-                          rows([m.hidden for m in parts]))
-
-
-def calibration_rules(wanted: Sequence[tuple[str, float]]) -> tuple[bool, bool]:
-    """Whether (rule, S) pairs need |a| (cats) and |x|, |h| (teal)."""
-    rules = {r for r, _ in wanted}
-    return "cats" in rules, "teal" in rules
-
-
-def calibration_magnitudes(ffn: Engine, x: np.ndarray, wanted: Sequence[tuple[str, float]]
-                           ) -> Magnitudes:
-    """The magnitudes of these tokens that the rules of ``wanted`` calibrate on."""
-    assert not isinstance(ffn.weights, MoEWeights)
-    cats, teal = calibration_rules(wanted)
-    if not (cats or teal):
-        return Magnitudes()
-    a, u = gate_and_up(x, ffn.weights, ffn, up=teal)  # cats needs no up projection
-    m = Magnitudes()
-    if teal:
-        m.inputs, m.hidden = np.abs(x), np.abs(a if u is None else a * u)
-    if cats:
-        m.gate = np.abs(a, out=a)  # a is ours: its last use
-    return m
-
-
-class Gathering:
-    """A layer's dense FFN, as the forward's ``ffn(x, out)``, that keeps the magnitudes of its
-    first ``tokens`` inputs which calibrate ``wanted``: chunk by chunk as the engine computes
-    its FFN (the same products, so the same bits), |a| and |h| read from the engine's own
-    hidden layer (no second product of the gate, as :func:`calibration_magnitudes` makes)."""
-
-    def __init__(self, engine: Engine, wanted: Sequence[tuple[str, float]],
-                 tokens: int = CALIBRATION_TOKENS) -> None:
-        if isinstance(engine.weights, MoEWeights):
-            raise ValueError("a mixture of experts is not calibrated per layer")
-        self.engine: Engine | None = engine
-        self.d_ff, self.wanted, self.left = engine.d_ff, list(wanted), tokens
-        self.cats, self.teal = calibration_rules(wanted)
-        self.parts: list[Magnitudes] = []
-
-    def magnitudes(self) -> Magnitudes:
-        return Magnitudes.join(self.parts)
-
-    def cuts(self) -> list[Cut]:
-        """The cuts of ``wanted`` from the magnitudes kept (which it reorders)."""
-        return cuts_from(self.magnitudes(), self.d_ff, self.wanted)
-
-    def release(self) -> None:
-        """Let the layer's weights go; the magnitudes stay."""
-        self.engine = None
-
-    def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
-        e = self.engine
-        if e is None:
-            raise ValueError("this layer's calibration was released")
-        p = e.weights
-        assert not isinstance(p, MoEWeights)
-        step = e.chunk_tokens
-        for start in range(0, x.shape[0], step):
-            chunk = np.ascontiguousarray(x[start:start + step], dtype=e.dtype)
-            h = e.hidden(chunk, self._keeper(chunk))
-            down(h, p, out[start:start + step])
-
-    def _keeper(self, x: np.ndarray) -> Visit | None:
-        """The engine's visit of a chunk's hidden blocks that keeps what is still wanted."""
-        rows = min(self.left, x.shape[0])
-        if rows <= 0 or not (self.cats or self.teal):
-            return None
-        dtype, f = x.dtype, self.d_ff
-        m = Magnitudes(np.empty((rows, f), dtype) if self.cats else None,
-                       np.abs(x[:rows]) if self.teal else None,
-                       np.empty((rows, f), dtype) if self.teal else None)
-        self.parts.append(m)
-        self.left -= rows
-
-        def keep(lo: int, hi: int, a: np.ndarray, u: np.ndarray | None) -> None:
-            end = min(hi, rows)
-            if end <= lo:
-                return
-            a = a[:end - lo]
-            if m.gate is not None:
-                np.abs(a, out=m.gate[lo:end])
-            if m.hidden is not None:
-                h = m.hidden[lo:end]
-                if u is None:
-                    np.abs(a, out=h)
-                else:
-                    np.abs(np.multiply(a, u[:end - lo], out=h), out=h)  # h = a * u, as the FFN
-
-        return keep
-
-
-def calibrate_cuts(ffn: Engine, x: np.ndarray, wanted: Sequence[tuple[str, float]]
-                   ) -> list[Cut]:
-    """The cuts that zero a share S of these tokens' values, for each (rule, S): cats, the
-    S-quantile of |act(x W + b)|; teal, of |x| (the input) and of |h| (the down projection's
-    input); topk, round((1 - S) d_ff) units kept per token (no calibration)."""
-    return cuts_from(calibration_magnitudes(ffn, x, wanted), ffn.d_ff, wanted)
-
-
-def cuts_from(m: Magnitudes, d_ff: int, wanted: Sequence[tuple[str, float]]) -> list[Cut]:
-    """The cuts of ``wanted`` from a layer's magnitudes (reordered here): numpy's default
-    (linear) quantile, each set of magnitudes partitioned at every target's index."""
-    def of(values: np.ndarray | None, rule: str) -> dict[float, float]:
-        targets = sorted({s for r, s in wanted if r == rule})
-        if not targets or values is None:
-            return {}
-        return dict(zip(targets, quantiles(values, targets), strict=True))
-
-    cats = of(m.gate, "cats")
-    teal_in, teal_down = of(m.inputs, "teal"), of(m.hidden, "teal")
-    cuts = []
-    for rule, s in wanted:
-        if rule == "topk":
-            cuts.append(Cut("topk", keep=round((1 - s) * d_ff)))
-        elif rule == "cats":
-            cuts.append(Cut("cats", threshold=cats[s]))
-        else:
-            cuts.append(Cut("teal", threshold=teal_in[s], down=teal_down[s]))
-    return cuts
-
-
-def _expert_inputs(ffn: Engine, x: np.ndarray, room: list[int] | None = None
-                   ) -> list[tuple[int, ExpertWeights, np.ndarray]]:
-    """(expert, its weights, token rows): the one FFN on all rows, or each chosen expert's
-    tokens (``room``: the places capped experts have left, for a chunk of a longer input)."""
-    p = ffn.weights
-    if not isinstance(p, MoEWeights):
-        return [(0, p, np.arange(x.shape[0]))]
-    order, _ = route(x, p)
-    return [(e, p.experts[e], rows) for e, rows, _ in dispatch(order, p, room)]
-
 
 @dataclass(frozen=True)
 class Counted:
@@ -669,7 +293,7 @@ class SparsityAccumulator:
     def _update(self, x: np.ndarray) -> None:
         self._count(x.shape[0], [
             (e, rows, inactive_mask(self.ffn, p, x[rows], self.rule))
-            for e, p, rows in _expert_inputs(self.ffn, x, self.ffn.capacity_left)
+            for e, p, rows in expert_inputs(self.ffn, x, self.ffn.capacity_left)
             if rows.size])
 
     def _count(self, m: int, masks: Sequence[tuple[int, np.ndarray | slice, np.ndarray]]
@@ -778,7 +402,7 @@ def relu_stats(ffn: Engine, tokens, *, threshold: float | None = None,
     check_rule(threshold, target_sparsity)
     rows = ffn.chunk_tokens
     if target_sparsity is not None:
-        calibration = tokens.chunks(min(CALIBRATION_TOKENS, tokens.n_tokens), ffn.dtype,
+        calibration = tokens.chunks(calibration_rows(tokens.n_tokens), ffn.dtype,
                                     finite=not allow_nonfinite)
         _, first = next(calibration)
         first = first.copy()
@@ -792,3 +416,4 @@ def relu_stats(ffn: Engine, tokens, *, threshold: float | None = None,
         if progress:
             progress(start + x.shape[0])
     return acc.result()
+

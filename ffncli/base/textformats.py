@@ -1,5 +1,6 @@
 """Strict, bounded readers of the small text formats users hand us: YAML presets, JSON configs
-and the JSON header of a .safetensors file.
+and the JSON header of a .safetensors file; and the cells of the Markdown and CSV tables that
+``--format`` writes, whose names come from those files (see :func:`csv_cell`).
 
 Both parsers refuse what the standard libraries let through or crash on:
 
@@ -299,3 +300,37 @@ def parse_yaml(text: str) -> Any:
     finally:
         if loader is not None:
             loader.dispose()
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing: the cells of Markdown and CSV tables (--format markdown|csv).
+
+# C0 and C1 controls, DEL, the line and paragraph separators, the bidirectional controls
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# what a spreadsheet takes for a formula at the start of a cell (OWASP's CSV injection rule:
+# = + - @, and tab and carriage return, which one_line has already escaped)
+_FORMULA = ("=", "+", "-", "@")
+# a figure (which a spreadsheet should read as one), or the "-" of a figure left out
+_FIGURE = re.compile(r"[+-]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?%?|-")
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line, with nothing in it that moves or colours a terminal: each control
+    character (``\\n``, ``\\t``, ESC...), line separator and bidirectional control is written
+    as its escape (``\\x1b``, ``\\u202e``)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def markdown_cell(text: str) -> str:
+    """A Markdown table cell: on one line (:func:`one_line`), backslashes and pipes escaped."""
+    return one_line(text).replace("\\", "\\\\").replace("|", "\\|")
+
+
+def csv_cell(text: str) -> str:
+    """A CSV cell: on one line (:func:`one_line`); a name that starts with ``= + - @`` (a
+    preset named ``=HYPERLINK(...)``) gets a ``'`` before it, so that a spreadsheet shows it
+    as text rather than running it (OWASP's rule). Figures are left as they are (``-0.5``)."""
+    text = one_line(text)
+    if text.startswith(_FORMULA) and not _FIGURE.fullmatch(text):
+        return "'" + text
+    return text

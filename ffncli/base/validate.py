@@ -162,14 +162,16 @@ def size(where: str, text: str) -> tuple[int, int]:
     if not match or not unit:
         raise fail(where, "a size with its unit, such as 24GB, 24GiB or 2x80GB (units: B, KB, "
                    "MB, GB, TB, KiB, MiB, GiB, TiB)", text)
-    devices = int(match.group(1) or 1)
-    try:
-        amount = int(Decimal(match.group(2)) * unit) * devices
+    try:  # Decimal, not int(): 5,000 digits are past int()'s limit of 4,300
+        devices = Decimal(match.group(1) or 1)
+        amount = Decimal(match.group(2)) * unit * devices
     except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
         raise fail(where, "a number before the unit", text) from None
-    if amount <= 0 or devices <= 0:
+    if amount > MAX_INT or devices > MAX_INT:
+        raise fail(where, f"a size of at most 2**53 bytes ({MAX_INT:,})", text)
+    if int(amount) <= 0 or devices <= 0:
         raise fail(where, "a size above zero", text)
-    return amount, devices
+    return int(amount), int(devices)
 
 
 def reserve(where: str, text: str, total: int) -> int:

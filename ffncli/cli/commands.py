@@ -210,8 +210,9 @@ def permute_check_cmd(
     rtol: Annotated[Optional[float], typer.Option(
         "--rtol", help="Relative tolerance (default: float32 1.3e-6, float64 1e-7).")] = None,
     atol: Annotated[Optional[float], typer.Option(
-        "--atol", help="Absolute tolerance (default: float32 1e-5, float64 1e-7, times the "
-        "largest |output| when that is above 1).")] = None,
+        "--atol", help="Absolute tolerance, as given (default: float32 1e-5, float64 1e-7, "
+        "times max(1, the largest |output| of each output column, their lower median)).")
+    ] = None,
     bitwise: Annotated[bool, typer.Option(
         "--bitwise", help="Also require bit-identical results (one token and many often "
         "differ in the last bits).")] = False,

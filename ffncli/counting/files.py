@@ -15,14 +15,18 @@ GROUPS = ("embeddings", "attention", "ffn", "norms", "head", "pooler", "other")
 
 
 # Leaves of tensors that are saved but are not parameters: causal masks, rotary tables,
-# DeepSeek-V3's router score bias (a buffer updated outside training), Gemma's embedding scale.
+# DeepSeek-V3's router score bias (a buffer updated outside training), Gemma's embedding scale,
+# BART's final_logits_bias (a buffer its checkpoints keep).
 _BUFFER_LEAVES = ("position_ids", "inv_freq", "original_inv_freq", "masked_bias",
-                  "e_score_correction_bias", "embed_positions", "embed_scale")
+                  "e_score_correction_bias", "embed_positions", "embed_scale",
+                  "final_logits_bias")
 
 # First name segments of the task heads that masked-LM, causal-LM and pre-training classes add
 # to a base model (BertForMaskedLM's cls.predictions, DistilBertForMaskedLM's vocab_*, ELECTRA's
-# generator and discriminator heads, RoBERTa's lm_head).
-_HEAD_SEGMENTS = ("lm_head", "embed_out", "cls", "vocab_transform", "vocab_layer_norm",
+# generator and discriminator heads, RoBERTa's lm_head; ModernBertForMaskedLM's head and its
+# top-level decoder, a name of two segments unlike T5's decoder stack).
+_HEAD_NAMES = ("decoder.weight", "decoder.bias")
+_HEAD_SEGMENTS = ("head", "lm_head", "embed_out", "cls", "vocab_transform", "vocab_layer_norm",
                   "vocab_projector", "generator_predictions", "generator_lm_head",
                   "discriminator_predictions")
 
@@ -41,9 +45,9 @@ def group_of(name: str) -> str:
     """embeddings / attention / ffn / norms / head / pooler / other, from a tensor's name."""
     n = name.lower()
     segments = n.split(".")
-    if segments[0] in _HEAD_SEGMENTS or "lm_head" in segments:
+    if segments[0] in _HEAD_SEGMENTS or "lm_head" in segments or n in _HEAD_NAMES:
         return "head"  # before norms: cls.predictions.transform.LayerNorm is the head's
-    if "norm" in n or "ln_" in n:
+    if "norm" in n or "ln_" in n or "ln" in segments:  # Megatron-BERT's ln
         return "norms"
     if "pooler" in n:
         return "pooler"

@@ -587,9 +587,22 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
     if emb.positions:
         n = emb.positions + emb.position_offset
         rows.append(Row("position embeddings", f"{n} x {d}", n * d))
+        if _stack_copies(spec) > 1:
+            rows.append(Row("decoder position embeddings", f"{n} x {d}", n * d))
     if emb.token_types:
         rows.append(Row("token-type embeddings", f"{emb.token_types} x {d}", emb.token_types * d))
+    if emb.relative:
+        rows.append(Row("relative position embeddings", f"{emb.relative} x {d}",
+                        emb.relative * d))
     return tuple(rows)
+
+
+def _stack_copies(spec: ModelSpec) -> int:
+    """2 when each stack of an encoder-decoder has its own position table and embedding norm
+    (EmbeddingsSpec.per_stack), else 1."""
+    emb = spec.embeddings
+    both = spec.layers.encoder > 0 and spec.layers.decoder > 0
+    return 2 if emb is not None and emb.per_stack and both else 1
 
 
 def _factorized_rows(emb: EmbeddingsSpec, d: int) -> list[Row]:
@@ -635,11 +648,18 @@ def count(spec: ModelSpec) -> ModelCount:
         width = (emb.dim or d) if emb.factorized else d
         rows.append(Row("embedding norm", f"{width}", norm_params(width, norm)))
         groups["norms"] += norm_params(width, norm)
+        if _stack_copies(spec) > 1:
+            rows.append(Row("decoder embedding norm", f"{width}", norm_params(width, norm)))
+            groups["norms"] += norm_params(width, norm)
+    if emb is not None and emb.relative and emb.relative_norm and norm is not None:
+        rows.append(Row("relative embedding norm", f"{d}", norm_params(d, norm)))
+        groups["norms"] += norm_params(d, norm)
     if att is not None and att.relative_buckets:
         table = att.relative_buckets * att.heads
-        rows.append(Row("relative position bias", f"{stacks} x {att.relative_buckets} x "
-                        f"{att.heads}", stacks * table))
-        groups["attention"] += stacks * table
+        tables = spec.layers.encoder + spec.layers.decoder if att.relative_per_layer else stacks
+        rows.append(Row("relative position bias", f"{tables} x {att.relative_buckets} x "
+                        f"{att.heads}", tables * table))
+        groups["attention"] += tables * table
     if norm is not None and norm.final:
         rows.append(Row("final norm", f"{stacks} x {d}", stacks * norm_params(d, norm)))
         groups["norms"] += stacks * norm_params(d, norm)

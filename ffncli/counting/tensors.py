@@ -137,8 +137,10 @@ def _outside(spec: ModelSpec, stacks: int) -> list[Tensor]:
         dim = emb.dim or d
         tensors.append(Tensor("embeddings", (emb.vocab, dim), 1))
         wide = dim if emb.factorized else d  # ELECTRA: positions as wide as the word table
+        copies = 2 if emb.per_stack and stacks == 2 else 1  # BART: each stack's own
         if emb.positions:
-            tensors.append(Tensor("embeddings", (emb.positions + emb.position_offset, wide), 1))
+            tensors.append(Tensor("embeddings", (emb.positions + emb.position_offset, wide),
+                                  copies))
         if emb.token_types:
             tensors.append(Tensor("embeddings", (emb.token_types, wide), 1))
         if dim != d:
@@ -147,9 +149,14 @@ def _outside(spec: ModelSpec, stacks: int) -> list[Tensor]:
                 tensors += _linear("embeddings", OTHER, d, dim, False, 1)
         if emb.norm and norm is not None and norm_params(wide, norm):
             per = 2 if norm_params(wide, norm) == 2 * wide else 1
-            tensors.append(Tensor("norms", (wide,), per))
+            tensors.append(Tensor("norms", (wide,), per * copies))
+        if emb.relative:  # DeBERTa's relative-position table, and its norm
+            tensors.append(Tensor("embeddings", (emb.relative, d), 1))
+        if emb.relative and emb.relative_norm and norm is not None and norm_params(d, norm):
+            tensors.append(Tensor("norms", (d,), 2 if norm_params(d, norm) == 2 * d else 1))
     if att is not None and att.relative_buckets:
-        tensors.append(Tensor("attention", (att.relative_buckets, att.heads), stacks))
+        tables = spec.layers.encoder + spec.layers.decoder if att.relative_per_layer else stacks
+        tensors.append(Tensor("attention", (att.relative_buckets, att.heads), tables))
     if norm is not None and norm.final and norm_params(d, norm):
         per = 2 if norm_params(d, norm) == 2 * d else 1
         tensors.append(Tensor("norms", (d,), stacks * per))

@@ -39,6 +39,10 @@ VERSIONS = (2, 3)  # version 1 (2023) had 32-bit lengths; llama.cpp reads 2 and 
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_NESTING = 8  # arrays of arrays in the metadata
+# The fewest bytes one metadata entry takes (key length, value type, a one-byte value) and one
+# tensor info (name length, dimension count, type, offset): what the counts are checked by.
+KEY_BYTES = 8 + 4 + 1
+INFO_BYTES = 8 + 4 + 4 + 8
 FIRST_READ = 1 << 22  # bytes read for the header, 8 times more until it fits (SmolLM2's: 2 MB)
 
 # GGML tensor types: id -> (name, elements per block, bytes per block), as gguf.constants'
@@ -266,6 +270,7 @@ def _walk(path: str, buf: bytes, size: int, file: Path) -> GgufHeader:
     w.pos = 8
     n_tensors = w.scalar("Q", 8, "the tensor count")
     n_keys = w.scalar("Q", 8, "the metadata count")
+    _check_counts(w, n_tensors, n_keys)
     metadata: dict[str, Any] = {}
     for i in range(n_keys):
         key = w.text(f"metadata key {i}")
@@ -289,6 +294,17 @@ def _walk(path: str, buf: bytes, size: int, file: Path) -> GgufHeader:
         if b.start < a.start + a.nbytes:
             raise WeightsError(f"{path}: tensors '{a.name}' and '{b.name}' overlap")
     return GgufHeader(file, version, little, metadata, tensors)
+
+
+def _check_counts(w: _Walker, n_tensors: int, n_keys: int) -> None:
+    """Counts whose entries cannot fit in the rest of the file are refused at once, before
+    the walk: a count of 2**63 tensor infos was walked one info at a time, through the whole
+    file (or from the Hub up to what ffncli reads)."""
+    need = n_tensors * INFO_BYTES + n_keys * KEY_BYTES
+    if need > w.size - w.pos:
+        raise WeightsError(f"{w.path}: the GGUF header is cut short ({n_tensors:,} tensor "
+                           f"infos and {n_keys:,} metadata keys, at least {need:,} bytes, run "
+                           f"past the end of the file, {w.size:,} bytes)")
 
 
 def _tensor_info(w: _Walker) -> tuple[str, tuple[int, ...], int, int]:

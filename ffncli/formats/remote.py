@@ -24,9 +24,7 @@ import contextlib
 import hashlib
 import os
 import re
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,7 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
-from ffncli.base.signals import signals_held
+from ffncli.base.signals import signals_held, time_limit
 from ffncli.base.textformats import MAX_TEXT_BYTES, Malformed, parse_json
 from ffncli.base.validate import brief
 from ffncli.errors import WeightsError, shown
@@ -129,27 +127,10 @@ class Deadline:
     @contextlib.contextmanager
     def request(self, what: str) -> Iterator[float]:
         """The body makes one request, with the timeout yielded; past the deadline, the timer
-        raises :class:`Unreachable` in it wherever it waits."""
+        raises :class:`Unreachable` in it wherever it waits (in the main thread)."""
         left = self.left(what)
-        timeout = min(self.silence, left)
-        if not hasattr(signal, "setitimer") or \
-                threading.current_thread() is not threading.main_thread():
-            yield timeout
-            return
-        armed = True
-
-        def late(signum: int, frame: object) -> None:
-            if armed:
-                raise Unreachable(self.line(what))
-
-        before = signal.signal(signal.SIGALRM, late)
-        signal.setitimer(signal.ITIMER_REAL, left)
-        try:
-            yield timeout
-        finally:
-            armed = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, before)
+        with time_limit(left, lambda: Unreachable(self.line(what))):
+            yield min(self.silence, left)
 
 
 class Conversation:

@@ -41,6 +41,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -61,8 +62,14 @@ BATCH_LINES = 1024  # lines tokenised at once (tokenizers spreads a batch over t
 BATCH_BYTES = 1 << 20
 LONG_LINE = 1 << 16  # characters: a longer line is tokenised in pieces cut at spaces (the
 # tokenizers package holds ~700 bytes per token of one string: 1.4 GB for a 10 MB line)
+MAX_PIECE = 1 << 18  # characters one native call tokenises at most, wherever the cuts fall
+# (SmolLM2's byte-level BPE: 0.4 s for 256K characters without a space, 1.9 s for 1M; so
+# Ctrl-C is taken within a call's time, and one call's memory is bounded); at least
+# 2 * LONG_LINE + CUT_CONTEXT, the most between two places to cut (_cut_points)
 CUT_CONTEXT = 256  # characters each side of a cut, tokenised whole and cut, to check the cut
+CUT_TRIES = 4  # word boundaries, and characters, tried for a cut where there is no space
 _CUT = re.compile(r"\S \S")  # a cut point: one space (U+0020) between two words
+_WORD_EDGE = re.compile(r"\b")  # where there is no space: a word beside punctuation
 NO_TOKENIZERS = "--text needs the tokenizers package: pip install 'ffncli[text]'"
 _SPACE = re.compile(r"\s")
 # what is not whole numbers separated by spaces: another character, a sign not before a digit,
@@ -108,7 +115,11 @@ def _stderr_held(call: Callable[[], _T]) -> _T:
     """``call()`` with file descriptor 2 in a temporary file: a panic of the tokenizers
     package's Rust code prints its message and a backtrace there before Python sees it. After
     a return, whatever was written is passed on to stderr; after an exception (the panic) it
-    is dropped."""
+    is dropped. Should the process abort meanwhile (a native failure that no exception
+    reports), Python's fault handler writes so, and where, to the real stderr: an abort left
+    it empty while fd 2 was held."""
+    import faulthandler
+
     try:
         sys.stderr.flush()
         saved = os.dup(2)
@@ -119,12 +130,18 @@ def _stderr_held(call: Callable[[], _T]) -> _T:
     except OSError:  # no room for it: unheld
         os.close(saved)
         return call()
+    was_enabled = faulthandler.is_enabled()
     with held:
         os.dup2(held.fileno(), 2)
+        faulthandler.enable(file=saved)
         try:
             result = call()
         finally:
             os.dup2(saved, 2)
+            if was_enabled:  # as it was (to fd 2, its own file unknown), else off
+                faulthandler.enable(file=2)
+            else:
+                faulthandler.disable()
             os.close(saved)
         held.seek(0)
         written = held.read()
@@ -179,44 +196,118 @@ class Tokenizer:
     def _encode(self, lines: list[str]) -> list[list[int]]:
         short = [line for line in lines if len(line) <= LONG_LINE]
         encoded = iter(self._backend.encode_batch(short, add_special_tokens=True))
-        return [next(encoded).ids if len(line) <= LONG_LINE else self._encode_long(line)
-                for line in lines]
+        return [next(encoded).ids if len(line) <= LONG_LINE else self._encode_long(line, i)
+                for i, line in enumerate(lines)]
 
-    def _encode_long(self, line: str) -> list[int]:
+    def _encode_long(self, line: str, index: int = 0) -> list[int]:
         """The ids of a long line, tokenised a piece at a time, with the special tokens around
         them as the post-processor adds them. A piece ends before a space between two words,
         where the ids of the text around it whole are those of its two sides (so with BERT's,
         byte-level BPE's and Metaspace pre-tokenizers; not where a normalizer prepends to
-        every string, as LLaMA 2's: there the line is one piece)."""
+        every string, as LLaMA 2's); where there is no such space (a document without
+        spaces), at a character where that holds too, of CUT_TRIES tried. No piece is longer
+        than MAX_PIECE characters: past it, a piece ends where the check failed, and the ids
+        at that cut may differ from those of the line tokenised whole (LLaMA 2's '▁' opens
+        each piece; a word cut in two is two words). ``index``: the line's, for an error."""
         backend = self._backend
-        cuts = []
-        at = LONG_LINE
-        while (found := _CUT.search(line, at)) is not None:
-            cuts.append(found.start() + 1)
-            at = cuts[-1] + LONG_LINE
+        cuts = _cut_points(line)
         checks = []
-        for cut in cuts:
-            left, right = line[max(0, cut - CUT_CONTEXT):cut], line[cut:cut + CUT_CONTEXT]
-            checks += [left + right, left, right]
-        encoded = [e.ids for e in backend.encode_batch(checks, add_special_tokens=False)]
-        cuts = [cut for i, cut in enumerate(cuts)
-                if encoded[3 * i] == encoded[3 * i + 1] + encoded[3 * i + 2]]
-        bounds = [0, *cuts, len(line)]
-        plain = backend.encode(line[:bounds[1]], add_special_tokens=False).ids
-        special = backend.encode(line[:bounds[1]], add_special_tokens=True).ids
+        for tries in cuts:
+            for cut in tries:
+                left, right = line[max(0, cut - CUT_CONTEXT):cut], line[cut:cut + CUT_CONTEXT]
+                checks += [left + right, left, right]
+        per_call = max(3, BATCH_BYTES // (2 * CUT_CONTEXT) // 3 * 3)  # whole triples
+        encoded = [e.ids for start in range(0, len(checks), per_call)
+                   for e in backend.encode_batch(checks[start:start + per_call],
+                                                 add_special_tokens=False)]
+        passed, at = [], 0
+        for tries in cuts:
+            good = [cut for k, cut in enumerate(tries, at)
+                    if encoded[3 * k] == encoded[3 * k + 1] + encoded[3 * k + 2]]
+            passed.append(good[0] if good else None)
+            at += len(tries)
+        bounds = [0, *_bounded_cuts(cuts, passed, len(line)), len(line)]
+        if len(bounds) == 2:  # no cut: the line whole, which is no longer than a piece
+            return list(backend.encode(line, add_special_tokens=True).ids)
+        probe = line[:bounds[1]]
+        plain = backend.encode(probe, add_special_tokens=False).ids
+        if not plain:  # the first piece gives no ids (control characters): any text shows
+            probe = "a"  # where the specials go
+            plain = backend.encode(probe, add_special_tokens=False).ids
+        special = backend.encode(probe, add_special_tokens=True).ids
         where = next((k for k in range(len(special) - len(plain) + 1)
                       if special[k:k + len(plain)] == plain), None)
-        if where is None or not cuts or not plain:  # specials not around the ids: no cutting
+        if where is None or not plain:  # specials not around the ids: no cutting
+            if len(line) > MAX_PIECE:
+                raise EncodeError(self.source, index, f"a line of {len(line):,} characters "
+                                  "cannot be tokenised in pieces (the tokenizer's special "
+                                  "tokens are not around the ids of its first piece), and "
+                                  f"at most {MAX_PIECE:,} are tokenised at once")
             return list(backend.encode(line, add_special_tokens=True).ids)
         ids = list(special[:where])
-        pieces = [line[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
-        per_batch = max(1, BATCH_BYTES // LONG_LINE)
-        for start in range(0, len(pieces), per_batch):
-            for e in backend.encode_batch(pieces[start:start + per_batch],
-                                          add_special_tokens=False):
-                ids.extend(e.ids)
+        groups: list[list[str]] = [[]]  # pieces of about BATCH_BYTES characters a call
+        size = 0
+        for a, b in pairwise(bounds):
+            if groups[-1] and size + b - a > BATCH_BYTES:
+                groups.append([])
+                size = 0
+            groups[-1].append(line[a:b])
+            size += b - a
+        for group in groups:
+            ids.extend(i for e in backend.encode_batch(group, add_special_tokens=False)
+                       for i in e.ids)
         ids.extend(special[where + len(plain):])
         return ids
+
+
+def _cut_points(line: str) -> list[list[int]]:
+    """Where a long line may be cut, each place with the characters to try there in order:
+    about every LONG_LINE characters, after the first space between two words in the next
+    LONG_LINE characters; else (no such space) the last CUT_TRIES word boundaries in the
+    CUT_CONTEXT characters before LONG_LINE characters on, then the last CUT_TRIES characters
+    there, none inside a combined character (before a combining mark, a joiner or a variation
+    selector). So places are at most 2 * LONG_LINE characters apart."""
+    cuts: list[list[int]] = []
+    at = LONG_LINE
+    while at < len(line) - 1:
+        found = _CUT.search(line, at, at + LONG_LINE + 2)
+        if found is not None:
+            cuts.append([found.start() + 1])
+        else:
+            cut = at + LONG_LINE
+            if cut >= len(line):  # the rest is short enough
+                break
+            # the last word boundaries (\b: punctuation beside a word) first, then characters
+            words = [m.start() for m in _WORD_EDGE.finditer(line, max(at + 1, cut - CUT_CONTEXT),
+                                                            cut + 2) if m.start() <= cut]
+            tries = [c for c in words[::-1] if not _joined(line, c)][:CUT_TRIES] + \
+                [c for c in range(cut, max(at, cut - 64), -1) if not _joined(line, c)][:CUT_TRIES]
+            cuts.append(list(dict.fromkeys(tries)) or [cut])  # 64 marks in a row: cut there
+        at = cuts[-1][0] + LONG_LINE
+    return cuts
+
+
+def _joined(line: str, at: int) -> bool:
+    """Whether ``line[at]`` belongs with the character before it: a combining mark, a
+    variation selector, a zero-width joiner or what follows one."""
+    import unicodedata
+
+    after, before = line[at], line[at - 1]
+    return (unicodedata.category(after) in ("Mn", "Mc", "Me") or after == "\u200d"
+            or before == "\u200d" or "\ufe00" <= after <= "\ufe0f")
+
+
+def _bounded_cuts(cuts: list[list[int]], passed: list[int | None], end: int) -> list[int]:
+    """The cuts kept: each that passed its check; one that did not, only where the piece
+    would otherwise run past MAX_PIECE characters before the next place to cut."""
+    kept: list[int] = []
+    last = 0
+    for i, (tries, good) in enumerate(zip(cuts, passed, strict=True)):
+        following = max(cuts[i + 1]) if i + 1 < len(cuts) else end
+        if good is not None or following - last > MAX_PIECE:
+            kept.append(good if good is not None else tries[0])
+            last = kept[-1]
+    return kept
 
 
 def _tokenizers() -> Any:

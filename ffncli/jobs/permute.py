@@ -133,10 +133,15 @@ def open_target(impl: str | None, choice: ModelChoice, overrides: Overrides,
             no_width = loaded.get("no_width", "is a function")
             raise InputError(f"option --impl: {how_to}" if no_width == "is a function" else
                              f"option --impl: {impl} {no_width}: {how_to}")
-        yield Target(lambda seq: isolated(child, Judge(impl, timeout), seq), impl,
-                     whole("the --impl module's d_model", width), np_dtype, timeout,
-                     tuple(Path(p) for p in loaded.get("sources", [])),
-                     framework=str(loaded.get("framework")), mode=loaded.get("mode"),
+        framework = str(loaded.get("framework"))
+
+        def caller(seq: int | None) -> Fn:
+            rows_only = framework != "numpy" and seq is None  # a module given 2-D input
+            return isolated(child, Judge(impl, timeout, rows_only), seq)
+
+        yield Target(caller, impl, whole("the --impl module's d_model", width), np_dtype,
+                     timeout, tuple(Path(p) for p in loaded.get("sources", [])),
+                     framework=framework, mode=loaded.get("mode"),
                      notes=tuple(loaded.get("notes", ())))
 
 
@@ -248,7 +253,8 @@ def check_here(obj: object, tokens: Any = None, *, name: str | None = None,
         x = token_array(given, width)
         shape = x.shape if x.ndim > 1 else (1, x.shape[-1])
         ffn.seq = shape[1] if len(shape) == 3 else None
-        return permute_check(guarded(ffn.fn, label, dtype, timeout=timeout),
+        rows_only = ffn.framework != "numpy" and ffn.seq is None
+        return permute_check(guarded(ffn.fn, label, dtype, timeout=timeout, rows_only=rows_only),
                              x.reshape(-1, x.shape[-1]).astype(dtype, copy=False), target=label,
                              input_shape=tuple(shape), trials=trials, seed=seed, rtol=rtol,
                              atol=atol, bitwise=bitwise,

@@ -15,6 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ffncli.analysis.calibration import (
+    Gathering,
+    Magnitudes,
+    calibration_rows,
+    cuts_from,
+    first_batches,
+)
 from ffncli.analysis.perplexity import (
     Agreement,
     Cosines,
@@ -26,7 +33,6 @@ from ffncli.analysis.perplexity import (
     scored_rows,
     windows,
 )
-from ffncli.analysis.sparsity import CALIBRATION_TOKENS, Gathering, Magnitudes, cuts_from
 from ffncli.compute.sparse import RULES, Cut, SparseFfn, Tally
 from ffncli.errors import InputError, SpecError
 from ffncli.jobs.progress import Progress
@@ -191,21 +197,6 @@ def _needs_calibration(variants: Sequence[Variant]) -> bool:
     return any(v.cuts is None and v.rule != "topk" for v in variants)
 
 
-def first_batches(sequences: Sequence[np.ndarray], batch_tokens: int | None = None
-                  ) -> list[np.ndarray]:
-    """The sequences of the walk's first batches, until they hold CALIBRATION_TOKENS tokens:
-    walked alone, they are batched (hence rounded) as in a walk over all of them."""
-    from ffncli.compute.forward.walk import batches
-
-    end, have = 0, 0
-    for a, b in batches([len(s) for s in sequences], batch_tokens):
-        if have >= CALIBRATION_TOKENS:
-            break
-        have += sum(len(s) for s in sequences[a:b])
-        end = b
-    return list(sequences[:end])
-
-
 def calibration_walk(model: Transformer, sequences: Sequence[np.ndarray],
                      variants: Sequence[Variant], layers: Sequence[int],
                      batch_tokens: int | None = None) -> _Cuts:
@@ -224,7 +215,7 @@ def calibration_walk(model: Transformer, sequences: Sequence[np.ndarray],
         d_ff[i] = block.engine.d_ff
         return cuts.ffn(i, block.engine)
 
-    walk_variants(model, first_batches(sequences, batch_tokens), 1, layers=layers, ffn=ffn,
+    walk_variants(model, first_batches(sequences, batch_tokens)[0], 1, layers=layers, ffn=ffn,
                   batch_tokens=batch_tokens)
     for i in layers:
         cuts.finish(i, d_ff[i])
@@ -413,8 +404,7 @@ class Plan:
         if _needs_calibration(self.variants):
             where = self.calibration or doc
             calibrated = {"source": where.source, "sha256": where.sha256,
-                          "tokens": min(CALIBRATION_TOKENS,
-                                        sum(len(s) for s in self.calibrating)),
+                          "tokens": calibration_rows(sum(len(s) for s in self.calibrating)),
                           "evaluated_text": self.calibration is None}
         return PerplexityResult(
             str(m.weights), doc.source, doc.sha256, "decoder" if decoder else "encoder",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ffncli.analysis.compare import compare, first_overflow, output_scale, tolerances
+from ffncli.analysis.compare import column_scale, compare, first_overflow, tolerances
 from ffncli.compute.build import Model
 from ffncli.compute.engine import Engine
 from ffncli.compute.ffn import MoEWeights, pre_activation
@@ -58,12 +58,14 @@ def _lesson_checks(ffn: Engine, x: np.ndarray, y: np.ndarray) -> dict[str, bool 
     token and of many differ in the last bits when BLAS blocks the products differently)."""
     if first_overflow(x, y) is not None:  # NaN equals NaN: the checks would hold vacuously
         return dict.fromkeys(LESSON_CHECKS, None)
-    rtol, atol = tolerances(y.dtype, scale=output_scale(y))
+    rtol, atol = tolerances(y.dtype)
+    scale = column_scale(y)
     one_by_one = np.vstack([ffn(x[i:i + 1]) for i in range(x.shape[0])])
     swapped = ffn(x[::-1].copy())
     return {
-        "same_as_one_position_at_a_time": compare(y, one_by_one, rtol, atol).ok,
-        "swapping_positions_only_swaps_the_outputs": compare(y[::-1], swapped, rtol, atol).ok,
+        "same_as_one_position_at_a_time": compare(y, one_by_one, rtol, atol, scale).ok,
+        "swapping_positions_only_swaps_the_outputs": compare(y[::-1], swapped, rtol, atol,
+                                                             scale).ok,
     }
 
 

@@ -9,23 +9,27 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ffncli.analysis.calibration import (
+    Gathering,
+    calibrate_threshold,
+    calibration_rows,
+    thresholds_from,
+)
 from ffncli.analysis.sparsity import (
-    CALIBRATION_TOKENS,
     SMALL_OVERLAP,
     Rule,
     SparsityAccumulator,
     SparsityResult,
-    calibrate_threshold,
     check_rule,
     describe_rule,
     mark_inactive,
-    quantile,
 )
 from ffncli.compute.ffn import MoEWeights
 from ffncli.compute.sparse import down
 from ffncli.jobs.progress import Callback
 
 if TYPE_CHECKING:
+    from ffncli.compute.engine import Engine
     from ffncli.compute.forward.families import Transformer
     from ffncli.compute.forward.layer import Block
     from ffncli.formats.text import Sequences
@@ -54,6 +58,76 @@ class SweepResult:
     layers: tuple[LayerStats, ...]
 
 
+def _shares(target: float | None) -> list[float]:
+    """The shares a layer calibrates: the CATS column's, and the rule's target if any."""
+    return [CATS_SHARE] if target is None else [CATS_SHARE, target]
+
+
+def _calibrate_inputs(engine: Engine, sample: np.ndarray, threshold: float | None,
+                      target: float | None) -> tuple[float, float | None]:
+    """(the CATS threshold at 50%, the rule's threshold) on the first tokens of these FFN
+    inputs (a mixture's: its experts' hidden layers computed again from them)."""
+    sample = np.ascontiguousarray(sample[:calibration_rows(len(sample))], dtype=engine.dtype)
+    cats = calibrate_threshold(engine, sample, CATS_SHARE)
+    return cats, threshold if target is None else calibrate_threshold(engine, sample, target)
+
+
+def calibrate_parts(model: Transformer, parts: Sequence[Sequence[np.ndarray]],
+                    layers: Sequence[int], threshold: float | None, target: float | None
+                    ) -> list[tuple[float, float | None]]:
+    """Each layer's (CATS threshold at 50%, the rule's threshold) on the first
+    CALIBRATION_TOKENS tokens of ``parts`` (a text's first sequences in parts, each walked
+    alone: a corpus's first shards), as a sweep over the whole text calibrates them: a dense
+    FFN's |a| kept by a :class:`Gathering` as the walk computes it (no second product of the
+    gate), a mixture's inputs kept and calibrated. A layer's thresholds are found once the
+    walk has left it with its tokens all kept."""
+    from ffncli.compute.forward.walk import walk_variants
+
+    tokens = sum(len(s) for part in parts for s in part)
+    wanted = [("cats", s) for s in _shares(target)]
+    kept: dict[int, Gathering | list[np.ndarray]] = {}  # a mixture's: its inputs
+    found: dict[int, tuple[float, float | None]] = {}
+
+    def finish(i: int) -> None:
+        k = kept.pop(i)
+        if isinstance(k, list):
+            engine = model.layer(i).engine
+            found[i] = _calibrate_inputs(engine, np.concatenate(k), threshold, target)
+            return
+        gate = k.magnitudes().gate
+        cats = thresholds_from(gate if gate is not None else np.zeros(1, k.dtype),
+                               _shares(target))
+        found[i] = cats[0], threshold if target is None else cats[-1]
+
+    def ffn(i: int, v: int, block: Block) -> Gathering | None:
+        for j, k in list(kept.items()):
+            if j < i and isinstance(k, Gathering) and not k.left:
+                finish(j)  # the walk has left layer j with its tokens all kept
+            elif j < i and isinstance(k, Gathering):
+                k.release()  # the walk has left layer j: its weights can go till the next part
+        if i not in layers or i in found:
+            return None
+        engine = block.engine
+        if isinstance(engine.weights, MoEWeights):
+            kept.setdefault(i, [])
+            return None
+        g = kept.setdefault(i, Gathering(engine, wanted, calibration_rows(tokens)))
+        assert isinstance(g, Gathering)
+        g.engine = engine
+        return g
+
+    def visit(i: int, v: int, block: Block, x: np.ndarray) -> None:
+        k = kept.get(i)
+        if isinstance(k, list):
+            k.append(x.copy())
+
+    for part in parts:
+        walk_variants(model, part, 1, visit, layers=layers, ffn=ffn)
+    for i in list(kept):
+        finish(i)
+    return [found[i] for i in layers]
+
+
 class LayerSweep:
     """One layer's statistics on its real input, fed batch by batch in text order.
 
@@ -74,9 +148,12 @@ class LayerSweep:
         self.engine, self.tokens = block.engine, tokens
         self.threshold, self.target = threshold, target
         self.fused = not isinstance(self.engine.weights, MoEWeights)
-        self.held: list[np.ndarray] = []  # the first tokens: |a| (fused) or the FFN inputs
+        self.held: list[np.ndarray] = []  # a mixture's first FFN inputs
         self.held_rows = 0
-        self.left = 0 if calibration is not None else min(CALIBRATION_TOKENS, tokens)
+        self.shares = _shares(target)
+        self.gathering = Gathering(self.engine, [("cats", s) for s in self.shares],
+                                   calibration_rows(tokens)) \
+            if self.fused and calibration is None else None  # |a| of the first tokens
         self.cats = float("nan")
         self.acc: SparsityAccumulator | None = None
         if calibration is not None:
@@ -86,11 +163,7 @@ class LayerSweep:
 
     def calibrate(self, sample: np.ndarray) -> tuple[float, float | None]:
         """(the CATS threshold at 50%, the rule's threshold) on these tokens."""
-        sample = np.ascontiguousarray(sample[:CALIBRATION_TOKENS], dtype=self.engine.dtype)
-        cats = calibrate_threshold(self.engine, sample, CATS_SHARE)
-        threshold = self.threshold if self.target is None else \
-            calibrate_threshold(self.engine, sample, self.target)
-        return cats, threshold
+        return _calibrate_inputs(self.engine, sample, self.threshold, self.target)
 
     def _start(self, cats: float, threshold: float | None) -> None:
         self.cats = cats
@@ -102,20 +175,19 @@ class LayerSweep:
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
         """The layer's FFN of ``x`` into ``out``, counting its hidden units."""
-        e, start = self.engine, 0
+        e, start, g = self.engine, 0, self.gathering
         while start < x.shape[0]:
             end = min(x.shape[0], start + e.chunk_tokens)
-            if self.acc is None:  # the rule waits for its threshold: the first tokens first
-                end = min(end, start + self.left)
+            if self.acc is None and g is not None:  # the rule waits: the first tokens first
+                end = min(end, start + g.left)
             self._piece(np.ascontiguousarray(x[start:end], dtype=e.dtype), out[start:end])
             start = end
 
     def _piece(self, x: np.ndarray, out: np.ndarray) -> None:
-        e, acc = self.engine, self.acc
+        e, acc, g = self.engine, self.acc, self.gathering
         p = e.weights
         assert not isinstance(p, MoEWeights)
-        keep = min(self.left, x.shape[0])
-        mags = np.empty((keep, e.d_ff), dtype=e.dtype) if keep else None
+        keep = g.keeper(x) if g is not None else None
         mask = np.empty((x.shape[0], e.d_ff), dtype=bool) if acc is not None else None
         default = acc is not None and acc.rule.threshold is None  # counted before act
 
@@ -124,30 +196,28 @@ class LayerSweep:
             mark_inactive(acc.rule, pre, mask[lo:hi])
 
         def after(lo: int, hi: int, a: np.ndarray, u: np.ndarray | None) -> None:
-            if mags is not None and lo < keep:
-                np.abs(a[:min(hi, keep) - lo], out=mags[lo:min(hi, keep)])
+            if keep is not None:
+                keep(lo, hi, a, u)
             if acc is not None and mask is not None and not default:
                 mark_inactive(acc.rule, a, mask[lo:hi])
 
         down(e.hidden(x, after, before if default else None), p, out)
-        if mags is not None:
-            self.held.append(mags)
-            self.left -= keep
         if acc is not None and mask is not None:
             acc.count(mask)
-        if self.held and not self.left:
+        if g is not None and g.parts and not g.left:
             self._calibrated()
 
     def _calibrated(self) -> None:
         """The first tokens are in: the CATS column and the rule's threshold from their |a|
-        (numpy's default quantile), and their counting if it waited."""
-        held, self.held = self.held, []
+        (:func:`thresholds_from`), and their counting if it waited."""
+        g, self.gathering = self.gathering, None
+        assert g is not None
+        held = [m.gate for m in g.parts if m.gate is not None]
         if len(held) == 1 and self.acc is not None:  # no counting waits: reorder them
             values = held[0]
         else:
             values = np.concatenate(held) if held else np.zeros(1, self.engine.dtype)
-        shares = [CATS_SHARE] if self.target is None else [CATS_SHARE, self.target]
-        found = [quantile(values, q) for q in shares]  # as calibrate_threshold
+        found = thresholds_from(values, self.shares)
         if self.acc is not None:
             self.cats = found[0]
             return
@@ -162,7 +232,7 @@ class LayerSweep:
         if self.acc is None:
             self.held.append(np.array(x, dtype=self.engine.dtype))  # the walk reuses x
             self.held_rows += x.shape[0]
-            if self.held_rows >= min(CALIBRATION_TOKENS, self.tokens):
+            if self.held_rows >= calibration_rows(self.tokens):
                 self._release()
             return
         rows = self.engine.chunk_tokens
@@ -177,7 +247,8 @@ class LayerSweep:
         self.update(held)
 
     def result(self, layer: int) -> LayerStats:
-        if self.fused and (self.held or self.acc is None):
+        g = self.gathering
+        if self.fused and ((g is not None and g.parts) or self.acc is None):
             self._calibrated()  # a text shorter than the calibration
         elif self.acc is None:
             self._release()

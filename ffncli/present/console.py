@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ffncli.base.textformats import csv_cell, markdown_cell, one_line
 from ffncli.errors import InputError
 from ffncli.jobs.progress import Progress
 
@@ -94,7 +95,7 @@ class PlainConsole:
         if self.kind == "csv":
             self._csv([[text]])
         else:  # a paragraph of its own
-            self._write(text)
+            self._write(one_line(text))
             self._write("")
 
     def _table(self, table: Table) -> None:
@@ -112,11 +113,11 @@ class PlainConsole:
             return
         self._write("")
         if title:
-            self._write(f"**{_md(title)}**")
+            self._write(f"**{markdown_cell(title)}**")
             self._write("")
         right = ["---:" if c.justify == "right" else "---" for c in table.columns]
         for row in (rows[0], right, *rows[1:]):
-            self._write("| " + " | ".join(_md(cell) if row is not right else cell
+            self._write("| " + " | ".join(markdown_cell(cell) if row is not right else cell
                                           for cell in row) + " |")
         self._write("")
 
@@ -124,15 +125,11 @@ class PlainConsole:
     def _csv(rows: Sequence[Sequence[str]]) -> None:
         import csv
 
-        csv.writer(sys.stdout, lineterminator="\n").writerows(rows)
+        csv.writer(sys.stdout, lineterminator="\n").writerows(
+            [csv_cell(cell) for cell in row] for row in rows)
 
 
 _FIGURE = re.compile(r"(?<![\w.,])-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,])")
-
-
-def _md(text: str) -> str:
-    """A Markdown table cell: pipes and backslashes escaped, on one line."""
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
 def plain_tables(out: Any) -> bool:

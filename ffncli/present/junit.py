@@ -41,6 +41,8 @@ def junit_xml(report: CheckReport) -> str:
     """One testsuite, one testcase per property, a <failure> for each that failed."""
     import xml.etree.ElementTree as ET  # only for --junit-xml
 
+    from ffncli.present.check import SCALE_RULE, max_rel, tolerance
+
     failures = sum(not p.passed for p in report.properties)
     suites, suite = _junit_suite(len(report.properties) + len(report.skipped), failures, 0,
                                  sum(p.seconds for p in report.properties),
@@ -51,8 +53,10 @@ def junit_xml(report: CheckReport) -> str:
         if not p.passed:
             failure = ET.SubElement(case, "failure", message=p.counterexample or "failed",
                                     type="PropertyFailed")
-            failure.text = (f"max abs deviation {p.max_abs:.3g}, max rel {p.max_rel:.3g}, "
-                            f"rtol {p.rtol:g}, atol {p.atol:g}, worst token {p.worst_token}, "
+            failure.text = (f"max abs deviation {p.max_abs:.3g}, max rel {max_rel(p)}, "
+                            f"tolerance {tolerance(p)}"
+                            + (f" ({SCALE_RULE})" if p.atol_scaled else "")
+                            + f", worst token {p.worst_token}, "
                             f"bit-identical {'yes' if p.bit_identical else 'no'}"
                             + (" (required: --bitwise)" if report.bitwise else "")
                             + (f"; why, most often: {report.explanation}"

@@ -96,10 +96,9 @@ def print_stats(r: SparsityResult, weights: str | None = None) -> None:
     out.print(f"inactive hidden units per token (of {slots}): [{' '.join(map(str, shown))}"
               f"{' ...' if len(r.inactive_per_token) > 32 else ''}]")
     out.print(f"mean inactive fraction: {r.mean_inactive_fraction:.1%}")
-    out.print(f"dead on these {r.tokens:,} tokens (never active): {len(r.dead_units)} units"
-              + (f" {r.dead_units[:20]}" if r.dead_units else ""))
-    out.print(f"active for every token: {len(r.always_active_units)} units"
-              + (f" {r.always_active_units[:20]}" if r.always_active_units else ""))
+    out.print(f"dead on these {r.tokens:,} tokens (never active): "
+              f"{_some_units(r.dead_units)}")
+    out.print(f"active for every token: {_some_units(r.always_active_units)}")
     out.print(f"W2 multiply-adds skipped by leaving out inactive units: "
               f"{r.w2_macs_saved_per_token:,.0f} of {r.w2_macs_per_token:,} per token "
               f"({r.w2_macs_saved_per_token / r.w2_macs_per_token:.1%})")
@@ -143,6 +142,19 @@ def print_stats(r: SparsityResult, weights: str | None = None) -> None:
             table.add_row(f"{row['a']} & {row['b']}", str(row["shared"]),
                           f"{row['jaccard']:.3f}", f"{row['by_chance']:.1f}")
         out.print(table)
+
+
+UNITS_LISTED = 20  # units named in a line of relu-stats; the rest are counted
+
+
+def _some_units(units: list[int]) -> str:
+    """``3 units [1, 5, 9]``; past UNITS_LISTED, the first UNITS_LISTED and how many more
+    there are: ``301 units [0, 1, 2, 3, ..., 19, …, and 281 more]``."""
+    if not units:
+        return "0 units"
+    shown = ", ".join(map(str, units[:UNITS_LISTED]))
+    more = len(units) - UNITS_LISTED
+    return f"{len(units):,} units [{shown}{f', …, and {more:,} more' if more > 0 else ''}]"
 
 
 def hot_units(layer: dict[str, Any], share: float = 0.8) -> dict[str, Any] | None:

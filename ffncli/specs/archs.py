@@ -124,6 +124,14 @@ def _bert(family: str, **options: Any) -> Callable[[Config], ModelSpec]:
     return lambda c: H.bert_like_spec(c, family, **options)
 
 
+def _relative(family: str, **options: Any) -> Callable[[Config], ModelSpec]:
+    return lambda c: H.bert_relative_spec(c, family, **options)
+
+
+def _bart(family: str, positions: str, **options: Any) -> Callable[[Config], ModelSpec]:
+    return lambda c: H.bart_like_spec(c, family, positions=positions, **options)
+
+
 ARCHS: dict[str, Arch] = {
     "gpt2": Arch(H.gpt2_spec, Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"},
                                      linear=False), forward="gpt2", names=GPT2_NAMES,
@@ -190,6 +198,81 @@ ARCHS: dict[str, Arch] = {
     "xlm-roberta": Arch(_bert("xlm-roberta"), BERT_FFN, forward="bert", names=BERT_NAMES,
                         quirks=frozenset({PADDED_POSITIONS})),
     "electra": Arch(H.electra_spec, BERT_FFN, forward="electra", names=BERT_NAMES),
+    # encoders and seq2seq, 2025-26 (issue 40): counted, not run (no forward family)
+    "modernbert": Arch(H.modernbert_spec, fused_qkv=True),
+    "deberta-v2": Arch(H.deberta_v2_spec, BERT_FFN),
+    "mpnet": Arch(H.mpnet_spec, BERT_FFN),
+    "camembert": Arch(_relative("camembert"), BERT_FFN),
+    "data2vec-text": Arch(_relative("data2vec-text"), BERT_FFN),
+    "ernie": Arch(H.ernie_spec, BERT_FFN),
+    "ibert": Arch(_relative("ibert"), BERT_FFN),
+    "big_bird": Arch(H.big_bird_spec, BERT_FFN),
+    "xlm-roberta-xl": Arch(_relative("xlm-roberta-xl", embedding_norm=False, final_norm=True,
+                                     hidden_size=2560, intermediate_size=10240,
+                                     num_attention_heads=32, num_hidden_layers=36,
+                                     vocab_size=250880, max_position_embeddings=514,
+                                     type_vocab_size=1), BERT_FFN),
+    "megatron-bert": Arch(_relative("megatron-bert", embedding_norm=False, final_norm=True,
+                                    hidden_size=1024, intermediate_size=4096,
+                                    num_attention_heads=16, num_hidden_layers=24,
+                                    vocab_size=29056), BERT_FFN),
+    "roberta-prelayernorm": Arch(_relative("roberta-prelayernorm", final_norm=True,
+                                           vocab_size=50265), BERT_FFN),
+    "mra": Arch(_relative("mra", pooler=False, position_offset=2, vocab_size=50265,
+                          type_vocab_size=1), BERT_FFN),
+    "yoso": Arch(H.yoso_spec, BERT_FFN),
+    "tapas": Arch(H.tapas_spec, BERT_FFN),
+    "layoutlm": Arch(H.layoutlm_spec, BERT_FFN),
+    "rembert": Arch(H.rembert_spec, BERT_FFN),
+    "jina_embeddings_v3": Arch(lambda c: H.rotary_bert_spec(
+        c, "jina_embeddings_v3", pooler=True, gated=False, bias=True, hidden_size=1024,
+        intermediate_size=4096, num_attention_heads=16, num_hidden_layers=24,
+        vocab_size=250002, max_position_embeddings=8194, type_vocab_size=1)),
+    "nomic_bert": Arch(lambda c: H.rotary_bert_spec(
+        c, "nomic_bert", pooler=False, gated=True, bias=False, vocab_size=30528,
+        max_position_embeddings=2048, hidden_act="silu")),
+    "eurobert": Arch(lambda c: H.encoder_gated_spec(
+        c, "eurobert", vocab_size=128256, hidden_size=768, intermediate_size=3072,
+        num_hidden_layers=12, num_attention_heads=12)),
+    "ultrabert": Arch(lambda c: H.encoder_gated_spec(
+        c, "ultrabert", vocab_size=32000, hidden_size=4096, intermediate_size=11008,
+        num_hidden_layers=32, num_attention_heads=32, head_dim=128)),
+    "xlm": Arch(lambda c: H.xlm_spec(c, "xlm"), Layout({"w1": "ffns.{i}.lin1",
+                                                          "w2": "ffns.{i}.lin2"})),
+    "flaubert": Arch(lambda c: H.xlm_spec(c, "flaubert"), Layout({"w1": "ffns.{i}.lin1",
+                                                                    "w2": "ffns.{i}.lin2"})),
+    "mt5": Arch(lambda c: H.t5_variant_spec(c, "mt5", vocab_size=250112, d_ff=1024,
+                                            num_heads=6, num_layers=8,
+                                            feed_forward_proj="gated-gelu"),
+                T5_FFN, gated_ffn=T5_GATED_FFN),
+    "umt5": Arch(lambda c: H.t5_variant_spec(c, "umt5", relative_per_layer=True,
+                                             vocab_size=250112, d_ff=1024, num_heads=6,
+                                             num_layers=8, feed_forward_proj="gated-gelu"),
+                 T5_FFN, gated_ffn=T5_GATED_FFN),
+    "longt5": Arch(lambda c: H.t5_variant_spec(c, "longt5"), T5_FFN, gated_ffn=T5_GATED_FFN),
+    "bart": Arch(_bart("bart", "learned", embedding_norm=True, final_norm=False)),
+    "mbart": Arch(_bart("mbart", "learned", embedding_norm=True, final_norm=True)),
+    "plbart": Arch(_bart("plbart", "learned", embedding_norm=True, final_norm=False,
+                         d_model=768, encoder_layers=6, decoder_layers=6,
+                         encoder_attention_heads=12, decoder_attention_heads=12,
+                         encoder_ffn_dim=3072, decoder_ffn_dim=3072, vocab_size=50005)),
+    "pegasus": Arch(_bart("pegasus", "sinusoidal", embedding_norm=False, final_norm=True)),
+    "m2m_100": Arch(_bart("m2m_100", "buffer", embedding_norm=False, final_norm=True,
+                          vocab_size=128112, activation_function="relu")),
+    "blenderbot": Arch(_bart("blenderbot", "learned0", embedding_norm=False, final_norm=True,
+                             d_model=2560, encoder_layers=2, decoder_layers=24,
+                             encoder_attention_heads=32, decoder_attention_heads=32,
+                             encoder_ffn_dim=10240, decoder_ffn_dim=10240, vocab_size=8008,
+                             max_position_embeddings=128)),
+    "blenderbot-small": Arch(_bart("blenderbot-small", "learned0", embedding_norm=True,
+                                   final_norm=False, d_model=512, encoder_layers=8,
+                                   decoder_layers=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
+                                   max_position_embeddings=512)),
+    "marian": Arch(H.marian_spec),
+    "mvp": Arch(H.mvp_spec),
+    "bigbird_pegasus": Arch(H.bigbird_pegasus_spec),
+    "seamless_m4t": Arch(lambda c: H.seamless_text_spec(c, "seamless_m4t")),
+    "seamless_m4t_v2": Arch(lambda c: H.seamless_text_spec(c, "seamless_m4t_v2")),
     "cohere": Arch(lambda c: H.gated_decoder_spec(
         c, "cohere", tie_default=True, norm=H.COHERE_NORM,
         qk_norm="heads" if c.bool("use_qk_norm", False) else "none"), LLAMA_FFN),

@@ -79,6 +79,7 @@ class AttentionSpec:
     qkv_bias: bool = True
     out_bias: bool = True
     relative_buckets: int = 0  # T5: a (buckets x heads) bias table in each stack's first layer
+    relative_per_layer: bool = False  # UMT5: such a table in every layer, not only the first
     # Norms on queries and keys: "head" one norm of head_dim shared by all heads (Qwen3, Gemma3,
     # Phi), "heads" one weight per head and channel (heads x head_dim for Q, kv_heads x head_dim
     # for K: OLMo2, Cohere, StableLM). Counted with the layer's norms.
@@ -211,6 +212,9 @@ class EmbeddingsSpec:
     # ELECTRA: word, position and token-type tables and their norm are all dim wide, then one
     # dim -> d_model projection with a bias (instead of OPT's bias-free project in and out).
     factorized: bool = False
+    per_stack: bool = False  # BART: each stack of an encoder-decoder its own positions and norm
+    relative: int = 0  # DeBERTa: rows of a relative-position table (d_model wide), all layers'
+    relative_norm: bool = False  # DeBERTa-v3: a norm on that table (with relative > 0)
 
 
 @dataclass(frozen=True)
@@ -284,6 +288,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 
 _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other integer must be >= 1
     "attention.relative_buckets": 0,
+    "embeddings.relative": 0,
     "norm.per_layer": 0,
     "layers.encoder": 0,
     "layers.decoder": 0,

@@ -354,24 +354,18 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
 # relu-stats --text/--ids over shards: the whole model on each shard.
 
 
-def _calibration_portions(shards: Sequence[TextShard]) -> list[tuple[np.ndarray, ...]]:
+def _calibration_portions(shards: Sequence[TextShard]) -> list[list[np.ndarray]]:
     """The first sequences of the first shards, whole batches of each, until they hold
     CALIBRATION_TOKENS tokens (or the corpus ends)."""
-    from ffncli.analysis.sparsity import CALIBRATION_TOKENS
-    from ffncli.compute.forward.walk import batches
+    from ffncli.analysis.calibration import first_batches
 
-    need = CALIBRATION_TOKENS
+    need: int | None = None  # CALIBRATION_TOKENS
     portions = []
     for shard in shards:
-        if need <= 0:
+        if need is not None and need <= 0:
             break
-        end = 0
-        for a, b in batches([len(s) for s in shard.ids]):
-            if need <= 0:
-                break
-            need -= sum(len(s) for s in shard.ids[a:b])
-            end = b
-        portions.append(shard.ids[:end])
+        portion, need = first_batches(shard.ids, need=need)
+        portions.append(portion)
     return portions
 
 

@@ -84,10 +84,10 @@ def calibrate(job: Job, shards: Sequence[Shard], target: float, allow_nonfinite:
     ``skip_bad``, of the shards that can be read)."""
     import numpy as np
 
-    from ffncli.analysis.sparsity import CALIBRATION_TOKENS, calibrate_threshold
+    from ffncli.analysis.calibration import calibrate_threshold, calibration_rows
 
     ffn = engine_for(job)
-    need = min(CALIBRATION_TOKENS, sum(s.tokens for s in shards))
+    need = calibration_rows(sum(s.tokens for s in shards))
     parts: list[np.ndarray] = []
     for shard in shards:
         if need <= 0:
@@ -149,24 +149,13 @@ def shard_run(task: RunTask, shard: Shard, dest: Path, room: list[int] | None, s
 def calibrate_text(job: TextJob, portions: Sequence[Sequence[np.ndarray]],
                    layers: Sequence[int], threshold: float | None, target: float | None
                    ) -> list[tuple[float, float | None]]:
-    """Each layer's (CATS threshold at 50%, rule threshold) from the FFN inputs of the first
-    CALIBRATION_TOKENS tokens of the whole corpus: ``portions`` are the first sequences of the
-    first shards, each walked alone in the batches its shard's task walks them in."""
-    import numpy as np
+    """Each layer's (CATS threshold at 50%, rule threshold) from the first CALIBRATION_TOKENS
+    tokens of the whole corpus: ``portions`` are the first sequences of the first shards
+    (:func:`ffncli.analysis.calibration.first_batches`), each walked alone in the batches its
+    shard's task walks them in."""
+    from ffncli.jobs.sweep import calibrate_parts
 
-    from ffncli.analysis.sparsity import CALIBRATION_TOKENS
-    from ffncli.compute.forward.walk import walk
-    from ffncli.jobs.sweep import LayerSweep
-
-    model = forward_for(job)
-    parts: dict[int, list[np.ndarray]] = {i: [] for i in layers}
-    for sequences in portions:
-        walk(model, sequences, layers, lambda i, block, x: parts[i].append(x.copy()))
-    out = []
-    for i in layers:
-        sample = np.concatenate(parts.pop(i))[:CALIBRATION_TOKENS]
-        out.append(LayerSweep(model.layer(i), len(sample), threshold, target).calibrate(sample))
-    return out
+    return calibrate_parts(forward_for(job), portions, layers, threshold, target)
 
 
 @dataclass(frozen=True)
