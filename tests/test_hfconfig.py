@@ -285,8 +285,16 @@ def _config(name, drop=(), **changes):
 
 BAD = [
     (_config("tiny-qwen3", drop=("intermediate_size",)), "missing key 'intermediate_size'"),
-    (_config("tiny-deepseek_v3", drop=("n_routed_experts",)), "missing key 'n_routed_experts'"),
-    (_config("tiny-gpt_bigcode", drop=("n_embd",)), "missing key 'n_embd'"),
+    (_config("tiny-deepseek_v3", drop=("n_routed_experts",)),
+     "missing key 'n_routed_experts' (or 'num_local_experts')"),
+    # transformers' attribute_map: a key read under either spelling, the error naming the
+    # file's (issue 40)
+    (_config("tiny-qwen3_moe", drop=("num_experts",), num_local_experts=2.0),
+     "key 'num_local_experts': expected a whole number >= 1, got 2.0"),
+    (_config("tiny-qwen3_moe", drop=("num_experts",), num_local_experts=2,
+             num_experts_per_tok=3),
+     "key 'num_experts_per_tok': expected at most num_experts (2), got 3"),
+    (_config("tiny-gpt_bigcode", drop=("n_embd",)), "missing key 'n_embd' (or 'hidden_size')"),
     (_config("tiny-qwen3", num_key_value_heads=3),
      "key 'num_key_value_heads': expected a divisor of num_attention_heads (4), got 3"),
     (_config("tiny-olmo2", num_key_value_heads=8),
@@ -327,6 +335,19 @@ BAD = [
     (_config("tiny-stablelm", qk_layernorm="yes"), "key 'qk_layernorm': expected true or false, "
      "got 'yes'"),
 ]
+
+
+@pytest.mark.parametrize(("name", "key", "stored"), [
+    ("tiny-qwen3_moe", "num_experts", "num_local_experts"),  # what transformers 5.25 writes
+    ("tiny-deepseek_v3", "n_routed_experts", "num_local_experts"),
+    ("tiny-gpt_bigcode", "n_embd", "hidden_size"),
+])
+def test_either_spelling_of_a_renamed_key_counts_the_same(tmp_path, name, key, stored):
+    """transformers' attribute_map: a config saved under the other name is the same model."""
+    config = _config(name, drop=(key,), **{stored: MODELS[name]["config"][key]})
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert count(load_config(path)).total == MODELS[name]["total"]
 
 
 @pytest.mark.parametrize("config,message", BAD, ids=range(len(BAD)))

@@ -5,6 +5,7 @@ special files and big files are each one error line naming the file (and the key
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from ffncli.base.textformats import MAX_TEXT_BYTES, Malformed, parse_json, parse
 from ffncli.counting.model import count
 from ffncli.errors import ConfigError, SpecError
 from ffncli.specs.archs import SUPPORTED_MODEL_TYPES, load_config
+from ffncli.specs.hfconfig import read_config
 from ffncli.specs.spec import load_preset, preset_names
 
 PRESETS = Path(__file__).parents[1] / "presets"
@@ -200,10 +202,12 @@ def _gpt2(**changes: object) -> str:
 BAD_CONFIGS = [
     ('{"model_type": "gpt2", "n_embd": 768, "n_embd": 1024}',
      "invalid JSON: duplicate key 'n_embd'"),
+    # config files read transformers' non-finite numbers as what they mean (issue 40): a NaN
+    # where a size belongs is then the key's error
     ('{"model_type": "gpt2", "n_embd": NaN}',
-     "invalid JSON at line 1, column 34: NaN is not a number JSON allows"),
-    ('{"model_type": "gpt2",\n"layer_norm_epsilon": Infinity}',
-     "invalid JSON at line 2, column 23: Infinity is not a number JSON allows"),
+     "key 'n_embd': expected a whole number >= 1, got nan"),
+    ('{"model_type": "gpt2", "n_embd": -Infinity}',
+     "key 'n_embd': expected a whole number >= 1, got -inf"),
     ('{"model_type": "gpt2", "n_embd": 1e400}',
      "invalid JSON at line 1, column 34: number '1e400' is out of range (it rounds to infinity)"),
     ('{"model_type": "gpt2", "n_embd": %s}' % ("7" * 200),
@@ -249,6 +253,23 @@ def test_bad_config_files(cli, tmp_path, text, message):
     path.write_text(text, encoding="utf-8")
     r = cli("params", "--config", path)
     assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
+
+
+def test_config_files_read_the_non_finite_numbers_transformers_writes(cli, tmp_path):
+    """Mamba-2's config.json holds "time_step_limit": [0.0, Infinity]; every other JSON stays
+    strict (a thresholds file, a safetensors index: parse_json's table above)."""
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "gpt2", "n_embd": 8, "n_layer": 2, "n_head": 2,\n'
+                    '"time_step_limit": [0.0, Infinity], "x": -Infinity, "y": NaN,\n'
+                    '"layer_norm_epsilon": Infinity}')
+    r = cli("params", "--config", path, "--json")
+    assert r.code == 0 and json.loads(r.out)["total_params"] == 50257 * 8 + 1024 * 8 + 2 * (
+        4 * 8 * 8 + 4 * 8 + 2 * 8 * 32 + 32 + 8 + 4 * 8) + 2 * 8
+    data = read_config(path)
+    assert data["time_step_limit"] == [0.0, math.inf] and data["x"] == -math.inf
+    assert math.isnan(data["y"])
+    with pytest.raises(Malformed, match="Infinity is not a number JSON allows"):
+        parse_json(path.read_text())
 
 
 @pytest.mark.parametrize("option,what", [("--preset", "preset file"), ("--config", "config file")])

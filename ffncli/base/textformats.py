@@ -141,12 +141,24 @@ def _locate(text: str, token: str) -> tuple[int, int] | tuple[None, None]:
     return None, None
 
 
-def parse_json(text: str) -> Any:
-    """Parse JSON strictly (see the module's docstring); raises :class:`Malformed`."""
+# What Python's json writes for the non-finite floats (transformers' config.json files hold
+# them: Mamba-2's time_step_limit is [0.0, Infinity]).
+_CONSTANTS = {"Infinity": float("inf"), "-Infinity": float("-inf"), "NaN": float("nan")}
+
+
+def _constant(name: str) -> float:
+    return _CONSTANTS[name]
+
+
+def parse_json(text: str, *, constants: bool = False) -> Any:
+    """Parse JSON strictly (see the module's docstring); raises :class:`Malformed`. With
+    ``constants`` (config files only), ``Infinity``, ``-Infinity`` and ``NaN`` are read as
+    the floats Python's json writes them for; a literal that rounds to infinity stays refused."""
     if _json_too_deep(text, MAX_DEPTH):
         raise Malformed(f"arrays and objects nested deeper than {MAX_DEPTH} levels")
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant,
+        return json.loads(text, object_pairs_hook=_unique_keys,
+                          parse_constant=_constant if constants else _no_constant,
                           parse_float=_finite_float, parse_int=_bounded_int)
     except json.JSONDecodeError as exc:
         raise Malformed(exc.msg, exc.lineno, exc.colno) from None
@@ -156,13 +168,14 @@ def parse_json(text: str) -> Any:
 
 
 def read_json(path: Path, what: str, error: type[FfnError], max_bytes: int = MAX_TEXT_BYTES,
-              *, kind: str | None = None, after: str = "") -> Any:
+              *, kind: str | None = None, after: str = "", constants: bool = False) -> Any:
     """A small JSON file, read by :func:`read_text` and parsed by :func:`parse_json`; bad JSON
     is one ``error`` line: ``PATH: invalid JSON at ...: PROBLEM``, or with ``kind`` ``PATH:
-    not KIND (not valid JSON at ...: PROBLEM)``, then ``after``."""
+    not KIND (not valid JSON at ...: PROBLEM)``, then ``after``. ``constants``: see
+    :func:`parse_json` (config files only)."""
     text = read_text(path, what, error, max_bytes)
     try:
-        return parse_json(text)
+        return parse_json(text, constants=constants)
     except Malformed as exc:
         bad = f"invalid JSON{exc.where}: {exc.problem}" if kind is None else \
             f"not {kind} (not valid JSON{exc.where}: {exc.problem})"

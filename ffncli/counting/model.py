@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ffncli.specs.spec import AttentionSpec, EmbeddingsSpec, FfnSpec, ModelSpec, NormSpec
+from ffncli.specs.spec import (
+    AttentionSpec,
+    EmbeddingsSpec,
+    FfnSpec,
+    LayerExtrasSpec,
+    LayerKind,
+    LinearMixerSpec,
+    Mamba2MixerSpec,
+    MambaMixerSpec,
+    ModelSpec,
+    NormSpec,
+)
 
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
 BITS_PER_PARAM = {"float32": 32, "bfloat16": 16, "int8": 8, "int4": 4}
@@ -100,14 +111,44 @@ def qk_norm_params(d_model: int, att: AttentionSpec) -> int:
     return sum(widths) * (2 if att.qk_norm_bias else 1)
 
 
+def k_norm_params(d_model: int, att: AttentionSpec) -> int:
+    """The key's part of qk_norm_params: a layer that reuses another's keys has no K norm."""
+    if att.kv_lora_rank or att.qk_norm == "none":
+        return 0
+    head_dim = att.head_dim or d_model // att.heads
+    width = head_dim if att.qk_norm == "head" else attention_widths(d_model, att)[1]
+    return width * (2 if att.qk_norm_bias else 1)
+
+
 def attention_params(d_model: int, att: AttentionSpec) -> int:
     """W_Q, W_K, W_V, W_O (K and V are kv_heads * head_dim wide under grouped queries)."""
     if att.kv_lora_rank:
         return sum(linear(n_in, n_out, bias)
                    for _, n_in, n_out, bias in latent_attention_matrices(d_model, att))
-    q_width, kv_width = attention_widths(d_model, att)
-    qkv = linear(d_model, q_width, att.qkv_bias) + 2 * linear(d_model, kv_width, att.qkv_bias)
-    return qkv + linear(q_width, d_model, att.out_bias)
+    return sum(r.params for r in _attention_rows(d_model, att, ""))
+
+
+def sink_params(att: AttentionSpec) -> int:
+    """Attention sinks: one learned logit per head (gpt-oss)."""
+    return att.heads if att.sinks else 0
+
+
+def linear_mixer_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int],
+                                                                         ...]:
+    """Gated DeltaNet (Qwen3-Next) as (name, shape, params): one projection to Q, K, V and the
+    output gate z, one to the per-head beta and alpha, a depthwise convolution over Q, K and
+    V, the per-head decay (A_log) and time-step bias, a gated RMSNorm of a value head, and
+    the output projection."""
+    k, v = mix.k_heads * mix.k_head_dim, mix.v_heads * mix.v_head_dim
+    conv = 2 * k + v
+    return (
+        ("W_qkvz", f"{d_model} x {2 * k + 2 * v}", d_model * (2 * k + 2 * v)),
+        ("W_ba", f"{d_model} x {2 * mix.v_heads}", d_model * 2 * mix.v_heads),
+        ("conv1d (depthwise)", f"{conv} x {mix.conv_kernel}", conv * mix.conv_kernel),
+        ("A_log, dt_bias", f"2 x {mix.v_heads}", 2 * mix.v_heads),
+        ("output norm", f"{mix.v_head_dim}", mix.v_head_dim),
+        ("W_O", f"{v} x {d_model}", v * d_model),
+    )
 
 
 def norm_params(d_model: int, norm: NormSpec) -> int:
@@ -123,45 +164,114 @@ def norm_params(d_model: int, norm: NormSpec) -> int:
 
 
 @dataclass(frozen=True)
+class KvPart:
+    """The cache of the decoder layers of one kind, as transformers' cache holds it: each layer
+    keeps ``per_token`` values for each of the last ``cap`` tokens (every token when cap is 0),
+    plus ``state`` values per sequence whatever its length (a linear-attention or SSM state)."""
+
+    kind: str  # full, sliding, chunked, mla (latent), linear, mamba, shared (none of its own)
+    layers: int
+    per_token: int
+    cap: int = 0
+    state: int = 0
+    indices: tuple[int, ...] = ()  # which decoder layers (0-based; empty for every layer)
+
+    def elements(self, seq_len: int) -> int:
+        """Values held for one sequence of seq_len tokens, all layers of this kind."""
+        tokens = min(seq_len, self.cap) if self.cap else seq_len
+        return self.layers * (self.per_token * tokens + self.state)
+
+
+@dataclass(frozen=True)
 class KvCache:
-    kind: str  # "mha", "gqa", "mqa", "mla" (latent), or "none" (no decoder)
+    kind: str  # "mha", "gqa", "mqa", "mla" (latent), "state" (no attention), "none"
     layers: int  # decoder layers holding a cache (cross-attention counted as more layers)
-    elements_per_token: int  # cached numbers per token, all layers
+    elements_per_token: int  # cached numbers per token, all layers, below every window
     seq_len: int
     batch: int
+    parts: tuple[KvPart, ...] = ()  # per layer kind
+
+    def elements(self, seq_len: int) -> int:
+        """Values held for one sequence of seq_len tokens, all layers."""
+        return sum(p.elements(seq_len) for p in self.parts)
+
+    @property
+    def grows(self) -> bool:
+        """Whether the cache still grows at seq_len (not every layer capped or a state)."""
+        return self.elements(self.seq_len + 1) > self.elements(self.seq_len)
 
     def bytes_per_token(self) -> dict[str, int]:
         return {dtype: self.elements_per_token * size for dtype, size in KV_BYTES.items()}
 
     def bytes(self) -> dict[str, int]:
         """At seq_len tokens for each of batch sequences."""
-        return {dtype: n * self.seq_len * self.batch for dtype, n in
-                self.bytes_per_token().items()}
+        n = self.elements(self.seq_len) * self.batch
+        return {dtype: n * size for dtype, size in KV_BYTES.items()}
 
 
 def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     """One token's cache in one layer: K and V of each kv head, or under latent attention the
-    compressed latent and the shared rope key (what deployed DeepSeek-V3 caches; transformers'
-    reference code caches the expanded K and V instead)."""
+    compressed latent and the shared rope key (what transformers 5 caches for DeepSeek-V3)."""
     if att.kv_lora_rank:
         return att.kv_lora_rank + att.rope_head_dim
     _, kv_width = attention_widths(d_model, att)
     return 2 * kv_width
 
 
+def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec) -> int:
+    """A fixed state: Gated DeltaNet's convolution's last conv_kernel inputs (Q, K and V) and
+    one k_head_dim x v_head_dim matrix per value head; Mamba's convolution inputs and its
+    d_inner x d_state SSM state."""
+    if isinstance(mix, MambaMixerSpec):
+        return mix.d_inner * (mix.conv_kernel + mix.d_state)
+    if isinstance(mix, Mamba2MixerSpec):  # the convolved stream's inputs, a state per head
+        conv = mix.d_inner + 2 * mix.groups * mix.d_state
+        return conv * mix.conv_kernel + mix.d_inner * mix.d_state
+    conv = 2 * mix.k_heads * mix.k_head_dim + mix.v_heads * mix.v_head_dim
+    return conv * mix.conv_kernel + mix.v_heads * mix.k_head_dim * mix.v_head_dim
+
+
+def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPart | None:
+    """A kind of layer's cache: sliding and chunked layers keep the last window - 1 tokens
+    (transformers' DynamicSlidingWindowLayer), a layer reading another's KV keeps none."""
+    n = len(indices)
+    if kind.shares_kv:
+        return KvPart("shared", n, 0, indices=indices)
+    if kind.mixer in ("linear", "mamba") and kind.mixer_spec is not None:
+        return KvPart(kind.mixer, n, 0, state=linear_state_elements(kind.mixer_spec),
+                      indices=indices)
+    att = _mixer(spec, kind)
+    if att is None:
+        return None
+    per_token = kv_elements_per_layer(spec.d_model, att)
+    if kind.mixer in ("sliding", "chunked"):
+        return KvPart(kind.mixer, n, per_token, cap=max(kind.window - 1, 1), indices=indices)
+    return KvPart("mla" if att.kv_lora_rank else "full", n, per_token, indices=indices)
+
+
 def kv_cache(spec: ModelSpec, seq_len: int, batch: int = 1) -> KvCache:
-    """The KV cache of decoding seq_len tokens in each of batch sequences. Encoder-only models
-    keep none; an encoder-decoder's decoder also caches cross-attention K and V, counted here
-    for a source as long as seq_len."""
+    """The KV cache of decoding seq_len tokens in each of batch sequences, per layer kind.
+    Encoder-only models keep none; an encoder-decoder's decoder also caches cross-attention K
+    and V, counted here for a source as long as seq_len."""
     att = spec.attention
-    if att is None or spec.layers.decoder == 0:
+    if spec.layers.decoder == 0 or (att is None and not spec.pattern):
         return KvCache("none", 0, 0, seq_len, batch)
-    layers = spec.layers.decoder * (2 if spec.layers.encoder else 1)
-    kv_heads = att.kv_heads or att.heads
-    kind = ("mla" if att.kv_lora_rank else "mha" if kv_heads == att.heads
-            else "mqa" if kv_heads == 1 else "gqa")
-    return KvCache(kind, layers, layers * kv_elements_per_layer(spec.d_model, att), seq_len,
-                   batch)
+    kv_heads = (att.kv_heads or att.heads) if att is not None else 0
+    kind = ("state" if att is None else "mla" if att.kv_lora_rank
+            else "mha" if kv_heads == att.heads else "mqa" if kv_heads == 1 else "gqa")
+    if spec.layers.encoder and att is not None:
+        layers = spec.layers.decoder * 2
+        parts: tuple[KvPart, ...] = (KvPart("full", layers,
+                                            kv_elements_per_layer(spec.d_model, att)),)
+    else:
+        at: dict[LayerKind, list[int]] = {}
+        for i, k in enumerate(spec.decoder_kinds()):
+            at.setdefault(k, []).append(i)
+        parts = tuple(p for k, ix in at.items() if (p := _kv_part(spec, k, tuple(ix)))
+                      is not None)
+    held = sum(p.layers for p in parts if p.per_token or p.state)
+    return KvCache(kind, held, sum(p.layers * p.per_token for p in parts), seq_len, batch,
+                   parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,7 +292,8 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
         return 2 * sum(n_in * n_out for _, n_in, n_out, _ in
                        latent_attention_matrices(d_model, att))
     q_width, kv_width = attention_widths(d_model, att)
-    return 2 * (2 * d_model * q_width + 2 * d_model * kv_width)
+    gate = d_model * q_width if att.output_gate else 0
+    return 2 * (2 * d_model * q_width + 2 * d_model * kv_width + gate)
 
 
 def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int:
@@ -224,22 +335,27 @@ class LayerCount:
     attention: int  # self-attention, plus cross-attention in an encoder-decoder's decoder
     norm: int
     flops: Flops
+    indices: tuple[int, ...] = ()  # which decoder layers are of this kind (0-based)
+    mixer: str = "full"  # the token mixer (spec.MIXERS); window: its window or chunk
+    window: int = 0
+    other_rows: tuple[Row, ...] = ()  # parts neither attention, FFN nor norm (Gemma 3n)
+    other: int = 0
 
     @property
     def total(self) -> int:
-        return self.ffn + self.attention + self.norm
+        return self.ffn + self.attention + self.norm + self.other
 
     @property
     def active(self) -> int:
-        return self.ffn_active + self.attention + self.norm
+        return self.ffn_active + self.attention + self.norm + self.other
 
     @property
     def ffn_share(self) -> float:
-        return self.ffn / self.total
+        return self.ffn / self.total if self.total else 0.0
 
     @property
     def ffn_active_share(self) -> float:
-        return self.ffn_active / self.active
+        return self.ffn_active / self.active if self.active else 0.0
 
 
 @dataclass(frozen=True)
@@ -258,6 +374,12 @@ class ModelCount:
     def active(self) -> int:
         unused = sum(layer.count * (layer.ffn - layer.ffn_active) for layer in self.layers)
         return self.total - unused
+
+    def decoder_ffn(self) -> tuple[int, ...]:
+        """Each decoder layer's FFN parameters, in order (experts, shared experts and router
+        included)."""
+        at = {i: layer.ffn for layer in self.layers for i in layer.indices}
+        return tuple(at[i] for i in sorted(at))
 
     @property
     def flops_ffn(self) -> int:
@@ -312,42 +434,143 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
         return tuple(Row(f"{prefix}{name}", f"{n_in} x {n_out}", linear(n_in, n_out, bias))
                      for name, n_in, n_out, bias in latent_attention_matrices(d, att))
     q_width, kv_width = attention_widths(d, att)
+    sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
+    q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
     return (
-        Row(f"{prefix}W_Q", f"{d} x {q_width}", linear(d, q_width, att.qkv_bias)),
+        Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
+            f"{d} x {q_out}", linear(d, q_out, att.qkv_bias)),
         Row(f"{prefix}W_K", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
         Row(f"{prefix}W_V", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
         Row(f"{prefix}W_O", f"{q_width} x {d}", linear(q_width, d, att.out_bias)),
+    ) + sinks
+
+
+_PLAIN = LayerKind()  # a layer of the spec's attention and FFN
+
+
+def _mixer(spec: ModelSpec, kind: LayerKind) -> AttentionSpec | None:
+    """The softmax attention of a layer of this kind (None: another mixer, or none)."""
+    if kind.mixer in ("linear", "mamba", "none"):
+        return None
+    return kind.attention or spec.attention
+
+
+def mamba_matrices(d_model: int, mix: MambaMixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """A Mamba mixer as (name, shape, params): in_proj to the SSM input and its gate, the
+    depthwise convolution, x_proj to dt, B and C, dt_proj, A_log and D, out_proj."""
+    di, s, r = mix.d_inner, mix.d_state, mix.dt_rank
+    rows = (
+        ("in_proj", f"{d_model} x {2 * di}", linear(d_model, 2 * di, mix.proj_bias)),
+        ("conv1d (depthwise)", f"{di} x {mix.conv_kernel}",
+         di * mix.conv_kernel + (di if mix.conv_bias else 0)),
+        ("x_proj", f"{di} x {r + 2 * s}", di * (r + 2 * s)),
+        ("dt_proj", f"{r} x {di}", linear(r, di, True)),
+        ("A_log, D", f"{di} x {s}, {di}", di * s + di),
+        ("out_proj", f"{di} x {d_model}", linear(di, d_model, mix.proj_bias)),
+    )
+    norms = (("dt, B, C norms", f"{r}, {s}, {s}", r + 2 * s),) if mix.bc_dt_norms else ()
+    return rows + norms
+
+
+def mamba2_matrices(d_model: int, mix: Mamba2MixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """A Mamba-2 mixer as (name, shape, params): in_proj to the gate, the convolved stream
+    (x, B, C) and the per-head time steps; the depthwise convolution; dt_bias, A_log and D per
+    head; the gated norm; out_proj."""
+    di, h = mix.d_inner, mix.heads
+    conv = di + 2 * mix.groups * mix.d_state
+    return (
+        ("in_proj", f"{d_model} x {di + conv + h}", linear(d_model, di + conv + h,
+                                                           mix.proj_bias)),
+        ("conv1d (depthwise)", f"{conv} x {mix.conv_kernel}",
+         conv * mix.conv_kernel + (conv if mix.conv_bias else 0)),
+        ("dt_bias, A_log, D", f"3 x {h}", 3 * h),
+        ("gated norm", f"{di}", di),
+        ("out_proj", f"{di} x {d_model}", linear(di, d_model, mix.proj_bias)),
     )
 
 
-def _layer(spec: ModelSpec, kind: str, count: int, cross: bool,
-           ffn: FfnSpec | None = None) -> LayerCount:
-    d, att, norm = spec.d_model, spec.attention, spec.norm
-    ffn = ffn or spec.ffn
-    attention_rows: tuple[Row, ...] = ()
-    proj_flops = score_flops = 0
+def layer_extra_rows(d: int, x: LayerExtrasSpec) -> tuple[Row, ...]:
+    """Gemma 3n's parts of each layer: AltUp (correction n x n and prediction n x n^2
+    coefficients, a d -> n router and its norm, a per-channel output scale), LAuReL (d -> rank
+    -> d and a norm), the per-layer input (gate d -> w, projection w -> d, a norm)."""
+    n, r, w = x.altup_inputs, x.laurel_rank, x.per_layer_width
+    return (
+        Row("AltUp", f"{n}x{n} + {n}x{n * n} + {d}x{n} + 2 x {d}", n * n + n ** 3 + d * n + 2 * d),
+        Row("LAuReL", f"{d} x {r} x {d} + {d}", 2 * d * r + d),
+        Row("per-layer input", f"{d} x {w} x {d} + {d}", 2 * d * w + d),
+    )
+
+
+def model_extra_rows(d: int, layers: int, x: LayerExtrasSpec) -> tuple[Row, ...]:
+    """Gemma 3n's parts of the whole model: the per-layer embeddings, the stream's projection
+    to the per-layer inputs and its norm, the AltUp projections in and out (n - 1 each)."""
+    w, n = layers * x.per_layer_width, x.altup_inputs
+    return (
+        Row("per-layer embeddings", f"{x.per_layer_vocab} x {w}", x.per_layer_vocab * w),
+        Row("per-layer projection and norm", f"{d} x {w} + {x.per_layer_width}",
+            d * w + x.per_layer_width),
+        Row("AltUp projections", f"2 x {n - 1} x {d} x {d}", 2 * (n - 1) * d * d),
+    )
+
+
+def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
+    mix = kind.mixer_spec
+    if mix is None:
+        return ()
+    matrices = (mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
+                else mamba2_matrices(d, mix) if isinstance(mix, Mamba2MixerSpec)
+                else linear_mixer_matrices(d, mix))
+    return tuple(Row(name, shape, n) for name, shape, n in matrices)
+
+
+def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
+           kind: LayerKind = _PLAIN, indices: tuple[int, ...] = ()) -> LayerCount:
+    d, att, norm = spec.d_model, _mixer(spec, kind), spec.norm
+    ffn = kind.ffn or spec.ffn
+    attention_rows = _linear_mixer_rows(d, kind)
+    proj_flops = 2 * sum(r.params for r in attention_rows)
+    score_flops = 0
     if att is not None:
         attention_rows = _attention_rows(d, att, "")
+        if kind.shares_kv:  # no K and V of its own (Gemma 3n's last layers)
+            attention_rows = tuple(r for r in attention_rows if r.name not in ("W_K", "W_V"))
         proj_flops = attention_projection_flops(d, att)
-        score_flops = attention_score_flops(d, att, spec.seq_len)
+        window = kind.window if kind.mixer in ("sliding", "chunked") else 0
+        score_flops = attention_score_flops(d, att, min(spec.seq_len, window or spec.seq_len))
         if cross:
             attention_rows += _attention_rows(d, att, "cross ")
             proj_flops *= 2
             score_flops *= 2
     norms = (norm.per_layer + (1 if cross else 0)) * norm_params(d, norm) if norm else 0
     if att is not None:
-        norms += qk_norm_params(d, att) * (2 if cross else 1)
+        qk = qk_norm_params(d, att)
+        norms += (qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
+    extra = layer_extra_rows(d, spec.extras) if spec.extras else ()
     return LayerCount(
-        kind=kind,
+        kind=name,
         count=count,
-        ffn_rows=_ffn_rows(d, ffn),
+        ffn_rows=_ffn_rows(d, ffn) if kind.has_ffn else (),
         attention_rows=attention_rows,
-        ffn=ffn_params(d, ffn),
-        ffn_active=ffn_active_params(d, ffn),
+        ffn=ffn_params(d, ffn) if kind.has_ffn else 0,
+        ffn_active=ffn_active_params(d, ffn) if kind.has_ffn else 0,
         attention=sum(r.params for r in attention_rows),
         norm=norms,
-        flops=Flops(ffn_flops(d, ffn), proj_flops, score_flops),
+        other_rows=extra,
+        other=sum(r.params for r in extra),
+        flops=Flops(ffn_flops(d, ffn) if kind.has_ffn else 0, proj_flops, score_flops),
+        indices=indices,
+        mixer=kind.mixer,
+        window=kind.window,
     )
+
+
+def _decoder_layers(spec: ModelSpec, cross: bool) -> list[LayerCount]:
+    """The decoder's layers, those of one kind counted together, kinds in order of first
+    appearance (DeepSeek's dense first layers, then its MoE layers)."""
+    at: dict[LayerKind, list[int]] = {}
+    for i, kind in enumerate(spec.decoder_kinds()):
+        at.setdefault(kind, []).append(i)
+    return [_layer(spec, kind.name, len(ix), cross, kind, tuple(ix)) for kind, ix in at.items()]
 
 
 def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
@@ -408,13 +631,7 @@ def count(spec: ModelSpec) -> ModelCount:
             layers.append(_layer(spec, "encoder", spec.layers.encoder, cross=False))
             stacks += 1
         if spec.layers.decoder:
-            cross = spec.layers.encoder > 0
-            dense = spec.layers.dense
-            if dense and spec.dense_ffn is not None:
-                layers.append(_layer(spec, "dense decoder", dense, cross=cross,
-                                     ffn=spec.dense_ffn))
-            if spec.layers.decoder > dense:
-                layers.append(_layer(spec, "decoder", spec.layers.decoder - dense, cross=cross))
+            layers += _decoder_layers(spec, cross=spec.layers.encoder > 0)
             stacks += 1
     d, emb, norm, att = spec.d_model, spec.embeddings, spec.norm, spec.attention
     groups = {
@@ -458,4 +675,10 @@ def count(spec: ModelSpec) -> ModelCount:
     if spec.pooler:
         rows.append(Row("pooler", f"{d} x {d}", linear(d, d, True)))
         groups["pooler"] = linear(d, d, True)
+    if spec.extras is not None:
+        embedding, *other = model_extra_rows(d, spec.layers.decoder, spec.extras)
+        rows += [embedding, *other]
+        groups["embeddings"] += embedding.params
+        groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
+            r.params for r in other)
     return ModelCount(spec, tuple(layers), tuple(rows), groups, head_flops)

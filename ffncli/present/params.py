@@ -56,6 +56,9 @@ def _layer_json(layer: LayerCount) -> dict[str, Any]:
     return {
         "kind": layer.kind,
         "count": layer.count,
+        "indices": list(layer.indices),
+        "mixer": layer.mixer,
+        "window": layer.window,
         "ffn": layer.ffn,
         "ffn_active": layer.ffn_active,
         "attention": layer.attention,
@@ -66,6 +69,8 @@ def _layer_json(layer: LayerCount) -> dict[str, Any]:
         "ffn_active_share": round(layer.ffn_active_share, 6),
         "ffn_rows": _rows_json(layer.ffn_rows),
         "attention_rows": _rows_json(layer.attention_rows),
+        "other": layer.other,
+        "other_rows": _rows_json(layer.other_rows),
         "flops_per_token": {
             "ffn": layer.flops.ffn,
             "attention_projections": layer.flops.attention_projections,
@@ -90,6 +95,7 @@ def params_json(result: ParamsResult) -> dict[str, Any]:
         "top_k": spec.ffn.top_k,
         "total_params": c.total,
         "active_params": c.active,
+        "uncounted": list(spec.uncounted),
         "layers": [_layer_json(layer) for layer in c.layers],
         "groups": dict(c.groups),
         "other": _rows_json(c.other_rows),
@@ -131,19 +137,55 @@ def _layer_title(layer: LayerCount) -> str:
     return f"{layer.kind} layer (x {layer.count})"
 
 
+def _ranges(indices: Sequence[int]) -> str:
+    """Layer numbers as runs: ``0-2, 5, 7-9``."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+
+
+_MIXER_NOTES = {"sliding": "attention over a sliding window of {} tokens",
+                "chunked": "attention within chunks of {} tokens",
+                "linear": "linear attention (a fixed state, no KV cache)",
+                "mamba": "a Mamba mixer (a fixed state, no KV cache)",
+                "none": "no token mixer"}
+
+
+def _layer_note(layer: LayerCount) -> str:
+    """Which layers are of this kind and how they mix tokens (a per-layer pattern only)."""
+    mixer = _MIXER_NOTES.get(layer.mixer, "").format(layer.window)
+    return f"layers {_ranges(layer.indices)}" + (f"; {mixer}" if mixer else "")
+
+
 def print_params(result: ParamsResult) -> None:
     out = console()
     c, spec = result.count, result.count.spec
     ffn = spec.ffn
     moe = f", {ffn.experts} experts, top-{ffn.top_k}" if ffn.is_moe else ""
-    out.print(Text(f"{spec.name}: d_model {spec.d_model}, d_ff {ffn.d_ff}, {ffn.label}{moe}"))
+    if spec.pattern and not any(k.has_ffn for k in spec.pattern):
+        out.print(Text(f"{spec.name}: d_model {spec.d_model}, no FFN (mixer-only layers)"))
+    else:
+        out.print(Text(f"{spec.name}: d_model {spec.d_model}, d_ff {ffn.d_ff}, "
+                       f"{ffn.label}{moe}"))
+    if spec.uncounted:
+        out.print(Text(f"counted: the language model only; not counted: "
+                       f"{', '.join(spec.uncounted)}"))
     for layer in c.layers:
         out.print()
+        if spec.pattern:
+            out.print(Text(_layer_note(layer)))
         table = new_table(_layer_title(layer), ("part", "shape", "params"))
         for row in layer.ffn_rows:
             table.add_row(Text(f"FFN {row.name}"), row.shape, commas(row.params))
+        mixer = {"linear": "linear attention", "mamba": "mamba"}.get(layer.mixer, "attention")
         for row in layer.attention_rows:
-            table.add_row(Text(f"attention {row.name}"), row.shape, commas(row.params))
+            table.add_row(Text(f"{mixer} {row.name}"), row.shape, commas(row.params))
+        for row in layer.other_rows:
+            table.add_row(Text(row.name), row.shape, commas(row.params))
         if layer.norm:
             table.add_row("norms", "", commas(layer.norm))
         out.print(table)
@@ -169,7 +211,8 @@ def print_params(result: ParamsResult) -> None:
                           f"{commas(layer.total)}", commas(layer.count * layer.total))
         for row in c.other_rows:
             table.add_row(Text(row.name), row.shape, commas(row.params))
-        table.add_row("total", "", commas(c.total))
+        table.add_row("total" if not spec.uncounted else "total (language model only)", "",
+                      commas(c.total))
         if c.active != c.total:
             table.add_row("active per token", "", commas(c.active))
         out.print(table)
@@ -191,7 +234,7 @@ def print_params(result: ParamsResult) -> None:
 
 
 PARTS = {"embeddings": "embeddings", "attention": "attention", "ffn": "FFN", "norms": "norms",
-         "head": "output head", "pooler": "pooler"}
+         "head": "output head", "pooler": "pooler", "other": "other (AltUp, LAuReL...)"}
 
 
 def _print_parts(out: Console, c: ModelCount) -> None:
@@ -260,6 +303,10 @@ def kv_json(kv: KvCache) -> dict[str, Any]:
     return {
         "kind": kv.kind,
         "layers": kv.layers,
+        "parts": [{"kind": p.kind, "layers": p.layers, "indices": list(p.indices),
+                   "per_token": p.per_token, "cap": p.cap, "state": p.state,
+                   "elements": p.elements(kv.seq_len)} for p in kv.parts],
+        "elements": kv.elements(kv.seq_len),
         "elements_per_token": kv.elements_per_token,
         "bytes_per_token": kv.bytes_per_token(),
         "seq_len": kv.seq_len,
@@ -269,7 +316,8 @@ def kv_json(kv: KvCache) -> dict[str, Any]:
 
 
 _KV_KINDS = {"mha": "one K and V per head", "gqa": "grouped-query: K and V per kv head",
-             "mqa": "multi-query: one K and V head", "mla": "latent: kv_lora_rank + rope key"}
+             "mqa": "multi-query: one K and V head", "mla": "latent: kv_lora_rank + rope key",
+             "state": "fixed states, no attention"}
 
 
 def print_kv(out: Console, kv: KvCache) -> None:
@@ -284,6 +332,36 @@ def print_kv(out: Console, kv: KvCache) -> None:
     for dtype, size in kv.bytes_per_token().items():
         table.add_row(dtype, commas(size), commas(total[dtype]), f"{total[dtype] / 2**30:,.2f}")
     out.print(table)
+    if any(p.cap or p.state or p.kind == "shared" for p in kv.parts):
+        _print_kv_parts(out, kv)
+
+
+_KV_PARTS = {"full": "full attention", "mla": "latent attention",
+             "sliding": "sliding window", "chunked": "chunked attention",
+             "linear": "linear attention (state)", "mamba": "mamba (state)",
+             "shared": "shares another layer's KV"}
+
+
+def _print_kv_parts(out: Console, kv: KvCache) -> None:
+    """The cache by layer kind, and how it grows: by every layer's values a token up to the
+    first window, then by the uncapped layers' alone."""
+    out.print()
+    table = new_table(f"KV cache by layer kind, at {kv.seq_len:,} tokens (one sequence)",
+                      ("layers", "count", "values per token", "tokens kept", "values"))
+    for p in kv.parts:
+        kept = f"last {p.cap:,}" if p.cap else "fixed state" if p.state else \
+            "none" if p.kind == "shared" else "all"
+        table.add_row(_KV_PARTS[p.kind], str(p.layers), commas(p.per_token), kept,
+                      commas(p.elements(kv.seq_len)))
+    out.print(table)
+    steps, rate = [], kv.elements_per_token
+    for cap in sorted({p.cap for p in kv.parts if p.cap}):
+        rate -= sum(p.layers * p.per_token for p in kv.parts if p.cap == cap)
+        steps.append(f"then {rate:,} after {cap:,} tokens")
+    fixed = sum(p.layers * p.state for p in kv.parts)
+    start = f"{fixed:,} values of fixed state, then " if fixed else ""
+    out.print(Text(f"grows by: {start}{kv.elements_per_token:,} values a token"
+                   + "".join(f", {s}" for s in steps)))
 
 
 def file_only_json(result: FileOnlyResult) -> dict[str, Any]:

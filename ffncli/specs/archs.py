@@ -18,7 +18,7 @@ Lists in messages ("supported: ...") follow the table's order. No NumPy here.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from ffncli.base.validate import brief
 from ffncli.errors import ConfigError
 from ffncli.specs import hfconfig as H
 from ffncli.specs.hfconfig import Config, read_config
+from ffncli.specs.refused import LACKS
 from ffncli.specs.spec import ModelSpec, check_spec
 
 
@@ -150,18 +151,20 @@ ARCHS: dict[str, Arch] = {
                   gguf="llama", gguf_names=GGUF_LLAMA_NAMES),
     # Mistral and Mixtral have no attention biases whatever attention_bias says; Qwen2 always
     # has them on Q, K and V (and never on O).
-    "mistral": Arch(H.llama_like("mistral", qkv_bias=False, out_bias=False), LLAMA_FFN,
+    "mistral": Arch(H.windowed(H.llama_like("mistral", qkv_bias=False, out_bias=False)), LLAMA_FFN,
                     forward="llama", names=LLAMA_NAMES, quirks=frozenset({SLIDING_WINDOW})),
-    "mixtral": Arch(H.llama_like("mixtral", qkv_bias=False, out_bias=False, moe=H.mixtral_moe),
+    "mixtral": Arch(H.windowed(H.llama_like("mixtral", qkv_bias=False, out_bias=False,
+                                            moe=H.mixtral_moe)),
                     MIXTRAL_FFN, forward="mixtral", names=LLAMA_NAMES,
                     quirks=frozenset({SLIDING_WINDOW})),
-    "qwen2": Arch(H.llama_like("qwen2", qkv_bias=True, out_bias=False), LLAMA_FFN,
+    "qwen2": Arch(H.windowed(H.llama_like("qwen2", qkv_bias=True, out_bias=False)), LLAMA_FFN,
                   forward="llama", names=LLAMA_NAMES, quirks=frozenset({QWEN_SLIDING_WINDOW}),
                   gguf="qwen2"),
     "gemma": Arch(lambda c: H.gemma_spec(c, "gemma"), LLAMA_FFN, forward="llama",
                   names=LLAMA_NAMES, quirks=frozenset({GEMMA_NORMS}), gguf="gemma"),
     "phi": Arch(H.phi_spec, Layout({"w1": "layers.{i}.mlp.fc1", "w2": "layers.{i}.mlp.fc2"})),
-    "qwen3": Arch(H.llama_like("qwen3", head_dim_default=128, qk_norm="head"), LLAMA_FFN,
+    "qwen3": Arch(H.windowed(H.llama_like("qwen3", head_dim_default=128, qk_norm="head")),
+                  LLAMA_FFN,
                   forward="llama", names=LLAMA_NAMES, quirks=frozenset({QWEN_SLIDING_WINDOW}),
                   gguf="qwen3"),
     "qwen3_moe": Arch(H.llama_like("qwen3_moe", qk_norm="head",
@@ -172,10 +175,9 @@ ARCHS: dict[str, Arch] = {
         c, "qwen2_moe", qkv_bias=c.bool("qkv_bias", True), out_bias=False,
         moe=lambda c, n: H.qwen_moe(c, n, shared=True)),
         not_run="a gated shared expert, and top-k weights not renormalised"),
-    "gemma2": Arch(lambda c: H.gemma_spec(c, "gemma2", norm=H.GEMMA2_NORM), LLAMA_FFN,
+    "gemma2": Arch(H.windowed(lambda c: H.gemma_spec(c, "gemma2", norm=H.GEMMA2_NORM)), LLAMA_FFN,
                    gguf="gemma2"),
-    "gemma3_text": Arch(lambda c: H.gemma_spec(c, "gemma3_text", norm=H.GEMMA2_NORM,
-                                               qk_norm="head"), LLAMA_FFN),
+    "gemma3_text": Arch(lambda c: H.gemma3_text_spec(c, "gemma3_text"), LLAMA_FFN),
     "phi3": Arch(H.llama_like("phi3", qkv_bias=False, out_bias=False),
                  Layout({"w2": "layers.{i}.mlp.down_proj"},
                         gate_up="layers.{i}.mlp.gate_up_proj"), gguf="phi3", fused_qkv=True),
@@ -277,6 +279,74 @@ ARCHS: dict[str, Arch] = {
     "deepseek_v3": Arch(H.deepseek_v3_spec,
                         not_run="shared experts, dense first layers and grouped sigmoid "
                                 "routing"),
+    # 2025-26 decoders
+    "gemma3": Arch(lambda c: _multimodal(c, "gemma3_text")),
+    "glm4_moe": Arch(H.glm4_moe_spec, not_run="shared experts, a dense first layer and grouped "
+                     "sigmoid routing"),
+    "llama4_text": Arch(H.llama4_text_spec, not_run="a shared expert and sigmoid routing"),
+    "llama4": Arch(lambda c: _multimodal(c, "llama4_text")),
+    "qwen3_next": Arch(H.qwen3_next_spec, not_run="a gated shared expert"),
+    "qwen3_5_text": Arch(lambda c: H.qwen3_next_spec(c, "qwen3_5_text", moe=False)),
+    "qwen3_5_moe_text": Arch(lambda c: H.qwen3_next_spec(c, "qwen3_5_moe_text"),
+                             not_run="a gated shared expert"),
+    "qwen3_5": Arch(lambda c: _multimodal(c, "qwen3_5_text")),
+    "qwen3_5_moe": Arch(lambda c: _multimodal(c, "qwen3_5_moe_text")),
+    # LLaMA's shape with a twist: biases, norms, per-layer windows
+    "exaone": Arch(H.llama_like("exaone"), LLAMA_FFN),  # built as LlamaForCausalLM
+    "internlm3": Arch(H.llama_like("internlm3"), LLAMA_FFN),
+    "iquestcoder": Arch(H.llama_like("iquestcoder"), LLAMA_FFN),
+    "cwm": Arch(H.patterned_decoder("cwm", qkv_bias=False, out_bias=False), LLAMA_FFN),
+    "ministral3": Arch(H.patterned_decoder("ministral3", qkv_bias=False, out_bias=False),
+                       LLAMA_FFN),
+    "helium": Arch(H.patterned_decoder("helium", qkv_bias=None, out_bias=False), LLAMA_FFN),
+    "glm": Arch(H.patterned_decoder("glm", out_bias=False)),
+    "seed_oss": Arch(lambda c: H.patterned_decoder(
+        "seed_oss", out_bias=c.bool("attention_out_bias", False))(c), LLAMA_FFN),
+    "ernie4_5": Arch(H.ernie4_5_spec, LLAMA_FFN),
+    "exaone4": Arch(H.patterned_decoder("exaone4", qkv_bias=False, out_bias=False,
+                                        qk_norm="head"), LLAMA_FFN),
+    "olmo3": Arch(H.patterned_decoder("olmo3", qk_norm="heads"), LLAMA_FFN),
+    "hyperclovax": Arch(H.patterned_decoder("hyperclovax", norm=H.GEMMA2_NORM), LLAMA_FFN),
+    "vaultgemma": Arch(H.patterned_gemma("vaultgemma"), LLAMA_FFN),
+    "granitemoe": Arch(H.granitemoe_spec("granitemoe"), not_run="fused gate and up experts"),
+    "granitemoeshared": Arch(H.granitemoe_spec("granitemoeshared"),
+                             not_run="a shared expert"),
+    "mellum": Arch(H.llama_like("mellum", qk_norm="head",
+                                moe=lambda c, n: H.qwen_moe(c, n, shared=False)),
+                   not_run="top-k weights renormalised only with norm_topk_prob"),
+    "param2moe": Arch(lambda c: H.glm4_moe_spec(c, "param2moe"), not_run="shared experts"),
+    "sarvam_moe": Arch(lambda c: H.glm4_moe_spec(c, "sarvam_moe"), not_run="shared experts"),
+    "olmoe": Arch(H.llama_like("olmoe", qk_norm="heads", moe=H.routed("num_experts", 8, 64)),
+                  not_run="top-k weights not renormalised"),
+    "flex_olmo": Arch(H.llama_like("flex_olmo", qk_norm="heads",
+                                   moe=H.routed("num_experts", 5, 7)),
+                      not_run="top-k weights not renormalised"),
+    "phimoe": Arch(H.windowed(H.phimoe_spec), not_run="sparsemixer routing"),
+    "glm4": Arch(H.llama_like("glm4", out_bias=False, norm=H.GEMMA2_NORM)),
+    "cohere2": Arch(H.patterned_decoder("cohere2", tie_default=True, norm=H.COHERE_NORM),
+                    LLAMA_FFN),
+    "cohere2_moe": Arch(H.cohere2_moe_spec, not_run="a mixture of experts"),
+    "granite_swa": Arch(H.with_sinks(H.patterned_decoder("granite_swa")), LLAMA_FFN),
+    "granitemoe_swa": Arch(H.with_sinks(H.windowed(H.granitemoe_spec("granitemoe_swa"))),
+                           not_run="attention sinks"),
+    "lfm2": Arch(H.lfm2_spec),
+    "gemma3n_text": Arch(H.gemma3n_text_spec, not_run="AltUp, LAuReL and per-layer inputs"),
+    "ernie4_5_moe": Arch(H.ernie4_5_moe_spec, not_run="shared experts and biased routing"),
+    "afmoe": Arch(H.afmoe_spec, not_run="shared experts and biased routing"),
+    # state-space mixers
+    "mamba": Arch(lambda c: H.mamba_spec(c, "mamba")),
+    "falcon_mamba": Arch(lambda c: H.mamba_spec(c, "falcon_mamba")),
+    "mamba2": Arch(H.mamba2_spec),
+    "jamba": Arch(H.jamba_spec, not_run="Mamba layers and a mixture of experts"),
+    "sarvam_mla": Arch(lambda c: H.deepseek_v3_spec(c, "sarvam_mla"),
+                       not_run="shared experts and latent attention"),
+    "deepseek_v2": Arch(lambda c: H.deepseek_v3_spec(c, "deepseek_v2"),
+                        not_run="shared experts and latent attention"),
+    "minimax_m2": Arch(H.minimax_m2_spec, not_run="sigmoid routing with a score-correction "
+                       "bias"),
+    "smollm3": Arch(H.patterned_decoder("smollm3"), LLAMA_FFN),
+    "gpt_oss": Arch(H.gpt_oss_spec, not_run="experts with clamped SwiGLU (alpha 1.702, limit 7) "
+                    "and biases"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
@@ -346,12 +416,35 @@ def spec_from_config(data: Any, source: str) -> ModelSpec:
         raise ConfigError(f"{source}: key 'model_type': expected a string such as 'llama', got "
                           f"{brief(model_type)}")
     row = ARCHS.get(model_type)
+    if row is None and model_type in LACKS:
+        raise UnsupportedModelType(f"{source}: unsupported model_type {brief(model_type)}: "
+                                   f"ffncli lacks {LACKS[model_type]}")
     if row is None:
         raise UnsupportedModelType(
             f"{source}: unsupported model_type {brief(model_type)}"
             f"{_same_type(model_type)}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     return check_spec(row.reader(Config(data, source)), source)
+
+
+# The sub-configs of a multimodal config that are not its language model.
+TOWERS = ("vision_config", "audio_config", "speech_config", "vision_encoder_config",
+          "audio_encoder_config")
+
+
+def _multimodal(c: Config, text_type: str) -> ModelSpec:
+    """A multimodal config: its language model (``text_config``, read as ``text_type``)
+    counted with its FFN breakdown; its towers named as not counted."""
+    text = c.mapping("text_config") or {}
+    tie = {"tie_word_embeddings": c.data["tie_word_embeddings"]} \
+        if "tie_word_embeddings" in c.data and "tie_word_embeddings" not in text else {}
+    data = {**text, **tie, "model_type": text_type}
+    spec = ARCHS[text_type].reader(Config(data, f"{c.source}: text_config"))
+    towers = tuple(f"{key.removesuffix('_config').replace('_', ' ')} tower ({kind})"
+                   for key in TOWERS if isinstance(c.data.get(key), dict)
+                   for kind in [str(c.data[key].get("model_type", "?"))[:40]])
+    joins = ("what joins them to the language model",) if towers else ()
+    return replace(spec, name=c.name(text_type), uncounted=towers + joins)
 
 
 def load_config(path: Path) -> ModelSpec:

@@ -18,12 +18,18 @@ from ffncli.base import validate
 from ffncli.base.textformats import read_json
 from ffncli.base.validate import MAX_INT, Keys
 from ffncli.errors import ConfigError
+from ffncli.specs.renames import ATTRIBUTE_MAPS
 from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
     FfnSpec,
     HeadKind,
+    LayerExtrasSpec,
+    LayerKind,
     LayersSpec,
+    LinearMixerSpec,
+    Mamba2MixerSpec,
+    MambaMixerSpec,
     ModelSpec,
     NormSpec,
 )
@@ -45,7 +51,28 @@ _ACTIVATIONS = {
 class Config(Keys):
     """A config.json's keys as its readers need them. Values are checked, never coerced:
     booleans are not numbers, 768.0 is not a whole number, a list is not a name, and whole
-    numbers stop at 2**53."""
+    numbers stop at 2**53.
+
+    Both spellings of a key its model_type's transformers class renames (``attribute_map``:
+    Qwen3-MoE reads ``num_experts``, transformers 5.25 writes ``num_local_experts``) are read
+    as one key; an error names the spelling the file holds."""
+
+    def __init__(self, data: dict[str, Any], source: str) -> None:
+        renames = ATTRIBUTE_MAPS.get(data.get("model_type"), {})  # type: ignore[arg-type]
+        both = {**{b: a for a, b in renames.items()}, **renames}
+        filled = {key: other for key, other in both.items()
+                  if data.get(key) is None and data.get(other) is not None}
+        super().__init__({**data, **{key: data[other] for key, other in filled.items()}},
+                         source)
+        self.spelled = filled  # key read -> the spelling the file holds
+        self.other = both
+
+    def where(self, key: str) -> str:
+        return super().where(self.spelled.get(key, key))
+
+    def missing(self, key: str) -> ConfigError:
+        other = f" (or '{self.other[key]}')" if key in self.other else ""
+        return ConfigError(f"{self.source}: missing key '{key}'{other}")
 
     def int(self, key: str, default: int | None = None) -> int:
         """A whole number >= 1, required unless there is a ``default``."""
@@ -645,10 +672,12 @@ def gated_decoder_spec(
     heads, kv = c.heads(d, head_dim=head_dim)
     bias = c.bool("attention_bias", False)
     act = activation or c.act("hidden_act", "silu")
-    dense_ffn = FfnSpec(d_ff=c.int("intermediate_size"), activation=act, gated=True,
-                        bias=c.bool("mlp_bias", False))
     layers = c.int("num_hidden_layers")
-    ffn, dense = moe(c, layers) if moe else (dense_ffn, 0)
+    routed, dense = moe(c, layers) if moe else (None, 0)
+    dense_ffn = FfnSpec(d_ff=c.int("intermediate_size"), activation=act, gated=True,
+                        bias=c.bool("mlp_bias", False)) if routed is None or dense else None
+    ffn = routed or dense_ffn
+    assert ffn is not None  # one of the two is built
     spec = _decoder_only(
         c, family,
         ffn=ffn,
@@ -712,15 +741,18 @@ def _deepseek_moe(c: Config, layers: int) -> tuple[FfnSpec, int]:
     return ffn, dense
 
 
-def deepseek_v3_spec(c: Config) -> ModelSpec:
+def deepseek_v3_spec(c: Config, family: str = "deepseek_v3") -> ModelSpec:
     """DeepseekV3ForCausalLM: multi-head latent attention (queries through q_lora_rank, or
-    straight when it is null; keys and values from a kv_lora_rank latent), mixture of experts."""
+    straight when it is null; keys and values from a kv_lora_rank latent), mixture of experts.
+    DeepSeek-V2 (``family`` deepseek_v2) is built alike; its class names no default top-k."""
     d = c.int("hidden_size")
     heads = c.int("num_attention_heads")
     nope, rope = c.int("qk_nope_head_dim", 128), c.int("qk_rope_head_dim", 64)
     kv_rank = c.at_most("kv_lora_rank", c.int("kv_lora_rank", 512), "hidden_size", d)
     q_rank = c.at_most("q_lora_rank", c.int0("q_lora_rank", 1536), "hidden_size", d)
-    spec = gated_decoder_spec(c, "deepseek_v3", moe=_deepseek_moe)
+    if family != "deepseek_v3":
+        c.int("num_experts_per_tok")  # required: null routes nowhere
+    spec = gated_decoder_spec(c, family, moe=_deepseek_moe)
     bias = c.bool("attention_bias", False)
     attention = AttentionSpec(heads=heads, head_dim=nope + rope, qkv_bias=bias, out_bias=bias,
                               kv_lora_rank=kv_rank, q_lora_rank=q_rank, rope_head_dim=rope,
@@ -906,5 +938,388 @@ def gemma_spec(c: Config, family: str, **options: Any) -> ModelSpec:
 
 def read_config(path: Path) -> Any:
     """A config.json's document: a regular file of at most 4 MiB, strict JSON (no duplicate
-    keys, NaN, Infinity or nesting past 64 levels)."""
-    return read_json(path, "config file", ConfigError)
+    keys or nesting past 64 levels) but for the ``Infinity``, ``-Infinity`` and ``NaN`` that
+    transformers writes into config files (Mamba-2's time_step_limit), read as those floats."""
+    return read_json(path, "config file", ConfigError, constants=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2025-26 decoders: per-layer patterns (layer_types, MoE steps), sinks, linear attention.
+
+# transformers' layer_types -> our mixers (spec.MIXERS)
+_LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding",
+                "chunked_attention": "chunked", "linear_attention": "linear"}
+_WINDOW_KEYS = {"sliding": "sliding_window", "chunked": "attention_chunk_size"}
+
+
+def layer_mixers(c: Config, layers: int, default: str = "full_attention") -> list[str]:
+    """Each decoder layer's mixer from ``layer_types`` (every layer ``default`` without it)."""
+    value = c.data.get("layer_types")
+    if value is None:
+        value = [default] * layers
+    if not isinstance(value, list) or len(value) != layers or not all(
+            isinstance(v, str) and v in _LAYER_TYPES for v in value):
+        raise c.fail("layer_types", f"a list of {layers} layer types "
+                     f"({', '.join(_LAYER_TYPES)})")
+    return [_LAYER_TYPES[v] for v in value]
+
+
+def _window(c: Config, mixer: str) -> int:
+    key = _WINDOW_KEYS.get(mixer)
+    return c.int(key) if key else 0
+
+
+def _kind_name(mixer: str, dense: bool) -> str:
+    """``decoder``, ``sliding decoder``, ``dense decoder``, ``linear dense decoder``..."""
+    return " ".join(p for p in ("" if mixer == "full" else mixer, "dense" if dense else "",
+                                "decoder") if p)
+
+
+def with_pattern(spec: ModelSpec, c: Config, mixers: list[str],
+                 ffns: list[FfnSpec] | None = None,
+                 attention: dict[str, AttentionSpec] | None = None,
+                 mixer_spec: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | None = None,
+                 shares_kv: list[bool] | None = None) -> ModelSpec:
+    """The spec with one LayerKind per decoder layer: layer i mixes tokens by mixers[i] (its
+    window read from the config), its FFN ffns[i] (default: the spec's; a dense FFN in a mixture
+    of experts is named so), its attention ``attention[mixer]`` where given."""
+    ffns = ffns or [spec.ffn] * len(mixers)
+    shared = shares_kv or [False] * len(mixers)
+    moe = any(f.is_moe for f in ffns)
+    kinds = tuple(LayerKind(
+        name=("kv-sharing " if kv else "") + _kind_name(m, moe and not f.is_moe), mixer=m,
+        window=_window(c, m), attention=(attention or {}).get(m),
+        ffn=None if f == spec.ffn else f, shares_kv=kv,
+        mixer_spec=mixer_spec if m in ("linear", "mamba") else None)
+        for m, f, kv in zip(mixers, ffns, shared, strict=True))
+    if all(k == LayerKind() for k in kinds):
+        return spec
+    return replace(spec, pattern=kinds, layers=replace(spec.layers, dense=0), dense_ffn=None)
+
+
+def _dense_ffn(c: Config, act: str | None = None, key: str = "intermediate_size") -> FfnSpec:
+    return FfnSpec(d_ff=c.int(key), activation=act or c.act("hidden_act", "silu"), gated=True,
+                   bias=c.bool("mlp_bias", False))
+
+
+def patterned_decoder(family: str, **options: Any) -> Callable[[Config], ModelSpec]:
+    """A LLaMA-shaped decoder whose layers' mixers follow ``layer_types`` (SmolLM3, and the
+    sliding layers of Mistral-like models)."""
+    def read(c: Config) -> ModelSpec:
+        spec = gated_decoder_spec(c, family, **options)
+        return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))
+    return read
+
+
+def gpt_oss_spec(c: Config) -> ModelSpec:
+    """GptOssForCausalLM: attention with biases and per-head sinks, layers alternating between
+    sliding-window and full attention (layer_types), every FFN a mixture of SwiGLU experts
+    with biases (gate and up in one matrix) and a router with a bias."""
+    spec = gated_decoder_spec(c, "gpt_oss", seq_default=131072)
+    experts = _experts(c, "num_local_experts", "intermediate_size", 4, experts_default=128,
+                       router_bias=True)
+    spec = replace(spec, ffn=replace(experts, bias=True),
+                   attention=replace(spec.attention, sinks=True) if spec.attention else None)
+    return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))
+
+
+def gemma3_text_spec(c: Config, family: str) -> ModelSpec:
+    """Gemma 3's language model: Gemma 2's four norms a layer, a norm on Q and on K, layers
+    sliding or full by layer_types."""
+    spec = gemma_spec(c, family, norm=GEMMA2_NORM, qk_norm="head")
+    return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))
+
+
+def glm4_moe_spec(c: Config, family: str = "glm4_moe") -> ModelSpec:
+    """Glm4MoeForCausalLM (GLM-4.5): grouped-query attention with biases on Q, K and V (never
+    O) and optional norms on Q and K; DeepSeek-V3's mixture of experts (first_k_dense_replace
+    dense layers, n_shared_experts shared ones, the score-correction bias a buffer). The
+    multi-token-prediction layer (num_nextn_predict_layers) is not built by transformers.
+    Without head_dim a head is hidden_size // num_attention_heads wide, rounded down."""
+    floor = c.int("hidden_size") // c.int("num_attention_heads")
+    return gated_decoder_spec(c, family, qkv_bias=c.bool("attention_bias", False),
+                              head_dim_default=max(floor, 1),
+                              out_bias=False, moe=_deepseek_moe,
+                              qk_norm="head" if c.bool("use_qk_norm", False) else "none")
+
+
+def minimax_m2_spec(c: Config) -> ModelSpec:
+    """MiniMaxM2ForCausalLM: norms on all of Q and all of K (one weight per head and channel),
+    every FFN a mixture of SwiGLU experts of intermediate_size, the router without bias (its
+    score-correction bias is a buffer)."""
+    return gated_decoder_spec(c, "minimax_m2", qk_norm="heads", seq_default=196608,
+                              moe=lambda c, n: (_experts(c, "num_local_experts",
+                                                         "intermediate_size", 8), 0))
+
+
+def llama4_text_spec(c: Config) -> ModelSpec:
+    """Llama4ForCausalLM: chunked and full attention by layer_types (its Q and K norm is an L2
+    norm without weights), layers listed in moe_layers a mixture of experts of
+    intermediate_size with one shared expert as wide (no gate), the others a dense FFN of
+    intermediate_size_mlp."""
+    spec = gated_decoder_spec(c, "llama4_text", seq_default=131072)
+    experts = _experts(c, "num_local_experts", "intermediate_size", 1, experts_default=16,
+                       shared_d_ff=c.int("intermediate_size"))
+    n = spec.layers.decoder
+    dense = _dense_ffn(c, key="intermediate_size_mlp")
+    moe_layers = set(c.ints("moe_layers") or range(n))
+    ffns = [experts if i in moe_layers else dense for i in range(n)]
+    return with_pattern(replace(spec, ffn=experts), c, layer_mixers(c, n), ffns)
+
+
+def qwen3_next_spec(c: Config, family: str = "qwen3_next", moe: bool = True) -> ModelSpec:
+    """Qwen3NextForCausalLM: Gated DeltaNet linear attention and full attention by layer_types
+    (full attention with a gate on each head's output and a norm on Q and K), Qwen2-MoE's
+    mixture of experts (a gated shared expert) on the layers mlp_only_layers and
+    decoder_sparse_step leave sparse, a dense FFN of intermediate_size on the others. Qwen 3.5
+    is built alike (its linear attention's projections split, as many parameters), dense
+    (qwen3_5_text) or every layer sparse (qwen3_5_moe_text)."""
+    spec = gated_decoder_spec(c, family, qk_norm="head",
+                              moe=(lambda c, n: qwen_moe(c, n, shared=True)) if moe else None)
+    n = spec.layers.decoder
+    step, dense_only = c.int("decoder_sparse_step", 1), set(c.ints("mlp_only_layers"))
+    ffns = [spec.ffn if not moe or (i not in dense_only and (i + 1) % step == 0)
+            else _dense_ffn(c) for i in range(n)]
+    mixer = LinearMixerSpec(
+        "gated_deltanet", k_heads=c.int("linear_num_key_heads"),
+        v_heads=c.int("linear_num_value_heads"), k_head_dim=c.int("linear_key_head_dim"),
+        v_head_dim=c.int("linear_value_head_dim"), conv_kernel=c.int("linear_conv_kernel_dim", 4))
+    assert spec.attention is not None  # gated_decoder_spec always builds it
+    spec = replace(spec, attention=replace(spec.attention, output_gate=True))
+    return with_pattern(spec, c, layer_mixers(c, n), ffns, mixer_spec=mixer)
+
+
+def patterned_gemma(family: str, **options: Any) -> Callable[[Config], ModelSpec]:
+    """A Gemma whose layers follow layer_types (VaultGemma: two norms a layer)."""
+    def read(c: Config) -> ModelSpec:
+        spec = gemma_spec(c, family, **options)
+        return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))
+    return read
+
+
+def ernie4_5_spec(c: Config) -> ModelSpec:
+    """Ernie4_5ForCausalLM: use_bias on every projection of attention and FFN."""
+    bias = c.bool("use_bias", False)
+    spec = gated_decoder_spec(c, "ernie4_5", qkv_bias=bias, out_bias=bias)
+    return replace(spec, ffn=replace(spec.ffn, bias=bias))
+
+
+def granitemoe_spec(family: str) -> Callable[[Config], ModelSpec]:
+    """GraniteMoe(Shared)ForCausalLM: Mixtral's experts behind a bias-free router, attention
+    biases by attention_bias; GraniteMoeShared adds a shared expert of
+    shared_intermediate_size (none when 0), without a gate."""
+    def moe(c: Config, layers: int) -> tuple[FfnSpec, int]:
+        shared = c.int0("shared_intermediate_size", 0)
+        return _experts(c, "num_local_experts", "intermediate_size", 2, experts_default=8,
+                        shared_d_ff=shared), 0
+    return lambda c: gated_decoder_spec(c, family, moe=moe)
+
+
+def windowed(read: Callable[[Config], ModelSpec]) -> Callable[[Config], ModelSpec]:
+    """A reader whose layers follow layer_types when the config has them (Gemma 2, Qwen2 and
+    Qwen3 as transformers 5 writes them), else all slide when sliding_window is set (Mistral,
+    Mixtral), else all attend fully."""
+    def windows(c: Config) -> ModelSpec:
+        spec = read(c)
+        n = spec.layers.decoder
+        every = "sliding_attention" if c.data.get("sliding_window") is not None \
+            and c.data.get("layer_types") is None else "full_attention"
+        ffns = [k.ffn or spec.ffn for k in spec.decoder_kinds()]
+        return with_pattern(spec, c, layer_mixers(c, n, every), ffns)
+    return windows
+
+
+def with_sinks(read: Callable[[Config], ModelSpec]) -> Callable[[Config], ModelSpec]:
+    """A reader whose attention also has a learned sink logit per head (Granite SWA)."""
+    def sinks(c: Config) -> ModelSpec:
+        spec = read(c)
+        assert spec.attention is not None  # the readers wrapped build attention
+        spec = replace(spec, attention=replace(spec.attention, sinks=True))
+        return replace(spec, pattern=tuple(replace(k, attention=None) for k in spec.pattern))
+    return sinks
+
+
+def routed(experts_key: str, top_k_default: int | None = None,
+           experts_default: int | None = None) -> Callable[[Config, int], tuple[FfnSpec, int]]:
+    """Every layer a mixture of SwiGLU experts of intermediate_size, no shared expert."""
+    return lambda c, n: (_experts(c, experts_key, "intermediate_size", top_k_default,
+                                  experts_default), 0)
+
+
+def phimoe_spec(c: Config) -> ModelSpec:
+    """PhimoeForCausalLM: Mixtral's experts behind LayerNorms with biases, an lm_head bias by
+    lm_head_bias."""
+    spec = gated_decoder_spec(c, "phimoe", moe=routed("num_local_experts", 2, 16),
+                              norm=NormSpec(kind="layernorm", bias=True, final=True))
+    assert spec.embeddings is not None  # gated_decoder_spec always builds them
+    return replace(spec, embeddings=replace(spec.embeddings,
+                                            head_bias=c.bool("lm_head_bias", False)))
+
+
+def cohere2_moe_spec(c: Config) -> ModelSpec:
+    """Cohere2MoeForCausalLM: Cohere 2's norms and windows, each layer a mixture of experts or
+    a dense FFN of intermediate_size by mlp_layer_types ("sparse", "dense")."""
+    spec = gated_decoder_spec(c, "cohere2_moe", tie_default=True, norm=COHERE_NORM,
+                              moe=routed("num_experts", 2, 8))
+    n = spec.layers.decoder
+    kinds = c.data.get("mlp_layer_types") or ["sparse"] * n
+    if not isinstance(kinds, list) or len(kinds) != n or not set(kinds) <= {"sparse", "dense"}:
+        raise c.fail("mlp_layer_types", f"a list of {n} layer types (sparse, dense)")
+    ffns = [spec.ffn if k == "sparse" else _dense_ffn(c) for k in kinds]
+    return with_pattern(spec, c, layer_mixers(c, n), ffns)
+
+
+def _dt_rank(c: Config, key: str, d: int) -> int:
+    """Mamba's time-step rank: a number, or "auto": ceil(hidden_size / 16)."""
+    return -(-d // 16) if c.data.get(key) == "auto" else c.int(key)
+
+
+def mamba_spec(c: Config, family: str) -> ModelSpec:
+    """MambaForCausalLM and FalconMambaForCausalLM: Mamba mixers, the head tied by default."""
+    return _mamba_model(c, family, _mamba_mixer(c))
+
+
+def mamba2_spec(c: Config) -> ModelSpec:
+    """Mamba2ForCausalLM: every layer one RMSNorm and a Mamba-2 mixer (num_heads heads of
+    head_dim, n_groups groups of B and C), no attention, no FFN; untied by default."""
+    d = c.int("hidden_size")
+    mixer = Mamba2MixerSpec(
+        d_inner=c.int("expand", 2) * d, d_state=c.int("state_size", 128),
+        heads=c.int("num_heads", 128), groups=c.int("n_groups", 8),
+        conv_kernel=c.int("conv_kernel", 4), conv_bias=c.bool("use_conv_bias", True),
+        proj_bias=c.bool("use_bias", False))
+    return _mamba_model(c, "mamba2", mixer, tie_default=False)
+
+
+def _mamba_mixer(c: Config) -> MambaMixerSpec:
+    d = c.int("hidden_size")
+    return MambaMixerSpec(
+        d_inner=c.int("intermediate_size", c.int("expand", 2) * d),
+        d_state=c.int("state_size", 16), dt_rank=_dt_rank(c, "time_step_rank", d),
+        conv_kernel=c.int("conv_kernel", 4), conv_bias=c.bool("use_conv_bias", True),
+        proj_bias=c.bool("use_bias", False))
+
+
+def _mamba_model(c: Config, family: str, mixer: MambaMixerSpec | Mamba2MixerSpec,
+                 tie_default: bool = True) -> ModelSpec:
+    """A state-space model: every layer one RMSNorm and a mixer, no attention and no FFN; a
+    final norm."""
+    d, n = c.int("hidden_size"), c.int("num_hidden_layers")
+    return ModelSpec(
+        name=c.name(family), family=family, description=f"from {c.source}", d_model=d,
+        seq_len=c.int("max_position_embeddings", 2048),
+        ffn=FfnSpec(d_ff=mixer.d_inner, activation=c.act("hidden_act", "silu")),
+        norm=NormSpec(kind="rmsnorm", bias=False, per_layer=1, final=True),
+        layers=LayersSpec(encoder=0, decoder=n),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), head=c.head(tie_default)),
+        pattern=(LayerKind("mamba decoder", mixer="mamba", mixer_spec=mixer,
+                           has_ffn=False),) * n)
+
+
+def jamba_spec(c: Config) -> ModelSpec:
+    """JambaForCausalLM: attention on layers attn_layer_offset mod attn_layer_period, a Mamba
+    mixer (with norms on dt, B and C) on the others; a mixture of experts on layers
+    expert_layer_offset mod expert_layer_period, a dense FFN on the others."""
+    spec = gated_decoder_spec(c, "jamba", moe=routed("num_experts", 2, 16),
+                              seq_default=262144)
+    d, n = spec.d_model, spec.layers.decoder
+    mixer = MambaMixerSpec(
+        d_inner=c.int("mamba_expand", 2) * d, d_state=c.int("mamba_d_state", 16),
+        dt_rank=_dt_rank(c, "mamba_dt_rank", d), conv_kernel=c.int("mamba_d_conv", 4),
+        conv_bias=c.bool("mamba_conv_bias", True), proj_bias=c.bool("mamba_proj_bias", False),
+        bc_dt_norms=True)
+    attn = (c.int("attn_layer_period", 8), c.int0("attn_layer_offset", 4))
+    experts = (c.int("expert_layer_period", 2), c.int0("expert_layer_offset", 1))
+    mixers = ["full" if i % attn[0] == attn[1] else "mamba" for i in range(n)]
+    ffns = [spec.ffn if i % experts[0] == experts[1] else _dense_ffn(c) for i in range(n)]
+    return replace(with_pattern(spec, c, mixers, ffns, mixer_spec=mixer))
+
+
+def ernie4_5_moe_spec(c: Config) -> ModelSpec:
+    """Ernie4_5_MoeForCausalLM: use_bias on attention, dense FFNs and the head; layer i a
+    mixture of experts when (i + 1) is a multiple of moe_layer_interval and i lies within
+    moe_layer_start_index..moe_layer_end_index, a dense FFN of intermediate_size otherwise. Its
+    router's score-correction bias is a parameter (one per expert), counted as a router bias;
+    moe_num_shared_experts shared experts run as one FFN that much wider, without a gate."""
+    bias = c.bool("use_bias", False)
+    shared = c.int0("moe_num_shared_experts", 0) * c.int("moe_intermediate_size")
+    experts = _experts(c, "num_experts", "moe_intermediate_size", 2, router_bias=True,
+                       shared_d_ff=shared)
+    spec = gated_decoder_spec(c, "ernie4_5_moe", tie_default=True, qkv_bias=bias,
+                              out_bias=bias, moe=lambda c, n: (experts, 0))
+    n = spec.layers.decoder
+    step = c.int("moe_layer_interval", 1)
+    first, last = c.int0("moe_layer_start_index", 0), c.int0("moe_layer_end_index", n - 1)
+    dense = replace(_dense_ffn(c), bias=bias)
+    ffns = [experts if (i + 1) % step == 0 and first <= i <= last else dense
+            for i in range(n)]
+    assert spec.embeddings is not None  # gated_decoder_spec always builds them
+    spec = replace(spec, embeddings=replace(spec.embeddings, head_bias=bias))
+    return with_pattern(spec, c, layer_mixers(c, n), ffns)
+
+
+def afmoe_spec(c: Config) -> ModelSpec:
+    """AfmoeForCausalLM (Arcee): a gate on each head's output, norms on Q and K, four norms a
+    layer, layers sliding or full by layer_types; num_dense_layers dense first layers, then
+    experts of moe_intermediate_size with num_shared_experts shared ones (one FFN that much
+    wider) and a per-expert bias on the routing scores (a parameter, counted as a router
+    bias)."""
+    def moe(c: Config, layers: int) -> tuple[FfnSpec, int]:
+        shared = c.int0("num_shared_experts", 0) * c.int("moe_intermediate_size")
+        dense = c.at_most("num_dense_layers", c.int0("num_dense_layers", 0),
+                          "num_hidden_layers", layers)
+        return _experts(c, "num_experts", "moe_intermediate_size", 6, router_bias=True,
+                        shared_d_ff=shared), dense
+    spec = gated_decoder_spec(c, "afmoe", qk_norm="head", norm=GEMMA2_NORM, moe=moe)
+    assert spec.attention is not None  # gated_decoder_spec always builds it
+    spec = replace(spec, attention=replace(spec.attention, output_gate=True))
+    ffns = [k.ffn or spec.ffn for k in spec.decoder_kinds()]
+    return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder), ffns)
+
+
+def gemma3n_text_spec(c: Config) -> ModelSpec:
+    """Gemma3nForCausalLM: Gemma 3's layers (four norms, Q and K norms, sliding or full by
+    layer_types) with a width of FFN per layer (intermediate_size a list), the last
+    num_kv_shared_layers reusing earlier layers' K and V (no K, V or K norm of their own),
+    and Gemma 3n's AltUp, LAuReL and per-layer inputs (LayerExtrasSpec)."""
+    n = c.int("num_hidden_layers")
+    sizes = c.data.get("intermediate_size")
+    sizes = [sizes] * n if isinstance(sizes, int) and not isinstance(sizes, bool) else sizes
+    if not isinstance(sizes, list) or len(sizes) != n or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_INT for v in sizes):
+        raise c.fail("intermediate_size", f"a width or a list of {n} widths")
+    first = Config({**c.data, "intermediate_size": sizes[0]}, c.source)
+    spec = gemma_spec(first, "gemma3n_text", norm=GEMMA2_NORM, qk_norm="head")
+    shared = c.at_most("num_kv_shared_layers", c.int0("num_kv_shared_layers", 0),
+                       "num_hidden_layers", n)
+    extras = LayerExtrasSpec(
+        altup_inputs=c.int("altup_num_inputs", 4), laurel_rank=c.int("laurel_rank", 64),
+        per_layer_width=c.int("hidden_size_per_layer_input", 256),
+        per_layer_vocab=c.int("vocab_size_per_layer_input", 262144))
+    spec = with_pattern(replace(spec, extras=extras), c, layer_mixers(c, n),
+                        [replace(spec.ffn, d_ff=w) for w in sizes],
+                        shares_kv=[i >= n - shared for i in range(n)])
+    return spec if spec.pattern else replace(spec, pattern=(LayerKind(),) * n)
+
+
+def lfm2_ffn_width(c: Config) -> int:
+    """LFM2's FFN width: with block_auto_adjust_ff_dim, 2/3 of intermediate_size (rounded
+    down), times block_ffn_dim_multiplier (rounded down) and rounded up to block_multiple_of."""
+    width = c.int("intermediate_size")
+    if not c.bool("block_auto_adjust_ff_dim", True):
+        return width
+    width = int(2 * width / 3)
+    if c.data.get("block_ffn_dim_multiplier") is not None:
+        width = int(c.number("block_ffn_dim_multiplier") * width)
+        multiple = c.int("block_multiple_of", 256)
+        width = multiple * -(-width // multiple)
+    return width
+
+
+def lfm2_spec(c: Config) -> ModelSpec:
+    """Lfm2ForCausalLM with attention layers (its short-convolution layers, "conv" in
+    layer_types, are refused by name): norms on Q and K, the FFN width of lfm2_ffn_width."""
+    spec = gated_decoder_spec(c, "lfm2", tie_default=True, qk_norm="head",
+                              seq_default=128000)
+    spec = replace(spec, ffn=replace(spec.ffn, d_ff=lfm2_ffn_width(c)))
+    return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))

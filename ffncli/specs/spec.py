@@ -92,6 +92,95 @@ class AttentionSpec:
     q_lora_rank: int = 0
     rope_head_dim: int = 0
     v_head_dim: int | None = None
+    sinks: bool = False  # one learned logit per head that takes part in the softmax (gpt-oss)
+    output_gate: bool = False  # W_Q also gives a sigmoid gate on each head's output (Qwen3-Next)
+
+
+# A decoder layer's token mixer: full causal attention; attention over a sliding window of
+# ``window`` tokens (Mistral, Gemma 2/3, gpt-oss); over chunks of ``window`` tokens (Llama 4);
+# a linear-attention or state-space block with a fixed state instead of a KV cache (Gated
+# DeltaNet, Mamba: ``LayerKind.mixer_spec``); none at all.
+MIXERS = ("full", "sliding", "chunked", "linear", "mamba", "none")
+
+
+@dataclass(frozen=True)
+class LinearMixerSpec:
+    """A token mixer other than softmax attention, with a fixed state per sequence.
+
+    ``gated_deltanet`` (Qwen3-Next): Q and K of ``k_heads`` x ``k_head_dim``, V and the output
+    gate of ``v_heads`` x ``v_head_dim``, the per-head beta and alpha, a depthwise causal
+    convolution of ``conv_kernel`` over Q, K and V, per-head ``A_log`` and ``dt_bias``, an
+    RMSNorm of ``v_head_dim`` on the output, and the output projection."""
+
+    kind: str  # "gated_deltanet"
+    k_heads: int
+    v_heads: int
+    k_head_dim: int
+    v_head_dim: int
+    conv_kernel: int = 4
+
+
+@dataclass(frozen=True)
+class MambaMixerSpec:
+    """A Mamba (selective state-space) mixer: x -> d_inner twice (the SSM input and its gate),
+    a depthwise causal convolution of conv_kernel, x_proj to the time-step rank and the input-
+    dependent B and C (d_state each), dt_proj back to d_inner, per-channel A (d_state) and D,
+    the output projection. ``bc_dt_norms``: RMSNorms on the time step, B and C (Jamba)."""
+
+    d_inner: int
+    d_state: int
+    dt_rank: int
+    conv_kernel: int = 4
+    conv_bias: bool = True
+    proj_bias: bool = False
+    bc_dt_norms: bool = False
+
+
+@dataclass(frozen=True)
+class Mamba2MixerSpec:
+    """A Mamba-2 mixer: one projection to the gate (d_inner), the convolved stream (d_inner and
+    B and C, groups x d_state each) and one time step per head; a depthwise convolution of
+    conv_kernel over the convolved stream; per-head dt_bias, A_log and D; a gated RMSNorm of
+    d_inner; the output projection."""
+
+    d_inner: int
+    d_state: int
+    heads: int
+    groups: int = 1
+    conv_kernel: int = 4
+    conv_bias: bool = True
+    proj_bias: bool = False
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """One kind of decoder layer, as data: its token mixer and its FFN. ``ModelSpec.pattern``
+    lists the kind of every decoder layer in order; layers of equal kinds are counted
+    together, under ``name``."""
+
+    name: str = "decoder"  # what ``params`` calls these layers
+    mixer: str = "full"  # one of MIXERS
+    window: int = 0  # sliding: the window; chunked: the chunk (tokens)
+    attention: AttentionSpec | None = None  # None: the spec's attention
+    mixer_spec: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | None = None
+    ffn: FfnSpec | None = None  # None: the spec's FFN
+    has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
+    shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
+
+
+@dataclass(frozen=True)
+class LayerExtrasSpec:
+    """Gemma 3n's parts beside attention and FFN. Per layer: AltUp over ``altup_inputs``
+    copies of the stream (coefficients, a router and its norm, an output scale), a LAuReL
+    low-rank residual of ``laurel_rank`` and its norm, the per-layer input's gate and projection
+    of ``per_layer_width`` and its norm. Per model: a per-layer embedding table
+    (``per_layer_vocab`` x layers x per_layer_width), the projection of the stream to those
+    inputs and its norm, and the AltUp projections in and out."""
+
+    altup_inputs: int
+    laurel_rank: int
+    per_layer_width: int
+    per_layer_vocab: int
 
 
 @dataclass(frozen=True)
@@ -151,6 +240,13 @@ class ModelSpec:
     seq_len: int = 1024
     dense_ffn: FfnSpec | None = None  # the FFN of the layers.dense layers of a MoE model
     init: InitSpec = field(default_factory=InitSpec)
+    # Per-layer heterogeneity (issue 40): the kind of each decoder layer, in order; empty, the
+    # layers.dense first layers with dense_ffn, then the others with ffn. Not a preset key yet.
+    pattern: tuple[LayerKind, ...] = ()
+    # What a multimodal config holds that is not counted (its vision or audio tower): the count
+    # is the language model's alone, and says so.
+    uncounted: tuple[str, ...] = ()
+    extras: LayerExtrasSpec | None = None  # Gemma 3n's AltUp, LAuReL and per-layer inputs
 
     @property
     def ffn_only(self) -> bool:
@@ -159,6 +255,15 @@ class ModelSpec:
     @property
     def d_ff(self) -> int:
         return self.ffn.d_ff
+
+    def decoder_kinds(self) -> tuple[LayerKind, ...]:
+        """The kind of each decoder layer: the pattern, else layers.dense dense layers (their
+        FFN dense_ffn) then the others."""
+        if self.pattern:
+            return self.pattern
+        dense = self.layers.dense if self.dense_ffn is not None else 0
+        return ((LayerKind("dense decoder", ffn=self.dense_ffn),) * dense
+                + (LayerKind(),) * (self.layers.decoder - dense))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,6 +305,10 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
 }
 
 
+# Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
+NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras"})
+
+
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
     """One key's value, checked by ``validate`` (never coerced)."""
     where = f"{source}: key '{key}'"
@@ -227,7 +336,7 @@ def _build(source: str, prefix: str, cls: type, data: Any) -> Any:
     if not isinstance(data, Mapping):
         raise SpecError(f"{source}: '{where}' must be a mapping of keys to values, got "
                         f"{validate.brief(data)}")
-    allowed = {f.name: f for f in fields(cls)}
+    allowed = {f.name: f for f in fields(cls) if f.name not in NOT_PRESET_KEYS}
     for key in data:
         if key not in allowed:
             raise SpecError(
@@ -297,6 +406,9 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
     if layers.dense > layers.decoder:
         raise SpecError(f"{source}: key 'layers.dense': expected at most layers.decoder "
                         f"({layers.decoder}), got {layers.dense}")
+    if spec.pattern and len(spec.pattern) != layers.decoder:
+        raise SpecError(f"{source}: the layer pattern names {len(spec.pattern)} layers, "
+                        f"layers.decoder is {layers.decoder}")
     if layers.dense and spec.dense_ffn is None:
         raise SpecError(f"{source}: key 'dense_ffn': layers.dense ({layers.dense}) needs the "
                         "dense layers' FFN")
