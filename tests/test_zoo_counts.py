@@ -7,6 +7,7 @@ make_zoo.py's FFN rule). The count of exact types is generated and pinned below.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import DATA
@@ -267,3 +268,33 @@ def test_hostile_configs_of_the_new_readers(cli, tmp_path, config, message):
         return
     assert (r.code, r.out) == (2, "") and r.err.count("\n") == 1
     assert r.err.startswith(f"error: {path}: {message}"), r.err
+
+
+def _documented_types() -> list[str]:
+    """The model types of docs/specs.md's table, in its order: the first cell's names."""
+    text = (DATA.parent.parent / "docs" / "specs.md").read_text()
+    table = text.split("## Supported model types", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")][1:]  # not the head
+    return [name for row in rows for name in re.findall(r"`([^`]+)`", row.split(" | ")[0])]
+
+
+def test_the_docs_list_exactly_the_types_of_the_table():
+    documented = _documented_types()
+    assert len(documented) == len(set(documented))
+    assert set(documented) == set(SUPPORTED_MODEL_TYPES)
+
+
+def test_the_docs_name_the_transformers_checked_against_and_what_it_cannot_build():
+    text = (DATA.parent.parent / "docs" / "specs.md").read_text()
+    assert f"transformers {DOC['transformers']} itself" in text
+    unbuilt = [t for t in SUPPORTED_MODEL_TYPES
+               if not any(b.get("status") == "built" for b in DOC["types"][t]["builds"].values())]
+    assert unbuilt == ["llama4", "qwen3_5", "qwen3_5_moe"]
+    for t in unbuilt:
+        assert f"`{t}_text`" in text and f"{t}_text" in SUPPORTED_MODEL_TYPES
+
+
+def test_the_readme_gives_the_number_of_types():
+    text = (DATA.parent.parent / "README.md").read_text()
+    assert text.count(f"({len(SUPPORTED_MODEL_TYPES)} model types)") == 2
+    assert f"the {len(SUPPORTED_MODEL_TYPES)} `config.json` model types" in text
