@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ffncli.base import CALIBRATION_TOKENS
 from ffncli.base.validate import whole
 from ffncli.cli.options import (
     CAPTURE_MODEL,
@@ -391,6 +392,7 @@ def capture(
     """Run real text through the whole model; save the input every layer's FFN receives."""
     from ffncli.jobs.capture import capture as capture_layers
     from ffncli.jobs.resolve import open_text
+    from ffncli.jobs.targets import OUT_OPTIONS
     from ffncli.present.console import Bar
     from ffncli.present.stats import emit_capture
 
@@ -409,7 +411,7 @@ def capture(
             bar.start(sequences.tokens * (layers[-1] + 1), "tokens x layers", per=layers[-1] + 1)
             result = capture_layers(forward, sequences, layers, out, force=force,
                                     inputs=(text.text, text.ids, forward.weights),
-                                    progress=bar.update)
+                                    progress=bar.update, names=OUT_OPTIONS)
     emit_capture(result, as_json)
 
 
@@ -436,8 +438,9 @@ def perplexity(
         "dense model.")
     ] = None,
     calibration_text: Annotated[Optional[Path], typer.Option(
-        "--calibration-text", help="Calibrate the thresholds on this text's first 4,096 "
-        "tokens (read as --text is) instead of the evaluated text's.")] = None,
+        "--calibration-text", help=f"Calibrate the thresholds on this text's first "
+        f"{CALIBRATION_TOKENS:,} tokens (read as --text is) instead of the evaluated text's.")
+    ] = None,
     thresholds: Annotated[Optional[Path], typer.Option(
         "--thresholds", metavar="FILE.json", help="Apply the thresholds a --save-thresholds "
         "run wrote (instead of --sparsify and --target-sparsity).")] = None,
@@ -452,7 +455,7 @@ def perplexity(
     """A decoder's perplexity on a text, protocol stated; with --sparsify, what skipping the
     FFN's small activations costs (perplexity, KL, top-1; an encoder: embedding fidelity)."""
     from ffncli.base.files import Outputs
-    from ffncli.jobs.perplexity import Asked, check_targets, parse_targets, run_perplexity
+    from ffncli.jobs.perplexity import Asked, parse_targets, run_asked
     from ffncli.jobs.targets import output_target
     from ffncli.present.console import Bar
     from ffncli.present.perplexity import emit_perplexity, save_perplexity
@@ -465,7 +468,8 @@ def perplexity(
     if save_thresholds is not None and thresholds is not None:
         raise InputError("options --thresholds and --save-thresholds: nothing is calibrated "
                          "when the thresholds come from a file")
-    check_targets(sparsify, targets)
+    asked = Asked(ctx, stride, score, sparsify, targets, calibration_text, thresholds,
+                  save_thresholds)  # made checked
     if save_thresholds is not None and sparsify is None:
         raise InputError("option --save-thresholds needs --sparsify and --target-sparsity")
     more = (("--calibration-text", calibration_text), ("--thresholds", thresholds))
@@ -478,15 +482,10 @@ def perplexity(
         if scale.wanted_text(text):  # its windows on a cluster: ffncli/cli/sharded.py
             from ffncli.cli.sharded import perplexity_command
 
-            result = perplexity_command(model, text, scale, Asked(
-                ctx, stride, score, sparsify, targets, calibration_text, thresholds, saved),
-                quiet=quiet)
+            result = perplexity_command(model, text, scale, asked, quiet=quiet)
         else:
             with Bar(enabled=not quiet) as bar:
-                result = run_perplexity(
-                    model, text, ctx=ctx, stride=stride, score=score, rule=sparsify,
-                    targets=targets, calibration_text=calibration_text, thresholds=thresholds,
-                    save=saved, bar=bar)
+                result = run_asked(model, text, asked, bar=bar)
         save_perplexity(outputs, report, saved, result, about(model, text=text))
     emit_perplexity(result, as_json)
 

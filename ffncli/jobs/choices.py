@@ -65,11 +65,21 @@ class TextChoice:
     def given(self) -> bool:
         return self.text is not None or self.ids is not None
 
+    def one(self) -> None:
+        """``--text`` or ``--ids``, not both: checked where the text is read."""
+        one_text(self.text, self.ids)
+
     def refuse(self, tokens: TokenChoice) -> None:
         """Real text and token vectors are two ways to feed the FFN: not both."""
         if tokens != TokenChoice(seed=tokens.seed):
             raise InputError("give --text/--ids (real text through the model) or "
                              "--input/--random (tokens given to one layer's FFN), not both")
+
+
+def one_text(text: Path | None, ids: Path | None) -> None:
+    """A text is given as words (``--text``) or as token ids (``--ids``), not both."""
+    if text is not None and ids is not None:
+        raise InputError("give --text or --ids, not both")
 
 
 def parse_layers(text: str | None, n_layers: int) -> tuple[int, ...]:

@@ -79,6 +79,7 @@ from ffncli.jobs.shards.workers import (
     rooms,
     shard_demand,
 )
+from ffncli.jobs.targets import OUT_OPTIONS
 from ffncli.specs.spec import Overrides
 
 if TYPE_CHECKING:
@@ -312,7 +313,7 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
     if out.suffix.lower() == ".npy":
         raise OutputError(f"option --out: run over shards (a glob, a folder, --workers or "
                           f"--scheduler) writes one .npy per shard into a folder, got {out}")
-    created = output_folder(out, writer="run over shards", empty=False,
+    created = output_folder(out, writer="run over shards", empty=False, names=OUT_OPTIONS,
                             inputs=read_by(model, tokens=pattern))
     with _removed_on_failure(out, created):
         job = Job(model, overrides, allow_nonfinite=allow_nonfinite)
@@ -482,7 +483,7 @@ def capture_shards(model: ModelChoice, text: TextChoice, out: Path, pool: Pool, 
 def _capture_shards(job: TextJob, text: TextChoice, out: Path, pool: Pool, force: bool,
                     skip_bad: bool, progress: Progress) -> ShardedCapture:
     model = job.model
-    created = output_folder(out, writer="capture over shards", empty=False,
+    created = output_folder(out, writer="capture over shards", empty=False, names=OUT_OPTIONS,
                             inputs=read_by(model, text=text))
     with _removed_on_failure(out, created):
         forward = forward_for(job)
