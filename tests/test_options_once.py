@@ -4,6 +4,7 @@ the lower layers' errors name no option, the commands' lines unchanged."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -171,3 +172,60 @@ def test_a_full_folder_in_the_library_and_on_the_command_line(cli, ids_file, tmp
     assert (r.code, r.out, r.err) == (2, "", f"error: option --out: {out} is not empty (1 "
                                              "entries); pass --force to write into it\n")
     assert sorted(p.name for p in out.iterdir()) == ["kept.txt"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The same options on one file and on shards: relu-stats --thresholds (before: refused on
+# shards, "option --thresholds: one text file, in this process (not with many files,
+# --workers or --scheduler)").
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, ids_file) -> Path:
+    """A thresholds file of two cats targets, as perplexity --save-thresholds writes it."""
+    from ffncli.cli import run
+
+    path = tmp_path_factory.mktemp("saved") / "t.json"
+    assert run(["perplexity", "--weights", str(LLAMA), "--ids", str(ids_file), "--ctx", "32",
+                "--sparsify", "cats", "--target-sparsity", "0.25,0.5", "--save-thresholds",
+                str(path), "--quiet"]) == 0
+    return path
+
+
+def _shards(tmp_path: Path, ids_file: Path) -> str:
+    (tmp_path / "many").mkdir()
+    (tmp_path / "many" / "a.txt").write_text(ids_file.read_text())
+    return f"{tmp_path}/many/*.txt"
+
+
+@pytest.mark.parametrize("more", [(), ("--layer", "1")])
+def test_thresholds_on_shards_as_in_one_process(cli, ids_file, saved, tmp_path, more):
+    args = ("relu-stats", "--weights", LLAMA, "--thresholds", saved, "--target-sparsity",
+            "0.5", "--json", "--quiet", *more)
+    one = cli(*args, "--ids", ids_file)
+    many = cli(*args, "--ids", _shards(tmp_path, ids_file))
+    assert (one.code, one.err, many.code, many.err) == (0, "", 0, "")
+    a, b = one.json(), many.json()
+    assert (b["shards"], b["skipped"]) == (1, [])
+    assert [x["layer"] for x in b["layers"]] == ([0, 1] if not more else [1])
+    assert {k: b[k] for k in a if k != "source"} == {k: a[k] for k in a if k != "source"}
+    # one shard: the very walk of one process
+    file = {e["target"]: e for e in json.loads(saved.read_text())["entries"]}[0.5]
+    assert [x["threshold"] for x in b["layers"]] == \
+        [c["threshold"] for c in file["layers"] if not more or c["layer"] == 1]
+
+
+@pytest.mark.parametrize("more, line", [
+    (("--threshold", "0.1"), "option --thresholds replaces --threshold: give one or the other"),
+    (("--target-sparsity", "0.3"), "{saved}: relu-stats applies one cats entry; the file's "
+                                   "cats targets: 0.25, 0.5; pick one with --target-sparsity"),
+    (("--report", "{saved}"), "option --report: {saved} is an input of this command (the "
+                              "--thresholds); choose another path"),
+])
+def test_thresholds_refused_alike_on_one_file_and_on_shards(cli, ids_file, saved, tmp_path,
+                                                            more, line):
+    more = tuple(m.format(saved=saved) for m in more)
+    expected = f"error: {line.format(saved=saved)}\n"
+    for ids in (ids_file, _shards(tmp_path, ids_file)):
+        r = cli("relu-stats", "--weights", LLAMA, "--ids", ids, "--thresholds", saved, *more)
+        assert (r.code, r.out, r.err) == (2, "", expected), ids

@@ -298,21 +298,15 @@ def _relu_stats(threshold: float | None, target_sparsity: float | None,
                          "give --text or --ids")
     if text.given:
         text.refuse(tokens)
-        if thresholds is not None:
-            if scale.wanted_text(text):
-                raise InputError("option --thresholds: one text file, in this process (not "
-                                 "with many files, --workers or --scheduler)")
-            _relu_stats_text(model, text, overrides, threshold, target_sparsity, report_path,
-                             as_json, quiet, thresholds)
-        elif scale.wanted_text(text):  # text shards, or a cluster: ffncli/cli/sharded.py
+        if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cli/sharded.py
             from ffncli.cli.sharded import sweep_command
 
             sweep_command(model, text, overrides, scale, threshold=threshold,
-                          target_sparsity=target_sparsity, report_path=report_path,
-                          as_json=as_json, quiet=quiet)
+                          target_sparsity=target_sparsity, thresholds=thresholds,
+                          report_path=report_path, as_json=as_json, quiet=quiet)
         else:
             _relu_stats_text(model, text, overrides, threshold, target_sparsity, report_path,
-                             as_json, quiet)
+                             as_json, quiet, thresholds)
         return
     if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cli/sharded.py
         from ffncli.cli.sharded import relu_stats_command
@@ -349,7 +343,7 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
     from ffncli.jobs.resolve import open_text
     from ffncli.jobs.sweep import sweep
     from ffncli.jobs.targets import output_target
-    from ffncli.jobs.thresholds import check_layers, layer_thresholds
+    from ffncli.jobs.thresholds import sweep_cuts
     from ffncli.present.console import Bar
     from ffncli.present.report import about, save_sweep
     from ffncli.present.stats import emit_sweep, sweep_json
@@ -361,10 +355,8 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
         layers = parse_layers(model.layer, forward.n_layers)
         cuts = None
         if thresholds is not None:
-            cuts = layer_thresholds(thresholds, forward, threshold, target_sparsity)
-            if model.layer is None:
-                layers = tuple(cuts)
-            check_layers(thresholds, cuts, layers, exact=False)
+            layers, cuts = sweep_cuts(thresholds, forward, model.layer, layers, threshold,
+                                      target_sparsity)
             target_sparsity = None
         with Bar(enabled=not quiet) as bar:
             bar.start(sequences.tokens * (layers[-1] + 1), "tokens x layers", per=layers[-1] + 1)

@@ -216,3 +216,16 @@ def layer_thresholds(path: Path, model: Transformer, threshold: float | None,
     cuts = cats[0].cuts
     assert cuts is not None
     return {i: cut.threshold for i, cut in sorted(cuts.items())}
+
+
+def sweep_cuts(path: Path, model: Transformer, layer: str | None, layers: tuple[int, ...],
+               threshold: float | None, target: float | None
+               ) -> tuple[tuple[int, ...], dict[int, float]]:
+    """``relu-stats --text/--ids --thresholds``, in one process or over shards: the layers
+    swept (the file's, unless ``--layer`` names them: ``layer``) and each one's cats
+    threshold."""
+    cuts = layer_thresholds(path, model, threshold, target)
+    if layer is None:
+        layers = tuple(cuts)
+    check_layers(path, cuts, layers, exact=False)
+    return layers, cuts
