@@ -298,22 +298,16 @@ def _relu_stats(threshold: float | None, target_sparsity: float | None,
                          "give --text or --ids")
     if text.given:
         text.refuse(tokens)
-        if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cli/sharded.py
-            from ffncli.cli.sharded import sweep_command
-
-            sweep_command(model, text, overrides, scale, threshold=threshold,
-                          target_sparsity=target_sparsity, thresholds=thresholds,
-                          report_path=report_path, as_json=as_json, quiet=quiet)
-        else:
-            _relu_stats_text(model, text, overrides, threshold, target_sparsity, report_path,
-                             as_json, quiet, thresholds)
-        return
-    if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cli/sharded.py
+    if scale.wanted(tokens, text):  # many files, or a cluster: ffncli/cli/sharded.py
         from ffncli.cli.sharded import relu_stats_command
 
-        relu_stats_command(model, tokens, overrides, scale, threshold=threshold,
-                           target_sparsity=target_sparsity, report_path=report_path,
-                           as_json=as_json, quiet=quiet)
+        relu_stats_command(model, tokens, text, overrides, scale, threshold=threshold,
+                           target_sparsity=target_sparsity, thresholds=thresholds,
+                           report_path=report_path, as_json=as_json, quiet=quiet)
+        return
+    if text.given:
+        _relu_stats_text(model, text, overrides, threshold, target_sparsity, report_path,
+                         as_json, quiet, thresholds)
         return
     from ffncli.analysis.sparsity import relu_stats
     from ffncli.jobs.resolve import captured_layer, load_model, load_tokens
@@ -391,7 +385,7 @@ def capture(
     if not text.given:
         raise InputError("capture: give the text with --text FILE or its token ids with --ids "
                          "FILE")
-    if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cli/sharded.py
+    if scale.wanted(text=text):  # text shards, or a cluster: ffncli/cli/sharded.py
         from ffncli.cli.sharded import capture_command
 
         capture_command(model, text, scale, out=out, force=force, as_json=as_json, quiet=quiet)
@@ -471,7 +465,7 @@ def perplexity(
     with Outputs() as outputs:  # both written, or neither
         outputs.reserve(report, "--report")
         outputs.reserve(saved, "--save-thresholds")
-        if scale.wanted_text(text):  # its windows on a cluster: ffncli/cli/sharded.py
+        if scale.wanted(text=text):  # its windows on a cluster: ffncli/cli/sharded.py
             from ffncli.cli.sharded import perplexity_command
 
             result = perplexity_command(model, text, scale, asked, quiet=quiet)

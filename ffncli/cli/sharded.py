@@ -42,10 +42,16 @@ from ffncli.present.stats import (
 from ffncli.specs.spec import Overrides
 
 
-def relu_stats_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
-                       scale: ScaleChoice, *, threshold: float | None,
-                       target_sparsity: float | None, report_path: Path | None,
-                       as_json: bool, quiet: bool = False) -> None:
+def relu_stats_command(model: ModelChoice, tokens: TokenChoice, text: TextChoice,
+                       overrides: Overrides, scale: ScaleChoice, *, threshold: float | None,
+                       target_sparsity: float | None, thresholds: Path | None,
+                       report_path: Path | None, as_json: bool, quiet: bool = False) -> None:
+    """``relu-stats`` over shards: of text (:func:`sweep_command`) or of token vectors."""
+    if text.given:
+        sweep_command(model, text, overrides, scale, threshold=threshold,
+                      target_sparsity=target_sparsity, thresholds=thresholds,
+                      report_path=report_path, as_json=as_json, quiet=quiet)
+        return
     target = report_target(report_path, model, tokens)
     pattern, model = _seen_from_workers(scale, _pattern(tokens), model)
     note_workers(scale)
