@@ -104,7 +104,7 @@ def test_no_arguments_prints_the_help(cli):
     (("relu-stats", "--threshold", "-inf"),
      "option '--threshold': expected a number such as 0.5 or 1e-6, got '-inf'"),
     (("relu-stats", "--target-sparsity", "1.5"),
-     "option --target-sparsity: expected a share between 0 and 1, got 1.5"),
+     "option --target-sparsity: expected a share from 0 to below 1, got 1.5"),
     (("run", "--seed", "-1"), "option --seed: expected a whole number >= 0, got -1"),
     (("permute-check", "--trials", "-1"), "option --trials: expected a whole number >= 0, got -1"),
     (("run", "--max-memory", "0"), "option --max-memory: expected a size above 0, got '0'"),

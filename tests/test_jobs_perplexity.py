@@ -261,9 +261,9 @@ def _copy(case: str, tmp_path: Path, **edits) -> Path:
     (("--ctx", "32", "--save-thresholds", "t.json"),
      "option --save-thresholds needs --sparsify and --target-sparsity"),
     (("--ctx", "32", "--sparsify", "cats", "--target-sparsity", "1"),
-     "option --target-sparsity: expected shares from 0 to below 1, got 1"),
+     "option --target-sparsity: expected a share from 0 to below 1, got 1.0"),
     (("--ctx", "32", "--sparsify", "cats", "--target-sparsity", "-0.1"),
-     "option --target-sparsity: expected shares from 0 to below 1, got -0.1"),
+     "option --target-sparsity: expected a share from 0 to below 1, got -0.1"),
     (("--ctx", "32", "--sparsify", "cats", "--target-sparsity", "half"),
      "option --target-sparsity: expected shares such as 0.5 or 0.25,0.5, got 'half'"),
     (("--ctx", "32", "--sparsify", "deja-vu", "--target-sparsity", "0.5"),
@@ -637,17 +637,18 @@ def _both(tmp_path: Path, ids_file: Path) -> tuple[Path, Path, tuple]:
 
 
 def _after_the_work(monkeypatch, then) -> list:
-    """run_perplexity as it was, ``then(result)`` after it; what it saw in the folder."""
+    """The command's job (run_asked) as it was, ``then(result)`` after it; what it saw in the
+    folder."""
     import ffncli.jobs.perplexity as job
 
-    run, seen = job.run_perplexity, []
+    run, seen = job.run_asked, []
 
     def wrapped(*args, **kwargs):
         result = run(*args, **kwargs)
         seen.append(then(result))
         return result
 
-    monkeypatch.setattr(job, "run_perplexity", wrapped)
+    monkeypatch.setattr(job, "run_asked", wrapped)
     return seen
 
 

@@ -165,8 +165,8 @@ def test_bad_stats_options(cli):
             "--target-sparsity", "0.5")
     assert (r.code, r.err) == (2, "error: give --threshold or --target-sparsity, not both\n")
     r = cli("relu-stats", "--preset", "tiny", "--random", "5", "--target-sparsity", "1.5")
-    assert (r.code, r.err) == (2, "error: option --target-sparsity: expected a share between 0 "
-                                  "and 1, got 1.5\n")
+    assert (r.code, r.err) == (2, "error: option --target-sparsity: expected a share from 0 "
+                                  "to below 1, got 1.5\n")
 
 
 # ---------------------------------------------------------------------------------------------

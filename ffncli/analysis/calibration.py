@@ -18,11 +18,10 @@ import numpy as np
 
 from ffncli.analysis.experts import expert_activation, expert_inputs
 from ffncli.analysis.quantiles import quantile, quantiles
+from ffncli.base import CALIBRATION_TOKENS as CALIBRATION_TOKENS  # stated there, read here
 from ffncli.compute.engine import Engine, Visit
 from ffncli.compute.ffn import DenseWeights, MoEWeights, pre_activation
 from ffncli.compute.sparse import Cut, down, gate_and_up
-
-CALIBRATION_TOKENS = 4096
 
 
 def calibration_rows(n_tokens: int) -> int:

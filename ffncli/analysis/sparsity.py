@@ -18,7 +18,7 @@ import numpy as np
 
 from ffncli.analysis.calibration import calibrate_threshold, calibration_rows
 from ffncli.analysis.experts import expert_activation, expert_inputs
-from ffncli.base.validate import number
+from ffncli.base.validate import number, share
 from ffncli.compute.engine import Engine
 from ffncli.compute.ffn import ExpertWeights, MoEWeights, pre_activation
 from ffncli.errors import InputError
@@ -360,7 +360,7 @@ def merge_partials(a: Partial | None, b: Partial | None) -> Partial | None:
 
 def describe_rule(activation: str, threshold: float | None, target: float | None) -> str:
     if threshold is not None:
-        how = f"--target-sparsity {target:g}: " if target is not None else ""
+        how = f"--target-sparsity {target + 0.0:g}: " if target is not None else ""  # -0 is 0
         return f"inactive: |act(pre-activation)| <= {threshold:.6g} ({how}threshold on the " \
                "activated value)"
     if activation == "relu":
@@ -385,14 +385,13 @@ def pairwise_overlap(masks: np.ndarray, d_units: int) -> list[dict[str, float]]:
 
 
 def check_rule(threshold: float | None, target_sparsity: float | None) -> None:
-    """``--threshold T`` (a number >= 0) or ``--target-sparsity S`` (0 < S < 1), not both."""
+    """``--threshold T`` (a number >= 0) or ``--target-sparsity S`` (a share), not both."""
     if threshold is not None and target_sparsity is not None:
         raise InputError("give --threshold or --target-sparsity, not both")
     if threshold is not None:
         number("option --threshold", threshold)
-    if target_sparsity is not None and not 0 < target_sparsity < 1:
-        raise InputError(f"option --target-sparsity: expected a share between 0 and 1, got "
-                         f"{target_sparsity}")
+    if target_sparsity is not None:
+        share("option --target-sparsity", target_sparsity)
 
 
 def relu_stats(ffn: Engine, tokens, *, threshold: float | None = None,

@@ -14,6 +14,7 @@ import io
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
@@ -245,42 +246,56 @@ def check_output_path(path: Path, inputs: Iterable[tuple[str, Path | None]],
     return target
 
 
+@dataclass(frozen=True)
+class Naming:
+    """How the errors about an output folder name what the caller gave: a library call's
+    parameters by default; a command passes its options (ffncli.jobs.targets.OUT_OPTIONS)."""
+
+    out: str = "out"
+    force: str = "force=True"
+
+
+PARAMETERS = Naming()  # a library call's wording
+
+
 def output_folder(out: Path, *, writer: str, force: bool = False,
-                  inputs: Iterable[Path | None] = (), empty: bool = True) -> bool:
+                  inputs: Iterable[Path | None] = (), empty: bool = True,
+                  names: Naming = PARAMETERS) -> bool:
     """The folder ``--out`` names, checked before any work: created if missing (its parent
     must exist); an existing one must be empty (with ``empty``) unless ``force``, and is
     never an input (a model folder) nor a folder holding one. ``writer`` names the command
-    in the error for a file. True when it was created."""
+    in the error for a file, ``names`` the folder and ``force`` in every error. True when it
+    was created."""
     try:
         entries = os.listdir(out)
     except FileNotFoundError:
         if os.path.islink(out):
-            raise OutputError(f"option --out: {out} is a symbolic link to "
+            raise OutputError(f"{names.out}: {out} is a symbolic link to "
                               f"{os.readlink(out)}, which does not exist") from None
         try:
             os.mkdir(out)
         except FileNotFoundError:
-            raise OutputError(f"option --out: folder {out.parent} does not exist") from None
+            raise OutputError(f"{names.out}: folder {out.parent} does not exist") from None
         except OSError as exc:
-            raise OutputError(f"option --out: cannot create {out}: "
+            raise OutputError(f"{names.out}: cannot create {out}: "
                               f"{exc.strerror or exc}") from None
         return True
     except NotADirectoryError:
-        raise OutputError(f"option --out: {out} is a file; {writer} writes a folder") from None
+        raise OutputError(f"{names.out}: {out} is a file; {writer} writes a folder") from None
     except OSError as exc:
-        raise OutputError(f"option --out: cannot use {out}: {exc.strerror or exc}") from None
+        raise OutputError(f"{names.out}: cannot use {out}: {exc.strerror or exc}") from None
     visible = [e for e in entries if not e.startswith(".")]
     if visible and empty and not force:
-        raise OutputError(f"option --out: {out} is not empty ({len(visible)} entries); pass "
-                          "--force to write into it")
+        raise OutputError(f"{names.out}: {out} is not empty ({len(visible)} entries); pass "
+                          f"{names.force} to write into it")
     for source in inputs:
         if source is None:
             continue
         if same_file(out, source):
-            raise OutputError(f"option --out: {out} is an input of this command (the model "
+            raise OutputError(f"{names.out}: {out} is an input of this command (the model "
                               "folder); choose another folder")
         for name in entries:
             if same_file(out / name, source):
-                raise OutputError(f"option --out: {out} holds the input {source}; choose "
+                raise OutputError(f"{names.out}: {out} holds the input {source}; choose "
                                   "another folder")
     return False

@@ -59,6 +59,16 @@ def number(where: str, value: Any, *, positive: bool = False,
     return float(value)
 
 
+def share(where: str, value: Any, error: type[FfnError] = InputError) -> float:
+    """A share from 0 to below 1: a calibration's target (--target-sparsity, a thresholds
+    file's entries), the one meaning every command gives it. 0 is a target too (T is then the
+    smallest magnitude); -0 is 0."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value < 1
+    if not ok:
+        raise fail(where, "a share from 0 to below 1", value, error)
+    return float(value) + 0.0
+
+
 def flag(where: str, value: Any, error: type[FfnError] = InputError) -> bool:
     if not isinstance(value, bool):
         raise fail(where, "true or false", value, error)

@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ffncli.base import CALIBRATION_TOKENS
 from ffncli.base.validate import whole
 from ffncli.cli.options import (
     CAPTURE_MODEL,
@@ -297,28 +298,16 @@ def _relu_stats(threshold: float | None, target_sparsity: float | None,
                          "give --text or --ids")
     if text.given:
         text.refuse(tokens)
-        if thresholds is not None:
-            if scale.wanted_text(text):
-                raise InputError("option --thresholds: one text file, in this process (not "
-                                 "with many files, --workers or --scheduler)")
-            _relu_stats_text(model, text, overrides, threshold, target_sparsity, report_path,
-                             as_json, quiet, thresholds)
-        elif scale.wanted_text(text):  # text shards, or a cluster: ffncli/cli/sharded.py
-            from ffncli.cli.sharded import sweep_command
-
-            sweep_command(model, text, overrides, scale, threshold=threshold,
-                          target_sparsity=target_sparsity, report_path=report_path,
-                          as_json=as_json, quiet=quiet)
-        else:
-            _relu_stats_text(model, text, overrides, threshold, target_sparsity, report_path,
-                             as_json, quiet)
-        return
-    if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cli/sharded.py
+    if scale.wanted(tokens, text):  # many files, or a cluster: ffncli/cli/sharded.py
         from ffncli.cli.sharded import relu_stats_command
 
-        relu_stats_command(model, tokens, overrides, scale, threshold=threshold,
-                           target_sparsity=target_sparsity, report_path=report_path,
-                           as_json=as_json, quiet=quiet)
+        relu_stats_command(model, tokens, text, overrides, scale, threshold=threshold,
+                           target_sparsity=target_sparsity, thresholds=thresholds,
+                           report_path=report_path, as_json=as_json, quiet=quiet)
+        return
+    if text.given:
+        _relu_stats_text(model, text, overrides, threshold, target_sparsity, report_path,
+                         as_json, quiet, thresholds)
         return
     from ffncli.analysis.sparsity import relu_stats
     from ffncli.jobs.resolve import captured_layer, load_model, load_tokens
@@ -348,7 +337,7 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
     from ffncli.jobs.resolve import open_text
     from ffncli.jobs.sweep import sweep
     from ffncli.jobs.targets import output_target
-    from ffncli.jobs.thresholds import check_layers, layer_thresholds
+    from ffncli.jobs.thresholds import sweep_cuts
     from ffncli.present.console import Bar
     from ffncli.present.report import about, save_sweep
     from ffncli.present.stats import emit_sweep, sweep_json
@@ -360,10 +349,8 @@ def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
         layers = parse_layers(model.layer, forward.n_layers)
         cuts = None
         if thresholds is not None:
-            cuts = layer_thresholds(thresholds, forward, threshold, target_sparsity)
-            if model.layer is None:
-                layers = tuple(cuts)
-            check_layers(thresholds, cuts, layers, exact=False)
+            layers, cuts = sweep_cuts(thresholds, forward, model.layer, layers, threshold,
+                                      target_sparsity)
             target_sparsity = None
         with Bar(enabled=not quiet) as bar:
             bar.start(sequences.tokens * (layers[-1] + 1), "tokens x layers", per=layers[-1] + 1)
@@ -391,13 +378,14 @@ def capture(
     """Run real text through the whole model; save the input every layer's FFN receives."""
     from ffncli.jobs.capture import capture as capture_layers
     from ffncli.jobs.resolve import open_text
+    from ffncli.jobs.targets import OUT_OPTIONS
     from ffncli.present.console import Bar
     from ffncli.present.stats import emit_capture
 
     if not text.given:
         raise InputError("capture: give the text with --text FILE or its token ids with --ids "
                          "FILE")
-    if scale.wanted_text(text):  # text shards, or a cluster: ffncli/cli/sharded.py
+    if scale.wanted(text=text):  # text shards, or a cluster: ffncli/cli/sharded.py
         from ffncli.cli.sharded import capture_command
 
         capture_command(model, text, scale, out=out, force=force, as_json=as_json, quiet=quiet)
@@ -409,7 +397,7 @@ def capture(
             bar.start(sequences.tokens * (layers[-1] + 1), "tokens x layers", per=layers[-1] + 1)
             result = capture_layers(forward, sequences, layers, out, force=force,
                                     inputs=(text.text, text.ids, forward.weights),
-                                    progress=bar.update)
+                                    progress=bar.update, names=OUT_OPTIONS)
     emit_capture(result, as_json)
 
 
@@ -436,8 +424,9 @@ def perplexity(
         "dense model.")
     ] = None,
     calibration_text: Annotated[Optional[Path], typer.Option(
-        "--calibration-text", help="Calibrate the thresholds on this text's first 4,096 "
-        "tokens (read as --text is) instead of the evaluated text's.")] = None,
+        "--calibration-text", help=f"Calibrate the thresholds on this text's first "
+        f"{CALIBRATION_TOKENS:,} tokens (read as --text is) instead of the evaluated text's.")
+    ] = None,
     thresholds: Annotated[Optional[Path], typer.Option(
         "--thresholds", metavar="FILE.json", help="Apply the thresholds a --save-thresholds "
         "run wrote (instead of --sparsify and --target-sparsity).")] = None,
@@ -452,7 +441,7 @@ def perplexity(
     """A decoder's perplexity on a text, protocol stated; with --sparsify, what skipping the
     FFN's small activations costs (perplexity, KL, top-1; an encoder: embedding fidelity)."""
     from ffncli.base.files import Outputs
-    from ffncli.jobs.perplexity import Asked, check_targets, parse_targets, run_perplexity
+    from ffncli.jobs.perplexity import Asked, parse_targets, run_asked
     from ffncli.jobs.targets import output_target
     from ffncli.present.console import Bar
     from ffncli.present.perplexity import emit_perplexity, save_perplexity
@@ -465,7 +454,8 @@ def perplexity(
     if save_thresholds is not None and thresholds is not None:
         raise InputError("options --thresholds and --save-thresholds: nothing is calibrated "
                          "when the thresholds come from a file")
-    check_targets(sparsify, targets)
+    asked = Asked(ctx, stride, score, sparsify, targets, calibration_text, thresholds,
+                  save_thresholds)  # made checked
     if save_thresholds is not None and sparsify is None:
         raise InputError("option --save-thresholds needs --sparsify and --target-sparsity")
     more = (("--calibration-text", calibration_text), ("--thresholds", thresholds))
@@ -475,18 +465,13 @@ def perplexity(
     with Outputs() as outputs:  # both written, or neither
         outputs.reserve(report, "--report")
         outputs.reserve(saved, "--save-thresholds")
-        if scale.wanted_text(text):  # its windows on a cluster: ffncli/cli/sharded.py
+        if scale.wanted(text=text):  # its windows on a cluster: ffncli/cli/sharded.py
             from ffncli.cli.sharded import perplexity_command
 
-            result = perplexity_command(model, text, scale, Asked(
-                ctx, stride, score, sparsify, targets, calibration_text, thresholds, saved),
-                quiet=quiet)
+            result = perplexity_command(model, text, scale, asked, quiet=quiet)
         else:
             with Bar(enabled=not quiet) as bar:
-                result = run_perplexity(
-                    model, text, ctx=ctx, stride=stride, score=score, rule=sparsify,
-                    targets=targets, calibration_text=calibration_text, thresholds=thresholds,
-                    save=saved, bar=bar)
+                result = run_asked(model, text, asked, bar=bar)
         save_perplexity(outputs, report, saved, result, about(model, text=text))
     emit_perplexity(result, as_json)
 

@@ -29,7 +29,7 @@ from ffncli.jobs.shards.drivers import (
 )
 from ffncli.jobs.shards.inputs import shard_paths
 from ffncli.jobs.shards.pool import connect
-from ffncli.jobs.targets import report_target
+from ffncli.jobs.targets import output_target, report_target
 from ffncli.present.console import Bar
 from ffncli.present.report import about, save_stats, save_sweep
 from ffncli.present.run import emit_sharded_run
@@ -42,10 +42,16 @@ from ffncli.present.stats import (
 from ffncli.specs.spec import Overrides
 
 
-def relu_stats_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
-                       scale: ScaleChoice, *, threshold: float | None,
-                       target_sparsity: float | None, report_path: Path | None,
-                       as_json: bool, quiet: bool = False) -> None:
+def relu_stats_command(model: ModelChoice, tokens: TokenChoice, text: TextChoice,
+                       overrides: Overrides, scale: ScaleChoice, *, threshold: float | None,
+                       target_sparsity: float | None, thresholds: Path | None,
+                       report_path: Path | None, as_json: bool, quiet: bool = False) -> None:
+    """``relu-stats`` over shards: of text (:func:`sweep_command`) or of token vectors."""
+    if text.given:
+        sweep_command(model, text, overrides, scale, threshold=threshold,
+                      target_sparsity=target_sparsity, thresholds=thresholds,
+                      report_path=report_path, as_json=as_json, quiet=quiet)
+        return
     target = report_target(report_path, model, tokens)
     pattern, model = _seen_from_workers(scale, _pattern(tokens), model)
     note_workers(scale)
@@ -78,16 +84,17 @@ def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
 
 def sweep_command(model: ModelChoice, text: TextChoice, overrides: Overrides,
                   scale: ScaleChoice, *, threshold: float | None,
-                  target_sparsity: float | None, report_path: Path | None,
-                  as_json: bool, quiet: bool = False) -> None:
+                  target_sparsity: float | None, thresholds: Path | None,
+                  report_path: Path | None, as_json: bool, quiet: bool = False) -> None:
     """``relu-stats --text/--ids`` over shards (a glob, a folder, a cluster)."""
-    target = report_target(report_path, model, text=text)
+    target = output_target(report_path, "--report", model, text=text,
+                           more=(("--thresholds", thresholds),))
     _, model = _seen_from_workers(scale, Path(), model)  # --text/--ids are read here
     note_workers(scale)
     with connect(scale) as pool, Bar(enabled=not quiet) as bar:
         out = sweep_shards(model, overrides, text, pool, threshold=threshold,
-                           target_sparsity=target_sparsity, skip_bad=scale.skip_bad,
-                           progress=bar)
+                           target_sparsity=target_sparsity, thresholds=thresholds,
+                           skip_bad=scale.skip_bad, progress=bar)
     save_sweep(target, sweep_json(out.result), about(model, text=text))
     emit_sharded_sweep(out, as_json)
 

@@ -45,6 +45,11 @@ def check_runnable(spec: ModelSpec) -> None:
                         f"mixture of experts yet ({reason}); params counts it exactly")
 
 
+def one_ffn(weights: Path | None) -> bool:
+    """Random weights (None) and a ``.npz`` hold one FFN: no layers to pick from."""
+    return weights is None or weights.suffix.lower() == ".npz"
+
+
 def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dtype,
                 max_memory: int | None = None, chunk_tokens: int | None = None,
                 tensors: Tensors | None = None, allow_nonfinite: bool = False) -> Model:
@@ -53,10 +58,10 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
     the caller holds it open (a walk over every layer), else opened here. Weights holding NaN
     or infinity are refused (NonfiniteWeightsError, naming the tensor) unless
     ``allow_nonfinite``."""
-    whole("option --layer", layer, 0)
-    if layer and (weights is None or weights.suffix.lower() == ".npz"):
-        raise InputError(f"option --layer: picks a layer of a checkpoint (--weights or --model); "
-                         f"random and .npz weights are one FFN, got --layer {layer}")
+    whole("layer", layer, 0)
+    if layer and one_ffn(weights):
+        raise InputError(f"layer {layer}: random and .npz weights are one FFN (layer 0); a "
+                         "layer picks one of a checkpoint")
     check_runnable(spec)
     if weights is None:
         params = W.random_weights(spec, dtype, max_memory)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ffncli.base.files import create_hidden, output_folder
+from ffncli.base.files import PARAMETERS, Naming, create_hidden, output_folder
 from ffncli.base.signals import signals_held
 from ffncli.errors import OutputError
 from ffncli.formats.npy import AtomicNpyWriter
@@ -58,23 +58,25 @@ def layer_file(out: Path, layer: int) -> Path:
 
 def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out: Path, *,
             force: bool = False, inputs: Sequence[Path | None] = (),
-            batch_tokens: int | None = None,
-            progress: Callback | None = None) -> CaptureResult:
+            batch_tokens: int | None = None, progress: Callback | None = None,
+            names: Naming = PARAMETERS) -> CaptureResult:
     """Write each selected layer's FFN input, float32 (tokens, d_model) in text order, to
     ``out/layer{N}.npy``, and ``out/capture.json``: all of them, or (on any error or signal)
-    none, and ``out`` as it was."""
+    none, and ``out`` as it was. Errors name ``out`` and ``force`` as ``names`` says (the
+    command passes its options)."""
     created, staging = False, None
     try:
         with signals_held():  # a signal now lands where both names are kept
-            created = output_folder(out, writer="capture", force=force, inputs=inputs)
+            created = output_folder(out, writer="capture", force=force, inputs=inputs,
+                                    names=names)
             staging = Path(create_hidden(out, "capture", "--out", os.mkdir)[0])
         _capture_layers(model, sequences, layers, staging, out, inputs, batch_tokens,
                         progress)
         files = tuple(layer_file(out, i) for i in layers)
         manifest = capture_manifest(model, sequences, layers, files)
         _write_new(staging / "capture.json", json.dumps(manifest, indent=1) + "\n",
-                   out / "capture.json")
-        _publish(staging, out, [*(f.name for f in files), "capture.json"], force)
+                   out / "capture.json", names)
+        _publish(staging, out, [*(f.name for f in files), "capture.json"], force, names)
     except BaseException:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
@@ -88,7 +90,7 @@ def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out
                          len(sequences.ids), model.d_model, tuple(str(f) for f in files))
 
 
-def _write_new(path: Path, text: str, shown: Path) -> None:
+def _write_new(path: Path, text: str, shown: Path, names: Naming) -> None:
     """A new file in the staging folder, synced (errors name ``shown``, its place in --out):
     a full disk fails here, before any file is moved into --out."""
     try:
@@ -97,7 +99,7 @@ def _write_new(path: Path, text: str, shown: Path) -> None:
             f.flush()
             os.fsync(f.fileno())
     except OSError as exc:
-        raise OutputError(f"option --out: cannot write {shown}: {exc.strerror or exc}") \
+        raise OutputError(f"{names.out}: cannot write {shown}: {exc.strerror or exc}") \
             from None
 
 
@@ -106,7 +108,8 @@ _NO_LINKS = tuple(getattr(errno, name) for name in ("EPERM", "ENOTSUP", "EOPNOTS
                   if hasattr(errno, name))  # hard links refused by the file system
 
 
-def _publish(staging: Path, out: Path, names: Sequence[str], force: bool) -> None:
+def _publish(staging: Path, out: Path, files: Sequence[str], force: bool, names: Naming
+             ) -> None:
     """Move the complete files from ``staging`` into ``out``, capture.json last. With
     ``force`` a previous capture's capture.json goes first (it must never describe a mix of
     two runs) and its files are replaced; without it, a file that appeared in ``out`` while
@@ -120,10 +123,10 @@ def _publish(staging: Path, out: Path, names: Sequence[str], force: bool) -> Non
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                raise OutputError(f"option --out: cannot remove the previous capture's "
+                raise OutputError(f"{names.out}: cannot remove the previous capture's "
                                   f"{out / 'capture.json'}: {exc.strerror or exc}") from None
-        for name in names:
-            _move(staging / name, out / name, force)
+        for name in files:
+            _move(staging / name, out / name, force, names)
             moved.append(out / name)
     except BaseException:
         for path in moved:
@@ -132,7 +135,7 @@ def _publish(staging: Path, out: Path, names: Sequence[str], force: bool) -> Non
         raise
 
 
-def _move(source: Path, target: Path, force: bool) -> None:
+def _move(source: Path, target: Path, force: bool, names: Naming) -> None:
     """One rename; without ``force`` a hard link first, which fails if ``target`` exists."""
     try:
         if force:
@@ -149,10 +152,10 @@ def _move(source: Path, target: Path, force: bool) -> None:
             return
         os.unlink(source)
     except FileExistsError:
-        raise OutputError(f"option --out: {target} appeared while this run was writing; it "
-                          "was left alone (pass --force to replace it)") from None
+        raise OutputError(f"{names.out}: {target} appeared while this run was writing; it "
+                          f"was left alone (pass {names.force} to replace it)") from None
     except OSError as exc:
-        raise OutputError(f"option --out: cannot write {target}: {exc.strerror or exc}") \
+        raise OutputError(f"{names.out}: cannot write {target}: {exc.strerror or exc}") \
             from None
 
 

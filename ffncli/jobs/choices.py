@@ -65,11 +65,21 @@ class TextChoice:
     def given(self) -> bool:
         return self.text is not None or self.ids is not None
 
+    def one(self) -> None:
+        """``--text`` or ``--ids``, not both: checked where the text is read."""
+        one_text(self.text, self.ids)
+
     def refuse(self, tokens: TokenChoice) -> None:
         """Real text and token vectors are two ways to feed the FFN: not both."""
         if tokens != TokenChoice(seed=tokens.seed):
             raise InputError("give --text/--ids (real text through the model) or "
                              "--input/--random (tokens given to one layer's FFN), not both")
+
+
+def one_text(text: Path | None, ids: Path | None) -> None:
+    """A text is given as words (``--text``) or as token ids (``--ids``), not both."""
+    if text is not None and ids is not None:
+        raise InputError("give --text or --ids, not both")
 
 
 def parse_layers(text: str | None, n_layers: int) -> tuple[int, ...]:
@@ -132,16 +142,14 @@ class ScaleChoice:
                 f"worker is a process holding its own copy of the weights, and at most one a "
                 f"core runs at a time), got {self.workers}")
 
-    def wanted(self, tokens: TokenChoice) -> bool:
-        """Whether the command takes the sharded path: a glob or a folder for --input, or a
-        cluster asked for."""
-        return self.workers is not None or self.scheduler is not None or self.skip_bad or (
-            tokens.input is not None and is_many(tokens.input))
-
-    def wanted_text(self, text: TextChoice) -> bool:
-        """Whether ``--text``/``--ids`` take the sharded path: a glob or a folder, or a cluster
-        asked for. (One file alone is the sweep of ffncli.jobs.sweep: one walk.)"""
-        given = text.text if text.text is not None else text.ids
+    def wanted(self, tokens: TokenChoice | None = None, text: TextChoice | None = None) -> bool:
+        """Whether the command takes the sharded path (ffncli/cli/sharded.py): a glob or a
+        folder for its input (--text/--ids when given, else --input), or a cluster asked for.
+        (One text file alone is the sweep of ffncli.jobs.sweep: one walk.)"""
+        if text is not None and text.given:
+            given = text.text if text.text is not None else text.ids
+        else:
+            given = tokens.input if tokens is not None else None
         return self.workers is not None or self.scheduler is not None or self.skip_bad or (
             given is not None and is_many(given))
 

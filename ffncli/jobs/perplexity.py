@@ -33,6 +33,7 @@ from ffncli.analysis.perplexity import (
     scored_rows,
     windows,
 )
+from ffncli.base.validate import share
 from ffncli.compute.sparse import RULES, Cut, SparseFfn, Tally
 from ffncli.errors import InputError, SpecError
 from ffncli.jobs.progress import Progress
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
 
 
 def check_targets(rule: str | None, targets: Sequence[float]) -> None:
+    """``--sparsify RULE --target-sparsity S[,S...]``: a rule and its shares, each or neither;
+    run once, when :class:`Asked` is made."""
     if rule is None:
         if targets:
             raise InputError("option --target-sparsity needs --sparsify cats, teal or topk")
@@ -69,9 +72,7 @@ def check_targets(rule: str | None, targets: Sequence[float]) -> None:
     if not targets:
         raise InputError("option --sparsify needs --target-sparsity S[,S...], e.g. 0.5")
     for s in targets:
-        if not 0 <= s < 1:
-            raise InputError(f"option --target-sparsity: expected shares from 0 to below 1, "
-                             f"got {s:g}")
+        share("option --target-sparsity", s)
 
 
 def parse_targets(text: str | None) -> tuple[float, ...]:
@@ -85,10 +86,7 @@ def parse_targets(text: str | None) -> tuple[float, ...]:
         except ValueError:
             raise InputError(f"option --target-sparsity: expected shares such as 0.5 or "
                              f"0.25,0.5, got {part.strip()!r}") from None
-        if value != value:
-            raise InputError("option --target-sparsity: expected shares from 0 to below 1, "
-                             "got nan")
-        value += 0.0  # -0 is 0
+        value += 0.0  # -0 is 0 (a NaN is refused with the others, by check_targets)
         if value not in out:
             out.append(value)
     return tuple(out)
@@ -525,6 +523,9 @@ class Asked:
     thresholds: Path | None = None
     save: Path | None = None
 
+    def __post_init__(self) -> None:
+        check_targets(self.rule, self.targets)  # made checked: the one check of the shares
+
 
 def plan_job(forward: Transformer, model: ModelChoice, text: TextChoice, asked: Asked
              ) -> Plan:
@@ -533,7 +534,6 @@ def plan_job(forward: Transformer, model: ModelChoice, text: TextChoice, asked: 
     from ffncli.jobs.choices import parse_layers
     from ffncli.jobs.resolve import load_document
 
-    check_targets(asked.rule, asked.targets)
     protocol = _protocol(forward, asked.ctx, asked.stride, asked.score)
     layers = parse_layers(model.layer, forward.n_layers)
     variants = [Variant(asked.rule, s) for s in asked.targets] if asked.rule is not None \
@@ -580,13 +580,18 @@ def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = No
     """``ffncli perplexity``: the model opened once, the text read, the thresholds calibrated
     or read, the walk, and the thresholds' document made (``save``, written by the command)
     when asked."""
+    asked = Asked(ctx, stride, score, rule, tuple(targets), calibration_text, thresholds, save)
+    return run_asked(model, text, asked, bar=bar)
+
+
+def run_asked(model: ModelChoice, text: TextChoice, asked: Asked,
+              bar: Progress | None = None) -> PerplexityResult:
+    """:func:`run_perplexity` of the options already :class:`Asked` (and checked)."""
     from ffncli.jobs.resolve import open_forward
     from ffncli.specs.spec import Overrides
 
-    asked = Asked(ctx, stride, score, rule, tuple(targets), calibration_text, thresholds, save)
-    check_targets(rule, asked.targets)
     with open_forward(model, Overrides()) as forward:
         p = plan_job(forward, model, text, asked)
         result = evaluate(p, progress=bar)
-        result = with_thresholds(save is not None, forward, result)
+        result = with_thresholds(asked.save is not None, forward, result)
     return result

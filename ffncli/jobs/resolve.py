@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ffncli.base.validate import Keys
 from ffncli.errors import FfnError, InputError
-from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice
+from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice, one_text
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
 
 if TYPE_CHECKING:  # the readers are imported when a file is read: off a preset's start-up
@@ -246,8 +246,13 @@ def load_model(choice: ModelChoice, overrides: Overrides, *,
 
     with open_model(choice, overrides) as opened:
         budget = parse_size(choice.max_memory) if choice.max_memory is not None else None
+        layer = choice.index()
+        if layer and build.one_ffn(opened.weights):  # the message this command's options give
+            raise InputError(f"option --layer: picks a layer of a checkpoint (--weights or "
+                             f"--model); random and .npz weights are one FFN, got --layer "
+                             f"{layer}")
         try:
-            return build.build_model(opened.spec, opened.weights, choice.index(),
+            return build.build_model(opened.spec, opened.weights, layer,
                                       build.parse_dtype(choice.dtype), budget,
                                       tensors=opened.tensors, allow_nonfinite=allow_nonfinite)
         except NonfiniteWeightsError as exc:  # the option is this command's to offer
@@ -329,8 +334,7 @@ def load_sequences(choice: TextChoice, model: Transformer, weights: Path) -> Seq
     into windows of the model's maximum positions, every id checked against its vocabulary."""
     from ffncli.formats.text import read_ids
 
-    if choice.text is not None and choice.ids is not None:
-        raise InputError("give --text or --ids, not both")
+    choice.one()
     if choice.ids is not None:
         return read_ids(choice.ids, model.vocab, model.max_positions)
     assert choice.text is not None
@@ -375,8 +379,7 @@ def load_document(text: Path | None, ids: Path | None, model: Transformer
 
     from ffncli.formats.text import Sequences, read_document, read_ids
 
-    if text is not None and ids is not None:
-        raise InputError("give --text or --ids, not both")
+    one_text(text, ids)
     if text is None and ids is None:
         raise InputError("perplexity: give the text with --text FILE or its token ids with "
                          "--ids FILE")

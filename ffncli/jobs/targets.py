@@ -8,9 +8,13 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from ffncli.base.files import check_output_path
+from ffncli.base.files import Naming, check_output_path
 from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice, is_many
 from ffncli.jobs.resolve import config_beside, weights_of
+
+# How the commands' errors about their --out folder name it and --force (a library call
+# names its parameters instead: ffncli.base.files.Naming's defaults).
+OUT_OPTIONS = Naming(out="option --out", force="--force")
 
 
 def output_target(path: Path | None, option: str, model: ModelChoice,

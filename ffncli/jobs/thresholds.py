@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ffncli.base.textformats import read_json
-from ffncli.base.validate import brief, flag, name, number, suggest, whole
+from ffncli.base.validate import brief, flag, name, number, share, suggest, whole
 from ffncli.compute.sparse import RULES, Cut
 from ffncli.errors import InputError
 
@@ -153,12 +153,7 @@ def load_thresholds(path: Path, model: Transformer) -> list[Variant]:
         if rule not in RULES:
             raise InputError(f"{where}: key 'rule': expected one of {', '.join(RULES)}, got "
                              f"{brief(rule)}")
-        target = entry.get("target")
-        if isinstance(target, bool) or not isinstance(target, (int, float)) \
-                or not 0 <= target < 1:
-            raise InputError(f"{where}: key 'target': expected a share from 0 to below 1, "
-                             f"got {brief(target)}")
-        target = float(target) + 0.0  # -0.0 is 0
+        target = share(f"{where}: key 'target'", entry.get("target"))
         twice = [k for k, v in enumerate(variants, 1) if (v.rule, v.target) == (rule, target)]
         if twice:
             raise InputError(f"{where}: {rule} at target {target:g} is entry {twice[0]} "
@@ -221,3 +216,16 @@ def layer_thresholds(path: Path, model: Transformer, threshold: float | None,
     cuts = cats[0].cuts
     assert cuts is not None
     return {i: cut.threshold for i, cut in sorted(cuts.items())}
+
+
+def sweep_cuts(path: Path, model: Transformer, layer: str | None, layers: tuple[int, ...],
+               threshold: float | None, target: float | None
+               ) -> tuple[tuple[int, ...], dict[int, float]]:
+    """``relu-stats --text/--ids --thresholds``, in one process or over shards: the layers
+    swept (the file's, unless ``--layer`` names them: ``layer``) and each one's cats
+    threshold."""
+    cuts = layer_thresholds(path, model, threshold, target)
+    if layer is None:
+        layers = tuple(cuts)
+    check_layers(path, cuts, layers, exact=False)
+    return layers, cuts

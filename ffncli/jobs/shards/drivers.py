@@ -79,6 +79,7 @@ from ffncli.jobs.shards.workers import (
     rooms,
     shard_demand,
 )
+from ffncli.jobs.targets import OUT_OPTIONS
 from ffncli.specs.spec import Overrides
 
 if TYPE_CHECKING:
@@ -312,7 +313,7 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
     if out.suffix.lower() == ".npy":
         raise OutputError(f"option --out: run over shards (a glob, a folder, --workers or "
                           f"--scheduler) writes one .npy per shard into a folder, got {out}")
-    created = output_folder(out, writer="run over shards", empty=False,
+    created = output_folder(out, writer="run over shards", empty=False, names=OUT_OPTIONS,
                             inputs=read_by(model, tokens=pattern))
     with _removed_on_failure(out, created):
         job = Job(model, overrides, allow_nonfinite=allow_nonfinite)
@@ -389,29 +390,39 @@ class ShardedSweep:
 
 def sweep_shards(model: ModelChoice, overrides: Overrides, text: TextChoice, pool: Pool, *,
                  threshold: float | None = None, target_sparsity: float | None = None,
-                 skip_bad: bool = False, progress: Progress | None = None) -> ShardedSweep:
+                 thresholds: Path | None = None, skip_bad: bool = False,
+                 progress: Progress | None = None) -> ShardedSweep:
     """``relu-stats --text/--ids`` over shards: a task per shard (the whole model, every
     selected layer), the per-layer counters merged in the fixed tree; equal, to the last
     digit, in this process and on any cluster. The CATS calibration is that of the corpus's
     first CALIBRATION_TOKENS tokens, computed once: first, when the rule's threshold needs it,
-    else beside the shards (it only fills the CATS column)."""
+    else beside the shards (it only fills the CATS column). With ``thresholds`` (a file
+    perplexity --save-thresholds wrote), each layer's own cats threshold, as in one process."""
     from ffncli.analysis.sparsity import check_rule
 
-    check_rule(threshold, target_sparsity)
+    if thresholds is None:  # else the file's cuts replace them (jobs.thresholds.sweep_cuts)
+        check_rule(threshold, target_sparsity)
     job = TextJob(model, overrides)
     with contextlib.ExitStack() as done:
         done.callback(release_forwards)  # the forward the client opens here is the job's
-        return _sweep_shards(job, text, pool, threshold, target_sparsity, skip_bad,
-                             progress or Progress())
+        return _sweep_shards(job, text, pool, (threshold, target_sparsity, thresholds),
+                             skip_bad, progress or Progress())
 
 
-def _sweep_shards(job: TextJob, text: TextChoice, pool: Pool, threshold: float | None,
-                  target_sparsity: float | None, skip_bad: bool,
+def _sweep_shards(job: TextJob, text: TextChoice, pool: Pool,
+                  rule: tuple[float | None, float | None, Path | None], skip_bad: bool,
                   progress: Progress) -> ShardedSweep:
     from ffncli.jobs.sweep import LayerStats, SweepResult
+    from ffncli.jobs.thresholds import sweep_cuts
 
+    threshold, target_sparsity, thresholds = rule
     forward = forward_for(job)  # here too: the tokenizer, the vocabulary, the layers
     layers = parse_layers(job.model.layer, forward.n_layers)
+    cuts: dict[int, float] = {}
+    if thresholds is not None:
+        layers, cuts = sweep_cuts(thresholds, forward, job.model.layer, layers, threshold,
+                                  target_sparsity)
+        threshold = target_sparsity = None
     shards, skipped = read_text_shards(text, forward, skip_bad)
     total = sum(s.tokens for s in shards)
     calibration_call = (calibrate_text, job, _calibration_portions(shards), layers, threshold,
@@ -423,7 +434,7 @@ def _sweep_shards(job: TextJob, text: TextChoice, pool: Pool, threshold: float |
         given = tuple(calibration)
     else:  # only the CATS column: calibrated beside the shards, as one more task
         beside = calibration_call
-        given = tuple((math.nan, threshold) for _ in layers)
+        given = tuple((math.nan, cuts.get(layer, threshold)) for layer in layers)
     task = SweepTask(job, layers, threshold, target_sparsity, given, total)
     tree = TreeMerge(len(shards), _merge_layers)
     counted: list[int] = []
@@ -482,7 +493,7 @@ def capture_shards(model: ModelChoice, text: TextChoice, out: Path, pool: Pool, 
 def _capture_shards(job: TextJob, text: TextChoice, out: Path, pool: Pool, force: bool,
                     skip_bad: bool, progress: Progress) -> ShardedCapture:
     model = job.model
-    created = output_folder(out, writer="capture over shards", empty=False,
+    created = output_folder(out, writer="capture over shards", empty=False, names=OUT_OPTIONS,
                             inputs=read_by(model, text=text))
     with _removed_on_failure(out, created):
         forward = forward_for(job)

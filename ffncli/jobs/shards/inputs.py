@@ -196,8 +196,7 @@ def read_text_shards(choice: TextChoice, model: Any, skip_bad: bool
     ``skip_bad`` a skipped shard."""
     from ffncli.compute.forward.walk import batches
 
-    if choice.text is not None and choice.ids is not None:
-        raise InputError("give --text or --ids, not both")
+    choice.one()
     option, pattern = ("--text", choice.text) if choice.text is not None else \
         ("--ids", choice.ids)
     assert pattern is not None
