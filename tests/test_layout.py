@@ -49,7 +49,8 @@ def map_entries(page: str) -> dict[str, str]:
             assert current not in entries, f"the map names {current} twice"
             entries[current] = text or ""
         else:
-            assert line.startswith(" " * 8) and current, f"a line of the map outside an entry: {line!r}"
+            assert line.startswith(" " * 8) and current, (
+                f"a line of the map outside an entry: {line!r}")
             entries[current] += " " + line.strip()
     return entries
 
