@@ -15,6 +15,7 @@ than once) is reported as *stale*: update its fragment.
     python tools/mutants.py            # all mutants, two at a time
     python tools/mutants.py -j 1 -k capacity --timeout 120
     python tools/mutants.py --list     # the table of mutants, nothing run
+    python tools/mutants.py --only 58,68 --own-tests   # against their files' test modules
 
 Exit status: 0 when every mutant that was run is killed, 1 otherwise.
 """
@@ -74,7 +75,7 @@ TESTS_OF = {
     "formats/remote.py": ("test_hub_remote.py",),
     "specs/": ("test_spec.py", "test_hfconfig.py", "test_archs.py"),
     "specs/gguf.py": ("test_specs_gguf.py", "test_formats_gguf.py"),
-    "base/validate.py": ("test_validate.py",),
+    "base/validate.py": ("test_validate.py", "test_memory.py", "test_training.py"),
     "formats/tokens.py": ("test_tokens.py", "test_jobs_run.py"),
     "formats/npy.py": ("test_npy.py",),
     "formats/safetensors.py": ("test_safetensors.py", "test_weights.py", "test_forward.py"),
@@ -1145,21 +1146,24 @@ def tests_of(file: str) -> tuple[str, ...]:
     return TESTS_OF[max(parts, key=len)] if parts else ()
 
 
-def test_modules(root: Path, first: tuple[str, ...] = ()) -> list[str]:
+def test_modules(root: Path, first: tuple[str, ...] = (),
+                 only: tuple[str, ...] | None = None) -> list[str]:
+    """Every test module, ``first`` first (then FIRST's); with ``only``, those modules alone."""
     order = (*first, *(name for name in FIRST if name not in first))
 
     def rank(path: Path) -> tuple[int, str]:
         return (order.index(path.name) if path.name in order else len(order), path.name)
 
     return [str(p.relative_to(root)) for p in sorted((root / "tests").glob("test_*.py"),
-                                                      key=rank)]
+                                                      key=rank)
+            if only is None or p.name in only]
 
 
-def pytest_run(root: Path, args: list[str], timeout: float,
-               first: tuple[str, ...] = ()) -> tuple[str, str, float]:
+def pytest_run(root: Path, args: list[str], timeout: float, first: tuple[str, ...] = (),
+               only: tuple[str, ...] | None = None) -> tuple[str, str, float]:
     """(status, first failing test or "", seconds). status: passed, failed or timeout."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args,
-           *test_modules(root, first)]
+           *test_modules(root, first, only)]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=root, env=environment(root), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -1172,17 +1176,18 @@ def pytest_run(root: Path, args: list[str], timeout: float,
     seconds = time.monotonic() - t0
     first = next((line for line in out.splitlines() if line.startswith(("FAILED ", "ERROR "))),
                  "")
-    if proc.returncode == 0:
-        return "passed", "", seconds
+    if proc.returncode in (0, 5):  # 5: no test ran (all deselected), so none caught it
+        return "passed", "" if proc.returncode == 0 else "no test ran", seconds
     if not first:
         first = out.strip().splitlines()[-1] if out.strip() else f"exit {proc.returncode}"
     return "failed", first, seconds
 
 
-def failing_tests(root: Path, timeout: float) -> list[str]:
+def failing_tests(root: Path, timeout: float, only: tuple[str, ...] | None = None,
+                  args: tuple[str, ...] | list[str] = ()) -> list[str]:
     """Node ids that fail on the unmutated copy (to deselect)."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
-           *test_modules(root)]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *args,
+           *test_modules(root, only=only)]
     done = subprocess.run(cmd, cwd=root, env=environment(root), capture_output=True, text=True,
                           timeout=timeout)
     ids = []
@@ -1214,6 +1219,13 @@ def main() -> int:
                     help="only mutants whose area, file or description contains this text")
     ap.add_argument("--only", default=None, metavar="N,N,...",
                     help="only the mutants of these numbers (as --list numbers them)")
+    ap.add_argument("--own-tests", action="store_true",
+                    help="run only the test modules of each mutant's file (TESTS_OF), not the "
+                    "whole suite: quick, and a mutant that survives them may still be caught "
+                    "by another module")
+    ap.add_argument("--fast", action="store_true",
+                    help='leave out the tests marked slow (-m "not slow"): a mutant only they '
+                    "catch is reported as surviving")
     ap.add_argument("--list", action="store_true", help="print the mutants, run nothing")
     opts = ap.parse_args()
 
@@ -1240,6 +1252,9 @@ def main() -> int:
         else:
             runnable.append((i, m, where))
 
+    untested = sorted({m.file for _, m, _ in runnable if not tests_of(m.file)})
+    if opts.own_tests and untested:
+        sys.exit(f"--own-tests: TESTS_OF names no test module of {', '.join(untested)}")
     workers = max(1, min(opts.jobs, len(runnable)))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ffncli-mutants-") as tmp:
@@ -1251,7 +1266,11 @@ def main() -> int:
             roots.append(root)
         check_copy(roots[0])
         t0 = time.monotonic()
-        known = failing_tests(roots[0], opts.timeout * 3 if opts.timeout else 1800.0)
+        own = (tuple(dict.fromkeys(t for _, m, _ in runnable for t in tests_of(m.file)))
+               if opts.own_tests else None)
+        marks = ["-m", "not slow"] if opts.fast else []
+        known = failing_tests(roots[0], opts.timeout * 3 if opts.timeout else 1800.0, own,
+                              marks)
         clean = time.monotonic() - t0
         timeout = opts.timeout if opts.timeout else max(180.0, 3 * clean)
         print(f"unmutated suite: {clean:.1f} s, "
@@ -1269,8 +1288,9 @@ def main() -> int:
             original = sources[m.file]
             try:
                 path.write_text(original[:at] + m.replacement + original[at + len(m.original):])
-                status, detail, secs = pytest_run(root, ["-x", *deselect], timeout,
-                                                  tests_of(m.file))
+                status, detail, secs = pytest_run(root, ["-x", *marks, *deselect], timeout,
+                                                  tests_of(m.file),
+                                                  tests_of(m.file) if own else None)
             finally:
                 path.write_text(original)
                 with lock:
