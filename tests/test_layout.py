@@ -153,6 +153,7 @@ def is_ffncli(statement: str) -> bool:
     return bool(re.match(r"(from \.|from ffncli[. ]|import ffncli\b)", statement))
 
 
+@pytest.mark.slow
 def test_function_level_imports_stay_within_their_budget():
     found = function_level_imports()
     ours = [f for f in found if is_ffncli(f[2])]

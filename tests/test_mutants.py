@@ -26,6 +26,7 @@ def mutants():
         del sys.modules[spec.name]
 
 
+@pytest.mark.slow
 def test_every_mutant_applies_to_todays_source(mutants):
     found = [f"{i} {m.file}: {m.what}: {why}" for i, m, why in mutants.stale()]
     assert found == [], "stale mutants in tools/mutants.py: rewrite them to the code's new place"
