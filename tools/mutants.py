@@ -84,7 +84,7 @@ TESTS_OF = {
     "formats/gguf.py": ("test_formats_gguf.py", "test_text.py"),
     "formats/quantised.py": ("test_quantised.py", "test_counting_files.py"),
     "formats/text.py": ("test_text.py",),
-    "jobs/run.py": ("test_jobs_run.py",),
+    "jobs/run.py": ("test_jobs_run.py", "test_compare.py", "test_cli_run.py"),
     "jobs/capture.py": ("test_capture.py",),
     "jobs/sweep.py": ("test_sweep.py",),
     "jobs/resolve.py": ("test_resolve.py", "test_forward.py"),
