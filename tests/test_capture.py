@@ -81,6 +81,7 @@ def test_capture_matches_pytorch(cli, tmp_path, case):
     assert manifest["input"]["sha256"] == digest
 
 
+@pytest.mark.slow
 def test_capture_minilm_text_matches_pytorch(cli, tmp_path):
     model = minilm()
     want = expected("minilm")
@@ -262,6 +263,7 @@ main()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, where", [(signal.SIGINT, "new"), (signal.SIGTERM, "new"),
                                            (signal.SIGHUP, "new"),
                                            (signal.SIGINT, "previous")],

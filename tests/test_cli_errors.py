@@ -32,6 +32,7 @@ def cat_sat(tmp_path):
 # The run summary's checks are permute-check's comparison, and each can say False.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["base", "gpt2", "minilm-l6"])
 def test_run_summary_checks_hold_on_position_wise_ffns(cli, preset):
     r = cli("run", "--preset", preset, "--random", "3", "--json")
@@ -247,6 +248,7 @@ def test_a_pipe_closed_before_the_output_ends_quietly():
     assert (p.returncode, err) == (141, "")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [
     ("run", "--preset", "tiny", "--random", "200000"),  # the table, row by row
     ("run", "--preset", "tiny", "--random", "1000", "--json"),  # one JSON document
@@ -281,6 +283,7 @@ def _start_streaming(folder: Path, *extra: str) -> subprocess.Popen:
     return p
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_signal_removes_the_temporary_file(tmp_path, name):
     p = _start_streaming(tmp_path)
@@ -291,6 +294,7 @@ def test_a_signal_removes_the_temporary_file(tmp_path, name):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_signal_keeps_the_force_target_intact(tmp_path):
     target = tmp_path / "y.npy"
     np.save(target, np.arange(5.0))
@@ -358,6 +362,7 @@ def test_an_overflowing_output_is_not_called_position_wise(cli, tmp_path):
     assert check.code == 2 and "the properties cannot be checked on it" in check.err
 
 
+@pytest.mark.slow
 def test_many_experts_cost_what_their_tokens_cost(cli):
     """100,000 experts, 2 tokens: the work follows the 2 chosen experts, and the output is
     each token's expert FFN (top-1: weight 1)."""

@@ -20,6 +20,8 @@ from impls import outliers
 from ffncli import testing
 from ffncli.errors import ImplError, InputError
 
+pytestmark = pytest.mark.slow  # among the slowest (docs/development.md)
+
 IMPL = ("--d-model", "6", "--random", "20")
 
 

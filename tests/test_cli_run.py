@@ -138,6 +138,7 @@ def test_out_in_a_folder_that_cannot_be_written(cli, cat_sat):
                                   "denied\n")
 
 
+@pytest.mark.slow
 def test_out_too_large_for_the_disk_fails_before_the_work(tmp_path):
     """A real limit (RLIMIT_FSIZE, in a child process): the whole file is reserved first, so
     a full disk is one error line before any work, and the old file and the folder are kept."""

@@ -41,6 +41,7 @@ def test_compare_worst_row_deviations_and_bits():
     assert (tiny.ok, tiny.bit_identical, tiny.max_abs) == (True, False, 2**-52)
 
 
+@pytest.mark.slow
 def test_a_wide_ffn_is_position_wise_in_float32():
     """LLaMA-3-8B's FFN (4096 -> 14336 -> 4096, SwiGLU, weights of std 0.02 as real models
     have) gives outputs near 10, and float32 results of one token and of many differ by about

@@ -145,6 +145,7 @@ def _left_out(text: str) -> set[str]:
     return {name.strip() for note in notes for name in note.split(",")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", WIDTHS)
 def test_presets_table_keeps_every_figure_whole(cli, columns):
     code, text = in_terminal(["presets"], columns)
@@ -159,6 +160,7 @@ def test_presets_table_keeps_every_figure_whole(cli, columns):
         assert _left_out(text) and _left_out(text) <= {"family", "activation"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", WIDTHS)
 def test_params_tables_keep_every_figure_whole(cli, columns):
     code, text = in_terminal(["params", "--preset", "llama3-8b"], columns)
@@ -174,6 +176,7 @@ def test_params_tables_keep_every_figure_whole(cli, columns):
     assert max(len(line) for line in text.splitlines()) <= columns
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", WIDTHS)
 def test_run_table_shows_whole_values_and_names_the_columns_left_out(cli, tmp_path, columns):
     x = np.random.default_rng(0).standard_normal((5, 512)).astype(np.float32)
@@ -192,6 +195,7 @@ def test_run_table_shows_whole_values_and_names_the_columns_left_out(cli, tmp_pa
     assert "0" not in left_out and "11" in left_out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", WIDTHS)
 def test_relu_stats_sweep_keeps_tokens_inactive_and_dead(cli, columns):
     case = DATA / "forward" / "bert"
@@ -211,6 +215,7 @@ def test_relu_stats_sweep_keeps_tokens_inactive_and_dead(cli, columns):
             assert f"{layer['cats_threshold_50']:.4g}" in shown
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", WIDTHS)
 def test_permute_check_table_keeps_its_figures(cli, tmp_path, columns):
     x = np.random.default_rng(1).standard_normal((5, 512)).astype(np.float32)
@@ -374,6 +379,7 @@ def long_folder(tmp_path):
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command, line", [
     ("run", "FFN: relu, float32, weights {}/w.npz"),
     ("relu-stats", "weights: {}/w.npz"),

@@ -197,6 +197,7 @@ def _run_doctest(block: Block) -> None:
     assert runner.failures == 0 and runner.tries > 0, block.id
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", ALL, ids=[block.id for block in ALL])
 def test_example(block, pages, cli, monkeypatch):
     """The block runs in its page's folder, after the blocks before it on the page."""
@@ -368,6 +369,7 @@ def _console_in_shell(block: Block, folder: Path, env: dict[str, str]) -> None:
         assert _matches(expected, r.stdout + r.stderr), (block.id, command, r.stdout + r.stderr)
 
 
+@pytest.mark.slow
 def test_readme_commands_from_the_clone_root(installed, clone_root):
     _skip_without_models(README)
     env = _reader_env(installed)
@@ -389,6 +391,7 @@ class LibraryExampleFailed(AssertionError):
     """A README doctest failed when run by `python -c`."""
 
 
+@pytest.mark.slow
 def test_readme_library_from_the_clone_root(installed, clone_root):
     """The README's doctests by `python -c` (the current folder first on sys.path), after the
     console blocks before them (the files they read)."""

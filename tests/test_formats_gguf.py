@@ -129,6 +129,7 @@ def test_tensor_data_is_aligned_to_32_bytes_without_general_alignment(tmp_path):
     np.testing.assert_array_equal(G.dequantised(parsed, tensor), values)
 
 
+@pytest.mark.slow
 @needs_smollm2
 def test_the_header_walk_agrees_with_gguf_reader_on_smollm2():
     _same_as_reader(SMOLLM2)
@@ -259,6 +260,7 @@ def test_legacy_kernels_on_random_bytes_are_the_gguf_packages(qtype):
     np.testing.assert_array_equal(ours, theirs)  # NaN where NaN
 
 
+@pytest.mark.slow
 @needs_smollm2
 def test_smollm2_legacy_blocks_are_the_gguf_packages_bit_for_bit():
     """ffncli's Q4_1 and Q8_0 kernels against the package's dequantisation on SmolLM2's own
@@ -273,6 +275,7 @@ def test_smollm2_legacy_blocks_are_the_gguf_packages_bit_for_bit():
                                       oracle(SMOLLM2, name).T, err_msg=name)  # [out, in]
 
 
+@pytest.mark.slow
 @needs_smollm2
 def test_smollm2_runs_through_every_command(cli):
     r = cli("run", "--weights", SMOLLM2, "--layer", 0, "--random", 3, "--json")
@@ -486,6 +489,7 @@ def valid_bytes(tmp_path_factory):
     return path.read_bytes()
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
@@ -516,6 +520,7 @@ def test_fuzz_the_header(valid_bytes, tmp_path_factory, data):
         assert isinstance(exc, FfnError), repr(exc)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())

@@ -63,6 +63,7 @@ def assert_close(got: np.ndarray, want: np.ndarray, what: str, rel: float = 1e-4
 # Against transformers.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", TINY + list(PACKAGED))
 def test_states_match_pytorch(case):
     model = load(case)
@@ -124,6 +125,7 @@ def test_a_sharded_index_reads_like_the_single_file(tmp_path):
 # Pieces against independent oracles.
 
 
+@pytest.mark.slow
 def test_embedding_rows_are_read_alone_as_the_whole_table_holds_them(tmp_path):
     """read_tensor(rows=...) and gguf.dequantised(rows=...) give the rows of the whole tensor,
     in the order asked (F32 and F16 safetensors; SmolLM2's Q8_0 token_embd)."""
@@ -410,6 +412,7 @@ def test_progress_counts_tokens_through_layers(tmp_path):
     assert seen == [6, 10, 16, 20, 26, 30]  # two batches through layers 0, 1 and 2
 
 
+@pytest.mark.slow
 def test_walk_keeps_one_batch_in_memory(tmp_path):
     """The states of all tokens never live in memory at once: with batches of 200 tokens the
     peak of NumPy's allocations (tracemalloc sees them) stays under half of one copy of all
@@ -432,6 +435,7 @@ def test_walk_keeps_one_batch_in_memory(tmp_path):
     assert peak(10**9) > all_states
 
 
+@pytest.mark.slow
 def test_no_room_for_any_file_is_one_line(tmp_path):
     """A file-size limit of 0 (ulimit -f 0): no folder can take the forward's spill file, so
     the temporary folder cannot even be found; one line, exit 2, no --out folder left."""

@@ -19,6 +19,8 @@ from ffncli import errors, testing  # noqa: E402
 from ffncli.analysis import frameworks  # noqa: E402
 from ffncli.errors import ImplError  # noqa: E402
 
+pytestmark = pytest.mark.slow  # among the slowest (docs/development.md)
+
 FFN = '{"d_model": 16, "d_ff": 32}'
 ARGS = {"d_model": 16, "d_ff": 32}
 PROPERTIES = ["permutation_equivariance", "token_independence", "identical_tokens"]

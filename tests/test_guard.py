@@ -26,6 +26,7 @@ TESTS = Path(__file__).parent
 # --- the implementation misbehaves: exit 2, one line, whatever it does -----------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl,message", [
     ("exits", "impls.ffns:exits called sys.exit(0) instead of returning its output"),
     ("exits_bare", "impls.ffns:exits_bare called sys.exit() instead of returning its output"),
@@ -91,6 +92,7 @@ def _verdicts(r) -> list[dict]:
     return [{k: v for k, v in p.items() if k != "seconds"} for p in r.json()["properties"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl,same_as", [("returns_input", None), ("reuses_buffer", "good"),
                                           ("returns_last_output", "good")])
 def test_views_and_reused_buffers_are_copied(cli, in_tests, impl, same_as):
@@ -107,6 +109,7 @@ def test_views_and_reused_buffers_are_copied(cli, in_tests, impl, same_as):
                                              *IMPL, "--json"))
 
 
+@pytest.mark.slow
 def test_exit_0_of_the_impl_is_exit_2_of_the_console_script(tmp_path):
     """Through main(), as CI runs it: before, run() turned the impl's SystemExit(0) into 0."""
     done = subprocess.run([sys.executable, "-m", "ffncli", "permute-check", "--impl",
@@ -128,6 +131,7 @@ def test_ffncli_own_interrupt_is_not_the_impl_s_fault():
         guard.guarded(interrupted, "f", np.dtype(np.float64), timeout=30)(np.ones((2, 3)))
 
 
+@pytest.mark.slow
 def test_sigterm_during_the_impl_exits_143(tmp_path):
     """SIGTERM to ffncli while the code under test runs (in its child): exit 143, and the
     child is killed with its whole group."""
@@ -141,6 +145,7 @@ def test_sigterm_during_the_impl_exits_143(tmp_path):
     assert not processes.alive(child)
 
 
+@pytest.mark.slow
 def test_the_impl_killing_its_own_process_is_exit_2(tmp_path):
     (tmp_path / "selfkill.py").write_text(
         "import os, signal\n\ndef f(x):\n    os.kill(os.getpid(), signal.SIGTERM)\n"
@@ -153,6 +158,7 @@ def test_the_impl_killing_its_own_process_is_exit_2(tmp_path):
                                               "returning its output\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl,message", [
     ("impls.ffns", "option --impl: expected package.module:NAME, got 'impls.ffns'"),
     ("impls.nothere:f", "option --impl: cannot import module 'impls.nothere' (No module named "
@@ -172,6 +178,7 @@ def test_cli_bad_impl_exit_2(cli, in_tests, impl, message):
     assert r.err.startswith("error: " + message) and r.err.count("\n") == 1, r.err
 
 
+@pytest.mark.slow
 def test_os_exit_in_a_subprocess_is_exit_2(tmp_path):
     """Through the real console script: os._exit(0) in the FFN under test is not a pass."""
     import subprocess
@@ -185,6 +192,7 @@ def test_os_exit_in_a_subprocess_is_exit_2(tmp_path):
     assert p.stderr == "error: quits:f called os._exit(0) instead of returning its output\n"
 
 
+@pytest.mark.slow
 def test_a_forked_worker_s_os_exit_is_its_own_and_real(tmp_path):
     """In the caller's process (pytest): a multiprocessing worker forked while the FFN runs
     ends with os._exit, which must end it, not unwind into the caller's code and run the rest
@@ -273,6 +281,7 @@ def test_guard_is_importable_without_the_cli():
 # --- --timeout ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["hangs", "sleeps", "swallows_and_returns"])
 def test_timeout_ends_a_hanging_impl(cli, in_tests, impl):
     started = time.monotonic()
@@ -285,6 +294,7 @@ def test_timeout_ends_a_hanging_impl(cli, in_tests, impl):
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
+@pytest.mark.slow
 def test_load_timeout_bounds_the_import(cli, in_tests):
     started = time.monotonic()
     r = cli("permute-check", "--impl", "impls.hang_on_import:f", *IMPL, "--timeout", "0.5",
@@ -304,6 +314,7 @@ def test_the_load_limit_is_generous_and_its_own():
         (None, 120, 300, 3)
 
 
+@pytest.mark.slow
 def test_timeout_keeps_good_results(cli, in_tests):
     """A generous limit changes nothing: the same verdict and deviations, no alarm left."""
     for impl, code in (("good", 0), ("position_bias", 1)):
@@ -386,6 +397,7 @@ def test_a_timeout_outside_the_main_thread_is_refused_not_blamed_on_the_ffn():
 # --- a plain class or factory: built, then checked ------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_plain_class_is_built_with_impl_args_and_a_factory_is_called(cli, in_tests):
     built = cli("permute-check", "--impl", "impls.ffns:Scaled", "--impl-args", '{"scale": 2}',
                 *IMPL, "--json")

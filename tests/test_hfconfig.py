@@ -355,6 +355,7 @@ def test_one_line_naming_the_key(cli, tmp_path, config, message):
     assert_one_line(cli, tmp_path, config, message)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(name=st.sampled_from(sorted(n for n in MODELS if n.startswith(("tiny-", "fix-")))),
        data=st.data())

@@ -54,6 +54,7 @@ def cache(tmp_path, monkeypatch, sharded) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_model_from_the_cache_counts_and_runs_as_the_file(cli, cache):
     snap = cache / "models--sentence-transformers--all-MiniLM-L6-v2" / "snapshots" / COMMIT
     doc = run_json(cli, "params", "--model", "sentence-transformers/all-MiniLM-L6-v2")

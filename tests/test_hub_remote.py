@@ -23,6 +23,8 @@ from helpers.installed_models import minilm, smollm2
 from ffncli.formats import remote
 from ffncli.formats.gguf import read_header as gguf_header
 
+pytestmark = pytest.mark.slow  # among the slowest (docs/development.md)
+
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 TOKEN = "hf_ThisIsTheSecretToken"
 LIAR = struct.pack("<Q", 10_000_000) + b"{}" + bytes(990)  # 1,000 bytes in all

@@ -20,6 +20,8 @@ from helpers.checks import IMPL
 
 from ffncli.analysis import isolate
 
+pytestmark = pytest.mark.slow  # among the slowest (docs/development.md)
+
 TESTS = Path(__file__).parent
 
 

@@ -43,6 +43,7 @@ def ids_file(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["gpt2", "llama"])
 def test_variants_in_one_walk_are_each_what_they_are_alone(case):
     with _model(case) as m:
@@ -59,6 +60,7 @@ def test_variants_in_one_walk_are_each_what_they_are_alone(case):
     assert dense.tokens_scored == 9 * 15 and dense.windows == 9 and dense.dropped == 12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["gpt2", "llama"])
 def test_layers_before_the_first_sparsified_are_computed_once(case, monkeypatch):
     """Sparsifying layer 1 alone: layer 0 and layer 1's attention are the same in every
@@ -169,6 +171,7 @@ def test_an_encoder_reports_fidelity_per_line():
     assert keep_all.sentence_cosine == pytest.approx(1.0, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_calibration_on_another_text_is_used(tmp_path):
     with _model("llama") as m:
         other = _document(IDS[::-1].copy())
@@ -186,6 +189,7 @@ def test_calibration_on_another_text_is_used(tmp_path):
 # The command.
 
 
+@pytest.mark.slow
 def test_thresholds_saved_and_applied_again_give_the_same_model(cli, tmp_path, ids_file):
     w = FORWARD / "llama" / "model.safetensors"
     saved = tmp_path / "t.json"
@@ -209,6 +213,7 @@ def test_thresholds_saved_and_applied_again_give_the_same_model(cli, tmp_path, i
     assert first["protocol"]["name"] == "llama.cpp" and first["tokens_scored"] == 135
 
 
+@pytest.mark.slow
 def test_relu_stats_applies_a_saved_cats_threshold(cli, tmp_path, ids_file):
     w = FORWARD / "llama" / "model.safetensors"
     saved = tmp_path / "t.json"
@@ -312,6 +317,7 @@ def test_a_decoder_without_its_lm_head_is_refused(cli, tmp_path, ids_file, case)
                                   "says tie_word_embeddings false\n")
 
 
+@pytest.mark.slow
 def test_a_thresholds_file_for_another_model_is_refused(cli, tmp_path, ids_file):
     saved = tmp_path / "t.json"
     assert cli("perplexity", "--weights", FORWARD / "llama" / "model.safetensors", "--ids",
@@ -508,6 +514,7 @@ def test_a_target_of_minus_zero_is_zero(cli, tmp_path, ids_file, saved):
             [(label, "0.0")]
 
 
+@pytest.mark.slow
 def test_layers_a_thresholds_file_does_not_cut_are_refused(cli, tmp_path, ids_file, saved):
     """relu-stats --layer 1 with a file cutting layer 0 only was an IndexError; --layer 0-1
     silently dropped layer 1. perplexity applies the file's model whole."""
@@ -542,6 +549,7 @@ def test_layer_ranges_join_runs():
     assert layer_ranges([5, 0, 2, 3, 4]) == "0, 2-5" and layer_ranges([7]) == "7"
 
 
+@pytest.mark.slow
 def test_calibration_takes_the_first_4096_tokens_in_chunk_order():
     """A text longer than the calibration: the thresholds are the quantiles over the dense
     model's FFN inputs of the first 4,096 tokens of the chunks (85 chunks of 48 and 16 tokens
@@ -564,6 +572,7 @@ def test_calibration_takes_the_first_4096_tokens_in_chunk_order():
     assert r.calibration["tokens"] == 4096
 
 
+@pytest.mark.slow
 def test_no_room_for_any_file_is_one_line_and_leaves_nothing(tmp_path, ids_file):
     """A file-size limit of 0 (set in the process, as CPython ignores SIGXFSZ): the spill file
     cannot be made; one line, exit 2, no thresholds file or report left behind."""
@@ -581,6 +590,7 @@ def test_no_room_for_any_file_is_one_line_and_leaves_nothing(tmp_path, ids_file)
     assert done.stderr.count("\n") == 1 and os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_each_option_of_the_command_changes_what_it_reports(cli, tmp_path, ids_file):
     w = FORWARD / "llama" / "model.safetensors"
     base = ("perplexity", "--weights", w, "--ids", ids_file, "--ctx", "32", "--json")
@@ -606,6 +616,7 @@ def test_each_option_of_the_command_changes_what_it_reports(cli, tmp_path, ids_f
                                                                     rel=1e-5)
 
 
+@pytest.mark.slow
 def test_calibration_text_calibrates_in_place_of_the_evaluated_one(cli, tmp_path):
     from helpers.installed_models import minilm
 
@@ -665,6 +676,7 @@ def test_both_outputs_are_reserved_before_the_work(cli, tmp_path, ids_file, monk
     assert json.loads(saved.read_text())["format"] == "ffncli thresholds"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["report-fails", "report-is-a-directory", "interrupted"])
 def test_a_report_that_fails_leaves_no_thresholds_file(cli, tmp_path, ids_file, monkeypatch,
                                                        how):

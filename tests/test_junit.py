@@ -27,6 +27,7 @@ PRESETS = TESTS.parent / "presets"
 CONFIGS = TESTS / "data" / "configs"
 
 
+@pytest.mark.slow
 def test_cli_impl_pass_and_fail_with_junit(cli, tmp_path, in_tests):
     r = cli("permute-check", "--impl", "impls.ffns:good", "--d-model", "6", "--random", "20")
     assert (r.code, r.err) == (0, "") and "position-wise: every property holds" in r.out
@@ -161,6 +162,7 @@ def test_junit_xml_through_a_symlink_writes_where_it_points(cli, tmp_path, in_te
     assert link.is_symlink() and ET.parse(tmp_path / "reports" / "r.xml").getroot() is not None
 
 
+@pytest.mark.slow
 def test_junit_xml_of_a_misbehaving_impl_is_an_error_report(cli, tmp_path, in_tests):
     """Last run's passing report must not stay behind looking like this run's."""
     junit = tmp_path / "report.xml"
@@ -195,6 +197,7 @@ def test_junit_xml_directory(cli, tmp_path, in_tests):
     assert (r.code, r.out) == (2, "") and r.err.count("\n") == 1 and "directory" in r.err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fail,message", [
     ("new_file", "cannot write in {t}: Permission denied"),
     ("os.fsync", "cannot write {t}/report.xml: No space left on device"),

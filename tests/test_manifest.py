@@ -218,6 +218,7 @@ def holds_or_refuses(content: object, kind: M.Kind) -> None:
             assert valid(entry[key]), (key, entry[key])
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(kind=st.sampled_from([M.RUN, M.CAPTURE]), edits=st.lists(
     st.tuples(st.integers(0, 2), KEYS, JSON | st.just(...)), max_size=4), extra=JSON)
@@ -232,6 +233,7 @@ def test_fuzz_edited_shards(kind, edits, extra):
     holds_or_refuses(doc(kind, *shards, extra), kind)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(kind=st.sampled_from([M.RUN, M.CAPTURE]), document=JSON)
 def test_fuzz_any_document(kind, document):
@@ -239,6 +241,7 @@ def test_fuzz_any_document(kind, document):
     holds_or_refuses({"format": kind.format, "job": RECIPE, "shards": document}, kind)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(raw=st.binary(max_size=200) | st.text(alphabet=string.printable + "[]{}\":,\\",
                                              max_size=200))

@@ -57,6 +57,7 @@ def test_a_nested_call_runs_in_order_on_the_calling_thread(two_threads):
     assert len(threads) == 2
 
 
+@pytest.mark.slow
 def test_a_failing_part_stops_the_rest_and_the_started_ones_end_first(two_threads):
     """'slow' is under way when 'bad' raises: the call raises bad's error only after slow has
     ended, and no 'later' task starts."""

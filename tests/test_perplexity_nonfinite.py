@@ -97,6 +97,7 @@ def ids_file(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", range(len(NAMES)), ids=NAMES)
 @pytest.mark.parametrize("extra", [(), ("--json",), ("--sparsify", "topk",
                                                      "--target-sparsity", "0.5")],
@@ -111,6 +112,7 @@ def test_a_nonfinite_head_or_final_norm_is_refused_naming_the_tensor(cli, cases,
     assert not report.exists()
 
 
+@pytest.mark.slow
 def test_the_untouched_checkpoints_score(cli, ids_file, tmp_path):
     """The same runs without the bad value: a finite perplexity, exit 0 (the cases above fail
     for the value, not the set-up)."""

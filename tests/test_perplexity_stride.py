@@ -21,6 +21,8 @@ from ffncli.jobs.perplexity import perplexity
 from ffncli.jobs.resolve import load_document, open_forward
 from ffncli.specs.spec import Overrides
 
+pytestmark = pytest.mark.slow  # among the slowest (docs/development.md)
+
 ROOT = Path(__file__).parents[1]
 FORWARD = ROOT / "tests" / "data" / "forward"
 

@@ -34,6 +34,8 @@ from ffncli.jobs.resolve import load_document, open_forward
 from ffncli.jobs.thresholds import Variant
 from ffncli.specs.spec import Overrides
 
+pytestmark = pytest.mark.slow  # among the slowest (docs/development.md)
+
 DATA = Path(__file__).parent / "data"
 FIXTURES = DATA / "perplexity"
 RULES = ("cats-0.25", "cats-0.5", "teal-0.5", "topk-0.5")

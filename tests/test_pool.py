@@ -24,6 +24,8 @@ distributed = pytest.importorskip("distributed")
 
 from ffncli.jobs.shards import pool as pools  # noqa: E402
 
+pytestmark = pytest.mark.slow  # among the slowest (docs/development.md)
+
 LEVELS = """
 import logging
 import warnings

@@ -10,6 +10,7 @@ import pytest
 # relu-stats: a list of units says how many more there are
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threshold", ["0", "0.3", "0.6", "1.0"])  # 0, 3, 295, 1,550 dead
 def test_a_list_of_units_says_how_many_more_there_are(cli, threshold):
     """The dead units on the line are the --json document's, the first 20 of them, and the

@@ -153,6 +153,7 @@ def test_cli_engine_and_capacity_factor(cli):
     assert bad.code == 1 and bad.json()["passed"] is False
 
 
+@pytest.mark.slow
 def test_cli_tolerance_flags_change_the_verdict(cli, in_tests):
     # position_bias deviates by 0.01 per position: loose enough tolerances accept it.
     args = ("permute-check", "--impl", "impls.ffns:position_bias", "--d-model", "6",
@@ -340,6 +341,7 @@ def test_tolerances_given_are_used():
     assert loose.passed and {(p.rtol, p.atol) for p in loose.properties} == {(0.02, 0.0)}
 
 
+@pytest.mark.slow
 def test_a_float16_result_is_compared_with_float16_s_tolerance():
     """A correct FFN that rounds its result to float16 (autocast, `.half()`): one token alone
     and all at once round alike but for a last bit, which a float32 tolerance called a

@@ -121,6 +121,7 @@ def test_quantiles_counted_block_by_block_are_numpys(monkeypatch):
         [float(q) for q in np.quantile(values, targets)]
 
 
+@pytest.mark.slow
 def test_quantiles_need_little_memory_beside_the_values(method):
     """A layer's calibration magnitudes (Llama's 4,096 x 14,336 are 235 MB): the quantiles
     count and gather them block by block, so what they allocate beside them stays a few

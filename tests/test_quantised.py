@@ -258,6 +258,7 @@ def quantised_header(tmp_path_factory):
     return read_header(path)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
@@ -288,6 +289,7 @@ def test_fuzz_shapes_and_names(quantised_header, data):
         assert "\n" not in str(exc)
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(awq=st.booleans(), bits=st.sampled_from([2, 4, 8]), n_in=st.sampled_from([0, 8, 32, 64]),

@@ -226,6 +226,7 @@ def test_params_report_of_real_weights_and_of_names_alone(cli, tmp_path):
     assert doc["checked_by_config"] is False and tables["parts"][-1][1] == "22,713,216"
 
 
+@pytest.mark.slow
 def test_params_report_never_imports_numpy(tmp_path):
     import subprocess
     import sys
@@ -283,6 +284,7 @@ def test_sweep_report_against_its_document():
     assert _stats_sources(one["layers"][0], "layers.0.") <= _sources(page)
 
 
+@pytest.mark.slow
 def test_sweep_report_from_the_command(cli, tmp_path):
     """relu-stats --text --report: the page of the sweep the command computed, every number
     equal to what --json prints for the same command."""
@@ -361,6 +363,7 @@ def test_report_refuses_inputs_directories_and_missing_folders(cli, tmp_path):
              f"folder {tmp_path / 'missing'} does not exist")
 
 
+@pytest.mark.slow
 def test_report_refuses_every_file_of_a_weights_folder(cli, tmp_path):
     folder = tmp_path / "minilm"
     folder.mkdir()
@@ -648,6 +651,7 @@ def _lightness(fill: str) -> float:
     return float(m.group(1))
 
 
+@pytest.mark.slow
 def test_a_30_layer_perplexity_report_fits_the_page(cli, tmp_path):
     """The per-layer table had a column a layer: 31 columns of '25.0% / 0.0123', about 240 em
     on a 60 em page. Now a row a layer, a column a target, in two tables (sparsity, error),
@@ -674,6 +678,7 @@ def test_a_30_layer_perplexity_report_fits_the_page(cli, tmp_path):
                                            enumerate(kinds) if k == "svg")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("label, key", [("FFN relative error per layer", "ffn_relative_error"),
                                         ("achieved sparsity per layer", "sparsity")])
 def test_a_perplexity_heat_maps_shades_span_its_data(cli, tmp_path, label, key):

@@ -60,6 +60,7 @@ def test_relu_stats_ids_all_layers_reads_config_and_header_once(cli, counted, mo
     assert counted["open model.safetensors"] == 2  # the header, then the data, kept open
 
 
+@pytest.mark.slow
 def test_the_opens_do_not_grow_with_the_layers(cli, counted):
     """All six layers of the real all-MiniLM-L6-v2 on its text: the same counts as two."""
     weights = minilm_path()
@@ -76,6 +77,7 @@ def test_the_opens_do_not_grow_with_the_layers(cli, counted):
             counted["open tokenizer.json"]) == (1, 2, 1)
 
 
+@pytest.mark.slow
 def test_a_gguf_header_is_parsed_once(cli, counted, tmp_path):
     """SmolLM2's GGUF: the spec, the tokenizer and every layer from one parse of its header."""
     path = smollm2_path()
@@ -118,6 +120,7 @@ def captured(tmp_path_factory) -> Path:
     return folder / "cap"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["relu-stats", "run"])
 def test_a_captured_file_runs_the_layer_its_capture_json_names(cli, captured, command):
     weights = str(minilm_path())
@@ -135,6 +138,7 @@ def test_a_captured_file_runs_the_layer_its_capture_json_names(cli, captured, co
     assert f"{weights}, layer 2" in text.replace("\n", "")
 
 
+@pytest.mark.slow
 def test_a_capture_json_that_is_not_a_capture_is_ignored(cli, captured, tmp_path):
     weights = str(minilm_path())
     other = tmp_path / "layer3.npy"

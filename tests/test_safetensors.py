@@ -349,6 +349,7 @@ def _read_everything(fuzz_file: Path) -> None:
         assert "\n" not in str(exc)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(in_header=edits(4), in_file=edits(2), data_cut=st.integers(0, len(GOOD_DATA)))
 def test_fuzz_bytes_of_a_valid_file(fuzz_file, in_header, in_file, data_cut):
@@ -372,6 +373,7 @@ FIELD_EDITS = st.lists(st.tuples(st.sampled_from([*GOOD_HEADER, "new"]),
                        min_size=1, max_size=3)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes=FIELD_EDITS, data_cut=st.just(len(GOOD_DATA)) | st.integers(0, len(GOOD_DATA)))
 def test_fuzz_fields_of_a_valid_header(fuzz_file, changes, data_cut):
@@ -387,6 +389,7 @@ def test_fuzz_fields_of_a_valid_header(fuzz_file, changes, data_cut):
     _read_everything(fuzz_file)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=200))
 def test_fuzz_read_header_on_random_bytes(fuzz_file, content):
@@ -407,6 +410,7 @@ def test_params_single_file_uses_the_config_beside_it(cli):
                                                                          MINILM_TOTAL, True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["folder", "index"])
 def test_params_on_shards_counts_every_shard_as_the_single_file(cli, sharded, form):
     single = run_json(cli, "params", "--weights", minilm() / "model.safetensors")
@@ -480,6 +484,7 @@ def test_a_shard_mismatch_is_reported_per_group(cli, sharded, tmp_path):
 # run, relu-stats, permute-check: the same answers, from only the layer's shards.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", [0, 3, 5])
 def test_run_on_shards_equals_the_single_file_exactly(cli, sharded, layer):
     single = run_json(cli, "run", "--weights", minilm() / "model.safetensors", "--layer", layer,
@@ -491,6 +496,7 @@ def test_run_on_shards_equals_the_single_file_exactly(cli, sharded, layer):
         assert doc["weights"] == f"{target}, layer {layer}"
 
 
+@pytest.mark.slow
 def test_relu_stats_and_permute_check_on_shards(cli, sharded):
     single = run_json(cli, "relu-stats", "--weights", minilm() / "model.safetensors", "--layer",
                       "4", "--random", "64")
@@ -500,6 +506,7 @@ def test_relu_stats_and_permute_check_on_shards(cli, sharded):
     assert check["passed"] is True and check["d_model"] == 384
 
 
+@pytest.mark.slow
 def test_run_opens_only_the_shards_of_its_layer(cli, sharded, tmp_path, monkeypatch):
     """Layer 0 lives in shard 1: the other shards are never opened, so garbage in them (a
     header too) does not matter; asking for layer 5 then reads the broken shard and says so."""
@@ -544,6 +551,7 @@ def two_shards(folder: Path, weight_map: dict[str, str] | None = None) -> Path:
 S1, S2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
 
 
+@pytest.mark.slow
 def test_bad_checkpoints_exact_lines(cli, tmp_path):
     def case(name: str, index_text: str | None = None, weight_map: dict | None = None,
              setup=None) -> Path:
@@ -658,6 +666,7 @@ VALID_INDEX = json.dumps({"metadata": {"total_size": 72},
                           "weight_map": {"a.weight": S1, "b.weight": S2, "c.weight": S2}})
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())

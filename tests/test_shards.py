@@ -42,6 +42,8 @@ from ffncli.jobs.sweep import sweep
 from ffncli.present import stats as render
 from ffncli.specs.spec import Overrides
 
+pytestmark = pytest.mark.slow  # among the slowest (docs/development.md)
+
 DENSE = (ModelChoice(preset="gpt2"), Overrides(d_model=96, d_ff=40))
 GATED = (ModelChoice(preset="llama2-7b"), Overrides(d_model=96, d_ff=40))
 MOE = (ModelChoice(preset="mixtral-8x7b"), Overrides(d_model=96, d_ff=20, experts=4, top_k=2,

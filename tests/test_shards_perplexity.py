@@ -26,6 +26,8 @@ from ffncli.jobs.shards.pool import DaskPool, InProcess
 from ffncli.jobs.thresholds import thresholds_text
 from ffncli.specs.spec import Overrides
 
+pytestmark = pytest.mark.slow  # among the slowest (docs/development.md)
+
 FORWARD = Path(__file__).parent / "data" / "forward"
 # 9,000 ids: with --ctx 32, 281 windows in the walk's batches of 4,096 tokens (128, 128 and 25
 # windows); SHARD_TOKENS of 4,096 below makes each batch a shard of its own

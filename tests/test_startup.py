@@ -38,6 +38,7 @@ def test_params_never_imports_numpy():
                       "code": 0}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("user_value, expected", [(None, "18"), ("24", "24")])
 def test_run_sets_the_openblas_timeout_before_numpy_unless_the_user_did(user_value, expected):
     result = probe("run", "--preset", "base", "--random", "3", "--json", timeout_env=user_value)
@@ -79,6 +80,7 @@ def _modules(*argv: str) -> set[str]:
     return set(result["modules"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [("params", "--preset", "base", "--json"),
                                   ("params", "--preset", "base"),
                                   ("params", "--config", "tests/data/configs/gpt2.config.json",
@@ -122,6 +124,7 @@ HELP = {"ffncli", "ffncli.base", "ffncli.base.blas", "ffncli.base.invocation",
         "ffncli.jobs.choices", "ffncli.specs", "ffncli.specs.spec"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, expected, rich", [
     (("params", "--preset", "base"), PRESET_PARAMS, True),
     (("params", "--preset", "base", "--json"), PRESET_PARAMS, False),

@@ -14,6 +14,7 @@ from helpers.installed_models import minilm
 # relu-stats --text: the sweep
 
 
+@pytest.mark.slow
 def test_sweep_equals_relu_stats_on_captured_inputs(cli, tmp_path):
     """Each layer's statistics on the fly equal relu-stats on the captured file: the same
     counts, exactly, by two paths."""
@@ -36,6 +37,7 @@ def test_sweep_equals_relu_stats_on_captured_inputs(cli, tmp_path):
                                                               rel=1e-12)
 
 
+@pytest.mark.slow
 def test_sweep_on_pytorch_inputs(cli, tmp_path):
     """Against PyTorch's inputs: the mean inactive fraction of every layer agrees to a few
     units in a thousand (a unit whose pre-activation is within float error of 0 may flip)."""
@@ -53,6 +55,7 @@ def test_sweep_on_pytorch_inputs(cli, tmp_path):
         assert 0.3 < row["mean_inactive_fraction"] < 0.95  # real inputs: a sparse hidden layer
 
 
+@pytest.mark.slow
 def test_sweep_one_layer_prints_the_full_statistics(cli):
     model = minilm()
     r = cli("relu-stats", "--weights", model, "--text", FORWARD / "minilm" / "text.txt",
@@ -126,6 +129,7 @@ def test_sweep_counts_a_dense_ffn_as_the_walk_computes_it(options, monkeypatch):
     assert all(row.cats_threshold_50 > 0 for row in result.layers)
 
 
+@pytest.mark.slow
 def test_sweep_lets_each_layers_ffn_go(monkeypatch):
     """When the walk builds layer i, the FFNs of layers < i - 1 are gone: the sweep keeps no
     layer's weights once the walk has left it (the walk itself holds layer i - 1 until then)."""

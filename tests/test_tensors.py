@@ -91,6 +91,7 @@ def test_threads_share_one_handle(monkeypatch):
     assert len(got) == 8 and all(np.array_equal(g, expected) for g in got)
 
 
+@pytest.mark.slow
 def test_a_model_the_forward_refuses_leaves_no_file_open(tmp_path):
     """RoBERTa's pad_token_id past its position table is refused after the checkpoint was
     opened: the checkpoint is closed on the way out (no ResourceWarning)."""

@@ -299,6 +299,7 @@ def test_bos_and_eos_of_any_text_are_added_by_their_ids(tmp_path, bos):
 _TOKEN_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(bos=_TOKEN_TEXT | st.sampled_from(TEMPLATE_SYNTAX),
@@ -390,6 +391,7 @@ def test_metadata_arrays_read_past_a_short_first_read_and_name_a_bad_string(
                             "UTF-8 text: b'x\\xffz'")
 
 
+@pytest.mark.slow
 @needs_smollm2
 def test_metadata_arrays_of_smollm2_are_the_gguf_packages():
     gguf = pytest.importorskip("gguf")
@@ -648,6 +650,7 @@ def _mutate(data: bytes, edits: list[tuple[int, int]], cut: int | None) -> bytes
     return bytes(raw[:cut] if cut is not None else raw)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(base=st.sampled_from(["npy", "txt"]),
@@ -905,6 +908,7 @@ ENCODE_FAILS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(ENCODE_FAILS))
 def test_a_tokenizer_that_fails_on_the_text_is_one_line(tmp_path, capfd, kind):
     """Read at the level of file descriptors: the panic of the tokenizers package's Rust code

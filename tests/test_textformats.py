@@ -353,6 +353,7 @@ def scratch(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("fuzz")
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_fuzz_mutated_presets_and_configs(scratch, data):

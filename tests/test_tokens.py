@@ -434,6 +434,7 @@ def _numpy_reads(raw: bytes) -> np.ndarray:
     return np.load(io.BytesIO(raw), allow_pickle=False)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw=st.one_of(mutated(SEEDS), st.binary(max_size=200)), whole=st.booleans())
 def test_fuzz_open_input(scratch, raw, whole):

@@ -456,6 +456,7 @@ def scratch():
         yield Path(folder)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(raw=st_.one_of(_mutated_npz(), st_.binary(max_size=300)))
 def test_fuzz_npz_weights(scratch, raw):

@@ -215,6 +215,7 @@ def test_one_line_naming_the_key(cli, tmp_path, config, message):
     assert_one_line(cli, tmp_path, config, message)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(model_type=st.sampled_from(sorted(KIND)), data=st.data())
 def test_mutated_configs_count_or_fail_in_one_line(model_type, data):

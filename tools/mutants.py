@@ -15,6 +15,7 @@ than once) is reported as *stale*: update its fragment.
     python tools/mutants.py            # all mutants, two at a time
     python tools/mutants.py -j 1 -k capacity --timeout 120
     python tools/mutants.py --list     # the table of mutants, nothing run
+    python tools/mutants.py --only 58,68 --own-tests   # against their files' test modules
 
 Exit status: 0 when every mutant that was run is killed, 1 otherwise.
 """
@@ -67,9 +68,14 @@ TESTS_OF = {
     "analysis/frameworks.py": ("test_frameworks.py",),
     "analysis/isolate.py": ("test_isolate.py", "test_guard.py"),
     "analysis/compare.py": ("test_compare.py", "test_properties.py"),
+    "analysis/calibration.py": ("test_calibration.py", "test_sparsity.py", "test_sweep.py",
+                                "test_jobs_perplexity.py"),
+    "analysis/quantiles.py": ("test_quantiles.py", "test_sparsity.py"),
+    "base/textformats.py": ("test_textformats.py", "test_present.py"),
+    "formats/remote.py": ("test_hub_remote.py",),
     "specs/": ("test_spec.py", "test_hfconfig.py", "test_archs.py"),
     "specs/gguf.py": ("test_specs_gguf.py", "test_formats_gguf.py"),
-    "base/validate.py": ("test_validate.py",),
+    "base/validate.py": ("test_validate.py", "test_memory.py", "test_training.py"),
     "formats/tokens.py": ("test_tokens.py", "test_jobs_run.py"),
     "formats/npy.py": ("test_npy.py",),
     "formats/safetensors.py": ("test_safetensors.py", "test_weights.py", "test_forward.py"),
@@ -78,7 +84,7 @@ TESTS_OF = {
     "formats/gguf.py": ("test_formats_gguf.py", "test_text.py"),
     "formats/quantised.py": ("test_quantised.py", "test_counting_files.py"),
     "formats/text.py": ("test_text.py",),
-    "jobs/run.py": ("test_jobs_run.py",),
+    "jobs/run.py": ("test_jobs_run.py", "test_compare.py", "test_cli_run.py"),
     "jobs/capture.py": ("test_capture.py",),
     "jobs/sweep.py": ("test_sweep.py",),
     "jobs/resolve.py": ("test_resolve.py", "test_forward.py"),
@@ -238,7 +244,7 @@ AREAS: dict[str, list[Mutant]] = {
           "bias = dim if emb.head_bias else 0", "head bias of dim, not vocab"),
         M("counting/model.py", 'groups["norms"] += stacks * norm_params(d, norm)',
           'groups["norms"] += norm_params(d, norm)', "one final norm for two stacks"),
-        M("counting/model.py", 'groups["attention"] += stacks * table',
+        M("counting/model.py", 'groups["attention"] += tables * table',
           'groups["attention"] += table', "one relative-bias table for two stacks"),
         M("counting/model.py", "if emb is not None and emb.norm and norm is not None:",
           "if emb is not None and norm is not None:", "embedding norm everywhere"),
@@ -261,18 +267,20 @@ AREAS: dict[str, list[Mutant]] = {
     ],
     "sparsity": [
         # ---- analysis/sparsity.py ----------------------------------------------------------------
-        M("analysis/sparsity.py", "        return pre <= 0", "        return pre < 0",
-          "inactive: pre < 0, not <= 0"),
-        M("analysis/sparsity.py", "return np.abs(act) <= rule.threshold",
-          "return np.abs(act) < rule.threshold", "threshold: |a| < T, not <= T"),
+        M("analysis/sparsity.py", "return np.less_equal(values, 0, out=out)",
+          "return np.less(values, 0, out=out)", "inactive: pre < 0, not <= 0"),
+        M("analysis/sparsity.py", "return np.less_equal(np.abs(values), rule.threshold, out=out)",
+          "return np.less(np.abs(values), rule.threshold, out=out)",
+          "threshold: |a| < T, not <= T"),
         M("analysis/sparsity.py", 'number("option --threshold", threshold)',
           'number("option --threshold", threshold, positive=True)', "--threshold 0 refused"),
-        M("analysis/sparsity.py", "active_here = m - np.count_nonzero(inactive, axis=0)",
-          "active_here = np.count_nonzero(inactive, axis=0)", "active counts inactive tokens"),
+        M("analysis/sparsity.py", "active_here = m - _count(inactive, axis=0)",
+          "active_here = _count(inactive, axis=0)", "active counts inactive tokens"),
         M("analysis/sparsity.py", "np.argmin(inactive[:, cols], axis=0) + self.tokens",
           "np.argmin(inactive[:, cols], axis=0)", "first_active: chunk offset left out"),
-        M("analysis/sparsity.py", "sizes = np.count_nonzero(masks, axis=1)",
-          "sizes = np.count_nonzero(~masks, axis=1)", "chance overlap from active set sizes"),
+        M("analysis/sparsity.py", "self._pairs(inactive, per_token, self.last_inactive)",
+          "self._pairs(inactive, self.d_units - per_token, self.last_inactive)",
+          "chance overlap from active set sizes"),
         M("analysis/sparsity.py", "jac = np.where(union > 0, shared / np.maximum(union, 1), 1.0)",
           "jac = np.where(union > 0, shared / np.maximum(union, 1), 0.0)",
           "Jaccard of two empty sets 0 in the summary"),
@@ -302,9 +310,8 @@ AREAS: dict[str, list[Mutant]] = {
           "Jaccard variance: E[x^2]-E[x]"),
         M("analysis/sparsity.py", "b.first_active + a.tokens, -1)", "b.first_active, -1)",
           "merge: b's first tokens not shifted"),
-        M("analysis/sparsity.py",
-          "out._pairs(np.vstack([a.last_inactive[None], b.first_inactive[None]]))", "pass",
-          "merge: the pair across the boundary left out"),
+        M("analysis/sparsity.py", "out._pairs(first, _count(first, axis=1), a.last_inactive)",
+          "pass", "merge: the pair across the boundary left out"),
         M("analysis/sparsity.py",
           "out.last_inactive = b.last_inactive if b.last_inactive is not None else a.last_inactive",
           "out.last_inactive = a.last_inactive if a.last_inactive is not None else b.last_inactive",
@@ -321,11 +328,15 @@ AREAS: dict[str, list[Mutant]] = {
           "return [e * self.d_model + u for e", "MoE unit ids offset by d_model"),
         M("analysis/sparsity.py", "counts[rows] += self.stats[e].update(mask)",
           "counts[rows] = self.stats[e].update(mask)", "MoE per-token counts: last expert only"),
-        M("analysis/sparsity.py", "return float(np.quantile(np.concatenate(values), target))",
-          "return float(np.quantile(np.concatenate(values), 1 - target))",
-          "CATS threshold: the 1-S quantile"),
+        M("analysis/calibration.py", "return [quantile(values, s) for s in shares]",
+          "return [quantile(values, 1 - s) for s in shares]", "CATS threshold: the 1-S quantile"),
         M("analysis/sparsity.py", "keep_masks=tokens.n_tokens <= SMALL_OVERLAP",
           "keep_masks=tokens.n_tokens < SMALL_OVERLAP", "pairwise table for < 16 tokens only"),
+        # ---- analysis/quantiles.py ---------------------------------------------------------------
+        M("analysis/quantiles.py", "virtual = (n - 1) * float(q)", "virtual = n * float(q)",
+          "quantiles: the virtual index n q, not numpy's linear (n - 1) q"),
+        M("analysis/quantiles.py", "if low >= n - 1:", "if low > n - 1:",
+          "quantiles: the largest value's pair read past the order statistics found"),
     ],
     "specs": [
         # ---- specs/spec.py -----------------------------------------------------------------------
@@ -427,13 +438,13 @@ AREAS: dict[str, list[Mutant]] = {
           "RandomTokens.chunks: every chunk re-seeded (the same rows again)"),
         M("formats/tokens.py", "shape = (min(rows, self.n_tokens - start), self.d_model)",
           "shape = (rows, self.d_model)", "RandomTokens.chunks: last chunk a full chunk"),
-        M("jobs/run.py", "compare(y[::-1], swapped, rtol, atol).ok",
-          "compare(y, swapped, rtol, atol).ok", "lesson check: swapped outputs compared unswapped"),
-        M("jobs/run.py", "rtol, atol = tolerances(y.dtype, scale",
-          "rtol, atol = tolerances(np.float64, scale",
+        M("jobs/run.py", "compare(y[::-1], swapped, rtol, atol,",
+          "compare(y, swapped, rtol, atol,", "lesson check: swapped outputs compared unswapped"),
+        M("jobs/run.py", "rtol, atol = tolerances(y.dtype)",
+          "rtol, atol = tolerances(np.float64)",
           "lesson checks: float64 tolerances for float32 results"),
-        M("jobs/run.py", "compare(y, one_by_one, rtol, atol).ok",
-          "compare(y, one_by_one, 0.0, 0.0).ok",
+        M("jobs/run.py", "compare(y, one_by_one, rtol, atol, scale).ok",
+          "compare(y, one_by_one, 0.0, 0.0, scale).ok",
           "lesson check: one position at a time compared bit for bit"),
     ],
     "tokens": [
@@ -482,8 +493,8 @@ AREAS: dict[str, list[Mutant]] = {
           "frameworks: a module checked in training mode by default"),
         M("analysis/frameworks.py", "            m.train(training)", "            pass",
           "frameworks: a module's train/eval mode not put back"),
-        M("analysis/frameworks.py", "        module = copy.deepcopy(module).to(want)",
-          "        module = module.to(want)", "frameworks: the caller's module cast in place"),
+        M("analysis/frameworks.py", "        return copy.deepcopy(module)", "        return module",
+          "frameworks: the caller's module cast in place"),
         M("analysis/isolate.py", "os.killpg(self.process.pid, signal.SIGKILL)",
           "os.kill(self.process.pid, signal.SIGKILL)",
           "isolate: the child killed, its grandchildren left behind"),
@@ -559,7 +570,7 @@ AREAS: dict[str, list[Mutant]] = {
           "Block post-norm: the FFN's residual left out"),
         M("compute/forward/layer.py", "np.add(h1, h, out=h1)", "pass",
           "Block pre-norm: the attention's residual left out"),
-        M("compute/forward/layer.py", "np.add(h1, ffn_out, out=h1)", "np.add(x, ffn_out, out=h1)",
+        M("compute/forward/layer.py", "np.add(r, ffn_out, out=r)", "np.add(x, ffn_out, out=r)",
           "Block pre-norm: the FFN's residual around the normed x, not h1"),
         # ---- compute/forward/families.py ---------------------------------------------------------
         M("compute/forward/families.py", "self.offset = self.pad + 1", "self.offset = self.pad",
@@ -661,8 +672,8 @@ AREAS: dict[str, list[Mutant]] = {
           "map_shards: the calibration task's index not taken off"),
         M("jobs/shards/drivers.py", "                out = None\n", "                pass\n",
           "map_shards --skip-bad: the error yielded as the shard's result"),
-        M("jobs/shards/drivers.py", "            end = b\n", "            end = a\n",
-          "calibration portions: each shard's last batch left out"),
+        M("analysis/calibration.py", "        end = b\n", "        end = a\n",
+          "calibration portions (first_batches): each part's last batch left out"),
         M("jobs/shards/drivers.py",
           'and e == M.entry(s) and (out / s.out_name).is_file()}',
           'and (out / s.out_name).is_file()}',
@@ -714,7 +725,7 @@ AREAS: dict[str, list[Mutant]] = {
           "            runs.append((first, b))",
           "_runs: a run ends after the batch that does not fit (runs overlap)"),
         M("jobs/shards/inputs.py", "part if len(runs) > 1 else None,", "part,",
-          "text shards: a whole file numbered part 0"),
+          "text shards: a whole file numbered part 0", near="def read_text_shards"),
         M("jobs/shards/inputs.py", "_read_shard(path, d_model, len(shards), offset)",
           "_read_shard(path, d_model, len(shards) + len(skipped), offset)",
           "read_shards: indices count the skipped shards"),
@@ -817,7 +828,8 @@ AREAS: dict[str, list[Mutant]] = {
         M("counting/files.py", 'return info.name.endswith("attn.bias") and len(info.shape) == 4',
           'return info.name.endswith("attn.bias")',
           "GPT-2: c_attn.bias taken for the causal-mask buffer"),
-        M("counting/files.py", 'if "norm" in n or "ln_" in n:', 'if "norm" in n:',
+        M("counting/files.py", 'if "norm" in n or "ln_" in n or "ln" in segments:',
+          'if "norm" in n or "ln" in segments:',
           "GPT-2's ln_1, ln_2, ln_f not counted as norms"),
         M("counting/files.py", ' or tensor.name.startswith("rope_")', "",
           "GGUF: rope_freqs counted as parameters"),
@@ -902,10 +914,11 @@ AREAS: dict[str, list[Mutant]] = {
           "--text: the byte-order mark kept"),
         M("formats/text.py", "lines.extend([number] * len(cut))", "lines.append(number)",
           "--text: one line number for a line's windows", near="def flush"),
-        M("formats/text.py", "if encoded[3 * i] == encoded[3 * i + 1] + encoded[3 * i + 2]]",
-          "if len(encoded[3 * i]) == len(encoded[3 * i + 1]) + len(encoded[3 * i + 2])]",
+        M("formats/text.py", "if encoded[3 * k] == encoded[3 * k + 1] + encoded[3 * k + 2]]",
+          "if len(encoded[3 * k]) == len(encoded[3 * k + 1]) + len(encoded[3 * k + 2])]",
           "long lines: the cut check compares counts, not ids"),
-        M("formats/text.py", "cuts.append(found.start() + 1)", "cuts.append(found.start() + 2)",
+        M("formats/text.py", "cuts.append([found.start() + 1])",
+          "cuts.append([found.start() + 2])",
           "long lines: cut one character into the next word"),
         M("formats/text.py", '|[+-](?![0-9])|[0-9](?=[+-])")', '|[+-](?![0-9])")',
           "--ids: '12-3' not refused as not ids"),
@@ -971,7 +984,8 @@ AREAS: dict[str, list[Mutant]] = {
           "llama.cpp's protocol scores one position fewer"),
         M("analysis/perplexity.py", "            chunk[0] = bos", "            pass",
           "chunks: the BOS not put first"),
-        M("analysis/perplexity.py", "else max(0, n - s - 1) for k", "else max(0, n - s) for k",
+        M("analysis/perplexity.py", "first.append(max(0, len(window) - (end - previous) - 1))",
+          "first.append(max(0, len(window) - (end - previous)))",
           "stride: a token the previous window scored is not scored again, one is skipped"),
         M("analysis/perplexity.py", "    if t < 2 * n:", "    if t < n:",
           "a text shorter than two chunks accepted"),
@@ -989,8 +1003,9 @@ AREAS: dict[str, list[Mutant]] = {
           "sentence embeddings summed, shifted"),
         M("compute/sparse.py", "np.abs(a) <= cut.threshold if", "np.abs(a) < cut.threshold if",
           "cats: a value at the threshold kept"),
-        M("compute/sparse.py", "            cut_mask = np.abs(h) <= cut.down",
-          "            cut_mask = np.abs(a) <= cut.down", "teal: the down cut on the gate, not h"),
+        M("compute/sparse.py", "            small = np.abs(h) <= cut.down",
+          "            small = np.abs(h) <= cut.threshold",
+          "teal: h cut with the input's threshold, not the down one"),
         M("compute/sparse.py", "units - keep - 1, axis=1)[:, :units - keep]",
           "units - keep - 1, axis=1)[:, :units - keep - 1]", "topk: one unit too many kept"),
         M("compute/sparse.py", "            small = np.abs(x) <= cut.threshold",
@@ -999,16 +1014,17 @@ AREAS: dict[str, list[Mutant]] = {
         M("compute/sparse.py", "np.subtract(out, dense, out=dense)",
           "np.subtract(out, out, out=dense)",
           "the FFN error always 0"),
-        M("analysis/sparsity.py", 'return Cut("topk", keep=round((1 - target) * ffn.d_ff))',
-          'return Cut("topk", keep=round(target * ffn.d_ff))', "topk keeps S, not 1 - S"),
-        M("analysis/sparsity.py", "down=float(np.quantile(np.abs(h), target)))",
-          "down=float(np.quantile(np.abs(a), target)))", "teal: T2 calibrated on the gate"),
-        M("jobs/perplexity.py", "parts.append(np.array(x[:CALIBRATION_TOKENS - have]))",
-          "parts.append(np.array(x))", "calibration on whole batches, past the first 4,096"),
+        M("analysis/calibration.py", 'cuts.append(Cut("topk", keep=round((1 - s) * d_ff)))',
+          'cuts.append(Cut("topk", keep=round(s * d_ff)))', "topk keeps S, not 1 - S"),
+        M("analysis/calibration.py",
+          "np.abs(np.multiply(a, u[:end - lo], out=h), out=h)  # h = a * u, as the FFN",
+          "np.abs(a, out=h)", "teal: T2 calibrated on the gate |a|, not |h| = |a u|"),
+        M("analysis/calibration.py", "rows = min(self.left, x.shape[0])", "rows = x.shape[0]",
+          "calibration on every chunk, past the first 4,096"),
         M("jobs/perplexity.py", "saved = (c.zeroed_in * f * first + c.zeroed * d) / n",
           "saved = (c.zeroed_in * f + c.zeroed * d) / n", "teal: the up matrix's saving forgotten"),
-        M("jobs/perplexity.py", "        if v == 0 or i not in selected:",
-          "        if i not in selected:",
+        M("jobs/perplexity.py", "        if v == 0:  # the dense FFN",
+          "        if False:  # the dense FFN",
           "the dense variant sparsified too"),
         M("jobs/thresholds.py", '("layers", "d_model", "d_ff", "fingerprint", "name")',
           '("layers", "d_model", "d_ff", "name")',
@@ -1021,9 +1037,38 @@ AREAS: dict[str, list[Mutant]] = {
         M("formats/safetensors.py", 'elif weights.suffix.lower() in (".safetensors", ".json") and',
           'elif weights.suffix.lower() in (".safetensors",) and',
           "config_beside: not beside an index"),
-        M("jobs/params.py", "if weights is not None and preset is None and config is None:",
-          "if weights is not None and config is None:",
+        M("jobs/params.py",
+          "        if preset is None and config is None:\n            config = config_beside",
+          "        if config is None:\n            config = config_beside",
           "params: the config beside the weights overrides --preset"),
+    ],
+    "bounds": [
+        # ---- issue 39: the gate, bounds, safe cells, the Hub's commit ----------------------------
+        M("analysis/compare.py", "return np.maximum(largest, max(1.0, typical))",
+          "return np.maximum(largest.max(), max(1.0, typical))",
+          "column scale: one outlier column widens every column's atol"),
+        M("analysis/compare.py", "return np.maximum(largest, max(1.0, typical))",
+          "return np.maximum(largest, 1.0)",
+          "column scale: a column of few small outputs not held at the typical column's scale"),
+        M("analysis/compare.py", "bound_abs = atol * np.asarray(scale, dtype=np.float64)",
+          "bound_abs = np.asarray(atol, dtype=np.float64)",
+          "compare: the column scale ignored (a wide FFN's float32 fails)"),
+        M("analysis/properties.py", "    if seq < 2:  # every permutation",
+          "    if seq < 1:  # every permutation",
+          "permute-check: one token accepted (every permutation the identity)"),
+        M("base/validate.py", "if amount > MAX_INT or devices > MAX_INT:", "if devices > MAX_INT:",
+          "size: a size past 2**53 bytes accepted"),
+        M("base/validate.py", "    if int(amount) <= 0 or devices <= 0:",
+          "    if int(amount) < 0 or devices <= 0:", "size: a size below one byte accepted"),
+        M("base/textformats.py", "if text.startswith(_FORMULA) and not _FIGURE.fullmatch(text):",
+          "if text.startswith(_FORMULA):", "csv_cell: figures (-0.5) prefixed as formulas"),
+        M("base/textformats.py", '_FORMULA = ("=", "+", "-", "@")', '_FORMULA = ("=", "+", "-")',
+          "csv_cell: a cell starting with @ left as a formula"),
+        M("formats/remote.py", "if commit is not None and said is not None and said != commit:",
+          "if False:", "Hub: a file answered for another commit than the one asked for taken"),
+        M("formats/remote.py", "if not isinstance(commit, str) or not _COMMIT.fullmatch(commit):",
+          "if not isinstance(commit, str):",
+          "Hub: a sha that is no commit id (a '..' path) used as the cache's folder"),
     ],
 }
 MUTANTS: list[Mutant] = [replace(m, area=area) for area, ms in AREAS.items() for m in ms]
@@ -1047,6 +1092,33 @@ def locate(source: str, m: Mutant) -> int | str:
     if count != 1:
         return "fragment not found" if count == 0 else f"fragment found {count} times"
     return start + region.index(m.original)
+
+
+def applied(source: str, m: Mutant) -> int | str:
+    """Where the mutant applies (as :func:`locate`), or why it is stale: its fragment not
+    found once, or the mutated source not valid Python (a syntax error would be "killed" for
+    nothing)."""
+    where = locate(source, m)
+    if isinstance(where, str):
+        return where
+    try:
+        compile(source[:where] + m.replacement + source[where + len(m.original):], m.file,
+                "exec")
+    except SyntaxError as exc:
+        return f"the mutant does not compile: {exc}"
+    return where
+
+
+def stale() -> list[tuple[int, Mutant, str]]:
+    """(number, mutant, why) of every mutant not marked equivalent that cannot be applied to
+    today's source: tests/test_mutants.py holds this list empty."""
+    out = []
+    for i, m in enumerate(MUTANTS, 1):
+        path = ROOT / "ffncli" / m.file
+        where = applied(path.read_text(), m) if path.is_file() else "no such file"
+        if isinstance(where, str) and not m.equivalent:
+            out.append((i, m, where))
+    return out
 
 
 def copy_project(dest: Path) -> None:
@@ -1074,21 +1146,24 @@ def tests_of(file: str) -> tuple[str, ...]:
     return TESTS_OF[max(parts, key=len)] if parts else ()
 
 
-def test_modules(root: Path, first: tuple[str, ...] = ()) -> list[str]:
+def test_modules(root: Path, first: tuple[str, ...] = (),
+                 only: tuple[str, ...] | None = None) -> list[str]:
+    """Every test module, ``first`` first (then FIRST's); with ``only``, those modules alone."""
     order = (*first, *(name for name in FIRST if name not in first))
 
     def rank(path: Path) -> tuple[int, str]:
         return (order.index(path.name) if path.name in order else len(order), path.name)
 
     return [str(p.relative_to(root)) for p in sorted((root / "tests").glob("test_*.py"),
-                                                      key=rank)]
+                                                      key=rank)
+            if only is None or p.name in only]
 
 
-def pytest_run(root: Path, args: list[str], timeout: float,
-               first: tuple[str, ...] = ()) -> tuple[str, str, float]:
+def pytest_run(root: Path, args: list[str], timeout: float, first: tuple[str, ...] = (),
+               only: tuple[str, ...] | None = None) -> tuple[str, str, float]:
     """(status, first failing test or "", seconds). status: passed, failed or timeout."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args,
-           *test_modules(root, first)]
+           *test_modules(root, first, only)]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=root, env=environment(root), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -1101,17 +1176,18 @@ def pytest_run(root: Path, args: list[str], timeout: float,
     seconds = time.monotonic() - t0
     first = next((line for line in out.splitlines() if line.startswith(("FAILED ", "ERROR "))),
                  "")
-    if proc.returncode == 0:
-        return "passed", "", seconds
+    if proc.returncode in (0, 5):  # 5: no test ran (all deselected), so none caught it
+        return "passed", "" if proc.returncode == 0 else "no test ran", seconds
     if not first:
         first = out.strip().splitlines()[-1] if out.strip() else f"exit {proc.returncode}"
     return "failed", first, seconds
 
 
-def failing_tests(root: Path, timeout: float) -> list[str]:
+def failing_tests(root: Path, timeout: float, only: tuple[str, ...] | None = None,
+                  args: tuple[str, ...] | list[str] = ()) -> list[str]:
     """Node ids that fail on the unmutated copy (to deselect)."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
-           *test_modules(root)]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *args,
+           *test_modules(root, only=only)]
     done = subprocess.run(cmd, cwd=root, env=environment(root), capture_output=True, text=True,
                           timeout=timeout)
     ids = []
@@ -1143,6 +1219,13 @@ def main() -> int:
                     help="only mutants whose area, file or description contains this text")
     ap.add_argument("--only", default=None, metavar="N,N,...",
                     help="only the mutants of these numbers (as --list numbers them)")
+    ap.add_argument("--own-tests", action="store_true",
+                    help="run only the test modules of each mutant's file (TESTS_OF), not the "
+                    "whole suite: quick, and a mutant that survives them may still be caught "
+                    "by another module")
+    ap.add_argument("--fast", action="store_true",
+                    help='leave out the tests marked slow (-m "not slow"): a mutant only they '
+                    "catch is reported as surviving")
     ap.add_argument("--list", action="store_true", help="print the mutants, run nothing")
     opts = ap.parse_args()
 
@@ -1161,21 +1244,17 @@ def main() -> int:
     results: dict[int, tuple[str, str, float]] = {}
     runnable = []
     for i, m in chosen:
-        where = locate(sources[m.file], m)
+        where = applied(sources[m.file], m)
         if m.equivalent:
             results[i] = ("excluded", m.equivalent, 0.0)
         elif isinstance(where, str):
             results[i] = ("stale", where, 0.0)
         else:
-            src = sources[m.file]
-            try:  # a mutant must be valid Python: a syntax error would be "killed" for nothing
-                compile(src[:where] + m.replacement + src[where + len(m.original):], m.file,
-                        "exec")
-            except SyntaxError as exc:
-                results[i] = ("stale", f"the mutant does not compile: {exc}", 0.0)
-                continue
             runnable.append((i, m, where))
 
+    untested = sorted({m.file for _, m, _ in runnable if not tests_of(m.file)})
+    if opts.own_tests and untested:
+        sys.exit(f"--own-tests: TESTS_OF names no test module of {', '.join(untested)}")
     workers = max(1, min(opts.jobs, len(runnable)))
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ffncli-mutants-") as tmp:
@@ -1187,7 +1266,11 @@ def main() -> int:
             roots.append(root)
         check_copy(roots[0])
         t0 = time.monotonic()
-        known = failing_tests(roots[0], opts.timeout * 3 if opts.timeout else 1800.0)
+        own = (tuple(dict.fromkeys(t for _, m, _ in runnable for t in tests_of(m.file)))
+               if opts.own_tests else None)
+        marks = ["-m", "not slow"] if opts.fast else []
+        known = failing_tests(roots[0], opts.timeout * 3 if opts.timeout else 1800.0, own,
+                              marks)
         clean = time.monotonic() - t0
         timeout = opts.timeout if opts.timeout else max(180.0, 3 * clean)
         print(f"unmutated suite: {clean:.1f} s, "
@@ -1205,8 +1288,9 @@ def main() -> int:
             original = sources[m.file]
             try:
                 path.write_text(original[:at] + m.replacement + original[at + len(m.original):])
-                status, detail, secs = pytest_run(root, ["-x", *deselect], timeout,
-                                                  tests_of(m.file))
+                status, detail, secs = pytest_run(root, ["-x", *marks, *deselect], timeout,
+                                                  tests_of(m.file),
+                                                  tests_of(m.file) if own else None)
             finally:
                 path.write_text(original)
                 with lock:

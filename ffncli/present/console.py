@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ffncli.base.textformats import csv_cell, markdown_cell, one_line
+from ffncli.base.validate import suggest
 from ffncli.errors import InputError
 from ffncli.jobs.progress import Progress
 
@@ -44,8 +45,6 @@ _TABLE_FORMAT: contextvars.ContextVar[str] = contextvars.ContextVar("table_forma
 def check_format(name: str, as_json: bool) -> str:
     """``--format``: one of TABLE_FORMATS, and not beside ``--json`` (one document)."""
     if name not in TABLE_FORMATS:
-        from ffncli.base.validate import suggest
-
         raise InputError(f"option --format: expected one of {', '.join(TABLE_FORMATS)}, got "
                          f"'{name}'{suggest(name, TABLE_FORMATS)}")
     if as_json and name != "rich":

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ffncli.base.files import write_text_atomically
 from ffncli.errors import OutputError, shown
+from ffncli.present.check import SCALE_RULE, max_rel, tolerance
 
 if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
     from xml.etree.ElementTree import Element
@@ -25,8 +27,6 @@ def junit_report(path: Path | None, target: str, outcome: CheckReport | FfnError
     the one to show: a report that cannot be written then is left out silently."""
     if path is None:
         return
-    from ffncli.base.files import write_text_atomically
-
     if isinstance(outcome, BaseException):
         try:
             write_text_atomically(path, junit_error_xml(target, str(outcome),
@@ -40,8 +40,6 @@ def junit_report(path: Path | None, target: str, outcome: CheckReport | FfnError
 def junit_xml(report: CheckReport) -> str:
     """One testsuite, one testcase per property, a <failure> for each that failed."""
     import xml.etree.ElementTree as ET  # only for --junit-xml
-
-    from ffncli.present.check import SCALE_RULE, max_rel, tolerance
 
     failures = sum(not p.passed for p in report.properties)
     suites, suite = _junit_suite(len(report.properties) + len(report.skipped), failures, 0,

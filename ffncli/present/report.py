@@ -25,6 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ffncli.base.files import write_text_atomically
+from ffncli.base.invocation import command_line
+from ffncli.counting.results import FileOnlyResult
+from ffncli.present.params import file_only_json, params_json
+from ffncli.present.stats import stats_json
 from ffncli.present.svg import (
     PALETTE,
     Cell,
@@ -44,7 +48,7 @@ from ffncli.present.svg import (
 
 if TYPE_CHECKING:
     from ffncli.analysis.sparsity import SparsityResult
-    from ffncli.counting.results import FileOnlyResult, ParamsResult
+    from ffncli.counting.results import ParamsResult
     from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice
 
 OPTION = "--report"
@@ -83,8 +87,6 @@ def context(*, preset: str | None = None, config: Path | None = None,
             source: Path | str | None = None) -> Context:
     """The footer of a report of this model on this input (``source``: a path, or words such
     as "300 random tokens"), made now by this process's command line."""
-    from ffncli.base.invocation import command_line
-
     if hub_model is not None:
         name = hub_model
     elif weights is not None:
@@ -519,8 +521,6 @@ def save_stats(target: Path | None, result: SparsityResult, about: Context | Non
     """``relu-stats --report``: the page of the ``--json`` document, written atomically to the
     target the job checked before its work (nothing when None)."""
     if target is not None:
-        from ffncli.present.stats import stats_json
-
         write_text_atomically(target, stats_report(stats_json(result), about), OPTION)
 
 
@@ -535,8 +535,5 @@ def save_params(target: Path | None, result: ParamsResult | FileOnlyResult,
     """``params --report``: the page of the ``--json`` document."""
     if target is None:
         return
-    from ffncli.counting.results import FileOnlyResult
-    from ffncli.present.params import file_only_json, params_json
-
     doc = file_only_json(result) if isinstance(result, FileOnlyResult) else params_json(result)
     write_text_atomically(target, params_report(doc, about), OPTION)
