@@ -80,6 +80,7 @@ from ffncli.jobs.shards.workers import (
     shard_demand,
 )
 from ffncli.jobs.targets import OUT_OPTIONS
+from ffncli.jobs.thresholds import sweep_cuts
 from ffncli.specs.spec import Overrides
 
 if TYPE_CHECKING:
@@ -413,7 +414,6 @@ def _sweep_shards(job: TextJob, text: TextChoice, pool: Pool,
                   rule: tuple[float | None, float | None, Path | None], skip_bad: bool,
                   progress: Progress) -> ShardedSweep:
     from ffncli.jobs.sweep import LayerStats, SweepResult
-    from ffncli.jobs.thresholds import sweep_cuts
 
     threshold, target_sparsity, thresholds = rule
     forward = forward_for(job)  # here too: the tokenizer, the vocabulary, the layers
