@@ -209,3 +209,21 @@ def test_perplexitys_shares_are_decimal_numbers(cli, typed, part):
             "--target-sparsity", typed)
     assert (r.code, r.err) == (2, "error: option --target-sparsity: expected shares such as 0.5 "
                                   f"or 0.25,0.5, got {part!r}\n")
+
+
+@pytest.mark.parametrize("word, line", [
+    ("llama3-8b", "no such command 'llama3-8b': to count it, ffncli params --preset llama3-8b"),
+    ("config.json", "no such command 'config.json': to count it, ffncli params --config "
+                    "config.json"),
+    ("model.gguf", "no such command 'model.gguf': to count it, ffncli params --weights "
+                   "model.gguf"),
+    ("my model.safetensors", "no such command 'my model.safetensors': to count it, ffncli "
+                             "params --weights 'my model.safetensors'"),
+    ("zzz", "no such command 'zzz' (the commands: ffncli --help)"),
+    ("x.npy", "no such command 'x.npy' (the commands: ffncli --help)"),
+    ("parms", "no such command 'parms'. Did you mean 'params'?"),
+])
+def test_a_model_given_without_a_command_names_params(cli, word, line):
+    """`ffncli llama3-8b` said only "no such command"."""
+    r = cli(word)
+    assert (r.code, r.out, r.err) == (2, "", f"error: {line}\n")

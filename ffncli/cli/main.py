@@ -40,6 +40,9 @@ def _usage_message(exc: typer.TyperException) -> str:
     extra = re.fullmatch(r"Got unexpected extra argument(?:s|\(s\))? \((.*)\)", message, re.S)
     if extra and ctx is not None:
         return _no_argument(str(ctx.info_name), extra.group(1), ctx)
+    command = re.fullmatch(r"No such command '(.*)'\.", message, re.S)
+    if command and ctx is not None:
+        return _no_command(command.group(1), ctx)
     message = message.replace("Invalid value for '", "option '", 1)
     return message[:1].lower() + message[1:]
 
@@ -94,6 +97,17 @@ def _no_argument(command: str, extra: str, ctx: Any) -> str:
                        f"{shlex.quote(word)}"
     return f"{command} takes no argument {extra.split(' ')[0]!r} (its inputs are options: " \
            f"ffncli {command} --help)"
+
+
+def _no_command(word: str, ctx: Any) -> str:
+    """``ffncli llama3-8b``: a preset or a file given where a command goes; ``params`` is what
+    a model's name or config is given to, the way :func:`_no_argument` says it."""
+    params = getattr(ctx.command, "commands", {}).get("params")
+    hint = _no_argument("params", word, ctx.__class__(params, info_name="params")) \
+        if params is not None else ""
+    if " takes no argument " not in hint or "(its inputs are options" in hint:
+        return f"no such command {word!r} (the commands: ffncli --help)"
+    return f"no such command {word!r}: to count it, ffncli params {hint.split(' with ', 1)[1]}"
 
 
 def run(argv: list[str] | None = None) -> int:
