@@ -1,10 +1,27 @@
-"""transformers" ``attribute_map`` of each text model type: the names a config class reads
+"""transformers' ``attribute_map`` of each text model type: the names a config class reads
 (``config.num_experts``) for the keys its files store (``num_local_experts``), so that a
 config.json read by ffncli means the same whichever spelling wrote it. Generated from
-transformers 5.25.0 (the zoo"s version, tests/data/zoo/truths.json) for the types of its three
-mappings and their text configs; token ids, dropouts and initialisers left out. Data only."""
+transformers 5.25.0 (the zoo's version, tests/data/zoo/truths.json) for the types of its three
+mappings and their text configs; token ids, dropouts and initialisers left out. Data only: the
+maps several families share are named once."""
 
 from __future__ import annotations
+
+# BART and the seq2seq models built like it: a d_model wide encoder and decoder
+_BART = {
+    "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
+    "num_hidden_layers": "encoder_layers",
+}
+# GPT-2's n_* names and the models that kept them
+_GPT2 = {
+    "hidden_size": "n_embd", "max_position_embeddings": "n_positions",
+    "num_attention_heads": "n_head", "num_hidden_layers": "n_layer",
+}
+# T5 and its variants
+_T5 = {
+    "hidden_size": "d_model", "num_attention_heads": "num_heads",
+    "num_hidden_layers": "num_layers", "head_dim": "d_kv",
+}
 
 # model_type -> {name read: name stored}
 ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
@@ -15,22 +32,10 @@ ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
         "num_mtp_layers": "num_nextn_predict_layers",
     },
     "bamba": {"layer_types": "layers_block_type"},
-    "bart": {
-        "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-        "num_hidden_layers": "encoder_layers",
-    },
-    "bigbird_pegasus": {
-        "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-        "num_hidden_layers": "encoder_layers",
-    },
-    "blenderbot": {
-        "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-        "num_hidden_layers": "encoder_layers",
-    },
-    "blenderbot-small": {
-        "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-        "num_hidden_layers": "encoder_layers",
-    },
+    "bart": _BART,
+    "bigbird_pegasus": _BART,
+    "blenderbot": _BART,
+    "blenderbot-small": _BART,
     "bloom": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head"},
     "codegen": {
         "max_position_embeddings": "n_positions", "hidden_size": "n_embd",
@@ -79,24 +84,12 @@ ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
     },
     "glm4_moe_lite": {"num_local_experts": "n_routed_experts", "head_dim": "qk_rope_head_dim"},
     "glm_moe_dsa": {"num_local_experts": "n_routed_experts"},
-    "gpt-sw3": {
-        "hidden_size": "n_embd", "max_position_embeddings": "n_positions",
-        "num_attention_heads": "n_head", "num_hidden_layers": "n_layer",
-    },
-    "gpt2": {
-        "hidden_size": "n_embd", "max_position_embeddings": "n_positions",
-        "num_attention_heads": "n_head", "num_hidden_layers": "n_layer",
-    },
-    "gpt_bigcode": {
-        "hidden_size": "n_embd", "max_position_embeddings": "n_positions",
-        "num_attention_heads": "n_head", "num_hidden_layers": "n_layer",
-    },
+    "gpt-sw3": _GPT2,
+    "gpt2": _GPT2,
+    "gpt_bigcode": _GPT2,
     "gpt_neo": {"num_attention_heads": "num_heads", "num_hidden_layers": "num_layers"},
     "gpt_oss": {"num_experts": "num_local_experts"},
-    "gptj": {
-        "max_position_embeddings": "n_positions", "hidden_size": "n_embd",
-        "num_attention_heads": "n_head", "num_hidden_layers": "n_layer",
-    },
+    "gptj": _GPT2,
     "granitemoehybrid": {"layers_block_type": "layer_types"},
     "hunyuan_v1_moe": {"num_experts_per_tok": "moe_topk", "num_local_experts": "num_experts"},
     "hy_v3": {"num_local_experts": "num_experts"},
@@ -119,30 +112,15 @@ ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
     "kimi_linear": {"num_local_experts": "num_experts", "n_shared_experts": "num_shared_experts"},
     "kolibri1": {"num_experts": "num_local_experts"},
     "kolibri1_1": {"num_experts": "num_local_experts"},
-    "led": {
-        "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-        "num_hidden_layers": "encoder_layers",
-    },
+    "led": _BART,
     "longcat_flash": {
         "num_local_experts": "n_routed_experts", "num_experts_per_tok": "moe_topk",
         "intermediate_size": "ffn_hidden_size", "moe_intermediate_size": "expert_ffn_hidden_size",
     },
-    "longt5": {
-        "hidden_size": "d_model", "num_attention_heads": "num_heads",
-        "num_hidden_layers": "num_layers", "head_dim": "d_kv",
-    },
-    "m2m_100": {
-        "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-        "num_hidden_layers": "encoder_layers",
-    },
-    "marian": {
-        "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-        "num_hidden_layers": "encoder_layers",
-    },
-    "mbart": {
-        "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-        "num_hidden_layers": "encoder_layers",
-    },
+    "longt5": _T5,
+    "m2m_100": _BART,
+    "marian": _BART,
+    "mbart": _BART,
     "mellum": {"num_experts": "num_local_experts", "num_mtp_layers": "num_nextn_predict_layers"},
     "mimo_v2_flash": {"num_local_experts": "n_routed_experts"},
     "minicpm5_moe": {"num_local_experts": "n_routed_experts"},
@@ -154,19 +132,10 @@ ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
         "num_attention_heads": "n_heads", "hidden_size": "d_model",
         "num_hidden_layers": "n_layers",
     },
-    "mt5": {
-        "hidden_size": "d_model", "num_attention_heads": "num_heads",
-        "num_hidden_layers": "num_layers", "head_dim": "d_kv",
-    },
-    "mvp": {
-        "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-        "num_hidden_layers": "encoder_layers",
-    },
+    "mt5": _T5,
+    "mvp": _BART,
     "nemotron_h": {"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts"},
-    "nllb-moe": {
-        "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-        "num_hidden_layers": "encoder_layers",
-    },
+    "nllb-moe": _BART,
     "olmoe": {"num_local_experts": "num_experts"},
     "openai-gpt": {
         "max_position_embeddings": "n_positions", "hidden_size": "n_embd",
@@ -177,18 +146,9 @@ ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
         "num_experts": "n_routed_experts", "num_shared_experts": "n_shared_experts",
         "use_qkv_bias": "attention_bias",
     },
-    "pegasus": {
-        "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-        "num_hidden_layers": "encoder_layers",
-    },
-    "pegasus_x": {
-        "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-        "num_hidden_layers": "encoder_layers",
-    },
-    "plbart": {
-        "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-        "num_hidden_layers": "encoder_layers",
-    },
+    "pegasus": _BART,
+    "pegasus_x": _BART,
+    "plbart": _BART,
     "prophetnet": {"num_attention_heads": "num_encoder_attention_heads"},
     "qwen3_moe": {"num_experts": "num_local_experts"},
     "recurrent_gemma": {
@@ -215,18 +175,12 @@ ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {
         "hidden_size": "d_model", "num_attention_heads": "num_heads",
         "num_hidden_layers": "num_layers",
     },
-    "t5": {
-        "hidden_size": "d_model", "num_attention_heads": "num_heads",
-        "num_hidden_layers": "num_layers", "head_dim": "d_kv",
-    },
+    "t5": _T5,
     "trocr": {
         "num_attention_heads": "decoder_attention_heads", "hidden_size": "d_model",
         "num_hidden_layers": "decoder_layers",
     },
-    "umt5": {
-        "hidden_size": "d_model", "num_attention_heads": "num_heads",
-        "num_hidden_layers": "num_layers", "head_dim": "d_kv",
-    },
+    "umt5": _T5,
     "whisper": {
         "num_key_value_heads": "encoder_attention_heads",
         "num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
