@@ -139,24 +139,10 @@ def new_file(path: str) -> int:
 def write_text_atomically(path: Path, text: str, option: str) -> None:
     """Write ``text`` to ``path`` atomically: into a temporary file beside it, synced, then
     renamed over it, so that a crash, a signal or a full disk never leaves half a file (nor
-    deletes the last one). Errors name ``option``."""
-    tmp: str | None = None
-    try:
-        with signals_held():
-            tmp, fd = create_hidden(path.parent, path.name, option, new_file)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise OutputError(f"option {option}: cannot write {path}: "
-                              f"{exc.strerror or exc}") from None
-        raise
+    deletes the last one). Errors name ``option``. One output of :class:`Outputs`."""
+    with Outputs() as outputs:
+        outputs.reserve(path, option)
+        outputs.text(path, text)
 
 
 class Outputs:
