@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,21 @@ PADDED_POSITIONS = "positions after the padding index"  # RoBERTa
 GEMMA_NORMS = "embeddings scaled by sqrt(d_model), norms by (1 + weight)"
 SLIDING_WINDOW = "a sliding window when the config sets one"  # Mistral, Mixtral
 QWEN_SLIDING_WINDOW = "sliding windows on the layers use_sliding_window names"  # Qwen2, Qwen3
+
+
+def read(name: str, **options: Any) -> Callable[[Config], ModelSpec]:
+    """The reader ``module.function`` of :mod:`ffncli.specs.readers`, called with the config and
+    ``options``; its module is imported when a config of the type is first read, so that the
+    table costs no import at start-up."""
+    module, function = name.rsplit(".", 1)
+
+    def reader(c: Config) -> ModelSpec:
+        spec: ModelSpec = getattr(import_module(f"ffncli.specs.readers.{module}"), function)(
+            c, **options)
+        return spec
+
+    reader.__qualname__ = name
+    return reader
 
 
 def _bert(family: str, **options: Any) -> Callable[[Config], ModelSpec]:
