@@ -50,7 +50,8 @@ def expert_params(d_model: int, ffn: FfnSpec) -> int:
 
 
 def router_params(d_model: int, ffn: FfnSpec) -> int:
-    return linear(d_model, ffn.experts, ffn.router_bias) if ffn.is_moe else 0
+    """The router scores every expert, zero (identity) experts included."""
+    return linear(d_model, ffn.experts + ffn.zero_experts, ffn.router_bias) if ffn.is_moe else 0
 
 
 def shared_expert_params(d_model: int, ffn: FfnSpec) -> int:
@@ -72,6 +73,14 @@ def ffn_active_params(d_model: int, ffn: FfnSpec) -> int:
     """What one token uses: its top-k experts, the router and any shared expert."""
     return (ffn.top_k * expert_params(d_model, ffn) + router_params(d_model, ffn)
             + shared_expert_params(d_model, ffn))
+
+
+def ffn_active_min_params(d_model: int, ffn: FfnSpec) -> int:
+    """What one token uses at the least: as many of its top-k choices as there are zero
+    (identity) experts go to them and cost nothing (LongCat-Flash); without zero experts,
+    ffn_active_params."""
+    unused = min(ffn.top_k, ffn.zero_experts) * expert_params(d_model, ffn)
+    return ffn_active_params(d_model, ffn) - unused
 
 
 def attention_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
@@ -96,13 +105,26 @@ def latent_attention_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[s
         ("W_KV_a", d_model, att.kv_lora_rank + att.rope_head_dim, bias),
         ("W_KV_b", att.kv_lora_rank, h * (nope + v), False),
         ("W_O", h * v, d_model, att.out_bias),
-    )
+    ) + indexer_matrices(d_model, att)
+
+
+def indexer_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[str, int, int, bool], ...]:
+    """DeepSeek-V3.2's lightning indexer (DeepseekV32Indexer): wq_b from the query latent to
+    index_heads x index_head_dim, wk from x to one key of index_head_dim, weights_proj from x
+    to a weight per index head; none of them with a bias. Its key's LayerNorm is a norm."""
+    if not att.index_heads:
+        return ()
+    ih, dim = att.index_heads, att.index_head_dim
+    return (("indexer W_Q", att.q_lora_rank, ih * dim, False),
+            ("indexer W_K", d_model, dim, False),
+            ("indexer head weights", d_model, ih, False))
 
 
 def qk_norm_params(d_model: int, att: AttentionSpec) -> int:
-    """Norms on queries and keys, and latent attention's norms on its two latents."""
+    """Norms on queries and keys, and latent attention's norms on its two latents (and the
+    indexer's LayerNorm, with bias, on its key)."""
     if att.kv_lora_rank:
-        return att.kv_lora_rank + att.q_lora_rank  # RMSNorm weights
+        return att.kv_lora_rank + att.q_lora_rank + 2 * att.index_head_dim  # RMSNorm weights
     if att.qk_norm == "none":
         return 0
     head_dim = att.head_dim or d_model // att.heads
@@ -211,9 +233,10 @@ class KvCache:
 
 def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     """One token's cache in one layer: K and V of each kv head, or under latent attention the
-    compressed latent and the shared rope key (what transformers 5 caches for DeepSeek-V3)."""
+    compressed latent and the shared rope key (what transformers 5 caches for DeepSeek-V3), and
+    the indexer's key (DeepSeek-V3.2's DynamicIndexedLayer)."""
     if att.kv_lora_rank:
-        return att.kv_lora_rank + att.rope_head_dim
+        return att.kv_lora_rank + att.rope_head_dim + att.index_head_dim
     _, kv_width = attention_widths(d_model, att)
     return 2 * kv_width
 
@@ -243,7 +266,7 @@ def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPa
     att = _mixer(spec, kind)
     if att is None:
         return None
-    per_token = kv_elements_per_layer(spec.d_model, att)
+    per_token = kv_elements_per_layer(spec.d_model, att) * kind.attentions
     if kind.mixer in ("sliding", "chunked"):
         return KvPart(kind.mixer, n, per_token, cap=max(kind.window - 1, 1), indices=indices)
     return KvPart("mla" if att.kv_lora_rank else "full", n, per_token, indices=indices)
@@ -336,6 +359,7 @@ class LayerCount:
     norm: int
     flops: Flops
     indices: tuple[int, ...] = ()  # which decoder layers are of this kind (0-based)
+    ffn_active_least: int | None = None  # zero experts: the fewest a token uses (None: ffn_active)
     mixer: str = "full"  # the token mixer (spec.MIXERS); window: its window or chunk
     window: int = 0
     other_rows: tuple[Row, ...] = ()  # parts neither attention, FFN nor norm (Gemma 3n)
@@ -374,6 +398,14 @@ class ModelCount:
     def active(self) -> int:
         unused = sum(layer.count * (layer.ffn - layer.ffn_active) for layer in self.layers)
         return self.total - unused
+
+    @property
+    def active_range(self) -> tuple[int, int] | None:
+        """(fewest, most) parameters a token uses when it is not one number (zero experts take
+        some of the top-k choices: LongCat-Flash); the most is ``active``. None otherwise."""
+        fewer = sum(layer.count * (layer.ffn_active - layer.ffn_active_least)
+                    for layer in self.layers if layer.ffn_active_least is not None)
+        return (self.active - fewer, self.active) if fewer else None
 
     def decoder_ffn(self) -> tuple[int, ...]:
         """Each decoder layer's FFN parameters, in order (experts, shared experts and router
@@ -541,10 +573,14 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
             attention_rows += _attention_rows(d, att, "cross ")
             proj_flops *= 2
             score_flops *= 2
-    norms = (norm.per_layer + (1 if cross else 0)) * norm_params(d, norm) if norm else 0
+        attention_rows = _sublayers(attention_rows, kind.attentions)
+        proj_flops, score_flops = proj_flops * kind.attentions, score_flops * kind.attentions
+    per_layer = (kind.norms if kind.norms is not None else norm.per_layer) if norm else 0
+    norms = (per_layer + (1 if cross else 0)) * norm_params(d, norm) if norm else 0
     if att is not None:
         qk = qk_norm_params(d, att)
-        norms += (qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
+        norms += ((qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
+                  * kind.attentions)
     extra = layer_extra_rows(d, spec.extras) if spec.extras else ()
     return LayerCount(
         kind=name,
@@ -561,7 +597,16 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         indices=indices,
         mixer=kind.mixer,
         window=kind.window,
+        ffn_active_least=ffn_active_min_params(d, ffn) if kind.has_ffn and ffn.zero_experts
+        else None,
     )
+
+
+def _sublayers(rows: tuple[Row, ...], n: int) -> tuple[Row, ...]:
+    """The rows of n attention sublayers of one layer (LongCat-Flash: 2), numbered."""
+    if n == 1:
+        return rows
+    return tuple(Row(f"{i + 1}: {r.name}", r.shape, r.params) for i in range(n) for r in rows)
 
 
 def _decoder_layers(spec: ModelSpec, cross: bool) -> list[LayerCount]:

@@ -1,0 +1,118 @@
+"""Latent-attention variants (issue 40): DeepSeek-V3's multi-head latent attention (MLA) in
+dense decoders (MiniCPM3, Youtu), behind GLM-4.5's mixture of experts with a per-layer
+``mlp_layer_types`` (GLM-4.7-Flash, A.X-K1), with DeepSeek-V3.2's lightning indexer (DeepSeek
+Sparse Attention: DeepSeek-V3.2, GLM-5), and LongCat-Flash's two attention sublayers a layer
+with zero (identity) experts. Built from the kit of :mod:`ffncli.specs.hfconfig`."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ffncli.specs.hfconfig import (
+    Config,
+    _dense_ffn,
+    _experts,
+    gated_decoder_spec,
+    with_pattern,
+)
+from ffncli.specs.spec import AttentionSpec, LayerKind, ModelSpec, NormSpec
+
+
+def latent_attention(c: Config, *, indexer: bool = False,
+                     v_head_dim: int | None = None) -> AttentionSpec:
+    """Multi-head latent attention as DeepseekV2Attention builds it: queries through
+    q_lora_rank (straight when null), K and V from a kv_lora_rank latent plus one rope key;
+    with ``indexer`` DeepSeek-V3.2's indexer (index_n_heads x index_head_dim), which needs the
+    query latent. ``v_head_dim``: the value width when the config leaves it null."""
+    d = c.int("hidden_size")
+    nope, rope = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim")
+    kv_rank = c.at_most("kv_lora_rank", c.int("kv_lora_rank"), "hidden_size", d)
+    q_rank = c.at_most("q_lora_rank", c.int("q_lora_rank") if indexer else c.int0("q_lora_rank"),
+                       "hidden_size", d)
+    bias = c.bool("attention_bias", False)
+    return AttentionSpec(
+        heads=c.int("num_attention_heads"), head_dim=nope + rope, qkv_bias=bias, out_bias=bias,
+        kv_lora_rank=kv_rank, q_lora_rank=q_rank, rope_head_dim=rope,
+        v_head_dim=c.int("v_head_dim", v_head_dim),
+        index_heads=c.int("index_n_heads") if indexer else 0,
+        index_head_dim=c.int("index_head_dim") if indexer else 0)
+
+
+def dense_latent_spec(c: Config, family: str, *, tie_default: bool = True) -> ModelSpec:
+    """MiniCPM3ForCausalLM, YoutuForCausalLM: LLaMA's layers (SwiGLU FFN of intermediate_size,
+    two RMSNorms) with latent attention; MiniCPM3's value heads are hidden_size / heads wide
+    when v_head_dim is null. Embedding and residual scales are constants, not parameters."""
+    spec = gated_decoder_spec(c, family, tie_default=tie_default)
+    d, heads = c.int("hidden_size"), c.int("num_attention_heads")
+    return replace(spec, attention=latent_attention(c, v_head_dim=max(d // heads, 1)))
+
+
+def _mlp_types(c: Config, n: int, dense_first: int) -> list[bool]:
+    """Which layers are a mixture of experts: ``mlp_layer_types`` ("dense", "sparse"), else
+    first_k_dense_replace (default ``dense_first``) dense layers, then sparse ones."""
+    kinds = c.data.get("mlp_layer_types")
+    if kinds is None:
+        dense = c.at_most("first_k_dense_replace", c.int0("first_k_dense_replace", dense_first),
+                          "num_hidden_layers", n)
+        return [i >= dense for i in range(n)]
+    if not isinstance(kinds, list) or len(kinds) != n or not set(kinds) <= {"sparse", "dense"}:
+        raise c.fail("mlp_layer_types", f"a list of {n} layer types (sparse, dense)")
+    return [k == "sparse" for k in kinds]
+
+
+def _indexer_layers(c: Config, n: int) -> list[bool]:
+    """GLM-5 (glm_moe_dsa): the layers indexer_types names "full" run their own indexer, the
+    "shared" ones reuse the last full layer's choice and hold no indexer (every layer has one
+    without the key)."""
+    kinds = c.data.get("indexer_types")
+    if kinds is None:
+        return [True] * n
+    if not isinstance(kinds, list) or len(kinds) != n or not set(kinds) <= {"full", "shared"}:
+        raise c.fail("indexer_types", f"a list of {n} indexer types (full, shared)")
+    return [k == "full" for k in kinds]
+
+
+def latent_moe_spec(c: Config, family: str, *, dense_first: int = 1, indexer: bool = False,
+                    post_moe_norm: bool = False) -> ModelSpec:
+    """Glm4MoeLiteForCausalLM (GLM-4.7-Flash) and its kin: latent attention (and with
+    ``indexer`` DeepSeek-V3.2's indexer, on the layers indexer_types runs it), each layer a
+    dense SwiGLU FFN of intermediate_size or, as mlp_layer_types says, n_routed_experts
+    experts of moe_intermediate_size (top num_experts_per_tok) with n_shared_experts shared
+    ones run as one FFN that much wider, and a router without bias (its score-correction
+    bias is a buffer). ``post_moe_norm``: A.X-K1's RMSNorm on the mixture's output, a third
+    norm in those layers."""
+    shared = c.int0("n_shared_experts", 1) * c.int("moe_intermediate_size")
+    experts = _experts(c, "n_routed_experts", "moe_intermediate_size", shared_d_ff=shared)
+    spec = gated_decoder_spec(c, family, moe=lambda c, n: (experts, 0))
+    n = spec.layers.decoder
+    sparse = _mlp_types(c, n, dense_first)
+    attention = latent_attention(c, indexer=indexer)
+    spec = with_pattern(replace(spec, attention=attention), c, ["full"] * n,
+                        [experts if s else _dense_ffn(c) for s in sparse])
+    own = _indexer_layers(c, n) if indexer else [True] * n
+    no_indexer = replace(attention, index_heads=0, index_head_dim=0)
+    kinds = tuple(replace(k, attention=None if mine else no_indexer,
+                          norms=3 if post_moe_norm and s else None)
+                  for k, s, mine in zip(spec.decoder_kinds(), sparse, own, strict=True))
+    return replace(spec, pattern=kinds)
+
+
+def longcat_flash_spec(c: Config) -> ModelSpec:
+    """LongcatFlashForCausalLM: num_layers layers of two latent-attention sublayers (each its
+    own cache), two dense SwiGLU FFNs of ffn_hidden_size, four RMSNorms, and a shortcut
+    mixture of n_routed_experts SwiGLU experts of expert_ffn_hidden_size whose router (a
+    linear layer, bias by router_bias) also scores zero_expert_num zero (identity) experts:
+    of its moe_topk choices those that fall on a zero expert cost nothing, so a token uses
+    between max(0, moe_topk - zero_expert_num) and moe_topk routed experts. The two dense FFNs
+    run for every token and are counted as a shared expert twice ffn_hidden_size wide."""
+    c = Config({**c.data, "num_hidden_layers": c.int("num_layers")}, c.source)
+    experts = _experts(c, "n_routed_experts", "moe_intermediate_size", 12,
+                       router_bias=c.bool("router_bias", False),
+                       zero_experts=c.int0("zero_expert_num", 0),
+                       shared_d_ff=2 * c.int("intermediate_size"))
+    spec = gated_decoder_spec(c, "longcat_flash", moe=lambda c, n: (experts, 0),
+                              norm=NormSpec(kind="rmsnorm", bias=False, per_layer=4),
+                              seq_default=131072)
+    n = spec.layers.decoder
+    return replace(spec, attention=latent_attention(c),
+                   pattern=(LayerKind(attentions=2),) * n)
