@@ -196,7 +196,9 @@ class KvPart:
     per_token: int
     cap: int = 0
     state: int = 0
-    indices: tuple[int, ...] = ()  # which decoder layers (0-based; empty for every layer)
+    # which cache layers (0-based; empty for every layer): the decoder layers, or each attention
+    # sublayer where a layer has several (LongCat-Flash: layer i's are 2i and 2i + 1)
+    indices: tuple[int, ...] = ()
 
     def elements(self, seq_len: int) -> int:
         """Values held for one sequence of seq_len tokens, all layers of this kind."""
@@ -266,7 +268,10 @@ def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPa
     att = _mixer(spec, kind)
     if att is None:
         return None
-    per_token = kv_elements_per_layer(spec.d_model, att) * kind.attentions
+    per_token = kv_elements_per_layer(spec.d_model, att)
+    if kind.attentions > 1:  # a cache layer per attention sublayer, as transformers numbers them
+        a = kind.attentions
+        indices, n = tuple(i * a + j for i in indices for j in range(a)), n * a
     if kind.mixer in ("sliding", "chunked"):
         return KvPart(kind.mixer, n, per_token, cap=max(kind.window - 1, 1), indices=indices)
     return KvPart("mla" if att.kv_lora_rank else "full", n, per_token, indices=indices)
@@ -360,6 +365,7 @@ class LayerCount:
     flops: Flops
     indices: tuple[int, ...] = ()  # which decoder layers are of this kind (0-based)
     ffn_active_least: int | None = None  # zero experts: the fewest a token uses (None: ffn_active)
+    ffn_spec: FfnSpec | None = None  # the FFN of these layers
     mixer: str = "full"  # the token mixer (spec.MIXERS); window: its window or chunk
     window: int = 0
     other_rows: tuple[Row, ...] = ()  # parts neither attention, FFN nor norm (Gemma 3n)
@@ -383,6 +389,16 @@ class LayerCount:
 
 
 @dataclass(frozen=True)
+class ActiveRange:
+    """Active parameters per token as a range: ``least`` when a token's choices fall on as
+    many zero experts as they can, ``most`` (ModelCount.active) when on none; ``why``."""
+
+    least: int
+    most: int
+    why: str
+
+
+@dataclass(frozen=True)
 class ModelCount:
     spec: ModelSpec
     layers: tuple[LayerCount, ...]
@@ -400,12 +416,20 @@ class ModelCount:
         return self.total - unused
 
     @property
-    def active_range(self) -> tuple[int, int] | None:
-        """(fewest, most) parameters a token uses when it is not one number (zero experts take
-        some of the top-k choices: LongCat-Flash); the most is ``active``. None otherwise."""
-        fewer = sum(layer.count * (layer.ffn_active - layer.ffn_active_least)
-                    for layer in self.layers if layer.ffn_active_least is not None)
-        return (self.active - fewer, self.active) if fewer else None
+    def active_range(self) -> ActiveRange | None:
+        """The parameters a token uses when that is not one number (zero experts can take some
+        of its top-k choices: LongCat-Flash); the most is ``active``. None otherwise."""
+        zero = [layer for layer in self.layers if layer.ffn_active_least is not None]
+        fewer = sum(layer.count * (layer.ffn_active - (layer.ffn_active_least or 0))
+                    for layer in zero)
+        if not fewer:
+            return None
+        ffn = zero[0].ffn_spec
+        assert ffn is not None  # _layer sets it beside ffn_active_least
+        k, z = ffn.top_k, ffn.zero_experts
+        why = (f"up to {min(k, z)} of a token's top-{k} expert choices can fall on one of {z} "
+               "zero (identity) experts, which use no parameters")
+        return ActiveRange(self.active - fewer, self.active, why)
 
     def decoder_ffn(self) -> tuple[int, ...]:
         """Each decoder layer's FFN parameters, in order (experts, shared experts and router
@@ -451,7 +475,8 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
         rows = [Row(f"expert: {r.name}", r.shape, r.params) for r in rows]
         rows.append(Row(f"x {ffn.experts} experts", f"{ffn.experts} x {per_expert:,}",
                         ffn.experts * per_expert))
-        rows.append(Row("router", f"{d} x {ffn.experts}", router_params(d, ffn)))
+        rows.append(Row("router", f"{d} x {ffn.experts + ffn.zero_experts}",
+                        router_params(d, ffn)))
         if ffn.shared_d_ff:
             shared = expert_params(d, FfnSpec(d_ff=ffn.shared_d_ff, gated=ffn.gated,
                                               bias=ffn.bias))
@@ -599,6 +624,7 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         window=kind.window,
         ffn_active_least=ffn_active_min_params(d, ffn) if kind.has_ffn and ffn.zero_experts
         else None,
+        ffn_spec=ffn,
     )
 
 
