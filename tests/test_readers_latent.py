@@ -222,3 +222,18 @@ def test_a_spec_indexer_needs_latent_attention(change, message):
     data = {**SPEC, "attention": {**SPEC["attention"], **change}}
     with pytest.raises(SpecError, match=message):
         spec_from_mapping(data, "spec")
+
+
+# --- the zoo's published flagship configs -----------------------------------------------------
+
+def test_at_least_twenty_flagships_are_read_and_the_issue_names_them():
+    """Every flagship config of the zoo is read (none refused: test_zoo_counts then holds each
+    exact), at least 20, the 2025-26 ones issue 40 names among them."""
+    doc = json.loads((DATA / "zoo" / "truths.json").read_text())
+    flagships = doc["flagships"]
+    for name, e in flagships.items():
+        ffncli.load_spec(config=DATA / "zoo" / e["config"])  # raises if refused
+    assert len(flagships) >= 20
+    assert {"gemma-3-27b-it", "Llama-4-Scout-17B-16E-text", "GLM-4.5-Air", "Qwen3-Next-80B-A3B",
+            "MiniMax-M2", "DeepSeek-V3.2-Exp", "Qwen3-235B-A22B", "gpt-oss-20b",
+            "gpt-oss-120b"} <= set(flagships)
