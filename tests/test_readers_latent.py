@@ -231,9 +231,58 @@ def test_at_least_twenty_flagships_are_read_and_the_issue_names_them():
     exact), at least 20, the 2025-26 ones issue 40 names among them."""
     doc = json.loads((DATA / "zoo" / "truths.json").read_text())
     flagships = doc["flagships"]
-    for name, e in flagships.items():
+    for e in flagships.values():
         ffncli.load_spec(config=DATA / "zoo" / e["config"])  # raises if refused
     assert len(flagships) >= 20
     assert {"gemma-3-27b-it", "Llama-4-Scout-17B-16E-text", "GLM-4.5-Air", "Qwen3-Next-80B-A3B",
             "MiniMax-M2", "DeepSeek-V3.2-Exp", "Qwen3-235B-A22B", "gpt-oss-20b",
             "gpt-oss-120b"} <= set(flagships)
+
+
+def test_dots3_gate_per_head_rope_key_norm_and_per_layer_sizes(tmp_path):
+    """Dots3NoteTextAttention: g_proj 5120 -> heads, k_rope_only_layernorm of 64; layer 0
+    (indexed: 128 heads, kv_lora_rank 512, nope 128) and layer 2 (per_layer_config: 64 heads,
+    kv_lora_rank 1024, nope 192; sliding, no indexer)."""
+    spec = _load(tmp_path, "dots3_note_text")
+    c = count(spec)
+    by_index = {i: layer for layer in c.layers for i in layer.indices}
+    first, swa = _rows(by_index[0]), _rows(by_index[2])
+    assert first["W_gate (a scalar per head)"] == 5120 * 128
+    assert swa["W_gate (a scalar per head)"] == 5120 * 64
+    assert swa["W_KV_b"] == 1024 * 64 * (192 + 128) and swa["W_KV_a"] == 5120 * (1024 + 64)
+    assert "indexer W_Q" in first and "indexer W_Q" not in swa
+    assert by_index[2].mixer == "sliding" and by_index[2].window == 512
+    # norms: two of d_model, q and kv latents, the rope key (and layer 0's indexer key)
+    assert by_index[2].norm == 2 * 5120 + 1024 + 1024 + 64
+    assert by_index[0].norm == 2 * 5120 + 1024 + 512 + 64 + 2 * 128
+    assert by_index[0].attention + by_index[0].norm == 144_060_224  # the zoo's layer 0 - FFN
+
+
+def test_dots3_sliding_layers_cache_their_latent_up_to_the_window(tmp_path):
+    spec = _load(tmp_path, "dots3_note_text")
+    kv = kv_cache(spec, 10_000)
+    held = {i: (p.per_token, p.cap) for p in kv.parts for i in p.indices}
+    assert held[0] == (512 + 64 + 128, 0) and held[2] == (1024 + 64, 511)
+
+
+DOTS3_HOSTILE = [
+    (_config("dots3_note_text", per_layer_config={"x": {}}),
+     "key 'per_layer_config': expected an object of layer numbers (below 46) to keys, got"),
+    (_config("dots3_note_text", per_layer_config={"46": {}}),
+     "key 'per_layer_config': expected an object of layer numbers (below 46) to keys, got"),
+    (_config("dots3_note_text", layer_types=["linear_attention"] * 46),
+     "key 'layer_types': expected a list of 46 layer types (indexed_attention, full_attention, "
+     "sliding_attention), got"),
+]
+
+
+@pytest.mark.parametrize(("config", "message"), DOTS3_HOSTILE, ids=range(len(DOTS3_HOSTILE)))
+def test_hostile_dots3_configs(cli, tmp_path, config, message):
+    test_hostile_configs_of_the_latent_readers(cli, tmp_path, config, message)
+
+
+@pytest.mark.parametrize("key", ["head_gate", "rope_key_norm"])
+def test_dots3_parts_belong_to_latent_attention(key):
+    data = {**SPEC, "attention": {"heads": 4, key: True}}
+    with pytest.raises(SpecError, match=f"key 'attention.{key}': belongs to latent attention"):
+        spec_from_mapping(data, "spec")

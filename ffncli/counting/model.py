@@ -105,7 +105,8 @@ def latent_attention_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[s
         ("W_KV_a", d_model, att.kv_lora_rank + att.rope_head_dim, bias),
         ("W_KV_b", att.kv_lora_rank, h * (nope + v), False),
         ("W_O", h * v, d_model, att.out_bias),
-    ) + indexer_matrices(d_model, att)
+    ) + (("W_gate (a scalar per head)", d_model, h, False),) * att.head_gate \
+        + indexer_matrices(d_model, att)
 
 
 def indexer_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[str, int, int, bool], ...]:
@@ -122,9 +123,10 @@ def indexer_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[str, int, 
 
 def qk_norm_params(d_model: int, att: AttentionSpec) -> int:
     """Norms on queries and keys, and latent attention's norms on its two latents (and the
-    indexer's LayerNorm, with bias, on its key)."""
+    indexer's LayerNorm, with bias, on its key; dots.llm3's on the rope key)."""
     if att.kv_lora_rank:
-        return att.kv_lora_rank + att.q_lora_rank + 2 * att.index_head_dim  # RMSNorm weights
+        rope_key = att.rope_head_dim if att.rope_key_norm else 0
+        return att.kv_lora_rank + att.q_lora_rank + 2 * att.index_head_dim + rope_key
     if att.qk_norm == "none":
         return 0
     head_dim = att.head_dim or d_model // att.heads

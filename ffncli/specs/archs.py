@@ -379,6 +379,8 @@ ARCHS: dict[str, Arch] = {
                         not_run="shared experts, dense first layers and grouped sigmoid routing"),
     "longcat_flash": Arch(read("latent.longcat_flash_spec"),
                           not_run="zero (identity) experts and a shortcut mixture of experts"),
+    "dots3_note_text": Arch(read("latent.dots3_note_text_spec"),
+                            not_run="shared experts and grouped sigmoid routing"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -36,7 +36,6 @@ LACKS: dict[str, str] = {
     "dory": "a reader for its layers (lambda_*, mlp.suv_gate)",
     "dots1": "a model transformers itself cannot build from these defaults",
     "dots3_note": "a model transformers itself cannot build from these defaults",
-    "dots3_note_text": "its variant of latent attention",
     "emu3": "a model transformers itself cannot build from these defaults",
     "encoder-decoder": "a reader for its encoder and decoder",
     "ergo": "its kind of mixture of experts",

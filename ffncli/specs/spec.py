@@ -102,6 +102,8 @@ class AttentionSpec:
     # with bias) and a weight per head from x; it caches its key per token.
     index_heads: int = 0
     index_head_dim: int = 0
+    head_gate: bool = False  # a sigmoid gate per head from x, d_model x heads (dots.llm3)
+    rope_key_norm: bool = False  # latent attention: an RMSNorm on the rope key (dots.llm3)
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
@@ -443,6 +445,10 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
             att.index_heads and att.index_head_dim and att.q_lora_rank and att.kv_lora_rank):
         raise SpecError(f"{source}: key 'attention.index_heads': the indexer needs latent "
                         "attention with q_lora_rank, and index_heads and index_head_dim, all > 0")
+    for key in ("head_gate", "rope_key_norm"):
+        if att is not None and getattr(att, key) and not att.kv_lora_rank:
+            raise SpecError(f"{source}: key 'attention.{key}': belongs to latent attention "
+                            "(kv_lora_rank > 0)")
 
 
 def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> ModelSpec:

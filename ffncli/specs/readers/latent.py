@@ -7,6 +7,7 @@ with zero (identity) experts. Built from the kit of :mod:`ffncli.specs.hfconfig`
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from ffncli.specs.hfconfig import (
     Config,
@@ -91,10 +92,74 @@ def latent_moe_spec(c: Config, family: str, *, dense_first: int = 1, indexer: bo
                         [experts if s else _dense_ffn(c) for s in sparse])
     own = _indexer_layers(c, n) if indexer else [True] * n
     no_indexer = replace(attention, index_heads=0, index_head_dim=0)
-    kinds = tuple(replace(k, attention=None if mine else no_indexer,
-                          norms=3 if post_moe_norm and s else None)
-                  for k, s, mine in zip(spec.decoder_kinds(), sparse, own, strict=True))
+    return _per_layer(spec, [attention if mine else no_indexer for mine in own],
+                      [3 if post_moe_norm and s else None for s in sparse])
+
+
+def _per_layer(spec: ModelSpec, attentions: list[AttentionSpec],
+               norms: list[int | None]) -> ModelSpec:
+    """The spec's layers, each its own attention (the spec's where equal) and norm count."""
+    kinds = tuple(replace(k, attention=None if a == spec.attention else a, norms=m)
+                  for k, a, m in zip(spec.decoder_kinds(), attentions, norms, strict=True))
     return replace(spec, pattern=kinds)
+
+
+# dots.llm3's sliding layers without per_layer_config (Dots3NoteTextConfig's swa_* keys)
+_SWA = {"num_attention_heads": 64, "num_key_value_heads": 64, "q_lora_rank": 1024,
+        "kv_lora_rank": 1024, "head_dim": 256, "qk_nope_head_dim": 192, "v_head_dim": 128}
+_DOTS3_LAYERS = {"indexed_attention": "full", "full_attention": "full",
+                 "sliding_attention": "sliding"}
+
+
+def _dots3_layers(c: Config, n: int) -> tuple[list[str], dict[int, dict[str, Any]]]:
+    """Each layer's type, and the keys per_layer_config changes for some layers. Without
+    per_layer_config the sliding layers take the swa_* keys (defaults _SWA), and without
+    layer_types layers 0, 1 and every 4th from 1 are full, with use_dsa an indexer's."""
+    types = c.data.get("layer_types")
+    if types is None:
+        types = ["indexed_attention" if i < 2 or i % 4 == 1 else "sliding_attention"
+                 for i in range(n)]
+    if not isinstance(types, list) or len(types) != n or not set(types) <= set(_DOTS3_LAYERS):
+        raise c.fail("layer_types", f"a list of {n} layer types ({', '.join(_DOTS3_LAYERS)})")
+    per = c.data.get("per_layer_config")
+    if per is None:
+        dsa = c.bool("use_dsa", True)
+        types = ["indexed_attention" if t == "full_attention" and dsa else t for t in types]
+        swa = {k: c.data.get(f"swa_{k}", v) for k, v in _SWA.items()}
+        swa["qk_rope_head_dim"] = c.data.get("swa_qk_rope_head_dim",
+                                             swa["head_dim"] - swa["qk_nope_head_dim"])
+        per = {str(i): swa for i, t in enumerate(types) if t == "sliding_attention"}
+    if not isinstance(per, dict) or not all(
+            isinstance(k, str) and k.isdigit() and int(k) < n and isinstance(v, dict)
+            for k, v in per.items()):
+        raise c.fail("per_layer_config", f"an object of layer numbers (below {n}) to keys")
+    return types, {int(k): v for k, v in per.items()}
+
+
+def dots3_note_text_spec(c: Config) -> ModelSpec:
+    """Dots3NoteForCausalLM (dots.llm3's language model): latent attention with a sigmoid gate
+    per head (g_proj) and a norm on the rope key, DeepSeek-V3.2's indexer on the
+    "indexed_attention" layers, sliding-window layers of their own sizes (per_layer_config: its
+    keys override the config's in the layers it names), each layer a dense FFN or, as
+    mlp_layer_types says, experts of moe_intermediate_size with n_shared_experts shared ones
+    of shared_experts_intermediate_size."""
+    c = Config({**c.data, "sliding_window": c.data.get("sliding_window")
+                or c.int("sliding_window_size", 512)}, c.source)
+    shared = c.int0("n_shared_experts", 1) * c.int("shared_experts_intermediate_size")
+    experts = _experts(c, "n_routed_experts", "moe_intermediate_size", shared_d_ff=shared)
+    spec = gated_decoder_spec(c, "dots3_note_text", moe=lambda c, n: (experts, 0))
+    n = spec.layers.decoder
+    types, per = _dots3_layers(c, n)
+    sparse = _mlp_types(c, n, 1)
+    spec = with_pattern(spec, c, [_DOTS3_LAYERS[t] for t in types],
+                        [experts if s else _dense_ffn(c) for s in sparse])
+
+    def attention(i: int) -> AttentionSpec:
+        layer = Config({**c.data, **per.get(i, {})}, f"{c.source}: per_layer_config {i}")
+        return replace(latent_attention(layer, indexer=types[i] == "indexed_attention"),
+                       head_gate=True, rope_key_norm=True)
+    attentions = [attention(i) for i in range(n)]
+    return _per_layer(replace(spec, attention=attentions[0]), attentions, [None] * n)
 
 
 def longcat_flash_spec(c: Config) -> ModelSpec:
