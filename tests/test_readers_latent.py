@@ -286,3 +286,22 @@ def test_dots3_parts_belong_to_latent_attention(key):
     data = {**SPEC, "attention": {"heads": 4, key: True}}
     with pytest.raises(SpecError, match=f"key 'attention.{key}': belongs to latent attention"):
         spec_from_mapping(data, "spec")
+
+
+def test_axk2_query_gate_and_gated_norms_by_hand(tmp_path):
+    """AXK2Attention: q_gate_proj 2 x 384 -> 32 x (96 + 64) (queries and an output gate);
+    AXK2GatedRMSNorm: fc1 2048 -> 16, fc2 16 -> 2048 on the input norm of every layer and on
+    the post-attention norm of the sparse ones, counted as "other"."""
+    c = count(_load(tmp_path, "axk2"))
+    dense, sparse = c.layers
+    assert _rows(dense)["W_Q_b (and output gate)"] == 768 * 32 * 160 == 3_932_160
+    assert (dense.other, sparse.other) == (2 * 2048 * 16, 2 * 2 * 2048 * 16)
+    assert c.groups["other"] == 65_536 + 47 * 131_072
+    assert dense.total - dense.ffn == 10_916_608  # the zoo's layer 0 less its FFN
+
+
+def test_query_gate_needs_the_query_latent():
+    data = {**SPEC, "attention": {**SPEC["attention"], "index_heads": 0, "index_head_dim": 0,
+                                  "q_lora_rank": 0, "query_gate": True}}
+    with pytest.raises(SpecError, match="key 'attention.query_gate': belongs to latent"):
+        spec_from_mapping(data, "spec")

@@ -97,7 +97,10 @@ def latent_attention_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[s
     h, qk, v = att.heads, att.head_dim or 0, att.v_head_dim or att.head_dim or 0
     nope, bias = qk - att.rope_head_dim, att.qkv_bias
     q: tuple[tuple[str, int, int, bool], ...]
-    if att.q_lora_rank:
+    if att.query_gate:  # A.X-K2: from twice the query latent, queries and an output gate
+        q = (("W_Q_a", d_model, att.q_lora_rank, bias),
+             ("W_Q_b (and output gate)", 2 * att.q_lora_rank, h * (qk + v), False))
+    elif att.q_lora_rank:
         q = (("W_Q_a", d_model, att.q_lora_rank, bias), ("W_Q_b", att.q_lora_rank, h * qk, False))
     else:
         q = (("W_Q", d_model, h * qk, False),)
@@ -572,6 +575,15 @@ def model_extra_rows(d: int, layers: int, x: LayerExtrasSpec) -> tuple[Row, ...]
     )
 
 
+def norm_gate_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
+    """A.X-K2's gated norms: each gates its output by sigmoid(fc2(silu(fc1(y)))), fc1 d x rank
+    and fc2 rank x d without biases (the norms' own weights are counted with the norms)."""
+    n, r = kind.gated_norms, kind.norm_gate_rank
+    if not n:
+        return ()
+    return (Row("norm gates", f"{n} x ({d} x {r} + {r} x {d})", n * 2 * d * r),)
+
+
 def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
     mix = kind.mixer_spec
     if mix is None:
@@ -608,7 +620,7 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         qk = qk_norm_params(d, att)
         norms += ((qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
                   * kind.attentions)
-    extra = layer_extra_rows(d, spec.extras) if spec.extras else ()
+    extra = (layer_extra_rows(d, spec.extras) if spec.extras else ()) + norm_gate_rows(d, kind)
     return LayerCount(
         kind=name,
         count=count,
@@ -754,4 +766,6 @@ def count(spec: ModelSpec) -> ModelCount:
         groups["embeddings"] += embedding.params
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in other)
+    elif any(layer.other for layer in layers):  # A.X-K2's norm gates
+        groups["other"] = sum(layer.count * layer.other for layer in layers)
     return ModelCount(spec, tuple(layers), tuple(rows), groups, head_flops)

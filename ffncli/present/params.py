@@ -248,7 +248,7 @@ def print_params(result: ParamsResult) -> None:
 
 
 PARTS = {"embeddings": "embeddings", "attention": "attention", "ffn": "FFN", "norms": "norms",
-         "head": "output head", "pooler": "pooler", "other": "other (AltUp, LAuReL...)"}
+         "head": "output head", "pooler": "pooler", "other": "other (AltUp, LAuReL, norm gates...)"}
 
 
 def _print_parts(out: Console, c: ModelCount) -> None:

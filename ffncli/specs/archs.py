@@ -381,6 +381,8 @@ ARCHS: dict[str, Arch] = {
                           not_run="zero (identity) experts and a shortcut mixture of experts"),
     "dots3_note_text": Arch(read("latent.dots3_note_text_spec"),
                             not_run="shared experts and grouped sigmoid routing"),
+    "axk2": Arch(read("latent.latent_moe_spec", family="axk2", indexer=True, gated=True),
+                 not_run="shared experts, gated norms and an output gate"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

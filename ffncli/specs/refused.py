@@ -13,7 +13,6 @@ LACKS: dict[str, str] = {
     "arcee": "a reader for its layers",
     "aria_text": "its kind of mixture of experts",
     "audioflamingo3": "its vision or audio tower",
-    "axk2": "its variant of latent attention",
     "bailing_hybrid": "Mamba-2 or hybrid state-space mixers and its variant of latent attention",
     "bamba": "Mamba-2 or hybrid state-space mixers",
     "beam": "its kind of mixture of experts",

@@ -104,6 +104,9 @@ class AttentionSpec:
     index_head_dim: int = 0
     head_gate: bool = False  # a sigmoid gate per head from x, d_model x heads (dots.llm3)
     rope_key_norm: bool = False  # latent attention: an RMSNorm on the rope key (dots.llm3)
+    # latent attention: W_Q_b reads twice q_lora_rank and also gives a sigmoid gate of
+    # v_head_dim per head on the output (A.X-K2's q_gate_proj)
+    query_gate: bool = False
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
@@ -178,6 +181,8 @@ class LayerKind:
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
     attentions: int = 1  # attention sublayers in each layer, each its own KV (LongCat-Flash: 2)
     norms: int | None = None  # norms of d_model in each layer (None: the spec's norm.per_layer)
+    gated_norms: int = 0  # of those, how many gate their output by x -> norm_gate_rank -> x
+    norm_gate_rank: int = 0  # (A.X-K2's GatedRMSNorm: two bias-free projections, d x rank x d)
 
 
 @dataclass(frozen=True)
@@ -445,10 +450,11 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
             att.index_heads and att.index_head_dim and att.q_lora_rank and att.kv_lora_rank):
         raise SpecError(f"{source}: key 'attention.index_heads': the indexer needs latent "
                         "attention with q_lora_rank, and index_heads and index_head_dim, all > 0")
-    for key in ("head_gate", "rope_key_norm"):
-        if att is not None and getattr(att, key) and not att.kv_lora_rank:
+    for key in ("head_gate", "rope_key_norm", "query_gate"):
+        if att is not None and getattr(att, key) and not (
+                att.kv_lora_rank and (att.q_lora_rank or key != "query_gate")):
             raise SpecError(f"{source}: key 'attention.{key}': belongs to latent attention "
-                            "(kv_lora_rank > 0)")
+                            "(kv_lora_rank > 0; query_gate with q_lora_rank > 0)")
 
 
 def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> ModelSpec:

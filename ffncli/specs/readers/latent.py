@@ -74,33 +74,39 @@ def _indexer_layers(c: Config, n: int) -> list[bool]:
 
 
 def latent_moe_spec(c: Config, family: str, *, dense_first: int = 1, indexer: bool = False,
-                    post_moe_norm: bool = False) -> ModelSpec:
+                    post_moe_norm: bool = False, gated: bool = False) -> ModelSpec:
     """Glm4MoeLiteForCausalLM (GLM-4.7-Flash) and its kin: latent attention (and with
     ``indexer`` DeepSeek-V3.2's indexer, on the layers indexer_types runs it), each layer a
     dense SwiGLU FFN of intermediate_size or, as mlp_layer_types says, n_routed_experts
     experts of moe_intermediate_size (top num_experts_per_tok) with n_shared_experts shared
     ones run as one FFN that much wider, and a router without bias (its score-correction
     bias is a buffer). ``post_moe_norm``: A.X-K1's RMSNorm on the mixture's output, a third
-    norm in those layers."""
+    norm in those layers. ``gated``: A.X-K2's queries and output gate from twice the query
+    latent (q_gate_proj), and its gated norms (gated_norm_rank) before attention and, in the
+    sparse layers, before the FFN."""
     shared = c.int0("n_shared_experts", 1) * c.int("moe_intermediate_size")
     experts = _experts(c, "n_routed_experts", "moe_intermediate_size", shared_d_ff=shared)
     spec = gated_decoder_spec(c, family, moe=lambda c, n: (experts, 0))
     n = spec.layers.decoder
     sparse = _mlp_types(c, n, dense_first)
-    attention = latent_attention(c, indexer=indexer)
+    attention = replace(latent_attention(c, indexer=indexer), query_gate=gated)
     spec = with_pattern(replace(spec, attention=attention), c, ["full"] * n,
                         [experts if s else _dense_ffn(c) for s in sparse])
     own = _indexer_layers(c, n) if indexer else [True] * n
     no_indexer = replace(attention, index_heads=0, index_head_dim=0)
+    rank = c.int("gated_norm_rank", 16) if gated else 0
     return _per_layer(spec, [attention if mine else no_indexer for mine in own],
-                      [3 if post_moe_norm and s else None for s in sparse])
+                      [dict(norms=3 if post_moe_norm and s else None,
+                            gated_norms=(1 + s) if gated else 0, norm_gate_rank=rank)
+                       for s in sparse])
 
 
 def _per_layer(spec: ModelSpec, attentions: list[AttentionSpec],
-               norms: list[int | None]) -> ModelSpec:
-    """The spec's layers, each its own attention (the spec's where equal) and norm count."""
-    kinds = tuple(replace(k, attention=None if a == spec.attention else a, norms=m)
-                  for k, a, m in zip(spec.decoder_kinds(), attentions, norms, strict=True))
+               changes: list[dict[str, Any]]) -> ModelSpec:
+    """The spec's layers, each its own attention (the spec's where equal) and the changes of
+    its LayerKind (norms, gated norms)."""
+    kinds = tuple(replace(k, attention=None if a == spec.attention else a, **more)
+                  for k, a, more in zip(spec.decoder_kinds(), attentions, changes, strict=True))
     return replace(spec, pattern=kinds)
 
 
@@ -159,7 +165,7 @@ def dots3_note_text_spec(c: Config) -> ModelSpec:
         return replace(latent_attention(layer, indexer=types[i] == "indexed_attention"),
                        head_gate=True, rope_key_norm=True)
     attentions = [attention(i) for i in range(n)]
-    return _per_layer(replace(spec, attention=attentions[0]), attentions, [None] * n)
+    return _per_layer(replace(spec, attention=attentions[0]), attentions, [{}] * n)
 
 
 def longcat_flash_spec(c: Config) -> ModelSpec:
