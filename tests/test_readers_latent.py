@@ -305,3 +305,34 @@ def test_query_gate_needs_the_query_latent():
                                   "q_lora_rank": 0, "query_gate": True}}
     with pytest.raises(SpecError, match="key 'attention.query_gate': belongs to latent"):
         spec_from_mapping(data, "spec")
+
+
+def test_hy_v4_gate_sinks_and_hyper_connections_by_hand(tmp_path):
+    """HYV4Attention: gate_proj 2816 -> 32 x 256, sinks (32); HYV4HyperConnection around
+    attention and the FFN: fn (8, 4 x 2816), base (8), scale (2); HYV4HyperHead: hc_fn
+    (4, 4 x 2816), hc_base (4), hc_scale (1); the indexer on layers 0, 1, 5, 9, ..."""
+    c = count(_load(tmp_path, "hy_v4"))
+    by_index = {i: layer for layer in c.layers for i in layer.indices}
+    rows = _rows(by_index[0])
+    assert rows["W_gate (output)"] == 2816 * 32 * 256 and rows["sinks"] == 32
+    assert by_index[0].other == 2 * (8 * 11264 + 8 + 2) == 180_244
+    assert {r.name: r.params for r in c.other_rows}["hyper-connection head"] == 4 * 11264 + 5
+    assert by_index[0].total == 134_139_700  # HYV4DecoderLayer 0 on the meta device
+    with_indexer = sorted(i for i, layer in by_index.items() if "indexer W_Q" in _rows(layer))
+    assert with_indexer == [0, 1, 5, 9, 13, 17, 21, 25, 29, 33]
+    assert by_index[1].total - by_index[2].total == 1743900468 - 1740348980  # the indexer
+
+
+def test_glm5_indexer_layers_from_its_legacy_keys(tmp_path):
+    """GlmMoeDsaConfig without indexer_types: index_topk_pattern, else every index_topk_freq-th
+    layer counted from index_skip_topk_offset - 1."""
+    pattern = "FFS" * 26
+    spec = _load(tmp_path, "glm_moe_dsa", indexer_types=None, index_topk_pattern=pattern)
+    full = [i for i, k in enumerate(spec.decoder_kinds()) if (k.attention or spec.attention)
+            .index_heads]
+    assert full == [i for i in range(78) if pattern[i] == "F"]
+    spec = _load(tmp_path, "glm_moe_dsa", indexer_types=None, index_topk_freq=3,
+                 index_skip_topk_offset=2)
+    full = [i for i, k in enumerate(spec.decoder_kinds()) if (k.attention or spec.attention)
+            .index_heads]
+    assert full == [0] + list(range(1, 78, 3))

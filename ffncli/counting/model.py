@@ -109,6 +109,7 @@ def latent_attention_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[s
         ("W_KV_b", att.kv_lora_rank, h * (nope + v), False),
         ("W_O", h * v, d_model, att.out_bias),
     ) + (("W_gate (a scalar per head)", d_model, h, False),) * att.head_gate \
+        + (("W_gate (output)", d_model, h * v, False),) * att.output_gate \
         + indexer_matrices(d_model, att)
 
 
@@ -151,7 +152,8 @@ def attention_params(d_model: int, att: AttentionSpec) -> int:
     """W_Q, W_K, W_V, W_O (K and V are kv_heads * head_dim wide under grouped queries)."""
     if att.kv_lora_rank:
         return sum(linear(n_in, n_out, bias)
-                   for _, n_in, n_out, bias in latent_attention_matrices(d_model, att))
+                   for _, n_in, n_out, bias in latent_attention_matrices(d_model, att)) \
+            + sink_params(att)
     return sum(r.params for r in _attention_rows(d_model, att, ""))
 
 
@@ -492,11 +494,11 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
 
 
 def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
     if att.kv_lora_rank:
         return tuple(Row(f"{prefix}{name}", f"{n_in} x {n_out}", linear(n_in, n_out, bias))
-                     for name, n_in, n_out, bias in latent_attention_matrices(d, att))
+                     for name, n_in, n_out, bias in latent_attention_matrices(d, att)) + sinks
     q_width, kv_width = attention_widths(d, att)
-    sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
     return (
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
@@ -584,6 +586,23 @@ def norm_gate_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
     return (Row("norm gates", f"{n} x ({d} x {r} + {r} x {d})", n * 2 * d * r),)
 
 
+def hyper_rows(d: int, n: int) -> tuple[Row, ...]:
+    """Hyper-connections (HY-V4, after DeepSeek-V4) around attention and around the FFN of
+    each layer, over n copies of the stream: each fn (2n x n d), base (2n) and scale (2)."""
+    if not n:
+        return ()
+    one = 2 * n * n * d + 2 * n + 2
+    return (Row("hyper-connections", f"2 x ({2 * n} x {n * d} + {2 * n} + 2)", 2 * one),)
+
+
+def hyper_head_rows(d: int, n: int) -> tuple[Row, ...]:
+    """The hyper-connection head that merges the n streams before the final norm: hc_fn
+    (n x n d), hc_base (n) and hc_scale (1)."""
+    if not n:
+        return ()
+    return (Row("hyper-connection head", f"{n} x {n * d} + {n} + 1", n * n * d + n + 1),)
+
+
 def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
     mix = kind.mixer_spec
     if mix is None:
@@ -620,7 +639,8 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         qk = qk_norm_params(d, att)
         norms += ((qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
                   * kind.attentions)
-    extra = (layer_extra_rows(d, spec.extras) if spec.extras else ()) + norm_gate_rows(d, kind)
+    extra = (layer_extra_rows(d, spec.extras) if spec.extras else ()) + norm_gate_rows(d, kind) \
+        + hyper_rows(d, spec.hyper_streams)
     return LayerCount(
         kind=name,
         count=count,
@@ -766,6 +786,9 @@ def count(spec: ModelSpec) -> ModelCount:
         groups["embeddings"] += embedding.params
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in other)
-    elif any(layer.other for layer in layers):  # A.X-K2's norm gates
-        groups["other"] = sum(layer.count * layer.other for layer in layers)
+    elif any(layer.other for layer in layers):  # A.X-K2's norm gates, hyper-connections
+        head = hyper_head_rows(d, spec.hyper_streams)
+        rows += head
+        groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
+            r.params for r in head)
     return ModelCount(spec, tuple(layers), tuple(rows), groups, head_flops)

@@ -383,6 +383,8 @@ ARCHS: dict[str, Arch] = {
                             not_run="shared experts and grouped sigmoid routing"),
     "axk2": Arch(read("latent.latent_moe_spec", family="axk2", indexer=True, gated=True),
                  not_run="shared experts, gated norms and an output gate"),
+    "hy_v4": Arch(read("latent.latent_moe_spec", family="hy_v4", indexer=True, hyper=True),
+                  not_run="hyper-connections, attention sinks and clamped SwiGLU experts"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

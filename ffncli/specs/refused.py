@@ -76,7 +76,6 @@ LACKS: dict[str, str] = {
     "hunyuan_v1_dense": "a model transformers itself cannot build from these defaults",
     "hunyuan_v1_moe": "a model transformers itself cannot build from these defaults",
     "hy_v3": "its kind of mixture of experts",
-    "hy_v4": "its variant of latent attention",
     "inkling2_loop_text": "short-convolution mixers",
     "inkling2_text": "short-convolution mixers",
     "inkling_text": "short-convolution mixers",

@@ -96,7 +96,9 @@ class AttentionSpec:
     rope_head_dim: int = 0
     v_head_dim: int | None = None
     sinks: bool = False  # one learned logit per head that takes part in the softmax (gpt-oss)
-    output_gate: bool = False  # W_Q also gives a sigmoid gate on each head's output (Qwen3-Next)
+    # a sigmoid gate on each head's output: W_Q gives it too (Qwen3-Next); under latent attention
+    # a projection of its own from x, heads x v_head_dim (HY-V4)
+    output_gate: bool = False
     # DeepSeek-V3.2's lightning indexer beside latent attention (index_heads > 0): queries of
     # index_heads x index_head_dim from the query latent, one key of index_head_dim (LayerNorm
     # with bias) and a weight per head from x; it caches its key per token.
@@ -264,6 +266,7 @@ class ModelSpec:
     # is the language model's alone, and says so.
     uncounted: tuple[str, ...] = ()
     extras: LayerExtrasSpec | None = None  # Gemma 3n's AltUp, LAuReL and per-layer inputs
+    hyper_streams: int = 0  # hyper-connections over this many copies of the stream (HY-V4)
 
     @property
     def ffn_only(self) -> bool:
@@ -327,7 +330,7 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
 
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
-NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras"})
+NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams"})
 
 
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:

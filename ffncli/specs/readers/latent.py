@@ -61,12 +61,23 @@ def _mlp_types(c: Config, n: int, dense_first: int) -> list[bool]:
     return [k == "sparse" for k in kinds]
 
 
-def _indexer_layers(c: Config, n: int) -> list[bool]:
-    """GLM-5 (glm_moe_dsa): the layers indexer_types names "full" run their own indexer, the
-    "shared" ones reuse the last full layer's choice and hold no indexer (every layer has one
-    without the key)."""
+def _indexer_layers(c: Config, n: int, family: str) -> list[bool]:
+    """GLM-5 (glm_moe_dsa) and HY-V4: the layers indexer_types names "full" run their own
+    indexer, the "shared" ones reuse the last full layer's choice and hold no indexer. Without
+    the key, GLM-5's index_topk_pattern (F and S) or every index_topk_freq-th layer from
+    index_skip_topk_offset - 1; HY-V4's layer 0 and every 4th from 1; the others' every
+    layer."""
     kinds = c.data.get("indexer_types")
-    if kinds is None:
+    if kinds is None and family == "glm_moe_dsa" and c.data.get("index_topk_pattern"):
+        pattern = c.data["index_topk_pattern"]
+        kinds = [{"F": "full", "S": "shared"}.get(k, k) for k in pattern] \
+            if isinstance(pattern, str) else pattern
+    elif kinds is None and family == "glm_moe_dsa":
+        freq, offset = c.int("index_topk_freq", 1), c.int0("index_skip_topk_offset", 2)
+        return [max(i - offset + 1, 0) % freq == 0 for i in range(n)]
+    elif kinds is None and family == "hy_v4":
+        return [i == 0 or (i - 1) % 4 == 0 for i in range(n)]
+    elif kinds is None:
         return [True] * n
     if not isinstance(kinds, list) or len(kinds) != n or not set(kinds) <= {"full", "shared"}:
         raise c.fail("indexer_types", f"a list of {n} indexer types (full, shared)")
@@ -74,7 +85,8 @@ def _indexer_layers(c: Config, n: int) -> list[bool]:
 
 
 def latent_moe_spec(c: Config, family: str, *, dense_first: int = 1, indexer: bool = False,
-                    post_moe_norm: bool = False, gated: bool = False) -> ModelSpec:
+                    post_moe_norm: bool = False, gated: bool = False,
+                    hyper: bool = False) -> ModelSpec:
     """Glm4MoeLiteForCausalLM (GLM-4.7-Flash) and its kin: latent attention (and with
     ``indexer`` DeepSeek-V3.2's indexer, on the layers indexer_types runs it), each layer a
     dense SwiGLU FFN of intermediate_size or, as mlp_layer_types says, n_routed_experts
@@ -83,16 +95,19 @@ def latent_moe_spec(c: Config, family: str, *, dense_first: int = 1, indexer: bo
     bias is a buffer). ``post_moe_norm``: A.X-K1's RMSNorm on the mixture's output, a third
     norm in those layers. ``gated``: A.X-K2's queries and output gate from twice the query
     latent (q_gate_proj), and its gated norms (gated_norm_rank) before attention and, in the
-    sparse layers, before the FFN."""
+    sparse layers, before the FFN. ``hyper``: HY-V4's gate on each head's output (heads x
+    v_head_dim from x), attention sinks, and hyper-connections over hc_mult streams."""
     shared = c.int0("n_shared_experts", 1) * c.int("moe_intermediate_size")
     experts = _experts(c, "n_routed_experts", "moe_intermediate_size", shared_d_ff=shared)
     spec = gated_decoder_spec(c, family, moe=lambda c, n: (experts, 0))
     n = spec.layers.decoder
     sparse = _mlp_types(c, n, dense_first)
-    attention = replace(latent_attention(c, indexer=indexer), query_gate=gated)
+    attention = replace(latent_attention(c, indexer=indexer), query_gate=gated,
+                        output_gate=hyper, sinks=hyper)
+    spec = replace(spec, hyper_streams=c.int("hc_mult", 4) if hyper else 0)
     spec = with_pattern(replace(spec, attention=attention), c, ["full"] * n,
                         [experts if s else _dense_ffn(c) for s in sparse])
-    own = _indexer_layers(c, n) if indexer else [True] * n
+    own = _indexer_layers(c, n, family) if indexer else [True] * n
     no_indexer = replace(attention, index_heads=0, index_head_dim=0)
     rank = c.int("gated_norm_rank", 16) if gated else 0
     return _per_layer(spec, [attention if mine else no_indexer for mine in own],
