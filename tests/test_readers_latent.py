@@ -336,3 +336,18 @@ def test_glm5_indexer_layers_from_its_legacy_keys(tmp_path):
     full = [i for i, k in enumerate(spec.decoder_kinds()) if (k.attention or spec.attention)
             .index_heads]
     assert full == [0] + list(range(1, 78, 3))
+
+
+@pytest.mark.parametrize(("model_type", "keys", "sparse"), [
+    # AXK1Config: i >= first_k_dense_replace and i % moe_layer_freq == 0
+    ("axk1", {"first_k_dense_replace": 2, "moe_layer_freq": 3}, [3, 6, 9]),
+    # DeepseekV32Config reads first_k_dense_replace alone
+    ("deepseek_v32", {"first_k_dense_replace": 2, "moe_layer_freq": 3}, [2, 3, 4]),
+    # Glm4MoeLiteConfig reads neither: one dense layer first
+    ("glm4_moe_lite", {"first_k_dense_replace": 2, "moe_layer_freq": 3}, [1, 2, 3]),
+])
+def test_sparse_layers_without_mlp_layer_types_as_each_class_derives_them(
+        tmp_path, model_type, keys, sparse):
+    spec = _load(tmp_path, model_type, mlp_layer_types=None, **keys)
+    got = [i for i, k in enumerate(spec.decoder_kinds()) if (k.ffn or spec.ffn).is_moe]
+    assert got[:3] == sparse

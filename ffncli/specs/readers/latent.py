@@ -48,14 +48,29 @@ def dense_latent_spec(c: Config, family: str, *, tie_default: bool = True) -> Mo
     return replace(spec, attention=latent_attention(c, v_head_dim=max(d // heads, 1)))
 
 
-def _mlp_types(c: Config, n: int, dense_first: int) -> list[bool]:
-    """Which layers are a mixture of experts: ``mlp_layer_types`` ("dense", "sparse"), else
-    first_k_dense_replace (default ``dense_first``) dense layers, then sparse ones."""
+# The keys each family's config class derives mlp_layer_types from when a config has none
+# (GLM-4.7-Flash's and HY-V4's read neither: always one dense layer first).
+_DENSE_KEYS = {"glm4_moe_lite": (), "hy_v4": (), "deepseek_v32": ("first_k_dense_replace",),
+               "glm_moe_dsa": ("first_k_dense_replace",)}
+_FIRST_AND_FREQ = ("first_k_dense_replace", "moe_layer_freq")  # A.X-K1, A.X-K2, dots.llm3
+
+
+def _mlp_types(c: Config, n: int, dense_first: int, family: str) -> list[bool]:
+    """Which layers are a mixture of experts: ``mlp_layer_types`` ("dense", "sparse"), else as
+    the family's class derives it: first_k_dense_replace (default ``dense_first``) dense
+    layers, then, of the others, those moe_layer_freq divides (or a list says) sparse."""
     kinds = c.data.get("mlp_layer_types")
+    keys = _DENSE_KEYS.get(family, _FIRST_AND_FREQ)
     if kinds is None:
-        dense = c.at_most("first_k_dense_replace", c.int0("first_k_dense_replace", dense_first),
-                          "num_hidden_layers", n)
-        return [i >= dense for i in range(n)]
+        dense = dense_first
+        if "first_k_dense_replace" in keys:
+            dense = c.at_most("first_k_dense_replace",
+                              c.int0("first_k_dense_replace", dense_first), "num_hidden_layers", n)
+        freq = c.data.get("moe_layer_freq") if "moe_layer_freq" in keys else None
+        if isinstance(freq, list) and len(freq) == n:
+            return [i >= dense and bool(f) for i, f in enumerate(freq)]
+        step = c.int("moe_layer_freq", 1) if freq is not None else 1
+        return [i >= dense and i % step == 0 for i in range(n)]
     if not isinstance(kinds, list) or len(kinds) != n or not set(kinds) <= {"sparse", "dense"}:
         raise c.fail("mlp_layer_types", f"a list of {n} layer types (sparse, dense)")
     return [k == "sparse" for k in kinds]
@@ -101,7 +116,7 @@ def latent_moe_spec(c: Config, family: str, *, dense_first: int = 1, indexer: bo
     experts = _experts(c, "n_routed_experts", "moe_intermediate_size", shared_d_ff=shared)
     spec = gated_decoder_spec(c, family, moe=lambda c, n: (experts, 0))
     n = spec.layers.decoder
-    sparse = _mlp_types(c, n, dense_first)
+    sparse = _mlp_types(c, n, dense_first, family)
     attention = replace(latent_attention(c, indexer=indexer), query_gate=gated,
                         output_gate=hyper, sinks=hyper)
     spec = replace(spec, hyper_streams=c.int("hc_mult", 4) if hyper else 0)
@@ -171,7 +186,7 @@ def dots3_note_text_spec(c: Config) -> ModelSpec:
     spec = gated_decoder_spec(c, "dots3_note_text", moe=lambda c, n: (experts, 0))
     n = spec.layers.decoder
     types, per = _dots3_layers(c, n)
-    sparse = _mlp_types(c, n, 1)
+    sparse = _mlp_types(c, n, 1, "dots3_note_text")
     spec = with_pattern(spec, c, [_DOTS3_LAYERS[t] for t in types],
                         [experts if s else _dense_ffn(c) for s in sparse])
 
