@@ -7,7 +7,7 @@ weights are counted once, buffers never. FLOPs are 2 per multiply-add of the mat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ffncli.specs.spec import (
     AttentionSpec,
@@ -45,8 +45,13 @@ def linear(n_in: int, n_out: int, bias: bool) -> int:
 def expert_params(d_model: int, ffn: FfnSpec) -> int:
     """One FFN: W1, W2 (and V when gated), with their biases."""
     up = linear(d_model, ffn.d_ff, ffn.bias)
-    down = linear(ffn.d_ff, d_model, ffn.bias)
+    down = linear(ffn.d_ff, d_model, down_bias(ffn))
     return (2 * up if ffn.gated else up) + down
+
+
+def down_bias(ffn: FfnSpec) -> bool:
+    """Whether W2 has a bias: as the FFN's other projections, unless down_bias says (GTE)."""
+    return ffn.bias if ffn.down_bias is None else ffn.down_bias
 
 
 def router_params(d_model: int, ffn: FfnSpec) -> int:
@@ -293,7 +298,8 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
                        latent_attention_matrices(d_model, att))
     q_width, kv_width = attention_widths(d_model, att)
     gate = d_model * q_width if att.output_gate else 0
-    return 2 * (2 * d_model * q_width + 2 * d_model * kv_width + gate)
+    extra = att.extra_projections * d_model * q_width
+    return 2 * (2 * d_model * q_width + 2 * d_model * kv_width + gate + extra)
 
 
 def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int:
@@ -340,6 +346,7 @@ class LayerCount:
     window: int = 0
     other_rows: tuple[Row, ...] = ()  # parts neither attention, FFN nor norm (Gemma 3n)
     other: int = 0
+    repeats: int = 1  # times each of these layers runs per token (ALBERT's shared layers)
 
     @property
     def total(self) -> int:
@@ -383,11 +390,12 @@ class ModelCount:
 
     @property
     def flops_ffn(self) -> int:
-        return sum(layer.count * layer.flops.ffn for layer in self.layers)
+        return sum(layer.count * layer.repeats * layer.flops.ffn for layer in self.layers)
 
     @property
     def flops_total(self) -> int:
-        return sum(layer.count * layer.flops.total for layer in self.layers) + self.head_flops
+        return sum(layer.count * layer.repeats * layer.flops.total
+                   for layer in self.layers) + self.head_flops
 
     @property
     def flops_ffn_share(self) -> float:
@@ -413,7 +421,7 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
         rows += [Row("c", f"{f}", f)] if biases else []
     else:
         rows = [Row("W1", f"{d} x {f}", d * f)] + ([Row("b1", f"{f}", f)] if biases else [])
-    rows += [Row("W2", f"{f} x {d}", f * d)] + ([Row("b2", f"{d}", d)] if biases else [])
+    rows += [Row("W2", f"{f} x {d}", f * d)] + ([Row("b2", f"{d}", d)] if down_bias(ffn) else [])
     if ffn.is_moe:
         per_expert = expert_params(d, ffn)
         rows = [Row(f"expert: {r.name}", r.shape, r.params) for r in rows]
@@ -436,13 +444,25 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     q_width, kv_width = attention_widths(d, att)
     sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
-    return (
+    return extra_projection_rows(d, att, prefix) + (
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
             f"{d} x {q_out}", linear(d, q_out, att.qkv_bias)),
-        Row(f"{prefix}W_K", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
+        Row(f"{prefix}W_K", f"{d} x {kv_width}", linear(d, kv_width,
+                                                        att.qkv_bias and att.key_bias)),
         Row(f"{prefix}W_V", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
         Row(f"{prefix}W_O", f"{q_width} x {d}", linear(q_width, d, att.out_bias)),
     ) + sinks
+
+
+def extra_projection_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    """More projections of Q's shape in each layer: Longformer's global Q, K and V, LUKE's
+    entity-aware queries (each d x heads * head_dim, with Q's bias)."""
+    n = att.extra_projections
+    if not n:
+        return ()
+    q_width, _ = attention_widths(d, att)
+    return (Row(f"{prefix}{n} more projections (global or entity)", f"{n} x {d} x {q_width}",
+                n * linear(d, q_width, att.qkv_bias)),)
 
 
 _PLAIN = LayerKind()  # a layer of the spec's attention and FFN
@@ -573,6 +593,20 @@ def _decoder_layers(spec: ModelSpec, cross: bool) -> list[LayerCount]:
     return [_layer(spec, kind.name, len(ix), cross, kind, tuple(ix)) for kind, ix in at.items()]
 
 
+def _encoder_layers(spec: ModelSpec) -> list[LayerCount]:
+    """The encoder's layers: by kind when encoder_pattern gives them (Switch Transformers'
+    sparse layers), else all alike; ALBERT's layers.shared distinct layers counted once each,
+    each run layers.encoder / layers.shared times."""
+    if spec.encoder_pattern:
+        at: dict[LayerKind, int] = {}
+        for kind in spec.encoder_pattern:
+            at[kind] = at.get(kind, 0) + 1
+        return [_layer(spec, kind.name, n, False, kind) for kind, n in at.items()]
+    distinct = spec.layers.shared or spec.layers.encoder
+    layer = _layer(spec, "encoder", distinct, cross=False)
+    return [replace(layer, repeats=spec.layers.encoder // distinct)]
+
+
 def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
     emb, d = spec.embeddings, spec.d_model
     if emb is None:
@@ -585,10 +619,10 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
         rows += [Row("project in", f"{dim} x {d}", dim * d),
                  Row("project out", f"{d} x {dim}", d * dim)]
     if emb.positions:
-        n = emb.positions + emb.position_offset
-        rows.append(Row("position embeddings", f"{n} x {d}", n * d))
+        n, w = emb.positions + emb.position_offset, emb.position_dim or d
+        rows.append(Row("position embeddings", f"{n} x {w}", n * w))
         if _stack_copies(spec) > 1:
-            rows.append(Row("decoder position embeddings", f"{n} x {d}", n * d))
+            rows.append(Row("decoder position embeddings", f"{n} x {w}", n * w))
     if emb.token_types:
         rows.append(Row("token-type embeddings", f"{emb.token_types} x {d}", emb.token_types * d))
     if emb.relative:
@@ -610,8 +644,8 @@ def _factorized_rows(emb: EmbeddingsSpec, d: int) -> list[Row]:
     dim = emb.dim or d
     rows = []
     if emb.positions:
-        n = emb.positions + emb.position_offset
-        rows.append(Row("position embeddings", f"{n} x {dim}", n * dim))
+        n, w = emb.positions + emb.position_offset, emb.position_dim or dim
+        rows.append(Row("position embeddings", f"{n} x {w}", n * w))
     if emb.token_types:
         rows.append(Row("token-type embeddings", f"{emb.token_types} x {dim}",
                         emb.token_types * dim))
@@ -628,10 +662,10 @@ def count(spec: ModelSpec) -> ModelCount:
         layers.append(_layer(spec, "ffn", 1, cross=False))
     else:
         if spec.layers.encoder:
-            layers.append(_layer(spec, "encoder", spec.layers.encoder, cross=False))
+            layers += _encoder_layers(spec)
             stacks += 1
         if spec.layers.decoder:
-            layers += _decoder_layers(spec, cross=spec.layers.encoder > 0)
+            layers += _decoder_layers(spec, cross=spec.layers.encoder > 0 or spec.layers.cross)
             stacks += 1
     d, emb, norm, att = spec.d_model, spec.embeddings, spec.norm, spec.attention
     groups = {

@@ -363,6 +363,13 @@ ARCHS: dict[str, Arch] = {
     "smollm3": Arch(H.patterned_decoder("smollm3"), LLAMA_FFN),
     "gpt_oss": Arch(H.gpt_oss_spec, not_run="experts with clamped SwiGLU (alpha 1.702, limit 7) "
                     "and biases"),
+    # encoders and seq2seq of issue 40 (readers/encoders.py, readers/seq2seq.py)
+    "albert": Arch(read("encoders.albert_spec")),
+    "deberta": Arch(read("encoders.deberta_spec"), BERT_FFN),
+    "roformer": Arch(read("encoders.roformer_spec"), BERT_FFN),
+    "longformer": Arch(read("encoders.longformer_spec"), BERT_FFN),
+    "gte": Arch(read("encoders.gte_spec")),
+    "bert-generation": Arch(read("encoders.bert_decoder_spec"), BERT_FFN),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -6,7 +6,6 @@ counted since (a row of ffncli.specs.archs.ARCHS) is read, whatever this says.""
 from __future__ import annotations
 
 LACKS: dict[str, str] = {
-    "albert": "a reader for its encoder",
     "apertus": "a reader for its layers (attention_layernorm.weight, feedforward_layernorm.weight)",
     "apertus1p5_text":
         "a reader for its layers (attention_layernorm.weight, feedforward_layernorm.weight)",
@@ -18,9 +17,6 @@ LACKS: dict[str, str] = {
     "bailing_hybrid": "Mamba-2 or hybrid state-space mixers and its variant of latent attention",
     "bamba": "Mamba-2 or hybrid state-space mixers",
     "beam": "its kind of mixture of experts",
-    "bert-generation":
-        "a reader for its layers (attention.output.LayerNorm.bias,"
-        " attention.output.LayerNorm.weight)",
     "biogpt": "a reader for its layers (fc1.bias, fc1.weight)",
     "bitnet": "a reader for its layers (mlp.ffn_sub_norm.weight, self_attn.attn_sub_norm.weight)",
     "blt": "its vision or audio tower",
@@ -30,7 +26,6 @@ LACKS: dict[str, str] = {
     "cpmant": "a reader for its layers (ffn.ffn.w_in.w_*.weight, ffn.ffn.w_out.weight)",
     "ctrl": "a reader for its layers (ffn.*.bias, ffn.*.weight)",
     "dbrx": "a model transformers itself cannot build from these defaults",
-    "deberta": "a reader for its encoder",
     "deepseek_v32": "its variant of latent attention",
     "deepseek_v4": "its kind of mixture of experts",
     "diffllama": "a reader for its layers (self_attn.lambda_k1, self_attn.lambda_k2)",
@@ -77,7 +72,6 @@ LACKS: dict[str, str] = {
     "granite_speech": "its vision or audio tower",
     "granite_speech_plus": "its vision or audio tower",
     "granitemoehybrid": "Mamba-2 or hybrid state-space mixers",
-    "gte": "a reader for its encoder",
     "hrm_text": "a reader for its layers (self_attn.gate_proj.weight)",
     "hunyuan_v1_dense": "a model transformers itself cannot build from these defaults",
     "hunyuan_v1_moe": "a model transformers itself cannot build from these defaults",
@@ -97,7 +91,6 @@ LACKS: dict[str, str] = {
     "lfm2_moe": "a model transformers itself cannot build from these defaults",
     "lfm3": "short-convolution mixers",
     "longcat_flash": "its variant of latent attention",
-    "longformer": "a reader for its encoder",
     "luke": "a reader for its encoder",
     "mimo_v2_flash": "its kind of mixture of experts",
     "minicpm3": "its variant of latent attention",
@@ -137,7 +130,6 @@ LACKS: dict[str, str] = {
         "a reader for its layers (channel_pre_norm.weight, mlp_block.down_proj.bias)",
     "reformer": "a reader for its encoder",
     "roc_bert": "a reader for its encoder",
-    "roformer": "a reader for its encoder",
     "rwkv": "recurrent (RWKV/xLSTM) blocks",
     "solar_open": "its kind of mixture of experts",
     "squeezebert": "short-convolution mixers",

@@ -53,6 +53,7 @@ class FfnSpec:
     capacity_factor: float | None = None  # MoE only: drop tokens past ceil(cf * n * k / E)
     shared_d_ff: int = 0  # MoE: a shared expert of this width that every token uses (0: none)
     shared_gate: bool = False  # Qwen2-MoE: sigmoid(x g) scales the shared expert, g d_model x 1
+    down_bias: bool | None = None  # a bias on W2 alone when it differs from ``bias`` (GTE)
 
     @property
     def is_moe(self) -> bool:
@@ -94,6 +95,10 @@ class AttentionSpec:
     v_head_dim: int | None = None
     sinks: bool = False  # one learned logit per head that takes part in the softmax (gpt-oss)
     output_gate: bool = False  # W_Q also gives a sigmoid gate on each head's output (Qwen3-Next)
+    key_bias: bool = True  # with qkv_bias: False when W_K alone has none (DeBERTa v1)
+    # More d_model -> heads x head_dim projections, with qkv_bias, in every layer: Longformer's
+    # and LED's global Q, K and V (3), LUKE's entity-aware queries (3).
+    extra_projections: int = 0
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
@@ -197,6 +202,8 @@ class LayersSpec:
     encoder: int = 0
     decoder: int = 1  # with encoder > 0, decoder layers also have cross-attention
     dense: int = 0  # decoder layers whose FFN is ModelSpec.dense_ffn, not the MoE ffn (DeepSeek)
+    shared: int = 0  # ALBERT: the encoder's distinct layers, each run encoder / shared times
+    cross: bool = False  # decoder layers attend to an encoder outside the model (TrOCR)
 
 
 @dataclass(frozen=True)
@@ -215,6 +222,7 @@ class EmbeddingsSpec:
     per_stack: bool = False  # BART: each stack of an encoder-decoder its own positions and norm
     relative: int = 0  # DeBERTa: rows of a relative-position table (d_model wide), all layers'
     relative_norm: bool = False  # DeBERTa-v3: a norm on that table (with relative > 0)
+    position_dim: int = 0  # the position table's width when not d_model's (RoFormer: head_dim)
 
 
 @dataclass(frozen=True)
@@ -247,6 +255,7 @@ class ModelSpec:
     # is the language model's alone, and says so.
     uncounted: tuple[str, ...] = ()
     extras: LayerExtrasSpec | None = None  # Gemma 3n's AltUp, LAuReL and per-layer inputs
+    encoder_pattern: tuple[LayerKind, ...] = ()  # the kind of each encoder layer (as pattern)
 
     @property
     def ffn_only(self) -> bool:
@@ -302,11 +311,14 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
     "attention.q_lora_rank": 0,
     "attention.rope_head_dim": 0,
     "layers.dense": 0,
+    "layers.shared": 0,
+    "attention.extra_projections": 0,
+    "embeddings.position_dim": 0,
 }
 
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
-NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras"})
+NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "encoder_pattern"})
 
 
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
@@ -409,6 +421,12 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
     if spec.pattern and len(spec.pattern) != layers.decoder:
         raise SpecError(f"{source}: the layer pattern names {len(spec.pattern)} layers, "
                         f"layers.decoder is {layers.decoder}")
+    if layers.shared and layers.encoder % layers.shared:
+        raise SpecError(f"{source}: key 'layers.shared': expected a divisor of layers.encoder "
+                        f"({layers.encoder}), got {layers.shared}")
+    if spec.encoder_pattern and len(spec.encoder_pattern) != layers.encoder:
+        raise SpecError(f"{source}: the encoder's layer pattern names "
+                        f"{len(spec.encoder_pattern)} layers, layers.encoder is {layers.encoder}")
     if layers.dense and spec.dense_ffn is None:
         raise SpecError(f"{source}: key 'dense_ffn': layers.dense ({layers.dense}) needs the "
                         "dense layers' FFN")

@@ -1,0 +1,113 @@
+"""Encoders ffncli counts as their bare model (issue 40): BERT's relatives with a part of their
+own (ALBERT's shared layers, Longformer's global projections, RoFormer's rotary table...), and
+BERT-shaped decoders. Each reader takes its transformers 5.25 config class's defaults for the
+keys a config omits (tests/data/zoo/configs)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ffncli.specs.hfconfig import Config, _with_defaults, bert_relative_spec, rotary_bert_spec
+from ffncli.specs.spec import LayersSpec, ModelSpec
+
+
+def _parts(spec: ModelSpec) -> tuple[Any, Any, Any]:
+    """The attention, embeddings and norm bert_relative_spec always builds."""
+    assert spec.attention is not None and spec.embeddings is not None and spec.norm is not None
+    return spec.attention, spec.embeddings, spec.norm
+
+
+def albert_spec(c: Config) -> ModelSpec:
+    """AlbertModel: ELECTRA's factorized embeddings (embedding_size wide, then a projection with
+    bias), BERT's layers and pooler; num_hidden_groups groups of inner_group_num layers hold
+    every parameter, each group run num_hidden_layers / num_hidden_groups times."""
+    c = _with_defaults(c, vocab_size=30000, embedding_size=128, hidden_size=4096,
+                       num_hidden_layers=12, num_hidden_groups=1, num_attention_heads=64,
+                       intermediate_size=16384, inner_group_num=1, hidden_act="gelu_new")
+    spec = bert_relative_spec(c, "albert")
+    _, embeddings, _ = _parts(spec)
+    runs, groups, inner = (c.int("num_hidden_layers"), c.int("num_hidden_groups"),
+                           c.int("inner_group_num"))
+    if runs % groups:
+        raise c.fail("num_hidden_groups", f"a divisor of num_hidden_layers ({runs})")
+    dim = c.int("embedding_size")
+    return replace(spec, layers=LayersSpec(encoder=runs * inner, decoder=0,
+                                           shared=groups * inner),
+                   embeddings=replace(embeddings, dim=dim if dim != spec.d_model else None,
+                                      factorized=True))
+
+
+def deberta_spec(c: Config) -> ModelSpec:
+    """DebertaModel (v1): BERT's layers without pooler, Q, K and V in one bias-free in_proj
+    with biases on Q and V only; absolute positions only with position_biased_input, no token
+    types by default; with relative_attention one table of 2 x max_relative_positions rows
+    (max_position_embeddings when not set) for all layers. The per-layer position projections
+    of pos_att_type and talking heads are refused."""
+    c = _with_defaults(c, vocab_size=50265, type_vocab_size=0)
+    spec = bert_relative_spec(c, "deberta", pooler=False)
+    attention, embeddings, _ = _parts(spec)
+    if c.data.get("embedding_size", spec.d_model) != spec.d_model:
+        raise c.fail("embedding_size", f"hidden_size ({spec.d_model:,}); an embedding "
+                     "projection is not read")
+    if c.bool("talking_head", False):
+        raise c.fail("talking_head", "false (the talking-head projections are not read)")
+    relative = 0
+    if c.bool("relative_attention", False):
+        if c.data.get("pos_att_type"):
+            raise c.fail("pos_att_type", "empty (its per-layer position projections are not "
+                         "read)")
+        span = c.data.get("max_relative_positions", -1)
+        span = span if isinstance(span, int) and not isinstance(span, bool) and span > 0 \
+            else spec.seq_len
+        relative = 2 * span
+    positions = embeddings.positions if c.bool("position_biased_input", True) else 0
+    return replace(spec, attention=replace(attention, key_bias=False),
+                   embeddings=replace(embeddings, positions=positions, relative=relative))
+
+
+def roformer_spec(c: Config) -> ModelSpec:
+    """RoFormerModel: BERT's layers without pooler; word and token-type tables and their norm
+    embedding_size wide (a projection with bias to hidden_size when it differs); rotary
+    positions from a sinusoidal table of max_position_embeddings x head_dim, a parameter."""
+    c = _with_defaults(c, vocab_size=50000, max_position_embeddings=1536)
+    spec = bert_relative_spec(c, "roformer", pooler=False)
+    attention, embeddings, _ = _parts(spec)
+    dim = c.int("embedding_size", spec.d_model)
+    return replace(spec, embeddings=replace(
+        embeddings, dim=dim if dim != spec.d_model else None, factorized=True,
+        position_dim=spec.d_model // attention.heads))
+
+
+def longformer_spec(c: Config) -> ModelSpec:
+    """LongformerModel: RoBERTa's layers and pooler (max_position_embeddings rows), each layer
+    with a second Q, K and V for its global tokens."""
+    spec = bert_relative_spec(c, "longformer")
+    attention, _, _ = _parts(spec)
+    return replace(spec, attention=replace(attention, extra_projections=3))
+
+
+def gte_spec(c: Config) -> ModelSpec:
+    """GteModel: post-norm layers with rotary positions, attention with biases, a gated FFN
+    whose gate and up projections have no bias and whose down projection has one; one token
+    type by default, no pooler."""
+    spec = rotary_bert_spec(c, "gte", pooler=False, gated=True, bias=False,
+                            vocab_size=250048, max_position_embeddings=8192,
+                            type_vocab_size=1)
+    attention, _, _ = _parts(spec)
+    return replace(spec, ffn=replace(spec.ffn, down_bias=True),
+                   attention=replace(attention, qkv_bias=True, out_bias=True))
+
+
+def bert_decoder_spec(c: Config) -> ModelSpec:
+    """BertGenerationDecoder: BERT's post-norm layers as a decoder (cross-attention with
+    add_cross_attention), learned positions, no token types, the embedding norm, no pooler;
+    the head tied to the word table, with a bias."""
+    c = _with_defaults(c, vocab_size=50358, hidden_size=1024, num_hidden_layers=24,
+                       num_attention_heads=16, intermediate_size=4096, type_vocab_size=0)
+    spec = bert_relative_spec(c, "bert-generation", pooler=False)
+    _, embeddings, _ = _parts(spec)
+    return replace(spec, layers=LayersSpec(encoder=0, decoder=spec.layers.encoder,
+                                           cross=c.bool("add_cross_attention", False)),
+                   embeddings=replace(embeddings, token_types=0, head=c.head(True),
+                                      head_bias=True))
