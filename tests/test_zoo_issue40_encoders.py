@@ -100,6 +100,14 @@ HOSTILE = [
     ("deberta", {"talking_head": True},
      "key 'talking_head': expected false (the talking-head projections are not read), got "
      "True"),
+    ("trocr", {"cross_attention_hidden_size": 768},
+     "key 'cross_attention_hidden_size': expected null or d_model (1,024), got 768"),
+    ("switch_transformers", {"num_sparse_encoder_layers": 13},
+     "key 'num_sparse_encoder_layers': expected at most num_layers (12), got 13"),
+    ("t5gemma", {"decoder": {**json.loads((CONFIGS / "t5gemma.config.json").read_text())[
+        "decoder"], "intermediate_size": 4096}},
+     "key 'decoder': expected the encoder's widths, heads and FFN (stacks of different shapes "
+     "are not read), got {"),
 ]
 
 
@@ -111,4 +119,51 @@ def test_configs_these_readers_refuse(cli, tmp_path, model_type, changes, messag
                                              .read_text()), **changes}))
     r = cli("params", "--config", path)
     assert (r.code, r.out) == (2, "")
-    assert r.err == f"error: {path}: {message}\n"
+    assert r.err.count("\n") == 1 and r.err.startswith(f"error: {path}: {message}"), r.err
+
+
+def test_led_has_global_projections_in_its_encoder_alone_and_positions_per_stack():
+    counted = count(_spec("led"))
+    plain = 4 * (1024 * 1024 + 1024)  # BART's Q, K, V, O with biases
+    assert _layer(counted).attention == plain + 3 * (1024 * 1024 + 1024)
+    assert _layer(counted, "decoder").attention == 2 * plain  # self and cross, no globals
+    rows = {r.name: r.params for r in counted.other_rows}
+    assert (rows["position embeddings"], rows["decoder position embeddings"]) == (
+        16384 * 1024, 1024 * 1024)
+
+
+@pytest.mark.parametrize(("model_type", "sparse", "experts", "top_k", "expert"), [
+    # T5's DenseReluDense without biases; the router d -> experts without bias
+    ("switch_transformers", [1, 5, 9], 8, 1, 2 * 768 * 2048),
+    # M2M-100's fc1 and fc2 with biases
+    ("nllb-moe", [3, 7, 11], 128, 2, 2 * 1024 * 4096 + 4096 + 1024),
+])
+def test_sparse_layers_of_both_stacks(model_type, sparse, experts, top_k, expert):
+    spec = _spec(model_type)
+    for kinds in (spec.encoder_pattern, spec.pattern):
+        assert [i for i, k in enumerate(kinds) if k.ffn is None] == sparse
+    counted = count(spec)
+    d = spec.d_model
+    layer = _layer(counted)
+    assert (layer.count, layer.ffn) == (3, experts * expert + d * experts)
+    assert layer.ffn_active == top_k * expert + d * experts
+    assert _layer(counted, "dense encoder").ffn == expert
+    assert counted.total - counted.active == 6 * (experts - top_k) * expert
+
+
+def test_t5gemma_stacks_have_their_own_word_tables_and_two_cross_attention_norms():
+    counted = count(_spec("t5gemma"))
+    rows = {r.name: r.params for r in counted.other_rows}
+    assert rows["word embeddings"] == rows["decoder word embeddings"] == 256000 * 2304
+    # Gemma 2's four RMSNorms a layer; the decoder's cross-attention adds a pre and a post
+    assert (_layer(counted).norm, _layer(counted, "decoder").norm) == (4 * 2304, 6 * 2304)
+    assert _layer(counted, "decoder").total == 92_026_368  # the zoo's decoder layer
+
+
+def test_trocr_decoder_layers_attend_to_an_encoder_it_does_not_hold():
+    spec = _spec("trocr")
+    counted = count(spec)
+    assert spec.layers.encoder == 0
+    layer = _layer(counted, "decoder")
+    assert layer.attention == 2 * 4 * (1024 * 1024 + 1024)
+    assert layer.norm == 3 * 2 * 1024

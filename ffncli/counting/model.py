@@ -561,7 +561,7 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
             attention_rows += _attention_rows(d, att, "cross ")
             proj_flops *= 2
             score_flops *= 2
-    norms = (norm.per_layer + (1 if cross else 0)) * norm_params(d, norm) if norm else 0
+    norms = (norm.per_layer + (norm.cross if cross else 0)) * norm_params(d, norm) if norm else 0
     if att is not None:
         qk = qk_norm_params(d, att)
         norms += (qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
@@ -613,6 +613,9 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
         return ()
     dim = emb.dim or d
     rows = [Row("word embeddings", f"{emb.vocab} x {dim}", emb.vocab * dim)]
+    if emb.decoder_vocab:
+        rows.append(Row("decoder word embeddings", f"{emb.decoder_vocab} x {dim}",
+                        emb.decoder_vocab * dim))
     if emb.factorized:
         return tuple(rows + _factorized_rows(emb, d))
     if dim != d:
@@ -622,6 +625,7 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
         n, w = emb.positions + emb.position_offset, emb.position_dim or d
         rows.append(Row("position embeddings", f"{n} x {w}", n * w))
         if _stack_copies(spec) > 1:
+            n = emb.decoder_positions or n
             rows.append(Row("decoder position embeddings", f"{n} x {w}", n * w))
     if emb.token_types:
         rows.append(Row("token-type embeddings", f"{emb.token_types} x {d}", emb.token_types * d))
@@ -699,13 +703,13 @@ def count(spec: ModelSpec) -> ModelCount:
         groups["norms"] += stacks * norm_params(d, norm)
     head_flops = 0
     if emb is not None and emb.head != "none":
-        dim = emb.dim or d
-        weight = emb.vocab * dim if emb.head == "untied" else 0
-        bias = emb.vocab if emb.head_bias else 0
+        dim, vocab = emb.dim or d, emb.decoder_vocab or emb.vocab
+        weight = vocab * dim if emb.head == "untied" else 0
+        bias = vocab if emb.head_bias else 0
         label = "output head (tied to word embeddings)" if emb.head == "tied" else "output head"
-        rows.append(Row(label, f"{dim} x {emb.vocab}", weight + bias))
+        rows.append(Row(label, f"{dim} x {vocab}", weight + bias))
         groups["head"] = weight + bias
-        head_flops = 2 * dim * emb.vocab
+        head_flops = 2 * dim * vocab
     if spec.pooler:
         rows.append(Row("pooler", f"{d} x {d}", linear(d, d, True)))
         groups["pooler"] = linear(d, d, True)

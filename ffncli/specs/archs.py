@@ -370,6 +370,13 @@ ARCHS: dict[str, Arch] = {
     "longformer": Arch(read("encoders.longformer_spec"), BERT_FFN),
     "gte": Arch(read("encoders.gte_spec")),
     "bert-generation": Arch(read("encoders.bert_decoder_spec"), BERT_FFN),
+    "led": Arch(read("seq2seq.led_spec")),
+    "switch_transformers": Arch(read("seq2seq.switch_transformers_spec"),
+                                not_run="a mixture of experts in every other layer"),
+    "nllb-moe": Arch(read("seq2seq.nllb_moe_spec"),
+                     not_run="a mixture of experts in every fourth layer"),
+    "t5gemma": Arch(read("seq2seq.t5gemma_spec")),
+    "trocr": Arch(read("seq2seq.trocr_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -195,6 +195,7 @@ class NormSpec:
     per_layer: int = 2  # norms in an encoder or decoder-only layer; cross-attention adds one
     final: bool = True  # one norm after the last layer of each stack
     affine: bool = True  # False: the norms have no weights (OLMo; OPT without elementwise affine)
+    cross: int = 1  # norms a decoder layer's cross-attention adds (T5Gemma: 2, before and after)
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,8 @@ class EmbeddingsSpec:
     relative: int = 0  # DeBERTa: rows of a relative-position table (d_model wide), all layers'
     relative_norm: bool = False  # DeBERTa-v3: a norm on that table (with relative > 0)
     position_dim: int = 0  # the position table's width when not d_model's (RoFormer: head_dim)
+    decoder_positions: int = 0  # with per_stack: the decoder's rows when not the encoder's (LED)
+    decoder_vocab: int = 0  # the decoder's own word table (and the head), when it has one (FSMT)
 
 
 @dataclass(frozen=True)
@@ -314,6 +317,9 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
     "layers.shared": 0,
     "attention.extra_projections": 0,
     "embeddings.position_dim": 0,
+    "embeddings.decoder_positions": 0,
+    "embeddings.decoder_vocab": 0,
+    "norm.cross": 0,
 }
 
 

@@ -1,0 +1,148 @@
+"""Encoder-decoders ffncli counts as their ForConditionalGeneration class (issue 40), and a
+decoder that attends to an encoder outside the model (TrOCR's). Each reader takes its
+transformers 5.25 config class's defaults for the keys a config omits
+(tests/data/zoo/configs)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ffncli.specs.hfconfig import (
+    GEMMA2_NORM,
+    Config,
+    _with_defaults,
+    bart_like_spec,
+    gemma_spec,
+    t5_spec,
+)
+from ffncli.specs.spec import (
+    AttentionSpec,
+    EmbeddingsSpec,
+    FfnSpec,
+    LayerKind,
+    LayersSpec,
+    ModelSpec,
+    NormSpec,
+)
+
+
+def _parts(spec: ModelSpec) -> tuple[AttentionSpec, EmbeddingsSpec, NormSpec]:
+    """The attention, embeddings and norm the kit's seq2seq readers always build."""
+    assert spec.attention is not None and spec.embeddings is not None and spec.norm is not None
+    return spec.attention, spec.embeddings, spec.norm
+
+
+def led_spec(c: Config) -> ModelSpec:
+    """LEDForConditionalGeneration: BART's layers; the encoder's self-attention Longformer's
+    (a second Q, K and V for global tokens); learned positions without offset,
+    max_encoder_position_embeddings rows for the encoder and max_decoder_position_embeddings
+    for the decoder; the embedding norms, no final norms."""
+    encoder_rows = c.int("max_encoder_position_embeddings", 16384)
+    spec = bart_like_spec(c, "led", positions="learned0", embedding_norm=True,
+                          final_norm=False, max_position_embeddings=encoder_rows)
+    attention, embeddings, _ = _parts(spec)
+    plain = LayerKind(attention=attention)  # the decoder's: no global projections
+    return replace(spec, attention=replace(attention, extra_projections=3),
+                   embeddings=replace(embeddings, decoder_positions=c.int(
+                       "max_decoder_position_embeddings", 1024)),
+                   pattern=(plain,) * spec.layers.decoder)
+
+
+def _sparse(spec: ModelSpec, experts: FfnSpec, dense: FfnSpec, encoder: list[bool],
+            decoder: list[bool]) -> ModelSpec:
+    """An encoder-decoder whose layers are a mixture of experts where the lists say True, a
+    dense FFN elsewhere (Switch Transformers, NLLB-MoE)."""
+    def kinds(stack: str, sparse: list[bool]) -> tuple[LayerKind, ...]:
+        return tuple(LayerKind(stack) if s else LayerKind(f"dense {stack}", ffn=dense)
+                     for s in sparse)
+    return replace(spec, ffn=experts, encoder_pattern=kinds("encoder", encoder),
+                   pattern=kinds("decoder", decoder))
+
+
+def switch_transformers_spec(c: Config) -> ModelSpec:
+    """SwitchTransformersForConditionalGeneration: T5's stacks (dense_act_fn, no gating), in
+    each stack num_sparse_*_layers layers a mixture of num_experts experts of d_ff, one per
+    token, behind a router (router_bias); layer i sparse when i mod (layers // sparse) is 1,
+    as the class builds them."""
+    c = _with_defaults(c, vocab_size=32128, d_model=768, d_kv=64, d_ff=2048, num_layers=12,
+                       num_heads=12, num_experts=8)
+    spec = t5_spec(c)
+    dense = replace(spec.ffn, activation=c.act("dense_act_fn", "relu"), gated=False)
+    experts = replace(dense, experts=c.int("num_experts"), top_k=1,
+                      router_bias=c.bool("router_bias", False))
+
+    def sparse(n: int, layers_key: str, sparse_key: str) -> list[bool]:
+        count = c.at_most(sparse_key, c.int0(sparse_key, 3), layers_key, n)
+        step = n // count if count else n
+        return [i % step == 1 or step == 1 for i in range(n)]
+    return replace(_sparse(spec, experts, dense,
+                           sparse(spec.layers.encoder, "num_layers", "num_sparse_encoder_layers"),
+                           sparse(spec.layers.decoder, "num_decoder_layers",
+                                  "num_sparse_decoder_layers")),
+                   family="switch_transformers", name=c.name("switch_transformers"))
+
+
+def nllb_moe_spec(c: Config) -> ModelSpec:
+    """NllbMoeForConditionalGeneration: M2M-100's stacks, layer i a mixture of num_experts
+    experts (two per token, each an FFN with biases) behind a router (router_bias) when i + 1 is
+    a multiple of the stack's *_sparse_step, a dense FFN elsewhere."""
+    spec = bart_like_spec(c, "nllb-moe", positions="buffer", embedding_norm=False,
+                          final_norm=True, vocab_size=128112, activation_function="relu")
+    dense = spec.ffn
+    experts = replace(dense, experts=c.int("num_experts", 128), top_k=2,
+                      router_bias=c.bool("router_bias", False))
+
+    def sparse(n: int, key: str) -> list[bool]:
+        step = c.int0(key, 4)
+        return [bool(step) and (i + 1) % step == 0 for i in range(n)]
+    return _sparse(spec, experts, dense, sparse(spec.layers.encoder, "encoder_sparse_step"),
+                   sparse(spec.layers.decoder, "decoder_sparse_step"))
+
+
+def t5gemma_spec(c: Config) -> ModelSpec:
+    """T5GemmaForConditionalGeneration: an encoder and a decoder of Gemma 2's layers (four
+    norms a layer; the decoder's cross-attention has two more), each stack its own word table
+    (the head tied to the decoder's) and final norm. Stacks of different widths are refused."""
+    stacks = []
+    for key in ("encoder", "decoder"):
+        sub = c.mapping(key) or {}
+        stacks.append(gemma_spec(Config({"model_type": "t5_gemma_module", **sub},
+                                        f"{c.source}: {key}"), "t5gemma", norm=GEMMA2_NORM))
+    encoder, decoder = stacks
+    if (decoder.d_model, decoder.attention, decoder.ffn) != (encoder.d_model, encoder.attention,
+                                                             encoder.ffn):
+        raise c.fail("decoder", "the encoder's widths, heads and FFN (stacks of different "
+                     "shapes are not read)")
+    cross = (c.mapping("decoder") or {}).get("cross_attention_hidden_size")
+    if cross not in (None, encoder.d_model):
+        raise c.fail("decoder", f"cross_attention_hidden_size {encoder.d_model:,} (the "
+                     "encoder's width)")
+    _, embeddings, norm = _parts(decoder)
+    return replace(encoder, name=c.name("t5gemma"), family="t5gemma",
+                   layers=LayersSpec(encoder=encoder.layers.decoder,
+                                     decoder=decoder.layers.decoder),
+                   norm=replace(norm, cross=2),
+                   embeddings=replace(embeddings, decoder_vocab=embeddings.vocab,
+                                      head=c.head(True)))
+
+
+def trocr_spec(c: Config) -> ModelSpec:
+    """TrOCRForCausalLM: BART's decoder layers, each with cross-attention to an image encoder
+    outside the model (cross_attention_hidden_size other than d_model is refused); learned
+    positions (2 extra rows) unless use_learned_position_embeddings says sinusoidal (a
+    buffer); the embedding norm by layernorm_embedding; no final norm; the head tied."""
+    c = _with_defaults(c, vocab_size=50265, d_model=1024, decoder_layers=12,
+                       decoder_attention_heads=16, decoder_ffn_dim=4096,
+                       max_position_embeddings=512)
+    cross = c.data.get("cross_attention_hidden_size")
+    if cross is not None and cross != c.int("d_model"):
+        raise c.fail("cross_attention_hidden_size", f"null or d_model ({c.int('d_model'):,})")
+    learned = c.bool("use_learned_position_embeddings", True)
+    spec = bart_like_spec(
+        c, "trocr", positions="learned" if learned else "buffer",
+        embedding_norm=c.bool("layernorm_embedding", True), final_norm=False,
+        encoder_attention_heads=c.int("decoder_attention_heads"),
+        encoder_ffn_dim=c.int("decoder_ffn_dim"))
+    _, embeddings, _ = _parts(spec)
+    return replace(spec, layers=LayersSpec(encoder=0, decoder=spec.layers.decoder, cross=True),
+                   embeddings=replace(embeddings, per_stack=False))
