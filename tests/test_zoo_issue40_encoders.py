@@ -100,6 +100,11 @@ HOSTILE = [
     ("deberta", {"talking_head": True},
      "key 'talking_head': expected false (the talking-head projections are not read), got "
      "True"),
+    ("convbert", {"num_groups": 2},
+     "key 'num_groups': expected 1 (grouped FFN projections are not read), got 2"),
+    ("funnel", {"block_repeats": [1, 2, 1]},
+     "key 'block_repeats': expected 1 for every block (repeated blocks are not read), got "
+     "[1, 2, 1]"),
     ("trocr", {"cross_attention_hidden_size": 768},
      "key 'cross_attention_hidden_size': expected null or d_model (1,024), got 768"),
     ("switch_transformers", {"num_sparse_encoder_layers": 13},
@@ -167,3 +172,29 @@ def test_trocr_decoder_layers_attend_to_an_encoder_it_does_not_hold():
     layer = _layer(counted, "decoder")
     assert layer.attention == 2 * 4 * (1024 * 1024 + 1024)
     assert layer.norm == 3 * 2 * 1024
+
+
+def test_xmod_has_a_bottleneck_adapter_per_language_after_each_ffn(tmp_path):
+    adapter = (768 * 384 + 384) + (384 * 768 + 768)  # dense1 and dense2, with biases
+    bert_ffn = 2 * 768 * 3072 + 3072 + 768
+    assert _layer(count(_spec("xmod"))).ffn == bert_ffn + adapter  # en_XX alone
+    three = _layer(count(_spec("xmod", tmp_path, languages=["en_XX", "de_DE", "fr_XX"])))
+    assert (three.ffn, three.ffn_active) == (bert_ffn + 3 * adapter, bert_ffn + 3 * adapter)
+    assert three.flops.ffn == 2 * (2 * 768 * 3072 + 2 * 768 * 384)  # one language's adapter
+
+
+def test_convbert_attention_and_its_span_convolution():
+    layer = _layer(count(_spec("convbert")))
+    q, heads, k = 384, 6, 9  # 12 heads / head_ratio 2, each (768 / 6) / 2 wide
+    attention = 3 * (768 * q + q) + (q * 768 + 768)  # Q, K, V and attention's half of W_O
+    conv = (768 * k + 768 * q + q) + (q * heads * k + heads * k) + (768 * q + q) + q * 768
+    assert layer.attention == attention + conv
+    assert layer.total == 6_820_278  # the zoo's layer
+
+
+def test_funnel_relative_attention():
+    layer = _layer(count(_spec("funnel")))
+    # q_head without bias, k_head, v_head, post_proj with biases; r_kernel 768 x 12 x 64;
+    # r_w, r_r, r_s biases 12 x 64 each; seg_embed 2 x 12 x 64
+    assert layer.attention == 768 * 768 + 3 * (768 * 768 + 768) + 768 * 768 + 5 * 768
+    assert (layer.count, layer.total) == (14, 7_680_768)  # 3 blocks of 4, 2 upsampling

@@ -68,15 +68,22 @@ def shared_expert_params(d_model: int, ffn: FfnSpec) -> int:
     return shared + (d_model if ffn.shared_gate else 0)
 
 
+def adapter_params(d_model: int, ffn: FfnSpec) -> int:
+    """X-MOD's language adapters after the FFN: per language d -> adapter_d_ff -> d, biases."""
+    return ffn.adapters * (linear(d_model, ffn.adapter_d_ff, True)
+                           + linear(ffn.adapter_d_ff, d_model, True))
+
+
 def ffn_params(d_model: int, ffn: FfnSpec) -> int:
     return (ffn.experts * expert_params(d_model, ffn) + router_params(d_model, ffn)
-            + shared_expert_params(d_model, ffn))
+            + shared_expert_params(d_model, ffn) + adapter_params(d_model, ffn))
 
 
 def ffn_active_params(d_model: int, ffn: FfnSpec) -> int:
-    """What one token uses: its top-k experts, the router and any shared expert."""
+    """What one token uses: its top-k experts, the router and any shared expert (and every
+    language adapter: the input, not a router, picks one, as transformers counts them)."""
     return (ffn.top_k * expert_params(d_model, ffn) + router_params(d_model, ffn)
-            + shared_expert_params(d_model, ffn))
+            + shared_expert_params(d_model, ffn) + adapter_params(d_model, ffn))
 
 
 def attention_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
@@ -289,7 +296,8 @@ def ffn_flops(d_model: int, ffn: FfnSpec) -> int:
     per_expert = matrices * d_model * ffn.d_ff
     router = d_model * ffn.experts if ffn.is_moe else 0
     shared = matrices * d_model * ffn.shared_d_ff + (d_model if ffn.shared_gate else 0)
-    return 2 * (ffn.top_k * per_expert + router + shared)
+    adapter = 2 * d_model * ffn.adapter_d_ff if ffn.adapters else 0  # the token's language's
+    return 2 * (ffn.top_k * per_expert + router + shared + adapter)
 
 
 def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
@@ -299,7 +307,8 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
     q_width, kv_width = attention_widths(d_model, att)
     gate = d_model * q_width if att.output_gate else 0
     extra = att.extra_projections * d_model * q_width
-    return 2 * (2 * d_model * q_width + 2 * d_model * kv_width + gate + extra)
+    conv = sum(weights for _, _, weights, _ in span_conv_matrices(d_model, att))
+    return 2 * (2 * d_model * q_width + 2 * d_model * kv_width + gate + extra + conv)
 
 
 def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int:
@@ -434,6 +443,10 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
             rows.append(Row("shared expert (every token)", f"d_ff {ffn.shared_d_ff}", shared))
         if ffn.shared_gate:
             rows.append(Row("shared expert gate", f"{d} x 1", d))
+    if ffn.adapters:
+        a = ffn.adapter_d_ff
+        rows.append(Row(f"x {ffn.adapters} language adapters", f"{d} x {a} x {d}",
+                        adapter_params(d, ffn)))
     return tuple(rows)
 
 
@@ -444,9 +457,10 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     q_width, kv_width = attention_widths(d, att)
     sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
-    return extra_projection_rows(d, att, prefix) + (
+    return extra_projection_rows(d, att, prefix) + span_conv_rows(d, att, prefix) \
+        + xl_relative_rows(d, att, prefix) + (
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
-            f"{d} x {q_out}", linear(d, q_out, att.qkv_bias)),
+            f"{d} x {q_out}", linear(d, q_out, att.qkv_bias and att.query_bias)),
         Row(f"{prefix}W_K", f"{d} x {kv_width}", linear(d, kv_width,
                                                         att.qkv_bias and att.key_bias)),
         Row(f"{prefix}W_V", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
@@ -463,6 +477,39 @@ def extra_projection_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row,
     q_width, _ = attention_widths(d, att)
     return (Row(f"{prefix}{n} more projections (global or entity)", f"{n} x {d} x {q_width}",
                 n * linear(d, q_width, att.qkv_bias)),)
+
+
+def span_conv_matrices(d: int, att: AttentionSpec) -> tuple[tuple[str, str, int, int], ...]:
+    """ConvBERT's span-based dynamic convolution as (name, shape, weights, biases): a separable
+    convolution of the keys' input (depthwise d x kernel, pointwise d -> q, a bias), the
+    per-head kernels from it (q -> heads x kernel), the convolved values (d -> q), and the
+    half of W_O that reads the convolution's output (q x d; the other half is attention's)."""
+    k = att.span_conv
+    if not k:
+        return ()
+    q, _ = attention_widths(d, att)
+    return (
+        ("key convolution (separable)", f"{d} x {k} + {d} x {q}", d * k + d * q, q),
+        ("convolution kernels", f"{q} x {att.heads * k}", q * att.heads * k, att.heads * k),
+        ("convolution values", f"{d} x {q}", d * q, q),
+        ("W_O (convolution half)", f"{q} x {d}", q * d, 0),
+    )
+
+
+def xl_relative_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    """Transformer-XL's relative attention: the kernel projecting relative positions
+    (d x heads x head_dim), the content, position and segment biases (heads x head_dim each)
+    and the two segments' embeddings (2 x heads x head_dim)."""
+    if not att.xl_relative:
+        return ()
+    q, _ = attention_widths(d, att)
+    return (Row(f"{prefix}position kernel", f"{d} x {q}", d * q),
+            Row(f"{prefix}r_w, r_r, r_s biases and segments", f"5 x {q}", 5 * q))
+
+
+def span_conv_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    return tuple(Row(f"{prefix}{name}", shape, weights + biases)
+                 for name, shape, weights, biases in span_conv_matrices(d, att))
 
 
 _PLAIN = LayerKind()  # a layer of the spec's attention and FFN

@@ -54,6 +54,8 @@ class FfnSpec:
     shared_d_ff: int = 0  # MoE: a shared expert of this width that every token uses (0: none)
     shared_gate: bool = False  # Qwen2-MoE: sigmoid(x g) scales the shared expert, g d_model x 1
     down_bias: bool | None = None  # a bias on W2 alone when it differs from ``bias`` (GTE)
+    adapters: int = 0  # X-MOD: one bottleneck adapter per language after the FFN, each
+    adapter_d_ff: int = 0  # d_model -> adapter_d_ff -> d_model with biases
 
     @property
     def is_moe(self) -> bool:
@@ -96,9 +98,16 @@ class AttentionSpec:
     sinks: bool = False  # one learned logit per head that takes part in the softmax (gpt-oss)
     output_gate: bool = False  # W_Q also gives a sigmoid gate on each head's output (Qwen3-Next)
     key_bias: bool = True  # with qkv_bias: False when W_K alone has none (DeBERTa v1)
+    query_bias: bool = True  # with qkv_bias: False when W_Q alone has none (Funnel)
+    # Transformer-XL's relative attention (Funnel): a d_model x heads x head_dim position
+    # kernel, per-head r_w, r_r and r_s biases and two segment embeddings, in every layer.
+    xl_relative: bool = False
     # More d_model -> heads x head_dim projections, with qkv_bias, in every layer: Longformer's
     # and LED's global Q, K and V (3), LUKE's entity-aware queries (3).
     extra_projections: int = 0
+    # ConvBERT: a span-based dynamic convolution of this kernel beside attention (its own
+    # projections, and the second half of W_O's input); 0: none.
+    span_conv: int = 0
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
@@ -309,6 +318,10 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
     "embeddings.token_types": 0,
     "init.seed": 0,
     "ffn.shared_d_ff": 0,
+    "ffn.adapters": 0,
+    "ffn.adapter_d_ff": 0,
+    "dense_ffn.adapters": 0,
+    "dense_ffn.adapter_d_ff": 0,
     "dense_ffn.shared_d_ff": 0,
     "attention.kv_lora_rank": 0,
     "attention.q_lora_rank": 0,
@@ -316,6 +329,7 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
     "layers.dense": 0,
     "layers.shared": 0,
     "attention.extra_projections": 0,
+    "attention.span_conv": 0,
     "embeddings.position_dim": 0,
     "embeddings.decoder_positions": 0,
     "embeddings.decoder_vocab": 0,

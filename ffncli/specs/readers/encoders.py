@@ -9,7 +9,14 @@ from dataclasses import replace
 from typing import Any
 
 from ffncli.specs.hfconfig import Config, _with_defaults, bert_relative_spec, rotary_bert_spec
-from ffncli.specs.spec import LayersSpec, ModelSpec
+from ffncli.specs.spec import (
+    AttentionSpec,
+    EmbeddingsSpec,
+    FfnSpec,
+    LayersSpec,
+    ModelSpec,
+    NormSpec,
+)
 
 
 def _parts(spec: ModelSpec) -> tuple[Any, Any, Any]:
@@ -111,3 +118,66 @@ def bert_decoder_spec(c: Config) -> ModelSpec:
                                            cross=c.bool("add_cross_attention", False)),
                    embeddings=replace(embeddings, token_types=0, head=c.head(True),
                                       head_bias=True))
+
+
+def xmod_spec(c: Config) -> ModelSpec:
+    """XmodModel: RoBERTa's layers and pooler, after each FFN a bottleneck adapter
+    (hidden_size / adapter_reduction_factor wide, with biases) per language of languages, a
+    LayerNorm of its own with adapter_layer_norm; pre_norm adds a norm after the last layer."""
+    spec = bert_relative_spec(c, "xmod", final_norm=c.bool("pre_norm", False))
+    _, _, norm = _parts(spec)
+    languages = c.data.get("languages", ["en_XX"])
+    if not isinstance(languages, list) or not languages:
+        raise c.fail("languages", "a list of language names")
+    reduction = c.int("adapter_reduction_factor", 2)
+    return replace(spec, ffn=replace(spec.ffn, adapters=len(languages),
+                                     adapter_d_ff=spec.d_model // reduction),
+                   norm=replace(norm, per_layer=2 + c.bool("adapter_layer_norm", False)))
+
+
+def convbert_spec(c: Config) -> ModelSpec:
+    """ConvBertModel: BERT's embeddings (ELECTRA's projection when embedding_size differs) and
+    post-norm layers without pooler; attention has num_attention_heads / head_ratio heads of
+    (hidden_size / heads) / 2, beside a span-based dynamic convolution of conv_kernel_size
+    (AttentionSpec.span_conv). Grouped FFNs (num_groups > 1) are refused."""
+    if c.int("num_groups", 1) != 1:
+        raise c.fail("num_groups", "1 (grouped FFN projections are not read)")
+    spec = bert_relative_spec(c, "convbert", pooler=False)
+    attention, embeddings, _ = _parts(spec)
+    heads = max(attention.heads // c.int("head_ratio", 2), 1)
+    if spec.d_model % heads:
+        raise c.fail("head_ratio", f"a ratio leaving heads that divide hidden_size "
+                     f"({spec.d_model:,})")
+    dim = c.int("embedding_size", spec.d_model)
+    return replace(spec, attention=replace(attention, heads=heads,
+                                           head_dim=spec.d_model // heads // 2,
+                                           span_conv=c.int("conv_kernel_size", 9)),
+                   embeddings=replace(embeddings, dim=dim if dim != spec.d_model else None,
+                                      factorized=True))
+
+
+def funnel_spec(c: Config) -> ModelSpec:
+    """FunnelModel: the blocks' layers (block_sizes) and the num_decoder_layers layers that
+    upsample after them, all alike (pooling has no parameters): Transformer-XL's relative
+    attention (n_head heads of d_head, Q without bias), post-norm, an FFN of d_inner; word
+    embeddings and their norm, no position or token-type table. Repeated blocks (block_repeats
+    other than 1, sharing their layers) are refused."""
+    sizes = c.data.get("block_sizes", [4, 4, 4])
+    repeats = c.data.get("block_repeats") or [1] * (len(sizes) if isinstance(sizes, list) else 0)
+    if not isinstance(sizes, list) or not sizes or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes):
+        raise c.fail("block_sizes", "a list of layer counts")
+    if repeats != [1] * len(sizes):
+        raise c.fail("block_repeats", "1 for every block (repeated blocks are not read)")
+    d = c.int("d_model", 768)
+    heads = c.int("n_head", 12)
+    return ModelSpec(
+        name=c.name("funnel"), family="funnel", description=f"from {c.source}", d_model=d,
+        seq_len=c.int("max_position_embeddings", 512),
+        ffn=FfnSpec(d_ff=c.int("d_inner", 3072), activation=c.act("hidden_act", "gelu_new")),
+        attention=AttentionSpec(heads=heads, head_dim=c.int("d_head", 64), query_bias=False,
+                                xl_relative=True),
+        norm=NormSpec(final=False),
+        layers=LayersSpec(encoder=sum(sizes) + c.int0("num_decoder_layers", 2), decoder=0),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size", 30522), norm=True, head="none"),
+    )
