@@ -105,6 +105,9 @@ HOSTILE = [
     ("funnel", {"block_repeats": [1, 2, 1]},
      "key 'block_repeats': expected 1 for every block (repeated blocks are not read), got "
      "[1, 2, 1]"),
+    ("roc_bert", {"concat_input": False},
+     "key 'concat_input': expected true (tables summed instead of joined are not read), got "
+     "False"),
     ("trocr", {"cross_attention_hidden_size": 768},
      "key 'cross_attention_hidden_size': expected null or d_model (1,024), got 768"),
     ("switch_transformers", {"num_sparse_encoder_layers": 13},
@@ -198,3 +201,37 @@ def test_funnel_relative_attention():
     # r_w, r_r, r_s biases 12 x 64 each; seg_embed 2 x 12 x 64
     assert layer.attention == 768 * 768 + 3 * (768 * 768 + 768) + 768 * 768 + 5 * 768
     assert (layer.count, layer.total) == (14, 7_680_768)  # 3 blocks of 4, 2 upsampling
+
+
+def _rows(counted):
+    return {r.name: r.params for r in counted.other_rows}
+
+
+def test_fnet_has_no_attention_and_an_embedding_projection():
+    counted = count(_spec("fnet"))
+    assert (_layer(counted).attention, _layer(counted).norm) == (0, 2 * 2 * 768)
+    assert _rows(counted)["embedding projection (with bias)"] == 768 * 768 + 768
+
+
+def test_esmc_final_norm_has_no_bias():
+    counted = count(_spec("esmc"))
+    assert _rows(counted)["final norm"] == 2560
+    # two LayerNorms with biases, bias-free norms over all of Q (40 x 64) and of K
+    assert _layer(counted).norm == 2 * 2 * 2560 + 2 * 2560
+
+
+def test_luke_entity_embeddings_and_entity_aware_queries(tmp_path):
+    counted = count(_spec("luke"))
+    rows = _rows(counted)
+    assert (rows["entity embeddings"], rows["entity projection"]) == (500000 * 256, 256 * 768)
+    assert (rows["entity position embeddings"], rows["entity embedding norm"]) == (
+        512 * 768, 2 * 768)
+    unaware = count(_spec("luke", tmp_path, use_entity_aware_attention=False))
+    assert counted.total - unaware.total == 12 * 3 * (768 * 768 + 768)
+
+
+def test_roc_bert_joins_its_shape_and_pronunciation_tables():
+    rows = count(_spec("roc_bert")).other_rows
+    assert [(r.shape, r.params) for r in rows if r.name.startswith(("side", "joined"))] == [
+        ("24858 x 512", 24858 * 512), ("910 x 768", 910 * 768),
+        ("2048 x 768", (768 + 512 + 768) * 768 + 768)]

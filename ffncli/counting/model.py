@@ -679,6 +679,36 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
     if emb.relative:
         rows.append(Row("relative position embeddings", f"{emb.relative} x {d}",
                         emb.relative * d))
+    if emb.project:
+        rows.append(Row("embedding projection (with bias)", f"{d} x {d}", linear(d, d, True)))
+    return tuple(rows) + side_table_rows(emb, d) + entity_rows(emb, d)
+
+
+def side_table_rows(emb: EmbeddingsSpec, d: int) -> tuple[Row, ...]:
+    """RoCBert: more tables beside the word table, each token's vectors joined and projected
+    back to d_model (with a bias)."""
+    if not emb.side_tables:
+        return ()
+    joined = d + sum(width for _, width in emb.side_tables)
+    return tuple(Row("side table", f"{n} x {w}", n * w) for n, w in emb.side_tables) + (
+        Row("joined tables' projection (with bias)", f"{joined} x {d}", linear(joined, d, True)),)
+
+
+def entity_rows(emb: EmbeddingsSpec, d: int) -> tuple[Row, ...]:
+    """LUKE's entity embeddings: the entity table, its projection to d_model (without bias)
+    when narrower, entity position and token-type tables (as the words'); the norm apart."""
+    if not emb.entities:
+        return ()
+    w = emb.entity_dim or d
+    rows = [Row("entity embeddings", f"{emb.entities} x {w}", emb.entities * w)]
+    if w != d:
+        rows.append(Row("entity projection", f"{w} x {d}", w * d))
+    if emb.positions:
+        rows.append(Row("entity position embeddings", f"{emb.positions} x {d}",
+                        emb.positions * d))
+    if emb.token_types:
+        rows.append(Row("entity token-type embeddings", f"{emb.token_types} x {d}",
+                        emb.token_types * d))
     return tuple(rows)
 
 
@@ -736,6 +766,9 @@ def count(spec: ModelSpec) -> ModelCount:
         if _stack_copies(spec) > 1:
             rows.append(Row("decoder embedding norm", f"{width}", norm_params(width, norm)))
             groups["norms"] += norm_params(width, norm)
+    if emb is not None and emb.entities and norm is not None:
+        rows.append(Row("entity embedding norm", f"{d}", norm_params(d, norm)))
+        groups["norms"] += norm_params(d, norm)
     if emb is not None and emb.relative and emb.relative_norm and norm is not None:
         rows.append(Row("relative embedding norm", f"{d}", norm_params(d, norm)))
         groups["norms"] += norm_params(d, norm)
@@ -746,8 +779,9 @@ def count(spec: ModelSpec) -> ModelCount:
                         f"{att.heads}", tables * table))
         groups["attention"] += tables * table
     if norm is not None and norm.final:
-        rows.append(Row("final norm", f"{stacks} x {d}", stacks * norm_params(d, norm)))
-        groups["norms"] += stacks * norm_params(d, norm)
+        final = norm if norm.final_bias is None else replace(norm, bias=norm.final_bias)
+        rows.append(Row("final norm", f"{stacks} x {d}", stacks * norm_params(d, final)))
+        groups["norms"] += stacks * norm_params(d, final)
     head_flops = 0
     if emb is not None and emb.head != "none":
         dim, vocab = emb.dim or d, emb.decoder_vocab or emb.vocab

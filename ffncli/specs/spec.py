@@ -205,6 +205,7 @@ class NormSpec:
     final: bool = True  # one norm after the last layer of each stack
     affine: bool = True  # False: the norms have no weights (OLMo; OPT without elementwise affine)
     cross: int = 1  # norms a decoder layer's cross-attention adds (T5Gemma: 2, before and after)
+    final_bias: bool | None = None  # the final norm's bias when it differs from ``bias`` (ESM C)
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,14 @@ class EmbeddingsSpec:
     position_dim: int = 0  # the position table's width when not d_model's (RoFormer: head_dim)
     decoder_positions: int = 0  # with per_stack: the decoder's rows when not the encoder's (LED)
     decoder_vocab: int = 0  # the decoder's own word table (and the head), when it has one (FSMT)
+    project: bool = False  # a d_model -> d_model projection with bias after the norm (FNet)
+    # More tables (rows, width) whose vectors are joined to the word vector, all then projected
+    # to d_model with a bias (RoCBert's shape and pronunciation tables). Not a preset key.
+    side_tables: tuple[tuple[int, int], ...] = ()
+    # LUKE's entities: a table of entities x entity_dim (projected to d_model without bias when
+    # narrower), their own position and token-type tables and norm.
+    entities: int = 0
+    entity_dim: int = 0
 
 
 @dataclass(frozen=True)
@@ -334,6 +343,8 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
     "embeddings.decoder_positions": 0,
     "embeddings.decoder_vocab": 0,
     "norm.cross": 0,
+    "embeddings.entities": 0,
+    "embeddings.entity_dim": 0,
 }
 
 

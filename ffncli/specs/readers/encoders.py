@@ -8,7 +8,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ffncli.specs.hfconfig import Config, _with_defaults, bert_relative_spec, rotary_bert_spec
+from ffncli.specs.hfconfig import (
+    Config,
+    _with_defaults,
+    bert_relative_spec,
+    gated_decoder_spec,
+    rotary_bert_spec,
+)
 from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
@@ -181,3 +187,55 @@ def funnel_spec(c: Config) -> ModelSpec:
         layers=LayersSpec(encoder=sum(sizes) + c.int0("num_decoder_layers", 2), decoder=0),
         embeddings=EmbeddingsSpec(vocab=c.int("vocab_size", 30522), norm=True, head="none"),
     )
+
+
+def fnet_spec(c: Config) -> ModelSpec:
+    """FNetModel: BERT's embeddings and a d_model -> d_model projection with bias after their
+    norm; each layer a Fourier transform (no parameters) and BERT's FFN, two norms; the
+    pooler."""
+    spec = bert_relative_spec(c, "fnet", vocab_size=32000, type_vocab_size=4,
+                              hidden_act="gelu_new", num_attention_heads=1)
+    _, embeddings, _ = _parts(spec)
+    return replace(spec, attention=None, embeddings=replace(embeddings, project=True))
+
+
+def esmc_spec(c: Config) -> ModelSpec:
+    """EsmcModel (ESM C): LLaMA's layers (a gated FFN, rotary positions) as an encoder, with
+    LayerNorms with biases, bias-free norms over all of Q and all of K, a final LayerNorm
+    without bias; no head."""
+    c = _with_defaults(c, vocab_size=64, hidden_size=2560, intermediate_size=6912,
+                       num_hidden_layers=80, num_attention_heads=40, head_dim=64)
+    spec = gated_decoder_spec(c, "esmc", qk_norm="heads",
+                              norm=NormSpec(bias=True, final=True, final_bias=False))
+    _, embeddings, _ = _parts(spec)
+    return replace(spec, layers=LayersSpec(encoder=spec.layers.decoder, decoder=0),
+                   embeddings=replace(embeddings, head="none"))
+
+
+def luke_spec(c: Config) -> ModelSpec:
+    """LukeModel: RoBERTa's layers and pooler; entity embeddings (entity_vocab_size x
+    entity_emb_size, projected to hidden_size without bias, their own position and
+    token-type tables and norm); with use_entity_aware_attention three more queries a layer
+    (word-to-entity, entity-to-word, entity-to-entity)."""
+    spec = bert_relative_spec(c, "luke", vocab_size=50267)
+    attention, embeddings, _ = _parts(spec)
+    aware = c.bool("use_entity_aware_attention", True)
+    return replace(spec, attention=replace(attention, extra_projections=3 if aware else 0),
+                   embeddings=replace(embeddings, entities=c.int("entity_vocab_size", 500000),
+                                      entity_dim=c.int("entity_emb_size", 256)))
+
+
+def roc_bert_spec(c: Config) -> ModelSpec:
+    """RoCBertModel: BERT's layers and pooler; beside the word table a shape table
+    (shape_vocab_size x shape_embed_dim) and a pronunciation table (pronunciation_vocab_size
+    x pronunciation_embed_dim), the three vectors joined and projected to hidden_size.
+    Configs that sum the tables instead (concat_input, enable_shape or enable_pronunciation
+    false) are refused."""
+    for key in ("concat_input", "enable_shape", "enable_pronunciation"):
+        if not c.bool(key, True):
+            raise c.fail(key, "true (tables summed instead of joined are not read)")
+    spec = bert_relative_spec(c, "roc_bert")
+    _, embeddings, _ = _parts(spec)
+    tables = ((c.int("shape_vocab_size", 24858), c.int("shape_embed_dim", 512)),
+              (c.int("pronunciation_vocab_size", 910), c.int("pronunciation_embed_dim", 768)))
+    return replace(spec, embeddings=replace(embeddings, side_tables=tables))
