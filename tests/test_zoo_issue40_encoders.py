@@ -235,3 +235,27 @@ def test_roc_bert_joins_its_shape_and_pronunciation_tables():
     assert [(r.shape, r.params) for r in rows if r.name.startswith(("side", "joined"))] == [
         ("24858 x 512", 24858 * 512), ("910 x 768", 910 * 768),
         ("2048 x 768", (768 + 512 + 768) * 768 + 768)]
+
+
+def test_fsmt_stacks_have_their_own_vocabularies_and_the_head_is_the_decoders(tmp_path):
+    counted = count(_spec("fsmt", tmp_path, src_vocab_size=1000, tgt_vocab_size=3000))
+    rows = _rows(counted)
+    assert (rows["word embeddings"], rows["decoder word embeddings"]) == (1000 * 1024,
+                                                                         3000 * 1024)
+    assert counted.groups["head"] == 3000 * 1024  # output_projection, untied
+    assert rows["position embeddings"] == rows["decoder position embeddings"] == \
+        (1024 + 1 + 1) * 1024  # max_position_embeddings + pad_token_id + 1
+
+
+def test_pegasus_x_three_norms_in_both_stacks_and_global_tokens():
+    counted = count(_spec("pegasus_x"))
+    assert _layer(counted).norm == _layer(counted, "decoder").norm == 3 * 2 * 1024
+    assert _rows(counted)["global-token or n-gram embeddings"] == 32 * 1024
+
+
+def test_prophetnet_relative_projection_is_in_decoder_self_attention_alone():
+    counted = count(_spec("prophetnet"))
+    plain = 4 * (1024 * 1024 + 1024)
+    assert _layer(counted).attention == plain
+    assert _layer(counted, "decoder").attention == 2 * plain + 1024 * 32 * 16 + 32 * 16
+    assert _rows(counted)["global-token or n-gram embeddings"] == 2 * 1024

@@ -458,7 +458,7 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
     return extra_projection_rows(d, att, prefix) + span_conv_rows(d, att, prefix) \
-        + xl_relative_rows(d, att, prefix) + (
+        + xl_relative_rows(d, att, prefix) + relative_projection_rows(d, att, prefix) + (
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
             f"{d} x {q_out}", linear(d, q_out, att.qkv_bias and att.query_bias)),
         Row(f"{prefix}W_K", f"{d} x {kv_width}", linear(d, kv_width,
@@ -505,6 +505,21 @@ def xl_relative_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]
     q, _ = attention_widths(d, att)
     return (Row(f"{prefix}position kernel", f"{d} x {q}", d * q),
             Row(f"{prefix}r_w, r_r, r_s biases and segments", f"5 x {q}", 5 * q))
+
+
+def relative_projection_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    """ProphetNet's decoder: relative-position logits projected from each token (d ->
+    buckets x heads, with a bias)."""
+    n = att.relative_projection
+    return (Row(f"{prefix}relative position projection", f"{d} x {n}", linear(d, n, True)),) \
+        if n else ()
+
+
+def cross_attention(att: AttentionSpec) -> AttentionSpec:
+    """A decoder layer's cross-attention: the self-attention's projections without the parts
+    only self-attention has (global or entity projections, convolutions, relative terms)."""
+    return replace(att, extra_projections=0, span_conv=0, xl_relative=False,
+                   relative_projection=0)
 
 
 def span_conv_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
@@ -605,7 +620,7 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         window = kind.window if kind.mixer in ("sliding", "chunked") else 0
         score_flops = attention_score_flops(d, att, min(spec.seq_len, window or spec.seq_len))
         if cross:
-            attention_rows += _attention_rows(d, att, "cross ")
+            attention_rows += _attention_rows(d, cross_attention(att), "cross ")
             proj_flops *= 2
             score_flops *= 2
     norms = (norm.per_layer + (norm.cross if cross else 0)) * norm_params(d, norm) if norm else 0
@@ -681,6 +696,9 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
                         emb.relative * d))
     if emb.project:
         rows.append(Row("embedding projection (with bias)", f"{d} x {d}", linear(d, d, True)))
+    if emb.extra_rows:
+        rows.append(Row("global-token or n-gram embeddings", f"{emb.extra_rows} x {d}",
+                        emb.extra_rows * d))
     return tuple(rows) + side_table_rows(emb, d) + entity_rows(emb, d)
 
 

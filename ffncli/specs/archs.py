@@ -384,6 +384,9 @@ ARCHS: dict[str, Arch] = {
                      not_run="a mixture of experts in every fourth layer"),
     "t5gemma": Arch(read("seq2seq.t5gemma_spec")),
     "trocr": Arch(read("seq2seq.trocr_spec")),
+    "fsmt": Arch(read("seq2seq.fsmt_spec")),
+    "pegasus_x": Arch(read("seq2seq.pegasus_x_spec")),
+    "prophetnet": Arch(read("seq2seq.prophetnet_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

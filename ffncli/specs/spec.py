@@ -108,6 +108,9 @@ class AttentionSpec:
     # ConvBERT: a span-based dynamic convolution of this kernel beside attention (its own
     # projections, and the second half of W_O's input); 0: none.
     span_conv: int = 0
+    # ProphetNet's decoder: a d_model -> relative_projection (buckets x heads) projection with a
+    # bias in each layer's self-attention; 0: none.
+    relative_projection: int = 0
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
@@ -237,6 +240,7 @@ class EmbeddingsSpec:
     decoder_positions: int = 0  # with per_stack: the decoder's rows when not the encoder's (LED)
     decoder_vocab: int = 0  # the decoder's own word table (and the head), when it has one (FSMT)
     project: bool = False  # a d_model -> d_model projection with bias after the norm (FNet)
+    extra_rows: int = 0  # more d_model rows: PEGASUS-X's global tokens, ProphetNet's n-grams
     # More tables (rows, width) whose vectors are joined to the word vector, all then projected
     # to d_model with a bias (RoCBert's shape and pronunciation tables). Not a preset key.
     side_tables: tuple[tuple[int, int], ...] = ()
@@ -339,6 +343,8 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
     "layers.shared": 0,
     "attention.extra_projections": 0,
     "attention.span_conv": 0,
+    "attention.relative_projection": 0,
+    "embeddings.extra_rows": 0,
     "embeddings.position_dim": 0,
     "embeddings.decoder_positions": 0,
     "embeddings.decoder_vocab": 0,

@@ -146,3 +146,64 @@ def trocr_spec(c: Config) -> ModelSpec:
     _, embeddings, _ = _parts(spec)
     return replace(spec, layers=LayersSpec(encoder=0, decoder=spec.layers.decoder, cross=True),
                    embeddings=replace(embeddings, per_stack=False))
+
+
+def fsmt_spec(c: Config) -> ModelSpec:
+    """FSMTForConditionalGeneration: BART's post-norm layers without embedding or final norms;
+    the encoder's word table of src_vocab_size, the decoder's of tgt_vocab_size, the output
+    projection untied by default; each stack a sinusoidal table (a parameter) of
+    max_position_embeddings + pad_token_id + 1 rows."""
+    source = c.int("src_vocab_size", 42024)  # vocab_size is tgt_vocab_size's other name
+    spec = bart_like_spec(Config({**c.data, "vocab_size": source}, c.source), "fsmt",
+                          positions="learned", embedding_norm=False, final_norm=False,
+                          activation_function="relu")
+    _, embeddings, _ = _parts(spec)
+    return replace(spec, embeddings=replace(
+        embeddings, decoder_vocab=c.int("tgt_vocab_size", 42024), head=c.head(False),
+        position_offset=c.int0("pad_token_id", 1) + 1))
+
+
+def pegasus_x_spec(c: Config) -> ModelSpec:
+    """PegasusXForConditionalGeneration: Pegasus' layers without attention biases, the
+    encoder's with a third norm (for its global tokens) as the decoder's cross-attention
+    brings; num_global_tokens learned rows; sinusoidal positions computed, not stored; final
+    norms, the head tied."""
+    spec = bart_like_spec(c, "pegasus_x", positions="buffer", embedding_norm=False,
+                          final_norm=True, vocab_size=96103, max_position_embeddings=16384,
+                          encoder_layers=16, decoder_layers=16)
+    attention, embeddings, norm = _parts(spec)
+    return replace(spec, attention=replace(attention, qkv_bias=False, out_bias=False),
+                   norm=replace(norm, per_layer=3, cross=0),
+                   embeddings=replace(embeddings,
+                                      extra_rows=c.int("num_global_tokens", 32)))
+
+
+def prophetnet_spec(c: Config) -> ModelSpec:
+    """ProphetNetForConditionalGeneration: BART's post-norm layers; the decoder's
+    self-attention projects relative-position logits (hidden_size -> num_buckets x heads, with a
+    bias) in every layer; one word table, each stack max_position_embeddings learned rows and
+    an embedding norm, the decoder ngram stream rows; no final norms; the head tied."""
+    d = c.int("hidden_size", 1024)
+    heads = c.int("num_encoder_attention_heads", 16)
+    for key, value in (("num_decoder_attention_heads", heads),
+                       ("decoder_ffn_dim", c.int("encoder_ffn_dim", 4096))):
+        if c.int(key, value) != value:
+            raise c.fail(key, f"the encoder's value ({value:,}); stacks of different widths "
+                         "are not read")
+    if d % heads:
+        raise c.fail("num_encoder_attention_heads", f"a divisor of hidden_size ({d:,})")
+    attention = AttentionSpec(heads=heads)
+    relative = replace(attention, relative_projection=c.int("num_buckets", 32) * heads)
+    seq = c.int("max_position_embeddings", 512)
+    decoder = c.int("num_decoder_layers", 12)
+    return ModelSpec(
+        name=c.name("prophetnet"), family="prophetnet", description=f"from {c.source}",
+        d_model=d, seq_len=seq,
+        ffn=FfnSpec(d_ff=c.int("encoder_ffn_dim", 4096),
+                    activation=c.act("activation_function", "gelu")),
+        attention=attention, norm=NormSpec(final=False),
+        layers=LayersSpec(encoder=c.int("num_encoder_layers", 12), decoder=decoder),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size", 30522), positions=seq, norm=True,
+                                  head=c.head(True), per_stack=True,
+                                  extra_rows=c.int("ngram", 2)),
+        pattern=(LayerKind(attention=relative),) * decoder)
