@@ -108,6 +108,9 @@ HOSTILE = [
     ("roc_bert", {"concat_input": False},
      "key 'concat_input': expected true (tables summed instead of joined are not read), got "
      "False"),
+    ("squeezebert", {"v_groups": 2}, "key 'v_groups': expected q_groups (4), got 2"),
+    ("squeezebert", {"q_groups": 5, "k_groups": 5, "v_groups": 5},
+     "key 'q_groups': expected a divisor of hidden_size and intermediate_size, got 5"),
     ("trocr", {"cross_attention_hidden_size": 768},
      "key 'cross_attention_hidden_size': expected null or d_model (1,024), got 768"),
     ("switch_transformers", {"num_sparse_encoder_layers": 13},
@@ -259,3 +262,19 @@ def test_prophetnet_relative_projection_is_in_decoder_self_attention_alone():
     assert _layer(counted).attention == plain
     assert _layer(counted, "decoder").attention == 2 * plain + 1024 * 32 * 16 + 32 * 16
     assert _rows(counted)["global-token or n-gram embeddings"] == 2 * 1024
+
+
+def test_nystromformer_value_convolution(tmp_path):
+    layer = _layer(count(_spec("nystromformer")))
+    assert layer.attention == 4 * (768 * 768 + 768) + 12 * 65  # a 65 x 1 kernel per head
+    none = _layer(count(_spec("nystromformer", tmp_path, conv_kernel_size=None)))
+    assert none.attention == 4 * (768 * 768 + 768)
+
+
+def test_squeezebert_grouped_projections():
+    layer = _layer(count(_spec("squeezebert")))
+    # Q, K, V in 4 groups, the attention's output in 1; the FFN's two in 4; biases whole
+    assert layer.attention == 3 * (768 * 768 // 4 + 768) + 768 * 768 + 768
+    assert layer.ffn == (768 * 3072 // 4 + 3072) + (3072 * 768 // 4 + 768)
+    assert layer.flops.ffn == 2 * 2 * 768 * 3072 // 4
+    assert layer.total == 2_221_824  # the zoo's layer

@@ -42,10 +42,16 @@ def linear(n_in: int, n_out: int, bias: bool) -> int:
     return n_in * n_out + (n_out if bias else 0)
 
 
+def grouped(n_in: int, n_out: int, bias: bool, groups: int) -> int:
+    """A grouped 1x1 convolution (SqueezeBERT): each of groups blocks maps n_in / groups
+    inputs to n_out / groups outputs; a linear layer when groups is 1."""
+    return n_in * n_out // groups + (n_out if bias else 0)
+
+
 def expert_params(d_model: int, ffn: FfnSpec) -> int:
     """One FFN: W1, W2 (and V when gated), with their biases."""
-    up = linear(d_model, ffn.d_ff, ffn.bias)
-    down = linear(ffn.d_ff, d_model, down_bias(ffn))
+    up = grouped(d_model, ffn.d_ff, ffn.bias, ffn.groups)
+    down = grouped(ffn.d_ff, d_model, down_bias(ffn), ffn.groups)
     return (2 * up if ffn.gated else up) + down
 
 
@@ -293,7 +299,7 @@ def kv_cache(spec: ModelSpec, seq_len: int, batch: int = 1) -> KvCache:
 def ffn_flops(d_model: int, ffn: FfnSpec) -> int:
     """The matrix products one token goes through: top-k experts, the router, a shared expert."""
     matrices = 3 if ffn.gated else 2
-    per_expert = matrices * d_model * ffn.d_ff
+    per_expert = matrices * d_model * ffn.d_ff // ffn.groups
     router = d_model * ffn.experts if ffn.is_moe else 0
     shared = matrices * d_model * ffn.shared_d_ff + (d_model if ffn.shared_gate else 0)
     adapter = 2 * d_model * ffn.adapter_d_ff if ffn.adapters else 0  # the token's language's
@@ -423,14 +429,15 @@ class ModelCount:
 def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
     f = ffn.d_ff
     biases = ffn.bias
+    w, g = d * f // ffn.groups, f" in {ffn.groups} groups" if ffn.groups > 1 else ""
     if ffn.gated:
-        rows = [Row("W (gate, activated)", f"{d} x {f}", d * f)]
+        rows = [Row("W (gate, activated)", f"{d} x {f}{g}", w)]
         rows += [Row("b", f"{f}", f)] if biases else []
-        rows += [Row("V (up, linear)", f"{d} x {f}", d * f)]
+        rows += [Row("V (up, linear)", f"{d} x {f}{g}", w)]
         rows += [Row("c", f"{f}", f)] if biases else []
     else:
-        rows = [Row("W1", f"{d} x {f}", d * f)] + ([Row("b1", f"{f}", f)] if biases else [])
-    rows += [Row("W2", f"{f} x {d}", f * d)] + ([Row("b2", f"{d}", d)] if down_bias(ffn) else [])
+        rows = [Row("W1", f"{d} x {f}{g}", w)] + ([Row("b1", f"{f}", f)] if biases else [])
+    rows += [Row("W2", f"{f} x {d}{g}", w)] + ([Row("b2", f"{d}", d)] if down_bias(ffn) else [])
     if ffn.is_moe:
         per_expert = expert_params(d, ffn)
         rows = [Row(f"expert: {r.name}", r.shape, r.params) for r in rows]
@@ -457,14 +464,17 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     q_width, kv_width = attention_widths(d, att)
     sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
+    qkv = att.qkv_groups
     return extra_projection_rows(d, att, prefix) + span_conv_rows(d, att, prefix) \
-        + xl_relative_rows(d, att, prefix) + relative_projection_rows(d, att, prefix) + (
+        + xl_relative_rows(d, att, prefix) + relative_projection_rows(d, att, prefix) \
+        + value_conv_rows(att, prefix) + (
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
-            f"{d} x {q_out}", linear(d, q_out, att.qkv_bias and att.query_bias)),
-        Row(f"{prefix}W_K", f"{d} x {kv_width}", linear(d, kv_width,
-                                                        att.qkv_bias and att.key_bias)),
-        Row(f"{prefix}W_V", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
-        Row(f"{prefix}W_O", f"{q_width} x {d}", linear(q_width, d, att.out_bias)),
+            f"{d} x {q_out}", grouped(d, q_out, att.qkv_bias and att.query_bias, qkv)),
+        Row(f"{prefix}W_K", f"{d} x {kv_width}", grouped(d, kv_width,
+                                                         att.qkv_bias and att.key_bias, qkv)),
+        Row(f"{prefix}W_V", f"{d} x {kv_width}", grouped(d, kv_width, att.qkv_bias, qkv)),
+        Row(f"{prefix}W_O", f"{q_width} x {d}", grouped(q_width, d, att.out_bias,
+                                                        att.out_groups)),
     ) + sinks
 
 
@@ -515,11 +525,19 @@ def relative_projection_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[R
         if n else ()
 
 
+def value_conv_rows(att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    """Nystromformer: a depthwise convolution (kernel x 1, no bias) over each head's values,
+    added to the attention's output: one kernel per head."""
+    k = att.value_conv
+    return (Row(f"{prefix}value convolution", f"{att.heads} x {k}", att.heads * k),) if k \
+        else ()
+
+
 def cross_attention(att: AttentionSpec) -> AttentionSpec:
     """A decoder layer's cross-attention: the self-attention's projections without the parts
     only self-attention has (global or entity projections, convolutions, relative terms)."""
     return replace(att, extra_projections=0, span_conv=0, xl_relative=False,
-                   relative_projection=0)
+                   relative_projection=0, value_conv=0)
 
 
 def span_conv_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:

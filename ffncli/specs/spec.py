@@ -54,6 +54,7 @@ class FfnSpec:
     shared_d_ff: int = 0  # MoE: a shared expert of this width that every token uses (0: none)
     shared_gate: bool = False  # Qwen2-MoE: sigmoid(x g) scales the shared expert, g d_model x 1
     down_bias: bool | None = None  # a bias on W2 alone when it differs from ``bias`` (GTE)
+    groups: int = 1  # W1 (W, V) and W2 as grouped 1x1 convolutions (SqueezeBERT): / groups
     adapters: int = 0  # X-MOD: one bottleneck adapter per language after the FFN, each
     adapter_d_ff: int = 0  # d_model -> adapter_d_ff -> d_model with biases
 
@@ -111,6 +112,9 @@ class AttentionSpec:
     # ProphetNet's decoder: a d_model -> relative_projection (buckets x heads) projection with a
     # bias in each layer's self-attention; 0: none.
     relative_projection: int = 0
+    value_conv: int = 0  # Nystromformer: a depthwise convolution of this kernel on each head's V
+    qkv_groups: int = 1  # W_Q, W_K, W_V as grouped 1x1 convolutions (SqueezeBERT): / groups
+    out_groups: int = 1  # W_O likewise
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
@@ -344,6 +348,7 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
     "attention.extra_projections": 0,
     "attention.span_conv": 0,
     "attention.relative_projection": 0,
+    "attention.value_conv": 0,
     "embeddings.extra_rows": 0,
     "embeddings.position_dim": 0,
     "embeddings.decoder_positions": 0,

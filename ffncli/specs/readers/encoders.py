@@ -239,3 +239,39 @@ def roc_bert_spec(c: Config) -> ModelSpec:
     tables = ((c.int("shape_vocab_size", 24858), c.int("shape_embed_dim", 512)),
               (c.int("pronunciation_vocab_size", 910), c.int("pronunciation_embed_dim", 768)))
     return replace(spec, embeddings=replace(embeddings, side_tables=tables))
+
+
+def nystromformer_spec(c: Config) -> ModelSpec:
+    """NystromformerModel: BERT's layers without pooler, max_position_embeddings + 2 position
+    rows; with conv_kernel_size a depthwise convolution over each head's values (heads x
+    kernel). Landmark attention has full attention's projections."""
+    spec = bert_relative_spec(c, "nystromformer", pooler=False, position_offset=2,
+                              vocab_size=30000, max_position_embeddings=510,
+                              hidden_act="gelu_new")
+    attention, _, _ = _parts(spec)
+    kernel = c.data.get("conv_kernel_size", 65)
+    return replace(spec, attention=replace(
+        attention, value_conv=0 if kernel is None else c.int("conv_kernel_size")))
+
+
+def squeezebert_spec(c: Config) -> ModelSpec:
+    """SqueezeBertModel: BERT's embeddings, layers and pooler with every projection a 1x1
+    convolution in groups: Q, K and V in q_groups (k_groups and v_groups must be the same),
+    the attention's output in post_attention_groups, the FFN's two in intermediate_groups
+    (output_groups must be the same)."""
+    spec = bert_relative_spec(c, "squeezebert")
+    attention, _, _ = _parts(spec)
+    if c.int("embedding_size", spec.d_model) != spec.d_model:
+        raise c.fail("embedding_size", f"hidden_size ({spec.d_model:,})")
+    qkv, ffn = c.int("q_groups", 4), c.int("intermediate_groups", 4)
+    for key, same, value in (("k_groups", "q_groups", qkv), ("v_groups", "q_groups", qkv),
+                             ("output_groups", "intermediate_groups", ffn)):
+        if c.int(key, 4) != value:
+            raise c.fail(key, f"{same} ({value})")
+    out = c.int("post_attention_groups", 1)
+    for key, groups in (("q_groups", qkv), ("post_attention_groups", out),
+                        ("intermediate_groups", ffn)):
+        if spec.d_model % groups or spec.ffn.d_ff % groups:
+            raise c.fail(key, "a divisor of hidden_size and intermediate_size")
+    return replace(spec, ffn=replace(spec.ffn, groups=ffn),
+                   attention=replace(attention, qkv_groups=qkv, out_groups=out))
