@@ -253,7 +253,7 @@ def test_fsmt_stacks_have_their_own_vocabularies_and_the_head_is_the_decoders(tm
 def test_pegasus_x_three_norms_in_both_stacks_and_global_tokens():
     counted = count(_spec("pegasus_x"))
     assert _layer(counted).norm == _layer(counted, "decoder").norm == 3 * 2 * 1024
-    assert _rows(counted)["global-token or n-gram embeddings"] == 32 * 1024
+    assert _rows(counted)["extra embedding rows"] == 32 * 1024
 
 
 def test_prophetnet_relative_projection_is_in_decoder_self_attention_alone():
@@ -261,7 +261,7 @@ def test_prophetnet_relative_projection_is_in_decoder_self_attention_alone():
     plain = 4 * (1024 * 1024 + 1024)
     assert _layer(counted).attention == plain
     assert _layer(counted, "decoder").attention == 2 * plain + 1024 * 32 * 16 + 32 * 16
-    assert _rows(counted)["global-token or n-gram embeddings"] == 2 * 1024
+    assert _rows(counted)["extra embedding rows"] == 2 * 1024
 
 
 def test_nystromformer_value_convolution(tmp_path):
@@ -278,3 +278,19 @@ def test_squeezebert_grouped_projections():
     assert layer.ffn == (768 * 3072 // 4 + 3072) + (3072 * 768 // 4 + 768)
     assert layer.flops.ffn == 2 * 2 * 768 * 3072 // 4
     assert layer.total == 2_221_824  # the zoo's layer
+
+
+def test_t5gemma2_counts_its_language_model_with_merged_attention():
+    spec = _spec("t5gemma2")
+    counted = count(spec)
+    # Gemma 3's layer: Q 2304 -> 8 x 256, K and V -> 4 x 256, O, no biases; SwiGLU of 9216;
+    # four RMSNorms; a 256-wide norm on Q and on K. The decoder's merged attention adds none.
+    layer = (2304 * 2048 * 2 + 2 * 2304 * 1024) + 3 * 2304 * 9216 + 4 * 2304 + 2 * 256
+    assert _layer(counted).total == _layer(counted, "decoder").total == layer == 77_866_496
+    # the zoo's seq2seq class less its vision tower: 12 SigLIP layers, patch and position
+    # embeddings, post-norm, pooling head, and the projector with its norm
+    vision = 12 * 7_087_872 + (3 * 16 * 16 * 768 + 768) + 196 * 768 + 2 * 768 + 7_087_104 \
+        + 768 * 2304 + 768
+    truth = 4_747_846_400
+    assert counted.total == truth - vision == 262208 * 2304 + 2304 + 52 * layer + 2 * 2304
+    assert spec.uncounted[0] == "vision tower (siglip_vision_model)"

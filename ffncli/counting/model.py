@@ -715,7 +715,7 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
     if emb.project:
         rows.append(Row("embedding projection (with bias)", f"{d} x {d}", linear(d, d, True)))
     if emb.extra_rows:
-        rows.append(Row("global-token or n-gram embeddings", f"{emb.extra_rows} x {d}",
+        rows.append(Row("extra embedding rows", f"{emb.extra_rows} x {d}",
                         emb.extra_rows * d))
     return tuple(rows) + side_table_rows(emb, d) + entity_rows(emb, d)
 
@@ -782,7 +782,8 @@ def count(spec: ModelSpec) -> ModelCount:
             layers += _encoder_layers(spec)
             stacks += 1
         if spec.layers.decoder:
-            layers += _decoder_layers(spec, cross=spec.layers.encoder > 0 or spec.layers.cross)
+            cross = spec.layers.encoder > 0 or spec.layers.cross
+            layers += _decoder_layers(spec, cross=cross and not spec.layers.merged_cross)
             stacks += 1
     d, emb, norm, att = spec.d_model, spec.embeddings, spec.norm, spec.attention
     groups = {

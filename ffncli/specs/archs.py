@@ -386,6 +386,7 @@ ARCHS: dict[str, Arch] = {
     "nllb-moe": Arch(read("seq2seq.nllb_moe_spec"),
                      not_run="a mixture of experts in every fourth layer"),
     "t5gemma": Arch(read("seq2seq.t5gemma_spec")),
+    "t5gemma2": Arch(read("seq2seq.t5gemma2_spec")),
     "trocr": Arch(read("seq2seq.trocr_spec")),
     "fsmt": Arch(read("seq2seq.fsmt_spec")),
     "pegasus_x": Arch(read("seq2seq.pegasus_x_spec")),

@@ -120,7 +120,6 @@ LACKS: dict[str, str] = {
     "reformer": "a reader for its encoder",
     "rwkv": "recurrent (RWKV/xLSTM) blocks",
     "solar_open": "its kind of mixture of experts",
-    "t5gemma2": "a reader for its encoder and decoder",
     "ultravbert": "its vision or audio tower",
     "vibevoice_asr": "Mamba-2 or hybrid state-space mixers",
     "voxtral": "its vision or audio tower",

@@ -222,6 +222,8 @@ class LayersSpec:
     dense: int = 0  # decoder layers whose FFN is ModelSpec.dense_ffn, not the MoE ffn (DeepSeek)
     shared: int = 0  # ALBERT: the encoder's distinct layers, each run encoder / shared times
     cross: bool = False  # decoder layers attend to an encoder outside the model (TrOCR)
+    merged_cross: bool = False  # the decoder attends to the encoder with its self-attention's
+    # projections (T5Gemma 2's merged attention): no cross-attention weights of its own
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,14 @@ def nllb_moe_spec(c: Config) -> ModelSpec:
                    sparse(spec.layers.decoder, "decoder_sparse_step"))
 
 
+def _same_shape(c: Config, encoder: ModelSpec, decoder: ModelSpec) -> None:
+    """Stacks of one width, attention and FFN, or the config is refused (key 'decoder')."""
+    if (decoder.d_model, decoder.attention, decoder.ffn) != (encoder.d_model, encoder.attention,
+                                                             encoder.ffn):
+        raise c.fail("decoder", "the encoder's widths, heads and FFN (stacks of different "
+                     "shapes are not read)")
+
+
 def t5gemma_spec(c: Config) -> ModelSpec:
     """T5GemmaForConditionalGeneration: an encoder and a decoder of Gemma 2's layers (four
     norms a layer; the decoder's cross-attention has two more), each stack its own word table
@@ -109,10 +117,7 @@ def t5gemma_spec(c: Config) -> ModelSpec:
         stacks.append(gemma_spec(Config({"model_type": "t5_gemma_module", **sub},
                                         f"{c.source}: {key}"), "t5gemma", norm=GEMMA2_NORM))
     encoder, decoder = stacks
-    if (decoder.d_model, decoder.attention, decoder.ffn) != (encoder.d_model, encoder.attention,
-                                                             encoder.ffn):
-        raise c.fail("decoder", "the encoder's widths, heads and FFN (stacks of different "
-                     "shapes are not read)")
+    _same_shape(c, encoder, decoder)
     cross = (c.mapping("decoder") or {}).get("cross_attention_hidden_size")
     if cross not in (None, encoder.d_model):
         raise c.fail("decoder", f"cross_attention_hidden_size {encoder.d_model:,} (the "
@@ -207,3 +212,29 @@ def prophetnet_spec(c: Config) -> ModelSpec:
                                   head=c.head(True), per_stack=True,
                                   extra_rows=c.int("ngram", 2)),
         pattern=(LayerKind(attention=relative),) * decoder)
+
+
+def t5gemma2_spec(c: Config) -> ModelSpec:
+    """T5Gemma2ForConditionalGeneration's language model: the encoder's text_config and the
+    decoder, Gemma 3's layers (four norms, norms on Q and K); the decoder's merged attention
+    attends to the encoder with its self-attention's projections; one word table for both
+    stacks and the head, and its end-of-image row; final norms. The encoder's vision tower
+    and projector are named, not counted. Stacks of different shapes are refused."""
+    encoder = c.mapping("encoder") or {}
+    text = Config({"model_type": "t5gemma2_text", **(encoder.get("text_config") or {})},
+                  f"{c.source}: encoder: text_config")
+    decoder = Config({"model_type": "t5gemma2_decoder", **(c.mapping("decoder") or {})},
+                     f"{c.source}: decoder")
+    spec, other = (gemma_spec(x, "t5gemma2", norm=GEMMA2_NORM, qk_norm="head")
+                   for x in (text, decoder))
+    _same_shape(c, spec, other)
+    _, embeddings, norm = _parts(spec)
+    vision = encoder.get("vision_config")
+    kind = str(vision.get("model_type", "?"))[:40] if isinstance(vision, dict) else ""
+    return replace(spec, name=c.name("t5gemma2"),
+                   layers=LayersSpec(encoder=spec.layers.decoder, decoder=other.layers.decoder,
+                                     merged_cross=True),
+                   norm=replace(norm, cross=0),
+                   embeddings=replace(embeddings, head=c.head(True), extra_rows=1),
+                   uncounted=(f"vision tower ({kind})", "what joins them to the language model")
+                   if kind else ())
