@@ -111,6 +111,9 @@ HOSTILE = [
     ("squeezebert", {"v_groups": 2}, "key 'v_groups': expected q_groups (4), got 2"),
     ("squeezebert", {"q_groups": 5, "k_groups": 5, "v_groups": 5},
      "key 'q_groups': expected a divisor of hidden_size and intermediate_size, got 5"),
+    ("encoder-decoder", {"decoder": {"model_type": "gpt2"}},
+     "key 'decoder': expected a 'bert' config (other encoders and decoders are not read), got "
+     "{'model_type': 'gpt2'}"),
     ("trocr", {"cross_attention_hidden_size": 768},
      "key 'cross_attention_hidden_size': expected null or d_model (1,024), got 768"),
     ("switch_transformers", {"num_sparse_encoder_layers": 13},
@@ -294,3 +297,17 @@ def test_t5gemma2_counts_its_language_model_with_merged_attention():
     truth = 4_747_846_400
     assert counted.total == truth - vision == 262208 * 2304 + 2304 + 52 * layer + 2 * 2304
     assert spec.uncounted[0] == "vision tower (siglip_vision_model)"
+
+
+def test_encoder_decoder_of_two_berts():
+    counted = count(_spec("encoder-decoder"))
+    rows = _rows(counted)
+    tables = 30522 * 768 + 512 * 768 + 2 * 768  # word, position, token-type: each stack's
+    assert rows["word embeddings"] + rows["position embeddings"] \
+        + rows["token-type embeddings"] == tables
+    assert counted.groups["embeddings"] == 2 * tables
+    # BertLMHeadModel's head: transform dense and LayerNorm, the tied decoder's bias
+    assert counted.groups["head"] == (768 * 768 + 768) + 2 * 768 + 30522
+    # the decoder's layers: BERT's and a cross-attention with its output LayerNorm
+    assert _layer(counted, "decoder").total == _layer(counted).total + 4 * (768 * 768 + 768) \
+        + 2 * 768

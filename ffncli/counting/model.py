@@ -709,6 +709,9 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
             rows.append(Row("decoder position embeddings", f"{n} x {w}", n * w))
     if emb.token_types:
         rows.append(Row("token-type embeddings", f"{emb.token_types} x {d}", emb.token_types * d))
+        if _stack_copies(spec) > 1:
+            rows.append(Row("decoder token-type embeddings", f"{emb.token_types} x {d}",
+                            emb.token_types * d))
     if emb.relative:
         rows.append(Row("relative position embeddings", f"{emb.relative} x {d}",
                         emb.relative * d))
@@ -827,6 +830,10 @@ def count(spec: ModelSpec) -> ModelCount:
         label = "output head (tied to word embeddings)" if emb.head == "tied" else "output head"
         rows.append(Row(label, f"{dim} x {vocab}", weight + bias))
         groups["head"] = weight + bias
+        if emb.head_transform and norm is not None:
+            transform = linear(d, d, True) + norm_params(d, norm)
+            rows.append(Row("head transform (dense and norm)", f"{d} x {d}, {d}", transform))
+            groups["head"] += transform
         head_flops = 2 * dim * vocab
     if spec.pooler:
         rows.append(Row("pooler", f"{d} x {d}", linear(d, d, True)))

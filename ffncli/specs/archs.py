@@ -391,6 +391,7 @@ ARCHS: dict[str, Arch] = {
     "fsmt": Arch(read("seq2seq.fsmt_spec")),
     "pegasus_x": Arch(read("seq2seq.pegasus_x_spec")),
     "prophetnet": Arch(read("seq2seq.prophetnet_spec")),
+    "encoder-decoder": Arch(read("seq2seq.encoder_decoder_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

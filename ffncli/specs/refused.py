@@ -34,7 +34,6 @@ LACKS: dict[str, str] = {
     "dots3_note": "a model transformers itself cannot build from these defaults",
     "dots3_note_text": "its variant of latent attention",
     "emu3": "a model transformers itself cannot build from these defaults",
-    "encoder-decoder": "a reader for its encoder and decoder",
     "ergo": "its kind of mixture of experts",
     "esm": "a model transformers itself cannot build from these defaults",
     "exaone_moe": "its kind of mixture of experts",

@@ -247,6 +247,7 @@ class EmbeddingsSpec:
     decoder_vocab: int = 0  # the decoder's own word table (and the head), when it has one (FSMT)
     project: bool = False  # a d_model -> d_model projection with bias after the norm (FNet)
     extra_rows: int = 0  # more d_model rows: PEGASUS-X's global tokens, ProphetNet's n-grams
+    head_transform: bool = False  # BERT's LM head: a d_model dense with bias and a norm first
     # More tables (rows, width) whose vectors are joined to the word vector, all then projected
     # to d_model with a bias (RoCBert's shape and pronunciation tables). Not a preset key.
     side_tables: tuple[tuple[int, int], ...] = ()

@@ -12,6 +12,7 @@ from ffncli.specs.hfconfig import (
     Config,
     _with_defaults,
     bart_like_spec,
+    bert_like_spec,
     gemma_spec,
     t5_spec,
 )
@@ -238,3 +239,31 @@ def t5gemma2_spec(c: Config) -> ModelSpec:
                    embeddings=replace(embeddings, head=c.head(True), extra_rows=1),
                    uncounted=(f"vision tower ({kind})", "what joins them to the language model")
                    if kind else ())
+
+
+def encoder_decoder_spec(c: Config) -> ModelSpec:
+    """EncoderDecoderModel of two BERT configs (``encoder``: BertModel with its pooler;
+    ``decoder``: BertLMHeadModel with add_cross_attention, its head a dense layer and norm
+    before the word table, with a bias): each stack its own word, position and token-type
+    tables and embedding norm. Other pairs, and stacks of different shapes, are refused."""
+    stacks = []
+    for key in ("encoder", "decoder"):
+        sub = c.mapping(key) or {}
+        if sub.get("model_type") != "bert":
+            raise c.fail(key, "a 'bert' config (other encoders and decoders are not read)")
+        stacks.append(bert_like_spec(Config(sub, f"{c.source}: {key}"), "bert"))
+    encoder, decoder = stacks
+    _same_shape(c, encoder, decoder)
+    sub = Config(c.mapping("decoder") or {}, f"{c.source}: decoder")
+    if not sub.bool("add_cross_attention", False):
+        raise sub.fail("add_cross_attention", "true (the decoder attends to the encoder)")
+    _, embeddings, _ = _parts(encoder)
+    _, other, _ = _parts(decoder)
+    if other.token_types != embeddings.token_types:
+        raise sub.fail("type_vocab_size", f"the encoder's ({embeddings.token_types})")
+    return replace(encoder, name=c.name("encoder-decoder"), family="encoder-decoder",
+                   layers=LayersSpec(encoder=encoder.layers.encoder,
+                                     decoder=decoder.layers.encoder),
+                   embeddings=replace(embeddings, per_stack=True, decoder_vocab=other.vocab,
+                                      decoder_positions=other.positions, head=sub.head(True),
+                                      head_bias=True, head_transform=True))
