@@ -114,6 +114,10 @@ HOSTILE = [
     ("encoder-decoder", {"decoder": {"model_type": "gpt2"}},
      "key 'decoder': expected a 'bert' config (other encoders and decoders are not read), got "
      "{'model_type': 'gpt2'}"),
+    ("reformer", {"axial_pos_embds_dim": [64, 64]},
+     "key 'axial_pos_embds_dim': expected widths summing to hidden_size (256), got [64, 64]"),
+    ("reformer", {"attn_layers": ["local", "global"]},
+     "key 'attn_layers': expected a list of layer types (local, lsh), got ['local', 'global']"),
     ("trocr", {"cross_attention_hidden_size": 768},
      "key 'cross_attention_hidden_size': expected null or d_model (1,024), got 768"),
     ("switch_transformers", {"num_sparse_encoder_layers": 13},
@@ -311,3 +315,15 @@ def test_encoder_decoder_of_two_berts():
     # the decoder's layers: BERT's and a cross-attention with its output LayerNorm
     assert _layer(counted, "decoder").total == _layer(counted).total + 4 * (768 * 768 + 768) \
         + 2 * 768
+
+
+def test_reformer_local_and_lsh_layers_axial_positions_and_wide_final_norm(tmp_path):
+    counted = count(_spec("reformer"))
+    ffn, norms = (256 * 512 + 512) + (512 * 256 + 256), 2 * 2 * 256
+    assert _layer(counted, "local encoder").total == 4 * 256 * 768 + ffn + norms
+    assert _layer(counted, "lsh encoder").total == 3 * 256 * 768 + ffn + norms  # no W_K
+    rows = _rows(counted)
+    assert rows["axial position embeddings"] == 64 * 64 + 64 * 192
+    assert rows["final norm"] == 2 * 2 * 256
+    learned = count(_spec("reformer", tmp_path, axial_pos_embds=False))
+    assert _rows(learned)["position embeddings"] == 4096 * 256

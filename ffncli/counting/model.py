@@ -465,9 +465,10 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
     qkv = att.qkv_groups
-    return extra_projection_rows(d, att, prefix) + span_conv_rows(d, att, prefix) \
+    extra = extra_projection_rows(d, att, prefix) + span_conv_rows(d, att, prefix) \
         + xl_relative_rows(d, att, prefix) + relative_projection_rows(d, att, prefix) \
-        + value_conv_rows(att, prefix) + (
+        + value_conv_rows(att, prefix)
+    core = (
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
             f"{d} x {q_out}", grouped(d, q_out, att.qkv_bias and att.query_bias, qkv)),
         Row(f"{prefix}W_K", f"{d} x {kv_width}", grouped(d, kv_width,
@@ -475,7 +476,10 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
         Row(f"{prefix}W_V", f"{d} x {kv_width}", grouped(d, kv_width, att.qkv_bias, qkv)),
         Row(f"{prefix}W_O", f"{q_width} x {d}", grouped(q_width, d, att.out_bias,
                                                         att.out_groups)),
-    ) + sinks
+    )
+    if att.shared_qk:  # Reformer's LSH attention: W_Q is the keys' projection too
+        core = tuple(r for r in core if r.name != f"{prefix}W_K")
+    return extra + core + sinks
 
 
 def extra_projection_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
@@ -717,6 +721,9 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
                         emb.relative * d))
     if emb.project:
         rows.append(Row("embedding projection (with bias)", f"{d} x {d}", linear(d, d, True)))
+    if emb.axial:
+        shapes = " + ".join(f"{n} x {w}" for n, w in emb.axial)
+        rows.append(Row("axial position embeddings", shapes, sum(n * w for n, w in emb.axial)))
     if emb.extra_rows:
         rows.append(Row("extra embedding rows", f"{emb.extra_rows} x {d}",
                         emb.extra_rows * d))
@@ -820,8 +827,9 @@ def count(spec: ModelSpec) -> ModelCount:
         groups["attention"] += tables * table
     if norm is not None and norm.final:
         final = norm if norm.final_bias is None else replace(norm, bias=norm.final_bias)
-        rows.append(Row("final norm", f"{stacks} x {d}", stacks * norm_params(d, final)))
-        groups["norms"] += stacks * norm_params(d, final)
+        width = norm.final_width or d
+        rows.append(Row("final norm", f"{stacks} x {width}", stacks * norm_params(width, final)))
+        groups["norms"] += stacks * norm_params(width, final)
     head_flops = 0
     if emb is not None and emb.head != "none":
         dim, vocab = emb.dim or d, emb.decoder_vocab or emb.vocab

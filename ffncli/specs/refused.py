@@ -116,7 +116,6 @@ LACKS: dict[str, str] = {
     "qwen4_exp_text": "a model transformers itself cannot build from these defaults",
     "recurrent_gemma":
         "a reader for its layers (channel_pre_norm.weight, mlp_block.down_proj.bias)",
-    "reformer": "a reader for its encoder",
     "rwkv": "recurrent (RWKV/xLSTM) blocks",
     "solar_open": "its kind of mixture of experts",
     "ultravbert": "its vision or audio tower",

@@ -114,6 +114,7 @@ class AttentionSpec:
     relative_projection: int = 0
     value_conv: int = 0  # Nystromformer: a depthwise convolution of this kernel on each head's V
     qkv_groups: int = 1  # W_Q, W_K, W_V as grouped 1x1 convolutions (SqueezeBERT): / groups
+    shared_qk: bool = False  # one projection for queries and keys, no W_K (Reformer's LSH)
     out_groups: int = 1  # W_O likewise
 
 
@@ -213,6 +214,7 @@ class NormSpec:
     affine: bool = True  # False: the norms have no weights (OLMo; OPT without elementwise affine)
     cross: int = 1  # norms a decoder layer's cross-attention adds (T5Gemma: 2, before and after)
     final_bias: bool | None = None  # the final norm's bias when it differs from ``bias`` (ESM C)
+    final_width: int = 0  # the final norm's width when not d_model's (Reformer: 2 x d_model)
 
 
 @dataclass(frozen=True)
@@ -248,6 +250,9 @@ class EmbeddingsSpec:
     project: bool = False  # a d_model -> d_model projection with bias after the norm (FNet)
     extra_rows: int = 0  # more d_model rows: PEGASUS-X's global tokens, ProphetNet's n-grams
     head_transform: bool = False  # BERT's LM head: a d_model dense with bias and a norm first
+    # Reformer's axial positions: one table (rows, width) per axis, the widths summing to
+    # d_model. Not a preset key.
+    axial: tuple[tuple[int, int], ...] = ()
     # More tables (rows, width) whose vectors are joined to the word vector, all then projected
     # to d_model with a bias (RoCBert's shape and pronunciation tables). Not a preset key.
     side_tables: tuple[tuple[int, int], ...] = ()
@@ -357,6 +362,7 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
     "embeddings.decoder_positions": 0,
     "embeddings.decoder_vocab": 0,
     "norm.cross": 0,
+    "norm.final_width": 0,
     "embeddings.entities": 0,
     "embeddings.entity_dim": 0,
 }

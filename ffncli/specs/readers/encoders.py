@@ -19,6 +19,7 @@ from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
     FfnSpec,
+    LayerKind,
     LayersSpec,
     ModelSpec,
     NormSpec,
@@ -275,3 +276,49 @@ def squeezebert_spec(c: Config) -> ModelSpec:
             raise c.fail(key, "a divisor of hidden_size and intermediate_size")
     return replace(spec, ffn=replace(spec.ffn, groups=ffn),
                    attention=replace(attention, qkv_groups=qkv, out_groups=out))
+
+
+def _pairs(c: Config, rows_key: str, widths_key: str, default: tuple[list[int], list[int]],
+           total: int) -> tuple[tuple[int, int], ...]:
+    """Reformer's axial tables: (axial_pos_shape[i], axial_pos_embds_dim[i]), the widths
+    summing to hidden_size."""
+    values = [c.data.get(key) or fallback for key, fallback in zip((rows_key, widths_key),
+                                                                    default, strict=True)]
+    for key, value in zip((rows_key, widths_key), values, strict=True):
+        if not isinstance(value, list) or len(value) != len(values[0]) or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in value):
+            raise c.fail(key, f"a list of {len(values[0])} sizes")
+    if sum(values[1]) != total:
+        raise c.fail(widths_key, f"widths summing to hidden_size ({total:,})")
+    return tuple(zip(values[0], values[1], strict=True))
+
+
+def reformer_spec(c: Config) -> ModelSpec:
+    """ReformerModel: layers of local attention (Q, K, V, O) or LSH attention (one projection
+    for queries and keys) by attn_layers, num_attention_heads of attention_head_size, no
+    biases; a norm before attention and before the FFN (feed_forward_size, with biases); axial
+    position tables (axial_pos_shape x axial_pos_embds_dim) or a learned table; the final norm
+    over both reversible streams (2 x hidden_size); no head."""
+    d = c.int("hidden_size", 256)
+    kinds = c.data.get("attn_layers") or ["local", "lsh", "local", "lsh", "local", "lsh"]
+    if not isinstance(kinds, list) or not set(kinds) <= {"local", "lsh"}:
+        raise c.fail("attn_layers", "a list of layer types (local, lsh)")
+    attention = AttentionSpec(heads=c.int("num_attention_heads", 12),
+                              head_dim=c.int("attention_head_size", 64), qkv_bias=False,
+                              out_bias=False)
+    positions = c.int("max_position_embeddings", 4096)
+    axial = _pairs(c, "axial_pos_shape", "axial_pos_embds_dim", ([64, 64], [64, 192]), d) \
+        if c.bool("axial_pos_embds", True) else ()
+    return ModelSpec(
+        name=c.name("reformer"), family="reformer", description=f"from {c.source}", d_model=d,
+        seq_len=positions,
+        ffn=FfnSpec(d_ff=c.int("feed_forward_size", 512), activation=c.act("hidden_act",
+                                                                           "relu")),
+        attention=attention,
+        norm=NormSpec(final=True, final_width=2 * d),
+        layers=LayersSpec(encoder=len(kinds), decoder=0),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size", 320),
+                                  positions=0 if axial else positions, axial=axial,
+                                  head="none"),
+        encoder_pattern=tuple(LayerKind("local encoder") if k == "local" else LayerKind(
+            "lsh encoder", attention=replace(attention, shared_qk=True)) for k in kinds))
