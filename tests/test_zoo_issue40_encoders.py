@@ -118,6 +118,8 @@ HOSTILE = [
      "key 'axial_pos_embds_dim': expected widths summing to hidden_size (256), got [64, 64]"),
     ("reformer", {"attn_layers": ["local", "global"]},
      "key 'attn_layers': expected a list of layer types (local, lsh), got ['local', 'global']"),
+    ("perceiver", {"v_channels": 512},
+     "key 'v_channels': expected null or d_latents (1,280), got 512"),
     ("trocr", {"cross_attention_hidden_size": 768},
      "key 'cross_attention_hidden_size': expected null or d_model (1,024), got 768"),
     ("switch_transformers", {"num_sparse_encoder_layers": 13},
@@ -327,3 +329,15 @@ def test_reformer_local_and_lsh_layers_axial_positions_and_wide_final_norm(tmp_p
     assert rows["final norm"] == 2 * 2 * 256
     learned = count(_spec("reformer", tmp_path, axial_pos_embds=False))
     assert _rows(learned)["position embeddings"] == 4096 * 256
+
+
+def test_perceiver_latents_cross_attend_to_the_inputs(tmp_path):
+    counted = count(_spec("perceiver"))
+    d, n = 1280, 768  # d_latents, d_model (the inputs)
+    cross = (256 * d  # the latents
+             + (d * n + n) + 2 * (n * n + n) + (n * d + d)  # Q from latents; K, V; O to d
+             + 2 * (d * d + d)  # the MLP, widening 1
+             + 2 * d + 2 * n + 2 * d)  # LayerNorms: latents, inputs, before the MLP
+    assert counted.total == 26 * 9_843_200 + cross
+    twice = count(_spec("perceiver", tmp_path, num_blocks=2))
+    assert twice.total == counted.total and _layer(twice).repeats == 2

@@ -13,6 +13,7 @@ from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
     FfnSpec,
+    LatentSpec,
     LayerExtrasSpec,
     LayerKind,
     LinearMixerSpec,
@@ -758,6 +759,25 @@ def entity_rows(emb: EmbeddingsSpec, d: int) -> tuple[Row, ...]:
     return tuple(rows)
 
 
+def latent_rows(d: int, lat: LatentSpec) -> dict[str, tuple[Row, ...]]:
+    """Perceiver's latent array and its cross-attention to the inputs, by group: the latents
+    (embeddings); Q from the latents, K and V from the inputs, the output to d_model, biases
+    on all (attention); the MLP d -> widening x d -> d with biases (ffn); LayerNorms on the
+    latents, on the inputs and before the MLP (norms)."""
+    n, w = lat.inputs, lat.widening * d
+    return {
+        "embeddings": (Row("latents", f"{lat.latents} x {d}", lat.latents * d),),
+        "attention": (
+            Row("cross-attention W_Q", f"{d} x {lat.qk}", linear(d, lat.qk, True)),
+            Row("cross-attention W_K", f"{n} x {lat.qk}", linear(n, lat.qk, True)),
+            Row("cross-attention W_V", f"{n} x {lat.v}", linear(n, lat.v, True)),
+            Row("cross-attention W_O", f"{lat.v} x {d}", linear(lat.v, d, True))),
+        "ffn": (Row("cross-attention MLP", f"{d} x {w} x {d}",
+                    linear(d, w, True) + linear(w, d, True)),),
+        "norms": (Row("cross-attention norms", f"{d}, {n}, {d}", 2 * (2 * d + n)),),
+    }
+
+
 def _stack_copies(spec: ModelSpec) -> int:
     """2 when each stack of an encoder-decoder has its own position table and embedding norm
     (EmbeddingsSpec.per_stack), else 1."""
@@ -846,6 +866,10 @@ def count(spec: ModelSpec) -> ModelCount:
     if spec.pooler:
         rows.append(Row("pooler", f"{d} x {d}", linear(d, d, True)))
         groups["pooler"] = linear(d, d, True)
+    if spec.latents is not None:
+        for group, parts in latent_rows(d, spec.latents).items():
+            rows += parts
+            groups[group] += sum(r.params for r in parts)
     if spec.extras is not None:
         embedding, *other = model_extra_rows(d, spec.layers.decoder, spec.extras)
         rows += [embedding, *other]

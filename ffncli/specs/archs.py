@@ -379,6 +379,7 @@ ARCHS: dict[str, Arch] = {
     "roc_bert": Arch(read("encoders.roc_bert_spec"), BERT_FFN),
     "nystromformer": Arch(read("encoders.nystromformer_spec"), BERT_FFN),
     "reformer": Arch(read("encoders.reformer_spec")),
+    "perceiver": Arch(read("encoders.perceiver_spec")),
     "squeezebert": Arch(read("encoders.squeezebert_spec"),
                         not_run="projections as grouped 1x1 convolutions"),
     "led": Arch(read("seq2seq.led_spec")),

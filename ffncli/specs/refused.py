@@ -107,7 +107,6 @@ LACKS: dict[str, str] = {
     "olmo_hybrid": "its linear-attention layers",
     "omniasr": "its vision or audio tower",
     "openai-gpt": "a reader for its layers (attn.c_attn.bias, attn.c_attn.weight)",
-    "perceiver": "a reader for its encoder",
     "persimmon": "a reader for its layers (input_layernorm.bias, mlp.dense_4h_to_h.bias)",
     "phi4_multimodal": "its vision or audio tower",
     "qwen2_audio": "its vision or audio tower",

@@ -206,6 +206,20 @@ class LayerExtrasSpec:
 
 
 @dataclass(frozen=True)
+class LatentSpec:
+    """Perceiver: ``latents`` learned rows of d_model attend once to the inputs (``inputs``
+    wide) before the self-attention layers: queries ``qk`` wide from the latents, keys ``qk``
+    and values ``v`` wide from the inputs, the output back to d_model (all with biases), a
+    LayerNorm on each side, then an MLP of ``widening`` x d_model and its LayerNorm."""
+
+    latents: int
+    inputs: int
+    qk: int
+    v: int
+    widening: int = 1
+
+
+@dataclass(frozen=True)
 class NormSpec:
     kind: NormKind = "layernorm"
     bias: bool = True
@@ -251,10 +265,10 @@ class EmbeddingsSpec:
     extra_rows: int = 0  # more d_model rows: PEGASUS-X's global tokens, ProphetNet's n-grams
     head_transform: bool = False  # BERT's LM head: a d_model dense with bias and a norm first
     # Reformer's axial positions: one table (rows, width) per axis, the widths summing to
-    # d_model. Not a preset key.
+    # d_model.
     axial: tuple[tuple[int, int], ...] = ()
     # More tables (rows, width) whose vectors are joined to the word vector, all then projected
-    # to d_model with a bias (RoCBert's shape and pronunciation tables). Not a preset key.
+    # to d_model with a bias (RoCBert's shape and pronunciation tables).
     side_tables: tuple[tuple[int, int], ...] = ()
     # LUKE's entities: a table of entities x entity_dim (projected to d_model without bias when
     # narrower), their own position and token-type tables and norm.
@@ -293,6 +307,7 @@ class ModelSpec:
     uncounted: tuple[str, ...] = ()
     extras: LayerExtrasSpec | None = None  # Gemma 3n's AltUp, LAuReL and per-layer inputs
     encoder_pattern: tuple[LayerKind, ...] = ()  # the kind of each encoder layer (as pattern)
+    latents: LatentSpec | None = None  # Perceiver's latent array and its cross-attention
 
     @property
     def ffn_only(self) -> bool:
@@ -343,33 +358,29 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
     "embeddings.token_types": 0,
     "init.seed": 0,
     "ffn.shared_d_ff": 0,
-    "ffn.adapters": 0,
-    "ffn.adapter_d_ff": 0,
-    "dense_ffn.adapters": 0,
-    "dense_ffn.adapter_d_ff": 0,
     "dense_ffn.shared_d_ff": 0,
     "attention.kv_lora_rank": 0,
     "attention.q_lora_rank": 0,
     "attention.rope_head_dim": 0,
     "layers.dense": 0,
-    "layers.shared": 0,
-    "attention.extra_projections": 0,
-    "attention.span_conv": 0,
-    "attention.relative_projection": 0,
-    "attention.value_conv": 0,
-    "embeddings.extra_rows": 0,
-    "embeddings.position_dim": 0,
-    "embeddings.decoder_positions": 0,
-    "embeddings.decoder_vocab": 0,
-    "norm.cross": 0,
-    "norm.final_width": 0,
-    "embeddings.entities": 0,
-    "embeddings.entity_dim": 0,
 }
 
 
+# Issue 40's encoder and seq2seq parts (each a field of one section), which only the config
+# readers fill: not keys of a YAML spec.
+ENCODER_PARTS = frozenset({
+    "down_bias", "groups", "adapters", "adapter_d_ff",
+    "key_bias", "query_bias", "xl_relative", "extra_projections", "span_conv",
+    "relative_projection", "value_conv", "qkv_groups", "out_groups", "shared_qk",
+    "shared", "cross", "merged_cross",
+    "position_dim", "decoder_positions", "decoder_vocab", "project", "extra_rows",
+    "head_transform", "axial", "side_tables", "entities", "entity_dim",
+    "final_bias", "final_width",
+})
+
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
-NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "encoder_pattern"})
+NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "encoder_pattern",
+                             "latents"}) | ENCODER_PARTS
 
 
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:

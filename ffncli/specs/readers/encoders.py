@@ -19,6 +19,7 @@ from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
     FfnSpec,
+    LatentSpec,
     LayerKind,
     LayersSpec,
     ModelSpec,
@@ -322,3 +323,34 @@ def reformer_spec(c: Config) -> ModelSpec:
                                   head="none"),
         encoder_pattern=tuple(LayerKind("local encoder") if k == "local" else LayerKind(
             "lsh encoder", attention=replace(attention, shared_qk=True)) for k in kinds))
+
+
+def perceiver_spec(c: Config) -> ModelSpec:
+    """PerceiverModel without pre- or post-processors: num_latents latents of d_latents cross-
+    attend once to d_model-wide inputs (num_cross_attention_heads; queries and keys as wide as
+    the inputs, or the latents with cross_attention_shape_for_attention "q"; an MLP of
+    cross_attention_widening_factor), then num_self_attends_per_block self-attention layers
+    (an MLP of self_attention_widening_factor), the block run num_blocks times with the same
+    weights. qk_channels and v_channels other than the latents' width are refused."""
+    d, inputs = c.int("d_latents", 1280), c.int("d_model", 768)
+    for key in ("qk_channels", "v_channels"):
+        if c.data.get(key) not in (None, d):
+            raise c.fail(key, f"null or d_latents ({d:,})")
+    shape = c.data.get("cross_attention_shape_for_attention", "kv")
+    if shape not in ("q", "kv"):
+        raise c.fail("cross_attention_shape_for_attention", "'q' or 'kv'")
+    qk = d if shape == "q" or c.data.get("qk_channels") is not None else inputs
+    v = d if c.data.get("v_channels") is not None else qk
+    per_block, blocks = c.int("num_self_attends_per_block", 26), c.int("num_blocks", 1)
+    heads = c.int("num_self_attention_heads", 8)
+    if d % heads:
+        raise c.fail("num_self_attention_heads", f"a divisor of d_latents ({d:,})")
+    return ModelSpec(
+        name=c.name("perceiver"), family="perceiver", description=f"from {c.source}",
+        d_model=d, seq_len=c.int("max_position_embeddings", 2048),
+        ffn=FfnSpec(d_ff=c.int("self_attention_widening_factor", 1) * d,
+                    activation=c.act("hidden_act", "gelu")),
+        attention=AttentionSpec(heads=heads), norm=NormSpec(final=False),
+        layers=LayersSpec(encoder=per_block * blocks, decoder=0, shared=per_block),
+        latents=LatentSpec(latents=c.int("num_latents", 256), inputs=inputs, qk=qk, v=v,
+                           widening=c.int("cross_attention_widening_factor", 1)))
