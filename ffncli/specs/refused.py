@@ -91,7 +91,9 @@ LACKS: dict[str, str] = {
     "minimax_m3_vl_text": "its kind of mixture of experts",
     "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
-    "mobilebert": "a reader for its encoder",
+    "mobilebert":
+        "its bottlenecks (attention and stacked FFNs at true_hidden_size inside a hidden_size"
+        " stream)",
     "modernbert-decoder": "a reader for its layers (attn.Wo.weight, attn.k_proj.weight)",
     "modernvbert": "its vision or audio tower",
     "moshi": "its vision or audio tower",
@@ -103,7 +105,9 @@ LACKS: dict[str, str] = {
     "nemo_speechlm": "its vision or audio tower and Mamba-2 or hybrid state-space mixers",
     "nemotron": "a model transformers itself cannot build from these defaults",
     "nemotron_h": "Mamba-2 or hybrid state-space mixers",
-    "neomme": "a reader for its encoder",
+    "neomme":
+        "its squared-ReLU FFN, value embeddings, gated output projection and image patch"
+        " embedder",
     "olmo_hybrid": "its linear-attention layers",
     "omniasr": "its vision or audio tower",
     "openai-gpt": "a reader for its layers (attn.c_attn.bias, attn.c_attn.weight)",
