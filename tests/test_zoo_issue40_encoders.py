@@ -38,7 +38,7 @@ ALBERT_REST = 30000 * 128 + 512 * 128 + 2 * 128 + 2 * 128 + (128 * 4096 + 4096) 
 
 def test_albert_counts_its_shared_layer_once_and_runs_it_every_time():
     counted = count(_spec("albert"))
-    layer = _layer(counted)
+    layer = _layer(counted, "shared encoder")
     assert (layer.count, layer.repeats, layer.total) == (1, 12, ALBERT_LAYER)
     assert ALBERT_LAYER == 201_379_840  # the zoo's one layer
     assert counted.total == ALBERT_LAYER + ALBERT_REST == 222_595_584
@@ -47,7 +47,7 @@ def test_albert_counts_its_shared_layer_once_and_runs_it_every_time():
 
 def test_albert_groups_each_hold_their_own_layers(tmp_path):
     counted = count(_spec("albert", tmp_path, num_hidden_groups=2, inner_group_num=2))
-    layer = _layer(counted)
+    layer = _layer(counted, "shared encoder")
     assert (layer.count, layer.repeats) == (4, 6)  # 12 runs of 2 layers over 4 distinct
     assert counted.total == 4 * ALBERT_LAYER + ALBERT_REST
 
@@ -340,4 +340,4 @@ def test_perceiver_latents_cross_attend_to_the_inputs(tmp_path):
              + 2 * d + 2 * n + 2 * d)  # LayerNorms: latents, inputs, before the MLP
     assert counted.total == 26 * 9_843_200 + cross
     twice = count(_spec("perceiver", tmp_path, num_blocks=2))
-    assert twice.total == counted.total and _layer(twice).repeats == 2
+    assert twice.total == counted.total and _layer(twice, "shared encoder").repeats == 2

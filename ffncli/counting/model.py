@@ -688,7 +688,8 @@ def _encoder_layers(spec: ModelSpec) -> list[LayerCount]:
             at[kind] = at.get(kind, 0) + 1
         return [_layer(spec, kind.name, n, False, kind) for kind, n in at.items()]
     distinct = spec.layers.shared or spec.layers.encoder
-    layer = _layer(spec, "encoder", distinct, cross=False)
+    shared = distinct < spec.layers.encoder
+    layer = _layer(spec, "shared encoder" if shared else "encoder", distinct, cross=False)
     return [replace(layer, repeats=spec.layers.encoder // distinct)]
 
 

@@ -6,7 +6,6 @@ keys a config omits (tests/data/zoo/configs)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from ffncli.specs.hfconfig import (
     Config,
@@ -27,8 +26,8 @@ from ffncli.specs.spec import (
 )
 
 
-def _parts(spec: ModelSpec) -> tuple[Any, Any, Any]:
-    """The attention, embeddings and norm bert_relative_spec always builds."""
+def built(spec: ModelSpec) -> tuple[AttentionSpec, EmbeddingsSpec, NormSpec]:
+    """The attention, embeddings and norm the kit's BERT and BART readers always build."""
     assert spec.attention is not None and spec.embeddings is not None and spec.norm is not None
     return spec.attention, spec.embeddings, spec.norm
 
@@ -41,7 +40,7 @@ def albert_spec(c: Config) -> ModelSpec:
                        num_hidden_layers=12, num_hidden_groups=1, num_attention_heads=64,
                        intermediate_size=16384, inner_group_num=1, hidden_act="gelu_new")
     spec = bert_relative_spec(c, "albert")
-    _, embeddings, _ = _parts(spec)
+    _, embeddings, _ = built(spec)
     runs, groups, inner = (c.int("num_hidden_layers"), c.int("num_hidden_groups"),
                            c.int("inner_group_num"))
     if runs % groups:
@@ -61,7 +60,7 @@ def deberta_spec(c: Config) -> ModelSpec:
     of pos_att_type and talking heads are refused."""
     c = _with_defaults(c, vocab_size=50265, type_vocab_size=0)
     spec = bert_relative_spec(c, "deberta", pooler=False)
-    attention, embeddings, _ = _parts(spec)
+    attention, embeddings, _ = built(spec)
     if c.data.get("embedding_size", spec.d_model) != spec.d_model:
         raise c.fail("embedding_size", f"hidden_size ({spec.d_model:,}); an embedding "
                      "projection is not read")
@@ -87,7 +86,7 @@ def roformer_spec(c: Config) -> ModelSpec:
     positions from a sinusoidal table of max_position_embeddings x head_dim, a parameter."""
     c = _with_defaults(c, vocab_size=50000, max_position_embeddings=1536)
     spec = bert_relative_spec(c, "roformer", pooler=False)
-    attention, embeddings, _ = _parts(spec)
+    attention, embeddings, _ = built(spec)
     dim = c.int("embedding_size", spec.d_model)
     return replace(spec, embeddings=replace(
         embeddings, dim=dim if dim != spec.d_model else None, factorized=True,
@@ -98,7 +97,7 @@ def longformer_spec(c: Config) -> ModelSpec:
     """LongformerModel: RoBERTa's layers and pooler (max_position_embeddings rows), each layer
     with a second Q, K and V for its global tokens."""
     spec = bert_relative_spec(c, "longformer")
-    attention, _, _ = _parts(spec)
+    attention, _, _ = built(spec)
     return replace(spec, attention=replace(attention, extra_projections=3))
 
 
@@ -109,7 +108,7 @@ def gte_spec(c: Config) -> ModelSpec:
     spec = rotary_bert_spec(c, "gte", pooler=False, gated=True, bias=False,
                             vocab_size=250048, max_position_embeddings=8192,
                             type_vocab_size=1)
-    attention, _, _ = _parts(spec)
+    attention, _, _ = built(spec)
     return replace(spec, ffn=replace(spec.ffn, down_bias=True),
                    attention=replace(attention, qkv_bias=True, out_bias=True))
 
@@ -121,7 +120,7 @@ def bert_decoder_spec(c: Config) -> ModelSpec:
     c = _with_defaults(c, vocab_size=50358, hidden_size=1024, num_hidden_layers=24,
                        num_attention_heads=16, intermediate_size=4096, type_vocab_size=0)
     spec = bert_relative_spec(c, "bert-generation", pooler=False)
-    _, embeddings, _ = _parts(spec)
+    _, embeddings, _ = built(spec)
     return replace(spec, layers=LayersSpec(encoder=0, decoder=spec.layers.encoder,
                                            cross=c.bool("add_cross_attention", False)),
                    embeddings=replace(embeddings, token_types=0, head=c.head(True),
@@ -133,7 +132,7 @@ def xmod_spec(c: Config) -> ModelSpec:
     (hidden_size / adapter_reduction_factor wide, with biases) per language of languages, a
     LayerNorm of its own with adapter_layer_norm; pre_norm adds a norm after the last layer."""
     spec = bert_relative_spec(c, "xmod", final_norm=c.bool("pre_norm", False))
-    _, _, norm = _parts(spec)
+    _, _, norm = built(spec)
     languages = c.data.get("languages", ["en_XX"])
     if not isinstance(languages, list) or not languages:
         raise c.fail("languages", "a list of language names")
@@ -151,7 +150,7 @@ def convbert_spec(c: Config) -> ModelSpec:
     if c.int("num_groups", 1) != 1:
         raise c.fail("num_groups", "1 (grouped FFN projections are not read)")
     spec = bert_relative_spec(c, "convbert", pooler=False)
-    attention, embeddings, _ = _parts(spec)
+    attention, embeddings, _ = built(spec)
     heads = max(attention.heads // c.int("head_ratio", 2), 1)
     if spec.d_model % heads:
         raise c.fail("head_ratio", f"a ratio leaving heads that divide hidden_size "
@@ -197,7 +196,7 @@ def fnet_spec(c: Config) -> ModelSpec:
     pooler."""
     spec = bert_relative_spec(c, "fnet", vocab_size=32000, type_vocab_size=4,
                               hidden_act="gelu_new", num_attention_heads=1)
-    _, embeddings, _ = _parts(spec)
+    _, embeddings, _ = built(spec)
     return replace(spec, attention=None, embeddings=replace(embeddings, project=True))
 
 
@@ -209,7 +208,7 @@ def esmc_spec(c: Config) -> ModelSpec:
                        num_hidden_layers=80, num_attention_heads=40, head_dim=64)
     spec = gated_decoder_spec(c, "esmc", qk_norm="heads",
                               norm=NormSpec(bias=True, final=True, final_bias=False))
-    _, embeddings, _ = _parts(spec)
+    _, embeddings, _ = built(spec)
     return replace(spec, layers=LayersSpec(encoder=spec.layers.decoder, decoder=0),
                    embeddings=replace(embeddings, head="none"))
 
@@ -220,7 +219,7 @@ def luke_spec(c: Config) -> ModelSpec:
     token-type tables and norm); with use_entity_aware_attention three more queries a layer
     (word-to-entity, entity-to-word, entity-to-entity)."""
     spec = bert_relative_spec(c, "luke", vocab_size=50267)
-    attention, embeddings, _ = _parts(spec)
+    attention, embeddings, _ = built(spec)
     aware = c.bool("use_entity_aware_attention", True)
     return replace(spec, attention=replace(attention, extra_projections=3 if aware else 0),
                    embeddings=replace(embeddings, entities=c.int("entity_vocab_size", 500000),
@@ -237,7 +236,7 @@ def roc_bert_spec(c: Config) -> ModelSpec:
         if not c.bool(key, True):
             raise c.fail(key, "true (tables summed instead of joined are not read)")
     spec = bert_relative_spec(c, "roc_bert")
-    _, embeddings, _ = _parts(spec)
+    _, embeddings, _ = built(spec)
     tables = ((c.int("shape_vocab_size", 24858), c.int("shape_embed_dim", 512)),
               (c.int("pronunciation_vocab_size", 910), c.int("pronunciation_embed_dim", 768)))
     return replace(spec, embeddings=replace(embeddings, side_tables=tables))
@@ -250,7 +249,7 @@ def nystromformer_spec(c: Config) -> ModelSpec:
     spec = bert_relative_spec(c, "nystromformer", pooler=False, position_offset=2,
                               vocab_size=30000, max_position_embeddings=510,
                               hidden_act="gelu_new")
-    attention, _, _ = _parts(spec)
+    attention, _, _ = built(spec)
     kernel = c.data.get("conv_kernel_size", 65)
     return replace(spec, attention=replace(
         attention, value_conv=0 if kernel is None else c.int("conv_kernel_size")))
@@ -262,7 +261,7 @@ def squeezebert_spec(c: Config) -> ModelSpec:
     the attention's output in post_attention_groups, the FFN's two in intermediate_groups
     (output_groups must be the same)."""
     spec = bert_relative_spec(c, "squeezebert")
-    attention, _, _ = _parts(spec)
+    attention, _, _ = built(spec)
     if c.int("embedding_size", spec.d_model) != spec.d_model:
         raise c.fail("embedding_size", f"hidden_size ({spec.d_model:,})")
     qkv, ffn = c.int("q_groups", 4), c.int("intermediate_groups", 4)

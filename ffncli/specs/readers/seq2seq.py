@@ -16,6 +16,7 @@ from ffncli.specs.hfconfig import (
     gemma_spec,
     t5_spec,
 )
+from ffncli.specs.readers.encoders import built
 from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
@@ -27,12 +28,6 @@ from ffncli.specs.spec import (
 )
 
 
-def _parts(spec: ModelSpec) -> tuple[AttentionSpec, EmbeddingsSpec, NormSpec]:
-    """The attention, embeddings and norm the kit's seq2seq readers always build."""
-    assert spec.attention is not None and spec.embeddings is not None and spec.norm is not None
-    return spec.attention, spec.embeddings, spec.norm
-
-
 def led_spec(c: Config) -> ModelSpec:
     """LEDForConditionalGeneration: BART's layers; the encoder's self-attention Longformer's
     (a second Q, K and V for global tokens); learned positions without offset,
@@ -41,7 +36,7 @@ def led_spec(c: Config) -> ModelSpec:
     encoder_rows = c.int("max_encoder_position_embeddings", 16384)
     spec = bart_like_spec(c, "led", positions="learned0", embedding_norm=True,
                           final_norm=False, max_position_embeddings=encoder_rows)
-    attention, embeddings, _ = _parts(spec)
+    attention, embeddings, _ = built(spec)
     plain = LayerKind(attention=attention)  # the decoder's: no global projections
     return replace(spec, attention=replace(attention, extra_projections=3),
                    embeddings=replace(embeddings, decoder_positions=c.int(
@@ -123,7 +118,7 @@ def t5gemma_spec(c: Config) -> ModelSpec:
     if cross not in (None, encoder.d_model):
         raise c.fail("decoder", f"cross_attention_hidden_size {encoder.d_model:,} (the "
                      "encoder's width)")
-    _, embeddings, norm = _parts(decoder)
+    _, embeddings, norm = built(decoder)
     return replace(encoder, name=c.name("t5gemma"), family="t5gemma",
                    layers=LayersSpec(encoder=encoder.layers.decoder,
                                      decoder=decoder.layers.decoder),
@@ -149,7 +144,7 @@ def trocr_spec(c: Config) -> ModelSpec:
         embedding_norm=c.bool("layernorm_embedding", True), final_norm=False,
         encoder_attention_heads=c.int("decoder_attention_heads"),
         encoder_ffn_dim=c.int("decoder_ffn_dim"))
-    _, embeddings, _ = _parts(spec)
+    _, embeddings, _ = built(spec)
     return replace(spec, layers=LayersSpec(encoder=0, decoder=spec.layers.decoder, cross=True),
                    embeddings=replace(embeddings, per_stack=False))
 
@@ -163,7 +158,7 @@ def fsmt_spec(c: Config) -> ModelSpec:
     spec = bart_like_spec(Config({**c.data, "vocab_size": source}, c.source), "fsmt",
                           positions="learned", embedding_norm=False, final_norm=False,
                           activation_function="relu")
-    _, embeddings, _ = _parts(spec)
+    _, embeddings, _ = built(spec)
     return replace(spec, embeddings=replace(
         embeddings, decoder_vocab=c.int("tgt_vocab_size", 42024), head=c.head(False),
         position_offset=c.int0("pad_token_id", 1) + 1))
@@ -177,7 +172,7 @@ def pegasus_x_spec(c: Config) -> ModelSpec:
     spec = bart_like_spec(c, "pegasus_x", positions="buffer", embedding_norm=False,
                           final_norm=True, vocab_size=96103, max_position_embeddings=16384,
                           encoder_layers=16, decoder_layers=16)
-    attention, embeddings, norm = _parts(spec)
+    attention, embeddings, norm = built(spec)
     return replace(spec, attention=replace(attention, qkv_bias=False, out_bias=False),
                    norm=replace(norm, per_layer=3, cross=0),
                    embeddings=replace(embeddings,
@@ -229,7 +224,7 @@ def t5gemma2_spec(c: Config) -> ModelSpec:
     spec, other = (gemma_spec(x, "t5gemma2", norm=GEMMA2_NORM, qk_norm="head")
                    for x in (text, decoder))
     _same_shape(c, spec, other)
-    _, embeddings, norm = _parts(spec)
+    _, embeddings, norm = built(spec)
     vision = encoder.get("vision_config")
     kind = str(vision.get("model_type", "?"))[:40] if isinstance(vision, dict) else ""
     return replace(spec, name=c.name("t5gemma2"),
@@ -257,8 +252,8 @@ def encoder_decoder_spec(c: Config) -> ModelSpec:
     sub = Config(c.mapping("decoder") or {}, f"{c.source}: decoder")
     if not sub.bool("add_cross_attention", False):
         raise sub.fail("add_cross_attention", "true (the decoder attends to the encoder)")
-    _, embeddings, _ = _parts(encoder)
-    _, other, _ = _parts(decoder)
+    _, embeddings, _ = built(encoder)
+    _, other, _ = built(decoder)
     if other.token_types != embeddings.token_types:
         raise sub.fail("type_vocab_size", f"the encoder's ({embeddings.token_types})")
     return replace(encoder, name=c.name("encoder-decoder"), family="encoder-decoder",
