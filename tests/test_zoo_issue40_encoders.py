@@ -120,6 +120,9 @@ HOSTILE = [
      "key 'attn_layers': expected a list of layer types (local, lsh), got ['local', 'global']"),
     ("perceiver", {"v_channels": 512},
      "key 'v_channels': expected null or d_latents (1,280), got 512"),
+    ("mobilebert", {"use_bottleneck": False},
+     "key 'use_bottleneck': expected true (MobileBERT without bottlenecks is not read), got "
+     "False"),
     ("trocr", {"cross_attention_hidden_size": 768},
      "key 'cross_attention_hidden_size': expected null or d_model (1,024), got 768"),
     ("switch_transformers", {"num_sparse_encoder_layers": 13},
@@ -341,3 +344,23 @@ def test_perceiver_latents_cross_attend_to_the_inputs(tmp_path):
     assert counted.total == 26 * 9_843_200 + cross
     twice = count(_spec("perceiver", tmp_path, num_blocks=2))
     assert twice.total == counted.total and _layer(twice, "shared encoder").repeats == 2
+
+
+def test_mobilebert_bottlenecks_and_stacked_ffns(tmp_path):
+    counted = count(_spec("mobilebert"))
+    layer = _layer(counted)
+    t, h, i = 128, 512, 512  # true_hidden_size, hidden_size, intermediate_size
+    one_ffn = (t * i + i) + (i * t + t)
+    assert layer.ffn == 4 * one_ffn  # num_feedforward_networks
+    assert layer.flops.ffn == 4 * 2 * 2 * t * i
+    # Q, K from t; V from the outer h (use_bottleneck_attention false); O; each with bias
+    assert layer.attention + layer.other - 2 * ((h * t + t) + 2 * t) - ((t * h + h) + 2 * h) \
+        == 3 * (t * t + t) + (h * t + t)
+    assert layer.norm == (1 + 4) * 2 * t  # the attention's and each FFN's NoNorm
+    assert layer.total == 842_240  # the zoo's layer
+    rows = _rows(counted)
+    assert (rows["embedding projection (with bias)"], rows["position embeddings"]) == (
+        3 * 128 * h + h, 512 * h)
+    through = _layer(count(_spec("mobilebert", tmp_path, use_bottleneck_attention=True,
+                                 key_query_shared_bottleneck=False)))
+    assert layer.total - through.total == (h * t + t) + 2 * t + (h - t) * t

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from ffncli.specs.spec import (
     AttentionSpec,
+    BottleneckSpec,
     EmbeddingsSpec,
     FfnSpec,
     LatentSpec,
@@ -82,15 +83,15 @@ def adapter_params(d_model: int, ffn: FfnSpec) -> int:
 
 
 def ffn_params(d_model: int, ffn: FfnSpec) -> int:
-    return (ffn.experts * expert_params(d_model, ffn) + router_params(d_model, ffn)
-            + shared_expert_params(d_model, ffn) + adapter_params(d_model, ffn))
+    return ffn.stack * (ffn.experts * expert_params(d_model, ffn) + router_params(d_model, ffn)
+                        + shared_expert_params(d_model, ffn)) + adapter_params(d_model, ffn)
 
 
 def ffn_active_params(d_model: int, ffn: FfnSpec) -> int:
     """What one token uses: its top-k experts, the router and any shared expert (and every
     language adapter: the input, not a router, picks one, as transformers counts them)."""
-    return (ffn.top_k * expert_params(d_model, ffn) + router_params(d_model, ffn)
-            + shared_expert_params(d_model, ffn) + adapter_params(d_model, ffn))
+    return ffn.stack * (ffn.top_k * expert_params(d_model, ffn) + router_params(d_model, ffn)
+                        + shared_expert_params(d_model, ffn)) + adapter_params(d_model, ffn)
 
 
 def attention_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
@@ -304,7 +305,7 @@ def ffn_flops(d_model: int, ffn: FfnSpec) -> int:
     router = d_model * ffn.experts if ffn.is_moe else 0
     shared = matrices * d_model * ffn.shared_d_ff + (d_model if ffn.shared_gate else 0)
     adapter = 2 * d_model * ffn.adapter_d_ff if ffn.adapters else 0  # the token's language's
-    return 2 * (ffn.top_k * per_expert + router + shared + adapter)
+    return 2 * (ffn.stack * (ffn.top_k * per_expert + router + shared) + adapter)
 
 
 def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
@@ -451,6 +452,9 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
             rows.append(Row("shared expert (every token)", f"d_ff {ffn.shared_d_ff}", shared))
         if ffn.shared_gate:
             rows.append(Row("shared expert gate", f"{d} x 1", d))
+    if ffn.stack > 1:
+        rows.append(Row(f"x {ffn.stack} FFNs in sequence", f"{ffn.stack} x "
+                        f"{expert_params(d, ffn):,}", ffn.stack * expert_params(d, ffn)))
     if ffn.adapters:
         a = ffn.adapter_d_ff
         rows.append(Row(f"x {ffn.adapters} language adapters", f"{d} x {a} x {d}",
@@ -651,6 +655,8 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         qk = qk_norm_params(d, att)
         norms += (qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
     extra = layer_extra_rows(d, spec.extras) if spec.extras else ()
+    if spec.bottleneck is not None and norm is not None:
+        extra += bottleneck_layer_rows(d, spec.bottleneck, norm, att)
     return LayerCount(
         kind=name,
         count=count,
@@ -779,6 +785,41 @@ def latent_rows(d: int, lat: LatentSpec) -> dict[str, tuple[Row, ...]]:
     }
 
 
+def bottleneck_layer_rows(d: int, b: BottleneckSpec, norm: NormSpec,
+                          att: AttentionSpec | None) -> tuple[Row, ...]:
+    """MobileBERT's parts of each layer beside attention and FFNs: the projection in (outer ->
+    d, bias, norm), the queries' and keys' own (with shared_qk), the values' wider input (V
+    reads the outer stream: (outer - d) more rows), the projection out (d -> outer, bias,
+    norm)."""
+    o = b.outer
+    into = linear(o, d, True) + norm_params(d, norm)
+    rows = [Row("bottleneck in (and norm)", f"{o} x {d}", into)]
+    if b.shared_qk:
+        rows.append(Row("query-key bottleneck (and norm)", f"{o} x {d}", into))
+    if b.value_outer and att is not None:
+        v = attention_widths(d, att)[1]
+        rows.append(Row("W_V's outer input", f"{o - d} x {v}", (o - d) * v))
+    rows.append(Row("bottleneck out (and norm)", f"{d} x {o}",
+                    linear(d, o, True) + norm_params(o, norm)))
+    return tuple(rows)
+
+
+def bottleneck_model_rows(b: BottleneckSpec, norm: NormSpec) -> dict[str, tuple[Row, ...]]:
+    """MobileBERT's embeddings (outer wide: the word table, its projection from the word
+    vector, with its neighbours' under trigram, positions, token types, the norm) and its
+    pooler, by group."""
+    o, e = b.outer, b.embedding * (3 if b.trigram else 1)
+    return {
+        "embeddings": (
+            Row("word embeddings", f"{b.vocab} x {b.embedding}", b.vocab * b.embedding),
+            Row("embedding projection (with bias)", f"{e} x {o}", linear(e, o, True)),
+            Row("position embeddings", f"{b.positions} x {o}", b.positions * o),
+            Row("token-type embeddings", f"{b.token_types} x {o}", b.token_types * o)),
+        "norms": (Row("embedding norm", f"{o}", norm_params(o, norm)),),
+        "pooler": (Row("pooler", f"{o} x {o}", linear(o, o, True)),) if b.pooler else (),
+    }
+
+
 def _stack_copies(spec: ModelSpec) -> int:
     """2 when each stack of an encoder-decoder has its own position table and embedding norm
     (EmbeddingsSpec.per_stack), else 1."""
@@ -867,10 +908,13 @@ def count(spec: ModelSpec) -> ModelCount:
     if spec.pooler:
         rows.append(Row("pooler", f"{d} x {d}", linear(d, d, True)))
         groups["pooler"] = linear(d, d, True)
-    if spec.latents is not None:
-        for group, parts in latent_rows(d, spec.latents).items():
-            rows += parts
-            groups[group] += sum(r.params for r in parts)
+    added = latent_rows(d, spec.latents) if spec.latents is not None else {}
+    if spec.bottleneck is not None and norm is not None:
+        added = bottleneck_model_rows(spec.bottleneck, norm)
+        groups["other"] = sum(layer.count * layer.other for layer in layers)
+    for group, parts in added.items():
+        rows += parts
+        groups[group] += sum(r.params for r in parts)
     if spec.extras is not None:
         embedding, *other = model_extra_rows(d, spec.layers.decoder, spec.extras)
         rows += [embedding, *other]

@@ -234,7 +234,7 @@ def print_params(result: ParamsResult) -> None:
 
 
 PARTS = {"embeddings": "embeddings", "attention": "attention", "ffn": "FFN", "norms": "norms",
-         "head": "output head", "pooler": "pooler", "other": "other (AltUp, LAuReL...)"}
+         "head": "output head", "pooler": "pooler", "other": "other (AltUp, bottlenecks...)"}
 
 
 def _print_parts(out: Console, c: ModelCount) -> None:

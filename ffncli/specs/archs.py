@@ -373,6 +373,7 @@ ARCHS: dict[str, Arch] = {
     "xmod": Arch(read("encoders.xmod_spec")),
     "convbert": Arch(read("encoders.convbert_spec"), BERT_FFN),
     "funnel": Arch(read("encoders.funnel_spec")),
+    "mobilebert": Arch(read("encoders.mobilebert_spec")),
     "fnet": Arch(read("encoders.fnet_spec"), BERT_FFN),
     "esmc": Arch(read("encoders.esmc_spec")),
     "luke": Arch(read("encoders.luke_spec"), BERT_FFN),

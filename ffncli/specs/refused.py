@@ -91,9 +91,6 @@ LACKS: dict[str, str] = {
     "minimax_m3_vl_text": "its kind of mixture of experts",
     "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
-    "mobilebert":
-        "its bottlenecks (attention and stacked FFNs at true_hidden_size inside a hidden_size"
-        " stream)",
     "modernbert-decoder": "a reader for its layers (attn.Wo.weight, attn.k_proj.weight)",
     "modernvbert": "its vision or audio tower",
     "moshi": "its vision or audio tower",

@@ -55,6 +55,7 @@ class FfnSpec:
     shared_gate: bool = False  # Qwen2-MoE: sigmoid(x g) scales the shared expert, g d_model x 1
     down_bias: bool | None = None  # a bias on W2 alone when it differs from ``bias`` (GTE)
     groups: int = 1  # W1 (W, V) and W2 as grouped 1x1 convolutions (SqueezeBERT): / groups
+    stack: int = 1  # FFNs one after another in each layer, each with its norm (MobileBERT)
     adapters: int = 0  # X-MOD: one bottleneck adapter per language after the FFN, each
     adapter_d_ff: int = 0  # d_model -> adapter_d_ff -> d_model with biases
 
@@ -220,6 +221,27 @@ class LatentSpec:
 
 
 @dataclass(frozen=True)
+class BottleneckSpec:
+    """MobileBERT: the stream between layers is ``outer`` wide, each layer's attention and FFNs
+    d_model (true_hidden_size) wide inside it: a projection in (outer -> d_model, with bias and
+    a norm), another for the queries and keys when ``shared_qk``, the values read from the
+    outer stream when ``value_outer``, a projection out (d_model -> outer, with bias and a
+    norm). Its embeddings are outer wide: word vectors ``embedding`` wide (joined with their two
+    neighbours' when ``trigram``) projected with a bias, position and token-type tables, a
+    norm; the pooler's dense layer with ``pooler``."""
+
+    outer: int
+    shared_qk: bool
+    value_outer: bool
+    vocab: int
+    embedding: int
+    trigram: bool
+    positions: int
+    token_types: int
+    pooler: bool
+
+
+@dataclass(frozen=True)
 class NormSpec:
     kind: NormKind = "layernorm"
     bias: bool = True
@@ -308,6 +330,7 @@ class ModelSpec:
     extras: LayerExtrasSpec | None = None  # Gemma 3n's AltUp, LAuReL and per-layer inputs
     encoder_pattern: tuple[LayerKind, ...] = ()  # the kind of each encoder layer (as pattern)
     latents: LatentSpec | None = None  # Perceiver's latent array and its cross-attention
+    bottleneck: BottleneckSpec | None = None  # MobileBERT's bottlenecks and embeddings
 
     @property
     def ffn_only(self) -> bool:
@@ -369,7 +392,7 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
 # Issue 40's encoder and seq2seq parts (each a field of one section), which only the config
 # readers fill: not keys of a YAML spec.
 ENCODER_PARTS = frozenset({
-    "down_bias", "groups", "adapters", "adapter_d_ff",
+    "down_bias", "groups", "stack", "adapters", "adapter_d_ff",
     "key_bias", "query_bias", "xl_relative", "extra_projections", "span_conv",
     "relative_projection", "value_conv", "qkv_groups", "out_groups", "shared_qk",
     "shared", "cross", "merged_cross",
@@ -380,7 +403,7 @@ ENCODER_PARTS = frozenset({
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
 NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "encoder_pattern",
-                             "latents"}) | ENCODER_PARTS
+                             "latents", "bottleneck"}) | ENCODER_PARTS
 
 
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:

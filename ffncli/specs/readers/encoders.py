@@ -16,6 +16,7 @@ from ffncli.specs.hfconfig import (
 )
 from ffncli.specs.spec import (
     AttentionSpec,
+    BottleneckSpec,
     EmbeddingsSpec,
     FfnSpec,
     LatentSpec,
@@ -353,3 +354,34 @@ def perceiver_spec(c: Config) -> ModelSpec:
         layers=LayersSpec(encoder=per_block * blocks, decoder=0, shared=per_block),
         latents=LatentSpec(latents=c.int("num_latents", 256), inputs=inputs, qk=qk, v=v,
                            widening=c.int("cross_attention_widening_factor", 1)))
+
+
+def mobilebert_spec(c: Config) -> ModelSpec:
+    """MobileBertModel: layers whose attention and num_feedforward_networks FFNs (each with
+    its norm) run true_hidden_size (intra_bottleneck_size) wide inside a hidden_size stream,
+    with MobileBERT's bottlenecks (key_query_shared_bottleneck, use_bottleneck_attention) and
+    embeddings (embedding_size, trigram_input); the pooler's dense layer with
+    classifier_activation. Norms (no_norm or layer_norm) have a weight and a bias either way.
+    use_bottleneck false is refused."""
+    if not c.bool("use_bottleneck", True):
+        raise c.fail("use_bottleneck", "true (MobileBERT without bottlenecks is not read)")
+    outer, d = c.int("hidden_size", 512), c.int("intra_bottleneck_size", 128)
+    heads = c.int("num_attention_heads", 4)
+    if d % heads:
+        raise c.fail("num_attention_heads", f"a divisor of intra_bottleneck_size ({d:,})")
+    stack = c.int("num_feedforward_networks", 4)
+    through = c.bool("use_bottleneck_attention", False)
+    return ModelSpec(
+        name=c.name("mobilebert"), family="mobilebert", description=f"from {c.source}",
+        d_model=d, seq_len=c.int("max_position_embeddings", 512),
+        ffn=FfnSpec(d_ff=c.int("intermediate_size", 512), activation=c.act("hidden_act", "relu"),
+                    stack=stack),
+        attention=AttentionSpec(heads=heads), norm=NormSpec(per_layer=1 + stack, final=False),
+        layers=LayersSpec(encoder=c.int("num_hidden_layers", 24), decoder=0),
+        bottleneck=BottleneckSpec(
+            outer=outer, shared_qk=c.bool("key_query_shared_bottleneck", True),
+            value_outer=not through, vocab=c.int("vocab_size", 30522),
+            embedding=c.int("embedding_size", 128), trigram=c.bool("trigram_input", True),
+            positions=c.int("max_position_embeddings", 512),
+            token_types=c.int0("type_vocab_size", 2),
+            pooler=c.bool("classifier_activation", True)))
