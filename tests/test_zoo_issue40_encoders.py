@@ -114,6 +114,10 @@ HOSTILE = [
     ("encoder-decoder", {"decoder": {"model_type": "gpt2"}},
      "key 'decoder': expected a 'bert' config (other encoders and decoders are not read), got "
      "{'model_type': 'gpt2'}"),
+    ("encoder-decoder", {"decoder": {**json.loads((CONFIGS / "encoder-decoder.config.json")
+                                        .read_text())["decoder"], "add_cross_attention": False}},
+     "decoder: key 'add_cross_attention': expected true (the decoder attends to the encoder), "
+     "got False"),
     ("reformer", {"axial_pos_embds_dim": [64, 64]},
      "key 'axial_pos_embds_dim': expected widths summing to hidden_size (256), got [64, 64]"),
     ("reformer", {"attn_layers": ["local", "global"]},

@@ -473,7 +473,7 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     extra = extra_projection_rows(d, att, prefix) + span_conv_rows(d, att, prefix) \
         + xl_relative_rows(d, att, prefix) + relative_projection_rows(d, att, prefix) \
         + value_conv_rows(att, prefix)
-    core = (
+    core: tuple[Row, ...] = (
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
             f"{d} x {q_out}", grouped(d, q_out, att.qkv_bias and att.query_bias, qkv)),
         Row(f"{prefix}W_K", f"{d} x {kv_width}", grouped(d, kv_width,

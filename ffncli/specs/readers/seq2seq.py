@@ -249,16 +249,16 @@ def encoder_decoder_spec(c: Config) -> ModelSpec:
         stacks.append(bert_like_spec(Config(sub, f"{c.source}: {key}"), "bert"))
     encoder, decoder = stacks
     _same_shape(c, encoder, decoder)
-    sub = Config(c.mapping("decoder") or {}, f"{c.source}: decoder")
-    if not sub.bool("add_cross_attention", False):
-        raise sub.fail("add_cross_attention", "true (the decoder attends to the encoder)")
+    dec = Config(c.mapping("decoder") or {}, f"{c.source}: decoder")
+    if not dec.bool("add_cross_attention", False):
+        raise dec.fail("add_cross_attention", "true (the decoder attends to the encoder)")
     _, embeddings, _ = built(encoder)
     _, other, _ = built(decoder)
     if other.token_types != embeddings.token_types:
-        raise sub.fail("type_vocab_size", f"the encoder's ({embeddings.token_types})")
+        raise dec.fail("type_vocab_size", f"the encoder's ({embeddings.token_types})")
     return replace(encoder, name=c.name("encoder-decoder"), family="encoder-decoder",
                    layers=LayersSpec(encoder=encoder.layers.encoder,
                                      decoder=decoder.layers.encoder),
                    embeddings=replace(embeddings, per_stack=True, decoder_vocab=other.vocab,
-                                      decoder_positions=other.positions, head=sub.head(True),
+                                      decoder_positions=other.positions, head=dec.head(True),
                                       head_bias=True, head_transform=True))
