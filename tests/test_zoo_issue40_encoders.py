@@ -368,3 +368,20 @@ def test_mobilebert_bottlenecks_and_stacked_ffns(tmp_path):
     through = _layer(count(_spec("mobilebert", tmp_path, use_bottleneck_attention=True,
                                  key_query_shared_bottleneck=False)))
     assert layer.total - through.total == (h * t + t) + 2 * t + (h - t) * t
+
+
+@pytest.mark.parametrize(("model_type", "what", "reason"), [
+    ("gte", "FFN", "a bias on the down projection alone"),
+    ("xmod", "FFN", "language adapters after the FFN"),
+    ("mobilebert", "FFN", "FFNs in sequence in each layer"),
+    ("squeezebert", "FFN", "projections as grouped 1x1 convolutions"),
+    ("switch_transformers", "mixture of experts", "a mixture of experts in some layers"),
+])
+def test_ffns_the_engine_does_not_compute_are_refused(cli, model_type, what, reason):
+    """params counts them; the engine's FFN would leave a part out."""
+    path = CONFIGS / f"{model_type}.config.json"
+    assert cli("params", "--config", path).code == 0
+    r = cli("relu-stats", "--config", path, "--random", "2")
+    assert (r.code, r.out) == (2, "")
+    assert r.err.endswith(f"run, permute-check and relu-stats do not compute this {what} yet "
+                          f"({reason}); params counts it exactly\n")
