@@ -248,7 +248,8 @@ def print_params(result: ParamsResult) -> None:
 
 
 PARTS = {"embeddings": "embeddings", "attention": "attention", "ffn": "FFN", "norms": "norms",
-         "head": "output head", "pooler": "pooler", "other": "other (AltUp, LAuReL, norm gates...)"}
+         "head": "output head", "pooler": "pooler",
+         "other": "other (AltUp, bottlenecks, norm gates...)"}
 
 
 def _print_parts(out: Console, c: ModelCount) -> None:
