@@ -66,7 +66,11 @@ def relu_stats_command(model: ModelChoice, tokens: TokenChoice, text: TextChoice
 
 def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
                 scale: ScaleChoice, *, out: Path | None, force: bool, residual: bool,
-                as_json: bool, quiet: bool = False) -> None:
+                precision: int | None, as_json: bool, quiet: bool = False) -> None:
+    """``run`` over shards: a .npy per shard under --out."""
+    if precision is not None:
+        raise InputError("--precision sets the digits printed for one input file; run "
+                         "over shards prints no values (it writes a .npy per shard)")
     pattern, model = _seen_from_workers(scale, _pattern(tokens), model)
     shard_paths(pattern)  # a glob that matches nothing says so first
     if out is None:
