@@ -153,7 +153,8 @@ def params(
     result = count_model(preset, config, overrides, counted, batch, plan.plan(),
                          plan.budget())
     if target is not None:  # the page's modules only for a page
-        from ffncli.present.report import about, save_params
+        from ffncli.present.report import about
+        from ffncli.present.report_params import save_params
 
         save_params(target, result, about(ModelChoice(preset, config, weights, hub_model)))
     emit_params(result, as_json, table_format)

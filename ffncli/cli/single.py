@@ -18,7 +18,8 @@ from ffncli.jobs.sweep import sweep
 from ffncli.jobs.targets import OUT_OPTIONS, output_target, report_target
 from ffncli.jobs.thresholds import sweep_cuts
 from ffncli.present.console import Bar
-from ffncli.present.report import about, save_stats, save_sweep
+from ffncli.present.report import about
+from ffncli.present.report_stats import save_stats, save_sweep
 from ffncli.present.run import emit_run
 from ffncli.present.stats import emit_capture, emit_stats, emit_sweep, sweep_json
 from ffncli.specs.spec import Overrides
