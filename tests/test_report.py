@@ -1,4 +1,5 @@
-"""The HTML reports (present/report.py, report_stats.py and report_params.py, drawn by present/svg.py), read back against ``--json``.
+"""The HTML reports (present/report.py, report_stats.py and report_params.py, drawn by
+present/svg.py), read back against ``--json``.
 
 Each report is parsed as XML (so every element is closed), holds no script and no URL, and
 every number in every table is the value of the command's ``--json`` document that its cell
