@@ -82,19 +82,21 @@ def one_text(text: Path | None, ids: Path | None) -> None:
         raise InputError("give --text or --ids, not both")
 
 
-def parse_layers(text: str | None, n_layers: int) -> tuple[int, ...]:
-    """``--layer``: ``N``, ``A-B`` (both included) or ``all`` (the default) of ``n_layers``."""
+def parse_layers(text: str | None, n_layers: int, where: str = "option --layer"
+                 ) -> tuple[int, ...]:
+    """``--layer``: ``N``, ``A-B`` (both included) or ``all`` (the default) of ``n_layers``;
+    ``where`` names it in errors (a library call: ``layers``)."""
     if text is None or text == "all":
         return tuple(range(n_layers))
     first, dash, last = text.partition("-")
     a = layer_number(first)
     b = layer_number(last) if dash else a
     if a is None or b is None:
-        raise fail("option --layer", "a layer N, a range A-B or all", text)
+        raise fail(where, "a layer N, a range A-B or all", text)
     if a > b:
-        raise InputError(f"option --layer: the range {text} runs backwards; write {b}-{a}")
+        raise InputError(f"{where}: the range {text} runs backwards; write {b}-{a}")
     if b >= n_layers:
-        raise fail("option --layer", f"layers of 0-{n_layers - 1}", text)
+        raise fail(where, f"layers of 0-{n_layers - 1}", text)
     return tuple(range(a, b + 1))
 
 

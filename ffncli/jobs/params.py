@@ -70,6 +70,15 @@ def count_model(preset: str | None, config: Path | None, overrides: Overrides,
     return _planned(spec, file, named, batch, plan, budget, limit)
 
 
+def count_spec_planned(spec: ModelSpec, batch: int = 1, plan: Plan | None = None,
+                       budget: Budget | None = None) -> ParamsResult:
+    """The library's ``params`` of a spec it was given: the count, the KV cache at its
+    seq_len x ``batch``, and when asked the plan's memory and what fits (the spec's seq_len is
+    the context limit ``--fit`` notes)."""
+    return _planned(spec, None, None, batch, plan, budget,
+                    spec.seq_len if budget is not None else None)
+
+
 def _context(spec: ModelSpec, overrides: Overrides, budget: Budget | None,
              resolve: Callable[[Overrides], ModelSpec]) -> int | None:
     """``--fit``'s note: the model's own context limit, the seq_len before ``--seq-len``

@@ -4,6 +4,7 @@ or JSON."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -31,17 +32,17 @@ if TYPE_CHECKING:  # a file's count: imported with it (a preset's params reads n
 
 
 def emit_params(result: ParamsResult | FileOnlyResult, as_json: bool,
-                table_format: str = "rich") -> None:
-    """``table_format``: rich, markdown or csv (``--format``)."""
-    with table_format_of(table_format):
+                table_format: str | None = None) -> None:
+    """``table_format``: rich, markdown or csv (``--format``); None: as the caller set it."""
+    with table_format_of(table_format) if table_format else contextlib.nullcontext():
         if isinstance(result, FileOnlyResult):
-            emit_json(file_only_json(result)) if as_json else print_file_only(result)
+            emit_json(file_only_json(result), "params-file") if as_json else print_file_only(result)
         else:
-            emit_json(params_json(result)) if as_json else print_params(result)
+            emit_json(params_json(result), "params") if as_json else print_params(result)
 
 
 def emit_presets(rows: Sequence[PresetSummary], as_json: bool) -> None:
-    emit_json(presets_json(rows)) if as_json else print_presets(rows)
+    emit_json(presets_json(rows), "presets") if as_json else print_presets(rows)
 
 
 # ---------------------------------------------------------------------------------------------

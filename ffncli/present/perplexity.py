@@ -167,7 +167,7 @@ def _span(layers: list[int]) -> str:
 def emit_perplexity(result: PerplexityResult, as_json: bool) -> None:
     doc = perplexity_json(result)
     if as_json:
-        emit_json(doc)
+        emit_json(doc, "perplexity")
     else:
         print_perplexity(doc)
 

@@ -28,13 +28,13 @@ if TYPE_CHECKING:  # the result types: their modules import NumPy, which params 
 
 def emit_stats(result: SparsityResult, as_json: bool, weights: str | None = None) -> None:
     """``weights``: where the FFN's weights came from (its layer), for the header."""
-    emit_json(stats_json(result)) if as_json else print_stats(result, weights)
+    emit_json(stats_json(result), "relu-stats") if as_json else print_stats(result, weights)
 
 
 def emit_sweep(result: SweepResult, as_json: bool) -> None:
     doc = sweep_json(result)
     if as_json:
-        emit_json(doc)
+        emit_json(doc, "relu-stats-sweep")
         return
     print_sweep(doc)
     if len(result.layers) == 1:  # one layer: its full statistics too
@@ -42,7 +42,7 @@ def emit_sweep(result: SweepResult, as_json: bool) -> None:
 
 
 def emit_capture(result: CaptureResult, as_json: bool) -> None:
-    emit_json(capture_json(result)) if as_json else print_capture(result)
+    emit_json(capture_json(result), "capture") if as_json else print_capture(result)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,7 +240,7 @@ def emit_sharded_stats(out: ShardedStats, as_json: bool) -> None:
     if as_json:
         doc = stats_json(out.result)
         doc.update(shards=out.shards, skipped=skipped_json(out.skipped))
-        emit_json(doc)
+        emit_json(doc, "relu-stats")
     else:
         print_stats(out.result)
     print_skipped(out.skipped)
@@ -250,12 +250,13 @@ def emit_sharded_sweep(out: ShardedSweep, as_json: bool) -> None:
     if as_json:
         doc = sweep_json(out.result)
         doc.update(shards=out.shards, skipped=skipped_json(out.skipped))
-        emit_json(doc)
+        emit_json(doc, "relu-stats-sweep")
     else:
         emit_sweep(out.result, False)
     print_skipped(out.skipped)
 
 
 def emit_sharded_capture(done: ShardedCapture, as_json: bool) -> None:
-    emit_written(done, as_json, {"model": done.model, "layers": list(done.layers)},
+    emit_written(done, as_json, "capture-shards",
+                 {"model": done.model, "layers": list(done.layers)},
                  f", layers {done.layers[0]}-{done.layers[-1]}", f"model {done.model}")
