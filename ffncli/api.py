@@ -33,7 +33,7 @@ from ffncli.counting.fit import Budget
 from ffncli.counting.model import ModelCount
 from ffncli.counting.model import count as count_spec
 from ffncli.counting.results import ParamsResult, PresetSummary, presets_summary
-from ffncli.counting.training import Plan
+from ffncli.counting.training import MODES, PLAN_PARAMETERS, Plan
 from ffncli.errors import InputError, SpecError
 from ffncli.jobs.choices import ModelChoice, TextChoice, parse_layers
 from ffncli.jobs.params import count_spec_planned
@@ -114,6 +114,8 @@ def load_spec(preset: str | Path | None = None, config: str | Path | None = None
     unknown = sorted(set(overrides) - set(known))
     if unknown:
         raise SpecError(f"load_spec: unknown override {unknown[0]!r}; known: {', '.join(known)}")
+    if preset is None and config is None:
+        raise SpecError("load_spec: give preset=NAME|FILE or config=config.json")
     if preset is not None:
         preset = str(_path("preset", preset))
     return resolve_spec(preset, _maybe_path("config", config), Overrides(**overrides))
@@ -131,6 +133,7 @@ def training_plan(mode: str = "full", *, optimizer: str = "adamw",
                   dropout: bool = True) -> Plan:
     """``params --train MODE`` and its options: a checked :class:`Plan` for :func:`params`
     (its ``seq_len`` and ``batch`` are the spec's and the call's)."""
+    named("mode", mode, MODES)
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) \
         if isinstance(lora_targets, str) else lora_targets
     if not isinstance(targets, tuple | list) or not all(isinstance(t, str) for t in targets):
@@ -155,7 +158,7 @@ def params(spec: ModelSpec, *, batch: int = 1, train: Plan | str | None = None,
     plan = training_plan(train) if isinstance(train, str) else train
     if plan is not None and not isinstance(plan, Plan):
         raise fail("train", "a mode (full, lora, qlora) or a training_plan(...)", train)
-    return count_spec_planned(spec, batch, plan, _budget(fit, reserve_memory))
+    return count_spec_planned(spec, batch, plan, _budget(fit, reserve_memory), PLAN_PARAMETERS)
 
 
 def _budget(fit: str | None, held: str | None) -> Budget | None:
@@ -205,6 +208,12 @@ def permute_check(fn: Any, tokens: Any = None, *, trials: int = 8, seed: int = 0
 
     if not callable(fn):
         raise fail("fn", "a function, a module, or a class or factory of one", fn)
+    whole("seed", seed, 0)
+    for where, value in (("bitwise", bitwise), ("train_mode", train_mode)):
+        flag(where, value)
+    rtol, atol = _maybe_number("rtol", rtol), _maybe_number("atol", atol)
+    if timeout is not None:
+        number("timeout", timeout, positive=True)
     return check_here(fn, tokens, name=name, d_model=d_model, trials=trials, seed=seed,
                       rtol=rtol, atol=atol, timeout=timeout, bitwise=bitwise,
                       train_mode=train_mode, impl_args=impl_args)
@@ -218,9 +227,18 @@ def relu_stats(ffn: Engine, tokens: np.ndarray | str | Path, *,
     from ffncli.analysis.sparsity import relu_stats as stats
 
     ffn = _engine(ffn)
+    threshold, target_sparsity = _cut(threshold, target_sparsity)
     return stats(ffn, _tokens(tokens, ffn.d_model), threshold=threshold,
                  target_sparsity=target_sparsity,
                  allow_nonfinite=flag("allow_nonfinite", allow_nonfinite))
+
+
+def _cut(threshold: Any, target_sparsity: Any) -> tuple[float | None, float | None]:
+    """``threshold`` or ``target_sparsity`` (relu-stats' cut on the activated value)."""
+    if threshold is not None and target_sparsity is not None:
+        raise InputError("give threshold or target_sparsity, not both")
+    return _maybe_number("threshold", threshold), _maybe_share("target_sparsity",
+                                                              target_sparsity)
 
 
 def _tokens(tokens: np.ndarray | str | Path, d_model: int) -> TokenInput:
@@ -247,8 +265,7 @@ def layer_stats(weights: str | Path, *, text: str | Path | None = None,
     from ffncli.jobs.sweep import sweep
 
     asked = _layers(layers)
-    threshold = _maybe_number("threshold", threshold)
-    target_sparsity = _maybe_share("target_sparsity", target_sparsity)
+    threshold, target_sparsity = _cut(threshold, target_sparsity)
     forward, sequences = _text_run(weights, text, ids, config, dtype)
     with forward:
         return sweep(forward, sequences, parse_layers(asked, forward.n_layers, "layers"),
@@ -286,13 +303,15 @@ def perplexity(weights: str | Path, *, text: str | Path | None = None,
     selected layer sparsified, each target a ``result.variants`` entry, in the same walk as the
     dense model. An encoder has no perplexity: its variants give the fidelity of its hidden
     states. ``thresholds``: a file ``perplexity --save-thresholds`` wrote, instead."""
-    from ffncli.jobs.perplexity import run_perplexity
+    from ffncli.jobs.perplexity import RULES, run_perplexity
 
     targets = (target_sparsity,) if isinstance(target_sparsity, int | float) \
         else target_sparsity
     if not isinstance(targets, Sequence) or isinstance(targets, str):
         raise fail("target_sparsity", "a share or a sequence of shares", target_sparsity)
     targets = tuple(dict.fromkeys(share("target_sparsity", s) for s in targets))
+    if sparsify is not None:
+        named("sparsify", sparsify, RULES)
     if (sparsify is None) != (not targets):
         raise InputError("sparsify and target_sparsity go together: give both, or neither")
     if thresholds is not None and sparsify is not None:
@@ -303,7 +322,7 @@ def perplexity(weights: str | Path, *, text: str | Path | None = None,
             whole(where, value)
     model = _model(weights, config, dtype, None if layers is None else _layers(layers))
     return run_perplexity(model, _text(text, ids), ctx=ctx, stride=stride,
-                          score=named("score", score), rule=sparsify, targets=targets,
+                          score=named("score", score, ("half", "all")), rule=sparsify, targets=targets,
                           calibration_text=_maybe_path("calibration_text", calibration_text),
                           thresholds=_maybe_path("thresholds", thresholds))
 

@@ -163,6 +163,13 @@ def is_many(path: Path) -> bool:
     return any(c in str(path) for c in _GLOB_MAGIC) and not os.path.lexists(path)
 
 
+# How params --train's errors name its options (a library call names its parameters).
+TRAIN_OPTIONS = {"mode": "option --train", "optimizer": "option --optimizer",
+                 "precision": "option --precision", "lora_rank": "option --lora-rank",
+                 "lora_targets": "option --lora-targets", "seq_len": "option --seq-len",
+                 "batch": "option --batch"}
+
+
 @dataclass(frozen=True)
 class TrainChoice:
     """``params --train`` and its options, and ``--fit``/``--reserve``: a training plan
@@ -204,7 +211,7 @@ class TrainChoice:
                     precision=self.precision or defaults.precision,
                     lora_rank=defaults.lora_rank if self.lora_rank is None else self.lora_rank,
                     lora_targets=targets, flash_attention=self.flash_attention,
-                    recompute=self.recompute, dropout=self.dropout).check()
+                    recompute=self.recompute, dropout=self.dropout).check(TRAIN_OPTIONS)
 
     def budget(self) -> Budget | None:
         """``--fit`` as a :class:`ffncli.counting.fit.Budget`, or None."""

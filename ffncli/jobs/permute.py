@@ -102,7 +102,7 @@ def open_target(impl: str | None, choice: ModelChoice, overrides: Overrides,
     from ffncli.compute.build import parse_dtype
     from ffncli.jobs.resolve import load_model, weights_of
 
-    np_dtype = parse_dtype(choice.dtype)
+    np_dtype = parse_dtype(choice.dtype, "option --dtype")
     check_timeout(timeout)
     if how.load_timeout is not None:
         number("option --load-timeout", how.load_timeout, positive=True)
