@@ -322,7 +322,8 @@ def perplexity(weights: str | Path, *, text: str | Path | None = None,
             whole(where, value)
     model = _model(weights, config, dtype, None if layers is None else _layers(layers))
     return run_perplexity(model, _text(text, ids), ctx=ctx, stride=stride,
-                          score=named("score", score, ("half", "all")), rule=sparsify, targets=targets,
+                          score=named("score", score, ("half", "all")), rule=sparsify,
+                          targets=targets,
                           calibration_text=_maybe_path("calibration_text", calibration_text),
                           thresholds=_maybe_path("thresholds", thresholds))
 
