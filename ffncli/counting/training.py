@@ -142,31 +142,49 @@ class Adapter:
 def wanted_targets(spec: ModelSpec, names: Sequence[str], where: str = "lora_targets"
                    ) -> frozenset[str]:
     """The targets (as :mod:`ffncli.counting.tensors` names them) that ``--lora-targets``
-    adapts in this spec; refused where one names nothing in it or half of a fused matrix."""
+    adapts in this spec; refused where one names nothing in it or half of a fused matrix
+    (errors begin with ``where``)."""
     present = {t.target for t in tensors(spec) if t.linear}
     if "all-linear" in names:
         return frozenset(present - {HEAD})
-    asked = {name for name in names if name not in TARGET_SETS}
-    for name in names:  # a set names what the spec has of it (ffn: no gate when ungated)
-        asked.update(t for t in TARGET_SETS.get(name, ()) if t in present or any(
-            t in FUSED[m] and m in present for m in FUSED))
-    chosen = {t for t in asked if t in present}
-    for matrix, parts in FUSED.items():
-        if matrix not in present:
-            continue
-        given = [p for p in parts if p in asked]
-        if given and len(given) < len(parts):
-            raise InputError(f"{where}: {spec.family} stores {', '.join(parts)} "
-                             f"as one matrix ({matrix}); adapt them together, not "
-                             f"{', '.join(given)} alone")
-        if given:
-            chosen.add(matrix)
-    missing = sorted(t for t in asked if t not in chosen and not any(
-        t in FUSED[m] and m in chosen for m in FUSED))
+    asked = _asked(names, present)
+    chosen = {t for t in asked if t in present} | _fused(spec, asked, present, where)
+    missing = sorted(t for t in asked if t not in chosen and not _in_fused(t, chosen))
     if missing:
         raise InputError(f"{where}: {spec.name} has no {', '.join(missing)} "
                          f"projection ({_why_missing(spec, missing)})")
     return frozenset(chosen)
+
+
+def _in_fused(target: str, matrices: Iterable[str]) -> bool:
+    """Whether ``target`` is stored inside one of the fused ``matrices``."""
+    return any(m in FUSED and target in FUSED[m] for m in matrices)
+
+
+def _asked(names: Sequence[str], present: set[str]) -> set[str]:
+    """The targets ``names`` asks for: each named one, and what the spec has of each set
+    (ffn: no gate when ungated)."""
+    asked = {name for name in names if name not in TARGET_SETS}
+    for name in names:
+        asked.update(t for t in TARGET_SETS.get(name, ()) if t in present
+                     or _in_fused(t, present))
+    return asked
+
+
+def _fused(spec: ModelSpec, asked: set[str], present: set[str], where: str) -> set[str]:
+    """The fused matrices of the spec whose every part is asked for; half of one is
+    refused."""
+    chosen = set()
+    for matrix, parts in FUSED.items():
+        given = [p for p in parts if p in asked]
+        if matrix not in present or not given:
+            continue
+        if len(given) < len(parts):
+            raise InputError(f"{where}: {spec.family} stores {', '.join(parts)} "
+                             f"as one matrix ({matrix}); adapt them together, not "
+                             f"{', '.join(given)} alone")
+        chosen.add(matrix)
+    return chosen
 
 
 def _why_missing(spec: ModelSpec, missing: Sequence[str]) -> str:

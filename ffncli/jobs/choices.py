@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ffncli.base.validate import fail, whole
 from ffncli.errors import InputError
@@ -190,28 +190,32 @@ class TrainChoice:
         """The plan (seq_len and batch filled in by the job), or None without ``--train``;
         training options without it, or LoRA's without LoRA, are refused."""
         if self.train is None:
-            given = [name for name, value in (
-                ("--optimizer", self.optimizer), ("--precision", self.precision),
-                ("--lora-rank", self.lora_rank), ("--lora-targets", self.lora_targets),
-                ("--flash-attention", self.flash_attention or None),
-                ("--recompute", self.recompute or None),
-                ("--no-dropout", None if self.dropout else True)) if value is not None]
-            if given:
-                raise InputError(f"{', '.join(given)} plan training: give --train full, lora "
-                                 "or qlora with them")
+            self._refuse_without_train()
             return None
         if self.train == "full" and (self.lora_rank is not None or self.lora_targets):
             raise InputError("--lora-rank and --lora-targets need --train lora or qlora")
         from ffncli.counting.training import Plan
 
-        defaults = Plan()
-        targets = (tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
-                   if self.lora_targets is not None else defaults.lora_targets)
-        return Plan(mode=self.train, optimizer=self.optimizer or defaults.optimizer,
-                    precision=self.precision or defaults.precision,
-                    lora_rank=defaults.lora_rank if self.lora_rank is None else self.lora_rank,
-                    lora_targets=targets, flash_attention=self.flash_attention,
-                    recompute=self.recompute, dropout=self.dropout).check(TRAIN_OPTIONS)
+        targets = None if self.lora_targets is None else tuple(
+            t.strip() for t in self.lora_targets.split(",") if t.strip())
+        given: dict[str, Any] = {"optimizer": self.optimizer or None,
+                                 "precision": self.precision or None,
+                                 "lora_rank": self.lora_rank, "lora_targets": targets}
+        return Plan(mode=self.train, flash_attention=self.flash_attention,  # None: default
+                    recompute=self.recompute, dropout=self.dropout,
+                    **{k: v for k, v in given.items() if v is not None}).check(TRAIN_OPTIONS)
+
+    def _refuse_without_train(self) -> None:
+        """The options that shape a plan, refused when no plan is asked for."""
+        given = [name for name, value in (
+            ("--optimizer", self.optimizer), ("--precision", self.precision),
+            ("--lora-rank", self.lora_rank), ("--lora-targets", self.lora_targets),
+            ("--flash-attention", self.flash_attention or None),
+            ("--recompute", self.recompute or None),
+            ("--no-dropout", None if self.dropout else True)) if value is not None]
+        if given:
+            raise InputError(f"{', '.join(given)} plan training: give --train full, lora "
+                             "or qlora with them")
 
     def budget(self) -> Budget | None:
         """``--fit`` as a :class:`ffncli.counting.fit.Budget`, or None."""
