@@ -231,3 +231,35 @@ def test_the_library_refuses_bad_tokens_and_unknown_overrides():
         ffncli.permute_check(FFN, np.zeros((0, 4)))
     with pytest.raises(InputError, match=r"got shape \(3, 5\)$"):
         ffncli.permute_check(FFN, np.zeros((3, 5)))
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/library.md: every example, twice in a row in one process and one folder (no state of a
+# first run, a folder written or a module's global, changes what the second prints).
+
+
+@pytest.mark.slow
+def test_the_library_page_runs_twice_in_a_row(tmp_path, monkeypatch):
+    import doctest
+    import re
+    import subprocess
+
+    text = (ROOT / "docs" / "library.md").read_text()
+    blocks = re.findall(r"^```(console|python)\n(.*?)^```", text, re.S | re.M)
+    (tmp_path / "tests").symlink_to(ROOT / "tests")  # as tests/test_docs.py's pages have it
+    monkeypatch.chdir(tmp_path)
+    for run in (1, 2):
+        tries = 0
+        for kind, body in blocks:
+            if kind == "console":  # the page's inputs, made as a reader makes them
+                for line in body.splitlines():
+                    if line.startswith("$ "):
+                        subprocess.run(line[2:], shell=True, check=True)
+                continue
+            test = doctest.DocTestParser().get_doctest(body, {}, f"library.md run {run}",
+                                                       "library.md", 0)
+            runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+            runner.run(test)
+            assert runner.failures == 0, f"run {run}"
+            tries += runner.tries
+        assert tries > 40
