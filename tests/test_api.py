@@ -263,3 +263,34 @@ def test_the_library_page_runs_twice_in_a_row(tmp_path, monkeypatch):
             assert runner.failures == 0, f"run {run}"
             tries += runner.tries
         assert tries > 40
+
+
+# ---------------------------------------------------------------------------------------------
+# render: what the command prints, byte for byte (the command is the oracle).
+
+
+@pytest.mark.parametrize("fmt", ["json", "markdown", "csv"])
+def test_render_prints_what_params_prints(cli, fmt):
+    result = ffncli.params(ffncli.load_spec(preset="llama2-7b"), batch=2, train="qlora",
+                           fit="2x24GB", reserve_memory="10%")
+    args = ["params", "--preset", "llama2-7b", "--batch", "2", "--train", "qlora", "--fit",
+            "2x24GB", "--reserve", "10%"]
+    r = cli(*args, *(["--json"] if fmt == "json" else ["--format", fmt]))
+    assert r.code == 0 and ffncli.render(result, fmt) == r.out
+
+
+@pytest.mark.parametrize("fmt", ["json", "markdown", "csv"])
+def test_render_prints_what_relu_stats_prints(cli, tmp_path, fmt):
+    path = tmp_path / "x.npy"
+    np.save(path, np.random.default_rng(1).standard_normal((20, 4)).astype(np.float32))
+    result = ffncli.relu_stats(FFN, path)
+    r = cli("relu-stats", "--preset", "tiny", "--input", path,
+            *(["--json"] if fmt == "json" else ["--format", fmt]))
+    assert r.code == 0 and ffncli.render(result, fmt) == r.out
+
+
+def test_render_prints_what_perplexity_prints(cli):
+    result = ffncli.perplexity(GPT2, ids=IDS, ctx=8, sparsify="teal", target_sparsity=0.3)
+    r = cli("perplexity", "--weights", GPT2, "--ids", IDS, "--ctx", "8", "--sparsify", "teal",
+            "--target-sparsity", "0.3", "--json", "--quiet")
+    assert r.code == 0 and ffncli.render(result, "json") == r.out
