@@ -133,6 +133,9 @@ HOSTILE = [  # id, call, error, message
      "tokens: expected (tokens, 4) or (batch, seq, 4), got shape ()"),
     ("relu_stats-tokens-missing", lambda: ffncli.relu_stats(FFN, "missing.npy"), InputError,
      "input file not found: missing.npy"),
+    ("relu_stats-tokens-nan", lambda: ffncli.relu_stats(FFN, np.full((2, 4), np.nan)),
+     InputError, "input: 8 non-finite values (NaN or infinity), the first at token 0, column "
+                 "0; pass allow_nonfinite=True to compute with them"),
     ("relu_stats-tokens-shape", lambda: ffncli.relu_stats(FFN, np.zeros((2, 5))), InputError,
      "tokens: expected (tokens, 4) or (batch, seq, 4), got shape (2, 5)"),
     ("relu_stats-threshold-nan", lambda: ffncli.relu_stats(FFN, X, threshold=math.nan),

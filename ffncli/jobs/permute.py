@@ -205,7 +205,7 @@ def check_command(target: Target, choice: TokenChoice, *, trials: int = 8,
     x = tokens.matrix(target.dtype)  # read once; checked in memory
     if not choice.allow_nonfinite:
         in_memory = from_array(x)
-        in_memory.path = tokens.path  # name the file in the error
+        in_memory.path, in_memory.allow = tokens.path, tokens.allow  # the error names both
         check_finite(in_memory, target.dtype, x.shape[0])
     shape = tokens.shape if len(tokens.shape) > 1 else (1, tokens.d_model)
     f = target.caller(shape[1] if len(shape) == 3 else None)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the readers are imported when a file is read: off a preset'
 # How a command's errors about memory name its options (a library call names its parameters).
 SIZING_OPTIONS = Sizing(budget="--max-memory", value="option --max-memory",
                         shape="--d-model, --d-ff, --experts")
+ALLOW_OPTION = "--allow-nonfinite"  # how a command computes with NaN and infinity
 _NO_MODEL = "give a model: --preset NAME|FILE or --config config.json"
 _NO_MODEL_OR_WEIGHTS = ("give a model: --preset NAME|FILE, --config config.json, or "
                         "--weights/--model with a config.json beside the weights")
@@ -297,7 +298,9 @@ def load_tokens(choice: TokenChoice, d_model: int) -> TokenInput:
     """The tokens of ``--input`` or ``--random N`` (streamed: nothing is read or drawn yet)."""
     from ffncli.formats.tokens import resolve_input
 
-    return resolve_input(choice.input, choice.random, d_model, choice.seed)
+    tokens = resolve_input(choice.input, choice.random, d_model, choice.seed)
+    tokens.allow = ALLOW_OPTION
+    return tokens
 
 
 def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
