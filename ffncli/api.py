@@ -211,9 +211,6 @@ def permute_check(fn: Any, tokens: Any = None, *, trials: int = 8, seed: int = 0
     whole("seed", seed, 0)
     for where, value in (("bitwise", bitwise), ("train_mode", train_mode)):
         flag(where, value)
-    rtol, atol = _maybe_number("rtol", rtol), _maybe_number("atol", atol)
-    if timeout is not None:
-        number("timeout", timeout, positive=True)
     return check_here(fn, tokens, name=name, d_model=d_model, trials=trials, seed=seed,
                       rtol=rtol, atol=atol, timeout=timeout, bitwise=bitwise,
                       train_mode=train_mode, impl_args=impl_args)

@@ -120,6 +120,8 @@ HOSTILE = [  # id, call, error, message
      "atol: expected a number >= 0, got -1.0"),
     ("permute_check-timeout-0", lambda: ffncli.permute_check(FFN, timeout=0), InputError,
      "timeout: expected a positive number, got 0"),
+    ("permute_check-timeout-short", lambda: ffncli.permute_check(FFN, timeout=1e-5),
+     InputError, "timeout: expected at least 0.001 seconds, got 1e-05"),
     ("permute_check-bitwise-str", lambda: ffncli.permute_check(FFN, bitwise="y"), InputError,
      "bitwise: expected true or false, got 'y'"),
     ("permute_check-tokens-str", lambda: ffncli.permute_check(FFN, "x"), InputError,
