@@ -42,22 +42,23 @@ class _TimedOut(BaseException):
 MIN_TIMEOUT = 1e-3  # seconds
 
 
-def check_timeout(seconds: float | None) -> None:
-    """Refuse a ``--timeout`` that is not a positive finite number, or that this platform
-    cannot enforce (it needs ``signal.setitimer``, which Windows lacks)."""
+def check_timeout(seconds: float | None, where: str = "timeout") -> None:
+    """Refuse a time limit that is not a positive finite number, or that this platform
+    cannot enforce (it needs ``signal.setitimer``, which Windows lacks); errors begin with
+    ``where`` (a command: ``option --timeout``)."""
     if seconds is None:
         return
-    number("option --timeout", seconds, positive=True)
+    number(where, seconds, positive=True)
     if seconds < MIN_TIMEOUT:  # a timer this short fires again before its handler returns
-        raise InputError(f"option --timeout: expected at least {MIN_TIMEOUT:g} seconds, "
+        raise InputError(f"{where}: expected at least {MIN_TIMEOUT:g} seconds, "
                          f"got {seconds:g}")
     if not hasattr(signal, "setitimer"):
-        raise InputError("option --timeout: not available on this platform (it needs "
+        raise InputError(f"{where}: not available on this platform (it needs "
                          "signal.setitimer)")
     import threading
 
     if threading.current_thread() is not threading.main_thread():  # SIGALRM's handler
-        raise InputError("option --timeout: works in the main thread only (it needs "
+        raise InputError(f"{where}: works in the main thread only (it needs "
                          "SIGALRM), not in this one")
 
 
