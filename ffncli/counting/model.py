@@ -231,6 +231,12 @@ def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpe
     return conv * mix.conv_kernel + mix.v_heads * mix.k_head_dim * mix.v_head_dim
 
 
+def _beside_attention_state(kind: LayerKind) -> int:
+    """The fixed state of a mixer that runs beside a layer's attention (Falcon-H1's Mamba-2,
+    a mixer_spec on an attention layer): kept with that layer's K and V."""
+    return linear_state_elements(kind.mixer_spec) if kind.mixer_spec is not None else 0
+
+
 def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPart | None:
     """A kind of layer's cache: sliding and chunked layers keep the last window - 1 tokens
     (transformers' DynamicSlidingWindowLayer), a layer reading another's KV keeps none."""
@@ -244,9 +250,12 @@ def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPa
     if att is None:
         return None
     per_token = kv_elements_per_layer(spec.d_model, att)
+    state = _beside_attention_state(kind)
     if kind.mixer in ("sliding", "chunked"):
-        return KvPart(kind.mixer, n, per_token, cap=max(kind.window - 1, 1), indices=indices)
-    return KvPart("mla" if att.kv_lora_rank else "full", n, per_token, indices=indices)
+        return KvPart(kind.mixer, n, per_token, cap=max(kind.window - 1, 1), state=state,
+                      indices=indices)
+    return KvPart("mla" if att.kv_lora_rank else "full", n, per_token, state=state,
+                  indices=indices)
 
 
 def kv_cache(spec: ModelSpec, seq_len: int, batch: int = 1) -> KvCache:
@@ -484,7 +493,7 @@ def mamba2_matrices(d_model: int, mix: Mamba2MixerSpec) -> tuple[tuple[str, str,
         ("conv1d (depthwise)", f"{conv} x {mix.conv_kernel}",
          conv * mix.conv_kernel + (conv if mix.conv_bias else 0)),
         ("dt_bias, A_log, D", f"3 x {h}", 3 * h),
-        ("gated norm", f"{di}", di),
+        *((("gated norm", f"{di}", di),) if mix.norm else ()),
         ("out_proj", f"{di} x {d_model}", linear(di, d_model, mix.proj_bias)),
     )
 
@@ -513,14 +522,14 @@ def model_extra_rows(d: int, layers: int, x: LayerExtrasSpec) -> tuple[Row, ...]
     )
 
 
-def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
+def _linear_mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, ...]:
     mix = kind.mixer_spec
     if mix is None:
         return ()
     matrices = (mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
                 else mamba2_matrices(d, mix) if isinstance(mix, Mamba2MixerSpec)
                 else linear_mixer_matrices(d, mix))
-    return tuple(Row(name, shape, n) for name, shape, n in matrices)
+    return tuple(Row(prefix + name, shape, n) for name, shape, n in matrices)
 
 
 def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
@@ -531,10 +540,13 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
     proj_flops = 2 * sum(r.params for r in attention_rows)
     score_flops = 0
     if att is not None:
+        beside = _linear_mixer_rows(d, kind, "linear " if isinstance(  # beside attention
+            kind.mixer_spec, LinearMixerSpec) else "mamba ")  # (Falcon-H1)
         attention_rows = _attention_rows(d, att, "")
         if kind.shares_kv:  # no K and V of its own (Gemma 3n's last layers)
             attention_rows = tuple(r for r in attention_rows if r.name not in ("W_K", "W_V"))
-        proj_flops = attention_projection_flops(d, att)
+        attention_rows += beside
+        proj_flops = attention_projection_flops(d, att) + 2 * sum(r.params for r in beside)
         window = kind.window if kind.mixer in ("sliding", "chunked") else 0
         score_flops = attention_score_flops(d, att, min(spec.seq_len, window or spec.seq_len))
         if cross:

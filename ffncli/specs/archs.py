@@ -363,6 +363,13 @@ ARCHS: dict[str, Arch] = {
     "smollm3": Arch(H.patterned_decoder("smollm3"), LLAMA_FFN),
     "gpt_oss": Arch(H.gpt_oss_spec, not_run="experts with clamped SwiGLU (alpha 1.702, limit 7) "
                     "and biases"),
+    # hybrid: state-space, linear-attention, short-convolution and recurrent hybrids (issue 40)
+    "falcon_h1": Arch(read("hybrid.falcon_h1_spec"), not_run="Mamba-2 beside attention"),
+    "nemotron_h": Arch(read("hybrid.nemotron_h_spec"), not_run="Mamba-2 layers and squared-ReLU "
+                       "experts"),
+    "granitemoehybrid": Arch(read("hybrid.granitemoehybrid_spec"), not_run="Mamba-2 layers and "
+                             "a mixture of experts"),
+    "bamba": Arch(read("hybrid.bamba_spec"), not_run="Mamba-2 layers"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

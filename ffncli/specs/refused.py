@@ -16,7 +16,6 @@ LACKS: dict[str, str] = {
     "axk1": "its variant of latent attention",
     "axk2": "its variant of latent attention",
     "bailing_hybrid": "Mamba-2 or hybrid state-space mixers and its variant of latent attention",
-    "bamba": "Mamba-2 or hybrid state-space mixers",
     "beam": "its kind of mixture of experts",
     "bert-generation":
         "a reader for its layers (attention.output.LayerNorm.bias,"
@@ -45,7 +44,6 @@ LACKS: dict[str, str] = {
     "esm": "a model transformers itself cannot build from these defaults",
     "esmc": "a reader for its encoder",
     "exaone_moe": "its kind of mixture of experts",
-    "falcon_h1": "Mamba-2 or hybrid state-space mixers",
     "flint": "its kind of mixture of experts",
     "fnet": "a reader for its encoder",
     "fsmt": "a reader for its encoder and decoder",
@@ -76,7 +74,6 @@ LACKS: dict[str, str] = {
     "gpt_neox_japanese": "a reader for its layers (attention.dense.weight, attention.dense_bias)",
     "granite_speech": "its vision or audio tower",
     "granite_speech_plus": "its vision or audio tower",
-    "granitemoehybrid": "Mamba-2 or hybrid state-space mixers",
     "gte": "a reader for its encoder",
     "hrm_text": "a reader for its layers (self_attn.gate_proj.weight)",
     "hunyuan_v1_dense": "a model transformers itself cannot build from these defaults",
@@ -117,7 +114,6 @@ LACKS: dict[str, str] = {
     "nanochat": "a reader for its layers (mlp.fc1.weight, mlp.fc2.weight)",
     "nemo_speechlm": "its vision or audio tower and Mamba-2 or hybrid state-space mixers",
     "nemotron": "a model transformers itself cannot build from these defaults",
-    "nemotron_h": "Mamba-2 or hybrid state-space mixers",
     "neomme": "a reader for its encoder",
     "nllb-moe": "a reader for its encoder and decoder",
     "nystromformer": "short-convolution mixers",

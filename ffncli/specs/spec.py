@@ -150,6 +150,7 @@ class Mamba2MixerSpec:
     conv_kernel: int = 4
     conv_bias: bool = True
     proj_bias: bool = False
+    norm: bool = True  # issue 40, hybrids: False, no gated norm (Falcon-H1's mamba_rms_norm)
 
 
 @dataclass(frozen=True)
