@@ -1,0 +1,124 @@
+"""The hybrids' counting parts (issue 40, readers/hybrid.py), each against a figure worked out by
+hand from the shapes transformers 5.25 builds (its modeling_*.py), not only the zoo's totals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import DATA
+
+import ffncli
+from ffncli.counting.model import kv_cache, mamba2_matrices
+from ffncli.specs.spec import Mamba2MixerSpec
+
+ZOO = DATA / "zoo"
+
+
+def _config(model_type, **changes):
+    return {**json.loads((ZOO / "configs" / f"{model_type}.config.json").read_text()), **changes}
+
+
+def _spec(tmp_path, model_type, **changes):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_config(model_type, **changes)))
+    return ffncli.load_spec(config=path)
+
+
+def test_a_mamba2_mixer_with_groups_and_its_gated_norm():
+    """Nemotron-H's mixer: 128 heads of 64 (d_inner 8192), 8 groups of B and C of state 128.
+    in_proj: gate 8192 + conv stream (8192 + 2 x 8 x 128 = 10240) + one dt a head = 18560."""
+    mix = Mamba2MixerSpec(d_inner=8192, d_state=128, heads=128, groups=8)
+    rows = {name: n for name, _, n in mamba2_matrices(4096, mix)}
+    assert rows == {"in_proj": 4096 * 18560, "conv1d (depthwise)": 10240 * 4 + 10240,
+                    "dt_bias, A_log, D": 3 * 128, "gated norm": 8192,
+                    "out_proj": 8192 * 4096}
+    assert sum(rows.values()) == 109_635_968  # the zoo's layer 0 less its norm (4096)
+
+
+def test_a_mamba2_mixer_without_its_gated_norm():
+    """Falcon-H1's mixer (mamba_d_ssm 1024, mamba_rms_norm false): no norm weight at all."""
+    mix = Mamba2MixerSpec(d_inner=1024, d_state=256, heads=128, norm=False)
+    rows = {name: n for name, _, n in mamba2_matrices(4096, mix)}
+    assert rows == {"in_proj": 4096 * (1024 + 1536 + 128), "conv1d (depthwise)": 1536 * 5,
+                    "dt_bias, A_log, D": 384, "out_proj": 1024 * 4096}
+
+
+def test_falcon_h1_counts_attention_and_mamba_of_one_layer_and_caches_both(tmp_path):
+    """Every layer: Q 4096x4096, K and V 4096x1024, O 4096x4096, the Mamba-2 above, a SwiGLU of
+    14336 and two norms. The cache of a layer (kv_cache.json's small model: 2 kv heads of 16)
+    holds K and V for each token and the mixer's state: conv 1536 x 4 and 128 heads x 8 x 256."""
+    count = ffncli.count(ffncli.load_spec(config=ZOO / "configs" / "falcon_h1.config.json"))
+    (layer,) = count.layers
+    attention = 2 * 4096 * 4096 + 2 * 4096 * 1024
+    mamba = 4096 * 2688 + 1536 * 5 + 384 + 1024 * 4096
+    assert (layer.count, layer.attention, layer.ffn, layer.norm) == (
+        32, attention + mamba, 3 * 4096 * 14336, 2 * 4096)
+    small = _spec(tmp_path, "falcon_h1", hidden_size=64, intermediate_size=96,
+                  num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=8)
+    (part,) = kv_cache(small, 9).parts
+    assert (part.layers, part.per_token, part.state) == (8, 2 * 2 * 16, 1536 * 4 + 1024 * 256)
+    assert part.elements(9) == 8 * 268_864  # kv_cache.json: 268,864 a layer at 9 tokens
+
+
+def test_nemotron_h_blocks_hold_one_mixer_or_one_ffn(tmp_path):
+    """M, E, *, -: the Mamba and attention blocks have no FFN; the MLP and MoE blocks no mixer
+    and no cache. MoE: 8 experts up 4096x7688 and down, router 4096x8, one shared expert as
+    wide; top-2 active."""
+    spec = ffncli.load_spec(config=ZOO / "configs" / "nemotron_h.config.json")
+    layers = {x.kind: x for x in ffncli.count(spec).layers}
+    expert = 2 * 4096 * 7688
+    assert {k: (x.indices, x.ffn, x.ffn_active) for k, x in layers.items()} == {
+        "mamba": ((0,), 0, 0),
+        "moe": ((1,), 8 * expert + 4096 * 8 + expert, 2 * expert + 4096 * 8 + expert),
+        "attention": ((2,), 0, 0),
+        "mlp": ((3,), 2 * 4096 * 21504, 2 * 4096 * 21504)}
+    assert layers["attention"].attention == 2 * 4096 * 4096 + 2 * 4096 * 1024
+    kv = kv_cache(spec, 9)
+    assert sorted((p.kind, p.indices) for p in kv.parts) == [("full", (2,)), ("mamba", (0,))]
+    pattern = _spec(tmp_path, "nemotron_h", layers_block_type=None,
+                    hybrid_override_pattern="M-M*E")
+    assert [k.name for k in pattern.pattern] == ["mamba", "mlp", "mamba", "attention", "moe"]
+
+
+def test_bamba_attention_layers_by_index(tmp_path):
+    """attn_layer_indices [1, 3]: those two layers attend (Q 4096x4096, K, V 4096x1024, O), the
+    others keep the Mamba-2 (d_inner 8192, 1 group of 256: conv 8704, in_proj 17024)."""
+    spec = _spec(tmp_path, "bamba", num_hidden_layers=4, attn_layer_indices=[1, 3])
+    layers = {x.kind: x for x in ffncli.count(spec).layers}
+    mamba = 4096 * 17024 + 8704 * 5 + 384 + 8192 + 8192 * 4096
+    assert {k: (x.indices, x.attention) for k, x in layers.items()} == {
+        "mamba decoder": ((0, 2), mamba),
+        "decoder": ((1, 3), 2 * 4096 * 4096 + 2 * 4096 * 1024)}
+
+
+HOSTILE = [
+    ("nemotron_h", dict(layers_block_type=["mamba", "moe", "sliding_attention"]),
+     "key 'layers_block_type': expected a list of layer types (linear_attention, mamba, "
+     "full_attention, attention, mlp, moe), got"),
+    ("nemotron_h", dict(layers_block_type=None, hybrid_override_pattern="M-X"),
+     "key 'hybrid_override_pattern': expected a string of M, *, - and E, one a layer, got"),
+    ("nemotron_h", dict(moe_latent_size=1024),
+     "key 'moe_latent_size': expected null (experts on a latent projection are not read), got"),
+    ("nemotron_h", dict(mlp_bias=True),
+     "key 'mlp_bias': expected false with MoE layers (the experts have no biases), got"),
+    ("falcon_h1", dict(projectors_bias=True),
+     "key 'projectors_bias': expected mamba_proj_bias (false); a bias on out_proj alone is "
+     "not read, got"),
+    ("bamba", dict(mamba_d_head=32),
+     "key 'mamba_d_head': expected the Mamba width / mamba_n_heads (8,192 / 128), got 32"),
+    ("granitemoehybrid", dict(mamba_n_heads=100, mamba_d_head="auto"),
+     "key 'mamba_n_heads': expected a divisor of the Mamba width (8,192), got 100"),
+    ("granitemoehybrid", dict(layer_types=["mamba"] * 31),
+     "key 'layer_types': expected a list of 32 layer types (linear_attention, mamba, "
+     "full_attention, attention), got"),
+]
+
+
+@pytest.mark.parametrize(("model_type", "changes", "message"), HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_configs_of_the_hybrids(cli, tmp_path, model_type, changes, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_config(model_type, **changes)))
+    r = cli("params", "--config", path)
+    assert (r.code, r.out) == (2, "") and r.err.count("\n") == 1
+    assert r.err.startswith(f"error: {path}: {message}"), r.err
