@@ -122,3 +122,23 @@ def test_hostile_configs_of_the_hybrids(cli, tmp_path, model_type, changes, mess
     r = cli("params", "--config", path)
     assert (r.code, r.out) == (2, "") and r.err.count("\n") == 1
     assert r.err.startswith(f"error: {path}: {message}"), r.err
+
+
+def test_olmo_hybrid_linear_layers_and_the_widths_the_class_derives(tmp_path):
+    """Gated DeltaNet of 30 key and value heads, key width 96 and value width 192: Q and K
+    3840x2880, V and the gate 3840x5760, a and b 3840x30, O 5760x3840, a convolution of
+    2880 + 2880 + 5760 channels x 4 (no bias), A_log and dt_bias (30 each), the output norm
+    (192). With those four keys null, the class derives them: for the small model of
+    kv_cache.json (hidden 64, 4 heads) 4 heads of 12 and of 24, a state of 192 x 4 + 4 x 12 x 24
+    = 1,920 values a layer."""
+    spec = ffncli.load_spec(config=ZOO / "configs" / "olmo_hybrid.config.json")
+    linear = next(x for x in ffncli.count(spec).layers if x.mixer == "linear")
+    assert linear.attention == (2 * 3840 * 2880 + 2 * 3840 * 5760 + 2 * 3840 * 30
+                                + 5760 * 3840 + 11520 * 4 + 60 + 192)
+    full = next(x for x in ffncli.count(spec).layers if x.mixer == "full")
+    assert full.norm == 2 * 3840 + 2 * 3840  # two layer norms; Q and K norms of 30 x 128
+    small = _spec(tmp_path, "olmo_hybrid", hidden_size=64, num_attention_heads=4,
+                  num_key_value_heads=2, linear_num_key_heads=None, linear_num_value_heads=None,
+                  linear_key_head_dim=None, linear_value_head_dim=None)
+    state = {p.kind: p.state for p in kv_cache(small, 2).parts}
+    assert state["linear"] == 1920

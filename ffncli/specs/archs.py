@@ -370,6 +370,7 @@ ARCHS: dict[str, Arch] = {
     "granitemoehybrid": Arch(read("hybrid.granitemoehybrid_spec"), not_run="Mamba-2 layers and "
                              "a mixture of experts"),
     "bamba": Arch(read("hybrid.bamba_spec"), not_run="Mamba-2 layers"),
+    "olmo_hybrid": Arch(read("hybrid.olmo_hybrid_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -117,7 +117,6 @@ LACKS: dict[str, str] = {
     "neomme": "a reader for its encoder",
     "nllb-moe": "a reader for its encoder and decoder",
     "nystromformer": "short-convolution mixers",
-    "olmo_hybrid": "its linear-attention layers",
     "omniasr": "its vision or audio tower",
     "openai-gpt": "a reader for its layers (attn.c_attn.bias, attn.c_attn.weight)",
     "pegasus_x": "a reader for its encoder and decoder",

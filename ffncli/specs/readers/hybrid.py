@@ -10,6 +10,7 @@ from ffncli.specs.hfconfig import (
     Config,
     _experts,
     gated_decoder_spec,
+    layer_mixers,
     with_pattern,
 )
 from ffncli.specs.spec import (
@@ -18,6 +19,7 @@ from ffncli.specs.spec import (
     FfnSpec,
     LayerKind,
     LayersSpec,
+    LinearMixerSpec,
     Mamba2MixerSpec,
     ModelSpec,
     NormSpec,
@@ -155,3 +157,30 @@ def nemotron_h_spec(c: Config) -> ModelSpec:
         layers=LayersSpec(encoder=0, decoder=len(blocks)),
         embeddings=EmbeddingsSpec(vocab=c.int("vocab_size", 131072), head=c.head(False)),
         pattern=tuple(kinds[b] for b in blocks))
+
+
+def _olmo_hybrid_mixers(c: Config, layers: int) -> list[str]:
+    """OLMo hybrid's layer_types; without them every fourth layer attends fully (the last one
+    at least), the others Gated DeltaNet."""
+    if c.data.get("layer_types") is not None:
+        return layer_mixers(c, layers)
+    mixers = ["full" if i % 4 == 3 else "linear" for i in range(layers)]
+    return mixers if "full" in mixers else mixers[:-1] + ["full"]
+
+
+def olmo_hybrid_spec(c: Config) -> ModelSpec:
+    """OlmoHybridForCausalLM: OLMo 2's attention layers (norms on all of Q and all of K, the
+    norms after attention and FFN) and Gated DeltaNet layers with Q, K, V, the gate, beta and
+    alpha projected apart (as many parameters as Qwen3-Next's fused ones), a convolution
+    without bias; heads and head widths default as the class derives them (linear heads: the
+    attention heads; key width 0.75 hidden_size / key heads; value width twice that)."""
+    spec = gated_decoder_spec(c, "olmo_hybrid", qk_norm="heads", seq_default=65536)
+    k_heads = c.int("linear_num_key_heads", c.int("num_attention_heads"))
+    k_dim = c.int("linear_key_head_dim", max(int(0.75 * spec.d_model / k_heads), 1))
+    mixer = LinearMixerSpec(
+        "gated_deltanet", k_heads=k_heads,
+        v_heads=c.int("linear_num_value_heads", c.int("num_attention_heads")), k_head_dim=k_dim,
+        v_head_dim=c.int("linear_value_head_dim", 2 * k_dim),
+        conv_kernel=c.int("linear_conv_kernel_dim", 4))
+    return with_pattern(spec, c, _olmo_hybrid_mixers(c, spec.layers.decoder),
+                        mixer_spec=mixer)
