@@ -142,3 +142,42 @@ def test_olmo_hybrid_linear_layers_and_the_widths_the_class_derives(tmp_path):
                   linear_key_head_dim=None, linear_value_head_dim=None)
     state = {p.kind: p.state for p in kv_cache(small, 2).parts}
     assert state["linear"] == 1920
+
+
+def test_zamba_counts_its_shared_block_once_and_every_user_caches_k_and_v(tmp_path):
+    """Zamba: the shared block (Q, K, V 7424x7424: 16 heads of 464 on the stream and the
+    embeddings, O 7424x3712; a SwiGLU of 14848; norms of 7424 and 3712) in layer 2 alone; each
+    hybrid layer its own 3712x3712 projection. A Mamba of d_inner 7424: in_proj 3712x14848,
+    conv 7424 x 4 + bias, x_proj 7424 x (232 + 2 x 16), dt_proj 232x7424 + bias, A_log
+    7424x16, D, out_proj."""
+    spec = ffncli.load_spec(config=ZOO / "configs" / "zamba.config.json")
+    layers = {x.kind: x for x in ffncli.count(spec).layers}
+    mamba = (3712 * 14848 + 7424 * 5 + 7424 * 264 + 232 * 7424 + 7424 + 7424 * 16 + 7424
+             + 7424 * 3712 + 3712)  # and its layer's norm
+    block = 3 * 7424 * 7424 + 7424 * 3712 + 3 * 3712 * 14848 + 7424 + 3712
+    own = 3712 * 3712
+    assert {k: (x.count, x.total, x.ffn) for k, x in layers.items()} == {
+        "mamba": (63, mamba, 0),
+        "hybrid (holds the shared block)": (1, mamba + own + block, 3 * 3712 * 14848),
+        "hybrid (reuses the shared block)": (12, mamba + own, 0)}
+    small = _spec(tmp_path, "zamba", hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                  num_hidden_layers=8, attention_hidden_size=None, attention_head_dim=None,
+                  mamba_dt_rank=None,
+                  layers_block_type=["mamba", "mamba", "hybrid"] + ["mamba"] * 4 + ["hybrid"])
+    per_layer = {p.indices: (p.per_token, p.state) for p in kv_cache(small, 9).parts}
+    # K and V of 2 heads of 2 x 64 / 4 = 32; the Mamba's conv 128 x 4 and state 128 x 16
+    assert per_layer == {(0, 1, 3, 4, 5, 6): (0, 2560), (2,): (128, 2560), (7,): (128, 2560)}
+
+
+def test_zamba2_blocks_in_turn_hold_the_adapters_of_their_layers(tmp_path):
+    """Zamba2 with num_mem_blocks 2: its 9 hybrid layers use blocks 0, 1, 0, 1, ...; each
+    block is held by its first layer with one LoRA pair (2560 x 128, 128 x 20480) on the FFN's
+    gate and up for each of its layers (5 and 4), and with use_shared_attention_adapter three
+    more (5120 x 128, 128 x 5120) a layer."""
+    spec = _spec(tmp_path, "zamba2", num_mem_blocks=2, use_shared_attention_adapter=True)
+    held = [x for x in ffncli.count(spec).layers if x.ffn]
+    ffn, pair, qkv = 3 * 2560 * 10240, 2560 * 128 + 128 * 20480, 3 * 2 * 5120 * 128
+    assert [(x.indices, x.ffn) for x in held] == [((6,), ffn + 5 * pair), ((12,), ffn + 4 * pair)]
+    reuse = next(x for x in ffncli.count(spec).layers if x.kind.startswith("hybrid (reuses"))
+    assert held[0].attention - reuse.attention == (3 * 5120 * 5120 + 5120 * 2560 + 5 * qkv)
+    assert held[1].attention - reuse.attention == (3 * 5120 * 5120 + 5120 * 2560 + 4 * qkv)

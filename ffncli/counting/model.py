@@ -7,7 +7,7 @@ weights are counted once, buffers never. FLOPs are 2 per multiply-add of the mat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ffncli.specs.spec import (
     AttentionSpec,
@@ -20,6 +20,7 @@ from ffncli.specs.spec import (
     MambaMixerSpec,
     ModelSpec,
     NormSpec,
+    SharedBlockSpec,
 )
 
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
@@ -244,8 +245,9 @@ def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPa
     if kind.shares_kv:
         return KvPart("shared", n, 0, indices=indices)
     if kind.mixer in ("linear", "mamba") and kind.mixer_spec is not None:
-        return KvPart(kind.mixer, n, 0, state=linear_state_elements(kind.mixer_spec),
-                      indices=indices)
+        shared = kind.attention if kind.shared is not None else None  # Zamba's shared block
+        return KvPart(kind.mixer, n, kv_elements_per_layer(spec.d_model, shared) if shared
+                      else 0, state=linear_state_elements(kind.mixer_spec), indices=indices)
     att = _mixer(spec, kind)
     if att is None:
         return None
@@ -558,7 +560,7 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         qk = qk_norm_params(d, att)
         norms += (qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
     extra = layer_extra_rows(d, spec.extras) if spec.extras else ()
-    return LayerCount(
+    layer = LayerCount(
         kind=name,
         count=count,
         ffn_rows=_ffn_rows(d, ffn) if kind.has_ffn else (),
@@ -574,6 +576,55 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         mixer=kind.mixer,
         window=kind.window,
     )
+    return layer if kind.shared is None else _with_shared_block(spec, kind, layer)
+
+
+# --- issue 40, hybrids: Zamba's shared transformer block ---------------------------------------
+
+
+def shared_block_rows(d: int, att: AttentionSpec, ffn: FfnSpec, blk: SharedBlockSpec
+                      ) -> tuple[tuple[Row, ...], tuple[Row, ...]]:
+    """(attention rows, FFN rows) of Zamba's shared block, without biases: Q, K and V from
+    input_width channels, O back to d; Zamba2's LoRA adapters, one pair a layer using the
+    block, on Q, K and V (input_width -> rank -> input_width each) and on the FFN's gate and up
+    (d -> rank -> 2 d_ff)."""
+    w, r, users = blk.input_width, blk.adapter_rank, blk.users
+    q, kv = attention_widths(d, att)
+    attention = (Row("shared W_Q", f"{w} x {q}", w * q), Row("shared W_K", f"{w} x {kv}", w * kv),
+                 Row("shared W_V", f"{w} x {kv}", w * kv), Row("shared W_O", f"{q} x {d}", q * d))
+    if blk.attention_adapters:
+        attention += (Row("shared Q, K, V adapters", f"{users} x 3 x ({w} x {r} x {w})",
+                          users * 3 * 2 * w * r),)
+    up = 2 * ffn.d_ff if ffn.gated else ffn.d_ff
+    adapters = (Row("adapters on gate and up", f"{users} x ({d} x {r} x {up})",
+                    users * (d * r + r * up)),) if r else ()
+    return attention, _ffn_rows(d, ffn) + adapters
+
+
+def _with_shared_block(spec: ModelSpec, kind: LayerKind, layer: LayerCount) -> LayerCount:
+    """A layer that also runs the shared block (kind.shared): its own d x d projection, and
+    where it holds the block, the block's attention, FFN and two norms (elsewhere its FFN
+    counts 0). Every layer using the block does its FLOPs."""
+    blk, att, ffn, d = kind.shared, kind.attention, kind.ffn or spec.ffn, spec.d_model
+    assert blk is not None and att is not None  # the readers give a shared block its attention
+    attention, ffn_rows = shared_block_rows(d, att, ffn, blk)
+    own = (Row("W_in (its own)", f"{d} x {d}", d * d),)
+    held = blk.owner
+    norms = norm_params(blk.input_width, spec.norm) + norm_params(d, spec.norm) \
+        if held and spec.norm else 0
+    ffn_params = sum(r.params for r in ffn_rows)
+    w, r = blk.input_width, blk.adapter_rank  # a token goes through its layer's adapters alone
+    q, kv = attention_widths(d, att)
+    up = 2 * ffn.d_ff if ffn.gated else ffn.d_ff
+    flops = Flops(ffn_flops(d, ffn) + 2 * (d * r + r * up),
+                  layer.flops.attention_projections + 2 * (w * (q + 2 * kv) + q * d + d * d
+                                                           + blk.attention_adapters * 6 * w * r),
+                  layer.flops.attention_scores + attention_score_flops(d, att, spec.seq_len))
+    attention_rows = layer.attention_rows + own + (attention if held else ())
+    return replace(layer, attention_rows=attention_rows,
+                   attention=sum(r.params for r in attention_rows),
+                   ffn_rows=ffn_rows if held else (), ffn=ffn_params if held else 0,
+                   ffn_active=ffn_params if held else 0, norm=layer.norm + norms, flops=flops)
 
 
 def _decoder_layers(spec: ModelSpec, cross: bool) -> list[LayerCount]:

@@ -371,6 +371,8 @@ ARCHS: dict[str, Arch] = {
                              "a mixture of experts"),
     "bamba": Arch(read("hybrid.bamba_spec"), not_run="Mamba-2 layers"),
     "olmo_hybrid": Arch(read("hybrid.olmo_hybrid_spec")),
+    "zamba2": Arch(read("hybrid.zamba2_spec"), not_run="Mamba-2 layers and a shared block"),
+    "zamba": Arch(read("hybrid.zamba_spec"), not_run="Mamba layers and a shared block"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -150,7 +150,5 @@ LACKS: dict[str, str] = {
     "xlstm": "recurrent (RWKV/xLSTM) blocks",
     "xmod": "a reader for its encoder",
     "youtu": "its variant of latent attention",
-    "zamba": "Mamba-2 or hybrid state-space mixers",
-    "zamba2": "Mamba-2 or hybrid state-space mixers",
     "zaya": "its kind of mixture of experts",
 }

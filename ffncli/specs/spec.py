@@ -153,6 +153,27 @@ class Mamba2MixerSpec:
     norm: bool = True  # issue 40, hybrids: False, no gated norm (Falcon-H1's mamba_rms_norm)
 
 
+# --- issue 40, hybrids: Zamba's shared transformer block -----------------------------------
+
+
+@dataclass(frozen=True)
+class SharedBlockSpec:
+    """Zamba's and Zamba2's shared transformer block, as one layer uses it: an attention (the
+    layer kind's ``attention``) reading ``input_width`` channels (the stream and the input
+    embeddings side by side: 2 d_model) back to d_model, the kind's FFN, a norm of
+    input_width and one of d_model; its weights are held by the first layer using it
+    (``owner``), the others reuse them (their cache and FLOPs their own). Each layer adds a
+    d_model x d_model projection of its own; Zamba2's block also holds, for each of its
+    ``users`` layers, LoRA adapters of ``adapter_rank`` on the FFN's gate and up (and on Q, K
+    and V with ``attention_adapters``)."""
+
+    owner: bool
+    input_width: int
+    users: int = 1
+    adapter_rank: int = 0
+    attention_adapters: bool = False
+
+
 @dataclass(frozen=True)
 class LayerKind:
     """One kind of decoder layer, as data: its token mixer and its FFN. ``ModelSpec.pattern``
@@ -167,6 +188,7 @@ class LayerKind:
     ffn: FfnSpec | None = None  # None: the spec's FFN
     has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
+    shared: SharedBlockSpec | None = None  # issue 40, hybrids: Zamba's shared block, beside mixer
 
 
 @dataclass(frozen=True)

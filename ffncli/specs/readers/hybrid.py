@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from ffncli.specs.hfconfig import (
     Config,
+    _dt_rank,
     _experts,
     gated_decoder_spec,
     layer_mixers,
@@ -21,24 +22,27 @@ from ffncli.specs.spec import (
     LayersSpec,
     LinearMixerSpec,
     Mamba2MixerSpec,
+    MambaMixerSpec,
     ModelSpec,
     NormSpec,
+    SharedBlockSpec,
 )
 
 # transformers' names of a hybrid's layers (configuration_utils' legacy names remapped) -> ours
 _BLOCKS = {"linear_attention": "mamba", "mamba": "mamba", "full_attention": "full",
-           "attention": "full", "mlp": "mlp", "moe": "moe"}
+           "attention": "full", "mlp": "mlp", "moe": "moe", "hybrid": "hybrid"}
 # Nemotron-H's hybrid_override_pattern, one character a layer
 _PATTERN = {"M": "mamba", "*": "full", "-": "mlp", "E": "moe"}
 
 
-def block_types(c: Config, layers: int | None, allowed: tuple[str, ...]) -> list[str]:
+def block_types(c: Config, layers: int | None, allowed: tuple[str, ...],
+                default: list[str] | None = None) -> list[str]:
     """Each layer's block from ``layer_types`` (or its spelling ``layers_block_type``): our
-    names of ``allowed`` (mamba, full, mlp, moe); every layer Mamba without it. ``layers``
-    None: as many layers as the list names."""
+    names of ``allowed`` (mamba, full, mlp, moe, hybrid); every layer ``default`` without it.
+    ``layers`` None: as many layers as the list names."""
     value = c.data.get("layer_types")
     if value is None and layers is not None:
-        return ["mamba"] * layers
+        return default or ["mamba"] * layers
     names = [k for k, v in _BLOCKS.items() if v in allowed]
     if not isinstance(value, list) or (layers is not None and len(value) != layers) or not (
             value and all(isinstance(v, str) and _BLOCKS.get(v) in allowed for v in value)):
@@ -48,15 +52,15 @@ def block_types(c: Config, layers: int | None, allowed: tuple[str, ...]) -> list
 
 
 def mamba2_mixer(c: Config, d_inner: int, *, heads: str = "mamba_n_heads",
-                 head_dim: str = "mamba_d_head", groups: str = "mamba_n_groups",
+                 head_dim: str | None = "mamba_d_head", groups: str = "mamba_n_groups",
                  state: str = "mamba_d_state", conv: str = "mamba_d_conv",
                  conv_bias: str = "mamba_conv_bias", proj_bias: str = "mamba_proj_bias",
                  heads_default: int = 128, groups_default: int = 1,
                  state_default: int = 256, norm: bool = True) -> Mamba2MixerSpec:
-    """A Mamba-2 mixer of d_inner channels in ``heads`` heads of ``head_dim`` ("auto":
-    d_inner / heads), checked as transformers does: the heads cover d_inner exactly."""
+    """A Mamba-2 mixer of d_inner channels in ``heads`` heads of ``head_dim`` ("auto", or no
+    such key: d_inner / heads), checked as transformers does: the heads cover d_inner."""
     n = c.int(heads, heads_default)
-    if c.data.get(head_dim, "auto") in ("auto", None):
+    if head_dim is None or c.data.get(head_dim, "auto") in ("auto", None):
         if d_inner % n:
             raise c.fail(heads, f"a divisor of the Mamba width ({d_inner:,})")
     elif c.int(head_dim) * n != d_inner:
@@ -184,3 +188,90 @@ def olmo_hybrid_spec(c: Config) -> ModelSpec:
         conv_kernel=c.int("linear_conv_kernel_dim", 4))
     return with_pattern(spec, c, _olmo_hybrid_mixers(c, spec.layers.decoder),
                         mixer_spec=mixer)
+
+
+def _shared_block_model(c: Config, family: str, blocks: list[str],
+                        mixer: MambaMixerSpec | Mamba2MixerSpec, attention: AttentionSpec,
+                        ffn: FfnSpec, shared: list[SharedBlockSpec]) -> ModelSpec:
+    """Zamba's shape: every layer one norm and a Mamba mixer, a "hybrid" layer also the shared
+    block shared[j] (its j-th hybrid layer); a final norm, the head tied by default."""
+    mamba = LayerKind("mamba", mixer="mamba", mixer_spec=mixer, has_ffn=False)
+    hybrids = iter(shared)
+
+    def hybrid(blk: SharedBlockSpec) -> LayerKind:
+        held = "holds" if blk.owner else "reuses"
+        return LayerKind(f"hybrid ({held} the shared block)", mixer="mamba", mixer_spec=mixer,
+                         attention=attention, ffn=ffn, shared=blk)
+
+    return ModelSpec(
+        name=c.name(family), family=family, description=f"from {c.source}",
+        d_model=c.int("hidden_size"), seq_len=c.int("max_position_embeddings", 4096), ffn=ffn,
+        attention=attention, norm=NormSpec(kind="rmsnorm", bias=False, per_layer=1, final=True),
+        layers=LayersSpec(encoder=0, decoder=len(blocks)),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size", 32000), head=c.head(True)),
+        pattern=tuple(hybrid(next(hybrids)) if b == "hybrid" else mamba for b in blocks))
+
+
+def _zamba_attention(c: Config, d: int, head_dim: int) -> AttentionSpec:
+    heads, kv = c.heads(d, head_dim=head_dim)
+    return AttentionSpec(heads=heads, kv_heads=kv, head_dim=head_dim, qkv_bias=False,
+                         out_bias=False)
+
+
+def zamba_spec(c: Config) -> ModelSpec:
+    """ZambaForCausalLM: Mamba layers (n_mamba_heads heads, as many parameters as one Mamba of
+    mamba_expand x hidden_size) and, on the "hybrid" layers of layers_block_type (default:
+    layer 2, then every attn_layer_period-th from attn_layer_offset), one shared block (its
+    attention on attention_hidden_size, default 2 x hidden_size, heads of attention_head_dim,
+    default attention_hidden_size / heads) counted once."""
+    d, n = c.int("hidden_size", 3712), c.int("num_hidden_layers", 76)
+    period, offset = c.int("attn_layer_period", 6), c.int0("attn_layer_offset", 4)
+    default = ["mamba", "mamba", "hybrid"] + ["hybrid" if i % period == offset else "mamba"
+                                              for i in range(n - 3)]
+    blocks = block_types(c, n, ("mamba", "hybrid"), default)
+    d_inner = c.int("mamba_expand", 2) * d
+    if d_inner % c.int("n_mamba_heads", 2):
+        raise c.fail("n_mamba_heads", f"a divisor of the Mamba width ({d_inner:,})")
+    mixer = MambaMixerSpec(
+        d_inner=d_inner, d_state=c.int("mamba_d_state", 16),
+        dt_rank=_dt_rank(c, "mamba_dt_rank", d) if c.data.get("mamba_dt_rank") is not None
+        else -(-d // 16), conv_kernel=c.int("mamba_d_conv", 4),
+        conv_bias=c.bool("mamba_conv_bias", True), proj_bias=c.bool("mamba_proj_bias", False))
+    width = c.int("attention_hidden_size", 2 * d)
+    attention = _zamba_attention(c, d, c.int("attention_head_dim", 2 * d // c.int(
+        "num_attention_heads", 16)))
+    ffn = FfnSpec(d_ff=c.int("intermediate_size", 14848), activation=c.act("hidden_act", "gelu"),
+                  gated=True, bias=False)
+    shared = [SharedBlockSpec(owner=j == 0, input_width=width)
+              for j in range(blocks.count("hybrid"))]
+    return _shared_block_model(c, "zamba", blocks, mixer, attention, ffn, shared)
+
+
+def zamba2_spec(c: Config) -> ModelSpec:
+    """Zamba2ForCausalLM: Mamba-2 layers (n_mamba_heads heads, mamba_ngroups groups; biases by
+    add_bias_linear) and, on the "hybrid" layers of layers_block_type, num_mem_blocks shared
+    blocks in turn, each counted once with the LoRA adapters of adapter_rank it holds for its
+    layers (on Q, K and V too with use_shared_attention_adapter); attention on 2 x hidden_size
+    in heads of 2 x hidden_size / heads, the FFN intermediate_size (default 4 x
+    hidden_size)."""
+    d = c.int("hidden_size", 2560)  # the layers are layers_block_type's, whatever their number
+    default = (["mamba"] + (["mamba"] * 5 + ["hybrid"]) * 7 + ["mamba"] * 4 + ["hybrid"]
+               + ["mamba"] * 3 + ["hybrid"] + ["mamba"] * 2)
+    blocks = block_types(c, None if c.data.get("layer_types") is not None else len(default),
+                         ("mamba", "hybrid"), default)
+    mixer = mamba2_mixer(c, c.int("mamba_expand", 2) * d, heads="n_mamba_heads",
+                         head_dim=None, groups="mamba_ngroups",
+                         state="mamba_d_state", conv="mamba_d_conv", heads_default=8,
+                         state_default=64)
+    bias = c.bool("add_bias_linear", False)
+    mixer = replace(mixer, conv_bias=True, proj_bias=bias)
+    attention = _zamba_attention(c, d, 2 * d // c.int("num_attention_heads", 32))
+    ffn = FfnSpec(d_ff=c.int("intermediate_size", 4 * d), activation=c.act("hidden_act", "gelu"),
+                  gated=True, bias=bias)
+    hybrids, blocks_n = blocks.count("hybrid"), c.int("num_mem_blocks", 1)
+    shared = [SharedBlockSpec(
+        owner=j < blocks_n, input_width=2 * d,
+        users=len(range(j % blocks_n, hybrids, blocks_n)), adapter_rank=c.int("adapter_rank", 128),
+        attention_adapters=c.bool("use_shared_attention_adapter", False))
+        for j in range(hybrids)]
+    return _shared_block_model(c, "zamba2", blocks, mixer, attention, ffn, shared)
