@@ -590,8 +590,9 @@ def shared_block_rows(d: int, att: AttentionSpec, ffn: FfnSpec, blk: SharedBlock
     (d -> rank -> 2 d_ff)."""
     w, r, users = blk.input_width, blk.adapter_rank, blk.users
     q, kv = attention_widths(d, att)
-    attention = (Row("shared W_Q", f"{w} x {q}", w * q), Row("shared W_K", f"{w} x {kv}", w * kv),
-                 Row("shared W_V", f"{w} x {kv}", w * kv), Row("shared W_O", f"{q} x {d}", q * d))
+    attention: tuple[Row, ...] = (
+        Row("shared W_Q", f"{w} x {q}", w * q), Row("shared W_K", f"{w} x {kv}", w * kv),
+        Row("shared W_V", f"{w} x {kv}", w * kv), Row("shared W_O", f"{q} x {d}", q * d))
     if blk.attention_adapters:
         attention += (Row("shared Q, K, V adapters", f"{users} x 3 x ({w} x {r} x {w})",
                           users * 3 * 2 * w * r),)
