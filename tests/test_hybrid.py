@@ -181,3 +181,27 @@ def test_zamba2_blocks_in_turn_hold_the_adapters_of_their_layers(tmp_path):
     reuse = next(x for x in ffncli.count(spec).layers if x.kind.startswith("hybrid (reuses"))
     assert held[0].attention - reuse.attention == (3 * 5120 * 5120 + 5120 * 2560 + 5 * qkv)
     assert held[1].attention - reuse.attention == (3 * 5120 * 5120 + 5120 * 2560 + 4 * qkv)
+
+
+def test_kimi_delta_attention_and_latent_attention_of_kimi_linear(tmp_path):
+    """Kimi Linear (d 2304): a KDA layer's mixer is Q, K, V 2304x4096 (32 heads of 128), a
+    convolution of 12288 x 4, the forget gate 2304x128 and 128x4096 with dt_bias 4096 and A_log
+    32, beta 2304x32, the output gate 2304x128 and 128x4096, a norm of 128, O 4096x2304; its
+    state the convolution's inputs and 32 matrices of 128 x 128. The latent layers: Q
+    2304x6144 (32 x 192), KV_a 2304x576, its norm 512, KV_b 512x8192, O 4096x2304."""
+    spec = ffncli.load_spec(config=ZOO / "configs" / "kimi_linear.config.json")
+    layers = {x.mixer: x for x in ffncli.count(spec).layers}
+    kda = (3 * 2304 * 4096 + 12288 * 4 + 2304 * 128 + 128 * 4096 + 4096 + 32 + 2304 * 32
+           + 2304 * 128 + 128 * 4096 + 128 + 4096 * 2304)
+    assert kda == 39_514_272 and layers["linear"].attention == kda
+    assert layers["full"].attention + layers["full"].norm == (
+        2304 * 6144 + 2304 * 576 + 512 * 8192 + 4096 * 2304 + 512 + 2 * 2304)
+    parts = {p.kind: p for p in kv_cache(spec, 9).parts}
+    assert parts["linear"].state == 12288 * 4 + 32 * 128 * 128
+    assert parts["mla"].per_token == 512 + 64
+    nested = _spec(tmp_path, "kimi_linear", layer_types=None, linear_attn_config={
+        "num_heads": 16, "head_dim": 64, "full_attn_layers": [2], "kda_layers": [1, 3]},
+        num_hidden_layers=3, mlp_layer_types=None)
+    assert [(k.mixer, k.ffn is not None) for k in nested.pattern] == [
+        ("linear", True), ("full", False), ("linear", False)]  # layer 0 dense
+    assert nested.pattern[0].mixer_spec.k_heads * nested.pattern[0].mixer_spec.k_head_dim == 1024

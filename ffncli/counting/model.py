@@ -152,6 +152,26 @@ def linear_mixer_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str
     )
 
 
+def kda_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """Kimi Delta Attention (Kimi Linear, LinearMixerSpec kind "kda") as (name, shape, params):
+    Q, K and V of heads x head_dim each, a depthwise convolution over them (no bias), the
+    per-channel forget gate through a head_dim bottleneck with its dt_bias (one a channel) and
+    A_log (one a head), beta (one a head), the output gate through the same bottleneck, the
+    gated RMSNorm of a head, the output projection."""
+    h, r = mix.k_heads, mix.k_head_dim
+    w = h * r
+    return (
+        ("W_q, W_k, W_v", f"3 x {d_model} x {w}", 3 * d_model * w),
+        ("conv1d (depthwise)", f"{3 * w} x {mix.conv_kernel}", 3 * w * mix.conv_kernel),
+        ("forget gate", f"{d_model} x {r} x {w}, dt_bias {w}, A_log {h}",
+         d_model * r + r * w + w + h),
+        ("W_beta", f"{d_model} x {h}", d_model * h),
+        ("output gate", f"{d_model} x {r} x {w}", d_model * r + r * w),
+        ("output norm", f"{r}", r),
+        ("W_O", f"{w} x {d_model}", w * d_model),
+    )
+
+
 def norm_params(d_model: int, norm: NormSpec) -> int:
     """A gain vector, plus a bias vector for LayerNorm with bias (RMSNorm has none); nothing
     for a norm without elementwise affine weights."""
@@ -530,6 +550,7 @@ def _linear_mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, 
         return ()
     matrices = (mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
                 else mamba2_matrices(d, mix) if isinstance(mix, Mamba2MixerSpec)
+                else kda_matrices(d, mix) if mix.kind == "kda"
                 else linear_mixer_matrices(d, mix))
     return tuple(Row(prefix + name, shape, n) for name, shape, n in matrices)
 

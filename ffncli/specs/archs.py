@@ -373,6 +373,8 @@ ARCHS: dict[str, Arch] = {
     "olmo_hybrid": Arch(read("hybrid.olmo_hybrid_spec")),
     "zamba2": Arch(read("hybrid.zamba2_spec"), not_run="Mamba-2 layers and a shared block"),
     "zamba": Arch(read("hybrid.zamba_spec"), not_run="Mamba layers and a shared block"),
+    "kimi_linear": Arch(read("hybrid.kimi_linear_spec"), not_run="shared experts and grouped "
+                        "sigmoid routing"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

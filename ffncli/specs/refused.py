@@ -85,7 +85,6 @@ LACKS: dict[str, str] = {
     "inkling_text": "short-convolution mixers",
     "jais2": "a reader for its layers (input_layernorm.bias, mlp.down_proj.bias)",
     "jetmoe": "its kind of mixture of experts",
-    "kimi_linear": "Mamba-2 or hybrid state-space mixers and its variant of latent attention",
     "kolibri1": "its kind of mixture of experts",
     "kolibri1_1": "its kind of mixture of experts",
     "laguna": "its kind of mixture of experts",
