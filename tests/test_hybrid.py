@@ -205,3 +205,24 @@ def test_kimi_delta_attention_and_latent_attention_of_kimi_linear(tmp_path):
     assert [(k.mixer, k.ffn is not None) for k in nested.pattern] == [
         ("linear", True), ("full", False), ("linear", False)]  # layer 0 dense
     assert nested.pattern[0].mixer_spec.k_heads * nested.pattern[0].mixer_spec.k_head_dim == 1024
+
+
+def test_lfm3_short_convolution_and_gated_attention(tmp_path):
+    """LFM3 (d 2048): a conv layer's mixer is in_proj 2048x6144 (B, C, x), a depthwise
+    convolution 2048 x 7 without bias, out_proj 2048x2048, its state 2048 x 7; an attention
+    layer's Q 2048x2048, K and V 2048x512, O, norms of 128 on Q and K, a gate a head 2048x16.
+    Four norms a layer, one after the embeddings, none after the last layer."""
+    spec = ffncli.load_spec(config=ZOO / "configs" / "lfm3.config.json")
+    count = ffncli.count(spec)
+    layers = {x.mixer: x for x in count.layers}
+    assert layers["conv"].attention == 2048 * 6144 + 2048 * 7 + 2048 * 2048
+    assert {r.name: r.params for r in layers["full"].attention_rows}["head gate"] == 2048 * 16
+    assert layers["full"].attention == 2 * 2048 * 2048 + 2 * 2048 * 512 + 2048 * 16
+    assert layers["full"].norm == 4 * 2048 + 2 * 128
+    assert count.groups["norms"] == 24 * 4 * 2048 + 11 * 256 + 2048  # 11 attention layers
+    parts = {p.kind: p for p in kv_cache(spec, 300).parts}
+    assert (parts["conv"].state, parts["conv"].per_token) == (2048 * 7, 0)
+    assert parts["sliding"].cap == 255
+    plain = ffncli.count(_spec(tmp_path, "lfm3", use_attention_gate=False,
+                               use_sandwich_norm=False))
+    assert count.total - plain.total == 11 * 2048 * 16 + 24 * 2 * 2048

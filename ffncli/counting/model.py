@@ -21,6 +21,7 @@ from ffncli.specs.spec import (
     ModelSpec,
     NormSpec,
     SharedBlockSpec,
+    ShortConvSpec,
 )
 
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
@@ -152,6 +153,17 @@ def linear_mixer_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str
     )
 
 
+def short_conv_matrices(d_model: int, mix: ShortConvSpec) -> tuple[tuple[str, str, int], ...]:
+    """LFM's short convolution as (name, shape, params): in_proj to B, C and x, the depthwise
+    convolution, out_proj; biases on all three with ``bias``."""
+    w, b = mix.width, mix.bias
+    return (
+        ("in_proj (B, C, x)", f"{d_model} x {3 * w}", linear(d_model, 3 * w, b)),
+        ("conv1d (depthwise)", f"{w} x {mix.kernel}", w * mix.kernel + (w if b else 0)),
+        ("out_proj", f"{w} x {d_model}", linear(w, d_model, b)),
+    )
+
+
 def kda_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
     """Kimi Delta Attention (Kimi Linear, LinearMixerSpec kind "kda") as (name, shape, params):
     Q, K and V of heads x head_dim each, a depthwise convolution over them (no bias), the
@@ -239,10 +251,13 @@ def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     return 2 * kv_width
 
 
-def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec) -> int:
+def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec
+                          | ShortConvSpec) -> int:
     """A fixed state: Gated DeltaNet's convolution's last conv_kernel inputs (Q, K and V) and
     one k_head_dim x v_head_dim matrix per value head; Mamba's convolution inputs and its
-    d_inner x d_state SSM state."""
+    d_inner x d_state SSM state; a short convolution's last kernel inputs."""
+    if isinstance(mix, ShortConvSpec):
+        return mix.width * mix.kernel
     if isinstance(mix, MambaMixerSpec):
         return mix.d_inner * (mix.conv_kernel + mix.d_state)
     if isinstance(mix, Mamba2MixerSpec):  # the convolved stream's inputs, a state per head
@@ -264,7 +279,7 @@ def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPa
     n = len(indices)
     if kind.shares_kv:
         return KvPart("shared", n, 0, indices=indices)
-    if kind.mixer in ("linear", "mamba") and kind.mixer_spec is not None:
+    if kind.mixer in ("linear", "mamba", "conv") and kind.mixer_spec is not None:
         shared = kind.attention if kind.shared is not None else None  # Zamba's shared block
         return KvPart(kind.mixer, n, kv_elements_per_layer(spec.d_model, shared) if shared
                       else 0, state=linear_state_elements(kind.mixer_spec), indices=indices)
@@ -324,6 +339,7 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
                        latent_attention_matrices(d_model, att))
     q_width, kv_width = attention_widths(d_model, att)
     gate = d_model * q_width if att.output_gate else 0
+    gate += d_model * att.heads if att.head_gate else 0  # issue 40: LFM3's gate a head
     return 2 * (2 * d_model * q_width + 2 * d_model * kv_width + gate)
 
 
@@ -466,6 +482,8 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
                      for name, n_in, n_out, bias in latent_attention_matrices(d, att))
     q_width, kv_width = attention_widths(d, att)
     sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
+    sinks += (Row(f"{prefix}head gate", f"{d} x {att.heads}", d * att.heads),) \
+        if att.head_gate else ()  # issue 40: LFM3
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
     return (
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
@@ -481,7 +499,7 @@ _PLAIN = LayerKind()  # a layer of the spec's attention and FFN
 
 def _mixer(spec: ModelSpec, kind: LayerKind) -> AttentionSpec | None:
     """The softmax attention of a layer of this kind (None: another mixer, or none)."""
-    if kind.mixer in ("linear", "mamba", "none"):
+    if kind.mixer in ("linear", "mamba", "conv", "none"):
         return None
     return kind.attention or spec.attention
 
@@ -548,7 +566,8 @@ def _linear_mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, 
     mix = kind.mixer_spec
     if mix is None:
         return ()
-    matrices = (mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
+    matrices = (short_conv_matrices(d, mix) if isinstance(mix, ShortConvSpec)
+                else mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
                 else mamba2_matrices(d, mix) if isinstance(mix, Mamba2MixerSpec)
                 else kda_matrices(d, mix) if mix.kind == "kda"
                 else linear_mixer_matrices(d, mix))

@@ -152,6 +152,7 @@ _MIXER_NOTES = {"sliding": "attention over a sliding window of {} tokens",
                 "chunked": "attention within chunks of {} tokens",
                 "linear": "linear attention (a fixed state, no KV cache)",
                 "mamba": "a Mamba mixer (a fixed state, no KV cache)",
+                "conv": "a short convolution (a fixed state, no KV cache)",
                 "none": "no token mixer"}
 
 
@@ -181,7 +182,8 @@ def print_params(result: ParamsResult) -> None:
         table = new_table(_layer_title(layer), ("part", "shape", "params"))
         for row in layer.ffn_rows:
             table.add_row(Text(f"FFN {row.name}"), row.shape, commas(row.params))
-        mixer = {"linear": "linear attention", "mamba": "mamba"}.get(layer.mixer, "attention")
+        mixer = {"linear": "linear attention", "mamba": "mamba", "conv": "conv"}.get(
+            layer.mixer, "attention")
         for row in layer.attention_rows:
             table.add_row(Text(f"{mixer} {row.name}"), row.shape, commas(row.params))
         for row in layer.other_rows:
@@ -339,6 +341,7 @@ def print_kv(out: Console, kv: KvCache) -> None:
 _KV_PARTS = {"full": "full attention", "mla": "latent attention",
              "sliding": "sliding window", "chunked": "chunked attention",
              "linear": "linear attention (state)", "mamba": "mamba (state)",
+             "conv": "short convolution (state)",
              "shared": "shares another layer's KV"}
 
 

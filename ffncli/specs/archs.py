@@ -375,6 +375,7 @@ ARCHS: dict[str, Arch] = {
     "zamba": Arch(read("hybrid.zamba_spec"), not_run="Mamba layers and a shared block"),
     "kimi_linear": Arch(read("hybrid.kimi_linear_spec"), not_run="shared experts and grouped "
                         "sigmoid routing"),
+    "lfm3": Arch(read("hybrid.lfm3_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

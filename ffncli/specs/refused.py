@@ -91,7 +91,6 @@ LACKS: dict[str, str] = {
     "lara_mini": "its linear-attention layers",
     "led": "a reader for its encoder and decoder",
     "lfm2_moe": "a model transformers itself cannot build from these defaults",
-    "lfm3": "short-convolution mixers",
     "longcat_flash": "its variant of latent attention",
     "longformer": "a reader for its encoder",
     "luke": "a reader for its encoder",

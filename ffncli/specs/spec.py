@@ -94,13 +94,14 @@ class AttentionSpec:
     v_head_dim: int | None = None
     sinks: bool = False  # one learned logit per head that takes part in the softmax (gpt-oss)
     output_gate: bool = False  # W_Q also gives a sigmoid gate on each head's output (Qwen3-Next)
+    head_gate: bool = False  # issue 40, hybrids: one gate a head, d_model x heads (LFM3's g_proj)
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
 # ``window`` tokens (Mistral, Gemma 2/3, gpt-oss); over chunks of ``window`` tokens (Llama 4);
 # a linear-attention or state-space block with a fixed state instead of a KV cache (Gated
 # DeltaNet, Mamba: ``LayerKind.mixer_spec``); none at all.
-MIXERS = ("full", "sliding", "chunked", "linear", "mamba", "none")
+MIXERS = ("full", "sliding", "chunked", "linear", "mamba", "conv", "none")
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,18 @@ class Mamba2MixerSpec:
     norm: bool = True  # issue 40, hybrids: False, no gated norm (Falcon-H1's mamba_rms_norm)
 
 
-# --- issue 40, hybrids: Zamba's shared transformer block -----------------------------------
+# --- issue 40, hybrids: LFM's short convolution, Zamba's shared transformer block ------------
+
+
+@dataclass(frozen=True)
+class ShortConvSpec:
+    """LFM2's and LFM3's short convolution (mixer ``conv``): x -> B, C and x (3 x width), a
+    depthwise causal convolution of ``kernel`` over B * x, C times it, the output projection;
+    its state the convolution's last ``kernel`` inputs."""
+
+    width: int
+    kernel: int
+    bias: bool = False
 
 
 @dataclass(frozen=True)
@@ -184,7 +196,7 @@ class LayerKind:
     mixer: str = "full"  # one of MIXERS
     window: int = 0  # sliding: the window; chunked: the chunk (tokens)
     attention: AttentionSpec | None = None  # None: the spec's attention
-    mixer_spec: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | None = None
+    mixer_spec: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | ShortConvSpec | None = None
     ffn: FfnSpec | None = None  # None: the spec's FFN
     has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)

@@ -27,6 +27,7 @@ from ffncli.specs.spec import (
     ModelSpec,
     NormSpec,
     SharedBlockSpec,
+    ShortConvSpec,
 )
 
 # transformers' names of a hybrid's layers (configuration_utils' legacy names remapped) -> ours
@@ -328,3 +329,46 @@ def kimi_linear_spec(c: Config) -> ModelSpec:
                             v_head_dim=head_dim, conv_kernel=c.int("linear_conv_kernel_dim", 4))
     return with_pattern(replace(spec, attention=attention), c, mixers,
                         [experts if k == "sparse" else dense for k in kinds], mixer_spec=mixer)
+
+
+# LFM's layer_types -> our mixers
+_LFM_LAYERS = {"conv": "conv", "full_attention": "full", "sliding_attention": "sliding"}
+
+
+def lfm_mixers(c: Config, layers: int, default: list[str]) -> list[str]:
+    """Each layer's mixer from layer_types (conv, full_attention, sliding_attention), else
+    ``default`` (transformers' names)."""
+    value = c.data.get("layer_types")
+    value = default if value is None else value
+    if not isinstance(value, list) or len(value) != layers or not all(
+            isinstance(v, str) and v in _LFM_LAYERS for v in value):
+        raise c.fail("layer_types", f"a list of {layers} layer types ({', '.join(_LFM_LAYERS)})")
+    return [_LFM_LAYERS[v] for v in value]
+
+
+def lfm3_spec(c: Config) -> ModelSpec:
+    """Lfm3ForCausalLM: short-convolution layers (conv_L_cache taps, biases by conv_bias) and
+    full or sliding attention (norms on Q and K of head_dim, with use_attention_gate a gate a
+    head) by layer_types (default: layer 2 mod 4 full, 4 mod 4 sliding from layer 4, the others
+    conv); a SwiGLU of intermediate_size in every layer; four norms a layer with
+    use_sandwich_norm (else two), a norm after the embeddings, none after the last layer; the
+    head tied by default."""
+    n = c.int("num_hidden_layers", 24)
+    default = ["full_attention" if i % 4 == 2 else "sliding_attention" if i % 4 == 0 and i
+               else "conv" for i in range(n)]
+    mixers = lfm_mixers(c, n, default)
+    norm = NormSpec(kind="rmsnorm", bias=False, final=False,
+                    per_layer=4 if c.bool("use_sandwich_norm", True) else 2)
+    spec = gated_decoder_spec(c, "lfm3", tie_default=True, qk_norm="head", norm=norm,
+                              seq_default=128000)
+    assert spec.attention is not None and spec.embeddings is not None  # always built
+    spec = replace(spec, attention=replace(spec.attention,
+                                           head_gate=c.bool("use_attention_gate", True)),
+                   embeddings=replace(spec.embeddings, norm=True))
+    conv = ShortConvSpec(width=spec.d_model, kernel=c.int("conv_L_cache", 7),
+                         bias=c.bool("conv_bias", False))
+    windows = {"sliding": c.int("sliding_window")} if "sliding" in mixers else {}
+    kinds = tuple(LayerKind(name=("conv" if m == "conv" else "sliding" if m == "sliding" else
+                                  "full") + " decoder", mixer=m, window=windows.get(m, 0),
+                            mixer_spec=conv if m == "conv" else None) for m in mixers)
+    return replace(spec, pattern=kinds)
