@@ -481,7 +481,8 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
         return tuple(Row(f"{prefix}{name}", f"{n_in} x {n_out}", linear(n_in, n_out, bias))
                      for name, n_in, n_out, bias in latent_attention_matrices(d, att))
     q_width, kv_width = attention_widths(d, att)
-    sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
+    sinks: tuple[Row, ...] = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) \
+        if att.sinks else ()
     sinks += (Row(f"{prefix}head gate", f"{d} x {att.heads}", d * att.heads),) \
         if att.head_gate else ()  # issue 40: LFM3
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
