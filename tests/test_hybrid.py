@@ -226,3 +226,17 @@ def test_lfm3_short_convolution_and_gated_attention(tmp_path):
     plain = ffncli.count(_spec(tmp_path, "lfm3", use_attention_gate=False,
                                use_sandwich_norm=False))
     assert count.total - plain.total == 11 * 2048 * 16 + 24 * 2 * 2048
+
+
+def test_lara_mini_layers_and_its_shared_expert_without_gate():
+    """LaraMini (d 1024): Gated DeltaNet of 8 key heads of 128 and 16 value heads of 128
+    (qkv 1024x4096, z 1024x2048, a and b 1024x16, conv 4096 x 4, A_log and dt_bias 16, norm
+    128, O 2048x1024); every FFN 128 experts of 512 (3 x 1024 x 512 each), a router 1024x128
+    and one shared expert of 512 with no gate; top-4."""
+    spec = ffncli.load_spec(config=ZOO / "configs" / "lara_mini.config.json")
+    layers = {x.mixer: x for x in ffncli.count(spec).layers}
+    assert layers["linear"].attention == (1024 * 4096 + 1024 * 2048 + 2 * 1024 * 16 + 4096 * 4
+                                          + 32 + 128 + 2048 * 1024)
+    expert = 3 * 1024 * 512
+    assert (layers["full"].ffn, layers["full"].ffn_active) == (
+        128 * expert + 1024 * 128 + expert, 4 * expert + 1024 * 128 + expert)

@@ -376,6 +376,7 @@ ARCHS: dict[str, Arch] = {
     "kimi_linear": Arch(read("hybrid.kimi_linear_spec"), not_run="shared experts and grouped "
                         "sigmoid routing"),
     "lfm3": Arch(read("hybrid.lfm3_spec")),
+    "lara_mini": Arch(read("hybrid.lara_mini_spec"), not_run="a shared expert"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

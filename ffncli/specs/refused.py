@@ -88,7 +88,6 @@ LACKS: dict[str, str] = {
     "kolibri1": "its kind of mixture of experts",
     "kolibri1_1": "its kind of mixture of experts",
     "laguna": "its kind of mixture of experts",
-    "lara_mini": "its linear-attention layers",
     "led": "a reader for its encoder and decoder",
     "lfm2_moe": "a model transformers itself cannot build from these defaults",
     "longcat_flash": "its variant of latent attention",

@@ -181,15 +181,41 @@ def olmo_hybrid_spec(c: Config) -> ModelSpec:
     without bias; heads and head widths default as the class derives them (linear heads: the
     attention heads; key width 0.75 hidden_size / key heads; value width twice that)."""
     spec = gated_decoder_spec(c, "olmo_hybrid", qk_norm="heads", seq_default=65536)
-    k_heads = c.int("linear_num_key_heads", c.int("num_attention_heads"))
-    k_dim = c.int("linear_key_head_dim", max(int(0.75 * spec.d_model / k_heads), 1))
-    mixer = LinearMixerSpec(
-        "gated_deltanet", k_heads=k_heads,
-        v_heads=c.int("linear_num_value_heads", c.int("num_attention_heads")), k_head_dim=k_dim,
-        v_head_dim=c.int("linear_value_head_dim", 2 * k_dim),
-        conv_kernel=c.int("linear_conv_kernel_dim", 4))
+    heads = c.int("num_attention_heads")
+    k_dim = max(int(0.75 * spec.d_model / c.int("linear_num_key_heads", heads)), 1)
+    mixer = gated_deltanet(c, heads, heads, k_dim, 2 * c.int("linear_key_head_dim", k_dim))
     return with_pattern(spec, c, _olmo_hybrid_mixers(c, spec.layers.decoder),
                         mixer_spec=mixer)
+
+
+def gated_deltanet(c: Config, k_heads: int, v_heads: int, k_dim: int,
+                   v_dim: int) -> LinearMixerSpec:
+    """Gated DeltaNet from the linear_* keys, each at the default given when absent."""
+    return LinearMixerSpec(
+        "gated_deltanet", k_heads=c.int("linear_num_key_heads", k_heads),
+        v_heads=c.int("linear_num_value_heads", v_heads),
+        k_head_dim=c.int("linear_key_head_dim", k_dim),
+        v_head_dim=c.int("linear_value_head_dim", v_dim),
+        conv_kernel=c.int("linear_conv_kernel_dim", 4))
+
+
+def lara_mini_spec(c: Config) -> ModelSpec:
+    """LaraMiniForCausalLM: Gated DeltaNet (Qwen3-Next's, its projections apart), sliding and
+    full attention (norms on Q and K of head_dim) by layer_types (default: linear, sliding,
+    linear, full, sliding, repeated); every FFN num_experts SwiGLU experts of
+    moe_intermediate_size and a shared one of shared_expert_intermediate_size without a gate;
+    the head tied by default."""
+    experts = _experts(c, "num_experts", "moe_intermediate_size", 4, 128,
+                       shared_d_ff=c.int0("shared_expert_intermediate_size", 512))
+    spec = gated_decoder_spec(c, "lara_mini", tie_default=True, qk_norm="head",
+                              seq_default=131072, moe=lambda c, n: (experts, 0))
+    n = spec.layers.decoder
+    cycle = ["linear_attention", "sliding_attention", "linear_attention", "full_attention",
+             "sliding_attention"]
+    if c.data.get("layer_types") is None:
+        c = Config({**c.data, "layer_types": [cycle[i % 5] for i in range(n)]}, c.source)
+    return with_pattern(spec, c, layer_mixers(c, n),
+                        mixer_spec=gated_deltanet(c, 8, 16, 128, 128))
 
 
 def _shared_block_model(c: Config, family: str, blocks: list[str],
