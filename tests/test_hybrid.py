@@ -240,3 +240,18 @@ def test_lara_mini_layers_and_its_shared_expert_without_gate():
     expert = 3 * 1024 * 512
     assert (layers["full"].ffn, layers["full"].ffn_active) == (
         128 * expert + 1024 * 128 + expert, 4 * expert + 1024 * 128 + expert)
+
+
+def test_bailing_hybrid_full_rank_gates_and_a_gate_a_head_on_latent_attention():
+    """Bailing hybrid (d 2560): its delta attention's forget gate f_proj and output gate g_proj
+    are 2560x4096 each (32 heads of 128), beside Q, K, V 2560x4096, a convolution of 12288 x 4,
+    dt_bias 4096, A_log 32, beta 2560x32, a norm of 128, O 4096x2560; its latent attention
+    (Q 2560x6144, KV_a 2560x576, KV_b 512x8192, O 4096x2560) adds g_proj 2560x32."""
+    spec = ffncli.load_spec(config=ZOO / "configs" / "bailing_hybrid.config.json")
+    layers = {x.mixer: x for x in ffncli.count(spec).layers}
+    assert layers["linear"].attention == (3 * 2560 * 4096 + 12288 * 4 + 2 * 2560 * 4096 + 4096
+                                          + 32 + 2560 * 32 + 128 + 4096 * 2560) == 63_049_888
+    rows = {r.name: r.params for r in layers["full"].attention_rows}
+    assert rows["head gate"] == 2560 * 32
+    assert layers["full"].attention == (2560 * 6144 + 2560 * 576 + 512 * 8192 + 4096 * 2560
+                                        + 2560 * 32)

@@ -172,13 +172,15 @@ def kda_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, in
     gated RMSNorm of a head, the output projection."""
     h, r = mix.k_heads, mix.k_head_dim
     w = h * r
+    # kind "kda_full" (Bailing's hybrid): both gates one d_model x width projection
+    gate, shape = (d_model * w, f"{d_model} x {w}") if mix.kind == "kda_full" else (
+        d_model * r + r * w, f"{d_model} x {r} x {w}")
     return (
         ("W_q, W_k, W_v", f"3 x {d_model} x {w}", 3 * d_model * w),
         ("conv1d (depthwise)", f"{3 * w} x {mix.conv_kernel}", 3 * w * mix.conv_kernel),
-        ("forget gate", f"{d_model} x {r} x {w}, dt_bias {w}, A_log {h}",
-         d_model * r + r * w + w + h),
+        ("forget gate", f"{shape}, dt_bias {w}, A_log {h}", gate + w + h),
         ("W_beta", f"{d_model} x {h}", d_model * h),
-        ("output gate", f"{d_model} x {r} x {w}", d_model * r + r * w),
+        ("output gate", shape, gate),
         ("output norm", f"{r}", r),
         ("W_O", f"{w} x {d_model}", w * d_model),
     )
@@ -334,12 +336,13 @@ def ffn_flops(d_model: int, ffn: FfnSpec) -> int:
 
 
 def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
+    head_gate = d_model * att.heads if att.head_gate else 0  # issue 40: LFM3, Bailing
     if att.kv_lora_rank:
         return 2 * sum(n_in * n_out for _, n_in, n_out, _ in
-                       latent_attention_matrices(d_model, att))
+                       latent_attention_matrices(d_model, att)) + 2 * head_gate
     q_width, kv_width = attention_widths(d_model, att)
     gate = d_model * q_width if att.output_gate else 0
-    gate += d_model * att.heads if att.head_gate else 0  # issue 40: LFM3's gate a head
+    gate += head_gate
     return 2 * (2 * d_model * q_width + 2 * d_model * kv_width + gate)
 
 
@@ -477,14 +480,13 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
 
 
 def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    gate = (Row(f"{prefix}head gate", f"{d} x {att.heads}", d * att.heads),) \
+        if att.head_gate else ()  # issue 40: LFM3's and Bailing's gate a head
     if att.kv_lora_rank:
         return tuple(Row(f"{prefix}{name}", f"{n_in} x {n_out}", linear(n_in, n_out, bias))
-                     for name, n_in, n_out, bias in latent_attention_matrices(d, att))
+                     for name, n_in, n_out, bias in latent_attention_matrices(d, att)) + gate
     q_width, kv_width = attention_widths(d, att)
-    sinks: tuple[Row, ...] = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) \
-        if att.sinks else ()
-    sinks += (Row(f"{prefix}head gate", f"{d} x {att.heads}", d * att.heads),) \
-        if att.head_gate else ()  # issue 40: LFM3
+    sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
     return (
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
@@ -492,7 +494,7 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
         Row(f"{prefix}W_K", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
         Row(f"{prefix}W_V", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
         Row(f"{prefix}W_O", f"{q_width} x {d}", linear(q_width, d, att.out_bias)),
-    ) + sinks
+    ) + sinks + gate
 
 
 _PLAIN = LayerKind()  # a layer of the spec's attention and FFN
@@ -570,7 +572,7 @@ def _linear_mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, 
     matrices = (short_conv_matrices(d, mix) if isinstance(mix, ShortConvSpec)
                 else mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
                 else mamba2_matrices(d, mix) if isinstance(mix, Mamba2MixerSpec)
-                else kda_matrices(d, mix) if mix.kind == "kda"
+                else kda_matrices(d, mix) if mix.kind in ("kda", "kda_full")
                 else linear_mixer_matrices(d, mix))
     return tuple(Row(prefix + name, shape, n) for name, shape, n in matrices)
 

@@ -377,6 +377,8 @@ ARCHS: dict[str, Arch] = {
                         "sigmoid routing"),
     "lfm3": Arch(read("hybrid.lfm3_spec")),
     "lara_mini": Arch(read("hybrid.lara_mini_spec"), not_run="a shared expert"),
+    "bailing_hybrid": Arch(read("hybrid.bailing_hybrid_spec"), not_run="shared experts and "
+                           "grouped sigmoid routing"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

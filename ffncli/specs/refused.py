@@ -15,7 +15,6 @@ LACKS: dict[str, str] = {
     "audioflamingo3": "its vision or audio tower",
     "axk1": "its variant of latent attention",
     "axk2": "its variant of latent attention",
-    "bailing_hybrid": "Mamba-2 or hybrid state-space mixers and its variant of latent attention",
     "beam": "its kind of mixture of experts",
     "bert-generation":
         "a reader for its layers (attention.output.LayerNorm.bias,"

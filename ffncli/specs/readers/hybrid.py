@@ -311,16 +311,15 @@ _KIMI_LINEAR_KEYS = {"head_dim": "linear_head_dim", "num_heads": "linear_num_hea
 
 
 def kimi_linear_spec(c: Config) -> ModelSpec:
-    """KimiLinearForCausalLM: Kimi Delta Attention (linear_num_heads heads of linear_head_dim)
-    and multi-head latent attention (DeepSeek-V3's, q_lora_rank null: queries straight from
-    the stream) by layer_types (else linear_attn_config's 1-based full_attn_layers and
-    kda_layers, else every fourth layer from 4 attends); a dense SwiGLU of intermediate_size or
-    num_experts experts of moe_intermediate_size with num_shared_experts shared ones by
-    mlp_layer_types (else first_k_dense_replace, default 1, dense first layers)."""
+    """KimiLinearForCausalLM: Kimi Delta Attention (linear_num_heads heads of linear_head_dim,
+    its gates through a head_dim bottleneck) and multi-head latent attention (DeepSeek-V3's,
+    q_lora_rank null: queries straight from the stream) by layer_types (else
+    linear_attn_config's 1-based full_attn_layers and kda_layers, else every fourth layer from
+    4 attends); the FFNs as _kda_model says (first_k_dense_replace default 1)."""
     nested = c.mapping("linear_attn_config") or {}
     c = Config({**c.data, **{ours: nested[theirs] for theirs, ours in _KIMI_LINEAR_KEYS.items()
                              if nested.get(theirs) is not None}}, c.source)
-    d, n = c.int("hidden_size", 2304), c.int("num_hidden_layers", 27)
+    n = c.int("num_hidden_layers", 27)
     if c.data.get("layer_types") is None and {"full_attn_layers", "kda_layers"} <= set(nested):
         full = set(Config(nested, f"{c.source}: linear_attn_config").ints("full_attn_layers"))
         mixers = ["full" if i + 1 in full else "linear" for i in range(n)]
@@ -328,20 +327,53 @@ def kimi_linear_spec(c: Config) -> ModelSpec:
         mixers = ["full" if i and i % 4 == 0 else "linear" for i in range(n)]
     else:
         mixers = layer_mixers(c, n)
-    width = c.int("moe_intermediate_size", 1024)
+    heads, head_dim = c.int("linear_num_heads", 32), c.int("linear_head_dim", 128)
+    mixer = LinearMixerSpec("kda", k_heads=heads, v_heads=heads, k_head_dim=head_dim,
+                            v_head_dim=head_dim, conv_kernel=c.int("linear_conv_kernel_dim", 4))
+    return _kda_model(c, "kimi_linear", mixers, mixer, dense_first=1, seq_default=1048576)
+
+
+def bailing_hybrid_spec(c: Config) -> ModelSpec:
+    """BailingHybridForCausalLM (Ling 2.5): Kimi Linear's shape, its delta attention's forget
+    and output gates full-rank projections (LinearMixerSpec kind "kda_full"; heads and width:
+    linear_num_heads and linear_head_dim, else num_attention_heads and head_dim), a gate a head
+    on the latent attention, full attention every layer_group_size-th layer; the FFNs as
+    _kda_model says (first_k_dense_replace default 2)."""
+    n = c.int("num_hidden_layers", 42)
+    group = c.int("layer_group_size", 6)
+    if c.data.get("layer_types") is None:
+        mixers = ["full" if (i + 1) % group == 0 else "linear" for i in range(n)]
+    else:
+        mixers = layer_mixers(c, n)
+    heads = c.int("linear_num_heads", c.int("num_attention_heads"))
+    head_dim = c.int("linear_head_dim", c.int("head_dim", 128))
+    conv = c.alias(("linear_conv_kernel_dim", "short_conv_kernel_size"), 4)
+    mixer = LinearMixerSpec("kda_full", k_heads=heads, v_heads=heads, k_head_dim=head_dim,
+                            v_head_dim=head_dim, conv_kernel=conv)
+    return _kda_model(c, "bailing_hybrid", mixers, mixer, dense_first=2, seq_default=262144,
+                      head_gate=True)
+
+
+def _kda_model(c: Config, family: str, mixers: list[str], mixer: LinearMixerSpec, *,
+               dense_first: int, seq_default: int, head_gate: bool = False) -> ModelSpec:
+    """Delta attention (``mixer``) and DeepSeek's latent attention by ``mixers``; a dense
+    SwiGLU of intermediate_size or num_experts experts of moe_intermediate_size with
+    num_shared_experts shared ones by mlp_layer_types (else first_k_dense_replace dense first
+    layers); the routing-score bias a buffer."""
+    d, n = c.int("hidden_size"), len(mixers)
+    width = c.int("moe_intermediate_size")
     experts = FfnSpec(
         d_ff=width, activation=c.act("hidden_act", "silu"), gated=True, bias=False,
-        experts=c.int("num_experts", 256),
+        experts=c.int("num_experts"),
         top_k=c.alias(("num_experts_per_token", "num_experts_per_tok"), 8),
         shared_d_ff=c.int0("num_shared_experts", 1) * width)
     c.at_most("num_experts_per_token", experts.top_k, "num_experts", experts.experts)
-    dense = _dense_ffn(c)
-    first = c.int0("first_k_dense_replace", 1)
+    first = c.int0("first_k_dense_replace", dense_first)
     kinds = c.data.get("mlp_layer_types") or ["dense" if i < first else "sparse"
                                               for i in range(n)]
     if not isinstance(kinds, list) or len(kinds) != n or not set(kinds) <= {"sparse", "dense"}:
         raise c.fail("mlp_layer_types", f"a list of {n} layer types (sparse, dense)")
-    spec = gated_decoder_spec(c, "kimi_linear", seq_default=1048576,
+    spec = gated_decoder_spec(c, family, seq_default=seq_default,
                               moe=lambda c, n: (experts, 0))
     nope, rope = c.int("qk_nope_head_dim", 128), c.int("qk_rope_head_dim", 64)
     bias = c.bool("attention_bias", False)
@@ -349,10 +381,8 @@ def kimi_linear_spec(c: Config) -> ModelSpec:
         heads=c.int("num_attention_heads"), head_dim=nope + rope, qkv_bias=bias, out_bias=bias,
         kv_lora_rank=c.at_most("kv_lora_rank", c.int("kv_lora_rank", 512), "hidden_size", d),
         q_lora_rank=c.at_most("q_lora_rank", c.int0("q_lora_rank", 0), "hidden_size", d),
-        rope_head_dim=rope, v_head_dim=c.int("v_head_dim", 128))
-    heads, head_dim = c.int("linear_num_heads", 32), c.int("linear_head_dim", 128)
-    mixer = LinearMixerSpec("kda", k_heads=heads, v_heads=heads, k_head_dim=head_dim,
-                            v_head_dim=head_dim, conv_kernel=c.int("linear_conv_kernel_dim", 4))
+        rope_head_dim=rope, v_head_dim=c.int("v_head_dim", 128), head_gate=head_gate)
+    dense = _dense_ffn(c)
     return with_pattern(replace(spec, attention=attention), c, mixers,
                         [experts if k == "sparse" else dense for k in kinds], mixer_spec=mixer)
 
