@@ -255,3 +255,20 @@ def test_bailing_hybrid_full_rank_gates_and_a_gate_a_head_on_latent_attention():
     assert rows["head gate"] == 2560 * 32
     assert layers["full"].attention == (2560 * 6144 + 2560 * 576 + 512 * 8192 + 4096 * 2560
                                         + 2560 * 32)
+
+
+def test_recurrent_gemma_rg_lru_block_and_local_attention():
+    """RecurrentGemma (d 2560): a recurrent block is linear_y, linear_x and linear_out 2560x2560
+    with biases, a convolution 2560 x 4 with bias, the recurrence parameter (2560) and two
+    block-diagonal gates of 10 heads of 256 x 256 with biases; its state the convolution's
+    last 3 inputs and the recurrence (2560 each). Attention: Q, K, V, O 2560x2560, O's bias;
+    over a window of 2048. The FFN: GeGLU of 7680 / 2 with biases."""
+    spec = ffncli.load_spec(config=ZOO / "configs" / "recurrent_gemma.config.json")
+    layers = {x.mixer: x for x in ffncli.count(spec).layers}
+    assert layers["linear"].attention == (3 * (2560 * 2560 + 2560) + 2560 * 5 + 2560
+                                          + 2 * 10 * (256 * 256 + 256))
+    assert layers["sliding"].attention == 4 * 2560 * 2560 + 2560
+    assert layers["sliding"].ffn == 3 * 2560 * 3840 + 2 * 3840 + 2560
+    parts = {p.kind: p for p in kv_cache(spec, 9).parts}
+    assert parts["linear"].state == 2560 * 3 + 2560
+    assert (parts["sliding"].cap, parts["sliding"].layers) == (2047, 8)

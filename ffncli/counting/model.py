@@ -164,6 +164,23 @@ def short_conv_matrices(d_model: int, mix: ShortConvSpec) -> tuple[tuple[str, st
     )
 
 
+def rg_lru_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """RecurrentGemma's recurrent block (LinearMixerSpec kind "rg_lru", width k_heads x
+    k_head_dim) as (name, shape, params), biases on every projection: the gate branch y and
+    the input branch x (d_model -> width each), a depthwise convolution over x, the RG-LRU's
+    recurrence parameter (one a channel) and its input and recurrence gates (block-diagonal,
+    one k_head_dim square a head, with biases), the output projection."""
+    h, b = mix.k_heads, mix.k_head_dim
+    w = h * b
+    return (
+        ("linear_y, linear_x", f"2 x {d_model} x {w}", 2 * linear(d_model, w, True)),
+        ("conv1d (depthwise)", f"{w} x {mix.conv_kernel}", w * mix.conv_kernel + w),
+        ("RG-LRU gates and recurrence", f"2 x {h} x ({b} x {b} + {b}), {w}",
+         2 * h * (b * b + b) + w),
+        ("linear_out", f"{w} x {d_model}", linear(w, d_model, True)),
+    )
+
+
 def kda_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
     """Kimi Delta Attention (Kimi Linear, LinearMixerSpec kind "kda") as (name, shape, params):
     Q, K and V of heads x head_dim each, a depthwise convolution over them (no bias), the
@@ -260,6 +277,8 @@ def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpe
     d_inner x d_state SSM state; a short convolution's last kernel inputs."""
     if isinstance(mix, ShortConvSpec):
         return mix.width * mix.kernel
+    if isinstance(mix, LinearMixerSpec) and mix.kind == "rg_lru":  # the last conv_kernel - 1
+        return mix.k_heads * mix.k_head_dim * mix.conv_kernel  # inputs and the recurrence
     if isinstance(mix, MambaMixerSpec):
         return mix.d_inner * (mix.conv_kernel + mix.d_state)
     if isinstance(mix, Mamba2MixerSpec):  # the convolved stream's inputs, a state per head
@@ -573,6 +592,7 @@ def _linear_mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, 
                 else mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
                 else mamba2_matrices(d, mix) if isinstance(mix, Mamba2MixerSpec)
                 else kda_matrices(d, mix) if mix.kind in ("kda", "kda_full")
+                else rg_lru_matrices(d, mix) if mix.kind == "rg_lru"
                 else linear_mixer_matrices(d, mix))
     return tuple(Row(prefix + name, shape, n) for name, shape, n in matrices)
 

@@ -379,6 +379,7 @@ ARCHS: dict[str, Arch] = {
     "lara_mini": Arch(read("hybrid.lara_mini_spec"), not_run="a shared expert"),
     "bailing_hybrid": Arch(read("hybrid.bailing_hybrid_spec"), not_run="shared experts and "
                            "grouped sigmoid routing"),
+    "recurrent_gemma": Arch(read("hybrid.recurrent_gemma_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

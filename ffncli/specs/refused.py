@@ -124,8 +124,6 @@ LACKS: dict[str, str] = {
     "qwen3_asr": "its vision or audio tower",
     "qwen4_exp": "a model transformers itself cannot build from these defaults",
     "qwen4_exp_text": "a model transformers itself cannot build from these defaults",
-    "recurrent_gemma":
-        "a reader for its layers (channel_pre_norm.weight, mlp_block.down_proj.bias)",
     "reformer": "a reader for its encoder",
     "roc_bert": "a reader for its encoder",
     "roformer": "a reader for its encoder",

@@ -428,3 +428,34 @@ def lfm3_spec(c: Config) -> ModelSpec:
                                   "full") + " decoder", mixer=m, window=windows.get(m, 0),
                             mixer_spec=conv if m == "conv" else None) for m in mixers)
     return replace(spec, pattern=kinds)
+
+
+def recurrent_gemma_spec(c: Config) -> ModelSpec:
+    """RecurrentGemmaForCausalLM (Griffin): block_types repeated over the layers, "recurrent" an
+    RG-LRU block (LinearMixerSpec kind "rg_lru": lru_width in num_attention_heads blocks,
+    conv1d_width taps), "attention" local attention over attention_window_size tokens (O with
+    a bias); every layer a GeGLU of intermediate_size / 2 with biases and two norms; the head
+    tied."""
+    d, n = c.int("hidden_size", 2560), c.int("num_hidden_layers", 26)
+    types = c.data.get("block_types", ["recurrent", "recurrent", "attention"])
+    if not isinstance(types, list) or not types or not set(types) <= {"recurrent", "attention"}:
+        raise c.fail("block_types", "a list of block types (recurrent, attention)")
+    heads, kv = c.heads(d, head_dim=c.int("head_dim", 256))
+    width = c.int("lru_width", d)
+    if width % heads:
+        raise c.fail("lru_width", f"a multiple of num_attention_heads ({heads})")
+    act = c.act("hidden_activation", "gelu_pytorch_tanh")
+    spec = ModelSpec(
+        name=c.name("recurrent_gemma"), family="recurrent_gemma", description=f"from {c.source}",
+        d_model=d, seq_len=8192,  # no limit of its own: the recurrence holds any length
+        ffn=FfnSpec(d_ff=c.int("intermediate_size", 3 * d) // 2, activation=act, gated=True,
+                    bias=True),
+        attention=AttentionSpec(heads=heads, kv_heads=kv, head_dim=c.int("head_dim", 256),
+                                qkv_bias=c.bool("attention_bias", False), out_bias=True),
+        norm=NormSpec(kind="rmsnorm", bias=False, final=True),
+        layers=LayersSpec(encoder=0, decoder=n),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size", 256000), head=c.head(True)))
+    mixer = LinearMixerSpec("rg_lru", k_heads=heads, v_heads=heads, k_head_dim=width // heads,
+                            v_head_dim=width // heads, conv_kernel=c.int("conv1d_width", 4))
+    mixers = ["linear" if t == "recurrent" else "sliding" for t in (types * n)[:n]]
+    return with_pattern(spec, c, mixers, mixer_spec=mixer)
