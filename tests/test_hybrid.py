@@ -272,3 +272,19 @@ def test_recurrent_gemma_rg_lru_block_and_local_attention():
     parts = {p.kind: p for p in kv_cache(spec, 9).parts}
     assert parts["linear"].state == 2560 * 3 + 2560
     assert (parts["sliding"].cap, parts["sliding"].layers) == (2047, 8)
+
+
+def test_xlstm_mlstm_layer_and_its_state(tmp_path):
+    """xLSTM-7B (d 4096, 8 heads): Q and K 4096x2048 (0.5 x 4096), V and the output gate
+    4096x4096, input and forget gates 4096x8 with biases, a norm of 4096, out_proj 4096x4096;
+    the FFN 4096 x 2.667 = 10,924.03, rounded up to 10,944; the state of a head its 256 x 512
+    matrix, a normalizer of 256 and one stabilizer."""
+    spec = ffncli.load_spec(config=ZOO / "configs" / "xlstm.config.json")
+    (layer,) = ffncli.count(spec).layers
+    assert layer.attention == 2 * 4096 * 2048 + 2 * 4096 * 4096 + 2 * (4096 * 8 + 8) + 4096 \
+        + 4096 * 4096
+    assert (spec.ffn.d_ff, layer.ffn) == (10944, 3 * 4096 * 10944)
+    (part,) = kv_cache(spec, 9).parts
+    assert (part.per_token, part.state) == (0, 8 * (256 * 512 + 256 + 1))
+    r = _spec(tmp_path, "xlstm", ffn_proj_factor=2.5, ffn_round_up_to_multiple_of=256)
+    assert r.ffn.d_ff == 10240  # 4096 x 2.5 exactly, already a multiple of 256

@@ -181,6 +181,21 @@ def rg_lru_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str,
     )
 
 
+def mlstm_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """xLSTM's mLSTM layer (LinearMixerSpec kind "mlstm") as (name, shape, params), without
+    biases but on its gates: Q and K (k_heads x k_head_dim), V and the output gate (v_heads x
+    v_head_dim), the input and forget gates (one a head, with biases), the per-head norm of
+    the values, the output projection."""
+    qk, v, h = mix.k_heads * mix.k_head_dim, mix.v_heads * mix.v_head_dim, mix.k_heads
+    return (
+        ("W_q, W_k", f"2 x {d_model} x {qk}", 2 * d_model * qk),
+        ("W_v, output gate", f"2 x {d_model} x {v}", 2 * d_model * v),
+        ("input and forget gates", f"2 x ({d_model} x {h} + {h})", 2 * linear(d_model, h, True)),
+        ("multi-head norm", f"{v}", v),
+        ("out_proj", f"{v} x {d_model}", v * d_model),
+    )
+
+
 def kda_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
     """Kimi Delta Attention (Kimi Linear, LinearMixerSpec kind "kda") as (name, shape, params):
     Q, K and V of heads x head_dim each, a depthwise convolution over them (no bias), the
@@ -277,6 +292,8 @@ def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpe
     d_inner x d_state SSM state; a short convolution's last kernel inputs."""
     if isinstance(mix, ShortConvSpec):
         return mix.width * mix.kernel
+    if isinstance(mix, LinearMixerSpec) and mix.kind == "mlstm":  # C, n and m of each head
+        return mix.k_heads * (mix.k_head_dim * mix.v_head_dim + mix.k_head_dim + 1)
     if isinstance(mix, LinearMixerSpec) and mix.kind == "rg_lru":  # the last conv_kernel - 1
         return mix.k_heads * mix.k_head_dim * mix.conv_kernel  # inputs and the recurrence
     if isinstance(mix, MambaMixerSpec):
@@ -593,6 +610,7 @@ def _linear_mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, 
                 else mamba2_matrices(d, mix) if isinstance(mix, Mamba2MixerSpec)
                 else kda_matrices(d, mix) if mix.kind in ("kda", "kda_full")
                 else rg_lru_matrices(d, mix) if mix.kind == "rg_lru"
+                else mlstm_matrices(d, mix) if mix.kind == "mlstm"
                 else linear_mixer_matrices(d, mix))
     return tuple(Row(prefix + name, shape, n) for name, shape, n in matrices)
 

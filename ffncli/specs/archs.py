@@ -380,6 +380,7 @@ ARCHS: dict[str, Arch] = {
     "bailing_hybrid": Arch(read("hybrid.bailing_hybrid_spec"), not_run="shared experts and "
                            "grouped sigmoid routing"),
     "recurrent_gemma": Arch(read("hybrid.recurrent_gemma_spec")),
+    "xlstm": Arch(read("hybrid.xlstm_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

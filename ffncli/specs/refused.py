@@ -141,7 +141,6 @@ LACKS: dict[str, str] = {
     "whisper": "a reader for its encoder",
     "xglm": "a reader for its layers (fc1.bias, fc1.weight)",
     "xlnet": "a reader for its layers (ff.layer_*.bias, ff.layer_*.weight)",
-    "xlstm": "recurrent (RWKV/xLSTM) blocks",
     "xmod": "a reader for its encoder",
     "youtu": "its variant of latent attention",
     "zaya": "its kind of mixture of experts",

@@ -459,3 +459,39 @@ def recurrent_gemma_spec(c: Config) -> ModelSpec:
                             v_head_dim=width // heads, conv_kernel=c.int("conv1d_width", 4))
     mixers = ["linear" if t == "recurrent" else "sliding" for t in (types * n)[:n]]
     return with_pattern(spec, c, mixers, mixer_spec=mixer)
+
+
+def _round_up(x: float, multiple: int) -> int:
+    """xLSTM's round_up_to_next_multiple_of (on a float, as the class computes it)."""
+    return int(((x + multiple - 1) // multiple) * multiple)
+
+
+def xlstm_spec(c: Config) -> ModelSpec:
+    """xLSTMForCausalLM (xLSTM-7B): num_blocks blocks of an mLSTM layer (LinearMixerSpec kind
+    "mlstm": num_heads heads, Q and K hidden_size x qk_dim_factor wide, V and the output gate x
+    v_dim_factor, both rounded up to 64) and a SwiGLU of hidden_size x ffn_proj_factor rounded
+    up to ffn_round_up_to_multiple_of, each behind an RMSNorm; a final norm; no biases."""
+    d = c.int("hidden_size", 4096)
+    if c.int("embedding_dim", d) != d:
+        raise c.fail("embedding_dim", f"hidden_size ({d:,})")
+    if c.bool("use_bias", False):
+        raise c.fail("use_bias", "false (the biases of xLSTM's projections and norms are not "
+                     "read)")
+    heads = c.int("num_heads", 8)
+    qk = _round_up(d * c.number("qk_dim_factor", 0.5), 64)
+    v = _round_up(d * c.number("v_dim_factor", 1.0), 64)
+    for key, width in (("qk_dim_factor", qk), ("v_dim_factor", v)):
+        if width % heads:
+            raise c.fail(key, f"a width divisible by num_heads ({heads})")
+    mixer = LinearMixerSpec("mlstm", k_heads=heads, v_heads=heads, k_head_dim=qk // heads,
+                            v_head_dim=v // heads)
+    ffn = FfnSpec(d_ff=_round_up(d * c.number("ffn_proj_factor", 2.667),
+                                 c.int("ffn_round_up_to_multiple_of", 64)),
+                  activation="silu", gated=True, bias=False)
+    n = c.int("num_blocks", 32)
+    return ModelSpec(
+        name=c.name("xlstm"), family="xlstm", description=f"from {c.source}", d_model=d,
+        seq_len=8192, ffn=ffn, norm=NormSpec(kind="rmsnorm", bias=False, final=True),
+        layers=LayersSpec(encoder=0, decoder=n),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size", 50304), head=c.head(False)),
+        pattern=(LayerKind("mlstm decoder", mixer="linear", mixer_spec=mixer),) * n)
