@@ -288,3 +288,20 @@ def test_xlstm_mlstm_layer_and_its_state(tmp_path):
     assert (part.per_token, part.state) == (0, 8 * (256 * 512 + 256 + 1))
     r = _spec(tmp_path, "xlstm", ffn_proj_factor=2.5, ffn_round_up_to_multiple_of=256)
     assert r.ffn.d_ff == 10240  # 4096 x 2.5 exactly, already a multiple of 256
+
+
+def test_rwkv_time_and_channel_mixing(tmp_path):
+    """RWKV-4 (d 4096): time mixing is key, value, receptance and output 4096x4096, decay and
+    first-token bonus (4096 each), three token-shift vectors; channel mixing (the FFN) is key
+    4096x16384, value 16384x4096, receptance 4096x4096 and two token-shift vectors. Norms:
+    two LayerNorms with biases a layer, the first block's pre_ln (as an embedding norm), the
+    last. The state: five vectors of 4096 a layer."""
+    spec = ffncli.load_spec(config=ZOO / "configs" / "rwkv.config.json")
+    count = ffncli.count(spec)
+    (layer,) = count.layers
+    assert layer.attention == 4 * 4096 * 4096 + 2 * 4096 + 3 * 4096
+    assert layer.ffn == 2 * 4096 * 16384 + 4096 * 4096 + 2 * 4096
+    assert count.groups["norms"] == 32 * 2 * 8192 + 8192 + 8192
+    (part,) = kv_cache(spec, 9).parts
+    assert (part.layers, part.state) == (32, 5 * 4096)
+    assert layer.flops.ffn == 2 * (2 * 4096 * 16384 + 4096 * 4096)

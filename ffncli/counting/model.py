@@ -48,7 +48,13 @@ def expert_params(d_model: int, ffn: FfnSpec) -> int:
     """One FFN: W1, W2 (and V when gated), with their biases."""
     up = linear(d_model, ffn.d_ff, ffn.bias)
     down = linear(ffn.d_ff, d_model, ffn.bias)
-    return (2 * up if ffn.gated else up) + down
+    return (2 * up if ffn.gated else up) + down + channel_mix_params(d_model, ffn)
+
+
+def channel_mix_params(d_model: int, ffn: FfnSpec) -> int:
+    """RWKV's channel mixing beside its FFN: the receptance R (d x d) and two token-shift
+    mixing vectors."""
+    return d_model * d_model + 2 * d_model if ffn.channel_mix else 0
 
 
 def router_params(d_model: int, ffn: FfnSpec) -> int:
@@ -181,6 +187,19 @@ def rg_lru_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str,
     )
 
 
+def rwkv_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """RWKV's time mixing (LinearMixerSpec kind "rwkv", k_head_dim its width a) as (name,
+    shape, params): key, value and receptance (d -> a), the output (a -> d), the per-channel
+    decay and first-token bonus (a each), three token-shift mixing vectors (d each)."""
+    a = mix.k_head_dim
+    return (
+        ("key, value, receptance", f"3 x {d_model} x {a}", 3 * d_model * a),
+        ("output", f"{a} x {d_model}", a * d_model),
+        ("time decay, time first", f"2 x {a}", 2 * a),
+        ("token-shift mixing", f"3 x {d_model}", 3 * d_model),
+    )
+
+
 def mlstm_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
     """xLSTM's mLSTM layer (LinearMixerSpec kind "mlstm") as (name, shape, params), without
     biases but on its gates: Q and K (k_heads x k_head_dim), V and the output gate (v_heads x
@@ -292,6 +311,8 @@ def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpe
     d_inner x d_state SSM state; a short convolution's last kernel inputs."""
     if isinstance(mix, ShortConvSpec):
         return mix.width * mix.kernel
+    if isinstance(mix, LinearMixerSpec) and mix.kind == "rwkv":  # five vectors of d_model
+        return 5 * mix.v_head_dim  # (v_head_dim): the shifts, numerator, denominator, maximum
     if isinstance(mix, LinearMixerSpec) and mix.kind == "mlstm":  # C, n and m of each head
         return mix.k_heads * (mix.k_head_dim * mix.v_head_dim + mix.k_head_dim + 1)
     if isinstance(mix, LinearMixerSpec) and mix.kind == "rg_lru":  # the last conv_kernel - 1
@@ -368,7 +389,8 @@ def ffn_flops(d_model: int, ffn: FfnSpec) -> int:
     per_expert = matrices * d_model * ffn.d_ff
     router = d_model * ffn.experts if ffn.is_moe else 0
     shared = matrices * d_model * ffn.shared_d_ff + (d_model if ffn.shared_gate else 0)
-    return 2 * (ffn.top_k * per_expert + router + shared)
+    receptance = d_model * d_model if ffn.channel_mix else 0  # RWKV
+    return 2 * (ffn.top_k * (per_expert + receptance) + router + shared)
 
 
 def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
@@ -500,6 +522,9 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
     else:
         rows = [Row("W1", f"{d} x {f}", d * f)] + ([Row("b1", f"{f}", f)] if biases else [])
     rows += [Row("W2", f"{f} x {d}", f * d)] + ([Row("b2", f"{d}", d)] if biases else [])
+    if ffn.channel_mix:  # RWKV
+        rows += [Row("R (receptance) and token-shift mixing", f"{d} x {d} + 2 x {d}",
+                     channel_mix_params(d, ffn))]
     if ffn.is_moe:
         per_expert = expert_params(d, ffn)
         rows = [Row(f"expert: {r.name}", r.shape, r.params) for r in rows]
@@ -611,6 +636,7 @@ def _linear_mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, 
                 else kda_matrices(d, mix) if mix.kind in ("kda", "kda_full")
                 else rg_lru_matrices(d, mix) if mix.kind == "rg_lru"
                 else mlstm_matrices(d, mix) if mix.kind == "mlstm"
+                else rwkv_matrices(d, mix) if mix.kind == "rwkv"
                 else linear_mixer_matrices(d, mix))
     return tuple(Row(prefix + name, shape, n) for name, shape, n in matrices)
 

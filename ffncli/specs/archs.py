@@ -381,6 +381,8 @@ ARCHS: dict[str, Arch] = {
                            "grouped sigmoid routing"),
     "recurrent_gemma": Arch(read("hybrid.recurrent_gemma_spec")),
     "xlstm": Arch(read("hybrid.xlstm_spec")),
+    "rwkv": Arch(read("hybrid.rwkv_spec"), not_run="RWKV's channel mixing (receptance and token "
+                 "shift)"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

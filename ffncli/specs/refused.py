@@ -127,7 +127,6 @@ LACKS: dict[str, str] = {
     "reformer": "a reader for its encoder",
     "roc_bert": "a reader for its encoder",
     "roformer": "a reader for its encoder",
-    "rwkv": "recurrent (RWKV/xLSTM) blocks",
     "solar_open": "its kind of mixture of experts",
     "squeezebert": "short-convolution mixers",
     "switch_transformers": "a reader for its encoder and decoder",

@@ -53,6 +53,9 @@ class FfnSpec:
     capacity_factor: float | None = None  # MoE only: drop tokens past ceil(cf * n * k / E)
     shared_d_ff: int = 0  # MoE: a shared expert of this width that every token uses (0: none)
     shared_gate: bool = False  # Qwen2-MoE: sigmoid(x g) scales the shared expert, g d_model x 1
+    # issue 40, hybrids: RWKV's channel mixing, sigmoid(x R) scaling the output (R d_model x
+    # d_model) and two token-shift mixing vectors of d_model; config readers only
+    channel_mix: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -341,7 +344,7 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
 
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
-NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras"})
+NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "channel_mix"})
 
 
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:

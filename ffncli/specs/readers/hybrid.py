@@ -495,3 +495,26 @@ def xlstm_spec(c: Config) -> ModelSpec:
         layers=LayersSpec(encoder=0, decoder=n),
         embeddings=EmbeddingsSpec(vocab=c.int("vocab_size", 50304), head=c.head(False)),
         pattern=(LayerKind("mlstm decoder", mixer="linear", mixer_spec=mixer),) * n)
+
+
+def rwkv_spec(c: Config) -> ModelSpec:
+    """RwkvForCausalLM (RWKV-4): every layer time mixing (LinearMixerSpec kind "rwkv",
+    attention_hidden_size wide, default hidden_size) and channel mixing (a squared-ReLU FFN of
+    intermediate_size, default 4 x hidden_size, with its receptance and token-shift vectors:
+    FfnSpec.channel_mix), two LayerNorms a layer, one after the embeddings (the first block's
+    pre_ln), one at the end; its state five vectors of hidden_size a layer."""
+    d = c.int("hidden_size", 4096)
+    mixer = LinearMixerSpec("rwkv", k_heads=1, v_heads=1,
+                            k_head_dim=c.int("attention_hidden_size", d), v_head_dim=d,
+                            conv_kernel=1)
+    n = c.int("num_hidden_layers", 32)
+    return ModelSpec(
+        name=c.name("rwkv"), family="rwkv", description=f"from {c.source}", d_model=d,
+        seq_len=c.int("context_length", 1024),
+        ffn=FfnSpec(d_ff=c.int("intermediate_size", 4 * d), activation="relu", bias=False,
+                    channel_mix=True),
+        norm=NormSpec(kind="layernorm", bias=True, final=True),
+        layers=LayersSpec(encoder=0, decoder=n),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size", 50277), norm=True,
+                                  head=c.head(False)),
+        pattern=(LayerKind("rwkv decoder", mixer="linear", mixer_spec=mixer),) * n)
