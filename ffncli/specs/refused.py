@@ -79,9 +79,15 @@ LACKS: dict[str, str] = {
     "hunyuan_v1_moe": "a model transformers itself cannot build from these defaults",
     "hy_v3": "its kind of mixture of experts",
     "hy_v4": "its variant of latent attention",
-    "inkling2_loop_text": "short-convolution mixers",
-    "inkling2_text": "short-convolution mixers",
-    "inkling_text": "short-convolution mixers",
+    "inkling2_loop_text":
+        "attention residuals over earlier layers, message gates between loops, dynamic short"
+        " convolutions and relative-position biases",
+    "inkling2_text":
+        "attention residuals over earlier layers, dynamic short convolutions, sink projections"
+        " and relative-position biases",
+    "inkling_text":
+        "short convolutions beside attention (on K, V and the stream), relative-position logits"
+        " and a router over its shared experts too",
     "jais2": "a reader for its layers (input_layernorm.bias, mlp.down_proj.bias)",
     "jetmoe": "its kind of mixture of experts",
     "kolibri1": "its kind of mixture of experts",
