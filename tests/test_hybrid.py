@@ -10,6 +10,7 @@ from conftest import DATA
 
 import ffncli
 from ffncli.counting.model import kv_cache, mamba2_matrices
+from ffncli.specs.archs import spec_from_config
 from ffncli.specs.spec import Mamba2MixerSpec
 
 ZOO = DATA / "zoo"
@@ -305,3 +306,22 @@ def test_rwkv_time_and_channel_mixing(tmp_path):
     (part,) = kv_cache(spec, 9).parts
     assert (part.layers, part.state) == (32, 5 * 4096)
     assert layer.flops.ffn == 2 * (2 * 4096 * 16384 + 4096 * 4096)
+
+
+def test_speech_models_count_their_language_model_and_name_the_rest(cli):
+    """nemo_speechlm's text_config is a Nemotron-H, vibevoice_asr's a Qwen2: each counted as
+    that type's config alone would be; every other part named as not counted."""
+    for model_type, text_type, parts in (
+            ("nemo_speechlm", "nemotron_h", ["audio tower (nemotron3_5_transcribe_audio)",
+                                             "word timestamp (nemotron3_5_transcribe_word_"
+                                             "timestamp)"]),
+            ("vibevoice_asr", "qwen2", ["acoustic tokenizer encoder (vibevoice_acoustic_"
+                                        "tokenizer_encoder)", "semantic tokenizer encoder "
+                                        "(vibevoice_acoustic_tokenizer_encoder)"])):
+        config = _config(model_type)
+        doc = json.loads(cli("params", "--config", ZOO / "configs" / f"{model_type}.config.json",
+                             "--json").out)
+        assert doc["uncounted"] == parts + ["what joins them to the language model"]
+        text = ffncli.count(spec_from_config(
+            {**config["text_config"], "model_type": text_type}, "text_config"))
+        assert doc["total_params"] == text.total

@@ -383,6 +383,12 @@ ARCHS: dict[str, Arch] = {
     "xlstm": Arch(read("hybrid.xlstm_spec")),
     "rwkv": Arch(read("hybrid.rwkv_spec"), not_run="RWKV's channel mixing (receptance and token "
                  "shift)"),
+    "nemo_speechlm": Arch(read("hybrid.speech_lm_spec", text_type="nemotron_h",
+                               parts=("word_timestamp_config",)),
+                          not_run="Mamba-2 layers and squared-ReLU experts"),
+    "vibevoice_asr": Arch(read("hybrid.speech_lm_spec", text_type="qwen2",
+                               parts=("acoustic_tokenizer_encoder_config",
+                                      "semantic_tokenizer_encoder_config"))),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -518,3 +518,17 @@ def rwkv_spec(c: Config) -> ModelSpec:
         embeddings=EmbeddingsSpec(vocab=c.int("vocab_size", 50277), norm=True,
                                   head=c.head(False)),
         pattern=(LayerKind("rwkv decoder", mixer="linear", mixer_spec=mixer),) * n)
+
+
+def speech_lm_spec(c: Config, text_type: str, parts: tuple[str, ...]) -> ModelSpec:
+    """A speech model's language model (its ``text_config``, read as ``text_type``), counted
+    as archs' multimodal types are; ``parts``, the config keys of its other parts (encoders,
+    tokenizers, timestamp models), named as not counted."""
+    from ffncli.specs.archs import _multimodal  # the table's module, loaded by now
+
+    spec = _multimodal(c, text_type)
+    named = tuple(f"{key.removesuffix('_config').replace('_', ' ')} "
+                  f"({str(c.data[key].get('model_type', '?'))[:40]})"
+                  for key in parts if isinstance(c.data.get(key), dict))
+    towers = tuple(t for t in spec.uncounted if t != "what joins them to the language model")
+    return replace(spec, uncounted=towers + named + ("what joins them to the language model",))
