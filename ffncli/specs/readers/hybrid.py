@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ffncli.specs.archs import _multimodal
 from ffncli.specs.hfconfig import (
     Config,
     _dense_ffn,
@@ -524,8 +525,6 @@ def speech_lm_spec(c: Config, text_type: str, parts: tuple[str, ...]) -> ModelSp
     """A speech model's language model (its ``text_config``, read as ``text_type``), counted
     as archs' multimodal types are; ``parts``, the config keys of its other parts (encoders,
     tokenizers, timestamp models), named as not counted."""
-    from ffncli.specs.archs import _multimodal  # the table's module, loaded by now
-
     spec = _multimodal(c, text_type)
     named = tuple(f"{key.removesuffix('_config').replace('_', ' ')} "
                   f"({str(c.data[key].get('model_type', '?'))[:40]})"
