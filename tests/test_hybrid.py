@@ -325,3 +325,21 @@ def test_speech_models_count_their_language_model_and_name_the_rest(cli):
         text = ffncli.count(spec_from_config(
             {**config["text_config"], "model_type": text_type}, "text_config"))
         assert doc["total_params"] == text.total
+
+
+def test_inkling_text_side_convolutions_relative_logits_and_its_router():
+    """Inkling (d 6144): a sliding layer's attention is Q 6144x8192 (64 heads of 128), K and V
+    6144x2048 (16 kv heads), O, norms of 128 on Q and K; beside it short convolutions of 4 taps
+    on K and V (2048 each) and on the stream (6144, twice), r_proj 6144 x (64 x 16) and a
+    table 16 x 512 (the window). The FFN: 256 experts of 3072, 2 shared ones, the router
+    6144 x (256 + 2) and its scale; its cache K and V and the four convolutions' inputs."""
+    spec = ffncli.load_spec(config=ZOO / "configs" / "inkling_text.config.json")
+    layers = {x.mixer: x for x in ffncli.count(spec).layers}
+    side = 2 * 2048 * 4 + 2 * 6144 * 4 + 6144 * 64 * 16 + 16 * 512
+    assert layers["sliding"].attention == 2 * 6144 * 8192 + 2 * 6144 * 2048 + side
+    expert = 3 * 6144 * 3072
+    assert layers["sliding"].ffn == 256 * expert + 6144 * 258 + 1 + 2 * expert
+    assert layers["sliding"].ffn_active == 6 * expert + 6144 * 258 + 1 + 2 * expert
+    parts = {p.kind: p for p in kv_cache(spec, 9).parts}
+    assert (parts["sliding"].per_token, parts["sliding"].state) == (
+        2 * 2048, 2 * (2048 + 6144) * 4)

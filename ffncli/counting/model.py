@@ -22,6 +22,7 @@ from ffncli.specs.spec import (
     NormSpec,
     SharedBlockSpec,
     ShortConvSpec,
+    SideConvSpec,
 )
 
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
@@ -58,7 +59,14 @@ def channel_mix_params(d_model: int, ffn: FfnSpec) -> int:
 
 
 def router_params(d_model: int, ffn: FfnSpec) -> int:
-    return linear(d_model, ffn.experts, ffn.router_bias) if ffn.is_moe else 0
+    return linear(d_model, ffn.experts, ffn.router_bias) + shared_router_params(
+        d_model, ffn) if ffn.is_moe else 0
+
+
+def shared_router_params(d_model: int, ffn: FfnSpec) -> int:
+    """Inkling's router (router_shared): a row for each shared expert (shared_d_ff / d_ff of
+    them) and one learned scale."""
+    return d_model * (ffn.shared_d_ff // ffn.d_ff) + 1 if ffn.router_shared else 0
 
 
 def shared_expert_params(d_model: int, ffn: FfnSpec) -> int:
@@ -156,6 +164,18 @@ def linear_mixer_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str
         ("A_log, dt_bias", f"2 x {mix.v_heads}", 2 * mix.v_heads),
         ("output norm", f"{mix.v_head_dim}", mix.v_head_dim),
         ("W_O", f"{v} x {d_model}", v * d_model),
+    )
+
+
+def side_conv_matrices(d_model: int, mix: SideConvSpec) -> tuple[tuple[str, str, int], ...]:
+    """Inkling's parts beside attention as (name, shape, params): the short convolutions on K
+    and V and on the stream, the relative-position logits' projection and table."""
+    k, r = mix.kernel, mix.rel_dim
+    return (
+        ("K, V short convolutions", f"2 x {mix.kv_width} x {k}", 2 * mix.kv_width * k),
+        ("stream short convolutions", f"2 x {mix.width} x {k}", 2 * mix.width * k),
+        ("relative logits", f"{d_model} x {mix.heads * r} + {r} x {mix.rel_extent}",
+         d_model * mix.heads * r + r * mix.rel_extent),
     )
 
 
@@ -305,12 +325,14 @@ def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
 
 
 def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec
-                          | ShortConvSpec) -> int:
+                          | ShortConvSpec | SideConvSpec) -> int:
     """A fixed state: Gated DeltaNet's convolution's last conv_kernel inputs (Q, K and V) and
     one k_head_dim x v_head_dim matrix per value head; Mamba's convolution inputs and its
     d_inner x d_state SSM state; a short convolution's last kernel inputs."""
     if isinstance(mix, ShortConvSpec):
         return mix.width * mix.kernel
+    if isinstance(mix, SideConvSpec):  # Inkling: K, V and the stream's two convolutions
+        return 2 * (mix.kv_width + mix.width) * mix.kernel
     if isinstance(mix, LinearMixerSpec) and mix.kind == "rwkv":  # five vectors of d_model
         return 5 * mix.v_head_dim  # (v_head_dim): the shifts, numerator, denominator, maximum
     if isinstance(mix, LinearMixerSpec) and mix.kind == "mlstm":  # C, n and m of each head
@@ -387,7 +409,7 @@ def ffn_flops(d_model: int, ffn: FfnSpec) -> int:
     """The matrix products one token goes through: top-k experts, the router, a shared expert."""
     matrices = 3 if ffn.gated else 2
     per_expert = matrices * d_model * ffn.d_ff
-    router = d_model * ffn.experts if ffn.is_moe else 0
+    router = d_model * ffn.experts + shared_router_params(d_model, ffn) if ffn.is_moe else 0
     shared = matrices * d_model * ffn.shared_d_ff + (d_model if ffn.shared_gate else 0)
     receptance = d_model * d_model if ffn.channel_mix else 0  # RWKV
     return 2 * (ffn.top_k * (per_expert + receptance) + router + shared)
@@ -530,7 +552,8 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
         rows = [Row(f"expert: {r.name}", r.shape, r.params) for r in rows]
         rows.append(Row(f"x {ffn.experts} experts", f"{ffn.experts} x {per_expert:,}",
                         ffn.experts * per_expert))
-        rows.append(Row("router", f"{d} x {ffn.experts}", router_params(d, ffn)))
+        over = f" + {d} x {ffn.shared_d_ff // ffn.d_ff} + 1" if ffn.router_shared else ""
+        rows.append(Row("router", f"{d} x {ffn.experts}{over}", router_params(d, ffn)))
         if ffn.shared_d_ff:
             shared = expert_params(d, FfnSpec(d_ff=ffn.shared_d_ff, gated=ffn.gated,
                                               bias=ffn.bias))
@@ -631,6 +654,7 @@ def _linear_mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, 
     if mix is None:
         return ()
     matrices = (short_conv_matrices(d, mix) if isinstance(mix, ShortConvSpec)
+                else side_conv_matrices(d, mix) if isinstance(mix, SideConvSpec)
                 else mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
                 else mamba2_matrices(d, mix) if isinstance(mix, Mamba2MixerSpec)
                 else kda_matrices(d, mix) if mix.kind in ("kda", "kda_full")
@@ -650,7 +674,8 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
     score_flops = 0
     if att is not None:
         beside = _linear_mixer_rows(d, kind, "linear " if isinstance(  # beside attention
-            kind.mixer_spec, LinearMixerSpec) else "mamba ")  # (Falcon-H1)
+            kind.mixer_spec, LinearMixerSpec) else "" if isinstance(  # (Falcon-H1, Inkling)
+            kind.mixer_spec, SideConvSpec) else "mamba ")
         attention_rows = _attention_rows(d, att, "")
         if kind.shares_kv:  # no K and V of its own (Gemma 3n's last layers)
             attention_rows = tuple(r for r in attention_rows if r.name not in ("W_K", "W_V"))

@@ -389,6 +389,8 @@ ARCHS: dict[str, Arch] = {
     "vibevoice_asr": Arch(read("hybrid.speech_lm_spec", text_type="qwen2",
                                parts=("acoustic_tokenizer_encoder_config",
                                       "semantic_tokenizer_encoder_config"))),
+    "inkling_text": Arch(read("hybrid.inkling_text_spec"), not_run="a router over the shared "
+                         "experts too"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -85,9 +85,6 @@ LACKS: dict[str, str] = {
     "inkling2_text":
         "attention residuals over earlier layers, dynamic short convolutions, sink projections"
         " and relative-position biases",
-    "inkling_text":
-        "short convolutions beside attention (on K, V and the stream), relative-position logits"
-        " and a router over its shared experts too",
     "jais2": "a reader for its layers (input_layernorm.bias, mlp.down_proj.bias)",
     "jetmoe": "its kind of mixture of experts",
     "kolibri1": "its kind of mixture of experts",

@@ -56,6 +56,9 @@ class FfnSpec:
     # issue 40, hybrids: RWKV's channel mixing, sigmoid(x R) scaling the output (R d_model x
     # d_model) and two token-shift mixing vectors of d_model; config readers only
     channel_mix: bool = False
+    # issue 40, hybrids: Inkling's router also scores the shared experts (shared_d_ff / d_ff of
+    # them) and keeps one learned scale; config readers only
+    router_shared: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -172,6 +175,22 @@ class ShortConvSpec:
 
 
 @dataclass(frozen=True)
+class SideConvSpec:
+    """Inkling's parts beside a layer's attention (a mixer_spec on an attention layer): short
+    depthwise convolutions without bias of ``kernel`` taps on K and V (kv_width channels each)
+    and on the stream before attention and before the FFN (``width``: d_model, each); the
+    relative-position logits, r_proj (d_model -> heads x rel_dim) and a table of rel_dim x
+    rel_extent. Its state: each convolution's last ``kernel`` inputs."""
+
+    kv_width: int
+    width: int
+    kernel: int
+    heads: int
+    rel_dim: int
+    rel_extent: int
+
+
+@dataclass(frozen=True)
 class SharedBlockSpec:
     """Zamba's and Zamba2's shared transformer block, as one layer uses it: an attention (the
     layer kind's ``attention``) reading ``input_width`` channels (the stream and the input
@@ -199,7 +218,8 @@ class LayerKind:
     mixer: str = "full"  # one of MIXERS
     window: int = 0  # sliding: the window; chunked: the chunk (tokens)
     attention: AttentionSpec | None = None  # None: the spec's attention
-    mixer_spec: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | ShortConvSpec | None = None
+    mixer_spec: (LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | ShortConvSpec
+                 | SideConvSpec | None) = None
     ffn: FfnSpec | None = None  # None: the spec's FFN
     has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
@@ -344,7 +364,8 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
 
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
-NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "channel_mix"})
+NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "channel_mix",
+                             "router_shared"})
 
 
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:

@@ -29,6 +29,7 @@ from ffncli.specs.spec import (
     NormSpec,
     SharedBlockSpec,
     ShortConvSpec,
+    SideConvSpec,
 )
 
 # transformers' names of a hybrid's layers (configuration_utils' legacy names remapped) -> ours
@@ -531,3 +532,48 @@ def speech_lm_spec(c: Config, text_type: str, parts: tuple[str, ...]) -> ModelSp
                   for key in parts if isinstance(c.data.get(key), dict))
     towers = tuple(t for t in spec.uncounted if t != "what joins them to the language model")
     return replace(spec, uncounted=towers + named + ("what joins them to the language model",))
+
+
+def inkling_text_spec(c: Config) -> ModelSpec:
+    """InklingForCausalLM's text model: every layer attention, full ("hybrid") or over
+    sliding_window_size tokens ("hybrid_sliding", its own swa_* heads and widths), norms on Q
+    and K of a head, and beside it (SideConvSpec) short convolutions on K, V and the stream and
+    relative-position logits (d_rel; rel_extent, the window for sliding layers); every FFN
+    n_routed_experts SwiGLU experts of moe_intermediate_size and n_shared_experts shared ones
+    as wide, the router scoring both (with a learned scale); a norm after the embeddings."""
+    d, n = c.int("hidden_size", 6144), c.int("num_hidden_layers", 66)
+    types = c.data.get("layer_types") or ["hybrid_sliding"] * n
+    if not isinstance(types, list) or len(types) != n or not set(types) <= {
+            "hybrid", "hybrid_sliding"}:
+        raise c.fail("layer_types", f"a list of {n} layer types (hybrid, hybrid_sliding)")
+    if set(c.data.get("mlp_layer_types") or ["sparse"]) != {"sparse"}:
+        raise c.fail("mlp_layer_types", "every layer sparse (the dense layers' scale is not "
+                     "read)")
+    width = c.int("moe_intermediate_size", 3072)
+    shared = c.int0("n_shared_experts", 2)
+    experts = replace(_experts(c, "n_routed_experts", "moe_intermediate_size", 6, 256,
+                               shared_d_ff=shared * width), router_shared=shared > 0)
+    spec = gated_decoder_spec(c, "inkling_text", qk_norm="head", seq_default=131072,
+                              moe=lambda c, n: (experts, 0))
+    assert spec.attention is not None and spec.embeddings is not None  # always built
+    window = c.int("sliding_window_size", 512)
+    swa_heads, swa_kv = c.heads(d, "swa_num_attention_heads", "swa_num_key_value_heads",
+                                head_dim=c.int("swa_head_dim", 128))
+    sliding = replace(spec.attention, heads=swa_heads, kv_heads=swa_kv,
+                      head_dim=c.int("swa_head_dim", 128))
+    kernel, rel_dim = c.int("conv_kernel_size", 4), c.int("d_rel", 16)
+
+    def kind(t: str) -> LayerKind:
+        att = sliding if t == "hybrid_sliding" else spec.attention
+        assert att is not None
+        side = SideConvSpec(kv_width=(att.kv_heads or att.heads) * (att.head_dim or 0),
+                            width=d, kernel=kernel, heads=att.heads, rel_dim=rel_dim,
+                            rel_extent=window if t == "hybrid_sliding"
+                            else c.int("rel_extent", 1024))
+        if t == "hybrid_sliding":
+            return LayerKind("sliding decoder", mixer="sliding", window=window, attention=att,
+                             mixer_spec=side)
+        return LayerKind("decoder", mixer="full", attention=att, mixer_spec=side)
+
+    return replace(spec, embeddings=replace(spec.embeddings, norm=True),
+                   pattern=tuple(kind(t) for t in types))
