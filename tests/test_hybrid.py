@@ -253,7 +253,7 @@ def test_bailing_hybrid_full_rank_gates_and_a_gate_a_head_on_latent_attention():
     assert layers["linear"].attention == (3 * 2560 * 4096 + 12288 * 4 + 2 * 2560 * 4096 + 4096
                                           + 32 + 2560 * 32 + 128 + 4096 * 2560) == 63_049_888
     rows = {r.name: r.params for r in layers["full"].attention_rows}
-    assert rows["head gate"] == 2560 * 32
+    assert rows["W_gate (a scalar per head)"] == 2560 * 32
     assert layers["full"].attention == (2560 * 6144 + 2560 * 576 + 512 * 8192 + 4096 * 2560
                                         + 2560 * 32)
 
