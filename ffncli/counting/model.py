@@ -22,6 +22,9 @@ from ffncli.specs.spec import (
     MambaMixerSpec,
     ModelSpec,
     NormSpec,
+    SharedBlockSpec,
+    ShortConvSpec,
+    SideConvSpec,
 )
 
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
@@ -54,7 +57,13 @@ def expert_params(d_model: int, ffn: FfnSpec) -> int:
     """One FFN: W1, W2 (and V when gated), with their biases."""
     up = grouped(d_model, ffn.d_ff, ffn.bias, ffn.groups)
     down = grouped(ffn.d_ff, d_model, down_bias(ffn), ffn.groups)
-    return (2 * up if ffn.gated else up) + down
+    return (2 * up if ffn.gated else up) + down + channel_mix_params(d_model, ffn)
+
+
+def channel_mix_params(d_model: int, ffn: FfnSpec) -> int:
+    """RWKV's channel mixing beside its FFN: the receptance R (d x d) and two token-shift
+    mixing vectors."""
+    return d_model * d_model + 2 * d_model if ffn.channel_mix else 0
 
 
 def down_bias(ffn: FfnSpec) -> bool:
@@ -63,8 +72,16 @@ def down_bias(ffn: FfnSpec) -> bool:
 
 
 def router_params(d_model: int, ffn: FfnSpec) -> int:
-    """The router scores every expert, zero (identity) experts included."""
-    return linear(d_model, ffn.experts + ffn.zero_experts, ffn.router_bias) if ffn.is_moe else 0
+    """The router scores every expert, zero (identity) experts included, and with
+    router_shared the shared experts too (Inkling)."""
+    return linear(d_model, ffn.experts + ffn.zero_experts, ffn.router_bias) \
+        + shared_router_params(d_model, ffn) if ffn.is_moe else 0
+
+
+def shared_router_params(d_model: int, ffn: FfnSpec) -> int:
+    """Inkling's router (router_shared): a row for each shared expert (shared_d_ff / d_ff of
+    them) and one learned scale."""
+    return d_model * (ffn.shared_d_ff // ffn.d_ff) + 1 if ffn.router_shared else 0
 
 
 def shared_expert_params(d_model: int, ffn: FfnSpec) -> int:
@@ -200,6 +217,96 @@ def linear_mixer_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str
     )
 
 
+def side_conv_matrices(d_model: int, mix: SideConvSpec) -> tuple[tuple[str, str, int], ...]:
+    """Inkling's parts beside attention as (name, shape, params): the short convolutions on K
+    and V and on the stream, the relative-position logits' projection and table."""
+    k, r = mix.kernel, mix.rel_dim
+    return (
+        ("K, V short convolutions", f"2 x {mix.kv_width} x {k}", 2 * mix.kv_width * k),
+        ("stream short convolutions", f"2 x {mix.width} x {k}", 2 * mix.width * k),
+        ("relative logits", f"{d_model} x {mix.heads * r} + {r} x {mix.rel_extent}",
+         d_model * mix.heads * r + r * mix.rel_extent),
+    )
+
+
+def short_conv_matrices(d_model: int, mix: ShortConvSpec) -> tuple[tuple[str, str, int], ...]:
+    """LFM's short convolution as (name, shape, params): in_proj to B, C and x, the depthwise
+    convolution, out_proj; biases on all three with ``bias``."""
+    w, b = mix.width, mix.bias
+    return (
+        ("in_proj (B, C, x)", f"{d_model} x {3 * w}", linear(d_model, 3 * w, b)),
+        ("conv1d (depthwise)", f"{w} x {mix.kernel}", w * mix.kernel + (w if b else 0)),
+        ("out_proj", f"{w} x {d_model}", linear(w, d_model, b)),
+    )
+
+
+def rg_lru_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """RecurrentGemma's recurrent block (LinearMixerSpec kind "rg_lru", width k_heads x
+    k_head_dim) as (name, shape, params), biases on every projection: the gate branch y and
+    the input branch x (d_model -> width each), a depthwise convolution over x, the RG-LRU's
+    recurrence parameter (one a channel) and its input and recurrence gates (block-diagonal,
+    one k_head_dim square a head, with biases), the output projection."""
+    h, b = mix.k_heads, mix.k_head_dim
+    w = h * b
+    return (
+        ("linear_y, linear_x", f"2 x {d_model} x {w}", 2 * linear(d_model, w, True)),
+        ("conv1d (depthwise)", f"{w} x {mix.conv_kernel}", w * mix.conv_kernel + w),
+        ("RG-LRU gates and recurrence", f"2 x {h} x ({b} x {b} + {b}), {w}",
+         2 * h * (b * b + b) + w),
+        ("linear_out", f"{w} x {d_model}", linear(w, d_model, True)),
+    )
+
+
+def rwkv_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """RWKV's time mixing (LinearMixerSpec kind "rwkv", k_head_dim its width a) as (name,
+    shape, params): key, value and receptance (d -> a), the output (a -> d), the per-channel
+    decay and first-token bonus (a each), three token-shift mixing vectors (d each)."""
+    a = mix.k_head_dim
+    return (
+        ("key, value, receptance", f"3 x {d_model} x {a}", 3 * d_model * a),
+        ("output", f"{a} x {d_model}", a * d_model),
+        ("time decay, time first", f"2 x {a}", 2 * a),
+        ("token-shift mixing", f"3 x {d_model}", 3 * d_model),
+    )
+
+
+def mlstm_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """xLSTM's mLSTM layer (LinearMixerSpec kind "mlstm") as (name, shape, params), without
+    biases but on its gates: Q and K (k_heads x k_head_dim), V and the output gate (v_heads x
+    v_head_dim), the input and forget gates (one a head, with biases), the per-head norm of
+    the values, the output projection."""
+    qk, v, h = mix.k_heads * mix.k_head_dim, mix.v_heads * mix.v_head_dim, mix.k_heads
+    return (
+        ("W_q, W_k", f"2 x {d_model} x {qk}", 2 * d_model * qk),
+        ("W_v, output gate", f"2 x {d_model} x {v}", 2 * d_model * v),
+        ("input and forget gates", f"2 x ({d_model} x {h} + {h})", 2 * linear(d_model, h, True)),
+        ("multi-head norm", f"{v}", v),
+        ("out_proj", f"{v} x {d_model}", v * d_model),
+    )
+
+
+def kda_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """Kimi Delta Attention (Kimi Linear, LinearMixerSpec kind "kda") as (name, shape, params):
+    Q, K and V of heads x head_dim each, a depthwise convolution over them (no bias), the
+    per-channel forget gate through a head_dim bottleneck with its dt_bias (one a channel) and
+    A_log (one a head), beta (one a head), the output gate through the same bottleneck, the
+    gated RMSNorm of a head, the output projection."""
+    h, r = mix.k_heads, mix.k_head_dim
+    w = h * r
+    # kind "kda_full" (Bailing's hybrid): both gates one d_model x width projection
+    gate, shape = (d_model * w, f"{d_model} x {w}") if mix.kind == "kda_full" else (
+        d_model * r + r * w, f"{d_model} x {r} x {w}")
+    return (
+        ("W_q, W_k, W_v", f"3 x {d_model} x {w}", 3 * d_model * w),
+        ("conv1d (depthwise)", f"{3 * w} x {mix.conv_kernel}", 3 * w * mix.conv_kernel),
+        ("forget gate", f"{shape}, dt_bias {w}, A_log {h}", gate + w + h),
+        ("W_beta", f"{d_model} x {h}", d_model * h),
+        ("output gate", shape, gate),
+        ("output norm", f"{r}", r),
+        ("W_O", f"{w} x {d_model}", w * d_model),
+    )
+
+
 def norm_params(d_model: int, norm: NormSpec) -> int:
     """A gain vector, plus a bias vector for LayerNorm with bias (RMSNorm has none); nothing
     for a norm without elementwise affine weights."""
@@ -270,10 +377,21 @@ def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     return 2 * kv_width
 
 
-def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec) -> int:
+def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec
+                          | ShortConvSpec | SideConvSpec) -> int:
     """A fixed state: Gated DeltaNet's convolution's last conv_kernel inputs (Q, K and V) and
     one k_head_dim x v_head_dim matrix per value head; Mamba's convolution inputs and its
-    d_inner x d_state SSM state."""
+    d_inner x d_state SSM state; a short convolution's last kernel inputs."""
+    if isinstance(mix, ShortConvSpec):
+        return mix.width * mix.kernel
+    if isinstance(mix, SideConvSpec):  # Inkling: K, V and the stream's two convolutions
+        return 2 * (mix.kv_width + mix.width) * mix.kernel
+    if isinstance(mix, LinearMixerSpec) and mix.kind == "rwkv":  # five vectors of d_model
+        return 5 * mix.v_head_dim  # (v_head_dim): the shifts, numerator, denominator, maximum
+    if isinstance(mix, LinearMixerSpec) and mix.kind == "mlstm":  # C, n and m of each head
+        return mix.k_heads * (mix.k_head_dim * mix.v_head_dim + mix.k_head_dim + 1)
+    if isinstance(mix, LinearMixerSpec) and mix.kind == "rg_lru":  # the last conv_kernel - 1
+        return mix.k_heads * mix.k_head_dim * mix.conv_kernel  # inputs and the recurrence
     if isinstance(mix, MambaMixerSpec):
         return mix.d_inner * (mix.conv_kernel + mix.d_state)
     if isinstance(mix, Mamba2MixerSpec):  # the convolved stream's inputs, a state per head
@@ -283,25 +401,35 @@ def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpe
     return conv * mix.conv_kernel + mix.v_heads * mix.k_head_dim * mix.v_head_dim
 
 
+def _beside_attention_state(kind: LayerKind) -> int:
+    """The fixed state of a mixer that runs beside a layer's attention (Falcon-H1's Mamba-2,
+    a mixer_spec on an attention layer): kept with that layer's K and V."""
+    return linear_state_elements(kind.mixer_spec) if kind.mixer_spec is not None else 0
+
+
 def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPart | None:
     """A kind of layer's cache: sliding and chunked layers keep the last window - 1 tokens
     (transformers' DynamicSlidingWindowLayer), a layer reading another's KV keeps none."""
     n = len(indices)
     if kind.shares_kv:
         return KvPart("shared", n, 0, indices=indices)
-    if kind.mixer in ("linear", "mamba") and kind.mixer_spec is not None:
-        return KvPart(kind.mixer, n, 0, state=linear_state_elements(kind.mixer_spec),
-                      indices=indices)
+    if kind.mixer in ("linear", "mamba", "conv") and kind.mixer_spec is not None:
+        shared = kind.attention if kind.shared is not None else None  # Zamba's shared block
+        return KvPart(kind.mixer, n, kv_elements_per_layer(spec.d_model, shared) if shared
+                      else 0, state=linear_state_elements(kind.mixer_spec), indices=indices)
     att = _mixer(spec, kind)
     if att is None:
         return None
     per_token = kv_elements_per_layer(spec.d_model, att)
+    state = _beside_attention_state(kind)
     if kind.attentions > 1:  # a cache layer per attention sublayer, as transformers numbers them
         a = kind.attentions
         indices, n = tuple(i * a + j for i in indices for j in range(a)), n * a
     if kind.mixer in ("sliding", "chunked"):
-        return KvPart(kind.mixer, n, per_token, cap=max(kind.window - 1, 1), indices=indices)
-    return KvPart("mla" if att.kv_lora_rank else "full", n, per_token, indices=indices)
+        return KvPart(kind.mixer, n, per_token, cap=max(kind.window - 1, 1), state=state,
+                      indices=indices)
+    return KvPart("mla" if att.kv_lora_rank else "full", n, per_token, state=state,
+                  indices=indices)
 
 
 def kv_cache(spec: ModelSpec, seq_len: int, batch: int = 1) -> KvCache:
@@ -337,10 +465,12 @@ def ffn_flops(d_model: int, ffn: FfnSpec) -> int:
     """The matrix products one token goes through: top-k experts, the router, a shared expert."""
     matrices = 3 if ffn.gated else 2
     per_expert = matrices * d_model * ffn.d_ff // ffn.groups
-    router = d_model * ffn.experts if ffn.is_moe else 0
+    router = d_model * ffn.experts + shared_router_params(d_model, ffn) if ffn.is_moe else 0
     shared = matrices * d_model * ffn.shared_d_ff + (d_model if ffn.shared_gate else 0)
     adapter = 2 * d_model * ffn.adapter_d_ff if ffn.adapters else 0  # the token's language's
-    return 2 * (ffn.stack * (ffn.top_k * per_expert + router + shared) + adapter)
+    receptance = d_model * d_model if ffn.channel_mix else 0  # RWKV
+    return 2 * (ffn.stack * (ffn.top_k * (per_expert + receptance) + router + shared)
+                + adapter)
 
 
 def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
@@ -349,6 +479,7 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
                        latent_attention_matrices(d_model, att))
     q_width, kv_width = attention_widths(d_model, att)
     gate = d_model * q_width if att.output_gate else 0
+    gate += d_model * att.heads if att.head_gate else 0  # LFM3's gate a head
     extra = att.extra_projections * d_model * q_width
     conv = sum(weights for _, _, weights, _ in span_conv_matrices(d_model, att))
     return 2 * (2 * d_model * q_width + 2 * d_model * kv_width + gate + extra + conv)
@@ -503,12 +634,16 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
     else:
         rows = [Row("W1", f"{d} x {f}{g}", w)] + ([Row("b1", f"{f}", f)] if biases else [])
     rows += [Row("W2", f"{f} x {d}{g}", w)] + ([Row("b2", f"{d}", d)] if down_bias(ffn) else [])
+    if ffn.channel_mix:  # RWKV
+        rows += [Row("R (receptance) and token-shift mixing", f"{d} x {d} + 2 x {d}",
+                     channel_mix_params(d, ffn))]
     if ffn.is_moe:
         per_expert = expert_params(d, ffn)
         rows = [Row(f"expert: {r.name}", r.shape, r.params) for r in rows]
         rows.append(Row(f"x {ffn.experts} experts", f"{ffn.experts} x {per_expert:,}",
                         ffn.experts * per_expert))
-        rows.append(Row("router", f"{d} x {ffn.experts + ffn.zero_experts}",
+        over = f" + {d} x {ffn.shared_d_ff // ffn.d_ff} + 1" if ffn.router_shared else ""
+        rows.append(Row("router", f"{d} x {ffn.experts + ffn.zero_experts}{over}",
                         router_params(d, ffn)))
         if ffn.shared_d_ff:
             shared = expert_params(d, FfnSpec(d_ff=ffn.shared_d_ff, gated=ffn.gated,
@@ -528,9 +663,11 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
 
 def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
-    if att.kv_lora_rank:
+    if att.kv_lora_rank:  # its head gate one of its matrices
         return tuple(Row(f"{prefix}{name}", f"{n_in} x {n_out}", linear(n_in, n_out, bias))
                      for name, n_in, n_out, bias in latent_attention_matrices(d, att)) + sinks
+    gate = (Row(f"{prefix}head gate", f"{d} x {att.heads}", d * att.heads),) \
+        if att.head_gate else ()  # LFM3's gate a head
     q_width, kv_width = attention_widths(d, att)
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
     qkv = att.qkv_groups
@@ -548,7 +685,7 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     )
     if att.shared_qk:  # Reformer's LSH attention: W_Q is the keys' projection too
         core = tuple(r for r in core if r.name != f"{prefix}W_K")
-    return extra + core + sinks
+    return extra + core + sinks + gate
 
 
 def extra_projection_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
@@ -623,7 +760,7 @@ _PLAIN = LayerKind()  # a layer of the spec's attention and FFN
 
 def _mixer(spec: ModelSpec, kind: LayerKind) -> AttentionSpec | None:
     """The softmax attention of a layer of this kind (None: another mixer, or none)."""
-    if kind.mixer in ("linear", "mamba", "none"):
+    if kind.mixer in ("linear", "mamba", "conv", "none"):
         return None
     return kind.attention or spec.attention
 
@@ -657,7 +794,7 @@ def mamba2_matrices(d_model: int, mix: Mamba2MixerSpec) -> tuple[tuple[str, str,
         ("conv1d (depthwise)", f"{conv} x {mix.conv_kernel}",
          conv * mix.conv_kernel + (conv if mix.conv_bias else 0)),
         ("dt_bias, A_log, D", f"3 x {h}", 3 * h),
-        ("gated norm", f"{di}", di),
+        *((("gated norm", f"{di}", di),) if mix.norm else ()),
         ("out_proj", f"{di} x {d_model}", linear(di, d_model, mix.proj_bias)),
     )
 
@@ -712,14 +849,20 @@ def hyper_head_rows(d: int, n: int) -> tuple[Row, ...]:
     return (Row("hyper-connection head", f"{n} x {n * d} + {n} + 1", n * n * d + n + 1),)
 
 
-def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
+def _linear_mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, ...]:
     mix = kind.mixer_spec
     if mix is None:
         return ()
-    matrices = (mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
+    matrices = (short_conv_matrices(d, mix) if isinstance(mix, ShortConvSpec)
+                else side_conv_matrices(d, mix) if isinstance(mix, SideConvSpec)
+                else mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
                 else mamba2_matrices(d, mix) if isinstance(mix, Mamba2MixerSpec)
+                else kda_matrices(d, mix) if mix.kind in ("kda", "kda_full")
+                else rg_lru_matrices(d, mix) if mix.kind == "rg_lru"
+                else mlstm_matrices(d, mix) if mix.kind == "mlstm"
+                else rwkv_matrices(d, mix) if mix.kind == "rwkv"
                 else linear_mixer_matrices(d, mix))
-    return tuple(Row(name, shape, n) for name, shape, n in matrices)
+    return tuple(Row(prefix + name, shape, n) for name, shape, n in matrices)
 
 
 def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
@@ -730,10 +873,14 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
     proj_flops = 2 * sum(r.params for r in attention_rows)
     score_flops = 0
     if att is not None:
+        beside = _linear_mixer_rows(d, kind, "linear " if isinstance(  # beside attention
+            kind.mixer_spec, LinearMixerSpec) else "" if isinstance(  # (Falcon-H1, Inkling)
+            kind.mixer_spec, SideConvSpec) else "mamba ")
         attention_rows = _attention_rows(d, att, "")
         if kind.shares_kv:  # no K and V of its own (Gemma 3n's last layers)
             attention_rows = tuple(r for r in attention_rows if r.name not in ("W_K", "W_V"))
-        proj_flops = attention_projection_flops(d, att)
+        attention_rows += beside
+        proj_flops = attention_projection_flops(d, att) + 2 * sum(r.params for r in beside)
         window = kind.window if kind.mixer in ("sliding", "chunked") else 0
         score_flops = attention_score_flops(d, att, min(spec.seq_len, window or spec.seq_len))
         if cross:
@@ -752,7 +899,7 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         + hyper_rows(d, spec.hyper_streams)
     if spec.bottleneck is not None and norm is not None:
         extra += bottleneck_layer_rows(d, spec.bottleneck, norm, att)
-    return LayerCount(
+    layer = LayerCount(
         kind=name,
         count=count,
         ffn_rows=_ffn_rows(d, ffn) if kind.has_ffn else (),
@@ -771,6 +918,56 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         else None,
         ffn_spec=ffn,
     )
+    return layer if kind.shared is None else _with_shared_block(spec, kind, layer)
+
+
+# --- issue 40, hybrids: Zamba's shared transformer block ---------------------------------------
+
+
+def shared_block_rows(d: int, att: AttentionSpec, ffn: FfnSpec, blk: SharedBlockSpec
+                      ) -> tuple[tuple[Row, ...], tuple[Row, ...]]:
+    """(attention rows, FFN rows) of Zamba's shared block, without biases: Q, K and V from
+    input_width channels, O back to d; Zamba2's LoRA adapters, one pair a layer using the
+    block, on Q, K and V (input_width -> rank -> input_width each) and on the FFN's gate and up
+    (d -> rank -> 2 d_ff)."""
+    w, r, users = blk.input_width, blk.adapter_rank, blk.users
+    q, kv = attention_widths(d, att)
+    attention: tuple[Row, ...] = (
+        Row("shared W_Q", f"{w} x {q}", w * q), Row("shared W_K", f"{w} x {kv}", w * kv),
+        Row("shared W_V", f"{w} x {kv}", w * kv), Row("shared W_O", f"{q} x {d}", q * d))
+    if blk.attention_adapters:
+        attention += (Row("shared Q, K, V adapters", f"{users} x 3 x ({w} x {r} x {w})",
+                          users * 3 * 2 * w * r),)
+    up = 2 * ffn.d_ff if ffn.gated else ffn.d_ff
+    adapters = (Row("adapters on gate and up", f"{users} x ({d} x {r} x {up})",
+                    users * (d * r + r * up)),) if r else ()
+    return attention, _ffn_rows(d, ffn) + adapters
+
+
+def _with_shared_block(spec: ModelSpec, kind: LayerKind, layer: LayerCount) -> LayerCount:
+    """A layer that also runs the shared block (kind.shared): its own d x d projection, and
+    where it holds the block, the block's attention, FFN and two norms (elsewhere its FFN
+    counts 0). Every layer using the block does its FLOPs."""
+    blk, att, ffn, d = kind.shared, kind.attention, kind.ffn or spec.ffn, spec.d_model
+    assert blk is not None and att is not None  # the readers give a shared block its attention
+    attention, ffn_rows = shared_block_rows(d, att, ffn, blk)
+    own = (Row("W_in (its own)", f"{d} x {d}", d * d),)
+    held = blk.owner
+    norms = norm_params(blk.input_width, spec.norm) + norm_params(d, spec.norm) \
+        if held and spec.norm else 0
+    ffn_params = sum(r.params for r in ffn_rows)
+    w, r = blk.input_width, blk.adapter_rank  # a token goes through its layer's adapters alone
+    q, kv = attention_widths(d, att)
+    up = 2 * ffn.d_ff if ffn.gated else ffn.d_ff
+    flops = Flops(ffn_flops(d, ffn) + 2 * (d * r + r * up),
+                  layer.flops.attention_projections + 2 * (w * (q + 2 * kv) + q * d + d * d
+                                                           + blk.attention_adapters * 6 * w * r),
+                  layer.flops.attention_scores + attention_score_flops(d, att, spec.seq_len))
+    attention_rows = layer.attention_rows + own + (attention if held else ())
+    return replace(layer, attention_rows=attention_rows,
+                   attention=sum(r.params for r in attention_rows),
+                   ffn_rows=ffn_rows if held else (), ffn=ffn_params if held else 0,
+                   ffn_active=ffn_params if held else 0, norm=layer.norm + norms, flops=flops)
 
 
 def _sublayers(rows: tuple[Row, ...], n: int) -> tuple[Row, ...]:

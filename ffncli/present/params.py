@@ -160,6 +160,7 @@ _MIXER_NOTES = {"sliding": "attention over a sliding window of {} tokens",
                 "chunked": "attention within chunks of {} tokens",
                 "linear": "linear attention (a fixed state, no KV cache)",
                 "mamba": "a Mamba mixer (a fixed state, no KV cache)",
+                "conv": "a short convolution (a fixed state, no KV cache)",
                 "none": "no token mixer"}
 
 
@@ -214,7 +215,8 @@ def _print_layer(out: Console, spec: ModelSpec, layer: LayerCount) -> None:
     if spec.pattern:
         out.print(Text(_layer_note(layer)))
     table = new_table(_layer_title(layer), ("part", "shape", "params"))
-    mixer = {"linear": "linear attention", "mamba": "mamba"}.get(layer.mixer, "attention")
+    mixer = {"linear": "linear attention", "mamba": "mamba", "conv": "conv"}.get(
+        layer.mixer, "attention")
     for prefix, rows in (("FFN ", layer.ffn_rows), (f"{mixer} ", layer.attention_rows),
                          ("", layer.other_rows)):
         for row in rows:
@@ -378,6 +380,7 @@ def print_kv(out: Console, kv: KvCache) -> None:
 _KV_PARTS = {"full": "full attention", "mla": "latent attention",
              "sliding": "sliding window", "chunked": "chunked attention",
              "linear": "linear attention (state)", "mamba": "mamba (state)",
+             "conv": "short convolution (state)",
              "shared": "shares another layer's KV"}
 
 

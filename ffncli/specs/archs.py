@@ -418,6 +418,34 @@ ARCHS: dict[str, Arch] = {
     "pegasus_x": Arch(read("seq2seq.pegasus_x_spec")),
     "prophetnet": Arch(read("seq2seq.prophetnet_spec")),
     "encoder-decoder": Arch(read("seq2seq.encoder_decoder_spec")),
+    # hybrid: state-space, linear-attention, short-convolution and recurrent hybrids (issue 40)
+    "falcon_h1": Arch(read("hybrid.falcon_h1_spec"), not_run="Mamba-2 beside attention"),
+    "nemotron_h": Arch(read("hybrid.nemotron_h_spec"), not_run="Mamba-2 layers and squared-ReLU "
+                       "experts"),
+    "granitemoehybrid": Arch(read("hybrid.granitemoehybrid_spec"), not_run="Mamba-2 layers and "
+                             "a mixture of experts"),
+    "bamba": Arch(read("hybrid.bamba_spec"), not_run="Mamba-2 layers"),
+    "olmo_hybrid": Arch(read("hybrid.olmo_hybrid_spec")),
+    "zamba2": Arch(read("hybrid.zamba2_spec"), not_run="Mamba-2 layers and a shared block"),
+    "zamba": Arch(read("hybrid.zamba_spec"), not_run="Mamba layers and a shared block"),
+    "kimi_linear": Arch(read("hybrid.kimi_linear_spec"), not_run="shared experts and grouped "
+                        "sigmoid routing"),
+    "lfm3": Arch(read("hybrid.lfm3_spec")),
+    "lara_mini": Arch(read("hybrid.lara_mini_spec"), not_run="a shared expert"),
+    "bailing_hybrid": Arch(read("hybrid.bailing_hybrid_spec"), not_run="shared experts and "
+                           "grouped sigmoid routing"),
+    "recurrent_gemma": Arch(read("hybrid.recurrent_gemma_spec")),
+    "xlstm": Arch(read("hybrid.xlstm_spec")),
+    "rwkv": Arch(read("hybrid.rwkv_spec"), not_run="RWKV's channel mixing (receptance and token "
+                 "shift)"),
+    "nemo_speechlm": Arch(read("hybrid.speech_lm_spec", text_type="nemotron_h",
+                               parts=("word_timestamp_config",)),
+                          not_run="Mamba-2 layers and squared-ReLU experts"),
+    "vibevoice_asr": Arch(read("hybrid.speech_lm_spec", text_type="qwen2",
+                               parts=("acoustic_tokenizer_encoder_config",
+                                      "semantic_tokenizer_encoder_config"))),
+    "inkling_text": Arch(read("hybrid.inkling_text_spec"), not_run="a router over the shared "
+                         "experts too"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -61,6 +61,12 @@ class FfnSpec:
     stack: int = 1  # FFNs one after another in each layer, each with its norm (MobileBERT)
     adapters: int = 0  # X-MOD: one bottleneck adapter per language after the FFN, each
     adapter_d_ff: int = 0  # d_model -> adapter_d_ff -> d_model with biases
+    # issue 40, hybrids: RWKV's channel mixing, sigmoid(x R) scaling the output (R d_model x
+    # d_model) and two token-shift mixing vectors of d_model; config readers only
+    channel_mix: bool = False
+    # issue 40, hybrids: Inkling's router also scores the shared experts (shared_d_ff / d_ff of
+    # them) and keeps one learned scale; config readers only
+    router_shared: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -109,7 +115,7 @@ class AttentionSpec:
     # with bias) and a weight per head from x; it caches its key per token.
     index_heads: int = 0
     index_head_dim: int = 0
-    head_gate: bool = False  # a sigmoid gate per head from x, d_model x heads (dots.llm3)
+    head_gate: bool = False  # a sigmoid gate per head from x, d_model x heads (dots.llm3, LFM3)
     rope_key_norm: bool = False  # latent attention: an RMSNorm on the rope key (dots.llm3)
     # latent attention: W_Q_b reads twice q_lora_rank and also gives a sigmoid gate of
     # v_head_dim per head on the output (A.X-K2's q_gate_proj)
@@ -138,7 +144,7 @@ class AttentionSpec:
 # ``window`` tokens (Mistral, Gemma 2/3, gpt-oss); over chunks of ``window`` tokens (Llama 4);
 # a linear-attention or state-space block with a fixed state instead of a KV cache (Gated
 # DeltaNet, Mamba: ``LayerKind.mixer_spec``); none at all.
-MIXERS = ("full", "sliding", "chunked", "linear", "mamba", "none")
+MIXERS = ("full", "sliding", "chunked", "linear", "mamba", "conv", "none")
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,55 @@ class Mamba2MixerSpec:
     conv_kernel: int = 4
     conv_bias: bool = True
     proj_bias: bool = False
+    norm: bool = True  # issue 40, hybrids: False, no gated norm (Falcon-H1's mamba_rms_norm)
+
+
+# --- issue 40, hybrids: LFM's short convolution, Zamba's shared transformer block ------------
+
+
+@dataclass(frozen=True)
+class ShortConvSpec:
+    """LFM2's and LFM3's short convolution (mixer ``conv``): x -> B, C and x (3 x width), a
+    depthwise causal convolution of ``kernel`` over B * x, C times it, the output projection;
+    its state the convolution's last ``kernel`` inputs."""
+
+    width: int
+    kernel: int
+    bias: bool = False
+
+
+@dataclass(frozen=True)
+class SideConvSpec:
+    """Inkling's parts beside a layer's attention (a mixer_spec on an attention layer): short
+    depthwise convolutions without bias of ``kernel`` taps on K and V (kv_width channels each)
+    and on the stream before attention and before the FFN (``width``: d_model, each); the
+    relative-position logits, r_proj (d_model -> heads x rel_dim) and a table of rel_dim x
+    rel_extent. Its state: each convolution's last ``kernel`` inputs."""
+
+    kv_width: int
+    width: int
+    kernel: int
+    heads: int
+    rel_dim: int
+    rel_extent: int
+
+
+@dataclass(frozen=True)
+class SharedBlockSpec:
+    """Zamba's and Zamba2's shared transformer block, as one layer uses it: an attention (the
+    layer kind's ``attention``) reading ``input_width`` channels (the stream and the input
+    embeddings side by side: 2 d_model) back to d_model, the kind's FFN, a norm of
+    input_width and one of d_model; its weights are held by the first layer using it
+    (``owner``), the others reuse them (their cache and FLOPs their own). Each layer adds a
+    d_model x d_model projection of its own; Zamba2's block also holds, for each of its
+    ``users`` layers, LoRA adapters of ``adapter_rank`` on the FFN's gate and up (and on Q, K
+    and V with ``attention_adapters``)."""
+
+    owner: bool
+    input_width: int
+    users: int = 1
+    adapter_rank: int = 0
+    attention_adapters: bool = False
 
 
 @dataclass(frozen=True)
@@ -200,7 +255,8 @@ class LayerKind:
     mixer: str = "full"  # one of MIXERS
     window: int = 0  # sliding: the window; chunked: the chunk (tokens)
     attention: AttentionSpec | None = None  # None: the spec's attention
-    mixer_spec: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | None = None
+    mixer_spec: (LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | ShortConvSpec
+                 | SideConvSpec | None) = None
     ffn: FfnSpec | None = None  # None: the spec's FFN
     has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
@@ -208,6 +264,7 @@ class LayerKind:
     norms: int | None = None  # norms of d_model in each layer (None: the spec's norm.per_layer)
     gated_norms: int = 0  # of those, how many gate their output by x -> norm_gate_rank -> x
     norm_gate_rank: int = 0  # (A.X-K2's GatedRMSNorm: two bias-free projections, d x rank x d)
+    shared: SharedBlockSpec | None = None  # issue 40, hybrids: Zamba's shared block, beside mixer
 
 
 @dataclass(frozen=True)
@@ -427,7 +484,8 @@ ENCODER_PARTS = frozenset({
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
 NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams",
-                             "encoder_pattern", "latents", "bottleneck"}) | ENCODER_PARTS
+                             "encoder_pattern", "latents", "bottleneck", "channel_mix",
+                             "router_shared"}) | ENCODER_PARTS
 
 
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
@@ -556,7 +614,7 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
             att.index_heads and att.index_head_dim and att.q_lora_rank and att.kv_lora_rank):
         raise SpecError(f"{source}: key 'attention.index_heads': the indexer needs latent "
                         "attention with q_lora_rank, and index_heads and index_head_dim, all > 0")
-    for key in ("head_gate", "rope_key_norm", "query_gate"):
+    for key in ("rope_key_norm", "query_gate"):  # head_gate: any attention (LFM3's too)
         if att is not None and getattr(att, key) and not (
                 att.kv_lora_rank and (att.q_lora_rank or key != "query_gate")):
             raise SpecError(f"{source}: key 'attention.{key}': belongs to latent attention "
