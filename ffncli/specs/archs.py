@@ -363,6 +363,32 @@ ARCHS: dict[str, Arch] = {
     "smollm3": Arch(H.patterned_decoder("smollm3"), LLAMA_FFN),
     "gpt_oss": Arch(H.gpt_oss_spec, not_run="experts with clamped SwiGLU (alpha 1.702, limit 7) "
                     "and biases"),
+    # new kinds of mixture of experts (issue 40, readers/moe.py)
+    "solar_open": Arch(read("moe.moe_spec", family="solar_open", experts_key="n_routed_experts",
+                            top_k_default=8, shared_count=("n_shared_experts", 1),
+                            first_key=None, out_bias=False),
+                       not_run="shared experts and grouped sigmoid routing"),
+    "aria_text": Arch(read("moe.moe_spec", family="aria_text", experts_key="moe_num_experts",
+                           d_ff_key="intermediate_size", top_k_key="moe_topk", top_k_default=2,
+                           shared_count=("moe_num_shared_experts", 2), first_key=None),
+                      not_run="shared experts"),
+    "exaone_moe": Arch(read("moe.moe_spec", family="exaone_moe",
+                            shared_count=("num_shared_experts", 1), first_default=1,
+                            qk_norm="head", qkv_bias=False, out_bias=False),
+                       not_run="shared experts, a dense first layer and grouped sigmoid routing"),
+    "hy_v3": Arch(read("moe.moe_spec", family="hy_v3", shared_count=("num_shared_experts", 1),
+                       first_key=None, first_default=1, qk_norm="head"),
+                  not_run="shared experts, a dense first layer and sigmoid routing"),
+    "minicpm5_moe": Arch(read("moe.moe_spec", family="minicpm5_moe",
+                              experts_key="n_routed_experts",
+                              shared_count=("n_shared_experts", 1), first_default=1,
+                              output_gate=True),
+                         not_run="shared experts, a dense first layer and grouped sigmoid "
+                                 "routing"),
+    "kolibri1": Arch(read("moe.moe_spec", family="kolibri1", experts_key="num_local_experts",
+                          shared_width="shared_expert_intermediate_size", first_key=None,
+                          qk_norm="head", norm=H.GEMMA2_NORM, qkv_bias=False, out_bias=False),
+                     not_run="shared experts and sigmoid routing"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

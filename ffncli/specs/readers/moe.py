@@ -1,0 +1,103 @@
+"""Mixtures of experts of 2025-26 (issue 40), built from parts: a LLaMA-shaped decoder
+(hfconfig's gated_decoder_spec) whose layers are each a mixture of SwiGLU experts or a dense
+FFN, the routed experts with or without shared ones, its attention with the options the
+architecture table names (norms on Q and K, a gate on each head's output, sinks, biases).
+
+Each type's row in :data:`ffncli.specs.archs.ARCHS` calls :func:`moe_spec` with the keys and
+defaults of its transformers 5.25 class."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ffncli.specs.hfconfig import (
+    Config,
+    _dense_ffn,
+    _experts,
+    gated_decoder_spec,
+    layer_mixers,
+    with_pattern,
+)
+from ffncli.specs.spec import FfnSpec, ModelSpec
+
+_MLP_TYPES = ("sparse", "dense")
+
+
+def mlp_kinds(c: Config, layers: int, first_key: str | None, first_default: int) -> list[bool]:
+    """Whether each decoder layer is sparse: ``mlp_layer_types`` ("sparse", "dense") when the
+    config has it, else the first ``first_key`` layers (``first_default`` without the key, or
+    when the class reads no key) dense and the others sparse."""
+    value = c.data.get("mlp_layer_types")
+    if value is not None:
+        if not isinstance(value, list) or len(value) != layers or not all(
+                isinstance(v, str) and v in _MLP_TYPES for v in value):
+            raise c.fail("mlp_layer_types", f"a list of {layers} layer types (sparse, dense)")
+        return [v == "sparse" for v in value]
+    first = c.int0(first_key, first_default) if first_key else first_default
+    first = c.at_most(first_key or "mlp_layer_types", first, "num_hidden_layers", layers)
+    return [i >= first for i in range(layers)]
+
+
+def sparse_steps(c: Config, layers: int, only_default: tuple[int, ...] = ()) -> list[bool]:
+    """Qwen-MoE's rule: layer i is sparse unless listed in ``mlp_only_layers``
+    (``only_default`` when absent or null), and only when (i + 1) is a multiple of
+    ``decoder_sparse_step``."""
+    step = c.int("decoder_sparse_step", 1)
+    only = set(c.ints("mlp_only_layers") if c.data.get("mlp_only_layers") is not None
+               else only_default)
+    return [i not in only and (i + 1) % step == 0 for i in range(layers)]
+
+
+def routed_experts(c: Config, *, experts_key: str, d_ff_key: str = "moe_intermediate_size",
+                   top_k_default: int | None = None, experts_default: int | None = None,
+                   top_k_key: str = "num_experts_per_tok",
+                   shared_count: tuple[str, int] | None = None, shared_width: str | None = None,
+                   shared_gate: bool = False, router_bias: bool = False) -> FfnSpec:
+    """The routed SwiGLU experts of ``d_ff_key``; a shared expert either ``shared_count``
+    (key, default) experts of that width run as one FFN, or one of ``shared_width``;
+    ``router_bias``: a score-correction bias that is a parameter (one per expert);
+    ``top_k_key``: the key of top-k when the class names it otherwise (Aria's moe_topk)."""
+    if top_k_key != "num_experts_per_tok":
+        top_k_default = c.at_most(top_k_key, c.int(top_k_key, top_k_default), experts_key,
+                                  c.int(experts_key, experts_default))
+    shared = 0
+    if shared_count is not None:
+        shared = c.int0(shared_count[0], shared_count[1]) * c.int(d_ff_key)
+    elif shared_width is not None:
+        shared = c.int0(shared_width, 0)
+    return _experts(c, experts_key, d_ff_key, top_k_default, experts_default,
+                    router_bias=router_bias, shared_d_ff=shared,
+                    shared_gate=shared_gate and shared > 0)
+
+
+def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
+             d_ff_key: str = "moe_intermediate_size", top_k_default: int | None = None,
+             experts_default: int | None = None, top_k_key: str = "num_experts_per_tok",
+             shared_count: tuple[str, int] | None = None,
+             shared_width: str | None = None, shared_gate: bool = False,
+             router_bias: bool = False, first_key: str | None = "first_k_dense_replace",
+             first_default: int = 0, only_layers: tuple[int, ...] | None = None,
+             output_gate: bool = False, sinks: bool = False, **options: Any) -> ModelSpec:
+    """A decoder whose layers mix tokens by ``layer_types`` and hold routed experts or a dense
+    SwiGLU FFN of intermediate_size: by ``mlp_layer_types`` / ``first_key`` (:func:`mlp_kinds`)
+    or, with ``only_layers``, by Qwen-MoE's rule (:func:`sparse_steps`). ``options`` go to
+    gated_decoder_spec (norms, Q/K norms, biases, head tying); ``output_gate``: W_Q also gives
+    a sigmoid gate on each head's output; ``sinks``: a learned sink logit per head."""
+    experts = routed_experts(c, experts_key=experts_key, d_ff_key=d_ff_key,
+                             top_k_default=top_k_default, experts_default=experts_default,
+                             top_k_key=top_k_key, shared_count=shared_count,
+                             shared_width=shared_width,
+                             shared_gate=shared_gate, router_bias=router_bias)
+    spec = gated_decoder_spec(c, family, moe=lambda c, n: (experts, 0), **options)
+    n = spec.layers.decoder
+    sparse = (sparse_steps(c, n, only_layers) if only_layers is not None
+              else mlp_kinds(c, n, first_key, first_default))
+    if not any(sparse):
+        raise c.fail("mlp_layer_types", "at least one sparse layer")
+    dense = _dense_ffn(c) if not all(sparse) else experts
+    assert spec.attention is not None  # gated_decoder_spec always builds it
+    spec = replace(spec, attention=replace(spec.attention, output_gate=output_gate,
+                                           sinks=sinks))
+    return with_pattern(spec, c, layer_mixers(c, n),
+                        [experts if s else dense for s in sparse])
