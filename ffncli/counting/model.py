@@ -80,6 +80,16 @@ def attention_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
     return att.heads * head_dim, (att.kv_heads or att.heads) * head_dim
 
 
+def value_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
+    """(width of V, width of the output projection's input): kv_heads and heads times
+    v_head_dim when the values are narrower than queries and keys (MiMo-V2-Flash), else
+    attention_widths' K and Q widths."""
+    q_width, kv_width = attention_widths(d_model, att)
+    if att.v_head_dim is None or att.kv_lora_rank:
+        return kv_width, q_width
+    return (att.kv_heads or att.heads) * att.v_head_dim, att.heads * att.v_head_dim
+
+
 def latent_attention_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[str, int, int,
                                                                                 bool], ...]:
     """Multi-head latent attention (DeepSeek-V2/V3) as (name, n_in, n_out, bias) projections:
@@ -215,7 +225,7 @@ def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     if att.kv_lora_rank:
         return att.kv_lora_rank + att.rope_head_dim
     _, kv_width = attention_widths(d_model, att)
-    return 2 * kv_width
+    return kv_width + value_widths(d_model, att)[0]
 
 
 def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec) -> int:
@@ -292,8 +302,9 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
         return 2 * sum(n_in * n_out for _, n_in, n_out, _ in
                        latent_attention_matrices(d_model, att))
     q_width, kv_width = attention_widths(d_model, att)
+    v_width, o_width = value_widths(d_model, att)
     gate = d_model * q_width if att.output_gate else 0
-    return 2 * (2 * d_model * q_width + 2 * d_model * kv_width + gate)
+    return 2 * (d_model * (q_width + o_width) + d_model * (kv_width + v_width) + gate)
 
 
 def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int:
@@ -302,7 +313,7 @@ def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int
         v_head_dim = att.v_head_dim or att.head_dim or 0
         return 2 * seq_len * att.heads * ((att.head_dim or 0) + v_head_dim)
     q_width, _ = attention_widths(d_model, att)
-    return 2 * 2 * seq_len * q_width
+    return 2 * seq_len * (q_width + value_widths(d_model, att)[1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,14 +445,15 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
         return tuple(Row(f"{prefix}{name}", f"{n_in} x {n_out}", linear(n_in, n_out, bias))
                      for name, n_in, n_out, bias in latent_attention_matrices(d, att))
     q_width, kv_width = attention_widths(d, att)
+    v_width, o_width = value_widths(d, att)
     sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
     return (
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
             f"{d} x {q_out}", linear(d, q_out, att.qkv_bias)),
         Row(f"{prefix}W_K", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
-        Row(f"{prefix}W_V", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
-        Row(f"{prefix}W_O", f"{q_width} x {d}", linear(q_width, d, att.out_bias)),
+        Row(f"{prefix}W_V", f"{d} x {v_width}", linear(d, v_width, att.qkv_bias)),
+        Row(f"{prefix}W_O", f"{o_width} x {d}", linear(o_width, d, att.out_bias)),
     ) + sinks
 
 

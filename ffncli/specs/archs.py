@@ -389,6 +389,14 @@ ARCHS: dict[str, Arch] = {
                           shared_width="shared_expert_intermediate_size", first_key=None,
                           qk_norm="head", norm=H.GEMMA2_NORM, qkv_bias=False, out_bias=False),
                      not_run="shared experts and sigmoid routing"),
+    "mimo_v2_flash": Arch(read("moe.moe_spec", family="mimo_v2_flash",
+                               experts_key="n_routed_experts", first_default=1, out_bias=False,
+                               value_heads=True, sliding_kv_times=2, sinks="sliding"),
+                          not_run="a dense first layer, sinks and grouped sigmoid routing"),
+    "flint": Arch(read("moe.moe_spec", family="flint", only_layers=(0, 1),
+                       shared_width="shared_expert_intermediate_size", qk_norm="head",
+                       sinks="all"),
+                  not_run="a shared expert, dense first layers and sinks"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -88,6 +88,7 @@ class AttentionSpec:
     # Multi-head latent attention (DeepSeek-V2/V3), when kv_lora_rank > 0: K and V come from a
     # shared latent of kv_lora_rank plus one rope_head_dim key; head_dim is the query/key width
     # of a head (nope + rope), v_head_dim the value width; q_lora_rank > 0 factors W_Q as well.
+    # Without a latent, v_head_dim narrows V and the output projection's input (MiMo-V2-Flash).
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
     rope_head_dim: int = 0
@@ -422,9 +423,9 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
             if rank > spec.d_model:
                 raise SpecError(f"{source}: key 'attention.{key}': expected at most d_model "
                                 f"({spec.d_model}), got {rank}")
-    elif att is not None and (att.q_lora_rank or att.rope_head_dim or att.v_head_dim):
-        raise SpecError(f"{source}: key 'attention.kv_lora_rank': q_lora_rank, rope_head_dim "
-                        "and v_head_dim belong to latent attention (kv_lora_rank > 0)")
+    elif att is not None and (att.q_lora_rank or att.rope_head_dim):
+        raise SpecError(f"{source}: key 'attention.kv_lora_rank': q_lora_rank and "
+                        "rope_head_dim belong to latent attention (kv_lora_rank > 0)")
 
 
 def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> ModelSpec:

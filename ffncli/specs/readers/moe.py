@@ -78,12 +78,15 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
              shared_width: str | None = None, shared_gate: bool = False,
              router_bias: bool = False, first_key: str | None = "first_k_dense_replace",
              first_default: int = 0, only_layers: tuple[int, ...] | None = None,
-             output_gate: bool = False, sinks: bool = False, **options: Any) -> ModelSpec:
+             output_gate: bool = False, sinks: str = "none", value_heads: bool = False,
+             sliding_kv_times: int = 1, **options: Any) -> ModelSpec:
     """A decoder whose layers mix tokens by ``layer_types`` and hold routed experts or a dense
     SwiGLU FFN of intermediate_size: by ``mlp_layer_types`` / ``first_key`` (:func:`mlp_kinds`)
     or, with ``only_layers``, by Qwen-MoE's rule (:func:`sparse_steps`). ``options`` go to
     gated_decoder_spec (norms, Q/K norms, biases, head tying); ``output_gate``: W_Q also gives
-    a sigmoid gate on each head's output; ``sinks``: a learned sink logit per head."""
+    a sigmoid gate on each head's output; ``sinks``: a learned sink logit per head in "all"
+    layers or in the "sliding" ones; ``value_heads``: values v_head_dim wide (MiMo);
+    ``sliding_kv_times``: sliding layers have that many times num_key_value_heads."""
     experts = routed_experts(c, experts_key=experts_key, d_ff_key=d_ff_key,
                              top_k_default=top_k_default, experts_default=experts_default,
                              top_k_key=top_k_key, shared_count=shared_count,
@@ -97,7 +100,12 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
         raise c.fail("mlp_layer_types", "at least one sparse layer")
     dense = _dense_ffn(c) if not all(sparse) else experts
     assert spec.attention is not None  # gated_decoder_spec always builds it
-    spec = replace(spec, attention=replace(spec.attention, output_gate=output_gate,
-                                           sinks=sinks))
-    return with_pattern(spec, c, layer_mixers(c, n),
-                        [experts if s else dense for s in sparse])
+    att = replace(spec.attention, output_gate=output_gate, sinks=sinks == "all",
+                  v_head_dim=c.int("v_head_dim") if value_heads else None)
+    kv = att.kv_heads or att.heads
+    sliding = replace(att, kv_heads=c.at_most("num_key_value_heads", kv * sliding_kv_times,
+                                              "num_attention_heads", att.heads),
+                      sinks=sinks != "none")
+    return with_pattern(replace(spec, attention=att), c, layer_mixers(c, n),
+                        [experts if s else dense for s in sparse],
+                        attention={"sliding": sliding} if sliding != att else None)
