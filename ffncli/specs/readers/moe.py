@@ -97,15 +97,19 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
     sparse = (sparse_steps(c, n, only_layers) if only_layers is not None
               else mlp_kinds(c, n, first_key, first_default))
     if not any(sparse):
-        raise c.fail("mlp_layer_types", "at least one sparse layer")
+        key = ("mlp_only_layers" if only_layers is not None and "mlp_layer_types" not in c.data
+               else first_key if first_key in c.data else "mlp_layer_types")
+        raise c.fail(key, "at least one sparse layer")
     dense = _dense_ffn(c) if not all(sparse) else experts
     assert spec.attention is not None  # gated_decoder_spec always builds it
     att = replace(spec.attention, output_gate=output_gate, sinks=sinks == "all",
                   v_head_dim=c.int("v_head_dim") if value_heads else None)
-    kv = att.kv_heads or att.heads
-    sliding = replace(att, kv_heads=c.at_most("num_key_value_heads", kv * sliding_kv_times,
-                                              "num_attention_heads", att.heads),
-                      sinks=sinks != "none")
+    kv = (att.kv_heads or att.heads) * sliding_kv_times
+    if att.heads % kv:
+        raise c.fail("num_key_value_heads", f"a divisor of num_attention_heads / "
+                     f"{sliding_kv_times} ({att.heads // sliding_kv_times}): sliding layers "
+                     f"have {sliding_kv_times} times as many")
+    sliding = replace(att, kv_heads=kv, sinks=sinks != "none")
     return with_pattern(replace(spec, attention=att), c, layer_mixers(c, n),
                         [experts if s else dense for s in sparse],
                         attention={"sliding": sliding} if sliding != att else None)

@@ -1,0 +1,83 @@
+"""The mixtures of experts of readers/moe.py (issue 40): the counting parts they added, computed
+by hand from transformers 5.25's shapes, and their hostile configs (one error line, exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import DATA
+
+import ffncli
+from ffncli.counting.model import (
+    attention_params,
+    attention_projection_flops,
+    attention_score_flops,
+    kv_elements_per_layer,
+)
+from ffncli.specs.spec import AttentionSpec
+
+ZOO = DATA / "zoo" / "configs"
+
+
+def test_values_narrower_than_queries_and_keys():
+    """v_head_dim without a latent (MiMo-V2-Flash): d 16, 4 heads and 2 KV heads, Q and K heads
+    6 wide, V heads 4: W_Q 16 x 24, W_K 16 x 12, W_V 16 x 8, W_O 16 x 16 (4 heads x 4)."""
+    att = AttentionSpec(heads=4, kv_heads=2, head_dim=6, v_head_dim=4, qkv_bias=False,
+                        out_bias=False)
+    assert attention_params(16, att) == 384 + 192 + 128 + 256
+    assert kv_elements_per_layer(16, att) == 12 + 8  # K and V of a token
+    assert attention_projection_flops(16, att) == 2 * (384 + 192 + 128 + 256)
+    assert attention_score_flops(16, att, 10) == 2 * 10 * (24 + 16)  # Q K^T, then weights V
+    same = AttentionSpec(heads=4, kv_heads=2, head_dim=6, qkv_bias=False, out_bias=False)
+    assert attention_params(16, same) == 384 + 192 + 192 + 384
+
+
+def test_mimo_v2_flash_layers_by_hand():
+    """MiMo-V2-Flash's defaults: d 4096, 64 heads, Q/K heads 192 wide, V heads 128; full
+    layers 4 KV heads, sliding layers 8 and a sink logit per head; two RMSNorms a layer."""
+    count = ffncli.count(ffncli.load_spec(config=ZOO / "mimo_v2_flash.config.json"))
+    d, q, o = 4096, 64 * 192, 64 * 128
+    full = d * q + d * 4 * 192 + d * 4 * 128 + o * d
+    sliding = d * q + d * 8 * 192 + d * 8 * 128 + o * d + 64
+    kinds = {(layer.mixer, layer.ffn_active != layer.ffn): layer for layer in count.layers}
+    assert kinds["full", True].attention == full == 89_128_960
+    assert kinds["sliding", True].attention == sliding == 94_371_904
+    assert kinds["full", False].indices == (0,)  # the dense first layer
+    assert kinds["full", False].ffn == 3 * d * 16384
+    # a routed layer: 256 experts of 3 x 4096 x 2048, a 4096 x 256 router, no shared expert
+    assert kinds["sliding", True].ffn == 256 * 3 * d * 2048 + d * 256
+
+
+def _config(name, **changes):
+    data = json.loads((ZOO / f"{name}.config.json").read_text())
+    return {**data, **changes}
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    (_config("exaone_moe", mlp_layer_types=["sparse"] * 3),
+     "key 'mlp_layer_types': expected a list of 32 layer types (sparse, dense), got "
+     "['sparse', 'sparse', 'sparse']"),
+    (_config("hy_v3", mlp_layer_types=["dense"] * 79 + ["moe"]),
+     "key 'mlp_layer_types': expected a list of 80 layer types (sparse, dense), got "
+     "['dense', 'dense', 'dense', 'dense', 'dense', 'dense', ...]"),
+    (_config("minicpm5_moe", mlp_layer_types=["dense"] * 28),
+     "key 'mlp_layer_types': expected at least one sparse layer, got "
+     "['dense', 'dense', 'dense', 'dense', 'dense', 'dense', ...]"),
+    (_config("minicpm5_moe", mlp_layer_types=None, first_k_dense_replace=28),
+     "key 'first_k_dense_replace': expected at least one sparse layer, got 28"),
+    (_config("exaone_moe", mlp_layer_types=None, first_k_dense_replace=33),
+     "key 'first_k_dense_replace': expected at most num_hidden_layers (32), got 33"),
+    (_config("aria_text", moe_topk=9),
+     "key 'moe_topk': expected at most moe_num_experts (8), got 9"),
+    (_config("mimo_v2_flash", num_key_value_heads=64),
+     "key 'num_key_value_heads': expected a divisor of num_attention_heads / 2 (32): sliding "
+     "layers have 2 times as many, got 64"),
+    (_config("flint", mlp_only_layers=list(range(49))),
+     "key 'mlp_only_layers': expected at least one sparse layer, got [0, 1, 2, 3, 4, 5, ...]"),
+])
+def test_hostile_configs(cli, tmp_path, config, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = cli("params", "--config", path)
+    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
