@@ -33,6 +33,38 @@ def test_values_narrower_than_queries_and_keys():
     assert attention_params(16, same) == 384 + 192 + 192 + 384
 
 
+def test_output_gates_of_one_scalar_per_head_and_their_bias():
+    """Laguna's g_proj (d_model -> heads) and Beam's gate_bias (one per head): d 16, 4 heads of
+    6, 2 KV heads, no biases: Q 16 x 24, K and V 16 x 12, O 24 x 16 = 960; Laguna adds a
+    16 x 4 gate; Beam's gate is as wide as Q (fused with W_Q here) plus 4 biases."""
+    plain = dict(heads=4, kv_heads=2, head_dim=6, qkv_bias=False, out_bias=False)
+    assert attention_params(16, AttentionSpec(**plain)) == 384 + 192 + 192 + 384
+    laguna = AttentionSpec(**plain, head_gate=True)
+    assert attention_params(16, laguna) == 1152 + 16 * 4
+    assert attention_projection_flops(16, laguna) == 2 * (1152 + 64)
+    beam = AttentionSpec(**plain, output_gate=True, gate_bias=True)
+    assert attention_params(16, beam) == 1152 + 16 * 24 + 4
+
+
+def test_laguna_and_beam_layers_by_hand():
+    """Laguna: d 2048, 48 heads of 128, 8 KV heads, a 2048 x 48 gate, Q/K norms (128 each),
+    two norms; Beam: d 5120, 48 heads of 128, 8 KV heads, a 5120 x 6144 gate and 48 gate
+    biases, Q/K norms, four norms."""
+    laguna = ffncli.count(ffncli.load_spec(config=ZOO / "laguna.config.json"))
+    d = 2048
+    attention = d * 6144 + 2 * d * 1024 + 6144 * d + d * 48
+    assert {layer.attention for layer in laguna.layers} == {attention}
+    assert {layer.norm for layer in laguna.layers} == {2 * 128 + 2 * d}
+    # the routed layers: 256 experts of 3 x 2048 x 512, a router and its score-correction
+    # bias (a parameter in Laguna), a shared expert of 512
+    assert laguna.layers[1].ffn == 256 * 3 * d * 512 + d * 256 + 256 + 3 * d * 512
+    beam = ffncli.count(ffncli.load_spec(config=ZOO / "beam.config.json"))
+    d = 5120
+    attention = d * 6144 + 2 * d * 1024 + 6144 * d + d * 6144 + 48
+    assert {layer.attention for layer in beam.layers} == {attention}
+    assert {layer.norm for layer in beam.layers} == {2 * 128 + 4 * d}
+
+
 def test_mimo_v2_flash_layers_by_hand():
     """MiMo-V2-Flash's defaults: d 4096, 64 heads, Q/K heads 192 wide, V heads 128; full
     layers 4 KV heads, sliding layers 8 and a sink logit per head; two RMSNorms a layer."""
@@ -73,6 +105,9 @@ def _config(name, **changes):
     (_config("mimo_v2_flash", num_key_value_heads=64),
      "key 'num_key_value_heads': expected a divisor of num_attention_heads / 2 (32): sliding "
      "layers have 2 times as many, got 64"),
+    (_config("laguna", num_attention_heads_per_layer=[48] * 39 + [44]),
+     "key 'num_attention_heads_per_layer': expected a list of 40 head counts, each a multiple "
+     "of num_key_value_heads (8), got [48, 48, 48, 48, 48, 48, ...]"),
     (_config("flint", mlp_only_layers=list(range(49))),
      "key 'mlp_only_layers': expected at least one sparse layer, got [0, 1, 2, 3, 4, 5, ...]"),
 ])

@@ -138,6 +138,15 @@ def attention_params(d_model: int, att: AttentionSpec) -> int:
     return sum(r.params for r in _attention_rows(d_model, att, ""))
 
 
+def gate_rows(d_model: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    """An output gate of one scalar per head, d_model -> heads (Laguna), and a bias per head
+    on the output gate (Beam)."""
+    h = att.heads
+    head = (Row(f"{prefix}output gate (per head)", f"{d_model} x {h}", d_model * h),) \
+        if att.head_gate else ()
+    return head + ((Row(f"{prefix}output gate bias", f"{h}", h),) if att.gate_bias else ())
+
+
 def sink_params(att: AttentionSpec) -> int:
     """Attention sinks: one learned logit per head (gpt-oss)."""
     return att.heads if att.sinks else 0
@@ -304,6 +313,7 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
     q_width, kv_width = attention_widths(d_model, att)
     v_width, o_width = value_widths(d_model, att)
     gate = d_model * q_width if att.output_gate else 0
+    gate += d_model * att.heads if att.head_gate else 0
     return 2 * (d_model * (q_width + o_width) + d_model * (kv_width + v_width) + gate)
 
 
@@ -454,7 +464,7 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
         Row(f"{prefix}W_K", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
         Row(f"{prefix}W_V", f"{d} x {v_width}", linear(d, v_width, att.qkv_bias)),
         Row(f"{prefix}W_O", f"{o_width} x {d}", linear(o_width, d, att.out_bias)),
-    ) + sinks
+    ) + sinks + gate_rows(d, att, prefix)
 
 
 _PLAIN = LayerKind()  # a layer of the spec's attention and FFN

@@ -397,6 +397,11 @@ ARCHS: dict[str, Arch] = {
                        shared_width="shared_expert_intermediate_size", qk_norm="head",
                        sinks="all"),
                   not_run="a shared expert, dense first layers and sinks"),
+    "laguna": Arch(read("moe.laguna_spec"), not_run="a shared expert, a dense first layer, "
+                   "biased routing and gated heads"),
+    "beam": Arch(read("moe.moe_spec", family="beam", first_default=3, first_key=None,
+                      qk_norm="head", norm=H.GEMMA2_NORM, output_gate=True, gate_bias=True),
+                 not_run="dense first layers and grouped sigmoid routing"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

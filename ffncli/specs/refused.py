@@ -16,7 +16,6 @@ LACKS: dict[str, str] = {
     "axk2": "its variant of latent attention",
     "bailing_hybrid": "Mamba-2 or hybrid state-space mixers and its variant of latent attention",
     "bamba": "Mamba-2 or hybrid state-space mixers",
-    "beam": "its kind of mixture of experts",
     "bert-generation":
         "a reader for its layers (attention.output.LayerNorm.bias,"
         " attention.output.LayerNorm.weight)",
@@ -86,7 +85,6 @@ LACKS: dict[str, str] = {
     "jetmoe": "its kind of mixture of experts",
     "kimi_linear": "Mamba-2 or hybrid state-space mixers and its variant of latent attention",
     "kolibri1_1": "its kind of mixture of experts",
-    "laguna": "its kind of mixture of experts",
     "lara_mini": "its linear-attention layers",
     "led": "a reader for its encoder and decoder",
     "lfm2_moe": "a model transformers itself cannot build from these defaults",

@@ -95,6 +95,8 @@ class AttentionSpec:
     v_head_dim: int | None = None
     sinks: bool = False  # one learned logit per head that takes part in the softmax (gpt-oss)
     output_gate: bool = False  # W_Q also gives a sigmoid gate on each head's output (Qwen3-Next)
+    head_gate: bool = False  # a d_model -> heads gate, one scalar on each head's output (Laguna)
+    gate_bias: bool = False  # a bias per head on the output gate (Beam)
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
@@ -414,6 +416,9 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
         raise SpecError(f"{source}: key 'dense_ffn': layers.dense ({layers.dense}) needs the "
                         "dense layers' FFN")
     att = spec.attention
+    if att is not None and att.gate_bias and not (att.output_gate or att.head_gate):
+        raise SpecError(f"{source}: key 'attention.gate_bias': needs an output gate "
+                        "(attention.output_gate or attention.head_gate)")
     if att is not None and att.kv_lora_rank:
         if att.head_dim is None or att.rope_head_dim >= att.head_dim:
             raise SpecError(f"{source}: key 'attention.rope_head_dim': latent attention needs "

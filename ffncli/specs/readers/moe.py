@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ffncli.base.validate import MAX_INT
 from ffncli.specs.hfconfig import (
     Config,
     _dense_ffn,
@@ -78,13 +79,15 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
              shared_width: str | None = None, shared_gate: bool = False,
              router_bias: bool = False, first_key: str | None = "first_k_dense_replace",
              first_default: int = 0, only_layers: tuple[int, ...] | None = None,
-             output_gate: bool = False, sinks: str = "none", value_heads: bool = False,
+             output_gate: bool = False, head_gate: bool = False, gate_bias: bool = False,
+             sinks: str = "none", value_heads: bool = False,
              sliding_kv_times: int = 1, **options: Any) -> ModelSpec:
     """A decoder whose layers mix tokens by ``layer_types`` and hold routed experts or a dense
     SwiGLU FFN of intermediate_size: by ``mlp_layer_types`` / ``first_key`` (:func:`mlp_kinds`)
     or, with ``only_layers``, by Qwen-MoE's rule (:func:`sparse_steps`). ``options`` go to
     gated_decoder_spec (norms, Q/K norms, biases, head tying); ``output_gate``: W_Q also gives
-    a sigmoid gate on each head's output; ``sinks``: a learned sink logit per head in "all"
+    a sigmoid gate on each head's output, ``head_gate`` a d_model -> heads gate, ``gate_bias``
+    a bias per head on either; ``sinks``: a learned sink logit per head in "all"
     layers or in the "sliding" ones; ``value_heads``: values v_head_dim wide (MiMo);
     ``sliding_kv_times``: sliding layers have that many times num_key_value_heads."""
     experts = routed_experts(c, experts_key=experts_key, d_ff_key=d_ff_key,
@@ -102,7 +105,8 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
         raise c.fail(key, "at least one sparse layer")
     dense = _dense_ffn(c) if not all(sparse) else experts
     assert spec.attention is not None  # gated_decoder_spec always builds it
-    att = replace(spec.attention, output_gate=output_gate, sinks=sinks == "all",
+    att = replace(spec.attention, output_gate=output_gate, head_gate=head_gate,
+                  gate_bias=gate_bias, sinks=sinks == "all",
                   v_head_dim=c.int("v_head_dim") if value_heads else None)
     kv = (att.kv_heads or att.heads) * sliding_kv_times
     if att.heads % kv:
@@ -113,3 +117,28 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
     return with_pattern(replace(spec, attention=att), c, layer_mixers(c, n),
                         [experts if s else dense for s in sparse],
                         attention={"sliding": sliding} if sliding != att else None)
+
+
+def laguna_spec(c: Config) -> ModelSpec:
+    """LagunaForCausalLM: Q/K norms, an output gate of one scalar per head when ``gating`` is
+    true or "per-head" (else one per channel), a score-correction bias that is a parameter, a
+    shared expert of shared_expert_intermediate_size, the first layer dense; each layer's
+    query heads by ``num_attention_heads_per_layer``."""
+    per_head = c.data.get("gating", True) in (True, "per-head")
+    spec = moe_spec(c, "laguna", shared_width="shared_expert_intermediate_size", router_bias=True,
+                    first_key=None, first_default=1, qk_norm="head", head_gate=per_head,
+                    output_gate=not per_head)
+    assert spec.attention is not None  # moe_spec always builds it
+    kinds = spec.decoder_kinds()
+    heads = c.data.get("num_attention_heads_per_layer")
+    if heads is None:
+        return spec
+    kv = spec.attention.kv_heads or spec.attention.heads
+    if not isinstance(heads, list) or len(heads) != len(kinds) or not all(
+            isinstance(h, int) and not isinstance(h, bool) and 0 < h <= MAX_INT and h % kv == 0
+            for h in heads):
+        raise c.fail("num_attention_heads_per_layer", f"a list of {len(kinds)} head counts, "
+                     f"each a multiple of num_key_value_heads ({kv})")
+    return replace(spec, pattern=tuple(
+        replace(k, attention=replace(k.attention or spec.attention, heads=h))
+        for k, h in zip(kinds, heads, strict=True)))
