@@ -108,6 +108,17 @@ def _config(name, **changes):
     (_config("laguna", num_attention_heads_per_layer=[48] * 39 + [44]),
      "key 'num_attention_heads_per_layer': expected a list of 40 head counts, each a multiple "
      "of num_key_value_heads (8), got [48, 48, 48, 48, 48, 48, ...]"),
+    (_config("kolibri1_1", kv_source_layers=[0, 2] + list(range(2, 50))),
+     "key 'kv_source_layers': expected a list of 50 layers, each itself or an earlier one, "
+     "got [0, 2, 2, 3, 4, 5, ...]"),
+    (_config("kolibri1_1", layer_types=["full_attention"] * 50),
+     "key 'layer_types': expected a list of 50 layer types (indexed_attention, "
+     "sliding_attention), got ['full_attention', 'full_attention', 'full_attention', "
+     "'full_attention', 'full_attention', 'full_attention', ...]"),
+    (_config("minimax_m3_vl_text", layer_types=["minimax_m3_sparse"] * 60),
+     "key 'layer_types': expected full_attention layers only (the indexer of the "
+     "minimax_m3_sparse layers is not read), got ['minimax_m3_sparse', 'minimax_m3_sparse', "
+     "'minimax_m3_sparse', 'minimax_m3_sparse', 'minimax_m3_sparse', 'minimax_m3_sparse', ...]"),
     (_config("flint", mlp_only_layers=list(range(49))),
      "key 'mlp_only_layers': expected at least one sparse layer, got [0, 1, 2, 3, 4, 5, ...]"),
 ])
@@ -116,3 +127,18 @@ def test_hostile_configs(cli, tmp_path, config, message):
     path.write_text(json.dumps(config))
     r = cli("params", "--config", path)
     assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
+
+
+def test_kolibri1_1_defaults_as_its_class_derives_them(tmp_path):
+    """Without layer_types and kv_source_layers, Kolibri 1.1 makes every fifth layer indexed
+    and the 2nd and 3rd indexed layers read the 1st's K and V (the 7th to 9th the 6th's, the
+    10th the 1st's): the same count as the zoo's config, which writes them out."""
+    data = _config("kolibri1_1")
+    written = ffncli.count(ffncli.load_spec(config=ZOO / "kolibri1_1.config.json"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in data.items()
+                                if k not in ("layer_types", "kv_source_layers")}))
+    derived = ffncli.count(ffncli.load_spec(config=path))
+    assert derived.total == written.total
+    shared = [layer.indices for layer in derived.layers if layer.kind.startswith("kv-sharing")]
+    assert shared == [(9, 14, 34, 39, 44, 49)]

@@ -402,6 +402,10 @@ ARCHS: dict[str, Arch] = {
     "beam": Arch(read("moe.moe_spec", family="beam", first_default=3, first_key=None,
                       qk_norm="head", norm=H.GEMMA2_NORM, output_gate=True, gate_bias=True),
                  not_run="dense first layers and grouped sigmoid routing"),
+    "minimax_m3_vl_text": Arch(read("moe.minimax_m3_text_spec"),
+                               not_run="a shared expert, clamped SwiGLU and biased routing"),
+    "kolibri1_1": Arch(read("moe.kolibri1_1_spec"), not_run="shared experts, dense first "
+                       "layers, sigmoid routing and indexed attention"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ffncli.base.validate import MAX_INT
 from ffncli.specs.hfconfig import (
+    GEMMA2_NORM,
     Config,
     _dense_ffn,
     _experts,
@@ -81,15 +82,17 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
              first_default: int = 0, only_layers: tuple[int, ...] | None = None,
              output_gate: bool = False, head_gate: bool = False, gate_bias: bool = False,
              sinks: str = "none", value_heads: bool = False,
-             sliding_kv_times: int = 1, **options: Any) -> ModelSpec:
+             sliding_kv_times: int = 1, dense_key: str = "intermediate_size",
+             shares_kv: list[bool] | None = None, **options: Any) -> ModelSpec:
     """A decoder whose layers mix tokens by ``layer_types`` and hold routed experts or a dense
-    SwiGLU FFN of intermediate_size: by ``mlp_layer_types`` / ``first_key`` (:func:`mlp_kinds`)
+    SwiGLU FFN of ``dense_key``: by ``mlp_layer_types`` / ``first_key`` (:func:`mlp_kinds`)
     or, with ``only_layers``, by Qwen-MoE's rule (:func:`sparse_steps`). ``options`` go to
     gated_decoder_spec (norms, Q/K norms, biases, head tying); ``output_gate``: W_Q also gives
     a sigmoid gate on each head's output, ``head_gate`` a d_model -> heads gate, ``gate_bias``
     a bias per head on either; ``sinks``: a learned sink logit per head in "all"
     layers or in the "sliding" ones; ``value_heads``: values v_head_dim wide (MiMo);
-    ``sliding_kv_times``: sliding layers have that many times num_key_value_heads."""
+    ``sliding_kv_times``: sliding layers have that many times num_key_value_heads;
+    ``shares_kv``: the layers that read another layer's K and V (none of their own)."""
     experts = routed_experts(c, experts_key=experts_key, d_ff_key=d_ff_key,
                              top_k_default=top_k_default, experts_default=experts_default,
                              top_k_key=top_k_key, shared_count=shared_count,
@@ -103,7 +106,7 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
         key = ("mlp_only_layers" if only_layers is not None and "mlp_layer_types" not in c.data
                else first_key if first_key in c.data else "mlp_layer_types")
         raise c.fail(key, "at least one sparse layer")
-    dense = _dense_ffn(c) if not all(sparse) else experts
+    dense = _dense_ffn(c, key=dense_key) if not all(sparse) else experts
     assert spec.attention is not None  # gated_decoder_spec always builds it
     att = replace(spec.attention, output_gate=output_gate, head_gate=head_gate,
                   gate_bias=gate_bias, sinks=sinks == "all",
@@ -116,7 +119,8 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
     sliding = replace(att, kv_heads=kv, sinks=sinks != "none")
     return with_pattern(replace(spec, attention=att), c, layer_mixers(c, n),
                         [experts if s else dense for s in sparse],
-                        attention={"sliding": sliding} if sliding != att else None)
+                        attention={"sliding": sliding} if sliding != att else None,
+                        shares_kv=shares_kv)
 
 
 def laguna_spec(c: Config) -> ModelSpec:
@@ -142,3 +146,56 @@ def laguna_spec(c: Config) -> ModelSpec:
     return replace(spec, pattern=tuple(
         replace(k, attention=replace(k.attention or spec.attention, heads=h))
         for k, h in zip(kinds, heads, strict=True)))
+
+
+def minimax_m3_text_spec(c: Config) -> ModelSpec:
+    """MiniMaxM3VLForCausalLM's language model: Q/K norms, experts of intermediate_size with a
+    shared expert of shared_intermediate_size, dense layers of dense_intermediate_size by
+    mlp_layer_types. Layers of full attention only: the sparse layers' indexer (its own
+    projections, norms and cached keys) is not read."""
+    types = c.data.get("layer_types")
+    if isinstance(types, list) and "minimax_m3_sparse" in types:
+        raise c.fail("layer_types", "full_attention layers only (the indexer of the "
+                     "minimax_m3_sparse layers is not read)")
+    return moe_spec(c, "minimax_m3_vl_text", experts_key="num_local_experts",
+                    d_ff_key="intermediate_size", shared_width="shared_intermediate_size",
+                    first_key=None, dense_key="dense_intermediate_size", qk_norm="head",
+                    qkv_bias=False, out_bias=False)
+
+
+# Kolibri 1.1's default reading of K and V: for each indexed-attention layer, which of them
+# (by rank) it reads (transformers' Kolibri1_1Config).
+_KOLIBRI_SOURCES = (0, 0, 0, 3, 4, 5, 5, 5, 5, 0)
+
+
+def kolibri1_1_spec(c: Config) -> ModelSpec:
+    """Kolibri1_1ForCausalLM: Kolibri 1's layers (four norms, Q/K norms, a shared expert),
+    sliding layers and indexed-attention layers (every fifth by default), which attend fully as
+    far as parameters and cache go: their indexer has no weights. A layer whose
+    ``kv_source_layers`` entry is another layer reads that layer's K and V and has no K, V or K
+    norm of its own; ``mlp_only_layers`` (default 0 and 1) are dense, of
+    mlp_only_intermediate_size."""
+    n = c.int("num_hidden_layers")
+    types = c.data.get("layer_types")
+    if types is None:
+        types = ["indexed_attention" if (i + 1) % 5 == 0 else "sliding_attention"
+                 for i in range(n)]
+    if not isinstance(types, list) or len(types) != n or not set(types) <= {
+            "indexed_attention", "sliding_attention"}:
+        raise c.fail("layer_types", f"a list of {n} layer types (indexed_attention, "
+                     "sliding_attention)")
+    indexed = [i for i, t in enumerate(types) if t == "indexed_attention"]
+    sources = c.ints("kv_source_layers")
+    if not sources and len(indexed) <= len(_KOLIBRI_SOURCES):
+        sources = list(range(n))
+        for i, rank in zip(indexed, _KOLIBRI_SOURCES, strict=False):
+            sources[i] = indexed[rank]
+    if len(sources) != n or any(s > i for i, s in enumerate(sources)):
+        raise c.fail("kv_source_layers", f"a list of {n} layers, each itself or an earlier one")
+    full = ["full_attention" if t == "indexed_attention" else t for t in types]
+    return moe_spec(Config({**c.data, "layer_types": full}, c.source), "kolibri1_1",
+                    experts_key="num_local_experts",
+                    shared_width="shared_expert_intermediate_size", only_layers=(0, 1),
+                    dense_key="mlp_only_intermediate_size", qk_norm="head",
+                    norm=GEMMA2_NORM, qkv_bias=False, out_bias=False,
+                    shares_kv=[s != i for i, s in enumerate(sources)])
