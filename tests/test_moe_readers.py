@@ -13,9 +13,12 @@ from ffncli.counting.model import (
     attention_params,
     attention_projection_flops,
     attention_score_flops,
+    kv_cache,
     kv_elements_per_layer,
+    lightning_matrices,
+    linear_state_elements,
 )
-from ffncli.specs.spec import AttentionSpec
+from ffncli.specs.spec import AttentionSpec, LinearMixerSpec
 
 ZOO = DATA / "zoo" / "configs"
 
@@ -79,6 +82,23 @@ def test_mimo_v2_flash_layers_by_hand():
     assert kinds["full", False].ffn == 3 * d * 16384
     # a routed layer: 256 experts of 3 x 4096 x 2048, a 4096 x 256 router, no shared expert
     assert kinds["sliding", True].ffn == 256 * 3 * d * 2048 + d * 256
+
+
+def test_lightning_attention_by_hand():
+    """MiniMax's lightning attention, d 16, 4 heads of 4 (w 16): qkv_proj 16 x 48, output_gate
+    16 x 16, a norm of 16, out_proj 16 x 16; its cache one 4 x 4 state per head, whatever the
+    length. MiniMax-Text-01's defaults: d 4096, 32 heads of 128: 5 x 4096^2 + 4096."""
+    mix = LinearMixerSpec("lightning", k_heads=4, v_heads=4, k_head_dim=4, v_head_dim=4,
+                          conv_kernel=1)
+    assert [n for _, _, n in lightning_matrices(16, mix)] == [768, 256, 16, 256]
+    assert linear_state_elements(mix) == 4 * 4 * 4
+    count = ffncli.count(ffncli.load_spec(config=ZOO / "minimax.config.json"))
+    lightning = next(layer for layer in count.layers if layer.mixer == "linear")
+    assert lightning.attention == 5 * 4096 * 4096 + 4096
+    assert lightning.indices == tuple(range(1, 32, 2))
+    kv = kv_cache(ffncli.load_spec(config=ZOO / "minimax.config.json"), 1000)
+    states = [p for p in kv.parts if p.kind == "linear"]
+    assert [(p.layers, p.per_token, p.state) for p in states] == [(16, 0, 32 * 128 * 128)]
 
 
 def _config(name, **changes):

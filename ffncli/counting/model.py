@@ -170,6 +170,19 @@ def linear_mixer_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str
     )
 
 
+def lightning_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """Lightning attention (MiniMax-Text-01, LinearMixerSpec kind "lightning") as (name, shape,
+    params): one projection to Q, K and V of v_heads x v_head_dim each, a sigmoid output gate
+    as wide, an RMSNorm over all heads' outputs, the output projection; no convolution."""
+    w = mix.v_heads * mix.v_head_dim
+    return (
+        ("W_qkv", f"{d_model} x {3 * w}", d_model * 3 * w),
+        ("output gate", f"{d_model} x {w}", d_model * w),
+        ("output norm", f"{w}", w),
+        ("W_O", f"{w} x {d_model}", w * d_model),
+    )
+
+
 def norm_params(d_model: int, norm: NormSpec) -> int:
     """A gain vector, plus a bias vector for LayerNorm with bias (RMSNorm has none); nothing
     for a norm without elementwise affine weights."""
@@ -246,6 +259,8 @@ def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpe
     if isinstance(mix, Mamba2MixerSpec):  # the convolved stream's inputs, a state per head
         conv = mix.d_inner + 2 * mix.groups * mix.d_state
         return conv * mix.conv_kernel + mix.d_inner * mix.d_state
+    if mix.kind == "lightning":  # one k_head_dim x v_head_dim state per head, no convolution
+        return mix.v_heads * mix.k_head_dim * mix.v_head_dim
     conv = 2 * mix.k_heads * mix.k_head_dim + mix.v_heads * mix.v_head_dim
     return conv * mix.conv_kernel + mix.v_heads * mix.k_head_dim * mix.v_head_dim
 
@@ -541,6 +556,7 @@ def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
         return ()
     matrices = (mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
                 else mamba2_matrices(d, mix) if isinstance(mix, Mamba2MixerSpec)
+                else lightning_matrices(d, mix) if mix.kind == "lightning"
                 else linear_mixer_matrices(d, mix))
     return tuple(Row(name, shape, n) for name, shape, n in matrices)
 

@@ -406,6 +406,7 @@ ARCHS: dict[str, Arch] = {
                                not_run="a shared expert, clamped SwiGLU and biased routing"),
     "kolibri1_1": Arch(read("moe.kolibri1_1_spec"), not_run="shared experts, dense first "
                        "layers, sigmoid routing and indexed attention"),
+    "minimax": Arch(read("moe.minimax_spec"), not_run="lightning attention"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -92,7 +92,6 @@ LACKS: dict[str, str] = {
     "longformer": "a reader for its encoder",
     "luke": "a reader for its encoder",
     "minicpm3": "its variant of latent attention",
-    "minimax": "its kind of mixture of experts",
     "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
     "mobilebert": "a reader for its encoder",

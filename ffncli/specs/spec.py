@@ -115,7 +115,8 @@ class LinearMixerSpec:
     convolution of ``conv_kernel`` over Q, K and V, per-head ``A_log`` and ``dt_bias``, an
     RMSNorm of ``v_head_dim`` on the output, and the output projection."""
 
-    kind: str  # "gated_deltanet"
+    kind: str  # "gated_deltanet", or "lightning" (MiniMax-Text-01: counting/model.py's
+    # lightning_matrices; k and v heads alike, no convolution)
     k_heads: int
     v_heads: int
     k_head_dim: int

@@ -21,7 +21,7 @@ from ffncli.specs.hfconfig import (
     layer_mixers,
     with_pattern,
 )
-from ffncli.specs.spec import FfnSpec, ModelSpec
+from ffncli.specs.spec import FfnSpec, LinearMixerSpec, ModelSpec
 
 _MLP_TYPES = ("sparse", "dense")
 
@@ -83,7 +83,8 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
              output_gate: bool = False, head_gate: bool = False, gate_bias: bool = False,
              sinks: str = "none", value_heads: bool = False,
              sliding_kv_times: int = 1, dense_key: str = "intermediate_size",
-             shares_kv: list[bool] | None = None, **options: Any) -> ModelSpec:
+             shares_kv: list[bool] | None = None, mixer_spec: LinearMixerSpec | None = None,
+             **options: Any) -> ModelSpec:
     """A decoder whose layers mix tokens by ``layer_types`` and hold routed experts or a dense
     SwiGLU FFN of ``dense_key``: by ``mlp_layer_types`` / ``first_key`` (:func:`mlp_kinds`)
     or, with ``only_layers``, by Qwen-MoE's rule (:func:`sparse_steps`). ``options`` go to
@@ -92,7 +93,8 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
     a bias per head on either; ``sinks``: a learned sink logit per head in "all"
     layers or in the "sliding" ones; ``value_heads``: values v_head_dim wide (MiMo);
     ``sliding_kv_times``: sliding layers have that many times num_key_value_heads;
-    ``shares_kv``: the layers that read another layer's K and V (none of their own)."""
+    ``shares_kv``: the layers that read another layer's K and V (none of their own);
+    ``mixer_spec``: the linear-attention layers' mixer."""
     experts = routed_experts(c, experts_key=experts_key, d_ff_key=d_ff_key,
                              top_k_default=top_k_default, experts_default=experts_default,
                              top_k_key=top_k_key, shared_count=shared_count,
@@ -120,7 +122,7 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
     return with_pattern(replace(spec, attention=att), c, layer_mixers(c, n),
                         [experts if s else dense for s in sparse],
                         attention={"sliding": sliding} if sliding != att else None,
-                        shares_kv=shares_kv)
+                        shares_kv=shares_kv, mixer_spec=mixer_spec)
 
 
 def laguna_spec(c: Config) -> ModelSpec:
@@ -199,3 +201,16 @@ def kolibri1_1_spec(c: Config) -> ModelSpec:
                     dense_key="mlp_only_intermediate_size", qk_norm="head",
                     norm=GEMMA2_NORM, qkv_bias=False, out_bias=False,
                     shares_kv=[s != i for i, s in enumerate(sources)])
+
+
+def minimax_spec(c: Config) -> ModelSpec:
+    """MiniMaxForCausalLM (MiniMax-Text-01): layers of full attention or of lightning attention
+    by layer_types (``linear_attention``: LinearMixerSpec kind "lightning", as many heads as
+    attention and as wide), every FFN a mixture of SwiGLU experts of intermediate_size."""
+    d, heads = c.int("hidden_size"), c.int("num_attention_heads")
+    head_dim = c.int("head_dim") if c.data.get("head_dim") is not None else d // heads
+    mixer = LinearMixerSpec("lightning", k_heads=heads, v_heads=heads, k_head_dim=head_dim,
+                            v_head_dim=head_dim, conv_kernel=1)
+    return moe_spec(c, "minimax", experts_key="num_local_experts", d_ff_key="intermediate_size",
+                    top_k_default=2, first_key=None, qkv_bias=False, out_bias=False,
+                    mixer_spec=mixer)
