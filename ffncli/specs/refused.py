@@ -30,7 +30,9 @@ LACKS: dict[str, str] = {
     "dbrx": "a model transformers itself cannot build from these defaults",
     "deberta": "a reader for its encoder",
     "deepseek_v32": "its variant of latent attention",
-    "deepseek_v4": "its kind of mixture of experts",
+    "deepseek_v4":
+        "its hyper-connections (attn_hc, ffn_hc), compressed and indexed attention and hash-routed"
+        " experts (hash_moe)",
     "diffllama": "a reader for its layers (self_attn.lambda_k1, self_attn.lambda_k2)",
     "doge": "a reader for its layers (input_residual, post_attention_residual)",
     "dory": "a reader for its layers (lambda_*, mlp.suv_gate)",
@@ -39,7 +41,9 @@ LACKS: dict[str, str] = {
     "dots3_note_text": "its variant of latent attention",
     "emu3": "a model transformers itself cannot build from these defaults",
     "encoder-decoder": "a reader for its encoder and decoder",
-    "ergo": "its kind of mixture of experts",
+    "ergo":
+        "the ReLU² activation, a learned RMSNorm per routed expert (inactive with its expert)"
+        " and its layers' residual gates",
     "esm": "a model transformers itself cannot build from these defaults",
     "esmc": "a reader for its encoder",
     "falcon_h1": "Mamba-2 or hybrid state-space mixers",
@@ -82,7 +86,9 @@ LACKS: dict[str, str] = {
     "inkling2_text": "short-convolution mixers",
     "inkling_text": "short-convolution mixers",
     "jais2": "a reader for its layers (input_layernorm.bias, mlp.down_proj.bias)",
-    "jetmoe": "its kind of mixture of experts",
+    "jetmoe":
+        "a mixture of attention heads (routed Q and O projections: active attention) and"
+        " the bias on its experts' summed output",
     "kimi_linear": "Mamba-2 or hybrid state-space mixers and its variant of latent attention",
     "lara_mini": "its linear-attention layers",
     "led": "a reader for its encoder and decoder",
@@ -144,5 +150,7 @@ LACKS: dict[str, str] = {
     "youtu": "its variant of latent attention",
     "zamba": "Mamba-2 or hybrid state-space mixers",
     "zamba2": "Mamba-2 or hybrid state-space mixers",
-    "zaya": "its kind of mixture of experts",
+    "zaya":
+        "its attention's convolutions over Q and K (and delayed values), its router's MLP"
+        " and its layers' residual scales",
 }
