@@ -162,3 +162,18 @@ def test_kolibri1_1_defaults_as_its_class_derives_them(tmp_path):
     assert derived.total == written.total
     shared = [layer.indices for layer in derived.layers if layer.kind.startswith("kv-sharing")]
     assert shared == [(9, 14, 34, 39, 44, 49)]
+
+
+@pytest.mark.parametrize("name", ["minimax", "exaone_moe", "flint", "kolibri1",
+                                  "mimo_v2_flash", "beam"])
+def test_layer_types_absent_are_as_the_class_derives_them(tmp_path, name):
+    """A config without layer_types counts as its class fills them in (the zoo's configs,
+    written by transformers, spell them out): the same mixer for every layer and the same
+    total (MiniMax's lightning layers and MiMo's sliding layers have parameters of their own)."""
+    written = ffncli.load_spec(config=ZOO / f"{name}.config.json")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in _config(name).items() if k != "layer_types"}))
+    derived = ffncli.load_spec(config=path)
+    assert [k.mixer for k in derived.decoder_kinds()] == [k.mixer
+                                                          for k in written.decoder_kinds()]
+    assert ffncli.count(derived).total == ffncli.count(written).total

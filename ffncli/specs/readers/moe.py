@@ -8,6 +8,7 @@ defaults of its transformers 5.25 class."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +25,31 @@ from ffncli.specs.hfconfig import (
 from ffncli.specs.spec import FfnSpec, LinearMixerSpec, ModelSpec
 
 _MLP_TYPES = ("sparse", "dense")
+
+
+# Each class's layer_types when a config has none (transformers 5.25's __post_init__), as
+# (layer index, layers, config) -> type: a config transformers wrote names them all.
+_DEFAULT_LAYER_TYPES: dict[str, Callable[[int, int, Config], str]] = {
+    "minimax": lambda i, n, c: "full_attention" if (i + 1) % 2 else "linear_attention",
+    "exaone_moe": lambda i, n, c: "full_attention"
+    if (i + 1) % c.int("sliding_window_pattern", 4) == 0 else "sliding_attention",
+    "flint": lambda i, n, c: "full_attention"
+    if i < 2 or i % 4 == 1 or i == n - 1 else "sliding_attention",
+    "kolibri1": lambda i, n, c: "full_attention" if (i + 1) % 5 == 0 else "sliding_attention",
+    "mimo_v2_flash": lambda i, n, c: "full_attention"
+    if i == 0 or (i + 1) % 6 == 0 else "sliding_attention",
+    "beam": lambda i, n, c: "full_attention"
+    if (i + 1) % 6 == 0 or i == n - 1 else "sliding_attention",
+}
+
+
+def with_layer_types(c: Config, family: str) -> Config:
+    """The config, its layer_types filled in as the family's class fills them when absent."""
+    rule = _DEFAULT_LAYER_TYPES.get(family)
+    if rule is None or c.data.get("layer_types") is not None:
+        return c
+    n = c.int("num_hidden_layers")
+    return Config({**c.data, "layer_types": [rule(i, n, c) for i in range(n)]}, c.source)
 
 
 def mlp_kinds(c: Config, layers: int, first_key: str | None, first_default: int) -> list[bool]:
@@ -95,6 +121,7 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
     ``sliding_kv_times``: sliding layers have that many times num_key_value_heads;
     ``shares_kv``: the layers that read another layer's K and V (none of their own);
     ``mixer_spec``: the linear-attention layers' mixer."""
+    c = with_layer_types(c, family)
     experts = routed_experts(c, experts_key=experts_key, d_ff_key=d_ff_key,
                              top_k_default=top_k_default, experts_default=experts_default,
                              top_k_key=top_k_key, shared_count=shared_count,
