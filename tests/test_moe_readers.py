@@ -13,12 +13,13 @@ from ffncli.counting.model import (
     attention_params,
     attention_projection_flops,
     attention_score_flops,
+    expert_norm_params,
     kv_cache,
     kv_elements_per_layer,
     lightning_matrices,
     linear_state_elements,
 )
-from ffncli.specs.spec import AttentionSpec, LinearMixerSpec
+from ffncli.specs.spec import AttentionSpec, FfnSpec, LinearMixerSpec
 
 ZOO = DATA / "zoo" / "configs"
 
@@ -101,6 +102,23 @@ def test_lightning_attention_by_hand():
     assert [(p.layers, p.per_token, p.state) for p in states] == [(16, 0, 32 * 128 * 128)]
 
 
+def test_expert_norms_are_norms_active_with_their_expert():
+    """Ergo: an RMSNorm of d_model after each of E routed experts and after the shared expert;
+    d 16, 4 experts, top-2: 5 x 16 norm weights, a token uses 3 x 16 of them."""
+    ffn = FfnSpec(d_ff=8, activation="relu2", bias=False, experts=4, top_k=2, shared_d_ff=8,
+                  expert_norm=True)
+    assert expert_norm_params(16, ffn) == (80, 48)
+    assert expert_norm_params(16, FfnSpec(d_ff=8, experts=4, top_k=2)) == (0, 0)
+    count = ffncli.count(ffncli.load_spec(config=ZOO / "ergo.config.json"))
+    d, sparse = 8192, count.layers[-1]
+    assert sparse.ffn_active != sparse.ffn
+    # four RMSNorms and two residual gates, Q and K norms of 128, 256 expert norms, a shared one
+    assert sparse.norm == 6 * d + 2 * 128 + 256 * d + d
+    assert sparse.total - sparse.active == (sparse.ffn - sparse.ffn_active) + (256 - 8) * d
+    # experts of an up and a down projection (no gate), 8192 x 4096 each, a 8192 x 256 router
+    assert sparse.ffn == 256 * 2 * d * 4096 + d * 256 + 2 * d * 8192
+
+
 def _config(name, **changes):
     data = json.loads((ZOO / f"{name}.config.json").read_text())
     return {**data, **changes}
@@ -165,7 +183,7 @@ def test_kolibri1_1_defaults_as_its_class_derives_them(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["minimax", "exaone_moe", "flint", "kolibri1",
-                                  "mimo_v2_flash", "beam"])
+                                  "mimo_v2_flash", "beam", "ergo"])
 def test_layer_types_absent_are_as_the_class_derives_them(tmp_path, name):
     """A config without layer_types counts as its class fills them in (the zoo's configs,
     written by transformers, spell them out): the same mixer for every layer and the same

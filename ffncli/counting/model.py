@@ -63,6 +63,16 @@ def shared_expert_params(d_model: int, ffn: FfnSpec) -> int:
     return shared + (d_model if ffn.shared_gate else 0)
 
 
+def expert_norm_params(d_model: int, ffn: FfnSpec) -> tuple[int, int]:
+    """Ergo's RMSNorm of d_model after each routed expert and after the shared expert, counted
+    with the layer's norms: (all of them, those one token uses: its top-k experts' and the
+    shared expert's)."""
+    if not ffn.expert_norm:
+        return 0, 0
+    shared = d_model if ffn.shared_d_ff else 0
+    return ffn.experts * d_model + shared, ffn.top_k * d_model + shared
+
+
 def ffn_params(d_model: int, ffn: FfnSpec) -> int:
     return (ffn.experts * expert_params(d_model, ffn) + router_params(d_model, ffn)
             + shared_expert_params(d_model, ffn))
@@ -376,6 +386,7 @@ class LayerCount:
     window: int = 0
     other_rows: tuple[Row, ...] = ()  # parts neither attention, FFN nor norm (Gemma 3n)
     other: int = 0
+    norm_unused: int = 0  # norms of the experts a token does not use (Ergo's expert norms)
 
     @property
     def total(self) -> int:
@@ -383,7 +394,7 @@ class LayerCount:
 
     @property
     def active(self) -> int:
-        return self.ffn_active + self.attention + self.norm + self.other
+        return self.ffn_active + self.attention + self.norm - self.norm_unused + self.other
 
     @property
     def ffn_share(self) -> float:
@@ -408,7 +419,7 @@ class ModelCount:
 
     @property
     def active(self) -> int:
-        unused = sum(layer.count * (layer.ffn - layer.ffn_active) for layer in self.layers)
+        unused = sum(layer.count * (layer.total - layer.active) for layer in self.layers)
         return self.total - unused
 
     def decoder_ffn(self) -> tuple[int, ...]:
@@ -583,6 +594,8 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
     if att is not None:
         qk = qk_norm_params(d, att)
         norms += (qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
+    experts_norms, used_norms = expert_norm_params(d, ffn) if kind.has_ffn else (0, 0)
+    norms += experts_norms
     extra = layer_extra_rows(d, spec.extras) if spec.extras else ()
     return LayerCount(
         kind=name,
@@ -599,6 +612,7 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         indices=indices,
         mixer=kind.mixer,
         window=kind.window,
+        norm_unused=experts_norms - used_norms,
     )
 
 

@@ -407,6 +407,7 @@ ARCHS: dict[str, Arch] = {
     "kolibri1_1": Arch(read("moe.kolibri1_1_spec"), not_run="shared experts, dense first "
                        "layers, sigmoid routing and indexed attention"),
     "minimax": Arch(read("moe.minimax_spec"), not_run="lightning attention"),
+    "ergo": Arch(read("moe.ergo_spec"), not_run="squared-ReLU experts, each with a norm"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

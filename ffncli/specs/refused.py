@@ -41,9 +41,6 @@ LACKS: dict[str, str] = {
     "dots3_note_text": "its variant of latent attention",
     "emu3": "a model transformers itself cannot build from these defaults",
     "encoder-decoder": "a reader for its encoder and decoder",
-    "ergo":
-        "the ReLU² activation, a learned RMSNorm per routed expert (inactive with its expert)"
-        " and its layers' residual gates",
     "esm": "a model transformers itself cannot build from these defaults",
     "esmc": "a reader for its encoder",
     "falcon_h1": "Mamba-2 or hybrid state-space mixers",

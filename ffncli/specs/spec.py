@@ -53,6 +53,9 @@ class FfnSpec:
     capacity_factor: float | None = None  # MoE only: drop tokens past ceil(cf * n * k / E)
     shared_d_ff: int = 0  # MoE: a shared expert of this width that every token uses (0: none)
     shared_gate: bool = False  # Qwen2-MoE: sigmoid(x g) scales the shared expert, g d_model x 1
+    # Ergo: each routed expert's output and the shared expert's go through an RMSNorm of d_model
+    # of their own (counted with the layer's norms; a routed expert's norm active with it).
+    expert_norm: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -403,6 +406,9 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
         if ffn is not None and (ffn.shared_d_ff or ffn.shared_gate) and not ffn.is_moe:
             raise SpecError(f"{source}: key '{key}.shared_d_ff': only a mixture of experts "
                             f"({key}.experts > 1) has a shared expert")
+        if ffn is not None and ffn.expert_norm and not ffn.is_moe:
+            raise SpecError(f"{source}: key '{key}.expert_norm': only a mixture of experts "
+                            f"({key}.experts > 1) has expert norms")
         if ffn is not None and ffn.shared_gate and not ffn.shared_d_ff:
             raise SpecError(f"{source}: key '{key}.shared_gate': needs a shared expert "
                             f"({key}.shared_d_ff > 0)")

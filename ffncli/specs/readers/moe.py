@@ -22,7 +22,7 @@ from ffncli.specs.hfconfig import (
     layer_mixers,
     with_pattern,
 )
-from ffncli.specs.spec import FfnSpec, LinearMixerSpec, ModelSpec
+from ffncli.specs.spec import FfnSpec, LinearMixerSpec, ModelSpec, NormSpec
 
 _MLP_TYPES = ("sparse", "dense")
 
@@ -40,6 +40,8 @@ _DEFAULT_LAYER_TYPES: dict[str, Callable[[int, int, Config], str]] = {
     if i == 0 or (i + 1) % 6 == 0 else "sliding_attention",
     "beam": lambda i, n, c: "full_attention"
     if (i + 1) % 6 == 0 or i == n - 1 else "sliding_attention",
+    "ergo": lambda i, n, c: "full_attention"
+    if (i + 1) % c.int("global_attention_every_n_layers", 4) == 0 else "sliding_attention",
 }
 
 
@@ -241,3 +243,29 @@ def minimax_spec(c: Config) -> ModelSpec:
     return moe_spec(c, "minimax", experts_key="num_local_experts", d_ff_key="intermediate_size",
                     top_k_default=2, first_key=None, qkv_bias=False, out_bias=False,
                     mixer_spec=mixer)
+
+
+# Ergo's layers: four RMSNorms and two residual gates (a d_model weight each, counted with the
+# norms).
+_ERGO_NORMS = NormSpec(kind="rmsnorm", bias=False, per_layer=6, final=True)
+
+
+def ergo_spec(c: Config) -> ModelSpec:
+    """ErgoForCausalLM: Q, K and V in one projection (heads hidden_size / num_attention_heads
+    wide, whatever head_dim says), Q/K norms, layers sliding or full by layer_types; FFNs of an
+    up and a down projection with the squared ReLU: the first num_dense_blocks layers dense of
+    first_dense_intermediate_size, the others routed experts of moe_intermediate_size and a
+    shared expert of shared_intermediate_size, each expert followed by an RMSNorm of its own
+    (FfnSpec.expert_norm); the head never tied."""
+    spec = moe_spec(Config({**c.data, "head_dim": None}, c.source), "ergo",
+                    shared_width="shared_intermediate_size", first_key="num_dense_blocks",
+                    first_default=1, dense_key="first_dense_intermediate_size",
+                    qk_norm="head", norm=_ERGO_NORMS, qkv_bias=False, out_bias=False)
+    assert spec.embeddings is not None  # moe_spec always builds them
+
+    def relu2(ffn: FfnSpec) -> FfnSpec:
+        return replace(ffn, activation="relu2", gated=False, expert_norm=ffn.is_moe)
+
+    return replace(spec, ffn=relu2(spec.ffn),
+                   pattern=tuple(replace(k, ffn=k.ffn and relu2(k.ffn)) for k in spec.pattern),
+                   embeddings=replace(spec.embeddings, head="untied"))
