@@ -148,6 +148,6 @@ LACKS: dict[str, str] = {
     "zamba": "Mamba-2 or hybrid state-space mixers",
     "zamba2": "Mamba-2 or hybrid state-space mixers",
     "zaya":
-        "its attention's convolutions over Q and K (and delayed values), its router's MLP"
-        " and its layers' residual scales",
+        "a skip expert its router may pick (an active count that is a range), its attention's"
+        " convolutions over Q and K (and delayed values), its router's MLP and residual scales",
 }
