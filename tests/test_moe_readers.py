@@ -138,6 +138,18 @@ def _config(name, **changes):
      "key 'first_k_dense_replace': expected at least one sparse layer, got 28"),
     (_config("exaone_moe", mlp_layer_types=None, first_k_dense_replace=33),
      "key 'first_k_dense_replace': expected at most num_hidden_layers (32), got 33"),
+    (_config("aria_text", mlp_bias=True),
+     "key 'mlp_bias': expected false (biases on the shared expert alone are not read), got "
+     "True"),
+    (_config("hy_v3", mlp_bias=True),
+     "key 'mlp_bias': expected false (biases on the shared expert alone are not read), got "
+     "True"),
+    (_config("beam", attention_bias=True),
+     "key 'attention_bias': expected false (biases on Q but not on its output gate are not "
+     "read), got True"),
+    (_config("laguna", attention_bias=True, gating="per-channel"),
+     "key 'attention_bias': expected false (biases on Q but not on its output gate are not "
+     "read), got True"),
     (_config("aria_text", moe_topk=9),
      "key 'moe_topk': expected at most moe_num_experts (8), got 9"),
     (_config("mimo_v2_flash", num_key_value_heads=64),

@@ -112,6 +112,7 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
              sinks: str = "none", value_heads: bool = False,
              sliding_kv_times: int = 1, dense_key: str = "intermediate_size",
              shares_kv: list[bool] | None = None, mixer_spec: LinearMixerSpec | None = None,
+             shared_mlp_bias: bool = False, unbiased_gate: bool = False,
              **options: Any) -> ModelSpec:
     """A decoder whose layers mix tokens by ``layer_types`` and hold routed experts or a dense
     SwiGLU FFN of ``dense_key``: by ``mlp_layer_types`` / ``first_key`` (:func:`mlp_kinds`)
@@ -122,13 +123,21 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
     layers or in the "sliding" ones; ``value_heads``: values v_head_dim wide (MiMo);
     ``sliding_kv_times``: sliding layers have that many times num_key_value_heads;
     ``shares_kv``: the layers that read another layer's K and V (none of their own);
-    ``mixer_spec``: the linear-attention layers' mixer."""
+    ``mixer_spec``: the linear-attention layers' mixer; ``shared_mlp_bias``: the shared expert
+    takes mlp_bias (Aria, HY-V3) while the routed experts have none: refused when true;
+    ``unbiased_gate``: the output gate has no bias whatever attention_bias says (Beam, Laguna),
+    so attention_bias is refused with a gate as wide as Q (counted with W_Q)."""
     c = with_layer_types(c, family)
     experts = routed_experts(c, experts_key=experts_key, d_ff_key=d_ff_key,
                              top_k_default=top_k_default, experts_default=experts_default,
                              top_k_key=top_k_key, shared_count=shared_count,
                              shared_width=shared_width,
                              shared_gate=shared_gate, router_bias=router_bias)
+    if shared_mlp_bias and experts.shared_d_ff and c.bool("mlp_bias", False):
+        raise c.fail("mlp_bias", "false (biases on the shared expert alone are not read)")
+    if unbiased_gate and output_gate and c.bool("attention_bias", False):
+        raise c.fail("attention_bias", "false (biases on Q but not on its output gate are not "
+                     "read)")
     spec = gated_decoder_spec(c, family, moe=lambda c, n: (experts, 0), **options)
     n = spec.layers.decoder
     sparse = (sparse_steps(c, n, only_layers) if only_layers is not None
@@ -162,7 +171,7 @@ def laguna_spec(c: Config) -> ModelSpec:
     per_head = c.data.get("gating", True) in (True, "per-head")
     spec = moe_spec(c, "laguna", shared_width="shared_expert_intermediate_size", router_bias=True,
                     first_key=None, first_default=1, qk_norm="head", head_gate=per_head,
-                    output_gate=not per_head)
+                    output_gate=not per_head, unbiased_gate=True)
     assert spec.attention is not None  # moe_spec always builds it
     kinds = spec.decoder_kinds()
     heads = c.data.get("num_attention_heads_per_layer")
