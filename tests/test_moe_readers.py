@@ -207,3 +207,13 @@ def test_layer_types_absent_are_as_the_class_derives_them(tmp_path, name):
     assert [k.mixer for k in derived.decoder_kinds()] == [k.mixer
                                                           for k in written.decoder_kinds()]
     assert ffncli.count(derived).total == ffncli.count(written).total
+
+
+def test_mimo_v2_flash_head_widths_default_to_its_class(tmp_path):
+    """MiMo-V2-Flash's class makes heads 192 wide and values 128 when a config omits head_dim
+    and v_head_dim (not hidden_size / heads, 64)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in _config("mimo_v2_flash").items()
+                                if k not in ("head_dim", "v_head_dim")}))
+    att = ffncli.load_spec(config=path).attention
+    assert att is not None and (att.head_dim, att.v_head_dim) == (192, 128)

@@ -109,7 +109,7 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
              router_bias: bool = False, first_key: str | None = "first_k_dense_replace",
              first_default: int = 0, only_layers: tuple[int, ...] | None = None,
              output_gate: bool = False, head_gate: bool = False, gate_bias: bool = False,
-             sinks: str = "none", value_heads: bool = False,
+             sinks: str = "none", v_head_dim: int | None = None,
              sliding_kv_times: int = 1, dense_key: str = "intermediate_size",
              shares_kv: list[bool] | None = None, mixer_spec: LinearMixerSpec | None = None,
              shared_mlp_bias: bool = False, unbiased_gate: bool = False,
@@ -120,7 +120,8 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
     gated_decoder_spec (norms, Q/K norms, biases, head tying); ``output_gate``: W_Q also gives
     a sigmoid gate on each head's output, ``head_gate`` a d_model -> heads gate, ``gate_bias``
     a bias per head on either; ``sinks``: a learned sink logit per head in "all"
-    layers or in the "sliding" ones; ``value_heads``: values v_head_dim wide (MiMo);
+    layers or in the "sliding" ones; ``v_head_dim``: values v_head_dim wide (MiMo; the
+    default when the config has no such key);
     ``sliding_kv_times``: sliding layers have that many times num_key_value_heads;
     ``shares_kv``: the layers that read another layer's K and V (none of their own);
     ``mixer_spec``: the linear-attention layers' mixer; ``shared_mlp_bias``: the shared expert
@@ -150,7 +151,7 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
     assert spec.attention is not None  # gated_decoder_spec always builds it
     att = replace(spec.attention, output_gate=output_gate, head_gate=head_gate,
                   gate_bias=gate_bias, sinks=sinks == "all",
-                  v_head_dim=c.int("v_head_dim") if value_heads else None)
+                  v_head_dim=c.int("v_head_dim", v_head_dim) if v_head_dim else None)
     kv = (att.kv_heads or att.heads) * sliding_kv_times
     if att.heads % kv:
         raise c.fail("num_key_value_heads", f"a divisor of num_attention_heads / "
