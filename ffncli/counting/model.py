@@ -50,7 +50,8 @@ def expert_params(d_model: int, ffn: FfnSpec) -> int:
 
 
 def router_params(d_model: int, ffn: FfnSpec) -> int:
-    return linear(d_model, ffn.experts, ffn.router_bias) if ffn.is_moe else 0
+    """The router scores every expert, zero (identity) experts included."""
+    return linear(d_model, ffn.experts + ffn.zero_experts, ffn.router_bias) if ffn.is_moe else 0
 
 
 def shared_expert_params(d_model: int, ffn: FfnSpec) -> int:
@@ -84,6 +85,14 @@ def ffn_active_params(d_model: int, ffn: FfnSpec) -> int:
             + shared_expert_params(d_model, ffn))
 
 
+def ffn_active_min_params(d_model: int, ffn: FfnSpec) -> int:
+    """What one token uses at the least: as many of its top-k choices as there are zero
+    (identity) experts go to them and cost nothing (LongCat-Flash); without zero experts,
+    ffn_active_params."""
+    unused = min(ffn.top_k, ffn.zero_experts) * expert_params(d_model, ffn)
+    return ffn_active_params(d_model, ffn) - unused
+
+
 def attention_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
     """(width of Q and of the output projection's input, width of K and of V)."""
     head_dim = att.head_dim or d_model // att.heads
@@ -108,7 +117,10 @@ def latent_attention_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[s
     h, qk, v = att.heads, att.head_dim or 0, att.v_head_dim or att.head_dim or 0
     nope, bias = qk - att.rope_head_dim, att.qkv_bias
     q: tuple[tuple[str, int, int, bool], ...]
-    if att.q_lora_rank:
+    if att.query_gate:  # A.X-K2: from twice the query latent, queries and an output gate
+        q = (("W_Q_a", d_model, att.q_lora_rank, bias),
+             ("W_Q_b (and output gate)", 2 * att.q_lora_rank, h * (qk + v), False))
+    elif att.q_lora_rank:
         q = (("W_Q_a", d_model, att.q_lora_rank, bias), ("W_Q_b", att.q_lora_rank, h * qk, False))
     else:
         q = (("W_Q", d_model, h * qk, False),)
@@ -116,13 +128,29 @@ def latent_attention_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[s
         ("W_KV_a", d_model, att.kv_lora_rank + att.rope_head_dim, bias),
         ("W_KV_b", att.kv_lora_rank, h * (nope + v), False),
         ("W_O", h * v, d_model, att.out_bias),
-    )
+    ) + (("W_gate (a scalar per head)", d_model, h, False),) * att.head_gate \
+        + (("W_gate (output)", d_model, h * v, False),) * att.output_gate \
+        + indexer_matrices(d_model, att)
+
+
+def indexer_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[str, int, int, bool], ...]:
+    """DeepSeek-V3.2's lightning indexer (DeepseekV32Indexer): wq_b from the query latent to
+    index_heads x index_head_dim, wk from x to one key of index_head_dim, weights_proj from x
+    to a weight per index head; none of them with a bias. Its key's LayerNorm is a norm."""
+    if not att.index_heads:
+        return ()
+    ih, dim = att.index_heads, att.index_head_dim
+    return (("indexer W_Q", att.q_lora_rank, ih * dim, False),
+            ("indexer W_K", d_model, dim, False),
+            ("indexer head weights", d_model, ih, False))
 
 
 def qk_norm_params(d_model: int, att: AttentionSpec) -> int:
-    """Norms on queries and keys, and latent attention's norms on its two latents."""
+    """Norms on queries and keys, and latent attention's norms on its two latents (and the
+    indexer's LayerNorm, with bias, on its key; dots.llm3's on the rope key)."""
     if att.kv_lora_rank:
-        return att.kv_lora_rank + att.q_lora_rank  # RMSNorm weights
+        rope_key = att.rope_head_dim if att.rope_key_norm else 0
+        return att.kv_lora_rank + att.q_lora_rank + 2 * att.index_head_dim + rope_key
     if att.qk_norm == "none":
         return 0
     head_dim = att.head_dim or d_model // att.heads
@@ -144,7 +172,8 @@ def attention_params(d_model: int, att: AttentionSpec) -> int:
     """W_Q, W_K, W_V, W_O (K and V are kv_heads * head_dim wide under grouped queries)."""
     if att.kv_lora_rank:
         return sum(linear(n_in, n_out, bias)
-                   for _, n_in, n_out, bias in latent_attention_matrices(d_model, att))
+                   for _, n_in, n_out, bias in latent_attention_matrices(d_model, att)) \
+            + sink_params(att)
     return sum(r.params for r in _attention_rows(d_model, att, ""))
 
 
@@ -216,7 +245,9 @@ class KvPart:
     per_token: int
     cap: int = 0
     state: int = 0
-    indices: tuple[int, ...] = ()  # which decoder layers (0-based; empty for every layer)
+    # which cache layers (0-based; empty for every layer): the decoder layers, or each attention
+    # sublayer where a layer has several (LongCat-Flash: layer i's are 2i and 2i + 1)
+    indices: tuple[int, ...] = ()
 
     def elements(self, seq_len: int) -> int:
         """Values held for one sequence of seq_len tokens, all layers of this kind."""
@@ -253,9 +284,10 @@ class KvCache:
 
 def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     """One token's cache in one layer: K and V of each kv head, or under latent attention the
-    compressed latent and the shared rope key (what transformers 5 caches for DeepSeek-V3)."""
+    compressed latent and the shared rope key (what transformers 5 caches for DeepSeek-V3), and
+    the indexer's key (DeepSeek-V3.2's DynamicIndexedLayer)."""
     if att.kv_lora_rank:
-        return att.kv_lora_rank + att.rope_head_dim
+        return att.kv_lora_rank + att.rope_head_dim + att.index_head_dim
     _, kv_width = attention_widths(d_model, att)
     return kv_width + value_widths(d_model, att)[0]
 
@@ -288,6 +320,9 @@ def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPa
     if att is None:
         return None
     per_token = kv_elements_per_layer(spec.d_model, att)
+    if kind.attentions > 1:  # a cache layer per attention sublayer, as transformers numbers them
+        a = kind.attentions
+        indices, n = tuple(i * a + j for i in indices for j in range(a)), n * a
     if kind.mixer in ("sliding", "chunked"):
         return KvPart(kind.mixer, n, per_token, cap=max(kind.window - 1, 1), indices=indices)
     return KvPart("mla" if att.kv_lora_rank else "full", n, per_token, indices=indices)
@@ -382,6 +417,8 @@ class LayerCount:
     norm: int
     flops: Flops
     indices: tuple[int, ...] = ()  # which decoder layers are of this kind (0-based)
+    ffn_active_least: int | None = None  # zero experts: the fewest a token uses (None: ffn_active)
+    ffn_spec: FfnSpec | None = None  # the FFN of these layers
     mixer: str = "full"  # the token mixer (spec.MIXERS); window: its window or chunk
     window: int = 0
     other_rows: tuple[Row, ...] = ()  # parts neither attention, FFN nor norm (Gemma 3n)
@@ -406,6 +443,16 @@ class LayerCount:
 
 
 @dataclass(frozen=True)
+class ActiveRange:
+    """Active parameters per token as a range: ``least`` when a token's choices fall on as
+    many zero experts as they can, ``most`` (ModelCount.active) when on none; ``why``."""
+
+    least: int
+    most: int
+    why: str
+
+
+@dataclass(frozen=True)
 class ModelCount:
     spec: ModelSpec
     layers: tuple[LayerCount, ...]
@@ -421,6 +468,22 @@ class ModelCount:
     def active(self) -> int:
         unused = sum(layer.count * (layer.total - layer.active) for layer in self.layers)
         return self.total - unused
+
+    @property
+    def active_range(self) -> ActiveRange | None:
+        """The parameters a token uses when that is not one number (zero experts can take some
+        of its top-k choices: LongCat-Flash); the most is ``active``. None otherwise."""
+        zero = [layer for layer in self.layers if layer.ffn_active_least is not None]
+        fewer = sum(layer.count * (layer.ffn_active - (layer.ffn_active_least or 0))
+                    for layer in zero)
+        if not fewer:
+            return None
+        ffn = zero[0].ffn_spec
+        assert ffn is not None  # _layer sets it beside ffn_active_least
+        k, z = ffn.top_k, ffn.zero_experts
+        why = (f"up to {min(k, z)} of a token's top-{k} expert choices can fall on one of {z} "
+               "zero (identity) experts, which use no parameters")
+        return ActiveRange(self.active - fewer, self.active, why)
 
     def decoder_ffn(self) -> tuple[int, ...]:
         """Each decoder layer's FFN parameters, in order (experts, shared experts and router
@@ -466,7 +529,8 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
         rows = [Row(f"expert: {r.name}", r.shape, r.params) for r in rows]
         rows.append(Row(f"x {ffn.experts} experts", f"{ffn.experts} x {per_expert:,}",
                         ffn.experts * per_expert))
-        rows.append(Row("router", f"{d} x {ffn.experts}", router_params(d, ffn)))
+        rows.append(Row("router", f"{d} x {ffn.experts + ffn.zero_experts}",
+                        router_params(d, ffn)))
         if ffn.shared_d_ff:
             shared = expert_params(d, FfnSpec(d_ff=ffn.shared_d_ff, gated=ffn.gated,
                                               bias=ffn.bias))
@@ -477,12 +541,12 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
 
 
 def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
     if att.kv_lora_rank:
         return tuple(Row(f"{prefix}{name}", f"{n_in} x {n_out}", linear(n_in, n_out, bias))
-                     for name, n_in, n_out, bias in latent_attention_matrices(d, att))
+                     for name, n_in, n_out, bias in latent_attention_matrices(d, att)) + sinks
     q_width, kv_width = attention_widths(d, att)
     v_width, o_width = value_widths(d, att)
-    sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
     return (
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
@@ -561,6 +625,32 @@ def model_extra_rows(d: int, layers: int, x: LayerExtrasSpec) -> tuple[Row, ...]
     )
 
 
+def norm_gate_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
+    """A.X-K2's gated norms: each gates its output by sigmoid(fc2(silu(fc1(y)))), fc1 d x rank
+    and fc2 rank x d without biases (the norms' own weights are counted with the norms)."""
+    n, r = kind.gated_norms, kind.norm_gate_rank
+    if not n:
+        return ()
+    return (Row("norm gates", f"{n} x ({d} x {r} + {r} x {d})", n * 2 * d * r),)
+
+
+def hyper_rows(d: int, n: int) -> tuple[Row, ...]:
+    """Hyper-connections (HY-V4, after DeepSeek-V4) around attention and around the FFN of
+    each layer, over n copies of the stream: each fn (2n x n d), base (2n) and scale (2)."""
+    if not n:
+        return ()
+    one = 2 * n * n * d + 2 * n + 2
+    return (Row("hyper-connections", f"2 x ({2 * n} x {n * d} + {2 * n} + 2)", 2 * one),)
+
+
+def hyper_head_rows(d: int, n: int) -> tuple[Row, ...]:
+    """The hyper-connection head that merges the n streams before the final norm: hc_fn
+    (n x n d), hc_base (n) and hc_scale (1)."""
+    if not n:
+        return ()
+    return (Row("hyper-connection head", f"{n} x {n * d} + {n} + 1", n * n * d + n + 1),)
+
+
 def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
     mix = kind.mixer_spec
     if mix is None:
@@ -590,13 +680,18 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
             attention_rows += _attention_rows(d, att, "cross ")
             proj_flops *= 2
             score_flops *= 2
-    norms = (norm.per_layer + (1 if cross else 0)) * norm_params(d, norm) if norm else 0
+        attention_rows = _sublayers(attention_rows, kind.attentions)
+        proj_flops, score_flops = proj_flops * kind.attentions, score_flops * kind.attentions
+    per_layer = (kind.norms if kind.norms is not None else norm.per_layer) if norm else 0
+    norms = (per_layer + (1 if cross else 0)) * norm_params(d, norm) if norm else 0
     if att is not None:
         qk = qk_norm_params(d, att)
-        norms += (qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
+        norms += ((qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
+                  * kind.attentions)
     experts_norms, used_norms = expert_norm_params(d, ffn) if kind.has_ffn else (0, 0)
     norms += experts_norms
-    extra = layer_extra_rows(d, spec.extras) if spec.extras else ()
+    extra = (layer_extra_rows(d, spec.extras) if spec.extras else ()) + norm_gate_rows(d, kind) \
+        + hyper_rows(d, spec.hyper_streams)
     return LayerCount(
         kind=name,
         count=count,
@@ -612,8 +707,18 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         indices=indices,
         mixer=kind.mixer,
         window=kind.window,
+        ffn_active_least=ffn_active_min_params(d, ffn) if kind.has_ffn and ffn.zero_experts
+        else None,
+        ffn_spec=ffn,
         norm_unused=experts_norms - used_norms,
     )
+
+
+def _sublayers(rows: tuple[Row, ...], n: int) -> tuple[Row, ...]:
+    """The rows of n attention sublayers of one layer (LongCat-Flash: 2), numbered."""
+    if n == 1:
+        return rows
+    return tuple(Row(f"{i + 1}: {r.name}", r.shape, r.params) for i in range(n) for r in rows)
 
 
 def _decoder_layers(spec: ModelSpec, cross: bool) -> list[LayerCount]:
@@ -733,4 +838,9 @@ def count(spec: ModelSpec) -> ModelCount:
         groups["embeddings"] += embedding.params
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in other)
+    elif any(layer.other for layer in layers):  # A.X-K2's norm gates, hyper-connections
+        head = hyper_head_rows(d, spec.hyper_streams)
+        rows += head
+        groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
+            r.params for r in head)
     return ModelCount(spec, tuple(layers), tuple(rows), groups, head_flops)

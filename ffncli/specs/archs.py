@@ -363,6 +363,28 @@ ARCHS: dict[str, Arch] = {
     "smollm3": Arch(H.patterned_decoder("smollm3"), LLAMA_FFN),
     "gpt_oss": Arch(H.gpt_oss_spec, not_run="experts with clamped SwiGLU (alpha 1.702, limit 7) "
                     "and biases"),
+    # latent-attention variants (issue 40, readers/latent.py)
+    "minicpm3": Arch(read("latent.dense_latent_spec", family="minicpm3"), LLAMA_FFN),
+    "youtu": Arch(read("latent.dense_latent_spec", family="youtu"), LLAMA_FFN),
+    "glm4_moe_lite": Arch(read("latent.latent_moe_spec", family="glm4_moe_lite"),
+                          not_run="shared experts, a dense first layer and grouped sigmoid "
+                          "routing"),
+    "axk1": Arch(read("latent.latent_moe_spec", family="axk1", post_moe_norm=True),
+                 not_run="shared experts and a norm on the mixture's output"),
+    "deepseek_v32": Arch(read("latent.latent_moe_spec", family="deepseek_v32", dense_first=3,
+                              indexer=True),
+                         not_run="shared experts, dense first layers and grouped sigmoid routing"),
+    "glm_moe_dsa": Arch(read("latent.latent_moe_spec", family="glm_moe_dsa", dense_first=3,
+                             indexer=True),
+                        not_run="shared experts, dense first layers and grouped sigmoid routing"),
+    "longcat_flash": Arch(read("latent.longcat_flash_spec"),
+                          not_run="zero (identity) experts and a shortcut mixture of experts"),
+    "dots3_note_text": Arch(read("latent.dots3_note_text_spec"),
+                            not_run="shared experts and grouped sigmoid routing"),
+    "axk2": Arch(read("latent.latent_moe_spec", family="axk2", indexer=True, gated=True),
+                 not_run="shared experts, gated norms and an output gate"),
+    "hy_v4": Arch(read("latent.latent_moe_spec", family="hy_v4", indexer=True, hyper=True),
+                  not_run="hyper-connections, attention sinks and clamped SwiGLU experts"),
     # new kinds of mixture of experts (issue 40, readers/moe.py)
     "solar_open": Arch(read("moe.moe_spec", family="solar_open", experts_key="n_routed_experts",
                             top_k_default=8, shared_count=("n_shared_experts", 1),

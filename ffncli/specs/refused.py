@@ -12,8 +12,6 @@ LACKS: dict[str, str] = {
         "a reader for its layers (attention_layernorm.weight, feedforward_layernorm.weight)",
     "arcee": "a reader for its layers",
     "audioflamingo3": "its vision or audio tower",
-    "axk1": "its variant of latent attention",
-    "axk2": "its variant of latent attention",
     "bailing_hybrid": "Mamba-2 or hybrid state-space mixers and its variant of latent attention",
     "bamba": "Mamba-2 or hybrid state-space mixers",
     "bert-generation":
@@ -29,7 +27,6 @@ LACKS: dict[str, str] = {
     "ctrl": "a reader for its layers (ffn.*.bias, ffn.*.weight)",
     "dbrx": "a model transformers itself cannot build from these defaults",
     "deberta": "a reader for its encoder",
-    "deepseek_v32": "its variant of latent attention",
     "deepseek_v4":
         "its hyper-connections (attn_hc, ffn_hc), compressed and indexed attention and hash-routed"
         " experts (hash_moe)",
@@ -38,7 +35,6 @@ LACKS: dict[str, str] = {
     "dory": "a reader for its layers (lambda_*, mlp.suv_gate)",
     "dots1": "a model transformers itself cannot build from these defaults",
     "dots3_note": "a model transformers itself cannot build from these defaults",
-    "dots3_note_text": "its variant of latent attention",
     "emu3": "a model transformers itself cannot build from these defaults",
     "encoder-decoder": "a reader for its encoder and decoder",
     "esm": "a model transformers itself cannot build from these defaults",
@@ -63,8 +59,6 @@ LACKS: dict[str, str] = {
         "a reader for its layers (post_feedforward_layernorm.weight,"
         " pre_feedforward_layernorm.weight)",
     "git": "its vision or audio tower",
-    "glm4_moe_lite": "its variant of latent attention",
-    "glm_moe_dsa": "its variant of latent attention",
     "glmasr": "its vision or audio tower",
     "got_ocr2": "its vision or audio tower",
     "gpt-sw3": "a reader for its layers (attn.c_attn.bias, attn.c_attn.weight)",
@@ -78,7 +72,6 @@ LACKS: dict[str, str] = {
     "hrm_text": "a reader for its layers (self_attn.gate_proj.weight)",
     "hunyuan_v1_dense": "a model transformers itself cannot build from these defaults",
     "hunyuan_v1_moe": "a model transformers itself cannot build from these defaults",
-    "hy_v4": "its variant of latent attention",
     "inkling2_loop_text": "short-convolution mixers",
     "inkling2_text": "short-convolution mixers",
     "inkling_text": "short-convolution mixers",
@@ -91,10 +84,8 @@ LACKS: dict[str, str] = {
     "led": "a reader for its encoder and decoder",
     "lfm2_moe": "a model transformers itself cannot build from these defaults",
     "lfm3": "short-convolution mixers",
-    "longcat_flash": "its variant of latent attention",
     "longformer": "a reader for its encoder",
     "luke": "a reader for its encoder",
-    "minicpm3": "its variant of latent attention",
     "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
     "mobilebert": "a reader for its encoder",
@@ -144,7 +135,6 @@ LACKS: dict[str, str] = {
     "xlnet": "a reader for its layers (ff.layer_*.bias, ff.layer_*.weight)",
     "xlstm": "recurrent (RWKV/xLSTM) blocks",
     "xmod": "a reader for its encoder",
-    "youtu": "its variant of latent attention",
     "zamba": "Mamba-2 or hybrid state-space mixers",
     "zamba2": "Mamba-2 or hybrid state-space mixers",
     "zaya":

@@ -56,6 +56,9 @@ class FfnSpec:
     # Ergo: each routed expert's output and the shared expert's go through an RMSNorm of d_model
     # of their own (counted with the layer's norms; a routed expert's norm active with it).
     expert_norm: bool = False
+    # Zero (identity) experts beside the routed ones (LongCat-Flash): the router scores
+    # experts + zero_experts; a top-k choice of one costs nothing, so the active count is a range.
+    zero_experts: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -97,9 +100,21 @@ class AttentionSpec:
     rope_head_dim: int = 0
     v_head_dim: int | None = None
     sinks: bool = False  # one learned logit per head that takes part in the softmax (gpt-oss)
-    output_gate: bool = False  # W_Q also gives a sigmoid gate on each head's output (Qwen3-Next)
-    head_gate: bool = False  # a d_model -> heads gate, one scalar on each head's output (Laguna)
+    # a sigmoid gate on each head's output: W_Q gives it too (Qwen3-Next); under latent attention
+    # a projection of its own from x, heads x v_head_dim (HY-V4)
+    output_gate: bool = False
+    # DeepSeek-V3.2's lightning indexer beside latent attention (index_heads > 0): queries of
+    # index_heads x index_head_dim from the query latent, one key of index_head_dim (LayerNorm
+    # with bias) and a weight per head from x; it caches its key per token.
+    index_heads: int = 0
+    index_head_dim: int = 0
+    # a gate per head from x, d_model x heads: sigmoid (dots.llm3, latent) or softplus (Laguna)
+    head_gate: bool = False
     gate_bias: bool = False  # a bias per head on the output gate (Beam)
+    rope_key_norm: bool = False  # latent attention: an RMSNorm on the rope key (dots.llm3)
+    # latent attention: W_Q_b reads twice q_lora_rank and also gives a sigmoid gate of
+    # v_head_dim per head on the output (A.X-K2's q_gate_proj)
+    query_gate: bool = False
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
@@ -173,6 +188,10 @@ class LayerKind:
     ffn: FfnSpec | None = None  # None: the spec's FFN
     has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
+    attentions: int = 1  # attention sublayers in each layer, each its own KV (LongCat-Flash: 2)
+    norms: int | None = None  # norms of d_model in each layer (None: the spec's norm.per_layer)
+    gated_norms: int = 0  # of those, how many gate their output by x -> norm_gate_rank -> x
+    norm_gate_rank: int = 0  # (A.X-K2's GatedRMSNorm: two bias-free projections, d x rank x d)
 
 
 @dataclass(frozen=True)
@@ -254,6 +273,7 @@ class ModelSpec:
     # is the language model's alone, and says so.
     uncounted: tuple[str, ...] = ()
     extras: LayerExtrasSpec | None = None  # Gemma 3n's AltUp, LAuReL and per-layer inputs
+    hyper_streams: int = 0  # hyper-connections over this many copies of the stream (HY-V4)
 
     @property
     def ffn_only(self) -> bool:
@@ -308,12 +328,16 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
     "attention.kv_lora_rank": 0,
     "attention.q_lora_rank": 0,
     "attention.rope_head_dim": 0,
+    "attention.index_heads": 0,
+    "attention.index_head_dim": 0,
+    "ffn.zero_experts": 0,
+    "dense_ffn.zero_experts": 0,
     "layers.dense": 0,
 }
 
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
-NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras"})
+NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams"})
 
 
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
@@ -438,6 +462,15 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
     elif att is not None and (att.q_lora_rank or att.rope_head_dim):
         raise SpecError(f"{source}: key 'attention.kv_lora_rank': q_lora_rank and "
                         "rope_head_dim belong to latent attention (kv_lora_rank > 0)")
+    if att is not None and (att.index_heads or att.index_head_dim) and not (
+            att.index_heads and att.index_head_dim and att.q_lora_rank and att.kv_lora_rank):
+        raise SpecError(f"{source}: key 'attention.index_heads': the indexer needs latent "
+                        "attention with q_lora_rank, and index_heads and index_head_dim, all > 0")
+    for key in ("rope_key_norm", "query_gate"):
+        if att is not None and getattr(att, key) and not (
+                att.kv_lora_rank and (att.q_lora_rank or key != "query_gate")):
+            raise SpecError(f"{source}: key 'attention.{key}': belongs to latent attention "
+                            "(kv_lora_rank > 0; query_gate with q_lora_rank > 0)")
 
 
 def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> ModelSpec:
