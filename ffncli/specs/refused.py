@@ -10,9 +10,7 @@ LACKS: dict[str, str] = {
     "apertus1p5_text":
         "a reader for its layers (attention_layernorm.weight, feedforward_layernorm.weight)",
     "arcee": "a reader for its layers",
-    "aria_text": "its kind of mixture of experts",
     "audioflamingo3": "its vision or audio tower",
-    "beam": "its kind of mixture of experts",
     "biogpt": "a reader for its layers (fc1.bias, fc1.weight)",
     "bitnet": "a reader for its layers (mlp.ffn_sub_norm.weight, self_attn.attn_sub_norm.weight)",
     "blt": "its vision or audio tower",
@@ -21,17 +19,16 @@ LACKS: dict[str, str] = {
     "cpmant": "a reader for its layers (ffn.ffn.w_in.w_*.weight, ffn.ffn.w_out.weight)",
     "ctrl": "a reader for its layers (ffn.*.bias, ffn.*.weight)",
     "dbrx": "a model transformers itself cannot build from these defaults",
-    "deepseek_v4": "its kind of mixture of experts",
+    "deepseek_v4":
+        "its hyper-connections (attn_hc, ffn_hc), compressed and indexed attention and"
+        " hash-routed experts (hash_moe)",
     "diffllama": "a reader for its layers (self_attn.lambda_k1, self_attn.lambda_k2)",
     "doge": "a reader for its layers (input_residual, post_attention_residual)",
     "dory": "a reader for its layers (lambda_*, mlp.suv_gate)",
     "dots1": "a model transformers itself cannot build from these defaults",
     "dots3_note": "a model transformers itself cannot build from these defaults",
     "emu3": "a model transformers itself cannot build from these defaults",
-    "ergo": "its kind of mixture of experts",
     "esm": "a model transformers itself cannot build from these defaults",
-    "exaone_moe": "its kind of mixture of experts",
-    "flint": "its kind of mixture of experts",
     "fuyu": "a reader for its layers (input_layernorm.bias, mlp.dense_4h_to_h.bias)",
     "gemma3n": "a model transformers itself cannot build from these defaults",
     "gemma4": "a reader for its layers (per_layer_input_gate.weight, per_layer_projection.weight)",
@@ -59,23 +56,17 @@ LACKS: dict[str, str] = {
     "hrm_text": "a reader for its layers (self_attn.gate_proj.weight)",
     "hunyuan_v1_dense": "a model transformers itself cannot build from these defaults",
     "hunyuan_v1_moe": "a model transformers itself cannot build from these defaults",
-    "hy_v3": "its kind of mixture of experts",
     "inkling2_loop_text":
         "attention residuals over earlier layers, message gates between loops, dynamic short"
         " convolutions and relative-position biases",
     "inkling2_text":
-        "attention residuals over earlier layers, dynamic short convolutions, sink projections"
-        " and relative-position biases",
+        "attention residuals over earlier layers, dynamic short convolutions, sink"
+        " projections and relative-position biases",
     "jais2": "a reader for its layers (input_layernorm.bias, mlp.down_proj.bias)",
-    "jetmoe": "its kind of mixture of experts",
-    "kolibri1": "its kind of mixture of experts",
-    "kolibri1_1": "its kind of mixture of experts",
-    "laguna": "its kind of mixture of experts",
+    "jetmoe":
+        "a mixture of attention heads (routed Q and O projections: active attention) and the"
+        " bias on its experts' summed output",
     "lfm2_moe": "a model transformers itself cannot build from these defaults",
-    "mimo_v2_flash": "its kind of mixture of experts",
-    "minicpm5_moe": "its kind of mixture of experts",
-    "minimax": "its kind of mixture of experts",
-    "minimax_m3_vl_text": "its kind of mixture of experts",
     "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
     "modernbert-decoder": "a reader for its layers (attn.Wo.weight, attn.k_proj.weight)",
@@ -98,12 +89,14 @@ LACKS: dict[str, str] = {
     "qwen3_asr": "its vision or audio tower",
     "qwen4_exp": "a model transformers itself cannot build from these defaults",
     "qwen4_exp_text": "a model transformers itself cannot build from these defaults",
-    "solar_open": "its kind of mixture of experts",
     "ultravbert": "its vision or audio tower",
     "voxtral": "its vision or audio tower",
     "voxtral_realtime": "its vision or audio tower",
     "whisper": "a reader for its encoder",
     "xglm": "a reader for its layers (fc1.bias, fc1.weight)",
     "xlnet": "a reader for its layers (ff.layer_*.bias, ff.layer_*.weight)",
-    "zaya": "its kind of mixture of experts",
+    "zaya":
+        "a skip expert its router may pick (an active count that is a range), its attention's"
+        " convolutions over Q and K (and delayed values), its router's MLP and residual"
+        " scales",
 }
