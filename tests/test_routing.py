@@ -403,6 +403,13 @@ def test_hostile_input_is_refused_in_one_line(kwargs, message):
     assert acc.tokens == 0 and not acc.load.any()  # nothing half-counted
 
 
+def test_a_bad_argument_leaves_the_others_uncounted():
+    acc = RoutingCounts(4, 2)
+    with pytest.raises(InputError, match="routing probabilities"):
+        acc.update(**GOOD, weights=np.ones((2, 2)), probs=np.full((2, 4), np.nan))
+    assert acc.weighted_tokens == 0 and not acc.weight_sum.any()
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda: RoutingCounts(1, 1), "experts: expected a whole number >= 2, got 1"),
     (lambda: RoutingCounts(4, 5), "top_k: expected a whole number from 1 to 4, got 5"),

@@ -296,13 +296,13 @@ class RoutingCounts:
         scores over all experts."""
         ids = check_chosen(chosen, self.experts, self.top_k)
         n = ids.shape[0]
-        pos = check_positions(positions, n)
-        if weights is not None:
-            w = check_scores("routing weights", weights, ids.shape)
+        pos = check_positions(positions, n)  # every input checked before anything is added
+        w = None if weights is None else check_scores("routing weights", weights, ids.shape)
+        p = None if probs is None else check_probabilities(probs, n, self.experts)  # (n, E)
+        if w is not None:
             self.weight_sum += np.bincount(ids.ravel(), w.ravel(), minlength=self.experts)
             self.weighted_tokens += n
-        if probs is not None:
-            p = check_probabilities(probs, n, self.experts)  # (n, E), rows summing to 1
+        if p is not None:
             self.prob_sum += p.sum(axis=0)
             self.entropy_sum += float(entropy(p).sum())
             self.scored_tokens += n
