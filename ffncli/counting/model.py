@@ -8,19 +8,24 @@ weights are counted once, buffers never. FLOPs are 2 per multiply-add of the mat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
     FfnSpec,
-    LayerExtrasSpec,
     LayerKind,
-    LinearMixerSpec,
-    Mamba2MixerSpec,
-    MambaMixerSpec,
     ModelSpec,
     NormSpec,
 )
+
+if TYPE_CHECKING:  # a config reader builds them (specs/layers.py): off a preset's start-up
+    from ffncli.specs.layers import (
+        LayerExtrasSpec,
+        LinearMixerSpec,
+        Mamba2MixerSpec,
+        MambaMixerSpec,
+    )
 
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
 BITS_PER_PARAM = {"float32": 32, "bfloat16": 16, "int8": 8, "int4": 4}
@@ -222,6 +227,8 @@ def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpe
     """A fixed state: Gated DeltaNet's convolution's last conv_kernel inputs (Q, K and V) and
     one k_head_dim x v_head_dim matrix per value head; Mamba's convolution inputs and its
     d_inner x d_state SSM state."""
+    from ffncli.specs.layers import Mamba2MixerSpec, MambaMixerSpec  # loaded: mix is one
+
     if isinstance(mix, MambaMixerSpec):
         return mix.d_inner * (mix.conv_kernel + mix.d_state)
     if isinstance(mix, Mamba2MixerSpec):  # the convolved stream's inputs, a state per head
@@ -517,6 +524,8 @@ def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
     mix = kind.mixer_spec
     if mix is None:
         return ()
+    from ffncli.specs.layers import Mamba2MixerSpec, MambaMixerSpec  # loaded: mix is one
+
     matrices = (mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
                 else mamba2_matrices(d, mix) if isinstance(mix, Mamba2MixerSpec)
                 else linear_mixer_matrices(d, mix))

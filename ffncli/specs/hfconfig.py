@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ffncli.specs.config import ACTIVATIONS
 from ffncli.specs.config import Config as Config
@@ -24,12 +24,12 @@ from ffncli.specs.spec import (
     FfnSpec,
     LayerKind,
     LayersSpec,
-    LinearMixerSpec,
-    Mamba2MixerSpec,
-    MambaMixerSpec,
     ModelSpec,
     NormSpec,
 )
+
+if TYPE_CHECKING:  # built by the readers of the families that have them
+    from ffncli.specs.layers import LinearMixerSpec, Mamba2MixerSpec, MambaMixerSpec
 
 
 def _decoder_only(

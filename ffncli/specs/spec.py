@@ -14,11 +14,19 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ffncli.base import validate
 from ffncli.base.validate import suggest
 from ffncli.errors import SpecError, shown
+
+if TYPE_CHECKING:  # built by config readers only: off a preset's start-up
+    from ffncli.specs.layers import (
+        LayerExtrasSpec,
+        LinearMixerSpec,
+        Mamba2MixerSpec,
+        MambaMixerSpec,
+    )
 
 # Activations applied elementwise. ``gelu`` is the exact (erf) GELU; ``gelu_tanh`` is the tanh
 # approximation (GPT-2's ``gelu_new``, PyTorch's ``approximate="tanh"``). ``swish`` is
@@ -103,53 +111,7 @@ class AttentionSpec:
 MIXERS = ("full", "sliding", "chunked", "linear", "mamba", "none")
 
 
-@dataclass(frozen=True)
-class LinearMixerSpec:
-    """A token mixer other than softmax attention, with a fixed state per sequence.
 
-    ``gated_deltanet`` (Qwen3-Next): Q and K of ``k_heads`` x ``k_head_dim``, V and the output
-    gate of ``v_heads`` x ``v_head_dim``, the per-head beta and alpha, a depthwise causal
-    convolution of ``conv_kernel`` over Q, K and V, per-head ``A_log`` and ``dt_bias``, an
-    RMSNorm of ``v_head_dim`` on the output, and the output projection."""
-
-    kind: str  # "gated_deltanet"
-    k_heads: int
-    v_heads: int
-    k_head_dim: int
-    v_head_dim: int
-    conv_kernel: int = 4
-
-
-@dataclass(frozen=True)
-class MambaMixerSpec:
-    """A Mamba (selective state-space) mixer: x -> d_inner twice (the SSM input and its gate),
-    a depthwise causal convolution of conv_kernel, x_proj to the time-step rank and the input-
-    dependent B and C (d_state each), dt_proj back to d_inner, per-channel A (d_state) and D,
-    the output projection. ``bc_dt_norms``: RMSNorms on the time step, B and C (Jamba)."""
-
-    d_inner: int
-    d_state: int
-    dt_rank: int
-    conv_kernel: int = 4
-    conv_bias: bool = True
-    proj_bias: bool = False
-    bc_dt_norms: bool = False
-
-
-@dataclass(frozen=True)
-class Mamba2MixerSpec:
-    """A Mamba-2 mixer: one projection to the gate (d_inner), the convolved stream (d_inner and
-    B and C, groups x d_state each) and one time step per head; a depthwise convolution of
-    conv_kernel over the convolved stream; per-head dt_bias, A_log and D; a gated RMSNorm of
-    d_inner; the output projection."""
-
-    d_inner: int
-    d_state: int
-    heads: int
-    groups: int = 1
-    conv_kernel: int = 4
-    conv_bias: bool = True
-    proj_bias: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,20 +129,6 @@ class LayerKind:
     has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
 
-
-@dataclass(frozen=True)
-class LayerExtrasSpec:
-    """Gemma 3n's parts beside attention and FFN. Per layer: AltUp over ``altup_inputs``
-    copies of the stream (coefficients, a router and its norm, an output scale), a LAuReL
-    low-rank residual of ``laurel_rank`` and its norm, the per-layer input's gate and projection
-    of ``per_layer_width`` and its norm. Per model: a per-layer embedding table
-    (``per_layer_vocab`` x layers x per_layer_width), the projection of the stream to those
-    inputs and its norm, and the AltUp projections in and out."""
-
-    altup_inputs: int
-    laurel_rank: int
-    per_layer_width: int
-    per_layer_vocab: int
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from ffncli.specs.hfconfig import (
     windowed,
     with_pattern,
 )
-from ffncli.specs.spec import LayerExtrasSpec, LayerKind, ModelSpec
+from ffncli.specs.layers import LayerExtrasSpec
+from ffncli.specs.spec import LayerKind, ModelSpec
 
 
 def gemma2_spec(c: Config) -> ModelSpec:

@@ -15,14 +15,12 @@ from ffncli.specs.hfconfig import (
     routed,
     with_pattern,
 )
+from ffncli.specs.layers import LinearMixerSpec, Mamba2MixerSpec, MambaMixerSpec
 from ffncli.specs.spec import (
     EmbeddingsSpec,
     FfnSpec,
     LayerKind,
     LayersSpec,
-    LinearMixerSpec,
-    Mamba2MixerSpec,
-    MambaMixerSpec,
     ModelSpec,
     NormSpec,
 )

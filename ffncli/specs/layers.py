@@ -1,0 +1,75 @@
+"""The parts of a decoder layer that only config readers build (never a preset): token mixers
+other than attention, with a fixed state per sequence instead of a KV cache (linear attention,
+Mamba, Mamba-2: ``LayerKind.mixer_spec``), and Gemma 3n's extras (``ModelSpec.extras``).
+
+A module of their own so that a preset's count does not define them: ``params --preset``
+imports :mod:`ffncli.specs.spec` only (tests/test_startup.py pins the set). No NumPy here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LinearMixerSpec:
+    """A token mixer other than softmax attention, with a fixed state per sequence.
+
+    ``gated_deltanet`` (Qwen3-Next): Q and K of ``k_heads`` x ``k_head_dim``, V and the output
+    gate of ``v_heads`` x ``v_head_dim``, the per-head beta and alpha, a depthwise causal
+    convolution of ``conv_kernel`` over Q, K and V, per-head ``A_log`` and ``dt_bias``, an
+    RMSNorm of ``v_head_dim`` on the output, and the output projection."""
+
+    kind: str  # "gated_deltanet"
+    k_heads: int
+    v_heads: int
+    k_head_dim: int
+    v_head_dim: int
+    conv_kernel: int = 4
+
+
+@dataclass(frozen=True)
+class MambaMixerSpec:
+    """A Mamba (selective state-space) mixer: x -> d_inner twice (the SSM input and its gate),
+    a depthwise causal convolution of conv_kernel, x_proj to the time-step rank and the input-
+    dependent B and C (d_state each), dt_proj back to d_inner, per-channel A (d_state) and D,
+    the output projection. ``bc_dt_norms``: RMSNorms on the time step, B and C (Jamba)."""
+
+    d_inner: int
+    d_state: int
+    dt_rank: int
+    conv_kernel: int = 4
+    conv_bias: bool = True
+    proj_bias: bool = False
+    bc_dt_norms: bool = False
+
+
+@dataclass(frozen=True)
+class Mamba2MixerSpec:
+    """A Mamba-2 mixer: one projection to the gate (d_inner), the convolved stream (d_inner and
+    B and C, groups x d_state each) and one time step per head; a depthwise convolution of
+    conv_kernel over the convolved stream; per-head dt_bias, A_log and D; a gated RMSNorm of
+    d_inner; the output projection."""
+
+    d_inner: int
+    d_state: int
+    heads: int
+    groups: int = 1
+    conv_kernel: int = 4
+    conv_bias: bool = True
+    proj_bias: bool = False
+
+
+@dataclass(frozen=True)
+class LayerExtrasSpec:
+    """Gemma 3n's parts beside attention and FFN. Per layer: AltUp over ``altup_inputs``
+    copies of the stream (coefficients, a router and its norm, an output scale), a LAuReL
+    low-rank residual of ``laurel_rank`` and its norm, the per-layer input's gate and projection
+    of ``per_layer_width`` and its norm. Per model: a per-layer embedding table
+    (``per_layer_vocab`` x layers x per_layer_width), the projection of the stream to those
+    inputs and its norm, and the AltUp projections in and out."""
+
+    altup_inputs: int
+    laurel_rank: int
+    per_layer_width: int
+    per_layer_vocab: int
