@@ -9,16 +9,16 @@ This module must not import NumPy: ``ffncli params`` is integer arithmetic and s
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ffncli.base import validate
 from ffncli.base.validate import suggest
-from ffncli.errors import SpecError, shown
+from ffncli.errors import SpecError
+from ffncli.specs.rules import ACTIVATIONS, GLU_VARIANTS, build
 
 if TYPE_CHECKING:  # built by config readers only: off a preset's start-up
     from ffncli.specs.layers import (
@@ -27,20 +27,6 @@ if TYPE_CHECKING:  # built by config readers only: off a preset's start-up
         Mamba2MixerSpec,
         MambaMixerSpec,
     )
-
-# Activations applied elementwise. ``gelu`` is the exact (erf) GELU; ``gelu_tanh`` is the tanh
-# approximation (GPT-2's ``gelu_new``, PyTorch's ``approximate="tanh"``). ``swish`` is
-# ``silu`` with a ``beta`` other than 1.
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swish", "sigmoid", "identity")
-
-# The GLU family (Shazeer, 2020): act(x W + b) * (x V + c), each name a gated activation.
-GLU_VARIANTS = {
-    "glu": "sigmoid",
-    "reglu": "relu",
-    "geglu": "gelu",
-    "swiglu": "silu",
-    "bilinear": "identity",
-}
 
 NormKind = Literal["layernorm", "rmsnorm"]
 HeadKind = Literal["tied", "untied", "none"]
@@ -215,7 +201,8 @@ class ModelSpec:
 
 
 # ---------------------------------------------------------------------------------------------
-# Validation: one place, one message format ("<source>: <key>: expected ..., got ...").
+# Validation: one place, one message format ("<source>: <key>: expected ..., got ..."): each
+# key by specs/rules.py, the rules across keys here.
 
 _SECTIONS: dict[str, type] = {
     "ffn": FfnSpec,
@@ -227,88 +214,8 @@ _SECTIONS: dict[str, type] = {
     "dense_ffn": FfnSpec,
 }
 
-_CHOICES: dict[str, tuple[str, ...]] = {
-    "ffn.activation": ACTIVATIONS,
-    "norm.kind": ("layernorm", "rmsnorm"),
-    "embeddings.head": ("tied", "untied", "none"),
-    "attention.qk_norm": ("none", "head", "heads"),
-}
-
-_MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other integer must be >= 1
-    "attention.relative_buckets": 0,
-    "embeddings.relative": 0,
-    "norm.per_layer": 0,
-    "layers.encoder": 0,
-    "layers.decoder": 0,
-    "embeddings.positions": 0,
-    "embeddings.position_offset": 0,
-    "embeddings.token_types": 0,
-    "init.seed": 0,
-    "ffn.shared_d_ff": 0,
-    "dense_ffn.shared_d_ff": 0,
-    "attention.kv_lora_rank": 0,
-    "attention.q_lora_rank": 0,
-    "attention.rope_head_dim": 0,
-    "layers.dense": 0,
-}
-
-
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
 NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras"})
-
-
-def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
-    """One key's value, checked by ``validate`` (never coerced)."""
-    where = f"{source}: key '{key}'"
-    if value is None:
-        if "None" in annotation:
-            return None
-        raise validate.fail(where, _describe(key, annotation), value, SpecError)
-    if annotation.startswith("bool"):
-        return validate.flag(where, value, SpecError)
-    if annotation.startswith("int"):
-        return validate.whole(where, value, _MINIMUM.get(key, 1), error=SpecError)
-    if annotation.startswith("float"):
-        return validate.number(where, value, positive=True, error=SpecError)
-    return validate.name(where, value, _CHOICES.get(key), SpecError)
-
-
-def _describe(key: str, annotation: str) -> str:
-    if annotation.startswith("int"):
-        return "a whole number >= 0" if _MINIMUM.get(key, 1) == 0 else "a whole number >= 1"
-    return "a value"
-
-
-def _build(source: str, prefix: str, cls: type, data: Any) -> Any:
-    where = prefix.rstrip(".") or "top level"
-    if not isinstance(data, Mapping):
-        raise SpecError(f"{source}: '{where}' must be a mapping of keys to values, got "
-                        f"{validate.brief(data)}")
-    allowed = {f.name: f for f in fields(cls) if f.name not in NOT_PRESET_KEYS}
-    for key in data:
-        if key not in allowed:
-            raise SpecError(
-                f"{source}: unknown key '{prefix}{shown(key)}'"
-                f"{suggest(str(key), list(allowed))}; "
-                f"allowed keys: {', '.join(allowed)}"
-            )
-    values: dict[str, Any] = {}
-    for name, f in allowed.items():
-        if name not in data:
-            no_default = (
-                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            )
-            if no_default:
-                raise SpecError(f"{source}: missing key '{prefix}{name}'")
-            continue
-        if not prefix and name in _SECTIONS:
-            if data[name] is None and "None" in str(f.type):
-                values[name] = None
-            else:
-                values[name] = _build(source, f"{prefix}{name}.", _SECTIONS[name], data[name])
-        else:
-            values[name] = _check_value(source, f"{prefix}{name}", data[name], str(f.type))
-    return cls(**values)
 
 
 def check_spec(spec: ModelSpec, source: str) -> ModelSpec:
@@ -344,12 +251,25 @@ def check_spec(spec: ModelSpec, source: str) -> ModelSpec:
 def _validate_additions(spec: ModelSpec, source: str) -> None:
     """Rules of the keys added for issue 12: shared experts, dense layers, latent attention."""
     for key, ffn in (("ffn", spec.ffn), ("dense_ffn", spec.dense_ffn)):
-        if ffn is not None and (ffn.shared_d_ff or ffn.shared_gate) and not ffn.is_moe:
-            raise SpecError(f"{source}: key '{key}.shared_d_ff': only a mixture of experts "
-                            f"({key}.experts > 1) has a shared expert")
-        if ffn is not None and ffn.shared_gate and not ffn.shared_d_ff:
-            raise SpecError(f"{source}: key '{key}.shared_gate': needs a shared expert "
-                            f"({key}.shared_d_ff > 0)")
+        if ffn is not None:
+            _check_shared_expert(ffn, key, source)
+    _check_layers(spec, source)
+    if spec.attention is not None:
+        _check_latent(spec.attention, spec.d_model, source)
+
+
+def _check_shared_expert(ffn: FfnSpec, key: str, source: str) -> None:
+    """A shared expert (and its gate) belongs to a mixture of experts."""
+    if (ffn.shared_d_ff or ffn.shared_gate) and not ffn.is_moe:
+        raise SpecError(f"{source}: key '{key}.shared_d_ff': only a mixture of experts "
+                        f"({key}.experts > 1) has a shared expert")
+    if ffn.shared_gate and not ffn.shared_d_ff:
+        raise SpecError(f"{source}: key '{key}.shared_gate': needs a shared expert "
+                        f"({key}.shared_d_ff > 0)")
+
+
+def _check_layers(spec: ModelSpec, source: str) -> None:
+    """The dense layers and the layer pattern fit the decoder's layers."""
     layers = spec.layers
     if layers.dense > layers.decoder:
         raise SpecError(f"{source}: key 'layers.dense': expected at most layers.decoder "
@@ -360,19 +280,24 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
     if layers.dense and spec.dense_ffn is None:
         raise SpecError(f"{source}: key 'dense_ffn': layers.dense ({layers.dense}) needs the "
                         "dense layers' FFN")
-    att = spec.attention
-    if att is not None and att.kv_lora_rank:
-        if att.head_dim is None or att.rope_head_dim >= att.head_dim:
-            raise SpecError(f"{source}: key 'attention.rope_head_dim': latent attention needs "
-                            "attention.head_dim (nope + rope) larger than rope_head_dim")
-        for key in ("kv_lora_rank", "q_lora_rank"):
-            rank = getattr(att, key)
-            if rank > spec.d_model:
-                raise SpecError(f"{source}: key 'attention.{key}': expected at most d_model "
-                                f"({spec.d_model}), got {rank}")
-    elif att is not None and (att.q_lora_rank or att.rope_head_dim or att.v_head_dim):
-        raise SpecError(f"{source}: key 'attention.kv_lora_rank': q_lora_rank, rope_head_dim "
-                        "and v_head_dim belong to latent attention (kv_lora_rank > 0)")
+
+
+def _check_latent(att: AttentionSpec, d_model: int, source: str) -> None:
+    """Latent attention's keys: its head widths and ranks, and no latent keys without it."""
+    if not att.kv_lora_rank:
+        if att.q_lora_rank or att.rope_head_dim or att.v_head_dim:
+            raise SpecError(f"{source}: key 'attention.kv_lora_rank': q_lora_rank, "
+                            "rope_head_dim and v_head_dim belong to latent attention "
+                            "(kv_lora_rank > 0)")
+        return
+    if att.head_dim is None or att.rope_head_dim >= att.head_dim:
+        raise SpecError(f"{source}: key 'attention.rope_head_dim': latent attention needs "
+                        "attention.head_dim (nope + rope) larger than rope_head_dim")
+    for key in ("kv_lora_rank", "q_lora_rank"):
+        rank = getattr(att, key)
+        if rank > d_model:
+            raise SpecError(f"{source}: key 'attention.{key}': expected at most d_model "
+                            f"({d_model}), got {rank}")
 
 
 def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> ModelSpec:
@@ -382,7 +307,7 @@ def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> M
                         f"{type(data).__name__}")
     if "name" not in data:
         data = {**data, "name": default_name}
-    spec = _build(source, "", ModelSpec, data)
+    spec = build(source, ModelSpec, data, _SECTIONS, NOT_PRESET_KEYS)
     return check_spec(spec, source)
 
 
@@ -482,16 +407,33 @@ def match_gated_d_ff(d_model: int, d_ff: int, bias: bool, multiple_of: int = 1) 
 
 def apply_overrides(spec: ModelSpec, ov: Overrides) -> ModelSpec:
     """A new spec with the what-if values applied, validated again."""
-    ffn = spec.ffn
+    new_ffn = replace(spec.ffn, **_ffn_changes(spec.ffn, ov))
+    d_model = spec.d_model
+    if ov.d_model is not None:
+        d_model = validate.whole(_option("d_model"), ov.d_model, error=SpecError)
+    validate.whole(_option("multiple_of"), ov.multiple_of, error=SpecError)
+    seq_len = spec.seq_len
+    if ov.seq_len is not None:
+        seq_len = validate.whole(_option("seq_len"), ov.seq_len, error=SpecError)
+    if ov.match_params:
+        new_ffn = _matched(new_ffn, d_model, ov.multiple_of)
+    attention = spec.attention
+    if attention is not None and ov.d_model is not None and attention.head_dim is None:
+        if d_model % attention.heads:
+            raise SpecError(
+                f"option --d-model: {d_model} is not divisible by the {attention.heads} "
+                "attention heads"
+            )
+    new = replace(spec, d_model=d_model, ffn=new_ffn, seq_len=seq_len)
+    return check_spec(new, "overrides")
+
+
+def _ffn_changes(ffn: FfnSpec, ov: Overrides) -> dict[str, Any]:
+    """The FFN's fields the what-if sets: its activation (a GLU name sets the gating too),
+    gating, widths, experts and scalars, each checked; fewer experts than top-k lower it."""
     changes: dict[str, Any] = {}
     if ov.activation is not None:
-        if ov.activation in GLU_VARIANTS:
-            changes.update(activation=GLU_VARIANTS[ov.activation], gated=True)
-        elif ov.activation in ACTIVATIONS:
-            changes["activation"] = ov.activation
-        else:
-            validate.name("option --activation", ov.activation,
-                          ACTIVATIONS + tuple(GLU_VARIANTS), SpecError)
+        changes.update(_activation(ov.activation))
     if ov.gated is not None:
         changes["gated"] = ov.gated
     for key in ("d_ff", "experts", "top_k"):
@@ -504,32 +446,27 @@ def apply_overrides(spec: ModelSpec, ov: Overrides) -> ModelSpec:
             changes[key] = validate.number(_option(key), value, positive=True, error=SpecError)
     if ov.experts is not None and ov.top_k is None and ffn.top_k > ov.experts:
         changes["top_k"] = ov.experts
-    new_ffn = replace(ffn, **changes)
-    d_model = spec.d_model
-    if ov.d_model is not None:
-        d_model = validate.whole(_option("d_model"), ov.d_model, error=SpecError)
-    validate.whole(_option("multiple_of"), ov.multiple_of, error=SpecError)
-    seq_len = spec.seq_len
-    if ov.seq_len is not None:
-        seq_len = validate.whole(_option("seq_len"), ov.seq_len, error=SpecError)
-    if ov.match_params:
-        if not new_ffn.gated:
-            raise SpecError(
-                "option --match-params: needs a gated FFN; add --activation swiglu (or geglu, "
-                "reglu, glu, bilinear) or --gated"
-            )
-        new_ffn = replace(
-            new_ffn, d_ff=match_gated_d_ff(d_model, new_ffn.d_ff, new_ffn.bias, ov.multiple_of)
+    return changes
+
+
+def _activation(name: str) -> dict[str, Any]:
+    """``--activation``: a GLU name (its activation, gated) or a plain activation."""
+    if name in GLU_VARIANTS:
+        return {"activation": GLU_VARIANTS[name], "gated": True}
+    if name in ACTIVATIONS:
+        return {"activation": name}
+    validate.name("option --activation", name, ACTIVATIONS + tuple(GLU_VARIANTS), SpecError)
+    return {}  # not reached: validate.name refuses the name
+
+
+def _matched(ffn: FfnSpec, d_model: int, multiple_of: int) -> FfnSpec:
+    """``--match-params``: the gated FFN's width for the parameters of a two-matrix one."""
+    if not ffn.gated:
+        raise SpecError(
+            "option --match-params: needs a gated FFN; add --activation swiglu (or geglu, "
+            "reglu, glu, bilinear) or --gated"
         )
-    attention = spec.attention
-    if attention is not None and ov.d_model is not None and attention.head_dim is None:
-        if d_model % attention.heads:
-            raise SpecError(
-                f"option --d-model: {d_model} is not divisible by the {attention.heads} "
-                "attention heads"
-            )
-    new = replace(spec, d_model=d_model, ffn=new_ffn, seq_len=seq_len)
-    return check_spec(new, "overrides")
+    return replace(ffn, d_ff=match_gated_d_ff(d_model, ffn.d_ff, ffn.bias, multiple_of))
 
 
 def _option(key: str) -> str:
