@@ -274,6 +274,13 @@ def output_folder(out: Path, *, writer: str, force: bool = False,
     if visible and empty and not force:
         raise OutputError(f"{names.out}: {out} is not empty ({len(visible)} entries); pass "
                           f"{names.force} to write into it")
+    _holds_no_input(out, entries, inputs, names)
+    return False
+
+
+def _holds_no_input(out: Path, entries: list[str], inputs: Iterable[Path | None],
+                    names: Naming) -> None:
+    """An output folder is not an input (a model folder), and holds none."""
     for source in inputs:
         if source is None:
             continue
@@ -284,4 +291,3 @@ def output_folder(out: Path, *, writer: str, force: bool = False,
             if same_file(out / name, source):
                 raise OutputError(f"{names.out}: {out} holds the input {source}; choose "
                                   "another folder")
-    return False

@@ -41,8 +41,9 @@ def check_runnable(spec: ModelSpec) -> None:
     if reason is None and (spec.ffn.shared_d_ff or spec.layers.dense):
         reason = "a shared expert or dense layers"
     if reason is not None:
+        what = "mixture of experts" if spec.ffn.is_moe else "FFN"
         raise SpecError(f"{spec.name}: run, permute-check and relu-stats do not compute this "
-                        f"mixture of experts yet ({reason}); params counts it exactly")
+                        f"{what} yet ({reason}); params counts it exactly")
 
 
 def one_ffn(weights: Path | None) -> bool:

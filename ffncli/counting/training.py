@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from ffncli.base.validate import suggest, whole
 from ffncli.counting.model import attention_widths
-from ffncli.counting.tensors import HEAD, Tensor, tensors
-from ffncli.errors import InputError
+from ffncli.counting.tensors import HEAD, Tensor, tensors, unitemised
+from ffncli.errors import InputError, SpecError
 from ffncli.specs.spec import FfnSpec, ModelSpec
 
 MODES = ("full", "lora", "qlora")
@@ -375,6 +375,11 @@ def _frozen_bytes(frozen: Sequence[Tensor], plan: Plan, each: int) -> Share:
 def training(spec: ModelSpec, plan: Plan) -> Training:
     """The plan's memory: weights, gradients, master weights, optimizer states, activations."""
     plan.check()
+    parts = unitemised(spec)
+    if parts:
+        raise SpecError(f"{spec.name}: option --train: the memory of fine-tuning it is not "
+                        f"counted yet (the tensor inventory lacks {', '.join(parts)}); params "
+                        "counts its parameters exactly")
     every = tensors(spec)
     lora = adapters(spec, plan)
     size = dtypes(plan.precision, plan.lora)

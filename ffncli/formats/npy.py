@@ -77,6 +77,26 @@ def read_npy_header(f: IO[bytes], size: int, source: str, error: type[FfnError],
     of any type) can happen: the format version, the header's length, its literal, its keys
     and each value are checked here, and every failure is one ``error`` line. The data size is
     left to :meth:`NpyHeader.check_size`, so that the caller can refuse a dtype first."""
+    decoded, offset = _header_text(f, size, source, error, what)
+    header = _literal(decoded)
+    if not isinstance(header, dict) or set(header) != set(_KEYS):
+        raise error(f"{source}: .npy header: expected a dict of 'descr', 'fortran_order' and "
+                    f"'shape', got {excerpt(decoded)}")
+    shape, fortran = header["shape"], header["fortran_order"]
+    if not (isinstance(shape, tuple) and len(shape) <= NPY_MAX_DIMS
+            and all(type(n) is int and 0 <= n <= _MAX_DIM for n in shape)):
+        raise error(f"{source}: .npy header: 'shape': expected a tuple of at most "
+                    f"{NPY_MAX_DIMS} integers from 0 to 2**63 - 1, got {excerpt(repr(shape))}")
+    if type(fortran) is not bool:
+        raise error(f"{source}: .npy header: 'fortran_order': expected True or False, got "
+                    f"{excerpt(repr(fortran))}")
+    return NpyHeader(shape, _dtype(header["descr"], source, error), fortran, offset)
+
+
+def _header_text(f: IO[bytes], size: int, source: str, error: type[FfnError],
+                 what: str) -> tuple[str, int]:
+    """The header's text, after the magic string, the version and the header's length were
+    checked; and where the data begins."""
     if size == 0:
         raise error(f"{source}: the {what} is empty; expected a .npy array")
     start = f.read(8)
@@ -98,24 +118,11 @@ def read_npy_header(f: IO[bytes], size: int, source: str, error: type[FfnError],
     if length > NPY_MAX_HEADER:
         raise error(f"{source}: the .npy header is {length:,} bytes long; expected at most "
                     f"{NPY_MAX_HEADER:,}")
-    offset = 8 + len(raw) + length
     text = f.read(length)
     if len(text) < length:
         raise cut
     decoded = text.decode("utf-8" if version >= (3, 0) else "latin-1", errors="replace")
-    header = _literal(decoded)
-    if not isinstance(header, dict) or set(header) != set(_KEYS):
-        raise error(f"{source}: .npy header: expected a dict of 'descr', 'fortran_order' and "
-                    f"'shape', got {excerpt(decoded)}")
-    shape, fortran = header["shape"], header["fortran_order"]
-    if not (isinstance(shape, tuple) and len(shape) <= NPY_MAX_DIMS
-            and all(type(n) is int and 0 <= n <= _MAX_DIM for n in shape)):
-        raise error(f"{source}: .npy header: 'shape': expected a tuple of at most "
-                    f"{NPY_MAX_DIMS} integers from 0 to 2**63 - 1, got {excerpt(repr(shape))}")
-    if type(fortran) is not bool:
-        raise error(f"{source}: .npy header: 'fortran_order': expected True or False, got "
-                    f"{excerpt(repr(fortran))}")
-    return NpyHeader(shape, _dtype(header["descr"], source, error), fortran, offset)
+    return decoded, 8 + len(raw) + length
 
 
 def _literal(text: str) -> object:

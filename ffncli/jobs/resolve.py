@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # the readers are imported when a file is read: off a preset'
     from ffncli.formats.gguf import GgufHeader
     from ffncli.formats.safetensors import Header
     from ffncli.formats.tensors import Tensors
-    from ffncli.formats.text import Sequences, Tokenizer
+    from ffncli.formats.text import Sequences
+    from ffncli.formats.tokenizer import Tokenizer
     from ffncli.formats.tokens import TokenInput
 
 _NO_MODEL = "give a model: --preset NAME|FILE or --config config.json"
@@ -356,7 +357,7 @@ def model_tokenizer(model: Transformer, weights: Path | None = None) -> Tokenize
     """The whole model's tokenizer: the tokenizer.json beside ``weights`` (default: the
     model's), or a GGUF file's own, from the header the model's handle has read."""
     from ffncli.formats.tensors import GgufTensors
-    from ffncli.formats.text import load_tokenizer
+    from ffncli.formats.tokenizer import load_tokenizer
 
     header = model.tensors.header if isinstance(model.tensors, GgufTensors) else None
     return load_tokenizer(model.weights if weights is None else weights, header)

@@ -81,6 +81,11 @@ def _layer_json(layer: LayerCount) -> dict[str, Any]:
     }
 
 
+def _range_json(c: ModelCount) -> dict[str, Any] | None:
+    span = c.active_range
+    return None if span is None else {"min": span.least, "max": span.most, "why": span.why}
+
+
 def params_json(result: ParamsResult) -> dict[str, Any]:
     c, spec = result.count, result.count.spec
     doc: dict[str, Any] = {
@@ -95,6 +100,7 @@ def params_json(result: ParamsResult) -> dict[str, Any]:
         "top_k": spec.ffn.top_k,
         "total_params": c.total,
         "active_params": c.active,
+        "active_params_range": _range_json(c),
         "uncounted": list(spec.uncounted),
         "layers": [_layer_json(layer) for layer in c.layers],
         "groups": dict(c.groups),
@@ -193,6 +199,8 @@ def print_params(result: ParamsResult) -> None:
         lines = [("FFN weights per layer:", commas(layer.ffn))]
         if layer.ffn_active != layer.ffn:
             lines.append(("active per token:", commas(layer.ffn_active)))
+        if layer.ffn_active_least is not None:  # zero experts: a range
+            lines.append(("fewest per token:", commas(layer.ffn_active_least)))
         lines += [(label, commas(layer.total)), ("share in the FFN:", pct(layer.ffn_share))]
         shares = {"share in the FFN:": layer.ffn_share}
         if layer.ffn_active != layer.ffn:
@@ -215,7 +223,13 @@ def print_params(result: ParamsResult) -> None:
                       commas(c.total))
         if c.active != c.total:
             table.add_row("active per token", "", commas(c.active))
+        span = c.active_range
+        if span is not None:
+            table.add_row("active per token, fewest", "", commas(span.least))
         out.print(table)
+        if span is not None:
+            out.print(Text(f"active per token is a range, {commas(span.least)} to "
+                           f"{commas(span.most)}: {span.why}"))
         _print_parts(out, c)
     _print_flops(out, c)
     _print_memory(out, c)
@@ -234,7 +248,8 @@ def print_params(result: ParamsResult) -> None:
 
 
 PARTS = {"embeddings": "embeddings", "attention": "attention", "ffn": "FFN", "norms": "norms",
-         "head": "output head", "pooler": "pooler", "other": "other (AltUp, LAuReL...)"}
+         "head": "output head", "pooler": "pooler",
+         "other": "other (AltUp, bottlenecks, norm gates...)"}
 
 
 def _print_parts(out: Console, c: ModelCount) -> None:

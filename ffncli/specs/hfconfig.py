@@ -145,6 +145,21 @@ def bert_relative_spec(c: Config, family: str, *, pooler: bool = True,
                                       position_offset=position_offset))
 
 
+def rotary_bert_spec(c: Config, family: str, *, pooler: bool, gated: bool, bias: bool,
+                     **defaults: Any) -> ModelSpec:
+    """Post-norm BERT layers with rotary positions (no position table): Jina embeddings v3
+    (BERT's FFN and biases, with pooler), NomicBERT (SwiGLU, no biases, no pooler)."""
+    spec = bert_relative_spec(c, family, pooler=pooler, **defaults)
+    assert spec.embeddings is not None and spec.attention is not None
+    head_dim = c.whole("head_dim")
+    if head_dim is not None and head_dim * spec.attention.heads != spec.d_model:
+        raise c.fail("head_dim", f"hidden_size / num_attention_heads "
+                     f"({spec.d_model // spec.attention.heads})")
+    return replace(spec, ffn=replace(spec.ffn, gated=gated, bias=bias),
+                   attention=replace(spec.attention, qkv_bias=bias, out_bias=bias),
+                   embeddings=replace(spec.embeddings, positions=0))
+
+
 def t5_variant_spec(c: Config, family: str, *, relative_per_layer: bool = False,
                     **defaults: Any) -> ModelSpec:
     """mT5, UMT5 (a relative-position bias table in every layer) and LongT5 with local
@@ -401,16 +416,26 @@ def patterned_decoder(family: str, **options: Any) -> Callable[[Config], ModelSp
 
 def windowed(read: Callable[[Config], ModelSpec]) -> Callable[[Config], ModelSpec]:
     """A reader whose layers follow layer_types when the config has them (Gemma 2, Qwen2 and
-    Qwen3 as transformers 5 writes them), else all slide when sliding_window is set (Mistral,
-    Mixtral), else all attend fully."""
+    Qwen3 as transformers 5 writes them), else as Qwen2Config and Qwen3Config derive them (the
+    layers from max_window_layers on slide, only with use_sliding_window), else all slide when
+    sliding_window is set (Mistral, Mixtral), else all attend fully."""
     def windows(c: Config) -> ModelSpec:
         spec = read(c)
         n = spec.layers.decoder
         every = "sliding_attention" if c.data.get("sliding_window") is not None \
             and c.data.get("layer_types") is None else "full_attention"
+        mixers = layer_mixers(c, n, every)
+        if spec.family in _QWEN_WINDOWS and c.data.get("layer_types") is None:
+            slide = c.bool("use_sliding_window", False) and every == "sliding_attention"
+            first = c.int0("max_window_layers", 28)
+            mixers = ["sliding" if slide and i >= first else "full" for i in range(n)]
         ffns = [k.ffn or spec.ffn for k in spec.decoder_kinds()]
-        return with_pattern(spec, c, layer_mixers(c, n, every), ffns)
+        return with_pattern(spec, c, mixers, ffns)
     return windows
+
+
+# Whose configs without layer_types slide by use_sliding_window and max_window_layers.
+_QWEN_WINDOWS = ("qwen2", "qwen3")
 
 
 def with_sinks(read: Callable[[Config], ModelSpec]) -> Callable[[Config], ModelSpec]:

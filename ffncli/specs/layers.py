@@ -1,6 +1,7 @@
 """The parts of a decoder layer that only config readers build (never a preset): token mixers
 other than attention, with a fixed state per sequence instead of a KV cache (linear attention,
-Mamba, Mamba-2: ``LayerKind.mixer_spec``), and Gemma 3n's extras (``ModelSpec.extras``).
+Mamba, Mamba-2: ``LayerKind.mixer_spec``), Gemma 3n's extras (``ModelSpec.extras``),
+Perceiver's latent array and MobileBERT's bottlenecks (``ModelSpec.latents``, ``bottleneck``).
 
 A module of their own so that a preset's count does not define them: ``params --preset``
 imports :mod:`ffncli.specs.spec` only (tests/test_startup.py pins the set). No NumPy here.
@@ -73,3 +74,38 @@ class LayerExtrasSpec:
     laurel_rank: int
     per_layer_width: int
     per_layer_vocab: int
+
+
+@dataclass(frozen=True)
+class LatentSpec:
+    """Perceiver: ``latents`` learned rows of d_model attend once to the inputs (``inputs``
+    wide) before the self-attention layers: queries ``qk`` wide from the latents, keys ``qk``
+    and values ``v`` wide from the inputs, the output back to d_model (all with biases), a
+    LayerNorm on each side, then an MLP of ``widening`` x d_model and its LayerNorm."""
+
+    latents: int
+    inputs: int
+    qk: int
+    v: int
+    widening: int = 1
+
+
+@dataclass(frozen=True)
+class BottleneckSpec:
+    """MobileBERT: the stream between layers is ``outer`` wide, each layer's attention and FFNs
+    d_model (true_hidden_size) wide inside it: a projection in (outer -> d_model, with bias and
+    a norm), another for the queries and keys when ``shared_qk``, the values read from the
+    outer stream when ``value_outer``, a projection out (d_model -> outer, with bias and a
+    norm). Its embeddings are outer wide: word vectors ``embedding`` wide (joined with their two
+    neighbours' when ``trigram``) projected with a bias, position and token-type tables, a
+    norm; the pooler's dense layer with ``pooler``."""
+
+    outer: int
+    shared_qk: bool
+    value_outer: bool
+    vocab: int
+    embedding: int
+    trigram: bool
+    positions: int
+    token_types: int
+    pooler: bool

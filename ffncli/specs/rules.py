@@ -50,6 +50,10 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
     "attention.kv_lora_rank": 0,
     "attention.q_lora_rank": 0,
     "attention.rope_head_dim": 0,
+    "attention.index_heads": 0,
+    "attention.index_head_dim": 0,
+    "ffn.zero_experts": 0,
+    "dense_ffn.zero_experts": 0,
     "layers.dense": 0,
 }
 

@@ -22,6 +22,8 @@ from ffncli.specs.rules import ACTIVATIONS, GLU_VARIANTS, build
 
 if TYPE_CHECKING:  # built by config readers only: off a preset's start-up
     from ffncli.specs.layers import (
+        BottleneckSpec,
+        LatentSpec,
         LayerExtrasSpec,
         LinearMixerSpec,
         Mamba2MixerSpec,
@@ -47,6 +49,14 @@ class FfnSpec:
     capacity_factor: float | None = None  # MoE only: drop tokens past ceil(cf * n * k / E)
     shared_d_ff: int = 0  # MoE: a shared expert of this width that every token uses (0: none)
     shared_gate: bool = False  # Qwen2-MoE: sigmoid(x g) scales the shared expert, g d_model x 1
+    # Zero (identity) experts beside the routed ones (LongCat-Flash): the router scores
+    # experts + zero_experts; a top-k choice of one costs nothing, so the active count is a range.
+    zero_experts: int = 0
+    down_bias: bool | None = None  # a bias on W2 alone when it differs from ``bias`` (GTE)
+    groups: int = 1  # W1 (W, V) and W2 as grouped 1x1 convolutions (SqueezeBERT): / groups
+    stack: int = 1  # FFNs one after another in each layer, each with its norm (MobileBERT)
+    adapters: int = 0  # X-MOD: one bottleneck adapter per language after the FFN, each
+    adapter_d_ff: int = 0  # d_model -> adapter_d_ff -> d_model with biases
 
     @property
     def is_moe(self) -> bool:
@@ -87,7 +97,37 @@ class AttentionSpec:
     rope_head_dim: int = 0
     v_head_dim: int | None = None
     sinks: bool = False  # one learned logit per head that takes part in the softmax (gpt-oss)
-    output_gate: bool = False  # W_Q also gives a sigmoid gate on each head's output (Qwen3-Next)
+    # a sigmoid gate on each head's output: W_Q gives it too (Qwen3-Next); under latent attention
+    # a projection of its own from x, heads x v_head_dim (HY-V4)
+    output_gate: bool = False
+    # DeepSeek-V3.2's lightning indexer beside latent attention (index_heads > 0): queries of
+    # index_heads x index_head_dim from the query latent, one key of index_head_dim (LayerNorm
+    # with bias) and a weight per head from x; it caches its key per token.
+    index_heads: int = 0
+    index_head_dim: int = 0
+    head_gate: bool = False  # a sigmoid gate per head from x, d_model x heads (dots.llm3)
+    rope_key_norm: bool = False  # latent attention: an RMSNorm on the rope key (dots.llm3)
+    # latent attention: W_Q_b reads twice q_lora_rank and also gives a sigmoid gate of
+    # v_head_dim per head on the output (A.X-K2's q_gate_proj)
+    query_gate: bool = False
+    key_bias: bool = True  # with qkv_bias: False when W_K alone has none (DeBERTa v1)
+    query_bias: bool = True  # with qkv_bias: False when W_Q alone has none (Funnel)
+    # Transformer-XL's relative attention (Funnel): a d_model x heads x head_dim position
+    # kernel, per-head r_w, r_r and r_s biases and two segment embeddings, in every layer.
+    xl_relative: bool = False
+    # More d_model -> heads x head_dim projections, with qkv_bias, in every layer: Longformer's
+    # and LED's global Q, K and V (3), LUKE's entity-aware queries (3).
+    extra_projections: int = 0
+    # ConvBERT: a span-based dynamic convolution of this kernel beside attention (its own
+    # projections, and the second half of W_O's input); 0: none.
+    span_conv: int = 0
+    # ProphetNet's decoder: a d_model -> relative_projection (buckets x heads) projection with a
+    # bias in each layer's self-attention; 0: none.
+    relative_projection: int = 0
+    value_conv: int = 0  # Nystromformer: a depthwise convolution of this kernel on each head's V
+    qkv_groups: int = 1  # W_Q, W_K, W_V as grouped 1x1 convolutions (SqueezeBERT): / groups
+    shared_qk: bool = False  # one projection for queries and keys, no W_K (Reformer's LSH)
+    out_groups: int = 1  # W_O likewise
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
@@ -95,9 +135,6 @@ class AttentionSpec:
 # a linear-attention or state-space block with a fixed state instead of a KV cache (Gated
 # DeltaNet, Mamba: ``LayerKind.mixer_spec``); none at all.
 MIXERS = ("full", "sliding", "chunked", "linear", "mamba", "none")
-
-
-
 
 
 @dataclass(frozen=True)
@@ -114,7 +151,10 @@ class LayerKind:
     ffn: FfnSpec | None = None  # None: the spec's FFN
     has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
-
+    attentions: int = 1  # attention sublayers in each layer, each its own KV (LongCat-Flash: 2)
+    norms: int | None = None  # norms of d_model in each layer (None: the spec's norm.per_layer)
+    gated_norms: int = 0  # of those, how many gate their output by x -> norm_gate_rank -> x
+    norm_gate_rank: int = 0  # (A.X-K2's GatedRMSNorm: two bias-free projections, d x rank x d)
 
 
 @dataclass(frozen=True)
@@ -124,6 +164,9 @@ class NormSpec:
     per_layer: int = 2  # norms in an encoder or decoder-only layer; cross-attention adds one
     final: bool = True  # one norm after the last layer of each stack
     affine: bool = True  # False: the norms have no weights (OLMo; OPT without elementwise affine)
+    cross: int = 1  # norms a decoder layer's cross-attention adds (T5Gemma: 2, before and after)
+    final_bias: bool | None = None  # the final norm's bias when it differs from ``bias`` (ESM C)
+    final_width: int = 0  # the final norm's width when not d_model's (Reformer: 2 x d_model)
 
 
 @dataclass(frozen=True)
@@ -131,6 +174,10 @@ class LayersSpec:
     encoder: int = 0
     decoder: int = 1  # with encoder > 0, decoder layers also have cross-attention
     dense: int = 0  # decoder layers whose FFN is ModelSpec.dense_ffn, not the MoE ffn (DeepSeek)
+    shared: int = 0  # ALBERT: the encoder's distinct layers, each run encoder / shared times
+    cross: bool = False  # decoder layers attend to an encoder outside the model (TrOCR)
+    merged_cross: bool = False  # the decoder attends to the encoder with its self-attention's
+    # projections (T5Gemma 2's merged attention): no cross-attention weights of its own
 
 
 @dataclass(frozen=True)
@@ -149,6 +196,22 @@ class EmbeddingsSpec:
     per_stack: bool = False  # BART: each stack of an encoder-decoder its own positions and norm
     relative: int = 0  # DeBERTa: rows of a relative-position table (d_model wide), all layers'
     relative_norm: bool = False  # DeBERTa-v3: a norm on that table (with relative > 0)
+    position_dim: int = 0  # the position table's width when not d_model's (RoFormer: head_dim)
+    decoder_positions: int = 0  # with per_stack: the decoder's rows when not the encoder's (LED)
+    decoder_vocab: int = 0  # the decoder's own word table (and the head), when it has one (FSMT)
+    project: bool = False  # a d_model -> d_model projection with bias after the norm (FNet)
+    extra_rows: int = 0  # more d_model rows: PEGASUS-X's global tokens, ProphetNet's n-grams
+    head_transform: bool = False  # BERT's LM head: a d_model dense with bias and a norm first
+    # Reformer's axial positions: one table (rows, width) per axis, the widths summing to
+    # d_model.
+    axial: tuple[tuple[int, int], ...] = ()
+    # More tables (rows, width) whose vectors are joined to the word vector, all then projected
+    # to d_model with a bias (RoCBert's shape and pronunciation tables).
+    side_tables: tuple[tuple[int, int], ...] = ()
+    # LUKE's entities: a table of entities x entity_dim (projected to d_model without bias when
+    # narrower), their own position and token-type tables and norm.
+    entities: int = 0
+    entity_dim: int = 0
 
 
 @dataclass(frozen=True)
@@ -181,6 +244,10 @@ class ModelSpec:
     # is the language model's alone, and says so.
     uncounted: tuple[str, ...] = ()
     extras: LayerExtrasSpec | None = None  # Gemma 3n's AltUp, LAuReL and per-layer inputs
+    hyper_streams: int = 0  # hyper-connections over this many copies of the stream (HY-V4)
+    encoder_pattern: tuple[LayerKind, ...] = ()  # the kind of each encoder layer (as pattern)
+    latents: LatentSpec | None = None  # Perceiver's latent array and its cross-attention
+    bottleneck: BottleneckSpec | None = None  # MobileBERT's bottlenecks and embeddings
 
     @property
     def ffn_only(self) -> bool:
@@ -214,8 +281,21 @@ _SECTIONS: dict[str, type] = {
     "dense_ffn": FfnSpec,
 }
 
+# Issue 40's encoder and seq2seq parts (each a field of one section), which only the config
+# readers fill: not keys of a YAML spec.
+ENCODER_PARTS = frozenset({
+    "down_bias", "groups", "stack", "adapters", "adapter_d_ff",
+    "key_bias", "query_bias", "xl_relative", "extra_projections", "span_conv",
+    "relative_projection", "value_conv", "qkv_groups", "out_groups", "shared_qk",
+    "shared", "cross", "merged_cross",
+    "position_dim", "decoder_positions", "decoder_vocab", "project", "extra_rows",
+    "head_transform", "axial", "side_tables", "entities", "entity_dim",
+    "final_bias", "final_width",
+})
+
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
-NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras"})
+NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams",
+                             "encoder_pattern", "latents", "bottleneck"}) | ENCODER_PARTS
 
 
 def check_spec(spec: ModelSpec, source: str) -> ModelSpec:
@@ -256,6 +336,7 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
     _check_layers(spec, source)
     if spec.attention is not None:
         _check_latent(spec.attention, spec.d_model, source)
+        _check_latent_parts(spec.attention, source)
 
 
 def _check_shared_expert(ffn: FfnSpec, key: str, source: str) -> None:
@@ -277,6 +358,12 @@ def _check_layers(spec: ModelSpec, source: str) -> None:
     if spec.pattern and len(spec.pattern) != layers.decoder:
         raise SpecError(f"{source}: the layer pattern names {len(spec.pattern)} layers, "
                         f"layers.decoder is {layers.decoder}")
+    if layers.shared and layers.encoder % layers.shared:
+        raise SpecError(f"{source}: key 'layers.shared': expected a divisor of layers.encoder "
+                        f"({layers.encoder}), got {layers.shared}")
+    if spec.encoder_pattern and len(spec.encoder_pattern) != layers.encoder:
+        raise SpecError(f"{source}: the encoder's layer pattern names "
+                        f"{len(spec.encoder_pattern)} layers, layers.encoder is {layers.encoder}")
     if layers.dense and spec.dense_ffn is None:
         raise SpecError(f"{source}: key 'dense_ffn': layers.dense ({layers.dense}) needs the "
                         "dense layers' FFN")
@@ -298,6 +385,19 @@ def _check_latent(att: AttentionSpec, d_model: int, source: str) -> None:
         if rank > d_model:
             raise SpecError(f"{source}: key 'attention.{key}': expected at most d_model "
                             f"({d_model}), got {rank}")
+
+
+def _check_latent_parts(att: AttentionSpec, source: str) -> None:
+    """The lightning indexer and the gates that belong to latent attention."""
+    if (att.index_heads or att.index_head_dim) and not (
+            att.index_heads and att.index_head_dim and att.q_lora_rank and att.kv_lora_rank):
+        raise SpecError(f"{source}: key 'attention.index_heads': the indexer needs latent "
+                        "attention with q_lora_rank, and index_heads and index_head_dim, all > 0")
+    for key in ("head_gate", "rope_key_norm", "query_gate"):
+        if getattr(att, key) and not (att.kv_lora_rank and (att.q_lora_rank
+                                                             or key != "query_gate")):
+            raise SpecError(f"{source}: key 'attention.{key}': belongs to latent attention "
+                            "(kv_lora_rank > 0; query_gate with q_lora_rank > 0)")
 
 
 def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> ModelSpec:

@@ -1,7 +1,8 @@
 """The encoders of BERT's line, as their bare model (AutoModel): BERT, RoBERTa and their
 relatives, ELECTRA, DistilBERT, DeBERTa-v2, MPNet, ModernBERT, XLM, and LLaMA-shaped encoders.
 The table also names the kit's :func:`~ffncli.specs.hfconfig.bert_like_spec` (BERT, RoBERTa,
-XLM-RoBERTa) and :func:`~ffncli.specs.hfconfig.bert_relative_spec` here.
+XLM-RoBERTa), :func:`~ffncli.specs.hfconfig.bert_relative_spec` and
+:func:`~ffncli.specs.hfconfig.rotary_bert_spec` here.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ffncli.specs.hfconfig import (
     bert_relative_spec,
     gated_decoder_spec,
 )
+from ffncli.specs.hfconfig import rotary_bert_spec as rotary_bert_spec  # Jina, NomicBERT
 from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
@@ -111,20 +113,6 @@ def layoutlm_spec(c: Config) -> ModelSpec:
     rows = 4 * c.int("max_2d_position_embeddings", 1024)
     return replace(spec, embeddings=replace(spec.embeddings, position_offset=rows))
 
-
-def rotary_bert_spec(c: Config, family: str, *, pooler: bool, gated: bool, bias: bool,
-                     **defaults: Any) -> ModelSpec:
-    """Post-norm BERT layers with rotary positions (no position table): Jina embeddings v3
-    (BERT's FFN and biases, with pooler), NomicBERT (SwiGLU, no biases, no pooler)."""
-    spec = bert_relative_spec(c, family, pooler=pooler, **defaults)
-    assert spec.embeddings is not None and spec.attention is not None
-    head_dim = c.whole("head_dim")
-    if head_dim is not None and head_dim * spec.attention.heads != spec.d_model:
-        raise c.fail("head_dim", f"hidden_size / num_attention_heads "
-                     f"({spec.d_model // spec.attention.heads})")
-    return replace(spec, ffn=replace(spec.ffn, gated=gated, bias=bias),
-                   attention=replace(spec.attention, qkv_bias=bias, out_bias=bias),
-                   embeddings=replace(spec.embeddings, positions=0))
 
 
 def rembert_spec(c: Config) -> ModelSpec:
