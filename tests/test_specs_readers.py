@@ -55,18 +55,21 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("ffncli.specs."))
 
 @pytest.mark.parametrize("argv, expected", [
     # a preset's count defines no mixer classes (specs/layers.py) and reads no config
-    (("params", "--preset", "base", "--json"), ["ffncli.specs.rules", "ffncli.specs.spec"]),
+    (("params", "--preset", "base", "--json"), ["ffncli.specs.rules", "ffncli.specs.sections",
+                                                 "ffncli.specs.spec"]),
     # a LLaMA config: its family's reader, the kit, no mixer classes
     (("params", "--config", "tests/data/configs/llama-2-7b.config.json", "--json"),
      ["ffncli.specs.archs", "ffncli.specs.config", "ffncli.specs.hfconfig",
-      "ffncli.specs.readers", "ffncli.specs.readers.llama_family", "ffncli.specs.refused",
-      "ffncli.specs.renames", "ffncli.specs.rules", "ffncli.specs.spec"]),
+      "ffncli.specs.layouts", "ffncli.specs.readers", "ffncli.specs.readers.llama_family",
+      "ffncli.specs.refused", "ffncli.specs.renames", "ffncli.specs.rules",
+      "ffncli.specs.sections", "ffncli.specs.spec"]),
     # a Mamba config: the mixer classes, with its family's reader
     (("params", "--config", "tests/data/zoo/configs/mamba.config.json", "--json"),
      ["ffncli.specs.archs", "ffncli.specs.config", "ffncli.specs.hfconfig",
-      "ffncli.specs.layers", "ffncli.specs.readers", "ffncli.specs.readers.ssm_family",
+      "ffncli.specs.layers", "ffncli.specs.layouts", "ffncli.specs.readers",
+      "ffncli.specs.readers.ssm_family",
       "ffncli.specs.refused", "ffncli.specs.renames", "ffncli.specs.rules",
-      "ffncli.specs.spec"]),
+      "ffncli.specs.sections", "ffncli.specs.spec"]),
 ])
 def test_a_count_imports_the_specs_modules_it_needs_only(argv, expected):
     assert _run(SPECS_LOADED, *argv) == expected

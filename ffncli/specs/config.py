@@ -14,7 +14,7 @@ from ffncli.base.textformats import read_json
 from ffncli.base.validate import MAX_INT, Keys
 from ffncli.errors import ConfigError
 from ffncli.specs.renames import ATTRIBUTE_MAPS
-from ffncli.specs.spec import HeadKind
+from ffncli.specs.sections import HeadKind
 
 # Hugging Face activation names -> ours.
 ACTIVATIONS = {
