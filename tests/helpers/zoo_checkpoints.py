@@ -1,0 +1,55 @@
+"""Header-only checkpoints of the zoo's model types, made from the names and shapes of the
+classes transformers builds (tests/data/checkpoints/names.json, tests/fixtures/
+make_checkpoint_names.py): a safetensors header, its data a hole in a sparse file (a
+DeepSeek-V3 of 1.3 TB takes a few kilobytes on disk)."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+
+from conftest import DATA
+
+NAMES = json.loads((DATA / "checkpoints" / "names.json").read_text())["types"]
+ZOO = json.loads((DATA / "zoo" / "truths.json").read_text())["types"]
+
+
+def shapes(model_type: str) -> dict[str, tuple[int, ...]]:
+    """Every parameter of the type's built class: full name -> shape."""
+    out: dict[str, tuple[int, ...]] = {}
+    for stack, name, shape, layers in NAMES[model_type]:
+        for i in layers if layers is not None else [None]:
+            out[name if i is None else f"{stack}.{i}.{name}"] = tuple(shape)
+    return out
+
+
+def layer_of(name: str) -> int | None:
+    """The decoder layer a full name is in (``model.layers.3.mlp...`` -> 3), else None."""
+    parts = name.split(".")
+    for a, b in zip(parts, parts[1:], strict=False):
+        if a == "layers" and b.isdigit():
+            return int(b)
+    return None
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[int, ...]], dtype: str = "BF16",
+                      itemsize: int = 2) -> Path:
+    """A safetensors file of ``tensors`` (name -> shape) whose data is never written."""
+    header: dict[str, object] = {}
+    at = 0
+    for name, shape in tensors.items():
+        n = math.prod(shape) * itemsize
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [at, at + n]}
+        at += n
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + at)
+    return path
+
+
+def truth(model_type: str) -> dict:
+    return ZOO[model_type]["builds"]["causal_lm"]
