@@ -146,19 +146,27 @@ def write_zoo_gguf(path: Path, model_type: str) -> dict[str, tuple[int, ...]]:
     arch = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH[ARCHS[model_type]]]
     w = gguf.GGUFWriter(str(path), arch)
     _metadata(w, model_type, c)
+    tensors = _tensors(model_type, c)
+    write_header_only(w, path, {n: (s, gguf.GGMLQuantizationType.BF16)
+                                for n, s in tensors.items()})
+    return tensors
+
+
+def write_header_only(w, path: Path, tensors: dict) -> None:
+    """``tensors`` {name: (shape outermost first, GGML type)} into the writer ``w`` (its
+    metadata added) and ``path``: the header, then the data's bytes as a hole."""
     import numpy as np
 
-    tensors = _tensors(model_type, c)
-    for name, shape in tensors.items():
-        w.add_tensor_info(name, shape, np.dtype(np.float16), 2 * math.prod(shape),
-                          raw_dtype=gguf.GGMLQuantizationType.BF16)
+    sizes = gguf.GGML_QUANT_SIZES
+    nbytes = {n: math.prod(s) // sizes[t][0] * sizes[t][1] for n, (s, t) in tensors.items()}
+    for name, (shape, qtype) in tensors.items():
+        w.add_tensor_info(name, shape, np.dtype(np.float32), nbytes[name], raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     w.close()
     pad = w.data_alignment
-    data = sum(-(-2 * math.prod(s) // pad) * pad for s in tensors.values())
+    data = sum(-(-n // pad) * pad for n in nbytes.values())
     with path.open("r+b") as f:
         start = -(-f.seek(0, 2) // pad) * pad
         f.truncate(start + data)
-    return tensors
