@@ -197,11 +197,12 @@ ARCHS: dict[str, Arch] = {
     "phi3": Arch(H.llama_like("phi3", qkv_bias=False, out_bias=False),
                  Layout({"w2": "layers.{i}.mlp.down_proj"},
                         gate_up="layers.{i}.mlp.gate_up_proj"), gguf="phi3", fused_qkv=True),
-    "olmo": Arch(H.llama_like("olmo", norm=H.NO_AFFINE), LLAMA_FFN),
-    "olmo2": Arch(H.llama_like("olmo2", qk_norm="heads"), LLAMA_FFN),
+    "olmo": Arch(H.llama_like("olmo", norm=H.NO_AFFINE), LLAMA_FFN, gguf="olmo"),
+    "olmo2": Arch(H.llama_like("olmo2", qk_norm="heads"), LLAMA_FFN, gguf="olmo2"),
     "granite": Arch(H.llama_like("granite"), LLAMA_FFN, gguf="granite"),
     "starcoder2": Arch(H.starcoder2_spec, Layout({"w1": "layers.{i}.mlp.c_fc",
-                                                  "w2": "layers.{i}.mlp.c_proj"})),
+                                                  "w2": "layers.{i}.mlp.c_proj"}),
+                       gguf="starcoder2"),
     "gpt_bigcode": Arch(H.gpt_bigcode_spec, Layout({"w1": "h.{i}.mlp.c_fc",
                                                     "w2": "h.{i}.mlp.c_proj"}),
                         fused_qkv=True),
@@ -309,7 +310,7 @@ ARCHS: dict[str, Arch] = {
     "qwen3_5": Arch(lambda c: _multimodal(c, "qwen3_5_text")),
     "qwen3_5_moe": Arch(lambda c: _multimodal(c, "qwen3_5_moe_text")),
     # LLaMA's shape with a twist: biases, norms, per-layer windows
-    "exaone": Arch(H.llama_like("exaone"), LLAMA_FFN),  # built as LlamaForCausalLM
+    "exaone": Arch(H.llama_like("exaone"), LLAMA_FFN, gguf="exaone"),  # built as LlamaForCausalLM
     "internlm3": Arch(H.llama_like("internlm3"), LLAMA_FFN),
     "iquestcoder": Arch(H.llama_like("iquestcoder"), LLAMA_FFN),
     "cwm": Arch(H.patterned_decoder("cwm", qkv_bias=False, out_bias=False), LLAMA_FFN),
@@ -318,8 +319,8 @@ ARCHS: dict[str, Arch] = {
     "helium": Arch(H.patterned_decoder("helium", qkv_bias=None, out_bias=False), LLAMA_FFN),
     "glm": Arch(H.patterned_decoder("glm", out_bias=False)),
     "seed_oss": Arch(lambda c: H.patterned_decoder(
-        "seed_oss", out_bias=c.bool("attention_out_bias", False))(c), LLAMA_FFN),
-    "ernie4_5": Arch(H.ernie4_5_spec, LLAMA_FFN),
+        "seed_oss", out_bias=c.bool("attention_out_bias", False))(c), LLAMA_FFN, gguf="seed_oss"),
+    "ernie4_5": Arch(H.ernie4_5_spec, LLAMA_FFN, gguf="ernie4_5"),
     "exaone4": Arch(H.patterned_decoder("exaone4", qkv_bias=False, out_bias=False,
                                         qk_norm="head"), LLAMA_FFN),
     "olmo3": Arch(H.patterned_decoder("olmo3", qk_norm="heads"), LLAMA_FFN),
@@ -340,9 +341,9 @@ ARCHS: dict[str, Arch] = {
                                    moe=H.routed("num_experts", 5, 7)),
                       not_run="top-k weights not renormalised"),
     "phimoe": Arch(H.windowed(H.phimoe_spec), not_run="sparsemixer routing", gguf="phimoe"),
-    "glm4": Arch(H.llama_like("glm4", out_bias=False, norm=H.GEMMA2_NORM)),
+    "glm4": Arch(H.llama_like("glm4", out_bias=False, norm=H.GEMMA2_NORM), gguf="glm4"),
     "cohere2": Arch(H.patterned_decoder("cohere2", tie_default=True, norm=H.COHERE_NORM),
-                    LLAMA_FFN),
+                    LLAMA_FFN, gguf="cohere2"),
     "cohere2_moe": Arch(H.cohere2_moe_spec, not_run="a mixture of experts"),
     "granite_swa": Arch(H.with_sinks(H.patterned_decoder("granite_swa")), LLAMA_FFN),
     "granitemoe_swa": Arch(H.with_sinks(H.windowed(H.granitemoe_spec("granitemoe_swa"))),
@@ -362,7 +363,7 @@ ARCHS: dict[str, Arch] = {
                         not_run="shared experts and latent attention"),
     "minimax_m2": Arch(H.minimax_m2_spec, not_run="sigmoid routing with a score-correction "
                        "bias", gguf="minimax-m2"),
-    "smollm3": Arch(H.patterned_decoder("smollm3"), LLAMA_FFN),
+    "smollm3": Arch(H.patterned_decoder("smollm3"), LLAMA_FFN, gguf="smollm3"),
     "gpt_oss": Arch(H.gpt_oss_spec, not_run="experts with clamped SwiGLU (alpha 1.702, limit 7) "
                     "and biases", gguf="gpt-oss"),
     # latent-attention variants (issue 40, readers/latent.py)

@@ -166,6 +166,11 @@ READINGS: dict[str, Reading] = {
         "expert_feed_forward_length", "feed_forward_length")}, required=_MOE, moe_type=None),
     "gemma3": Reading(keys=_SLIDING,
                       derived={"layer_types": _every(6, "sliding_attention", "full_attention")}),
+    "cohere2": Reading(keys=_SLIDING,
+                       derived={"layer_types": _every(4, "sliding_attention", "full_attention")}),
+    "starcoder2": Reading(tensors={"use_bias": "blk.0.attn_q.bias"}),
+    "ernie4_5": Reading(tensors={"use_bias": "blk.0.attn_q.bias"}),
+    "seed_oss": Reading(tensors={"attention_out_bias": "blk.0.attn_output.bias"}),
 }
 
 

@@ -22,7 +22,10 @@ ARCHS = {"mixtral": "LLAMA", "qwen2_moe": "QWEN2MOE", "qwen3_moe": "QWEN3MOE",
          "deepseek_v2": "DEEPSEEK2", "deepseek_v3": "DEEPSEEK2", "gpt_oss": "GPT_OSS",
          "llama4_text": "LLAMA4", "glm4_moe": "GLM4_MOE", "gemma3_text": "GEMMA3",
          "olmoe": "OLMOE", "granitemoe": "GRANITE_MOE", "qwen3_next": "QWEN3NEXT",
-         "minimax_m2": "MINIMAXM2", "phimoe": "PHIMOE", "minicpm3": "MINICPM3"}
+         "minimax_m2": "MINIMAXM2", "phimoe": "PHIMOE", "minicpm3": "MINICPM3",
+         "smollm3": "SMOLLM3", "olmo2": "OLMO2", "olmo": "OLMO", "glm4": "GLM4",
+         "exaone": "EXAONE", "seed_oss": "SEED_OSS", "cohere2": "COHERE2",
+         "ernie4_5": "ERNIE4_5", "starcoder2": "STARCODER2"}
 COMPLETED = {"deepseek_v2": {"num_experts_per_tok": 6}}
 # DeepSeek's latent attention as llama.cpp converts it since 2025 (K and V up-projections apart,
 # key_length_mla); DeepSeek-V2 (and MiniCPM3) as files made before that (one kv_b, key_length
@@ -83,7 +86,7 @@ def _metadata(w, model_type: str, c: dict) -> None:
     head_dim = some("head_dim")
     if head_dim is None and model_type == "glm4_moe":  # its converter: hidden // heads
         head_dim = c["hidden_size"] // c["num_attention_heads"]
-    if head_dim is not None:
+    if head_dim is not None and some("kv_lora_rank") is None:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     experts = some("num_local_experts") or some("num_experts") or some("n_routed_experts")
