@@ -80,3 +80,25 @@ def test_the_layer_pattern_is_the_config_s(tmp_path, model_type):
     assert [k.mixer for k in mine.decoder_kinds()] == want
     assert ffncli.count(mine).layers == ffncli.count(ffncli.load_spec(
         config=DATA / "zoo" / "configs" / f"{model_type}.config.json")).layers
+
+
+@pytest.mark.parametrize(("model_type", "key"), [
+    ("gpt_oss", "gpt-oss.attention.sliding_window"),
+    ("deepseek_v3", "deepseek2.expert_count"),
+    ("qwen3_next", "qwen3next.ssm.state_size"),
+    ("llama4_text", "llama4.expert_feed_forward_length"),
+    ("qwen2_moe", "qwen2moe.expert_shared_feed_forward_length"),
+    ("glm4_moe", "glm4moe.expert_used_count"),
+])
+def test_a_key_the_architecture_needs_missing_is_one_line(tmp_path, cli, model_type, key):
+    """What an architecture cannot be read without is named in one line, as a config's missing
+    key is (the key renamed in the header, in place: the file is sparse)."""
+    path = tmp_path / "model.gguf"
+    write_zoo_gguf(path, model_type)
+    with path.open("r+b") as f:
+        head = f.read(1 << 20)
+        assert head.count(key.encode()) == 1
+        f.seek(head.index(key.encode()) + len(key) - 1)
+        f.write(b"_")
+    r = cli("params", "--weights", path)
+    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: missing metadata key '{key}'\n")
