@@ -205,7 +205,8 @@ def gguf_group_of(name: str) -> str:
         return "attention"
     if leaf in ("token_embd", "pos_embd", "token_types", "per_layer_token_embd"):
         return "embeddings"
-    if leaf.startswith(("altup", "laurel", "per_layer")) or leaf in ("inp_gate", "proj"):
+    if leaf.startswith(("altup", "laurel", "per_layer")) or leaf in ("inp_gate", "proj",
+                                                                     "post_norm"):
         return "other"
     if "norm" in leaf:
         return "norms"

@@ -74,10 +74,15 @@ _STRING, _ARRAY = 8, 9
 
 @dataclass(frozen=True)
 class GgufArray:
-    """A metadata array, by its length only (the tokenizer's tokens are not kept)."""
+    """A metadata array, by its length (the tokenizer's tokens are not kept); the values of a
+    short array of numbers or booleans (per-layer widths, a sliding-window pattern) too."""
 
     item_type: int
     length: int
+    values: tuple[Any, ...] = ()  # an array of at most KEPT_ITEMS scalars, else ()
+
+
+KEPT_ITEMS = 4096  # scalars of an array kept as values: per-layer keys have one a layer
 
 
 @dataclass(frozen=True)
@@ -210,7 +215,11 @@ class _Walker:
         item = self.scalar("I", 4, what)
         length = self.scalar("Q", 8, what)
         if item in _SCALARS:
-            self.take(length * _SCALARS[item][1], what)
+            fmt, size = _SCALARS[item]
+            start = self.take(length * size, what)
+            if length <= KEPT_ITEMS:
+                values = struct.unpack_from(f"{self.order}{length}{fmt}", self.buf, start)
+                return GgufArray(item, length, values)
         elif item == _STRING:
             if length * 8 > self.limit - self.pos:  # each string has at least its length
                 self.take(length * 8, what)

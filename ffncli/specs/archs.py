@@ -349,7 +349,8 @@ ARCHS: dict[str, Arch] = {
     "granitemoe_swa": Arch(H.with_sinks(H.windowed(H.granitemoe_spec("granitemoe_swa"))),
                            not_run="attention sinks"),
     "lfm2": Arch(H.lfm2_spec),
-    "gemma3n_text": Arch(H.gemma3n_text_spec, not_run="AltUp, LAuReL and per-layer inputs"),
+    "gemma3n_text": Arch(H.gemma3n_text_spec, not_run="AltUp, LAuReL and per-layer inputs",
+                         gguf="gemma3n"),
     "ernie4_5_moe": Arch(H.ernie4_5_moe_spec, not_run="shared experts and biased routing"),
     "afmoe": Arch(H.afmoe_spec, not_run="shared experts and biased routing"),
     # state-space mixers

@@ -20,8 +20,29 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------------------------
 # How each architecture's metadata reads as a config.json: data, one entry per architecture.
 
-Get = Callable[[str], "int | None"]  # a metadata key after "<arch>." -> its whole value, or None
-Derive = Callable[[Get, int], Any]  # (get, layers) -> a config value computed from other keys
+class Metadata:
+    """One file's metadata as the readings see it: keys after ``<arch>.``."""
+
+    def __init__(self, header: GgufHeader, arch: str) -> None:
+        self.header, self.arch = header, arch
+        self.keys = Keys(header.metadata, str(header.path), WeightsError, "metadata key")
+
+    def get(self, key: str) -> int | None:
+        """A whole number (>= 0), or None when the file lacks the key."""
+        return self.keys.whole(f"{self.arch}.{key}", minimum=0)
+
+    def values(self, key: str) -> tuple[Any, ...] | None:
+        """A short array's values (per-layer widths, a window pattern), or None."""
+        value = self.header.metadata.get(f"{self.arch}.{key}")
+        return value.values if isinstance(value, GgufArray) and value.values else None
+
+    def rows(self, tensor: str) -> int | None:
+        """The outer dimension of a matrix (a table's rows, a projection's rank), or None."""
+        t = self.header.tensors.get(tensor)
+        return t.dims[-1] if t is not None and len(t.dims) >= 2 else None
+
+
+Derive = Callable[[Metadata, int], Any]  # (metadata, layers) -> a config value from other keys
 
 
 @dataclass(frozen=True)
@@ -71,38 +92,51 @@ _DEEPSEEK_MOE = {"n_routed_experts": ("expert_count",), **_EXPERTS,
 
 def _every(period: int | str, other: str, kth: str) -> Derive:
     """``layer_types``: every layer ``other`` but each ``period``-th (1-based), ``kth``; the
-    period a number llama.cpp fixes for the architecture, or the metadata key holding it."""
-    def layer_types(get: Get, layers: int) -> list[str]:
-        n = period if isinstance(period, int) else get(period)
+    period a number llama.cpp fixes for the architecture, or the metadata key holding it. A
+    file whose ``attention.sliding_window_pattern`` is an array (true: a sliding layer) says
+    it layer by layer."""
+    def layer_types(m: Metadata, layers: int) -> list[str]:
+        sliding = m.values("attention.sliding_window_pattern")
+        if sliding is not None and len(sliding) == layers:
+            return ["sliding_attention" if v else "full_attention" for v in sliding]
+        n = period if isinstance(period, int) else m.get(period)
         return [kth if n and (i + 1) % n == 0 else other for i in range(layers)]
     return layer_types
 
 
-def _moe_layers(get: Get, layers: int) -> list[int]:
+def _widths(key: str) -> Derive:
+    """A width per layer (Gemma 3n's feed_forward_length, an array), or one for all."""
+    def widths(m: Metadata, layers: int) -> list[int] | int | None:
+        values = m.values(key)
+        return list(values) if values is not None else m.get(key)
+    return widths
+
+
+def _moe_layers(m: Metadata, layers: int) -> list[int]:
     """Llama 4: every interleave_moe_layer_step-th layer a mixture of experts."""
-    step = get("interleave_moe_layer_step") or 1
+    step = m.get("interleave_moe_layer_step") or 1
     return list(range(step - 1, layers, step))
 
 
 def _minus(key: tuple[str, ...], less: str) -> Derive:
     """The first of ``key`` the file has, less ``less`` (DeepSeek's query head: key length less
     its rope part)."""
-    def value(get: Get, layers: int) -> int | None:
-        total = next((v for k in key if (v := get(k)) is not None), None)
-        return None if total is None else total - (get(less) or 0)
+    def value(m: Metadata, layers: int) -> int | None:
+        total = next((v for k in key if (v := m.get(k)) is not None), None)
+        return None if total is None else total - (m.get(less) or 0)
     return value
 
 
 def _ratio(key: str, by: str) -> Derive:
-    def value(get: Get, layers: int) -> int | None:
-        a, b = get(key), get(by)
+    def value(m: Metadata, layers: int) -> int | None:
+        a, b = m.get(key), m.get(by)
         return a // b if a is not None and b else None
     return value
 
 
-def _gating(get: Get, layers: int) -> str | None:
+def _gating(m: Metadata, layers: int) -> str | None:
     """DeepSeek's scoring_func from llama.cpp's expert_gating_func (1 softmax, 2 sigmoid)."""
-    return {1: "softmax", 2: "sigmoid"}.get(get("expert_gating_func") or 0)
+    return {1: "softmax", 2: "sigmoid"}.get(m.get("expert_gating_func") or 0)
 
 
 _SLIDING = {"sliding_window": ("attention.sliding_window",)}
@@ -149,8 +183,8 @@ READINGS: dict[str, Reading] = {
                                "layer_types": _every(4, "chunked_attention", "full_attention")},
                       required=(*_MOE, "expert_feed_forward_length"), moe_type=None),
     "glm4moe": Reading(keys=_DEEPSEEK_MOE, tensors={"use_qk_norm": "blk.0.attn_q_norm.weight"},
-                       derived={"num_hidden_layers": lambda get, layers:
-                                layers - (get("nextn_predict_layers") or 0)},
+                       derived={"num_hidden_layers": lambda m, layers:
+                                layers - (m.get("nextn_predict_layers") or 0)},
                        required=(*_MOE, "expert_feed_forward_length"), moe_type=None),
     "olmoe": Reading(keys={"num_experts": ("expert_count",), **_EXPERTS,
                            "intermediate_size": ("expert_feed_forward_length",
@@ -164,6 +198,19 @@ READINGS: dict[str, Reading] = {
                       required=(*_MOE, "feed_forward_length"), moe_type=None),
     "minimax-m2": Reading(keys={**_MIXTRAL, "intermediate_size": (
         "expert_feed_forward_length", "feed_forward_length")}, required=_MOE, moe_type=None),
+    # Gemma 3n: AltUp, LAuReL (its rank the width of laurel_l) and per-layer inputs (their
+    # table's rows the per-layer vocabulary), the last shared_kv_layers reusing others' K and V.
+    "gemma3n": Reading(
+        keys={**_SLIDING, "intermediate_size": (), "altup_num_inputs": ("altup.num_inputs",),
+              "hidden_size_per_layer_input": ("embedding_length_per_layer_input",),
+              "num_kv_shared_layers": ("attention.shared_kv_layers",)},
+        derived={"intermediate_size": _widths("feed_forward_length"),
+                 "laurel_rank": lambda m, layers: m.rows("blk.0.laurel_l.weight"),
+                 "vocab_size_per_layer_input": lambda m, layers:
+                 m.rows("per_layer_token_embd.weight"),
+                 "layer_types": _every(5, "sliding_attention", "full_attention")},
+        required=("feed_forward_length", "altup.num_inputs",
+                  "embedding_length_per_layer_input")),
     "gemma3": Reading(keys=_SLIDING,
                       derived={"layer_types": _every(6, "sliding_attention", "full_attention")}),
     "cohere2": Reading(keys=_SLIDING,
@@ -194,13 +241,13 @@ def spec_from_header(header: GgufHeader) -> ModelSpec:
             f"{path}: GGUF architecture {brief(arch)} has no spec reader; supported: "
             f"{', '.join(GGUF_ARCHITECTURES)} (or give --preset or --config)")
     reading = READINGS.get(arch, Reading())
-    keys = Keys(meta, str(path), WeightsError, "metadata key")
+    m = Metadata(header, arch)
+    keys = m.keys
 
     def need(key: str) -> int:
+        if m.values(key) is not None:  # a per-layer array: there, and read by the reading
+            return 0
         return keys.required(f"{arch}.{key}")
-
-    def get(key: str) -> int | None:
-        return keys.whole(f"{arch}.{key}", minimum=0)
 
     d, heads = need("embedding_length"), need("attention.head_count")
     layers = need("block_count")
@@ -219,19 +266,19 @@ def spec_from_header(header: GgufHeader) -> ModelSpec:
     for key, tensor in {**BASE_TENSORS, **reading.tensors}.items():
         config[key] = tensor in header.tensors
     for key, names in {**BASE_KEYS, **reading.keys}.items():
-        value = next((v for name in names if (v := get(name)) is not None), None)
+        value = next((v for name in names if (v := m.get(name)) is not None), None)
         if value is not None:
             config[key] = value
     for key, value in reading.absent.items():
         config.setdefault(key, value)
     for key, derive in reading.derived.items():
-        value = derive(get, layers)
+        value = derive(m, layers)
         if value is not None:
             config[key] = value
     if "head_dim" not in config and "kv_lora_rank" not in config and d % heads:
         raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count': expected a "
                            f"divisor of {arch}.embedding_length ({d:,}), got {heads}")
-    experts = get("expert_count")
+    experts = m.get("expert_count")
     if reading.moe_type is not None and experts is not None and experts > 1:
         config.update(model_type=reading.moe_type, num_local_experts=experts,
                       num_experts_per_tok=need("expert_used_count"))

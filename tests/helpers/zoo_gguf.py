@@ -25,7 +25,7 @@ ARCHS = {"mixtral": "LLAMA", "qwen2_moe": "QWEN2MOE", "qwen3_moe": "QWEN3MOE",
          "minimax_m2": "MINIMAXM2", "phimoe": "PHIMOE", "minicpm3": "MINICPM3",
          "smollm3": "SMOLLM3", "olmo2": "OLMO2", "olmo": "OLMO", "glm4": "GLM4",
          "exaone": "EXAONE", "seed_oss": "SEED_OSS", "cohere2": "COHERE2",
-         "ernie4_5": "ERNIE4_5", "starcoder2": "STARCODER2"}
+         "ernie4_5": "ERNIE4_5", "starcoder2": "STARCODER2", "gemma3n_text": "GEMMA3N"}
 COMPLETED = {"deepseek_v2": {"num_experts_per_tok": 6}}
 # DeepSeek's latent attention as llama.cpp converts it since 2025 (K and V up-projections apart,
 # key_length_mla); DeepSeek-V2 (and MiniCPM3) as files made before that (one kv_b, key_length
@@ -56,6 +56,9 @@ def _tensors(model_type: str, c: dict) -> dict[str, tuple[int, ...]]:
             out[f"blk.{i}.ffn_down_exps.{'bias' if leaf.endswith('bias') else 'weight'}"] = shape
         elif name.endswith("block_sparse_moe.router.weight"):  # Granite MoE
             out[f"blk.{i}.ffn_gate_inp.weight"] = shape
+        elif ".altup_projections." in name or ".altup_unembed_projections." in name:
+            stem = "altup_proj" if ".altup_projections." in name else "altup_unembd_proj"
+            out[f"{stem}.weight"] = (c["altup_num_inputs"] - 1, *shape)  # stacked
         elif leaf == "dt_bias":
             out[f"blk.{i}.ssm_dt.bias"] = shape
         elif name.endswith("kv_b_proj.weight") and model_type in MLA_SPLIT:
@@ -81,7 +84,7 @@ def _metadata(w, model_type: str, c: dict) -> None:
     w.add_head_count(c["num_attention_heads"])
     if some("num_key_value_heads") is not None:
         w.add_head_count_kv(1 if model_type in MLA_SPLIT else c["num_key_value_heads"])
-    if isinstance(some("intermediate_size"), int):
+    if isinstance(some("intermediate_size"), int | list):  # Gemma 3n: one a layer
         w.add_feed_forward_length(c["intermediate_size"])
     head_dim = some("head_dim")
     if head_dim is None and model_type == "glm4_moe":  # its converter: hidden // heads
@@ -133,6 +136,11 @@ def _metadata(w, model_type: str, c: dict) -> None:
         nextn = c.get("num_nextn_predict_layers", 0)
         w.add_nextn_predict_layers(nextn)
         layers += nextn
+    if model_type == "gemma3n_text":
+        w.add_altup_num_inputs(c["altup_num_inputs"])
+        w.add_embedding_length_per_layer_input(c["hidden_size_per_layer_input"])
+        w.add_shared_kv_layers(c["num_kv_shared_layers"])
+        w.add_sliding_window_pattern([t == "sliding_attention" for t in c["layer_types"]])
     if model_type == "qwen3_next":
         w.add_ssm_conv_kernel(c["linear_conv_kernel_dim"])
         w.add_ssm_state_size(c["linear_key_head_dim"])
