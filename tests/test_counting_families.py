@@ -12,10 +12,17 @@ import math
 
 import pytest
 from conftest import DATA
-from helpers.zoo_checkpoints import NAMES, layer_of, shapes, truth, write_safetensors
+from helpers.zoo_checkpoints import (
+    NAMES,
+    ffn_parts,
+    layer_of,
+    shapes,
+    truth,
+    write_safetensors,
+)
 
 import ffncli
-from ffncli.counting.files import FFN_PARTS, ffn_part_of, group_of
+from ffncli.counting.files import ffn_part_of, group_of
 
 # Keys a type's defaults leave null that transformers needs (as tests/test_zoo_counts.py).
 COMPLETED = {"deepseek_v2": {"num_experts_per_tok": 6}}
@@ -29,17 +36,7 @@ def _config(tmp_path, model_type):
 
 
 def _spec_ffn_parts(path) -> dict[str, int]:
-    """The FFN parts of ffncli's count of the config, from its layers' rows: the routed
-    experts (all of them), the router, the shared experts and their gate."""
-    parts = dict.fromkeys(FFN_PARTS, 0)
-    for layer in ffncli.count(ffncli.load_spec(config=path)).layers:
-        for row in layer.ffn_rows:
-            part = ("experts" if row.name.startswith("x ") and row.name.endswith(" experts")
-                    else "router" if row.name == "router"
-                    else "shared experts" if row.name.startswith("shared expert") else None)
-            if part is not None:
-                parts[part] += layer.count * row.params
-    return {p: n for p, n in parts.items() if n}
+    return ffn_parts(ffncli.count(ffncli.load_spec(config=path)))
 
 
 @pytest.mark.parametrize("model_type", sorted(NAMES))

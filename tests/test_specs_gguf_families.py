@@ -9,27 +9,13 @@ from __future__ import annotations
 
 import pytest
 from conftest import DATA
-from helpers.zoo_checkpoints import truth
+from helpers.zoo_checkpoints import ffn_parts, truth
 from helpers.zoo_gguf import ARCHS, config, write_zoo_gguf
 
 import ffncli
-from ffncli.counting.files import FFN_PARTS
 from ffncli.formats.gguf import read_header
 from ffncli.specs.archs import GGUF_ARCHITECTURES
 from ffncli.specs.gguf import READINGS, spec_from_header
-
-
-def _ffn_parts(count) -> dict[str, int]:
-    """The FFN parts of a count, from its layers' rows (as test_counting_families)."""
-    parts = dict.fromkeys(FFN_PARTS, 0)
-    for layer in count.layers:
-        for row in layer.ffn_rows:
-            part = ("experts" if row.name.startswith("x ") and row.name.endswith(" experts")
-                    else "router" if row.name == "router"
-                    else "shared experts" if row.name.startswith("shared expert") else None)
-            if part is not None:
-                parts[part] += layer.count * row.params
-    return {p: n for p, n in parts.items() if n}
 
 
 @pytest.mark.parametrize("model_type", sorted(ARCHS))
@@ -53,7 +39,7 @@ def test_params_puts_each_tensor_in_its_part(tmp_path, cli, model_type):
     assert (doc["matches"], doc["mismatches"]) == (True, {})
     assert doc["file_params"] == doc["total_params"] == truth(model_type)["total"]
     counted = ffncli.count(spec_from_header(read_header(path)))
-    assert doc["file_ffn_parts"] == _ffn_parts(counted)
+    assert doc["file_ffn_parts"] == ffn_parts(counted)
 
 
 def test_the_readings_are_the_table_s_architectures():

@@ -53,3 +53,19 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[int, ...]], dtype: st
 
 def truth(model_type: str) -> dict:
     return ZOO[model_type]["builds"]["causal_lm"]
+
+
+def ffn_parts(count) -> dict[str, int]:
+    """The FFN parts of ffncli's count (a ModelCount), from its layers' rows: the routed experts
+    (all of them), the router, the shared experts and their gate (only those it has)."""
+    from ffncli.counting.files import FFN_PARTS
+
+    parts = dict.fromkeys(FFN_PARTS, 0)
+    for layer in count.layers:
+        for row in layer.ffn_rows:
+            part = ("experts" if row.name.startswith("x ") and row.name.endswith(" experts")
+                    else "router" if row.name == "router"
+                    else "shared experts" if row.name.startswith("shared expert") else None)
+            if part is not None:
+                parts[part] += layer.count * row.params
+    return {p: n for p, n in parts.items() if n}
