@@ -52,7 +52,7 @@ MIXERS = {"full_attention": "full", "sliding_attention": "sliding",
 
 
 @pytest.mark.parametrize("model_type", ["gpt_oss", "gemma3_text", "llama4_text", "qwen3_next",
-                                        "cohere2", "gemma3n_text"])
+                                        "cohere2", "gemma3n_text", "qwen3_5_text"])
 def test_the_layer_pattern_is_the_config_s(tmp_path, model_type):
     """The pattern llama.cpp fixes per architecture (gpt-oss: sliding and full attention
     alternating; Gemma 3: five sliding layers to one full; Llama 4: three chunked to one full;

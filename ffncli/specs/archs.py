@@ -304,9 +304,9 @@ ARCHS: dict[str, Arch] = {
                         gguf="llama4"),
     "llama4": Arch(lambda c: _multimodal(c, "llama4_text")),
     "qwen3_next": Arch(H.qwen3_next_spec, not_run="a gated shared expert", gguf="qwen3next"),
-    "qwen3_5_text": Arch(lambda c: H.qwen3_next_spec(c, "qwen3_5_text", moe=False)),
+    "qwen3_5_text": Arch(lambda c: H.qwen3_next_spec(c, "qwen3_5_text", moe=False), gguf="qwen35"),
     "qwen3_5_moe_text": Arch(lambda c: H.qwen3_next_spec(c, "qwen3_5_moe_text"),
-                             not_run="a gated shared expert"),
+                             not_run="a gated shared expert", gguf="qwen35moe"),
     "qwen3_5": Arch(lambda c: _multimodal(c, "qwen3_5_text")),
     "qwen3_5_moe": Arch(lambda c: _multimodal(c, "qwen3_5_moe_text")),
     # LLaMA's shape with a twist: biases, norms, per-layer windows

@@ -150,6 +150,19 @@ _MLA = {"head_dim": (), "q_lora_rank": ("attention.q_lora_rank",),
 _MLA_DERIVED = {"qk_nope_head_dim": _minus(("attention.key_length_mla", "attention.key_length"),
                                            "rope.dimension_count")}
 
+# Gated DeltaNet (Qwen3-Next, Qwen 3.5) in llama.cpp's ssm.* keys: key heads as groups, value
+# heads as the time-step rank, the key head as the state; full attention every
+# full_attention_interval-th layer.
+_DELTANET = {"linear_num_key_heads": ("ssm.group_count",),
+             "linear_num_value_heads": ("ssm.time_step_rank",),
+             "linear_key_head_dim": ("ssm.state_size",),
+             "linear_conv_kernel_dim": ("ssm.conv_kernel",)}
+_DELTANET_DERIVED = {
+    "linear_value_head_dim": _ratio("ssm.inner_size", "ssm.time_step_rank"),
+    "layer_types": _every("full_attention_interval", "linear_attention", "full_attention")}
+_DELTANET_REQUIRED = ("ssm.group_count", "ssm.time_step_rank", "ssm.state_size",
+                      "ssm.inner_size")
+
 READINGS: dict[str, Reading] = {
     "llama": Reading(keys=_MIXTRAL),
     "deepseek2": Reading(keys={**_MLA, **_DEEPSEEK_MOE}, absent={"q_lora_rank": None},
@@ -161,16 +174,14 @@ READINGS: dict[str, Reading] = {
                                   "expert_shared_feed_forward_length"), moe_type=None),
     "qwen3moe": Reading(keys=_QWEN_MOE, required=(*_MOE, "expert_feed_forward_length"),
                         moe_type=None),
-    "qwen3next": Reading(
-        keys={**_QWEN_MOE, "linear_num_key_heads": ("ssm.group_count",),
-              "linear_num_value_heads": ("ssm.time_step_rank",),
-              "linear_key_head_dim": ("ssm.state_size",),
-              "linear_conv_kernel_dim": ("ssm.conv_kernel",)},
-        derived={"linear_value_head_dim": _ratio("ssm.inner_size", "ssm.time_step_rank"),
-                 "layer_types": _every("full_attention_interval", "linear_attention",
-                                       "full_attention")},
-        required=(*_MOE, "expert_feed_forward_length", "ssm.group_count",
-                  "ssm.time_step_rank", "ssm.state_size", "ssm.inner_size"), moe_type=None),
+    "qwen3next": Reading(keys={**_QWEN_MOE, **_DELTANET}, derived=_DELTANET_DERIVED,
+                         required=(*_MOE, "expert_feed_forward_length", *_DELTANET_REQUIRED),
+                         moe_type=None),
+    "qwen35": Reading(keys=_DELTANET, derived=_DELTANET_DERIVED,
+                      required=("feed_forward_length", *_DELTANET_REQUIRED)),
+    "qwen35moe": Reading(keys={**_QWEN_MOE, **_DELTANET}, derived=_DELTANET_DERIVED,
+                         required=(*_MOE, "expert_feed_forward_length", *_DELTANET_REQUIRED),
+                         moe_type=None),
     "gpt-oss": Reading(keys={**_MIXTRAL, **_SLIDING,
                              "intermediate_size": ("expert_feed_forward_length",
                                                    "feed_forward_length")},

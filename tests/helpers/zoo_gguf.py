@@ -25,7 +25,8 @@ ARCHS = {"mixtral": "LLAMA", "qwen2_moe": "QWEN2MOE", "qwen3_moe": "QWEN3MOE",
          "minimax_m2": "MINIMAXM2", "phimoe": "PHIMOE", "minicpm3": "MINICPM3",
          "smollm3": "SMOLLM3", "olmo2": "OLMO2", "olmo": "OLMO", "glm4": "GLM4",
          "exaone": "EXAONE", "seed_oss": "SEED_OSS", "cohere2": "COHERE2",
-         "ernie4_5": "ERNIE4_5", "starcoder2": "STARCODER2", "gemma3n_text": "GEMMA3N"}
+         "ernie4_5": "ERNIE4_5", "starcoder2": "STARCODER2", "gemma3n_text": "GEMMA3N",
+         "qwen3_5_text": "QWEN35", "qwen3_5_moe_text": "QWEN35MOE"}
 COMPLETED = {"deepseek_v2": {"num_experts_per_tok": 6}}
 # DeepSeek's latent attention as llama.cpp converts it since 2025 (K and V up-projections apart,
 # key_length_mla); DeepSeek-V2 (and MiniCPM3) as files made before that (one kv_b, key_length
@@ -141,7 +142,7 @@ def _metadata(w, model_type: str, c: dict) -> None:
         w.add_embedding_length_per_layer_input(c["hidden_size_per_layer_input"])
         w.add_shared_kv_layers(c["num_kv_shared_layers"])
         w.add_sliding_window_pattern([t == "sliding_attention" for t in c["layer_types"]])
-    if model_type == "qwen3_next":
+    if model_type in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"):
         w.add_ssm_conv_kernel(c["linear_conv_kernel_dim"])
         w.add_ssm_state_size(c["linear_key_head_dim"])
         w.add_ssm_group_count(c["linear_num_key_heads"])
