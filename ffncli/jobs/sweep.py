@@ -26,6 +26,7 @@ from ffncli.analysis.sparsity import (
 )
 from ffncli.compute.engine import Hooks, Watch
 from ffncli.compute.ffn import MoEWeights
+from ffncli.compute.forward.walk import walk_variants
 from ffncli.jobs.progress import Callback
 
 if TYPE_CHECKING:
@@ -81,8 +82,6 @@ def calibrate_parts(model: Transformer, parts: Sequence[Sequence[np.ndarray]],
     FFN's |a| kept by a :class:`Gathering` as the walk computes it (no second product of the
     gate), a mixture's inputs kept and calibrated. A layer's thresholds are found once the
     walk has left it with its tokens all kept."""
-    from ffncli.compute.forward.walk import walk_variants
-
     tokens = sum(len(s) for part in parts for s in part)
     wanted = [("cats", s) for s in _shares(target)]
     kept: dict[int, Gathering | list[np.ndarray]] = {}  # a mixture's: its inputs
@@ -269,8 +268,6 @@ def count_walk(model: Transformer, ids: Sequence[np.ndarray], layers: Sequence[i
     """One walk that counts every selected layer: ``open_layer(i, block)`` makes layer i's
     sweep when the walk comes to it (a dense FFN's sweep is then the layer's FFN), and
     ``close_layer(i, sweep)`` is called when the walk has left it (its weights can go)."""
-    from ffncli.compute.forward.walk import walk_variants
-
     chosen, current = set(layers), dict[int, LayerSweep]()
 
     def close() -> None:
