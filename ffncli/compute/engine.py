@@ -49,7 +49,8 @@ def _zeros_row(cols: int, dtype: np.dtype) -> Array:
 
 
 def _relu_(h: Array, s: list[Array], beta: float) -> None:
-    # A row of zeros, not the scalar 0: NumPy's maximum against an array is ~2x faster here.
+    # A row of zeros, not the scalar 0: NumPy's maximum is faster against an array (the
+    # figure: docs/measured.md, 2026-12-05, the engine's one watch).
     np.maximum(h, _zeros_row(h.shape[-1], h.dtype), out=h)
 
 

@@ -153,8 +153,8 @@ class SparseFfn(Watch):
                 x = np.where(small, 0, x).astype(x.dtype, copy=False)
             engine(x, out, watch=self)  # the dense FFN's chunks: its products as fast
         finally:  # the zeroed part goes with the call: a sweep's variants hold none between
-            self._buffer = self._zeroed = self._dense = None  # their passes (made again: a few
-            # ms against the batch's FFN)
+            # their passes (made again at the next call, cheap against the batch's FFN)
+            self._buffer = self._zeroed = self._dense = None
 
     def hooks(self, x: Array) -> Hooks:
         """The cut of the chunk ``x``, made in the engine's blocks of its hidden layer."""

@@ -1,5 +1,5 @@
 """The sharded jobs, as the client runs them: read the shards, send a task per shard to the
-pool, and merge or record what comes back, through one pipeline (:func:`map_shards`).
+pool, and merge or record what comes back, through one pipeline (:mod:`.pipeline`).
 
 - ``relu-stats --input``: :func:`relu_stats_shards`, counters merged in the fixed tree;
 - ``run``: :func:`run_shards`, a file per shard and a manifest, resumable;
