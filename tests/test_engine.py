@@ -56,7 +56,7 @@ def test_hidden_shows_each_block_its_pre_activation_then_its_activation(gated):
     def after(lo, hi, a, u):
         act[lo:hi] = a
 
-    h = Engine(p, "silu").hidden(x, after, before)
+    h = Engine(p, "silu").hidden(x, E.Hooks(before=before, after=after))
     assert sorted(seen) == E._blocks(n, f, 4) and len(seen) == 2
     np.testing.assert_allclose(pre, F.pre_activation(x, p), rtol=1e-6, atol=1e-5)
     np.testing.assert_allclose(act, F.silu(F.pre_activation(x, p)), rtol=1e-5, atol=1e-5)
@@ -81,7 +81,53 @@ def test_a_gated_hidden_layer_takes_the_callers_gate_and_up_buffer():
         seen.append((lo, hi))
 
     up = np.full((n, f), np.nan, np.float32)
-    h = Engine(p, "silu").hidden(x, gate=gate, up=up)
+    h = Engine(p, "silu").hidden(x, E.Hooks(gate=gate, up=up))
     assert sorted(seen) == E._blocks(n, f, 4)
     np.testing.assert_allclose(up, x @ p.v + p.c, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(h, F.silu(F.pre_activation(x, p)) + up, rtol=1e-5, atol=1e-5)
+
+
+def test_a_watch_sees_the_plain_calls_chunks_in_order_and_changes_no_bit():
+    """``engine(x, out, watch=...)`` computes the chunks a plain call computes (chunk_tokens
+    rows each, in order): each chunk's hidden layer goes through the watch's hooks, its output
+    to ``seen``, and the output is the plain call's, bit for bit."""
+    rng = np.random.default_rng(5)
+    d, f, n = 8, 64, 50
+    p = F.DenseWeights(rng.standard_normal((d, f), np.float32), rng.standard_normal(f, np.float32),
+                       rng.standard_normal((f, d), np.float32), rng.standard_normal(d, np.float32))
+    x = rng.standard_normal((n, d), np.float32)
+    engine = Engine(p, "relu", chunk_tokens=16)
+
+    class Seeing(E.Watch):
+        def __init__(self) -> None:
+            self.rows: list[int] = []
+            self.hidden: list[np.ndarray] = []
+            self.outs: list[np.ndarray] = []
+
+        def hooks(self, x: np.ndarray) -> E.Hooks:
+            self.rows.append(x.shape[0])
+            a_seen = np.full((x.shape[0], f), np.nan, np.float32)
+            self.hidden.append(a_seen)
+            return E.Hooks(after=lambda lo, hi, a, u: a_seen.__setitem__(slice(lo, hi), a))
+
+        def seen(self, x: np.ndarray, out: np.ndarray) -> None:
+            self.outs.append(out.copy())
+
+    watch = Seeing()
+    plain, watched = engine(x), engine(x, watch=watch)
+    assert watch.rows == [16, 16, 16, 2]
+    assert np.array_equal(watched, plain)
+    assert np.array_equal(np.concatenate(watch.outs), plain)
+    np.testing.assert_allclose(np.concatenate(watch.hidden),
+                               np.maximum(F.pre_activation(x, p), 0), rtol=1e-6, atol=1e-5)
+
+
+def test_a_mixture_of_experts_takes_no_watch():
+    rng = np.random.default_rng(6)
+    d, f = 4, 8
+    experts = tuple(F.DenseWeights(rng.standard_normal((d, f), np.float32), None,
+                                   rng.standard_normal((f, d), np.float32), None)
+                    for _ in range(2))
+    p = F.MoEWeights(rng.standard_normal((d, 2), np.float32), None, experts, 1)
+    with pytest.raises(ValueError, match="a mixture of experts has a hidden layer per expert"):
+        Engine(p, "relu")(rng.standard_normal((3, d), np.float32), watch=E.Watch())

@@ -16,6 +16,7 @@ from helpers.installed_models import minilm_path, smollm2_path
 
 from ffncli.base.validate import Keys
 from ffncli.compute.forward import families, layer, ops
+from ffncli.compute.forward import walk as walk_module
 from ffncli.compute.forward.families import open_transformer
 from ffncli.compute.forward.walk import batches, hidden_states, walk, walk_variants
 from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
@@ -273,8 +274,8 @@ def test_the_final_state_is_the_last_layers_whatever_layers_are_chosen():
 @pytest.mark.parametrize("alike", [0, 1])
 def test_variants_share_what_is_alike_and_end_as_their_own_walks(case, alike):
     """Three variants, the second with its FFN doubled from layer ``alike`` on: the walk
-    computes the layers before it and that layer's attention once, yet every variant ends as a
-    walk of that variant alone, bit for bit (post-norm BERT and pre-norm LLaMA)."""
+    computes the layers before it once, yet every variant ends as a walk of that variant
+    alone, bit for bit (post-norm BERT and pre-norm LLaMA)."""
     model, ids = load(case), read_ids(case)
 
     def doubled(block: layer.Block):
@@ -780,3 +781,27 @@ def test_a_layer_count_past_the_weights_is_one_line_before_anything_scales(
     r = capture(cli, weights, ids, tmp_path / "out")
     assert (r.code, r.err) == (2, line)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_spill_keeps_each_variants_rows_and_spreads_variant_0s():
+    """Each variant's rows of a sequence come back as written, the others' untouched; spread
+    copies variant 0's states to every other variant; closing removes the file."""
+    packing = walk_module.Packing.of([3, 2, 4], batch_tokens=5)
+    assert packing.batches == [(0, 2), (2, 3)] and packing.tokens == 9
+    assert packing.bounds(0, 2) == [(0, 3), (3, 5)] and packing.widest == 5
+    rng = np.random.default_rng(7)
+    states = rng.standard_normal((3, 9, 4)).astype(np.float32)
+    with walk_module.Spill(packing, 3, 4, np.dtype(np.float32)) as spill:
+        for v in range(3):
+            for a, b in packing.batches:
+                spill.write(v, a, states[v, packing.starts[a]:packing.starts[b]])
+        back = np.empty((2, 4), np.float32)
+        assert np.array_equal(spill.read(2, 1, back), states[2, 3:5])
+        spill.spread(np.empty((packing.widest, 4), np.float32))
+        for v in range(3):
+            for a, b in packing.batches:
+                got = spill.read(v, a, np.empty((packing.rows(a, b), 4), np.float32))
+                assert np.array_equal(got, states[0, packing.starts[a]:packing.starts[b]])
+        fd = spill._fd()
+    with pytest.raises(OSError):
+        os.fstat(fd)

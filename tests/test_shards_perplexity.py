@@ -17,6 +17,7 @@ from ffncli.analysis.calibration import first_batches
 from ffncli.analysis.perplexity import Protocol
 from ffncli.formats.text import Sequences
 from ffncli.jobs import perplexity as job
+from ffncli.jobs import variants as variant_walk
 from ffncli.jobs.choices import ModelChoice, TextChoice
 from ffncli.jobs.perplexity import Asked, Variant, perplexity
 from ffncli.jobs.resolve import open_forward
@@ -172,7 +173,7 @@ def test_calibration_is_that_of_the_first_whole_batches():
         doc = Sequences((IDS.astype(np.int64),), (1,), "ids", "0" * 64)
         p = job.plan(m, doc, Protocol(30), variants=[Variant("cats", 0.5)])
         assert [len(s) for s in first_batches(p.sequences)[0]] == [30] * 272  # 2 batches
-        cuts = job.calibrate(m, p.calibrating, p.variants, p.layers)[0].cuts
+        cuts = variant_walk.calibrate(m, p.calibrating, p.variants, p.layers)[0].cuts
         gathered = perplexity(m, doc, Protocol(30), variants=[Variant("cats", 0.5)])
     assert cuts == {c.layer: c.cut for c in gathered.variants[0].layers}
 

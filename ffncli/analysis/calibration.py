@@ -19,9 +19,9 @@ import numpy as np
 from ffncli.analysis.experts import expert_activation, expert_inputs
 from ffncli.analysis.quantiles import quantile, quantiles
 from ffncli.base import CALIBRATION_TOKENS as CALIBRATION_TOKENS  # stated there, read here
-from ffncli.compute.engine import Engine, Visit
+from ffncli.compute.engine import NO_HOOKS, Engine, Hooks, Visit, Watch
 from ffncli.compute.ffn import DenseWeights, MoEWeights, pre_activation
-from ffncli.compute.sparse import Cut, down, gate_and_up
+from ffncli.compute.sparse import Cut, gate_and_up
 
 
 def calibration_rows(n_tokens: int) -> int:
@@ -74,7 +74,7 @@ def _dense_magnitudes(ffn: Engine, x: np.ndarray) -> np.ndarray:
     def visit(lo: int, hi: int, a: np.ndarray, u: np.ndarray | None) -> None:
         np.abs(a, out=out[lo:hi])
 
-    ffn.hidden(x, visit)
+    ffn.hidden(x, Hooks(after=visit))
     return out.reshape(-1)
 
 
@@ -128,13 +128,13 @@ def calibration_magnitudes(ffn: Engine, x: np.ndarray, wanted: Sequence[tuple[st
     return m
 
 
-class Gathering:
+class Gathering(Watch):
     """A layer's dense FFN, as the forward's ``ffn(x, out)``, that keeps the magnitudes of its
-    first ``tokens`` inputs (default CALIBRATION_TOKENS) which calibrate ``wanted``: chunk by
-    chunk as the engine computes its FFN (the same products, so the same bits), |a| and |h|
-    read from the engine's own hidden layer (no second product of the gate, as
-    :func:`calibration_magnitudes` makes). Another FFN of the layer that watches the engine
-    (the sweep's counting) passes the chunks' visits of :meth:`keeper` to it instead."""
+    first ``tokens`` inputs (default CALIBRATION_TOKENS) which calibrate ``wanted``: it watches
+    the engine's chunks (the same products, so the same bits), |a| and |h| read from the
+    engine's own hidden layer (no second product of the gate, as
+    :func:`calibration_magnitudes` makes). Another watch of the layer (the sweep's counting)
+    passes the visits of :meth:`keeper` to the engine in its own hooks instead."""
 
     def __init__(self, engine: Engine, wanted: Sequence[tuple[str, float]],
                  tokens: int | None = None) -> None:
@@ -158,16 +158,13 @@ class Gathering:
         self.engine = None
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
-        e = self.engine
-        if e is None:
+        if self.engine is None:
             raise ValueError("this layer's calibration was released")
-        p = e.weights
-        assert not isinstance(p, MoEWeights)
-        step = e.chunk_tokens
-        for start in range(0, x.shape[0], step):
-            chunk = np.ascontiguousarray(x[start:start + step], dtype=e.dtype)
-            h = e.hidden(chunk, self.keeper(chunk))
-            down(h, p, out[start:start + step])
+        self.engine(x, out, watch=self)
+
+    def hooks(self, x: np.ndarray) -> Hooks:
+        keep = self.keeper(x)
+        return NO_HOOKS if keep is None else Hooks(after=keep)
 
     def keeper(self, x: np.ndarray) -> Visit | None:
         """The engine's visit of a chunk's hidden blocks that keeps what is still wanted."""

@@ -81,6 +81,20 @@ class Windows:
 
 
 def check_protocol(protocol: Protocol, max_positions: int | None) -> None:
+    """The protocol's options, each in its range and together one protocol."""
+    _check_ctx(protocol, max_positions)
+    n, s = protocol.ctx, protocol.stride
+    if s is not None and (isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= n):
+        raise InputError(f"option --stride: expected a whole number from 1 to --ctx ({n}), "
+                         f"got {s!r}")
+    if protocol.score not in SCORES:
+        raise InputError(f"option --score: expected half or all, got {protocol.score!r}")
+    if s is not None and protocol.score != "half":
+        raise InputError("options --stride and --score all: give one (a stride window scores "
+                         "what the previous one did not)")
+
+
+def _check_ctx(protocol: Protocol, max_positions: int | None) -> None:
     n = protocol.ctx
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
         raise InputError(f"option --ctx: expected a whole number >= 2, got {n!r}")
@@ -91,15 +105,6 @@ def check_protocol(protocol: Protocol, max_positions: int | None) -> None:
     if max_positions is not None and n > max_positions:
         raise InputError(f"option --ctx: {n:,} is more than the model's {max_positions:,} "
                          "positions")
-    s = protocol.stride
-    if s is not None and (isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= n):
-        raise InputError(f"option --stride: expected a whole number from 1 to --ctx ({n}), "
-                         f"got {s!r}")
-    if protocol.score not in SCORES:
-        raise InputError(f"option --score: expected half or all, got {protocol.score!r}")
-    if s is not None and protocol.score != "half":
-        raise InputError("options --stride and --score all: give one (a stride window scores "
-                         "what the previous one did not)")
 
 
 def chunks(ids: Array, ctx: int, bos: int | None) -> list[Array]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -48,7 +49,8 @@ def _zeros_row(cols: int, dtype: np.dtype) -> Array:
 
 
 def _relu_(h: Array, s: list[Array], beta: float) -> None:
-    # A row of zeros, not the scalar 0: NumPy's maximum against an array is ~2x faster here.
+    # A row of zeros, not the scalar 0: NumPy's maximum is faster against an array (the
+    # figure: docs/measured.md, 2026-12-05, the engine's one watch).
     np.maximum(h, _zeros_row(h.shape[-1], h.dtype), out=h)
 
 
@@ -109,8 +111,6 @@ def _gelu_(h: Array, s: list[Array], beta: float) -> None:
 
 
 InPlace = Callable[[Array, list[Array], float], None]
-Visit = Callable[[int, int, Array, "Array | None"], None]  # rows lo..hi: the gate, the up
-Gate = Callable[[int, int, Array, Array], None]  # rows lo..hi: the gate, the up
 
 # One in-place version per name of spec.ACTIVATIONS, with the scratch buffers it needs.
 _INPLACE: dict[str, tuple[InPlace, int]] = {
@@ -125,6 +125,57 @@ def activate_inplace(h: Array, act: Activation | str) -> None:
     act = as_activation(act)
     fn, scratch = _INPLACE[act.name]
     fn(h, [np.empty_like(h) for _ in range(scratch)], act.beta)
+
+# ---------------------------------------------------------------------------------------------
+# What a caller watches of the hidden layer.
+
+Visit = Callable[[int, int, Array, "Array | None"], None]  # rows lo..hi: the gate, the up
+Gate = Callable[[int, int, Array, Array], None]  # rows lo..hi: the gate, the up
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What a caller sees of one chunk's hidden layer, block of rows by block of rows, on the
+    engine's worker threads (each block once, in any order):
+
+    - ``before(lo, hi, pre, None)``: the block's pre-activation (its bias added), before the
+      activation;
+    - ``after(lo, hi, a, u)``: the activated gate ``a`` and the up projection ``u`` (None
+      without a gate) before they multiply; it may change both in place;
+    - ``gate(lo, hi, a, u)``: in a gated FFN, done instead of the multiply ``a *= u``; it
+      leaves the block's hidden values in ``a`` (``u`` is then free);
+    - ``up``: a (rows, d_ff) array that receives the up projection instead of the engine's
+      buffer."""
+
+    before: Visit | None = None
+    after: Visit | None = None
+    gate: Gate | None = None
+    up: Array | None = None
+
+
+NO_HOOKS = Hooks()
+
+
+class Watch:
+    """A caller's watch over the chunks the engine computes (``engine(x, out, watch=...)``):
+    :meth:`hooks` gives a chunk's :class:`Hooks` before its hidden layer, :meth:`seen` is
+    called once the chunk's output is in ``out``. The engine owns the chunking: a watch sees
+    the chunks a plain call computes, so its FFN has the plain call's bits."""
+
+    def hooks(self, x: Array) -> Hooks:
+        """The hooks of the chunk ``x`` (its rows, contiguous, in the engine's dtype)."""
+        return NO_HOOKS
+
+    def seen(self, x: Array, out: Array) -> None:
+        """The chunk ``x`` has its FFN output in ``out``."""
+
+
+def down(h: Array, p: ExpertWeights, out: Array) -> None:
+    """The down projection of the hidden layer ``h`` into ``out``: h W2 + b2."""
+    np.matmul(h, p.w2, out=out)  # (n, f) -> (n, d)
+    if p.b2 is not None:
+        np.add(out, p.b2, out=out)
+
 
 # ---------------------------------------------------------------------------------------------
 # The engine.
@@ -203,26 +254,16 @@ class Engine:
 
     # -- one chunk ----------------------------------------------------------------------------
 
-    def hidden(self, x: Array, visit: Visit | None = None, before: Visit | None = None, *,
-               gate: Gate | None = None, up: Array | None = None) -> Array:
+    def hidden(self, x: Array, hooks: Hooks = NO_HOOKS) -> Array:
         """The hidden layer of a chunk of a dense or gated FFN (not a mixture): act(x W1 + b1),
         or act(x W + b) * (x V + c), in the engine's reused buffer (valid until its next
-        call). ``visit(lo, hi, a, u)`` sees each block of rows of the activated gate ``a``
-        and of the up projection ``u`` (None without a gate) before they are multiplied, on
-        the engine's worker threads, and may change both in place; ``before(lo, hi, pre,
-        None)`` sees the block's pre-activation (its bias added) before the activation.
-        In a gated FFN, ``gate(lo, hi, a, u)`` replaces the gate's multiply ``a *= u`` (it
-        leaves the block's hidden values in ``a``; ``u`` is then free), and ``up``, a
-        (rows, d_ff) array, receives the up projection instead of the engine's buffer."""
+        call), the caller's :class:`Hooks` seeing its blocks."""
         p = self.weights
         if isinstance(p, MoEWeights):
             raise ValueError("a mixture of experts has a hidden layer per expert")
-        return self._hidden_chunk(np.ascontiguousarray(x, dtype=self.dtype), p, visit, before,
-                                  gate, up)
+        return self._hidden_chunk(np.ascontiguousarray(x, dtype=self.dtype), p, hooks)
 
-    def _hidden_chunk(self, x: Array, p: ExpertWeights, visit: Visit | None = None,
-                      before: Visit | None = None, gate: Gate | None = None,
-                      up_out: Array | None = None) -> Array:
+    def _hidden_chunk(self, x: Array, p: ExpertWeights, hooks: Hooks = NO_HOOKS) -> Array:
         """act(x W1 + b1), or act(x W + b) * (x V + c), into the reused hidden buffer."""
         rows = x.shape[0]
         v: Array | None
@@ -231,9 +272,11 @@ class Engine:
         else:
             w, bias, v, up_bias = p.w1, p.b1, None, None
         h = np.matmul(x, w, out=self._buffer("hidden", rows, self.d_ff))  # (n, d) -> (n, f)
+        up_out = hooks.up
         if v is not None and up_out is None:
             up_out = self._buffer("up", rows, self.d_ff)
         u = np.matmul(x, v, out=up_out) if v is not None else None
+        before, after, gate = hooks.before, hooks.after, hooks.gate
 
         def part(lo: int, hi: int, worker: int) -> None:  # bias, activation, gate on a block
             hp = h[lo:hi]
@@ -245,8 +288,8 @@ class Engine:
             up = u[lo:hi] if u is not None else None
             if up is not None and up_bias is not None:
                 np.add(up, up_bias, out=up)
-            if visit is not None:
-                visit(lo, hi, hp, up)
+            if after is not None:
+                after(lo, hi, hp, up)
             if up is not None:
                 if gate is not None:
                     gate(lo, hi, hp, up)
@@ -256,11 +299,12 @@ class Engine:
         _in_parallel(part, rows, self.d_ff, self.dtype.itemsize)
         return h
 
-    def _expert_chunk(self, x: Array, p: ExpertWeights, out: Array) -> None:
-        h = self._hidden_chunk(x, p)
-        np.matmul(h, p.w2, out=out)  # (n, f) -> (n, d)
-        if p.b2 is not None:
-            np.add(out, p.b2, out=out)
+    def _expert_chunk(self, x: Array, p: ExpertWeights, out: Array,
+                      watch: Watch | None = None) -> None:
+        h = self._hidden_chunk(x, p, watch.hooks(x) if watch is not None else NO_HOOKS)
+        down(h, p, out)
+        if watch is not None:
+            watch.seen(x, out)
 
     def _moe_chunk(self, x: Array, p: MoEWeights, out: Array) -> None:
         order, gate = route(x, p)
@@ -284,15 +328,25 @@ class Engine:
         else:
             self._expert_chunk(x, self.weights, out)
 
-    def __call__(self, x: Array, out: Array | None = None) -> Array:
+    def __call__(self, x: Array, out: Array | None = None, watch: Watch | None = None
+                 ) -> Array:
+        """The FFN of (tokens, d_model) ``x`` into ``out`` (made if None), chunk by chunk of
+        ``chunk_tokens``; a dense or gated FFN's chunks seen by ``watch``."""
         if x.ndim != 2 or x.shape[1] != self.d_model:
             raise ValueError(f"expected (tokens, {self.d_model}), got {x.shape}")
+        p = self.weights
+        if watch is not None and isinstance(p, MoEWeights):
+            raise ValueError("a mixture of experts has a hidden layer per expert")
         n = x.shape[0]
         if out is None:
             out = np.empty((n, self.d_model), dtype=self.dtype)
         step = self.chunk_tokens
         self.begin(n)
         for start in range(0, n, step):
-            self.chunk(x[start:start + step], out[start:start + step])
+            piece, into = x[start:start + step], out[start:start + step]
+            if isinstance(p, MoEWeights):
+                self.chunk(piece, into)
+            else:
+                self._expert_chunk(np.ascontiguousarray(piece, dtype=self.dtype), p, into, watch)
         self.capacity_left = None
         return out

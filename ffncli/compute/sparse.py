@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ffncli.compute.engine import Engine, activate_inplace
+from ffncli.compute.engine import Engine, Hooks, Watch, activate_inplace
 from ffncli.compute.ffn import Array, DenseWeights, GatedWeights, MoEWeights
 from ffncli.compute.forward.ops import dot_sum
 
@@ -96,12 +96,6 @@ def gate_and_up(x: Array, p: DenseWeights | GatedWeights, engine: Engine, up: bo
     return a, u
 
 
-def down(h: Array, p: DenseWeights | GatedWeights, out: Array) -> None:
-    np.matmul(h, p.w2, out=out)
-    if p.b2 is not None:
-        np.add(out, p.b2, out=out)
-
-
 def smallest(a: Array, keep: int) -> Array:
     """A mask of each row's ``a.shape[1] - keep`` entries of smallest |a|."""
     units = a.shape[1]
@@ -116,9 +110,13 @@ def smallest(a: Array, keep: int) -> Array:
     return mask
 
 
-class SparseFfn:
+class SparseFfn(Watch):
     """Layer ``engine``'s FFN under ``cut``, as the forward's ``ffn(x, out)``; ``counts``
-    accumulates what it cut and its error against the dense FFN on the same input."""
+    accumulates what it cut and its error against the dense FFN on the same input.
+
+    It watches the engine's own chunks (:class:`~ffncli.compute.engine.Watch`): the cut is made
+    in the hidden layer's blocks as the engine computes them, and each chunk's error is summed
+    once its output is in."""
 
     def __init__(self, engine: Engine, cut: Cut) -> None:
         if isinstance(engine.weights, MoEWeights):
@@ -130,6 +128,10 @@ class SparseFfn:
         self.d_model, self.d_ff = engine.d_model, engine.d_ff
         self.first = 2 if isinstance(engine.weights, GatedWeights) else 1  # matrices before h
         self._buffer: Array | None = None  # the zeroed part of the hidden layer, in a call
+        self._zeroed: Array | None = None  # the current chunk's part of it (cats, topk)
+        self._dense: Array | None = None  # teal: the dense FFN's output of the call's input
+        self._row = 0  # teal: the current chunk's first row in the call
+        self._found: list[int] = []  # zeroed per block of the current chunk
 
     def tally(self) -> Tally:
         return Tally(self.cut, self.d_model, self.d_ff, self.first, self.counts)
@@ -139,38 +141,38 @@ class SparseFfn:
         self.engine = self._buffer = None
 
     def __call__(self, x: Array, out: Array) -> None:
-        if self.engine is None:
+        engine = self.engine
+        if engine is None:
             raise ValueError("this layer's cut was released")
-        step = self.engine.chunk_tokens  # the dense FFN's chunks: its products as fast
         try:
-            for start in range(0, x.shape[0], step):
-                self._chunk(np.ascontiguousarray(x[start:start + step], dtype=self.engine.dtype),
-                            out[start:start + step], self.engine)
+            if self.cut.rule == "teal":  # another input: the dense FFN on x, the sparse on x'
+                x = np.ascontiguousarray(x, dtype=engine.dtype)
+                self._dense, self._row = engine(x, out=np.empty_like(out)), 0
+                small = np.abs(x) <= self.cut.threshold
+                self.counts.zeroed_in += int(np.count_nonzero(small))
+                x = np.where(small, 0, x).astype(x.dtype, copy=False)
+            engine(x, out, watch=self)  # the dense FFN's chunks: its products as fast
         finally:  # the zeroed part goes with the call: a sweep's variants hold none between
-            self._buffer = None  # their passes (made again: a few ms against the batch's FFN)
+            # their passes (made again at the next call, cheap against the batch's FFN)
+            self._buffer = self._zeroed = self._dense = None
 
-    def _chunk(self, x: Array, out: Array, engine: Engine) -> None:
-        p, cut, counts = engine.weights, self.cut, self.counts
-        assert not isinstance(p, MoEWeights)
-        counts.tokens += x.shape[0]
-        if cut.rule == "teal":  # another input: the dense FFN on x, the sparse one on x'
-            dense = engine(x, out=np.empty_like(out))
-            small = np.abs(x) <= cut.threshold
-            counts.zeroed_in += int(np.count_nonzero(small))
-            h = engine.hidden(np.where(small, 0, x).astype(x.dtype, copy=False))
-            small = np.abs(h) <= cut.down
-            counts.zeroed += int(np.count_nonzero(small))
-            np.multiply(h, ~small, out=h)
-            down(h, p, out)
-            counts.dense2 += dot_sum(dense, dense)
-            error = np.subtract(out, dense, out=dense)
-            counts.error2 += dot_sum(error, error)
-            return
+    def hooks(self, x: Array) -> Hooks:
+        """The cut of the chunk ``x``, made in the engine's blocks of its hidden layer."""
+        cut, found = self.cut, list[int]()
+        self._found = found  # zeroed per block (the blocks run on the engine's threads)
+        if cut.rule == "teal":
+            def small(h: Array) -> None:  # the down projection's small inputs, zeroed
+                mask = np.abs(h) <= cut.down
+                found.append(int(np.count_nonzero(mask)))
+                np.multiply(h, ~mask, out=h)
+
+            if self.first == 2:
+                return Hooks(gate=lambda lo, hi, a, u: small(np.multiply(a, u, out=a)))
+            return Hooks(after=lambda lo, hi, a, u: small(a))
         # cats, topk: the cut is of the gate a, so the dense FFN shares the sparse one's
         # products: h = a * u splits exactly into its kept part and its zeroed part z, and
         # y_dense - y_sparse = z W2 (no rounding of a difference of two outputs)
-        zeroed = self._zeroed(x.shape[0], engine)
-        found: list[int] = []  # zeroed per block (the blocks run on the engine's threads)
+        zeroed = self._zeroed = self._zeroed_rows(x.shape[0])
 
         def inactive(a: Array) -> Array:  # the block's units cut, counted
             mask = np.abs(a) <= cut.threshold if cut.rule == "cats" else smallest(a, cut.keep)
@@ -181,7 +183,7 @@ class SparseFfn:
             np.multiply(h, mask, out=z)
             np.subtract(h, z, out=h)  # h - h = 0 and h - 0 = h, exactly
 
-        def visit(lo: int, hi: int, a: Array, u: Array | None) -> None:  # no gate: h = a
+        def after(lo: int, hi: int, a: Array, u: Array | None) -> None:  # no gate: h = a
             split(a, inactive(a), zeroed[lo:hi])
 
         def gate(lo: int, hi: int, a: Array, u: Array) -> None:  # u is zeroed[lo:hi]
@@ -190,18 +192,32 @@ class SparseFfn:
             split(a, mask, u)  # z where u was (in cache, no longer needed)
 
         if self.first == 2:
-            h = engine.hidden(x, gate=gate, up=zeroed)
-        else:
-            h = engine.hidden(x, visit)
-        counts.zeroed += sum(found)
-        down(h, p, out)
-        diff = np.matmul(zeroed, p.w2)
+            return Hooks(gate=gate, up=zeroed)
+        return Hooks(after=after)
+
+    def seen(self, x: Array, out: Array) -> None:
+        """The chunk's counts, and its error against the dense FFN on the same input."""
+        counts, rows = self.counts, x.shape[0]
+        counts.tokens += rows
+        counts.zeroed += sum(self._found)
+        if self._dense is not None:  # teal: the dense FFN's output of these rows, computed
+            dense = self._dense[self._row:self._row + rows]
+            self._row += rows
+            counts.dense2 += dot_sum(dense, dense)
+            error = np.subtract(out, dense, out=dense)
+            counts.error2 += dot_sum(error, error)
+            return
+        assert self.engine is not None and self._zeroed is not None
+        p = self.engine.weights
+        assert not isinstance(p, MoEWeights)
+        diff = np.matmul(self._zeroed, p.w2)
         counts.error2 += dot_sum(diff, diff)
         dense = np.add(diff, out, out=diff)
         counts.dense2 += dot_sum(dense, dense)
 
-    def _zeroed(self, rows: int, engine: Engine) -> Array:
+    def _zeroed_rows(self, rows: int) -> Array:
+        assert self.engine is not None
         buf = self._buffer
         if buf is None or buf.shape[0] < rows:
-            buf = self._buffer = np.empty((rows, engine.d_ff), dtype=engine.dtype)
+            buf = self._buffer = np.empty((rows, self.d_ff), dtype=self.engine.dtype)
         return buf[:rows]

@@ -9,34 +9,27 @@ embeddings, per line of the text.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ffncli.analysis.calibration import (
-    Gathering,
-    Magnitudes,
-    calibration_rows,
-    cuts_from,
-    first_batches,
-)
+from ffncli.analysis.calibration import calibration_rows
 from ffncli.analysis.perplexity import (
     Agreement,
     Cosines,
-    Nll,
     Protocol,
-    add_cosines,
+    check_protocol,
     chunks,
-    score,
-    scored_rows,
     windows,
 )
 from ffncli.base.validate import share
-from ffncli.compute.sparse import RULES, Cut, SparseFfn, Tally
+from ffncli.compute.sparse import RULES, Cut, Tally
 from ffncli.errors import InputError, SpecError
+from ffncli.jobs.choices import parse_layers
 from ffncli.jobs.progress import Progress
+from ffncli.jobs.resolve import load_document, open_forward
 from ffncli.jobs.thresholds import (
     Variant,
     check_layers,
@@ -44,13 +37,13 @@ from ffncli.jobs.thresholds import (
     load_thresholds,
     thresholds_json,
 )
+from ffncli.jobs.variants import Part, calibration_walk, needs_calibration, walk_part
+from ffncli.specs.spec import Overrides
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ffncli.compute.engine import Engine
     from ffncli.compute.forward.families import Transformer
-    from ffncli.compute.forward.layer import Block, Ffn, Head
     from ffncli.formats.text import Sequences
     from ffncli.jobs.choices import ModelChoice, TextChoice
 
@@ -146,176 +139,6 @@ class PerplexityResult:
     thresholds: dict[str, Any] | None = None
 
 
-# ---------------------------------------------------------------------------------------------
-# Calibration.
-
-
-class _Cuts:
-    """Each variant's cut in each selected layer: from a file, from the rule alone (topk), or
-    calibrated on the dense model's first CALIBRATION_TOKENS FFN inputs of the layer, their
-    magnitudes kept by variant 0's FFN (a :class:`Gathering`) as the walk computes it."""
-
-    def __init__(self, variants: Sequence[Variant]) -> None:
-        self.variants = variants
-        self.wanted = [(w.rule, w.target) for w in variants if w.cuts is None]
-        self.gathering = _needs_calibration(variants)
-        self.gatherers: dict[int, Gathering] = {}
-        self.cuts: dict[tuple[int, int], Cut] = {}
-
-    def ffn(self, i: int, engine: Engine) -> Ffn | None:
-        """Variant 0's FFN in selected layer i: the gathering one while layer i has no cuts."""
-        for j in [j for j in self.gatherers if j < i]:
-            self.finish(j, self.gatherers[j].d_ff)  # the walk has left layer j
-        if not self.gathering or (i, 0) in self.cuts:
-            return None
-        g = self.gatherers.setdefault(i, Gathering(engine, self.wanted))
-        g.engine = engine
-        return g
-
-    def finish(self, i: int, d_ff: int) -> None:
-        """Every variant's cut in layer i, the calibrated ones from the magnitudes kept."""
-        if (i, 0) in self.cuts:
-            return
-        calibrated = [n for n, w in enumerate(self.variants) if w.cuts is None]
-        if calibrated:
-            g = self.gatherers.pop(i, None)
-            cuts = g.cuts() if g is not None else cuts_from(Magnitudes(), d_ff, self.wanted)
-            self.cuts |= {(i, n): c for n, c in zip(calibrated, cuts, strict=True)}
-        self.cuts |= {(i, n): w.cuts[i] for n, w in enumerate(self.variants)
-                      if w.cuts is not None}
-
-    def cut(self, i: int, v: int, d_ff: int) -> Cut:
-        """Variant v's cut in layer i: the first call of a layer calibrates every variant's."""
-        if (i, v) not in self.cuts:
-            self.finish(i, d_ff)
-        return self.cuts[i, v]
-
-
-def _needs_calibration(variants: Sequence[Variant]) -> bool:
-    return any(v.cuts is None and v.rule != "topk" for v in variants)
-
-
-def calibration_walk(model: Transformer, sequences: Sequence[np.ndarray],
-                     variants: Sequence[Variant], layers: Sequence[int],
-                     batch_tokens: int | None = None) -> _Cuts:
-    """Every variant's cut in every selected layer, calibrated on the dense model's first
-    CALIBRATION_TOKENS tokens of ``sequences`` (in order): a walk of the first batches only,
-    its FFNs computed and kept as in a walk over all of them."""
-    from ffncli.compute.forward.walk import walk_variants
-
-    cuts = _Cuts(variants)
-    selected = set(layers)
-    d_ff: dict[int, int] = {}
-
-    def ffn(i: int, v: int, block: Block) -> Ffn | None:
-        if i not in selected:
-            return None
-        d_ff[i] = block.engine.d_ff
-        return cuts.ffn(i, block.engine)
-
-    walk_variants(model, first_batches(sequences, batch_tokens)[0], 1, layers=layers, ffn=ffn,
-                  batch_tokens=batch_tokens)
-    for i in layers:
-        cuts.finish(i, d_ff[i])
-    cuts.gathering = False
-    return cuts
-
-
-def calibrate(model: Transformer, sequences: Sequence[np.ndarray], variants: Sequence[Variant],
-              layers: Sequence[int], batch_tokens: int | None = None) -> list[Variant]:
-    """Each variant with its cut in every selected layer (a sharded job's, sent with its
-    tasks): calibrated on the dense model's FFN inputs of the first CALIBRATION_TOKENS tokens
-    of ``sequences``, as one walk over them calibrates them."""
-    if all(v.cuts is not None for v in variants):
-        return list(variants)
-    cuts = calibration_walk(model, sequences, variants, layers, batch_tokens)
-    return [v if v.cuts is not None else
-            Variant(v.rule, v.target, {i: cuts.cuts[i, n] for i in layers})
-            for n, v in enumerate(variants)]
-
-
-# ---------------------------------------------------------------------------------------------
-# The walk, and what it adds up.
-
-
-@dataclass
-class Part:
-    """What the walk over some windows (an encoder: lines) adds up, for the dense model and
-    each variant: sums that merge (:func:`merge_parts`), exactly for the counts."""
-
-    nll: Nll
-    agreements: list[Agreement]  # decoders: per variant
-    cosines: list[Cosines]  # encoders: per variant
-    tallies: list[list[Tally]]  # per variant, per selected layer
-
-
-def merge_parts(a: Part, b: Part) -> Part:
-    """a's sums with b's added (a is changed: it is the merge's own)."""
-    a.nll.add(b.nll)
-    for x, y in zip(a.agreements, b.agreements, strict=True):
-        x.add(y)
-    for c, d in zip(a.cosines, b.cosines, strict=True):
-        c.add(d)
-    for ts, us in zip(a.tallies, b.tallies, strict=True):
-        for t, u in zip(ts, us, strict=True):
-            t.add(u)
-    return a
-
-
-def walk_part(model: Transformer, head: Callable[[], Head | None] | None,
-              sequences: Sequence[np.ndarray], firsts: Sequence[int],
-              variants: Sequence[Variant], layers: Sequence[int], *,
-              calibrated: _Cuts | None = None, batch_tokens: int | None = None,
-              progress: Callable[[int], None] | None = None) -> Part:
-    """The dense model and every variant over ``sequences`` in one walk: decoders scored by
-    their LM head at the positions ``firsts[j]`` .. end-2 of sequence j (``head()`` reads it
-    when the walk has left its layers, so that the two are never in memory together);
-    encoders (no head) by the cosines of their final hidden states. Cuts not given are those
-    ``calibrated`` found or, without, calibrated on variant 0's first FFN inputs of this
-    walk."""
-    from ffncli.compute.forward.walk import walk_variants
-
-    cuts = calibrated if calibrated is not None else _Cuts(variants)
-    sparse: dict[tuple[int, int], SparseFfn] = {}
-    selected = set(layers)
-
-    def layer_ffn(i: int, v: int, block: Block) -> Ffn | None:
-        for (j, _), done in sparse.items():
-            if j < i:
-                done.release()  # the walk has left layer j: its weights can go
-        if i not in selected:
-            return None
-        if v == 0:  # the dense FFN, keeping what calibrates while it calibrates
-            return cuts.ffn(i, block.engine)
-        sparse[i, v] = SparseFfn(block.engine, cuts.cut(i, v - 1, block.engine.d_ff))
-        return sparse[i, v]
-
-    part = Part(Nll(), [Agreement() for _ in variants], [Cosines() for _ in variants], [])
-    read: list[Head] = []  # the head, once the layers' weights are gone
-
-    def final(bounds: Sequence[tuple[int, int]], first: int, states: list[np.ndarray]) -> None:
-        if head is None:
-            for v, c in enumerate(part.cosines):
-                add_cosines(states[0], states[v + 1], bounds, c)
-            return
-        rows, nexts = scored_rows(bounds, firsts[first:first + len(bounds)])
-        targets = np.concatenate(sequences[first:first + len(bounds)])[nexts]
-        if not read:
-            for done in sparse.values():
-                done.release()  # the last layer's too: the walk has left them all
-            lm = head()
-            assert lm is not None  # a decoder's
-            read.append(lm)
-        score(read[0], states[0][rows], targets, part.nll, [s[rows] for s in states[1:]],
-              part.agreements)
-
-    walk_variants(model, sequences, 1 + len(variants), layers=layers, ffn=layer_ffn,
-                  final=final, batch_tokens=batch_tokens, alike=min(selected, default=0),
-                  progress=progress)
-    part.tallies = [[sparse[i, v + 1].tally() for i in layers] for v in range(len(variants))]
-    return part
-
-
 def _layer_cost(i: int, t: Tally) -> LayerCost:
     c, d, f, first = t.counts, t.d_model, t.d_ff, t.first
     first_macs, down_macs = t.macs
@@ -352,6 +175,10 @@ def _variant_result(variant: Variant, layers: Sequence[int], tallies: list[Tally
               "worst_sentence": cosines.worst_sentence}
     return VariantResult(variant.rule, variant.target, variant.label, tuple(costs), sparsity,
                          saved, macs, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the job runs: the plan, its walk.
 
 
 def _check_sparsifiable(model: Transformer, variants: Sequence[Variant],
@@ -399,7 +226,7 @@ class Plan:
                                         part.cosines[n] if not decoder else None)
                         for n, v in enumerate(self.variants))
         calibrated = None
-        if _needs_calibration(self.variants):
+        if needs_calibration(self.variants):
             where = self.calibration or doc
             calibrated = {"source": where.source, "sha256": where.sha256,
                           "tokens": calibration_rows(sum(len(s) for s in self.calibrating)),
@@ -420,7 +247,23 @@ def plan(model: Transformer, document: Sequences, protocol: Protocol | None, *,
     evaluated text's chunks under a stride, else the evaluated windows."""
     layers = tuple(range(model.n_layers)) if layers is None else tuple(layers)
     _check_sparsifiable(model, variants, layers)
-    decoder = model.has_head and model.head_tensor() is not None  # checked, not read
+    decoder = _scored_by_head(model, protocol)
+    dropped = 0
+    if protocol is not None:
+        run = windows(document.ids[0], protocol, bos)
+        sequences, firsts, dropped = run.ids, run.first, run.dropped
+    else:
+        sequences, firsts = tuple(document.ids), ()
+    calib = _calibrating(document, protocol, bos, calibration) \
+        if needs_calibration(variants) else None
+    return Plan(model, document, protocol, layers, tuple(variants), bos, calibration, decoder,
+                tuple(sequences), tuple(firsts), dropped, calib)
+
+
+def _scored_by_head(model: Transformer, protocol: Protocol | None) -> bool:
+    """Whether the model is a decoder, scored by its LM head (checked, not read): then under a
+    protocol; an encoder under none."""
+    decoder = model.has_head and model.head_tensor() is not None
     if not decoder and protocol is not None:
         raise InputError(f"{model.weights}: {model.spec.name} is an encoder: it has no LM head "
                          "to predict the next token with; perplexity on it reports the "
@@ -428,25 +271,25 @@ def plan(model: Transformer, document: Sequences, protocol: Protocol | None, *,
                          "--score)")
     if decoder and protocol is None:
         raise ValueError("a decoder is scored under a protocol")
-    dropped = 0
-    if protocol is not None:
-        run = windows(document.ids[0], protocol, bos)
-        sequences, firsts, dropped = run.ids, run.first, run.dropped
-    else:
-        sequences, firsts = tuple(document.ids), ()
-    calib = None
-    if _needs_calibration(variants) and (calibration is not None or
-                                         (protocol is not None and protocol.stride)):
-        source = calibration.ids if calibration is not None else document.ids
-        calib = tuple(chunks(source[0], protocol.ctx, bos)) if protocol is not None else \
-            tuple(source)
-        if not calib:
-            assert protocol is not None and calibration is not None  # the text has 2 chunks
-            raise InputError(f"option --calibration-text: {calibration.source} has "
-                             f"{len(source[0]):,} tokens, not one chunk of --ctx "
-                             f"{protocol.ctx}: nothing to calibrate on")
-    return Plan(model, document, protocol, layers, tuple(variants), bos, calibration, decoder,
-                tuple(sequences), tuple(firsts), dropped, calib)
+    return decoder
+
+
+def _calibrating(document: Sequences, protocol: Protocol | None, bos: int | None,
+                 calibration: Sequences | None) -> tuple[np.ndarray, ...] | None:
+    """The sequences walked to calibrate alone: ``calibration``'s chunks (an encoder: its
+    lines), or the evaluated text's chunks under a stride; None: the evaluated windows."""
+    if calibration is None and (protocol is None or not protocol.stride):
+        return None
+    source = calibration.ids if calibration is not None else document.ids
+    if protocol is None:
+        return tuple(source)
+    calib = tuple(chunks(source[0], protocol.ctx, bos))
+    if not calib:
+        assert calibration is not None  # the evaluated text has 2 chunks
+        raise InputError(f"option --calibration-text: {calibration.source} has "
+                         f"{len(source[0]):,} tokens, not one chunk of --ctx "
+                         f"{protocol.ctx}: nothing to calibrate on")
+    return calib
 
 
 def perplexity(model: Transformer, document: Sequences, protocol: Protocol | None, *,
@@ -490,8 +333,6 @@ def _protocol(forward: Transformer, ctx: int | None, stride: int | None, score: 
               ) -> Protocol | None:
     """The protocol of a decoder (``--ctx`` default 512, at most the model's positions);
     None for an encoder, which refuses the protocol's options."""
-    from ffncli.analysis.perplexity import check_protocol
-
     if not forward.has_head:
         given = [name for name, value in (("--ctx", ctx), ("--stride", stride)) if value
                  is not None] + (["--score"] if score != "half" else [])
@@ -531,9 +372,6 @@ def plan_job(forward: Transformer, model: ModelChoice, text: TextChoice, asked: 
              ) -> Plan:
     """The options checked against the opened model, the text read, the thresholds file read:
     the job's :class:`Plan`."""
-    from ffncli.jobs.choices import parse_layers
-    from ffncli.jobs.resolve import load_document
-
     protocol = _protocol(forward, asked.ctx, asked.stride, asked.score)
     layers = parse_layers(model.layer, forward.n_layers)
     variants = [Variant(asked.rule, s) for s in asked.targets] if asked.rule is not None \
@@ -552,7 +390,7 @@ def plan_job(forward: Transformer, model: ModelChoice, text: TextChoice, asked: 
     document, bos = load_document(text.text, text.ids, forward)
     calibration = None
     if asked.calibration_text is not None:
-        if not _needs_calibration(variants):
+        if not needs_calibration(variants):
             raise InputError("option --calibration-text: nothing is calibrated (it goes "
                              "with --sparsify cats or teal)")
         calibration, _ = load_document(asked.calibration_text, None, forward)
@@ -587,9 +425,6 @@ def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = No
 def run_asked(model: ModelChoice, text: TextChoice, asked: Asked,
               bar: Progress | None = None) -> PerplexityResult:
     """:func:`run_perplexity` of the options already :class:`Asked` (and checked)."""
-    from ffncli.jobs.resolve import open_forward
-    from ffncli.specs.spec import Overrides
-
     with open_forward(model, Overrides()) as forward:
         p = plan_job(forward, model, text, asked)
         result = evaluate(p, progress=bar)

@@ -24,8 +24,9 @@ from ffncli.analysis.sparsity import (
     describe_rule,
     mark_inactive,
 )
+from ffncli.compute.engine import Hooks, Watch
 from ffncli.compute.ffn import MoEWeights
-from ffncli.compute.sparse import down
+from ffncli.compute.forward.walk import walk_variants
 from ffncli.jobs.progress import Callback
 
 if TYPE_CHECKING:
@@ -81,8 +82,6 @@ def calibrate_parts(model: Transformer, parts: Sequence[Sequence[np.ndarray]],
     FFN's |a| kept by a :class:`Gathering` as the walk computes it (no second product of the
     gate), a mixture's inputs kept and calibrated. A layer's thresholds are found once the
     walk has left it with its tokens all kept."""
-    from ffncli.compute.forward.walk import walk_variants
-
     tokens = sum(len(s) for part in parts for s in part)
     wanted = [("cats", s) for s in _shares(target)]
     kept: dict[int, Gathering | list[np.ndarray]] = {}  # a mixture's: its inputs
@@ -128,13 +127,14 @@ def calibrate_parts(model: Transformer, parts: Sequence[Sequence[np.ndarray]],
     return [found[i] for i in layers]
 
 
-class LayerSweep:
+class LayerSweep(Watch):
     """One layer's statistics on its real input, fed batch by batch in text order.
 
     A dense or gated FFN is counted as the walk computes it: the sweep is the layer's FFN
-    (``sweep(x, out)``), each block's inactive mask taken from the engine's own pre-activation
-    or activation on its threads (no second product of the gate), and the first tokens' |a|
-    kept to calibrate. A mixture of experts is counted from its inputs (``update(x)``).
+    (``sweep(x, out)``), a watch of the engine's chunks, each block's inactive mask taken from
+    the engine's own pre-activation or activation on its threads (no second product of the
+    gate), and the first tokens' |a| kept to calibrate. A mixture of experts is counted from
+    its inputs (``update(x)``).
 
     The CATS column (and with ``target`` the rule's threshold) is calibrated on the text's
     first ``CALIBRATION_TOKENS`` tokens, whatever the batches; until the rule's threshold is
@@ -156,6 +156,7 @@ class LayerSweep:
             if self.fused and calibration is None else None  # |a| of the first tokens
         self.cats = float("nan")
         self.acc: SparsityAccumulator | None = None
+        self._mask: np.ndarray | None = None  # the chunk's inactive units, as counted
         if calibration is not None:
             self._start(*calibration)
         elif self.fused and target is None:  # the counting needs no calibration
@@ -175,20 +176,20 @@ class LayerSweep:
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
         """The layer's FFN of ``x`` into ``out``, counting its hidden units."""
-        e, start, g = self.engine, 0, self.gathering
-        while start < x.shape[0]:
-            end = min(x.shape[0], start + e.chunk_tokens)
-            if self.acc is None and g is not None:  # the rule waits: the first tokens first
-                end = min(end, start + g.left)
-            self._piece(np.ascontiguousarray(x[start:end], dtype=e.dtype), out[start:end])
-            start = end
+        g, split = self.gathering, x.shape[0]
+        if self.acc is None and g is not None:  # the rule waits: the first tokens first
+            split = min(split, g.left)
+        self.engine(x[:split], out[:split], watch=self)
+        if split < x.shape[0]:
+            self.engine(x[split:], out[split:], watch=self)
 
-    def _piece(self, x: np.ndarray, out: np.ndarray) -> None:
-        e, acc, g = self.engine, self.acc, self.gathering
-        p = e.weights
-        assert not isinstance(p, MoEWeights)
+    def hooks(self, x: np.ndarray) -> Hooks:
+        """A chunk's counting: its inactive mask from the engine's blocks, the first tokens'
+        |a| kept."""
+        acc, g = self.acc, self.gathering
         keep = g.keeper(x) if g is not None else None
-        mask = np.empty((x.shape[0], e.d_ff), dtype=bool) if acc is not None else None
+        mask = self._mask = np.empty((x.shape[0], self.engine.d_ff), dtype=bool) \
+            if acc is not None else None
         default = acc is not None and acc.rule.threshold is None  # counted before act
 
         def before(lo: int, hi: int, pre: np.ndarray, u: np.ndarray | None) -> None:
@@ -201,9 +202,13 @@ class LayerSweep:
             if acc is not None and mask is not None and not default:
                 mark_inactive(acc.rule, a, mask[lo:hi])
 
-        down(e.hidden(x, after, before if default else None), p, out)
-        if acc is not None and mask is not None:
-            acc.count(mask)
+        return Hooks(before=before if default else None, after=after)
+
+    def seen(self, x: np.ndarray, out: np.ndarray) -> None:
+        g = self.gathering
+        if self.acc is not None and self._mask is not None:
+            self.acc.count(self._mask)
+        self._mask = None
         if g is not None and g.parts and not g.left:
             self._calibrated()
 
@@ -263,8 +268,6 @@ def count_walk(model: Transformer, ids: Sequence[np.ndarray], layers: Sequence[i
     """One walk that counts every selected layer: ``open_layer(i, block)`` makes layer i's
     sweep when the walk comes to it (a dense FFN's sweep is then the layer's FFN), and
     ``close_layer(i, sweep)`` is called when the walk has left it (its weights can go)."""
-    from ffncli.compute.forward.walk import walk_variants
-
     chosen, current = set(layers), dict[int, LayerSweep]()
 
     def close() -> None:

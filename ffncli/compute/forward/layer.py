@@ -23,7 +23,7 @@ from ffncli.compute.forward.ops import (
 
 Bounds = Sequence[tuple[int, int]]
 Ffn = Callable[[Array, Array], None]  # (ffn_input, out): the FFN of x into out
-CAUSAL_BLOCK = 128  # queries at a time in causal attention (SmolLM2 at 512: 7% faster)
+CAUSAL_BLOCK = 128  # queries at a time in causal attention (faster: docs/measured.md)
 SCORE_ELEMENTS = 1 << 22  # attention scores held at once (16 MB in float32): longer
 
 
@@ -150,7 +150,7 @@ class Block:
     def attend(self, h: Array, bounds: Bounds) -> Array:
         """The layer's first half: the residual stream after attention, a new array (pre-norm
         h + attn(norm1(h)); post-norm norm1(h + attn(h)), which is also the FFN's input);
-        ``h`` is not modified. Variants that differ from this layer's FFN on share it."""
+        ``h`` is not modified."""
         scratch, d = self._scratch, self.engine.d_model
         if h.ndim != 2 or h.shape[1] != d:
             raise ValueError(f"expected (tokens, {d}), got {h.shape}")

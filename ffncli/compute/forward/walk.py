@@ -5,10 +5,11 @@ layer's weights plus one batch, whatever the text's length."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import IO
 
 import numpy as np
 
@@ -44,12 +45,6 @@ def batches(lengths: Sequence[int], batch_tokens: int | None = None) -> list[tup
     return batches
 
 
-def _batches_of(lengths: Sequence[int], batch_tokens: int | None) -> list[tuple[int, int]]:
-    if batch_tokens is not None:
-        whole("batch_tokens", batch_tokens)
-    return batches(lengths, batch_tokens)
-
-
 def _spill_error(exc: OSError) -> OutputError:
     # not tempfile.gettempdir(): when no folder can take a file, asking again raises again
     folder = tempfile.tempdir or os.environ.get("TMPDIR") or "the temporary folder"
@@ -57,42 +52,109 @@ def _spill_error(exc: OSError) -> OutputError:
                        f"{exc.strerror or exc} (set TMPDIR to a folder with room)")
 
 
-@contextlib.contextmanager
-def _spill(nbytes: int) -> Iterator[int]:
-    """A temporary file of ``nbytes`` (reserved now, so a full disk is an error at once),
-    removed when done; its descriptor."""
-    try:
-        spill = tempfile.TemporaryFile(prefix="ffncli-spill-")
-        if hasattr(os, "posix_fallocate") and nbytes:
-            os.posix_fallocate(spill.fileno(), 0, nbytes)
-    except OSError as exc:
-        raise _spill_error(exc) from None
-    with spill:
-        yield spill.fileno()
+@dataclass(frozen=True)
+class Packing:
+    """Sequences packed in the walk's batches: where each sequence's rows start among all the
+    tokens (``starts``, one more for the end) and the batches, (first, end) sequence indices."""
+
+    starts: np.ndarray
+    batches: list[tuple[int, int]]
+
+    @staticmethod
+    def of(lengths: Sequence[int], batch_tokens: int | None = None) -> Packing:
+        if batch_tokens is not None:
+            whole("batch_tokens", batch_tokens)
+        starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return Packing(starts, batches(lengths, batch_tokens))
+
+    @property
+    def tokens(self) -> int:
+        return int(self.starts[-1])
+
+    def rows(self, a: int, b: int) -> int:
+        """The tokens of sequences a..b-1."""
+        return int(self.starts[b] - self.starts[a])
+
+    def bounds(self, a: int, b: int) -> list[tuple[int, int]]:
+        """Each sequence's rows in the batch a..b-1."""
+        return [(int(self.starts[j] - self.starts[a]), int(self.starts[j + 1] - self.starts[a]))
+                for j in range(a, b)]
+
+    @property
+    def widest(self) -> int:
+        """The rows of the largest batch."""
+        return max((self.rows(a, b) for a, b in self.batches), default=0)
 
 
-def _pwrite(fd: int, a: Array, offset: int) -> None:
-    view = np.ascontiguousarray(a).data.cast("B")
-    done = 0
-    try:
-        while done < len(view):
-            done += os.pwrite(fd, view[done:], offset + done)
-    except OSError as exc:
-        raise _spill_error(exc) from None
+class Spill:
+    """The hidden states of every token of ``variants`` versions of the model between layers,
+    in one temporary file (reserved when opened, so a full disk is an error at once; removed
+    when closed): variant v's rows of sequence a at byte ``(v tokens + starts[a]) d item``,
+    read and written in place with pread/pwrite (no intermediate bytes object)."""
 
+    def __init__(self, packing: Packing, variants: int, d: int, dtype: np.dtype) -> None:
+        self.packing, self.variants = packing, variants
+        self._row_bytes = d * dtype.itemsize
+        self._nbytes = variants * packing.tokens * self._row_bytes
+        self._file: IO[bytes] | None = None
 
-def _pread(fd: int, a: Array, offset: int) -> None:
-    """Fill ``a`` from the spill file, in place (no intermediate bytes object)."""
-    view = a.data.cast("B")
-    done = 0
-    try:
-        while done < len(view):
-            got = os.preadv(fd, [view[done:]], offset + done)
-            if not got:
-                raise OutputError("the forward's spill file was cut short while in use")
-            done += got
-    except OSError as exc:
-        raise _spill_error(exc) from None
+    def __enter__(self) -> Spill:
+        try:
+            self._file = tempfile.TemporaryFile(prefix="ffncli-spill-")
+            if hasattr(os, "posix_fallocate") and self._nbytes:
+                os.posix_fallocate(self._file.fileno(), 0, self._nbytes)
+        except OSError as exc:
+            self.close()
+            raise _spill_error(exc) from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _where(self, v: int, a: int) -> int:
+        return (v * self.packing.tokens + int(self.packing.starts[a])) * self._row_bytes
+
+    def _fd(self) -> int:
+        assert self._file is not None, "the spill file is not open"
+        return self._file.fileno()
+
+    def write(self, v: int, a: int, rows: Array) -> None:
+        """Variant v's ``rows`` from sequence a on."""
+        view, fd, offset = np.ascontiguousarray(rows).data.cast("B"), self._fd(), self._where(v, a)
+        done = 0
+        try:
+            while done < len(view):
+                done += os.pwrite(fd, view[done:], offset + done)
+        except OSError as exc:
+            raise _spill_error(exc) from None
+
+    def read(self, v: int, a: int, into: Array) -> Array:
+        """Fill ``into`` (contiguous) with variant v's rows from sequence a on, in place."""
+        view, fd, offset = into.data.cast("B"), self._fd(), self._where(v, a)
+        done = 0
+        try:
+            while done < len(view):
+                got = os.preadv(fd, [view[done:]], offset + done)
+                if not got:
+                    raise OutputError("the forward's spill file was cut short while in use")
+                done += got
+        except OSError as exc:
+            raise _spill_error(exc) from None
+        return into
+
+    def spread(self, buffer: Array) -> None:
+        """Variant 0's states to every other variant, batch by batch through ``buffer``."""
+        if self.variants < 2:
+            return
+        for a, b in self.packing.batches:
+            h = self.read(0, a, buffer[:self.packing.rows(a, b)])
+            for v in range(1, self.variants):
+                self.write(v, a, h)
 
 
 def _checked_ids(model: Transformer, n: int, s: np.ndarray) -> np.ndarray:
@@ -122,6 +184,85 @@ def _check_finite(model: Transformer, what: str, x: np.ndarray, bounds: Bounds,
                        "checkpoint's weights hold some, or its forward overflows")
 
 
+VariantVisit = Callable[[int, int, Block, np.ndarray], None]
+VariantFfn = Callable[[int, int, Block], Ffn | None]
+Final = Callable[[Bounds, int, list[np.ndarray]], None]
+
+
+class _Walker:
+    """What every walk does around its loop over the layers: the sequences checked and packed
+    in batches, their embeddings written to the spill file, one pass of a layer over every
+    batch, the final hidden states; ``progress(done)`` counted as the passes go."""
+
+    def __init__(self, model: Transformer, sequences: Sequence[np.ndarray], variants: int,
+                 batch_tokens: int | None, progress: Callable[[int], None] | None) -> None:
+        self.model, self.progress, self.done = model, progress, 0
+        self.seqs = [_checked_ids(model, n + 1, np.asarray(s)) for n, s in enumerate(sequences)]
+        self.packing = p = Packing.of([s.size for s in self.seqs], batch_tokens)
+        self.buffer = np.empty((p.widest, model.d_model), dtype=model.dtype)
+        self.spill = Spill(p, variants, model.d_model, model.dtype)
+
+    def __enter__(self) -> _Walker:
+        self.spill.__enter__()
+        try:
+            for a, b in self.packing.batches:
+                ids = np.concatenate(self.seqs[a:b]).astype(np.int64, copy=False)
+                positions = np.concatenate([np.arange(s.size) for s in self.seqs[a:b]])
+                self.spill.write(0, a, self.model.embed(ids, positions))
+        except BaseException:
+            self.spill.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.spill.close()
+
+    def layer(self, i: int, block: Block, v: int, ffn: Ffn | None, visit: VariantVisit | None,
+              counts: int = 1) -> None:
+        """Variant v's pass of layer i over every batch, its FFN ``ffn`` (None: the layer's
+        own); ``visit(i, v, block, ffn_input)`` sees each batch's FFN input; the progress
+        counts each row ``counts`` times (a pass that stands for several variants')."""
+        p = self.packing
+        for a, b in p.batches:
+            h = self.spill.read(v, a, self.buffer[:p.rows(a, b)])
+            bounds = p.bounds(a, b)
+            ffn_input, out = block(h, bounds, ffn)
+            if visit is not None:
+                _check_finite(self.model, f"layer {i}'s FFN input", ffn_input, bounds, a)
+                visit(i, v, block, ffn_input)
+            self.spill.write(v, a, out)
+            self.done += h.shape[0] * counts
+            if self.progress is not None:
+                self.progress(self.done)
+
+    def final(self, final: Final) -> None:
+        """``final(bounds, first, states)`` for each batch: every variant's final hidden
+        state (``model.final``) of the batch's rows, once the layers' buffers are let go (the
+        final phase may read the LM head)."""
+        model, p = self.model, self.packing
+        model.scratch.release()
+        model.check_final()
+        for a, b in p.batches:
+            bounds, states = p.bounds(a, b), []
+            for v in range(self.spill.variants):
+                h = self.spill.read(v, a, np.empty((p.rows(a, b), model.d_model), model.dtype))
+                state = model.final(h)
+                _check_finite(model, "the final hidden state", state, bounds, a)
+                states.append(state)
+            final(bounds, a, states)
+
+
+def _last_layer(model: Transformer, layers: Collection[int], final: object | None
+                ) -> int | None:
+    """The last layer a walk computes (every layer with ``final``), the layers checked; None
+    when there is nothing to compute."""
+    for i in layers:
+        model.check_layer(i)
+    if final is not None:
+        return model.n_layers - 1
+    return max(layers, default=None)
+
+
 def walk(model: Transformer, sequences: Sequence[np.ndarray], layers: Collection[int],
          visit: Visit, *, batch_tokens: int | None = None,
          progress: Callable[[int], None] | None = None,
@@ -135,14 +276,19 @@ def walk(model: Transformer, sequences: Sequence[np.ndarray], layers: Collection
     one batch. ``progress(done)`` counts tokens through layers (of tokens x (max(layers) + 1)).
     With ``final``, every layer is computed and ``final(model.final(h))`` is called for each
     batch of the last layer's output."""
-    walk_variants(model, sequences, 1, lambda i, v, block, x: visit(i, block, x),
-                  layers=layers, batch_tokens=batch_tokens, progress=progress,
-                  final=None if final is None else lambda bounds, first, states: final(states[0]))
+    last = _last_layer(model, layers, final)
+    if last is None:
+        return
+    chosen = set(layers)
 
+    def seen(i: int, v: int, block: Block, x: np.ndarray) -> None:
+        visit(i, block, x)
 
-VariantVisit = Callable[[int, int, Block, np.ndarray], None]
-VariantFfn = Callable[[int, int, Block], Ffn | None]
-Final = Callable[[Bounds, int, list[np.ndarray]], None]
+    with _Walker(model, sequences, 1, batch_tokens, progress) as w:
+        for i in range(last + 1):
+            w.layer(i, model.layer(i), 0, None, seen if i in chosen else None)
+        if final is not None:
+            w.final(lambda bounds, first, states: final(states[0]))
 
 
 def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants: int,
@@ -168,86 +314,25 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
 
     Layers below ``alike`` are the same in every variant (the caller's word: ``ffn`` None for
     every variant but 0 there): they are computed once, for variant 0 (whom alone ``visit``
-    sees there), and so is layer ``alike``'s attention: the other variants start from
-    variant 0's residual stream after it, and differ from its FFN on."""
-    chosen = set(layers)
-    for i in chosen:
-        model.check_layer(i)
-    if not chosen and final is None:
+    sees there), whose hidden states the other variants then start from."""
+    last = _last_layer(model, layers, final)
+    if last is None:
         return
-    last = model.n_layers - 1 if final is not None else max(chosen)
-    seqs = [_checked_ids(model, n + 1, np.asarray(s)) for n, s in enumerate(sequences)]
-    lengths = [s.size for s in seqs]
-    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    batches = _batches_of(lengths, batch_tokens)
-    d, item, total = model.d_model, model.dtype.itemsize, int(starts[-1])
-    rows = max(int(starts[b] - starts[a]) for a, b in batches) if batches else 0
-    buffer = np.empty((rows, d), dtype=model.dtype)
-
-    def where(v: int, a: int) -> int:  # byte offset of variant v's rows of sequence a
-        return (v * total + int(starts[a])) * d * item
-
+    chosen = set(layers)
     shared = min(max(alike, 0), last + 1)  # the first layer each variant computes
-
-    def spread() -> None:  # variant 0's final states to the others, when no layer differed
-        for a, b in batches:
-            h = buffer[:int(starts[b] - starts[a])]
-            _pread(fd, h, where(0, a))
-            for v in range(1, variants):
-                _pwrite(fd, h, where(v, a))
-
-    def bounds_of(a: int, b: int) -> list[tuple[int, int]]:
-        return [(int(starts[j] - starts[a]), int(starts[j + 1] - starts[a]))
-                for j in range(a, b)]
-
-    done = 0
-    with _spill(variants * total * d * item) as fd:
-        for a, b in batches:
-            ids = np.concatenate(seqs[a:b]).astype(np.int64, copy=False)
-            positions = np.concatenate([np.arange(n) for n in lengths[a:b]])
-            _pwrite(fd, model.embed(ids, positions), where(0, a))
+    with _Walker(model, sequences, variants, batch_tokens, progress) as w:
         for i in range(last + 1):
+            if i == shared:
+                w.spill.spread(w.buffer)  # the layers below: variant 0's, for every variant
             block = model.layer(i)
             for v in range(variants if i >= shared else 1):
-                layer_ffn = ffn(i, v, block) if ffn is not None else None
-                for a, b in batches:
-                    h = buffer[:int(starts[b] - starts[a])]
-                    _pread(fd, h, where(v, a))
-                    bounds = bounds_of(a, b)
-                    if i == shared and variants > 1:  # the first layer that differs: its
-                        # attention is variant 0's, whose stream the others read back as h
-                        r = h
-                        if v == 0:
-                            r = block.attend(h, bounds)
-                            for u in range(1, variants):
-                                _pwrite(fd, r, where(u, a))
-                        ffn_input = block.ffn_input(r)
-                        out = block.join(ffn_input, r, layer_ffn)
-                    else:
-                        ffn_input, out = block(h, bounds, layer_ffn)
-                    if i in chosen and visit is not None:
-                        _check_finite(model, f"layer {i}'s FFN input", ffn_input, bounds, a)
-                        visit(i, v, block, ffn_input)
-                    _pwrite(fd, out, where(v, a))
-                    done += h.shape[0] * (1 if i >= shared else variants)
-                    if progress is not None:
-                        progress(done)
-            del block
-        if shared == last + 1 and variants > 1:
-            spread()
-        if final is None:
-            return
-        model.scratch.release()  # the layers' buffers: the final phase may read the LM head
-        model.check_final()
-        for a, b in batches:
-            bounds, states = bounds_of(a, b), []
-            for v in range(variants):
-                h = np.empty((int(starts[b] - starts[a]), d), dtype=model.dtype)  # kept
-                _pread(fd, h, where(v, a))
-                state = model.final(h)
-                _check_finite(model, "the final hidden state", state, bounds, a)
-                states.append(state)
-            final(bounds, a, states)
+                w.layer(i, block, v, ffn(i, v, block) if ffn is not None else None,
+                        visit if i in chosen else None, 1 if i >= shared else variants)
+            del block  # its weights go before the next layer's are read
+        if shared > last:
+            w.spill.spread(w.buffer)
+        if final is not None:
+            w.final(final)
 
 
 def hidden_states(model: Transformer, sequences: Sequence[np.ndarray],

@@ -1,5 +1,5 @@
 """The sharded jobs, as the client runs them: read the shards, send a task per shard to the
-pool, and merge or record what comes back, through one pipeline (:func:`map_shards`).
+pool, and merge or record what comes back, through one pipeline (:mod:`.pipeline`).
 
 - ``relu-stats --input``: :func:`relu_stats_shards`, counters merged in the fixed tree;
 - ``run``: :func:`run_shards`, a file per shard and a manifest, resumable;
@@ -32,9 +32,7 @@ import contextlib
 import glob
 import math
 import os
-import secrets
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +52,15 @@ from ffncli.jobs.shards.inputs import (
     read_shards,
     read_text_shards,
     shard_paths,
+)
+from ffncli.jobs.shards.pipeline import (
+    Record,
+    map_shards,
+    read_by,
+    remove,
+    removed_on_failure,
+    sorted_skipped,
+    write_shards,
 )
 from ffncli.jobs.shards.pool import Pool, TreeMerge
 from ffncli.jobs.shards.tasks import (
@@ -89,104 +96,6 @@ if TYPE_CHECKING:
     from ffncli.analysis.sparsity import Partial, SparsityResult
     from ffncli.jobs.perplexity import Asked, PerplexityResult
     from ffncli.jobs.sweep import SweepResult
-
-STOP_WAIT = 10.0  # seconds the tasks still running after Ctrl-C get to remove their files
-STOP_GRACE = 1.0  # seconds a cluster's tasks get to show a temporary file after a stop
-
-
-# ---------------------------------------------------------------------------------------------
-# The one pipeline.
-
-
-def map_shards(pool: Pool, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]],
-               shards: Sequence[Shard | TextShard], *, skip_bad: bool,
-               skipped: list[Skipped], progress: Progress,
-               beside: tuple[Any, ...] | None = None) -> Iterator[tuple[int, Any]]:
-    """Run ``fn(*calls[i])`` for every shard (``calls[i]`` is ``shards[i]``'s) on the pool and
-    yield ``(i, result)`` as tasks finish. A shard whose task fails is raised, named by its
-    shard, or with ``skip_bad`` listed in ``skipped`` and yielded as ``(i, None)``.
-    ``beside``: one more call of ``fn``, sent first and run beside the shards (the text
-    sweep's calibration), yielded as ``(-1, result)``; its failure is raised."""
-    tasks = [*([beside] if beside is not None else []), *calls]
-    first = 1 if beside is not None else 0
-    progress.start(len(calls), "shards", pool.dashboard)
-    with contextlib.closing(pool.map(fn, tasks)) as results:  # closed: pending cancelled
-        for i, out in results:
-            i -= first
-            if i < 0:
-                if isinstance(out, FfnError):
-                    raise out
-                yield i, out
-                continue
-            if isinstance(out, FfnError):
-                named_error = type(out)(named(shards[i].path, out))
-                if not skip_bad:
-                    raise named_error
-                skipped.append(Skipped(str(shards[i].path), str(named_error)))
-                out = None
-            yield i, out
-            progress.advance(shards[i].tokens)
-
-
-def write_shards(pool: Pool, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]],
-                 todo: Sequence[Shard | TextShard], out: Path, *, skip_bad: bool,
-                 skipped: list[Skipped], progress: Progress,
-                 finished: Callable[[Any], None], leftovers: Callable[[], list[str]],
-                 clean: Callable[[], None]) -> list[str]:
-    """:func:`map_shards` for the tasks that write into ``out`` (``calls[i]`` is
-    ``todo[i]``'s, its last argument the stop file): the names written. ``finished(shard)``
-    records each complete shard (the manifest). On any way out, running tasks are told to stop
-    (the stop file, before the futures are cancelled), their temporary files are waited for,
-    and ``clean`` removes them (and a killed worker's)."""
-    stop = out / f".stop-{secrets.token_hex(4)}"
-    written: list[str] = []
-    try:
-        try:
-            for i, result in map_shards(pool, fn, [(*c, str(stop)) for c in calls], todo,
-                                        skip_bad=skip_bad, skipped=skipped,
-                                        progress=progress):
-                if result is not None:
-                    written.append(todo[i].name)
-                    finished(todo[i])
-        except BaseException:
-            with contextlib.suppress(OSError):
-                stop.touch()  # before the futures are cancelled: running tasks stop
-            raise
-    finally:
-        if stop.exists():
-            # a task a worker had already begun when its future was cancelled may not have made
-            # its temporary file yet: on a cluster, give it STOP_GRACE to see the stop file
-            _wait_for(leftovers, STOP_GRACE if getattr(pool, "client", None) else 0.0)
-        clean()
-        with contextlib.suppress(OSError):
-            stop.unlink()
-    return written
-
-
-def _wait_for(pending: Callable[[], list[str]], grace: float = 0.0) -> None:
-    """Give the tasks still running after a stop (they see the stop file at their next chunk
-    or batch) up to STOP_WAIT seconds to remove their own temporary files, and at least
-    ``grace`` seconds to show any."""
-    start = time.monotonic()
-    while (pending() or time.monotonic() < start + grace) and \
-            time.monotonic() < start + STOP_WAIT:
-        time.sleep(0.05)
-
-
-def _remove(paths: Sequence[str]) -> None:
-    import shutil
-
-    for path in paths:
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-
-
-def _sorted(skipped: list[Skipped]) -> list[Skipped]:
-    return sorted(skipped, key=lambda s: s.path)
-
 
 # ---------------------------------------------------------------------------------------------
 # relu-stats over .npy shards.
@@ -242,7 +151,7 @@ def relu_stats_shards(model: ModelChoice, overrides: Overrides, pattern: Path, p
     part: Partial | None = tree.root
     if part is None:
         raise every_shard_bad("--input", skipped)
-    return ShardedStats(part.result(), len(shards), _sorted(skipped), tree.merges,
+    return ShardedStats(part.result(), len(shards), sorted_skipped(skipped), tree.merges,
                         pool.dashboard)
 
 
@@ -261,32 +170,6 @@ def _rooms(pool: Pool, job: Job, info: ModelInfo, shards: list[Shard], skip_bad:
     if all(d is None for d in demands):
         return [None] * len(shards)
     return list(rooms(info.capacity, demands))
-
-
-@contextlib.contextmanager
-def _removed_on_failure(out: Path, created: bool) -> Iterator[None]:
-    """The job's set-up (the model, the shards' headers or tokens), after --out was checked:
-    if it fails, a folder --out that the check created (still empty) goes again."""
-    try:
-        yield
-    except BaseException:
-        if created:
-            with contextlib.suppress(OSError):
-                os.rmdir(out)
-        raise
-
-
-def read_by(model: ModelChoice, tokens: Path | None = None, text: TextChoice | None = None
-            ) -> list[Path | None]:
-    """Every file the job reads (the model's, each shard): what its --out must not be nor hold,
-    as on the single-file path."""
-    from ffncli.jobs.resolve import weights_of
-    from ffncli.jobs.targets import command_inputs
-
-    return [path for _, path in command_inputs(
-        model.preset, model.config, weights_of(model.weights, model.hub_model), tokens,
-        text=text.text if text is not None else None,
-        ids=text.ids if text is not None else None)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,7 +199,7 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
                           f"--scheduler) writes one .npy per shard into a folder, got {out}")
     created = output_folder(out, writer="run over shards", empty=False, names=OUT_OPTIONS,
                             inputs=read_by(model, tokens=pattern))
-    with _removed_on_failure(out, created):
+    with removed_on_failure(out, created):
         job = Job(model, overrides, allow_nonfinite=allow_nonfinite)
         first = pool.call(describe, job, 0)
         job = Job(model, overrides, first.rows, allow_nonfinite)
@@ -325,17 +208,12 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
         info = pool.call(describe, job, sum(s.tokens for s in shards))
     recipe = {"model": M.jsonable(model), "overrides": M.jsonable(overrides),
               "residual": residual, "source": info.source}
-    done = {} if force else M.read_entries(out, recipe, M.RUN)
-    entries = {s.name: e for s in shards if (e := done.get(s.name)) is not None
-               and e == M.entry(s) and (out / s.out_name).is_file()}
-    todo = [s for s in shards if s.name not in entries]
+    record = Record.resume(out, recipe, M.RUN, M.entry, shards,
+                           lambda s: (out / s.out_name).is_file(), force)
+    todo = record.todo(shards)
     shard_rooms = _rooms(pool, job, info, shards, skip_bad, allow_nonfinite)
     task = RunTask(job, residual, allow_nonfinite)
-    M.write(out, recipe, entries, M.RUN)
-
-    def finished(shard: Shard) -> None:
-        entries[shard.name] = M.entry(shard)
-        M.write(out, recipe, entries, M.RUN)
+    record.write()
 
     def temporaries(of: Sequence[Shard]) -> list[str]:  # AtomicNpyWriter's .<name>.<hex>.tmp
         return [tmp for s in of
@@ -344,11 +222,11 @@ def run_shards(model: ModelChoice, overrides: Overrides, pattern: Path, out: Pat
     written = write_shards(pool, shard_run,
                            [(task, s, out / s.out_name, shard_rooms[s.index])
                             for s in todo], todo, out, skip_bad=skip_bad, skipped=skipped,
-                           progress=progress or Progress(), finished=finished,
+                           progress=progress or Progress(), finished=record.finished,
                            leftovers=lambda: temporaries(todo),
-                           clean=lambda: _remove(temporaries(shards)))
+                           clean=lambda: remove(temporaries(shards)))
     return ShardedRun(str(out), len(shards), sorted(written),
-                      sorted(s.name for s in shards if s not in todo), _sorted(skipped),
+                      sorted(s.name for s in shards if s not in todo), sorted_skipped(skipped),
                       sum(s.tokens for s in shards), info.source, pool.dashboard)
 
 
@@ -457,7 +335,7 @@ def _sweep_shards(job: TextJob, text: TextChoice, pool: Pool,
     result = SweepResult(str(forward.weights), source, stats[0].stats.tokens,
                          sum(len(shards[i].ids) for i in counted),
                          stats[0].stats.rule.description, stats)
-    return ShardedSweep(result, len(shards), _sorted(skipped), pool.dashboard)
+    return ShardedSweep(result, len(shards), sorted_skipped(skipped), pool.dashboard)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -495,7 +373,7 @@ def _capture_shards(job: TextJob, text: TextChoice, out: Path, pool: Pool, force
     model = job.model
     created = output_folder(out, writer="capture over shards", empty=False, names=OUT_OPTIONS,
                             inputs=read_by(model, text=text))
-    with _removed_on_failure(out, created):
+    with removed_on_failure(out, created):
         forward = forward_for(job)
         layers = parse_layers(model.layer, forward.n_layers)
         shards, skipped = read_text_shards(text, forward, skip_bad)
@@ -504,26 +382,21 @@ def _capture_shards(job: TextJob, text: TextChoice, out: Path, pool: Pool, force
     recipe = {"model": os.path.abspath(forward.weights), "dtype": model.dtype,
               "layers": list(layers),
               "input": "--text" if text.text is not None else "--ids"}
-    done = {} if force else M.read_entries(out, recipe, M.CAPTURE)
-    entries = {s.name: e for s in shards if (e := done.get(s.name)) is not None
-               and e == M.text_entry(s) and (out / s.name / "capture.json").is_file()}
-    todo = [s for s in shards if s.name not in entries]
+    record = Record.resume(out, recipe, M.CAPTURE, M.text_entry, shards,
+                           lambda s: (out / s.name / "capture.json").is_file(), force)
+    todo = record.todo(shards)
     task = CaptureTask(job, layers, str(out))
-    M.write(out, recipe, entries, M.CAPTURE)
-
-    def finished(shard: TextShard) -> None:
-        entries[shard.name] = M.text_entry(shard)
-        M.write(out, recipe, entries, M.CAPTURE)
+    record.write()
 
     def temporaries() -> list[str]:  # shard_capture's .<name>.<hex>.tmp folders
         return [p for p in glob.glob(glob.escape(str(out)) + "/.*.tmp") if os.path.isdir(p)]
 
     written = write_shards(pool, shard_capture, [(task, s) for s in todo], todo, out,
                            skip_bad=skip_bad, skipped=skipped, progress=progress,
-                           finished=finished, leftovers=temporaries,
-                           clean=lambda: _remove(temporaries()))
+                           finished=record.finished, leftovers=temporaries,
+                           clean=lambda: remove(temporaries()))
     return ShardedCapture(str(out), len(shards), layers, sorted(written),
-                          sorted(s.name for s in shards if s not in todo), _sorted(skipped),
+                          sorted(s.name for s in shards if s not in todo), sorted_skipped(skipped),
                           sum(s.tokens for s in shards), str(forward.weights), pool.dashboard)
 
 
@@ -554,9 +427,10 @@ def perplexity_shards(model: ModelChoice, text: TextChoice, pool: Pool, asked: A
 
 def _perplexity_shards(job: TextJob, text: TextChoice, pool: Pool, asked: Asked,
                        progress: Progress) -> ShardedPerplexity:
-    from ffncli.jobs.perplexity import calibrate, merge_parts, plan_job, with_thresholds
+    from ffncli.jobs.perplexity import plan_job, with_thresholds
     from ffncli.jobs.shards.inputs import document_shards
     from ffncli.jobs.shards.tasks import PerplexityTask, shard_perplexity
+    from ffncli.jobs.variants import calibrate, merge_parts
 
     forward = forward_for(job)
     plan = plan_job(forward, job.model, text, asked)

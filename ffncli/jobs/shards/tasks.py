@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ffncli.analysis.sparsity import Partial, Rule
-    from ffncli.jobs.perplexity import Part
     from ffncli.jobs.thresholds import Variant
+    from ffncli.jobs.variants import Part
 
 
 class Stopped(Exception):
@@ -253,7 +253,7 @@ def shard_perplexity(task: PerplexityTask, shard: TextShard, firsts: tuple[int, 
     """One run of windows through the dense model and every variant (one walk): its sums, as
     the walk over the whole document adds them on these windows. ``firsts``: the first
     position each window scores."""
-    from ffncli.jobs.perplexity import walk_part
+    from ffncli.jobs.variants import walk_part
 
     model = forward_for(task.job)
     try:

@@ -193,8 +193,8 @@ def release_forwards() -> None:
 class KeptLayers:
     """A Transformer whose built layers (``layer(i)``: weights read, FFN engine built) are
     kept for the next task, while they fit in LAYER_CACHE_BYTES; the rest are read again by
-    each task, as ``walk`` reads them. For MiniLM each layer takes 6 to 13 ms to read and
-    build, about 10% of a task of 2,000 tokens: worth keeping (all six take 43 MB)."""
+    each task, as ``walk`` reads them: reading and building a layer is a share of a small
+    task worth keeping (the figures: docs/measured.md, 2026-12-05)."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
