@@ -42,11 +42,21 @@ def linear(n_in: int, n_out: int, bias: bool) -> int:
     return n_in * n_out + (n_out if bias else 0)
 
 
+# Activations with learned parameters of their own in each FFN: xIELU's alpha_p and alpha_n
+# (its beta and eps are buffers).
+LEARNED_ACTIVATIONS = {"xielu": 2}
+
+
+def activation_params(ffn: FfnSpec) -> int:
+    """The activation's own learned scalars, one set per FFN (0 for a fixed function)."""
+    return LEARNED_ACTIVATIONS.get(ffn.activation, 0)
+
+
 def expert_params(d_model: int, ffn: FfnSpec) -> int:
-    """One FFN: W1, W2 (and V when gated), with their biases."""
+    """One FFN: W1, W2 (and V when gated), with their biases, and the activation's scalars."""
     up = linear(d_model, ffn.d_ff, ffn.bias)
     down = linear(ffn.d_ff, d_model, ffn.bias)
-    return (2 * up if ffn.gated else up) + down
+    return (2 * up if ffn.gated else up) + down + activation_params(ffn)
 
 
 def router_params(d_model: int, ffn: FfnSpec) -> int:
@@ -157,6 +167,12 @@ def norm_params(d_model: int, norm: NormSpec) -> int:
     if not norm.affine:
         return 0
     return d_model * (2 if norm.bias and norm.kind == "layernorm" else 1)
+
+
+def sub_norm_params(d_model: int, ffn: FfnSpec, norm: NormSpec) -> int:
+    """BitNet's sub-norms: one on attention's output before W_O (d_model wide), one on the
+    FFN's hidden layer (d_ff wide)."""
+    return norm_params(d_model, norm) + norm_params(ffn.d_ff, norm) if norm.sub_norms else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,6 +430,9 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
     else:
         rows = [Row("W1", f"{d} x {f}", d * f)] + ([Row("b1", f"{f}", f)] if biases else [])
     rows += [Row("W2", f"{f} x {d}", f * d)] + ([Row("b2", f"{d}", d)] if biases else [])
+    if activation_params(ffn):
+        rows += [Row(f"{ffn.activation} scalars", f"{activation_params(ffn)}",
+                     activation_params(ffn))]
     if ffn.is_moe:
         per_expert = expert_params(d, ffn)
         rows = [Row(f"expert: {r.name}", r.shape, r.params) for r in rows]
@@ -492,13 +511,13 @@ def mamba2_matrices(d_model: int, mix: Mamba2MixerSpec) -> tuple[tuple[str, str,
 def layer_extra_rows(d: int, x: LayerExtrasSpec) -> tuple[Row, ...]:
     """Gemma 3n's parts of each layer: AltUp (correction n x n and prediction n x n^2
     coefficients, a d -> n router and its norm, a per-channel output scale), LAuReL (d -> rank
-    -> d and a norm), the per-layer input (gate d -> w, projection w -> d, a norm)."""
+    -> d and a norm), the per-layer input (gate d -> w, projection w -> d, a norm). Gemma 4 has
+    the per-layer input alone (no AltUp inputs, no LAuReL rank)."""
     n, r, w = x.altup_inputs, x.laurel_rank, x.per_layer_width
-    return (
-        Row("AltUp", f"{n}x{n} + {n}x{n * n} + {d}x{n} + 2 x {d}", n * n + n ** 3 + d * n + 2 * d),
-        Row("LAuReL", f"{d} x {r} x {d} + {d}", 2 * d * r + d),
-        Row("per-layer input", f"{d} x {w} x {d} + {d}", 2 * d * w + d),
-    )
+    altup = (Row("AltUp", f"{n}x{n} + {n}x{n * n} + {d}x{n} + 2 x {d}",
+                 n * n + n ** 3 + d * n + 2 * d),) if n else ()
+    laurel = (Row("LAuReL", f"{d} x {r} x {d} + {d}", 2 * d * r + d),) if r else ()
+    return altup + laurel + (Row("per-layer input", f"{d} x {w} x {d} + {d}", 2 * d * w + d),)
 
 
 def model_extra_rows(d: int, layers: int, x: LayerExtrasSpec) -> tuple[Row, ...]:
@@ -509,8 +528,8 @@ def model_extra_rows(d: int, layers: int, x: LayerExtrasSpec) -> tuple[Row, ...]
         Row("per-layer embeddings", f"{x.per_layer_vocab} x {w}", x.per_layer_vocab * w),
         Row("per-layer projection and norm", f"{d} x {w} + {x.per_layer_width}",
             d * w + x.per_layer_width),
-        Row("AltUp projections", f"2 x {n - 1} x {d} x {d}", 2 * (n - 1) * d * d),
-    )
+    ) + ((Row("AltUp projections", f"2 x {n - 1} x {d} x {d}", 2 * (n - 1) * d * d),) if n
+         else ())
 
 
 def _linear_mixer_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
@@ -542,6 +561,7 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
             proj_flops *= 2
             score_flops *= 2
     norms = (norm.per_layer + (1 if cross else 0)) * norm_params(d, norm) if norm else 0
+    norms += sub_norm_params(d, ffn, norm) if norm else 0
     if att is not None:
         qk = qk_norm_params(d, att)
         norms += (qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)

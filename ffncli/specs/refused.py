@@ -7,10 +7,6 @@ from __future__ import annotations
 
 LACKS: dict[str, str] = {
     "albert": "a reader for its encoder",
-    "apertus": "a reader for its layers (attention_layernorm.weight, feedforward_layernorm.weight)",
-    "apertus1p5_text":
-        "a reader for its layers (attention_layernorm.weight, feedforward_layernorm.weight)",
-    "arcee": "a reader for its layers",
     "aria_text": "its kind of mixture of experts",
     "audioflamingo3": "its vision or audio tower",
     "axk1": "its variant of latent attention",
@@ -21,14 +17,10 @@ LACKS: dict[str, str] = {
     "bert-generation":
         "a reader for its layers (attention.output.LayerNorm.bias,"
         " attention.output.LayerNorm.weight)",
-    "biogpt": "a reader for its layers (fc1.bias, fc1.weight)",
-    "bitnet": "a reader for its layers (mlp.ffn_sub_norm.weight, self_attn.attn_sub_norm.weight)",
     "blt": "its vision or audio tower",
-    "codegen": "a reader for its layers (attn.out_proj.weight, attn.qkv_proj.weight)",
     "cohere_compass_text": "a model transformers itself cannot build from these defaults",
     "convbert": "a reader for its encoder",
     "cpmant": "a reader for its layers (ffn.ffn.w_in.w_*.weight, ffn.ffn.w_out.weight)",
-    "ctrl": "a reader for its layers (ffn.*.bias, ffn.*.weight)",
     "dbrx": "a model transformers itself cannot build from these defaults",
     "deberta": "a reader for its encoder",
     "deepseek_v32": "its variant of latent attention",
@@ -50,19 +42,9 @@ LACKS: dict[str, str] = {
     "fnet": "a reader for its encoder",
     "fsmt": "a reader for its encoder and decoder",
     "funnel": "a reader for its encoder",
-    "fuyu": "a reader for its layers (input_layernorm.bias, mlp.dense_4h_to_h.bias)",
     "gemma3n": "a model transformers itself cannot build from these defaults",
-    "gemma4": "a reader for its layers (per_layer_input_gate.weight, per_layer_projection.weight)",
     "gemma4_assistant": "a model transformers itself cannot build from these defaults",
-    "gemma4_text":
-        "a reader for its layers (per_layer_input_gate.weight, per_layer_projection.weight)",
-    "gemma4_unified":
-        "a reader for its layers (post_feedforward_layernorm.weight,"
-        " pre_feedforward_layernorm.weight)",
     "gemma4_unified_assistant":
-        "a reader for its layers (post_feedforward_layernorm.weight,"
-        " pre_feedforward_layernorm.weight)",
-    "gemma4_unified_text":
         "a reader for its layers (post_feedforward_layernorm.weight,"
         " pre_feedforward_layernorm.weight)",
     "git": "its vision or audio tower",
@@ -70,10 +52,6 @@ LACKS: dict[str, str] = {
     "glm_moe_dsa": "its variant of latent attention",
     "glmasr": "its vision or audio tower",
     "got_ocr2": "its vision or audio tower",
-    "gpt-sw3": "a reader for its layers (attn.c_attn.bias, attn.c_attn.weight)",
-    "gpt_neo":
-        "a reader for its layers (attn.attention.k_proj.weight, attn.attention.out_proj.bias)",
-    "gpt_neox_japanese": "a reader for its layers (attention.dense.weight, attention.dense_bias)",
     "granite_speech": "its vision or audio tower",
     "granite_speech_plus": "its vision or audio tower",
     "granitemoehybrid": "Mamba-2 or hybrid state-space mixers",
@@ -86,7 +64,6 @@ LACKS: dict[str, str] = {
     "inkling2_loop_text": "short-convolution mixers",
     "inkling2_text": "short-convolution mixers",
     "inkling_text": "short-convolution mixers",
-    "jais2": "a reader for its layers (input_layernorm.bias, mlp.down_proj.bias)",
     "jetmoe": "its kind of mixture of experts",
     "kimi_linear": "Mamba-2 or hybrid state-space mixers and its variant of latent attention",
     "kolibri1": "its kind of mixture of experts",
@@ -114,7 +91,6 @@ LACKS: dict[str, str] = {
     "musicflamingo": "its vision or audio tower",
     "musicgen": "a model transformers itself cannot build from these defaults",
     "musicgen_melody": "a model transformers itself cannot build from these defaults",
-    "nanochat": "a reader for its layers (mlp.fc1.weight, mlp.fc2.weight)",
     "nemo_speechlm": "its vision or audio tower and Mamba-2 or hybrid state-space mixers",
     "nemotron": "a model transformers itself cannot build from these defaults",
     "nemotron_h": "Mamba-2 or hybrid state-space mixers",
@@ -123,10 +99,8 @@ LACKS: dict[str, str] = {
     "nystromformer": "short-convolution mixers",
     "olmo_hybrid": "its linear-attention layers",
     "omniasr": "its vision or audio tower",
-    "openai-gpt": "a reader for its layers (attn.c_attn.bias, attn.c_attn.weight)",
     "pegasus_x": "a reader for its encoder and decoder",
     "perceiver": "a reader for its encoder",
-    "persimmon": "a reader for its layers (input_layernorm.bias, mlp.dense_4h_to_h.bias)",
     "phi4_multimodal": "its vision or audio tower",
     "prophetnet": "a reader for its encoder and decoder",
     "qwen2_audio": "its vision or audio tower",
@@ -150,7 +124,6 @@ LACKS: dict[str, str] = {
     "voxtral": "its vision or audio tower",
     "voxtral_realtime": "its vision or audio tower",
     "whisper": "a reader for its encoder",
-    "xglm": "a reader for its layers (fc1.bias, fc1.weight)",
     "xlnet": "a reader for its layers (ff.layer_*.bias, ff.layer_*.weight)",
     "xlstm": "recurrent (RWKV/xLSTM) blocks",
     "xmod": "a reader for its encoder",

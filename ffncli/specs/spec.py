@@ -190,6 +190,7 @@ class NormSpec:
     per_layer: int = 2  # norms in an encoder or decoder-only layer; cross-attention adds one
     final: bool = True  # one norm after the last layer of each stack
     affine: bool = True  # False: the norms have no weights (OLMo; OPT without elementwise affine)
+    sub_norms: bool = False  # BitNet: norms on attention's output (d_model) and the FFN's hidden
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,145 @@
+"""The readers of older and odd decoders and of Gemma 4 (ffncli/specs/readers/classic.py and
+gemma4.py), on tiny configs counted by hand from the shapes transformers 5.25 builds (its
+modeling_*.py); the zoo (test_zoo_counts) checks them on every type's defaults."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import DATA
+
+from ffncli.counting.model import activation_params, expert_params
+from ffncli.specs.spec import FfnSpec
+
+ZOO = DATA / "zoo" / "configs"
+
+# hidden 8, FFN 12, 2 heads of 4; vocabulary 10.
+TINY = {"hidden_size": 8, "intermediate_size": 12, "num_attention_heads": 2,
+        "num_hidden_layers": 2, "vocab_size": 10}
+
+
+def _params(cli, tmp_path, config):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = cli("params", "--config", path, "--json")
+    assert r.code == 0, r.err
+    return json.loads(r.out)
+
+
+def test_xielu_has_two_learned_scalars_in_each_ffn(cli, tmp_path):
+    """Apertus: up_proj (12, 8), down_proj (8, 12), act_fn.alpha_p (1,) and alpha_n (1,): 194
+    a FFN; q, k, v, o (8, 8) 256; q_norm and k_norm (4,) 8; two norms 16: 474 a layer; the
+    word table, the untied head 80 each and the final norm 8: 2 x 474 + 168 = 1,116."""
+    doc = _params(cli, tmp_path, {**TINY, "model_type": "apertus", "hidden_act": "xielu"})
+    (layer,) = doc["layers"]
+    assert (layer["ffn"], layer["attention"], layer["norm"]) == (194, 256, 24)
+    assert {"name": "xielu scalars", "shape": "2", "params": 2} in layer["ffn_rows"]
+    assert doc["total_params"] == 1_116
+    relu2 = _params(cli, tmp_path, {**TINY, "model_type": "apertus", "hidden_act": "relu2"})
+    assert relu2["layers"][0]["ffn"] == 192 and relu2["total_params"] == 1_112
+
+
+def test_learned_activation_scalars_count_once_per_expert():
+    ffn = FfnSpec(d_ff=12, activation="xielu", gated=False, bias=False)
+    assert activation_params(ffn) == 2
+    assert expert_params(8, ffn) == 8 * 12 + 12 * 8 + 2
+    assert expert_params(8, FfnSpec(d_ff=12, activation="relu", bias=False)) == 192
+
+
+def test_bitnet_sub_norms_are_norms_of_the_width_they_normalise(cli, tmp_path):
+    """BitNet: gate, up, down 3 x 96 = 288; q (8, 8), k and v (4, 8), o 192; input and
+    post-attention norms 16, attn_sub_norm (8,) and ffn_sub_norm (12,): 36 a layer, 516 in
+    all; two layers, the table, the head and the final norm: 1,200."""
+    doc = _params(cli, tmp_path, {**TINY, "model_type": "bitnet", "num_key_value_heads": 1})
+    (layer,) = doc["layers"]
+    assert (layer["ffn"], layer["attention"], layer["norm"], layer["total"]) == (288, 192, 36,
+                                                                                   516)
+    assert doc["total_params"] == 1_200
+    arcee = _params(cli, tmp_path, {**TINY, "model_type": "arcee", "num_key_value_heads": 1})
+    assert arcee["layers"][0]["norm"] == 16  # the same layers without sub-norms, ungated
+    assert arcee["layers"][0]["ffn"] == 192
+
+
+GEMMA4 = {**TINY, "model_type": "gemma4_text", "num_key_value_heads": 1, "head_dim": 4,
+          "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4,
+          "hidden_size_per_layer_input": 3, "vocab_size_per_layer_input": 5,
+          "per_layer_config": {"1": {"head_dim": 6}}}
+
+
+def test_gemma4_layers_and_per_layer_inputs_by_hand(cli, tmp_path):
+    """Layer 0 (sliding, head_dim 4): q (8, 8), k and v (4, 8), o 192; q_norm and k_norm 8; four
+    norms 32; per_layer_input_gate (3, 8), per_layer_projection (8, 3) and its norm 56; gate,
+    up, down 288: 576. Layer 1 (full, head_dim 6 by per_layer_config): q (12, 8), k and v
+    (6, 8), o (8, 12) 288; norms 12 + 32; 56; 288: 676. The model: the word table 80 (tied
+    head), the per-layer table (5, 2 x 3) 30, per_layer_model_projection (6, 8) and its norm
+    (3,) 51, the final norm 8. No AltUp, no LAuReL (Gemma 3n's)."""
+    doc = _params(cli, tmp_path, GEMMA4)
+    totals = {tuple(x["indices"]): x["total"] for x in doc["layers"]}
+    assert totals == {(0,): 576, (1,): 676}
+    assert all([r["name"] for r in x["other_rows"]] == ["per-layer input"]
+               for x in doc["layers"])
+    assert doc["groups"]["other"] == 2 * 56 + 51
+    assert doc["total_params"] == 576 + 676 + 80 + 30 + 51 + 8
+
+
+def test_gemma4_kv_sharing_and_double_wide_ffn(cli, tmp_path):
+    """num_kv_shared_layers 1 of 3 (sliding, full, full): layer 2 has no k, v or k_norm
+    (6 x 8 twice and 6) and keeps no cache; use_double_wide_mlp makes its FFN 24 wide."""
+    config = {**GEMMA4, "num_hidden_layers": 3, "num_kv_shared_layers": 1,
+              "use_double_wide_mlp": True, "per_layer_config": {"1": {"head_dim": 6},
+                                                                "2": {"head_dim": 6}},
+              "layer_types": ["sliding_attention", "full_attention", "full_attention"]}
+    doc = _params(cli, tmp_path, config)
+    by_layer = {i: x for x in doc["layers"] for i in x["indices"]}
+    assert by_layer[1]["total"] - by_layer[2]["total"] == 2 * 48 + 6 - 288
+    assert by_layer[2]["ffn"] == 3 * 8 * 24
+    assert by_layer[2]["kind"] == "kv-sharing decoder"
+
+
+HOSTILE = [
+    ({**GEMMA4, "enable_moe_block": True},
+     "key 'enable_moe_block': expected false (Gemma 4's mixture-of-experts block is not read), "
+     "got True"),
+    ({**GEMMA4, "attention_k_eq_v": True},
+     "key 'attention_k_eq_v': expected false (keys reused as values are not read), got True"),
+    ({**GEMMA4, "per_layer_config": {"last": {}}},
+     "key 'per_layer_config': expected an object of layer numbers to objects, got "),
+    ({**GEMMA4, "per_layer_config": {"1": {"head_dim": 0}}},
+     "per_layer_config: 1: key 'head_dim': expected a whole number >= 1, got 0"),
+    ({**GEMMA4, "num_kv_shared_layers": 1},
+     "key 'num_kv_shared_layers': expected fewer, leaving a layer of each type of layer_types "
+     "before the layers that reuse its K and V, got 1"),
+    ({**GEMMA4, "num_kv_shared_layers": 3},
+     "key 'num_kv_shared_layers': expected at most num_hidden_layers (2), got 3"),
+    ({**TINY, "model_type": "arcee", "hidden_act": "relu3"},
+     "key 'hidden_act': unsupported activation 'relu3'; supported: relu, gelu, gelu_new, "
+     "gelu_fast, gelu_pytorch_tanh, silu, swish, sigmoid, linear, relu2, xielu"),
+    ({"model_type": "fuyu", "text_config": [1]}, "key 'text_config': expected an object, got"),
+]
+
+
+@pytest.mark.parametrize(("config", "message"), HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_configs(cli, tmp_path, config, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = cli("params", "--config", path)
+    assert (r.code, r.out) == (2, "") and r.err.count("\n") == 1
+    assert r.err.startswith(f"error: {path}: {message}"), r.err
+
+
+def test_fuyu_counts_its_language_model_and_names_the_patch_projection(cli):
+    doc = json.loads(cli("params", "--config", ZOO / "fuyu.config.json", "--json").out)
+    persimmon = json.loads(cli("params", "--config", ZOO / "persimmon.config.json",
+                               "--json").out)
+    assert doc["uncounted"] == ["image patch projection (2,700 -> 4,096, with bias)"]
+    assert doc["total_params"] == persimmon["total_params"] == 9_397_175_296
+
+
+def test_the_engine_refuses_an_activation_it_does_not_compute(cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**TINY, "model_type": "arcee"}))
+    r = cli("run", "--config", path, "--random", "2")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == ("error: arcee: run, permute-check and relu-stats do not compute this "
+                     "mixture of experts yet (squared ReLU); params counts it exactly\n")
