@@ -97,12 +97,44 @@ def test_gemma4_kv_sharing_and_double_wide_ffn(cli, tmp_path):
     assert by_layer[2]["kind"] == "kv-sharing decoder"
 
 
+# Gemma 4 26B-A4B's parts, small: the full layers' heads from global_head_dim and
+# num_global_key_value_heads (no per_layer_config: the Hub's spelling), keys as values, the
+# mixture-of-experts block, the last layer reusing K and V with a double-wide dense FFN.
+GEMMA4_MOE = {**TINY, "model_type": "gemma4_text", "num_hidden_layers": 3,
+              "num_key_value_heads": 2, "head_dim": 4, "sliding_window": 4,
+              "layer_types": ["sliding_attention", "full_attention", "full_attention"],
+              "hidden_size_per_layer_input": 3, "vocab_size_per_layer_input": 5,
+              "global_head_dim": 6, "num_global_key_value_heads": 1, "attention_k_eq_v": True,
+              "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2,
+              "moe_intermediate_size": 5, "num_kv_shared_layers": 1,
+              "use_double_wide_mlp": True}
+
+
+def test_gemma4_moe_block_and_keys_as_values_by_hand(cli, tmp_path):
+    """Layer 0 (sliding, head_dim 4, 2 KV heads): q, k, v, o (8, 8) 256; q_norm and k_norm 8;
+    seven norms 56; per-layer input 56; the FFN: gate, up, down (12, 8) 288, router.proj (4, 8)
+    32, router.scale (8,) and per_expert_scale (4,) 12, experts.gate_up_proj (4, 10, 8) 320 and
+    down_proj (4, 8, 5) 160: 812; 1,188 in all. Layer 1 (full: head_dim 6, one KV head, no
+    v_proj): q (12, 8) 96, k (6, 8) 48, o (8, 12) 96; q_norm and k_norm 12; 56; 56; 812:
+    1,176. Layer 2 (reuses layer 1's K and V; dense FFN 24 wide): q 96, o 96, q_norm 6, 56,
+    56, 576 + 44 + 480: 1,410. The model: the word table 80, the per-layer table (5, 9) 45,
+    the projection (9, 8) 72 and its norm 3, the final norm 8. transformers 5.25 builds 3,982
+    on the meta device; each token uses 2 of the 4 experts (120 each)."""
+    doc = _params(cli, tmp_path, GEMMA4_MOE)
+    by_layer = {i: x for x in doc["layers"] for i in x["indices"]}
+    assert [(by_layer[i]["total"], by_layer[i]["ffn"]) for i in range(3)] == [
+        (1_188, 812), (1_176, 812), (1_410, 1_100)]
+    assert [r["name"] for r in by_layer[1]["attention_rows"]] == ["W_Q", "W_K", "W_O"]
+    assert by_layer[1]["flops_per_token"]["attention_projections"] == 2 * (2 * 96 + 48)
+    assert {"name": "router and its scales", "shape": "8 x 4 + 8 + 4", "params": 44} in \
+        by_layer[0]["ffn_rows"]
+    assert (doc["total_params"], doc["active_params"]) == (3_982, 3_982 - 3 * 2 * 120)
+
+
 HOSTILE = [
-    ({**GEMMA4, "enable_moe_block": True},
-     "key 'enable_moe_block': expected false (Gemma 4's mixture-of-experts block is not read), "
-     "got True"),
-    ({**GEMMA4, "attention_k_eq_v": True},
-     "key 'attention_k_eq_v': expected false (keys reused as values are not read), got True"),
+    ({**GEMMA4_MOE, "num_experts": None}, "missing key 'num_experts'"),
+    ({**GEMMA4_MOE, "top_k_experts": 5},
+     "key 'top_k_experts': expected at most num_experts (4), got 5"),
     ({**GEMMA4, "per_layer_config": {"last": {}}},
      "key 'per_layer_config': expected an object of layer numbers to objects, got "),
     ({**GEMMA4, "per_layer_config": {"1": {"head_dim": 0}}},

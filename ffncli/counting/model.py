@@ -60,7 +60,12 @@ def expert_params(d_model: int, ffn: FfnSpec) -> int:
 
 
 def router_params(d_model: int, ffn: FfnSpec) -> int:
-    return linear(d_model, ffn.experts, ffn.router_bias) if ffn.is_moe else 0
+    """The router's projection (and bias), and with router_scales its input's per-channel
+    scale and a scale per expert (Gemma 4)."""
+    if not ffn.is_moe:
+        return 0
+    scales = d_model + ffn.experts if ffn.router_scales else 0
+    return linear(d_model, ffn.experts, ffn.router_bias) + scales
 
 
 def shared_expert_params(d_model: int, ffn: FfnSpec) -> int:
@@ -309,7 +314,8 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
                        latent_attention_matrices(d_model, att))
     q_width, kv_width = attention_widths(d_model, att)
     gate = d_model * q_width if att.output_gate else 0
-    return 2 * (2 * d_model * q_width + 2 * d_model * kv_width + gate)
+    kv = 1 if att.values_are_keys else 2  # K and V, or K alone when it is also V
+    return 2 * (2 * d_model * q_width + kv * d_model * kv_width + gate)
 
 
 def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int:
@@ -438,7 +444,9 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
         rows = [Row(f"expert: {r.name}", r.shape, r.params) for r in rows]
         rows.append(Row(f"x {ffn.experts} experts", f"{ffn.experts} x {per_expert:,}",
                         ffn.experts * per_expert))
-        rows.append(Row("router", f"{d} x {ffn.experts}", router_params(d, ffn)))
+        scales = f" + {d} + {ffn.experts}" if ffn.router_scales else ""
+        rows.append(Row("router" + (" and its scales" if scales else ""),
+                        f"{d} x {ffn.experts}{scales}", router_params(d, ffn)))
         if ffn.shared_d_ff:
             shared = expert_params(d, FfnSpec(d_ff=ffn.shared_d_ff, gated=ffn.gated,
                                               bias=ffn.bias))
@@ -459,7 +467,8 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
             f"{d} x {q_out}", linear(d, q_out, att.qkv_bias)),
         Row(f"{prefix}W_K", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
-        Row(f"{prefix}W_V", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),
+    ) + (() if att.values_are_keys else (
+        Row(f"{prefix}W_V", f"{d} x {kv_width}", linear(d, kv_width, att.qkv_bias)),)) + (
         Row(f"{prefix}W_O", f"{q_width} x {d}", linear(q_width, d, att.out_bias)),
     ) + sinks
 

@@ -53,6 +53,7 @@ class FfnSpec:
     capacity_factor: float | None = None  # MoE only: drop tokens past ceil(cf * n * k / E)
     shared_d_ff: int = 0  # MoE: a shared expert of this width that every token uses (0: none)
     shared_gate: bool = False  # Qwen2-MoE: sigmoid(x g) scales the shared expert, g d_model x 1
+    router_scales: bool = False  # Gemma 4: router input scaled per channel, weights per expert
 
     @property
     def is_moe(self) -> bool:
@@ -94,6 +95,7 @@ class AttentionSpec:
     v_head_dim: int | None = None
     sinks: bool = False  # one learned logit per head that takes part in the softmax (gpt-oss)
     output_gate: bool = False  # W_Q also gives a sigmoid gate on each head's output (Qwen3-Next)
+    values_are_keys: bool = False  # no W_V: K's projection is also V (Gemma 4's full layers)
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
