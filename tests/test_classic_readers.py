@@ -61,6 +61,18 @@ def test_bitnet_sub_norms_are_norms_of_the_width_they_normalise(cli, tmp_path):
     assert arcee["layers"][0]["ffn"] == 192
 
 
+def test_differential_attention_has_four_lambda_vectors_a_layer(cli, tmp_path):
+    """DiffLlama: q, k, v, o (8, 8) 256 and lambda_q1, lambda_k1, lambda_q2, lambda_k2 (4,)
+    each: 272 a layer's attention (its group norm has no weights)."""
+    doc = _params(cli, tmp_path, {**TINY, "model_type": "diffllama"})
+    (layer,) = doc["layers"]
+    assert layer["attention"] == 272
+    assert layer["attention_rows"][-1] == {"name": "lambdas (q1, k1, q2, k2)", "shape": "4 x 4",
+                                           "params": 16}
+    llama = _params(cli, tmp_path, {**TINY, "model_type": "llama"})
+    assert doc["total_params"] - llama["total_params"] == 2 * 16
+
+
 GEMMA4 = {**TINY, "model_type": "gemma4_text", "num_key_value_heads": 1, "head_dim": 4,
           "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4,
           "hidden_size_per_layer_input": 3, "vocab_size_per_layer_input": 5,

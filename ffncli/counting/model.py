@@ -148,6 +148,11 @@ def sink_params(att: AttentionSpec) -> int:
     return att.heads if att.sinks else 0
 
 
+def lambda_params(d_model: int, att: AttentionSpec) -> int:
+    """Differential attention's lambda_q1, lambda_k1, lambda_q2, lambda_k2: head_dim each."""
+    return 4 * (att.head_dim or d_model // att.heads) if att.differential else 0
+
+
 def linear_mixer_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int],
                                                                          ...]:
     """Gated DeltaNet (Qwen3-Next) as (name, shape, params): one projection to Q, K, V and the
@@ -462,6 +467,9 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
                      for name, n_in, n_out, bias in latent_attention_matrices(d, att))
     q_width, kv_width = attention_widths(d, att)
     sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
+    if att.differential:
+        sinks += (Row(f"{prefix}lambdas (q1, k1, q2, k2)", f"4 x {lambda_params(d, att) // 4}",
+                      lambda_params(d, att)),)
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
     return (
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),

@@ -398,6 +398,7 @@ ARCHS: dict[str, Arch] = {
     "gpt_neox_japanese": Arch(read("classic.gpt_neox_japanese_spec"),
                               Layout({"w1": "layers.{i}.mlp.dense_h_to_4h",
                                       "w2": "layers.{i}.mlp.dense_4h_to_h"})),
+    "diffllama": Arch(read("classic.diffllama_spec"), LLAMA_FFN),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

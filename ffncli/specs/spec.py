@@ -96,6 +96,7 @@ class AttentionSpec:
     sinks: bool = False  # one learned logit per head that takes part in the softmax (gpt-oss)
     output_gate: bool = False  # W_Q also gives a sigmoid gate on each head's output (Qwen3-Next)
     values_are_keys: bool = False  # no W_V: K's projection is also V (Gemma 4's full layers)
+    differential: bool = False  # DiffLlama: four learned vectors of head_dim (its lambdas)
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of

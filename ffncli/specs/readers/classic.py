@@ -190,3 +190,11 @@ def gpt_neox_japanese_spec(c: Config) -> ModelSpec:
     assert spec.attention is not None
     last = LayerKind("last decoder", attention=replace(spec.attention, out_bias=True))
     return replace(spec, pattern=(LayerKind(),) * (spec.layers.decoder - 1) + (last,))
+
+
+def diffllama_spec(c: Config) -> ModelSpec:
+    """DiffLlamaForCausalLM: LLaMA's layers with differential attention, whose four lambda
+    vectors of head_dim are parameters of each layer (its group norm has no weights)."""
+    spec = gated_decoder_spec(c, "diffllama")
+    assert spec.attention is not None  # gated_decoder_spec always builds it
+    return replace(spec, attention=replace(spec.attention, differential=True))
