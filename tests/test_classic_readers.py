@@ -73,6 +73,21 @@ def test_differential_attention_has_four_lambda_vectors_a_layer(cli, tmp_path):
     assert doc["total_params"] - llama["total_params"] == 2 * 16
 
 
+def test_modernbert_decoder_prediction_head_by_hand(cli, tmp_path):
+    """ModernBERT-decoder: q, k, v, Wo (8, 8) 256, Wi (24, 8) and Wo (8, 12) 288, two norms 16:
+    560 a layer (the first's attention norm is the embedding norm); the word table 80, the
+    final norm 8, the prediction head's dense (8, 8) 64 and norm 8, the tied decoder's bias 10:
+    1,850 in all, as transformers 5.25 builds it. Layers 1 and 2 slide (full every third)."""
+    doc = _params(cli, tmp_path, {**TINY, "model_type": "modernbert-decoder",
+                                  "num_hidden_layers": 3})
+    assert [(x["indices"], x["total"], x["window"]) for x in doc["layers"]] == [
+        ([0], 560, 0), ([1, 2], 560, 64)]
+    assert (doc["groups"]["head"], doc["total_params"]) == (64 + 10, 1_850)
+    biased = _params(cli, tmp_path, {**TINY, "model_type": "modernbert-decoder",
+                                     "classifier_bias": True, "decoder_bias": False})
+    assert biased["groups"]["head"] == 64 + 8
+
+
 GEMMA4 = {**TINY, "model_type": "gemma4_text", "num_key_value_heads": 1, "head_dim": 4,
           "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4,
           "hidden_size_per_layer_input": 3, "vocab_size_per_layer_input": 5,

@@ -635,6 +635,15 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
     return tuple(rows)
 
 
+def head_transform_rows(d: int, emb: EmbeddingsSpec, norm: NormSpec | None) -> tuple[Row, ...]:
+    """ModernBERT-decoder's prediction head before the output head: a d x d layer (a bias by
+    head_transform_bias) and a norm."""
+    if not emb.head_transform:
+        return ()
+    return (Row("head transform", f"{d} x {d}", linear(d, d, emb.head_transform_bias)),
+            Row("head transform norm", f"{d}", norm_params(d, norm) if norm else 0))
+
+
 def _stack_copies(spec: ModelSpec) -> int:
     """2 when each stack of an encoder-decoder has its own position table and embedding norm
     (EmbeddingsSpec.per_stack), else 1."""
@@ -710,6 +719,10 @@ def count(spec: ModelSpec) -> ModelCount:
         rows.append(Row(label, f"{dim} x {emb.vocab}", weight + bias))
         groups["head"] = weight + bias
         head_flops = 2 * dim * emb.vocab
+        for row in head_transform_rows(d, emb, norm):
+            rows.append(row)
+            groups["norms" if row.name.endswith("norm") else "head"] += row.params
+        head_flops += 2 * d * d if emb.head_transform else 0
     if spec.pooler:
         rows.append(Row("pooler", f"{d} x {d}", linear(d, d, True)))
         groups["pooler"] = linear(d, d, True)

@@ -399,6 +399,7 @@ ARCHS: dict[str, Arch] = {
                               Layout({"w1": "layers.{i}.mlp.dense_h_to_4h",
                                       "w2": "layers.{i}.mlp.dense_4h_to_h"})),
     "diffllama": Arch(read("classic.diffllama_spec"), LLAMA_FFN),
+    "modernbert-decoder": Arch(read("classic.modernbert_decoder_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

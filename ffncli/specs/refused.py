@@ -83,7 +83,6 @@ LACKS: dict[str, str] = {
     "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
     "mobilebert": "a reader for its encoder",
-    "modernbert-decoder": "a reader for its layers (attn.Wo.weight, attn.k_proj.weight)",
     "modernvbert": "its vision or audio tower",
     "moshi": "its vision or audio tower",
     "moss_transcribe_diarize": "its vision or audio tower",

@@ -213,6 +213,10 @@ class EmbeddingsSpec:
     norm: bool = False  # a norm right after the embeddings (BERT)
     head: HeadKind = "tied"  # output projection to the vocabulary
     head_bias: bool = False
+    # ModernBERT-decoder: before the head, a d_model x d_model layer (with a bias by
+    # head_transform_bias) and a norm.
+    head_transform: bool = False
+    head_transform_bias: bool = False
     # ELECTRA: word, position and token-type tables and their norm are all dim wide, then one
     # dim -> d_model projection with a bias (instead of OPT's bias-free project in and out).
     factorized: bool = False

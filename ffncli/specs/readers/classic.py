@@ -14,9 +14,12 @@ from ffncli.specs.hfconfig import (
     _ACTIVATIONS,
     Config,
     _decoder_only,
+    _with_defaults,
     gated_decoder_spec,
     gpt2_spec,
     gptj_spec,
+    layer_mixers,
+    with_pattern,
 )
 from ffncli.specs.spec import (
     AttentionSpec,
@@ -198,3 +201,34 @@ def diffllama_spec(c: Config) -> ModelSpec:
     spec = gated_decoder_spec(c, "diffllama")
     assert spec.attention is not None  # gated_decoder_spec always builds it
     return replace(spec, attention=replace(spec.attention, differential=True))
+
+
+def modernbert_decoder_spec(c: Config) -> ModelSpec:
+    """ModernBertDecoderForCausalLM: ModernBERT's layers (GeGLU Wi, LayerNorms with bias by
+    norm_bias, biases by attention_bias and mlp_bias), sliding or full by layer_types (by
+    default full every global_attn_every_n_layers), a window of sliding_window (transformers
+    writes local_attention // 2); the first layer has no attention norm, the embedding norm
+    stands in for it (counted as the first layer's, as for ``modernbert``); the prediction
+    head (a layer with a bias by classifier_bias, and a norm), then the tied decoder with a bias
+    by decoder_bias."""
+    c = _with_defaults(c, hidden_size=768, intermediate_size=1152, num_attention_heads=12,
+                       num_hidden_layers=22, vocab_size=50368, max_position_embeddings=8192)
+    d, n = c.int("hidden_size"), c.int("num_hidden_layers")
+    attention_bias, mlp_bias = c.bool("attention_bias", False), c.bool("mlp_bias", False)
+    every = c.int("global_attn_every_n_layers", 3)
+    window = c.whole("sliding_window") or c.int("local_attention", 128) // 2
+    c = Config({**c.data, "sliding_window": max(window, 1), "layer_types": c.data.get(
+        "layer_types") or ["sliding_attention" if i % every else "full_attention"
+                           for i in range(n)]}, c.source)
+    spec = _decoder_only(
+        c, "modernbert-decoder",
+        ffn=FfnSpec(d_ff=c.int("intermediate_size"),
+                    activation=c.act("hidden_activation", "gelu"), gated=True, bias=mlp_bias),
+        attention=AttentionSpec(heads=c.heads(d, kv_key=None)[0], qkv_bias=attention_bias,
+                                out_bias=attention_bias),
+        norm=NormSpec(bias=c.bool("norm_bias", False), final=True),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), head=c.head(True),
+                                  head_bias=c.bool("decoder_bias", True), head_transform=True,
+                                  head_transform_bias=c.bool("classifier_bias", False)),
+    )
+    return with_pattern(spec, c, layer_mixers(c, n))
