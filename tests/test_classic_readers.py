@@ -195,6 +195,16 @@ def test_fuyu_counts_its_language_model_and_names_the_patch_projection(cli):
     assert doc["total_params"] == persimmon["total_params"] == 9_397_175_296
 
 
+def test_gemma4_assistant_counts_its_language_model_and_names_the_projections(cli):
+    doc = json.loads(cli("params", "--config", ZOO / "gemma4_unified_assistant.config.json",
+                         "--json").out)
+    assert doc["uncounted"] == [
+        "projections from and to the target model (7,680 -> 2,304, 2,304 -> 3,840)"]
+    assert {x["kind"] for x in doc["layers"]} == {"kv-sharing sliding decoder",
+                                                  "kv-sharing decoder"}
+    assert [p["elements"] for p in doc["kv_cache"]["parts"]] == [0, 0]
+
+
 def test_the_engine_refuses_an_activation_it_does_not_compute(cli, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**TINY, "model_type": "arcee"}))

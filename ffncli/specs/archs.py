@@ -400,6 +400,7 @@ ARCHS: dict[str, Arch] = {
                                       "w2": "layers.{i}.mlp.dense_4h_to_h"})),
     "diffllama": Arch(read("classic.diffllama_spec"), LLAMA_FFN),
     "modernbert-decoder": Arch(read("classic.modernbert_decoder_spec")),
+    "gemma4_unified_assistant": Arch(read("gemma4.gemma4_unified_assistant_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -43,9 +43,6 @@ LACKS: dict[str, str] = {
     "funnel": "a reader for its encoder",
     "gemma3n": "a model transformers itself cannot build from these defaults",
     "gemma4_assistant": "a model transformers itself cannot build from these defaults",
-    "gemma4_unified_assistant":
-        "a reader for its layers (post_feedforward_layernorm.weight,"
-        " pre_feedforward_layernorm.weight)",
     "git": "its vision or audio tower",
     "glm4_moe_lite": "its variant of latent attention",
     "glm_moe_dsa": "its variant of latent attention",

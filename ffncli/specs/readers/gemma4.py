@@ -130,3 +130,19 @@ def _per_layer_attention(c: Config, att: AttentionSpec, mixers: list[str]
             layer = replace(att, heads=heads, kv_heads=kv, head_dim=head_dim)
         layers.append(replace(layer, values_are_keys=k_eq_v and mixer == "full"))
     return layers
+
+
+def gemma4_unified_assistant_spec(c: Config) -> ModelSpec:
+    """Gemma4UnifiedAssistantForCausalLM: a Gemma 4 unified language model (text_config; its
+    layers reuse the target model's K and V) counted as gemma4_unified_text; the projections
+    from and to the target's backbone_hidden_size (and, with use_ordered_embeddings, the
+    centroid table) named as not counted."""
+    from ffncli.specs.archs import _multimodal  # the table's, at call time
+
+    spec = _multimodal(c, "gemma4_unified_text")
+    d, backbone = spec.d_model, c.int("backbone_hidden_size", 3840)
+    centroids = (f"centroids ({d:,} -> {c.int('num_centroids', 2048):,})",) \
+        if c.bool("use_ordered_embeddings", False) else ()
+    return replace(spec, uncounted=(
+        f"projections from and to the target model ({2 * backbone:,} -> {d:,}, "
+        f"{d:,} -> {backbone:,})",) + centroids)
