@@ -88,6 +88,18 @@ def test_modernbert_decoder_prediction_head_by_hand(cli, tmp_path):
     assert biased["groups"]["head"] == 64 + 8
 
 
+def test_doge_dynamic_mask_and_residual_scales_by_hand(cli, tmp_path):
+    """Doge: q (8, 8), k and v (4, 8), o (8, 8) 192, dt_proj (1, 4) 4 and A (1,) 1: 197;
+    q_norm and k_norm 8, two norms 16 and input_residual, post_attention_residual (8,) 16:
+    40; gate, up, down 288: 525 a layer, as transformers 5.25 builds it (1,218 for two)."""
+    doc = _params(cli, tmp_path, {**TINY, "model_type": "doge", "num_key_value_heads": 1})
+    (layer,) = doc["layers"]
+    assert (layer["attention"], layer["norm"], layer["total"]) == (197, 40, 525)
+    assert {"name": "dt_proj and A (dynamic mask)", "shape": "4 x 1 + 1", "params": 5} in \
+        layer["attention_rows"]
+    assert doc["total_params"] == 1_218
+
+
 GEMMA4 = {**TINY, "model_type": "gemma4_text", "num_key_value_heads": 1, "head_dim": 4,
           "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4,
           "hidden_size_per_layer_input": 3, "vocab_size_per_layer_input": 5,
@@ -175,6 +187,9 @@ HOSTILE = [
      "key 'hidden_act': unsupported activation 'relu3'; supported: relu, gelu, gelu_new, "
      "gelu_fast, gelu_pytorch_tanh, silu, swish, sigmoid, linear, relu2, xielu"),
     ({"model_type": "fuyu", "text_config": [1]}, "key 'text_config': expected an object, got"),
+    ({**TINY, "model_type": "doge", "is_moe": True},
+     "key 'is_moe': expected false (Doge's cross-domain mixture of experts is not read), got "
+     "True"),
 ]
 
 

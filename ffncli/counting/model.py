@@ -148,6 +148,15 @@ def sink_params(att: AttentionSpec) -> int:
     return att.heads if att.sinks else 0
 
 
+def dynamic_mask_params(d_model: int, att: AttentionSpec) -> int:
+    """Doge's dynamic mask: dt_proj from the values (kv_heads x head_dim) to one number per KV
+    head (with attention's bias), and A, one per KV head."""
+    if not att.dynamic_mask:
+        return 0
+    kv, kv_width = att.kv_heads or att.heads, attention_widths(d_model, att)[1]
+    return linear(kv_width, kv, att.qkv_bias) + kv
+
+
 def lambda_params(d_model: int, att: AttentionSpec) -> int:
     """Differential attention's lambda_q1, lambda_k1, lambda_q2, lambda_k2: head_dim each."""
     return 4 * (att.head_dim or d_model // att.heads) if att.differential else 0
@@ -177,6 +186,12 @@ def norm_params(d_model: int, norm: NormSpec) -> int:
     if not norm.affine:
         return 0
     return d_model * (2 if norm.bias and norm.kind == "layernorm" else 1)
+
+
+def residual_scale_params(d_model: int, norm: NormSpec) -> int:
+    """Doge's learned scales on the residual stream, one d_model vector before each of the
+    layer's two residual additions (counted with the norms)."""
+    return 2 * d_model if norm.residual_scales else 0
 
 
 def sub_norm_params(d_model: int, ffn: FfnSpec, norm: NormSpec) -> int:
@@ -468,6 +483,10 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     q_width, kv_width = attention_widths(d, att)
     sinks: tuple[Row, ...] = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) \
         if att.sinks else ()
+    if att.dynamic_mask:
+        sinks += (Row(f"{prefix}dt_proj and A (dynamic mask)", f"{kv_width} x "
+                      f"{att.kv_heads or att.heads} + {att.kv_heads or att.heads}",
+                      dynamic_mask_params(d, att)),)
     if att.differential:
         sinks += (Row(f"{prefix}lambdas (q1, k1, q2, k2)", f"4 x {lambda_params(d, att) // 4}",
                       lambda_params(d, att)),)
@@ -579,7 +598,7 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
             proj_flops *= 2
             score_flops *= 2
     norms = (norm.per_layer + (1 if cross else 0)) * norm_params(d, norm) if norm else 0
-    norms += sub_norm_params(d, ffn, norm) if norm else 0
+    norms += sub_norm_params(d, ffn, norm) + residual_scale_params(d, norm) if norm else 0
     if att is not None:
         qk = qk_norm_params(d, att)
         norms += (qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)

@@ -401,6 +401,7 @@ ARCHS: dict[str, Arch] = {
     "diffllama": Arch(read("classic.diffllama_spec"), LLAMA_FFN),
     "modernbert-decoder": Arch(read("classic.modernbert_decoder_spec")),
     "gemma4_unified_assistant": Arch(read("gemma4.gemma4_unified_assistant_spec")),
+    "doge": Arch(H.windowed(read("classic.doge_spec")), LLAMA_FFN),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

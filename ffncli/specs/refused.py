@@ -25,7 +25,6 @@ LACKS: dict[str, str] = {
     "deberta": "a reader for its encoder",
     "deepseek_v32": "its variant of latent attention",
     "deepseek_v4": "its kind of mixture of experts",
-    "doge": "a reader for its layers (input_residual, post_attention_residual)",
     "dory": "a reader for its layers (lambda_*, mlp.suv_gate)",
     "dots1": "a model transformers itself cannot build from these defaults",
     "dots3_note": "a model transformers itself cannot build from these defaults",

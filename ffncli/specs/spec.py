@@ -97,6 +97,7 @@ class AttentionSpec:
     output_gate: bool = False  # W_Q also gives a sigmoid gate on each head's output (Qwen3-Next)
     values_are_keys: bool = False  # no W_V: K's projection is also V (Gemma 4's full layers)
     differential: bool = False  # DiffLlama: four learned vectors of head_dim (its lambdas)
+    dynamic_mask: bool = False  # Doge: dt_proj (kv_heads x head_dim -> kv_heads) and A per KV head
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
@@ -194,6 +195,7 @@ class NormSpec:
     final: bool = True  # one norm after the last layer of each stack
     affine: bool = True  # False: the norms have no weights (OLMo; OPT without elementwise affine)
     sub_norms: bool = False  # BitNet: norms on attention's output (d_model) and the FFN's hidden
+    residual_scales: bool = False  # Doge: a learned scale (d_model) on each of the 2 residuals
 
 
 @dataclass(frozen=True)

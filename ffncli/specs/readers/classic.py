@@ -232,3 +232,15 @@ def modernbert_decoder_spec(c: Config) -> ModelSpec:
                                   head_transform_bias=c.bool("classifier_bias", False)),
     )
     return with_pattern(spec, c, layer_mixers(c, n))
+
+
+def doge_spec(c: Config) -> ModelSpec:
+    """DogeForCausalLM, dense (its cross-domain mixture of experts, is_moe, is refused): LLaMA's
+    layers with norms on Q and K, the dynamic mask's dt_proj and A, and a learned scale on each
+    residual."""
+    if c.bool("is_moe", False):
+        raise c.fail("is_moe", "false (Doge's cross-domain mixture of experts is not read)")
+    spec = gated_decoder_spec(c, "doge", qk_norm="head")
+    assert spec.attention is not None and spec.norm is not None  # always built
+    return replace(spec, attention=replace(spec.attention, dynamic_mask=True),
+                   norm=replace(spec.norm, residual_scales=True))
