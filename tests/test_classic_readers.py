@@ -100,6 +100,19 @@ def test_doge_dynamic_mask_and_residual_scales_by_hand(cli, tmp_path):
     assert doc["total_params"] == 1_218
 
 
+def test_xlnet_relative_attention_and_mask_embedding_by_hand(cli, tmp_path):
+    """XLNet: q, k, v, o (8, 2, 4) 256, r (8, 2, 4) 64, r_r_bias, r_s_bias, r_w_bias (2, 4) 24,
+    seg_embed (2, 2, 4) 16: 360; two LayerNorms 32; layer_1 (12, 8) and its bias 108, layer_2
+    (8, 12) and its bias 104: 604 a layer. The word table 80, mask_emb (1, 1, 8) 8, lm_loss's
+    bias 10 (its weight tied): 1,306 for two layers, as transformers 5.25 builds it."""
+    doc = _params(cli, tmp_path, {"model_type": "xlnet", "d_model": 8, "d_inner": 12,
+                                  "n_head": 2, "d_head": 4, "n_layer": 2, "vocab_size": 10})
+    (layer,) = doc["layers"]
+    assert (layer["attention"], layer["norm"], layer["ffn"]) == (360, 32, 212)
+    assert doc["total_params"] == 1_306
+    assert {"name": "mask embedding", "shape": "8", "params": 8} in doc["other"]
+
+
 GEMMA4 = {**TINY, "model_type": "gemma4_text", "num_key_value_heads": 1, "head_dim": 4,
           "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 4,
           "hidden_size_per_layer_input": 3, "vocab_size_per_layer_input": 5,

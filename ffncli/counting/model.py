@@ -157,6 +157,14 @@ def dynamic_mask_params(d_model: int, att: AttentionSpec) -> int:
     return linear(kv_width, kv, att.qkv_bias) + kv
 
 
+def xl_relative_params(d_model: int, att: AttentionSpec) -> int:
+    """XLNet's relative attention beside Q, K, V and O: r, the projection of the relative
+    positions (d_model x heads * head_dim), the r_w, r_r and r_s biases and two segment
+    embeddings (heads * head_dim each)."""
+    q_width = attention_widths(d_model, att)[0]
+    return d_model * q_width + 5 * q_width if att.xl_relative else 0
+
+
 def lambda_params(d_model: int, att: AttentionSpec) -> int:
     """Differential attention's lambda_q1, lambda_k1, lambda_q2, lambda_k2: head_dim each."""
     return 4 * (att.head_dim or d_model // att.heads) if att.differential else 0
@@ -487,6 +495,9 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
         sinks += (Row(f"{prefix}dt_proj and A (dynamic mask)", f"{kv_width} x "
                       f"{att.kv_heads or att.heads} + {att.kv_heads or att.heads}",
                       dynamic_mask_params(d, att)),)
+    if att.xl_relative:
+        sinks += (Row(f"{prefix}W_R, r_w/r_r/r_s biases, segment embeddings",
+                      f"{d} x {q_width} + 5 x {q_width}", xl_relative_params(d, att)),)
     if att.differential:
         sinks += (Row(f"{prefix}lambdas (q1, k1, q2, k2)", f"4 x {lambda_params(d, att) // 4}",
                       lambda_params(d, att)),)
@@ -651,6 +662,8 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
     if emb.relative:
         rows.append(Row("relative position embeddings", f"{emb.relative} x {d}",
                         emb.relative * d))
+    if emb.mask:
+        rows.append(Row("mask embedding", f"{d}", d))
     return tuple(rows)
 
 

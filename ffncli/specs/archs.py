@@ -402,6 +402,8 @@ ARCHS: dict[str, Arch] = {
     "modernbert-decoder": Arch(read("classic.modernbert_decoder_spec")),
     "gemma4_unified_assistant": Arch(read("gemma4.gemma4_unified_assistant_spec")),
     "doge": Arch(H.windowed(read("classic.doge_spec")), LLAMA_FFN),
+    "xlnet": Arch(read("classic.xlnet_spec"), Layout({"w1": "layer.{i}.ff.layer_1",
+                                                     "w2": "layer.{i}.ff.layer_2"})),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -118,7 +118,6 @@ LACKS: dict[str, str] = {
     "voxtral": "its vision or audio tower",
     "voxtral_realtime": "its vision or audio tower",
     "whisper": "a reader for its encoder",
-    "xlnet": "a reader for its layers (ff.layer_*.bias, ff.layer_*.weight)",
     "xlstm": "recurrent (RWKV/xLSTM) blocks",
     "xmod": "a reader for its encoder",
     "youtu": "its variant of latent attention",

@@ -98,6 +98,9 @@ class AttentionSpec:
     values_are_keys: bool = False  # no W_V: K's projection is also V (Gemma 4's full layers)
     differential: bool = False  # DiffLlama: four learned vectors of head_dim (its lambdas)
     dynamic_mask: bool = False  # Doge: dt_proj (kv_heads x head_dim -> kv_heads) and A per KV head
+    # XLNet's relative attention: r (d_model x heads * head_dim), the r_w, r_r and r_s biases and
+    # two segment embeddings (heads x head_dim each) in every layer.
+    xl_relative: bool = False
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
@@ -225,6 +228,7 @@ class EmbeddingsSpec:
     per_stack: bool = False  # BART: each stack of an encoder-decoder its own positions and norm
     relative: int = 0  # DeBERTa: rows of a relative-position table (d_model wide), all layers'
     relative_norm: bool = False  # DeBERTa-v3: a norm on that table (with relative > 0)
+    mask: bool = False  # XLNet: one learned d_model vector for the positions to predict
 
 
 @dataclass(frozen=True)

@@ -244,3 +244,21 @@ def doge_spec(c: Config) -> ModelSpec:
     assert spec.attention is not None and spec.norm is not None  # always built
     return replace(spec, attention=replace(spec.attention, dynamic_mask=True),
                    norm=replace(spec.norm, residual_scales=True))
+
+
+def xlnet_spec(c: Config) -> ModelSpec:
+    """XLNetLMHeadModel: post-norm layers (two LayerNorms with bias) of Q, K, V and O without
+    biases, XLNet's relative attention's parts, an FFN of d_inner with biases; the word table, the
+    mask embedding, no final norm; the head tied, with a bias."""
+    d = c.int("d_model", 1024)
+    heads = c.heads(d, "n_head", None, d_key="d_model", default=16)[0]
+    return _decoder_only(
+        c, "xlnet",
+        ffn=FfnSpec(d_ff=c.int("d_inner", 4096), activation=c.act("ff_activation", "gelu")),
+        attention=AttentionSpec(heads=heads, head_dim=c.int("d_head", d // heads),
+                                qkv_bias=False, out_bias=False, xl_relative=True),
+        norm=NormSpec(final=False),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size", 32000), head=c.head(True),
+                                  head_bias=True, mask=True),
+        layers_key="n_layer", d_key="d_model", seq_default=512,
+    )
