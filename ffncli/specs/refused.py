@@ -20,12 +20,16 @@ LACKS: dict[str, str] = {
     "blt": "its vision or audio tower",
     "cohere_compass_text": "a model transformers itself cannot build from these defaults",
     "convbert": "a reader for its encoder",
-    "cpmant": "a reader for its layers (ffn.ffn.w_in.w_*.weight, ffn.ffn.w_out.weight)",
+    "cpmant":
+        "its prompt tokens (prompt_types x prompt_length embedding rows; prompt_length more"
+        " tokens in every layer's KV cache)",
     "dbrx": "a model transformers itself cannot build from these defaults",
     "deberta": "a reader for its encoder",
     "deepseek_v32": "its variant of latent attention",
     "deepseek_v4": "its kind of mixture of experts",
-    "dory": "a reader for its layers (lambda_*, mlp.suv_gate)",
+    "dory":
+        "its recurrent loops (n_recurrent_layers run n_recurrent_loops times, each loop with a"
+        " KV cache of its own)",
     "dots1": "a model transformers itself cannot build from these defaults",
     "dots3_note": "a model transformers itself cannot build from these defaults",
     "dots3_note_text": "its variant of latent attention",
@@ -51,7 +55,9 @@ LACKS: dict[str, str] = {
     "granite_speech_plus": "its vision or audio tower",
     "granitemoehybrid": "Mamba-2 or hybrid state-space mixers",
     "gte": "a reader for its encoder",
-    "hrm_text": "a reader for its layers (self_attn.gate_proj.weight)",
+    "hrm_text":
+        "its two stacks run in cycles (the H and L modules' num_layers_per_stack layers each,"
+        " H_cycles x (L_cycles + 1) layers of KV cache)",
     "hunyuan_v1_dense": "a model transformers itself cannot build from these defaults",
     "hunyuan_v1_moe": "a model transformers itself cannot build from these defaults",
     "hy_v3": "its kind of mixture of experts",
