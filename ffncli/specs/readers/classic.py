@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from ffncli.errors import ConfigError
+from ffncli.specs.archs import _multimodal  # archs imports this module only to read a config
 from ffncli.specs.hfconfig import (
     _ACTIVATIONS,
     Config,
@@ -83,8 +84,6 @@ def fuyu_spec(c: Config) -> ModelSpec:
     """FuyuForCausalLM: Persimmon's language model (text_config); its patch projection
     (patch_size^2 x num_channels -> hidden_size, a linear layer with bias) named as not
     counted."""
-    from ffncli.specs.archs import _multimodal  # the table's, at call time
-
     spec = _multimodal(c, "persimmon")
     patch = c.int("patch_size", 30) ** 2 * c.int("num_channels", 3)
     return replace(spec, uncounted=(

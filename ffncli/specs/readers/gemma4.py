@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ffncli.specs.archs import _multimodal  # archs imports this module only to read a config
 from ffncli.specs.hfconfig import GEMMA2_NORM, Config, gemma_spec, layer_mixers, with_pattern
 from ffncli.specs.spec import AttentionSpec, FfnSpec, LayerExtrasSpec, LayerKind, ModelSpec
 
@@ -137,8 +138,6 @@ def gemma4_unified_assistant_spec(c: Config) -> ModelSpec:
     layers reuse the target model's K and V) counted as gemma4_unified_text; the projections
     from and to the target's backbone_hidden_size (and, with use_ordered_embeddings, the
     centroid table) named as not counted."""
-    from ffncli.specs.archs import _multimodal  # the table's, at call time
-
     spec = _multimodal(c, "gemma4_unified_text")
     d, backbone = spec.d_model, c.int("backbone_hidden_size", 3840)
     centroids = (f"centroids ({d:,} -> {c.int('num_centroids', 2048):,})",) \
