@@ -62,10 +62,9 @@ def expert_params(d_model: int, ffn: FfnSpec) -> int:
 def router_params(d_model: int, ffn: FfnSpec) -> int:
     """The router's projection (and bias), and with router_scales its input's per-channel
     scale and a scale per expert (Gemma 4)."""
-    if not ffn.is_moe:
-        return 0
-    scales = d_model + ffn.experts if ffn.router_scales else 0
-    return linear(d_model, ffn.experts, ffn.router_bias) + scales
+    if ffn.router_scales and ffn.is_moe:
+        return linear(d_model, ffn.experts, ffn.router_bias) + d_model + ffn.experts
+    return linear(d_model, ffn.experts, ffn.router_bias) if ffn.is_moe else 0
 
 
 def shared_expert_params(d_model: int, ffn: FfnSpec) -> int:
@@ -342,8 +341,8 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
                        latent_attention_matrices(d_model, att))
     q_width, kv_width = attention_widths(d_model, att)
     gate = d_model * q_width if att.output_gate else 0
-    kv = 1 if att.values_are_keys else 2  # K and V, or K alone when it is also V
-    return 2 * (2 * d_model * q_width + kv * d_model * kv_width + gate)
+    no_v = 2 * d_model * kv_width if att.values_are_keys else 0  # W_K is also W_V
+    return 2 * (2 * d_model * q_width + 2 * d_model * kv_width + gate) - no_v
 
 
 def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int:
