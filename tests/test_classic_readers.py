@@ -240,3 +240,37 @@ def test_the_engine_refuses_an_activation_it_does_not_compute(cli, tmp_path):
     assert (r.code, r.out) == (2, "")
     assert r.err == ("error: arcee: run, permute-check and relu-stats do not compute this "
                      "mixture of experts yet (squared ReLU); params counts it exactly\n")
+
+
+PRESET = ("d_model: 8\nffn: {d_ff: 12%s}\nattention: {heads: 2}\nnorm: {}\n"
+          "embeddings: {vocab: 10%s}\n")
+
+
+@pytest.mark.parametrize(("ffn", "embeddings", "message"), [
+    (", router_scales: true", "",
+     "key 'ffn.router_scales': only a mixture of experts (ffn.experts > 1) has a router"),
+    ("", ", head_transform_bias: true",
+     "key 'embeddings.head_transform_bias': needs embeddings.head_transform"),
+])
+def test_a_preset_flag_that_would_change_nothing_is_refused(cli, tmp_path, ffn, embeddings,
+                                                             message):
+    path = tmp_path / "spec.yaml"
+    path.write_text(PRESET % (ffn, embeddings))
+    r = cli("params", "--preset", path)
+    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
+
+
+def test_the_new_preset_keys_count_as_their_readers_do(cli, tmp_path):
+    """router_scales adds d_model + experts to the router; head_transform a d x d layer (and
+    head_transform_bias its bias) and a norm."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(PRESET % (", experts: 4, router_scales: true", ""))
+    moe = json.loads(cli("params", "--preset", path, "--json").out)
+    path.write_text(PRESET % (", experts: 4", ""))
+    plain = json.loads(cli("params", "--preset", path, "--json").out)
+    assert moe["total_params"] - plain["total_params"] == 8 + 4
+    path.write_text(PRESET % ("", ", head_transform: true, head_transform_bias: true"))
+    head = json.loads(cli("params", "--preset", path, "--json").out)
+    path.write_text(PRESET % ("", ""))
+    assert head["total_params"] - json.loads(cli("params", "--preset", path, "--json").out)[
+        "total_params"] == 8 * 8 + 8 + 2 * 8

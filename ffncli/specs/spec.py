@@ -416,6 +416,13 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
         if ffn is not None and ffn.shared_gate and not ffn.shared_d_ff:
             raise SpecError(f"{source}: key '{key}.shared_gate': needs a shared expert "
                             f"({key}.shared_d_ff > 0)")
+        if ffn is not None and ffn.router_scales and not ffn.is_moe:
+            raise SpecError(f"{source}: key '{key}.router_scales': only a mixture of experts "
+                            f"({key}.experts > 1) has a router")
+    emb = spec.embeddings
+    if emb is not None and emb.head_transform_bias and not emb.head_transform:
+        raise SpecError(f"{source}: key 'embeddings.head_transform_bias': needs "
+                        "embeddings.head_transform")
     layers = spec.layers
     if layers.dense > layers.decoder:
         raise SpecError(f"{source}: key 'layers.dense': expected at most layers.decoder "
