@@ -274,3 +274,10 @@ def test_the_new_preset_keys_count_as_their_readers_do(cli, tmp_path):
     path.write_text(PRESET % ("", ""))
     assert head["total_params"] - json.loads(cli("params", "--preset", path, "--json").out)[
         "total_params"] == 8 * 8 + 8 + 2 * 8
+
+
+def test_a_gpt_sw3_config_is_counted_as_gpt2(cli, tmp_path):
+    """GPT-SW3's checkpoints are GPT2LMHeadModel; a config that says model_type gpt-sw3 counts
+    as the zoo's (which transformers writes as gpt2): 124,439,808."""
+    config = {**json.loads((ZOO / "gpt-sw3.config.json").read_text()), "model_type": "gpt-sw3"}
+    assert _params(cli, tmp_path, config)["total_params"] == 124_439_808
