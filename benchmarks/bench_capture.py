@@ -136,7 +136,7 @@ class Case:
     weights: Path
     text: Path
     forward: Any  # ffncli.compute.forward.families.Transformer
-    tokenizer: Any  # ffncli.formats.text.Tokenizer
+    tokenizer: Any  # ffncli.formats.tokenizer.Tokenizer
     sequences: Any  # ffncli.formats.text.Sequences
     hf_model: Any = None
     hf_tokenizer: Any = None
@@ -145,7 +145,7 @@ class Case:
 
 
 def open_case(name: str, weights: Path, text: Path) -> Case:
-    from ffncli.formats.text import load_tokenizer, read_text
+    from ffncli.formats.tokenizer import load_tokenizer, read_text
     from ffncli.jobs.choices import ModelChoice
     from ffncli.jobs.resolve import open_forward
     from ffncli.specs.spec import Overrides

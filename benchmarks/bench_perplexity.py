@@ -111,7 +111,7 @@ def load_torch(weights: Path):
 def document_ids(weights: Path) -> tuple[list[list[int]], int]:
     """ffncli's chunks of the text (BOS first where the tokenizer adds one) and their count."""
     from ffncli.analysis.perplexity import Protocol, windows
-    from ffncli.formats.text import load_tokenizer, read_document
+    from ffncli.formats.tokenizer import load_tokenizer, read_document
 
     tokenizer = load_tokenizer(weights)
     doc = read_document(TEXT, tokenizer)

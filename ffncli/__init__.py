@@ -9,6 +9,9 @@ The command line is ``ffncli``; the same answers from Python::
     ffncli.permute_check(ffn, x).passed
     ffncli.relu_stats(ffn, x).mean_inactive_fraction
     ffncli.layer_stats("model-folder", text="book.txt")   # every layer, on real text
+    ffncli.params(spec, train="lora", fit="24GB")         # params --train lora --fit 24GB
+    ffncli.perplexity("model.gguf", text="book.txt", sparsify="cats", target_sparsity=0.5)
+    print(ffncli.render(result, "markdown"))              # as the command prints it
 
 The names are imported on first use (see ``ffncli.api``): ``import ffncli`` and counting never
 import NumPy.
@@ -20,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from ffncli.base.version import VERSION as __version__
 
-__all__ = ["build_ffn", "capture_inputs", "count", "layer_stats", "load_spec", "permute_check",
-           "relu_stats", "__version__"]
+__all__ = ["build_ffn", "capture_inputs", "count", "layer_stats", "list_presets",
+           "load_spec", "params", "permute_check", "perplexity", "relu_stats", "render",
+           "training_plan", "__version__"]
 
 if TYPE_CHECKING:
     from ffncli.api import (
@@ -29,9 +33,14 @@ if TYPE_CHECKING:
         capture_inputs,
         count,
         layer_stats,
+        list_presets,
         load_spec,
+        params,
         permute_check,
+        perplexity,
         relu_stats,
+        render,
+        training_plan,
     )
 
 

@@ -82,10 +82,10 @@ def test_modernbert_decoder_prediction_head_by_hand(cli, tmp_path):
                                   "num_hidden_layers": 3})
     assert [(x["indices"], x["total"], x["window"]) for x in doc["layers"]] == [
         ([0], 560, 0), ([1, 2], 560, 64)]
-    assert (doc["groups"]["head"], doc["total_params"]) == (64 + 10, 1_850)
+    assert (doc["groups"]["head"], doc["total_params"]) == (64 + 8 + 10, 1_850)
     biased = _params(cli, tmp_path, {**TINY, "model_type": "modernbert-decoder",
                                      "classifier_bias": True, "decoder_bias": False})
-    assert biased["groups"]["head"] == 64 + 8
+    assert biased["groups"]["head"] == 64 + 8 + 8
 
 
 def test_doge_dynamic_mask_and_residual_scales_by_hand(cli, tmp_path):
@@ -178,8 +178,7 @@ def test_gemma4_moe_block_and_keys_as_values_by_hand(cli, tmp_path):
         (1_188, 812), (1_176, 812), (1_410, 1_100)]
     assert [r["name"] for r in by_layer[1]["attention_rows"]] == ["W_Q", "W_K", "W_O"]
     assert by_layer[1]["flops_per_token"]["attention_projections"] == 2 * (2 * 96 + 48)
-    assert {"name": "router and its scales", "shape": "8 x 4 + 8 + 4", "params": 44} in \
-        by_layer[0]["ffn_rows"]
+    assert {"name": "router", "shape": "8 x 4 + 8 + 4", "params": 44} in by_layer[0]["ffn_rows"]
     assert (doc["total_params"], doc["active_params"]) == (3_982, 3_982 - 3 * 2 * 120)
 
 
@@ -239,41 +238,28 @@ def test_the_engine_refuses_an_activation_it_does_not_compute(cli, tmp_path):
     r = cli("run", "--config", path, "--random", "2")
     assert (r.code, r.out) == (2, "")
     assert r.err == ("error: arcee: run, permute-check and relu-stats do not compute this "
-                     "mixture of experts yet (squared ReLU); params counts it exactly\n")
+                     "FFN yet (squared ReLU); params counts it exactly\n")
 
 
 PRESET = ("d_model: 8\nffn: {d_ff: 12%s}\nattention: {heads: 2}\nnorm: {}\n"
           "embeddings: {vocab: 10%s}\n")
 
 
-@pytest.mark.parametrize(("ffn", "embeddings", "message"), [
-    (", router_scales: true", "",
-     "key 'ffn.router_scales': only a mixture of experts (ffn.experts > 1) has a router"),
-    ("", ", head_transform_bias: true",
-     "key 'embeddings.head_transform_bias': needs embeddings.head_transform"),
-])
-def test_a_preset_flag_that_would_change_nothing_is_refused(cli, tmp_path, ffn, embeddings,
-                                                             message):
+def test_a_preset_flag_that_would_change_nothing_is_refused(cli, tmp_path):
     path = tmp_path / "spec.yaml"
-    path.write_text(PRESET % (ffn, embeddings))
+    path.write_text(PRESET % (", router_scales: true", ""))
     r = cli("params", "--preset", path)
-    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: {message}\n")
+    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: key 'ffn.router_scales': only a "
+                                      "mixture of experts (ffn.experts > 1) has a router\n")
 
 
-def test_the_new_preset_keys_count_as_their_readers_do(cli, tmp_path):
-    """router_scales adds d_model + experts to the router; head_transform a d x d layer (and
-    head_transform_bias its bias) and a norm."""
+def test_router_scales_count_a_scale_per_input_channel_and_per_expert(cli, tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text(PRESET % (", experts: 4, router_scales: true", ""))
     moe = json.loads(cli("params", "--preset", path, "--json").out)
     path.write_text(PRESET % (", experts: 4", ""))
     plain = json.loads(cli("params", "--preset", path, "--json").out)
     assert moe["total_params"] - plain["total_params"] == 8 + 4
-    path.write_text(PRESET % ("", ", head_transform: true, head_transform_bias: true"))
-    head = json.loads(cli("params", "--preset", path, "--json").out)
-    path.write_text(PRESET % ("", ""))
-    assert head["total_params"] - json.loads(cli("params", "--preset", path, "--json").out)[
-        "total_params"] == 8 * 8 + 8 + 2 * 8
 
 
 def test_a_gpt_sw3_config_is_counted_as_gpt2(cli, tmp_path):

@@ -235,8 +235,9 @@ def test_bad_inputs_exact_lines(cli, tmp_path):
 
 BAD_CONFIGS = [
     # a type of transformers ffncli refuses says what it lacks for it (issue 40)
-    ('{"model_type": "rwkv"}', "unsupported model_type 'rwkv': ffncli lacks recurrent "
-     "(RWKV/xLSTM) blocks"),
+    ('{"model_type": "inkling2_text"}', "unsupported model_type 'inkling2_text': ffncli lacks "
+     "attention residuals over earlier layers, dynamic short convolutions, sink projections "
+     "and relative-position biases"),
     ('{"model_type": "qwen9"}', "unsupported model_type 'qwen9'; supported: gpt2, bert, "
      "roberta, distilbert, t5, opt, gpt_neox, llama, mistral, mixtral, qwen2, gemma, phi, "
      "qwen3, qwen3_moe, qwen2_moe, gemma2, gemma3_text, phi3, olmo, olmo2, granite, starcoder2, "

@@ -86,3 +86,18 @@ def test_brackets_in_help_are_shown(cli):
     """Rich would read [text] as markup and drop it: the extras are named whole."""
     text = " ".join(cli("relu-stats", "--help").out.split())
     assert "'ffncli[text]'" in text and "'ffncli[dask]'" in text
+
+
+def test_one_file_and_shards_take_the_same_arguments():
+    """The one fork (cli/commands.py's _path) hands the same arguments to either path: an
+    option is known on both, or refused there in one line."""
+    import inspect
+
+    from ffncli.cli import sharded, single
+
+    names = ("run_command", "relu_stats_command", "capture_command", "perplexity_command")
+    for name in names:
+        mine, theirs = (inspect.signature(getattr(m, name)) for m in (single, sharded))
+        assert mine == theirs, name
+    assert {n for n in dir(single) if n.endswith("_command") and not n.startswith("_")} \
+        == set(names)

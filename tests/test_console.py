@@ -332,9 +332,9 @@ NONFINITE_DOCS = [  # (id, document, the same as written, its nonfinite note)
 @pytest.mark.parametrize("doc,written,note", [c[1:] for c in NONFINITE_DOCS],
                          ids=[c[0] for c in NONFINITE_DOCS])
 def test_json_is_strict_nonfinite_values_are_null_with_a_note(capsys, doc, written, note):
-    console.emit_json(doc)
+    console.emit_json(doc, "run")
     got = _strict(capsys.readouterr().out)
-    assert got == {**written, "nonfinite": {
+    assert got == {"format": "ffncli-run/1", **written, "nonfinite": {
         **note, "note": "NaN and infinity are not JSON: each is written as null"}}
 
 

@@ -648,9 +648,9 @@ def _both(tmp_path: Path, ids_file: Path) -> tuple[Path, Path, tuple]:
 
 
 def _after_the_work(monkeypatch, then) -> list:
-    """The command's job (run_asked) as it was, ``then(result)`` after it; what it saw in the
-    folder."""
-    import ffncli.jobs.perplexity as job
+    """The command's job (run_asked, as the single-file path calls it) as it was,
+    ``then(result)`` after it; what it saw in the folder."""
+    import ffncli.cli.single as job
 
     run, seen = job.run_asked, []
 

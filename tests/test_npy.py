@@ -10,24 +10,31 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ffncli.base.files import PARAMETERS, Naming
 from ffncli.errors import OutputError
 from ffncli.formats import npy as T
+from ffncli.jobs.targets import OUT_OPTIONS
 
 
-def _write(path: Path, value: float, force: bool = False) -> T.AtomicNpyWriter:
-    writer = T.AtomicNpyWriter(path, (2, 3), np.dtype(np.float32), force)
+def _write(path: Path, value: float, force: bool = False,
+           names: Naming = PARAMETERS) -> T.AtomicNpyWriter:
+    writer = T.AtomicNpyWriter(path, (2, 3), np.dtype(np.float32), force, names=names)
     writer.__enter__()
     writer.write(np.full((2, 3), value, dtype=np.float32))
     return writer
 
 
-def test_a_file_that_appears_while_writing_is_not_replaced(tmp_path):
+@pytest.mark.parametrize("names, force", [(PARAMETERS, "force=True"), (OUT_OPTIONS, "--force")],
+                         ids=["library", "command"])
+def test_a_file_that_appears_while_writing_is_not_replaced(tmp_path, names, force):
+    """The line names the path and force as the caller gave them (issue 41 §3)."""
     path = tmp_path / "y.npy"
-    writer = _write(path, 1.0)
+    writer = _write(path, 1.0, names=names)
     path.write_bytes(b"someone else's")
-    with pytest.raises(OutputError, match=r"appeared while this run was writing; it was left "
-                                          r"alone \(pass --force to replace it\)$"):
+    with pytest.raises(OutputError) as caught:
         writer.__exit__(None, None, None)
+    assert str(caught.value) == (f"{names.out}: {path} appeared while this run was writing; it "
+                                 f"was left alone (pass {force} to replace it)")
     assert path.read_bytes() == b"someone else's" and os.listdir(tmp_path) == ["y.npy"]
 
 

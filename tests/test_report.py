@@ -1,4 +1,5 @@
-"""The HTML reports (present/report.py, drawn by present/svg.py), read back against ``--json``.
+"""The HTML reports (present/report.py, report_stats.py and report_params.py, drawn by
+present/svg.py), read back against ``--json``.
 
 Each report is parsed as XML (so every element is closed), holds no script and no URL, and
 every number in every table is the value of the command's ``--json`` document that its cell
@@ -24,7 +25,7 @@ from ffncli.api import build_ffn, load_spec
 from ffncli.formats.tokens import from_array
 from ffncli.jobs.choices import ModelChoice, TextChoice
 from ffncli.jobs.targets import report_target
-from ffncli.present import console, report, stats, svg
+from ffncli.present import console, report, report_stats, stats, svg
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 PRESETS = Path(__file__).parents[1] / "presets"
@@ -261,7 +262,7 @@ def _sweep_doc(layers: list[int], source: str = "random tokens", tokens: int = 3
 
 def test_sweep_report_against_its_document():
     doc = _sweep_doc([0, 2, 5])
-    page = report.sweep_report(doc)
+    page = report_stats.sweep_report(doc)
     tables = check_report(page, doc)
     wanted = set()
     for i, layer in enumerate(doc["layers"]):
@@ -279,7 +280,7 @@ def test_sweep_report_against_its_document():
     assert [row[0] for row in tables["sweep"]] == ["0", "2", "5"]
     assert "layers.0.summary" not in tables  # one layer's full statistics only with one layer
     one = _sweep_doc([4])
-    page = report.sweep_report(one)
+    page = report_stats.sweep_report(one)
     check_report(page, one)
     assert _stats_sources(one["layers"][0], "layers.0.") <= _sources(page)
 
@@ -300,7 +301,7 @@ def test_sweep_report_from_the_command(cli, tmp_path):
 
 def test_strings_from_files_are_escaped():
     doc = _sweep_doc([1], source='<script>alert("x")</script> & a\'b.txt')
-    page = report.sweep_report(doc)
+    page = report_stats.sweep_report(doc)
     check_report(page, doc)
     root = ET.fromstring(page)
     assert any('<script>alert("x")</script> & a\'b.txt' in "".join(p.itertext())
@@ -391,7 +392,7 @@ def test_sweep_report_is_never_written_over_the_text_or_ids(tmp_path):
            "layers": []}
     for path, what in ((text, "--text file"), (ids, "--ids file")):
         with pytest.raises(OutputError) as caught:
-            report.save_sweep(report_target(path, ModelChoice(), text=TextChoice(text, ids)),
+            report_stats.save_sweep(report_target(path, ModelChoice(), text=TextChoice(text, ids)),
                               doc)
         assert str(caught.value) == (f"option --report: {path} is an input of this command "
                                      f"(the {what}); choose another path")
@@ -512,7 +513,7 @@ def test_a_sweep_report_names_the_model_by_its_folder(cli, tmp_path):
 
 def test_charts_have_axis_titles_with_units_legends_and_a_colour_scale():
     doc = _sweep_doc([0, 1, 2])
-    page = report.sweep_report(doc)
+    page = report_stats.sweep_report(doc)
     root = ET.fromstring(page)
     texts = ["".join(t.itertext()) for t in root.iter("text")]
     assert "inactive (% of d_ff)" in texts and "share of activations (%)" in texts

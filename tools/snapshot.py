@@ -48,6 +48,8 @@ Masks (fields that differ between two runs of the same tree, masked narrowly; MA
 - run-manifest-mtime: in the DIR/manifest.json of `run` over shards, the value of
   `"mtime_ns"` (the input shard's modification time, set anew by each run's fixture copy)
   becomes `"<MASKED>"`. Its `size` is kept.
+- report-minute: in an HTML report (`--report`, recognised by its doctype), the minute its
+  footer says it was made (`made by: ffncli 0.1.0, 2026-12-05 19:09 UTC`) becomes `<MASKED>`.
 - free-memory: in stdout/stderr, `(only 24.41 GB of memory is free)`, which a refusal over
   the memory budget appends when the request is over the free memory too, becomes
   `(only <MASKED> of memory is free)`.
@@ -112,6 +114,8 @@ MASKS = (
          r'(<test(?:suite|case)\b[^>]*?\btime=")[^"]*(")', r"\1<MASKED>\2"),
     Mask("run-manifest-mtime", "file", r'"format": "ffncli-run-shards/',
          r'("mtime_ns":\s*)-?\d+', r'\1"<MASKED>"'),
+    Mask("report-minute", "file", r"^<!DOCTYPE html>",
+         r"(made by: <code>ffncli [^,<]+, )\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC", r"\1<MASKED>"),
     Mask("free-memory", "output", r"of memory is free",
          r"\(only \d+(?:\.\d+)? [KMGT]?B of memory is free\)",
          "(only <MASKED> of memory is free)"),

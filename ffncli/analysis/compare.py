@@ -18,15 +18,16 @@ TOLERANCES = {"float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1
 
 
 def tolerances(dtype: npt.DTypeLike | str, rtol: float | None = None,
-               atol: float | None = None) -> tuple[float, float]:
+               atol: float | None = None, names: tuple[str, str] = ("rtol", "atol")
+               ) -> tuple[float, float]:
     """(rtol, atol) for results in ``dtype`` (a NumPy dtype, or ``"bfloat16"``): the
     caller's values, checked, or the defaults above. The default atol is for values near 1:
     the comparison scales it per output column (:func:`column_scale`); a caller's is used as
-    given."""
+    given. ``names``: how errors name them (a command: its options)."""
     name = "bfloat16" if isinstance(dtype, str) and dtype == "bfloat16" else np.dtype(dtype).name
     default_rtol, default_atol = TOLERANCES.get(name, TOLERANCES["float64"])
-    return (default_rtol if rtol is None else number("option --rtol", rtol),
-            default_atol if atol is None else number("option --atol", atol))
+    return (default_rtol if rtol is None else number(names[0], rtol),
+            default_atol if atol is None else number(names[1], atol))
 
 
 def column_scale(y: np.ndarray) -> np.ndarray:

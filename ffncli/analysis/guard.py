@@ -42,22 +42,23 @@ class _TimedOut(BaseException):
 MIN_TIMEOUT = 1e-3  # seconds
 
 
-def check_timeout(seconds: float | None) -> None:
-    """Refuse a ``--timeout`` that is not a positive finite number, or that this platform
-    cannot enforce (it needs ``signal.setitimer``, which Windows lacks)."""
+def check_timeout(seconds: float | None, where: str = "timeout") -> None:
+    """Refuse a time limit that is not a positive finite number, or that this platform
+    cannot enforce (it needs ``signal.setitimer``, which Windows lacks); errors begin with
+    ``where`` (a command: ``option --timeout``)."""
     if seconds is None:
         return
-    number("option --timeout", seconds, positive=True)
+    number(where, seconds, positive=True)
     if seconds < MIN_TIMEOUT:  # a timer this short fires again before its handler returns
-        raise InputError(f"option --timeout: expected at least {MIN_TIMEOUT:g} seconds, "
+        raise InputError(f"{where}: expected at least {MIN_TIMEOUT:g} seconds, "
                          f"got {seconds:g}")
     if not hasattr(signal, "setitimer"):
-        raise InputError("option --timeout: not available on this platform (it needs "
+        raise InputError(f"{where}: not available on this platform (it needs "
                          "signal.setitimer)")
     import threading
 
     if threading.current_thread() is not threading.main_thread():  # SIGALRM's handler
-        raise InputError("option --timeout: works in the main thread only (it needs "
+        raise InputError(f"{where}: works in the main thread only (it needs "
                          "SIGALRM), not in this one")
 
 
@@ -284,7 +285,27 @@ class Judge:
         self.came_as: str | None = None  # the dtype of the first call's output, if converted
 
     def __call__(self, x: np.ndarray, done: Outcome) -> np.ndarray:
-        name, calling = self.name, f"a call on {x.shape[0]:,} tokens"
+        calling = f"a call on {x.shape[0]:,} tokens"
+        self._returned(x, done, calling)
+        y = done.y
+        if y is None:
+            raise ImplError(f"{self.name} returned {done.returned}; expected one array of shape "
+                            f"({x.shape[0]}, d_out)")
+        self._check_shape(x, y)
+        if y.dtype.kind not in "fiu":
+            raise ImplError(f"{self.name} returned dtype {y.dtype}; expected real numbers")
+        row = first_overflow(x, y) if self.width is None else None
+        if row is not None:  # NaN == NaN would let every property pass
+            kind = "NaN" if np.isnan(y[row]).any() else "infinity"
+            raise ImplError(f"{self.name} returned {kind} in output row {row} for a finite "
+                            f"token ({calling}); the properties cannot be checked on it")
+        if self.width is None:
+            self.width, self.came_as = y.shape[1], done.came_as or None
+        return np.array(y, copy=True)
+
+    def _returned(self, x: np.ndarray, done: Outcome, calling: str) -> None:
+        """The call returned in time, without raising, and left its input as it was."""
+        name = self.name
         if done.timed_out:
             raise ImplError(_late(name, self.timeout, f" ({calling})"))
         if done.raised:
@@ -299,10 +320,10 @@ class Judge:
         if done.mutated:
             raise ImplError(f"{name} changed its input in place ({calling}); the caller's "
                             f"tokens would be lost: copy them before changing them")
-        y = done.y
-        if y is None:
-            raise ImplError(f"{name} returned {done.returned}; expected one array of shape "
-                            f"({x.shape[0]}, d_out)")
+
+    def _check_shape(self, x: np.ndarray, y: np.ndarray) -> None:
+        """(tokens, d_out), d_out at least 1 and that of the first call."""
+        name = self.name
         if y.ndim != 2 or y.shape[0] != x.shape[0]:
             raise ImplError(f"{name} returned shape {y.shape} for input {x.shape}; expected "
                             f"({x.shape[0]}, d_out)")
@@ -312,16 +333,6 @@ class Judge:
         if self.width is not None and y.shape[1] != self.width:
             raise ImplError(f"{name} returned shape {y.shape} for input {x.shape}; expected "
                             f"({x.shape[0]}, {self.width}), the d_out of its first call")
-        if y.dtype.kind not in "fiu":
-            raise ImplError(f"{name} returned dtype {y.dtype}; expected real numbers")
-        row = first_overflow(x, y) if self.width is None else None
-        if row is not None:  # NaN == NaN would let every property pass
-            kind = "NaN" if np.isnan(y[row]).any() else "infinity"
-            raise ImplError(f"{name} returned {kind} in output row {row} for a finite token "
-                            f"({calling}); the properties cannot be checked on it")
-        if self.width is None:
-            self.width, self.came_as = y.shape[1], done.came_as or None
-        return np.array(y, copy=True)
 
 
 class Guarded:

@@ -114,11 +114,12 @@ def _token() -> str:
     return os.urandom(4).hex()
 
 
-def create_hidden(folder: Path, name: str, option: str, make: Callable[[str], T]) -> tuple[str, T]:
+def create_hidden(folder: Path, name: str, where: str, make: Callable[[str], T]) -> tuple[str, T]:
     """A new hidden ``folder/.NAME.HEX.tmp`` made by ``make(path)`` (which fails with
     FileExistsError on a name already taken; the next name is tried), as ``(path, made)``.
-    Errors name ``option``. Call it under :func:`ffncli.base.signals.signals_held` and keep the
-    path in the same block: from then on an interrupt finds what it must remove."""
+    Errors name ``where`` (``option --out``, or a library's ``out``). Call it under
+    :func:`ffncli.base.signals.signals_held` and keep the path in the same block: from then on
+    an interrupt finds what it must remove."""
     for _ in range(100):
         path = str(folder / f".{name[:100]}.{_token()}.tmp")
         try:
@@ -126,9 +127,9 @@ def create_hidden(folder: Path, name: str, option: str, make: Callable[[str], T]
         except FileExistsError:
             continue
         except OSError as exc:
-            raise OutputError(f"option {option}: cannot write in {folder}: "
+            raise OutputError(f"{where}: cannot write in {folder}: "
                               f"{exc.strerror or exc}") from None
-    raise OutputError(f"option {option}: cannot find a free temporary name in {folder}")
+    raise OutputError(f"{where}: cannot find a free temporary name in {folder}")
 
 
 def new_file(path: str) -> int:
@@ -161,7 +162,7 @@ class Outputs:
         if path is None:
             return
         with signals_held():  # from the moment the file exists, it is removed on the way out
-            tmp, f = create_hidden(path.parent, path.name, option,
+            tmp, f = create_hidden(path.parent, path.name, f"option {option}",
                                    lambda p: open(new_file(p), "w", encoding="utf-8"))
             self._files[path] = (option, tmp, f)
 
@@ -274,6 +275,13 @@ def output_folder(out: Path, *, writer: str, force: bool = False,
     if visible and empty and not force:
         raise OutputError(f"{names.out}: {out} is not empty ({len(visible)} entries); pass "
                           f"{names.force} to write into it")
+    _holds_no_input(out, entries, inputs, names)
+    return False
+
+
+def _holds_no_input(out: Path, entries: list[str], inputs: Iterable[Path | None],
+                    names: Naming) -> None:
+    """An output folder is not an input (a model folder), and holds none."""
     for source in inputs:
         if source is None:
             continue
@@ -284,4 +292,3 @@ def output_folder(out: Path, *, writer: str, force: bool = False,
             if same_file(out / name, source):
                 raise OutputError(f"{names.out}: {out} holds the input {source}; choose "
                                   "another folder")
-    return False

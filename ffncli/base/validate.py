@@ -11,11 +11,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ffncli.errors import ConfigError, FfnError, InputError
 
 MAX_INT = 2**53  # the largest whole number a preset, config or option may give (exact as a double)
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """How the errors about memory name what the caller can change: a library call's
+    parameters by default; a command passes its options (ffncli.jobs.resolve.SIZING_OPTIONS)."""
+
+    budget: str = "max_memory"  # what to raise
+    value: str = "max_memory"  # before a bad value: "max_memory: expected ..."
+    shape: str = "d_model, d_ff, experts"  # what to shrink
+
+
+LIBRARY_SIZING = Sizing()  # a library call's words
 
 
 def brief(value: object) -> str:

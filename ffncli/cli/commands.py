@@ -1,20 +1,22 @@
 """The Typer app: parse options, call one core function, render. No math here.
 
 Each command turns its options into one call of ``ffncli.jobs`` and hands the result to
-``ffncli.present``; the sharded path is ``ffncli.cli.sharded``, the error boundary
+``ffncli.present``, through ``ffncli.cli.single`` (one input file) or ``ffncli.cli.sharded``
+(many, or a cluster), chosen in one place (:func:`_path`); the error boundary is
 ``ffncli.cli.main``. Heavy modules (NumPy, the shard machinery) are imported inside the
 commands that need them, so ``ffncli params`` starts as fast as Typer does.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated, Optional
 
 import typer
 
 from ffncli.base import CALIBRATION_TOKENS
-from ffncli.base.validate import whole
 from ffncli.cli.options import (
     CAPTURE_MODEL,
     COUNTING,
@@ -48,7 +50,6 @@ from ffncli.jobs.choices import (
     TextChoice,
     TokenChoice,
     TrainChoice,
-    parse_layers,
 )
 from ffncli.specs.spec import Overrides
 
@@ -102,6 +103,16 @@ EXAMPLES = {
 }
 
 
+def _path(scale: ScaleChoice, tokens: TokenChoice | None = None,
+          text: TextChoice | None = None) -> ModuleType:
+    """The one fork of ``run``, ``relu-stats``, ``capture`` and ``perplexity``:
+    :mod:`ffncli.cli.sharded` when the inputs are many (a glob, a folder) or a cluster is asked
+    for (``--workers``, ``--scheduler``, ``--skip-bad``), else :mod:`ffncli.cli.single`. The
+    two modules' functions take the same arguments."""
+    name = "sharded" if scale.wanted(tokens, text) else "single"
+    return import_module(f"ffncli.cli.{name}")
+
+
 def _examples(command: str) -> str:
     return "Examples:\n\n" + "\n\n".join(f"  $ {line}" for line in EXAMPLES[command])
 
@@ -142,7 +153,8 @@ def params(
     result = count_model(preset, config, overrides, counted, batch, plan.plan(),
                          plan.budget())
     if target is not None:  # the page's modules only for a page
-        from ffncli.present.report import about, save_params
+        from ffncli.present.report import about
+        from ffncli.present.report_params import save_params
 
         save_params(target, result, about(ModelChoice(preset, config, weights, hub_model)))
     emit_params(result, as_json, table_format)
@@ -165,31 +177,9 @@ def run_cmd(
     *, model: ModelChoice, tokens: TokenChoice, overrides: Overrides, scale: ScaleChoice,
 ) -> None:
     """Run the FFN on token vectors: print the output, or stream it to a .npy file."""
-    if scale.wanted(tokens):  # many shards, or a cluster: ffncli/cli/sharded.py
-        from ffncli.cli.sharded import run_command
-
-        if precision is not None:
-            raise InputError("--precision sets the digits printed for one input file; run "
-                             "over shards prints no values (it writes a .npy per shard)")
-        run_command(model, tokens, overrides, scale, out=out, force=force, residual=residual,
-                    as_json=as_json, quiet=quiet)
-        return
-    precision = 4 if precision is None else precision
-    from ffncli.jobs import run as run_job
-    from ffncli.jobs.resolve import captured_layer, load_model, load_tokens
-    from ffncli.present.console import Bar
-    from ffncli.present.run import emit_run
-
-    whole("option --precision", precision, 0, 12)
-    loaded = load_model(captured_layer(model, tokens), overrides,
-                        allow_nonfinite=tokens.allow_nonfinite)
-    inputs = load_tokens(tokens, loaded.engine.d_model)
-    run_job.check_printable(inputs, out, as_json)
-    with Bar(enabled=not quiet) as bar:
-        bar.start(inputs.n_tokens)
-        result = run_job.run_ffn(loaded, inputs, out=out, force=force, residual=residual,
-                                allow_nonfinite=tokens.allow_nonfinite, progress=bar.update)
-    emit_run(result, as_json, precision)
+    _path(scale, tokens).run_command(model, tokens, overrides, scale, out=out, force=force,
+                                     residual=residual, precision=precision, as_json=as_json,
+                                     quiet=quiet)
 
 
 @app.command("permute-check", epilog=_examples("permute-check"))
@@ -298,67 +288,10 @@ def _relu_stats(threshold: float | None, target_sparsity: float | None,
                          "give --text or --ids")
     if text.given:
         text.refuse(tokens)
-    if scale.wanted(tokens, text):  # many files, or a cluster: ffncli/cli/sharded.py
-        from ffncli.cli.sharded import relu_stats_command
-
-        relu_stats_command(model, tokens, text, overrides, scale, threshold=threshold,
-                           target_sparsity=target_sparsity, thresholds=thresholds,
-                           report_path=report_path, as_json=as_json, quiet=quiet)
-        return
-    if text.given:
-        _relu_stats_text(model, text, overrides, threshold, target_sparsity, report_path,
-                         as_json, quiet, thresholds)
-        return
-    from ffncli.analysis.sparsity import relu_stats
-    from ffncli.jobs.resolve import captured_layer, load_model, load_tokens
-    from ffncli.jobs.targets import report_target
-    from ffncli.present.console import Bar
-    from ffncli.present.report import about, save_stats
-    from ffncli.present.stats import emit_stats
-
-    target = report_target(report_path, model, tokens)
-    loaded = load_model(captured_layer(model, tokens), overrides,
-                        allow_nonfinite=tokens.allow_nonfinite)
-    inputs = load_tokens(tokens, loaded.engine.d_model)
-    with Bar(enabled=not quiet) as bar:
-        bar.start(inputs.n_tokens)
-        result = relu_stats(loaded.engine, inputs, threshold=threshold,
-                            target_sparsity=target_sparsity,
-                            allow_nonfinite=tokens.allow_nonfinite, progress=bar.update)
-    save_stats(target, result, about(model, tokens))
-    emit_stats(result, as_json, loaded.source if model.weights or model.hub_model else None)
-
-
-def _relu_stats_text(model: ModelChoice, text: TextChoice, overrides: Overrides,
-                     threshold: float | None, target_sparsity: float | None,
-                     report_path: Path | None, as_json: bool, quiet: bool,
-                     thresholds: Path | None = None) -> None:
-    """``relu-stats --text/--ids``: every selected layer's statistics on its real input."""
-    from ffncli.jobs.resolve import open_text
-    from ffncli.jobs.sweep import sweep
-    from ffncli.jobs.targets import output_target
-    from ffncli.jobs.thresholds import sweep_cuts
-    from ffncli.present.console import Bar
-    from ffncli.present.report import about, save_sweep
-    from ffncli.present.stats import emit_sweep, sweep_json
-
-    target = output_target(report_path, "--report", model, text=text,
-                           more=(("--thresholds", thresholds),))
-    forward, sequences = open_text(model, text, overrides)
-    with forward:
-        layers = parse_layers(model.layer, forward.n_layers)
-        cuts = None
-        if thresholds is not None:
-            layers, cuts = sweep_cuts(thresholds, forward, model.layer, layers, threshold,
-                                      target_sparsity)
-            target_sparsity = None
-        with Bar(enabled=not quiet) as bar:
-            bar.start(sequences.tokens * (layers[-1] + 1), "tokens x layers", per=layers[-1] + 1)
-            result = sweep(forward, sequences, layers, threshold=threshold,
-                           target_sparsity=target_sparsity, thresholds=cuts,
-                           progress=bar.update)
-    save_sweep(target, sweep_json(result), about(model, text=text))
-    emit_sweep(result, as_json)
+    _path(scale, tokens, text).relu_stats_command(
+        model, tokens, text, overrides, scale, threshold=threshold,
+        target_sparsity=target_sparsity, thresholds=thresholds, report_path=report_path,
+        as_json=as_json, quiet=quiet)
 
 
 @app.command(epilog=_examples("capture"))
@@ -376,29 +309,11 @@ def capture(
     *, model: ModelChoice, text: TextChoice, scale: ScaleChoice,
 ) -> None:
     """Run real text through the whole model; save the input every layer's FFN receives."""
-    from ffncli.jobs.capture import capture as capture_layers
-    from ffncli.jobs.resolve import open_text
-    from ffncli.jobs.targets import OUT_OPTIONS
-    from ffncli.present.console import Bar
-    from ffncli.present.stats import emit_capture
-
     if not text.given:
         raise InputError("capture: give the text with --text FILE or its token ids with --ids "
                          "FILE")
-    if scale.wanted(text=text):  # text shards, or a cluster: ffncli/cli/sharded.py
-        from ffncli.cli.sharded import capture_command
-
-        capture_command(model, text, scale, out=out, force=force, as_json=as_json, quiet=quiet)
-        return
-    forward, sequences = open_text(model, text, Overrides())
-    with forward:
-        layers = parse_layers(model.layer, forward.n_layers)
-        with Bar(enabled=not quiet) as bar:
-            bar.start(sequences.tokens * (layers[-1] + 1), "tokens x layers", per=layers[-1] + 1)
-            result = capture_layers(forward, sequences, layers, out, force=force,
-                                    inputs=(text.text, text.ids, forward.weights),
-                                    progress=bar.update, names=OUT_OPTIONS)
-    emit_capture(result, as_json)
+    _path(scale, text=text).capture_command(model, text, scale, out=out, force=force,
+                                            as_json=as_json, quiet=quiet)
 
 
 @app.command(epilog=_examples("perplexity"))
@@ -441,9 +356,8 @@ def perplexity(
     """A decoder's perplexity on a text, protocol stated; with --sparsify, what skipping the
     FFN's small activations costs (perplexity, KL, top-1; an encoder: embedding fidelity)."""
     from ffncli.base.files import Outputs
-    from ffncli.jobs.perplexity import Asked, parse_targets, run_asked
+    from ffncli.jobs.perplexity import Asked, parse_targets
     from ffncli.jobs.targets import output_target
-    from ffncli.present.console import Bar
     from ffncli.present.perplexity import emit_perplexity, save_perplexity
     from ffncli.present.report import about
 
@@ -465,13 +379,8 @@ def perplexity(
     with Outputs() as outputs:  # both written, or neither
         outputs.reserve(report, "--report")
         outputs.reserve(saved, "--save-thresholds")
-        if scale.wanted(text=text):  # its windows on a cluster: ffncli/cli/sharded.py
-            from ffncli.cli.sharded import perplexity_command
-
-            result = perplexity_command(model, text, scale, asked, quiet=quiet)
-        else:
-            with Bar(enabled=not quiet) as bar:
-                result = run_asked(model, text, asked, bar=bar)
+        result = _path(scale, text=text).perplexity_command(model, text, scale, asked,
+                                                            quiet=quiet)
         save_perplexity(outputs, report, saved, result, about(model, text=text))
     emit_perplexity(result, as_json)
 

@@ -31,7 +31,8 @@ from ffncli.jobs.shards.inputs import shard_paths
 from ffncli.jobs.shards.pool import connect
 from ffncli.jobs.targets import output_target, report_target
 from ffncli.present.console import Bar
-from ffncli.present.report import about, save_stats, save_sweep
+from ffncli.present.report import about
+from ffncli.present.report_stats import save_stats, save_sweep
 from ffncli.present.run import emit_sharded_run
 from ffncli.present.stats import (
     emit_sharded_capture,
@@ -66,7 +67,11 @@ def relu_stats_command(model: ModelChoice, tokens: TokenChoice, text: TextChoice
 
 def run_command(model: ModelChoice, tokens: TokenChoice, overrides: Overrides,
                 scale: ScaleChoice, *, out: Path | None, force: bool, residual: bool,
-                as_json: bool, quiet: bool = False) -> None:
+                precision: int | None, as_json: bool, quiet: bool = False) -> None:
+    """``run`` over shards: a .npy per shard under --out."""
+    if precision is not None:
+        raise InputError("--precision sets the digits printed for one input file; run "
+                         "over shards prints no values (it writes a .npy per shard)")
     pattern, model = _seen_from_workers(scale, _pattern(tokens), model)
     shard_paths(pattern)  # a glob that matches nothing says so first
     if out is None:

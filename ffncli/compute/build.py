@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ffncli.base.validate import whole
+from ffncli.base.validate import LIBRARY_SIZING, Sizing, whole
 from ffncli.compute import memory
 from ffncli.compute import weights as W
 from ffncli.compute.engine import Engine, default_chunk_tokens
@@ -29,9 +29,10 @@ class Model:
     source: str  # where the weights came from, for people
 
 
-def parse_dtype(name: str) -> np.dtype:
+def parse_dtype(name: str, where: str = "dtype") -> np.dtype:
+    """``where`` names it in errors (a command: ``option --dtype``)."""
     if name not in DTYPES:
-        raise InputError(f"option --dtype: expected float32 or float64, got {name!r}")
+        raise InputError(f"{where}: expected float32 or float64, got {name!r}")
     return np.dtype(DTYPES[name])
 
 
@@ -41,8 +42,9 @@ def check_runnable(spec: ModelSpec) -> None:
     if reason is None and (spec.ffn.shared_d_ff or spec.layers.dense):
         reason = "a shared expert or dense layers"
     if reason is not None:
+        what = "mixture of experts" if spec.ffn.is_moe else "FFN"
         raise SpecError(f"{spec.name}: run, permute-check and relu-stats do not compute this "
-                        f"mixture of experts yet ({reason}); params counts it exactly")
+                        f"{what} yet ({reason}); params counts it exactly")
 
 
 def one_ffn(weights: Path | None) -> bool:
@@ -52,19 +54,21 @@ def one_ffn(weights: Path | None) -> bool:
 
 def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dtype,
                 max_memory: int | None = None, chunk_tokens: int | None = None,
-                tensors: Tensors | None = None, allow_nonfinite: bool = False) -> Model:
+                tensors: Tensors | None = None, allow_nonfinite: bool = False,
+                names: Sizing = LIBRARY_SIZING, weights_name: str = "weights") -> Model:
     """The FFN of layer ``layer``: random weights, a ``.npz``, or a checkpoint (a ``.gguf``
     file, a ``.safetensors`` file, an index or a model folder), read through ``tensors`` when
     the caller holds it open (a walk over every layer), else opened here. Weights holding NaN
     or infinity are refused (NonfiniteWeightsError, naming the tensor) unless
-    ``allow_nonfinite``."""
+    ``allow_nonfinite``. ``names`` and ``weights_name``: how errors name the caller's knobs
+    (a command passes its options)."""
     whole("layer", layer, 0)
     if layer and one_ffn(weights):
         raise InputError(f"layer {layer}: random and .npz weights are one FFN (layer 0); a "
                          "layer picks one of a checkpoint")
     check_runnable(spec)
     if weights is None:
-        params = W.random_weights(spec, dtype, max_memory)
+        params = W.random_weights(spec, dtype, max_memory, names)
         source = f"random: normal(0, {spec.init.std:g}), seed {spec.init.seed}"
     elif weights.suffix.lower() == ".npz":
         params = W.npz_weights(weights, spec, dtype, finite=not allow_nonfinite)
@@ -77,14 +81,14 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
             params = W.layer_weights(opened, spec, layer, dtype, finite=not allow_nonfinite)
         source = f"{weights}, layer {layer}"
     else:
-        raise InputError(f"option --weights: expected a .npz, .safetensors or .gguf file, an "
+        raise InputError(f"{weights_name}: expected a .npz, .safetensors or .gguf file, an "
                          f"index (.json) or a model folder, got {weights}")
-    rows = chunk_tokens or _fitting_chunk(spec, dtype)
+    rows = chunk_tokens or _fitting_chunk(spec, dtype, names)
     act = Activation(spec.ffn.activation, spec.ffn.beta)
     return Model(spec, Engine(params, act, rows), source)
 
 
-def _fitting_chunk(spec: ModelSpec, dtype: np.dtype) -> int:
+def _fitting_chunk(spec: ModelSpec, dtype: np.dtype, names: Sizing = LIBRARY_SIZING) -> int:
     """The engine's tokens per chunk, fewer when a very wide hidden layer would not fit in
     half the free memory; refused when not even one token fits."""
     ffn = spec.ffn
@@ -98,5 +102,5 @@ def _fitting_chunk(spec: ModelSpec, dtype: np.dtype) -> int:
         rows //= 2
     memory.check_working_set(f"one FFN layer of {spec.name} (d_model {spec.d_model:,}, d_ff "
                         f"{ffn.d_ff:,}) on one token", per_token,
-                        "shrink it (--d-model, --d-ff, --experts)")
+                        f"shrink it ({names.shape})")
     return rows

@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ffncli.base.validate import brief
+from ffncli.base.validate import LIBRARY_SIZING, Sizing, brief
 from ffncli.compute import memory as W
 from ffncli.counting.model import ffn_params
 from ffncli.errors import MemoryBudgetError, WeightsError
@@ -39,13 +39,13 @@ def available_memory() -> int | None:
 MAX_SIZE = 2**53  # bytes: 9 PB, past any machine's memory (the largest whole option value)
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, names: Sizing = LIBRARY_SIZING) -> int:
     """'2GB', '512MB', '1.5G', '1000000' -> bytes (powers of 1000; KiB, MiB, GiB of 1024), from
     1 to MAX_SIZE. Computed exactly (a Fraction, not a float: 400 digits would overflow to
     infinity), the digits' length bounded before they are turned into a number."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)\s*", text.lower())
     if not m:
-        raise WeightsError(f"option --max-memory: expected a size such as 2GB or 512MB, "
+        raise WeightsError(f"{names.value}: expected a size such as 2GB or 512MB, "
                            f"got {brief(text)}")
     unit = m.group(2).rstrip("b")
     scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
@@ -57,9 +57,9 @@ def parse_size(text: str) -> int:
     size = MAX_SIZE + 1 if len(whole) > 20 else \
         int(Fraction(f"{whole or 0}.{fraction[:24] or 0}") * scale)
     if size < 1:
-        raise WeightsError(f"option --max-memory: expected a size above 0, got {brief(text)}")
+        raise WeightsError(f"{names.value}: expected a size above 0, got {brief(text)}")
     if size > MAX_SIZE:
-        raise WeightsError(f"option --max-memory: expected a size of at most 2**53 bytes "
+        raise WeightsError(f"{names.value}: expected a size of at most 2**53 bytes "
                            f"(9 PB), got {brief(text)}")
     return size
 
@@ -68,7 +68,8 @@ def _size(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 10**8 else f"{n / 1e6:.2f} MB"
 
 
-def check_budget(spec: ModelSpec, dtype: np.dtype, budget: int | None) -> int:
+def check_budget(spec: ModelSpec, dtype: np.dtype, budget: int | None,
+                 names: Sizing = LIBRARY_SIZING) -> int:
     """Refuse random weights that would not fit; returns the bytes they need (with each
     expert's own bookkeeping: a million tiny experts are mostly Python objects)."""
     experts = spec.ffn.experts if spec.ffn.is_moe else 0
@@ -81,7 +82,7 @@ def check_budget(spec: ModelSpec, dtype: np.dtype, budget: int | None) -> int:
         raise MemoryBudgetError(
             f"the random weights of one FFN layer of {spec.name} need {_size(need)} in "
             f"{np.dtype(dtype).name}, over the {_size(limit)} budget; shrink it "
-            "(--d-model, --d-ff, --experts) or raise --max-memory"
+            f"({names.shape}) or raise {names.budget}"
             + ("" if free is None or need <= free else
                f" (only {_size(free)} of memory is free)")
         )

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ffncli.base.files import open_file
+from ffncli.base.validate import LIBRARY_SIZING, Sizing
 from ffncli.compute.ffn import DenseWeights, ExpertWeights, GatedWeights, MoEWeights, Weights
 from ffncli.compute.memory import check_budget
 from ffncli.errors import NonfiniteWeightsError, WeightsError
@@ -52,8 +53,9 @@ def _draw_expert(rng: np.random.Generator, spec: ModelSpec, dtype: np.dtype) -> 
     return DenseWeights(w1, zeros(f), w2, zeros(d))
 
 
-def random_weights(spec: ModelSpec, dtype: np.dtype, budget: int | None = None) -> Weights:
-    check_budget(spec, dtype, budget)
+def random_weights(spec: ModelSpec, dtype: np.dtype, budget: int | None = None,
+                   names: Sizing = LIBRARY_SIZING) -> Weights:
+    check_budget(spec, dtype, budget, names)
     rng = np.random.default_rng(spec.init.seed)
     ffn = spec.ffn
     if not ffn.is_moe:

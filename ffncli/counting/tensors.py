@@ -10,7 +10,7 @@ one tensor there. The sum over the inventory is :func:`ffncli.counting.model.cou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ffncli.counting.model import (
     attention_widths,
@@ -19,7 +19,7 @@ from ffncli.counting.model import (
     qk_norm_params,
 )
 from ffncli.specs.archs import fused
-from ffncli.specs.spec import AttentionSpec, FfnSpec, ModelSpec
+from ffncli.specs.spec import ENCODER_PARTS, AttentionSpec, FfnSpec, ModelSpec
 
 # What a linear layer answers to as a LoRA target: attention's q, k, v, o (qkv when stored as
 # one matrix, kv for latent attention's shared key-value projections), the FFN's gate, up and
@@ -188,3 +188,19 @@ def tensors(spec: ModelSpec) -> tuple[Tensor, ...]:
             found += _layers(spec, "decoder", spec.layers.decoder - dense, cross, spec.ffn)
         stacks += 1
     return tuple(found + _outside(spec, stacks))
+
+
+def unitemised(spec: ModelSpec) -> tuple[str, ...]:
+    """The parts of issue 40's encoders and seq2seq models (spec keys of ENCODER_PARTS at other
+    than their defaults, encoder layer kinds, Perceiver's latents, MobileBERT's bottlenecks)
+    that this inventory does not itemise yet: what depends on it refuses such a spec rather
+    than count it wrongly."""
+    sections = [("ffn", spec.ffn), ("attention", spec.attention), ("norm", spec.norm),
+                ("layers", spec.layers), ("embeddings", spec.embeddings)]
+    sections += [("attention", k.attention) for k in spec.pattern if k.attention is not None]
+    found = {f"{label}.{f.name}" for label, section in sections if section is not None
+             for f in fields(section)
+             if f.name in ENCODER_PARTS and getattr(section, f.name) != f.default}
+    found |= {name for name in ("encoder_pattern", "latents", "bottleneck")
+              if getattr(spec, name)}
+    return tuple(sorted(found))

@@ -15,13 +15,13 @@ Large Transformer Models"), extended to gated FFNs and grouped-query attention t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ffncli.base.validate import suggest, whole
 from ffncli.counting.model import attention_widths
-from ffncli.counting.tensors import HEAD, Tensor, tensors
-from ffncli.errors import InputError
+from ffncli.counting.tensors import HEAD, Tensor, tensors, unitemised
+from ffncli.errors import InputError, SpecError
 from ffncli.specs.spec import FfnSpec, ModelSpec
 
 MODES = ("full", "lora", "qlora")
@@ -45,6 +45,13 @@ BNB_BLOCK, BNB_MIN_8BIT, BNB_QMAP = 256, 4096, 256 * FP32
 NF4_BLOCK, NF4_NESTED_BLOCK, NF4_CODES = 64, 256, (16 + 256) * FP32
 
 
+# How a plan's errors name its fields: a library call's parameters (ffncli.training_plan);
+# params --train passes its options (ffncli.jobs.choices.TRAIN_OPTIONS).
+PLAN_PARAMETERS = {"mode": "mode", "optimizer": "optimizer", "precision": "precision",
+                   "lora_rank": "lora_rank", "lora_targets": "lora_targets",
+                   "seq_len": "seq_len", "batch": "batch"}
+
+
 @dataclass(frozen=True)
 class Plan:
     """``params --train``: what is trained, how, and on what batch."""
@@ -60,24 +67,24 @@ class Plan:
     recompute: bool = False  # full activation recomputation: keep each layer's input only
     dropout: bool = True  # the paper's dropout masks and outputs
 
-    def check(self) -> Plan:
-        for where, value, choices in (("--train", self.mode, MODES),
-                                      ("--optimizer", self.optimizer, OPTIMIZERS),
-                                      ("--precision", self.precision, PRECISIONS)):
+    def check(self, names: Mapping[str, str] = PLAN_PARAMETERS) -> Plan:
+        """The plan, every field checked; errors name each as ``names`` says."""
+        for field, choices in (("mode", MODES), ("optimizer", OPTIMIZERS),
+                               ("precision", PRECISIONS)):
+            value = getattr(self, field)
             if value not in choices:
-                raise InputError(f"option {where}: expected one of {', '.join(choices)}, got "
-                                 f"'{value}'{suggest(value, choices)}")
-        whole("option --lora-rank", self.lora_rank)
-        whole("option --seq-len", self.seq_len)
-        whole("option --batch", self.batch)
+                raise InputError(f"{names[field]}: expected one of {', '.join(choices)}, got "
+                                 f"'{value}'{suggest(str(value), choices)}")
+        for field in ("lora_rank", "seq_len", "batch"):
+            whole(names[field], getattr(self, field))
         for name in self.lora_targets:
             if name not in TARGETS and name not in TARGET_SETS:
                 known = (*TARGETS, *TARGET_SETS)
-                raise InputError(f"option --lora-targets: unknown target '{name}'"
+                raise InputError(f"{names['lora_targets']}: unknown target '{name}'"
                                  f"{suggest(name, known)}; expected a comma-separated list "
                                  f"of {', '.join(known)}")
         if not self.lora_targets:
-            raise InputError("option --lora-targets: expected at least one target")
+            raise InputError(f"{names['lora_targets']}: expected at least one target")
         return self
 
     @property
@@ -132,33 +139,52 @@ class Adapter:
                 Tensor(m.part, (n_out, self.rank), m.count, m.target, m.kind))
 
 
-def wanted_targets(spec: ModelSpec, names: Sequence[str]) -> frozenset[str]:
+def wanted_targets(spec: ModelSpec, names: Sequence[str], where: str = "lora_targets"
+                   ) -> frozenset[str]:
     """The targets (as :mod:`ffncli.counting.tensors` names them) that ``--lora-targets``
-    adapts in this spec; refused where one names nothing in it or half of a fused matrix."""
+    adapts in this spec; refused where one names nothing in it or half of a fused matrix
+    (errors begin with ``where``)."""
     present = {t.target for t in tensors(spec) if t.linear}
     if "all-linear" in names:
         return frozenset(present - {HEAD})
-    asked = {name for name in names if name not in TARGET_SETS}
-    for name in names:  # a set names what the spec has of it (ffn: no gate when ungated)
-        asked.update(t for t in TARGET_SETS.get(name, ()) if t in present or any(
-            t in FUSED[m] and m in present for m in FUSED))
-    chosen = {t for t in asked if t in present}
-    for matrix, parts in FUSED.items():
-        if matrix not in present:
-            continue
-        given = [p for p in parts if p in asked]
-        if given and len(given) < len(parts):
-            raise InputError(f"option --lora-targets: {spec.family} stores {', '.join(parts)} "
-                             f"as one matrix ({matrix}); adapt them together, not "
-                             f"{', '.join(given)} alone")
-        if given:
-            chosen.add(matrix)
-    missing = sorted(t for t in asked if t not in chosen and not any(
-        t in FUSED[m] and m in chosen for m in FUSED))
+    asked = _asked(names, present)
+    chosen = {t for t in asked if t in present} | _fused(spec, asked, present, where)
+    missing = sorted(t for t in asked if t not in chosen and not _in_fused(t, chosen))
     if missing:
-        raise InputError(f"option --lora-targets: {spec.name} has no {', '.join(missing)} "
+        raise InputError(f"{where}: {spec.name} has no {', '.join(missing)} "
                          f"projection ({_why_missing(spec, missing)})")
     return frozenset(chosen)
+
+
+def _in_fused(target: str, matrices: Iterable[str]) -> bool:
+    """Whether ``target`` is stored inside one of the fused ``matrices``."""
+    return any(m in FUSED and target in FUSED[m] for m in matrices)
+
+
+def _asked(names: Sequence[str], present: set[str]) -> set[str]:
+    """The targets ``names`` asks for: each named one, and what the spec has of each set
+    (ffn: no gate when ungated)."""
+    asked = {name for name in names if name not in TARGET_SETS}
+    for name in names:
+        asked.update(t for t in TARGET_SETS.get(name, ()) if t in present
+                     or _in_fused(t, present))
+    return asked
+
+
+def _fused(spec: ModelSpec, asked: set[str], present: set[str], where: str) -> set[str]:
+    """The fused matrices of the spec whose every part is asked for; half of one is
+    refused."""
+    chosen = set()
+    for matrix, parts in FUSED.items():
+        given = [p for p in parts if p in asked]
+        if matrix not in present or not given:
+            continue
+        if len(given) < len(parts):
+            raise InputError(f"{where}: {spec.family} stores {', '.join(parts)} "
+                             f"as one matrix ({matrix}); adapt them together, not "
+                             f"{', '.join(given)} alone")
+        chosen.add(matrix)
+    return chosen
 
 
 def _why_missing(spec: ModelSpec, missing: Sequence[str]) -> str:
@@ -171,11 +197,12 @@ def _why_missing(spec: ModelSpec, missing: Sequence[str]) -> str:
     return "not a projection of its layers"
 
 
-def adapters(spec: ModelSpec, plan: Plan) -> tuple[Adapter, ...]:
+def adapters(spec: ModelSpec, plan: Plan, names: Mapping[str, str] = PLAN_PARAMETERS
+             ) -> tuple[Adapter, ...]:
     """One adapter a matrix kind that ``plan.lora_targets`` names (none for full training)."""
     if not plan.lora:
         return ()
-    chosen = wanted_targets(spec, plan.lora_targets)
+    chosen = wanted_targets(spec, plan.lora_targets, names["lora_targets"])
     return tuple(Adapter(t, plan.lora_rank) for t in tensors(spec)
                  if t.linear and t.target in chosen)
 
@@ -372,11 +399,18 @@ def _frozen_bytes(frozen: Sequence[Tensor], plan: Plan, each: int) -> Share:
                 for t in frozen)
 
 
-def training(spec: ModelSpec, plan: Plan) -> Training:
-    """The plan's memory: weights, gradients, master weights, optimizer states, activations."""
-    plan.check()
+def training(spec: ModelSpec, plan: Plan, names: Mapping[str, str] = PLAN_PARAMETERS
+             ) -> Training:
+    """The plan's memory: weights, gradients, master weights, optimizer states, activations;
+    errors name the plan's fields as ``names`` says."""
+    plan.check(names)
+    parts = unitemised(spec)
+    if parts:
+        raise SpecError(f"{spec.name}: {names['mode']}: the memory of fine-tuning it is not "
+                        f"counted yet (the tensor inventory lacks {', '.join(parts)}); params "
+                        "counts its parameters exactly")
     every = tensors(spec)
-    lora = adapters(spec, plan)
+    lora = adapters(spec, plan, names)
     size = dtypes(plan.precision, plan.lora)
     trained = [t for a in lora for t in a.tensors()] if plan.lora else list(every)
     params = _sum((t, t.numel) for t in trained)

@@ -25,7 +25,7 @@ from typing import IO, BinaryIO
 
 import numpy as np
 
-from ffncli.base.files import create_hidden, new_file, same_file
+from ffncli.base.files import PARAMETERS, Naming, create_hidden, new_file, same_file
 from ffncli.base.signals import signals_held
 from ffncli.errors import FfnError, OutputError
 
@@ -77,6 +77,26 @@ def read_npy_header(f: IO[bytes], size: int, source: str, error: type[FfnError],
     of any type) can happen: the format version, the header's length, its literal, its keys
     and each value are checked here, and every failure is one ``error`` line. The data size is
     left to :meth:`NpyHeader.check_size`, so that the caller can refuse a dtype first."""
+    decoded, offset = _header_text(f, size, source, error, what)
+    header = _literal(decoded)
+    if not isinstance(header, dict) or set(header) != set(_KEYS):
+        raise error(f"{source}: .npy header: expected a dict of 'descr', 'fortran_order' and "
+                    f"'shape', got {excerpt(decoded)}")
+    shape, fortran = header["shape"], header["fortran_order"]
+    if not (isinstance(shape, tuple) and len(shape) <= NPY_MAX_DIMS
+            and all(type(n) is int and 0 <= n <= _MAX_DIM for n in shape)):
+        raise error(f"{source}: .npy header: 'shape': expected a tuple of at most "
+                    f"{NPY_MAX_DIMS} integers from 0 to 2**63 - 1, got {excerpt(repr(shape))}")
+    if type(fortran) is not bool:
+        raise error(f"{source}: .npy header: 'fortran_order': expected True or False, got "
+                    f"{excerpt(repr(fortran))}")
+    return NpyHeader(shape, _dtype(header["descr"], source, error), fortran, offset)
+
+
+def _header_text(f: IO[bytes], size: int, source: str, error: type[FfnError],
+                 what: str) -> tuple[str, int]:
+    """The header's text, after the magic string, the version and the header's length were
+    checked; and where the data begins."""
     if size == 0:
         raise error(f"{source}: the {what} is empty; expected a .npy array")
     start = f.read(8)
@@ -98,24 +118,11 @@ def read_npy_header(f: IO[bytes], size: int, source: str, error: type[FfnError],
     if length > NPY_MAX_HEADER:
         raise error(f"{source}: the .npy header is {length:,} bytes long; expected at most "
                     f"{NPY_MAX_HEADER:,}")
-    offset = 8 + len(raw) + length
     text = f.read(length)
     if len(text) < length:
         raise cut
     decoded = text.decode("utf-8" if version >= (3, 0) else "latin-1", errors="replace")
-    header = _literal(decoded)
-    if not isinstance(header, dict) or set(header) != set(_KEYS):
-        raise error(f"{source}: .npy header: expected a dict of 'descr', 'fortran_order' and "
-                    f"'shape', got {excerpt(decoded)}")
-    shape, fortran = header["shape"], header["fortran_order"]
-    if not (isinstance(shape, tuple) and len(shape) <= NPY_MAX_DIMS
-            and all(type(n) is int and 0 <= n <= _MAX_DIM for n in shape)):
-        raise error(f"{source}: .npy header: 'shape': expected a tuple of at most "
-                    f"{NPY_MAX_DIMS} integers from 0 to 2**63 - 1, got {excerpt(repr(shape))}")
-    if type(fortran) is not bool:
-        raise error(f"{source}: .npy header: 'fortran_order': expected True or False, got "
-                    f"{excerpt(repr(fortran))}")
-    return NpyHeader(shape, _dtype(header["descr"], source, error), fortran, offset)
+    return decoded, 8 + len(raw) + length
 
 
 def _literal(text: str) -> object:
@@ -168,26 +175,30 @@ class AtomicNpyWriter:
     """
 
     def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, force: bool,
-                 inputs: tuple[Path | None, ...] = (), shown: Path | None = None) -> None:
+                 inputs: tuple[Path | None, ...] = (), shown: Path | None = None,
+                 names: Naming = PARAMETERS) -> None:
         """``shown``: the path errors name, when the file is written elsewhere first (capture
-        writes into a hidden folder, then moves the complete files into --out)."""
+        writes into a hidden folder, then moves the complete files into --out); ``names``:
+        how errors name the path and force (a command's options: jobs.targets.OUT_OPTIONS)."""
+        self.names = names
         if path.suffix.lower() != ".npy":
-            raise OutputError(f"option --out: expected a .npy path, got {path}")
+            raise OutputError(f"{names.out}: expected a .npy path, got {path}")
         for source in inputs:
             if source is not None and same_file(path, source):
-                raise OutputError(f"option --out: {path} is the input file; choose another path")
+                raise OutputError(f"{names.out}: {path} is the input file; choose another "
+                                  "path")
         try:
             info = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             info = None
         except OSError as exc:
-            raise OutputError(f"option --out: cannot use {path}: {exc.strerror or exc}") from None
+            raise OutputError(f"{names.out}: cannot use {path}: {exc.strerror or exc}") from None
         if info is not None and stat.S_ISDIR(info.st_mode):
-            raise OutputError(f"option --out: {path} is a directory")
+            raise OutputError(f"{names.out}: {path} is a directory")
         if info is not None and not force:
-            raise OutputError(f"option --out: {path} exists; pass --force to replace it")
+            raise OutputError(f"{names.out}: {path} exists; pass {names.force} to replace it")
         if not path.parent.is_dir():
-            raise OutputError(f"option --out: folder {path.parent} does not exist")
+            raise OutputError(f"{names.out}: folder {path.parent} does not exist")
         self.path, self.shape, self.dtype, self.force = path, shape, np.dtype(dtype), force
         self.shown = shown if shown is not None else path
         self._file: BinaryIO | None = None
@@ -198,7 +209,8 @@ class AtomicNpyWriter:
     def __enter__(self) -> AtomicNpyWriter:
         try:  # from the moment the file exists, a signal or an error removes it
             with signals_held():
-                self._tmp, file = create_hidden(self.path.parent, self.path.name, "--out",
+                self._tmp, file = create_hidden(self.path.parent, self.path.name,
+                                                self.names.out,
                                                 _new_binary)
                 self._file = file
             header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
@@ -227,7 +239,7 @@ class AtomicNpyWriter:
             fallocate(self._file.fileno(), 0, size)
         except OSError as exc:
             if exc.errno in _NO_ROOM:
-                raise OutputError(f"option --out: cannot reserve {size:,} bytes for "
+                raise OutputError(f"{self.names.out}: cannot reserve {size:,} bytes for "
                                   f"{self.shown}: {exc.strerror}") from None
             # EOPNOTSUPP and the like: the file system cannot reserve; plain writes will do.
 
@@ -252,7 +264,8 @@ class AtomicNpyWriter:
             raise self._error(exc) from None
 
     def _error(self, exc: OSError) -> OutputError:
-        return OutputError(f"option --out: cannot write {self.shown}: {exc.strerror or exc}")
+        return OutputError(f"{self.names.out}: cannot write {self.shown}: "
+                           f"{exc.strerror or exc}")
 
     def _discard(self) -> None:
         """Close and delete the temporary file; the first error is the one being raised."""
@@ -298,8 +311,9 @@ class AtomicNpyWriter:
         try:
             os.link(self._tmp, self.path)
         except FileExistsError:
-            raise OutputError(f"option --out: {self.path} appeared while this run was "
-                              "writing; it was left alone (pass --force to replace it)") from None
+            raise OutputError(f"{self.names.out}: {self.path} appeared while this run was "
+                              f"writing; it was left alone (pass {self.names.force} to replace "
+                              "it)") from None
         except OSError as exc:
             if exc.errno not in _NO_LINKS:
                 raise self._error(exc) from None
@@ -313,8 +327,9 @@ class AtomicNpyWriter:
         try:
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         except FileExistsError:
-            raise OutputError(f"option --out: {self.path} appeared while this run was "
-                              "writing; it was left alone (pass --force to replace it)") from None
+            raise OutputError(f"{self.names.out}: {self.path} appeared while this run was "
+                              f"writing; it was left alone (pass {self.names.force} to replace "
+                              "it)") from None
         except OSError as exc:
             raise self._error(exc) from None
         os.replace(self._tmp, self.path)

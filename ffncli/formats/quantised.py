@@ -81,17 +81,7 @@ def _packed(header: Header, prefix: str) -> Linear:
                            "scales)")
     q, z, s = t[f"{prefix}.qweight"], t[f"{prefix}.qzeros"], t[f"{prefix}.scales"]
     shapes = f"qweight {list(q.shape)}, qzeros {list(z.shape)}, scales {list(s.shape)}"
-    ok = (q.dtype == "I32" and z.dtype == "I32" and len(q.shape) == len(z.shape) == 2
-          and len(s.shape) == 2 and s.shape[1] > 0 and z.shape[0] == s.shape[0])
-    bits = (z.shape[1] * 32) // s.shape[1] if ok else 0
-    if not ok or bits not in (2, 3, 4, 8) or z.shape[1] * 32 != bits * s.shape[1]:
-        raise WeightsError(f"{where}: a quantised layout it does not know ({shapes}); "
-                           "expected int32 GPTQ qweight [in*bits/32, out] or AWQ qweight "
-                           "[in, out*bits/32], qzeros [groups, out*bits/32], scales "
-                           "[groups, out], bits 2, 3, 4 or 8")
-    if s.shape[0] == 0:  # nothing to scale the inputs by: no weights, though in x out are counted
-        raise WeightsError(f"{where}: no groups ({shapes}); expected at least one group of "
-                           "inputs, each with its row of scales and zeros")
+    bits = _bits(where, shapes, q, z, s)
     out = s.shape[1]
     if q.shape[1] == out and (q.shape[0] * 32) % bits == 0:
         scheme, n_in = "GPTQ", q.shape[0] * 32 // bits
@@ -105,6 +95,30 @@ def _packed(header: Header, prefix: str) -> Linear:
                    (n_in, out))
 
 
+def _bits(where: str, shapes: str, q: TensorInfo, z: TensorInfo, s: TensorInfo) -> int:
+    """The bits of a GPTQ or AWQ layer: qzeros' packed columns against the scales'."""
+    ok = (q.dtype == "I32" and z.dtype == "I32" and len(q.shape) == len(z.shape) == 2
+          and len(s.shape) == 2 and s.shape[1] > 0 and z.shape[0] == s.shape[0])
+    bits = (z.shape[1] * 32) // s.shape[1] if ok else 0
+    if not ok or bits not in (2, 3, 4, 8) or z.shape[1] * 32 != bits * s.shape[1]:
+        raise WeightsError(f"{where}: a quantised layout it does not know ({shapes}); "
+                           "expected int32 GPTQ qweight [in*bits/32, out] or AWQ qweight "
+                           "[in, out*bits/32], qzeros [groups, out*bits/32], scales "
+                           "[groups, out], bits 2, 3, 4 or 8")
+    if s.shape[0] == 0:  # nothing to scale the inputs by: no weights, though in x out are counted
+        raise WeightsError(f"{where}: no groups ({shapes}); expected at least one group of "
+                           "inputs, each with its row of scales and zeros")
+    return bits
+
+
+def _bnb_kind(extras: list[str]) -> str:
+    """A bitsandbytes 4-bit weight's kind, as its quant_state tensor names it."""
+    for kind in ("nf4", "fp4"):
+        if any(n.endswith(f"bitsandbytes__{kind}") for n in extras):
+            return kind
+    return "4-bit"
+
+
 def _bitsandbytes(header: Header, prefix: str) -> Linear:
     """int8 ``weight`` + ``SCB``, or uint8 ``weight`` (two 4-bit values a byte) + ``absmax``."""
     t = header.tensors
@@ -116,9 +130,7 @@ def _bitsandbytes(header: Header, prefix: str) -> Linear:
     if weight is not None and weight.dtype == "I8" and f"{prefix}.SCB" in t:
         return Linear(name, "bitsandbytes int8", weight.numel, parts)
     if weight is not None and weight.dtype == "U8" and f"{name}.absmax" in t:
-        kind = "nf4" if any(n.endswith("bitsandbytes__nf4") for n in extras) else \
-            "fp4" if any(n.endswith("bitsandbytes__fp4") for n in extras) else "4-bit"
-        return Linear(name, f"bitsandbytes {kind}", 2 * weight.numel, parts)
+        return Linear(name, f"bitsandbytes {_bnb_kind(extras)}", 2 * weight.numel, parts)
     got = "no such tensor" if weight is None else f"{weight.dtype} {list(weight.shape)}"
     raise WeightsError(f"{header.path}: tensor '{name}': a quantised layout it does not know "
                        f"({got}); bitsandbytes stores an I8 weight beside SCB, or a U8 weight "

@@ -384,6 +384,11 @@ def _model_info(hub: Conversation, repo_id: str, revision: str) -> tuple[str, li
     if not isinstance(commit, str) or not _COMMIT.fullmatch(commit):
         raise WeightsError(f"{where}: sha: expected a commit id of 40 hex digits, got "
                            f"{brief(commit)}")
+    return commit, _files(where, siblings)
+
+
+def _files(where: str, siblings: object) -> list[str]:
+    """The model info's ``siblings``: each a relative path inside the repository, sorted."""
     if not isinstance(siblings, list) or not all(
             isinstance(s, dict) and isinstance(s.get("rfilename"), str) for s in siblings):
         raise WeightsError(f"{where}: siblings: expected a list of files, each with its "
@@ -394,7 +399,7 @@ def _model_info(hub: Conversation, repo_id: str, revision: str) -> tuple[str, li
         if not name.isprintable() or name.startswith("/") or not parts or ".." in parts:
             raise WeightsError(f"{where}: siblings: {brief(name)} is not a file's path in a "
                                "repository")
-    return commit, files
+    return files
 
 
 def _keep(folder: Path, commit: str, revision: str, files: dict[str, bytes]) -> None:

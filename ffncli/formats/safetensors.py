@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ffncli.base.files import check_file, kept_or_opened, open_file, read_at, reading
 from ffncli.base.textformats import Malformed, parse_json, read_json
@@ -120,6 +120,20 @@ def _whole(value: object) -> bool:
 
 def _tensor(path: str, name: str, entry: object, base: int, data_size: int) -> TensorInfo:
     where = f"{path}: tensor '{name}'"
+    dtype, shape, offsets = _fields(where, entry)
+    itemsize = _itemsize(where, dtype)
+    _check_shape(where, shape)
+    start, end = _offsets(where, offsets, data_size)
+    info = TensorInfo(name, dtype, tuple(shape), base + start, base + end)
+    if end - start != info.numel * itemsize:
+        raise WeightsError(f"{where}: data_offsets {brief(offsets)} hold {end - start:,} "
+                           f"bytes, but shape {brief(shape)} of {dtype} needs "
+                           f"{info.numel * itemsize:,}")
+    return info
+
+
+def _fields(where: str, entry: object) -> tuple[Any, Any, Any]:
+    """A header entry's dtype, shape and data_offsets: those three fields and no other."""
     if not isinstance(entry, dict):
         raise WeightsError(f"{where}: expected an object with dtype, shape and data_offsets, "
                            f"got {brief(entry)}")
@@ -130,19 +144,29 @@ def _tensor(path: str, name: str, entry: object, base: int, data_size: int) -> T
     for key in _FIELDS:
         if key not in entry:
             raise WeightsError(f"{where}: missing field '{key}'")
-    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    return entry["dtype"], entry["shape"], entry["data_offsets"]
+
+
+def _itemsize(where: str, dtype: object) -> int:
     if not isinstance(dtype, str):
         raise WeightsError(f"{where}: dtype: expected a string such as 'F32', got {brief(dtype)}")
     itemsize = FLOAT_DTYPES.get(dtype) or INT_DTYPES.get(dtype)
     if itemsize is None:
         raise WeightsError(f"{where}: unknown dtype {brief(dtype)}; known: "
                            f"{', '.join([*FLOAT_DTYPES, *INT_DTYPES])}")
+    return itemsize
+
+
+def _check_shape(where: str, shape: object) -> None:
     if not isinstance(shape, list) or not all(_whole(d) for d in shape):
         raise WeightsError(f"{where}: shape: expected a list of whole numbers >= 0, got "
                            f"{brief(shape)}")
     if len(shape) > MAX_DIMS or any(d > MAX_DIM for d in shape):
         raise WeightsError(f"{where}: shape: expected at most {MAX_DIMS} dimensions, each "
                            f"below 2**63, got {brief(shape)}")
+
+
+def _offsets(where: str, offsets: object, data_size: int) -> tuple[int, int]:
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_whole, offsets))):
         raise WeightsError(f"{where}: data_offsets: expected [start, end], two whole numbers "
                            f">= 0, got {brief(offsets)}")
@@ -153,12 +177,7 @@ def _tensor(path: str, name: str, entry: object, base: int, data_size: int) -> T
     if end > data_size:
         raise WeightsError(f"{where}: data_offsets {brief(offsets)} run past the end of the "
                            f"data ({data_size:,} bytes after the header)")
-    info = TensorInfo(name, dtype, tuple(shape), base + start, base + end)
-    if end - start != info.numel * itemsize:
-        raise WeightsError(f"{where}: data_offsets {brief(offsets)} hold {end - start:,} "
-                           f"bytes, but shape {brief(shape)} of {dtype} needs "
-                           f"{info.numel * itemsize:,}")
-    return info
+    return start, end
 
 
 def _check_overlaps(path: str, tensors: Iterable[TensorInfo], base: int) -> None:
@@ -346,6 +365,28 @@ def _shard_path(index: Path, name: str, file: object) -> Path:
 # .safetensors checkpoints: one layer's FFN, read tensor by tensor.
 
 
+_LOADABLE = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "F64": "<f8"}  # BF16: its 16 bits
+
+
+def _stored(path: Path, where: str, info: TensorInfo) -> tuple[str, int]:
+    """How a loadable tensor is stored (a NumPy dtype string) and its bytes, checked against
+    its offsets and against what NumPy can hold."""
+    if info.dtype not in _LOADABLE:
+        raise WeightsError(f"{path}: tensor '{info.name}' has dtype {info.dtype}; "
+                           "F32, F16, BF16 and F64 can be loaded")
+    itemsize = FLOAT_DTYPES[info.dtype]
+    nbytes = info.numel * itemsize
+    if info.start < 0 or info.end - info.start != nbytes:
+        raise WeightsError(f"{where}: bytes {info.start}-{info.end} of the file do not hold "
+                           f"shape {list(info.shape)} of {info.dtype} ({nbytes:,} bytes)")
+    extent = itemsize  # what NumPy must address: zero-length dimensions aside
+    for d in info.shape:
+        extent *= max(d, 1)
+    if len(info.shape) > 32 or extent >= 2**63:  # NumPy >= 1.24 holds 32 dimensions, < 2**63 B
+        raise WeightsError(f"{where}: shape {list(info.shape)} cannot be held by an array")
+    return _LOADABLE[info.dtype], nbytes
+
+
 def read_tensor(header: Header, info: TensorInfo, rows: np.ndarray | None = None,
                 file: BinaryIO | None = None) -> np.ndarray:
     """One tensor's bytes from the file (nothing else is read), as float32 or float64.
@@ -358,19 +399,8 @@ def read_tensor(header: Header, info: TensorInfo, rows: np.ndarray | None = None
     import numpy as np
 
     path, where = header.path, f"{header.path}: tensor '{info.name}'"
-    if info.dtype not in ("F32", "F16", "BF16", "F64"):
-        raise WeightsError(f"{path}: tensor '{info.name}' has dtype {info.dtype}; "
-                           "F32, F16, BF16 and F64 can be loaded")
-    raw_dtype = np.dtype({"F32": "<f4", "F16": "<f2", "BF16": "<u2", "F64": "<f8"}[info.dtype])
-    nbytes = info.numel * raw_dtype.itemsize
-    if info.start < 0 or info.end - info.start != nbytes:
-        raise WeightsError(f"{where}: bytes {info.start}-{info.end} of the file do not hold "
-                           f"shape {list(info.shape)} of {info.dtype} ({nbytes:,} bytes)")
-    extent = raw_dtype.itemsize  # what NumPy must address: zero-length dimensions aside
-    for d in info.shape:
-        extent *= max(d, 1)
-    if len(info.shape) > 32 or extent >= 2**63:  # NumPy >= 1.24 holds 32 dimensions, < 2**63 B
-        raise WeightsError(f"{where}: shape {list(info.shape)} cannot be held by an array")
+    stored, nbytes = _stored(path, where, info)
+    raw_dtype = np.dtype(stored)
     shape = info.shape if rows is None else (len(rows), *info.shape[1:])
     row_bytes = nbytes // info.shape[0] if rows is not None and info.shape[0] else nbytes
     spans = [(info.start, nbytes)] if rows is None else \

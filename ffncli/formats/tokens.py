@@ -36,6 +36,9 @@ class TokenInput:
     data: np.ndarray | None = None  # small inputs: the whole (n, d) matrix
     offset: int = 0  # large .npy inputs: where the data starts
     fortran: bool = False  # large .npy inputs: stored column by column, (n, d) only
+    # how the caller computes with NaN and infinity, for the error that refuses them: a
+    # library call's parameter; a command's option (ffncli.jobs.resolve.ALLOW_OPTION)
+    allow: str = "allow_nonfinite=True"
 
     @property
     def d_model(self) -> int:
@@ -118,7 +121,7 @@ class TokenInput:
         raise InputError(
             f"{self.path or 'input'}: {count} non-finite value{'s' if count > 1 else ''} (NaN "
             f"or infinity), the first at token {start + i}, column {j}; pass "
-            "--allow-nonfinite to compute with them"
+            f"{self.allow} to compute with them"
         )
 
     def matrix(self, dtype: np.dtype) -> np.ndarray:

@@ -69,9 +69,9 @@ def capture(model: Transformer, sequences: Sequences, layers: Sequence[int], out
         with signals_held():  # a signal now lands where both names are kept
             created = output_folder(out, writer="capture", force=force, inputs=inputs,
                                     names=names)
-            staging = Path(create_hidden(out, "capture", "--out", os.mkdir)[0])
+            staging = Path(create_hidden(out, "capture", names.out, os.mkdir)[0])
         _capture_layers(model, sequences, layers, staging, out, inputs, batch_tokens,
-                        progress)
+                        progress, names)
         files = tuple(layer_file(out, i) for i in layers)
         manifest = capture_manifest(model, sequences, layers, files)
         _write_new(staging / "capture.json", json.dumps(manifest, indent=1) + "\n",
@@ -161,7 +161,8 @@ def _move(source: Path, target: Path, force: bool, names: Naming) -> None:
 
 def _capture_layers(model: Transformer, sequences: Sequences, layers: Sequence[int],
                     staging: Path, out: Path, inputs: Sequence[Path | None],
-                    batch_tokens: int | None, progress: Callback | None) -> None:
+                    batch_tokens: int | None, progress: Callback | None,
+                    names: Naming = PARAMETERS) -> None:
     """The walk writing each selected layer's file into ``staging`` (errors name its place in
     ``out``), one write in flight."""
     from ffncli.compute.forward.walk import walk
@@ -177,7 +178,7 @@ def _capture_layers(model: Transformer, sequences: Sequences, layers: Sequence[i
                 current["pending"] = []
                 current["writer"] = stack.enter_context(AtomicNpyWriter(
                     layer_file(staging, layer), shape, np.dtype(np.float32), force=True,
-                    inputs=tuple(inputs), shown=layer_file(out, layer)))
+                    inputs=tuple(inputs), shown=layer_file(out, layer), names=names))
                 current["layer"] = layer
             writer, pending = current["writer"], current["pending"]
             chunk = np.ascontiguousarray(x, dtype=np.float32)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ffncli.base.validate import fail, whole
 from ffncli.errors import InputError
@@ -82,19 +82,21 @@ def one_text(text: Path | None, ids: Path | None) -> None:
         raise InputError("give --text or --ids, not both")
 
 
-def parse_layers(text: str | None, n_layers: int) -> tuple[int, ...]:
-    """``--layer``: ``N``, ``A-B`` (both included) or ``all`` (the default) of ``n_layers``."""
+def parse_layers(text: str | None, n_layers: int, where: str = "option --layer"
+                 ) -> tuple[int, ...]:
+    """``--layer``: ``N``, ``A-B`` (both included) or ``all`` (the default) of ``n_layers``;
+    ``where`` names it in errors (a library call: ``layers``)."""
     if text is None or text == "all":
         return tuple(range(n_layers))
     first, dash, last = text.partition("-")
     a = layer_number(first)
     b = layer_number(last) if dash else a
     if a is None or b is None:
-        raise fail("option --layer", "a layer N, a range A-B or all", text)
+        raise fail(where, "a layer N, a range A-B or all", text)
     if a > b:
-        raise InputError(f"option --layer: the range {text} runs backwards; write {b}-{a}")
+        raise InputError(f"{where}: the range {text} runs backwards; write {b}-{a}")
     if b >= n_layers:
-        raise fail("option --layer", f"layers of 0-{n_layers - 1}", text)
+        raise fail(where, f"layers of 0-{n_layers - 1}", text)
     return tuple(range(a, b + 1))
 
 
@@ -161,6 +163,13 @@ def is_many(path: Path) -> bool:
     return any(c in str(path) for c in _GLOB_MAGIC) and not os.path.lexists(path)
 
 
+# How params --train's errors name its options (a library call names its parameters).
+TRAIN_OPTIONS = {"mode": "option --train", "optimizer": "option --optimizer",
+                 "precision": "option --precision", "lora_rank": "option --lora-rank",
+                 "lora_targets": "option --lora-targets", "seq_len": "option --seq-len",
+                 "batch": "option --batch"}
+
+
 @dataclass(frozen=True)
 class TrainChoice:
     """``params --train`` and its options, and ``--fit``/``--reserve``: a training plan
@@ -181,28 +190,32 @@ class TrainChoice:
         """The plan (seq_len and batch filled in by the job), or None without ``--train``;
         training options without it, or LoRA's without LoRA, are refused."""
         if self.train is None:
-            given = [name for name, value in (
-                ("--optimizer", self.optimizer), ("--precision", self.precision),
-                ("--lora-rank", self.lora_rank), ("--lora-targets", self.lora_targets),
-                ("--flash-attention", self.flash_attention or None),
-                ("--recompute", self.recompute or None),
-                ("--no-dropout", None if self.dropout else True)) if value is not None]
-            if given:
-                raise InputError(f"{', '.join(given)} plan training: give --train full, lora "
-                                 "or qlora with them")
+            self._refuse_without_train()
             return None
         if self.train == "full" and (self.lora_rank is not None or self.lora_targets):
             raise InputError("--lora-rank and --lora-targets need --train lora or qlora")
         from ffncli.counting.training import Plan
 
-        defaults = Plan()
-        targets = (tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
-                   if self.lora_targets is not None else defaults.lora_targets)
-        return Plan(mode=self.train, optimizer=self.optimizer or defaults.optimizer,
-                    precision=self.precision or defaults.precision,
-                    lora_rank=defaults.lora_rank if self.lora_rank is None else self.lora_rank,
-                    lora_targets=targets, flash_attention=self.flash_attention,
-                    recompute=self.recompute, dropout=self.dropout).check()
+        targets = None if self.lora_targets is None else tuple(
+            t.strip() for t in self.lora_targets.split(",") if t.strip())
+        given: dict[str, Any] = {"optimizer": self.optimizer or None,
+                                 "precision": self.precision or None,
+                                 "lora_rank": self.lora_rank, "lora_targets": targets}
+        return Plan(mode=self.train, flash_attention=self.flash_attention,  # None: default
+                    recompute=self.recompute, dropout=self.dropout,
+                    **{k: v for k, v in given.items() if v is not None}).check(TRAIN_OPTIONS)
+
+    def _refuse_without_train(self) -> None:
+        """The options that shape a plan, refused when no plan is asked for."""
+        given = [name for name, value in (
+            ("--optimizer", self.optimizer), ("--precision", self.precision),
+            ("--lora-rank", self.lora_rank), ("--lora-targets", self.lora_targets),
+            ("--flash-attention", self.flash_attention or None),
+            ("--recompute", self.recompute or None),
+            ("--no-dropout", None if self.dropout else True)) if value is not None]
+        if given:
+            raise InputError(f"{', '.join(given)} plan training: give --train full, lora "
+                             "or qlora with them")
 
     def budget(self) -> Budget | None:
         """``--fit`` as a :class:`ffncli.counting.fit.Budget`, or None."""

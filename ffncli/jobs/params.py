@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +12,7 @@ from ffncli.base.validate import whole
 from ffncli.counting.model import count, kv_cache
 from ffncli.counting.results import FileOnlyResult, ParamsResult
 from ffncli.errors import InputError
+from ffncli.jobs.choices import TRAIN_OPTIONS
 from ffncli.jobs.resolve import Counted, config_beside, resolve_spec
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides
 
@@ -36,7 +37,7 @@ def count_model(preset: str | None, config: Path | None, overrides: Overrides,
     that memory (``--fit``)."""
     whole("option --batch", batch)
     if plan is not None:
-        plan.check()
+        plan.check(TRAIN_OPTIONS)
     located = weights if isinstance(weights, Counted) else Counted(weights, None if weights
                                                                    is None else str(weights))
     weights, named = located.path, located.name
@@ -70,6 +71,15 @@ def count_model(preset: str | None, config: Path | None, overrides: Overrides,
     return _planned(spec, file, named, batch, plan, budget, limit)
 
 
+def count_spec_planned(spec: ModelSpec, batch: int, plan: Plan | None, budget: Budget | None,
+                       names: Mapping[str, str]) -> ParamsResult:
+    """The library's ``params`` of a spec it was given: the count, the KV cache at its
+    seq_len x ``batch``, and when asked the plan's memory and what fits (the spec's seq_len is
+    the context limit ``--fit`` notes); ``names``: how the plan's errors name its fields."""
+    return _planned(spec, None, None, batch, plan, budget,
+                    spec.seq_len if budget is not None else None, names)
+
+
 def _context(spec: ModelSpec, overrides: Overrides, budget: Budget | None,
              resolve: Callable[[Overrides], ModelSpec]) -> int | None:
     """``--fit``'s note: the model's own context limit, the seq_len before ``--seq-len``
@@ -82,7 +92,8 @@ def _context(spec: ModelSpec, overrides: Overrides, budget: Budget | None,
 
 
 def _planned(spec: ModelSpec, file: FileCount | None, named: str | None, batch: int,
-             plan: Plan | None, budget: Budget | None, limit: int | None) -> ParamsResult:
+             plan: Plan | None, budget: Budget | None, limit: int | None,
+             names: Mapping[str, str] = TRAIN_OPTIONS) -> ParamsResult:
     """The spec's count, its KV cache and, when asked, its training plan and what fits."""
     c, kv = count(spec), kv_cache(spec, spec.seq_len, batch)
     if plan is None and budget is None:
@@ -90,7 +101,8 @@ def _planned(spec: ModelSpec, file: FileCount | None, named: str | None, batch: 
     from ffncli.counting.fit import TrainFit, fit_inference
     from ffncli.counting.training import training
 
-    trained = (training(spec, dataclasses.replace(plan, seq_len=spec.seq_len, batch=batch))
+    trained = (training(spec, dataclasses.replace(plan, seq_len=spec.seq_len, batch=batch),
+                        names)
                if plan is not None else None)
     return ParamsResult(
         c, file, named, kv, trained, budget,

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ffncli.analysis.compare import tolerances
 from ffncli.analysis.frameworks import Fn
 from ffncli.analysis.guard import (
     Judge,
@@ -102,8 +103,8 @@ def open_target(impl: str | None, choice: ModelChoice, overrides: Overrides,
     from ffncli.compute.build import parse_dtype
     from ffncli.jobs.resolve import load_model, weights_of
 
-    np_dtype = parse_dtype(choice.dtype)
-    check_timeout(timeout)
+    np_dtype = parse_dtype(choice.dtype, "option --dtype")
+    check_timeout(timeout, "option --timeout")
     if how.load_timeout is not None:
         number("option --load-timeout", how.load_timeout, positive=True)
     if impl is None:
@@ -205,10 +206,11 @@ def check_command(target: Target, choice: TokenChoice, *, trials: int = 8,
     x = tokens.matrix(target.dtype)  # read once; checked in memory
     if not choice.allow_nonfinite:
         in_memory = from_array(x)
-        in_memory.path = tokens.path  # name the file in the error
+        in_memory.path, in_memory.allow = tokens.path, tokens.allow  # the error names both
         check_finite(in_memory, target.dtype, x.shape[0])
     shape = tokens.shape if len(tokens.shape) > 1 else (1, tokens.d_model)
     f = target.caller(shape[1] if len(shape) == 3 else None)
+    tolerances(x.dtype, rtol, atol, ("option --rtol", "option --atol"))  # the command's words
     return permute_check(f, x, target=target.name, input_shape=shape, trials=trials,
                          seed=choice.seed, rtol=rtol, atol=atol, bitwise=bitwise,
                          about={"framework": target.framework, "mode": target.mode,
@@ -230,7 +232,6 @@ def check_here(obj: object, tokens: Any = None, *, name: str | None = None,
     of one) in this process on ``tokens`` (a NumPy array or a framework tensor: (tokens,
     d_model) or (batch, seq, d_model); None: 32 random tokens from ``seed``). A module is
     checked in eval mode unless ``train_mode``, and put back in its mode afterwards."""
-    from ffncli.analysis.compare import tolerances
     from ffncli.analysis.frameworks import adapted, as_numpy
     from ffncli.analysis.properties import permute_check
     from ffncli.formats.tokens import token_array

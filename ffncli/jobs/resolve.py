@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ffncli.base.validate import Keys
+from ffncli.base.validate import Keys, Sizing
 from ffncli.errors import FfnError, InputError
 from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice, one_text
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
@@ -22,9 +22,14 @@ if TYPE_CHECKING:  # the readers are imported when a file is read: off a preset'
     from ffncli.formats.gguf import GgufHeader
     from ffncli.formats.safetensors import Header
     from ffncli.formats.tensors import Tensors
-    from ffncli.formats.text import Sequences, Tokenizer
+    from ffncli.formats.text import Sequences
+    from ffncli.formats.tokenizer import Tokenizer
     from ffncli.formats.tokens import TokenInput
 
+# How a command's errors about memory name its options (a library call names its parameters).
+SIZING_OPTIONS = Sizing(budget="--max-memory", value="option --max-memory",
+                        shape="--d-model, --d-ff, --experts")
+ALLOW_OPTION = "--allow-nonfinite"  # how a command computes with NaN and infinity
 _NO_MODEL = "give a model: --preset NAME|FILE or --config config.json"
 _NO_MODEL_OR_WEIGHTS = ("give a model: --preset NAME|FILE, --config config.json, or "
                         "--weights/--model with a config.json beside the weights")
@@ -245,7 +250,8 @@ def load_model(choice: ModelChoice, overrides: Overrides, *,
     from ffncli.errors import NonfiniteWeightsError
 
     with open_model(choice, overrides) as opened:
-        budget = parse_size(choice.max_memory) if choice.max_memory is not None else None
+        budget = parse_size(choice.max_memory, SIZING_OPTIONS) if choice.max_memory is not \
+            None else None
         layer = choice.index()
         if layer and build.one_ffn(opened.weights):  # the message this command's options give
             raise InputError(f"option --layer: picks a layer of a checkpoint (--weights or "
@@ -253,8 +259,9 @@ def load_model(choice: ModelChoice, overrides: Overrides, *,
                              f"{layer}")
         try:
             return build.build_model(opened.spec, opened.weights, layer,
-                                      build.parse_dtype(choice.dtype), budget,
-                                      tensors=opened.tensors, allow_nonfinite=allow_nonfinite)
+                                      build.parse_dtype(choice.dtype, "option --dtype"), budget,
+                                      tensors=opened.tensors, allow_nonfinite=allow_nonfinite,
+                                      names=SIZING_OPTIONS, weights_name="option --weights")
         except NonfiniteWeightsError as exc:  # the option is this command's to offer
             raise NonfiniteWeightsError(f"{exc}; pass --allow-nonfinite to compute with "
                                         "them") from None
@@ -292,7 +299,9 @@ def load_tokens(choice: TokenChoice, d_model: int) -> TokenInput:
     """The tokens of ``--input`` or ``--random N`` (streamed: nothing is read or drawn yet)."""
     from ffncli.formats.tokens import resolve_input
 
-    return resolve_input(choice.input, choice.random, d_model, choice.seed)
+    tokens = resolve_input(choice.input, choice.random, d_model, choice.seed)
+    tokens.allow = ALLOW_OPTION
+    return tokens
 
 
 def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
@@ -309,7 +318,7 @@ def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
                          "checkpoint's own routing, which drops no tokens")
     opened = open_model(choice, overrides)
     try:
-        return open_transformer(opened.spec, weights, parse_dtype(choice.dtype),
+        return open_transformer(opened.spec, weights, parse_dtype(choice.dtype, "option --dtype"),
                                 config=choice.config, tensors=opened.tensors,
                                 settings=opened.settings)
     except BaseException:
@@ -345,7 +354,7 @@ def model_tokenizer(model: Transformer, weights: Path | None = None) -> Tokenize
     """The whole model's tokenizer: the tokenizer.json beside ``weights`` (default: the
     model's), or a GGUF file's own, from the header the model's handle has read."""
     from ffncli.formats.tensors import GgufTensors
-    from ffncli.formats.text import load_tokenizer
+    from ffncli.formats.tokenizer import load_tokenizer
 
     header = model.tensors.header if isinstance(model.tensors, GgufTensors) else None
     return load_tokenizer(model.weights if weights is None else weights, header)

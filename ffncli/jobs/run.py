@@ -18,6 +18,7 @@ from ffncli.errors import InputError
 from ffncli.formats.npy import AtomicNpyWriter
 from ffncli.formats.tokens import TokenInput, check_finite
 from ffncli.jobs.progress import Callback
+from ffncli.jobs.targets import OUT_OPTIONS
 
 LESSON_CHECKS = ("same_as_one_position_at_a_time", "swapping_positions_only_swaps_the_outputs")
 SMALL_TOKENS = 1024  # inputs up to this size get the lesson's checks and a full JSON output
@@ -87,7 +88,7 @@ def run_ffn(model: Model, tokens: TokenInput, *, out: Path | None = None, force:
     small = tokens.n_tokens <= SMALL_TOKENS
     if not allow_nonfinite and small:
         check_finite(tokens, dtype, rows)  # large inputs are checked chunk by chunk below
-    writer = (AtomicNpyWriter(out, out_shape, dtype, force, (tokens.path,))
+    writer = (AtomicNpyWriter(out, out_shape, dtype, force, (tokens.path,), names=OUT_OPTIONS)
               if out is not None else None)
     checks: dict[str, bool | None] = {}
     inactive = None

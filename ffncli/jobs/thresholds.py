@@ -147,31 +147,36 @@ def load_thresholds(path: Path, model: Transformer) -> list[Variant]:
                              f"{brief(this[key])}")
     variants: list[Variant] = []
     for n, entry in enumerate(_list(f"{path}: key 'entries'", data.get("entries")), 1):
-        where = f"{path}: entry {n}"
-        entry = _object(where, entry, ENTRY_KEYS)
-        rule = entry.get("rule")
-        if rule not in RULES:
-            raise InputError(f"{where}: key 'rule': expected one of {', '.join(RULES)}, got "
-                             f"{brief(rule)}")
-        target = share(f"{where}: key 'target'", entry.get("target"))
-        twice = [k for k, v in enumerate(variants, 1) if (v.rule, v.target) == (rule, target)]
-        if twice:
-            raise InputError(f"{where}: {rule} at target {target:g} is entry {twice[0]} "
-                             "already")
-        cuts: dict[int, Cut] = {}
-        for k, item in enumerate(_list(f"{where}: key 'layers'", entry.get("layers")), 1):
-            layer, cut = _cut(f"{where}: layer entry {k}", rule, item, this["d_ff"])
-            if layer >= model.n_layers or layer in cuts:
-                raise InputError(f"{where}: layer entry {k}: layer {layer} is "
-                                 + ("listed twice" if layer in cuts else
-                                    f"past the model's {model.n_layers} layers"))
-            cuts[layer] = cut
-        if variants and set(cuts) != set(variants[0].cuts or ()):
-            raise InputError(f"{where}: cuts layers {layer_ranges(cuts)}, but entry 1 cuts "
-                             f"{layer_ranges(variants[0].cuts or ())}: every entry of a "
-                             "thresholds file cuts the same layers")
-        variants.append(Variant(rule, target, cuts))
+        variants.append(_variant(f"{path}: entry {n}", entry, variants, model, this["d_ff"]))
     return variants
+
+
+def _variant(where: str, entry: Any, before: list[Variant], model: Transformer,
+             d_ff: Any) -> Variant:
+    """One entry of a thresholds file: a rule, a target not given before, and the cuts of
+    the layers every entry cuts."""
+    entry = _object(where, entry, ENTRY_KEYS)
+    rule = entry.get("rule")
+    if rule not in RULES:
+        raise InputError(f"{where}: key 'rule': expected one of {', '.join(RULES)}, got "
+                         f"{brief(rule)}")
+    target = share(f"{where}: key 'target'", entry.get("target"))
+    twice = [k for k, v in enumerate(before, 1) if (v.rule, v.target) == (rule, target)]
+    if twice:
+        raise InputError(f"{where}: {rule} at target {target:g} is entry {twice[0]} already")
+    cuts: dict[int, Cut] = {}
+    for k, item in enumerate(_list(f"{where}: key 'layers'", entry.get("layers")), 1):
+        layer, cut = _cut(f"{where}: layer entry {k}", rule, item, d_ff)
+        if layer >= model.n_layers or layer in cuts:
+            raise InputError(f"{where}: layer entry {k}: layer {layer} is "
+                             + ("listed twice" if layer in cuts else
+                                f"past the model's {model.n_layers} layers"))
+        cuts[layer] = cut
+    if before and set(cuts) != set(before[0].cuts or ()):
+        raise InputError(f"{where}: cuts layers {layer_ranges(cuts)}, but entry 1 cuts "
+                         f"{layer_ranges(before[0].cuts or ())}: every entry of a "
+                         "thresholds file cuts the same layers")
+    return Variant(rule, target, cuts)
 
 
 def layer_ranges(layers: Iterable[int]) -> str:

@@ -11,7 +11,7 @@ if TYPE_CHECKING:  # the result types: their modules import NumPy, which params 
 
 
 def emit_check(report: CheckReport, as_json: bool) -> None:
-    emit_json(check_json(report)) if as_json else print_check(report)
+    emit_json(check_json(report), "permute-check") if as_json else print_check(report)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -160,12 +160,25 @@ def console(stderr: bool = False) -> Console:
 
 
 NONFINITE_LISTED = 10  # places of NaN or infinity named in a document's "nonfinite" note
+JSON_VERSION = 1  # of every --json document: what may change within it, docs/json.md
+JSON_NAMES = ("params", "params-file", "presets", "run", "run-shards", "permute-check",
+              "relu-stats", "relu-stats-sweep", "capture", "capture-shards", "perplexity")
 
 
-def emit_json(doc: dict[str, Any]) -> None:
-    """One strict JSON document on stdout. NaN and infinity in a result (``--allow-nonfinite``,
-    or an FFN that overflowed) are not JSON: each is written as null, and the document gains
-    a ``nonfinite`` note saying how many there were and where the first are (docs/json.md)."""
+def json_format(name: str) -> str:
+    """The ``format`` a document of kind ``name`` (one of JSON_NAMES) states first:
+    ``ffncli-relu-stats/1``."""
+    if name not in JSON_NAMES:
+        raise ValueError(f"no JSON document is named {name!r}")  # a bug, not the user's
+    return f"ffncli-{name}/{JSON_VERSION}"
+
+
+def emit_json(doc: dict[str, Any], name: str) -> None:
+    """One strict JSON document on stdout, its first key ``format`` naming it (see
+    :func:`json_format`). NaN and infinity in a result (``--allow-nonfinite``, or an FFN that
+    overflowed) are not JSON: each is written as null, and the document gains a ``nonfinite``
+    note saying how many there were and where the first are (docs/json.md)."""
+    doc = {"format": json_format(name), **doc}
     try:
         text = json.dumps(doc, indent=2, allow_nan=False)
     except ValueError:  # NaN or infinity somewhere: rarely, so only then walked
@@ -440,16 +453,17 @@ def share_bar_line(out: Console, indent: int, share: float) -> None:
         out.print(line)
 
 
-def emit_written(done: Any, as_json: bool, fields: dict[str, Any], counted: str,
+def emit_written(done: Any, as_json: bool, name: str, fields: dict[str, Any], counted: str,
                  source: str) -> None:
     """What a writing job over shards (``run``, ``capture``) wrote into ``--out``: the
     shards written, those complete from an earlier run, those left out (on stderr).
-    ``fields``: the job's own keys of the JSON document; ``counted``, ``source``: its words
-    after the token count and after the semicolon of the line for people."""
+    ``name``: the JSON document's (``run-shards``); ``fields``: the job's own keys of it;
+    ``counted``, ``source``: its words after the token count and after the semicolon of the
+    line for people."""
     if as_json:
         emit_json({"out": done.out, "shards": done.shards, "tokens": done.tokens, **fields,
                    "written": done.written, "already_complete": done.already,
-                   "skipped": skipped_json(done.skipped)})
+                   "skipped": skipped_json(done.skipped)}, name)
     else:
         print(f"{done.out}: {len(done.written):,} shard(s) written, {len(done.already):,} "
               f"already complete, of {done.shards:,} ({done.tokens:,} tokens{counted}); "

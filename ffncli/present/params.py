@@ -4,6 +4,7 @@ or JSON."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,22 +27,23 @@ if TYPE_CHECKING:  # a file's count: imported with it (a preset's params reads n
     from rich.console import Console
 
     from ffncli.counting.files import FileCount
+    from ffncli.specs.spec import ModelSpec
 
 # One function a command: its result as one JSON document, or as tables for people.
 
 
 def emit_params(result: ParamsResult | FileOnlyResult, as_json: bool,
-                table_format: str = "rich") -> None:
-    """``table_format``: rich, markdown or csv (``--format``)."""
-    with table_format_of(table_format):
+                table_format: str | None = None) -> None:
+    """``table_format``: rich, markdown or csv (``--format``); None: as the caller set it."""
+    with table_format_of(table_format) if table_format else contextlib.nullcontext():
         if isinstance(result, FileOnlyResult):
-            emit_json(file_only_json(result)) if as_json else print_file_only(result)
+            emit_json(file_only_json(result), "params-file") if as_json else print_file_only(result)
         else:
-            emit_json(params_json(result)) if as_json else print_params(result)
+            emit_json(params_json(result), "params") if as_json else print_params(result)
 
 
 def emit_presets(rows: Sequence[PresetSummary], as_json: bool) -> None:
-    emit_json(presets_json(rows)) if as_json else print_presets(rows)
+    emit_json(presets_json(rows), "presets") if as_json else print_presets(rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,6 +83,11 @@ def _layer_json(layer: LayerCount) -> dict[str, Any]:
     }
 
 
+def _range_json(c: ModelCount) -> dict[str, Any] | None:
+    span = c.active_range
+    return None if span is None else {"min": span.least, "max": span.most, "why": span.why}
+
+
 def params_json(result: ParamsResult) -> dict[str, Any]:
     c, spec = result.count, result.count.spec
     doc: dict[str, Any] = {
@@ -95,6 +102,7 @@ def params_json(result: ParamsResult) -> dict[str, Any]:
         "top_k": spec.ffn.top_k,
         "total_params": c.total,
         "active_params": c.active,
+        "active_params_range": _range_json(c),
         "uncounted": list(spec.uncounted),
         "layers": [_layer_json(layer) for layer in c.layers],
         "groups": dict(c.groups),
@@ -152,6 +160,7 @@ _MIXER_NOTES = {"sliding": "attention over a sliding window of {} tokens",
                 "chunked": "attention within chunks of {} tokens",
                 "linear": "linear attention (a fixed state, no KV cache)",
                 "mamba": "a Mamba mixer (a fixed state, no KV cache)",
+                "conv": "a short convolution (a fixed state, no KV cache)",
                 "none": "no token mixer"}
 
 
@@ -164,58 +173,11 @@ def _layer_note(layer: LayerCount) -> str:
 def print_params(result: ParamsResult) -> None:
     out = console()
     c, spec = result.count, result.count.spec
-    ffn = spec.ffn
-    moe = f", {ffn.experts} experts, top-{ffn.top_k}" if ffn.is_moe else ""
-    if spec.pattern and not any(k.has_ffn for k in spec.pattern):
-        out.print(Text(f"{spec.name}: d_model {spec.d_model}, no FFN (mixer-only layers)"))
-    else:
-        out.print(Text(f"{spec.name}: d_model {spec.d_model}, d_ff {ffn.d_ff}, "
-                       f"{ffn.label}{moe}"))
-    if spec.uncounted:
-        out.print(Text(f"counted: the language model only; not counted: "
-                       f"{', '.join(spec.uncounted)}"))
+    _print_header(out, spec)
     for layer in c.layers:
-        out.print()
-        if spec.pattern:
-            out.print(Text(_layer_note(layer)))
-        table = new_table(_layer_title(layer), ("part", "shape", "params"))
-        for row in layer.ffn_rows:
-            table.add_row(Text(f"FFN {row.name}"), row.shape, commas(row.params))
-        mixer = {"linear": "linear attention", "mamba": "mamba"}.get(layer.mixer, "attention")
-        for row in layer.attention_rows:
-            table.add_row(Text(f"{mixer} {row.name}"), row.shape, commas(row.params))
-        for row in layer.other_rows:
-            table.add_row(Text(row.name), row.shape, commas(row.params))
-        if layer.norm:
-            table.add_row("norms", "", commas(layer.norm))
-        out.print(table)
-        label = f"{layer.kind} layer total:" if layer.kind != "ffn" else "FFN total:"
-        lines = [("FFN weights per layer:", commas(layer.ffn))]
-        if layer.ffn_active != layer.ffn:
-            lines.append(("active per token:", commas(layer.ffn_active)))
-        lines += [(label, commas(layer.total)), ("share in the FFN:", pct(layer.ffn_share))]
-        shares = {"share in the FFN:": layer.ffn_share}
-        if layer.ffn_active != layer.ffn:
-            lines.append(("active share in the FFN:", pct(layer.ffn_active_share)))
-            shares["active share in the FFN:"] = layer.ffn_active_share
-        width = max(len(name) for name, _ in lines) + 1
-        for name, value in lines:
-            out.print(f"{name:<{width}}{value}")
-            if name in shares and layer.kind != "ffn":  # an FFN-only spec: always 100%
-                share_bar_line(out, width, shares[name])
+        _print_layer(out, spec, layer)
     if not spec.ffn_only:
-        out.print()
-        table = new_table("whole model", ("part", "shape", "params"))
-        for layer in c.layers:
-            table.add_row(f"{layer.count} {layer.kind} layers", f"{layer.count} x "
-                          f"{commas(layer.total)}", commas(layer.count * layer.total))
-        for row in c.other_rows:
-            table.add_row(Text(row.name), row.shape, commas(row.params))
-        table.add_row("total" if not spec.uncounted else "total (language model only)", "",
-                      commas(c.total))
-        if c.active != c.total:
-            table.add_row("active per token", "", commas(c.active))
-        out.print(table)
+        _print_whole(out, c)
         _print_parts(out, c)
     _print_flops(out, c)
     _print_memory(out, c)
@@ -233,8 +195,87 @@ def print_params(result: ParamsResult) -> None:
         print_stored(out, result.file)
 
 
+def _print_header(out: Console, spec: ModelSpec) -> None:
+    """The spec in a line, and what a multimodal config holds that is not counted."""
+    ffn = spec.ffn
+    moe = f", {ffn.experts} experts, top-{ffn.top_k}" if ffn.is_moe else ""
+    if spec.pattern and not any(k.has_ffn for k in spec.pattern):
+        out.print(Text(f"{spec.name}: d_model {spec.d_model}, no FFN (mixer-only layers)"))
+    else:
+        out.print(Text(f"{spec.name}: d_model {spec.d_model}, d_ff {ffn.d_ff}, "
+                       f"{ffn.label}{moe}"))
+    if spec.uncounted:
+        out.print(Text(f"counted: the language model only; not counted: "
+                       f"{', '.join(spec.uncounted)}"))
+
+
+def _print_layer(out: Console, spec: ModelSpec, layer: LayerCount) -> None:
+    """One layer kind: its parts in a table, then its FFN's weights and share."""
+    out.print()
+    if spec.pattern:
+        out.print(Text(_layer_note(layer)))
+    table = new_table(_layer_title(layer), ("part", "shape", "params"))
+    mixer = {"linear": "linear attention", "mamba": "mamba", "conv": "conv"}.get(
+        layer.mixer, "attention")
+    for prefix, rows in (("FFN ", layer.ffn_rows), (f"{mixer} ", layer.attention_rows),
+                         ("", layer.other_rows)):
+        for row in rows:
+            table.add_row(Text(f"{prefix}{row.name}"), row.shape, commas(row.params))
+    if layer.norm:
+        table.add_row("norms", "", commas(layer.norm))
+    out.print(table)
+    _print_layer_shares(out, layer)
+
+
+def _print_layer_shares(out: Console, layer: LayerCount) -> None:
+    """A layer's FFN weights (and those active per token), total and FFN share, aligned, a
+    bar under each share (not for an FFN-only spec: always 100%)."""
+    label = f"{layer.kind} layer total:" if layer.kind != "ffn" else "FFN total:"
+    moe = layer.ffn_active != layer.ffn
+    lines = [("FFN weights per layer:", commas(layer.ffn))]
+    if moe:
+        lines.append(("active per token:", commas(layer.ffn_active)))
+    if layer.ffn_active_least is not None:  # zero experts: a range
+        lines.append(("fewest per token:", commas(layer.ffn_active_least)))
+    lines += [(label, commas(layer.total)), ("share in the FFN:", pct(layer.ffn_share))]
+    shares = {"share in the FFN:": layer.ffn_share}
+    if moe:
+        lines.append(("active share in the FFN:", pct(layer.ffn_active_share)))
+        shares["active share in the FFN:"] = layer.ffn_active_share
+    width = max(len(name) for name, _ in lines) + 1
+    for name, value in lines:
+        out.print(f"{name:<{width}}{value}")
+        if name in shares and layer.kind != "ffn":
+            share_bar_line(out, width, shares[name])
+
+
+def _print_whole(out: Console, c: ModelCount) -> None:
+    """The whole model: each layer kind times its count, the rows outside the layers, the
+    total (and the active parameters of a mixture of experts)."""
+    spec = c.spec
+    out.print()
+    table = new_table("whole model", ("part", "shape", "params"))
+    for layer in c.layers:
+        table.add_row(f"{layer.count} {layer.kind} layers", f"{layer.count} x "
+                      f"{commas(layer.total)}", commas(layer.count * layer.total))
+    for row in c.other_rows:
+        table.add_row(Text(row.name), row.shape, commas(row.params))
+    table.add_row("total" if not spec.uncounted else "total (language model only)", "",
+                  commas(c.total))
+    if c.active != c.total:
+        table.add_row("active per token", "", commas(c.active))
+    span = c.active_range
+    if span is not None:
+        table.add_row("active per token, fewest", "", commas(span.least))
+    out.print(table)
+    if span is not None:
+        out.print(Text(f"active per token is a range, {commas(span.least)} to "
+                       f"{commas(span.most)}: {span.why}"))
+
+
 PARTS = {"embeddings": "embeddings", "attention": "attention", "ffn": "FFN", "norms": "norms",
-         "head": "output head", "pooler": "pooler", "other": "other (AltUp, LAuReL...)"}
+         "head": "output head", "pooler": "pooler",
+         "other": "other (AltUp, bottlenecks, norm gates...)"}
 
 
 def _print_parts(out: Console, c: ModelCount) -> None:
@@ -339,6 +380,7 @@ def print_kv(out: Console, kv: KvCache) -> None:
 _KV_PARTS = {"full": "full attention", "mla": "latent attention",
              "sliding": "sliding window", "chunked": "chunked attention",
              "linear": "linear attention (state)", "mamba": "mamba (state)",
+             "conv": "short convolution (state)",
              "shared": "shares another layer's KV"}
 
 

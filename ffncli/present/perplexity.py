@@ -28,6 +28,8 @@ from ffncli.present.svg import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ffncli.jobs.perplexity import LayerCost, PerplexityResult, VariantResult
 
 
@@ -133,6 +135,13 @@ def print_perplexity(doc: dict[str, Any]) -> None:
                        f"{doc['nll_mean']:.6f} nats over {doc['tokens_scored']:,} tokens"))
     if not doc["variants"]:
         return
+    _print_variants(out, doc)
+    for v in _largest_per_rule(doc["variants"]):
+        _print_variant_layers(out, v)
+
+
+def _print_variants(out: Console, doc: dict[str, Any]) -> None:
+    """Every variant's score in a table, with a bar of its perplexity (or cosine)."""
     columns, rows, values = _rows(doc)
     top = max((v for v in values if v is not None and math.isfinite(v)), default=1.0) or 1.0
     shares = [None if v is None else v / top for v in values]
@@ -140,14 +149,18 @@ def print_perplexity(doc: dict[str, Any]) -> None:
     out.print(bar_table(out, f"{heading} against sparsity (FFN of layers "
                              f"{_span(doc['layers'])})", columns, rows, shares, after=2,
                         heading=""))
-    for v in _largest_per_rule(doc["variants"]):
-        layer_rows = [[str(c["layer"]), pct(c["sparsity"]), f"{c['ffn_relative_error']:.4f}"]
-                      + ([pct(c["sparsity_in"]), pct(c["sparsity_down"])]
-                         if v["rule"] == "teal" else []) for c in v["layers"]]
-        extra = ["input cut", "down cut"] if v["rule"] == "teal" else []
-        out.print(bar_table(out, f"{v['label']}: each layer's achieved sparsity and FFN error",
-                            ["layer", "sparsity", "FFN error", *extra], layer_rows,
-                            [c["sparsity"] for c in v["layers"]], after=1, track=True))
+
+
+def _print_variant_layers(out: Console, v: dict[str, Any]) -> None:
+    """One variant's achieved sparsity and FFN error per layer (teal: both of its cuts)."""
+    teal = v["rule"] == "teal"
+    layer_rows = [[str(c["layer"]), pct(c["sparsity"]), f"{c['ffn_relative_error']:.4f}"]
+                  + ([pct(c["sparsity_in"]), pct(c["sparsity_down"])] if teal else [])
+                  for c in v["layers"]]
+    extra = ["input cut", "down cut"] if teal else []
+    out.print(bar_table(out, f"{v['label']}: each layer's achieved sparsity and FFN error",
+                        ["layer", "sparsity", "FFN error", *extra], layer_rows,
+                        [c["sparsity"] for c in v["layers"]], after=1, track=True))
 
 
 def _largest_per_rule(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -167,7 +180,7 @@ def _span(layers: list[int]) -> str:
 def emit_perplexity(result: PerplexityResult, as_json: bool) -> None:
     doc = perplexity_json(result)
     if as_json:
-        emit_json(doc)
+        emit_json(doc, "perplexity")
     else:
         print_perplexity(doc)
 
@@ -177,55 +190,67 @@ def emit_perplexity(result: PerplexityResult, as_json: bool) -> None:
 
 
 def perplexity_report(doc: dict[str, Any], about: Context | None = None) -> str:
-    decoder = doc["kind"] == "decoder"
-    key = "perplexity" if decoder else "sentence_cosine"
+    sections = [_cost_section(doc), _layers_section(doc)] if doc["variants"] else []
+    name = about.model if about is not None else doc["model"]
+    return page("perplexity and the cost of FFN sparsity", [name, *_about_lines(doc)[1:]],
+                sections, about.footer() if about is not None else ())
+
+
+def _score_key(doc: dict[str, Any]) -> str:
+    return "perplexity" if doc["kind"] == "decoder" else "sentence_cosine"
+
+
+def _cost_section(doc: dict[str, Any]) -> str:
+    """The curve of the score against achieved sparsity, one line a rule from the dense
+    model at 0%, and the variants' table."""
+    key = _score_key(doc)
     rules: dict[str, list[tuple[float, float]]] = {}
     for v in doc["variants"]:
         rules.setdefault(v["rule"], []).append((v["sparsity"], v[key]))
-    start = (0.0, doc["perplexity"] if decoder else 1.0)
+    start = (0.0, doc["perplexity"] if doc["kind"] == "decoder" else 1.0)
     series = [(rule, [start, *sorted(points)], PALETTE[i % len(PALETTE)])
               for i, (rule, points) in enumerate(rules.items())]
     ys = [y for _, points, _ in series for _, y in points if math.isfinite(y)]
     lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
     pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
-    sections = []
-    if series:
-        chart = line_chart(series, f"{key.replace('_', ' ')} against achieved sparsity",
-                           "achieved sparsity of the FFN", key.replace("_", " "),
-                           x_ticks=[(k / 5, percent(k / 5, 0)) for k in range(6)],
-                           y_range=(lo - pad, hi + pad), y_text=lambda y: f"{y:.4g}")
-        columns, rows, _ = _rows(doc)
-        sections.append(section("the cost of sparsity", chart,
-                                number_table(columns, rows, "variants"),
-                                note="The dense model at 0%, then each target of each rule."))
-        labels = [v["label"] for v in doc["variants"]]
-        layers = [str(i) for i in doc["layers"]]
-        sparsity = [[c["sparsity"] for c in v["layers"]] for v in doc["variants"]]
-        errors = [[min(1.0, c["ffn_relative_error"]) for c in v["layers"]]
-                  for v in doc["variants"]]
-        def per_layer(key: str, text: Callable[[float], str], name: str) -> str:
-            """A row a layer, a column a target: 30 layers fit the page."""
-            return number_table(["layer", *labels], [
-                [Cell(layer, f"layers.{k}"),
-                 *(Cell(text(v["layers"][k][key]), f"variants.{n}.layers.{k}.{key}")
-                   for n, v in enumerate(doc["variants"]))]
-                for k, layer in enumerate(layers)], name)
+    chart = line_chart(series, f"{key.replace('_', ' ')} against achieved sparsity",
+                       "achieved sparsity of the FFN", key.replace("_", " "),
+                       x_ticks=[(k / 5, percent(k / 5, 0)) for k in range(6)],
+                       y_range=(lo - pad, hi + pad), y_text=lambda y: f"{y:.4g}")
+    columns, rows, _ = _rows(doc)
+    return section("the cost of sparsity", chart, number_table(columns, rows, "variants"),
+                   note="The dense model at 0%, then each target of each rule.")
 
-        sections.append(section(
-            "each layer", heatmap(labels, layers, sparsity, "achieved sparsity per layer",
-                                  "share of the FFN zeroed",
-                                  data_span(s for row in sparsity for s in row)),
-            per_layer("sparsity", percent, "layer_sparsity"),
-            heatmap(labels, layers, errors, "FFN relative error per layer",
-                    "||y sparse - y dense|| / ||y dense||",
-                    data_span(e for row in errors for e in row)),
-            per_layer("ffn_relative_error", lambda e: fixed(e, 4), "layer_error"),
-            note="Each layer's achieved sparsity, and its FFN's relative error on its own "
-                 "input, sparse against dense. Each heat map's shades span its data, lightest "
-                 "to darkest (the scale beneath it says from what to what)."))
-    name = about.model if about is not None else doc["model"]
-    return page("perplexity and the cost of FFN sparsity", [name, *_about_lines(doc)[1:]],
-                sections, about.footer() if about is not None else ())
+
+def _per_layer(doc: dict[str, Any], key: str, text: Callable[[float], str], name: str) -> str:
+    """A row a layer, a column a target: 30 layers fit the page."""
+    labels = [v["label"] for v in doc["variants"]]
+    return number_table(["layer", *labels], [
+        [Cell(str(layer), f"layers.{k}"),
+         *(Cell(text(v["layers"][k][key]), f"variants.{n}.layers.{k}.{key}")
+           for n, v in enumerate(doc["variants"]))]
+        for k, layer in enumerate(doc["layers"])], name)
+
+
+def _layers_section(doc: dict[str, Any]) -> str:
+    """Each layer's achieved sparsity and FFN error, as heat maps and tables."""
+    labels = [v["label"] for v in doc["variants"]]
+    layers = [str(i) for i in doc["layers"]]
+    sparsity = [[c["sparsity"] for c in v["layers"]] for v in doc["variants"]]
+    errors = [[min(1.0, c["ffn_relative_error"]) for c in v["layers"]]
+              for v in doc["variants"]]
+    return section(
+        "each layer", heatmap(labels, layers, sparsity, "achieved sparsity per layer",
+                              "share of the FFN zeroed",
+                              data_span(s for row in sparsity for s in row)),
+        _per_layer(doc, "sparsity", percent, "layer_sparsity"),
+        heatmap(labels, layers, errors, "FFN relative error per layer",
+                "||y sparse - y dense|| / ||y dense||",
+                data_span(e for row in errors for e in row)),
+        _per_layer(doc, "ffn_relative_error", lambda e: fixed(e, 4), "layer_error"),
+        note="Each layer's achieved sparsity, and its FFN's relative error on its own "
+             "input, sparse against dense. Each heat map's shades span its data, lightest "
+             "to darkest (the scale beneath it says from what to what).")
 
 
 def save_perplexity(outputs: Outputs, report: Path | None, saved: Path | None,

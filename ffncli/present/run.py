@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # the result types: their modules import NumPy, which params 
 
 
 def emit_run(result: RunResult, as_json: bool, precision: int) -> None:
-    emit_json(run_json(result)) if as_json else print_run(result, precision)
+    emit_json(run_json(result), "run") if as_json else print_run(result, precision)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -81,4 +81,5 @@ def print_run(result: RunResult, precision: int = 4) -> None:
 
 def emit_sharded_run(done: ShardedRun, as_json: bool) -> None:
     """``run`` over shards: what was written where, and the shards left out (on stderr)."""
-    emit_written(done, as_json, {"weights": done.source}, "", f"weights {done.source}")
+    emit_written(done, as_json, "run-shards", {"weights": done.source}, "",
+                 f"weights {done.source}")

@@ -20,6 +20,8 @@ from ffncli.present.console import (
 )
 
 if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
+    from rich.console import Console
+
     from ffncli.analysis.sparsity import SparsityResult
     from ffncli.jobs.capture import CaptureResult
     from ffncli.jobs.shards.drivers import ShardedCapture, ShardedStats, ShardedSweep
@@ -28,13 +30,13 @@ if TYPE_CHECKING:  # the result types: their modules import NumPy, which params 
 
 def emit_stats(result: SparsityResult, as_json: bool, weights: str | None = None) -> None:
     """``weights``: where the FFN's weights came from (its layer), for the header."""
-    emit_json(stats_json(result)) if as_json else print_stats(result, weights)
+    emit_json(stats_json(result), "relu-stats") if as_json else print_stats(result, weights)
 
 
 def emit_sweep(result: SweepResult, as_json: bool) -> None:
     doc = sweep_json(result)
     if as_json:
-        emit_json(doc)
+        emit_json(doc, "relu-stats-sweep")
         return
     print_sweep(doc)
     if len(result.layers) == 1:  # one layer: its full statistics too
@@ -42,7 +44,7 @@ def emit_sweep(result: SweepResult, as_json: bool) -> None:
 
 
 def emit_capture(result: CaptureResult, as_json: bool) -> None:
-    emit_json(capture_json(result)) if as_json else print_capture(result)
+    emit_json(capture_json(result), "capture") if as_json else print_capture(result)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,45 +105,61 @@ def print_stats(r: SparsityResult, weights: str | None = None) -> None:
               f"{r.w2_macs_saved_per_token:,.0f} of {r.w2_macs_per_token:,} per token "
               f"({r.w2_macs_saved_per_token / r.w2_macs_per_token:.1%})")
     if r.experts == 1:
-        s = r.stats[0]
-        histogram = s.activity_histogram()
-        units = [int(str(row["units"])) for row in histogram]
-        largest = max(units, default=0) or 1  # the largest bin is a full bar
-        out.print(bar_table(out, "units by how often they are active", ("active for", "units"),
-                             [(str(row["bin"]), str(n))
-                              for row, n in zip(histogram, units, strict=True)],
-                             [n / largest for n in units]))
-        aggregated = s.aggregated_sparsity()
-        out.print(bar_table(out, "aggregated sparsity: units unused by all of the first t "
-                             "tokens", ("t", "unused share"),
-                             [(f"{row['tokens']:,}", pct(row["unused_share"]))
-                              for row in aggregated],
-                             [row["unused_share"] for row in aggregated], track=True))
-        coverage = s.hot_unit_coverage()
-        out.print(bar_table(out, "hot units: the fewest units carrying a share of all "
-                             "activations", ("share of activations", "units", "share of units"),
-                             [(pct(row["share"]), str(row["units"]), pct(row["unit_share"]))
-                              for row in coverage],
-                             [row["unit_share"] for row in coverage], track=True))
-        ov = s.overlap_summary()
-        if ov["pairs"] and r.small_masks is None:
-            out.print(f"overlap of consecutive tokens' inactive sets: Jaccard "
-                      f"{ov['mean_jaccard']:.3f} ± {ov['std_jaccard']:.3f}; shared "
-                      f"{ov['mean_shared']:.1f} units vs {ov['mean_shared_by_chance']:.1f} "
-                      "by chance")
+        _print_units(out, r)
     else:
-        table = new_table("per expert", ("expert", "tokens", "inactive", "dead", "always active"))
-        for e, s in enumerate(r.stats):
-            table.add_row(str(e), f"{s.tokens:,}", pct(s.mean_inactive_fraction),
-                          str(len(s.dead_units)), str(len(s.always_active_units)))
-        out.print(table)
+        _print_experts(out, r)
     if r.pairwise_overlap is not None and r.tokens > 1:
-        table = new_table("shared inactive units between tokens", ("tokens", "shared", "Jaccard",
-                                                                "by chance"))
-        for row in r.pairwise_overlap:
-            table.add_row(f"{row['a']} & {row['b']}", str(row["shared"]),
-                          f"{row['jaccard']:.3f}", f"{row['by_chance']:.1f}")
-        out.print(table)
+        _print_pairs(out, r)
+
+
+def _print_units(out: Console, r: SparsityResult) -> None:
+    """A dense or gated FFN's units: how often each is active, the share unused by the first
+    t tokens, the hot units, and the overlap of consecutive tokens' inactive sets."""
+    s = r.stats[0]
+    histogram = s.activity_histogram()
+    units = [int(str(row["units"])) for row in histogram]
+    largest = max(units, default=0) or 1  # the largest bin is a full bar
+    out.print(bar_table(out, "units by how often they are active", ("active for", "units"),
+                         [(str(row["bin"]), str(n))
+                          for row, n in zip(histogram, units, strict=True)],
+                         [n / largest for n in units]))
+    aggregated = s.aggregated_sparsity()
+    out.print(bar_table(out, "aggregated sparsity: units unused by all of the first t "
+                         "tokens", ("t", "unused share"),
+                         [(f"{row['tokens']:,}", pct(row["unused_share"]))
+                          for row in aggregated],
+                         [row["unused_share"] for row in aggregated], track=True))
+    coverage = s.hot_unit_coverage()
+    out.print(bar_table(out, "hot units: the fewest units carrying a share of all "
+                         "activations", ("share of activations", "units", "share of units"),
+                         [(pct(row["share"]), str(row["units"]), pct(row["unit_share"]))
+                          for row in coverage],
+                         [row["unit_share"] for row in coverage], track=True))
+    ov = s.overlap_summary()
+    if ov["pairs"] and r.small_masks is None:
+        out.print(f"overlap of consecutive tokens' inactive sets: Jaccard "
+                  f"{ov['mean_jaccard']:.3f} ± {ov['std_jaccard']:.3f}; shared "
+                  f"{ov['mean_shared']:.1f} units vs {ov['mean_shared_by_chance']:.1f} "
+                  "by chance")
+
+
+def _print_experts(out: Console, r: SparsityResult) -> None:
+    table = new_table("per expert", ("expert", "tokens", "inactive", "dead", "always active"))
+    for e, s in enumerate(r.stats):
+        table.add_row(str(e), f"{s.tokens:,}", pct(s.mean_inactive_fraction),
+                      str(len(s.dead_units)), str(len(s.always_active_units)))
+    out.print(table)
+
+
+def _print_pairs(out: Console, r: SparsityResult) -> None:
+    """The inactive units every two of a few tokens share, against what chance gives."""
+    assert r.pairwise_overlap is not None
+    table = new_table("shared inactive units between tokens", ("tokens", "shared", "Jaccard",
+                                                            "by chance"))
+    for row in r.pairwise_overlap:
+        table.add_row(f"{row['a']} & {row['b']}", str(row["shared"]),
+                      f"{row['jaccard']:.3f}", f"{row['by_chance']:.1f}")
+    out.print(table)
 
 
 UNITS_LISTED = 20  # units named in a line of relu-stats; the rest are counted
@@ -240,7 +258,7 @@ def emit_sharded_stats(out: ShardedStats, as_json: bool) -> None:
     if as_json:
         doc = stats_json(out.result)
         doc.update(shards=out.shards, skipped=skipped_json(out.skipped))
-        emit_json(doc)
+        emit_json(doc, "relu-stats")
     else:
         print_stats(out.result)
     print_skipped(out.skipped)
@@ -250,12 +268,13 @@ def emit_sharded_sweep(out: ShardedSweep, as_json: bool) -> None:
     if as_json:
         doc = sweep_json(out.result)
         doc.update(shards=out.shards, skipped=skipped_json(out.skipped))
-        emit_json(doc)
+        emit_json(doc, "relu-stats-sweep")
     else:
         emit_sweep(out.result, False)
     print_skipped(out.skipped)
 
 
 def emit_sharded_capture(done: ShardedCapture, as_json: bool) -> None:
-    emit_written(done, as_json, {"model": done.model, "layers": list(done.layers)},
+    emit_written(done, as_json, "capture-shards",
+                 {"model": done.model, "layers": list(done.layers)},
                  f", layers {done.layers[0]}-{done.layers[-1]}", f"model {done.model}")

@@ -1117,16 +1117,26 @@ def granitemoe_spec(family: str) -> Callable[[Config], ModelSpec]:
 
 def windowed(read: Callable[[Config], ModelSpec]) -> Callable[[Config], ModelSpec]:
     """A reader whose layers follow layer_types when the config has them (Gemma 2, Qwen2 and
-    Qwen3 as transformers 5 writes them), else all slide when sliding_window is set (Mistral,
-    Mixtral), else all attend fully."""
+    Qwen3 as transformers 5 writes them), else as Qwen2Config and Qwen3Config derive them (the
+    layers from max_window_layers on slide, only with use_sliding_window), else all slide when
+    sliding_window is set (Mistral, Mixtral), else all attend fully."""
     def windows(c: Config) -> ModelSpec:
         spec = read(c)
         n = spec.layers.decoder
         every = "sliding_attention" if c.data.get("sliding_window") is not None \
             and c.data.get("layer_types") is None else "full_attention"
+        mixers = layer_mixers(c, n, every)
+        if spec.family in _QWEN_WINDOWS and c.data.get("layer_types") is None:
+            slide = c.bool("use_sliding_window", False) and every == "sliding_attention"
+            first = c.int0("max_window_layers", 28)
+            mixers = ["sliding" if slide and i >= first else "full" for i in range(n)]
         ffns = [k.ffn or spec.ffn for k in spec.decoder_kinds()]
-        return with_pattern(spec, c, layer_mixers(c, n, every), ffns)
+        return with_pattern(spec, c, mixers, ffns)
     return windows
+
+
+# Whose configs without layer_types slide by use_sliding_window and max_window_layers.
+_QWEN_WINDOWS = ("qwen2", "qwen3")
 
 
 def with_sinks(read: Callable[[Config], ModelSpec]) -> Callable[[Config], ModelSpec]:

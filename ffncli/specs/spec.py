@@ -54,6 +54,20 @@ class FfnSpec:
     shared_d_ff: int = 0  # MoE: a shared expert of this width that every token uses (0: none)
     shared_gate: bool = False  # Qwen2-MoE: sigmoid(x g) scales the shared expert, g d_model x 1
     router_scales: bool = False  # Gemma 4: router input scaled per channel, weights per expert
+    # Zero (identity) experts beside the routed ones (LongCat-Flash): the router scores
+    # experts + zero_experts; a top-k choice of one costs nothing, so the active count is a range.
+    zero_experts: int = 0
+    down_bias: bool | None = None  # a bias on W2 alone when it differs from ``bias`` (GTE)
+    groups: int = 1  # W1 (W, V) and W2 as grouped 1x1 convolutions (SqueezeBERT): / groups
+    stack: int = 1  # FFNs one after another in each layer, each with its norm (MobileBERT)
+    adapters: int = 0  # X-MOD: one bottleneck adapter per language after the FFN, each
+    adapter_d_ff: int = 0  # d_model -> adapter_d_ff -> d_model with biases
+    # issue 40, hybrids: RWKV's channel mixing, sigmoid(x R) scaling the output (R d_model x
+    # d_model) and two token-shift mixing vectors of d_model; config readers only
+    channel_mix: bool = False
+    # issue 40, hybrids: Inkling's router also scores the shared experts (shared_d_ff / d_ff of
+    # them) and keeps one learned scale; config readers only
+    router_shared: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -94,20 +108,47 @@ class AttentionSpec:
     rope_head_dim: int = 0
     v_head_dim: int | None = None
     sinks: bool = False  # one learned logit per head that takes part in the softmax (gpt-oss)
-    output_gate: bool = False  # W_Q also gives a sigmoid gate on each head's output (Qwen3-Next)
     values_are_keys: bool = False  # no W_V: K's projection is also V (Gemma 4's full layers)
     differential: bool = False  # DiffLlama: four learned vectors of head_dim (its lambdas)
     dynamic_mask: bool = False  # Doge: dt_proj (kv_heads x head_dim -> kv_heads) and A per KV head
-    # XLNet's relative attention: r (d_model x heads * head_dim), the r_w, r_r and r_s biases and
-    # two segment embeddings (heads x head_dim each) in every layer.
+    # a sigmoid gate on each head's output: W_Q gives it too (Qwen3-Next); under latent attention
+    # a projection of its own from x, heads x v_head_dim (HY-V4)
+    output_gate: bool = False
+    # DeepSeek-V3.2's lightning indexer beside latent attention (index_heads > 0): queries of
+    # index_heads x index_head_dim from the query latent, one key of index_head_dim (LayerNorm
+    # with bias) and a weight per head from x; it caches its key per token.
+    index_heads: int = 0
+    index_head_dim: int = 0
+    head_gate: bool = False  # a sigmoid gate per head from x, d_model x heads (dots.llm3, LFM3)
+    rope_key_norm: bool = False  # latent attention: an RMSNorm on the rope key (dots.llm3)
+    # latent attention: W_Q_b reads twice q_lora_rank and also gives a sigmoid gate of
+    # v_head_dim per head on the output (A.X-K2's q_gate_proj)
+    query_gate: bool = False
+    key_bias: bool = True  # with qkv_bias: False when W_K alone has none (DeBERTa v1)
+    query_bias: bool = True  # with qkv_bias: False when W_Q alone has none (Funnel)
+    # Transformer-XL's relative attention (Funnel): a d_model x heads x head_dim position
+    # kernel, per-head r_w, r_r and r_s biases and two segment embeddings, in every layer.
     xl_relative: bool = False
+    # More d_model -> heads x head_dim projections, with qkv_bias, in every layer: Longformer's
+    # and LED's global Q, K and V (3), LUKE's entity-aware queries (3).
+    extra_projections: int = 0
+    # ConvBERT: a span-based dynamic convolution of this kernel beside attention (its own
+    # projections, and the second half of W_O's input); 0: none.
+    span_conv: int = 0
+    # ProphetNet's decoder: a d_model -> relative_projection (buckets x heads) projection with a
+    # bias in each layer's self-attention; 0: none.
+    relative_projection: int = 0
+    value_conv: int = 0  # Nystromformer: a depthwise convolution of this kernel on each head's V
+    qkv_groups: int = 1  # W_Q, W_K, W_V as grouped 1x1 convolutions (SqueezeBERT): / groups
+    shared_qk: bool = False  # one projection for queries and keys, no W_K (Reformer's LSH)
+    out_groups: int = 1  # W_O likewise
 
 
 # A decoder layer's token mixer: full causal attention; attention over a sliding window of
 # ``window`` tokens (Mistral, Gemma 2/3, gpt-oss); over chunks of ``window`` tokens (Llama 4);
 # a linear-attention or state-space block with a fixed state instead of a KV cache (Gated
 # DeltaNet, Mamba: ``LayerKind.mixer_spec``); none at all.
-MIXERS = ("full", "sliding", "chunked", "linear", "mamba", "none")
+MIXERS = ("full", "sliding", "chunked", "linear", "mamba", "conv", "none")
 
 
 @dataclass(frozen=True)
@@ -157,6 +198,55 @@ class Mamba2MixerSpec:
     conv_kernel: int = 4
     conv_bias: bool = True
     proj_bias: bool = False
+    norm: bool = True  # issue 40, hybrids: False, no gated norm (Falcon-H1's mamba_rms_norm)
+
+
+# --- issue 40, hybrids: LFM's short convolution, Zamba's shared transformer block ------------
+
+
+@dataclass(frozen=True)
+class ShortConvSpec:
+    """LFM2's and LFM3's short convolution (mixer ``conv``): x -> B, C and x (3 x width), a
+    depthwise causal convolution of ``kernel`` over B * x, C times it, the output projection;
+    its state the convolution's last ``kernel`` inputs."""
+
+    width: int
+    kernel: int
+    bias: bool = False
+
+
+@dataclass(frozen=True)
+class SideConvSpec:
+    """Inkling's parts beside a layer's attention (a mixer_spec on an attention layer): short
+    depthwise convolutions without bias of ``kernel`` taps on K and V (kv_width channels each)
+    and on the stream before attention and before the FFN (``width``: d_model, each); the
+    relative-position logits, r_proj (d_model -> heads x rel_dim) and a table of rel_dim x
+    rel_extent. Its state: each convolution's last ``kernel`` inputs."""
+
+    kv_width: int
+    width: int
+    kernel: int
+    heads: int
+    rel_dim: int
+    rel_extent: int
+
+
+@dataclass(frozen=True)
+class SharedBlockSpec:
+    """Zamba's and Zamba2's shared transformer block, as one layer uses it: an attention (the
+    layer kind's ``attention``) reading ``input_width`` channels (the stream and the input
+    embeddings side by side: 2 d_model) back to d_model, the kind's FFN, a norm of
+    input_width and one of d_model; its weights are held by the first layer using it
+    (``owner``), the others reuse them (their cache and FLOPs their own). Each layer adds a
+    d_model x d_model projection of its own; Zamba2's block also holds, for each of its
+    ``users`` layers, LoRA adapters of ``adapter_rank`` on the FFN's gate and up (and on Q, K
+    and V with ``attention_adapters``)."""
+
+    owner: bool
+    input_width: int
+    users: int = 1
+    adapter_rank: int = 0
+    attention_adapters: bool = False
 
 
 @dataclass(frozen=True)
@@ -169,10 +259,16 @@ class LayerKind:
     mixer: str = "full"  # one of MIXERS
     window: int = 0  # sliding: the window; chunked: the chunk (tokens)
     attention: AttentionSpec | None = None  # None: the spec's attention
-    mixer_spec: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | None = None
+    mixer_spec: (LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | ShortConvSpec
+                 | SideConvSpec | None) = None
     ffn: FfnSpec | None = None  # None: the spec's FFN
     has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
+    attentions: int = 1  # attention sublayers in each layer, each its own KV (LongCat-Flash: 2)
+    norms: int | None = None  # norms of d_model in each layer (None: the spec's norm.per_layer)
+    gated_norms: int = 0  # of those, how many gate their output by x -> norm_gate_rank -> x
+    norm_gate_rank: int = 0  # (A.X-K2's GatedRMSNorm: two bias-free projections, d x rank x d)
+    shared: SharedBlockSpec | None = None  # issue 40, hybrids: Zamba's shared block, beside mixer
 
 
 @dataclass(frozen=True)
@@ -191,6 +287,41 @@ class LayerExtrasSpec:
 
 
 @dataclass(frozen=True)
+class LatentSpec:
+    """Perceiver: ``latents`` learned rows of d_model attend once to the inputs (``inputs``
+    wide) before the self-attention layers: queries ``qk`` wide from the latents, keys ``qk``
+    and values ``v`` wide from the inputs, the output back to d_model (all with biases), a
+    LayerNorm on each side, then an MLP of ``widening`` x d_model and its LayerNorm."""
+
+    latents: int
+    inputs: int
+    qk: int
+    v: int
+    widening: int = 1
+
+
+@dataclass(frozen=True)
+class BottleneckSpec:
+    """MobileBERT: the stream between layers is ``outer`` wide, each layer's attention and FFNs
+    d_model (true_hidden_size) wide inside it: a projection in (outer -> d_model, with bias and
+    a norm), another for the queries and keys when ``shared_qk``, the values read from the
+    outer stream when ``value_outer``, a projection out (d_model -> outer, with bias and a
+    norm). Its embeddings are outer wide: word vectors ``embedding`` wide (joined with their two
+    neighbours' when ``trigram``) projected with a bias, position and token-type tables, a
+    norm; the pooler's dense layer with ``pooler``."""
+
+    outer: int
+    shared_qk: bool
+    value_outer: bool
+    vocab: int
+    embedding: int
+    trigram: bool
+    positions: int
+    token_types: int
+    pooler: bool
+
+
+@dataclass(frozen=True)
 class NormSpec:
     kind: NormKind = "layernorm"
     bias: bool = True
@@ -199,6 +330,9 @@ class NormSpec:
     affine: bool = True  # False: the norms have no weights (OLMo; OPT without elementwise affine)
     sub_norms: bool = False  # BitNet: norms on attention's output (d_model) and the FFN's hidden
     residual_scales: bool = False  # Doge: a learned scale (d_model) on each of the 2 residuals
+    cross: int = 1  # norms a decoder layer's cross-attention adds (T5Gemma: 2, before and after)
+    final_bias: bool | None = None  # the final norm's bias when it differs from ``bias`` (ESM C)
+    final_width: int = 0  # the final norm's width when not d_model's (Reformer: 2 x d_model)
 
 
 @dataclass(frozen=True)
@@ -206,6 +340,10 @@ class LayersSpec:
     encoder: int = 0
     decoder: int = 1  # with encoder > 0, decoder layers also have cross-attention
     dense: int = 0  # decoder layers whose FFN is ModelSpec.dense_ffn, not the MoE ffn (DeepSeek)
+    shared: int = 0  # ALBERT: the encoder's distinct layers, each run encoder / shared times
+    cross: bool = False  # decoder layers attend to an encoder outside the model (TrOCR)
+    merged_cross: bool = False  # the decoder attends to the encoder with its self-attention's
+    # projections (T5Gemma 2's merged attention): no cross-attention weights of its own
 
 
 @dataclass(frozen=True)
@@ -218,10 +356,6 @@ class EmbeddingsSpec:
     norm: bool = False  # a norm right after the embeddings (BERT)
     head: HeadKind = "tied"  # output projection to the vocabulary
     head_bias: bool = False
-    # ModernBERT-decoder: before the head, a d_model x d_model layer (with a bias by
-    # head_transform_bias) and a norm.
-    head_transform: bool = False
-    head_transform_bias: bool = False
     # ELECTRA: word, position and token-type tables and their norm are all dim wide, then one
     # dim -> d_model projection with a bias (instead of OPT's bias-free project in and out).
     factorized: bool = False
@@ -229,6 +363,23 @@ class EmbeddingsSpec:
     relative: int = 0  # DeBERTa: rows of a relative-position table (d_model wide), all layers'
     relative_norm: bool = False  # DeBERTa-v3: a norm on that table (with relative > 0)
     mask: bool = False  # XLNet: one learned d_model vector for the positions to predict
+    position_dim: int = 0  # the position table's width when not d_model's (RoFormer: head_dim)
+    decoder_positions: int = 0  # with per_stack: the decoder's rows when not the encoder's (LED)
+    decoder_vocab: int = 0  # the decoder's own word table (and the head), when it has one (FSMT)
+    project: bool = False  # a d_model -> d_model projection with bias after the norm (FNet)
+    extra_rows: int = 0  # more d_model rows: PEGASUS-X's global tokens, ProphetNet's n-grams
+    head_transform: bool = False  # BERT's LM head: a d_model dense with bias and a norm first
+    head_transform_bias: bool = True  # that dense layer's bias (ModernBERT-decoder: none)
+    # Reformer's axial positions: one table (rows, width) per axis, the widths summing to
+    # d_model.
+    axial: tuple[tuple[int, int], ...] = ()
+    # More tables (rows, width) whose vectors are joined to the word vector, all then projected
+    # to d_model with a bias (RoCBert's shape and pronunciation tables).
+    side_tables: tuple[tuple[int, int], ...] = ()
+    # LUKE's entities: a table of entities x entity_dim (projected to d_model without bias when
+    # narrower), their own position and token-type tables and norm.
+    entities: int = 0
+    entity_dim: int = 0
 
 
 @dataclass(frozen=True)
@@ -261,6 +412,10 @@ class ModelSpec:
     # is the language model's alone, and says so.
     uncounted: tuple[str, ...] = ()
     extras: LayerExtrasSpec | None = None  # Gemma 3n's AltUp, LAuReL and per-layer inputs
+    hyper_streams: int = 0  # hyper-connections over this many copies of the stream (HY-V4)
+    encoder_pattern: tuple[LayerKind, ...] = ()  # the kind of each encoder layer (as pattern)
+    latents: LatentSpec | None = None  # Perceiver's latent array and its cross-attention
+    bottleneck: BottleneckSpec | None = None  # MobileBERT's bottlenecks and embeddings
 
     @property
     def ffn_only(self) -> bool:
@@ -315,12 +470,30 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
     "attention.kv_lora_rank": 0,
     "attention.q_lora_rank": 0,
     "attention.rope_head_dim": 0,
+    "attention.index_heads": 0,
+    "attention.index_head_dim": 0,
+    "ffn.zero_experts": 0,
+    "dense_ffn.zero_experts": 0,
     "layers.dense": 0,
 }
 
 
+# Issue 40's encoder and seq2seq parts (each a field of one section), which only the config
+# readers fill: not keys of a YAML spec.
+ENCODER_PARTS = frozenset({
+    "down_bias", "groups", "stack", "adapters", "adapter_d_ff",
+    "key_bias", "query_bias", "xl_relative", "extra_projections", "span_conv",
+    "relative_projection", "value_conv", "qkv_groups", "out_groups", "shared_qk",
+    "shared", "cross", "merged_cross",
+    "position_dim", "decoder_positions", "decoder_vocab", "project", "extra_rows",
+    "head_transform", "axial", "side_tables", "entities", "entity_dim",
+    "final_bias", "final_width",
+})
+
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
-NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras"})
+NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams",
+                             "encoder_pattern", "latents", "bottleneck", "channel_mix",
+                             "router_shared", "head_transform_bias"}) | ENCODER_PARTS
 
 
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
@@ -419,10 +592,6 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
         if ffn is not None and ffn.router_scales and not ffn.is_moe:
             raise SpecError(f"{source}: key '{key}.router_scales': only a mixture of experts "
                             f"({key}.experts > 1) has a router")
-    emb = spec.embeddings
-    if emb is not None and emb.head_transform_bias and not emb.head_transform:
-        raise SpecError(f"{source}: key 'embeddings.head_transform_bias': needs "
-                        "embeddings.head_transform")
     layers = spec.layers
     if layers.dense > layers.decoder:
         raise SpecError(f"{source}: key 'layers.dense': expected at most layers.decoder "
@@ -430,6 +599,12 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
     if spec.pattern and len(spec.pattern) != layers.decoder:
         raise SpecError(f"{source}: the layer pattern names {len(spec.pattern)} layers, "
                         f"layers.decoder is {layers.decoder}")
+    if layers.shared and layers.encoder % layers.shared:
+        raise SpecError(f"{source}: key 'layers.shared': expected a divisor of layers.encoder "
+                        f"({layers.encoder}), got {layers.shared}")
+    if spec.encoder_pattern and len(spec.encoder_pattern) != layers.encoder:
+        raise SpecError(f"{source}: the encoder's layer pattern names "
+                        f"{len(spec.encoder_pattern)} layers, layers.encoder is {layers.encoder}")
     if layers.dense and spec.dense_ffn is None:
         raise SpecError(f"{source}: key 'dense_ffn': layers.dense ({layers.dense}) needs the "
                         "dense layers' FFN")
@@ -446,6 +621,15 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
     elif att is not None and (att.q_lora_rank or att.rope_head_dim or att.v_head_dim):
         raise SpecError(f"{source}: key 'attention.kv_lora_rank': q_lora_rank, rope_head_dim "
                         "and v_head_dim belong to latent attention (kv_lora_rank > 0)")
+    if att is not None and (att.index_heads or att.index_head_dim) and not (
+            att.index_heads and att.index_head_dim and att.q_lora_rank and att.kv_lora_rank):
+        raise SpecError(f"{source}: key 'attention.index_heads': the indexer needs latent "
+                        "attention with q_lora_rank, and index_heads and index_head_dim, all > 0")
+    for key in ("rope_key_norm", "query_gate"):  # head_gate: any attention (LFM3's too)
+        if att is not None and getattr(att, key) and not (
+                att.kv_lora_rank and (att.q_lora_rank or key != "query_gate")):
+            raise SpecError(f"{source}: key 'attention.{key}': belongs to latent attention "
+                            "(kv_lora_rank > 0; query_gate with q_lora_rank > 0)")
 
 
 def spec_from_mapping(data: Any, source: str, default_name: str = "custom") -> ModelSpec:

@@ -33,6 +33,7 @@ from ffncli.jobs.shards.workers import (
     open_shard,
     shard_chunks,
 )
+from ffncli.jobs.targets import OUT_OPTIONS
 
 if TYPE_CHECKING:
     import numpy as np
@@ -128,7 +129,8 @@ def shard_run(task: RunTask, shard: Shard, dest: Path, room: list[int] | None, s
         out_shape = shard.shape[:-1] + (ffn.d_model,)
         buffers = [np.empty((ffn.chunk_tokens, ffn.d_model), dtype=ffn.dtype)
                    for _ in range(2)]  # one is written while the other is filled
-        with AtomicNpyWriter(dest, out_shape, ffn.dtype, True, (shard.path,)) as writer:
+        with AtomicNpyWriter(dest, out_shape, ffn.dtype, True, (shard.path,),
+                             names=OUT_OPTIONS) as writer:
             for i, x in enumerate(shard_chunks(ffn, shard, task.allow_nonfinite)):
                 _stop_if(stop, shard)  # and the writer removes its file
                 writer.wait(buffers[i % 2])

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ffncli.errors import InputError
 from ffncli.jobs.choices import ModelChoice
+from ffncli.jobs.resolve import ALLOW_OPTION
 from ffncli.jobs.shards.inputs import Shard
 from ffncli.specs.spec import Overrides
 
@@ -108,6 +109,7 @@ def open_shard(shard: Shard, d_model: int) -> Any:
     from ffncli.formats.tokens import open_input
 
     tokens = open_input(shard.path, d_model)
+    tokens.allow = ALLOW_OPTION
     if tuple(tokens.shape) != shard.shape:
         raise InputError(f"{shard.path}: changed while the job ran: shape {tokens.shape}, "
                          f"was {shard.shape}")
