@@ -217,7 +217,8 @@ def test_lfm3_short_convolution_and_gated_attention(tmp_path):
     count = ffncli.count(spec)
     layers = {x.mixer: x for x in count.layers}
     assert layers["conv"].attention == 2048 * 6144 + 2048 * 7 + 2048 * 2048
-    assert {r.name: r.params for r in layers["full"].attention_rows}["head gate"] == 2048 * 16
+    rows = {r.name: r.params for r in layers["full"].attention_rows}
+    assert rows["output gate (per head)"] == 2048 * 16
     assert layers["full"].attention == 2 * 2048 * 2048 + 2 * 2048 * 512 + 2048 * 16
     assert layers["full"].norm == 4 * 2048 + 2 * 128
     assert count.groups["norms"] == 24 * 4 * 2048 + 11 * 256 + 2048  # 11 attention layers

@@ -281,7 +281,7 @@ def test_hostile_dots3_configs(cli, tmp_path, config, message):
     test_hostile_configs_of_the_latent_readers(cli, tmp_path, config, message)
 
 
-@pytest.mark.parametrize("key", ["rope_key_norm"])  # head_gate: any attention (LFM3)
+@pytest.mark.parametrize("key", ["rope_key_norm"])  # head_gate: any attention (LFM3, Laguna)
 def test_dots3_parts_belong_to_latent_attention(key):
     data = {**SPEC, "attention": {"heads": 4, key: True}}
     with pytest.raises(SpecError, match=f"key 'attention.{key}': belongs to latent attention"):

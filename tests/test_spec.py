@@ -83,8 +83,8 @@ def test_presets_count_as_transformers(tmp_path, text, name):
      "key 'attention.rope_head_dim': latent attention needs attention.head_dim (nope + rope) "
      "larger than rope_head_dim"),
     (("kv_lora_rank: 8,", "kv_lora_rank: 0,"),
-     "key 'attention.kv_lora_rank': q_lora_rank, rope_head_dim and v_head_dim belong to "
-     "latent attention (kv_lora_rank > 0)"),
+     "key 'attention.kv_lora_rank': q_lora_rank and rope_head_dim belong to latent "
+     "attention (kv_lora_rank > 0)"),
 ])
 def test_rules_of_the_new_keys(cli, tmp_path, change, message):
     path = tmp_path / "p.yaml"

@@ -115,6 +115,14 @@ def adapter_params(d_model: int, ffn: FfnSpec) -> int:
     """X-MOD's language adapters after the FFN: per language d -> adapter_d_ff -> d, biases."""
     return ffn.adapters * (linear(d_model, ffn.adapter_d_ff, True)
                            + linear(ffn.adapter_d_ff, d_model, True))
+def expert_norm_params(d_model: int, ffn: FfnSpec) -> tuple[int, int]:
+    """Ergo's RMSNorm of d_model after each routed expert and after the shared expert, counted
+    with the layer's norms: (all of them, those one token uses: its top-k experts' and the
+    shared expert's)."""
+    if not ffn.expert_norm:
+        return 0, 0
+    shared = d_model if ffn.shared_d_ff else 0
+    return ffn.experts * d_model + shared, ffn.top_k * d_model + shared
 
 
 def ffn_params(d_model: int, ffn: FfnSpec) -> int:
@@ -141,6 +149,16 @@ def attention_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
     """(width of Q and of the output projection's input, width of K and of V)."""
     head_dim = att.head_dim or d_model // att.heads
     return att.heads * head_dim, (att.kv_heads or att.heads) * head_dim
+
+
+def value_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
+    """(width of V, width of the output projection's input): kv_heads and heads times
+    v_head_dim when the values are narrower than queries and keys (MiMo-V2-Flash), else
+    attention_widths' K and Q widths."""
+    q_width, kv_width = attention_widths(d_model, att)
+    if att.v_head_dim is None or att.kv_lora_rank:
+        return kv_width, q_width
+    return (att.kv_heads or att.heads) * att.v_head_dim, att.heads * att.v_head_dim
 
 
 def latent_attention_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[str, int, int,
@@ -209,6 +227,15 @@ def attention_params(d_model: int, att: AttentionSpec) -> int:
                    for _, n_in, n_out, bias in latent_attention_matrices(d_model, att)) \
             + sink_params(att)
     return sum(r.params for r in _attention_rows(d_model, att, ""))
+
+
+def gate_rows(d_model: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    """An output gate of one scalar per head, d_model -> heads (Laguna), and a bias per head
+    on the output gate (Beam)."""
+    h = att.heads
+    head = (Row(f"{prefix}output gate (per head)", f"{d_model} x {h}", d_model * h),) \
+        if att.head_gate else ()
+    return head + ((Row(f"{prefix}output gate bias", f"{h}", h),) if att.gate_bias else ())
 
 
 def sink_params(att: AttentionSpec) -> int:
@@ -338,6 +365,19 @@ def kda_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, in
     )
 
 
+def lightning_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
+    """Lightning attention (MiniMax-Text-01, LinearMixerSpec kind "lightning") as (name, shape,
+    params): one projection to Q, K and V of v_heads x v_head_dim each, a sigmoid output gate
+    as wide, an RMSNorm over all heads' outputs, the output projection; no convolution."""
+    w = mix.v_heads * mix.v_head_dim
+    return (
+        ("W_qkv", f"{d_model} x {3 * w}", d_model * 3 * w),
+        ("output gate", f"{d_model} x {w}", d_model * w),
+        ("output norm", f"{w}", w),
+        ("W_O", f"{w} x {d_model}", w * d_model),
+    )
+
+
 def norm_params(d_model: int, norm: NormSpec) -> int:
     """A gain vector, plus a bias vector for LayerNorm with bias (RMSNorm has none); nothing
     for a norm without elementwise affine weights."""
@@ -417,7 +457,7 @@ def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     if att.kv_lora_rank:
         return att.kv_lora_rank + att.rope_head_dim + att.index_head_dim
     _, kv_width = attention_widths(d_model, att)
-    return 2 * kv_width
+    return kv_width + value_widths(d_model, att)[0]
 
 
 def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec
@@ -440,6 +480,8 @@ def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpe
     if isinstance(mix, Mamba2MixerSpec):  # the convolved stream's inputs, a state per head
         conv = mix.d_inner + 2 * mix.groups * mix.d_state
         return conv * mix.conv_kernel + mix.d_inner * mix.d_state
+    if mix.kind == "lightning":  # one k_head_dim x v_head_dim state per head, no convolution
+        return mix.v_heads * mix.k_head_dim * mix.v_head_dim
     conv = 2 * mix.k_heads * mix.k_head_dim + mix.v_heads * mix.v_head_dim
     return conv * mix.conv_kernel + mix.v_heads * mix.k_head_dim * mix.v_head_dim
 
@@ -521,12 +563,14 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
         return 2 * sum(n_in * n_out for _, n_in, n_out, _ in
                        latent_attention_matrices(d_model, att))
     q_width, kv_width = attention_widths(d_model, att)
+    v_width, o_width = value_widths(d_model, att)
     gate = d_model * q_width if att.output_gate else 0
-    gate += d_model * att.heads if att.head_gate else 0  # LFM3's gate a head
+    gate += d_model * att.heads if att.head_gate else 0  # a gate a head (LFM3, Laguna)
     extra = att.extra_projections * d_model * q_width
     conv = sum(weights for _, _, weights, _ in span_conv_matrices(d_model, att))
-    no_v = 2 * d_model * kv_width if att.values_are_keys else 0  # W_K is also W_V
-    return 2 * (2 * d_model * q_width + 2 * d_model * kv_width + gate + extra + conv) - no_v
+    no_v = 2 * d_model * v_width if att.values_are_keys else 0  # W_K is also W_V
+    return 2 * (d_model * (q_width + o_width) + d_model * (kv_width + v_width) + gate + extra
+                + conv) - no_v
 
 
 def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int:
@@ -535,7 +579,7 @@ def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int
         v_head_dim = att.v_head_dim or att.head_dim or 0
         return 2 * seq_len * att.heads * ((att.head_dim or 0) + v_head_dim)
     q_width, _ = attention_widths(d_model, att)
-    return 2 * 2 * seq_len * q_width
+    return 2 * seq_len * (q_width + value_widths(d_model, att)[1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -576,6 +620,7 @@ class LayerCount:
     other_rows: tuple[Row, ...] = ()  # parts neither attention, FFN nor norm (Gemma 3n)
     other: int = 0
     repeats: int = 1  # times each of these layers runs per token (ALBERT's shared layers)
+    norm_unused: int = 0  # norms of the experts a token does not use (Ergo's expert norms)
 
     @property
     def total(self) -> int:
@@ -583,7 +628,7 @@ class LayerCount:
 
     @property
     def active(self) -> int:
-        return self.ffn_active + self.attention + self.norm + self.other
+        return self.ffn_active + self.attention + self.norm - self.norm_unused + self.other
 
     @property
     def ffn_share(self) -> float:
@@ -618,7 +663,7 @@ class ModelCount:
 
     @property
     def active(self) -> int:
-        unused = sum(layer.count * (layer.ffn - layer.ffn_active) for layer in self.layers)
+        unused = sum(layer.count * (layer.total - layer.active) for layer in self.layers)
         return self.total - unused
 
     @property
@@ -714,9 +759,8 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     if att.kv_lora_rank:  # its head gate one of its matrices
         return tuple(Row(f"{prefix}{name}", f"{n_in} x {n_out}", linear(n_in, n_out, bias))
                      for name, n_in, n_out, bias in latent_attention_matrices(d, att)) + sinks
-    gate = (Row(f"{prefix}head gate", f"{d} x {att.heads}", d * att.heads),) \
-        if att.head_gate else ()  # LFM3's gate a head
     q_width, kv_width = attention_widths(d, att)
+    v_width, o_width = value_widths(d, att)
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
     qkv = att.qkv_groups
     extra = extra_projection_rows(d, att, prefix) + span_conv_rows(d, att, prefix) \
@@ -727,8 +771,8 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
             f"{d} x {q_out}", grouped(d, q_out, att.qkv_bias and att.query_bias, qkv)),
         Row(f"{prefix}W_K", f"{d} x {kv_width}", grouped(d, kv_width,
                                                          att.qkv_bias and att.key_bias, qkv)),
-        Row(f"{prefix}W_V", f"{d} x {kv_width}", grouped(d, kv_width, att.qkv_bias, qkv)),
-        Row(f"{prefix}W_O", f"{q_width} x {d}", grouped(q_width, d, att.out_bias,
+        Row(f"{prefix}W_V", f"{d} x {v_width}", grouped(d, v_width, att.qkv_bias, qkv)),
+        Row(f"{prefix}W_O", f"{o_width} x {d}", grouped(o_width, d, att.out_bias,
                                                         att.out_groups)),
     )
     if att.shared_qk:  # Reformer's LSH attention: W_Q is the keys' projection too
@@ -736,7 +780,7 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     if att.values_are_keys:  # Gemma 4's full layers: W_K's keys are the values too
         core = tuple(r for r in core if r.name != f"{prefix}W_V")
     mine = dynamic_mask_rows(d, att, prefix) + lambda_rows(d, att, prefix)
-    return extra + core + sinks + gate + mine
+    return extra + core + sinks + gate_rows(d, att, prefix) + mine
 
 
 def dynamic_mask_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
@@ -924,6 +968,7 @@ def _linear_mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, 
                 else rg_lru_matrices(d, mix) if mix.kind == "rg_lru"
                 else mlstm_matrices(d, mix) if mix.kind == "mlstm"
                 else rwkv_matrices(d, mix) if mix.kind == "rwkv"
+                else lightning_matrices(d, mix) if mix.kind == "lightning"
                 else linear_mixer_matrices(d, mix))
     return tuple(Row(prefix + name, shape, n) for name, shape, n in matrices)
 
@@ -959,6 +1004,8 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         qk = qk_norm_params(d, att)
         norms += ((qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
                   * kind.attentions)
+    experts_norms, used_norms = expert_norm_params(d, ffn) if kind.has_ffn else (0, 0)
+    norms += experts_norms
     extra = (layer_extra_rows(d, spec.extras) if spec.extras else ()) + norm_gate_rows(d, kind) \
         + hyper_rows(d, spec.hyper_streams)
     if spec.bottleneck is not None and norm is not None:
@@ -981,6 +1028,7 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         ffn_active_least=ffn_active_min_params(d, ffn) if kind.has_ffn and ffn.zero_experts
         else None,
         ffn_spec=ffn,
+        norm_unused=experts_norms - used_norms,
     )
     return layer if kind.shared is None else _with_shared_block(spec, kind, layer)
 

@@ -6,26 +6,23 @@ counted since (a row of ffncli.specs.archs.ARCHS) is read, whatever this says.""
 from __future__ import annotations
 
 LACKS: dict[str, str] = {
-    "aria_text": "its kind of mixture of experts",
     "audioflamingo3": "its vision or audio tower",
-    "beam": "its kind of mixture of experts",
     "blt": "its vision or audio tower",
     "cohere_compass_text": "a model transformers itself cannot build from these defaults",
     "cpmant":
         "its prompt tokens (prompt_types x prompt_length embedding rows; prompt_length more"
         " tokens in every layer's KV cache)",
     "dbrx": "a model transformers itself cannot build from these defaults",
-    "deepseek_v4": "its kind of mixture of experts",
+    "deepseek_v4":
+        "its hyper-connections (attn_hc, ffn_hc), compressed and indexed attention and"
+        " hash-routed experts (hash_moe)",
     "dory":
         "its recurrent loops (n_recurrent_layers run n_recurrent_loops times, each loop with a"
         " KV cache of its own)",
     "dots1": "a model transformers itself cannot build from these defaults",
     "dots3_note": "a model transformers itself cannot build from these defaults",
     "emu3": "a model transformers itself cannot build from these defaults",
-    "ergo": "its kind of mixture of experts",
     "esm": "a model transformers itself cannot build from these defaults",
-    "exaone_moe": "its kind of mixture of experts",
-    "flint": "its kind of mixture of experts",
     "gemma3n": "a model transformers itself cannot build from these defaults",
     "gemma4_assistant": "a model transformers itself cannot build from these defaults",
     "git": "its vision or audio tower",
@@ -38,22 +35,16 @@ LACKS: dict[str, str] = {
         " H_cycles x (L_cycles + 1) layers of KV cache)",
     "hunyuan_v1_dense": "a model transformers itself cannot build from these defaults",
     "hunyuan_v1_moe": "a model transformers itself cannot build from these defaults",
-    "hy_v3": "its kind of mixture of experts",
     "inkling2_loop_text":
         "attention residuals over earlier layers, message gates between loops, dynamic short"
         " convolutions and relative-position biases",
     "inkling2_text":
-        "attention residuals over earlier layers, dynamic short convolutions, sink projections"
-        " and relative-position biases",
-    "jetmoe": "its kind of mixture of experts",
-    "kolibri1": "its kind of mixture of experts",
-    "kolibri1_1": "its kind of mixture of experts",
-    "laguna": "its kind of mixture of experts",
+        "attention residuals over earlier layers, dynamic short convolutions, sink"
+        " projections and relative-position biases",
+    "jetmoe":
+        "a mixture of attention heads (routed Q and O projections: active attention) and the"
+        " bias on its experts' summed output",
     "lfm2_moe": "a model transformers itself cannot build from these defaults",
-    "mimo_v2_flash": "its kind of mixture of experts",
-    "minicpm5_moe": "its kind of mixture of experts",
-    "minimax": "its kind of mixture of experts",
-    "minimax_m3_vl_text": "its kind of mixture of experts",
     "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
     "modernvbert": "its vision or audio tower",
@@ -72,10 +63,12 @@ LACKS: dict[str, str] = {
     "qwen3_asr": "its vision or audio tower",
     "qwen4_exp": "a model transformers itself cannot build from these defaults",
     "qwen4_exp_text": "a model transformers itself cannot build from these defaults",
-    "solar_open": "its kind of mixture of experts",
     "ultravbert": "its vision or audio tower",
     "voxtral": "its vision or audio tower",
     "voxtral_realtime": "its vision or audio tower",
     "whisper": "a reader for its encoder",
-    "zaya": "its kind of mixture of experts",
+    "zaya":
+        "a skip expert its router may pick (an active count that is a range), its attention's"
+        " convolutions over Q and K (and delayed values), its router's MLP and residual"
+        " scales",
 }

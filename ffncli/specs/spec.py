@@ -54,6 +54,9 @@ class FfnSpec:
     shared_d_ff: int = 0  # MoE: a shared expert of this width that every token uses (0: none)
     shared_gate: bool = False  # Qwen2-MoE: sigmoid(x g) scales the shared expert, g d_model x 1
     router_scales: bool = False  # Gemma 4: router input scaled per channel, weights per expert
+    # Ergo: each routed expert's output and the shared expert's go through an RMSNorm of d_model
+    # of their own (counted with the layer's norms; a routed expert's norm active with it).
+    expert_norm: bool = False
     # Zero (identity) experts beside the routed ones (LongCat-Flash): the router scores
     # experts + zero_experts; a top-k choice of one costs nothing, so the active count is a range.
     zero_experts: int = 0
@@ -103,6 +106,7 @@ class AttentionSpec:
     # Multi-head latent attention (DeepSeek-V2/V3), when kv_lora_rank > 0: K and V come from a
     # shared latent of kv_lora_rank plus one rope_head_dim key; head_dim is the query/key width
     # of a head (nope + rope), v_head_dim the value width; q_lora_rank > 0 factors W_Q as well.
+    # Without a latent, v_head_dim narrows V and the output projection's input (MiMo-V2-Flash).
     kv_lora_rank: int = 0
     q_lora_rank: int = 0
     rope_head_dim: int = 0
@@ -119,7 +123,10 @@ class AttentionSpec:
     # with bias) and a weight per head from x; it caches its key per token.
     index_heads: int = 0
     index_head_dim: int = 0
-    head_gate: bool = False  # a sigmoid gate per head from x, d_model x heads (dots.llm3, LFM3)
+    # a gate per head from x, d_model x heads: sigmoid (dots.llm3, latent; LFM3) or softplus
+    # (Laguna)
+    head_gate: bool = False
+    gate_bias: bool = False  # a bias per head on the output gate (Beam)
     rope_key_norm: bool = False  # latent attention: an RMSNorm on the rope key (dots.llm3)
     # latent attention: W_Q_b reads twice q_lora_rank and also gives a sigmoid gate of
     # v_head_dim per head on the output (A.X-K2's q_gate_proj)
@@ -160,7 +167,8 @@ class LinearMixerSpec:
     convolution of ``conv_kernel`` over Q, K and V, per-head ``A_log`` and ``dt_bias``, an
     RMSNorm of ``v_head_dim`` on the output, and the output projection."""
 
-    kind: str  # "gated_deltanet"
+    kind: str  # "gated_deltanet", or "lightning" (MiniMax-Text-01: counting/model.py's
+    # lightning_matrices; k and v heads alike, no convolution)
     k_heads: int
     v_heads: int
     k_head_dim: int
@@ -586,6 +594,9 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
         if ffn is not None and (ffn.shared_d_ff or ffn.shared_gate) and not ffn.is_moe:
             raise SpecError(f"{source}: key '{key}.shared_d_ff': only a mixture of experts "
                             f"({key}.experts > 1) has a shared expert")
+        if ffn is not None and ffn.expert_norm and not ffn.is_moe:
+            raise SpecError(f"{source}: key '{key}.expert_norm': only a mixture of experts "
+                            f"({key}.experts > 1) has expert norms")
         if ffn is not None and ffn.shared_gate and not ffn.shared_d_ff:
             raise SpecError(f"{source}: key '{key}.shared_gate': needs a shared expert "
                             f"({key}.shared_d_ff > 0)")
@@ -609,6 +620,9 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
         raise SpecError(f"{source}: key 'dense_ffn': layers.dense ({layers.dense}) needs the "
                         "dense layers' FFN")
     att = spec.attention
+    if att is not None and att.gate_bias and not (att.output_gate or att.head_gate):
+        raise SpecError(f"{source}: key 'attention.gate_bias': needs an output gate "
+                        "(attention.output_gate or attention.head_gate)")
     if att is not None and att.kv_lora_rank:
         if att.head_dim is None or att.rope_head_dim >= att.head_dim:
             raise SpecError(f"{source}: key 'attention.rope_head_dim': latent attention needs "
@@ -618,9 +632,9 @@ def _validate_additions(spec: ModelSpec, source: str) -> None:
             if rank > spec.d_model:
                 raise SpecError(f"{source}: key 'attention.{key}': expected at most d_model "
                                 f"({spec.d_model}), got {rank}")
-    elif att is not None and (att.q_lora_rank or att.rope_head_dim or att.v_head_dim):
-        raise SpecError(f"{source}: key 'attention.kv_lora_rank': q_lora_rank, rope_head_dim "
-                        "and v_head_dim belong to latent attention (kv_lora_rank > 0)")
+    elif att is not None and (att.q_lora_rank or att.rope_head_dim):
+        raise SpecError(f"{source}: key 'attention.kv_lora_rank': q_lora_rank and "
+                        "rope_head_dim belong to latent attention (kv_lora_rank > 0)")
     if att is not None and (att.index_heads or att.index_head_dim) and not (
             att.index_heads and att.index_head_dim and att.q_lora_rank and att.kv_lora_rank):
         raise SpecError(f"{source}: key 'attention.index_heads': the indexer needs latent "
