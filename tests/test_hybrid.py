@@ -11,7 +11,7 @@ from conftest import DATA
 import ffncli
 from ffncli.counting.model import kv_cache, mamba2_matrices
 from ffncli.specs.archs import spec_from_config
-from ffncli.specs.spec import Mamba2MixerSpec
+from ffncli.specs.layers import Mamba2MixerSpec
 
 ZOO = DATA / "zoo"
 

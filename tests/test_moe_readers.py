@@ -19,7 +19,8 @@ from ffncli.counting.model import (
     lightning_matrices,
     linear_state_elements,
 )
-from ffncli.specs.spec import AttentionSpec, FfnSpec, LinearMixerSpec
+from ffncli.specs.layers import LinearMixerSpec
+from ffncli.specs.spec import AttentionSpec, FfnSpec
 
 ZOO = DATA / "zoo" / "configs"
 

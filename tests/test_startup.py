@@ -118,12 +118,13 @@ PRESET_PARAMS = {
     "ffncli.counting.results", "ffncli.errors", "ffncli.jobs", "ffncli.jobs.choices",
     "ffncli.jobs.params", "ffncli.jobs.progress", "ffncli.jobs.resolve", "ffncli.jobs.targets",
     "ffncli.present", "ffncli.present.console", "ffncli.present.params", "ffncli.presets",
-    "ffncli.specs", "ffncli.specs.spec",
+    "ffncli.specs", "ffncli.specs.rules", "ffncli.specs.sections", "ffncli.specs.spec",
 }
 HELP = {"ffncli", "ffncli.base", "ffncli.base.blas", "ffncli.base.invocation",
         "ffncli.base.validate", "ffncli.base.version", "ffncli.cli", "ffncli.cli.commands",
         "ffncli.cli.main", "ffncli.cli.options", "ffncli.errors", "ffncli.jobs",
-        "ffncli.jobs.choices", "ffncli.specs", "ffncli.specs.spec"}
+        "ffncli.jobs.choices", "ffncli.specs", "ffncli.specs.rules", "ffncli.specs.sections",
+        "ffncli.specs.spec"}
 
 
 @pytest.mark.slow

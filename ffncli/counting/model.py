@@ -8,24 +8,29 @@ weights are counted once, buffers never. FLOPs are 2 per multiply-add of the mat
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ffncli.specs.spec import (
     AttentionSpec,
-    BottleneckSpec,
     EmbeddingsSpec,
     FfnSpec,
-    LatentSpec,
-    LayerExtrasSpec,
     LayerKind,
-    LinearMixerSpec,
-    Mamba2MixerSpec,
-    MambaMixerSpec,
     ModelSpec,
     NormSpec,
-    SharedBlockSpec,
-    ShortConvSpec,
-    SideConvSpec,
 )
+
+if TYPE_CHECKING:  # a config reader builds them (specs/layers.py): off a preset's start-up
+    from ffncli.specs.layers import (
+        BottleneckSpec,
+        LatentSpec,
+        LayerExtrasSpec,
+        LinearMixerSpec,
+        Mamba2MixerSpec,
+        MambaMixerSpec,
+        SharedBlockSpec,
+        ShortConvSpec,
+        SideConvSpec,
+    )
 
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
 BITS_PER_PARAM = {"float32": 32, "bfloat16": 16, "int8": 8, "int4": 4}
@@ -465,6 +470,14 @@ def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpe
     """A fixed state: Gated DeltaNet's convolution's last conv_kernel inputs (Q, K and V) and
     one k_head_dim x v_head_dim matrix per value head; Mamba's convolution inputs and its
     d_inner x d_state SSM state; a short convolution's last kernel inputs."""
+    from ffncli.specs.layers import (  # loaded: mix is one
+        LinearMixerSpec,
+        Mamba2MixerSpec,
+        MambaMixerSpec,
+        ShortConvSpec,
+        SideConvSpec,
+    )
+
     if isinstance(mix, ShortConvSpec):
         return mix.width * mix.kernel
     if isinstance(mix, SideConvSpec):  # Inkling: K, V and the stream's two convolutions
@@ -960,6 +973,13 @@ def _linear_mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, 
     mix = kind.mixer_spec
     if mix is None:
         return ()
+    from ffncli.specs.layers import (  # loaded: mix is one
+        Mamba2MixerSpec,
+        MambaMixerSpec,
+        ShortConvSpec,
+        SideConvSpec,
+    )
+
     matrices = (short_conv_matrices(d, mix) if isinstance(mix, ShortConvSpec)
                 else side_conv_matrices(d, mix) if isinstance(mix, SideConvSpec)
                 else mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
@@ -981,9 +1001,8 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
     proj_flops = 2 * sum(r.params for r in attention_rows)
     score_flops = 0
     if att is not None:
-        beside = _linear_mixer_rows(d, kind, "linear " if isinstance(  # beside attention
-            kind.mixer_spec, LinearMixerSpec) else "" if isinstance(  # (Falcon-H1, Inkling)
-            kind.mixer_spec, SideConvSpec) else "mamba ")
+        beside = _linear_mixer_rows(d, kind, _beside_prefix(kind.mixer_spec)) \
+            if kind.mixer_spec is not None else ()  # a mixer beside attention (Falcon-H1)
         attention_rows = _attention_rows(d, att, "")
         if kind.shares_kv:  # no K and V of its own (Gemma 3n's last layers)
             attention_rows = tuple(r for r in attention_rows if r.name not in ("W_K", "W_V"))
@@ -1034,6 +1053,15 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
 
 
 # --- issue 40, hybrids: Zamba's shared transformer block ---------------------------------------
+
+
+def _beside_prefix(mix: object) -> str:
+    """How the rows of a mixer beside attention are named: linear or mamba, or plainly
+    (Inkling's convolutions)."""
+    from ffncli.specs.layers import LinearMixerSpec, SideConvSpec  # loaded: mix is one
+
+    return "linear " if isinstance(mix, LinearMixerSpec) else "" if isinstance(
+        mix, SideConvSpec) else "mamba "
 
 
 def shared_block_rows(d: int, att: AttentionSpec, ffn: FfnSpec, blk: SharedBlockSpec

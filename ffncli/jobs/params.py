@@ -40,35 +40,48 @@ def count_model(preset: str | None, config: Path | None, overrides: Overrides,
         plan.check(TRAIN_OPTIONS)
     located = weights if isinstance(weights, Counted) else Counted(weights, None if weights
                                                                    is None else str(weights))
-    weights, named = located.path, located.name
-    if weights is not None and weights.suffix.lower() == ".gguf":
-        return _count_gguf(preset, config, overrides, weights, batch, located, plan, budget)
+    path = located.path
+    if path is not None and path.suffix.lower() == ".gguf":
+        return _count_gguf(preset, config, overrides, path, batch, located, plan, budget)
     file = None
-    if weights is None:
+    if path is None:
         spec = resolve_spec(preset, config, overrides)
     else:
-        from ffncli.counting.files import count_file
-        from ffncli.specs.archs import UnsupportedModelType
-
-        if preset is None and config is None:
-            config = config_beside(weights)
-            if config is None:
-                if overrides != Overrides() or plan is not None or budget is not None:
-                    raise InputError(f"the what-if, --train and --fit options need a spec; "
-                                     f"{_NO_CONFIG}")
-                return FileOnlyResult(count_file(located.checkpoint(weights)), str(named),
-                                      _NO_CONFIG)
-        try:  # with the weights: a config.json's quantization_config is checked
-            spec = resolve_spec(preset, config, overrides, weights=weights)
-        except UnsupportedModelType as exc:
-            if plan is not None or budget is not None:
-                raise
-            return FileOnlyResult(count_file(located.checkpoint(weights)), str(named),
-                                  str(exc))
-        file = count_file(located.checkpoint(weights))
+        beside = _with_checkpoint(preset, config, overrides, located, path, plan, budget)
+        if isinstance(beside, FileOnlyResult):
+            return beside
+        spec, file, config = beside
     limit = _context(spec, overrides, budget,
-                     lambda ov: resolve_spec(preset, config, ov, weights=weights))
-    return _planned(spec, file, named, batch, plan, budget, limit)
+                     lambda ov: resolve_spec(preset, config, ov, weights=path))
+    return _planned(spec, file, located.name, batch, plan, budget, limit)
+
+
+def _with_checkpoint(preset: str | None, config: Path | None, overrides: Overrides,
+                     located: Counted, weights: Path, plan: Plan | None, budget: Budget | None
+                     ) -> tuple[ModelSpec, FileCount, Path | None] | FileOnlyResult:
+    """A checkpoint's count and the spec beside it (the config.json beside the weights unless
+    a preset or config is given; its quantization_config checked) and the config it came
+    from; the file counted alone when it has no config, or one of a model type no reader
+    knows (unless the what-if, --train or --fit options need a spec)."""
+    from ffncli.counting.files import count_file
+    from ffncli.specs.archs import UnsupportedModelType
+
+    if preset is None and config is None:
+        config = config_beside(weights)
+        if config is None:
+            if overrides != Overrides() or plan is not None or budget is not None:
+                raise InputError(f"the what-if, --train and --fit options need a spec; "
+                                 f"{_NO_CONFIG}")
+            return FileOnlyResult(count_file(located.checkpoint(weights)), str(located.name),
+                                  _NO_CONFIG)
+    try:  # with the weights: a config.json's quantization_config is checked
+        spec = resolve_spec(preset, config, overrides, weights=weights)
+    except UnsupportedModelType as exc:
+        if plan is not None or budget is not None:
+            raise
+        return FileOnlyResult(count_file(located.checkpoint(weights)), str(located.name),
+                              str(exc))
+    return spec, count_file(located.checkpoint(weights)), config
 
 
 def count_spec_planned(spec: ModelSpec, batch: int, plan: Plan | None, budget: Budget | None,

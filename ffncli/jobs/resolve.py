@@ -147,26 +147,37 @@ def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
     """The spec and, when it comes from a config.json, that config's keys (read once)."""
     if preset is not None and config is not None:
         raise InputError("give --preset or --config, not both")
-    if preset is None and config is None and weights is not None \
-            and weights.suffix.lower() == ".gguf":  # a GGUF file describes itself
+    if preset is None and config is None and _is_gguf(weights):  # a GGUF file describes itself
         from ffncli.specs.gguf import spec_from_header
 
+        assert weights is not None  # a GGUF file's path
         header = gguf if gguf is not None else _read_gguf(weights)
         return apply_overrides(spec_from_header(header), overrides or Overrides()), None
+    spec, keys = _described(preset, config, weights, weights_describe)
+    return apply_overrides(spec, overrides or Overrides()), keys
+
+
+def _is_gguf(weights: Path | None) -> bool:
+    return weights is not None and weights.suffix.lower() == ".gguf"
+
+
+def _described(preset: str | None, config: Path | None, weights: Path | None,
+               weights_describe: bool) -> tuple[ModelSpec, Keys | None]:
+    """The spec of ``--config`` (with ``weights_describe``, the config.json beside the weights
+    when neither is given) and its keys, or of ``--preset`` and the keys of the config.json
+    beside a checkpoint."""
     if weights_describe and config is None and preset is None and weights is not None:
         config = config_beside(weights)
         if config is None:  # say what is wrong with the weights, not "give a model"
             _no_config_beside(weights)
-    keys = None
     if config is not None:
-        spec, keys = _config(config, weights)
-    elif preset is not None:
-        spec = load_preset(preset)
-        if weights is not None and weights.suffix.lower() != ".gguf":
-            keys = _settings_beside(weights)
-    else:
+        return _config(config, weights)
+    if preset is None:
         raise InputError(_NO_MODEL_OR_WEIGHTS if weights_describe else _NO_MODEL)
-    return apply_overrides(spec, overrides or Overrides()), keys
+    spec = load_preset(preset)
+    if weights is None or _is_gguf(weights):
+        return spec, None
+    return spec, _settings_beside(weights)
 
 
 def _no_config_beside(weights: Path) -> None:

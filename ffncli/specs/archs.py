@@ -2,7 +2,9 @@
 
 A row says, for one ``model_type`` of a Hugging Face ``config.json``:
 
-- ``reader``: how its config becomes a spec (the readers are in :mod:`ffncli.specs.hfconfig`);
+- ``reader``: how its config becomes a spec: ``read("module.function", **options)`` names a
+  reader of :mod:`ffncli.specs.readers` (built from :mod:`ffncli.specs.hfconfig`'s kit), whose
+  module is imported only when a config of the type is read;
 - ``ffn``: where a layer's FFN lies in its safetensors checkpoints (``gated_ffn``: T5 v1.1's
   gated variant), so that ``run``, ``permute-check`` and ``relu-stats`` can read it;
 - ``forward``, ``names``, ``quirks``: which whole-model family of
@@ -27,20 +29,29 @@ from ffncli.base.validate import brief
 from ffncli.errors import ConfigError
 from ffncli.specs import hfconfig as H
 from ffncli.specs.hfconfig import Config, read_config
+from ffncli.specs.layouts import (
+    BERT_FFN,
+    BERT_NAMES,
+    DISTILBERT_NAMES,
+    GEMMA_NORMS,
+    GGUF_LLAMA_NAMES,
+    GPT2_NAMES,
+    H_TO_4H_FFN,
+    LLAMA_FFN,
+    LLAMA_NAMES,
+    MIXTRAL_FFN,
+    PADDED_POSITIONS,
+    QWEN_SLIDING_WINDOW,
+    SLIDING_WINDOW,
+    T5_FFN,
+    T5_GATED_FFN,
+    Layout,
+)
+from ffncli.specs.layouts import GGUF_FFN as GGUF_FFN  # named here for compute/weights.py
+from ffncli.specs.layouts import GGUF_GATED_FFN as GGUF_GATED_FFN
+from ffncli.specs.layouts import GGUF_MOE_FFN as GGUF_MOE_FFN
 from ffncli.specs.refused import LACKS
 from ffncli.specs.spec import ModelSpec, NormSpec, check_spec
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where one family keeps a layer's FFN: tensor names (with {i} the layer, {e} an expert)
-    and whether matrices are nn.Linear ([out, in], transposed on load) or Conv1D ([in, out])."""
-
-    names: dict[str, str]  # our name (w1, w2 or w, v, w2) -> checkpoint name stem
-    linear: bool = True
-    router: str | None = None  # mixture of experts: router stem; names then hold {e}
-    gate_up: str | None = None  # Phi-3: one [2 d_ff, d_model] matrix, gate rows then up rows
-    stacked: bool = False  # GGUF: every expert in one tensor [experts, out, in], no biases
 
 
 @dataclass(frozen=True)
@@ -57,70 +68,6 @@ class Arch:
     fused_qkv: bool = False  # Q, K and V in one stored matrix (GPT-2's c_attn): one LoRA target
 
 
-# ---------------------------------------------------------------------------------------------
-# Where the FFN is.
-
-BERT_FFN = Layout({"w1": "layer.{i}.intermediate.dense", "w2": "layer.{i}.output.dense"})
-LLAMA_FFN = Layout({"w": "layers.{i}.mlp.gate_proj", "v": "layers.{i}.mlp.up_proj",
-                    "w2": "layers.{i}.mlp.down_proj"})
-H_TO_4H_FFN = Layout({"w1": "h.{i}.mlp.dense_h_to_4h", "w2": "h.{i}.mlp.dense_4h_to_h"})
-MIXTRAL_FFN = Layout({"w": "layers.{i}.block_sparse_moe.experts.{e}.w1",
-                      "v": "layers.{i}.block_sparse_moe.experts.{e}.w3",
-                      "w2": "layers.{i}.block_sparse_moe.experts.{e}.w2"},
-                     router="layers.{i}.block_sparse_moe.gate")
-T5_FFN = Layout({"w1": "encoder.block.{i}.layer.1.DenseReluDense.wi",
-                 "w2": "encoder.block.{i}.layer.1.DenseReluDense.wo"})
-T5_GATED_FFN = Layout({"w": "encoder.block.{i}.layer.1.DenseReluDense.wi_0",
-                       "v": "encoder.block.{i}.layer.1.DenseReluDense.wi_1",
-                       "w2": "encoder.block.{i}.layer.1.DenseReluDense.wo"})
-
-# llama.cpp names a layer's FFN alike in every architecture: gate, up and down, a router
-# (ffn_gate_inp) and the experts' stacks (ffn_*_exps).
-GGUF_FFN = Layout({"w1": "blk.{i}.ffn_up", "w2": "blk.{i}.ffn_down"})
-GGUF_GATED_FFN = Layout({"w": "blk.{i}.ffn_gate", "v": "blk.{i}.ffn_up", "w2": "blk.{i}.ffn_down"})
-GGUF_MOE_FFN = Layout({"w": "blk.{i}.ffn_gate_exps", "v": "blk.{i}.ffn_up_exps",
-                       "w2": "blk.{i}.ffn_down_exps"}, router="blk.{i}.ffn_gate_inp",
-                      stacked=True)
-
-# ---------------------------------------------------------------------------------------------
-# The other tensors of the models the forward runs ({i}: the layer).
-
-BERT_NAMES = {"word": "embeddings.word_embeddings.weight",
-              "position": "embeddings.position_embeddings.weight",
-              "type": "embeddings.token_type_embeddings.weight",
-              "norm": "embeddings.LayerNorm",
-              "q": "layer.{i}.attention.self.query", "k": "layer.{i}.attention.self.key",
-              "v": "layer.{i}.attention.self.value", "o": "layer.{i}.attention.output.dense",
-              "norm1": "layer.{i}.attention.output.LayerNorm",
-              "norm2": "layer.{i}.output.LayerNorm"}
-DISTILBERT_NAMES = {**BERT_NAMES,
-                    "q": "layer.{i}.attention.q_lin", "k": "layer.{i}.attention.k_lin",
-                    "v": "layer.{i}.attention.v_lin", "o": "layer.{i}.attention.out_lin",
-                    "norm1": "layer.{i}.sa_layer_norm", "norm2": "layer.{i}.output_layer_norm"}
-GPT2_NAMES = {"word": "wte.weight", "position": "wpe.weight", "norm": "ln_f",
-              "head": "lm_head.weight", "qkv": "h.{i}.attn.c_attn", "o": "h.{i}.attn.c_proj",
-              "norm1": "h.{i}.ln_1", "norm2": "h.{i}.ln_2"}
-LLAMA_NAMES = {"embed": "embed_tokens.weight", "norm": "norm.weight", "head": "lm_head.weight",
-               "attn_norm": "layers.{i}.input_layernorm.weight",
-               "ffn_norm": "layers.{i}.post_attention_layernorm.weight",
-               "q": "layers.{i}.self_attn.q_proj", "k": "layers.{i}.self_attn.k_proj",
-               "v": "layers.{i}.self_attn.v_proj", "o": "layers.{i}.self_attn.o_proj",
-               "q_norm": "layers.{i}.self_attn.q_norm.weight",
-               "k_norm": "layers.{i}.self_attn.k_norm.weight"}
-GGUF_LLAMA_NAMES = {"embed": "token_embd.weight", "norm": "output_norm.weight",
-                    "head": "output.weight",
-                    "attn_norm": "blk.{i}.attn_norm.weight", "ffn_norm": "blk.{i}.ffn_norm.weight",
-                    "q": "blk.{i}.attn_q", "k": "blk.{i}.attn_k", "v": "blk.{i}.attn_v",
-                    "o": "blk.{i}.attn_output", "q_norm": "blk.{i}.attn_q_norm.weight",
-                    "k_norm": "blk.{i}.attn_k_norm.weight"}
-
-# The ways a model differs from its forward family.
-PADDED_POSITIONS = "positions after the padding index"  # RoBERTa
-GEMMA_NORMS = "embeddings scaled by sqrt(d_model), norms by (1 + weight)"
-SLIDING_WINDOW = "a sliding window when the config sets one"  # Mistral, Mixtral
-QWEN_SLIDING_WINDOW = "sliding windows on the layers use_sliding_window names"  # Qwen2, Qwen3
-
-
 def read(name: str, **options: Any) -> Callable[[Config], ModelSpec]:
     """The reader ``module.function`` of :mod:`ffncli.specs.readers`, called with the config and
     ``options``; its module is imported when a config of the type is first read, so that the
@@ -133,236 +80,262 @@ def read(name: str, **options: Any) -> Callable[[Config], ModelSpec]:
         return spec
 
     reader.__qualname__ = name
+    reader.options = options  # type: ignore[attr-defined]  # what it is called with
     return reader
 
 
-def _bert(family: str, **options: Any) -> Callable[[Config], ModelSpec]:
-    return lambda c: H.bert_like_spec(c, family, **options)
+def multimodal(text_type: str) -> Callable[[Config], ModelSpec]:
+    """The reader of a multimodal config whose ``text_config`` is read as ``text_type``
+    (:func:`_multimodal`)."""
+    def reader(c: Config) -> ModelSpec:
+        return _multimodal(c, text_type)
+
+    reader.__qualname__ = f"multimodal({text_type!r})"
+    return reader
 
 
-def _relative(family: str, **options: Any) -> Callable[[Config], ModelSpec]:
-    return lambda c: H.bert_relative_spec(c, family, **options)
-
-
-def _bart(family: str, positions: str, **options: Any) -> Callable[[Config], ModelSpec]:
-    return lambda c: H.bart_like_spec(c, family, positions=positions, **options)
-
-
+# The readers' modules (ffncli/specs/readers/): bert_family, t5_family, bart_family,
+# gpt_family, llama_family, gemma_family, moe_family, ssm_family. Rows are appended at the end.
 ARCHS: dict[str, Arch] = {
-    "gpt2": Arch(H.gpt2_spec, Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"},
-                                     linear=False), forward="gpt2", names=GPT2_NAMES,
-                 fused_qkv=True),
-    "bert": Arch(_bert("bert"), BERT_FFN, forward="bert", names=BERT_NAMES),
-    "roberta": Arch(_bert("roberta", vocab_default=50265), BERT_FFN, forward="bert",
-                    names=BERT_NAMES, quirks=frozenset({PADDED_POSITIONS})),
-    "distilbert": Arch(H.distilbert_spec, Layout({"w1": "layer.{i}.ffn.lin1",
-                                                  "w2": "layer.{i}.ffn.lin2"}),
+    "gpt2": Arch(read("gpt_family.gpt2_spec"),
+                 Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"}, linear=False),
+                 forward="gpt2", names=GPT2_NAMES, fused_qkv=True),
+    "bert": Arch(read("bert_family.bert_like_spec", family="bert"), BERT_FFN, forward="bert",
+                 names=BERT_NAMES),
+    "roberta": Arch(read("bert_family.bert_like_spec", family="roberta", vocab_default=50265),
+                    BERT_FFN, forward="bert", names=BERT_NAMES,
+                    quirks=frozenset({PADDED_POSITIONS})),
+    "distilbert": Arch(read("bert_family.distilbert_spec"),
+                       Layout({"w1": "layer.{i}.ffn.lin1", "w2": "layer.{i}.ffn.lin2"}),
                        forward="distilbert", names=DISTILBERT_NAMES),
-    "t5": Arch(H.t5_spec, T5_FFN, gated_ffn=T5_GATED_FFN),
-    "opt": Arch(H.opt_spec, Layout({"w1": "layers.{i}.fc1", "w2": "layers.{i}.fc2"})),
-    "gpt_neox": Arch(H.gpt_neox_spec, Layout({"w1": "layers.{i}.mlp.dense_h_to_4h",
-                                              "w2": "layers.{i}.mlp.dense_4h_to_h"}),
-                     fused_qkv=True),
-    "llama": Arch(H.llama_like("llama"), LLAMA_FFN, forward="llama", names=LLAMA_NAMES,
-                  gguf="llama", gguf_names=GGUF_LLAMA_NAMES),
+    "t5": Arch(read("t5_family.t5_spec"), T5_FFN, gated_ffn=T5_GATED_FFN),
+    "opt": Arch(read("gpt_family.opt_spec"), Layout({"w1": "layers.{i}.fc1",
+                                                     "w2": "layers.{i}.fc2"})),
+    "gpt_neox": Arch(read("gpt_family.gpt_neox_spec"),
+                     Layout({"w1": "layers.{i}.mlp.dense_h_to_4h",
+                             "w2": "layers.{i}.mlp.dense_4h_to_h"}), fused_qkv=True),
+    "llama": Arch(read("llama_family.gated_decoder_spec", family="llama"), LLAMA_FFN,
+                  forward="llama", names=LLAMA_NAMES, gguf="llama", gguf_names=GGUF_LLAMA_NAMES),
     # Mistral and Mixtral have no attention biases whatever attention_bias says; Qwen2 always
     # has them on Q, K and V (and never on O).
-    "mistral": Arch(H.windowed(H.llama_like("mistral", qkv_bias=False, out_bias=False)), LLAMA_FFN,
+    "mistral": Arch(read("llama_family.windowed_decoder", family="mistral", qkv_bias=False,
+                         out_bias=False), LLAMA_FFN,
                     forward="llama", names=LLAMA_NAMES, quirks=frozenset({SLIDING_WINDOW})),
-    "mixtral": Arch(H.windowed(H.llama_like("mixtral", qkv_bias=False, out_bias=False,
-                                            moe=H.mixtral_moe)),
-                    MIXTRAL_FFN, forward="mixtral", names=LLAMA_NAMES,
-                    quirks=frozenset({SLIDING_WINDOW})),
-    "qwen2": Arch(H.windowed(H.llama_like("qwen2", qkv_bias=True, out_bias=False)), LLAMA_FFN,
+    "mixtral": Arch(read("moe_family.mixtral_spec"), MIXTRAL_FFN, forward="mixtral",
+                    names=LLAMA_NAMES, quirks=frozenset({SLIDING_WINDOW})),
+    "qwen2": Arch(read("llama_family.windowed_decoder", family="qwen2", qkv_bias=True,
+                       out_bias=False), LLAMA_FFN,
                   forward="llama", names=LLAMA_NAMES, quirks=frozenset({QWEN_SLIDING_WINDOW}),
                   gguf="qwen2"),
-    "gemma": Arch(lambda c: H.gemma_spec(c, "gemma"), LLAMA_FFN, forward="llama",
+    "gemma": Arch(read("gemma_family.gemma_spec", family="gemma"), LLAMA_FFN, forward="llama",
                   names=LLAMA_NAMES, quirks=frozenset({GEMMA_NORMS}), gguf="gemma"),
-    "phi": Arch(H.phi_spec, Layout({"w1": "layers.{i}.mlp.fc1", "w2": "layers.{i}.mlp.fc2"})),
-    "qwen3": Arch(H.windowed(H.llama_like("qwen3", head_dim_default=128, qk_norm="head")),
-                  LLAMA_FFN,
+    "phi": Arch(read("gpt_family.phi_spec"), Layout({"w1": "layers.{i}.mlp.fc1",
+                                                     "w2": "layers.{i}.mlp.fc2"})),
+    "qwen3": Arch(read("llama_family.windowed_decoder", family="qwen3", head_dim_default=128,
+                       qk_norm="head"), LLAMA_FFN,
                   forward="llama", names=LLAMA_NAMES, quirks=frozenset({QWEN_SLIDING_WINDOW}),
                   gguf="qwen3"),
-    "qwen3_moe": Arch(H.llama_like("qwen3_moe", qk_norm="head",
-                                   moe=lambda c, n: H.qwen_moe(c, n, shared=False)),
-                      gguf="qwen3moe",
+    "qwen3_moe": Arch(read("moe_family.qwen3_moe_spec", family="qwen3_moe"), gguf="qwen3moe",
                       not_run="top-k weights renormalised only with norm_topk_prob"),
-    "qwen2_moe": Arch(lambda c: H.gated_decoder_spec(
-        c, "qwen2_moe", qkv_bias=c.bool("qkv_bias", True), out_bias=False,
-        moe=lambda c, n: H.qwen_moe(c, n, shared=True)),
-        not_run="a gated shared expert, and top-k weights not renormalised"),
-    "gemma2": Arch(H.windowed(lambda c: H.gemma_spec(c, "gemma2", norm=H.GEMMA2_NORM)), LLAMA_FFN,
-                   gguf="gemma2"),
-    "gemma3_text": Arch(lambda c: H.gemma3_text_spec(c, "gemma3_text"), LLAMA_FFN),
-    "phi3": Arch(H.llama_like("phi3", qkv_bias=False, out_bias=False),
+    "qwen2_moe": Arch(read("moe_family.qwen2_moe_spec"),
+                      not_run="a gated shared expert, and top-k weights not renormalised"),
+    "gemma2": Arch(read("gemma_family.gemma2_spec"), LLAMA_FFN, gguf="gemma2"),
+    "gemma3_text": Arch(read("gemma_family.gemma3_text_spec", family="gemma3_text"), LLAMA_FFN),
+    "phi3": Arch(read("llama_family.gated_decoder_spec", family="phi3", qkv_bias=False,
+                      out_bias=False),
                  Layout({"w2": "layers.{i}.mlp.down_proj"},
                         gate_up="layers.{i}.mlp.gate_up_proj"), gguf="phi3", fused_qkv=True),
-    "olmo": Arch(H.llama_like("olmo", norm=H.NO_AFFINE), LLAMA_FFN),
-    "olmo2": Arch(H.llama_like("olmo2", qk_norm="heads"), LLAMA_FFN),
-    "granite": Arch(H.llama_like("granite"), LLAMA_FFN, gguf="granite"),
-    "starcoder2": Arch(H.starcoder2_spec, Layout({"w1": "layers.{i}.mlp.c_fc",
-                                                  "w2": "layers.{i}.mlp.c_proj"})),
-    "gpt_bigcode": Arch(H.gpt_bigcode_spec, Layout({"w1": "h.{i}.mlp.c_fc",
-                                                    "w2": "h.{i}.mlp.c_proj"}),
+    "olmo": Arch(read("llama_family.gated_decoder_spec", family="olmo", norm=H.NO_AFFINE),
+                 LLAMA_FFN),
+    "olmo2": Arch(read("llama_family.gated_decoder_spec", family="olmo2", qk_norm="heads"),
+                  LLAMA_FFN),
+    "granite": Arch(read("llama_family.gated_decoder_spec", family="granite"), LLAMA_FFN,
+                    gguf="granite"),
+    "starcoder2": Arch(read("gpt_family.starcoder2_spec"), Layout({"w1": "layers.{i}.mlp.c_fc",
+                                                                   "w2": "layers.{i}.mlp.c_proj"})),
+    "gpt_bigcode": Arch(read("gpt_family.gpt_bigcode_spec"), Layout({"w1": "h.{i}.mlp.c_fc",
+                                                                     "w2": "h.{i}.mlp.c_proj"}),
                         fused_qkv=True),
-    "gptj": Arch(H.gptj_spec, Layout({"w1": "h.{i}.mlp.fc_in", "w2": "h.{i}.mlp.fc_out"})),
-    "falcon": Arch(H.falcon_spec, H_TO_4H_FFN, fused_qkv=True),
-    "stablelm": Arch(H.stablelm_spec, LLAMA_FFN),
-    "bloom": Arch(H.bloom_spec, H_TO_4H_FFN, fused_qkv=True),
-    "mpt": Arch(H.mpt_spec, Layout({"w1": "blocks.{i}.ffn.up_proj",
-                                    "w2": "blocks.{i}.ffn.down_proj"}), fused_qkv=True),
-    "xlm-roberta": Arch(_bert("xlm-roberta"), BERT_FFN, forward="bert", names=BERT_NAMES,
-                        quirks=frozenset({PADDED_POSITIONS})),
-    "electra": Arch(H.electra_spec, BERT_FFN, forward="electra", names=BERT_NAMES),
+    "gptj": Arch(read("gpt_family.gptj_spec"), Layout({"w1": "h.{i}.mlp.fc_in",
+                                                       "w2": "h.{i}.mlp.fc_out"})),
+    "falcon": Arch(read("gpt_family.falcon_spec"), H_TO_4H_FFN, fused_qkv=True),
+    "stablelm": Arch(read("gpt_family.stablelm_spec"), LLAMA_FFN),
+    "bloom": Arch(read("gpt_family.bloom_spec"), H_TO_4H_FFN, fused_qkv=True),
+    "mpt": Arch(read("gpt_family.mpt_spec"), Layout({"w1": "blocks.{i}.ffn.up_proj",
+                                                     "w2": "blocks.{i}.ffn.down_proj"}),
+                fused_qkv=True),
+    "xlm-roberta": Arch(read("bert_family.bert_like_spec", family="xlm-roberta"), BERT_FFN,
+                        forward="bert", names=BERT_NAMES, quirks=frozenset({PADDED_POSITIONS})),
+    "electra": Arch(read("bert_family.electra_spec"), BERT_FFN, forward="electra",
+                    names=BERT_NAMES),
     # encoders and seq2seq, 2025-26 (issue 40): counted, not run (no forward family)
-    "modernbert": Arch(H.modernbert_spec, fused_qkv=True),
-    "deberta-v2": Arch(H.deberta_v2_spec, BERT_FFN),
-    "mpnet": Arch(H.mpnet_spec, BERT_FFN),
-    "camembert": Arch(_relative("camembert"), BERT_FFN),
-    "data2vec-text": Arch(_relative("data2vec-text"), BERT_FFN),
-    "ernie": Arch(H.ernie_spec, BERT_FFN),
-    "ibert": Arch(_relative("ibert"), BERT_FFN),
-    "big_bird": Arch(H.big_bird_spec, BERT_FFN),
-    "xlm-roberta-xl": Arch(_relative("xlm-roberta-xl", embedding_norm=False, final_norm=True,
-                                     hidden_size=2560, intermediate_size=10240,
-                                     num_attention_heads=32, num_hidden_layers=36,
-                                     vocab_size=250880, max_position_embeddings=514,
-                                     type_vocab_size=1), BERT_FFN),
-    "megatron-bert": Arch(_relative("megatron-bert", embedding_norm=False, final_norm=True,
-                                    hidden_size=1024, intermediate_size=4096,
-                                    num_attention_heads=16, num_hidden_layers=24,
-                                    vocab_size=29056), BERT_FFN),
-    "roberta-prelayernorm": Arch(_relative("roberta-prelayernorm", final_norm=True,
-                                           vocab_size=50265), BERT_FFN),
-    "mra": Arch(_relative("mra", pooler=False, position_offset=2, vocab_size=50265,
-                          type_vocab_size=1), BERT_FFN),
-    "yoso": Arch(H.yoso_spec, BERT_FFN),
-    "tapas": Arch(H.tapas_spec, BERT_FFN),
-    "layoutlm": Arch(H.layoutlm_spec, BERT_FFN),
-    "rembert": Arch(H.rembert_spec, BERT_FFN),
-    "jina_embeddings_v3": Arch(lambda c: H.rotary_bert_spec(
-        c, "jina_embeddings_v3", pooler=True, gated=False, bias=True, hidden_size=1024,
-        intermediate_size=4096, num_attention_heads=16, num_hidden_layers=24,
-        vocab_size=250002, max_position_embeddings=8194, type_vocab_size=1)),
-    "nomic_bert": Arch(lambda c: H.rotary_bert_spec(
-        c, "nomic_bert", pooler=False, gated=True, bias=False, vocab_size=30528,
-        max_position_embeddings=2048, hidden_act="silu")),
-    "eurobert": Arch(lambda c: H.encoder_gated_spec(
-        c, "eurobert", vocab_size=128256, hidden_size=768, intermediate_size=3072,
-        num_hidden_layers=12, num_attention_heads=12)),
-    "ultrabert": Arch(lambda c: H.encoder_gated_spec(
-        c, "ultrabert", vocab_size=32000, hidden_size=4096, intermediate_size=11008,
-        num_hidden_layers=32, num_attention_heads=32, head_dim=128)),
-    "xlm": Arch(lambda c: H.xlm_spec(c, "xlm"), Layout({"w1": "ffns.{i}.lin1",
-                                                          "w2": "ffns.{i}.lin2"})),
-    "flaubert": Arch(lambda c: H.xlm_spec(c, "flaubert"), Layout({"w1": "ffns.{i}.lin1",
+    "modernbert": Arch(read("bert_family.modernbert_spec"), fused_qkv=True),
+    "deberta-v2": Arch(read("bert_family.deberta_v2_spec"), BERT_FFN),
+    "mpnet": Arch(read("bert_family.mpnet_spec"), BERT_FFN),
+    "camembert": Arch(read("bert_family.bert_relative_spec", family="camembert"), BERT_FFN),
+    "data2vec-text": Arch(read("bert_family.bert_relative_spec", family="data2vec-text"),
+                          BERT_FFN),
+    "ernie": Arch(read("bert_family.ernie_spec"), BERT_FFN),
+    "ibert": Arch(read("bert_family.bert_relative_spec", family="ibert"), BERT_FFN),
+    "big_bird": Arch(read("bert_family.big_bird_spec"), BERT_FFN),
+    "xlm-roberta-xl": Arch(read("bert_family.bert_relative_spec", family="xlm-roberta-xl",
+                                embedding_norm=False, final_norm=True, hidden_size=2560,
+                                intermediate_size=10240, num_attention_heads=32,
+                                num_hidden_layers=36, vocab_size=250880,
+                                max_position_embeddings=514, type_vocab_size=1), BERT_FFN),
+    "megatron-bert": Arch(read("bert_family.bert_relative_spec", family="megatron-bert",
+                               embedding_norm=False, final_norm=True, hidden_size=1024,
+                               intermediate_size=4096, num_attention_heads=16,
+                               num_hidden_layers=24, vocab_size=29056), BERT_FFN),
+    "roberta-prelayernorm": Arch(read("bert_family.bert_relative_spec",
+                                      family="roberta-prelayernorm", final_norm=True,
+                                      vocab_size=50265), BERT_FFN),
+    "mra": Arch(read("bert_family.bert_relative_spec", family="mra", pooler=False,
+                     position_offset=2, vocab_size=50265, type_vocab_size=1), BERT_FFN),
+    "yoso": Arch(read("bert_family.yoso_spec"), BERT_FFN),
+    "tapas": Arch(read("bert_family.tapas_spec"), BERT_FFN),
+    "layoutlm": Arch(read("bert_family.layoutlm_spec"), BERT_FFN),
+    "rembert": Arch(read("bert_family.rembert_spec"), BERT_FFN),
+    "jina_embeddings_v3": Arch(read(
+        "bert_family.rotary_bert_spec", family="jina_embeddings_v3", pooler=True, gated=False,
+        bias=True, hidden_size=1024, intermediate_size=4096, num_attention_heads=16,
+        num_hidden_layers=24, vocab_size=250002, max_position_embeddings=8194,
+        type_vocab_size=1)),
+    "nomic_bert": Arch(read(
+        "bert_family.rotary_bert_spec", family="nomic_bert", pooler=False, gated=True,
+        bias=False, vocab_size=30528, max_position_embeddings=2048, hidden_act="silu")),
+    "eurobert": Arch(read(
+        "bert_family.encoder_gated_spec", family="eurobert", vocab_size=128256, hidden_size=768,
+        intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12)),
+    "ultrabert": Arch(read(
+        "bert_family.encoder_gated_spec", family="ultrabert", vocab_size=32000,
+        hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+        head_dim=128)),
+    "xlm": Arch(read("bert_family.xlm_spec", family="xlm"), Layout({"w1": "ffns.{i}.lin1",
                                                                     "w2": "ffns.{i}.lin2"})),
-    "mt5": Arch(lambda c: H.t5_variant_spec(c, "mt5", vocab_size=250112, d_ff=1024,
-                                            num_heads=6, num_layers=8,
-                                            feed_forward_proj="gated-gelu"),
+    "flaubert": Arch(read("bert_family.xlm_spec", family="flaubert"),
+                     Layout({"w1": "ffns.{i}.lin1", "w2": "ffns.{i}.lin2"})),
+    "mt5": Arch(read("t5_family.t5_variant_spec", family="mt5", vocab_size=250112, d_ff=1024,
+                     num_heads=6, num_layers=8, feed_forward_proj="gated-gelu"),
                 T5_FFN, gated_ffn=T5_GATED_FFN),
-    "umt5": Arch(lambda c: H.t5_variant_spec(c, "umt5", relative_per_layer=True,
-                                             vocab_size=250112, d_ff=1024, num_heads=6,
-                                             num_layers=8, feed_forward_proj="gated-gelu"),
+    "umt5": Arch(read("t5_family.t5_variant_spec", family="umt5", relative_per_layer=True,
+                      vocab_size=250112, d_ff=1024, num_heads=6, num_layers=8,
+                      feed_forward_proj="gated-gelu"),
                  T5_FFN, gated_ffn=T5_GATED_FFN),
-    "longt5": Arch(lambda c: H.t5_variant_spec(c, "longt5"), T5_FFN, gated_ffn=T5_GATED_FFN),
-    "bart": Arch(_bart("bart", "learned", embedding_norm=True, final_norm=False)),
-    "mbart": Arch(_bart("mbart", "learned", embedding_norm=True, final_norm=True)),
-    "plbart": Arch(_bart("plbart", "learned", embedding_norm=True, final_norm=False,
-                         d_model=768, encoder_layers=6, decoder_layers=6,
-                         encoder_attention_heads=12, decoder_attention_heads=12,
-                         encoder_ffn_dim=3072, decoder_ffn_dim=3072, vocab_size=50005)),
-    "pegasus": Arch(_bart("pegasus", "sinusoidal", embedding_norm=False, final_norm=True)),
-    "m2m_100": Arch(_bart("m2m_100", "buffer", embedding_norm=False, final_norm=True,
-                          vocab_size=128112, activation_function="relu")),
-    "blenderbot": Arch(_bart("blenderbot", "learned0", embedding_norm=False, final_norm=True,
-                             d_model=2560, encoder_layers=2, decoder_layers=24,
-                             encoder_attention_heads=32, decoder_attention_heads=32,
-                             encoder_ffn_dim=10240, decoder_ffn_dim=10240, vocab_size=8008,
-                             max_position_embeddings=128)),
-    "blenderbot-small": Arch(_bart("blenderbot-small", "learned0", embedding_norm=True,
-                                   final_norm=False, d_model=512, encoder_layers=8,
-                                   decoder_layers=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048,
-                                   max_position_embeddings=512)),
-    "marian": Arch(H.marian_spec),
-    "mvp": Arch(H.mvp_spec),
-    "bigbird_pegasus": Arch(H.bigbird_pegasus_spec),
-    "seamless_m4t": Arch(lambda c: H.seamless_text_spec(c, "seamless_m4t")),
-    "seamless_m4t_v2": Arch(lambda c: H.seamless_text_spec(c, "seamless_m4t_v2")),
-    "cohere": Arch(lambda c: H.gated_decoder_spec(
-        c, "cohere", tie_default=True, norm=H.COHERE_NORM,
-        qk_norm="heads" if c.bool("use_qk_norm", False) else "none"), LLAMA_FFN),
-    "deepseek_v3": Arch(H.deepseek_v3_spec,
+    "longt5": Arch(read("t5_family.t5_variant_spec", family="longt5"), T5_FFN,
+                   gated_ffn=T5_GATED_FFN),
+    "bart": Arch(read("bart_family.bart_like_spec", family="bart", positions="learned",
+                      embedding_norm=True, final_norm=False)),
+    "mbart": Arch(read("bart_family.bart_like_spec", family="mbart", positions="learned",
+                       embedding_norm=True, final_norm=True)),
+    "plbart": Arch(read("bart_family.bart_like_spec", family="plbart", positions="learned",
+                        embedding_norm=True, final_norm=False, d_model=768, encoder_layers=6,
+                        decoder_layers=6, encoder_attention_heads=12,
+                        decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072,
+                        vocab_size=50005)),
+    "pegasus": Arch(read("bart_family.bart_like_spec", family="pegasus", positions="sinusoidal",
+                         embedding_norm=False, final_norm=True)),
+    "m2m_100": Arch(read("bart_family.bart_like_spec", family="m2m_100", positions="buffer",
+                         embedding_norm=False, final_norm=True, vocab_size=128112,
+                         activation_function="relu")),
+    "blenderbot": Arch(read("bart_family.bart_like_spec", family="blenderbot",
+                            positions="learned0", embedding_norm=False, final_norm=True,
+                            d_model=2560, encoder_layers=2, decoder_layers=24,
+                            encoder_attention_heads=32, decoder_attention_heads=32,
+                            encoder_ffn_dim=10240, decoder_ffn_dim=10240, vocab_size=8008,
+                            max_position_embeddings=128)),
+    "blenderbot-small": Arch(read("bart_family.bart_like_spec", family="blenderbot-small",
+                                  positions="learned0", embedding_norm=True, final_norm=False,
+                                  d_model=512, encoder_layers=8, decoder_layers=8,
+                                  encoder_ffn_dim=2048, decoder_ffn_dim=2048,
+                                  max_position_embeddings=512)),
+    "marian": Arch(read("bart_family.marian_spec")),
+    "mvp": Arch(read("bart_family.mvp_spec")),
+    "bigbird_pegasus": Arch(read("bart_family.bigbird_pegasus_spec")),
+    "seamless_m4t": Arch(read("bart_family.seamless_text_spec", family="seamless_m4t")),
+    "seamless_m4t_v2": Arch(read("bart_family.seamless_text_spec", family="seamless_m4t_v2")),
+    "cohere": Arch(read("llama_family.cohere_spec"), LLAMA_FFN),
+    "deepseek_v3": Arch(read("moe_family.deepseek_v3_spec"),
                         not_run="shared experts, dense first layers and grouped sigmoid "
                                 "routing"),
     # 2025-26 decoders
-    "gemma3": Arch(lambda c: _multimodal(c, "gemma3_text")),
-    "glm4_moe": Arch(H.glm4_moe_spec, not_run="shared experts, a dense first layer and grouped "
-                     "sigmoid routing"),
-    "llama4_text": Arch(H.llama4_text_spec, not_run="a shared expert and sigmoid routing"),
-    "llama4": Arch(lambda c: _multimodal(c, "llama4_text")),
-    "qwen3_next": Arch(H.qwen3_next_spec, not_run="a gated shared expert"),
-    "qwen3_5_text": Arch(lambda c: H.qwen3_next_spec(c, "qwen3_5_text", moe=False)),
-    "qwen3_5_moe_text": Arch(lambda c: H.qwen3_next_spec(c, "qwen3_5_moe_text"),
+    "gemma3": Arch(multimodal("gemma3_text")),
+    "glm4_moe": Arch(read("moe_family.glm4_moe_spec"), not_run="shared experts, a dense first "
+                     "layer and grouped sigmoid routing"),
+    "llama4_text": Arch(read("moe_family.llama4_text_spec"),
+                        not_run="a shared expert and sigmoid routing"),
+    "llama4": Arch(multimodal("llama4_text")),
+    "qwen3_next": Arch(read("ssm_family.qwen3_next_spec"), not_run="a gated shared expert"),
+    "qwen3_5_text": Arch(read("ssm_family.qwen3_next_spec", family="qwen3_5_text", moe=False)),
+    "qwen3_5_moe_text": Arch(read("ssm_family.qwen3_next_spec", family="qwen3_5_moe_text"),
                              not_run="a gated shared expert"),
-    "qwen3_5": Arch(lambda c: _multimodal(c, "qwen3_5_text")),
-    "qwen3_5_moe": Arch(lambda c: _multimodal(c, "qwen3_5_moe_text")),
+    "qwen3_5": Arch(multimodal("qwen3_5_text")),
+    "qwen3_5_moe": Arch(multimodal("qwen3_5_moe_text")),
     # LLaMA's shape with a twist: biases, norms, per-layer windows
-    "exaone": Arch(H.llama_like("exaone"), LLAMA_FFN),  # built as LlamaForCausalLM
-    "internlm3": Arch(H.llama_like("internlm3"), LLAMA_FFN),
-    "iquestcoder": Arch(H.llama_like("iquestcoder"), LLAMA_FFN),
-    "cwm": Arch(H.patterned_decoder("cwm", qkv_bias=False, out_bias=False), LLAMA_FFN),
-    "ministral3": Arch(H.patterned_decoder("ministral3", qkv_bias=False, out_bias=False),
-                       LLAMA_FFN),
-    "helium": Arch(H.patterned_decoder("helium", qkv_bias=None, out_bias=False), LLAMA_FFN),
-    "glm": Arch(H.patterned_decoder("glm", out_bias=False)),
-    "seed_oss": Arch(lambda c: H.patterned_decoder(
-        "seed_oss", out_bias=c.bool("attention_out_bias", False))(c), LLAMA_FFN),
-    "ernie4_5": Arch(H.ernie4_5_spec, LLAMA_FFN),
-    "exaone4": Arch(H.patterned_decoder("exaone4", qkv_bias=False, out_bias=False,
-                                        qk_norm="head"), LLAMA_FFN),
-    "olmo3": Arch(H.patterned_decoder("olmo3", qk_norm="heads"), LLAMA_FFN),
-    "hyperclovax": Arch(H.patterned_decoder("hyperclovax", norm=H.GEMMA2_NORM), LLAMA_FFN),
-    "vaultgemma": Arch(H.patterned_gemma("vaultgemma"), LLAMA_FFN),
-    "granitemoe": Arch(H.granitemoe_spec("granitemoe"), not_run="fused gate and up experts"),
-    "granitemoeshared": Arch(H.granitemoe_spec("granitemoeshared"),
+    "exaone": Arch(read("llama_family.gated_decoder_spec", family="exaone"),
+                   LLAMA_FFN),  # built as LlamaForCausalLM
+    "internlm3": Arch(read("llama_family.gated_decoder_spec", family="internlm3"), LLAMA_FFN),
+    "iquestcoder": Arch(read("llama_family.gated_decoder_spec", family="iquestcoder"),
+                        LLAMA_FFN),
+    "cwm": Arch(read("llama_family.patterned", family="cwm", qkv_bias=False, out_bias=False),
+                LLAMA_FFN),
+    "ministral3": Arch(read("llama_family.patterned", family="ministral3", qkv_bias=False,
+                            out_bias=False), LLAMA_FFN),
+    "helium": Arch(read("llama_family.patterned", family="helium", qkv_bias=None,
+                        out_bias=False), LLAMA_FFN),
+    "glm": Arch(read("llama_family.patterned", family="glm", out_bias=False)),
+    "seed_oss": Arch(read("llama_family.seed_oss_spec"), LLAMA_FFN),
+    "ernie4_5": Arch(read("llama_family.ernie4_5_spec"), LLAMA_FFN),
+    "exaone4": Arch(read("llama_family.patterned", family="exaone4", qkv_bias=False,
+                         out_bias=False, qk_norm="head"), LLAMA_FFN),
+    "olmo3": Arch(read("llama_family.patterned", family="olmo3", qk_norm="heads"), LLAMA_FFN),
+    "hyperclovax": Arch(read("llama_family.patterned", family="hyperclovax",
+                             norm=H.GEMMA2_NORM), LLAMA_FFN),
+    "vaultgemma": Arch(read("gemma_family.patterned_gemma", family="vaultgemma"), LLAMA_FFN),
+    "granitemoe": Arch(read("moe_family.granitemoe_spec", family="granitemoe"),
+                       not_run="fused gate and up experts"),
+    "granitemoeshared": Arch(read("moe_family.granitemoe_spec", family="granitemoeshared"),
                              not_run="a shared expert"),
-    "mellum": Arch(H.llama_like("mellum", qk_norm="head",
-                                moe=lambda c, n: H.qwen_moe(c, n, shared=False)),
+    "mellum": Arch(read("moe_family.qwen3_moe_spec", family="mellum"),
                    not_run="top-k weights renormalised only with norm_topk_prob"),
-    "param2moe": Arch(lambda c: H.glm4_moe_spec(c, "param2moe"), not_run="shared experts"),
-    "sarvam_moe": Arch(lambda c: H.glm4_moe_spec(c, "sarvam_moe"), not_run="shared experts"),
-    "olmoe": Arch(H.llama_like("olmoe", qk_norm="heads", moe=H.routed("num_experts", 8, 64)),
+    "param2moe": Arch(read("moe_family.glm4_moe_spec", family="param2moe"),
+                      not_run="shared experts"),
+    "sarvam_moe": Arch(read("moe_family.glm4_moe_spec", family="sarvam_moe"),
+                       not_run="shared experts"),
+    "olmoe": Arch(read("moe_family.routed_decoder", family="olmoe", qk_norm="heads",
+                       experts_key="num_experts", top_k=8, experts=64),
                   not_run="top-k weights not renormalised"),
-    "flex_olmo": Arch(H.llama_like("flex_olmo", qk_norm="heads",
-                                   moe=H.routed("num_experts", 5, 7)),
+    "flex_olmo": Arch(read("moe_family.routed_decoder", family="flex_olmo", qk_norm="heads",
+                           experts_key="num_experts", top_k=5, experts=7),
                       not_run="top-k weights not renormalised"),
-    "phimoe": Arch(H.windowed(H.phimoe_spec), not_run="sparsemixer routing"),
-    "glm4": Arch(H.llama_like("glm4", out_bias=False, norm=H.GEMMA2_NORM)),
-    "cohere2": Arch(H.patterned_decoder("cohere2", tie_default=True, norm=H.COHERE_NORM),
-                    LLAMA_FFN),
-    "cohere2_moe": Arch(H.cohere2_moe_spec, not_run="a mixture of experts"),
-    "granite_swa": Arch(H.with_sinks(H.patterned_decoder("granite_swa")), LLAMA_FFN),
-    "granitemoe_swa": Arch(H.with_sinks(H.windowed(H.granitemoe_spec("granitemoe_swa"))),
-                           not_run="attention sinks"),
-    "lfm2": Arch(H.lfm2_spec),
-    "gemma3n_text": Arch(H.gemma3n_text_spec, not_run="AltUp, LAuReL and per-layer inputs"),
-    "ernie4_5_moe": Arch(H.ernie4_5_moe_spec, not_run="shared experts and biased routing"),
-    "afmoe": Arch(H.afmoe_spec, not_run="shared experts and biased routing"),
+    "phimoe": Arch(read("moe_family.phimoe_spec"), not_run="sparsemixer routing"),
+    "glm4": Arch(read("llama_family.gated_decoder_spec", family="glm4", out_bias=False,
+                      norm=H.GEMMA2_NORM)),
+    "cohere2": Arch(read("llama_family.patterned", family="cohere2", tie_default=True,
+                         norm=H.COHERE_NORM), LLAMA_FFN),
+    "cohere2_moe": Arch(read("moe_family.cohere2_moe_spec"), not_run="a mixture of experts"),
+    "granite_swa": Arch(read("llama_family.granite_swa_spec"), LLAMA_FFN),
+    "granitemoe_swa": Arch(read("moe_family.granitemoe_swa_spec"), not_run="attention sinks"),
+    "lfm2": Arch(read("llama_family.lfm2_spec")),
+    "gemma3n_text": Arch(read("gemma_family.gemma3n_text_spec"),
+                         not_run="AltUp, LAuReL and per-layer inputs"),
+    "ernie4_5_moe": Arch(read("moe_family.ernie4_5_moe_spec"),
+                         not_run="shared experts and biased routing"),
+    "afmoe": Arch(read("moe_family.afmoe_spec"), not_run="shared experts and biased routing"),
     # state-space mixers
-    "mamba": Arch(lambda c: H.mamba_spec(c, "mamba")),
-    "falcon_mamba": Arch(lambda c: H.mamba_spec(c, "falcon_mamba")),
-    "mamba2": Arch(H.mamba2_spec),
-    "jamba": Arch(H.jamba_spec, not_run="Mamba layers and a mixture of experts"),
-    "sarvam_mla": Arch(lambda c: H.deepseek_v3_spec(c, "sarvam_mla"),
+    "mamba": Arch(read("ssm_family.mamba_spec", family="mamba")),
+    "falcon_mamba": Arch(read("ssm_family.mamba_spec", family="falcon_mamba")),
+    "mamba2": Arch(read("ssm_family.mamba2_spec")),
+    "jamba": Arch(read("ssm_family.jamba_spec"), not_run="Mamba layers and a mixture of experts"),
+    "sarvam_mla": Arch(read("moe_family.deepseek_v3_spec", family="sarvam_mla"),
                        not_run="shared experts and latent attention"),
-    "deepseek_v2": Arch(lambda c: H.deepseek_v3_spec(c, "deepseek_v2"),
+    "deepseek_v2": Arch(read("moe_family.deepseek_v3_spec", family="deepseek_v2"),
                         not_run="shared experts and latent attention"),
-    "minimax_m2": Arch(H.minimax_m2_spec, not_run="sigmoid routing with a score-correction "
-                       "bias"),
-    "smollm3": Arch(H.patterned_decoder("smollm3"), LLAMA_FFN),
-    "gpt_oss": Arch(H.gpt_oss_spec, not_run="experts with clamped SwiGLU (alpha 1.702, limit 7) "
-                    "and biases"),
+    "minimax_m2": Arch(read("moe_family.minimax_m2_spec"), not_run="sigmoid routing with a "
+                       "score-correction bias"),
+    "smollm3": Arch(read("llama_family.patterned", family="smollm3"), LLAMA_FFN),
+    "gpt_oss": Arch(read("moe_family.gpt_oss_spec"), not_run="experts with clamped SwiGLU "
+                    "(alpha 1.702, limit 7) and biases"),
     # latent-attention variants (issue 40, readers/latent.py)
     "minicpm3": Arch(read("latent.dense_latent_spec", family="minicpm3"), LLAMA_FFN),
     "youtu": Arch(read("latent.dense_latent_spec", family="youtu"), LLAMA_FFN),
@@ -498,8 +471,8 @@ ARCHS: dict[str, Arch] = {
     "gemma4_text": Arch(read("gemma4.gemma4_text_spec"), LLAMA_FFN),
     "gemma4_unified_text": Arch(read("gemma4.gemma4_text_spec", family="gemma4_unified_text",
                                      per_layer_default=0), LLAMA_FFN),
-    "gemma4": Arch(lambda c: _multimodal(c, "gemma4_text")),
-    "gemma4_unified": Arch(lambda c: _multimodal(c, "gemma4_unified_text")),
+    "gemma4": Arch(multimodal("gemma4_text")),
+    "gemma4_unified": Arch(multimodal("gemma4_unified_text")),
     "apertus": Arch(read("classic.up_down_spec", family="apertus", qk_norm="head"),
                     not_run="xIELU"),
     "apertus1p5_text": Arch(read("classic.up_down_spec", family="apertus1p5_text",
@@ -519,8 +492,8 @@ ARCHS: dict[str, Arch] = {
                                                          "w2": "h.{i}.mlp.fc_out"})),
     "openai-gpt": Arch(read("classic.openai_gpt_spec"),
                        Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"}, linear=False)),
-    "gpt-sw3": Arch(H.gpt2_spec, Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"},
-                                        linear=False)),
+    "gpt-sw3": Arch(read("gpt_family.gpt2_spec"),
+                    Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"}, linear=False)),
     "xglm": Arch(read("classic.xglm_spec"), Layout({"w1": "layers.{i}.fc1",
                                                    "w2": "layers.{i}.fc2"})),
     "biogpt": Arch(read("classic.biogpt_spec"), Layout({"w1": "layers.{i}.fc1",
@@ -532,7 +505,7 @@ ARCHS: dict[str, Arch] = {
     "diffllama": Arch(read("classic.diffllama_spec"), LLAMA_FFN),
     "modernbert-decoder": Arch(read("classic.modernbert_decoder_spec")),
     "gemma4_unified_assistant": Arch(read("gemma4.gemma4_unified_assistant_spec")),
-    "doge": Arch(H.windowed(read("classic.doge_spec")), LLAMA_FFN),
+    "doge": Arch(read("classic.doge_spec"), LLAMA_FFN),
     "xlnet": Arch(read("classic.xlnet_spec"), Layout({"w1": "layer.{i}.ff.layer_1",
                                                      "w2": "layer.{i}.ff.layer_2"})),
 }

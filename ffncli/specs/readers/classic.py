@@ -11,17 +11,17 @@ from typing import Any
 
 from ffncli.errors import ConfigError
 from ffncli.specs.archs import _multimodal  # archs imports this module only to read a config
+from ffncli.specs.config import ACTIVATIONS
 from ffncli.specs.hfconfig import (
-    _ACTIVATIONS,
     Config,
     _decoder_only,
     _with_defaults,
     gated_decoder_spec,
-    gpt2_spec,
-    gptj_spec,
     layer_mixers,
+    windowed,
     with_pattern,
 )
+from ffncli.specs.readers.gpt_family import gpt2_spec, gptj_spec
 from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
@@ -41,9 +41,9 @@ def activation(c: Config, key: str = "hidden_act", default: str = "relu2") -> st
     value = c.data.get(key, default)
     if value in COUNTED_ACTIVATIONS:
         return str(value)
-    if isinstance(value, str) and value not in _ACTIVATIONS:
+    if isinstance(value, str) and value not in ACTIVATIONS:
         raise ConfigError(f"{c.source}: key '{key}': unsupported activation {value!r}; "
-                          f"supported: {', '.join((*_ACTIVATIONS, *COUNTED_ACTIVATIONS))}")
+                          f"supported: {', '.join((*ACTIVATIONS, *COUNTED_ACTIVATIONS))}")
     return c.act(key, default)
 
 
@@ -236,7 +236,11 @@ def modernbert_decoder_spec(c: Config) -> ModelSpec:
 def doge_spec(c: Config) -> ModelSpec:
     """DogeForCausalLM, dense (its cross-domain mixture of experts, is_moe, is refused): LLaMA's
     layers with norms on Q and K, the dynamic mask's dt_proj and A, and a learned scale on each
-    residual."""
+    residual; every layer slides when sliding_window is set."""
+    return windowed(_doge)(c)
+
+
+def _doge(c: Config) -> ModelSpec:
     if c.bool("is_moe", False):
         raise c.fail("is_moe", "false (Doge's cross-domain mixture of experts is not read)")
     spec = gated_decoder_spec(c, "doge", qk_norm="head")

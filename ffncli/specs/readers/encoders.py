@@ -14,12 +14,11 @@ from ffncli.specs.hfconfig import (
     gated_decoder_spec,
     rotary_bert_spec,
 )
+from ffncli.specs.layers import BottleneckSpec, LatentSpec
 from ffncli.specs.spec import (
     AttentionSpec,
-    BottleneckSpec,
     EmbeddingsSpec,
     FfnSpec,
-    LatentSpec,
     LayerKind,
     LayersSpec,
     ModelSpec,

@@ -24,7 +24,8 @@ from typing import Any
 
 from ffncli.specs.archs import _multimodal  # archs imports this module only to read a config
 from ffncli.specs.hfconfig import GEMMA2_NORM, Config, gemma_spec, layer_mixers, with_pattern
-from ffncli.specs.spec import AttentionSpec, FfnSpec, LayerExtrasSpec, LayerKind, ModelSpec
+from ffncli.specs.layers import LayerExtrasSpec
+from ffncli.specs.spec import AttentionSpec, FfnSpec, LayerKind, ModelSpec
 
 # The mixture-of-experts block's three norms (after the dense FFN, before and after the experts).
 MOE_NORMS = replace(GEMMA2_NORM, per_layer=GEMMA2_NORM.per_layer + 3)

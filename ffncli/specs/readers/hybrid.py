@@ -10,26 +10,28 @@ from ffncli.specs.archs import _multimodal
 from ffncli.specs.hfconfig import (
     Config,
     _dense_ffn,
-    _dt_rank,
     _experts,
     gated_decoder_spec,
     layer_mixers,
     with_pattern,
 )
+from ffncli.specs.layers import (
+    LinearMixerSpec,
+    Mamba2MixerSpec,
+    MambaMixerSpec,
+    SharedBlockSpec,
+    ShortConvSpec,
+    SideConvSpec,
+)
+from ffncli.specs.readers.ssm_family import _dt_rank
 from ffncli.specs.spec import (
     AttentionSpec,
     EmbeddingsSpec,
     FfnSpec,
     LayerKind,
     LayersSpec,
-    LinearMixerSpec,
-    Mamba2MixerSpec,
-    MambaMixerSpec,
     ModelSpec,
     NormSpec,
-    SharedBlockSpec,
-    ShortConvSpec,
-    SideConvSpec,
 )
 
 # transformers' names of a hybrid's layers (configuration_utils' legacy names remapped) -> ours

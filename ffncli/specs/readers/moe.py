@@ -22,7 +22,8 @@ from ffncli.specs.hfconfig import (
     layer_mixers,
     with_pattern,
 )
-from ffncli.specs.spec import FfnSpec, LinearMixerSpec, ModelSpec, NormSpec
+from ffncli.specs.layers import LinearMixerSpec
+from ffncli.specs.spec import FfnSpec, ModelSpec, NormSpec
 
 _MLP_TYPES = ("sparse", "dense")
 

@@ -1,0 +1,84 @@
+"""Where each family keeps its tensors in a checkpoint: a layer's FFN (:class:`Layout`), the
+other tensors the whole-model forward reads, and the ways a model differs from its forward
+family. The table of architectures (:mod:`ffncli.specs.archs`) names them per model type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one family keeps a layer's FFN: tensor names (with {i} the layer, {e} an expert)
+    and whether matrices are nn.Linear ([out, in], transposed on load) or Conv1D ([in, out])."""
+
+    names: dict[str, str]  # our name (w1, w2 or w, v, w2) -> checkpoint name stem
+    linear: bool = True
+    router: str | None = None  # mixture of experts: router stem; names then hold {e}
+    gate_up: str | None = None  # Phi-3: one [2 d_ff, d_model] matrix, gate rows then up rows
+    stacked: bool = False  # GGUF: every expert in one tensor [experts, out, in], no biases
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the FFN is.
+
+BERT_FFN = Layout({"w1": "layer.{i}.intermediate.dense", "w2": "layer.{i}.output.dense"})
+LLAMA_FFN = Layout({"w": "layers.{i}.mlp.gate_proj", "v": "layers.{i}.mlp.up_proj",
+                    "w2": "layers.{i}.mlp.down_proj"})
+H_TO_4H_FFN = Layout({"w1": "h.{i}.mlp.dense_h_to_4h", "w2": "h.{i}.mlp.dense_4h_to_h"})
+MIXTRAL_FFN = Layout({"w": "layers.{i}.block_sparse_moe.experts.{e}.w1",
+                      "v": "layers.{i}.block_sparse_moe.experts.{e}.w3",
+                      "w2": "layers.{i}.block_sparse_moe.experts.{e}.w2"},
+                     router="layers.{i}.block_sparse_moe.gate")
+T5_FFN = Layout({"w1": "encoder.block.{i}.layer.1.DenseReluDense.wi",
+                 "w2": "encoder.block.{i}.layer.1.DenseReluDense.wo"})
+T5_GATED_FFN = Layout({"w": "encoder.block.{i}.layer.1.DenseReluDense.wi_0",
+                       "v": "encoder.block.{i}.layer.1.DenseReluDense.wi_1",
+                       "w2": "encoder.block.{i}.layer.1.DenseReluDense.wo"})
+
+# llama.cpp names a layer's FFN alike in every architecture: gate, up and down, a router
+# (ffn_gate_inp) and the experts' stacks (ffn_*_exps).
+GGUF_FFN = Layout({"w1": "blk.{i}.ffn_up", "w2": "blk.{i}.ffn_down"})
+GGUF_GATED_FFN = Layout({"w": "blk.{i}.ffn_gate", "v": "blk.{i}.ffn_up", "w2": "blk.{i}.ffn_down"})
+GGUF_MOE_FFN = Layout({"w": "blk.{i}.ffn_gate_exps", "v": "blk.{i}.ffn_up_exps",
+                       "w2": "blk.{i}.ffn_down_exps"}, router="blk.{i}.ffn_gate_inp",
+                      stacked=True)
+
+# ---------------------------------------------------------------------------------------------
+# The other tensors of the models the forward runs ({i}: the layer).
+
+BERT_NAMES = {"word": "embeddings.word_embeddings.weight",
+              "position": "embeddings.position_embeddings.weight",
+              "type": "embeddings.token_type_embeddings.weight",
+              "norm": "embeddings.LayerNorm",
+              "q": "layer.{i}.attention.self.query", "k": "layer.{i}.attention.self.key",
+              "v": "layer.{i}.attention.self.value", "o": "layer.{i}.attention.output.dense",
+              "norm1": "layer.{i}.attention.output.LayerNorm",
+              "norm2": "layer.{i}.output.LayerNorm"}
+DISTILBERT_NAMES = {**BERT_NAMES,
+                    "q": "layer.{i}.attention.q_lin", "k": "layer.{i}.attention.k_lin",
+                    "v": "layer.{i}.attention.v_lin", "o": "layer.{i}.attention.out_lin",
+                    "norm1": "layer.{i}.sa_layer_norm", "norm2": "layer.{i}.output_layer_norm"}
+GPT2_NAMES = {"word": "wte.weight", "position": "wpe.weight", "norm": "ln_f",
+              "head": "lm_head.weight", "qkv": "h.{i}.attn.c_attn", "o": "h.{i}.attn.c_proj",
+              "norm1": "h.{i}.ln_1", "norm2": "h.{i}.ln_2"}
+LLAMA_NAMES = {"embed": "embed_tokens.weight", "norm": "norm.weight", "head": "lm_head.weight",
+               "attn_norm": "layers.{i}.input_layernorm.weight",
+               "ffn_norm": "layers.{i}.post_attention_layernorm.weight",
+               "q": "layers.{i}.self_attn.q_proj", "k": "layers.{i}.self_attn.k_proj",
+               "v": "layers.{i}.self_attn.v_proj", "o": "layers.{i}.self_attn.o_proj",
+               "q_norm": "layers.{i}.self_attn.q_norm.weight",
+               "k_norm": "layers.{i}.self_attn.k_norm.weight"}
+GGUF_LLAMA_NAMES = {"embed": "token_embd.weight", "norm": "output_norm.weight",
+                    "head": "output.weight",
+                    "attn_norm": "blk.{i}.attn_norm.weight", "ffn_norm": "blk.{i}.ffn_norm.weight",
+                    "q": "blk.{i}.attn_q", "k": "blk.{i}.attn_k", "v": "blk.{i}.attn_v",
+                    "o": "blk.{i}.attn_output", "q_norm": "blk.{i}.attn_q_norm.weight",
+                    "k_norm": "blk.{i}.attn_k_norm.weight"}
+
+# The ways a model differs from its forward family.
+PADDED_POSITIONS = "positions after the padding index"  # RoBERTa
+GEMMA_NORMS = "embeddings scaled by sqrt(d_model), norms by (1 + weight)"
+SLIDING_WINDOW = "a sliding window when the config sets one"  # Mistral, Mixtral
+QWEN_SLIDING_WINDOW = "sliding windows on the layers use_sliding_window names"  # Qwen2, Qwen3
