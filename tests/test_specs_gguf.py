@@ -195,9 +195,13 @@ def test_unknown_architecture_cannot_run_without_a_spec(tmp_path, cli):
     path = tmp_path / "m.gguf"
     write_gguf(path, arch="mamba")
     r = cli("run", "--weights", path, "--random", 2)
+    from ffncli.specs.archs import GGUF_ARCHITECTURES
+
     assert (r.code, r.err) == (2, f"error: {path}: GGUF architecture 'mamba' has no spec "
-                                  "reader; supported: llama, qwen2, gemma, qwen3, qwen3moe, "
-                                  "gemma2, phi3, granite (or give --preset or --config)\n")
+                                  f"reader; supported: {', '.join(GGUF_ARCHITECTURES)} (or give "
+                                  "--preset or --config)\n")
+    assert {"llama", "qwen3moe", "deepseek2", "gpt-oss", "llama4", "glm4moe",
+            "gemma3"} <= set(GGUF_ARCHITECTURES)
 
 
 def test_no_vocabulary_size(tmp_path, cli):

@@ -1,22 +1,27 @@
 """A checkpoint counted from its headers alone (no tensor data, no NumPy): each tensor's
 parameters in the group its name says (embeddings, attention, FFN, norms, head, pooler),
-buffers apart; GPTQ, AWQ and bitsandbytes linears as the ``in x out`` parameters they hold,
-with the bytes that store them; a GGUF file's tensors by GGML type."""
+the FFN's routed experts, shared experts and router apart within it, buffers apart; GPTQ, AWQ
+and bitsandbytes linears as the ``in x out`` parameters they hold, with the bytes that store
+them; a GGUF file's tensors by GGML type."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ffncli.formats.gguf import INTEGER_TYPES, GgufHeader, GgufTensor
 from ffncli.formats.quantised import quantised_linears, recognise
 from ffncli.formats.safetensors import FLOAT_DTYPES, INT_DTYPES, Header, TensorInfo
 
 GROUPS = ("embeddings", "attention", "ffn", "norms", "head", "pooler", "other")
+# Parts of the FFN group: a mixture of experts' routed experts, its shared experts (and their
+# gate), its router (and the router's biases); the rest of the group is dense FFN.
+FFN_PARTS = ("experts", "shared experts", "router")
 
 
 # Leaves of tensors that are saved but are not parameters: causal masks, rotary tables,
-# DeepSeek-V3's router score bias (a buffer updated outside training), Gemma's embedding scale,
-# BART's final_logits_bias (a buffer its checkpoints keep).
+# DeepSeek-V3's router score bias (a buffer updated outside training; ERNIE 4.5's, kept in a
+# module of its own, moe_statics, is a parameter), Gemma's embedding scale, BART's
+# final_logits_bias (a buffer its checkpoints keep).
 _BUFFER_LEAVES = ("position_ids", "inv_freq", "original_inv_freq", "masked_bias",
                   "e_score_correction_bias", "embed_positions", "embed_scale",
                   "final_logits_bias")
@@ -37,8 +42,16 @@ def is_buffer(info: TensorInfo) -> bool:
         return True
     leaf = info.name.rsplit(".", 1)[-1]
     if leaf in _BUFFER_LEAVES:
-        return True
+        return ".moe_statics." not in info.name
+
     return info.name.endswith("attn.bias") and len(info.shape) == 4  # GPT-2's causal mask
+
+
+# Modules that mix tokens in place of attention (Jamba's mamba, Mamba-2's mixer, Qwen3-Next's
+# Gated DeltaNet), counted as attention as the spec counts them; and the parts of a layer that
+# are neither attention, FFN nor norm (Gemma 3n's).
+_MIXERS = ("mamba", "mixer", "linear_attn")
+_EXTRAS = ("altup", "laurel", "per_layer")
 
 
 def group_of(name: str) -> str:
@@ -47,6 +60,10 @@ def group_of(name: str) -> str:
     segments = n.split(".")
     if segments[0] in _HEAD_SEGMENTS or "lm_head" in segments or n in _HEAD_NAMES:
         return "head"  # before norms: cls.predictions.transform.LayerNorm is the head's
+    if any(s in _MIXERS for s in segments):
+        return "attention"  # a Mamba or linear-attention mixer, its norms included
+    if any(k in n for k in _EXTRAS) and "embed_tokens" not in n:
+        return "other"  # Gemma 3n's AltUp, LAuReL and per-layer inputs, their norms included
     if "norm" in n or "ln_" in n or "ln" in segments:  # Megatron-BERT's ln
         return "norms"
     if "pooler" in n:
@@ -62,11 +79,37 @@ def group_of(name: str) -> str:
     return "other"
 
 
+def ffn_part_of(name: str) -> str:
+    """Where an FFN tensor is in a mixture of experts: "shared experts" (shared_expert(s), and
+    the shared expert's gate; llama.cpp's *_shexp), "experts" (routed: experts, llama.cpp's
+    *_exps), "router" (gate or router beside the experts, ERNIE 4.5's moe_statics; llama.cpp's
+    ffn_gate_inp), else "ffn" (a dense FFN)."""
+    segments = name.lower().split(".")
+    if any(s.startswith("shared_expert") or "shexp" in s for s in segments):
+        return "shared experts"
+    if "experts" in segments or any(s.endswith("_exps") for s in segments):
+        return "experts"
+    if any(s in ("gate", "router", "moe_statics", "ffn_gate_inp") for s in segments):
+        return "router"
+    return "ffn"
+
+
+def _ffn_parts(names_and_sizes: list[tuple[str, int]]) -> dict[str, int]:
+    """The FFN's tensors summed by :func:`ffn_part_of` (only the parts a file has)."""
+    parts: dict[str, int] = {}
+    for name, size in names_and_sizes:
+        part = ffn_part_of(name)
+        if part != "ffn":
+            parts[part] = parts.get(part, 0) + size
+    return {p: parts[p] for p in FFN_PARTS if p in parts}
+
+
 @dataclass(frozen=True)
 class FileCount:
     groups: dict[str, int]  # parameters per group
     buffers: tuple[TensorInfo, ...]
     unplaced: tuple[str, ...]  # parameter tensors in "other"
+    ffn_parts: dict[str, int] = field(default_factory=dict)  # FFN_PARTS within "ffn"
 
     @property
     def total(self) -> int:
@@ -79,6 +122,7 @@ def count_file(header: Header) -> FileCount:
     groups = dict.fromkeys(GROUPS, 0)
     buffers: list[TensorInfo] = []
     unplaced: list[str] = []
+    ffn: list[tuple[str, int]] = []
     for info in header.tensors.values():
         if is_buffer(info):
             buffers.append(info)
@@ -87,7 +131,9 @@ def count_file(header: Header) -> FileCount:
         groups[group] += info.numel
         if group == "other":
             unplaced.append(info.name)
-    return FileCount(groups, tuple(buffers), tuple(unplaced))
+        elif group == "ffn":
+            ffn.append((info.name, info.numel))
+    return FileCount(groups, tuple(buffers), tuple(unplaced), _ffn_parts(ffn))
 
 
 @dataclass(frozen=True)
@@ -137,7 +183,11 @@ def count_quantised(header: Header) -> QuantisedCount:
             entry[0] += info.numel
             entry[1] += _nbytes(info)
     schemes = sorted({lin.scheme for lin in linears})
-    return QuantisedCount(groups, rest.buffers, rest.unplaced, scheme=", ".join(schemes),
+    linear_parts = _ffn_parts([(lin.name, lin.params) for lin in linears
+                               if group_of(lin.name) == "ffn"])
+    parts = {p: rest.ffn_parts.get(p, 0) + linear_parts.get(p, 0) for p in FFN_PARTS
+             if p in rest.ffn_parts or p in linear_parts}
+    return QuantisedCount(groups, rest.buffers, rest.unplaced, parts, scheme=", ".join(schemes),
                           stored=tuple(Stored(k, p, b) for k, (p, b) in stored.items()))
 
 
@@ -146,13 +196,20 @@ def count_quantised(header: Header) -> QuantisedCount:
 
 
 def gguf_group_of(name: str) -> str:
-    """llama.cpp's tensor names: token_embd, blk.N.attn_q, blk.N.ffn_up, *_norm, output."""
+    """llama.cpp's tensor names: token_embd, blk.N.attn_q, blk.N.ffn_up, *_norm, output; a
+    Mamba or linear-attention mixer's ssm_* as attention (its norm too); Gemma 3n's AltUp,
+    LAuReL and per-layer inputs as other (its per-layer token table as embeddings)."""
     stem = name.removesuffix(".weight").removesuffix(".bias")
     leaf = stem.rsplit(".", 1)[-1]
+    if leaf.startswith("ssm_"):
+        return "attention"
+    if leaf in ("token_embd", "pos_embd", "token_types", "per_layer_token_embd"):
+        return "embeddings"
+    if leaf.startswith(("altup", "laurel", "per_layer")) or leaf in ("inp_gate", "proj",
+                                                                     "post_norm"):
+        return "other"
     if "norm" in leaf:
         return "norms"
-    if leaf in ("token_embd", "pos_embd", "token_types"):
-        return "embeddings"
     if leaf == "output":
         return "head"
     if leaf.startswith("attn"):
@@ -163,8 +220,11 @@ def gguf_group_of(name: str) -> str:
 
 
 def gguf_is_buffer(tensor: GgufTensor) -> bool:
-    """Integer tensors and rotary tables (``rope_freqs``) are not parameters."""
-    return tensor.type_name in INTEGER_TYPES or tensor.name.startswith("rope_")
+    """Integer tensors, rotary tables (``rope_freqs``) and a router's score-correction bias
+    (``exp_probs_b``: DeepSeek-V3's e_score_correction_bias, a buffer in transformers) are not
+    parameters."""
+    return tensor.type_name in INTEGER_TYPES or tensor.name.startswith("rope_") \
+        or ".exp_probs_b." in tensor.name
 
 
 def count_gguf(header: GgufHeader) -> QuantisedCount:
@@ -172,6 +232,7 @@ def count_gguf(header: GgufHeader) -> QuantisedCount:
     buffers: list[TensorInfo] = []
     unplaced: list[str] = []
     stored: dict[str, list[int]] = {}
+    ffn: list[tuple[str, int]] = []
     for t in header.tensors.values():
         if gguf_is_buffer(t):
             buffers.append(TensorInfo(t.name, t.type_name, t.shape, t.start, t.start + t.nbytes))
@@ -180,8 +241,11 @@ def count_gguf(header: GgufHeader) -> QuantisedCount:
         groups[group] += t.numel
         if group == "other":
             unplaced.append(t.name)
+        elif group == "ffn":
+            ffn.append((t.name, t.numel))
         entry = stored.setdefault(t.type_name, [0, 0])
         entry[0] += t.numel
         entry[1] += t.nbytes
-    return QuantisedCount(groups, tuple(buffers), tuple(unplaced), scheme="GGUF",
+    return QuantisedCount(groups, tuple(buffers), tuple(unplaced), _ffn_parts(ffn),
+                          scheme="GGUF",
                           stored=tuple(Stored(k, p, b) for k, (p, b) in stored.items()))

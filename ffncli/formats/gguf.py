@@ -64,7 +64,7 @@ INTEGER_TYPES = ("I8", "I16", "I32", "I64")
 # What run dequantises to float32 (gguf.quants.dequantize; F64 is cast).
 DEQUANTISED = ("F32", "F16", "BF16", "F64", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K",
                "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S",
-               "IQ1_S", "IQ1_M", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4")
+               "IQ1_S", "IQ1_M", "IQ4_NL", "IQ4_XS", "TQ1_0", "TQ2_0", "MXFP4", "NVFP4")
 
 # Metadata value types: id -> (struct format, size) for scalars; 8 string, 9 array.
 _SCALARS = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: ("i", 4),
@@ -74,10 +74,15 @@ _STRING, _ARRAY = 8, 9
 
 @dataclass(frozen=True)
 class GgufArray:
-    """A metadata array, by its length only (the tokenizer's tokens are not kept)."""
+    """A metadata array, by its length (the tokenizer's tokens are not kept); the values of a
+    short array of numbers or booleans (per-layer widths, a sliding-window pattern) too."""
 
     item_type: int
     length: int
+    values: tuple[Any, ...] = ()  # an array of at most KEPT_ITEMS scalars, else ()
+
+
+KEPT_ITEMS = 4096  # scalars of an array kept as values: per-layer keys have one a layer
 
 
 @dataclass(frozen=True)
@@ -210,7 +215,11 @@ class _Walker:
         item = self.scalar("I", 4, what)
         length = self.scalar("Q", 8, what)
         if item in _SCALARS:
-            self.take(length * _SCALARS[item][1], what)
+            fmt, size = _SCALARS[item]
+            start = self.take(length * size, what)
+            if length <= KEPT_ITEMS:
+                values = struct.unpack_from(f"{self.order}{length}{fmt}", self.buf, start)
+                return GgufArray(item, length, values)
         elif item == _STRING:
             if length * 8 > self.limit - self.pos:  # each string has at least its length
                 self.take(length * 8, what)

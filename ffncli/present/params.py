@@ -130,6 +130,7 @@ def params_json(result: ParamsResult) -> dict[str, Any]:
             weights=result.weights_path,
             file_params=result.file.total,
             file_groups=dict(result.file.groups),
+            file_ffn_parts=dict(result.file.ffn_parts),
             buffers=[{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)}
                      for b in result.file.buffers],
             matches=result.matches,
@@ -330,6 +331,8 @@ def _print_file(out: Console, result: ParamsResult) -> None:
         if s or f:
             table.add_row(group, commas(s), commas(f), "ok" if s == f else
                           "task head" if result.task_head(group) else "DIFFERS")
+        for part, n in result.file.ffn_parts.items() if group == "ffn" else ():
+            table.add_row(f"  {part}", "", commas(n), "")
     table.add_row("total", commas(result.count.total), commas(result.file.total),
                   "ok" if result.matches else "DIFFERS")
     out.print(table)
@@ -413,6 +416,7 @@ def file_only_json(result: FileOnlyResult) -> dict[str, Any]:
         "reason": result.reason,
         "file_params": result.file.total,
         "file_groups": dict(result.file.groups),
+        "file_ffn_parts": dict(result.file.ffn_parts),
         "unplaced": list(result.file.unplaced),
         "buffers": [{"name": b.name, "dtype": b.dtype, "shape": list(b.shape)}
                     for b in result.file.buffers],
@@ -431,6 +435,8 @@ def print_file_only(result: FileOnlyResult) -> None:
     for group in GROUPS:
         if result.file.groups[group]:
             table.add_row(group, commas(result.file.groups[group]))
+        for part, n in result.file.ffn_parts.items() if group == "ffn" else ():
+            table.add_row(f"  {part}", commas(n))
     table.add_row("total", commas(result.file.total))
     out.print(table)
     for name in result.file.unplaced:

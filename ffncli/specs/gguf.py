@@ -1,9 +1,12 @@
 """The spec a GGUF file's metadata implies: its keys read as the keys of a config.json with the
 same meaning, counted by that model type's reader (the architecture table maps llama.cpp's
-architectures to model types)."""
+architectures to model types; READINGS below says, per architecture, which metadata key is
+which config key, as llama.cpp's convert_hf_to_gguf.py writes them)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ffncli.base.validate import Keys, brief, whole
@@ -15,6 +18,221 @@ if TYPE_CHECKING:
     from ffncli.specs.spec import ModelSpec
 
 # ---------------------------------------------------------------------------------------------
+# How each architecture's metadata reads as a config.json: data, one entry per architecture.
+
+class Metadata:
+    """One file's metadata as the readings see it: keys after ``<arch>.``."""
+
+    def __init__(self, header: GgufHeader, arch: str) -> None:
+        self.header, self.arch = header, arch
+        self.keys = Keys(header.metadata, str(header.path), WeightsError, "metadata key")
+
+    def get(self, key: str) -> int | None:
+        """A whole number (>= 0), or None when the file lacks the key."""
+        return self.keys.whole(f"{self.arch}.{key}", minimum=0)
+
+    def values(self, key: str) -> tuple[Any, ...] | None:
+        """A short array's values (per-layer widths, a window pattern), or None."""
+        value = self.header.metadata.get(f"{self.arch}.{key}")
+        return value.values if isinstance(value, GgufArray) and value.values else None
+
+    def rows(self, tensor: str) -> int | None:
+        """The outer dimension of a matrix (a table's rows, a projection's rank), or None."""
+        t = self.header.tensors.get(tensor)
+        return t.dims[-1] if t is not None and len(t.dims) >= 2 else None
+
+
+Derive = Callable[[Metadata, int], Any]  # (metadata, layers) -> a config value from other keys
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One llama.cpp architecture's metadata as config.json keys.
+
+    ``keys``: config key -> the metadata keys (after ``<arch>.``) that hold it, the first one
+    the file has winning; over BASE_KEYS (an empty tuple drops a base key). ``absent``: config
+    values for keys the file does not set (what llama.cpp assumes for the architecture).
+    ``tensors``: config key -> the tensor whose presence sets it true (over BASE_TENSORS).
+    ``derived``: config keys computed from others (the layer pattern llama.cpp fixes per
+    architecture). ``required``: metadata keys the architecture cannot be counted without.
+    ``moe_type``: the model type a file of this architecture with more than one expert is read
+    as (LLaMA's GGUF is Mixtral's too)."""
+
+    keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    absent: Mapping[str, Any] = field(default_factory=dict)
+    tensors: Mapping[str, str] = field(default_factory=dict)
+    derived: Mapping[str, Derive] = field(default_factory=dict)
+    required: tuple[str, ...] = ("feed_forward_length",)
+    moe_type: str | None = "mixtral"
+
+
+BASE_KEYS: dict[str, tuple[str, ...]] = {
+    "head_dim": ("attention.key_length",),
+    "max_position_embeddings": ("context_length",),
+    "intermediate_size": ("feed_forward_length",),
+}
+# Biases are there when layer 0 has them; the head is tied when there is no output.weight.
+BASE_TENSORS = {"attention_bias": "blk.0.attn_q.bias", "mlp_bias": "blk.0.ffn_up.bias"}
+
+# The mixture of experts, as llama.cpp names it.
+_EXPERTS = {"num_experts_per_tok": ("expert_used_count",)}
+_MOE = ("expert_count", "expert_used_count")
+_MIXTRAL = {"num_local_experts": ("expert_count",), **_EXPERTS}
+_QWEN_MOE = {"num_experts": ("expert_count",), **_EXPERTS,
+             "moe_intermediate_size": ("expert_feed_forward_length",),
+             "shared_expert_intermediate_size": ("expert_shared_feed_forward_length",)}
+# DeepSeek-V3's experts: leading dense layers, shared experts (GLM-4.5's too); the routing keys
+# are read for what they say, not counted.
+_DEEPSEEK_MOE = {"n_routed_experts": ("expert_count",), **_EXPERTS,
+                 "moe_intermediate_size": ("expert_feed_forward_length",),
+                 "n_shared_experts": ("expert_shared_count",),
+                 "first_k_dense_replace": ("leading_dense_block_count",),
+                 "n_group": ("expert_group_count",), "topk_group": ("expert_group_used_count",)}
+
+
+def _every(period: int | str, other: str, kth: str) -> Derive:
+    """``layer_types``: every layer ``other`` but each ``period``-th (1-based), ``kth``; the
+    period a number llama.cpp fixes for the architecture, or the metadata key holding it. A
+    file whose ``attention.sliding_window_pattern`` is an array (true: a sliding layer) says
+    it layer by layer."""
+    def layer_types(m: Metadata, layers: int) -> list[str]:
+        sliding = m.values("attention.sliding_window_pattern")
+        if sliding is not None and len(sliding) == layers:
+            return ["sliding_attention" if v else "full_attention" for v in sliding]
+        n = period if isinstance(period, int) else m.get(period)
+        return [kth if n and (i + 1) % n == 0 else other for i in range(layers)]
+    return layer_types
+
+
+def _widths(key: str) -> Derive:
+    """A width per layer (Gemma 3n's feed_forward_length, an array), or one for all."""
+    def widths(m: Metadata, layers: int) -> list[int] | int | None:
+        values = m.values(key)
+        return list(values) if values is not None else m.get(key)
+    return widths
+
+
+def _moe_layers(m: Metadata, layers: int) -> list[int]:
+    """Llama 4: every interleave_moe_layer_step-th layer a mixture of experts."""
+    step = m.get("interleave_moe_layer_step") or 1
+    return list(range(step - 1, layers, step))
+
+
+def _minus(key: tuple[str, ...], less: str) -> Derive:
+    """The first of ``key`` the file has, less ``less`` (DeepSeek's query head: key length less
+    its rope part)."""
+    def value(m: Metadata, layers: int) -> int | None:
+        total = next((v for k in key if (v := m.get(k)) is not None), None)
+        return None if total is None else total - (m.get(less) or 0)
+    return value
+
+
+def _ratio(key: str, by: str) -> Derive:
+    def value(m: Metadata, layers: int) -> int | None:
+        a, b = m.get(key), m.get(by)
+        return a // b if a is not None and b else None
+    return value
+
+
+def _gating(m: Metadata, layers: int) -> str | None:
+    """DeepSeek's scoring_func from llama.cpp's expert_gating_func (1 softmax, 2 sigmoid)."""
+    return {1: "softmax", 2: "sigmoid"}.get(m.get("expert_gating_func") or 0)
+
+
+_SLIDING = {"sliding_window": ("attention.sliding_window",)}
+# Latent attention (DeepSeek-V2/V3, MiniCPM3): llama.cpp writes key_length_mla and
+# value_length_mla (key_length and value_length then describe its compressed heads); files
+# converted before that hold the query head and the value head in key_length and value_length.
+_MLA = {"head_dim": (), "q_lora_rank": ("attention.q_lora_rank",),
+        "kv_lora_rank": ("attention.kv_lora_rank",),
+        "qk_rope_head_dim": ("rope.dimension_count",),
+        "v_head_dim": ("attention.value_length_mla", "attention.value_length")}
+_MLA_DERIVED = {"qk_nope_head_dim": _minus(("attention.key_length_mla", "attention.key_length"),
+                                           "rope.dimension_count")}
+
+# Gated DeltaNet (Qwen3-Next, Qwen 3.5) in llama.cpp's ssm.* keys: key heads as groups, value
+# heads as the time-step rank, the key head as the state; full attention every
+# full_attention_interval-th layer.
+_DELTANET = {"linear_num_key_heads": ("ssm.group_count",),
+             "linear_num_value_heads": ("ssm.time_step_rank",),
+             "linear_key_head_dim": ("ssm.state_size",),
+             "linear_conv_kernel_dim": ("ssm.conv_kernel",)}
+_DELTANET_DERIVED = {
+    "linear_value_head_dim": _ratio("ssm.inner_size", "ssm.time_step_rank"),
+    "layer_types": _every("full_attention_interval", "linear_attention", "full_attention")}
+_DELTANET_REQUIRED = ("ssm.group_count", "ssm.time_step_rank", "ssm.state_size",
+                      "ssm.inner_size")
+
+READINGS: dict[str, Reading] = {
+    "llama": Reading(keys=_MIXTRAL),
+    "deepseek2": Reading(keys={**_MLA, **_DEEPSEEK_MOE}, absent={"q_lora_rank": None},
+                         derived={**_MLA_DERIVED, "scoring_func": _gating},
+                         required=_MOE, moe_type=None),
+    "minicpm3": Reading(keys=_MLA, absent={"q_lora_rank": None}, derived=_MLA_DERIVED),
+    "qwen2moe": Reading(keys=_QWEN_MOE, tensors={"qkv_bias": "blk.0.attn_q.bias"},
+                        required=(*_MOE, "expert_feed_forward_length",
+                                  "expert_shared_feed_forward_length"), moe_type=None),
+    "qwen3moe": Reading(keys=_QWEN_MOE, required=(*_MOE, "expert_feed_forward_length"),
+                        moe_type=None),
+    "qwen3next": Reading(keys={**_QWEN_MOE, **_DELTANET}, derived=_DELTANET_DERIVED,
+                         required=(*_MOE, "expert_feed_forward_length", *_DELTANET_REQUIRED),
+                         moe_type=None),
+    "qwen35": Reading(keys=_DELTANET, derived=_DELTANET_DERIVED,
+                      required=("feed_forward_length", *_DELTANET_REQUIRED)),
+    "qwen35moe": Reading(keys={**_QWEN_MOE, **_DELTANET}, derived=_DELTANET_DERIVED,
+                         required=(*_MOE, "expert_feed_forward_length", *_DELTANET_REQUIRED),
+                         moe_type=None),
+    "gpt-oss": Reading(keys={**_MIXTRAL, **_SLIDING,
+                             "intermediate_size": ("expert_feed_forward_length",
+                                                   "feed_forward_length")},
+                       derived={"layer_types": _every(2, "sliding_attention", "full_attention")},
+                       required=(*_MOE, "attention.sliding_window"), moe_type=None),
+    "llama4": Reading(keys={**_MIXTRAL, "intermediate_size": ("expert_feed_forward_length",),
+                            "intermediate_size_mlp": ("feed_forward_length",)},
+                      absent={"attention_chunk_size": 8192},
+                      derived={"moe_layers": _moe_layers,
+                               "layer_types": _every(4, "chunked_attention", "full_attention")},
+                      required=(*_MOE, "expert_feed_forward_length"), moe_type=None),
+    "glm4moe": Reading(keys=_DEEPSEEK_MOE, tensors={"use_qk_norm": "blk.0.attn_q_norm.weight"},
+                       derived={"num_hidden_layers": lambda m, layers:
+                                layers - (m.get("nextn_predict_layers") or 0)},
+                       required=(*_MOE, "expert_feed_forward_length"), moe_type=None),
+    "olmoe": Reading(keys={"num_experts": ("expert_count",), **_EXPERTS,
+                           "intermediate_size": ("expert_feed_forward_length",
+                                                 "feed_forward_length")},
+                     required=_MOE, moe_type=None),
+    "granitemoe": Reading(keys={**_MIXTRAL, "intermediate_size": (
+        "expert_feed_forward_length", "feed_forward_length"),
+        "shared_intermediate_size": ("expert_shared_feed_forward_length",)},
+        required=_MOE, moe_type=None),
+    "phimoe": Reading(keys={**_MIXTRAL, **_SLIDING}, tensors={"lm_head_bias": "output.bias"},
+                      required=(*_MOE, "feed_forward_length"), moe_type=None),
+    "minimax-m2": Reading(keys={**_MIXTRAL, "intermediate_size": (
+        "expert_feed_forward_length", "feed_forward_length")}, required=_MOE, moe_type=None),
+    # Gemma 3n: AltUp, LAuReL (its rank the width of laurel_l) and per-layer inputs (their
+    # table's rows the per-layer vocabulary), the last shared_kv_layers reusing others' K and V.
+    "gemma3n": Reading(
+        keys={**_SLIDING, "intermediate_size": (), "altup_num_inputs": ("altup.num_inputs",),
+              "hidden_size_per_layer_input": ("embedding_length_per_layer_input",),
+              "num_kv_shared_layers": ("attention.shared_kv_layers",)},
+        derived={"intermediate_size": _widths("feed_forward_length"),
+                 "laurel_rank": lambda m, layers: m.rows("blk.0.laurel_l.weight"),
+                 "vocab_size_per_layer_input": lambda m, layers:
+                 m.rows("per_layer_token_embd.weight"),
+                 "layer_types": _every(5, "sliding_attention", "full_attention")},
+        required=("feed_forward_length", "altup.num_inputs",
+                  "embedding_length_per_layer_input")),
+    "gemma3": Reading(keys=_SLIDING,
+                      derived={"layer_types": _every(6, "sliding_attention", "full_attention")}),
+    "cohere2": Reading(keys=_SLIDING,
+                       derived={"layer_types": _every(4, "sliding_attention", "full_attention")}),
+    "starcoder2": Reading(tensors={"use_bias": "blk.0.attn_q.bias"}),
+    "ernie4_5": Reading(tensors={"use_bias": "blk.0.attn_q.bias"}),
+    "seed_oss": Reading(tensors={"attention_out_bias": "blk.0.attn_output.bias"}),
+}
+
+
+# ---------------------------------------------------------------------------------------------
 # The spec the metadata implies, read as a config.json with the same keys would be.
 
 class UnsupportedArchitecture(WeightsError):
@@ -24,57 +242,57 @@ class UnsupportedArchitecture(WeightsError):
 def spec_from_header(header: GgufHeader) -> ModelSpec:
     """``general.architecture`` and ``<arch>.embedding_length``, ``.feed_forward_length``,
     ``.block_count``, ``.attention.head_count(_kv)``, ``.expert_count`` ... as the keys of a
-    config.json, counted by that model type's reader. The vocabulary is the tokenizer's token
-    list (else ``<arch>.vocab_size``, else the embedding's rows); the head is tied when there
-    is no ``output.weight``; biases are there when layer 0 has them."""
+    config.json (READINGS), counted by that model type's reader. The vocabulary is the
+    tokenizer's token list (else ``<arch>.vocab_size``, else the embedding's rows); the head is
+    tied when there is no ``output.weight``; biases are there when layer 0 has them."""
     path, meta, arch = header.path, header.metadata, header.architecture
     model_type = GGUF_ARCHITECTURES.get(arch)
     if model_type is None:
         raise UnsupportedArchitecture(
             f"{path}: GGUF architecture {brief(arch)} has no spec reader; supported: "
             f"{', '.join(GGUF_ARCHITECTURES)} (or give --preset or --config)")
-
-    keys = Keys(meta, str(path), WeightsError, "metadata key")
+    reading = READINGS.get(arch, Reading())
+    m = Metadata(header, arch)
+    keys = m.keys
 
     def need(key: str) -> int:
+        if m.values(key) is not None:  # a per-layer array: there, and read by the reading
+            return 0
         return keys.required(f"{arch}.{key}")
-
-    def maybe(key: str) -> int | None:
-        return keys.whole(f"{arch}.{key}")
 
     d, heads = need("embedding_length"), need("attention.head_count")
     layers = need("block_count")
-    kv = maybe("attention.head_count_kv") or heads
+    kv = keys.whole(f"{arch}.attention.head_count_kv") or heads
     if kv > heads or heads % kv:
         raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count_kv': expected a "
                            f"divisor of {arch}.attention.head_count ({heads}), got {kv}")
+    for key in reading.required:
+        need(key)
     config: dict[str, Any] = {
         "model_type": model_type, "hidden_size": d, "num_hidden_layers": layers,
         "num_attention_heads": heads, "num_key_value_heads": kv,
         "vocab_size": _vocab(header, arch),
         "tie_word_embeddings": "output.weight" not in header.tensors,
-        "attention_bias": "blk.0.attn_q.bias" in header.tensors,
-        "mlp_bias": "blk.0.ffn_up.bias" in header.tensors,
     }
-    head_dim = maybe("attention.key_length")
-    if head_dim is not None:
-        config["head_dim"] = head_dim
-    elif d % heads:
+    for key, tensor in {**BASE_TENSORS, **reading.tensors}.items():
+        config[key] = tensor in header.tensors
+    for key, names in {**BASE_KEYS, **reading.keys}.items():
+        value = next((v for name in names if (v := m.get(name)) is not None), None)
+        if value is not None:
+            config[key] = value
+    for key, value in reading.absent.items():
+        config.setdefault(key, value)
+    for key, derive in reading.derived.items():
+        value = derive(m, layers)
+        if value is not None:
+            config[key] = value
+    if "head_dim" not in config and "kv_lora_rank" not in config and d % heads:
         raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count': expected a "
                            f"divisor of {arch}.embedding_length ({d:,}), got {heads}")
-    context = maybe("context_length")
-    if context is not None:
-        config["max_position_embeddings"] = context
-    experts = maybe("expert_count")
-    if model_type == "qwen3_moe":
-        config.update(num_experts=experts,
-                      moe_intermediate_size=need("expert_feed_forward_length"),
+    experts = m.get("expert_count")
+    if reading.moe_type is not None and experts is not None and experts > 1:
+        config.update(model_type=reading.moe_type, num_local_experts=experts,
                       num_experts_per_tok=need("expert_used_count"))
-    elif experts is not None and experts > 1:
-        config.update(model_type="mixtral", num_local_experts=experts,
-                      num_experts_per_tok=need("expert_used_count"))
-    if model_type != "qwen3_moe":
-        config["intermediate_size"] = need("feed_forward_length")
     name = meta.get("general.name")
     if isinstance(name, str) and name:
         config["_name_or_path"] = name

@@ -1,0 +1,184 @@
+"""GGUF headers of the zoo's model types as llama.cpp's convert_hf_to_gguf.py writes them: the
+tensors transformers builds for the type's defaults (tests/data/checkpoints/names.json) under
+their llama.cpp names (the gguf package's TensorNameMap; experts fused by transformers split
+back into gate and up stacks), the metadata keys the converter writes from the config, each by
+the gguf package's own GGUFWriter. The data is a hole in a sparse file."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from conftest import DATA
+
+from helpers.zoo_checkpoints import layer_of, shapes
+
+gguf = pytest.importorskip("gguf")
+
+# model type -> the llama.cpp architecture of its GGUF files (gguf.MODEL_ARCH's name)
+ARCHS = {"mixtral": "LLAMA", "qwen2_moe": "QWEN2MOE", "qwen3_moe": "QWEN3MOE",
+         "deepseek_v2": "DEEPSEEK2", "deepseek_v3": "DEEPSEEK2", "gpt_oss": "GPT_OSS",
+         "llama4_text": "LLAMA4", "glm4_moe": "GLM4_MOE", "gemma3_text": "GEMMA3",
+         "olmoe": "OLMOE", "granitemoe": "GRANITE_MOE", "qwen3_next": "QWEN3NEXT",
+         "minimax_m2": "MINIMAXM2", "phimoe": "PHIMOE", "minicpm3": "MINICPM3",
+         "smollm3": "SMOLLM3", "olmo2": "OLMO2", "olmo": "OLMO", "glm4": "GLM4",
+         "exaone": "EXAONE", "seed_oss": "SEED_OSS", "cohere2": "COHERE2",
+         "ernie4_5": "ERNIE4_5", "starcoder2": "STARCODER2", "gemma3n_text": "GEMMA3N",
+         "qwen3_5_text": "QWEN35", "qwen3_5_moe_text": "QWEN35MOE"}
+COMPLETED = {"deepseek_v2": {"num_experts_per_tok": 6}}
+# DeepSeek's latent attention as llama.cpp converts it since 2025 (K and V up-projections apart,
+# key_length_mla); DeepSeek-V2 (and MiniCPM3) as files made before that (one kv_b, key_length
+# the query head).
+MLA_SPLIT = ("deepseek_v3",)
+
+
+def config(model_type: str) -> dict:
+    data = json.loads((DATA / "zoo" / "configs" / f"{model_type}.config.json").read_text())
+    return {**data, **COMPLETED.get(model_type, {})}
+
+
+def _tensors(model_type: str, c: dict) -> dict[str, tuple[int, ...]]:
+    """llama.cpp's name -> shape (outermost first) of every tensor of the type."""
+    arch = gguf.MODEL_ARCH[ARCHS[model_type]]
+    names = gguf.get_tensor_name_map(arch, c["num_hidden_layers"])
+    out: dict[str, tuple[int, ...]] = {}
+    d = c["hidden_size"]
+    for name, shape in shapes(model_type).items():
+        i, leaf = layer_of(name), name.rsplit(".", 1)[-1]
+        if leaf in ("gate_up_proj", "gate_up_proj_bias"):  # [E, 2f, d] or [E, d, 2f]
+            axis = max(a for a in range(1, len(shape)) if shape[a] % 2 == 0
+                       and (shape[a] != d or len(shape) == 2 or shape[1] == shape[2]))
+            half = shape[:axis] + (shape[axis] // 2,) + shape[axis + 1:]
+            suffix = "bias" if leaf.endswith("bias") else "weight"
+            out[f"blk.{i}.ffn_gate_exps.{suffix}"] = out[f"blk.{i}.ffn_up_exps.{suffix}"] = half
+        elif leaf in ("down_proj", "down_proj_bias") and ".experts." in name:
+            out[f"blk.{i}.ffn_down_exps.{'bias' if leaf.endswith('bias') else 'weight'}"] = shape
+        elif name.endswith("block_sparse_moe.router.weight"):  # Granite MoE
+            out[f"blk.{i}.ffn_gate_inp.weight"] = shape
+        elif ".altup_projections." in name or ".altup_unembed_projections." in name:
+            stem = "altup_proj" if ".altup_projections." in name else "altup_unembd_proj"
+            out[f"{stem}.weight"] = (c["altup_num_inputs"] - 1, *shape)  # stacked
+        elif leaf == "dt_bias":
+            out[f"blk.{i}.ssm_dt.bias"] = shape
+        elif name.endswith("kv_b_proj.weight") and model_type in MLA_SPLIT:
+            heads, nope, v = c["num_attention_heads"], c["qk_nope_head_dim"], c["v_head_dim"]
+            out[f"blk.{i}.attn_k_b.weight"] = (heads, shape[1], nope)
+            out[f"blk.{i}.attn_v_b.weight"] = (heads, v, shape[1])
+        else:
+            mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
+            assert mapped is not None, name
+            out[mapped] = shape
+    return out
+
+
+def _metadata(w, model_type: str, c: dict) -> None:
+    """What convert_hf_to_gguf.py writes for the type (its TextModel's keys, then the type's
+    own), shape keys only."""
+    def some(key: str):
+        return c.get(key)
+
+    layers = c["num_hidden_layers"]
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(c["hidden_size"])
+    w.add_head_count(c["num_attention_heads"])
+    if some("num_key_value_heads") is not None:
+        w.add_head_count_kv(1 if model_type in MLA_SPLIT else c["num_key_value_heads"])
+    if isinstance(some("intermediate_size"), int | list):  # Gemma 3n: one a layer
+        w.add_feed_forward_length(c["intermediate_size"])
+    head_dim = some("head_dim")
+    if head_dim is None and model_type == "glm4_moe":  # its converter: hidden // heads
+        head_dim = c["hidden_size"] // c["num_attention_heads"]
+    if head_dim is not None and some("kv_lora_rank") is None:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    experts = some("num_local_experts") or some("num_experts") or some("n_routed_experts")
+    if experts:
+        w.add_expert_count(experts)
+        w.add_expert_used_count(c["num_experts_per_tok"])
+    if some("moe_intermediate_size") is not None:
+        w.add_expert_feed_forward_length(c["moe_intermediate_size"])
+    if some("shared_expert_intermediate_size"):
+        w.add_expert_shared_feed_forward_length(c["shared_expert_intermediate_size"])
+    if some("shared_intermediate_size"):  # Granite MoE Shared
+        w.add_expert_shared_feed_forward_length(c["shared_intermediate_size"])
+    if some("n_shared_experts") is not None:
+        w.add_expert_shared_count(c["n_shared_experts"])
+    if some("first_k_dense_replace") is not None:
+        w.add_leading_dense_block_count(c["first_k_dense_replace"])
+    if some("sliding_window") is not None:
+        w.add_sliding_window(c["sliding_window"])
+    if some("kv_lora_rank") is not None:  # latent attention
+        if some("q_lora_rank") is not None:
+            w.add_q_lora_rank(c["q_lora_rank"])
+        w.add_kv_lora_rank(c["kv_lora_rank"])
+        rope, nope, v = c["qk_rope_head_dim"], c["qk_nope_head_dim"], c["v_head_dim"]
+        if model_type in MLA_SPLIT:
+            w.add_key_length(c["kv_lora_rank"] + rope)
+            w.add_value_length(c["kv_lora_rank"])
+            w.add_key_length_mla(nope + rope)
+            w.add_value_length_mla(v)
+        else:
+            w.add_key_length(nope + rope)
+            w.add_value_length(v)
+        w.add_rope_dimension_count(rope)
+        if some("scoring_func") is not None:
+            w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID
+                                     if c["scoring_func"] == "sigmoid"
+                                     else gguf.ExpertGatingFuncType.SOFTMAX)
+    if model_type == "gpt_oss":
+        w.add_expert_feed_forward_length(c["intermediate_size"])
+    if model_type in ("llama4_text",):  # the experts' width apart from the dense layers'
+        w.add_feed_forward_length(c["intermediate_size_mlp"])
+        w.add_expert_feed_forward_length(c["intermediate_size"])
+        w.add_interleave_moe_layer_step(c["interleave_moe_layer_step"])
+    if model_type == "glm4_moe":  # its multi-token-prediction layer counted as a block
+        nextn = c.get("num_nextn_predict_layers", 0)
+        w.add_nextn_predict_layers(nextn)
+        layers += nextn
+    if model_type == "gemma3n_text":
+        w.add_altup_num_inputs(c["altup_num_inputs"])
+        w.add_embedding_length_per_layer_input(c["hidden_size_per_layer_input"])
+        w.add_shared_kv_layers(c["num_kv_shared_layers"])
+        w.add_sliding_window_pattern([t == "sliding_attention" for t in c["layer_types"]])
+    if model_type in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"):
+        w.add_ssm_conv_kernel(c["linear_conv_kernel_dim"])
+        w.add_ssm_state_size(c["linear_key_head_dim"])
+        w.add_ssm_group_count(c["linear_num_key_heads"])
+        w.add_ssm_time_step_rank(c["linear_num_value_heads"])
+        w.add_ssm_inner_size(c["linear_value_head_dim"] * c["linear_num_value_heads"])
+        w.add_full_attention_interval(c.get("full_attention_interval", 4))
+    w.add_block_count(layers)
+
+
+def write_zoo_gguf(path: Path, model_type: str) -> dict[str, tuple[int, ...]]:
+    """The type's GGUF header, every tensor BF16, its data a hole; returns the tensors."""
+    c = config(model_type)
+    arch = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH[ARCHS[model_type]]]
+    w = gguf.GGUFWriter(str(path), arch)
+    _metadata(w, model_type, c)
+    tensors = _tensors(model_type, c)
+    write_header_only(w, path, {n: (s, gguf.GGMLQuantizationType.BF16)
+                                for n, s in tensors.items()})
+    return tensors
+
+
+def write_header_only(w, path: Path, tensors: dict) -> None:
+    """``tensors`` {name: (shape outermost first, GGML type)} into the writer ``w`` (its
+    metadata added) and ``path``: the header, then the data's bytes as a hole."""
+    import numpy as np
+
+    sizes = gguf.GGML_QUANT_SIZES
+    nbytes = {n: math.prod(s) // sizes[t][0] * sizes[t][1] for n, (s, t) in tensors.items()}
+    for name, (shape, qtype) in tensors.items():
+        w.add_tensor_info(name, shape, np.dtype(np.float32), nbytes[name], raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    pad = w.data_alignment
+    data = sum(-(-n // pad) * pad for n in nbytes.values())
+    with path.open("r+b") as f:
+        start = -(-f.seek(0, 2) // pad) * pad
+        f.truncate(start + data)

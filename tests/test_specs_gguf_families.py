@@ -1,0 +1,91 @@
+"""``params`` on a GGUF file of each llama.cpp architecture of the 2025-26 families: the spec
+its metadata implies (READINGS in ffncli/specs/gguf.py) counted exactly as transformers 5.25
+builds the type's defaults (tests/data/zoo/truths.json: total, active, each layer's FFN), and
+the header's tensors beside it, each in its part. The files are written as llama.cpp's converter
+writes them (tests/helpers/zoo_gguf.py): metadata keys from the config, the tensors transformers
+builds under llama.cpp's names, data a hole in a sparse file."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import DATA
+from helpers.zoo_checkpoints import ffn_parts, truth
+from helpers.zoo_gguf import ARCHS, config, write_zoo_gguf
+
+import ffncli
+from ffncli.formats.gguf import read_header
+from ffncli.specs.archs import GGUF_ARCHITECTURES
+from ffncli.specs.gguf import READINGS, spec_from_header
+
+
+@pytest.mark.parametrize("model_type", sorted(ARCHS))
+def test_the_metadata_counts_as_transformers_builds_it(tmp_path, model_type):
+    path = tmp_path / "model.gguf"
+    write_zoo_gguf(path, model_type)
+    counted = ffncli.count(spec_from_header(read_header(path)))
+    want = truth(model_type)
+    stack = next(s for p, s in want["stacks"].items() if "layers" in p)
+    assert (counted.total, counted.active, counted.decoder_ffn()) == \
+        (want["total"], want["active"] or counted.active, tuple(stack["ffn"]))
+
+
+@pytest.mark.parametrize("model_type", sorted(ARCHS))
+def test_params_puts_each_tensor_in_its_part(tmp_path, cli, model_type):
+    path = tmp_path / "model.gguf"
+    write_zoo_gguf(path, model_type)
+    r = cli("params", "--weights", path, "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    assert (doc["matches"], doc["mismatches"]) == (True, {})
+    assert doc["file_params"] == doc["total_params"] == truth(model_type)["total"]
+    counted = ffncli.count(spec_from_header(read_header(path)))
+    assert doc["file_ffn_parts"] == ffn_parts(counted)
+
+
+def test_the_readings_are_the_table_s_architectures():
+    """Every architecture READINGS reads is one a row of the table claims (gguf=...)."""
+    assert set(READINGS) <= set(GGUF_ARCHITECTURES)
+
+
+MIXERS = {"full_attention": "full", "sliding_attention": "sliding",
+          "chunked_attention": "chunked", "linear_attention": "linear"}
+
+
+@pytest.mark.parametrize("model_type", ["gpt_oss", "gemma3_text", "llama4_text", "qwen3_next",
+                                        "cohere2", "gemma3n_text", "qwen3_5_text"])
+def test_the_layer_pattern_is_the_config_s(tmp_path, model_type):
+    """The pattern llama.cpp fixes per architecture (gpt-oss: sliding and full attention
+    alternating; Gemma 3: five sliding layers to one full; Llama 4: three chunked to one full;
+    Qwen3-Next: full attention every full_attention_interval-th layer; Command R7B: three
+    sliding to one full; Gemma 3n: the file's sliding_window_pattern, one flag a layer) is the
+    config's
+    layer_types, and so is the KV cache."""
+    path = tmp_path / "model.gguf"
+    write_zoo_gguf(path, model_type)
+    mine = spec_from_header(read_header(path))
+    want = [MIXERS[t] for t in config(model_type)["layer_types"]]
+    assert [k.mixer for k in mine.decoder_kinds()] == want
+    assert ffncli.count(mine).layers == ffncli.count(ffncli.load_spec(
+        config=DATA / "zoo" / "configs" / f"{model_type}.config.json")).layers
+
+
+@pytest.mark.parametrize(("model_type", "key"), [
+    ("gpt_oss", "gpt-oss.attention.sliding_window"),
+    ("deepseek_v3", "deepseek2.expert_count"),
+    ("qwen3_next", "qwen3next.ssm.state_size"),
+    ("llama4_text", "llama4.expert_feed_forward_length"),
+    ("qwen2_moe", "qwen2moe.expert_shared_feed_forward_length"),
+    ("glm4_moe", "glm4moe.expert_used_count"),
+])
+def test_a_key_the_architecture_needs_missing_is_one_line(tmp_path, cli, model_type, key):
+    """What an architecture cannot be read without is named in one line, as a config's missing
+    key is (the key renamed in the header, in place: the file is sparse)."""
+    path = tmp_path / "model.gguf"
+    write_zoo_gguf(path, model_type)
+    with path.open("r+b") as f:
+        head = f.read(1 << 20)
+        assert head.count(key.encode()) == 1
+        f.seek(head.index(key.encode()) + len(key) - 1)
+        f.write(b"_")
+    r = cli("params", "--weights", path)
+    assert (r.code, r.out, r.err) == (2, "", f"error: {path}: missing metadata key '{key}'\n")
