@@ -52,6 +52,16 @@ def linear(n_in: int, n_out: int, bias: bool) -> int:
     return n_in * n_out + (n_out if bias else 0)
 
 
+# Activations with learned parameters of their own in each FFN: xIELU's alpha_p and alpha_n
+# (its beta and eps are buffers).
+LEARNED_ACTIVATIONS = {"xielu": 2}
+
+
+def activation_params(ffn: FfnSpec) -> int:
+    """The activation's own learned scalars, one set per FFN (0 for a fixed function)."""
+    return LEARNED_ACTIVATIONS.get(ffn.activation, 0)
+
+
 def grouped(n_in: int, n_out: int, bias: bool, groups: int) -> int:
     """A grouped 1x1 convolution (SqueezeBERT): each of groups blocks maps n_in / groups
     inputs to n_out / groups outputs; a linear layer when groups is 1."""
@@ -59,10 +69,11 @@ def grouped(n_in: int, n_out: int, bias: bool, groups: int) -> int:
 
 
 def expert_params(d_model: int, ffn: FfnSpec) -> int:
-    """One FFN: W1, W2 (and V when gated), with their biases."""
+    """One FFN: W1, W2 (and V when gated), with their biases, and the activation's scalars."""
     up = grouped(d_model, ffn.d_ff, ffn.bias, ffn.groups)
     down = grouped(ffn.d_ff, d_model, down_bias(ffn), ffn.groups)
-    return (2 * up if ffn.gated else up) + down + channel_mix_params(d_model, ffn)
+    return (2 * up if ffn.gated else up) + down + channel_mix_params(d_model, ffn) \
+        + activation_params(ffn)
 
 
 def channel_mix_params(d_model: int, ffn: FfnSpec) -> int:
@@ -78,9 +89,15 @@ def down_bias(ffn: FfnSpec) -> bool:
 
 def router_params(d_model: int, ffn: FfnSpec) -> int:
     """The router scores every expert, zero (identity) experts included, and with
-    router_shared the shared experts too (Inkling)."""
+    router_shared the shared experts too (Inkling); router_scales adds Gemma 4's scales."""
     return linear(d_model, ffn.experts + ffn.zero_experts, ffn.router_bias) \
-        + shared_router_params(d_model, ffn) if ffn.is_moe else 0
+        + shared_router_params(d_model, ffn) + router_scale_params(d_model, ffn) \
+        if ffn.is_moe else 0
+
+
+def router_scale_params(d_model: int, ffn: FfnSpec) -> int:
+    """Gemma 4's router: a per-channel scale on its input and a scale per expert."""
+    return d_model + ffn.experts if ffn.router_scales else 0
 
 
 def shared_router_params(d_model: int, ffn: FfnSpec) -> int:
@@ -231,6 +248,20 @@ def sink_params(att: AttentionSpec) -> int:
     return att.heads if att.sinks else 0
 
 
+def dynamic_mask_params(d_model: int, att: AttentionSpec) -> int:
+    """Doge's dynamic mask: dt_proj from the values (kv_heads x head_dim) to one number per KV
+    head (with attention's bias), and A, one per KV head."""
+    if not att.dynamic_mask:
+        return 0
+    kv, kv_width = att.kv_heads or att.heads, attention_widths(d_model, att)[1]
+    return linear(kv_width, kv, att.qkv_bias) + kv
+
+
+def lambda_params(d_model: int, att: AttentionSpec) -> int:
+    """Differential attention's lambda_q1, lambda_k1, lambda_q2, lambda_k2: head_dim each."""
+    return 4 * (att.head_dim or d_model // att.heads) if att.differential else 0
+
+
 def linear_mixer_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int],
                                                                          ...]:
     """Gated DeltaNet (Qwen3-Next) as (name, shape, params): one projection to Q, K, V and the
@@ -358,6 +389,18 @@ def norm_params(d_model: int, norm: NormSpec) -> int:
     if not norm.affine:
         return 0
     return d_model * (2 if norm.bias and norm.kind == "layernorm" else 1)
+
+
+def residual_scale_params(d_model: int, norm: NormSpec) -> int:
+    """Doge's learned scales on the residual stream, one d_model vector before each of the
+    layer's two residual additions (counted with the norms)."""
+    return 2 * d_model if norm.residual_scales else 0
+
+
+def sub_norm_params(d_model: int, ffn: FfnSpec, norm: NormSpec) -> int:
+    """BitNet's sub-norms: one on attention's output before W_O (d_model wide), one on the
+    FFN's hidden layer (d_ff wide)."""
+    return norm_params(d_model, norm) + norm_params(ffn.d_ff, norm) if norm.sub_norms else 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,8 +581,9 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
     gate += d_model * att.heads if att.head_gate else 0  # a gate a head (LFM3, Laguna)
     extra = att.extra_projections * d_model * q_width
     conv = sum(weights for _, _, weights, _ in span_conv_matrices(d_model, att))
+    no_v = 2 * d_model * v_width if att.values_are_keys else 0  # W_K is also W_V
     return 2 * (d_model * (q_width + o_width) + d_model * (kv_width + v_width) + gate + extra
-                + conv)
+                + conv) - no_v
 
 
 def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int:
@@ -695,12 +739,16 @@ def _ffn_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
     if ffn.channel_mix:  # RWKV
         rows += [Row("R (receptance) and token-shift mixing", f"{d} x {d} + 2 x {d}",
                      channel_mix_params(d, ffn))]
+    if activation_params(ffn):
+        rows += [Row(f"{ffn.activation} scalars", f"{activation_params(ffn)}",
+                     activation_params(ffn))]
     if ffn.is_moe:
         per_expert = expert_params(d, ffn)
         rows = [Row(f"expert: {r.name}", r.shape, r.params) for r in rows]
         rows.append(Row(f"x {ffn.experts} experts", f"{ffn.experts} x {per_expert:,}",
                         ffn.experts * per_expert))
         over = f" + {d} x {ffn.shared_d_ff // ffn.d_ff} + 1" if ffn.router_shared else ""
+        over += f" + {d} + {ffn.experts}" if ffn.router_scales else ""  # Gemma 4's scales
         rows.append(Row("router", f"{d} x {ffn.experts + ffn.zero_experts}{over}",
                         router_params(d, ffn)))
         if ffn.shared_d_ff:
@@ -742,7 +790,22 @@ def _attention_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     )
     if att.shared_qk:  # Reformer's LSH attention: W_Q is the keys' projection too
         core = tuple(r for r in core if r.name != f"{prefix}W_K")
-    return extra + core + sinks + gate_rows(d, att, prefix)
+    if att.values_are_keys:  # Gemma 4's full layers: W_K's keys are the values too
+        core = tuple(r for r in core if r.name != f"{prefix}W_V")
+    mine = dynamic_mask_rows(d, att, prefix) + lambda_rows(d, att, prefix)
+    return extra + core + sinks + gate_rows(d, att, prefix) + mine
+
+
+def dynamic_mask_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    kv = att.kv_heads or att.heads
+    return (Row(f"{prefix}dt_proj and A (dynamic mask)",
+                f"{attention_widths(d, att)[1]} x {kv} + {kv}", dynamic_mask_params(d, att)),) \
+        if att.dynamic_mask else ()
+
+
+def lambda_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    return (Row(f"{prefix}lambdas (q1, k1, q2, k2)", f"4 x {lambda_params(d, att) // 4}",
+                lambda_params(d, att)),) if att.differential else ()
 
 
 def extra_projection_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
@@ -859,13 +922,13 @@ def mamba2_matrices(d_model: int, mix: Mamba2MixerSpec) -> tuple[tuple[str, str,
 def layer_extra_rows(d: int, x: LayerExtrasSpec) -> tuple[Row, ...]:
     """Gemma 3n's parts of each layer: AltUp (correction n x n and prediction n x n^2
     coefficients, a d -> n router and its norm, a per-channel output scale), LAuReL (d -> rank
-    -> d and a norm), the per-layer input (gate d -> w, projection w -> d, a norm)."""
+    -> d and a norm), the per-layer input (gate d -> w, projection w -> d, a norm). Gemma 4 has
+    the per-layer input alone (no AltUp inputs, no LAuReL rank)."""
     n, r, w = x.altup_inputs, x.laurel_rank, x.per_layer_width
-    return (
-        Row("AltUp", f"{n}x{n} + {n}x{n * n} + {d}x{n} + 2 x {d}", n * n + n ** 3 + d * n + 2 * d),
-        Row("LAuReL", f"{d} x {r} x {d} + {d}", 2 * d * r + d),
-        Row("per-layer input", f"{d} x {w} x {d} + {d}", 2 * d * w + d),
-    )
+    altup = (Row("AltUp", f"{n}x{n} + {n}x{n * n} + {d}x{n} + 2 x {d}",
+                 n * n + n ** 3 + d * n + 2 * d),) if n else ()
+    laurel = (Row("LAuReL", f"{d} x {r} x {d} + {d}", 2 * d * r + d),) if r else ()
+    return altup + laurel + (Row("per-layer input", f"{d} x {w} x {d} + {d}", 2 * d * w + d),)
 
 
 def model_extra_rows(d: int, layers: int, x: LayerExtrasSpec) -> tuple[Row, ...]:
@@ -876,8 +939,8 @@ def model_extra_rows(d: int, layers: int, x: LayerExtrasSpec) -> tuple[Row, ...]
         Row("per-layer embeddings", f"{x.per_layer_vocab} x {w}", x.per_layer_vocab * w),
         Row("per-layer projection and norm", f"{d} x {w} + {x.per_layer_width}",
             d * w + x.per_layer_width),
-        Row("AltUp projections", f"2 x {n - 1} x {d} x {d}", 2 * (n - 1) * d * d),
-    )
+    ) + ((Row("AltUp projections", f"2 x {n - 1} x {d} x {d}", 2 * (n - 1) * d * d),) if n
+         else ())
 
 
 def norm_gate_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
@@ -955,6 +1018,7 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         proj_flops, score_flops = proj_flops * kind.attentions, score_flops * kind.attentions
     per_layer = (kind.norms if kind.norms is not None else norm.per_layer) if norm else 0
     norms = (per_layer + (norm.cross if cross else 0)) * norm_params(d, norm) if norm else 0
+    norms += sub_norm_params(d, ffn, norm) + residual_scale_params(d, norm) if norm else 0
     if att is not None:
         qk = qk_norm_params(d, att)
         norms += ((qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
@@ -1105,6 +1169,8 @@ def _embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
     if emb.relative:
         rows.append(Row("relative position embeddings", f"{emb.relative} x {d}",
                         emb.relative * d))
+    if emb.mask:
+        rows.append(Row("mask embedding", f"{d}", d))
     if emb.project:
         rows.append(Row("embedding projection (with bias)", f"{d} x {d}", linear(d, d, True)))
     if emb.axial:
@@ -1279,7 +1345,7 @@ def count(spec: ModelSpec) -> ModelCount:
         rows.append(Row(label, f"{dim} x {vocab}", weight + bias))
         groups["head"] = weight + bias
         if emb.head_transform and norm is not None:
-            transform = linear(d, d, True) + norm_params(d, norm)
+            transform = linear(d, d, emb.head_transform_bias) + norm_params(d, norm)
             rows.append(Row("head transform (dense and norm)", f"{d} x {d}, {d}", transform))
             groups["head"] += transform
         head_flops = 2 * dim * vocab

@@ -51,7 +51,7 @@ from ffncli.specs.layouts import GGUF_FFN as GGUF_FFN  # named here for compute/
 from ffncli.specs.layouts import GGUF_GATED_FFN as GGUF_GATED_FFN
 from ffncli.specs.layouts import GGUF_MOE_FFN as GGUF_MOE_FFN
 from ffncli.specs.refused import LACKS
-from ffncli.specs.spec import ModelSpec, check_spec
+from ffncli.specs.spec import ModelSpec, NormSpec, check_spec
 
 
 @dataclass(frozen=True)
@@ -473,6 +473,47 @@ ARCHS: dict[str, Arch] = {
                        "layers, sigmoid routing and indexed attention"),
     "minimax": Arch(read("moe.minimax_spec"), not_run="lightning attention"),
     "ergo": Arch(read("moe.ergo_spec"), not_run="squared-ReLU experts, each with a norm"),
+    # older and odd decoders, Gemma 4 (issue 40: readers/classic.py, readers/gemma4.py)
+    "gemma4_text": Arch(read("gemma4.gemma4_text_spec"), LLAMA_FFN),
+    "gemma4_unified_text": Arch(read("gemma4.gemma4_text_spec", family="gemma4_unified_text",
+                                     per_layer_default=0), LLAMA_FFN),
+    "gemma4": Arch(multimodal("gemma4_text")),
+    "gemma4_unified": Arch(multimodal("gemma4_unified_text")),
+    "apertus": Arch(read("classic.up_down_spec", family="apertus", qk_norm="head"),
+                    not_run="xIELU"),
+    "apertus1p5_text": Arch(read("classic.up_down_spec", family="apertus1p5_text",
+                                 qk_norm="head"), not_run="xIELU"),
+    "arcee": Arch(read("classic.up_down_spec", family="arcee"), not_run="squared ReLU"),
+    "bitnet": Arch(read("classic.bitnet_spec"), not_run="squared ReLU and sub-norms"),
+    "jais2": Arch(read("classic.up_down_spec", family="jais2",
+                       norm=NormSpec(kind="layernorm", bias=True, final=True)),
+                  not_run="squared ReLU"),
+    "nanochat": Arch(read("classic.up_down_spec", family="nanochat", norm=NormSpec(
+        kind="rmsnorm", bias=False, final=True, affine=False)), not_run="squared ReLU"),
+    "persimmon": Arch(read("classic.persimmon_spec"), not_run="squared ReLU"),
+    "fuyu": Arch(read("classic.fuyu_spec")),
+    "gpt_neo": Arch(read("classic.gpt_neo_spec"), Layout({"w1": "h.{i}.mlp.c_fc",
+                                                         "w2": "h.{i}.mlp.c_proj"})),
+    "codegen": Arch(read("classic.codegen_spec"), Layout({"w1": "h.{i}.mlp.fc_in",
+                                                         "w2": "h.{i}.mlp.fc_out"})),
+    "openai-gpt": Arch(read("classic.openai_gpt_spec"),
+                       Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"}, linear=False)),
+    "gpt-sw3": Arch(read("gpt_family.gpt2_spec"),
+                    Layout({"w1": "h.{i}.mlp.c_fc", "w2": "h.{i}.mlp.c_proj"}, linear=False)),
+    "xglm": Arch(read("classic.xglm_spec"), Layout({"w1": "layers.{i}.fc1",
+                                                   "w2": "layers.{i}.fc2"})),
+    "biogpt": Arch(read("classic.biogpt_spec"), Layout({"w1": "layers.{i}.fc1",
+                                                       "w2": "layers.{i}.fc2"})),
+    "ctrl": Arch(read("classic.ctrl_spec"), Layout({"w1": "h.{i}.ffn.0", "w2": "h.{i}.ffn.2"})),
+    "gpt_neox_japanese": Arch(read("classic.gpt_neox_japanese_spec"),
+                              Layout({"w1": "layers.{i}.mlp.dense_h_to_4h",
+                                      "w2": "layers.{i}.mlp.dense_4h_to_h"})),
+    "diffllama": Arch(read("classic.diffllama_spec"), LLAMA_FFN),
+    "modernbert-decoder": Arch(read("classic.modernbert_decoder_spec")),
+    "gemma4_unified_assistant": Arch(read("gemma4.gemma4_unified_assistant_spec")),
+    "doge": Arch(read("classic.doge_spec"), LLAMA_FFN),
+    "xlnet": Arch(read("classic.xlnet_spec"), Layout({"w1": "layer.{i}.ff.layer_1",
+                                                     "w2": "layer.{i}.ff.layer_2"})),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -29,6 +29,7 @@ class FfnSpec:
     capacity_factor: float | None = None  # MoE only: drop tokens past ceil(cf * n * k / E)
     shared_d_ff: int = 0  # MoE: a shared expert of this width that every token uses (0: none)
     shared_gate: bool = False  # Qwen2-MoE: sigmoid(x g) scales the shared expert, g d_model x 1
+    router_scales: bool = False  # Gemma 4: router input scaled per channel, weights per expert
     # Ergo: each routed expert's output and the shared expert's go through an RMSNorm of d_model
     # of their own (counted with the layer's norms; a routed expert's norm active with it).
     expert_norm: bool = False
@@ -87,6 +88,9 @@ class AttentionSpec:
     rope_head_dim: int = 0
     v_head_dim: int | None = None
     sinks: bool = False  # one learned logit per head that takes part in the softmax (gpt-oss)
+    values_are_keys: bool = False  # no W_V: K's projection is also V (Gemma 4's full layers)
+    differential: bool = False  # DiffLlama: four learned vectors of head_dim (its lambdas)
+    dynamic_mask: bool = False  # Doge: dt_proj (kv_heads x head_dim -> kv_heads) and A per KV head
     # a sigmoid gate on each head's output: W_Q gives it too (Qwen3-Next); under latent attention
     # a projection of its own from x, heads x v_head_dim (HY-V4)
     output_gate: bool = False
@@ -130,6 +134,8 @@ class NormSpec:
     per_layer: int = 2  # norms in an encoder or decoder-only layer; cross-attention adds one
     final: bool = True  # one norm after the last layer of each stack
     affine: bool = True  # False: the norms have no weights (OLMo; OPT without elementwise affine)
+    sub_norms: bool = False  # BitNet: norms on attention's output (d_model) and the FFN's hidden
+    residual_scales: bool = False  # Doge: a learned scale (d_model) on each of the 2 residuals
     cross: int = 1  # norms a decoder layer's cross-attention adds (T5Gemma: 2, before and after)
     final_bias: bool | None = None  # the final norm's bias when it differs from ``bias`` (ESM C)
     final_width: int = 0  # the final norm's width when not d_model's (Reformer: 2 x d_model)
@@ -162,12 +168,14 @@ class EmbeddingsSpec:
     per_stack: bool = False  # BART: each stack of an encoder-decoder its own positions and norm
     relative: int = 0  # DeBERTa: rows of a relative-position table (d_model wide), all layers'
     relative_norm: bool = False  # DeBERTa-v3: a norm on that table (with relative > 0)
+    mask: bool = False  # XLNet: one learned d_model vector for the positions to predict
     position_dim: int = 0  # the position table's width when not d_model's (RoFormer: head_dim)
     decoder_positions: int = 0  # with per_stack: the decoder's rows when not the encoder's (LED)
     decoder_vocab: int = 0  # the decoder's own word table (and the head), when it has one (FSMT)
     project: bool = False  # a d_model -> d_model projection with bias after the norm (FNet)
     extra_rows: int = 0  # more d_model rows: PEGASUS-X's global tokens, ProphetNet's n-grams
     head_transform: bool = False  # BERT's LM head: a d_model dense with bias and a norm first
+    head_transform_bias: bool = True  # that dense layer's bias (ModernBERT-decoder: none)
     # Reformer's axial positions: one table (rows, width) per axis, the widths summing to
     # d_model.
     axial: tuple[tuple[int, int], ...] = ()

@@ -144,7 +144,7 @@ ENCODER_PARTS = frozenset({
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
 NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams",
                              "encoder_pattern", "latents", "bottleneck", "channel_mix",
-                             "router_shared"}) | ENCODER_PARTS
+                             "router_shared", "head_transform_bias"}) | ENCODER_PARTS
 
 
 def check_spec(spec: ModelSpec, source: str) -> ModelSpec:
@@ -199,6 +199,9 @@ def _check_shared_expert(ffn: FfnSpec, key: str, source: str) -> None:
     if ffn.shared_gate and not ffn.shared_d_ff:
         raise SpecError(f"{source}: key '{key}.shared_gate': needs a shared expert "
                         f"({key}.shared_d_ff > 0)")
+    if ffn.router_scales and not ffn.is_moe:
+        raise SpecError(f"{source}: key '{key}.router_scales': only a mixture of experts "
+                        f"({key}.experts > 1) has a router")
 
 
 def _check_layers(spec: ModelSpec, source: str) -> None:
