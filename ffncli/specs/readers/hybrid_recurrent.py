@@ -5,15 +5,8 @@ from __future__ import annotations
 
 from ffncli.specs.hfconfig import Config, with_pattern
 from ffncli.specs.layers import LinearMixerSpec
-from ffncli.specs.spec import (
-    AttentionSpec,
-    EmbeddingsSpec,
-    FfnSpec,
-    LayerKind,
-    LayersSpec,
-    ModelSpec,
-    NormSpec,
-)
+from ffncli.specs.sections import AttentionSpec, EmbeddingsSpec, FfnSpec, LayersSpec, NormSpec
+from ffncli.specs.spec import LayerKind, ModelSpec
 
 
 def recurrent_gemma_spec(c: Config) -> ModelSpec:
