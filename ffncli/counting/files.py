@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ffncli.formats.gguf import INTEGER_TYPES, GgufHeader, GgufTensor
-from ffncli.formats.quantised import quantised_linears, recognise
+from ffncli.formats.quantised import Linear, quantised_linears, recognise
 from ffncli.formats.safetensors import FLOAT_DTYPES, INT_DTYPES, Header, TensorInfo
 
 GROUPS = ("embeddings", "attention", "ffn", "norms", "head", "pooler", "other")
@@ -54,10 +54,28 @@ _MIXERS = ("mamba", "mixer", "linear_attn")
 _EXTRAS = ("altup", "laurel", "per_layer")
 
 
+# After the head, mixers, extras and norms: a name's group by the first of these keywords in it.
+_KEYWORD_GROUPS = (
+    ("pooler", ("pooler",)),
+    ("embeddings", ("embed", "wte.", "wpe.", "shared.", "token_type", "project_in",
+                    "project_out")),
+    ("attention", ("attn", "attention", "relative_attention_bias")),
+    ("ffn", ("mlp", "intermediate", "output.dense", "ffn", "fc1", "fc2", "densereludense",
+             "block_sparse_moe", "feed_forward", "experts")),
+)
+
+
 def group_of(name: str) -> str:
     """embeddings / attention / ffn / norms / head / pooler / other, from a tensor's name."""
     n = name.lower()
-    segments = n.split(".")
+    group = _first_group(n, n.split("."))
+    if group is not None:
+        return group
+    return next((g for g, keys in _KEYWORD_GROUPS if any(k in n for k in keys)), "other")
+
+
+def _first_group(n: str, segments: list[str]) -> str | None:
+    """The groups decided before the keywords: the head, a mixer, the extras, the norms."""
     if segments[0] in _HEAD_SEGMENTS or "lm_head" in segments or n in _HEAD_NAMES:
         return "head"  # before norms: cls.predictions.transform.LayerNorm is the head's
     if any(s in _MIXERS for s in segments):
@@ -66,17 +84,7 @@ def group_of(name: str) -> str:
         return "other"  # Gemma 3n's AltUp, LAuReL and per-layer inputs, their norms included
     if "norm" in n or "ln_" in n or "ln" in segments:  # Megatron-BERT's ln
         return "norms"
-    if "pooler" in n:
-        return "pooler"
-    if any(k in n for k in ("embed", "wte.", "wpe.", "shared.", "token_type", "project_in",
-                            "project_out")):
-        return "embeddings"
-    if any(k in n for k in ("attn", "attention", "relative_attention_bias")):
-        return "attention"
-    if any(k in n for k in ("mlp", "intermediate", "output.dense", "ffn", "fc1", "fc2",
-                            "densereludense", "block_sparse_moe", "feed_forward", "experts")):
-        return "ffn"
-    return "other"
+    return None
 
 
 def ffn_part_of(name: str) -> str:
@@ -171,9 +179,23 @@ def count_quantised(header: Header) -> QuantisedCount:
     rest = count_file(Header(header.path, {n: i for n, i in header.tensors.items()
                                             if n not in packed}))
     groups = dict(rest.groups)
-    stored: dict[str, list[int]] = {}
     for lin in linears:
         groups[group_of(lin.name)] += lin.params
+    stored = _stored(header, linears, packed)
+    schemes = sorted({lin.scheme for lin in linears})
+    linear_parts = _ffn_parts([(lin.name, lin.params) for lin in linears
+                               if group_of(lin.name) == "ffn"])
+    parts = {p: rest.ffn_parts.get(p, 0) + linear_parts.get(p, 0) for p in FFN_PARTS
+             if p in rest.ffn_parts or p in linear_parts}
+    return QuantisedCount(groups, rest.buffers, rest.unplaced, parts, scheme=", ".join(schemes),
+                          stored=stored)
+
+
+def _stored(header: Header, linears: tuple[Linear, ...],
+            packed: set[str]) -> tuple[Stored, ...]:
+    """Parameters and bytes by storage: each quantised scheme, then each float dtype."""
+    stored: dict[str, list[int]] = {}
+    for lin in linears:
         entry = stored.setdefault(lin.scheme, [0, 0])
         entry[0] += lin.params
         entry[1] += sum(_nbytes(p) for p in lin.parts)
@@ -182,13 +204,8 @@ def count_quantised(header: Header) -> QuantisedCount:
             entry = stored.setdefault(info.dtype, [0, 0])
             entry[0] += info.numel
             entry[1] += _nbytes(info)
-    schemes = sorted({lin.scheme for lin in linears})
-    linear_parts = _ffn_parts([(lin.name, lin.params) for lin in linears
-                               if group_of(lin.name) == "ffn"])
-    parts = {p: rest.ffn_parts.get(p, 0) + linear_parts.get(p, 0) for p in FFN_PARTS
-             if p in rest.ffn_parts or p in linear_parts}
-    return QuantisedCount(groups, rest.buffers, rest.unplaced, parts, scheme=", ".join(schemes),
-                          stored=tuple(Stored(k, p, b) for k, (p, b) in stored.items()))
+    return tuple(Stored(k, p, b) for k, (p, b) in stored.items())
+
 
 
 # ---------------------------------------------------------------------------------------------

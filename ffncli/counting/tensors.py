@@ -19,6 +19,7 @@ from ffncli.counting.model import (
     qk_norm_params,
 )
 from ffncli.specs.archs import fused
+from ffncli.specs.sections import EmbeddingsSpec, NormSpec
 from ffncli.specs.spec import ENCODER_PARTS, AttentionSpec, FfnSpec, ModelSpec
 
 # What a linear layer answers to as a LoRA target: attention's q, k, v, o (qkv when stored as
@@ -128,44 +129,64 @@ def _layers(spec: ModelSpec, kind: str, n: int, cross: bool, ffn: FfnSpec) -> li
     return tensors + _ffn(spec, ffn, n, kind)
 
 
+def _norm(name: str, width: int, norm: NormSpec | None, copies: int) -> list[Tensor]:
+    """A norm of `width` (its weight, and bias if it has one) in `copies`, none if it has no
+    parameters."""
+    if norm is None or not norm_params(width, norm):
+        return []
+    per = 2 if norm_params(width, norm) == 2 * width else 1
+    return [Tensor(name, (width,), per * copies)]
+
+
+def _embeddings(spec: ModelSpec, emb: EmbeddingsSpec, stacks: int) -> list[Tensor]:
+    """The embedding tables, their projections and norms, DeBERTa's relative table."""
+    d, norm = spec.d_model, spec.norm
+    dim = emb.dim or d
+    tensors = [Tensor("embeddings", (emb.vocab, dim), 1)]
+    wide = dim if emb.factorized else d  # ELECTRA: positions as wide as the word table
+    copies = 2 if emb.per_stack and stacks == 2 else 1  # BART: each stack's own
+    if emb.positions:
+        tensors.append(Tensor("embeddings", (emb.positions + emb.position_offset, wide),
+                              copies))
+    if emb.token_types:
+        tensors.append(Tensor("embeddings", (emb.token_types, wide), 1))
+    if dim != d:
+        tensors += _linear("embeddings", OTHER, dim, d, emb.factorized, 1)
+        if not emb.factorized:
+            tensors += _linear("embeddings", OTHER, d, dim, False, 1)
+    if emb.norm:
+        tensors += _norm("norms", wide, norm, copies)
+    if emb.relative:  # DeBERTa's relative-position table, and its norm
+        tensors.append(Tensor("embeddings", (emb.relative, d), 1))
+        if emb.relative_norm:
+            tensors += _norm("norms", d, norm, 1)
+    return tensors
+
+
+def _head(emb: EmbeddingsSpec, d: int) -> list[Tensor]:
+    """The output head (when untied) and its bias."""
+    tensors: list[Tensor] = []
+    if emb.head == "none":
+        return tensors
+    if emb.head == "untied":
+        tensors.append(Tensor("head", (emb.vocab, emb.dim or d), 1, HEAD))
+    if emb.head_bias:
+        tensors.append(Tensor("head", (emb.vocab,), 1))
+    return tensors
+
+
 def _outside(spec: ModelSpec, stacks: int) -> list[Tensor]:
     """Embeddings (and their projections and norm), relative position bias, final norms, the
     output head and the pooler."""
     emb, d, norm, att = spec.embeddings, spec.d_model, spec.norm, spec.attention
-    tensors: list[Tensor] = []
-    if emb is not None:
-        dim = emb.dim or d
-        tensors.append(Tensor("embeddings", (emb.vocab, dim), 1))
-        wide = dim if emb.factorized else d  # ELECTRA: positions as wide as the word table
-        copies = 2 if emb.per_stack and stacks == 2 else 1  # BART: each stack's own
-        if emb.positions:
-            tensors.append(Tensor("embeddings", (emb.positions + emb.position_offset, wide),
-                                  copies))
-        if emb.token_types:
-            tensors.append(Tensor("embeddings", (emb.token_types, wide), 1))
-        if dim != d:
-            tensors += _linear("embeddings", OTHER, dim, d, emb.factorized, 1)
-            if not emb.factorized:
-                tensors += _linear("embeddings", OTHER, d, dim, False, 1)
-        if emb.norm and norm is not None and norm_params(wide, norm):
-            per = 2 if norm_params(wide, norm) == 2 * wide else 1
-            tensors.append(Tensor("norms", (wide,), per * copies))
-        if emb.relative:  # DeBERTa's relative-position table, and its norm
-            tensors.append(Tensor("embeddings", (emb.relative, d), 1))
-        if emb.relative and emb.relative_norm and norm is not None and norm_params(d, norm):
-            tensors.append(Tensor("norms", (d,), 2 if norm_params(d, norm) == 2 * d else 1))
+    tensors = _embeddings(spec, emb, stacks) if emb is not None else []
     if att is not None and att.relative_buckets:
         tables = spec.layers.encoder + spec.layers.decoder if att.relative_per_layer else stacks
         tensors.append(Tensor("attention", (att.relative_buckets, att.heads), tables))
-    if norm is not None and norm.final and norm_params(d, norm):
-        per = 2 if norm_params(d, norm) == 2 * d else 1
-        tensors.append(Tensor("norms", (d,), stacks * per))
-    if emb is not None and emb.head != "none":
-        dim = emb.dim or d
-        if emb.head == "untied":
-            tensors.append(Tensor("head", (emb.vocab, dim), 1, HEAD))
-        if emb.head_bias:
-            tensors.append(Tensor("head", (emb.vocab,), 1))
+    if norm is not None and norm.final:
+        tensors += _norm("norms", d, norm, stacks)
+    if emb is not None:
+        tensors += _head(emb, d)
     if spec.pooler:
         tensors += _linear("pooler", OTHER, d, d, True, 1)
     return tensors

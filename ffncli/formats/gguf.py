@@ -265,33 +265,15 @@ def parse_header(source: ByteSource) -> GgufHeader:
 
 
 def _walk(path: str, buf: bytes, size: int, file: Path) -> GgufHeader:
-    if buf[:4] != MAGIC:
-        raise WeightsError(f"{path}: not a GGUF file (expected the magic bytes b'GGUF', got "
-                           f"{brief(bytes(buf[:4]))})")
-    (version,) = struct.unpack_from("<I", buf, 4)
-    little = bool(version & 0xFFFF)  # a file of the other byte order reads as 2 << 24 or so
-    order = "<" if little else ">"
-    version = struct.unpack_from(order + "I", buf, 4)[0]
-    if version not in VERSIONS:
-        raise WeightsError(f"{path}: GGUF version {version}: expected "
-                           f"{' or '.join(map(str, VERSIONS))}")
-    w = _Walker(path, buf, size, order)
+    version, little = _version(path, buf)
+    w = _Walker(path, buf, size, "<" if little else ">")
     w.pos = 8
     n_tensors = w.scalar("Q", 8, "the tensor count")
     n_keys = w.scalar("Q", 8, "the metadata count")
     _check_counts(w, n_tensors, n_keys)
-    metadata: dict[str, Any] = {}
-    for i in range(n_keys):
-        key = w.text(f"metadata key {i}")
-        if key in metadata:
-            raise WeightsError(f"{path}: metadata key {brief(key)} appears twice")
-        metadata[key] = w.value(w.scalar("I", 4, f"metadata key '{key}'"), key)
+    metadata = _metadata(w, n_keys)
     infos = [_tensor_info(w) for _ in range(n_tensors)]
-    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-    if (isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1
-            or alignment & (alignment - 1)):
-        raise WeightsError(f"{path}: metadata key 'general.alignment': expected a power of "
-                           f"two, got {brief(alignment)}")
+    alignment = _alignment(path, metadata)
     data_start = -(-w.pos // alignment) * alignment
     tensors: dict[str, GgufTensor] = {}
     for name, dims, type_id, offset in infos:
@@ -303,6 +285,39 @@ def _walk(path: str, buf: bytes, size: int, file: Path) -> GgufHeader:
         if b.start < a.start + a.nbytes:
             raise WeightsError(f"{path}: tensors '{a.name}' and '{b.name}' overlap")
     return GgufHeader(file, version, little, metadata, tensors)
+
+
+def _version(path: str, buf: bytes) -> tuple[int, bool]:
+    """The magic checked; the version and whether the file is little-endian."""
+    if buf[:4] != MAGIC:
+        raise WeightsError(f"{path}: not a GGUF file (expected the magic bytes b'GGUF', got "
+                           f"{brief(bytes(buf[:4]))})")
+    (version,) = struct.unpack_from("<I", buf, 4)
+    little = bool(version & 0xFFFF)  # a file of the other byte order reads as 2 << 24 or so
+    version = struct.unpack_from(("<" if little else ">") + "I", buf, 4)[0]
+    if version not in VERSIONS:
+        raise WeightsError(f"{path}: GGUF version {version}: expected "
+                           f"{' or '.join(map(str, VERSIONS))}")
+    return version, little
+
+
+def _metadata(w: _Walker, n_keys: int) -> dict[str, Any]:
+    metadata: dict[str, Any] = {}
+    for i in range(n_keys):
+        key = w.text(f"metadata key {i}")
+        if key in metadata:
+            raise WeightsError(f"{w.path}: metadata key {brief(key)} appears twice")
+        metadata[key] = w.value(w.scalar("I", 4, f"metadata key '{key}'"), key)
+    return metadata
+
+
+def _alignment(path: str, metadata: dict[str, Any]) -> int:
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if (isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1
+            or alignment & (alignment - 1)):
+        raise WeightsError(f"{path}: metadata key 'general.alignment': expected a power of "
+                           f"two, got {brief(alignment)}")
+    return alignment
 
 
 def _check_counts(w: _Walker, n_tensors: int, n_keys: int) -> None:
@@ -372,6 +387,8 @@ def dequantised(header: GgufHeader, tensor: GgufTensor, rows: np.ndarray | None 
     the file, kept open by the caller."""
     import numpy as np
 
+    from ffncli.formats.gguf_blocks import dequantise_rows
+
     where = f"{header.path}: tensor '{tensor.name}'"
     if tensor.type_name not in DEQUANTISED:
         raise WeightsError(f"{where} is {tensor.type_name}, which cannot be dequantised; "
@@ -380,18 +397,7 @@ def dequantised(header: GgufHeader, tensor: GgufTensor, rows: np.ndarray | None 
         raise WeightsError(f"{header.path}: a big-endian GGUF file is counted, not run")
     quants = _gguf_quants()
     shape = tensor.shape if rows is None else (len(rows), *tensor.shape[1:])
-    row_bytes = tensor.nbytes // tensor.shape[0] if rows is not None and tensor.numel else 0
-    spans = [(tensor.start, tensor.nbytes)] if rows is None else \
-        [(tensor.start + int(r) * row_bytes, row_bytes) for r in rows]
-    raw = np.empty(sum(n for _, n in spans), dtype=np.uint8)
-    got, at = 0, 0
-    with kept_or_opened(file, header.path, "weights file", WeightsError) as f:
-        for start, want in spans:
-            got += read_at(f, start, raw.data[at:at + want])
-            at += want
-    if got != raw.size:
-        raise WeightsError(f"{where}: its data runs past the end of the file (it was cut "
-                           "short after its header was read)")
+    raw = _raw(header, tensor, rows, file)
     if math.prod(shape) == 0:  # nothing to dequantise (and no rows to reshape into)
         return np.zeros(shape, dtype=np.float32)
     if tensor.type_name == "F64":
@@ -402,49 +408,31 @@ def dequantised(header: GgufHeader, tensor: GgufTensor, rows: np.ndarray | None 
     failures = (ValueError, KeyError, NotImplementedError, getattr(quants, "QuantError",
                                                                     ValueError))
     try:  # an older gguf package may not know a newer type
-        values = _dequantise(quants, blocks, tensor.type_name, inner)
+        values = dequantise_rows(quants, blocks, tensor.type_name, inner, DEQUANTISE_BYTES)
     except failures as exc:
         raise WeightsError(f"{where}: the installed gguf package cannot dequantise "
                            f"{tensor.type_name} ({exc})") from None
     return np.asarray(values, dtype=np.float32).reshape(shape)
 
 
-def _dequantise(quants: Any, blocks: np.ndarray, type_name: str, inner: int) -> np.ndarray:
-    """(rows, bytes per row) of ``type_name`` as (rows, inner) float32: the legacy types by
-    ``gguf_blocks.LEGACY``, the others by the gguf package's own code for the type
-    (``dequantize_rows``), on groups of about DEQUANTISE_BYTES on every core (the package's
-    ``dequantize`` takes 16 rows at a time on one: SmolLM2's Q4_1 matrices at 4.0 ns a value
-    there); what has no such code, through ``dequantize``."""
+def _raw(header: GgufHeader, tensor: GgufTensor, rows: np.ndarray | None,
+         file: BinaryIO | None) -> np.ndarray:
+    """The tensor's bytes (those of ``rows`` only, in that order) as uint8."""
     import numpy as np
 
-    from ffncli.base.parallel import each_in_parallel
-    from ffncli.formats.gguf_blocks import LEGACY, VALUES
-
-    kind = getattr(quants, type_name, None)
-    rows_of = getattr(kind, "dequantize_rows", None)
-    legacy = LEGACY.get(type_name)
-    if rows_of is None and legacy is None:  # F16, F32 (casts), or a package of another shape
-        return quants.dequantize(blocks, quants.GGMLQuantizationType[type_name])
-    init = getattr(kind, "init_grid", None)
-    if init is not None:  # the i-quants' grids, built once, before the threads
-        init()
-    rows = blocks.shape[0]
-    out = np.empty((rows, inner), dtype=np.float32)
-    step = max(1, DEQUANTISE_BYTES // max(1, blocks.shape[1]))
-
-    per_row = inner // VALUES  # blocks a row, of the legacy types
-
-    def part(span: tuple[int, int], worker: int) -> None:
-        lo, hi = span
-        if legacy is not None:
-            legacy(blocks[lo:hi].reshape((hi - lo) * per_row, -1),
-                   out[lo:hi].reshape((hi - lo) * per_row, VALUES))
-        else:
-            assert rows_of is not None
-            out[lo:hi] = rows_of(blocks[lo:hi]).reshape(hi - lo, inner)
-
-    each_in_parallel([(lo, min(lo + step, rows)) for lo in range(0, rows, step)], part)
-    return out
+    row_bytes = tensor.nbytes // tensor.shape[0] if rows is not None and tensor.numel else 0
+    spans = [(tensor.start, tensor.nbytes)] if rows is None else \
+        [(tensor.start + int(r) * row_bytes, row_bytes) for r in rows]
+    raw = np.empty(sum(n for _, n in spans), dtype=np.uint8)
+    got, at = 0, 0
+    with kept_or_opened(file, header.path, "weights file", WeightsError) as f:
+        for start, want in spans:
+            got += read_at(f, start, raw.data[at:at + want])
+            at += want
+    if got != raw.size:
+        raise WeightsError(f"{header.path}: tensor '{tensor.name}': its data runs past the end "
+                           "of the file (it was cut short after its header was read)")
+    return raw
 
 
 # ---------------------------------------------------------------------------------------------

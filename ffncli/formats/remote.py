@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote, urlsplit
 
 from ffncli.base.signals import signals_held, time_limit
@@ -448,18 +448,22 @@ def _renamed(path: Path, make: Callable[[str], object]) -> None:
 
 def _weights_file(repo_id: str, revision: str, files: list[str], gguf_file: str | None) -> str:
     where = f"{repo_id}@{revision} on the Hub"
+    ggufs = [f for f in files if f.endswith(".gguf")]
     if gguf_file is not None:
         if gguf_file not in files:
-            ggufs = [f for f in files if f.endswith(".gguf")]
             raise WeightsError(f"option --gguf-file: {where} has no file '{gguf_file}'; its "
                                f".gguf files: {', '.join(ggufs) or 'none'}")
         return gguf_file
-    for name in (INDEX_NAME, SINGLE_NAME):
-        if name in files:
-            return name
-    ggufs = [f for f in files if f.endswith(".gguf")]
-    if len(ggufs) == 1:
+    name = next((n for n in (INDEX_NAME, SINGLE_NAME) if n in files), None)
+    if name is None and len(ggufs) == 1:
         return ggufs[0]
+    if name is None:
+        _no_weights_file(where, files, ggufs)
+    return name
+
+
+def _no_weights_file(where: str, files: list[str], ggufs: list[str]) -> NoReturn:
+    """No safetensors: several .gguf files to choose from, or none at all."""
     if ggufs:
         raise WeightsError(f"{where} has {len(ggufs)} .gguf files ({', '.join(ggufs[:5])}"
                            f"{', ...' if len(ggufs) > 5 else ''}): name one with --gguf-file")

@@ -413,10 +413,10 @@ ARCHS: dict[str, Arch] = {
     "lara_mini": Arch(read("hybrid.lara_mini_spec"), not_run="a shared expert"),
     "bailing_hybrid": Arch(read("hybrid.bailing_hybrid_spec"), not_run="shared experts and "
                            "grouped sigmoid routing"),
-    "recurrent_gemma": Arch(read("hybrid.recurrent_gemma_spec")),
-    "xlstm": Arch(read("hybrid.xlstm_spec")),
-    "rwkv": Arch(read("hybrid.rwkv_spec"), not_run="RWKV's channel mixing (receptance and token "
-                 "shift)"),
+    "recurrent_gemma": Arch(read("hybrid_recurrent.recurrent_gemma_spec")),
+    "xlstm": Arch(read("hybrid_recurrent.xlstm_spec")),
+    "rwkv": Arch(read("hybrid_recurrent.rwkv_spec"),
+                 not_run="RWKV's channel mixing (receptance and token shift)"),
     "nemo_speechlm": Arch(read("hybrid.speech_lm_spec", text_type="nemotron_h",
                                parts=("word_timestamp_config",)),
                           not_run="Mamba-2 layers and squared-ReLU experts"),

@@ -246,36 +246,68 @@ def spec_from_header(header: GgufHeader) -> ModelSpec:
     tokenizer's token list (else ``<arch>.vocab_size``, else the embedding's rows); the head is
     tied when there is no ``output.weight``; biases are there when layer 0 has them."""
     path, meta, arch = header.path, header.metadata, header.architecture
-    model_type = GGUF_ARCHITECTURES.get(arch)
-    if model_type is None:
-        raise UnsupportedArchitecture(
-            f"{path}: GGUF architecture {brief(arch)} has no spec reader; supported: "
-            f"{', '.join(GGUF_ARCHITECTURES)} (or give --preset or --config)")
+    model_type = _model_type(header)
     reading = READINGS.get(arch, Reading())
     m = Metadata(header, arch)
-    keys = m.keys
-
-    def need(key: str) -> int:
-        if m.values(key) is not None:  # a per-layer array: there, and read by the reading
-            return 0
-        return keys.required(f"{arch}.{key}")
-
-    d, heads = need("embedding_length"), need("attention.head_count")
-    layers = need("block_count")
-    kv = keys.whole(f"{arch}.attention.head_count_kv") or heads
-    if kv > heads or heads % kv:
-        raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count_kv': expected a "
-                           f"divisor of {arch}.attention.head_count ({heads}), got {kv}")
+    d, heads = _need(m, "embedding_length"), _need(m, "attention.head_count")
+    layers = _need(m, "block_count")
+    kv = _kv_heads(m, heads)
     for key in reading.required:
-        need(key)
+        _need(m, key)
     config: dict[str, Any] = {
         "model_type": model_type, "hidden_size": d, "num_hidden_layers": layers,
         "num_attention_heads": heads, "num_key_value_heads": kv,
         "vocab_size": _vocab(header, arch),
         "tie_word_embeddings": "output.weight" not in header.tensors,
     }
+    config.update(_read(m, reading, layers))
+    if "head_dim" not in config and "kv_lora_rank" not in config and d % heads:
+        raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count': expected a "
+                           f"divisor of {arch}.embedding_length ({d:,}), got {heads}")
+    experts = m.get("expert_count")
+    if reading.moe_type is not None and experts is not None and experts > 1:
+        config.update(model_type=reading.moe_type, num_local_experts=experts,
+                      num_experts_per_tok=_need(m, "expert_used_count"))
+    name = meta.get("general.name")
+    if isinstance(name, str) and name:
+        config["_name_or_path"] = name
+    return spec_from_config(config, f"{path} (GGUF metadata)")
+
+
+def _model_type(header: GgufHeader) -> str:
+    """The config.json model type of the file's architecture; refused when none reads it."""
+    arch = header.architecture
+    model_type = GGUF_ARCHITECTURES.get(arch)
+    if model_type is None:
+        raise UnsupportedArchitecture(
+            f"{header.path}: GGUF architecture {brief(arch)} has no spec reader; supported: "
+            f"{', '.join(GGUF_ARCHITECTURES)} (or give --preset or --config)")
+    return model_type
+
+
+def _need(m: Metadata, key: str) -> int:
+    """A required whole-number key; 0 for a per-layer array (there, and read by the reading)."""
+    if m.values(key) is not None:
+        return 0
+    return m.keys.required(f"{m.arch}.{key}")
+
+
+def _kv_heads(m: Metadata, heads: int) -> int:
+    """The key-value heads (the query heads when absent), a divisor of the query heads."""
+    arch, keys = m.arch, m.keys
+    kv = keys.whole(f"{arch}.attention.head_count_kv") or heads
+    if kv > heads or heads % kv:
+        raise WeightsError(f"{m.header.path}: metadata key '{arch}.attention.head_count_kv': "
+                           f"expected a divisor of {arch}.attention.head_count ({heads}), "
+                           f"got {kv}")
+    return kv
+
+
+def _read(m: Metadata, reading: Reading, layers: int) -> dict[str, Any]:
+    """The config keys the tensors, the metadata keys, the defaults and the derivations give."""
+    config: dict[str, Any] = {}
     for key, tensor in {**BASE_TENSORS, **reading.tensors}.items():
-        config[key] = tensor in header.tensors
+        config[key] = tensor in m.header.tensors
     for key, names in {**BASE_KEYS, **reading.keys}.items():
         value = next((v for name in names if (v := m.get(name)) is not None), None)
         if value is not None:
@@ -286,17 +318,7 @@ def spec_from_header(header: GgufHeader) -> ModelSpec:
         value = derive(m, layers)
         if value is not None:
             config[key] = value
-    if "head_dim" not in config and "kv_lora_rank" not in config and d % heads:
-        raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count': expected a "
-                           f"divisor of {arch}.embedding_length ({d:,}), got {heads}")
-    experts = m.get("expert_count")
-    if reading.moe_type is not None and experts is not None and experts > 1:
-        config.update(model_type=reading.moe_type, num_local_experts=experts,
-                      num_experts_per_tok=need("expert_used_count"))
-    name = meta.get("general.name")
-    if isinstance(name, str) and name:
-        config["_name_or_path"] = name
-    return spec_from_config(config, f"{path} (GGUF metadata)")
+    return config
 
 
 def _vocab(header: GgufHeader, arch: str) -> int:

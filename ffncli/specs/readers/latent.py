@@ -87,16 +87,21 @@ def _indexer_layers(c: Config, n: int, family: str) -> list[bool]:
         pattern = c.data["index_topk_pattern"]
         kinds = [{"F": "full", "S": "shared"}.get(k, k) for k in pattern] \
             if isinstance(pattern, str) else pattern
-    elif kinds is None and family == "glm_moe_dsa":
-        freq, offset = c.int("index_topk_freq", 1), c.int0("index_skip_topk_offset", 2)
-        return [max(i - offset + 1, 0) % freq == 0 for i in range(n)]
-    elif kinds is None and family == "hy_v4":
-        return [i == 0 or (i - 1) % 4 == 0 for i in range(n)]
     elif kinds is None:
-        return [True] * n
+        return _default_indexers(c, n, family)
     if not isinstance(kinds, list) or len(kinds) != n or not set(kinds) <= {"full", "shared"}:
         raise c.fail("indexer_types", f"a list of {n} indexer types (full, shared)")
     return [k == "full" for k in kinds]
+
+
+def _default_indexers(c: Config, n: int, family: str) -> list[bool]:
+    """The layers with their own indexer when neither indexer_types nor a pattern says."""
+    if family == "glm_moe_dsa":
+        freq, offset = c.int("index_topk_freq", 1), c.int0("index_skip_topk_offset", 2)
+        return [max(i - offset + 1, 0) % freq == 0 for i in range(n)]
+    if family == "hy_v4":
+        return [i == 0 or (i - 1) % 4 == 0 for i in range(n)]
+    return [True] * n
 
 
 def latent_moe_spec(c: Config, family: str, *, dense_first: int = 1, indexer: bool = False,
@@ -151,25 +156,37 @@ def _dots3_layers(c: Config, n: int) -> tuple[list[str], dict[int, dict[str, Any
     """Each layer's type, and the keys per_layer_config changes for some layers. Without
     per_layer_config the sliding layers take the swa_* keys (defaults _SWA), and without
     layer_types layers 0, 1 and every 4th from 1 are full, with use_dsa an indexer's."""
+    types = _dots3_types(c, n)
+    per = c.data.get("per_layer_config")
+    if per is None:
+        types, per = _dots3_swa(c, types)
+    if not isinstance(per, dict) or not all(
+            isinstance(k, str) and k.isdigit() and int(k) < n and isinstance(v, dict)
+            for k, v in per.items()):
+        raise c.fail("per_layer_config", f"an object of layer numbers (below {n}) to keys")
+    return types, {int(k): v for k, v in per.items()}
+
+
+def _dots3_types(c: Config, n: int) -> list[str]:
+    """layer_types, else layers 0, 1 and every 4th from 1 indexed, the others sliding."""
     types = c.data.get("layer_types")
     if types is None:
         types = ["indexed_attention" if i < 2 or i % 4 == 1 else "sliding_attention"
                  for i in range(n)]
     if not isinstance(types, list) or len(types) != n or not set(types) <= set(_DOTS3_LAYERS):
         raise c.fail("layer_types", f"a list of {n} layer types ({', '.join(_DOTS3_LAYERS)})")
-    per = c.data.get("per_layer_config")
-    if per is None:
-        dsa = c.bool("use_dsa", True)
-        types = ["indexed_attention" if t == "full_attention" and dsa else t for t in types]
-        swa = {k: c.data.get(f"swa_{k}", v) for k, v in _SWA.items()}
-        swa["qk_rope_head_dim"] = c.data.get("swa_qk_rope_head_dim",
-                                             swa["head_dim"] - swa["qk_nope_head_dim"])
-        per = {str(i): swa for i, t in enumerate(types) if t == "sliding_attention"}
-    if not isinstance(per, dict) or not all(
-            isinstance(k, str) and k.isdigit() and int(k) < n and isinstance(v, dict)
-            for k, v in per.items()):
-        raise c.fail("per_layer_config", f"an object of layer numbers (below {n}) to keys")
-    return types, {int(k): v for k, v in per.items()}
+    return types
+
+
+def _dots3_swa(c: Config, types: list[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """Without per_layer_config: the full layers indexed when use_dsa, and the sliding layers'
+    keys from the swa_* keys (defaults _SWA)."""
+    dsa = c.bool("use_dsa", True)
+    types = ["indexed_attention" if t == "full_attention" and dsa else t for t in types]
+    swa = {k: c.data.get(f"swa_{k}", v) for k, v in _SWA.items()}
+    swa["qk_rope_head_dim"] = c.data.get("swa_qk_rope_head_dim",
+                                         swa["head_dim"] - swa["qk_nope_head_dim"])
+    return types, {str(i): swa for i, t in enumerate(types) if t == "sliding_attention"}
 
 
 def dots3_note_text_spec(c: Config) -> ModelSpec:

@@ -23,7 +23,7 @@ from ffncli.specs.hfconfig import (
     with_pattern,
 )
 from ffncli.specs.layers import LinearMixerSpec
-from ffncli.specs.spec import FfnSpec, ModelSpec, NormSpec
+from ffncli.specs.spec import AttentionSpec, FfnSpec, ModelSpec, NormSpec
 
 _MLP_TYPES = ("sparse", "dense")
 
@@ -135,34 +135,53 @@ def moe_spec(c: Config, family: str, *, experts_key: str = "num_experts",
                              top_k_key=top_k_key, shared_count=shared_count,
                              shared_width=shared_width,
                              shared_gate=shared_gate, router_bias=router_bias)
-    if shared_mlp_bias and experts.shared_d_ff and c.bool("mlp_bias", False):
-        raise c.fail("mlp_bias", "false (biases on the shared expert alone are not read)")
-    if unbiased_gate and output_gate and c.bool("attention_bias", False):
-        raise c.fail("attention_bias", "false (biases on Q but not on its output gate are not "
-                     "read)")
+    _refuse_biases(c, experts, shared_mlp_bias=shared_mlp_bias,
+                   gate=unbiased_gate and output_gate)
     spec = gated_decoder_spec(c, family, moe=lambda c, n: (experts, 0), **options)
     n = spec.layers.decoder
+    sparse = _sparse_layers(c, n, only_layers, first_key, first_default)
+    dense = _dense_ffn(c, key=dense_key) if not all(sparse) else experts
+    assert spec.attention is not None  # gated_decoder_spec always builds it
+    att = replace(spec.attention, output_gate=output_gate, head_gate=head_gate,
+                  gate_bias=gate_bias, sinks=sinks == "all",
+                  v_head_dim=c.int("v_head_dim", v_head_dim) if v_head_dim else None)
+    sliding = _sliding(c, att, sliding_kv_times, sinks)
+    return with_pattern(replace(spec, attention=att), c, layer_mixers(c, n),
+                        [experts if s else dense for s in sparse],
+                        attention={"sliding": sliding} if sliding != att else None,
+                        shares_kv=shares_kv, mixer_spec=mixer_spec)
+
+
+def _refuse_biases(c: Config, experts: FfnSpec, *, shared_mlp_bias: bool, gate: bool) -> None:
+    """moe_spec's biases it does not read: mlp_bias on the shared expert alone (with
+    ``shared_mlp_bias``), attention_bias on Q but not on its output gate (with ``gate``)."""
+    if shared_mlp_bias and experts.shared_d_ff and c.bool("mlp_bias", False):
+        raise c.fail("mlp_bias", "false (biases on the shared expert alone are not read)")
+    if gate and c.bool("attention_bias", False):
+        raise c.fail("attention_bias", "false (biases on Q but not on its output gate are not "
+                     "read)")
+
+
+def _sparse_layers(c: Config, n: int, only_layers: tuple[int, ...] | None,
+                   first_key: str | None, first_default: int) -> list[bool]:
+    """moe_spec's sparse layers (:func:`sparse_steps` or :func:`mlp_kinds`), at least one."""
     sparse = (sparse_steps(c, n, only_layers) if only_layers is not None
               else mlp_kinds(c, n, first_key, first_default))
     if not any(sparse):
         key = ("mlp_only_layers" if only_layers is not None and "mlp_layer_types" not in c.data
                else first_key if first_key in c.data else "mlp_layer_types")
         raise c.fail(key, "at least one sparse layer")
-    dense = _dense_ffn(c, key=dense_key) if not all(sparse) else experts
-    assert spec.attention is not None  # gated_decoder_spec always builds it
-    att = replace(spec.attention, output_gate=output_gate, head_gate=head_gate,
-                  gate_bias=gate_bias, sinks=sinks == "all",
-                  v_head_dim=c.int("v_head_dim", v_head_dim) if v_head_dim else None)
-    kv = (att.kv_heads or att.heads) * sliding_kv_times
+    return sparse
+
+
+def _sliding(c: Config, att: AttentionSpec, times: int, sinks: str) -> AttentionSpec:
+    """The sliding layers' attention: ``times`` the key-value heads, sinks unless "none"."""
+    kv = (att.kv_heads or att.heads) * times
     if att.heads % kv:
         raise c.fail("num_key_value_heads", f"a divisor of num_attention_heads / "
-                     f"{sliding_kv_times} ({att.heads // sliding_kv_times}): sliding layers "
-                     f"have {sliding_kv_times} times as many")
-    sliding = replace(att, kv_heads=kv, sinks=sinks != "none")
-    return with_pattern(replace(spec, attention=att), c, layer_mixers(c, n),
-                        [experts if s else dense for s in sparse],
-                        attention={"sliding": sliding} if sliding != att else None,
-                        shares_kv=shares_kv, mixer_spec=mixer_spec)
+                     f"{times} ({att.heads // times}): sliding layers "
+                     f"have {times} times as many")
+    return replace(att, kv_heads=kv, sinks=sinks != "none")
 
 
 def laguna_spec(c: Config) -> ModelSpec:
@@ -218,6 +237,19 @@ def kolibri1_1_spec(c: Config) -> ModelSpec:
     norm of its own; ``mlp_only_layers`` (default 0 and 1) are dense, of
     mlp_only_intermediate_size."""
     n = c.int("num_hidden_layers")
+    types = _kolibri_types(c, n)
+    sources = _kolibri_sources(c, n, types)
+    full = ["full_attention" if t == "indexed_attention" else t for t in types]
+    return moe_spec(Config({**c.data, "layer_types": full}, c.source), "kolibri1_1",
+                    experts_key="num_local_experts",
+                    shared_width="shared_expert_intermediate_size", only_layers=(0, 1),
+                    dense_key="mlp_only_intermediate_size", qk_norm="head",
+                    norm=GEMMA2_NORM, qkv_bias=False, out_bias=False,
+                    shares_kv=[s != i for i, s in enumerate(sources)])
+
+
+def _kolibri_types(c: Config, n: int) -> list[str]:
+    """layer_types, else every fifth layer indexed, the others sliding."""
     types = c.data.get("layer_types")
     if types is None:
         types = ["indexed_attention" if (i + 1) % 5 == 0 else "sliding_attention"
@@ -226,6 +258,11 @@ def kolibri1_1_spec(c: Config) -> ModelSpec:
             "indexed_attention", "sliding_attention"}:
         raise c.fail("layer_types", f"a list of {n} layer types (indexed_attention, "
                      "sliding_attention)")
+    return types
+
+
+def _kolibri_sources(c: Config, n: int, types: list[str]) -> list[int]:
+    """Each layer's K and V source: kv_source_layers, else _KOLIBRI_SOURCES's choice."""
     indexed = [i for i, t in enumerate(types) if t == "indexed_attention"]
     sources = c.ints("kv_source_layers")
     if not sources and len(indexed) <= len(_KOLIBRI_SOURCES):
@@ -234,13 +271,7 @@ def kolibri1_1_spec(c: Config) -> ModelSpec:
             sources[i] = indexed[rank]
     if len(sources) != n or any(s > i for i, s in enumerate(sources)):
         raise c.fail("kv_source_layers", f"a list of {n} layers, each itself or an earlier one")
-    full = ["full_attention" if t == "indexed_attention" else t for t in types]
-    return moe_spec(Config({**c.data, "layer_types": full}, c.source), "kolibri1_1",
-                    experts_key="num_local_experts",
-                    shared_width="shared_expert_intermediate_size", only_layers=(0, 1),
-                    dense_key="mlp_only_intermediate_size", qk_norm="head",
-                    norm=GEMMA2_NORM, qkv_bias=False, out_bias=False,
-                    shares_kv=[s != i for i, s in enumerate(sources)])
+    return sources
 
 
 def minimax_spec(c: Config) -> ModelSpec:
