@@ -12,6 +12,7 @@ from ffncli.specs.spec import EmbeddingsSpec, ModelSpec, NormSpec
 if TYPE_CHECKING:  # a config reader builds them (specs/layers.py): off a preset's start-up
     from ffncli.specs.layers import BottleneckSpec, LayerExtrasSpec
 
+
 def model_extra_rows(d: int, layers: int, x: LayerExtrasSpec) -> tuple[Row, ...]:
     """Gemma 3n's parts of the whole model: the per-layer embeddings, the stream's projection
     to the per-layer inputs and its norm, the AltUp projections in and out (n - 1 each)."""
@@ -24,8 +25,8 @@ def model_extra_rows(d: int, layers: int, x: LayerExtrasSpec) -> tuple[Row, ...]
          else ())
 
 
-
 def embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
+    """The rows of a model's embeddings (their norms apart)."""
     emb, d = spec.embeddings, spec.d_model
     if emb is None:
         return ()
@@ -39,6 +40,13 @@ def embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
     if dim != d:
         rows += [Row("project in", f"{dim} x {d}", dim * d),
                  Row("project out", f"{d} x {dim}", d * dim)]
+    rows += _position_rows(spec, emb) + _more_rows(emb, d)
+    return tuple(rows) + side_table_rows(emb, d) + entity_rows(emb, d)
+
+
+def _position_rows(spec: ModelSpec, emb: EmbeddingsSpec) -> list[Row]:
+    """The position and token-type tables (and the decoder's own, EmbeddingsSpec.per_stack)."""
+    d, rows = spec.d_model, []
     if emb.positions:
         n, w = emb.positions + emb.position_offset, emb.position_dim or d
         rows.append(Row("position embeddings", f"{n} x {w}", n * w))
@@ -50,6 +58,13 @@ def embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
         if stack_copies(spec) > 1:
             rows.append(Row("decoder token-type embeddings", f"{emb.token_types} x {d}",
                             emb.token_types * d))
+    return rows
+
+
+def _more_rows(emb: EmbeddingsSpec, d: int) -> list[Row]:
+    """The other tables and projections: relative positions, the mask vector, a projection,
+    axial positions (Reformer), extra rows."""
+    rows = []
     if emb.relative:
         rows.append(Row("relative position embeddings", f"{emb.relative} x {d}",
                         emb.relative * d))
@@ -63,8 +78,7 @@ def embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
     if emb.extra_rows:
         rows.append(Row("extra embedding rows", f"{emb.extra_rows} x {d}",
                         emb.extra_rows * d))
-    return tuple(rows) + side_table_rows(emb, d) + entity_rows(emb, d)
-
+    return rows
 
 
 def side_table_rows(emb: EmbeddingsSpec, d: int) -> tuple[Row, ...]:
@@ -75,7 +89,6 @@ def side_table_rows(emb: EmbeddingsSpec, d: int) -> tuple[Row, ...]:
     joined = d + sum(width for _, width in emb.side_tables)
     return tuple(Row("side table", f"{n} x {w}", n * w) for n, w in emb.side_tables) + (
         Row("joined tables' projection (with bias)", f"{joined} x {d}", linear(joined, d, True)),)
-
 
 
 def entity_rows(emb: EmbeddingsSpec, d: int) -> tuple[Row, ...]:
@@ -96,7 +109,6 @@ def entity_rows(emb: EmbeddingsSpec, d: int) -> tuple[Row, ...]:
     return tuple(rows)
 
 
-
 def bottleneck_model_rows(b: BottleneckSpec, norm: NormSpec) -> dict[str, tuple[Row, ...]]:
     """MobileBERT's embeddings (outer wide: the word table, its projection from the word
     vector, with its neighbours' under trigram, positions, token types, the norm) and its
@@ -113,14 +125,12 @@ def bottleneck_model_rows(b: BottleneckSpec, norm: NormSpec) -> dict[str, tuple[
     }
 
 
-
 def stack_copies(spec: ModelSpec) -> int:
     """2 when each stack of an encoder-decoder has its own position table and embedding norm
     (EmbeddingsSpec.per_stack), else 1."""
     emb = spec.embeddings
     both = spec.layers.encoder > 0 and spec.layers.decoder > 0
     return 2 if emb is not None and emb.per_stack and both else 1
-
 
 
 def _factorized_rows(emb: EmbeddingsSpec, d: int) -> list[Row]:

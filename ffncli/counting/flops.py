@@ -27,7 +27,6 @@ def ffn_flops(d_model: int, ffn: FfnSpec) -> int:
                 + adapter)
 
 
-
 def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
     if att.kv_lora_rank:
         return 2 * sum(n_in * n_out for _, n_in, n_out, _ in
@@ -43,7 +42,6 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
                 + conv) - no_v
 
 
-
 def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int:
     """Q K^T and the weighted sum of V, one token against seq_len positions."""
     if att.kv_lora_rank:
@@ -51,7 +49,6 @@ def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int
         return 2 * seq_len * att.heads * ((att.head_dim or 0) + v_head_dim)
     q_width, _ = attention_widths(d_model, att)
     return 2 * seq_len * (q_width + value_widths(d_model, att)[1])
-
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from ffncli.specs.spec import AttentionSpec, LayerKind, ModelSpec
 KV_BYTES = {"float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1}
 
 
-
 @dataclass(frozen=True)
 class KvPart:
     """The cache of the decoder layers of one kind, as transformers' cache holds it: each layer
@@ -33,7 +32,6 @@ class KvPart:
         """Values held for one sequence of seq_len tokens, all layers of this kind."""
         tokens = min(seq_len, self.cap) if self.cap else seq_len
         return self.layers * (self.per_token * tokens + self.state)
-
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,6 @@ class KvCache:
         return {dtype: n * size for dtype, size in KV_BYTES.items()}
 
 
-
 def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     """One token's cache in one layer: K and V of each kv head, or under latent attention the
     compressed latent and the shared rope key (what transformers 5 caches for DeepSeek-V3), and
@@ -74,12 +71,10 @@ def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     return kv_width + value_widths(d_model, att)[0]
 
 
-
 def _beside_attention_state(kind: LayerKind) -> int:
     """The fixed state of a mixer that runs beside a layer's attention (Falcon-H1's Mamba-2,
     a mixer_spec on an attention layer): kept with that layer's K and V."""
     return linear_state_elements(kind.mixer_spec) if kind.mixer_spec is not None else 0
-
 
 
 def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPart | None:
@@ -107,7 +102,6 @@ def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPa
                   indices=indices)
 
 
-
 def kv_cache(spec: ModelSpec, seq_len: int, batch: int = 1) -> KvCache:
     """The KV cache of decoding seq_len tokens in each of batch sequences, per layer kind.
     Encoder-only models keep none; an encoder-decoder's decoder also caches cross-attention K
@@ -115,19 +109,30 @@ def kv_cache(spec: ModelSpec, seq_len: int, batch: int = 1) -> KvCache:
     att = spec.attention
     if spec.layers.decoder == 0 or (att is None and not spec.pattern):
         return KvCache("none", 0, 0, seq_len, batch)
-    kv_heads = (att.kv_heads or att.heads) if att is not None else 0
-    kind = ("state" if att is None else "mla" if att.kv_lora_rank
-            else "mha" if kv_heads == att.heads else "mqa" if kv_heads == 1 else "gqa")
     if spec.layers.encoder and att is not None:
         layers = spec.layers.decoder * 2
         parts: tuple[KvPart, ...] = (KvPart("full", layers,
                                             kv_elements_per_layer(spec.d_model, att)),)
     else:
-        at: dict[LayerKind, list[int]] = {}
-        for i, k in enumerate(spec.decoder_kinds()):
-            at.setdefault(k, []).append(i)
-        parts = tuple(p for k, ix in at.items() if (p := _kv_part(spec, k, tuple(ix)))
-                      is not None)
+        parts = _decoder_parts(spec)
     held = sum(p.layers for p in parts if p.per_token or p.state)
-    return KvCache(kind, held, sum(p.layers * p.per_token for p in parts), seq_len, batch,
-                   parts)
+    return KvCache(_cache_kind(att), held, sum(p.layers * p.per_token for p in parts), seq_len,
+                   batch, parts)
+
+
+def _cache_kind(att: AttentionSpec | None) -> str:
+    """KvCache.kind of a model of this attention (None: a state alone)."""
+    if att is None:
+        return "state"
+    kv_heads = att.kv_heads or att.heads
+    return ("mla" if att.kv_lora_rank else "mha" if kv_heads == att.heads
+            else "mqa" if kv_heads == 1 else "gqa")
+
+
+def _decoder_parts(spec: ModelSpec) -> tuple[KvPart, ...]:
+    """The cache of a decoder's layers, a part per kind that keeps one, in order of first
+    appearance."""
+    at: dict[LayerKind, list[int]] = {}
+    for i, k in enumerate(spec.decoder_kinds()):
+        at.setdefault(k, []).append(i)
+    return tuple(p for k, ix in at.items() if (p := _kv_part(spec, k, tuple(ix))) is not None)

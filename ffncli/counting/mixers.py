@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # a config reader builds them (specs/layers.py): off a preset
     )
     from ffncli.specs.spec import LayerKind
 
+
 def linear_mixer_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int],
                                                                          ...]:
     """Gated DeltaNet (Qwen3-Next) as (name, shape, params): one projection to Q, K, V and the
@@ -36,7 +37,6 @@ def linear_mixer_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str
     )
 
 
-
 def side_conv_matrices(d_model: int, mix: SideConvSpec) -> tuple[tuple[str, str, int], ...]:
     """Inkling's parts beside attention as (name, shape, params): the short convolutions on K
     and V and on the stream, the relative-position logits' projection and table."""
@@ -49,7 +49,6 @@ def side_conv_matrices(d_model: int, mix: SideConvSpec) -> tuple[tuple[str, str,
     )
 
 
-
 def short_conv_matrices(d_model: int, mix: ShortConvSpec) -> tuple[tuple[str, str, int], ...]:
     """LFM's short convolution as (name, shape, params): in_proj to B, C and x, the depthwise
     convolution, out_proj; biases on all three with ``bias``."""
@@ -59,7 +58,6 @@ def short_conv_matrices(d_model: int, mix: ShortConvSpec) -> tuple[tuple[str, st
         ("conv1d (depthwise)", f"{w} x {mix.kernel}", w * mix.kernel + (w if b else 0)),
         ("out_proj", f"{w} x {d_model}", linear(w, d_model, b)),
     )
-
 
 
 def rg_lru_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
@@ -79,7 +77,6 @@ def rg_lru_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str,
     )
 
 
-
 def rwkv_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
     """RWKV's time mixing (LinearMixerSpec kind "rwkv", k_head_dim its width a) as (name,
     shape, params): key, value and receptance (d -> a), the output (a -> d), the per-channel
@@ -91,7 +88,6 @@ def rwkv_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, i
         ("time decay, time first", f"2 x {a}", 2 * a),
         ("token-shift mixing", f"3 x {d_model}", 3 * d_model),
     )
-
 
 
 def mlstm_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
@@ -107,7 +103,6 @@ def mlstm_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, 
         ("multi-head norm", f"{v}", v),
         ("out_proj", f"{v} x {d_model}", v * d_model),
     )
-
 
 
 def kda_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
@@ -132,7 +127,6 @@ def kda_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, in
     )
 
 
-
 def lightning_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, str, int], ...]:
     """Lightning attention (MiniMax-Text-01, LinearMixerSpec kind "lightning") as (name, shape,
     params): one projection to Q, K and V of v_heads x v_head_dim each, a sigmoid output gate
@@ -144,7 +138,6 @@ def lightning_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, s
         ("output norm", f"{w}", w),
         ("W_O", f"{w} x {d_model}", w * d_model),
     )
-
 
 
 def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec
@@ -181,7 +174,6 @@ def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpe
     return conv * mix.conv_kernel + mix.v_heads * mix.k_head_dim * mix.v_head_dim
 
 
-
 def mamba_matrices(d_model: int, mix: MambaMixerSpec) -> tuple[tuple[str, str, int], ...]:
     """A Mamba mixer as (name, shape, params): in_proj to the SSM input and its gate, the
     depthwise convolution, x_proj to dt, B and C, dt_proj, A_log and D, out_proj."""
@@ -199,7 +191,6 @@ def mamba_matrices(d_model: int, mix: MambaMixerSpec) -> tuple[tuple[str, str, i
     return rows + norms
 
 
-
 def mamba2_matrices(d_model: int, mix: Mamba2MixerSpec) -> tuple[tuple[str, str, int], ...]:
     """A Mamba-2 mixer as (name, shape, params): in_proj to the gate, the convolved stream
     (x, B, C) and the per-head time steps; the depthwise convolution; dt_bias, A_log and D per
@@ -215,7 +206,6 @@ def mamba2_matrices(d_model: int, mix: Mamba2MixerSpec) -> tuple[tuple[str, str,
         *((("gated norm", f"{di}", di),) if mix.norm else ()),
         ("out_proj", f"{di} x {d_model}", linear(di, d_model, mix.proj_bias)),
     )
-
 
 
 def mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, ...]:
@@ -240,7 +230,6 @@ def mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, ...]:
                 else lightning_matrices(d, mix) if mix.kind == "lightning"
                 else linear_mixer_matrices(d, mix))
     return tuple(Row(prefix + name, shape, n) for name, shape, n in matrices)
-
 
 
 def beside_prefix(mix: object) -> str:

@@ -50,14 +50,12 @@ from ffncli.counting.rows import (
     norm_gate_rows,
     shared_block_rows,
 )
-from ffncli.specs.spec import FfnSpec, LayerKind, ModelSpec
+from ffncli.specs.spec import AttentionSpec, FfnSpec, LayerKind, ModelSpec
 
 BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
 
 
-
 BITS_PER_PARAM = {"float32": 32, "bfloat16": 16, "int8": 8, "int4": 4}
-
 
 
 @dataclass(frozen=True)
@@ -98,7 +96,6 @@ class LayerCount:
         return self.ffn_active / self.active if self.active else 0.0
 
 
-
 @dataclass(frozen=True)
 class ActiveRange:
     """Active parameters per token as a range: ``least`` when a token's choices fall on as
@@ -107,7 +104,6 @@ class ActiveRange:
     least: int
     most: int
     why: str
-
 
 
 @dataclass(frozen=True)
@@ -172,34 +168,70 @@ class ModelCount:
         return {dtype: (self.total * bits + 7) // 8 for dtype, bits in BITS_PER_PARAM.items()}
 
 
-
 _PLAIN = LayerKind()  # a layer of the spec's attention and FFN
-
 
 
 def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
            kind: LayerKind = _PLAIN, indices: tuple[int, ...] = ()) -> LayerCount:
-    d, att, norm = spec.d_model, attention_of(spec, kind), spec.norm
+    d, att = spec.d_model, attention_of(spec, kind)
     ffn = kind.ffn or spec.ffn
+    attention_rows, proj_flops, score_flops = _mixing(spec, kind, att, cross)
+    norms, experts_norms, used_norms = _layer_norms(spec, kind, att, cross)
+    extra = _layer_other_rows(spec, kind, att)
+    has_ffn = kind.has_ffn
+    layer = LayerCount(
+        kind=name,
+        count=count,
+        ffn_rows=ffn_block_rows(d, ffn) if has_ffn else (),
+        attention_rows=attention_rows,
+        ffn=ffn_params(d, ffn) if has_ffn else 0,
+        ffn_active=ffn_active_params(d, ffn) if has_ffn else 0,
+        attention=sum(r.params for r in attention_rows),
+        norm=norms,
+        other_rows=extra,
+        other=sum(r.params for r in extra),
+        flops=Flops(ffn_flops(d, ffn) if has_ffn else 0, proj_flops, score_flops),
+        indices=indices,
+        mixer=kind.mixer,
+        window=kind.window,
+        ffn_active_least=ffn_active_min_params(d, ffn) if has_ffn and ffn.zero_experts
+        else None,
+        ffn_spec=ffn,
+        norm_unused=experts_norms - used_norms,
+    )
+    return layer if kind.shared is None else _with_shared_block(spec, kind, layer)
+
+
+def _mixing(spec: ModelSpec, kind: LayerKind, att: AttentionSpec | None, cross: bool
+            ) -> tuple[tuple[Row, ...], int, int]:
+    """A layer's token mixing: (its rows, its projections' FLOPs, its scores' FLOPs), of its
+    other mixer alone or of its softmax attention (and a mixer beside it, and cross-attention,
+    times its attention sublayers)."""
+    d = spec.d_model
     attention_rows = mixer_rows(d, kind)
-    proj_flops = 2 * sum(r.params for r in attention_rows)
-    score_flops = 0
-    if att is not None:
-        beside = mixer_rows(d, kind, beside_prefix(kind.mixer_spec)) \
-            if kind.mixer_spec is not None else ()  # a mixer beside attention (Falcon-H1)
-        attention_rows = attention_block_rows(d, att, "")
-        if kind.shares_kv:  # no K and V of its own (Gemma 3n's last layers)
-            attention_rows = tuple(r for r in attention_rows if r.name not in ("W_K", "W_V"))
-        attention_rows += beside
-        proj_flops = attention_projection_flops(d, att) + 2 * sum(r.params for r in beside)
-        window = kind.window if kind.mixer in ("sliding", "chunked") else 0
-        score_flops = attention_score_flops(d, att, min(spec.seq_len, window or spec.seq_len))
-        if cross:
-            attention_rows += attention_block_rows(d, cross_attention(att), "cross ")
-            proj_flops *= 2
-            score_flops *= 2
-        attention_rows = _sublayers(attention_rows, kind.attentions)
-        proj_flops, score_flops = proj_flops * kind.attentions, score_flops * kind.attentions
+    if att is None:
+        return attention_rows, 2 * sum(r.params for r in attention_rows), 0
+    beside = mixer_rows(d, kind, beside_prefix(kind.mixer_spec)) \
+        if kind.mixer_spec is not None else ()  # a mixer beside attention (Falcon-H1)
+    attention_rows = attention_block_rows(d, att, "")
+    if kind.shares_kv:  # no K and V of its own (Gemma 3n's last layers)
+        attention_rows = tuple(r for r in attention_rows if r.name not in ("W_K", "W_V"))
+    attention_rows += beside
+    proj_flops = attention_projection_flops(d, att) + 2 * sum(r.params for r in beside)
+    window = kind.window if kind.mixer in ("sliding", "chunked") else 0
+    score_flops = attention_score_flops(d, att, min(spec.seq_len, window or spec.seq_len))
+    if cross:
+        attention_rows += attention_block_rows(d, cross_attention(att), "cross ")
+        proj_flops *= 2
+        score_flops *= 2
+    attention_rows = _sublayers(attention_rows, kind.attentions)
+    return attention_rows, proj_flops * kind.attentions, score_flops * kind.attentions
+
+
+def _layer_norms(spec: ModelSpec, kind: LayerKind, att: AttentionSpec | None, cross: bool
+                 ) -> tuple[int, int, int]:
+    """(a layer's norm parameters, its experts' norms among them, those one token uses)."""
+    d, norm, ffn = spec.d_model, spec.norm, kind.ffn or spec.ffn
     per_layer = (kind.norms if kind.norms is not None else norm.per_layer) if norm else 0
     norms = (per_layer + (norm.cross if cross else 0)) * norm_params(d, norm) if norm else 0
     norms += sub_norm_params(d, ffn, norm) + residual_scale_params(d, norm) if norm else 0
@@ -208,33 +240,19 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         norms += ((qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
                   * kind.attentions)
     experts_norms, used_norms = expert_norm_params(d, ffn) if kind.has_ffn else (0, 0)
-    norms += experts_norms
+    return norms + experts_norms, experts_norms, used_norms
+
+
+def _layer_other_rows(spec: ModelSpec, kind: LayerKind, att: AttentionSpec | None
+                      ) -> tuple[Row, ...]:
+    """A layer's parts neither attention, FFN nor norm: Gemma 3n's, A.X-K2's norm gates,
+    hyper-connections, MobileBERT's bottlenecks."""
+    d, norm = spec.d_model, spec.norm
     extra = (layer_extra_rows(d, spec.extras) if spec.extras else ()) + norm_gate_rows(d, kind) \
         + hyper_rows(d, spec.hyper_streams)
     if spec.bottleneck is not None and norm is not None:
         extra += bottleneck_layer_rows(d, spec.bottleneck, norm, att)
-    layer = LayerCount(
-        kind=name,
-        count=count,
-        ffn_rows=ffn_block_rows(d, ffn) if kind.has_ffn else (),
-        attention_rows=attention_rows,
-        ffn=ffn_params(d, ffn) if kind.has_ffn else 0,
-        ffn_active=ffn_active_params(d, ffn) if kind.has_ffn else 0,
-        attention=sum(r.params for r in attention_rows),
-        norm=norms,
-        other_rows=extra,
-        other=sum(r.params for r in extra),
-        flops=Flops(ffn_flops(d, ffn) if kind.has_ffn else 0, proj_flops, score_flops),
-        indices=indices,
-        mixer=kind.mixer,
-        window=kind.window,
-        ffn_active_least=ffn_active_min_params(d, ffn) if kind.has_ffn and ffn.zero_experts
-        else None,
-        ffn_spec=ffn,
-        norm_unused=experts_norms - used_norms,
-    )
-    return layer if kind.shared is None else _with_shared_block(spec, kind, layer)
-
+    return extra
 
 
 def _with_shared_block(spec: ModelSpec, kind: LayerKind, layer: LayerCount) -> LayerCount:
@@ -263,13 +281,11 @@ def _with_shared_block(spec: ModelSpec, kind: LayerKind, layer: LayerCount) -> L
                    ffn_active=ffn_params if held else 0, norm=layer.norm + norms, flops=flops)
 
 
-
 def _sublayers(rows: tuple[Row, ...], n: int) -> tuple[Row, ...]:
     """The rows of n attention sublayers of one layer (LongCat-Flash: 2), numbered."""
     if n == 1:
         return rows
     return tuple(Row(f"{i + 1}: {r.name}", r.shape, r.params) for i in range(n) for r in rows)
-
 
 
 def _decoder_layers(spec: ModelSpec, cross: bool) -> list[LayerCount]:
@@ -279,7 +295,6 @@ def _decoder_layers(spec: ModelSpec, cross: bool) -> list[LayerCount]:
     for i, kind in enumerate(spec.decoder_kinds()):
         at.setdefault(kind, []).append(i)
     return [_layer(spec, kind.name, len(ix), cross, kind, tuple(ix)) for kind, ix in at.items()]
-
 
 
 def _encoder_layers(spec: ModelSpec) -> list[LayerCount]:
@@ -297,22 +312,9 @@ def _encoder_layers(spec: ModelSpec) -> list[LayerCount]:
     return [replace(layer, repeats=spec.layers.encoder // distinct)]
 
 
-
 def count(spec: ModelSpec) -> ModelCount:
     """Every parameter of the spec, by layer kind and by group."""
-    layers: list[LayerCount] = []
-    stacks = 0
-    if spec.ffn_only:
-        layers.append(_layer(spec, "ffn", 1, cross=False))
-    else:
-        if spec.layers.encoder:
-            layers += _encoder_layers(spec)
-            stacks += 1
-        if spec.layers.decoder:
-            cross = spec.layers.encoder > 0 or spec.layers.cross
-            layers += _decoder_layers(spec, cross=cross and not spec.layers.merged_cross)
-            stacks += 1
-    d, emb, norm, att = spec.d_model, spec.embeddings, spec.norm, spec.attention
+    layers, stacks = _all_layers(spec)
     groups = {
         "embeddings": 0,
         "attention": sum(layer.count * layer.attention for layer in layers),
@@ -323,46 +325,104 @@ def count(spec: ModelSpec) -> ModelCount:
     }
     rows = list(embedding_rows(spec))
     groups["embeddings"] = sum(r.params for r in rows)
-    if emb is not None and emb.norm and norm is not None:
-        width = (emb.dim or d) if emb.factorized else d
-        rows.append(Row("embedding norm", f"{width}", norm_params(width, norm)))
-        groups["norms"] += norm_params(width, norm)
-        if stack_copies(spec) > 1:
-            rows.append(Row("decoder embedding norm", f"{width}", norm_params(width, norm)))
-            groups["norms"] += norm_params(width, norm)
-    if emb is not None and emb.entities and norm is not None:
-        rows.append(Row("entity embedding norm", f"{d}", norm_params(d, norm)))
-        groups["norms"] += norm_params(d, norm)
-    if emb is not None and emb.relative and emb.relative_norm and norm is not None:
-        rows.append(Row("relative embedding norm", f"{d}", norm_params(d, norm)))
-        groups["norms"] += norm_params(d, norm)
-    if att is not None and att.relative_buckets:
-        table = att.relative_buckets * att.heads
-        tables = spec.layers.encoder + spec.layers.decoder if att.relative_per_layer else stacks
-        rows.append(Row("relative position bias", f"{tables} x {att.relative_buckets} x "
-                        f"{att.heads}", tables * table))
-        groups["attention"] += tables * table
-    if norm is not None and norm.final:
-        final = norm if norm.final_bias is None else replace(norm, bias=norm.final_bias)
-        width = norm.final_width or d
-        rows.append(Row("final norm", f"{stacks} x {width}", stacks * norm_params(width, final)))
-        groups["norms"] += stacks * norm_params(width, final)
-    head_flops = 0
-    if emb is not None and emb.head != "none":
-        dim, vocab = emb.dim or d, emb.decoder_vocab or emb.vocab
-        weight = vocab * dim if emb.head == "untied" else 0
-        bias = vocab if emb.head_bias else 0
-        label = "output head (tied to word embeddings)" if emb.head == "tied" else "output head"
-        rows.append(Row(label, f"{dim} x {vocab}", weight + bias))
-        groups["head"] = weight + bias
-        if emb.head_transform and norm is not None:
-            transform = linear(d, d, emb.head_transform_bias) + norm_params(d, norm)
-            rows.append(Row("head transform (dense and norm)", f"{d} x {d}, {d}", transform))
-            groups["head"] += transform
-        head_flops = 2 * dim * vocab
+    _embedding_norms(spec, rows, groups)
+    _relative_bias(spec, stacks, rows, groups)
+    _final_norm(spec, stacks, rows, groups)
+    head_flops = _head(spec, rows, groups)
+    d = spec.d_model
     if spec.pooler:
         rows.append(Row("pooler", f"{d} x {d}", linear(d, d, True)))
         groups["pooler"] = linear(d, d, True)
+    _added_parts(spec, layers, rows, groups)
+    return ModelCount(spec, tuple(layers), tuple(rows), groups, head_flops)
+
+
+def _all_layers(spec: ModelSpec) -> tuple[list[LayerCount], int]:
+    """(the layers of every kind, the stacks: 0 for an FFN alone, 1, or 2 for an
+    encoder-decoder)."""
+    if spec.ffn_only:
+        return [_layer(spec, "ffn", 1, cross=False)], 0
+    layers: list[LayerCount] = []
+    stacks = 0
+    if spec.layers.encoder:
+        layers += _encoder_layers(spec)
+        stacks += 1
+    if spec.layers.decoder:
+        cross = spec.layers.encoder > 0 or spec.layers.cross
+        layers += _decoder_layers(spec, cross=cross and not spec.layers.merged_cross)
+        stacks += 1
+    return layers, stacks
+
+
+def _embedding_norms(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> None:
+    """The embeddings' norms (and the decoder's own, the entities', the relative table's),
+    added to rows and to the norms group."""
+    d, emb, norm = spec.d_model, spec.embeddings, spec.norm
+    if emb is None or norm is None:
+        return
+    added: list[Row] = []
+    if emb.norm:
+        width = (emb.dim or d) if emb.factorized else d
+        added.append(Row("embedding norm", f"{width}", norm_params(width, norm)))
+        if stack_copies(spec) > 1:
+            added.append(Row("decoder embedding norm", f"{width}", norm_params(width, norm)))
+    if emb.entities:
+        added.append(Row("entity embedding norm", f"{d}", norm_params(d, norm)))
+    if emb.relative and emb.relative_norm:
+        added.append(Row("relative embedding norm", f"{d}", norm_params(d, norm)))
+    rows += added
+    groups["norms"] += sum(r.params for r in added)
+
+
+def _relative_bias(spec: ModelSpec, stacks: int, rows: list[Row], groups: dict[str, int]
+                   ) -> None:
+    """T5's relative position bias: a table a stack, or a table a layer (relative_per_layer)."""
+    att = spec.attention
+    if att is None or not att.relative_buckets:
+        return
+    table = att.relative_buckets * att.heads
+    tables = spec.layers.encoder + spec.layers.decoder if att.relative_per_layer else stacks
+    rows.append(Row("relative position bias", f"{tables} x {att.relative_buckets} x "
+                    f"{att.heads}", tables * table))
+    groups["attention"] += tables * table
+
+
+def _final_norm(spec: ModelSpec, stacks: int, rows: list[Row], groups: dict[str, int]) -> None:
+    """The norm after the last layer, one a stack."""
+    norm, d = spec.norm, spec.d_model
+    if norm is None or not norm.final:
+        return
+    final = norm if norm.final_bias is None else replace(norm, bias=norm.final_bias)
+    width = norm.final_width or d
+    rows.append(Row("final norm", f"{stacks} x {width}", stacks * norm_params(width, final)))
+    groups["norms"] += stacks * norm_params(width, final)
+
+
+def _head(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> int:
+    """The output head (and its transform), added to rows and groups; its FLOPs a token."""
+    d, emb, norm = spec.d_model, spec.embeddings, spec.norm
+    if emb is None or emb.head == "none":
+        return 0
+    dim, vocab = emb.dim or d, emb.decoder_vocab or emb.vocab
+    weight = vocab * dim if emb.head == "untied" else 0
+    bias = vocab if emb.head_bias else 0
+    label = "output head (tied to word embeddings)" if emb.head == "tied" else "output head"
+    rows.append(Row(label, f"{dim} x {vocab}", weight + bias))
+    groups["head"] = weight + bias
+    if emb.head_transform and norm is not None:
+        transform = linear(d, d, emb.head_transform_bias) + norm_params(d, norm)
+        rows.append(Row("head transform (dense and norm)", f"{d} x {d}, {d}", transform))
+        groups["head"] += transform
+    head_flops = 2 * dim * vocab
+    return head_flops
+
+
+def _added_parts(spec: ModelSpec, layers: list[LayerCount], rows: list[Row],
+                 groups: dict[str, int]) -> None:
+    """The model's parts beyond its layers, embeddings and head, to rows and groups:
+    Perceiver's latents, MobileBERT's outer embeddings and pooler, Gemma 3n's per-layer
+    embeddings, hyper-connections' head; the layers' other parts in the group other."""
+    d, norm = spec.d_model, spec.norm
     added = latent_rows(d, spec.latents) if spec.latents is not None else {}
     if spec.bottleneck is not None and norm is not None:
         added = bottleneck_model_rows(spec.bottleneck, norm)
@@ -381,4 +441,3 @@ def count(spec: ModelSpec) -> ModelCount:
         rows += head
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in head)
-    return ModelCount(spec, tuple(layers), tuple(rows), groups, head_flops)

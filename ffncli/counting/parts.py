@@ -21,11 +21,9 @@ class Row:
     params: int
 
 
-
 def linear(n_in: int, n_out: int, bias: bool) -> int:
     """x W + b with W of shape (n_in, n_out)."""
     return n_in * n_out + (n_out if bias else 0)
-
 
 
 # Activations with learned parameters of their own in each FFN: xIELU's alpha_p and alpha_n
@@ -33,18 +31,15 @@ def linear(n_in: int, n_out: int, bias: bool) -> int:
 LEARNED_ACTIVATIONS = {"xielu": 2}
 
 
-
 def activation_params(ffn: FfnSpec) -> int:
     """The activation's own learned scalars, one set per FFN (0 for a fixed function)."""
     return LEARNED_ACTIVATIONS.get(ffn.activation, 0)
-
 
 
 def grouped(n_in: int, n_out: int, bias: bool, groups: int) -> int:
     """A grouped 1x1 convolution (SqueezeBERT): each of groups blocks maps n_in / groups
     inputs to n_out / groups outputs; a linear layer when groups is 1."""
     return n_in * n_out // groups + (n_out if bias else 0)
-
 
 
 def expert_params(d_model: int, ffn: FfnSpec) -> int:
@@ -55,18 +50,15 @@ def expert_params(d_model: int, ffn: FfnSpec) -> int:
         + activation_params(ffn)
 
 
-
 def channel_mix_params(d_model: int, ffn: FfnSpec) -> int:
     """RWKV's channel mixing beside its FFN: the receptance R (d x d) and two token-shift
     mixing vectors."""
     return d_model * d_model + 2 * d_model if ffn.channel_mix else 0
 
 
-
 def down_bias(ffn: FfnSpec) -> bool:
     """Whether W2 has a bias: as the FFN's other projections, unless down_bias says (GTE)."""
     return ffn.bias if ffn.down_bias is None else ffn.down_bias
-
 
 
 def router_params(d_model: int, ffn: FfnSpec) -> int:
@@ -77,18 +69,15 @@ def router_params(d_model: int, ffn: FfnSpec) -> int:
         if ffn.is_moe else 0
 
 
-
 def router_scale_params(d_model: int, ffn: FfnSpec) -> int:
     """Gemma 4's router: a per-channel scale on its input and a scale per expert."""
     return d_model + ffn.experts if ffn.router_scales else 0
-
 
 
 def shared_router_params(d_model: int, ffn: FfnSpec) -> int:
     """Inkling's router (router_shared): a row for each shared expert (shared_d_ff / d_ff of
     them) and one learned scale."""
     return d_model * (ffn.shared_d_ff // ffn.d_ff) + 1 if ffn.router_shared else 0
-
 
 
 def shared_expert_params(d_model: int, ffn: FfnSpec) -> int:
@@ -101,12 +90,10 @@ def shared_expert_params(d_model: int, ffn: FfnSpec) -> int:
     return shared + (d_model if ffn.shared_gate else 0)
 
 
-
 def adapter_params(d_model: int, ffn: FfnSpec) -> int:
     """X-MOD's language adapters after the FFN: per language d -> adapter_d_ff -> d, biases."""
     return ffn.adapters * (linear(d_model, ffn.adapter_d_ff, True)
                            + linear(ffn.adapter_d_ff, d_model, True))
-
 
 
 def expert_norm_params(d_model: int, ffn: FfnSpec) -> tuple[int, int]:
@@ -119,11 +106,9 @@ def expert_norm_params(d_model: int, ffn: FfnSpec) -> tuple[int, int]:
     return ffn.experts * d_model + shared, ffn.top_k * d_model + shared
 
 
-
 def ffn_params(d_model: int, ffn: FfnSpec) -> int:
     return ffn.stack * (ffn.experts * expert_params(d_model, ffn) + router_params(d_model, ffn)
                         + shared_expert_params(d_model, ffn)) + adapter_params(d_model, ffn)
-
 
 
 def ffn_active_params(d_model: int, ffn: FfnSpec) -> int:
@@ -131,7 +116,6 @@ def ffn_active_params(d_model: int, ffn: FfnSpec) -> int:
     language adapter: the input, not a router, picks one, as transformers counts them)."""
     return ffn.stack * (ffn.top_k * expert_params(d_model, ffn) + router_params(d_model, ffn)
                         + shared_expert_params(d_model, ffn)) + adapter_params(d_model, ffn)
-
 
 
 def ffn_active_min_params(d_model: int, ffn: FfnSpec) -> int:
@@ -142,12 +126,10 @@ def ffn_active_min_params(d_model: int, ffn: FfnSpec) -> int:
     return ffn_active_params(d_model, ffn) - unused
 
 
-
 def attention_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
     """(width of Q and of the output projection's input, width of K and of V)."""
     head_dim = att.head_dim or d_model // att.heads
     return att.heads * head_dim, (att.kv_heads or att.heads) * head_dim
-
 
 
 def value_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
@@ -158,7 +140,6 @@ def value_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
     if att.v_head_dim is None or att.kv_lora_rank:
         return kv_width, q_width
     return (att.kv_heads or att.heads) * att.v_head_dim, att.heads * att.v_head_dim
-
 
 
 def latent_attention_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[str, int, int,
@@ -185,7 +166,6 @@ def latent_attention_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[s
         + indexer_matrices(d_model, att)
 
 
-
 def indexer_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[str, int, int, bool], ...]:
     """DeepSeek-V3.2's lightning indexer (DeepseekV32Indexer): wq_b from the query latent to
     index_heads x index_head_dim, wk from x to one key of index_head_dim, weights_proj from x
@@ -196,7 +176,6 @@ def indexer_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[str, int, 
     return (("indexer W_Q", att.q_lora_rank, ih * dim, False),
             ("indexer W_K", d_model, dim, False),
             ("indexer head weights", d_model, ih, False))
-
 
 
 def qk_norm_params(d_model: int, att: AttentionSpec) -> int:
@@ -213,7 +192,6 @@ def qk_norm_params(d_model: int, att: AttentionSpec) -> int:
     return sum(widths) * (2 if att.qk_norm_bias else 1)
 
 
-
 def k_norm_params(d_model: int, att: AttentionSpec) -> int:
     """The key's part of qk_norm_params: a layer that reuses another's keys has no K norm."""
     if att.kv_lora_rank or att.qk_norm == "none":
@@ -223,11 +201,9 @@ def k_norm_params(d_model: int, att: AttentionSpec) -> int:
     return width * (2 if att.qk_norm_bias else 1)
 
 
-
 def sink_params(att: AttentionSpec) -> int:
     """Attention sinks: one learned logit per head (gpt-oss)."""
     return att.heads if att.sinks else 0
-
 
 
 def dynamic_mask_params(d_model: int, att: AttentionSpec) -> int:
@@ -239,11 +215,9 @@ def dynamic_mask_params(d_model: int, att: AttentionSpec) -> int:
     return linear(kv_width, kv, att.qkv_bias) + kv
 
 
-
 def lambda_params(d_model: int, att: AttentionSpec) -> int:
     """Differential attention's lambda_q1, lambda_k1, lambda_q2, lambda_k2: head_dim each."""
     return 4 * (att.head_dim or d_model // att.heads) if att.differential else 0
-
 
 
 def norm_params(d_model: int, norm: NormSpec) -> int:
@@ -254,19 +228,16 @@ def norm_params(d_model: int, norm: NormSpec) -> int:
     return d_model * (2 if norm.bias and norm.kind == "layernorm" else 1)
 
 
-
 def residual_scale_params(d_model: int, norm: NormSpec) -> int:
     """Doge's learned scales on the residual stream, one d_model vector before each of the
     layer's two residual additions (counted with the norms)."""
     return 2 * d_model if norm.residual_scales else 0
 
 
-
 def sub_norm_params(d_model: int, ffn: FfnSpec, norm: NormSpec) -> int:
     """BitNet's sub-norms: one on attention's output before W_O (d_model wide), one on the
     FFN's hidden layer (d_ff wide)."""
     return norm_params(d_model, norm) + norm_params(ffn.d_ff, norm) if norm.sub_norms else 0
-
 
 
 def span_conv_matrices(d: int, att: AttentionSpec) -> tuple[tuple[str, str, int, int], ...]:
@@ -286,13 +257,11 @@ def span_conv_matrices(d: int, att: AttentionSpec) -> tuple[tuple[str, str, int,
     )
 
 
-
 def cross_attention(att: AttentionSpec) -> AttentionSpec:
     """A decoder layer's cross-attention: the self-attention's projections without the parts
     only self-attention has (global or entity projections, convolutions, relative terms)."""
     return replace(att, extra_projections=0, span_conv=0, xl_relative=False,
                    relative_projection=0, value_conv=0)
-
 
 
 def attention_of(spec: ModelSpec, kind: LayerKind) -> AttentionSpec | None:

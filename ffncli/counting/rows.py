@@ -30,6 +30,7 @@ from ffncli.specs.spec import AttentionSpec, FfnSpec, LayerKind, NormSpec
 if TYPE_CHECKING:  # a config reader builds them (specs/layers.py): off a preset's start-up
     from ffncli.specs.layers import BottleneckSpec, LatentSpec, LayerExtrasSpec, SharedBlockSpec
 
+
 def attention_params(d_model: int, att: AttentionSpec) -> int:
     """W_Q, W_K, W_V, W_O (K and V are kv_heads * head_dim wide under grouped queries)."""
     if att.kv_lora_rank:
@@ -39,7 +40,6 @@ def attention_params(d_model: int, att: AttentionSpec) -> int:
     return sum(r.params for r in attention_block_rows(d_model, att, ""))
 
 
-
 def gate_rows(d_model: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     """An output gate of one scalar per head, d_model -> heads (Laguna), and a bias per head
     on the output gate (Beam)."""
@@ -47,7 +47,6 @@ def gate_rows(d_model: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     head = (Row(f"{prefix}output gate (per head)", f"{d_model} x {h}", d_model * h),) \
         if att.head_gate else ()
     return head + ((Row(f"{prefix}output gate bias", f"{h}", h),) if att.gate_bias else ())
-
 
 
 def ffn_block_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
@@ -69,20 +68,7 @@ def ffn_block_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
         rows += [Row(f"{ffn.activation} scalars", f"{activation_params(ffn)}",
                      activation_params(ffn))]
     if ffn.is_moe:
-        per_expert = expert_params(d, ffn)
-        rows = [Row(f"expert: {r.name}", r.shape, r.params) for r in rows]
-        rows.append(Row(f"x {ffn.experts} experts", f"{ffn.experts} x {per_expert:,}",
-                        ffn.experts * per_expert))
-        over = f" + {d} x {ffn.shared_d_ff // ffn.d_ff} + 1" if ffn.router_shared else ""
-        over += f" + {d} + {ffn.experts}" if ffn.router_scales else ""  # Gemma 4's scales
-        rows.append(Row("router", f"{d} x {ffn.experts + ffn.zero_experts}{over}",
-                        router_params(d, ffn)))
-        if ffn.shared_d_ff:
-            shared = expert_params(d, FfnSpec(d_ff=ffn.shared_d_ff, gated=ffn.gated,
-                                              bias=ffn.bias))
-            rows.append(Row("shared expert (every token)", f"d_ff {ffn.shared_d_ff}", shared))
-        if ffn.shared_gate:
-            rows.append(Row("shared expert gate", f"{d} x 1", d))
+        rows = _experts_rows(d, ffn, rows)
     if ffn.stack > 1:
         rows.append(Row(f"x {ffn.stack} FFNs in sequence", f"{ffn.stack} x "
                         f"{expert_params(d, ffn):,}", ffn.stack * expert_params(d, ffn)))
@@ -92,6 +78,25 @@ def ffn_block_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
                         adapter_params(d, ffn)))
     return tuple(rows)
 
+
+def _experts_rows(d: int, ffn: FfnSpec, rows: list[Row]) -> list[Row]:
+    """A mixture of experts' rows: one expert's (rows), all experts, the router, a shared
+    expert and its gate."""
+    per_expert = expert_params(d, ffn)
+    rows = [Row(f"expert: {r.name}", r.shape, r.params) for r in rows]
+    rows.append(Row(f"x {ffn.experts} experts", f"{ffn.experts} x {per_expert:,}",
+                    ffn.experts * per_expert))
+    over = f" + {d} x {ffn.shared_d_ff // ffn.d_ff} + 1" if ffn.router_shared else ""
+    over += f" + {d} + {ffn.experts}" if ffn.router_scales else ""  # Gemma 4's scales
+    rows.append(Row("router", f"{d} x {ffn.experts + ffn.zero_experts}{over}",
+                    router_params(d, ffn)))
+    if ffn.shared_d_ff:
+        shared = expert_params(d, FfnSpec(d_ff=ffn.shared_d_ff, gated=ffn.gated,
+                                          bias=ffn.bias))
+        rows.append(Row("shared expert (every token)", f"d_ff {ffn.shared_d_ff}", shared))
+    if ffn.shared_gate:
+        rows.append(Row("shared expert gate", f"{d} x 1", d))
+    return rows
 
 
 def attention_block_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
@@ -123,7 +128,6 @@ def attention_block_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, 
     return extra + core + sinks + gate_rows(d, att, prefix) + mine
 
 
-
 def dynamic_mask_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     kv = att.kv_heads or att.heads
     return (Row(f"{prefix}dt_proj and A (dynamic mask)",
@@ -131,11 +135,9 @@ def dynamic_mask_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...
         if att.dynamic_mask else ()
 
 
-
 def lambda_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     return (Row(f"{prefix}lambdas (q1, k1, q2, k2)", f"4 x {lambda_params(d, att) // 4}",
                 lambda_params(d, att)),) if att.differential else ()
-
 
 
 def extra_projection_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
@@ -149,7 +151,6 @@ def extra_projection_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row,
                 n * linear(d, q_width, att.qkv_bias)),)
 
 
-
 def xl_relative_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     """Transformer-XL's relative attention: the kernel projecting relative positions
     (d x heads x head_dim), the content, position and segment biases (heads x head_dim each)
@@ -161,14 +162,12 @@ def xl_relative_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]
             Row(f"{prefix}r_w, r_r, r_s biases and segments", f"5 x {q}", 5 * q))
 
 
-
 def relative_projection_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     """ProphetNet's decoder: relative-position logits projected from each token (d ->
     buckets x heads, with a bias)."""
     n = att.relative_projection
     return (Row(f"{prefix}relative position projection", f"{d} x {n}", linear(d, n, True)),) \
         if n else ()
-
 
 
 def value_conv_rows(att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
@@ -179,11 +178,9 @@ def value_conv_rows(att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
         else ()
 
 
-
 def span_conv_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     return tuple(Row(f"{prefix}{name}", shape, weights + biases)
                  for name, shape, weights, biases in span_conv_matrices(d, att))
-
 
 
 def layer_extra_rows(d: int, x: LayerExtrasSpec) -> tuple[Row, ...]:
@@ -198,7 +195,6 @@ def layer_extra_rows(d: int, x: LayerExtrasSpec) -> tuple[Row, ...]:
     return altup + laurel + (Row("per-layer input", f"{d} x {w} x {d} + {d}", 2 * d * w + d),)
 
 
-
 def norm_gate_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
     """A.X-K2's gated norms: each gates its output by sigmoid(fc2(silu(fc1(y)))), fc1 d x rank
     and fc2 rank x d without biases (the norms' own weights are counted with the norms)."""
@@ -206,7 +202,6 @@ def norm_gate_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
     if not n:
         return ()
     return (Row("norm gates", f"{n} x ({d} x {r} + {r} x {d})", n * 2 * d * r),)
-
 
 
 def hyper_rows(d: int, n: int) -> tuple[Row, ...]:
@@ -218,14 +213,12 @@ def hyper_rows(d: int, n: int) -> tuple[Row, ...]:
     return (Row("hyper-connections", f"2 x ({2 * n} x {n * d} + {2 * n} + 2)", 2 * one),)
 
 
-
 def hyper_head_rows(d: int, n: int) -> tuple[Row, ...]:
     """The hyper-connection head that merges the n streams before the final norm: hc_fn
     (n x n d), hc_base (n) and hc_scale (1)."""
     if not n:
         return ()
     return (Row("hyper-connection head", f"{n} x {n * d} + {n} + 1", n * n * d + n + 1),)
-
 
 
 def shared_block_rows(d: int, att: AttentionSpec, ffn: FfnSpec, blk: SharedBlockSpec
@@ -248,7 +241,6 @@ def shared_block_rows(d: int, att: AttentionSpec, ffn: FfnSpec, blk: SharedBlock
     return attention, ffn_block_rows(d, ffn) + adapters
 
 
-
 def latent_rows(d: int, lat: LatentSpec) -> dict[str, tuple[Row, ...]]:
     """Perceiver's latent array and its cross-attention to the inputs, by group: the latents
     (embeddings); Q from the latents, K and V from the inputs, the output to d_model, biases
@@ -266,7 +258,6 @@ def latent_rows(d: int, lat: LatentSpec) -> dict[str, tuple[Row, ...]]:
                     linear(d, w, True) + linear(w, d, True)),),
         "norms": (Row("cross-attention norms", f"{d}, {n}, {d}", 2 * (2 * d + n)),),
     }
-
 
 
 def bottleneck_layer_rows(d: int, b: BottleneckSpec, norm: NormSpec,
