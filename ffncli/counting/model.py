@@ -173,6 +173,8 @@ _PLAIN = LayerKind()  # a layer of the spec's attention and FFN
 
 def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
            kind: LayerKind = _PLAIN, indices: tuple[int, ...] = ()) -> LayerCount:
+    """count layers of one kind (the decoder's layers at indices): its mixing, FFN, norms and
+    other parts, and a shared block it runs."""
     d, att = spec.d_model, attention_of(spec, kind)
     ffn = kind.ffn or spec.ffn
     attention_rows, proj_flops, score_flops = _mixing(spec, kind, att, cross)
@@ -208,9 +210,9 @@ def _mixing(spec: ModelSpec, kind: LayerKind, att: AttentionSpec | None, cross: 
     other mixer alone or of its softmax attention (and a mixer beside it, and cross-attention,
     times its attention sublayers)."""
     d = spec.d_model
-    attention_rows = mixer_rows(d, kind)
     if att is None:
-        return attention_rows, 2 * sum(r.params for r in attention_rows), 0
+        rows = mixer_rows(d, kind)
+        return rows, 2 * sum(r.params for r in rows), 0
     beside = mixer_rows(d, kind, beside_prefix(kind.mixer_spec)) \
         if kind.mixer_spec is not None else ()  # a mixer beside attention (Falcon-H1)
     attention_rows = attention_block_rows(d, att, "")
