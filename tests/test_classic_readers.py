@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import DATA
 
-from ffncli.counting.model import activation_params, expert_params
+from ffncli.counting.parts import activation_params, expert_params
 from ffncli.specs.spec import FfnSpec
 
 ZOO = DATA / "zoo" / "configs"

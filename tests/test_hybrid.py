@@ -9,7 +9,8 @@ import pytest
 from conftest import DATA
 
 import ffncli
-from ffncli.counting.model import kv_cache, mamba2_matrices
+from ffncli.counting.kv import kv_cache
+from ffncli.counting.mixers import mamba2_matrices
 from ffncli.specs.archs import spec_from_config
 from ffncli.specs.layers import Mamba2MixerSpec
 

@@ -8,13 +8,10 @@ import json
 import pytest
 from conftest import CONFIGS, DATA
 
-from ffncli.counting.model import (
-    attention_params,
-    count,
-    ffn_params,
-    kv_cache,
-    norm_params,
-)
+from ffncli.counting.kv import kv_cache
+from ffncli.counting.model import count
+from ffncli.counting.parts import ffn_params, norm_params
+from ffncli.counting.rows import attention_params
 from ffncli.specs.archs import load_config, spec_from_config
 from ffncli.specs.spec import (
     AttentionSpec,

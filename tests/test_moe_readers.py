@@ -9,16 +9,11 @@ import pytest
 from conftest import DATA
 
 import ffncli
-from ffncli.counting.model import (
-    attention_params,
-    attention_projection_flops,
-    attention_score_flops,
-    expert_norm_params,
-    kv_cache,
-    kv_elements_per_layer,
-    lightning_matrices,
-    linear_state_elements,
-)
+from ffncli.counting.flops import attention_projection_flops, attention_score_flops
+from ffncli.counting.kv import kv_cache, kv_elements_per_layer
+from ffncli.counting.mixers import lightning_matrices, linear_state_elements
+from ffncli.counting.parts import expert_norm_params
+from ffncli.counting.rows import attention_params
 from ffncli.specs.layers import LinearMixerSpec
 from ffncli.specs.spec import AttentionSpec, FfnSpec
 

@@ -12,7 +12,8 @@ import pytest
 from conftest import DATA
 
 import ffncli
-from ffncli.counting.model import count, kv_cache
+from ffncli.counting.kv import kv_cache
+from ffncli.counting.model import count
 from ffncli.errors import SpecError
 from ffncli.specs.spec import spec_from_mapping
 

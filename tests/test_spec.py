@@ -9,7 +9,8 @@ import json
 import pytest
 from conftest import DATA
 
-from ffncli.counting.model import attention_widths, count, ffn_params
+from ffncli.counting.model import count
+from ffncli.counting.parts import attention_widths, ffn_params
 from ffncli.errors import SpecError
 from ffncli.specs.spec import (
     FfnSpec,

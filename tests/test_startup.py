@@ -115,6 +115,8 @@ PRESET_PARAMS = {
     "ffncli.base.invocation", "ffncli.base.signals", "ffncli.base.textformats",
     "ffncli.base.validate", "ffncli.base.version", "ffncli.cli", "ffncli.cli.commands",
     "ffncli.cli.main", "ffncli.cli.options", "ffncli.counting", "ffncli.counting.model",
+    "ffncli.counting.embeddings", "ffncli.counting.flops", "ffncli.counting.kv",
+    "ffncli.counting.mixers", "ffncli.counting.parts", "ffncli.counting.rows",
     "ffncli.counting.results", "ffncli.errors", "ffncli.jobs", "ffncli.jobs.choices",
     "ffncli.jobs.params", "ffncli.jobs.progress", "ffncli.jobs.resolve", "ffncli.jobs.targets",
     "ffncli.present", "ffncli.present.console", "ffncli.present.params", "ffncli.presets",

@@ -13,7 +13,8 @@ from conftest import CONFIGS
 
 from ffncli.base.validate import reserve, size
 from ffncli.counting.fit import Budget, fit_inference
-from ffncli.counting.model import KV_BYTES, count, kv_cache
+from ffncli.counting.kv import KV_BYTES, kv_cache
+from ffncli.counting.model import count
 from ffncli.counting.tensors import tensors
 from ffncli.counting.training import (
     Plan,

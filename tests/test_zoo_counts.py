@@ -196,7 +196,7 @@ def test_kv_cache_per_layer_is_what_transformers_holds(model_type, tmp_path):
     """Each layer's cached values at both lengths: full layers every token, sliding and
     chunked layers window - 1, latent attention its latent and rope key, Gated DeltaNet its
     fixed state; the total is their sum."""
-    from ffncli.counting.model import kv_cache
+    from ffncli.counting.kv import kv_cache
 
     spec = _kv_spec(model_type, tmp_path)
     for length, cache in KV["kv"][model_type]["lengths"].items():
@@ -222,7 +222,7 @@ def test_fit_finds_the_longest_sequence_of_a_capped_cache(model_type, tmp_path):
     """--fit's longest sequence against a walk over every length: with windows the cache
     grows fast, then slower; a budget past what the windows hold reaches further."""
     from ffncli.counting.fit import longest
-    from ffncli.counting.model import kv_cache
+    from ffncli.counting.kv import kv_cache
 
     kv = kv_cache(_kv_spec(model_type, tmp_path), 16)
     for free in (0, 1_000, 5_000, 20_000, 123_457, 10**6):

@@ -11,7 +11,7 @@ import numpy as np
 
 from ffncli.base.validate import LIBRARY_SIZING, Sizing, brief
 from ffncli.compute import memory as W
-from ffncli.counting.model import ffn_params
+from ffncli.counting.parts import ffn_params
 from ffncli.errors import MemoryBudgetError, WeightsError
 from ffncli.formats.tokens import TokenInput
 from ffncli.specs.spec import ModelSpec

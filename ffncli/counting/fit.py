@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ffncli.counting.model import KV_BYTES, KvCache, ModelCount
+from ffncli.counting.kv import KV_BYTES, KvCache
+from ffncli.counting.model import ModelCount
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ffncli.counting.model import KvCache, ModelCount, count
+from ffncli.counting.kv import KvCache
+from ffncli.counting.model import ModelCount, count
 from ffncli.specs.spec import ModelSpec, load_preset, preset_names
 
 if TYPE_CHECKING:  # a file's count and a plan's: imported by what makes them, not by a preset's

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ffncli.counting.model import (
+from ffncli.counting.parts import (
     attention_widths,
     latent_attention_matrices,
     norm_params,

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ffncli.base.validate import suggest, whole
-from ffncli.counting.model import attention_widths
+from ffncli.counting.parts import attention_widths
 from ffncli.counting.tensors import HEAD, Tensor, tensors, unitemised
 from ffncli.errors import InputError, SpecError
 from ffncli.specs.spec import FfnSpec, ModelSpec

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ffncli.base.validate import whole
-from ffncli.counting.model import count, kv_cache
+from ffncli.counting.kv import kv_cache
+from ffncli.counting.model import count
 from ffncli.counting.results import FileOnlyResult, ParamsResult
 from ffncli.errors import InputError
 from ffncli.jobs.choices import TRAIN_OPTIONS

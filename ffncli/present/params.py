@@ -9,7 +9,9 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ffncli.counting.model import KvCache, LayerCount, ModelCount, Row
+from ffncli.counting.kv import KvCache
+from ffncli.counting.model import LayerCount, ModelCount
+from ffncli.counting.parts import Row
 from ffncli.counting.results import FileOnlyResult, ParamsResult, PresetSummary
 from ffncli.present.console import (
     Text,

@@ -1,0 +1,138 @@
+"""The KV cache: what decoding keeps per token (and per sequence: a mixer's fixed state), by
+layer kind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ffncli.counting.mixers import linear_state_elements
+from ffncli.counting.parts import attention_of, attention_widths, value_widths
+from ffncli.specs.spec import AttentionSpec, LayerKind, ModelSpec
+
+# A KV cache element: 16-bit floats, or one byte for fp8 (e4m3/e5m2) and int8 caches.
+KV_BYTES = {"float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1}
+
+
+@dataclass(frozen=True)
+class KvPart:
+    """The cache of the decoder layers of one kind, as transformers' cache holds it: each layer
+    keeps ``per_token`` values for each of the last ``cap`` tokens (every token when cap is 0),
+    plus ``state`` values per sequence whatever its length (a linear-attention or SSM state)."""
+
+    kind: str  # full, sliding, chunked, mla (latent), linear, mamba, shared (none of its own)
+    layers: int
+    per_token: int
+    cap: int = 0
+    state: int = 0
+    # which cache layers (0-based; empty for every layer): the decoder layers, or each attention
+    # sublayer where a layer has several (LongCat-Flash: layer i's are 2i and 2i + 1)
+    indices: tuple[int, ...] = ()
+
+    def elements(self, seq_len: int) -> int:
+        """Values held for one sequence of seq_len tokens, all layers of this kind."""
+        tokens = min(seq_len, self.cap) if self.cap else seq_len
+        return self.layers * (self.per_token * tokens + self.state)
+
+
+@dataclass(frozen=True)
+class KvCache:
+    kind: str  # "mha", "gqa", "mqa", "mla" (latent), "state" (no attention), "none"
+    layers: int  # decoder layers holding a cache (cross-attention counted as more layers)
+    elements_per_token: int  # cached numbers per token, all layers, below every window
+    seq_len: int
+    batch: int
+    parts: tuple[KvPart, ...] = ()  # per layer kind
+
+    def elements(self, seq_len: int) -> int:
+        """Values held for one sequence of seq_len tokens, all layers."""
+        return sum(p.elements(seq_len) for p in self.parts)
+
+    @property
+    def grows(self) -> bool:
+        """Whether the cache still grows at seq_len (not every layer capped or a state)."""
+        return self.elements(self.seq_len + 1) > self.elements(self.seq_len)
+
+    def bytes_per_token(self) -> dict[str, int]:
+        return {dtype: self.elements_per_token * size for dtype, size in KV_BYTES.items()}
+
+    def bytes(self) -> dict[str, int]:
+        """At seq_len tokens for each of batch sequences."""
+        n = self.elements(self.seq_len) * self.batch
+        return {dtype: n * size for dtype, size in KV_BYTES.items()}
+
+
+def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
+    """One token's cache in one layer: K and V of each kv head, or under latent attention the
+    compressed latent and the shared rope key (what transformers 5 caches for DeepSeek-V3), and
+    the indexer's key (DeepSeek-V3.2's DynamicIndexedLayer)."""
+    if att.kv_lora_rank:
+        return att.kv_lora_rank + att.rope_head_dim + att.index_head_dim
+    _, kv_width = attention_widths(d_model, att)
+    return kv_width + value_widths(d_model, att)[0]
+
+
+def _beside_attention_state(kind: LayerKind) -> int:
+    """The fixed state of a mixer that runs beside a layer's attention (Falcon-H1's Mamba-2,
+    a mixer_spec on an attention layer): kept with that layer's K and V."""
+    return linear_state_elements(kind.mixer_spec) if kind.mixer_spec is not None else 0
+
+
+def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPart | None:
+    """A kind of layer's cache: sliding and chunked layers keep the last window - 1 tokens
+    (transformers' DynamicSlidingWindowLayer), a layer reading another's KV keeps none."""
+    n = len(indices)
+    if kind.shares_kv:
+        return KvPart("shared", n, 0, indices=indices)
+    if kind.mixer in ("linear", "mamba", "conv") and kind.mixer_spec is not None:
+        shared = kind.attention if kind.shared is not None else None  # Zamba's shared block
+        return KvPart(kind.mixer, n, kv_elements_per_layer(spec.d_model, shared) if shared
+                      else 0, state=linear_state_elements(kind.mixer_spec), indices=indices)
+    att = attention_of(spec, kind)
+    if att is None:
+        return None
+    per_token = kv_elements_per_layer(spec.d_model, att)
+    state = _beside_attention_state(kind)
+    if kind.attentions > 1:  # a cache layer per attention sublayer, as transformers numbers them
+        a = kind.attentions
+        indices, n = tuple(i * a + j for i in indices for j in range(a)), n * a
+    if kind.mixer in ("sliding", "chunked"):
+        return KvPart(kind.mixer, n, per_token, cap=max(kind.window - 1, 1), state=state,
+                      indices=indices)
+    return KvPart("mla" if att.kv_lora_rank else "full", n, per_token, state=state,
+                  indices=indices)
+
+
+def kv_cache(spec: ModelSpec, seq_len: int, batch: int = 1) -> KvCache:
+    """The KV cache of decoding seq_len tokens in each of batch sequences, per layer kind.
+    Encoder-only models keep none; an encoder-decoder's decoder also caches cross-attention K
+    and V, counted here for a source as long as seq_len."""
+    att = spec.attention
+    if spec.layers.decoder == 0 or (att is None and not spec.pattern):
+        return KvCache("none", 0, 0, seq_len, batch)
+    if spec.layers.encoder and att is not None:
+        layers = spec.layers.decoder * 2
+        parts: tuple[KvPart, ...] = (KvPart("full", layers,
+                                            kv_elements_per_layer(spec.d_model, att)),)
+    else:
+        parts = _decoder_parts(spec)
+    held = sum(p.layers for p in parts if p.per_token or p.state)
+    return KvCache(_cache_kind(att), held, sum(p.layers * p.per_token for p in parts), seq_len,
+                   batch, parts)
+
+
+def _cache_kind(att: AttentionSpec | None) -> str:
+    """KvCache.kind of a model of this attention (None: a state alone)."""
+    if att is None:
+        return "state"
+    kv_heads = att.kv_heads or att.heads
+    return ("mla" if att.kv_lora_rank else "mha" if kv_heads == att.heads
+            else "mqa" if kv_heads == 1 else "gqa")
+
+
+def _decoder_parts(spec: ModelSpec) -> tuple[KvPart, ...]:
+    """The cache of a decoder's layers, a part per kind that keeps one, in order of first
+    appearance."""
+    at: dict[LayerKind, list[int]] = {}
+    for i, k in enumerate(spec.decoder_kinds()):
+        at.setdefault(k, []).append(i)
+    return tuple(p for k, ix in at.items() if (p := _kv_part(spec, k, tuple(ix))) is not None)
