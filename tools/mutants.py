@@ -391,7 +391,7 @@ AREAS: dict[str, list[Mutant]] = {
         M("specs/spec.py", "if spec.layers.encoder == 0 and spec.layers.decoder == 0:",
           "if spec.layers.encoder == 0 or spec.layers.decoder == 0:",
           "validate: encoder-only and decoder-only refused"),
-        # ---- specs/hfconfig.py, config.py, readers/ (qwen2: specs/archs.py) ---------------------
+        # ---- specs/hfconfig.py, config.py, readers/ (qwen2: specs/table.py) ---------------------
         M("specs/readers/gpt_family.py", 'c.bool("tie_word_embeddings", True)',
           'c.bool("tie_word_embeddings", False)', "gpt2: untied by default", near="def gpt2_spec"),
         M("specs/hfconfig.py", 'c.bool("tie_word_embeddings", True)',
@@ -400,7 +400,7 @@ AREAS: dict[str, list[Mutant]] = {
           'c.bool("tie_word_embeddings", False)', "opt: untied by default", near="def opt_spec"),
         M("specs/hfconfig.py", "tie_default=True, head_dim_default=256",
           "tie_default=False, head_dim_default=256", "gemma: untied by default"),
-        M("specs/archs.py", 'family="qwen2", qkv_bias=True,',
+        M("specs/table.py", 'family="qwen2", qkv_bias=True,',
           'family="qwen2", qkv_bias=None,',
           "qwen2: QKV bias follows attention_bias (none by default)"),
         M("specs/hfconfig.py", "head_dim=head_dim,", "head_dim=None,",

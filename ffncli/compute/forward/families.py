@@ -2,7 +2,7 @@
 BERT-like encoders (BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA), GPT-2 and the LLaMA family
 (LLaMA, Mistral, Mixtral, Qwen2, Qwen3, Gemma; GGUF files of the llama architecture). Which
 model type is which family, and its tensor names, is the architecture table's
-(``ffncli.specs.archs``). Each layer's FFN is the engine ``run`` builds, read through the
+(``ffncli.specs.table``). Each layer's FFN is the engine ``run`` builds, read through the
 checkpoint the model holds open."""
 
 from __future__ import annotations
@@ -28,15 +28,14 @@ from ffncli.compute.weights import refuse_nonfinite
 from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
 from ffncli.formats.safetensors import config_beside
 from ffncli.formats.tensors import GgufTensors, Tensors, open_tensors
-from ffncli.specs.archs import (
-    ARCHS,
+from ffncli.specs.layouts import (
     GEMMA_NORMS,
-    GGUF_ARCHITECTURES,
     PADDED_POSITIONS,
     QWEN_SLIDING_WINDOW,
     SLIDING_WINDOW,
 )
 from ffncli.specs.spec import ModelSpec
+from ffncli.specs.table import ARCHS, GGUF_ARCHITECTURES
 
 # ---------------------------------------------------------------------------------------------
 # Families.
@@ -488,7 +487,7 @@ class Mixtral(LlamaLike):
     default_eps = 1e-5
 
 
-# The forward families the architecture table (ffncli.specs.archs) names.
+# The forward families the architecture table (ffncli.specs.table) names.
 FAMILIES: dict[str, type[Transformer]] = {"bert": BertLike, "distilbert": DistilBert,
                                           "electra": Electra, "gpt2": Gpt2, "llama": LlamaLike,
                                           "mixtral": Mixtral}
