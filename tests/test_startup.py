@@ -116,8 +116,9 @@ PRESET_PARAMS = {
     "ffncli.base.validate", "ffncli.base.version", "ffncli.cli", "ffncli.cli.commands",
     "ffncli.cli.main", "ffncli.cli.options", "ffncli.counting", "ffncli.counting.model",
     "ffncli.counting.results", "ffncli.errors", "ffncli.jobs", "ffncli.jobs.choices",
-    "ffncli.jobs.params", "ffncli.jobs.progress", "ffncli.jobs.resolve", "ffncli.jobs.targets",
-    "ffncli.present", "ffncli.present.console", "ffncli.present.params", "ffncli.presets",
+    "ffncli.jobs.params", "ffncli.jobs.resolve", "ffncli.jobs.targets", "ffncli.present",
+    "ffncli.present.console", "ffncli.present.jsondoc", "ffncli.present.params",
+    "ffncli.present.tables", "ffncli.presets",
     "ffncli.specs", "ffncli.specs.rules", "ffncli.specs.sections", "ffncli.specs.spec",
 }
 HELP = {"ffncli", "ffncli.base", "ffncli.base.blas", "ffncli.base.invocation",
