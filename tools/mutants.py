@@ -100,6 +100,8 @@ TESTS_OF = {
     "jobs/thresholds.py": ("test_jobs_perplexity.py",),
     "compute/forward/families.py": ("test_forward.py", "test_jobs_perplexity.py",
                                     "test_perplexity_torch.py"),
+    "compute/forward/transformer.py": ("test_forward.py", "test_jobs_perplexity.py",
+                                       "test_perplexity_torch.py"),
 }
 
 
@@ -1051,7 +1053,7 @@ AREAS: dict[str, list[Mutant]] = {
         M("jobs/thresholds.py", '("layers", "d_model", "d_ff", "fingerprint", "name")',
           '("layers", "d_model", "d_ff", "name")',
           "a thresholds file of a same-shaped model accepted"),
-        M("compute/forward/families.py", "        if tied is False and not own:",
+        M("compute/forward/transformer.py", "        if tied is False and not own:",
           "        if False:", "a decoder without its LM head read from another tensor"),
         M("jobs/resolve.py", "    return spec, _settings_beside(weights)\n",
           "    return spec, None\n", "--preset with weights: the config beside neither read for "
