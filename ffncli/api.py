@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ffncli.analysis.properties import CheckReport
     from ffncli.analysis.sparsity import SparsityResult
     from ffncli.compute.engine import Engine
-    from ffncli.compute.forward.families import Transformer
+    from ffncli.compute.forward.transformer import Transformer
     from ffncli.formats.text import Sequences
     from ffncli.formats.tokens import TokenInput
     from ffncli.jobs.capture import CaptureResult

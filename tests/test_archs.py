@@ -1,4 +1,4 @@
-"""The table of architectures (specs/archs.py): each new model type's FFN layout, read by
+"""The table of architectures (specs/table.py): each new model type's FFN layout, read by
 run --weights from the model's own checkpoint layout, against transformers' MLP.
 
 tests/data/arch_ffn/ holds layer 1's FFN tensors of each tiny model (names as the model saves

@@ -1,4 +1,4 @@
-"""The terminal's bars (present/console.py): drawn in eighths of a cell, scaled to the largest
+"""The terminal's bars (present/tables.py): drawn in eighths of a cell, scaled to the largest
 value, shortened or dropped on a narrow terminal, uncoloured under NO_COLOR; params keeps its
 lines beside them."""
 
@@ -13,7 +13,7 @@ from conftest import DATA
 from helpers.terminal import cells, in_terminal
 from helpers.terminal import eighths as _eighths
 
-from ffncli.present import console
+from ffncli.present import jsondoc, progress, tables
 from ffncli.present import stats as stats_present
 
 # ---------------------------------------------------------------------------------------------
@@ -21,14 +21,14 @@ from ffncli.present import stats as stats_present
 
 
 def test_bar_in_eighths():
-    assert console.bar(0.5, 10) == "█████"
-    assert console.bar(0.55, 10) == "█████▌"  # 44 eighths
-    assert console.bar(1 / 80, 10) == "▏"
-    assert console.bar(0.5, 4, track=True) == "██░░"
-    assert console.bar(1.7, 3) == "███" and console.bar(-1.0, 3, track=True) == "░░░"
-    assert console.bar(0.0, 5) == ""
+    assert tables.bar(0.5, 10) == "█████"
+    assert tables.bar(0.55, 10) == "█████▌"  # 44 eighths
+    assert tables.bar(1 / 80, 10) == "▏"
+    assert tables.bar(0.5, 4, track=True) == "██░░"
+    assert tables.bar(1.7, 3) == "███" and tables.bar(-1.0, 3, track=True) == "░░░"
+    assert tables.bar(0.0, 5) == ""
     for share in np.linspace(0, 1, 37):
-        assert _eighths(console.bar(float(share), 13)) == round(share * 13 * 8)
+        assert _eighths(tables.bar(float(share), 13)) == round(share * 13 * 8)
 
 
 def _rows(out: str, title: str) -> list[list[str]]:
@@ -53,11 +53,11 @@ def test_histogram_bars_scale_to_the_largest_bin(cli):
     assert [(r[0], int(r[1])) for r in rows] == [(b["bin"], b["units"])
                                                   for b in doc["activity_histogram"]]
     for row, n in zip(rows, units, strict=True):
-        assert _eighths(row[2]) == round(n / max(units) * console.BAR_MAX * 8)
+        assert _eighths(row[2]) == round(n / max(units) * tables.BAR_MAX * 8)
     coverage = _rows(cli(*args).out, "hot units:")
     for row, hot in zip(coverage, doc["hot_unit_coverage"], strict=True):
         assert row[3].endswith("░") or hot["unit_share"] == 1.0
-        assert _eighths(row[3]) == round(hot["unit_share"] * console.BAR_MAX * 8)
+        assert _eighths(row[3]) == round(hot["unit_share"] * tables.BAR_MAX * 8)
 
 
 def test_params_keeps_its_lines_and_adds_share_bars(cli):
@@ -65,12 +65,12 @@ def test_params_keeps_its_lines_and_adds_share_bars(cli):
     assert "share in the FFN:      66.6%\n" in out
     lines = out.splitlines()
     i = lines.index("share in the FFN:      66.6%")
-    assert _eighths(lines[i + 1].strip()) == round(0.666071 * console.BAR_MAX * 8)
+    assert _eighths(lines[i + 1].strip()) == round(0.666071 * tables.BAR_MAX * 8)
     parts = {r[0]: r for r in _rows(out, "parameters by part")}
     assert parts["FFN"][1:3] == ["25,196,544", "39.9%"]
     flops = {r[0]: r for r in _rows(out, "FLOPs per token")}
     assert flops["whole model"][5] == "34.7%"
-    assert _eighths(flops["whole model"][6]) == round(50331648 / 144842752 * console.BAR_MAX * 8)
+    assert _eighths(flops["whole model"][6]) == round(50331648 / 144842752 * tables.BAR_MAX * 8)
 
 
 @pytest.mark.parametrize("columns", [60, 45, 30])
@@ -118,22 +118,22 @@ def test_fit_widths_leaves_out_optional_columns_then_wraps_text():
     headers = ["name", "family", "total"]
     cells = [["mixtral-8x7b", "tiny"], ["transformer", "ffn"], ["46,702,792,704", "148"]]
     # natural: 12 + 11 + 14 and two gaps of 3 = 43
-    assert console.fit_widths(headers, cells, [1], 43) == ([0, 1, 2], {0: 12, 1: 11, 2: 14})
+    assert tables.fit_widths(headers, cells, [1], 43) == ([0, 1, 2], {0: 12, 1: 11, 2: 14})
     # 42: family goes (it is optional) rather than fold "transformer"
-    assert console.fit_widths(headers, cells, [1], 42) == ([0, 2], {0: 12, 2: 14})
+    assert tables.fit_widths(headers, cells, [1], 42) == ([0, 2], {0: 12, 2: 14})
     # not optional: the text column gives up cells, down to its longest word (11)
-    assert console.fit_widths(headers, cells, [], 42) == ([0, 1, 2], {0: 12, 1: 11, 2: 14})
+    assert tables.fit_widths(headers, cells, [], 42) == ([0, 1, 2], {0: 12, 1: 11, 2: 14})
     # narrower than every figure: figures stay whole (the table is wider than asked)
-    kept, widths = console.fit_widths(headers, cells, [], 20)
+    kept, widths = tables.fit_widths(headers, cells, [], 20)
     assert kept == [0, 1, 2] and widths[0] == 12 and widths[2] == 14
 
 
 def test_fit_widths_folds_text_longer_than_a_word_limit():
     long = "x" * 30
-    assert console.fit_widths(["part", "n"], [[long], ["7"]], [], 30)[1] == {0: 26, 1: 1}
+    assert tables.fit_widths(["part", "n"], [[long], ["7"]], [], 30)[1] == {0: 26, 1: 1}
     # 15 leaves 11 cells: the word folds, but at no fewer than TEXT_MAX
-    assert console.fit_widths(["part", "n"], [[long], ["7"]], [], 15)[1] == {
-        0: console.TEXT_MAX, 1: 1}
+    assert tables.fit_widths(["part", "n"], [[long], ["7"]], [], 15)[1] == {
+        0: tables.TEXT_MAX, 1: 1}
 
 
 WIDTHS = (60, 80, 120)
@@ -258,10 +258,10 @@ def _bar_run(monkeypatch, *, enabled=True, tty=True, seconds=(0.0, 3.0, 4.0)) ->
     stderr = _Terminal()
     if not tty:
         stderr.isatty = lambda: False  # type: ignore[method-assign]
-    monkeypatch.setattr(console.sys, "stderr", stderr)
+    monkeypatch.setattr(progress.sys, "stderr", stderr)
     clock = iter([0.0, *seconds, seconds[-1]])
-    monkeypatch.setattr(console.time, "perf_counter", lambda: next(clock))
-    with console.Bar(enabled=enabled) as bar:
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    with progress.Bar(enabled=enabled) as bar:
         bar.start(12, "tokens x layers", per=2)
         for done in (4, 8, 10)[:len(seconds)]:
             bar.update(done)
@@ -295,9 +295,9 @@ def test_quiet_turns_the_commands_bar_off(cli, monkeypatch, quiet):
     def show(self) -> None:
         self._bar = Drawn()
 
-    monkeypatch.setattr(console.Bar, "DELAY", 0.0)
-    monkeypatch.setattr(console.Bar, "_show", show)
-    monkeypatch.setattr(console.sys.stderr, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(progress.Bar, "DELAY", 0.0)
+    monkeypatch.setattr(progress.Bar, "_show", show)
+    monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: True, raising=False)
     r = cli("relu-stats", "--preset", "tiny", "--random", "20000", "--json",  # 3 chunks
             *(["--quiet"] if quiet else []))
     assert r.code == 0 and r.json()["tokens"] == 20_000
@@ -332,7 +332,7 @@ NONFINITE_DOCS = [  # (id, document, the same as written, its nonfinite note)
 @pytest.mark.parametrize("doc,written,note", [c[1:] for c in NONFINITE_DOCS],
                          ids=[c[0] for c in NONFINITE_DOCS])
 def test_json_is_strict_nonfinite_values_are_null_with_a_note(capsys, doc, written, note):
-    console.emit_json(doc, "run")
+    jsondoc.emit_json(doc, "run")
     got = _strict(capsys.readouterr().out)
     assert got == {"format": "ffncli-run/1", **written, "nonfinite": {
         **note, "note": "NaN and infinity are not JSON: each is written as null"}}

@@ -15,7 +15,7 @@ from helpers.forward_cases import IDS, capture, checkpoint, nan_at
 from helpers.installed_models import minilm_path, smollm2_path
 
 from ffncli.base.validate import Keys
-from ffncli.compute.forward import families, layer, ops
+from ffncli.compute.forward import families, layer, ops, transformer
 from ffncli.compute.forward import walk as walk_module
 from ffncli.compute.forward.families import open_transformer
 from ffncli.compute.forward.walk import batches, hidden_states, walk, walk_variants
@@ -45,7 +45,7 @@ def weights_of(case: str) -> Path:
     return path
 
 
-def load(case: str, dtype: type = np.float32) -> families.Transformer:
+def load(case: str, dtype: type = np.float32) -> transformer.Transformer:
     weights = weights_of(case)
     spec = resolve_spec(None, None, weights=weights, weights_describe=True)
     return open_transformer(spec, weights, np.dtype(dtype))
@@ -383,7 +383,7 @@ def tiny_llama(folder: Path, layers: int = 4, d: int = 32, vocab: int = 96,
     return folder
 
 
-def open_folder(folder: Path) -> families.Transformer:
+def open_folder(folder: Path) -> transformer.Transformer:
     spec = resolve_spec(None, None, weights=folder, weights_describe=True)
     return open_transformer(spec, folder, np.dtype(np.float32))
 

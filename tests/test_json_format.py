@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ffncli.present.console import JSON_NAMES, json_format
+from ffncli.present.jsondoc import JSON_NAMES, json_format
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT2 = ROOT / "tests" / "data" / "forward" / "gpt2"

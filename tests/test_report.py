@@ -25,7 +25,7 @@ from ffncli.api import build_ffn, load_spec
 from ffncli.formats.tokens import from_array
 from ffncli.jobs.choices import ModelChoice, TextChoice
 from ffncli.jobs.targets import report_target
-from ffncli.present import console, report, report_stats, stats, svg
+from ffncli.present import report, report_stats, stats, svg, tables
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 PRESETS = Path(__file__).parents[1] / "presets"
@@ -320,14 +320,14 @@ def test_print_sweep_rows(capsys):
         assert hot is not None
         assert cells[1] == f"{layer['tokens']:,}"
         assert cells[2] == f"{layer['mean_inactive_fraction']:.1%}"
-        assert set(cells[3]) <= set("█▏▎▍▌▋▊▉░") and len(cells[3]) == console.BAR_MAX
+        assert set(cells[3]) <= set("█▏▎▍▌▋▊▉░") and len(cells[3]) == tables.BAR_MAX
         assert cells[4:] == [str(len(layer["dead_units"])), str(len(layer["always_active_units"])),
                              f"{hot['units']:,} ({hot['unit_share']:.1%})",
                              f"{layer['overlap']['mean_jaccard']:.3f}",
                              f"{layer['overlap']['mean_shared']:,.1f}",
                              f"{layer['overlap']['mean_shared_by_chance']:,.1f}",
                              f"{layer['cats_threshold_50']:.4g}"]
-        assert _eighths(cells[3]) == round(layer["mean_inactive_fraction"] * console.BAR_MAX * 8)
+        assert _eighths(cells[3]) == round(layer["mean_inactive_fraction"] * tables.BAR_MAX * 8)
 
 
 # ---------------------------------------------------------------------------------------------

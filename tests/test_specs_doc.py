@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ffncli.specs.archs import ARCHS, SUPPORTED_MODEL_TYPES
+from ffncli.specs.table import ARCHS, SUPPORTED_MODEL_TYPES
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "specs_doc.py"

@@ -195,7 +195,7 @@ def test_unknown_architecture_cannot_run_without_a_spec(tmp_path, cli):
     path = tmp_path / "m.gguf"
     write_gguf(path, arch="mamba")
     r = cli("run", "--weights", path, "--random", 2)
-    from ffncli.specs.archs import GGUF_ARCHITECTURES
+    from ffncli.specs.table import GGUF_ARCHITECTURES
 
     assert (r.code, r.err) == (2, f"error: {path}: GGUF architecture 'mamba' has no spec "
                                   f"reader; supported: {', '.join(GGUF_ARCHITECTURES)} (or give "

@@ -14,8 +14,8 @@ from helpers.zoo_gguf import ARCHS, config, write_zoo_gguf
 
 import ffncli
 from ffncli.formats.gguf import read_header
-from ffncli.specs.archs import GGUF_ARCHITECTURES
 from ffncli.specs.gguf import READINGS, spec_from_header
+from ffncli.specs.table import GGUF_ARCHITECTURES
 
 
 @pytest.mark.parametrize("model_type", sorted(ARCHS))

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import DATA
 
-from ffncli.specs.archs import ARCHS, Arch, multimodal, read
+from ffncli.specs.row import Arch, multimodal, read
+from ffncli.specs.table import ARCHS
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO_CONFIGS = DATA / "zoo" / "configs"
@@ -61,15 +62,15 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("ffncli.specs."))
     (("params", "--config", "tests/data/configs/llama-2-7b.config.json", "--json"),
      ["ffncli.specs.archs", "ffncli.specs.config", "ffncli.specs.hfconfig",
       "ffncli.specs.layouts", "ffncli.specs.readers", "ffncli.specs.readers.llama_family",
-      "ffncli.specs.refused", "ffncli.specs.renames", "ffncli.specs.rules",
-      "ffncli.specs.sections", "ffncli.specs.spec"]),
+      "ffncli.specs.refused", "ffncli.specs.renames", "ffncli.specs.row", "ffncli.specs.rules",
+      "ffncli.specs.sections", "ffncli.specs.spec", "ffncli.specs.table"]),
     # a Mamba config: the mixer classes, with its family's reader
     (("params", "--config", "tests/data/zoo/configs/mamba.config.json", "--json"),
      ["ffncli.specs.archs", "ffncli.specs.config", "ffncli.specs.hfconfig",
       "ffncli.specs.layers", "ffncli.specs.layouts", "ffncli.specs.readers",
       "ffncli.specs.readers.ssm_family",
-      "ffncli.specs.refused", "ffncli.specs.renames", "ffncli.specs.rules",
-      "ffncli.specs.sections", "ffncli.specs.spec"]),
+      "ffncli.specs.refused", "ffncli.specs.renames", "ffncli.specs.row", "ffncli.specs.rules",
+      "ffncli.specs.sections", "ffncli.specs.spec", "ffncli.specs.table"]),
 ])
 def test_a_count_imports_the_specs_modules_it_needs_only(argv, expected):
     assert _run(SPECS_LOADED, *argv) == expected
@@ -81,7 +82,8 @@ PER_TYPE = """
 import json, sys
 from pathlib import Path
 from ffncli.errors import FfnError
-from ffncli.specs.archs import ARCHS, load_config
+from ffncli.specs.archs import load_config
+from ffncli.specs.table import ARCHS
 found = {}
 for model_type in ARCHS:
     for name in [m for m in sys.modules if m.startswith("ffncli.specs.readers.")]:

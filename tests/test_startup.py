@@ -118,8 +118,9 @@ PRESET_PARAMS = {
     "ffncli.counting.embeddings", "ffncli.counting.flops", "ffncli.counting.kv",
     "ffncli.counting.mixers", "ffncli.counting.parts", "ffncli.counting.rows",
     "ffncli.counting.results", "ffncli.errors", "ffncli.jobs", "ffncli.jobs.choices",
-    "ffncli.jobs.params", "ffncli.jobs.progress", "ffncli.jobs.resolve", "ffncli.jobs.targets",
-    "ffncli.present", "ffncli.present.console", "ffncli.present.params", "ffncli.presets",
+    "ffncli.jobs.params", "ffncli.jobs.resolve", "ffncli.jobs.targets", "ffncli.present",
+    "ffncli.present.console", "ffncli.present.jsondoc", "ffncli.present.params",
+    "ffncli.present.tables", "ffncli.presets",
     "ffncli.specs", "ffncli.specs.rules", "ffncli.specs.sections", "ffncli.specs.spec",
 }
 HELP = {"ffncli", "ffncli.base", "ffncli.base.blas", "ffncli.base.invocation",

@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from ffncli.base.textformats import MAX_TEXT_BYTES, Malformed, parse_json, parse_yaml
 from ffncli.counting.model import count
 from ffncli.errors import ConfigError, SpecError
-from ffncli.specs.archs import SUPPORTED_MODEL_TYPES, load_config
+from ffncli.specs.archs import load_config
 from ffncli.specs.hfconfig import read_config
 from ffncli.specs.spec import load_preset, preset_names
+from ffncli.specs.table import SUPPORTED_MODEL_TYPES
 
 PRESETS = Path(__file__).parents[1] / "presets"
 

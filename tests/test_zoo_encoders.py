@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from ffncli.counting.files import group_of
 from ffncli.counting.model import count
 from ffncli.counting.tensors import tensors
-from ffncli.specs.archs import ARCHS, spec_from_config
+from ffncli.specs.archs import spec_from_config
+from ffncli.specs.table import ARCHS
 
 ZOO = DATA / "zoo"
 DOC = json.loads((ZOO / "truths.json").read_text())

@@ -13,7 +13,7 @@ from conftest import DATA
 
 import ffncli
 from ffncli.errors import FfnError
-from ffncli.specs.archs import SUPPORTED_MODEL_TYPES
+from ffncli.specs.table import SUPPORTED_MODEL_TYPES
 
 ZOO = DATA / "zoo"
 DOC = json.loads((ZOO / "truths.json").read_text())

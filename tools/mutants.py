@@ -104,6 +104,8 @@ TESTS_OF = {
     "jobs/thresholds.py": ("test_jobs_perplexity.py",),
     "compute/forward/families.py": ("test_forward.py", "test_jobs_perplexity.py",
                                     "test_perplexity_torch.py"),
+    "compute/forward/transformer.py": ("test_forward.py", "test_jobs_perplexity.py",
+                                       "test_perplexity_torch.py"),
 }
 
 
@@ -395,7 +397,7 @@ AREAS: dict[str, list[Mutant]] = {
         M("specs/spec.py", "if spec.layers.encoder == 0 and spec.layers.decoder == 0:",
           "if spec.layers.encoder == 0 or spec.layers.decoder == 0:",
           "validate: encoder-only and decoder-only refused"),
-        # ---- specs/hfconfig.py, config.py, readers/ (qwen2: specs/archs.py) ---------------------
+        # ---- specs/hfconfig.py, config.py, readers/ (qwen2: specs/table.py) ---------------------
         M("specs/readers/gpt_family.py", 'c.bool("tie_word_embeddings", True)',
           'c.bool("tie_word_embeddings", False)', "gpt2: untied by default", near="def gpt2_spec"),
         M("specs/hfconfig.py", 'c.bool("tie_word_embeddings", True)',
@@ -404,7 +406,7 @@ AREAS: dict[str, list[Mutant]] = {
           'c.bool("tie_word_embeddings", False)', "opt: untied by default", near="def opt_spec"),
         M("specs/hfconfig.py", "tie_default=True, head_dim_default=256",
           "tie_default=False, head_dim_default=256", "gemma: untied by default"),
-        M("specs/archs.py", 'family="qwen2", qkv_bias=True,',
+        M("specs/table.py", 'family="qwen2", qkv_bias=True,',
           'family="qwen2", qkv_bias=None,',
           "qwen2: QKV bias follows attention_bias (none by default)"),
         M("specs/hfconfig.py", "head_dim=head_dim,", "head_dim=None,",
@@ -447,15 +449,15 @@ AREAS: dict[str, list[Mutant]] = {
         # ---- jobs/run.py (RandomTokens: formats/tokens.py) ---------------------------------------
         M("jobs/run.py", "return [int(v) for v in (pre <= 0).sum(axis=1)]",
           "return [int(v) for v in (pre < 0).sum(axis=1)]", "run's inactive count: pre < 0"),
-        M("jobs/run.py", "                y += x", "                pass  # y += x",
+        M("jobs/run.py", "            y += x", "            pass  # y += x",
           "run --residual ignored for small inputs"),
         M("jobs/run.py", "np.add(y, x, out=y)", "pass", "run --residual ignored when streaming"),
         M("jobs/run.py", "head = np.vstack([head, y[: head_rows - head.shape[0]]])",
           "head = np.vstack([head, y[:head_rows]])", "streamed head takes head_rows per chunk"),
         M("jobs/run.py", "small = tokens.n_tokens <= SMALL_TOKENS",
           "small = tokens.n_tokens < SMALL_TOKENS", "1024 tokens streamed, not small"),
-        M("jobs/run.py", "        ffn.begin(tokens.n_tokens)",
-          "        pass  # ffn.begin(tokens.n_tokens)",
+        M("jobs/run.py", "    ffn.begin(tokens.n_tokens)",
+          "    pass  # ffn.begin(tokens.n_tokens)",
           "streamed run: expert capacity per chunk, not of the whole input"),
         M("formats/tokens.py", "yield start, rng.normal(0.0, 1.0, shape)",
           "yield start, np.random.default_rng(self.seed).normal(0.0, 1.0, shape)",
@@ -1055,7 +1057,7 @@ AREAS: dict[str, list[Mutant]] = {
         M("jobs/thresholds.py", '("layers", "d_model", "d_ff", "fingerprint", "name")',
           '("layers", "d_model", "d_ff", "name")',
           "a thresholds file of a same-shaped model accepted"),
-        M("compute/forward/families.py", "        if tied is False and not own:",
+        M("compute/forward/transformer.py", "        if tied is False and not own:",
           "        if False:", "a decoder without its LM head read from another tensor"),
         M("jobs/resolve.py", "    return spec, _settings_beside(weights)\n",
           "    return spec, None\n", "--preset with weights: the config beside neither read for "

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """docs/specs.md's list of supported model types, generated from the table of architectures.
 
-The list is the rows of ``ffncli.specs.archs.ARCHS`` in their order: each model type, the
+The list is the rows of ``ffncli.specs.table.ARCHS`` in their order: each model type, the
 transformers class it is counted as (from the zoo the counts are checked against,
 tests/data/zoo/truths.json, which also gives the transformers version), the reader module
 that reads its config, and whether ``run`` reads its FFN from a checkpoint. It stands in
@@ -64,7 +64,7 @@ def _run(row: object) -> str:
 def generated() -> str:
     """The list as it belongs between the markers (the markers included)."""
     sys.path.insert(0, str(ROOT))
-    from ffncli.specs.archs import ARCHS
+    from ffncli.specs.table import ARCHS
 
     truths = json.loads(TRUTHS.read_text(encoding="utf-8"))
     lines = [BEGIN, "",

@@ -30,7 +30,7 @@ from ffncli.jobs.shards.drivers import (
 from ffncli.jobs.shards.inputs import shard_paths
 from ffncli.jobs.shards.pool import connect
 from ffncli.jobs.targets import output_target, report_target
-from ffncli.present.console import Bar
+from ffncli.present.progress import Bar
 from ffncli.present.report import about
 from ffncli.present.report_stats import save_stats, save_sweep
 from ffncli.present.run import emit_sharded_run

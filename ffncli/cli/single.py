@@ -17,7 +17,7 @@ from ffncli.jobs.resolve import captured_layer, load_model, load_tokens, open_te
 from ffncli.jobs.sweep import sweep
 from ffncli.jobs.targets import OUT_OPTIONS, output_target, report_target
 from ffncli.jobs.thresholds import sweep_cuts
-from ffncli.present.console import Bar
+from ffncli.present.progress import Bar
 from ffncli.present.report import about
 from ffncli.present.report_stats import save_stats, save_sweep
 from ffncli.present.run import emit_run

@@ -23,14 +23,8 @@ from ffncli.errors import NonfiniteWeightsError, WeightsError
 from ffncli.formats.npz import npz_members, open_zip
 from ffncli.formats.quantised import runnable
 from ffncli.formats.tensors import GgufTensors, Tensors, open_tensors
-from ffncli.specs.archs import (
-    GGUF_FFN,
-    GGUF_GATED_FFN,
-    GGUF_MOE_FFN,
-    Layout,
-    ffn_layout,
-    with_ffn_layout,
-)
+from ffncli.specs.archs import ffn_layout, with_ffn_layout
+from ffncli.specs.layouts import GGUF_FFN, GGUF_GATED_FFN, GGUF_MOE_FFN, Layout
 from ffncli.specs.spec import ModelSpec
 
 # ---------------------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ from ffncli.formats.npy import AtomicNpyWriter
 from ffncli.jobs.progress import Callback
 
 if TYPE_CHECKING:
-    from ffncli.compute.forward.families import Transformer
     from ffncli.compute.forward.layer import Block
+    from ffncli.compute.forward.transformer import Transformer
     from ffncli.formats.text import Sequences
 
 

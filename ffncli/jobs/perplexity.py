@@ -43,7 +43,7 @@ from ffncli.specs.spec import Overrides
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ffncli.compute.forward.families import Transformer
+    from ffncli.compute.forward.transformer import Transformer
     from ffncli.formats.text import Sequences
     from ffncli.jobs.choices import ModelChoice, TextChoice
 

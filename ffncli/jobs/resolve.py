@@ -18,7 +18,7 @@ from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
 
 if TYPE_CHECKING:  # the readers are imported when a file is read: off a preset's start-up
     from ffncli.compute.build import Model
-    from ffncli.compute.forward.families import Transformer
+    from ffncli.compute.forward.transformer import Transformer
     from ffncli.formats.gguf import GgufHeader
     from ffncli.formats.safetensors import Header
     from ffncli.formats.tensors import Tensors

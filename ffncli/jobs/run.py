@@ -78,58 +78,78 @@ def _inactive(ffn: Engine, x: np.ndarray) -> list[int] | None:
     return [int(v) for v in (pre <= 0).sum(axis=1)]
 
 
+def _run_small(ffn: Engine, tokens: TokenInput, writer: AtomicNpyWriter | None, residual: bool,
+               allow_nonfinite: bool, progress: Callback | None
+               ) -> tuple[np.ndarray, dict[str, bool | None], list[int] | None]:
+    """A small input in one call: its output (all of it shown), the lesson's checks and the
+    inactive units per token."""
+    x = tokens.matrix(ffn.dtype)
+    with np.errstate(all="ignore") if allow_nonfinite else nullcontext():
+        y = ffn(x)
+        checks = _lesson_checks(ffn, x, y)
+        inactive = _inactive(ffn, x)
+        if residual:
+            y += x
+    if writer is not None:
+        with writer:
+            writer.write(y)
+    if progress:
+        progress(tokens.n_tokens)
+    return y, checks, inactive
+
+
+def _run_chunks(ffn: Engine, tokens: TokenInput, writer: AtomicNpyWriter | None, residual: bool,
+                allow_nonfinite: bool, head_rows: int, progress: Callback | None
+                ) -> tuple[np.ndarray, int]:
+    """A large input chunk by chunk: its first ``head_rows`` output rows, and the tokens
+    computed (without a writer, only until those rows are had)."""
+    dtype, rows = ffn.dtype, ffn.chunk_tokens
+    computed = tokens.n_tokens
+    head = np.empty((0, ffn.d_model), dtype=dtype)
+    y_bufs = [np.empty((rows, ffn.d_model), dtype=dtype) for _ in range(2)]  # one is written
+    ffn.begin(tokens.n_tokens)  # an expert capacity is that of the whole input
+    with (writer if writer is not None else nullcontext()):  # while the other is filled
+        for i, (start, x) in enumerate(tokens.chunks(rows, dtype,
+                                                     finite=not allow_nonfinite)):
+            y_buf = y_bufs[i % 2]
+            if writer is not None:
+                writer.wait(y_buf)
+            y = y_buf[: x.shape[0]]
+            ffn.chunk(x, y)
+            if residual:
+                np.add(y, x, out=y)
+            if head.shape[0] < head_rows:
+                head = np.vstack([head, y[: head_rows - head.shape[0]]])
+            if writer is not None:
+                writer.write(y)
+            if progress:
+                progress(start + x.shape[0])
+            computed = start + x.shape[0]
+            if writer is None and head.shape[0] >= head_rows:
+                break  # nothing else is shown or kept: the rest would be work for nothing
+    return head, computed
+
+
 def run_ffn(model: Model, tokens: TokenInput, *, out: Path | None = None, force: bool = False,
             residual: bool = False, allow_nonfinite: bool = False, head_rows: int = 8,
             progress: Callback | None = None) -> RunResult:
     ffn = model.engine
     dtype = ffn.dtype
-    rows = ffn.chunk_tokens
     out_shape = tokens.shape[:-1] + (ffn.d_model,)
     small = tokens.n_tokens <= SMALL_TOKENS
     if not allow_nonfinite and small:
-        check_finite(tokens, dtype, rows)  # large inputs are checked chunk by chunk below
+        check_finite(tokens, dtype, ffn.chunk_tokens)  # large inputs: chunk by chunk below
     writer = (AtomicNpyWriter(out, out_shape, dtype, force, (tokens.path,), names=OUT_OPTIONS)
               if out is not None else None)
     checks: dict[str, bool | None] = {}
     inactive = None
     computed = tokens.n_tokens
     if small:
-        x = tokens.matrix(dtype)
-        with np.errstate(all="ignore") if allow_nonfinite else nullcontext():
-            y = ffn(x)
-            checks = _lesson_checks(ffn, x, y)
-            inactive = _inactive(ffn, x)
-            if residual:
-                y += x
-        if writer is not None:
-            with writer:
-                writer.write(y)
-        head = y
-        if progress:
-            progress(tokens.n_tokens)
+        head, checks, inactive = _run_small(ffn, tokens, writer, residual, allow_nonfinite,
+                                            progress)
     else:
-        head = np.empty((0, ffn.d_model), dtype=dtype)
-        y_bufs = [np.empty((rows, ffn.d_model), dtype=dtype) for _ in range(2)]  # one is written
-        ffn.begin(tokens.n_tokens)  # an expert capacity is that of the whole input
-        with (writer if writer is not None else nullcontext()):  # while the other is filled
-            for i, (start, x) in enumerate(tokens.chunks(rows, dtype,
-                                                         finite=not allow_nonfinite)):
-                y_buf = y_bufs[i % 2]
-                if writer is not None:
-                    writer.wait(y_buf)
-                y = y_buf[: x.shape[0]]
-                ffn.chunk(x, y)
-                if residual:
-                    np.add(y, x, out=y)
-                if head.shape[0] < head_rows:
-                    head = np.vstack([head, y[: head_rows - head.shape[0]]])
-                if writer is not None:
-                    writer.write(y)
-                if progress:
-                    progress(start + x.shape[0])
-                computed = start + x.shape[0]
-                if writer is None and head.shape[0] >= head_rows:
-                    break  # nothing else is shown or kept: the rest would be work for nothing
+        head, computed = _run_chunks(ffn, tokens, writer, residual, allow_nonfinite, head_rows,
+                                     progress)
     return RunResult(
         input_shape=tokens.shape, output_shape=out_shape, d_ff=ffn.d_ff, dtype=dtype.name,
         weights=model.source, activation=model.spec.ffn.label, residual=residual, head=head,

@@ -31,8 +31,8 @@ from ffncli.jobs.progress import Callback
 
 if TYPE_CHECKING:
     from ffncli.compute.engine import Engine
-    from ffncli.compute.forward.families import Transformer
     from ffncli.compute.forward.layer import Block
+    from ffncli.compute.forward.transformer import Transformer
     from ffncli.formats.text import Sequences
 
 CATS_SHARE = 0.5  # the sweep's CATS column: the threshold that makes half the units inactive

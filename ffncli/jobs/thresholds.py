@@ -17,7 +17,7 @@ from ffncli.compute.sparse import RULES, Cut
 from ffncli.errors import InputError
 
 if TYPE_CHECKING:
-    from ffncli.compute.forward.families import Transformer
+    from ffncli.compute.forward.transformer import Transformer
 
 FORMAT = "ffncli thresholds"
 VERSION = 1

@@ -22,8 +22,8 @@ from ffncli.jobs.thresholds import Variant
 
 if TYPE_CHECKING:
     from ffncli.compute.engine import Engine
-    from ffncli.compute.forward.families import Transformer
     from ffncli.compute.forward.layer import Block, Ffn, Head
+    from ffncli.compute.forward.transformer import Transformer
 
 
 # ---------------------------------------------------------------------------------------------

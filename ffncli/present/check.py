@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ffncli.present.console import Text, console, emit_json, new_table
+from ffncli.present.console import Text, console
+from ffncli.present.jsondoc import emit_json
+from ffncli.present.tables import new_table
 
 if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
     from ffncli.analysis.properties import CheckReport, PropertyResult

@@ -13,17 +13,10 @@ from ffncli.counting.kv import KvCache
 from ffncli.counting.model import LayerCount, ModelCount
 from ffncli.counting.parts import Row
 from ffncli.counting.results import FileOnlyResult, ParamsResult, PresetSummary
-from ffncli.present.console import (
-    Text,
-    bar_table,
-    commas,
-    console,
-    emit_json,
-    new_table,
-    pct,
-    share_bar_line,
-)
+from ffncli.present.console import Text, console
 from ffncli.present.console import table_format as table_format_of
+from ffncli.present.jsondoc import emit_json
+from ffncli.present.tables import bar_table, commas, new_table, pct, share_bar_line
 
 if TYPE_CHECKING:  # a file's count: imported with it (a preset's params reads no file)
     from rich.console import Console

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from ffncli.base.files import Outputs
 from ffncli.jobs.thresholds import thresholds_text
-from ffncli.present.console import Text, bar_table, console, emit_json, pct
+from ffncli.present.console import Text, console
+from ffncli.present.jsondoc import emit_json
 from ffncli.present.report import Context
 from ffncli.present.svg import (
     PALETTE,
@@ -26,6 +27,7 @@ from ffncli.present.svg import (
     percent,
     section,
 )
+from ffncli.present.tables import bar_table, pct
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -6,18 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from ffncli.present.console import (
-    Text,
-    bar_table,
-    commas,
-    console,
-    emit_json,
-    emit_written,
-    new_table,
-    pct,
-    print_skipped,
-    skipped_json,
-)
+from ffncli.present.console import Text, console
+from ffncli.present.jsondoc import emit_json, emit_written, print_skipped, skipped_json
+from ffncli.present.tables import bar_table, commas, new_table, pct
 
 if TYPE_CHECKING:  # the result types: their modules import NumPy, which params never needs
     from rich.console import Console

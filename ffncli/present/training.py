@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from ffncli.counting.results import ParamsResult
 from ffncli.counting.training import Share, Training, adapters
-from ffncli.present.console import Text, commas, new_table, pct
+from ffncli.present.console import Text
+from ffncli.present.tables import commas, new_table, pct
 
 if TYPE_CHECKING:
     from rich.console import Console

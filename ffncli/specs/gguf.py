@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from ffncli.base.validate import Keys, brief, whole
 from ffncli.errors import WeightsError
 from ffncli.formats.gguf import GgufArray, GgufHeader
-from ffncli.specs.archs import GGUF_ARCHITECTURES, spec_from_config
+from ffncli.specs.archs import spec_from_config
+from ffncli.specs.table import GGUF_ARCHITECTURES
 
 if TYPE_CHECKING:
     from ffncli.specs.spec import ModelSpec

@@ -1,6 +1,6 @@
 """Where each family keeps its tensors in a checkpoint: a layer's FFN (:class:`Layout`), the
 other tensors the whole-model forward reads, and the ways a model differs from its forward
-family. The table of architectures (:mod:`ffncli.specs.archs`) names them per model type.
+family. The table of architectures (:mod:`ffncli.specs.table`) names them per model type.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What ffncli lacks to count each model type of transformers it refuses: one line each,
 said when a config.json of the type is refused. Generated from the zoo (tests/data/zoo/
 truths.json: transformers 5.25.0; the parameter names of each built class), data only. A type
-counted since (a row of ffncli.specs.archs.ARCHS) is read, whatever this says."""
+counted since (a row of ffncli.specs.table.ARCHS) is read, whatever this says."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ from typing import IO
 import numpy as np
 
 from ffncli.base.validate import whole
-from ffncli.compute.forward.families import Transformer
 from ffncli.compute.forward.layer import Block, Bounds, Ffn
 from ffncli.compute.forward.ops import Array
+from ffncli.compute.forward.transformer import Transformer
 from ffncli.errors import InputError, OutputError, WeightsError
 
 # ---------------------------------------------------------------------------------------------
