@@ -70,14 +70,20 @@ def _same_type(name: str) -> str:
     return f" (did you mean {hits[0]!r}?)" if hits else ""
 
 
+def _supported(shown: int = 8) -> str:
+    """The table's first types and how many more (the whole list is docs/specs.md's: two
+    hundred names would not make one readable line)."""
+    more = len(SUPPORTED_MODEL_TYPES) - shown
+    return f"{', '.join(SUPPORTED_MODEL_TYPES[:shown])} and {more} more (docs/specs.md lists them)"
+
+
 def spec_from_config(data: Any, source: str) -> ModelSpec:
     """A config.json's document as a spec, by its model_type's reader."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")
     model_type = data.get("model_type")
     if model_type is None:
-        raise ConfigError(f"{source}: missing key 'model_type'; supported: "
-                          f"{', '.join(SUPPORTED_MODEL_TYPES)}")
+        raise ConfigError(f"{source}: missing key 'model_type'; supported: {_supported()}")
     if not isinstance(model_type, str):
         raise ConfigError(f"{source}: key 'model_type': expected a string such as 'llama', got "
                           f"{brief(model_type)}")
@@ -88,7 +94,7 @@ def spec_from_config(data: Any, source: str) -> ModelSpec:
     if row is None:
         raise UnsupportedModelType(
             f"{source}: unsupported model_type {brief(model_type)}"
-            f"{_same_type(model_type)}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+            f"{_same_type(model_type)}; supported: {_supported()}"
         )
     return check_spec(row.reader(Config(data, source)), source)
 
