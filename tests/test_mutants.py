@@ -4,26 +4,14 @@ it covered loses its mutation coverage unseen)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "mutants.py"
+from helpers.tools import tool
 
 
 @pytest.fixture(scope="module")
 def mutants():
-    spec = importlib.util.spec_from_file_location("ffncli_mutants", TOOL)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
+    with tool("mutants") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 @pytest.mark.slow

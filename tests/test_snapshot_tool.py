@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "snapshot.py"
+from helpers.tools import tool
 
 
 @pytest.fixture(scope="module")
 def snapshot():
-    spec = importlib.util.spec_from_file_location("ffncli_snapshot", TOOL)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
+    with tool("snapshot") as module:
         yield module
-    finally:
-        del sys.modules[spec.name]
 
 
 def test_a_report_made_a_minute_later_is_the_same_page(snapshot):

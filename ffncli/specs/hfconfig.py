@@ -173,6 +173,22 @@ def t5_variant_spec(c: Config, family: str, *, relative_per_layer: bool = False,
         spec.attention, relative_per_layer=relative_per_layer))
 
 
+def same_stacks(c: Config, d: int, d_key: str, heads_key: str = "{}_attention_heads") -> int:
+    """An encoder-decoder's heads, read once: the decoder's heads and FFN width are the
+    encoder's (stacks of different widths are not read), and the heads divide d.
+    ``heads_key``: the heads' key with {} for the stack (ProphetNet's num_{}_attention_heads)."""
+    encoder = heads_key.format("encoder")
+    heads = c.int(encoder, 16)
+    for key, value in ((heads_key.format("decoder"), heads),
+                       ("decoder_ffn_dim", c.int("encoder_ffn_dim", 4096))):
+        if c.int(key, value) != value:
+            raise c.fail(key, f"the encoder's value ({value:,}); stacks of different widths "
+                         "are not read")
+    if d % heads:
+        raise c.fail(encoder, f"a divisor of {d_key} ({d:,})")
+    return heads
+
+
 def bart_like_spec(c: Config, family: str, *, positions: str, embedding_norm: bool,
                    final_norm: bool, d_key: str = "d_model", **defaults: Any) -> ModelSpec:
     """BART and its kin, as their ForConditionalGeneration class: one word table for both
@@ -182,14 +198,7 @@ def bart_like_spec(c: Config, family: str, *, positions: str, embedding_norm: bo
     "buffer" (M2M-100, NLLB: none). final_logits_bias is a buffer."""
     c = _with_defaults(c, **defaults)
     d = c.int(d_key, 1024)
-    heads = c.int("encoder_attention_heads", 16)
-    for key, value in (("decoder_attention_heads", heads),
-                       ("decoder_ffn_dim", c.int("encoder_ffn_dim", 4096))):
-        if c.int(key, value) != value:
-            raise c.fail(key, f"the encoder's value ({value:,}); stacks of different widths "
-                         "are not read")
-    if d % heads:
-        raise c.fail("encoder_attention_heads", f"a divisor of {d_key} ({d:,})")
+    heads = same_stacks(c, d, d_key)
     seq = c.int("max_position_embeddings", 1024)
     rows = {"learned": seq, "learned0": seq, "sinusoidal": seq, "buffer": 0}[positions]
     vocab = c.int("vocab_size", 50265)

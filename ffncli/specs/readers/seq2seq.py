@@ -14,6 +14,7 @@ from ffncli.specs.hfconfig import (
     bart_like_spec,
     bert_like_spec,
     gemma_spec,
+    same_stacks,
     t5_spec,
 )
 from ffncli.specs.readers.encoders import built
@@ -185,14 +186,7 @@ def prophetnet_spec(c: Config) -> ModelSpec:
     bias) in every layer; one word table, each stack max_position_embeddings learned rows and
     an embedding norm, the decoder ngram stream rows; no final norms; the head tied."""
     d = c.int("hidden_size", 1024)
-    heads = c.int("num_encoder_attention_heads", 16)
-    for key, value in (("num_decoder_attention_heads", heads),
-                       ("decoder_ffn_dim", c.int("encoder_ffn_dim", 4096))):
-        if c.int(key, value) != value:
-            raise c.fail(key, f"the encoder's value ({value:,}); stacks of different widths "
-                         "are not read")
-    if d % heads:
-        raise c.fail("num_encoder_attention_heads", f"a divisor of hidden_size ({d:,})")
+    heads = same_stacks(c, d, "hidden_size", "num_{}_attention_heads")
     attention = AttentionSpec(heads=heads)
     relative = replace(attention, relative_projection=c.int("num_buckets", 32) * heads)
     seq = c.int("max_position_embeddings", 512)
