@@ -8,7 +8,9 @@ by the layer's own rule (``ffncli.compute.ffn.route``) and its choices counted i
 layers in a :class:`ffncli.analysis.routing.LayerTransitions`. Both are sums, so the shards of
 a corpus (a glob, a folder, ``--workers``, ``--scheduler``) are profiled one task each and
 merged, in the fixed tree of the sharded jobs, into the profile of one walk: the integer
-counts equal it exactly, the float sums (router probabilities, entropies) to their last digits.
+counts equal it exactly, the float sums (router probabilities, entropies) within the float32
+forward's rounding (files walked apart are packed in other batches). Any pool gives the same
+result to the bit: the tree fixes the order of the additions.
 
 The plan (``--fit``) is arithmetic on the profile and the spec's count
 (:mod:`ffncli.counting`): per layer the busiest experts covering ``coverage`` of its routings,

@@ -110,7 +110,7 @@ def _coverage(doc: dict[str, Any]) -> str:
 def _plan(p: dict[str, Any]) -> str:
     layers = number_table(("layer", "resident experts", "of", "hit rate"), [
         [Cell(str(x["layer"]), f"plan.layers.{i}.layer"),
-         Cell(" ".join(map(str, x["experts"]))),
+         Cell(str(list(x["experts"]))),
          Cell(commas(x["of"]), f"plan.layers.{i}.of"),
          Cell(percent(x["hit_rate"]), f"plan.layers.{i}.hit_rate")]
         for i, x in enumerate(p["layers"])], "plan-layers")
