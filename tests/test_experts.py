@@ -298,10 +298,14 @@ DENSE = FIXTURE.parent / "gpt2"
      "router to profile"),
     (("--weights", WEIGHTS),
      "error: experts: give the text with --text FILE or its token ids with --ids FILE"),
-    (("--weights", WEIGHTS, "--ids", IDS, "--coverage", "0"),
+    (("--weights", WEIGHTS, "--ids", IDS, "--coverage", "0.5"),
+     "error: --coverage shapes the placement plan: give --fit too"),
+    (("--weights", WEIGHTS, "--ids", IDS, "--coverage", "0.5", "--seq-len", "8"),
+     "error: --coverage and --seq-len shape the placement plan: give --fit too"),
+    (("--weights", WEIGHTS, "--ids", IDS, "--fit", "1GB", "--coverage", "0"),
      "error: option --coverage: expected a share of routings above 0 and at most 1, such as "
      "0.9, got 0.0"),
-    (("--weights", WEIGHTS, "--ids", IDS, "--coverage", "1.5"),
+    (("--weights", WEIGHTS, "--ids", IDS, "--fit", "1GB", "--coverage", "1.5"),
      "error: option --coverage: expected a share of routings above 0 and at most 1, such as "
      "0.9, got 1.5"),
     (("--weights", WEIGHTS, "--ids", IDS, "--fit", "24"),

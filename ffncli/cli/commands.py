@@ -413,9 +413,10 @@ def experts_cmd(
     reserve: Annotated[Optional[str], typer.Option(
         "--reserve", metavar="SHARE|SIZE", help="Memory held back from --fit: 10% or 2GB "
         "(default none).", show_default=False)] = None,
-    coverage: Annotated[float, typer.Option(
+    coverage: Annotated[Optional[float], typer.Option(
         "--coverage", help="With --fit: the share of each layer's routings its resident "
-        "experts must take, above 0 and at most 1.")] = 0.9,
+        "experts must take, above 0 and at most 1 (default 0.9).", show_default=False)
+    ] = None,
     seq_len: Annotated[Optional[int], typer.Option(
         "--seq-len", help="With --fit: the tokens of the KV cache (default: the model's "
         "positions).", show_default=False)] = None,
@@ -435,7 +436,7 @@ def experts_cmd(
     if not text.given:
         raise InputError("experts: give the text with --text FILE or its token ids with --ids "
                          "FILE")
-    asked = Asked(TrainChoice(fit=fit, reserve=reserve).budget(), coverage, seq_len)
+    asked = Asked.of(TrainChoice(fit=fit, reserve=reserve).budget(), coverage, seq_len)
     asked.check(model)
     with tables(table_format):
         _path(scale, text=text).experts_command(model, text, scale, asked,

@@ -392,6 +392,17 @@ class Asked:
     coverage: float = DEFAULT_COVERAGE
     seq_len: int | None = None
 
+    @staticmethod
+    def of(budget: Budget | None, coverage: float | None, seq_len: int | None) -> Asked:
+        """The options as given: ``--coverage`` and ``--seq-len`` shape the plan, so they
+        need ``--fit``."""
+        given = [name for name, value in (("--coverage", coverage), ("--seq-len", seq_len))
+                 if value is not None]
+        if given and budget is None:
+            raise InputError(f"{' and '.join(given)} shape{'s' * (len(given) == 1)} the "
+                             "placement plan: give --fit too")
+        return Asked(budget, DEFAULT_COVERAGE if coverage is None else coverage, seq_len)
+
     def check(self, model: ModelChoice) -> None:
         check_coverage(self.coverage)
         if self.seq_len is not None:

@@ -33,11 +33,8 @@ def plan_json(p: Placement) -> dict[str, Any]:
 def experts_json(r: ExpertsResult) -> dict[str, Any]:
     """The ``--json`` document (docs/json.md, ``ffncli-experts/1``)."""
     return {
-        "model": r.model,
-        "source": r.source,
-        "tokens": r.tokens,
-        "sequences": r.sequences,
-        "shards": r.shards,
+        **{name: getattr(r, name) for name in ("model", "source", "tokens", "sequences",
+                                               "shards")},
         "skipped": skipped_json(r.skipped),
         "holds_for": held_for(r),
         "dense_layers": list(r.dense),
