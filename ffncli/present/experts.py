@@ -76,7 +76,7 @@ def print_experts(doc: dict[str, Any]) -> None:
         ", ".join(f"layer {x['layer']}: {x['shared_experts']}" for x in shared)
         + " (always active: they see every token, outside these figures)"
         if shared else "none")))
-    load = new_table("load: routings per expert (each of a token's top-k choices counted)",
+    load = new_table("load (each of a token's top-k choices counted)",
                      ("layer", "experts", "top-k", "routings", "CV", "MaxVio", "largest share",
                       "dead", "busiest (x even)", "idlest (x even)"))
     for x in layers:
@@ -89,8 +89,7 @@ def print_experts(doc: dict[str, Any]) -> None:
                      f"{ratios.index(min(ratios))} ({min(ratios):.2f})")
     out.print(load)
     percents = [c["percent"] for c in layers[0]["coverage"]] if layers else []
-    conc = new_table("concentration: entropies normalised to 0-1; the fewest experts carrying "
-                     "a share of routings",
+    conc = new_table("concentration (entropies over ln E; experts carrying a share)",
                      ("layer", "load entropy", "token entropy", "Switch balance",
                       *(f"{p}%" for p in percents)))
     for x in layers:
@@ -98,7 +97,7 @@ def print_experts(doc: dict[str, Any]) -> None:
                      _maybe(x["token_entropy"], ".3f"), _maybe(x["switch_balance"], ".3f"),
                      *(commas(c["experts"]) for c in x["coverage"]))
     out.print(conc)
-    local = new_table("locality: neighbouring tokens, co-selection, the next layer",
+    local = new_table("locality (neighbours, co-selection, next layer)",
                       ("layer", "Jaccard", "shared", "top pair P(b|a)", "next-layer hit",
                        "by busiest", "transition entropy"))
     for x in layers:
@@ -135,9 +134,10 @@ def print_plan(out: Console, p: dict[str, Any], doc: dict[str, Any]) -> None:
         table.add_row(str(x["layer"]), " ".join(map(str, x["experts"])), commas(x["of"]),
                       pct(x["hit_rate"]), commas(len(x["experts"]) * x["expert_params"]))
     out.print(table)
-    table = new_table(f"bytes on the device ({p['always_on_params']:,} always-on parameters: "
-                      f"attention, shared experts, embeddings, norms, routers; "
-                      f"{p['resident_params']:,} in resident experts)",
+    out.print(Text(f"always on: {p['always_on_params']:,} parameters (attention, shared "
+                   f"experts, embeddings, norms, routers); resident experts: "
+                   f"{p['resident_params']:,}"))
+    table = new_table("bytes on the device",
                       ("weights", "always on", "experts", "KV cache", "total", "GiB", "fits",
                        "largest coverage that fits", "its hit rate"))
     for row in p["rows"]:
