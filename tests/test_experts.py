@@ -334,3 +334,15 @@ def test_a_dense_shard_corpus_is_refused_too(cli, tmp_path):
     r = cli("experts", "--weights", DENSE, "--ids", folder)
     assert (r.code, r.err) == (2, f"error: experts: {DENSE} has a dense FFN in its layers, no "
                                   "mixture of experts: there is no router to profile\n")
+
+
+def test_skip_bad_leaves_a_bad_shard_out(cli, corpus):
+    (corpus / "part9.txt").write_text("1 2 999\n")  # past the vocabulary of 128
+    r = cli("experts", "--weights", WEIGHTS, "--ids", corpus, "--skip-bad", "--json")
+    assert r.code == 0, r.err
+    doc = r.json()
+    assert (doc["tokens"], doc["sequences"], doc["shards"]) == (21, 3, 3)
+    assert [s["path"] for s in doc["skipped"]] == [str(corpus / "part9.txt")]
+    assert r.err.startswith(f"skipped: {corpus / 'part9.txt'}: ")
+    plain = cli("experts", "--weights", WEIGHTS, "--ids", corpus, "--json")
+    assert plain.code == 2 and plain.err.startswith(f"error: {corpus / 'part9.txt'}: ")
