@@ -287,6 +287,8 @@ def test_the_report_shows_its_document(cli, tmp_path):
 # Hostile inputs: one error line, exit 2.
 
 DENSE = FIXTURE.parent / "gpt2"
+COVERAGE = ("error: option --coverage: expected a share of routings above 0 and at most 1, such "
+            "as 0.9, got {}")
 
 
 @pytest.mark.parametrize("args, line", [
@@ -303,11 +305,9 @@ DENSE = FIXTURE.parent / "gpt2"
     (("--weights", WEIGHTS, "--ids", IDS, "--coverage", "0.5", "--seq-len", "8"),
      "error: --coverage and --seq-len shape the placement plan: give --fit too"),
     (("--weights", WEIGHTS, "--ids", IDS, "--fit", "1GB", "--coverage", "0"),
-     "error: option --coverage: expected a share of routings above 0 and at most 1, such as "
-     "0.9, got 0.0"),
+     COVERAGE.format("0.0")),
     (("--weights", WEIGHTS, "--ids", IDS, "--fit", "1GB", "--coverage", "1.5"),
-     "error: option --coverage: expected a share of routings above 0 and at most 1, such as "
-     "0.9, got 1.5"),
+     COVERAGE.format("1.5")),
     (("--weights", WEIGHTS, "--ids", IDS, "--fit", "24"),
      "error: option --fit: expected a size with its unit, such as 24GB, 24GiB or 2x80GB "
      "(units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got '24'"),
