@@ -548,12 +548,13 @@ def test_ids_outside_the_vocabulary_and_too_long_sequences(tmp_path):
 def test_a_rope_scaling_the_forward_does_not_compute(tmp_path):
     folder = tiny_llama(tmp_path / "m")
     config = json.loads((folder / "config.json").read_text())
-    config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+    config["rope_scaling"] = {"rope_type": "dynamic", "factor": 4.0}
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError) as exc:
         open_folder(folder)
-    assert one_line(exc) == (f"{folder / 'config.json'}: key 'rope_scaling': rope type 'yarn' "
-                             "is not computed; the forward knows default, linear and llama3")
+    assert one_line(exc) == (f"{folder / 'config.json'}: key 'rope_scaling': rope type "
+                             "'dynamic' is not computed; the forward knows default, linear, "
+                             "llama3 and yarn")
 
 
 def test_weights_without_a_config(tmp_path):
