@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.forward_cases import assert_close
 
 from ffncli.base.validate import Keys
 from ffncli.compute.forward import layer, ops
@@ -26,16 +27,6 @@ from ffncli.formats.tensors import Tensors, open_tensors
 DATA = Path(__file__).parent / "data" / "attention"
 CASES = ["deepseek_v3", "deepseek_v3-halves", "deepseek_v2", "glm4_moe", "gpt_oss", "llama4"]
 Kind = Attention | LatentAttention
-
-
-def assert_close(got: np.ndarray, want: np.ndarray, what: str, rel: float = 1e-4) -> None:
-    """tests/test_forward.py's measure: within ``rel`` of the reference's largest value, and in
-    RMS of its RMS."""
-    assert got.shape == want.shape, what
-    worst = np.abs(got - want).max()
-    rms = np.sqrt(np.mean((got.astype(np.float64) - want) ** 2))
-    assert worst <= rel * np.abs(want).max(), f"{what}: max error {worst:.3g}"
-    assert rms <= rel * np.sqrt(np.mean(want.astype(np.float64) ** 2)), f"{what}: rms {rms:.3g}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,7 +67,7 @@ def standard(s: Keys, t: Tensors, i: int, dtype: np.dtype) -> Attention:
                                            "num_key_value_heads"))
     parts = [_linear(t, p + f"{x}_proj", dtype) for x in "qkv"]
     wqkv = np.concatenate([w for w, _ in parts], axis=1)
-    bqkv = None if parts[0][1] is None else np.concatenate([b for _, b in parts])  # type: ignore[misc]
+    bqkv = None if parts[0][1] is None else np.concatenate([b for _, b in parts if b is not None])
     wo, bo = _linear(t, p + "o_proj", dtype)
     layer_type = s.data.get("layer_types", [None] * (i + 1))[i]
     fields: dict[str, Any] = {"qk_eps": s.number("rms_norm_eps")}

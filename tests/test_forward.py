@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.forward_cases import IDS, capture, checkpoint, nan_at
+from helpers.forward_cases import IDS, assert_close, capture, checkpoint, nan_at
 from helpers.installed_models import minilm_path, smollm2_path
 
 from ffncli.base.validate import Keys
@@ -49,15 +49,6 @@ def load(case: str, dtype: type = np.float32) -> transformer.Transformer:
     weights = weights_of(case)
     spec = resolve_spec(None, None, weights=weights, weights_describe=True)
     return open_transformer(spec, weights, np.dtype(dtype))
-
-
-def assert_close(got: np.ndarray, want: np.ndarray, what: str, rel: float = 1e-4) -> None:
-    """Within ``rel`` of the reference's largest value, and in RMS of its RMS."""
-    assert got.shape == want.shape, what
-    worst = np.abs(got - want).max()
-    rms = np.sqrt(np.mean((got.astype(np.float64) - want) ** 2))
-    assert worst <= rel * np.abs(want).max(), f"{what}: max error {worst:.3g}"
-    assert rms <= rel * np.sqrt(np.mean(want.astype(np.float64) ** 2)), f"{what}: rms {rms:.3g}"
 
 
 # ---------------------------------------------------------------------------------------------

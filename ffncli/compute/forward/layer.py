@@ -72,7 +72,7 @@ class Blockwise:
         sink = None if self.sinks is None else \
             self.sinks.astype(scratch.dtype).reshape(q.shape[0], q.shape[1], 1, 1)
 
-        def attend(task: tuple[int, int, int, int], worker: int) -> None:
+        def one(task: tuple[int, int, int, int], worker: int) -> None:
             s, e, r0, r1 = task
             self.queries(q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], c[:, :, s:e], r0, r1,
                          scratch, f"scores{worker}", sink)
@@ -80,7 +80,7 @@ class Blockwise:
         # many small products (L x d_head x L a head): one BLAS thread each, side by side
         with one_thread():
             each_in_parallel([(s, e, r0, r1) for s, e in self.pieces(bounds)
-                              for r0, r1 in self.blocks(e - s)], attend)
+                              for r0, r1 in self.blocks(e - s)], one)
 
     def pieces(self, bounds: Bounds) -> Bounds:
         """The spans attended apart: the sequences, or with ``chunk`` their chunks (chunked
