@@ -25,7 +25,8 @@ from ffncli.errors import ConfigError
 from ffncli.formats.tensors import Tensors, open_tensors
 
 DATA = Path(__file__).parent / "data" / "attention"
-CASES = ["deepseek_v3", "deepseek_v3-halves", "deepseek_v2", "glm4_moe", "gpt_oss", "llama4"]
+CASES = ["deepseek_v3", "deepseek_v3-halves", "deepseek_v2", "glm4_moe", "glm4_moe-plain",
+         "gpt_oss", "llama4"]
 Kind = Attention | LatentAttention
 
 
@@ -167,6 +168,8 @@ WRONG = [
         a, inv_freq=ops.base_frequencies(10000.0, 16))),
     ("glm4_moe", 0, "no q norm", lambda a: dataclasses.replace(a, q_norm=None)),
     ("glm4_moe", 1, "no q/k/v biases", lambda a: dataclasses.replace(a, bqkv=None)),
+    ("glm4_moe-plain", 0, "half of each head rotated, not a quarter", lambda a: _flip_rope(
+        a, inv_freq=ops.base_frequencies(10000.0, 8))),
     ("gpt_oss", 0, "no sinks", lambda a: dataclasses.replace(a, sinks=None)),
     ("gpt_oss", 1, "no sinks", lambda a: dataclasses.replace(a, sinks=None)),
     ("gpt_oss", 0, "no sliding window", lambda a: dataclasses.replace(a, window=None)),
