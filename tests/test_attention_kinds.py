@@ -290,3 +290,22 @@ def test_mla_softmax_scale_folds_mscale_all_dim():
     assert ops.softmax_scale(Keys({}, "c"), 0.125) == 0.125
     unset = Keys({"rope_scaling": {"type": "yarn", "factor": 40.0, "mscale_all_dim": 0}}, "c")
     assert ops.softmax_scale(unset, 0.125) == 0.125
+
+
+def test_a_block_runs_mla_as_its_attention():
+    """A Block takes any SelfAttention: pre-norm, its first half is h + mla(norm1(h)), the
+    positions counted from each sequence's start (the second sequence as transformers ran
+    it alone)."""
+    from types import SimpleNamespace
+
+    expected = np.load(DATA / "deepseek_v3" / "expected.npz")
+    mla = build("deepseek_v3", 0)
+    x = expected["input0"]
+    d = x.shape[1]
+    norm = layer.Norm(np.ones(d, np.float32), None, 1e-6, rms=True)
+    engine: Any = SimpleNamespace(d_model=d)
+    block = layer.Block(engine, mla, norm, norm, False, ops.Scratch(np.dtype(np.float32)))
+    ms = np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=1, keepdims=True) + 1e-6)
+    h = (x * ms).astype(np.float32)  # norm1(h) is x again (to float32 rounding)
+    got = block.attend(h, [(0, 13), (13, 19)])
+    assert_close(got - h, expected["output0"], "deepseek_v3 layer 0 in a Block")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -193,12 +194,21 @@ def temperatures(positions: Array, floor_scale: float, attn_scale: float,
     return t.astype(dtype)[:, None, None]
 
 
+class SelfAttention(Protocol):
+    """What a layer's attention is to its Block (:class:`Attention`, MLA's LatentAttention):
+    (tokens, d_model) -> (tokens, d_model), a new array, given each sequence's bounds and each
+    token's position in its sequence."""
+
+    def __call__(self, x: Array, bounds: Bounds, positions: Array,
+                 scratch: Scratch) -> Array: ...
+
+
 class Block:
     """One layer: attention, then the FFN (``engine``), each around the residual stream.
     Post-norm (BERT): x = norm1(h + attn(h)), out = norm2(x + ffn(x)). Pre-norm (GPT-2,
     LLaMA): h1 = h + attn(norm1(h)), x = norm2(h1), out = h1 + ffn(x). x is the FFN's input."""
 
-    def __init__(self, engine: Engine, attention: Attention, norm1: Norm, norm2: Norm,
+    def __init__(self, engine: Engine, attention: SelfAttention, norm1: Norm, norm2: Norm,
                  post_norm: bool, scratch: Scratch) -> None:
         self.engine, self.attention = engine, attention
         self.norm1, self.norm2, self.post_norm = norm1, norm2, post_norm
