@@ -193,3 +193,25 @@ def test_moe_ffn_and_the_engine_equal_a_loop_over_tokens(name):
     np.testing.assert_allclose(F.moe_ffn(x, p, "silu"), expected, rtol=1e-10, atol=1e-12)
     engine = Engine(p, "silu", chunk_tokens=7)  # chunks of 7: boundaries inside the input
     np.testing.assert_allclose(engine(x), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_random_weights_draw_the_shared_expert_and_its_gate_after_the_experts():
+    """Qwen2-MoE's shape, random: the router, each expert (W, V, W2), then the shared expert
+    (its own width) and its gate, from one generator, as compute/weights.py documents."""
+    from ffncli.compute.weights import random_weights
+    from ffncli.specs.spec import FfnSpec, InitSpec, ModelSpec
+
+    ffn = FfnSpec(d_ff=3, activation="silu", gated=True, bias=False, experts=4, top_k=2,
+                  shared_d_ff=5, shared_gate=True)
+    spec = ModelSpec(name="t", d_model=6, ffn=ffn, init=InitSpec(std=0.5, seed=3))
+    p = random_weights(spec, np.dtype(np.float64), rule=F.Routing(renormalise=False))
+    assert isinstance(p, F.MoEWeights) and p.rule == F.Routing(renormalise=False)
+    rng = np.random.default_rng(3)
+    np.testing.assert_array_equal(p.router, rng.normal(0, 0.5, (6, 4)))
+    for _ in range(4):
+        for shape in ((6, 3), (6, 3), (3, 6)):
+            rng.normal(0, 0.5, shape)
+    assert isinstance(p.shared, F.GatedWeights) and p.shared_gate is not None
+    for got, shape in ((p.shared.w, (6, 5)), (p.shared.v, (6, 5)), (p.shared.w2, (5, 6))):
+        np.testing.assert_array_equal(got, rng.normal(0, 0.5, shape))
+    np.testing.assert_array_equal(p.shared_gate, rng.normal(0, 0.5, 6))

@@ -66,6 +66,7 @@ class Attention:
     q_norm: Array | None = None  # Qwen3: RMSNorm of each query and key head before rotating
     k_norm: Array | None = None
     qk_eps: float = 1e-6
+    clip: float | None = None  # OLMoE: Q, K and V clamped to [-clip, clip]
 
     def __call__(self, x: Array, bounds: Bounds, positions: Array, scratch: Scratch) -> Array:
         """(tokens, d_model) -> (tokens, d_model), a new array."""
@@ -75,9 +76,12 @@ class Attention:
         if self.bqkv is not None:
             np.add(qkv, self.bqkv, out=qkv)
         heads = qkv.reshape(n, nq + 2 * nkv, hd)  # (n, heads of q, k, v, d_head)
-        for norm, part in ((self.q_norm, heads[:, :nq]), (self.k_norm, heads[:, nq:nq + nkv])):
-            if norm is not None:
+        for norm, lo, hi in ((self.q_norm, 0, nq), (self.k_norm, nq, nq + nkv)):
+            if norm is not None:  # over each head (head_dim) or all of them (OLMoE)
+                part = heads[:, lo:hi].reshape(n, -1, norm.shape[0])  # a view
                 rms_norm(part, norm, self.qk_eps, part, scratch("qk_norm", part.shape))
+        if self.clip is not None:  # OLMoE's clip_qkv, after the norms
+            np.clip(qkv, -self.clip, self.clip, out=qkv)
         if self.rope is not None:
             self.rope(heads[:, :nq + nkv], positions, scratch)
         # (kv heads, queries per kv head, n, d_head): views of the packed rows
