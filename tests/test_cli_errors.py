@@ -374,7 +374,6 @@ def test_many_experts_cost_what_their_tokens_cost(cli):
 
 
 @pytest.mark.parametrize("config, reason", [
-    ("qwen3-30b-a3b", "top-k weights renormalised only with norm_topk_prob"),
     ("deepseek-v3", "shared experts, dense first layers and grouped sigmoid routing"),
 ])
 def test_mixtures_the_engine_does_not_compute_are_refused(cli, config, reason):

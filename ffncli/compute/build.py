@@ -4,19 +4,20 @@ within the free memory. A mixture of experts the engine would compute wrongly is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ffncli.base.validate import LIBRARY_SIZING, Sizing, whole
+from ffncli.base.validate import LIBRARY_SIZING, Keys, Sizing, whole
 from ffncli.compute import memory
 from ffncli.compute import weights as W
 from ffncli.compute.engine import Engine, default_chunk_tokens
-from ffncli.compute.ffn import Activation
+from ffncli.compute.ffn import Activation, Routing
 from ffncli.errors import InputError, SpecError
 from ffncli.formats.tensors import Tensors, is_checkpoint, open_tensors
-from ffncli.specs.archs import not_run
+from ffncli.specs.archs import ffn_layout, not_run
 from ffncli.specs.spec import ModelSpec
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -36,11 +37,40 @@ def parse_dtype(name: str, where: str = "dtype") -> np.dtype:
     return np.dtype(DTYPES[name])
 
 
-def check_runnable(spec: ModelSpec) -> None:
-    """Refuse a spec whose FFN the engine would compute wrongly rather than answer wrongly."""
-    reason = not_run(spec)
-    if reason is None and (spec.ffn.shared_d_ff or spec.layers.dense):
-        reason = "a shared expert or dense layers"
+# How each family's router chooses, from its config's keys (missing keys: the defaults of its
+# transformers config class); a family not named routes as Mixtral (softmax top-k,
+# renormalised).
+ROUTING: dict[str, Callable[[Keys], Routing]] = {
+    family: lambda keys: Routing(renormalise=keys.flag("norm_topk_prob", False))
+    for family in ("qwen2_moe", "qwen3_moe", "olmoe")}
+
+
+def routing_rule(spec: ModelSpec, settings: Keys | None = None) -> Routing:
+    """How the router of the spec's family chooses, from its config's keys ``settings``
+    (None: the config class's defaults)."""
+    read = ROUTING.get(spec.family)
+    return Routing() if read is None else read(settings or Keys({}, spec.name))
+
+
+def _uncomputed(spec: ModelSpec) -> str | None:
+    """What of a mixture the checkpoint layout of the spec's family cannot give the engine:
+    a shared expert without its tensors' names, dense layers without theirs."""
+    layout = ffn_layout(spec)
+    ffn = spec.ffn
+    dense = ffn.is_moe and any(k.ffn is not None and not k.ffn.is_moe
+                               for k in spec.decoder_kinds())
+    if ffn.shared_d_ff and (layout is None or layout.shared is None):
+        return "a shared expert"
+    if dense and (layout is None or layout.dense is None):
+        return "dense layers"
+    return None
+
+
+def check_runnable(spec: ModelSpec, checkpoint: bool = True) -> None:
+    """Refuse a spec whose FFN the engine would compute wrongly rather than answer wrongly
+    (``checkpoint``: its weights come from a checkpoint, whose layout must name every part;
+    random and .npz weights hold every part the spec has)."""
+    reason = not_run(spec) or (_uncomputed(spec) if checkpoint else None)
     if reason is not None:
         what = "mixture of experts" if spec.ffn.is_moe else "FFN"
         raise SpecError(f"{spec.name}: run, permute-check and relu-stats do not compute this "
@@ -55,30 +85,33 @@ def one_ffn(weights: Path | None) -> bool:
 def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dtype,
                 max_memory: int | None = None, chunk_tokens: int | None = None,
                 tensors: Tensors | None = None, allow_nonfinite: bool = False,
-                names: Sizing = LIBRARY_SIZING, weights_name: str = "weights") -> Model:
+                names: Sizing = LIBRARY_SIZING, weights_name: str = "weights",
+                settings: Keys | None = None) -> Model:
     """The FFN of layer ``layer``: random weights, a ``.npz``, or a checkpoint (a ``.gguf``
     file, a ``.safetensors`` file, an index or a model folder), read through ``tensors`` when
     the caller holds it open (a walk over every layer), else opened here. Weights holding NaN
     or infinity are refused (NonfiniteWeightsError, naming the tensor) unless
     ``allow_nonfinite``. ``names`` and ``weights_name``: how errors name the caller's knobs
-    (a command passes its options)."""
+    (a command passes its options). ``settings``: the config's keys, which say how a
+    mixture of experts routes (:func:`routing_rule`)."""
     whole("layer", layer, 0)
     if layer and one_ffn(weights):
         raise InputError(f"layer {layer}: random and .npz weights are one FFN (layer 0); a "
                          "layer picks one of a checkpoint")
-    check_runnable(spec)
+    check_runnable(spec, not one_ffn(weights))
+    rule = routing_rule(spec, settings)
     if weights is None:
-        params = W.random_weights(spec, dtype, max_memory, names)
+        params = W.random_weights(spec, dtype, max_memory, names, rule)
         source = f"random: normal(0, {spec.init.std:g}), seed {spec.init.seed}"
     elif weights.suffix.lower() == ".npz":
-        params = W.npz_weights(weights, spec, dtype, finite=not allow_nonfinite)
+        params = W.npz_weights(weights, spec, dtype, not allow_nonfinite, rule)
         source = str(weights)
     elif tensors is not None:
-        params = W.layer_weights(tensors, spec, layer, dtype, finite=not allow_nonfinite)
+        params = W.layer_weights(tensors, spec, layer, dtype, not allow_nonfinite, rule)
         source = f"{weights}, layer {layer}"
     elif is_checkpoint(weights):
         with open_tensors(weights) as opened:
-            params = W.layer_weights(opened, spec, layer, dtype, finite=not allow_nonfinite)
+            params = W.layer_weights(opened, spec, layer, dtype, not allow_nonfinite, rule)
         source = f"{weights}, layer {layer}"
     else:
         raise InputError(f"{weights_name}: expected a .npz, .safetensors or .gguf file, an "

@@ -31,6 +31,7 @@ from ffncli.compute.ffn import (
     dispatch,
     gelu,
     route,
+    sigmoid,
     weights_dtype,
     weights_shape,
 )
@@ -247,9 +248,9 @@ class Engine:
             self._buffers[name] = buf
         return buf[:rows]
 
-    def _scratch(self, worker: int, rows: int) -> list[Array]:
-        """A worker's scratch buffers for one block of rows."""
-        return [self._buffer(f"scratch{worker}.{i}", rows, self.d_ff)
+    def _scratch(self, worker: int, rows: int, cols: int) -> list[Array]:
+        """A worker's scratch buffers for one block of rows of a hidden layer ``cols`` wide."""
+        return [self._buffer(f"scratch{worker}.{i}/{cols}", rows, cols)
                 for i in range(self._scratch_count)]
 
     # -- one chunk ----------------------------------------------------------------------------
@@ -265,16 +266,16 @@ class Engine:
 
     def _hidden_chunk(self, x: Array, p: ExpertWeights, hooks: Hooks = NO_HOOKS) -> Array:
         """act(x W1 + b1), or act(x W + b) * (x V + c), into the reused hidden buffer."""
-        rows = x.shape[0]
+        rows, f = x.shape[0], p.w2.shape[0]  # f: d_ff, or a shared expert's own width
         v: Array | None
         if isinstance(p, GatedWeights):
             w, bias, v, up_bias = p.w, p.b, p.v, p.c
         else:
             w, bias, v, up_bias = p.w1, p.b1, None, None
-        h = np.matmul(x, w, out=self._buffer("hidden", rows, self.d_ff))  # (n, d) -> (n, f)
+        h = np.matmul(x, w, out=self._buffer(f"hidden/{f}", rows, f))  # (n, d) -> (n, f)
         up_out = hooks.up
         if v is not None and up_out is None:
-            up_out = self._buffer("up", rows, self.d_ff)
+            up_out = self._buffer(f"up/{f}", rows, f)
         u = np.matmul(x, v, out=up_out) if v is not None else None
         before, after, gate = hooks.before, hooks.after, hooks.gate
 
@@ -284,7 +285,7 @@ class Engine:
                 np.add(hp, bias, out=hp)
             if before is not None:
                 before(lo, hi, hp, None)
-            self._inplace(hp, self._scratch(worker, hi - lo), self.act.beta)
+            self._inplace(hp, self._scratch(worker, hi - lo, f), self.act.beta)
             up = u[lo:hi] if u is not None else None
             if up is not None and up_bias is not None:
                 np.add(up, up_bias, out=up)
@@ -296,7 +297,7 @@ class Engine:
                 else:
                     np.multiply(hp, up, out=hp)
 
-        _in_parallel(part, rows, self.d_ff, self.dtype.itemsize)
+        _in_parallel(part, rows, f, self.dtype.itemsize)
         return h
 
     def _expert_chunk(self, x: Array, p: ExpertWeights, out: Array,
@@ -309,14 +310,30 @@ class Engine:
     def _moe_chunk(self, x: Array, p: MoEWeights, out: Array) -> None:
         order, gate = route(x, p)
         gate = gate.astype(self.dtype, copy=False)
+        on_input = p.rule.scales_input  # Llama 4: the weight scales the expert's input
         out[...] = 0
         for e, rows, slot in dispatch(order, p, self.capacity_left):
             if rows.size == 0:
                 continue
+            xe = np.take(x, rows, axis=0)  # one gather, a fresh array
+            if on_input:
+                np.multiply(xe, gate[rows, slot, None], out=xe)
             y = self._buffer("expert_out", rows.size, self.d_model)
-            self._expert_chunk(np.take(x, rows, axis=0), p.experts[e], y)  # one gather
-            np.multiply(y, gate[rows, slot, None], out=y)
+            self._expert_chunk(xe, p.experts[e], y)
+            if not on_input:
+                np.multiply(y, gate[rows, slot, None], out=y)
             out[rows] += y  # rows are distinct: a plain scatter-add
+        if p.shared is not None:
+            self._shared_chunk(x, p, out)
+
+    def _shared_chunk(self, x: Array, p: MoEWeights, out: Array) -> None:
+        """out += the shared experts' output, times sigmoid(x g) where gated."""
+        assert p.shared is not None
+        y = self._buffer("expert_out", x.shape[0], self.d_model)
+        self._expert_chunk(x, p.shared, y)
+        if p.shared_gate is not None:
+            np.multiply(y, sigmoid(x @ p.shared_gate)[:, None], out=y)  # (n, d) -> (n, 1)
+        np.add(out, y, out=out)
 
     # -- whole inputs -------------------------------------------------------------------------
 

@@ -142,6 +142,65 @@ class GatedWeights:
 ExpertWeights = DenseWeights | GatedWeights
 
 
+SCORES = ("softmax", "sigmoid")
+GROUP_SCORES = ("top2", "max")
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How a router turns its logits into each token's chosen experts and their weights.
+
+    - ``score``: softmax over all experts (Mixtral, Qwen, OLMoE, DeepSeek-V2) or an
+      independent sigmoid per expert (DeepSeek-V3, GLM-4.5, Llama 4);
+    - ``over_chosen``: the weights are a softmax over the chosen logits only (gpt-oss); the
+      same as a softmax over all experts renormalised, computed the way gpt-oss does;
+    - ``renormalise``: the chosen weights divided by their sum (``norm_topk_prob``);
+    - ``groups``/``top_groups``: group-limited top-k: the experts fall into ``groups`` equal
+      groups, only the ``top_groups`` best groups are chosen from, a group scored by
+      ``group_score``: ``top2`` the sum of its two best scores (DeepSeek-V3), ``max`` its
+      best (DeepSeek-V2's group_limited_greedy);
+    - ``scale``: ``routed_scaling_factor``, multiplying the weights last;
+    - ``scales_input``: the weight multiplies the expert's input, not its output (Llama 4).
+
+    A score-correction bias (``MoEWeights.choice_bias``) is added to the scores for choosing
+    only. Ties go to the lower expert index (and group index)."""
+
+    score: str = "softmax"
+    over_chosen: bool = False
+    renormalise: bool = True
+    groups: int = 1
+    top_groups: int = 1
+    group_score: str = "top2"
+    scale: float = 1.0
+    scales_input: bool = False
+
+    def __post_init__(self) -> None:
+        if self.score not in SCORES or self.group_score not in GROUP_SCORES:
+            raise ValueError(f"unknown routing score {self.score!r} or group score "
+                             f"{self.group_score!r}")
+        if self.groups < 1 or not 1 <= self.top_groups <= self.groups:
+            raise ValueError(f"expected 1 <= top_groups <= groups, got {self.top_groups} of "
+                             f"{self.groups}")
+
+    def describe(self, top_k: int | None = None, biased: bool = False) -> str:
+        """A short phrase for reports: ``softmax top-2, renormalised``, ``sigmoid + bias, 8
+        groups top-4, x2.5``."""
+        words = [self.score + (" + bias" if biased else "")
+                 + (f" top-{top_k}" if top_k is not None else "")]
+        if self.over_chosen:
+            words.append("softmax over the chosen")
+        elif self.renormalise:
+            words.append("renormalised")
+        if self.groups > 1:
+            words.append(f"{self.groups} groups top-{self.top_groups}"
+                         + (" by max" if self.group_score == "max" else ""))
+        if self.scale != 1.0:
+            words.append(f"x{self.scale:g}")
+        if self.scales_input:
+            words.append("on the expert's input")
+        return ", ".join(words)
+
+
 @dataclass(frozen=True)
 class MoEWeights:
     router: Array  # (d_model, experts)
@@ -149,6 +208,13 @@ class MoEWeights:
     experts: tuple[ExpertWeights, ...]
     top_k: int
     capacity_factor: float | None = None  # tokens past ceil(cf * n * k / E) per expert dropped
+    rule: Routing = Routing()  # Mixtral's: softmax top-k, renormalised
+    shared: ExpertWeights | None = None  # shared experts (one FFN): every token, weight 1
+    shared_gate: Array | None = None  # (d_model,): Qwen2-MoE's sigmoid(x g) on the shared output
+    choice_bias: Array | None = None  # (experts,): added to the scores for choosing only
+
+    def describe(self) -> str:
+        return self.rule.describe(self.top_k, self.choice_bias is not None)
 
 
 Weights = DenseWeights | GatedWeights | MoEWeights
@@ -197,17 +263,75 @@ def expert_ffn(x: Array, p: ExpertWeights, act: Activation | str) -> Array:
     return gated_ffn(x, p, act) if isinstance(p, GatedWeights) else dense_ffn(x, p, act)
 
 
-def route(x: Array, p: MoEWeights) -> tuple[Array, Array]:
-    """Per token: the top-k experts (n, k) and their weights (n, k), summing to 1.
+def router_logits(x: Array, p: MoEWeights) -> Array:
+    return _affine(x, p.router, p.router_bias)  # (n, d_model) -> (n, E)
 
-    Softmax over all experts, keep the k largest, renormalise (the Mixtral convention; the
-    same as a softmax over the k chosen logits). Ties go to the lower expert index.
-    """
-    logits = _affine(x, p.router, p.router_bias)  # (n, d_model) -> (n, E)
-    order = np.argsort(-logits, axis=1, kind="stable")[:, : p.top_k]  # (n, k)
-    chosen = np.take_along_axis(logits, order, axis=1)
-    weights = np.exp(chosen - chosen[:, :1])  # the largest first: no overflow
-    return order, weights / weights.sum(axis=1, keepdims=True)
+
+def _softmax(z: Array) -> Array:
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _expert_scores(logits: Array, rule: Routing) -> Array:
+    """Each expert's score: softmax over all experts, or a sigmoid each."""
+    return sigmoid(logits) if rule.score == "sigmoid" else _softmax(logits)
+
+
+def _best(values: Array, k: int) -> Array:
+    """The k largest of each row, best first; ties to the lower index."""
+    return np.argsort(-values, axis=1, kind="stable")[:, :k]
+
+
+def _in_top_groups(choice: Array, rule: Routing) -> Array:
+    """Group-limited top-k: the choice scores with every expert outside the token's
+    ``top_groups`` best groups set to -inf. A group's score is the sum of its two best
+    (DeepSeek-V3) or its best (DeepSeek-V2)."""
+    n, experts = choice.shape
+    grouped = choice.reshape(n, rule.groups, experts // rule.groups)  # (n, G, E / G)
+    if rule.group_score == "max":
+        group = grouped.max(axis=2)
+    else:
+        group = -np.sort(-grouped, axis=2)[:, :, :2].sum(axis=2)
+    keep = np.zeros((n, rule.groups), dtype=bool)
+    np.put_along_axis(keep, _best(group, rule.top_groups), True, axis=1)
+    return np.where(np.repeat(keep, experts // rule.groups, axis=1), choice, -np.inf)
+
+
+def _chosen_weights(logits: Array, scores: Array, order: Array, rule: Routing) -> Array:
+    """The weight each chosen expert adds with: its score, or a softmax over the chosen
+    logits; renormalised to sum 1 when the rule says; times the scaling factor. A softmax
+    renormalised is the softmax over the chosen logits, computed so (no underflow)."""
+    if rule.over_chosen or (rule.score == "softmax" and rule.renormalise):
+        weights = _softmax(np.take_along_axis(logits, order, axis=1))
+    else:
+        weights = np.take_along_axis(scores, order, axis=1)
+        if rule.renormalise:
+            weights = weights / weights.sum(axis=1, keepdims=True)
+    return weights * rule.scale if rule.scale != 1.0 else weights
+
+
+def route(x: Array, p: MoEWeights) -> tuple[Array, Array]:
+    """Per token: the chosen experts (n, k), best first, and the weight each adds with (n, k),
+    by ``p.rule`` (:class:`Routing`): scores, the score-correction bias added for choosing,
+    the best groups, the top k of them (ties to the lower expert index), their weights."""
+    logits = router_logits(x, p)
+    scores = _expert_scores(logits, p.rule)  # (n, E)
+    # scores rise with the logits: without a bias or sums of scores, choose on the logits,
+    # which never round two experts to one score (a softmax's underflow, a sigmoid's 1.0)
+    by_logits = p.choice_bias is None and (p.rule.groups == 1 or p.rule.group_score == "max")
+    choice = logits if by_logits else scores if p.choice_bias is None else \
+        scores + p.choice_bias
+    if p.rule.groups > 1:
+        choice = _in_top_groups(choice, p.rule)
+    order = _best(choice, p.top_k)  # (n, k)
+    return order, _chosen_weights(logits, scores, order, p.rule)
+
+
+def scores(x: Array, p: MoEWeights) -> Array:
+    """The routing distribution over all experts (n, E), each row summing to 1: the softmax of
+    the logits, or the sigmoid scores divided by their sum."""
+    s = _expert_scores(router_logits(x, p), p.rule)
+    return s if p.rule.score == "softmax" else s / s.sum(axis=1, keepdims=True)
 
 
 def capacity(p: MoEWeights, n_tokens: int) -> int | None:
@@ -243,15 +367,36 @@ def dispatch(order: Array, p: MoEWeights,
     return groups
 
 
+def shared_ffn(x: Array, p: MoEWeights, act: Activation | str) -> Array | None:
+    """The shared experts' output (n, d_model), scaled by sigmoid(x g) where gated; None
+    without shared experts."""
+    if p.shared is None:
+        return None
+    y = expert_ffn(x, p.shared, act)
+    if p.shared_gate is not None:
+        y *= sigmoid(x @ p.shared_gate)[:, None]  # (n, d_model) -> (n, 1)
+    return y
+
+
 def moe_ffn(x: Array, p: MoEWeights, act: Activation | str) -> Array:
-    """Each token's chosen experts, weighted; grouped by expert: one gather, one product, one
-    scatter-add per expert. With a capacity, an expert takes tokens in order until full."""
+    """Each token's chosen experts, weighted (the weight on the expert's output, or on its
+    input for Llama 4's rule), plus the shared experts; grouped by expert: one gather, one
+    product, one scatter-add per expert. With a capacity, an expert takes tokens in order
+    until full."""
     act = as_activation(act)
     order, gate = route(x, p)
     out = np.zeros_like(x, shape=(x.shape[0], weights_shape(p)[0]))
     for e, rows, slot in dispatch(order, p):
-        if rows.size:
-            out[rows] += gate[rows, slot, None] * expert_ffn(x[rows], p.experts[e], act)
+        if not rows.size:
+            continue
+        w = gate[rows, slot, None]
+        if p.rule.scales_input:
+            out[rows] += expert_ffn(x[rows] * w, p.experts[e], act)
+        else:
+            out[rows] += w * expert_ffn(x[rows], p.experts[e], act)
+    shared = shared_ffn(x, p, act)
+    if shared is not None:
+        out += shared
     return out
 
 

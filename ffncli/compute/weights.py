@@ -6,18 +6,27 @@ requested dtype, with shapes checked against the spec.
 
 Random draws (``numpy.random.default_rng(init.seed).normal(0, init.std)``, float64, then cast)
 happen in this order, biases zero: dense W1 (d_model x d_ff), W2 (d_ff x d_model); gated W,
-V, W2; mixture of experts: the router (d_model x experts) first, then each expert in turn."""
+V, W2; mixture of experts: the router (d_model x experts) first, then each expert in turn, then
+the shared expert (shared_d_ff wide) and its gate (d_model) when the spec has them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from ffncli.base.files import open_file
 from ffncli.base.validate import LIBRARY_SIZING, Sizing
-from ffncli.compute.ffn import DenseWeights, ExpertWeights, GatedWeights, MoEWeights, Weights
+from ffncli.compute.ffn import (
+    DenseWeights,
+    ExpertWeights,
+    GatedWeights,
+    MoEWeights,
+    Routing,
+    Weights,
+)
 from ffncli.compute.memory import check_budget
 from ffncli.errors import NonfiniteWeightsError, WeightsError
 from ffncli.formats.npz import npz_members, open_zip
@@ -25,14 +34,15 @@ from ffncli.formats.quantised import runnable
 from ffncli.formats.tensors import GgufTensors, Tensors, open_tensors
 from ffncli.specs.archs import ffn_layout, with_ffn_layout
 from ffncli.specs.layouts import GGUF_FFN, GGUF_GATED_FFN, GGUF_MOE_FFN, Layout
-from ffncli.specs.spec import ModelSpec
+from ffncli.specs.spec import FfnSpec, ModelSpec
 
 # ---------------------------------------------------------------------------------------------
 # Random.
 
 
-def _draw_expert(rng: np.random.Generator, spec: ModelSpec, dtype: np.dtype) -> ExpertWeights:
-    d, f, std = spec.d_model, spec.ffn.d_ff, spec.init.std
+def _draw_expert(rng: np.random.Generator, spec: ModelSpec, dtype: np.dtype,
+                 width: int | None = None) -> ExpertWeights:
+    d, f, std = spec.d_model, width or spec.ffn.d_ff, spec.init.std
 
     def normal(shape: tuple[int, int]) -> np.ndarray:
         return rng.normal(0, std, shape).astype(dtype, copy=False)
@@ -48,7 +58,7 @@ def _draw_expert(rng: np.random.Generator, spec: ModelSpec, dtype: np.dtype) -> 
 
 
 def random_weights(spec: ModelSpec, dtype: np.dtype, budget: int | None = None,
-                   names: Sizing = LIBRARY_SIZING) -> Weights:
+                   names: Sizing = LIBRARY_SIZING, rule: Routing | None = None) -> Weights:
     check_budget(spec, dtype, budget, names)
     rng = np.random.default_rng(spec.init.seed)
     ffn = spec.ffn
@@ -57,7 +67,11 @@ def random_weights(spec: ModelSpec, dtype: np.dtype, budget: int | None = None,
     router = rng.normal(0, spec.init.std, (spec.d_model, ffn.experts)).astype(dtype)
     experts = tuple(_draw_expert(rng, spec, dtype) for _ in range(ffn.experts))
     router_bias = np.zeros(ffn.experts, dtype=dtype) if ffn.router_bias else None
-    return MoEWeights(router, router_bias, experts, ffn.top_k, ffn.capacity_factor)
+    shared = _draw_expert(rng, spec, dtype, ffn.shared_d_ff) if ffn.shared_d_ff else None
+    gate = rng.normal(0, spec.init.std, spec.d_model).astype(dtype) if shared is not None \
+        and ffn.shared_gate else None
+    return MoEWeights(router, router_bias, experts, ffn.top_k, ffn.capacity_factor,
+                      rule=rule or Routing(), shared=shared, shared_gate=gate)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,10 +117,12 @@ BIAS_OF = {"w1": "b1", "w2": "b2", "w": "b", "v": "c"}
 
 def assemble(source: str, spec: ModelSpec, dtype: np.dtype,
               get: Callable[[str], np.ndarray | None], prefix: str = "",
-              finite: bool = False) -> ExpertWeights:
+              finite: bool = False, ffn: FfnSpec | None = None) -> ExpertWeights:
     """Build one expert from named [in, out] arrays: w1 b1 w2 b2, or w b v c w2 b2 (with
-    ``finite``, each refused if it holds NaN or infinity)."""
-    d, f = spec.d_model, spec.ffn.d_ff
+    ``finite``, each refused if it holds NaN or infinity); ``ffn``: its FFN (the spec's, or a
+    layer's own, or a shared expert's), whose width and gating it has."""
+    ffn = ffn or spec.ffn
+    d, f = spec.d_model, ffn.d_ff
 
     def need(name: str, shape: tuple[int, ...]) -> np.ndarray:
         array = get(prefix + name)
@@ -119,16 +135,19 @@ def assemble(source: str, spec: ModelSpec, dtype: np.dtype,
         return None if array is None else checked(source, prefix + name, array, (n,), dtype,
                                                   finite)
 
-    if spec.ffn.gated:
+    if ffn.gated:
         return GatedWeights(need("w", (d, f)), maybe("b", f), need("v", (d, f)), maybe("c", f),
                             need("w2", (f, d)), maybe("b2", d))
     return DenseWeights(need("w1", (d, f)), maybe("b1", f), need("w2", (f, d)), maybe("b2", d))
 
 
-def npz_weights(path: Path, spec: ModelSpec, dtype: np.dtype, finite: bool = True) -> Weights:
+def npz_weights(path: Path, spec: ModelSpec, dtype: np.dtype, finite: bool = True,
+                rule: Routing | None = None) -> Weights:
     """Arrays ``w1 b1 w2 b2`` (dense), ``w b v c w2 b2`` (gated, W activated), all [in, out];
-    biases optional. Mixture of experts: ``router`` (d_model x E), optional ``router_bias``,
-    and each expert's arrays prefixed ``experts.<e>.``. Every member's header is checked
+    biases optional. Mixture of experts (routed by ``rule``, default Mixtral's): ``router``
+    (d_model x E), optional ``router_bias``, each expert's arrays prefixed ``experts.<e>.``,
+    a shared expert's ``shared.`` and its gate ``shared_gate`` (d_model) where the spec has
+    them. Every member's header is checked
     when the archive is opened; only the arrays the spec uses are read, each refused if it
     holds NaN or infinity (unless not ``finite``)."""
     with open_file(path, "weights file", WeightsError) as f, open_zip(path, f) as archive:
@@ -139,7 +158,7 @@ def npz_weights(path: Path, spec: ModelSpec, dtype: np.dtype, finite: bool = Tru
             asked.add(name)
             return members.get(name)  # type: ignore[return-value]  # read by np.asarray
 
-        weights = _npz_assemble(path, spec, dtype, get, finite)
+        weights = _npz_assemble(path, spec, dtype, get, finite, rule or Routing())
         unused = sorted(set(members) - asked)
         if unused:  # a misspelt bias would otherwise be left out without a word
             raise WeightsError(f"{path}: unexpected array{'s' if len(unused) > 1 else ''} "
@@ -149,7 +168,8 @@ def npz_weights(path: Path, spec: ModelSpec, dtype: np.dtype, finite: bool = Tru
 
 
 def _npz_assemble(path: Path, spec: ModelSpec, dtype: np.dtype,
-                  get: Callable[[str], np.ndarray | None], finite: bool) -> Weights:
+                  get: Callable[[str], np.ndarray | None], finite: bool,
+                  rule: Routing) -> Weights:
     source = str(path)
     ffn = spec.ffn
     if not ffn.is_moe:
@@ -163,25 +183,47 @@ def _npz_assemble(path: Path, spec: ModelSpec, dtype: np.dtype,
                                          finite)
     experts = tuple(assemble(source, spec, dtype, get, f"experts.{e}.", finite)
                     for e in range(ffn.experts))
-    return MoEWeights(router, rb, experts, ffn.top_k, ffn.capacity_factor)
+    shared = gate = None
+    if ffn.shared_d_ff:
+        shared = assemble(source, spec, dtype, get, "shared.", finite,
+                          replace(ffn, d_ff=ffn.shared_d_ff))
+        raw = get("shared_gate") if ffn.shared_gate else None
+        if ffn.shared_gate and raw is None:
+            raise WeightsError(f"{path}: missing array 'shared_gate'")
+        gate = None if raw is None else checked(source, "shared_gate", raw, (spec.d_model,),
+                                                dtype, finite)
+    return MoEWeights(router, rb, experts, ffn.top_k, ffn.capacity_factor, rule=rule,
+                      shared=shared, shared_gate=gate)
 
 
 # ---------------------------------------------------------------------------------------------
 # One layer's FFN from an open checkpoint: safetensors (float, GPTQ, AWQ) or GGUF.
 
 
+def layer_ffn(spec: ModelSpec, layer: int) -> FfnSpec:
+    """The FFN of decoder layer ``layer``: the spec's, or a dense one where the spec's layer
+    kinds say so (DeepSeek's first_k_dense_replace, Qwen's mlp_only_layers)."""
+    kinds = spec.decoder_kinds()
+    kind = kinds[layer] if layer < len(kinds) else None
+    return kind.ffn if kind is not None and kind.ffn is not None else spec.ffn
+
+
 def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype,
-                  finite: bool = True) -> Weights:
+                  finite: bool = True, rule: Routing | None = None) -> Weights:
     """Layer ``layer``'s FFN, in ffncli's [in, out] layout: the tensors its layout names (the
     architecture table's for a safetensors checkpoint, llama.cpp's for GGUF), each found,
     read (GPTQ and AWQ linears dequantised), refused if it holds NaN or infinity (unless not
     ``finite``; named as the file names it), turned to [in, out] and checked against the
-    spec as it is read. Only that layer's tensors are read."""
-    layout = _gguf_layout(tensors, spec, layer) if isinstance(tensors, GgufTensors) else \
-        _checkpoint_layout(tensors, spec)
+    spec as it is read. Only that layer's tensors are read. A mixture of experts routes by
+    ``rule`` (default Mixtral's); its experts are read one matrix each, or from 3-D stacks
+    (GGUF's, or transformers 5's fused ``gate_up_proj``/``down_proj``), with its shared
+    experts."""
+    ffn = layer_ffn(spec, layer)
+    layout = _gguf_layout(tensors, spec, layer, ffn) if isinstance(tensors, GgufTensors) else \
+        _checkpoint_layout(tensors, spec, ffn)
     gguf_names = isinstance(tensors, GgufTensors)  # errors name GGUF tensors, ours otherwise
     linears = tensors.quantised_linears()
-    source, d, f, ffn = str(tensors.path), spec.d_model, spec.ffn.d_ff, spec.ffn
+    source, d, f = str(tensors.path), spec.d_model, ffn.d_ff
 
     def read(stem: str, required: bool = True) -> np.ndarray | None:
         """A tensor, matrices as [in, out] (nn.Linear's [out, in] transposed)."""
@@ -209,50 +251,74 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
             refuse_nonfinite(source, f"tensor '{name}'", array.astype(dtype, copy=False))
         return array.T if layout.linear and array.ndim == 2 else array
 
-    def stem_of(ours: str, e: int) -> str:
-        return layout.names[ours].format(i=layer, e=e)
+    def shape_of(ours: str, width: int) -> tuple[int, int]:
+        return (width, d) if ours == "w2" else (d, width)
 
-    def shape_of(ours: str) -> tuple[int, int]:
-        return (f, d) if ours == "w2" else (d, f)
-
-    def expert(e: int) -> ExpertWeights:
+    def one(names: dict[str, str], e: int, width: int, part: FfnSpec) -> ExpertWeights:
+        """An FFN stored one matrix (and bias) each: the dense FFN, an expert, the shared."""
         arrays: dict[str, np.ndarray | None] = {}
-        for ours in layout.names:
-            stem = stem_of(ours, e)
-            array = stacks[ours][e].T if layout.stacked else read(stem + ".weight")
+        for ours, stem_format in names.items():
+            stem = stem_format.format(i=layer, e=e)
+            array = read(stem + ".weight")
             assert array is not None  # required
             label = stem + ".weight" if gguf_names else ours
-            arrays[ours] = checked(source, label, array, shape_of(ours), dtype)
-            if not layout.stacked:
-                bias = read(stem + ".bias", required=False)
-                label = stem + ".bias" if gguf_names else BIAS_OF[ours]
-                arrays[BIAS_OF[ours]] = None if bias is None else \
-                    checked(source, label, bias, (d,) if ours == "w2" else (f,), dtype)
+            arrays[ours] = checked(source, label, array, shape_of(ours, width), dtype)
+            bias = read(stem + ".bias", required=False)
+            label = stem + ".bias" if gguf_names else BIAS_OF[ours]
+            arrays[BIAS_OF[ours]] = None if bias is None else \
+                checked(source, label, bias, (d,) if ours == "w2" else (width,), dtype)
         if layout.gate_up is not None:
             arrays["w"], arrays["v"] = _gate_up(read, layout.gate_up.format(i=layer), spec,
                                                 source)
-        return assemble(source, spec, dtype, arrays.get)
+        return assemble(source, spec, dtype, arrays.get, ffn=part)
 
-    def stacked(ours: str) -> np.ndarray:
-        name = stem_of(ours, 0) + ".weight"
+    def from_stacks(stacks: dict[str, np.ndarray], e: int) -> ExpertWeights:
+        arrays = {ours: checked(source, stem + ".weight" if gguf_names else ours,
+                                stacks[ours][e].T, shape_of(ours, f), dtype)
+                  for ours, stem in stacked_names.items()}
+        return assemble(source, spec, dtype, arrays.get, ffn=ffn)
+
+    def stacked(name: str, rows: int, cols: int) -> np.ndarray:
+        """Every expert's matrix in one (experts, rows, cols) tensor, as stored."""
         stack = read(name)
         assert stack is not None  # required
-        shape = shape_of(ours)
         if stack.ndim != 3 or stack.shape[0] != ffn.experts:
             raise WeightsError(f"{source}: '{name}': expected {ffn.experts} experts of "
-                               f"shape {shape[::-1]}, got shape {stack.shape}")
+                               f"shape {(rows, cols)}, got shape {stack.shape}")
         return stack
 
     if layout.router is None:
-        return expert(0)
+        return one(layout.names, 0, f, ffn)
     router_name = layout.router.format(i=layer) + ".weight"
     router = read(router_name)
     assert router is not None  # required
     router = checked(source, router_name if gguf_names else "router", router, (d, ffn.experts),
                      dtype)
-    stacks = {ours: stacked(ours) for ours in layout.names} if layout.stacked else {}
-    experts = tuple(expert(e) for e in range(ffn.experts))
-    return MoEWeights(router, None, experts, ffn.top_k, ffn.capacity_factor)
+    stacked_names = {ours: stem.format(i=layer, e=0) for ours, stem in layout.names.items()}
+    if layout.stacked:  # GGUF: (experts, out, in) each
+        stacks = {ours: stacked(stem + ".weight", *shape_of(ours, f)[::-1])
+                  for ours, stem in stacked_names.items()}
+        experts = tuple(from_stacks(stacks, e) for e in range(ffn.experts))
+    elif layout.fused is not None and tensors.find(layout.fused["gate_up"].format(i=layer)):
+        gate_up = stacked(layout.fused["gate_up"].format(i=layer), 2 * f, d)  # transformers 5
+        down = stacked(layout.fused["w2"].format(i=layer), d, f)
+        stacks = {"w": gate_up[:, :f], "v": gate_up[:, f:], "w2": down}  # gate rows, up rows
+        stacked_names = {ours: layout.fused["w2" if ours == "w2" else "gate_up"].format(i=layer)
+                         for ours in stacks}
+        experts = tuple(from_stacks(stacks, e) for e in range(ffn.experts))
+    else:
+        experts = tuple(one(layout.names, e, f, ffn) for e in range(ffn.experts))
+    shared = shared_gate = None
+    if layout.shared is not None and ffn.shared_d_ff:
+        shared = one(layout.shared, 0, ffn.shared_d_ff, replace(ffn, d_ff=ffn.shared_d_ff))
+    if layout.shared_gate is not None and ffn.shared_gate:
+        name = layout.shared_gate.format(i=layer) + ".weight"
+        gate = read(name)
+        assert gate is not None  # required
+        shared_gate = checked(source, name if gguf_names else "shared_gate", gate, (d, 1),
+                              dtype)[:, 0]
+    return MoEWeights(router, None, experts, ffn.top_k, ffn.capacity_factor,
+                      rule=rule or Routing(), shared=shared, shared_gate=shared_gate)
 
 
 def checkpoint_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype,
@@ -274,11 +340,14 @@ def _gate_up(read: Callable[..., np.ndarray | None], stem: str, spec: ModelSpec,
     return fused[:, :f], fused[:, f:]  # (d, 2f) -> gate, up
 
 
-def _checkpoint_layout(tensors: Tensors, spec: ModelSpec) -> Layout:
-    """The architecture table's layout of the spec's family, refused where it cannot be read:
+def _checkpoint_layout(tensors: Tensors, spec: ModelSpec, ffn: FfnSpec) -> Layout:
+    """The architecture table's layout of the spec's family for a layer whose FFN is ``ffn``
+    (a mixture's dense layers have a layout of their own), refused where it cannot be read:
     quantised linears other than GPTQ (2, 4, 8-bit) and AWQ 4-bit, or in an FFN that is not
     dense; a mixture of experts where the layout holds one FFN."""
     layout = ffn_layout(spec)
+    if layout is not None and layout.dense is not None and not ffn.is_moe:
+        layout = layout.dense
     linears = tensors.quantised_linears().values()
     if linears:
         refused = sorted({lin.scheme for lin in linears if not runnable(lin)})
@@ -291,16 +360,16 @@ def _checkpoint_layout(tensors: Tensors, spec: ModelSpec) -> Layout:
     if layout is None:
         raise WeightsError(f"no checkpoint layout for family '{spec.family}'; known: "
                            f"{', '.join(with_ffn_layout())}")
-    if layout.router is None and spec.ffn.is_moe:
+    if layout.router is None and ffn.is_moe:
         raise WeightsError(f"{tensors.path}: the {spec.family} layout holds one dense FFN per "
-                           f"layer, not {spec.ffn.experts} experts; the what-if options "
+                           f"layer, not {ffn.experts} experts; the what-if options "
                            "cannot change the weights a file holds")
     return layout
 
 
-def _gguf_layout(tensors: GgufTensors, spec: ModelSpec, layer: int) -> Layout:
-    """llama.cpp's names for the layer's kind of FFN, which must be the spec's."""
-    names, ffn = tensors.header.tensors, spec.ffn
+def _gguf_layout(tensors: GgufTensors, spec: ModelSpec, layer: int, ffn: FfnSpec) -> Layout:
+    """llama.cpp's names for the layer's kind of FFN, which must be the spec's (``ffn``)."""
+    names = tensors.header.tensors
     has_gate = f"blk.{layer}.ffn_gate.weight" in names
     has_router = f"blk.{layer}.ffn_gate_inp.weight" in names
     has_layer = any(name.startswith(f"blk.{layer}.ffn_") for name in names)

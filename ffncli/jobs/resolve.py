@@ -272,7 +272,8 @@ def load_model(choice: ModelChoice, overrides: Overrides, *,
             return build.build_model(opened.spec, opened.weights, layer,
                                       build.parse_dtype(choice.dtype, "option --dtype"), budget,
                                       tensors=opened.tensors, allow_nonfinite=allow_nonfinite,
-                                      names=SIZING_OPTIONS, weights_name="option --weights")
+                                      names=SIZING_OPTIONS, weights_name="option --weights",
+                                      settings=opened.settings)
         except NonfiniteWeightsError as exc:  # the option is this command's to offer
             raise NonfiniteWeightsError(f"{exc}; pass --allow-nonfinite to compute with "
                                         "them") from None

@@ -18,6 +18,12 @@ class Layout:
     router: str | None = None  # mixture of experts: router stem; names then hold {e}
     gate_up: str | None = None  # Phi-3: one [2 d_ff, d_model] matrix, gate rows then up rows
     stacked: bool = False  # GGUF: every expert in one tensor [experts, out, in], no biases
+    # transformers 5's experts as it holds them, when a checkpoint has them so: "gate_up" ->
+    # [experts, 2 d_ff, d_model] (gate rows, then up rows), "w2" -> [experts, d_model, d_ff]
+    fused: dict[str, str] | None = None
+    shared: dict[str, str] | None = None  # the shared experts, one FFN: w, v, w2 stems
+    shared_gate: str | None = None  # Qwen2-MoE: sigmoid(x g) on the shared output, g [1, d_model]
+    dense: Layout | None = None  # a mixture's dense layers (Qwen's mlp_only_layers, DeepSeek's)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -31,6 +37,19 @@ MIXTRAL_FFN = Layout({"w": "layers.{i}.block_sparse_moe.experts.{e}.w1",
                       "v": "layers.{i}.block_sparse_moe.experts.{e}.w3",
                       "w2": "layers.{i}.block_sparse_moe.experts.{e}.w2"},
                      router="layers.{i}.block_sparse_moe.gate")
+# Qwen2-MoE, Qwen3-MoE and OLMoE: experts under mlp.experts (or fused, as transformers 5 holds
+# them), the router mlp.gate; Qwen2-MoE's shared expert behind mlp.shared_expert_gate; dense
+# layers (mlp_only_layers) LLaMA's.
+QWEN_MOE_FFN = Layout({"w": "layers.{i}.mlp.experts.{e}.gate_proj",
+                       "v": "layers.{i}.mlp.experts.{e}.up_proj",
+                       "w2": "layers.{i}.mlp.experts.{e}.down_proj"},
+                      router="layers.{i}.mlp.gate",
+                      fused={"gate_up": "layers.{i}.mlp.experts.gate_up_proj",
+                             "w2": "layers.{i}.mlp.experts.down_proj"},
+                      shared={"w": "layers.{i}.mlp.shared_expert.gate_proj",
+                              "v": "layers.{i}.mlp.shared_expert.up_proj",
+                              "w2": "layers.{i}.mlp.shared_expert.down_proj"},
+                      shared_gate="layers.{i}.mlp.shared_expert_gate", dense=LLAMA_FFN)
 T5_FFN = Layout({"w1": "encoder.block.{i}.layer.1.DenseReluDense.wi",
                  "w2": "encoder.block.{i}.layer.1.DenseReluDense.wo"})
 T5_GATED_FFN = Layout({"w": "encoder.block.{i}.layer.1.DenseReluDense.wi_0",

@@ -1,6 +1,7 @@
 """The model families the forward runs, each reading its checkpoint one layer at a time:
 BERT-like encoders (BERT, RoBERTa, XLM-R, DistilBERT, ELECTRA), GPT-2 and the LLaMA family
-(LLaMA, Mistral, Mixtral, Qwen2, Qwen3, Gemma; GGUF files of the llama architecture). Which
+(LLaMA, Mistral, Qwen2, Qwen3, Gemma; GGUF files of the llama architecture) with its mixtures
+of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE). Which
 model type is which family, and its tensor names, is the architecture table's
 (``ffncli.specs.table``). Each layer's FFN is the engine ``run`` builds, read through the
 checkpoint the model holds open."""
@@ -15,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from ffncli.base.validate import Keys, brief
+from ffncli.compute.build import build_model
+from ffncli.compute.engine import Engine
 from ffncli.compute.forward.layer import Attention, Block, Norm
 from ffncli.compute.forward.ops import (
     Array,
@@ -228,6 +231,7 @@ class LlamaLike(Transformer):
         self.max_positions = spec.seq_len
         self.rope = Rope(rope_frequencies(settings, self.head_dim, self.default_theta))
         self.qk_norm = spec.attention is not None and spec.attention.qk_norm == "head"
+        self.clip: float | None = None  # OLMoE's clip_qkv
         self.norm = self._norm(self.names["norm"])
 
     def _norm(self, name: str) -> Norm:
@@ -269,16 +273,21 @@ class LlamaLike(Transformer):
             k = (unpermute(k[0], nkv), None if k[1] is None else unpermute(k[1], nkv))
         wqkv, bqkv = self._fused([q, k, v])
         wo, bo = self._linear(self.names["o"].format(i=i), d, nq * hd, att.out_bias)
-        q_norm = k_norm = None
-        if self.qk_norm:
-            q_norm = self._need(self.names["q_norm"].format(i=i), (hd,))
-            k_norm = self._need(self.names["k_norm"].format(i=i), (hd,))
+        q_norm, k_norm = self._qk_norms(i)
         attention = Attention(wqkv, bqkv, wo.T, bo, nq, nkv, hd, 1 / math.sqrt(hd),
                               causal=True, window=self.window(i), rope=self.rope,
-                              q_norm=q_norm, k_norm=k_norm, qk_eps=self.eps)
+                              q_norm=q_norm, k_norm=k_norm, qk_eps=self.eps, clip=self.clip)
         norm1 = self._norm(self.names["attn_norm"].format(i=i))
         norm2 = self._norm(self.names["ffn_norm"].format(i=i))
         return Block(self._engine(i), attention, norm1, norm2, False, self.scratch)
+
+    def _qk_norms(self, i: int) -> tuple[Array | None, Array | None]:
+        """Qwen3's norms of each query and key head (head_dim each), when it has them."""
+        if not self.qk_norm:
+            return None, None
+        hd = self.head_dim
+        return (self._need(self.names["q_norm"].format(i=i), (hd,)),
+                self._need(self.names["k_norm"].format(i=i), (hd,)))
 
     def final(self, h: Array) -> Array:
         return self.norm(h, np.empty_like(h), self.scratch("norm_tmp", h.shape))
@@ -292,15 +301,44 @@ class LlamaLike(Transformer):
         return self.names["embed"], self._tied()
 
 
-class Mixtral(LlamaLike):
+class Mixture(LlamaLike):
+    """LLaMA's layers whose FFN is a mixture of experts, routed as the config says
+    (:func:`ffncli.compute.build.routing_rule`): Qwen2-MoE (a shared expert behind a sigmoid
+    gate), Qwen3-MoE (Qwen3's head norms); dense layers where the config makes them so."""
+
+    def _engine(self, i: int) -> Engine:
+        return build_model(self.spec, self.weights, i, self.dtype, tensors=self.tensors,
+                           settings=self.settings).engine
+
+
+class Mixtral(Mixture):
     default_theta = 1e6
     default_eps = 1e-5
+
+
+class Olmoe(Mixture):
+    """OLMoE: RMSNorms on the queries and on the keys over the whole projection (all heads at
+    once), then Q, K and V clamped to [-clip_qkv, clip_qkv] when the config sets it."""
+
+    default_eps = 1e-5
+
+    def __init__(self, spec: ModelSpec, weights: Path, tensors: Tensors, settings: Keys,
+                 dtype: np.dtype, names: Mapping[str, str],
+                 quirks: frozenset[str] = frozenset(), permuted: bool = False) -> None:
+        super().__init__(spec, weights, tensors, settings, dtype, names, quirks, permuted)
+        self.clip = None if settings.data.get("clip_qkv") is None else \
+            settings.number("clip_qkv")
+
+    def _qk_norms(self, i: int) -> tuple[Array | None, Array | None]:
+        width = self.head_dim
+        return (self._need(self.names["q_norm"].format(i=i), (self.heads * width,)),
+                self._need(self.names["k_norm"].format(i=i), (self.kv_heads * width,)))
 
 
 # The forward families the architecture table (ffncli.specs.table) names.
 FAMILIES: dict[str, type[Transformer]] = {"bert": BertLike, "distilbert": DistilBert,
                                           "electra": Electra, "gpt2": Gpt2, "llama": LlamaLike,
-                                          "mixtral": Mixtral}
+                                          "mixtral": Mixtral, "moe": Mixture, "olmoe": Olmoe}
 
 
 def _no_forward(source: str, what: str) -> SpecError:

@@ -146,6 +146,7 @@ class Attention(Blockwise):
     # Llama 4's temperature (floor_scale, attn_scale): the queries at position p times
     # 1 + attn_scale ln(1 + floor((p + 1) / floor_scale))
     temperature: tuple[float, float] | None = None
+    clip: float | None = None  # OLMoE: Q, K and V clamped to [-clip, clip]
 
     def __call__(self, x: Array, bounds: Bounds, positions: Array, scratch: Scratch) -> Array:
         """(tokens, d_model) -> (tokens, d_model), a new array."""
@@ -157,6 +158,8 @@ class Attention(Blockwise):
         heads = qkv.reshape(n, nq + 2 * nkv, hd)  # (n, heads of q, k, v, d_head)
         if not self.norm_after_rope:
             self.norm_heads(heads, scratch)
+        if self.clip is not None:  # OLMoE's clip_qkv, after the norms
+            np.clip(qkv, -self.clip, self.clip, out=qkv)
         if self.rope is not None:
             self.rope(heads[:, :nq + nkv], positions, scratch)
         if self.norm_after_rope:
@@ -177,10 +180,12 @@ class Attention(Blockwise):
         return out
 
     def norm_heads(self, heads: Array, scratch: Scratch) -> None:
-        """RMSNorm, in place, of each query head by q_norm and each key head by k_norm."""
+        """RMSNorm, in place, of each query head by q_norm and each key head by k_norm (or of
+        all query heads together and all key heads together when the norm is that wide)."""
         nq, nkv = self.heads, self.kv_heads
-        for norm, part in ((self.q_norm, heads[:, :nq]), (self.k_norm, heads[:, nq:nq + nkv])):
-            if norm is not None:
+        for norm, lo, hi in ((self.q_norm, 0, nq), (self.k_norm, nq, nq + nkv)):
+            if norm is not None:  # over each head (head_dim) or all of them (OLMoE)
+                part = heads[:, lo:hi].reshape(heads.shape[0], -1, norm.shape[0])  # a view
                 rms_norm(part, norm, self.qk_eps, part, scratch("qk_norm", part.shape))
 
 
