@@ -76,7 +76,7 @@ def test_chosen_experts_and_loads_equal_the_oracle(cli, seen):
     for layer, got, summary in zip(range(LAYERS), chosen, doc["layers"], strict=True):
         want, probs = oracle(layer)
         assert np.array_equal(got, want), layer  # every token, in the router's order
-        assert summary["layer"] == layer and summary["rule"] == "softmax top-2"
+        assert summary["layer"] == layer and summary["rule"] == "softmax top-2, renormalised"
         assert summary["load"] == np.bincount(want.ravel(), minlength=E).tolist()
         h = -(probs * np.log(probs)).sum(axis=1).mean() / math.log(E)
         assert summary["token_entropy"] == pytest.approx(h, rel=1e-5)
@@ -257,7 +257,7 @@ def test_the_reserve_comes_off_the_budget(cli):
 def test_the_tables_name_the_rule_and_the_text(cli):
     r = cli("experts", "--weights", WEIGHTS, "--ids", IDS, "--fit", "300KB")
     assert r.code == 0, r.err
-    assert "routing rule: softmax top-2\n" in r.out
+    assert "routing rule: softmax top-2, renormalised\n" in r.out
     assert "shared experts: none\n" in r.out
     assert r.out.rstrip().endswith(f"the plan holds for text like {IDS} (21 tokens)")
 

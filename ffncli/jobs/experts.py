@@ -37,7 +37,7 @@ from ffncli.analysis.routing import (
     transition_hit_rate,
 )
 from ffncli.base.validate import whole
-from ffncli.compute.ffn import MoEWeights, route
+from ffncli.compute.ffn import MoEWeights, route, scores
 from ffncli.compute.forward.walk import walk
 from ffncli.counting.fit import Budget
 from ffncli.counting.kv import KV_BYTES, kv_cache
@@ -69,23 +69,6 @@ KV_DTYPE = "bfloat16"  # the plan's KV cache: 16-bit values, as decoding keeps t
 
 # ---------------------------------------------------------------------------------------------
 # The rule that chose, and its scores over every expert.
-
-
-# TEMP until compute.ffn.scores lands
-def _scores(x: np.ndarray, p: MoEWeights) -> np.ndarray:
-    """The router's distribution over every expert, (n, E) float64: softmax of the logits
-    x R + b (Mixtral's rule, the one ``route`` applies today)."""
-    logits = x.astype(np.float64) @ p.router.astype(np.float64)  # (n, d_model) -> (n, E)
-    if p.router_bias is not None:
-        logits += p.router_bias
-    logits -= logits.max(axis=1, keepdims=True)  # the largest is e^0: no overflow
-    e = np.exp(logits)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def rule_name(p: MoEWeights) -> str:
-    """How the layer's router chooses, as the figures name it."""
-    return f"softmax top-{p.top_k}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,11 +146,11 @@ def profile_walk(model: Transformer, ids: Sequence[np.ndarray], layers: Sequence
             state["layer"], state["row"] = i, 0
             state["firsts"] = np.empty(positions.size, dtype=np.int64)
             out.layers[i] = RoutingCounts(len(p.experts), p.top_k, shared_experts(model.spec, i))
-            out.rules[i] = rule_name(p)
+            out.rules[i] = p.describe()
         a = state["row"]
         b = a + x.shape[0]
         order, weights = route(x, p)  # (n, k) each: the layer's own choice
-        out.layers[i].update(order, positions[a:b], weights=weights, probs=_scores(x, p))
+        out.layers[i].update(order, positions[a:b], weights=weights, probs=scores(x, p))
         state["firsts"][a:b] = order[:, 0]
         previous = state["previous"]
         if previous is not None:
