@@ -394,6 +394,103 @@ def presets(as_json: JsonOpt = False) -> None:
     emit_presets(presets_summary(), as_json)
 
 
+# ---------------------------------------------------------------------------------------------
+# neurons (issue 43 §2): what each FFN unit responds to and what it writes
+
+EXAMPLES["neurons"] = (
+    "ffncli neurons --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt --layer 3 "
+    "--units 0-9 --report neurons/",
+    "ffncli neurons --weights SmolLM2-135M-Instruct.Q4_1.gguf --layer 3 --units 42")
+
+
+@app.command("neurons", epilog=_examples("neurons"))
+@grouped(model=(ModelChoice, CAPTURE_MODEL), text=(TextChoice, TEXT))
+def neurons_cmd(
+    units: Annotated[Optional[str], typer.Option(
+        "--units", metavar="all|N,A-B", help="The units of each --layer: all (the default), "
+        "or numbers and ranges separated by commas, e.g. 0-9,42.", show_default=False)
+    ] = None,
+    top_k: Annotated[int, typer.Option(
+        "--top-k", help="With --text or --ids: each unit's top-activating contexts kept.",
+        rich_help_panel="Neurons")] = 10,
+    window: Annotated[int, typer.Option(
+        "--window", help="Tokens shown each side of a context's token (within its sequence).",
+        rich_help_panel="Neurons")] = 4,
+    samples: Annotated[int, typer.Option(
+        "--samples", help="Random contexts per unit: token positions drawn once from the "
+        "whole text with --seed, the same for every unit.", rich_help_panel="Neurons")] = 10,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random contexts.")] = 0,
+    vocab: Annotated[bool, typer.Option(
+        "--vocab", help="Also project each unit's output weights onto the vocabulary (the "
+        "default without --text/--ids): the tokens it promotes and suppresses.",
+        rich_help_panel="Neurons")] = False,
+    vocab_top: Annotated[int, typer.Option(
+        "--vocab-top", help="Tokens listed each way by the vocabulary projection.",
+        rich_help_panel="Neurons")] = 10,
+    jsonl: Annotated[Optional[Path], typer.Option(
+        "--jsonl", metavar="FILE", help="Also write one JSON record per unit, a line each "
+        "(fields as OpenAI's NeuronRecord: docs/neurons.md), atomically.", show_default=False)
+    ] = None,
+    report_dir: Annotated[Optional[Path], typer.Option(
+        "--report", metavar="DIR", help="Also write one HTML page per layer into DIR (made if "
+        "missing; layer{N}.html replaced): the top contexts with their token highlighted, no "
+        "scripts.", show_default=False)] = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    table_format: FormatOpt = "rich",
+    *, model: ModelChoice, text: TextChoice,
+) -> None:
+    """What each FFN unit responds to and what it writes: activation statistics and
+    top contexts over a text, and its output weights projected onto the vocabulary."""
+    from ffncli.present.console import check_format
+    from ffncli.present.console import table_format as tables
+
+    check_format(table_format, as_json)
+    with tables(table_format):
+        _neurons(units, top_k, window, samples, seed, vocab, vocab_top, jsonl, report_dir,
+                 as_json, quiet, model, text)
+
+
+def _neurons(units: str | None, top_k: int, window: int, samples: int, seed: int, vocab: bool,
+             vocab_top: int, jsonl: Path | None, report_dir: Path | None, as_json: bool,
+             quiet: bool, model: ModelChoice, text: TextChoice) -> None:
+    """``neurons``: the job in this process, its outputs written all or nothing."""
+    from ffncli.base.files import Outputs
+    from ffncli.jobs import neurons as job
+    from ffncli.jobs.choices import parse_layers
+    from ffncli.jobs.resolve import load_sequences, open_forward
+    from ffncli.jobs.targets import output_target
+    from ffncli.present import neurons as shown
+    from ffncli.present.progress import Bar
+    from ffncli.present.report import about
+
+    job.check_asked(top_k, window, samples, vocab_top)
+    target = output_target(jsonl, "--jsonl", model, text=text)
+    with open_forward(model, Overrides()) as forward:
+        sequences = load_sequences(text, forward, forward.weights) if text.given else None
+        layers = parse_layers(model.layer, forward.n_layers)
+        chosen = job.parse_units(units, forward.spec.d_ff)
+        tokens = sequences.tokens if sequences is not None else 0
+        asked = job.asked_for(tokens, top_k, window, samples, seed)
+        with Outputs() as outputs:
+            outputs.reserve(target, "--jsonl")
+            shown.reserve_report(outputs, report_dir, layers)
+            with Bar(enabled=not quiet) as bar:
+                if sequences is not None:
+                    bar.start(tokens * (layers[-1] + 1), "tokens x layers", per=layers[-1] + 1)
+                result = job.neurons(
+                    forward, sequences.ids if sequences is not None else None, layers, chosen,
+                    asked, vocab_top=vocab_top if vocab or sequences is None else None,
+                    source=str(text.text or text.ids) if text.given else None,
+                    lines=sequences.lines if sequences is not None else (),
+                    progress=bar.update)
+            result = job.with_pieces(result, forward)
+            if target is not None:
+                outputs.text(target, shown.jsonl_text(result))
+            shown.save_report(outputs, report_dir, result, about(model, text=text))
+    shown.emit_neurons(result, as_json)
+
+
 put_in_panels(app)  # last: after every command is registered
 parse_strictly(app)
 one_line_summaries(app)

@@ -10,8 +10,8 @@ every layer (docs/neurons.md gives the sum)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -86,8 +86,14 @@ class NeuronsResult:
     units: np.ndarray
     asked: Asked
     layers: tuple[LayerNeurons, ...]
+    pieces: Mapping[int, str] | None = None  # each token's text (None: ids alone)
     frequency_rule: str = FREQUENCY_RULE
     projection_rule: str = PROJECTION_RULE
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Where each sequence starts among the text's tokens."""
+        return np.concatenate([[0], np.cumsum([len(s) for s in self.sequences])]).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,6 +257,31 @@ def neurons(model: Transformer, ids: Sequence[np.ndarray] | None, layers: Sequen
     seqs = tuple(np.asarray(s) for s in ids) if ids is not None else ()
     return NeuronsResult(str(model.weights), source, sum(len(s) for s in seqs), seqs,
                          tuple(lines), units, asked, tuple(done))
+
+
+def with_pieces(result: NeuronsResult, model: Transformer, tokenizer: object | None = None
+                ) -> NeuronsResult:
+    """The result with the text of every token it shows (its contexts', its projection's),
+    by ``tokenizer`` or the model's own; without one (``--ids`` and no tokenizer.json beside
+    the weights), tokens are shown as ``#id``."""
+    from ffncli.errors import FfnError
+    from ffncli.formats.tokenizer import Tokenizer
+    from ffncli.jobs.resolve import model_tokenizer
+
+    if not isinstance(tokenizer, Tokenizer):
+        try:
+            tokenizer = model_tokenizer(model)
+        except FfnError:
+            return result
+    shown: set[int] = set()
+    for s in result.sequences:
+        shown.update(int(t) for t in np.unique(s))
+    for layer in result.layers:
+        if layer.projection is not None:
+            p = layer.projection
+            shown.update(int(t) for t in np.unique(np.concatenate([p.top_ids, p.bottom_ids])))
+    ids = sorted(shown)
+    return replace(result, pieces=dict(zip(ids, tokenizer.pieces(ids), strict=True)))
 
 
 def asked_for(tokens: int, top_k: int, window: int, samples: int, seed: int) -> Asked:
