@@ -323,3 +323,19 @@ def test_the_projection_in_chunks_equals_it_at_once():
     np.testing.assert_array_equal(whole.bottom_ids, parts.bottom_ids)
     direct = table @ (gain * cols).T
     np.testing.assert_allclose(parts.top_logits[:, 0], np.sort(direct, axis=0)[::-1][0])
+
+
+def test_more_units_than_a_block_of_columns_keep_each_units_own_top_and_windows():
+    from ffncli.analysis.neurons import COLUMNS
+
+    rng = np.random.default_rng(8)
+    units = 2 * COLUMNS + 7
+    h = np.round(rng.standard_normal((40, units)), 1).astype(np.float32)
+    s = UnitStats(np.arange(units), Asked(top_k=3, window=1))
+    s.update(h, 0, [(0, 15), (15, 40)])
+    idx, val = reference_top(h, 3)
+    np.testing.assert_array_equal(s.top.index, idx)
+    np.testing.assert_array_equal(s.top.values, val)
+    for unit in (0, COLUMNS, units - 1):
+        np.testing.assert_array_equal(s.top.extra[:, unit],
+                                      _windows_of(h, idx[:, unit], unit, [15, 25], 1))

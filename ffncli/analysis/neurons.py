@@ -38,7 +38,8 @@ _POSITIVE = 10.0 ** (np.arange(-32, 25) / 8)
 EDGES = np.concatenate([-_POSITIVE[::-1], [0.0], _POSITIVE])
 BINS = EDGES.size + 1
 QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.99, 0.999)  # the quantiles each unit's record gives
-MOMENT_ROWS = 1024  # rows of a batch turned into float64 at a time
+MOMENT_ROWS = 256  # rows of a batch turned into float64 at a time
+COLUMNS = 256  # units whose top rows are found at a time (temporaries: rows x COLUMNS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +160,7 @@ def top_rows(x: Array, first: int, k: int) -> tuple[Array, Array]:
         above = x > kth
         need = k - above.sum(axis=0)  # ties at kth taken, earliest first
         equal = x == kth
-        chosen = above | (equal & (np.cumsum(equal, axis=0) <= need))
+        chosen = above | (equal & (np.cumsum(equal, axis=0, dtype=np.int32) <= need))
         cols, local = np.nonzero(chosen.T)  # column-major: k rows per column, row order
         local = local.reshape(units, k).T
     else:
@@ -246,10 +247,14 @@ class UnitStats:
             starts[s:e], ends[s:e] = s, e
         cols = np.arange(u)
         width = self.asked.window
-        local, values = top_rows(h, first, self.asked.top_k)
-        cand = Top(values.astype(np.float32), local + first,
-                   windows(h, local, np.broadcast_to(cols, local.shape), starts[local],
-                           ends[local], width))
+        parts = []
+        for lo in range(0, u, COLUMNS):  # temporaries of rows x COLUMNS, not rows x units
+            local, values = top_rows(h[:, lo:lo + COLUMNS], first, self.asked.top_k)
+            at = np.broadcast_to(cols[lo:lo + COLUMNS], local.shape)
+            parts.append(Top(values.astype(np.float32), local + first,
+                             windows(h, local, at, starts[local], ends[local], width)))
+        cand = Top(*(np.concatenate([getattr(p, name) for p in parts], axis=1)
+                     for name in ("values", "index", "extra")))
         self.top = merge_top(self.top, cand, self.asked.top_k)
         sample = self.asked.sample
         mine = np.nonzero((sample >= first) & (sample < first + rows))[0]
