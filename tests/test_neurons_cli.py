@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from ffncli.analysis.neurons import Asked
+from ffncli.jobs.choices import ModelChoice
 from ffncli.jobs.neurons import neurons
 from ffncli.jobs.resolve import open_forward
-from ffncli.jobs.choices import ModelChoice
 from ffncli.present.neurons import layer_page
 from ffncli.specs.spec import Overrides
 

@@ -142,11 +142,12 @@ def _top_cell(record: Mapping[str, Any]) -> str:
     if not tops:
         return "-"
     best = tops[0]
-    return f"{json.dumps(best['tokens'][best['token_index']])} {best['activation']:.3g}"
+    token = json.dumps(best["tokens"][best["token_index"]], ensure_ascii=False)
+    return f"{token} {best['activation']:.3g}"
 
 
 def _tokens_cell(entries: Sequence[Mapping[str, Any]]) -> str:
-    return " ".join(json.dumps(e["token"]) for e in entries[:SHOWN_PROMOTED])
+    return " ".join(json.dumps(e["token"], ensure_ascii=False) for e in entries[:SHOWN_PROMOTED])
 
 
 def table_rows(result: NeuronsResult) -> tuple[list[str], list[list[str]]]:
