@@ -411,22 +411,18 @@ def neurons_cmd(
         "or numbers and ranges separated by commas, e.g. 0-9,42.", show_default=False)
     ] = None,
     top_k: Annotated[int, typer.Option(
-        "--top-k", help="With --text or --ids: each unit's top-activating contexts kept.",
-        rich_help_panel="Neurons")] = 10,
+        "--top-k", help="With --text or --ids: each unit's top-activating contexts kept.")] = 10,
     window: Annotated[int, typer.Option(
-        "--window", help="Tokens shown each side of a context's token (within its sequence).",
-        rich_help_panel="Neurons")] = 4,
+        "--window", help="Tokens shown each side of a context's token (within its sequence).")] = 4,
     samples: Annotated[int, typer.Option(
         "--samples", help="Random contexts per unit: token positions drawn once from the "
-        "whole text with --seed, the same for every unit.", rich_help_panel="Neurons")] = 10,
+        "whole text with --seed, the same for every unit.",)] = 10,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random contexts.")] = 0,
     vocab: Annotated[bool, typer.Option(
         "--vocab", help="Also project each unit's output weights onto the vocabulary (the "
-        "default without --text/--ids): the tokens it promotes and suppresses.",
-        rich_help_panel="Neurons")] = False,
+        "default without --text/--ids): the tokens it promotes and suppresses.")] = False,
     vocab_top: Annotated[int, typer.Option(
-        "--vocab-top", help="Tokens listed each way by the vocabulary projection.",
-        rich_help_panel="Neurons")] = 10,
+        "--vocab-top", help="Tokens listed each way by the vocabulary projection.")] = 10,
     jsonl: Annotated[Optional[Path], typer.Option(
         "--jsonl", metavar="FILE", help="Also write one JSON record per unit, a line each "
         "(fields as OpenAI's NeuronRecord: docs/neurons.md), atomically.", show_default=False)
@@ -437,18 +433,12 @@ def neurons_cmd(
         "scripts.", show_default=False)] = None,
     as_json: JsonOpt = False,
     quiet: QuietOpt = False,
-    table_format: FormatOpt = "rich",
     *, model: ModelChoice, text: TextChoice,
 ) -> None:
     """What each FFN unit responds to and what it writes: activation statistics and
     top contexts over a text, and its output weights projected onto the vocabulary."""
-    from ffncli.present.console import check_format
-    from ffncli.present.console import table_format as tables
-
-    check_format(table_format, as_json)
-    with tables(table_format):
-        _neurons(units, top_k, window, samples, seed, vocab, vocab_top, jsonl, report_dir,
-                 as_json, quiet, model, text)
+    _neurons(units, top_k, window, samples, seed, vocab, vocab_top, jsonl, report_dir, as_json,
+             quiet, model, text)
 
 
 def _neurons(units: str | None, top_k: int, window: int, samples: int, seed: int, vocab: bool,
