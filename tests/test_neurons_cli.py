@@ -115,3 +115,10 @@ def test_a_token_holding_markup_is_escaped_on_the_page():
     assert "<script" not in html
     assert f"<mark>{evil.replace('<', '&lt;').replace('>', '&gt;')}</mark>" in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;</code>" in html  # the promoted tokens too
+
+
+def test_units_keep_the_order_given_each_once():
+    from ffncli.jobs.neurons import parse_units
+
+    assert parse_units("3,0-2,2", 10).tolist() == [3, 0, 1, 2]
+    assert parse_units(None, 4).tolist() == [0, 1, 2, 3]

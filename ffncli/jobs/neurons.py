@@ -10,6 +10,7 @@ every layer (docs/neurons.md gives the sum)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -27,7 +28,6 @@ from ffncli.base.validate import fail, whole
 from ffncli.compute.engine import Hooks, Watch
 from ffncli.compute.ffn import GatedWeights, MoEWeights
 from ffncli.errors import InputError
-from ffncli.jobs.choices import layer_number
 from ffncli.jobs.progress import Callback
 
 if TYPE_CHECKING:
@@ -40,24 +40,26 @@ PROJECTION_RULE = ("logits = W_U (g * w): down_proj's column w times the final n
                    "through the unembedding W_U (the norm's centring and 1/RMS not applied)")
 
 
+_UNITS = re.compile(r"([0-9]{1,18})(?:-([0-9]{1,18}))?")  # N or A-B, ASCII digits only
+
+
 def parse_units(text: str | None, d_ff: int, where: str = "option --units") -> np.ndarray:
     """``--units``: ``all`` (the default), or a comma-separated list of ``N`` and ``A-B``
     (both included) of the ``d_ff`` units, in the order given, each once."""
     if text is None or text.strip() == "all":
         return np.arange(d_ff, dtype=np.int64)
-    chosen: list[int] = []
-    for part in text.split(","):
-        first, dash, last = part.strip().partition("-")
-        a = layer_number(first)
-        b = layer_number(last) if dash else a
-        if a is None or b is None:
+    spans = [_UNITS.fullmatch(part.strip()) for part in text.split(",")]
+    chosen: dict[int, None] = {}  # ordered, each once
+    for m in spans:
+        if m is None:
             raise fail(where, "all, or units N and ranges A-B separated by commas", text)
+        a, b = int(m[1]), int(m[2] or m[1])
         if a > b:
-            raise InputError(f"{where}: the range {part.strip()} runs backwards; write {b}-{a}")
+            raise InputError(f"{where}: the range {m[0]} runs backwards; write {b}-{a}")
         if b >= d_ff:
             raise fail(where, f"units of 0-{d_ff - 1} (d_ff {d_ff:,})", text)
-        chosen.extend(u for u in range(a, b + 1) if u not in chosen)
-    return np.array(chosen, dtype=np.int64)
+        chosen.update(dict.fromkeys(range(a, b + 1)))
+    return np.array(list(chosen), dtype=np.int64)
 
 
 def check_asked(top_k: int, window: int, samples: int, vocab_top: int) -> None:
