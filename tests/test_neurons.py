@@ -272,7 +272,9 @@ def test_batches_and_shards_of_the_walk_give_the_records_of_one_pass():
     asked = Asked(top_k=3, window=1, sample=sample_positions(seqs.tokens, 5, 1))
     units = np.array([3, 0, 77, 127])
     with forward:
-        whole = text_stats(forward, seqs.ids, [1], units, asked)[1][1]
+        found = text_stats(forward, seqs.ids, [1], units, asked)
+        assert set(found) == {1}  # layer 0 computed, not watched
+        whole = found[1][1]
         batched = text_stats(forward, seqs.ids, [1], units, asked, batch_tokens=8)[1][1]
         first = len(seqs.ids[0])  # shards as the batches of 8: the same bits
         a = text_stats(forward, seqs.ids[:1], [1], units, asked, batch_tokens=8)[1][1]

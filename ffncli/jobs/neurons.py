@@ -172,8 +172,11 @@ def text_stats(model: Transformer, ids: Sequence[np.ndarray], layers: Sequence[i
     packing = Packing.of([len(s) for s in ids], batch_tokens)
     starts = [first + int(s) for s in packing.starts]
     found: dict[int, tuple[str, UnitStats]] = {}
+    chosen = set(layers)
 
     def ffn(i: int, v: int, block: Block) -> HiddenWatch | None:
+        if i not in chosen:  # a layer below the last asked: computed, not watched
+            return None
         if i not in found:
             _dense(block.engine, i)
             _checked_units(units, block.engine, i)
