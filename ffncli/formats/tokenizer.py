@@ -121,6 +121,11 @@ class Tokenizer:
             return int(special[0])
         return None
 
+    def pieces(self, ids: list[int]) -> list[str]:
+        """Each id's text alone, as the tokenizer decodes it (a byte-level piece of a longer
+        character: U+FFFD); ``neurons`` shows its contexts with them."""
+        return [self._backend.decode([i], skip_special_tokens=False) for i in ids]
+
     def encode(self, lines: list[str]) -> list[list[int]]:
         """The ids of each line; a text the tokenizer fails on is an :class:`EncodeError`
         naming the first such line, never the package's traceback or panic."""
