@@ -155,7 +155,7 @@ HOSTILE = [  # id, call, error, message
     ("layer_stats-no-text", lambda: ffncli.layer_stats(GPT2), InputError,
      "give text=FILE or ids=FILE"),
     ("layer_stats-both", lambda: ffncli.layer_stats(GPT2, ids=IDS, text=IDS), InputError,
-     "give text=FILE or ids=FILE, not both"),
+     "give text or ids, not both"),
     ("layer_stats-missing", lambda: ffncli.layer_stats("missing", ids=IDS), WeightsError,
      "weights file not found: missing"),
     ("layer_stats-layers-past", lambda: ffncli.layer_stats(GPT2, ids=IDS, layers=5),

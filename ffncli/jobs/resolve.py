@@ -11,9 +11,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ffncli.base.validate import Keys, Sizing
+from ffncli.base.validate import Keys, Sizing, Words
 from ffncli.errors import FfnError, InputError
-from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice, one_text
+from ffncli.jobs.choices import OPTIONS, ModelChoice, TextChoice, TokenChoice, one_text
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
 
 if TYPE_CHECKING:  # the readers are imported when a file is read: off a preset's start-up
@@ -48,7 +48,7 @@ def weights_of(weights: Path | None, hub_model: str | None,
     from ffncli.formats.hub import NotCached, cached_weights
 
     try:
-        return cached_weights(hub_model)
+        return cached_weights(hub_model, words=OPTIONS)
     except NotCached as exc:
         raise NotCached(f"{exc}; only ffncli params reads a model from the Hub (by its "
                         "headers)") from None
@@ -102,9 +102,9 @@ def weights_to_count(weights: Path | None, hub_model: str | None, gguf_file: str
     from ffncli.formats import remote
     from ffncli.formats.hub import NotCached, cached_weights, parse_model
 
-    repo_id, revision = parse_model(hub_model)
+    repo_id, revision = parse_model(hub_model, OPTIONS)
     try:
-        path = cached_weights(hub_model, gguf_file)
+        path = cached_weights(hub_model, gguf_file, OPTIONS)
         return Counted(path, str(path))
     except NotCached as exc:
         if offline or remote.offline():
@@ -112,7 +112,7 @@ def weights_to_count(weights: Path | None, hub_model: str | None, gguf_file: str
             raise NotCached(f"{exc}; {how} keeps ffncli off the Hub: without it, params "
                             "counts the model from the Hub by its headers") from None
         try:
-            hub = remote.locate(repo_id, revision, gguf_file, str(exc))
+            hub = remote.locate(repo_id, revision, gguf_file, str(exc), OPTIONS)
         except remote.Unreachable as failed:  # say both, and how not to wait for the Hub
             raise remote.Unreachable(f"{exc}; nor could it be counted from the Hub: {failed}; "
                                      "--offline keeps params to the cache") from None
@@ -310,7 +310,7 @@ def load_tokens(choice: TokenChoice, d_model: int) -> TokenInput:
     """The tokens of ``--input`` or ``--random N`` (streamed: nothing is read or drawn yet)."""
     from ffncli.formats.tokens import resolve_input
 
-    tokens = resolve_input(choice.input, choice.random, d_model, choice.seed)
+    tokens = resolve_input(choice.input, choice.random, d_model, choice.seed, OPTIONS)
     tokens.allow = ALLOW_OPTION
     return tokens
 
@@ -337,38 +337,41 @@ def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
         raise
 
 
-def open_text(choice: ModelChoice, text: TextChoice, overrides: Overrides
-              ) -> tuple[Transformer, Sequences]:
+def open_text(choice: ModelChoice, text: TextChoice, overrides: Overrides,
+              words: Words = OPTIONS) -> tuple[Transformer, Sequences]:
     """``--text``/``--ids`` through the whole model: the forward (its checkpoint opened once)
-    and the sequences, read and checked against it. The caller closes the forward."""
+    and the sequences, read and checked against it; ``words`` name the text's options (a
+    library call: its parameters). The caller closes the forward."""
     forward = open_forward(choice, overrides)
     try:
-        return forward, load_sequences(text, forward, forward.weights)
+        return forward, load_sequences(text, forward, forward.weights, words)
     except BaseException:
         forward.close()
         raise
 
 
-def load_sequences(choice: TextChoice, model: Transformer, weights: Path) -> Sequences:
+def load_sequences(choice: TextChoice, model: Transformer, weights: Path,
+                   words: Words = OPTIONS) -> Sequences:
     """The sequences of ``--text`` (the tokenizer beside ``weights``) or ``--ids``, each cut
     into windows of the model's maximum positions, every id checked against its vocabulary."""
     from ffncli.formats.text import read_ids
 
-    choice.one()
+    choice.one(words)
     if choice.ids is not None:
         return read_ids(choice.ids, model.vocab, model.max_positions)
     assert choice.text is not None
-    return read_model_text(model, model_tokenizer(model, weights), choice.text)
+    return read_model_text(model, model_tokenizer(model, weights, words), choice.text)
 
 
-def model_tokenizer(model: Transformer, weights: Path | None = None) -> Tokenizer:
+def model_tokenizer(model: Transformer, weights: Path | None = None,
+                    words: Words = OPTIONS) -> Tokenizer:
     """The whole model's tokenizer: the tokenizer.json beside ``weights`` (default: the
     model's), or a GGUF file's own, from the header the model's handle has read."""
     from ffncli.formats.tensors import GgufTensors
     from ffncli.formats.tokenizer import load_tokenizer
 
     header = model.tensors.header if isinstance(model.tensors, GgufTensors) else None
-    return load_tokenizer(model.weights if weights is None else weights, header)
+    return load_tokenizer(model.weights if weights is None else weights, header, words)
 
 
 def read_model_text(model: Transformer, tokenizer: Tokenizer, path: Path) -> Sequences:
@@ -389,8 +392,8 @@ def _check_vocabulary(model: Transformer, tokenizer: Tokenizer, sequences: Seque
                          f"vocabulary has {model.vocab} rows; is it the model's tokenizer?")
 
 
-def load_document(text: Path | None, ids: Path | None, model: Transformer
-                  ) -> tuple[Sequences, int | None]:
+def load_document(text: Path | None, ids: Path | None, model: Transformer,
+                  words: Words = OPTIONS) -> tuple[Sequences, int | None]:
     """``perplexity``'s text: for a decoder, one document (``--text`` tokenised whole, or
     ``--ids`` all sequences joined) and the BOS its tokenizer puts first (None with --ids or
     a tokenizer that adds none); for an encoder (no LM head), one sequence per line, as
@@ -399,10 +402,10 @@ def load_document(text: Path | None, ids: Path | None, model: Transformer
 
     from ffncli.formats.text import Sequences, read_document, read_ids
 
-    one_text(text, ids)
+    one_text(text, ids, words)
     if text is None and ids is None:
-        raise InputError("perplexity: give the text with --text FILE or its token ids with "
-                         "--ids FILE")
+        raise InputError(f"perplexity: give the text with {words.given('text', 'FILE')} or "
+                         f"its token ids with {words.given('ids', 'FILE')}")
     decoder = model.has_head
     if ids is not None:
         read = read_ids(ids, model.vocab, None if decoder else model.max_positions)
@@ -410,7 +413,7 @@ def load_document(text: Path | None, ids: Path | None, model: Transformer
             return read, None
         return Sequences((np.concatenate(read.ids),), (1,), read.source, read.sha256), None
     assert text is not None
-    tokenizer = model_tokenizer(model)
+    tokenizer = model_tokenizer(model, words=words)
     if not decoder:
         return read_model_text(model, tokenizer, text), None
     document = read_document(text, tokenizer)
