@@ -439,7 +439,7 @@ def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = No
 def run_asked(model: ModelChoice, text: TextChoice, asked: Asked,
               bar: Progress | None = None) -> PerplexityResult:
     """:func:`run_perplexity` of the options already :class:`Asked` (and checked)."""
-    with open_forward(model, Overrides()) as forward:
+    with open_forward(model, Overrides(), asked.words) as forward:
         p = plan_job(forward, model, text, asked)
         result = evaluate(p, progress=bar)
         result = with_thresholds(asked.save is not None, forward, result)

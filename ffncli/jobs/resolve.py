@@ -65,7 +65,7 @@ def _read_checkpoint(path: Path) -> Header:
     """A local checkpoint's headers (``formats.safetensors.read_checkpoint``)."""
     from ffncli.formats import safetensors
 
-    return safetensors.read_checkpoint(path)
+    return safetensors.read_checkpoint(path, OPTIONS)
 
 
 def config_beside(weights: Path) -> Path | None:
@@ -142,8 +142,8 @@ class Opened:
 
 
 def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
-          weights: Path | None, weights_describe: bool, gguf: GgufHeader | None = None
-          ) -> tuple[ModelSpec, Keys | None]:
+          weights: Path | None, weights_describe: bool, gguf: GgufHeader | None = None,
+          words: Words = OPTIONS) -> tuple[ModelSpec, Keys | None]:
     """The spec and, when it comes from a config.json, that config's keys (read once)."""
     if preset is not None and config is not None:
         raise InputError("give --preset or --config, not both")
@@ -153,7 +153,7 @@ def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
         assert weights is not None  # a GGUF file's path
         header = gguf if gguf is not None else _read_gguf(weights)
         return apply_overrides(spec_from_header(header), overrides or Overrides()), None
-    spec, keys = _described(preset, config, weights, weights_describe)
+    spec, keys = _described(preset, config, weights, weights_describe, words)
     return apply_overrides(spec, overrides or Overrides()), keys
 
 
@@ -162,7 +162,7 @@ def _is_gguf(weights: Path | None) -> bool:
 
 
 def _described(preset: str | None, config: Path | None, weights: Path | None,
-               weights_describe: bool) -> tuple[ModelSpec, Keys | None]:
+               weights_describe: bool, words: Words) -> tuple[ModelSpec, Keys | None]:
     """The spec of ``--config`` (with ``weights_describe``, the config.json beside the weights
     when neither is given) and its keys, or of ``--preset`` and the keys of the config.json
     beside a checkpoint."""
@@ -171,13 +171,13 @@ def _described(preset: str | None, config: Path | None, weights: Path | None,
         if config is None:  # say what is wrong with the weights, not "give a model"
             _no_config_beside(weights)
     if config is not None:
-        return _config(config, weights)
+        return _config(config, weights, words)
     if preset is None:
         raise InputError(_NO_MODEL_OR_WEIGHTS if weights_describe else _NO_MODEL)
     spec = load_preset(preset)
     if weights is None or _is_gguf(weights):
         return spec, None
-    return spec, _settings_beside(weights)
+    return spec, _settings_beside(weights, words)
 
 
 def _no_config_beside(weights: Path) -> None:
@@ -192,7 +192,7 @@ def _no_config_beside(weights: Path) -> None:
                      "give it with --config config.json, or a --preset NAME|FILE")
 
 
-def _settings_beside(weights: Path) -> Keys | None:
+def _settings_beside(weights: Path, words: Words) -> Keys | None:
     """With a --preset's spec, the config.json beside a checkpoint, read once: the whole
     model's settings for the forward, and its quantization_config checked as
     :func:`_config` checks it (None when there is no config beside the weights)."""
@@ -203,11 +203,11 @@ def _settings_beside(weights: Path) -> Keys | None:
     if beside is None:
         return None
     data = read_config(beside)
-    check_quant_method(data, str(beside))
+    check_quant_method(data, str(beside), words)
     return Keys(data, str(beside))
 
 
-def _config(path: Path, weights: Path | None) -> tuple[ModelSpec, Keys]:
+def _config(path: Path, weights: Path | None, words: Words) -> tuple[ModelSpec, Keys]:
     """A config.json, read once: its spec and its keys. With the ``weights`` it describes (a
     checkpoint, not a GGUF file), its quantization_config names a method they are read by."""
     from ffncli.formats.quantised import check_quant_method
@@ -216,7 +216,7 @@ def _config(path: Path, weights: Path | None) -> tuple[ModelSpec, Keys]:
 
     data = read_config(path)
     if weights is not None and weights.suffix.lower() != ".gguf":
-        check_quant_method(data, str(path))
+        check_quant_method(data, str(path), words)
     spec = spec_from_config(data, str(path))  # refuses anything but a JSON object
     return spec, Keys(data, str(path))
 
@@ -230,7 +230,7 @@ def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides |
     return _spec(preset, config, overrides, weights, weights_describe)[0]
 
 
-def open_model(choice: ModelChoice, overrides: Overrides) -> Opened:
+def open_model(choice: ModelChoice, overrides: Overrides, words: Words = OPTIONS) -> Opened:
     """The model of ``choice``: the spec, the checkpoint of ``--weights``/``--model`` opened
     (a GGUF file's header read once, for both), and the keys of the config.json the whole
     model's settings come from (``--config``, else the one beside the weights)."""
@@ -241,14 +241,14 @@ def open_model(choice: ModelChoice, overrides: Overrides) -> Opened:
     gguf = weights is not None and weights.suffix.lower() == ".gguf"
     header = _read_gguf(weights) if weights is not None and gguf and choice.preset is None \
         and choice.config is None else None
-    spec, keys = _spec(choice.preset, choice.config, overrides, weights, True, header)
+    spec, keys = _spec(choice.preset, choice.config, overrides, weights, True, header, words)
     if weights is None or not is_checkpoint(weights):
         return Opened(spec, weights)
     tensors: Tensors
     if gguf:
         tensors = GgufTensors(header if header is not None else _read_gguf(weights))
     else:
-        tensors = SafetensorsTensors(open_checkpoint(weights))
+        tensors = SafetensorsTensors(open_checkpoint(weights, words))
     return Opened(spec, weights, tensors, keys)
 
 
@@ -315,23 +315,29 @@ def load_tokens(choice: TokenChoice, d_model: int) -> TokenInput:
     return tokens
 
 
-def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
-    """The whole model of ``--weights`` or ``--model``, for ``--text`` and ``--ids``."""
+def open_forward(choice: ModelChoice, overrides: Overrides, words: Words = OPTIONS
+                 ) -> Transformer:
+    """The whole model of ``--weights`` or ``--model``, for ``--text`` and ``--ids``; errors
+    name what to give in ``words`` (a library call: its parameters)."""
     weights = weights_of(choice.weights, choice.hub_model)
     if weights is None:
         raise InputError("--text and --ids run the whole model: give its checkpoint with "
                          "--weights or --model")
     from ffncli.compute.build import parse_dtype
     from ffncli.compute.forward.families import open_transformer
+    from ffncli.formats.safetensors import NoConfig
 
     if overrides.capacity_factor is not None:
         raise InputError("option --capacity-factor: the whole-model forward runs the "
                          "checkpoint's own routing, which drops no tokens")
-    opened = open_model(choice, overrides)
+    opened = open_model(choice, overrides, words)
     try:
         return open_transformer(opened.spec, weights, parse_dtype(choice.dtype, "option --dtype"),
                                 config=choice.config, tensors=opened.tensors,
                                 settings=opened.settings)
+    except NoConfig as exc:
+        opened.close()
+        raise exc.worded(words) from None
     except BaseException:
         opened.close()
         raise
@@ -342,7 +348,7 @@ def open_text(choice: ModelChoice, text: TextChoice, overrides: Overrides,
     """``--text``/``--ids`` through the whole model: the forward (its checkpoint opened once)
     and the sequences, read and checked against it; ``words`` name the text's options (a
     library call: its parameters). The caller closes the forward."""
-    forward = open_forward(choice, overrides)
+    forward = open_forward(choice, overrides, words)
     try:
         return forward, load_sequences(text, forward, forward.weights, words)
     except BaseException:
