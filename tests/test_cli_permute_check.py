@@ -156,7 +156,8 @@ def test_a_module_wanting_3d_input_is_told_how_to_give_it(cli, in_tests, tmp_pat
     assert (ok.code, ok.err) == (0, "")
     with pytest.raises(ImplError) as raised:
         testing.assert_position_wise(torch_shapes.Unpacks3D(), torch.ones(12, 16))
-    assert str(raised.value) == line.replace("impls.torch_shapes:Unpacks3D", "Unpacks3D")
+    assert str(raised.value) == line.replace("impls.torch_shapes:Unpacks3D", "Unpacks3D") \
+        .removesuffix(" (to --input, a .npy of that shape)")  # the library's words: no option
     assert testing.assert_position_wise(torch_shapes.Unpacks3D(), torch.randn(2, 5, 16)).passed
 
 

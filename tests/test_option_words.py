@@ -369,3 +369,33 @@ def test_a_rule_line_in_the_library_and_in_the_commands_json(cli, tmp_path):
     assert r.code == 0
     assert "(--target-sparsity 0.5: threshold on the activated value)" in \
         json.loads(r.out)["definition"]
+
+
+# ---------------------------------------------------------------------------------------------
+# One validator for --threshold and --target-sparsity, run once a relu-stats call, whichever
+# path it takes (a token file, one text, shards).
+
+
+@pytest.mark.parametrize("how", ["tokens", "text", "shards"])
+def test_relu_stats_checks_its_cut_once_a_call(cli, tmp_path, monkeypatch, how):
+    import ffncli.analysis.sparsity as sparsity
+    import ffncli.jobs.sweep as sweep
+
+    calls = []
+
+    def counted(threshold, target, words=PARAMETERS):
+        calls.append((threshold, target, words))
+        return check_rule(threshold, target, words)
+
+    monkeypatch.setattr(sparsity, "check_rule", counted)
+    monkeypatch.setattr(sweep, "check_rule", counted)
+    if how == "tokens":
+        np.save(tmp_path / "x.npy", np.ones((3, 4), np.float32))
+        given = ("--preset", "tiny", "--input", tmp_path / "x.npy")
+    else:
+        (tmp_path / "many").mkdir()
+        (tmp_path / "many" / "a.txt").write_text(IDS.read_text())
+        given = ("--weights", GPT2, "--ids", IDS if how == "text" else f"{tmp_path}/many/*.txt")
+    r = cli("relu-stats", *given, "--target-sparsity", "0.5", "--json")
+    assert (r.code, r.err) == (0, "")
+    assert calls == [(None, 0.5, OPTIONS)]
