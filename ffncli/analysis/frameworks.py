@@ -243,9 +243,11 @@ def _copy(module: Any, label: str, have: str, want: str, words: Words) -> Any:
     try:
         return copy.deepcopy(module)
     except Exception as exc:
-        instead = (f"check it in {have} ({words.given('dtype', have)})"
-                   if have in ("float32", "float64") else "make it copyable")
-        raise ImplError(f"{words.where('dtype')} {want}: {label} is a {have} module, which ffncli "
+        how = f"({words.given('dtype', have)})" if words.options else f"on {have} tokens"
+        instead = (f"check it in {have} {how}" if have in ("float32", "float64")
+                   else "make it copyable")  # a library call's dtype is its tokens'
+        where = f"{words.where('dtype')} {want}" if words.options else f"{want} tokens"
+        raise ImplError(f"{where}: {label} is a {have} module, which ffncli "
                         f"casts to {want} on a copy, and copy.deepcopy cannot copy it "
                         f"({type(exc).__name__}: {exc}); {instead}, or cast it to {want} "
                         "yourself") from None

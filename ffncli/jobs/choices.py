@@ -170,6 +170,13 @@ def is_many(path: Path) -> bool:
     return any(c in str(path) for c in _GLOB_MAGIC) and not os.path.lexists(path)
 
 
+def not_shares(part: str) -> InputError:
+    """perplexity's ``--target-sparsity S[,S...]`` with a part that is not a number: the one
+    line of its parser (ffncli.cli.options.shares) and its reader (jobs.perplexity)."""
+    return InputError(f"option --target-sparsity: expected shares such as 0.5 or 0.25,0.5, got "
+                      f"{part.strip()!r}")
+
+
 # How params --train's errors name its options (a library call names its parameters).
 TRAIN_OPTIONS = {"mode": "option --train", "optimizer": "option --optimizer",
                  "precision": "option --precision", "lora_rank": "option --lora-rank",

@@ -27,7 +27,7 @@ from ffncli.analysis.perplexity import (
 from ffncli.base.validate import Words, share
 from ffncli.compute.sparse import RULES, Cut, Tally
 from ffncli.errors import InputError, SpecError
-from ffncli.jobs.choices import OPTIONS, parse_layers
+from ffncli.jobs.choices import OPTIONS, not_shares, parse_layers
 from ffncli.jobs.progress import Progress
 from ffncli.jobs.resolve import load_document, open_forward
 from ffncli.jobs.thresholds import (
@@ -80,8 +80,7 @@ def parse_targets(text: str | None) -> tuple[float, ...]:
         try:
             value = float(part)
         except ValueError:
-            raise InputError(f"option --target-sparsity: expected shares such as 0.5 or "
-                             f"0.25,0.5, got {part.strip()!r}") from None
+            raise not_shares(part) from None
         value += 0.0  # -0 is 0 (a NaN is refused with the others, by check_targets)
         if value not in out:
             out.append(value)
