@@ -159,6 +159,9 @@ HOSTILE = [  # id, call, error, message
      "give text or ids, not both"),
     ("layer_stats-missing", lambda: ffncli.layer_stats("missing", ids=IDS), WeightsError,
      "weights file not found: missing"),
+    ("layer_stats-no-config", lambda: ffncli.layer_stats("tests/data/forward", ids=IDS),
+     InputError, "no config.json in tests/data/forward, which the model's shape is read from: "
+                 "give it with config=config.json"),
     ("layer_stats-layers-past", lambda: ffncli.layer_stats(GPT2, ids=IDS, layers=5),
      InputError, "layers: expected layers of 0-1, got '5'"),
     ("layer_stats-layers-negative", lambda: ffncli.layer_stats(GPT2, ids=IDS, layers=-1),

@@ -399,3 +399,15 @@ def test_relu_stats_checks_its_cut_once_a_call(cli, tmp_path, monkeypatch, how):
     r = cli("relu-stats", *given, "--target-sparsity", "0.5", "--json")
     assert (r.code, r.err) == (0, "")
     assert calls == [(None, 0.5, OPTIONS)]
+
+
+def test_weights_without_a_config_in_the_library_and_on_the_command_line(cli, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    line = ("no config.json in tests/data/forward, which the model's shape is read from: give "
+            "it with ")
+    with pytest.raises(InputError) as caught:
+        ffncli.layer_stats("tests/data/forward", ids=IDS)
+    assert str(caught.value) == line + "config=config.json"
+    r = cli("relu-stats", "--weights", "tests/data/forward", "--ids", IDS)
+    assert (r.code, r.out, r.err) == (2, "", f"error: {line}--config config.json, or a --preset "
+                                             "NAME|FILE\n")

@@ -169,7 +169,7 @@ def _described(preset: str | None, config: Path | None, weights: Path | None,
     if weights_describe and config is None and preset is None and weights is not None:
         config = config_beside(weights)
         if config is None:  # say what is wrong with the weights, not "give a model"
-            _no_config_beside(weights)
+            _no_config_beside(weights, words)
     if config is not None:
         return _config(config, weights, words)
     if preset is None:
@@ -180,16 +180,17 @@ def _described(preset: str | None, config: Path | None, weights: Path | None,
     return spec, _settings_beside(weights, words)
 
 
-def _no_config_beside(weights: Path) -> None:
+def _no_config_beside(weights: Path, words: Words) -> None:
     """Refuse ``--weights`` that do not describe their model: missing, or without the
-    config.json a checkpoint's spec comes from."""
+    config.json a checkpoint's spec comes from (a library call has no preset to offer)."""
     from ffncli.errors import WeightsError
 
     if not os.path.lexists(weights):
         raise WeightsError(f"weights file not found: {weights}")
     folder = weights if os.path.isdir(weights) else weights.parent
+    preset = f", or a {words.given('preset', 'NAME|FILE')}" if words.options else ""
     raise InputError(f"no config.json in {folder}, which the model's shape is read from: "
-                     "give it with --config config.json, or a --preset NAME|FILE")
+                     f"give it with {words.given('config', 'config.json')}{preset}")
 
 
 def _settings_beside(weights: Path, words: Words) -> Keys | None:
