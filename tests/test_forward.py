@@ -555,7 +555,7 @@ def test_weights_without_a_config(tmp_path):
     with pytest.raises(ConfigError) as exc:
         open_transformer(spec, folder, np.dtype(np.float32))
     assert one_line(exc) == (f"{folder}: the forward reads the model's config.json (norms, "
-                             "positions, rotary settings); none beside the weights: give --config")
+                             "positions, rotary settings); none beside the weights: give config")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -32,6 +32,34 @@ class Sizing:
 LIBRARY_SIZING = Sizing()  # a library call's words
 
 
+@dataclass(frozen=True)
+class Words:
+    """How an error or a hint names what the caller gave: a library call's parameters by
+    default (``ctx: expected ...``, ``ids=FILE``); a command passes its options
+    (ffncli.jobs.choices.OPTIONS: ``option --ctx: expected ...``, ``--ids FILE``), each the
+    parameter's name with ``-`` for ``_``, bar those ``renamed`` ((parameter, option) pairs)."""
+
+    options: bool = False
+    renamed: tuple[tuple[str, str], ...] = ()
+
+    def name(self, parameter: str) -> str:
+        """``target_sparsity``, or the option ``--target-sparsity``."""
+        if not self.options:
+            return parameter
+        return dict(self.renamed).get(parameter) or "--" + parameter.replace("_", "-")
+
+    def where(self, parameter: str) -> str:
+        """What an error about its value begins with: ``ctx``, or ``option --ctx``."""
+        return f"option {self.name(parameter)}" if self.options else parameter
+
+    def given(self, parameter: str, value: object) -> str:
+        """The parameter given a value: ``ids=FILE``, or ``--ids FILE``."""
+        return f"{self.name(parameter)} {value}" if self.options else f"{parameter}={value}"
+
+
+PARAMETERS = Words()  # a library call's words
+
+
 def brief(value: object) -> str:
     """A short repr of a value, for an error message: long strings, lists, mappings and
     integers are cut in the middle (``[1, 2, 3, 4, 5, 6, ...]``)."""

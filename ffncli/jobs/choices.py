@@ -9,12 +9,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.base.validate import fail, whole
+from ffncli.base.validate import Words, fail, whole
 from ffncli.errors import InputError
 
 if TYPE_CHECKING:  # imported when a plan is made: the counting modules stay off start-up
     from ffncli.counting.fit import Budget
     from ffncli.counting.training import Plan
+
+
+# How the lower layers' errors and hints name what a command was given: its options, each a
+# library parameter's name with - for _ (a library call names the parameters themselves:
+# ffncli.base.validate.PARAMETERS); the function checked by permute-check is --impl's.
+OPTIONS = Words(options=True, renamed=(("fn", "--impl"),))
 
 
 @dataclass(frozen=True)
@@ -65,9 +71,9 @@ class TextChoice:
     def given(self) -> bool:
         return self.text is not None or self.ids is not None
 
-    def one(self) -> None:
+    def one(self, words: Words = OPTIONS) -> None:
         """``--text`` or ``--ids``, not both: checked where the text is read."""
-        one_text(self.text, self.ids)
+        one_text(self.text, self.ids, words)
 
     def refuse(self, tokens: TokenChoice) -> None:
         """Real text and token vectors are two ways to feed the FFN: not both."""
@@ -76,10 +82,11 @@ class TextChoice:
                              "--input/--random (tokens given to one layer's FFN), not both")
 
 
-def one_text(text: Path | None, ids: Path | None) -> None:
-    """A text is given as words (``--text``) or as token ids (``--ids``), not both."""
+def one_text(text: Path | None, ids: Path | None, words: Words = OPTIONS) -> None:
+    """A text is given as words (``--text``) or as token ids (``--ids``), not both: the one
+    check of it, for every command and the library (``words``: its parameters)."""
     if text is not None and ids is not None:
-        raise InputError("give --text or --ids, not both")
+        raise InputError(f"give {words.name('text')} or {words.name('ids')}, not both")
 
 
 def parse_layers(text: str | None, n_layers: int, where: str = "option --layer"
@@ -161,6 +168,13 @@ def is_many(path: Path) -> bool:
     if os.path.isdir(path):
         return True
     return any(c in str(path) for c in _GLOB_MAGIC) and not os.path.lexists(path)
+
+
+def not_shares(part: str) -> InputError:
+    """perplexity's ``--target-sparsity S[,S...]`` with a part that is not a number: the one
+    line of its parser (ffncli.cli.options.shares) and its reader (jobs.perplexity)."""
+    return InputError(f"option --target-sparsity: expected shares such as 0.5 or 0.25,0.5, got "
+                      f"{part.strip()!r}")
 
 
 # How params --train's errors name its options (a library call names its parameters).

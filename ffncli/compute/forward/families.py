@@ -26,7 +26,7 @@ from ffncli.compute.forward.ops import (
 )
 from ffncli.compute.forward.transformer import Transformer
 from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
-from ffncli.formats.safetensors import config_beside
+from ffncli.formats.safetensors import NoConfig, config_beside
 from ffncli.formats.tensors import GgufTensors, Tensors, open_tensors
 from ffncli.specs.layouts import (
     GEMMA_NORMS,
@@ -379,9 +379,8 @@ def _open(spec: ModelSpec, weights: Path, dtype: np.dtype, config: Path | None,
     if settings is None:
         config = config or config_beside(weights)
         if config is None:
-            raise ConfigError(f"{weights}: the forward reads the model's config.json (norms, "
-                              "positions, rotary settings); none beside the weights: give "
-                              "--config")
+            raise NoConfig(f"{weights}: the forward reads the model's config.json (norms, "
+                           "positions, rotary settings); none beside the weights")
         settings = read_settings(config)
     model_type = settings.data.get("model_type")
     row = ARCHS.get(model_type) if isinstance(model_type, str) else None
