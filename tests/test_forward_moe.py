@@ -229,3 +229,68 @@ def test_the_fused_fixture_is_fused():
     names = json.loads(header[8:8 + int.from_bytes(header[:8], "little")])
     assert "model.layers.1.mlp.experts.gate_up_proj" in names
     assert not any(".experts.0." in n for n in names)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("protocol", ["default", "all", "stride16", "stride32"])
+def test_dense_perplexity_is_transformers(case, protocol):
+    """tests/data/perplexity/<case> (tests/fixtures/make_perplexity.py): the same 300 ids as
+    gpt2 and llama, ctx 32; within 1e-5 relative of transformers' float32 (the issue asks
+    1e-4)."""
+    from test_perplexity_torch import PROTOCOLS, _as_fixture, _expected, _ids, _open
+
+    from ffncli.analysis.perplexity import Protocol
+    from ffncli.jobs.perplexity import perplexity
+
+    want = _expected(case)["float32"]["dense"][protocol]
+    with _open(case) as m:
+        r = perplexity(m, _as_fixture(_ids(case), 32, want), Protocol(32, **PROTOCOLS[protocol]))
+    assert (r.tokens_scored, r.windows) == (want["tokens_scored"], want.get("windows", r.windows))
+    assert r.perplexity == pytest.approx(want["perplexity"], rel=1e-5)
+    assert r.nll_mean == pytest.approx(want["nll_mean"], rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad checkpoints and configs: one line, exit 2.
+
+
+def _edited(tmp_path: Path, case: str, config: dict | None = None, drop: str | None = None,
+            tensors: dict[str, np.ndarray] | None = None) -> Path:
+    st = pytest.importorskip("safetensors.numpy")
+    folder = tmp_path / case
+    folder.mkdir()
+    settings = json.loads((FORWARD / case / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**settings, **(config or {})}))
+    weights = st.load_file(str(FORWARD / case / "model.safetensors"))
+    weights = {k: v for k, v in weights.items() if k != drop}
+    st.save_file({**weights, **(tensors or {})}, str(folder / "model.safetensors"))
+    return folder
+
+
+L1 = "model.layers.1.mlp"
+HOSTILE = [
+    ("qwen3_moe", None, f"{L1}.experts.down_proj", None,
+     "{w}/model.safetensors: no tensor 'layers.1.mlp.experts.down_proj' for layer 1 (the file "
+     "has layers 0-2)"),
+    ("qwen3_moe", None, None, {f"{L1}.experts.gate_up_proj": np.zeros((7, 32, 32), np.float32)},
+     "{w}/model.safetensors: 'layers.1.mlp.experts.gate_up_proj': expected 8 experts of shape "
+     "(32, 32), got shape (7, 32, 32)"),
+    ("qwen2_moe", None, f"{L1}.shared_expert_gate.weight", None,
+     "{w}/model.safetensors: no tensor 'layers.1.mlp.shared_expert_gate.weight' for layer 1 "
+     "(the file has layers 0-2)"),
+    ("qwen2_moe", None, None, {f"{L1}.shared_expert_gate.weight": np.zeros((2, 32), np.float32)},
+     "{w}/model.safetensors: 'shared_gate': expected shape (32, 1), got (32, 2)"),
+    ("qwen3_moe", {"norm_topk_prob": "yes"}, None, None,
+     "{w}/config.json: key 'norm_topk_prob': expected true or false, got 'yes'"),
+    ("olmoe", {"clip_qkv": -1}, None, None,
+     "{w}/config.json: key 'clip_qkv': expected a positive number, got -1"),
+]
+
+
+@pytest.mark.parametrize("case,config,drop,tensors,message", HOSTILE)
+def test_bad_mixtures_are_one_line(cli, tmp_path, case, config, drop, tensors, message):
+    folder = _edited(tmp_path, case, config, drop, tensors)
+    (tmp_path / "ids.txt").write_text("1 2 3\n")
+    r = cli("capture", "--weights", folder, "--ids", tmp_path / "ids.txt", "--out",
+            tmp_path / "out", "--layer", "1")
+    assert (r.code, r.err) == (2, f"error: {message.format(w=folder)}\n")
