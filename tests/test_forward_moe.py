@@ -1,7 +1,8 @@
 """The mixtures of experts of issue 42 in the whole-model forward against transformers 5.25:
 Qwen2-MoE (a shared expert behind a sigmoid gate, weights not renormalised, a dense first
-layer), Qwen3-MoE (renormalised, a dense first layer, experts saved fused as 3-D tensors) and
-OLMoE (Q and K norms over the whole projection, clip_qkv). tests/data/forward/<case>/expected.npz
+layer), Qwen3-MoE (renormalised, a dense first layer, experts saved fused as 3-D tensors; and
+with decoder_sparse_step 2, a dense layer after a sparse one) and OLMoE (Q and K norms over the
+whole projection, clip_qkv). tests/data/forward/<case>/expected.npz
 holds every layer's FFN input, the final states, and each MoE layer's router outputs as
 transformers' router module returned them (router{N} logits, chosen{N}, weights{N}); made by
 tests/fixtures/make_forward.py, never importing torch here."""
@@ -22,9 +23,11 @@ from ffncli.compute.forward.walk import hidden_states
 from ffncli.jobs.resolve import resolve_spec
 
 FORWARD = Path(__file__).parent / "data" / "forward"
-CASES = ["qwen2_moe", "qwen3_moe", "olmoe"]
+CASES = ["qwen2_moe", "qwen3_moe", "olmoe", "qwen3_moe-step"]
+FAMILIES = CASES[:3]
 REL = 1e-4  # the tolerance the other families meet (test_forward.assert_close)
-MOE_LAYERS = {"qwen2_moe": [1, 2], "qwen3_moe": [1, 2], "olmoe": [0, 1, 2]}
+MOE_LAYERS = {"qwen2_moe": [1, 2], "qwen3_moe": [1, 2], "olmoe": [0, 1, 2],
+              "qwen3_moe-step": [1]}
 
 
 def load(case: str):
@@ -76,9 +79,12 @@ def test_router_outputs_match_transformers(case):
 
 @pytest.mark.parametrize("case,layer,kind", [
     ("qwen2_moe", 0, F.GatedWeights), ("qwen3_moe", 0, F.GatedWeights),
-    ("olmoe", 0, F.MoEWeights), ("qwen2_moe", 2, F.MoEWeights)])
+    ("olmoe", 0, F.MoEWeights), ("qwen2_moe", 2, F.MoEWeights),
+    ("qwen3_moe-step", 0, F.GatedWeights), ("qwen3_moe-step", 1, F.MoEWeights),
+    ("qwen3_moe-step", 2, F.GatedWeights)])
 def test_dense_layers_are_dense(case, layer, kind):
-    """mlp_only_layers [0]: layer 0 of the Qwen cases is a gated FFN of intermediate_size."""
+    """mlp_only_layers [0]: layer 0 of the Qwen cases is a gated FFN of intermediate_size;
+    decoder_sparse_step 2: layers 0 and 2 (a dense layer after a sparse one)."""
     with load(case) as model:
         p = model.layer(layer).engine.weights
     assert isinstance(p, kind)
@@ -90,7 +96,7 @@ def test_the_config_says_how_to_route():
     """norm_topk_prob, as the config says (Qwen3-MoE's fixture: true; the others false);
     Qwen2-MoE's shared expert and its gate are read, the others have none."""
     rules = {}
-    for case in CASES:
+    for case in FAMILIES:
         with load(case) as model:
             p = model.layer(2).engine.weights
             rules[case] = p.describe()
@@ -177,13 +183,14 @@ def _oracle_ffn(case: str, layer: int) -> np.ndarray:
 
 @pytest.mark.parametrize("case", CASES)
 def test_run_a_layer_on_transformers_input(cli, tmp_path, case):
-    """run --input (transformers' FFN input of the last layer) --layer 2: the output is the
-    sum over transformers' chosen experts with transformers' weights."""
-    np.save(tmp_path / "x.npy", expected(case)["layer2"])
-    r = cli("run", "--weights", FORWARD / case, "--layer", "2", "--input", tmp_path / "x.npy",
-            "--json")
+    """run --input (transformers' FFN input of the last MoE layer) --layer N: the output is
+    the sum over transformers' chosen experts with transformers' weights."""
+    i = MOE_LAYERS[case][-1]
+    np.save(tmp_path / "x.npy", expected(case)[f"layer{i}"])
+    r = cli("run", "--weights", FORWARD / case, "--layer", str(i), "--input",
+            tmp_path / "x.npy", "--json")
     assert r.code == 0, r.err
-    close(np.array(r.json()["output"]), _oracle_ffn(case, 2), f"{case} run")
+    close(np.array(r.json()["output"]), _oracle_ffn(case, i), f"{case} run")
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -231,7 +238,7 @@ def test_the_fused_fixture_is_fused():
     assert not any(".experts.0." in n for n in names)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", FAMILIES)
 @pytest.mark.parametrize("protocol", ["default", "all", "stride16", "stride32"])
 def test_dense_perplexity_is_transformers(case, protocol):
     """tests/data/perplexity/<case> (tests/fixtures/make_perplexity.py): the same 300 ids as
