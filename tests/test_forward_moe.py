@@ -23,11 +23,11 @@ from ffncli.compute.forward.walk import hidden_states
 from ffncli.jobs.resolve import resolve_spec
 
 FORWARD = Path(__file__).parent / "data" / "forward"
-CASES = ["qwen2_moe", "qwen3_moe", "olmoe", "qwen3_moe-step"]
+CASES = ["qwen2_moe", "qwen3_moe", "olmoe", "qwen3_moe-step", "qwen3_moe-all"]
 FAMILIES = CASES[:3]
 REL = 1e-4  # the tolerance the other families meet (test_forward.assert_close)
 MOE_LAYERS = {"qwen2_moe": [1, 2], "qwen3_moe": [1, 2], "olmoe": [0, 1, 2],
-              "qwen3_moe-step": [1]}
+              "qwen3_moe-step": [1], "qwen3_moe-all": [0, 1, 2]}
 
 
 def load(case: str):
@@ -301,3 +301,74 @@ def test_bad_mixtures_are_one_line(cli, tmp_path, case, config, drop, tensors, m
     r = cli("capture", "--weights", folder, "--ids", tmp_path / "ids.txt", "--out",
             tmp_path / "out", "--layer", "1")
     assert (r.code, r.err) == (2, f"error: {message.format(w=folder)}\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# A GGUF file of qwen3moe, written with the gguf package from the all-MoE fixture.
+
+
+def qwen3moe_gguf(path: Path, case: str = "qwen3_moe-all") -> Path:
+    """The fixture's tensors under llama.cpp's names (convert_hf_to_gguf.py's Qwen3MoeModel: no
+    Q/K reordering, the experts stacked [experts, out, in]) and its metadata keys, float32."""
+    gguf = pytest.importorskip("gguf")
+    st = pytest.importorskip("safetensors.numpy")
+    c = json.loads((FORWARD / case / "config.json").read_text())
+    t = st.load_file(str(FORWARD / case / "model.safetensors"))
+    arch, n, e = "qwen3moe", c["num_hidden_layers"], c["num_local_experts"]  # as 5.25 writes it
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in {"block_count": n, "context_length": c["max_position_embeddings"],
+                       "embedding_length": c["hidden_size"],
+                       "feed_forward_length": c["intermediate_size"],
+                       "attention.head_count": c["num_attention_heads"],
+                       "attention.head_count_kv": c["num_key_value_heads"],
+                       "attention.key_length": c["head_dim"],
+                       "attention.value_length": c["head_dim"], "expert_count": e,
+                       "expert_used_count": c["num_experts_per_tok"],
+                       "expert_feed_forward_length": c["moe_intermediate_size"]}.items():
+        w.add_uint32(f"{arch}.{key}", value)
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", c["rms_norm_eps"])
+    w.add_float32(f"{arch}.rope.freq_base", c["rope_theta"])
+    w.add_token_list([f"t{i}" for i in range(c["vocab_size"])])
+    w.add_tensor("token_embd.weight", t["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", t["model.norm.weight"])
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+             "mlp.gate": "ffn_gate_inp"}
+    for i in range(n):
+        for ours, theirs in names.items():
+            w.add_tensor(f"blk.{i}.{theirs}.weight", t[f"model.layers.{i}.{ours}.weight"])
+        for m in ("gate", "up", "down"):
+            w.add_tensor(f"blk.{i}.ffn_{m}_exps.weight", np.stack([
+                t[f"model.layers.{i}.mlp.experts.{x}.{m}_proj.weight"] for x in range(e)]))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_a_qwen3moe_gguf_runs_as_transformers(tmp_path):
+    """llama.cpp's qwen3moe: its Q and K rows as transformers has them, the top-k weights
+    always renormalised (the architecture says so, not a key), the experts stacked."""
+    path = qwen3moe_gguf(tmp_path / "model.gguf")
+    case = "qwen3_moe-all"
+    want = expected(case)
+    spec = resolve_spec(None, None, weights=path, weights_describe=True)
+    with open_transformer(spec, path, np.dtype(np.float32)) as model:
+        got, final = hidden_states(model, sequences(case), [0, 1, 2])
+        for i in range(3):
+            close(got[i], want[f"layer{i}"], f"gguf layer {i}")
+            p = model.layer(i).engine.weights
+            assert p.describe() == "softmax top-2, renormalised"
+            np.testing.assert_array_equal(F.route(want[f"layer{i}"], p)[0], want[f"chosen{i}"])
+    close(final, want["final"], "gguf final")
+
+
+def test_a_qwen3moe_gguf_through_capture(cli, tmp_path):
+    path = qwen3moe_gguf(tmp_path / "model.gguf")
+    r = cli("capture", "--weights", path, "--ids", FORWARD / "qwen3_moe-all" / "ids.txt",
+            "--out", tmp_path / "out", "--layer", "2")
+    assert r.code == 0, r.err
+    close(np.load(tmp_path / "out" / "layer2.npy"), expected("qwen3_moe-all")["layer2"], "gguf")
