@@ -372,3 +372,47 @@ def test_a_qwen3moe_gguf_through_capture(cli, tmp_path):
             "--out", tmp_path / "out", "--layer", "2")
     assert r.code == 0, r.err
     close(np.load(tmp_path / "out" / "layer2.npy"), expected("qwen3_moe-all")["layer2"], "gguf")
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules of the families the forward does not run yet (their attention or their dense
+# layers), read from the config for who routes their inputs.
+
+
+def _rule_of(path: Path, **edits: object) -> F.Routing:
+    from ffncli.base.validate import Keys
+    from ffncli.specs.archs import spec_from_config
+
+    data = {**json.loads(path.read_text()), **edits}
+    return routing_rule(spec_from_config(data, str(path)), Keys(data, str(path)))
+
+
+ZOO = Path(__file__).parent / "data" / "zoo" / "configs"
+V3 = Path(__file__).parent / "data" / "configs" / "deepseek-v3.config.json"
+
+
+@pytest.mark.parametrize("path,edits,rule", [
+    (V3, {}, F.Routing(score="sigmoid", groups=8, top_groups=4, scale=2.5)),
+    (V3, {"norm_topk_prob": False, "routed_scaling_factor": 1.5},
+     F.Routing(score="sigmoid", renormalise=False, groups=8, top_groups=4, scale=1.5)),
+    (ZOO / "glm4_moe.config.json", {}, F.Routing(score="sigmoid")),
+    (ZOO / "deepseek_v2.config.json", {"num_experts_per_tok": 6}, F.Routing(renormalise=False)),
+    (ZOO / "deepseek_v2.config.json", {"num_experts_per_tok": 6, "n_group": 8,
+                                        "topk_group": 3, "topk_method": "group_limited_greedy",
+                                        "routed_scaling_factor": 16.0},
+     F.Routing(renormalise=False, groups=8, top_groups=3, group_score="max", scale=16.0)),
+])
+def test_the_routing_rules_of_deepseek_and_glm_from_their_configs(path, edits, rule):
+    assert _rule_of(path, **edits) == rule
+
+
+@pytest.mark.parametrize("edits,got", [({"n_group": 7}, "7 and 4"),
+                                       ({"topk_group": 9}, "8 and 9")])
+def test_groups_that_do_not_fit_are_refused(edits, got):
+    from ffncli.errors import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        _rule_of(V3, **edits)
+    assert str(exc.value) == (f"{V3}: keys 'n_group' and 'topk_group': expected groups "
+                              f"dividing the 256 experts, at most n_group of them chosen, got "
+                              f"{got}")
