@@ -238,25 +238,6 @@ def test_the_fused_fixture_is_fused():
     assert not any(".experts.0." in n for n in names)
 
 
-@pytest.mark.parametrize("case", FAMILIES)
-@pytest.mark.parametrize("protocol", ["default", "all", "stride16", "stride32"])
-def test_dense_perplexity_is_transformers(case, protocol):
-    """tests/data/perplexity/<case> (tests/fixtures/make_perplexity.py): the same 300 ids as
-    gpt2 and llama, ctx 32; within 1e-5 relative of transformers' float32 (the issue asks
-    1e-4)."""
-    from test_perplexity_torch import PROTOCOLS, _as_fixture, _expected, _ids, _open
-
-    from ffncli.analysis.perplexity import Protocol
-    from ffncli.jobs.perplexity import perplexity
-
-    want = _expected(case)["float32"]["dense"][protocol]
-    with _open(case) as m:
-        r = perplexity(m, _as_fixture(_ids(case), 32, want), Protocol(32, **PROTOCOLS[protocol]))
-    assert (r.tokens_scored, r.windows) == (want["tokens_scored"], want.get("windows", r.windows))
-    assert r.perplexity == pytest.approx(want["perplexity"], rel=1e-5)
-    assert r.nll_mean == pytest.approx(want["nll_mean"], rel=1e-5)
-
-
 # ---------------------------------------------------------------------------------------------
 # Bad checkpoints and configs: one line, exit 2.
 
