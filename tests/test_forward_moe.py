@@ -285,17 +285,22 @@ def test_bad_mixtures_are_one_line(cli, tmp_path, case, config, drop, tensors, m
 
 
 # ---------------------------------------------------------------------------------------------
-# A GGUF file of qwen3moe, written with the gguf package from the all-MoE fixture.
+# GGUF files of qwen3moe and olmoe, written with the gguf package from the all-MoE fixtures.
+
+GGUF_CASES = {"qwen3moe": ("qwen3_moe-all", "softmax top-2, renormalised"),
+              "olmoe": ("olmoe", "softmax top-2")}
 
 
-def qwen3moe_gguf(path: Path, case: str = "qwen3_moe-all") -> Path:
-    """The fixture's tensors under llama.cpp's names (convert_hf_to_gguf.py's Qwen3MoeModel: no
-    Q/K reordering, the experts stacked [experts, out, in]) and its metadata keys, float32."""
+def moe_gguf(path: Path, arch: str) -> Path:
+    """The fixture's tensors under llama.cpp's names (convert_hf_to_gguf.py's Qwen3MoeModel
+    and OlmoeModel: no Q/K reordering, the experts stacked [experts, out, in]) and their
+    metadata keys (OLMoE's clip_qkv as attention.clamp_kqv), float32."""
     gguf = pytest.importorskip("gguf")
     st = pytest.importorskip("safetensors.numpy")
+    case = GGUF_CASES[arch][0]
     c = json.loads((FORWARD / case / "config.json").read_text())
     t = st.load_file(str(FORWARD / case / "model.safetensors"))
-    arch, n, e = "qwen3moe", c["num_hidden_layers"], c["num_local_experts"]  # as 5.25 writes it
+    n, e = c["num_hidden_layers"], c.get("num_experts") or c["num_local_experts"]
     w = gguf.GGUFWriter(str(path), arch)
     for key, value in {"block_count": n, "context_length": c["max_position_embeddings"],
                        "embedding_length": c["hidden_size"],
@@ -305,10 +310,13 @@ def qwen3moe_gguf(path: Path, case: str = "qwen3_moe-all") -> Path:
                        "attention.key_length": c["head_dim"],
                        "attention.value_length": c["head_dim"], "expert_count": e,
                        "expert_used_count": c["num_experts_per_tok"],
-                       "expert_feed_forward_length": c["moe_intermediate_size"]}.items():
+                       "expert_feed_forward_length": c.get("moe_intermediate_size")
+                       or c["intermediate_size"]}.items():
         w.add_uint32(f"{arch}.{key}", value)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", c["rms_norm_eps"])
     w.add_float32(f"{arch}.rope.freq_base", c["rope_theta"])
+    if c.get("clip_qkv") is not None:
+        w.add_clamp_kqv(c["clip_qkv"])
     w.add_token_list([f"t{i}" for i in range(c["vocab_size"])])
     w.add_tensor("token_embd.weight", t["model.embed_tokens.weight"])
     w.add_tensor("output_norm.weight", t["model.norm.weight"])
@@ -330,25 +338,27 @@ def qwen3moe_gguf(path: Path, case: str = "qwen3_moe-all") -> Path:
     return path
 
 
-def test_a_qwen3moe_gguf_runs_as_transformers(tmp_path):
-    """llama.cpp's qwen3moe: its Q and K rows as transformers has them, the top-k weights
-    always renormalised (the architecture says so, not a key), the experts stacked."""
-    path = qwen3moe_gguf(tmp_path / "model.gguf")
-    case = "qwen3_moe-all"
+@pytest.mark.parametrize("arch", GGUF_CASES)
+def test_a_moe_gguf_runs_as_transformers(tmp_path, arch):
+    """llama.cpp's qwen3moe and olmoe: Q and K rows as transformers has them, the top-k weights
+    renormalised or not as the architecture fixes it (not a key), the experts stacked;
+    OLMoE's clamp read from attention.clamp_kqv."""
+    path = moe_gguf(tmp_path / "model.gguf", arch)
+    case, rule = GGUF_CASES[arch]
     want = expected(case)
     spec = resolve_spec(None, None, weights=path, weights_describe=True)
     with open_transformer(spec, path, np.dtype(np.float32)) as model:
         got, final = hidden_states(model, sequences(case), [0, 1, 2])
         for i in range(3):
-            close(got[i], want[f"layer{i}"], f"gguf layer {i}")
+            close(got[i], want[f"layer{i}"], f"{arch} gguf layer {i}")
             p = model.layer(i).engine.weights
-            assert p.describe() == "softmax top-2, renormalised"
+            assert p.describe() == rule
             np.testing.assert_array_equal(F.route(want[f"layer{i}"], p)[0], want[f"chosen{i}"])
-    close(final, want["final"], "gguf final")
+    close(final, want["final"], f"{arch} gguf final")
 
 
-def test_a_qwen3moe_gguf_through_capture(cli, tmp_path):
-    path = qwen3moe_gguf(tmp_path / "model.gguf")
+def test_a_moe_gguf_through_capture(cli, tmp_path):
+    path = moe_gguf(tmp_path / "model.gguf", "qwen3moe")
     r = cli("capture", "--weights", path, "--ids", FORWARD / "qwen3_moe-all" / "ids.txt",
             "--out", tmp_path / "out", "--layer", "2")
     assert r.code == 0, r.err

@@ -259,7 +259,7 @@ ARCHS: dict[str, Arch] = {
                        not_run="shared experts"),
     "olmoe": Arch(read("moe_family.routed_decoder", family="olmoe", qk_norm="heads",
                        experts_key="num_experts", top_k=8, experts=64), QWEN_MOE_FFN,
-                  forward="olmoe", names=LLAMA_NAMES, gguf="olmoe"),
+                  forward="olmoe", names=LLAMA_NAMES, gguf="olmoe", gguf_names=GGUF_LLAMA_NAMES),
     "flex_olmo": Arch(read("moe_family.routed_decoder", family="flex_olmo", qk_norm="heads",
                            experts_key="num_experts", top_k=5, experts=7),
                       not_run="top-k weights not renormalised"),

@@ -411,7 +411,7 @@ def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype,
     data: dict[str, Any] = {"model_type": arch, "rms_norm_eps": key(
         "attention.layer_norm_rms_epsilon"), "rope_theta": key("rope.freq_base"),
         "final_logit_softcapping": key("final_logit_softcapping"),
-        **GGUF_FIXED_KEYS.get(arch, {})}
+        "clip_qkv": key("attention.clamp_kqv"), **GGUF_FIXED_KEYS.get(arch, {})}
     if scaling == "linear":
         data["rope_scaling"] = {"rope_type": "linear", "factor": key("rope.scaling.factor")}
     settings = Keys(data, f"{weights} (GGUF metadata)")
