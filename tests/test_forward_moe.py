@@ -407,3 +407,25 @@ def test_groups_that_do_not_fit_are_refused(edits, got):
     assert str(exc.value) == (f"{V3}: keys 'n_group' and 'topk_group': expected groups "
                               f"dividing the 256 experts, at most n_group of them chosen, got "
                               f"{got}")
+
+
+@pytest.mark.parametrize("arch", GGUF_CASES)
+def test_run_a_gguf_layer_routes_as_llama_cpp(cli, tmp_path, arch):
+    """run --weights model.gguf --layer 1 (no config.json: the rule the architecture fixes)
+    on transformers' input: transformers' chosen experts and weights."""
+    case = GGUF_CASES[arch][0]
+    path = moe_gguf(tmp_path / "model.gguf", arch)
+    np.save(tmp_path / "x.npy", expected(case)["layer1"])
+    r = cli("run", "--weights", path, "--layer", "1", "--input", tmp_path / "x.npy", "--json")
+    assert r.code == 0, r.err
+    close(np.array(r.json()["output"]), _oracle_ffn(case, 1), f"{arch} gguf run")
+
+
+def test_the_library_reads_the_rule_beside_the_weights():
+    """ffncli.build_ffn(spec, weights=folder): the config.json beside the weights says how
+    the router chooses (Qwen3-MoE's fixture: renormalised, not Qwen3MoeConfig's default)."""
+    import ffncli
+
+    spec = resolve_spec(None, FORWARD / "qwen3_moe" / "config.json")
+    ffn = ffncli.build_ffn(spec, weights=FORWARD / "qwen3_moe", layer=1)
+    assert ffn.weights.describe() == "softmax top-2, renormalised"

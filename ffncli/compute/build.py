@@ -16,9 +16,12 @@ from ffncli.compute import weights as W
 from ffncli.compute.engine import Engine, default_chunk_tokens
 from ffncli.compute.ffn import Activation, Routing
 from ffncli.errors import ConfigError, InputError, SpecError
-from ffncli.formats.tensors import Tensors, is_checkpoint, open_tensors
+from ffncli.formats.safetensors import config_beside
+from ffncli.formats.tensors import GgufTensors, Tensors, is_checkpoint, open_tensors
 from ffncli.specs.archs import ffn_layout, not_run
+from ffncli.specs.layouts import GGUF_FIXED_KEYS
 from ffncli.specs.spec import ModelSpec
+from ffncli.specs.table import ARCHS
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -105,6 +108,29 @@ def _uncomputed(spec: ModelSpec) -> str | None:
     return None
 
 
+GGUF_ARCHS = {family: row.gguf for family, row in ARCHS.items() if row.gguf}
+
+
+def _routing_keys(spec: ModelSpec, weights: Path | None, tensors: Tensors | None
+                  ) -> Keys | None:
+    """A caller that gave no config keys (the library's build_ffn): for a family whose router
+    reads them, the keys a GGUF architecture fixes, else those of the config.json beside the
+    weights."""
+    if spec.family not in ROUTING or weights is None or one_ffn(weights):
+        return None
+    if isinstance(tensors, GgufTensors) or weights.suffix.lower() == ".gguf":
+        arch = tensors.header.architecture if isinstance(tensors, GgufTensors) else \
+            GGUF_ARCHS.get(spec.family, "")
+        return Keys(dict(GGUF_FIXED_KEYS.get(arch, {})), f"{weights} (GGUF metadata)")
+    config = config_beside(weights)
+    if config is None:
+        return None
+    from ffncli.specs.hfconfig import read_config
+
+    data = read_config(config)
+    return Keys(data, str(config)) if isinstance(data, dict) else None
+
+
 def check_runnable(spec: ModelSpec, checkpoint: bool = True) -> None:
     """Refuse a spec whose FFN the engine would compute wrongly rather than answer wrongly
     (``checkpoint``: its weights come from a checkpoint, whose layout must name every part;
@@ -138,7 +164,7 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
         raise InputError(f"layer {layer}: random and .npz weights are one FFN (layer 0); a "
                          "layer picks one of a checkpoint")
     check_runnable(spec, not one_ffn(weights))
-    rule = routing_rule(spec, settings)
+    rule = routing_rule(spec, settings or _routing_keys(spec, weights, tensors))
     if weights is None:
         params = W.random_weights(spec, dtype, max_memory, names, rule)
         source = f"random: normal(0, {spec.init.std:g}), seed {spec.init.seed}"
