@@ -95,7 +95,8 @@ def test_one_file_and_shards_take_the_same_arguments():
 
     from ffncli.cli import sharded, single
 
-    names = ("run_command", "relu_stats_command", "capture_command", "perplexity_command")
+    names = ("run_command", "relu_stats_command", "capture_command", "perplexity_command",
+             "experts_command")
     for name in names:
         mine, theirs = (inspect.signature(getattr(m, name)) for m in (single, sharded))
         assert mine == theirs, name

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.forward_cases import IDS, capture, checkpoint, nan_at
+from helpers.forward_cases import IDS, assert_close, capture, checkpoint, nan_at
 from helpers.installed_models import minilm_path, smollm2_path
 
 from ffncli.base.validate import Keys
@@ -49,15 +49,6 @@ def load(case: str, dtype: type = np.float32) -> transformer.Transformer:
     weights = weights_of(case)
     spec = resolve_spec(None, None, weights=weights, weights_describe=True)
     return open_transformer(spec, weights, np.dtype(dtype))
-
-
-def assert_close(got: np.ndarray, want: np.ndarray, what: str, rel: float = 1e-4) -> None:
-    """Within ``rel`` of the reference's largest value, and in RMS of its RMS."""
-    assert got.shape == want.shape, what
-    worst = np.abs(got - want).max()
-    rms = np.sqrt(np.mean((got.astype(np.float64) - want) ** 2))
-    assert worst <= rel * np.abs(want).max(), f"{what}: max error {worst:.3g}"
-    assert rms <= rel * np.sqrt(np.mean(want.astype(np.float64) ** 2)), f"{what}: rms {rms:.3g}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -548,12 +539,13 @@ def test_ids_outside_the_vocabulary_and_too_long_sequences(tmp_path):
 def test_a_rope_scaling_the_forward_does_not_compute(tmp_path):
     folder = tiny_llama(tmp_path / "m")
     config = json.loads((folder / "config.json").read_text())
-    config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+    config["rope_scaling"] = {"rope_type": "dynamic", "factor": 4.0}
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError) as exc:
         open_folder(folder)
-    assert one_line(exc) == (f"{folder / 'config.json'}: key 'rope_scaling': rope type 'yarn' "
-                             "is not computed; the forward knows default, linear and llama3")
+    assert one_line(exc) == (f"{folder / 'config.json'}: key 'rope_scaling': rope type "
+                             "'dynamic' is not computed; the forward knows default, linear, "
+                             "llama3 and yarn")
 
 
 def test_weights_without_a_config(tmp_path):

@@ -56,6 +56,8 @@ def _invocations(f: dict[str, Path]) -> list[tuple[str, list[object]]]:
                             out / "caps", "--quiet"]),
         ("perplexity", ["perplexity", "--weights", GPT2, "--ids", IDS, "--ctx", "8",
                         "--quiet"]),
+        ("experts", ["experts", "--weights", GPT2.parent / "mixtral", "--ids",
+                     GPT2.parent / "mixtral" / "ids.txt", "--quiet"]),
     ]
 
 

@@ -394,6 +394,56 @@ def presets(as_json: JsonOpt = False) -> None:
     emit_presets(presets_summary(), as_json)
 
 
+# ---------------------------------------------------------------------------------------------
+# experts: the routing profile of a mixture of experts on a text, and the placement plan.
+
+EXAMPLES["experts"] = (
+    "ffncli experts --weights Qwen3-30B-A3B/ --text alice.txt --report routing.html",
+    "ffncli experts --weights gpt-oss-20b/ --text alice.txt --fit 16GB --coverage 0.95")
+
+
+@app.command("experts", epilog=_examples("experts"))
+@grouped(model=(ModelChoice, CAPTURE_MODEL), text=(TextChoice, TEXT), scale=(ScaleChoice, SCALE))
+def experts_cmd(
+    fit: Annotated[Optional[str], typer.Option(
+        "--fit", metavar="SIZE", help="Plan what to keep in this memory: 24GB, 24GiB or 2x80GB "
+        "(the sum): each layer's busiest experts covering --coverage of its routings, beside "
+        "the always-on rest and the KV cache, for every weight dtype.", show_default=False)
+    ] = None,
+    reserve: Annotated[Optional[str], typer.Option(
+        "--reserve", metavar="SHARE|SIZE", help="Memory held back from --fit: 10% or 2GB "
+        "(default none).", show_default=False)] = None,
+    coverage: Annotated[Optional[float], typer.Option(
+        "--coverage", help="With --fit: the share of each layer's routings its resident "
+        "experts must take, above 0 and at most 1 (default 0.9).", show_default=False)
+    ] = None,
+    seq_len: Annotated[Optional[int], typer.Option(
+        "--seq-len", help="With --fit: the tokens of the KV cache (default: the model's "
+        "positions).", show_default=False)] = None,
+    report_path: ReportOpt = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    table_format: FormatOpt = "rich",
+    *, model: ModelChoice, text: TextChoice, scale: ScaleChoice,
+) -> None:
+    """Where a mixture of experts routes a text: load, concentration and locality per MoE
+    layer; with --fit, which experts to keep on the device."""
+    from ffncli.jobs.experts import Asked
+    from ffncli.present.console import check_format
+    from ffncli.present.console import table_format as tables
+
+    check_format(table_format, as_json)
+    if not text.given:
+        raise InputError("experts: give the text with --text FILE or its token ids with --ids "
+                         "FILE")
+    asked = Asked.of(TrainChoice(fit=fit, reserve=reserve).budget(), coverage, seq_len)
+    asked.check(model)
+    with tables(table_format):
+        _path(scale, text=text).experts_command(model, text, scale, asked,
+                                                report_path=report_path, as_json=as_json,
+                                                quiet=quiet)
+
+
 put_in_panels(app)  # last: after every command is registered
 parse_strictly(app)
 one_line_summaries(app)

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ffncli.errors import InputError
+from ffncli.jobs import experts as experts_job
 from ffncli.jobs.choices import (
     ModelChoice,
     ScaleChoice,
@@ -30,8 +31,10 @@ from ffncli.jobs.shards.drivers import (
 from ffncli.jobs.shards.inputs import shard_paths
 from ffncli.jobs.shards.pool import connect
 from ffncli.jobs.targets import output_target, report_target
+from ffncli.present.experts import emit_experts, experts_json
 from ffncli.present.progress import Bar
 from ffncli.present.report import about
+from ffncli.present.report_experts import save_experts
 from ffncli.present.report_stats import save_stats, save_sweep
 from ffncli.present.run import emit_sharded_run
 from ffncli.present.stats import (
@@ -168,3 +171,17 @@ def _seen_from_workers(scale: ScaleChoice, pattern: Path, model: ModelChoice
         preset = os.path.abspath(preset)
     return Path(os.path.abspath(pattern)), replace(
         model, preset=preset, config=absolute(model.config), weights=absolute(model.weights))
+
+
+def experts_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice,
+                    asked: experts_job.Asked, *,
+                    report_path: Path | None, as_json: bool, quiet: bool = False) -> None:
+    """``experts`` over shards (a glob, a folder, a cluster): the profiles merged."""
+    target = output_target(report_path, "--report", model, text=text)
+    _, model = _seen_from_workers(scale, Path(), model)  # --text/--ids are read here
+    note_workers(scale)
+    with connect(scale) as pool, Bar(enabled=not quiet) as bar:
+        result = experts_job.experts_shards(model, text, pool, asked, skip_bad=scale.skip_bad,
+                                progress=bar)
+    save_experts(target, experts_json(result), about(model, text=text))
+    emit_experts(result, as_json)

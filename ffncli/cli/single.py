@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ffncli.analysis.sparsity import relu_stats
 from ffncli.base.validate import whole
+from ffncli.jobs import experts as experts_job
 from ffncli.jobs import run as run_job
 from ffncli.jobs.capture import capture
 from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice, parse_layers
@@ -17,8 +18,10 @@ from ffncli.jobs.resolve import captured_layer, load_model, load_tokens, open_te
 from ffncli.jobs.sweep import sweep
 from ffncli.jobs.targets import OUT_OPTIONS, output_target, report_target
 from ffncli.jobs.thresholds import sweep_cuts
+from ffncli.present.experts import emit_experts, experts_json
 from ffncli.present.progress import Bar
 from ffncli.present.report import about
+from ffncli.present.report_experts import save_experts
 from ffncli.present.report_stats import save_stats, save_sweep
 from ffncli.present.run import emit_run
 from ffncli.present.stats import emit_capture, emit_stats, emit_sweep, sweep_json
@@ -108,3 +111,20 @@ def perplexity_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice,
     """``perplexity`` of one document, here (its outputs written by the command)."""
     with Bar(enabled=not quiet) as bar:
         return run_asked(model, text, asked, bar=bar)
+
+
+def experts_command(model: ModelChoice, text: TextChoice, scale: ScaleChoice,
+                    asked: experts_job.Asked, *,
+                    report_path: Path | None, as_json: bool, quiet: bool = False) -> None:
+    """``experts`` of one text: the routing profile of one walk, and the plan asked for."""
+    target = output_target(report_path, "--report", model, text=text)
+    forward, sequences = open_text(model, text, Overrides())
+    with forward:
+        layers = parse_layers(model.layer, forward.n_layers)
+        experts_job.check_moe(forward, layers)
+        walked = experts_job.moe_layers(forward.spec, layers)[-1] + 1  # the last layer walked
+        with Bar(enabled=not quiet) as bar:
+            bar.start(sequences.tokens * walked, "tokens x layers", per=walked)
+            result = experts_job.experts(forward, sequences, layers, asked, progress=bar.update)
+    save_experts(target, experts_json(result), about(model, text=text))
+    emit_experts(result, as_json)

@@ -45,3 +45,12 @@ def expected(case: str) -> dict[str, np.ndarray]:
 def ids_of(case: str) -> list[list[int]]:
     lines = (FORWARD / case / "ids.txt").read_text().splitlines()
     return [[int(t) for t in line.split()] for line in lines if line.strip()]
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, what: str, rel: float = 1e-4) -> None:
+    """Within ``rel`` of the reference's largest value, and in RMS of its RMS."""
+    assert got.shape == want.shape, what
+    worst = np.abs(got - want).max()
+    rms = np.sqrt(np.mean((got.astype(np.float64) - want) ** 2))
+    assert worst <= rel * np.abs(want).max(), f"{what}: max error {worst:.3g}"
+    assert rms <= rel * np.sqrt(np.mean(want.astype(np.float64) ** 2)), f"{what}: rms {rms:.3g}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 
@@ -55,11 +56,25 @@ def dot_sum(a: Array, b: Array) -> float:
     return float(np.einsum("ij,ij->i", a, b).sum(dtype=np.float64))
 
 
-def softmax_(s: Array) -> Array:
-    """Softmax over the last axis, in place: exp(s - max) / sum."""
+def softmax_(s: Array, sink: Array | None = None) -> Array:
+    """Softmax over the last axis, in place: exp(s - max) / sum. With ``sink`` (gpt-oss's
+    learned logit of each head, broadcast against s's rows): a logit more in every row,
+    counted in the sum and dropped after, exp(s - m) / (sum + exp(sink - m))."""
+    if sink is not None:
+        return _softmax_with_sink(s, sink)
     np.subtract(s, s.max(axis=-1, keepdims=True), out=s)
     np.exp(s, out=s)
     np.divide(s, s.sum(axis=-1, keepdims=True), out=s)
+    return s
+
+
+def _softmax_with_sink(s: Array, sink: Array) -> Array:
+    top = np.maximum(s.max(axis=-1, keepdims=True), sink)  # the max over the row and its sink
+    np.subtract(s, top, out=s)
+    np.exp(s, out=s)
+    total = s.sum(axis=-1, keepdims=True)
+    total += np.exp(sink - top)
+    np.divide(s, total, out=s)
     return s
 
 
@@ -81,28 +96,45 @@ def causal_mask(offset: int, rows: int, cols: int, window: int | None) -> Array 
 
 
 class Rope:
-    """Rotary positions (the rotate-half form of HF transformers): the pair (x_i, x_{i+d/2})
-    of each head is turned by the angle position * inv_freq_i."""
+    """Rotary positions (the rotate-half form of HF transformers): the pair (x_i, x_{i+r/2})
+    of each head's first r = 2 len(inv_freq) values is turned by the angle position *
+    inv_freq_i (r below d_head: partial rotary, GLM's; the rest passes unturned); cos and sin
+    are scaled by ``attention_factor`` (YaRN's). ``interleaved``: the pairs are neighbours
+    (x_0, x_1), (x_2, x_3), ... (DeepSeek, Llama 4): they are first gathered into halves, so
+    the head comes out in rotate-half order. Queries and keys are gathered alike, so every
+    q . k is the one transformers computes, and so is a norm over the head."""
 
-    def __init__(self, inv_freq: Array) -> None:
-        self.inv_freq = inv_freq.astype(np.float32)  # (d_head / 2,)
+    def __init__(self, inv_freq: Array, attention_factor: float = 1.0,
+                 interleaved: bool = False) -> None:
+        self.inv_freq = inv_freq.astype(np.float32)  # (r / 2,)
+        self.attention_factor, self.interleaved = attention_factor, interleaved
+        self.width = 2 * inv_freq.size  # r, the values turned of each head
         self._cos = self._sin = np.empty((0, inv_freq.size), dtype=np.float32)
 
     def tables(self, n: int) -> tuple[Array, Array]:
-        """cos and sin of positions 0..n-1, (n, d_head / 2), computed once as float32 does."""
+        """cos and sin of positions 0..n-1, (n, r / 2), computed once as float32 does."""
         if self._cos.shape[0] < n:
             angles = np.arange(max(n, 2 * self._cos.shape[0]), dtype=np.float32)[:, None] \
                 * self.inv_freq[None, :]
             self._cos, self._sin = np.cos(angles), np.sin(angles)
+            if self.attention_factor != 1:
+                factor = np.float32(self.attention_factor)
+                np.multiply(self._cos, factor, out=self._cos)
+                np.multiply(self._sin, factor, out=self._sin)
         return self._cos[:n], self._sin[:n]
 
     def __call__(self, x: Array, positions: Array, scratch: Scratch) -> None:
         """Rotate x (tokens, heads, d_head) in place: x1' = x1 cos - x2 sin, x2' = x2 cos +
-        x1 sin, where x1, x2 are the halves of each head."""
+        x1 sin, where x1, x2 are the halves of each head's first r values."""
+        if x.shape[-1] < self.width:
+            raise ValueError(f"expected heads of at least {self.width} values, got {x.shape}")
         if positions.size == 0:
             return
         cos_t, sin_t = self.tables(int(positions.max()) + 1)
         cos, sin = cos_t[positions][:, None, :], sin_t[positions][:, None, :]  # (n, 1, half)
+        x = x[..., :self.width]
+        if self.interleaved:  # (x0, x1, x2, x3, ...) -> (x0, x2, ..., x1, x3, ...)
+            x[...] = x[..., np.r_[0:self.width:2, 1:self.width:2]]
         half = x.shape[-1] // 2
         x1, x2 = x[..., :half], x[..., half:]
         a, b = scratch("rope_a", x1.shape), scratch("rope_b", x1.shape)
@@ -114,29 +146,74 @@ class Rope:
         np.add(x2, b, out=x2)
 
 
+def base_frequencies(theta: float, head_dim: int) -> Array:
+    """inv_freq_i = theta^(-2i / d) over the d = ``head_dim`` values turned, as transformers
+    computes it, in float32."""
+    return 1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+
+
 def rope_frequencies(settings: Keys, head_dim: int, default_theta: float) -> Array:
-    """inv_freq_i = theta^(-2i / d_head) (d_head even), scaled as the config's rope_scaling (or
-    transformers 5's rope_parameters) says: linear divides every frequency by its factor;
-    llama3 divides the low frequencies, keeps the high ones and blends the band between."""
-    if head_dim % 2:  # the halves of rotate-half would differ in width
-        raise ConfigError(f"{settings.source}: heads of {head_dim} values: rotary positions "
-                          "turn pairs of a head's values, so its width must be even "
-                          "(transformers does not compute an odd one either)")
+    """The frequencies of :func:`rope_scaling` for a family whose Rope turns whole heads and
+    scales nothing: a partial rotary factor or an attention factor (YaRN's) is refused, as
+    this Rope would leave it out. A family that computes them builds :func:`rotary`."""
+    inv, attention_factor = rope_scaling(settings, head_dim, default_theta)
+    rope, where = _rope_keys(settings)
+    if 2 * inv.size != head_dim:
+        partial = rope.get("partial_rotary_factor", settings.data.get("partial_rotary_factor"))
+        raise ConfigError(f"{settings.source}: key 'partial_rotary_factor': the forward "
+                          f"rotates whole heads, expected 1, got {brief(partial)}")
+    if attention_factor != 1:
+        raise ConfigError(f"{settings.source}: key '{where}': rope type "
+                          f"{brief(rope.get('rope_type', rope.get('type')))} scales cos and "
+                          f"sin by {attention_factor:.6g}; this family's forward does not")
+    return inv
+
+
+def rotary(settings: Keys, head_dim: int, default_theta: float, *,
+           default_partial: float = 1.0, interleaved: bool = False) -> Rope:
+    """The Rope the config describes, for heads of ``head_dim`` (MLA: the rotated part's
+    width, qk_rope_head_dim): frequencies, attention factor and partial rotary of
+    :func:`rope_scaling`; ``interleaved`` as :class:`Rope` says."""
+    inv, attention_factor = rope_scaling(settings, head_dim, default_theta, default_partial)
+    return Rope(inv, attention_factor, interleaved)
+
+
+def _rope_keys(settings: Keys) -> tuple[dict[str, Any], str]:
+    """The rotary mapping (transformers 5's rope_parameters, or the older rope_scaling) and
+    its key's name."""
     rope = settings.mapping("rope_parameters") or settings.mapping("rope_scaling") or {}
-    where = "rope_parameters" if "rope_parameters" in settings.data else "rope_scaling"
+    return rope, ("rope_parameters" if "rope_parameters" in settings.data else "rope_scaling")
+
+
+def rope_scaling(settings: Keys, head_dim: int, default_theta: float,
+                 default_partial: float = 1.0) -> tuple[Array, float]:
+    """(inv_freq, attention_factor): inv_freq_i = theta^(-2i / r) over the r values of a head
+    turned (r = d_head * partial_rotary_factor, even; ``default_partial`` when the config
+    gives none: GLM-4.5's 0.5), scaled as the config's rope_scaling (or transformers 5's
+    rope_parameters) says: linear divides every frequency by its factor; llama3 divides the
+    low frequencies, keeps the high ones and blends the band between; yarn blends divided and
+    kept frequencies by a ramp (:func:`yarn`). attention_factor scales cos and sin (1 but for
+    yarn)."""
+    rope, where = _rope_keys(settings)
     scaled = Keys(rope, f"{settings.source}: key '{where}'")
     theta = scaled.number("rope_theta", settings.number("rope_theta", default_theta))
     kind = scaled.text("rope_type", scaled.text("type", "default"))
-    partial = rope.get("partial_rotary_factor", settings.data.get("partial_rotary_factor", 1))
-    if partial != 1:
-        raise ConfigError(f"{settings.source}: key 'partial_rotary_factor': the forward "
-                          f"rotates whole heads, expected 1, got {brief(partial)}")
-    # as transformers computes it, in float32
-    inv = 1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    partial = scaled.number("partial_rotary_factor",
+                            settings.number("partial_rotary_factor", default_partial))
+    dim = int(head_dim * partial)
+    if partial == 1 and head_dim % 2:  # the halves of rotate-half would differ in width
+        raise ConfigError(f"{settings.source}: heads of {head_dim} values: rotary positions "
+                          "turn pairs of a head's values, so its width must be even "
+                          "(transformers does not compute an odd one either)")
+    if dim % 2 or partial > 1:
+        raise ConfigError(f"{settings.source}: key 'partial_rotary_factor': heads of "
+                          f"{head_dim} values, {dim} of them turned; expected an even width "
+                          f"of at most {head_dim} turned, got a factor of {partial:g}")
+    inv = base_frequencies(theta, dim)
     if kind == "default":
-        return inv
+        return inv, 1.0
     if kind == "linear":
-        return inv / np.float32(scaled.number("factor"))
+        return inv / np.float32(scaled.number("factor")), 1.0
     if kind == "llama3":
         factor, low, high = (scaled.number(k) for k in ("factor", "low_freq_factor",
                                                            "high_freq_factor"))
@@ -147,9 +224,71 @@ def rope_frequencies(settings: Keys, head_dim: int, default_theta: float) -> Arr
         smooth = (old / wavelen - low) / (high - low)
         blended = (1 - smooth) * llama / factor + smooth * llama
         medium = (wavelen >= old / high) & (wavelen <= old / low)
-        return np.where(medium, blended, llama).astype(np.float32)
+        return np.where(medium, blended, llama).astype(np.float32), 1.0
+    if kind == "yarn":
+        return yarn(scaled, settings, theta, dim)
     raise ConfigError(f"{settings.source}: key '{where}': rope type {brief(kind)} is not "
-                      "computed; the forward knows default, linear and llama3")
+                      "computed; the forward knows default, linear, llama3 and yarn")
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's 0.1 mscale ln(factor) + 1 (eq. 21 of the paper), 1 for factor <= 1."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def _optional(scaled: Keys, key: str) -> float:
+    """A positive number, or 0 when missing, null or 0 (transformers' 'not set')."""
+    value = scaled.data.get(key)
+    return 0.0 if value is None or (value == 0 and not isinstance(value, bool)) \
+        else scaled.number(key)
+
+
+def yarn(scaled: Keys, settings: Keys, theta: float, dim: int) -> tuple[Array, float]:
+    """YaRN (Peng et al. 2023, transformers' _compute_yarn_parameters): frequencies turning
+    fewer than beta_slow times over original_max_position_embeddings are divided by factor,
+    those turning more than beta_fast times kept, a linear ramp between (its ends floored and
+    ceiled unless truncate is false); attention_factor the config's, else mscale(factor,
+    mscale) / mscale(factor, mscale_all_dim) when both are set, else mscale(factor)."""
+    old = scaled.number("original_max_position_embeddings")
+    factor = _optional(scaled, "factor") or settings.number("max_position_embeddings") / old
+    attention_factor = _optional(scaled, "attention_factor")
+    mscale, mscale_all = _optional(scaled, "mscale"), _optional(scaled, "mscale_all_dim")
+    if not attention_factor:
+        attention_factor = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all) \
+            if mscale and mscale_all else yarn_mscale(factor)
+    fast = _optional(scaled, "beta_fast") or 32.0
+    slow = _optional(scaled, "beta_slow") or 1.0
+
+    def turned(rotations: float) -> float:  # the dimension turning this often over ``old``
+        return dim * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = turned(fast), turned(slow)
+    if scaled.flag("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # as transformers: no division by zero
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - np.float32(low))
+                   / np.float32(high - low), 0, 1)
+    kept = 1 - ramp  # (r / 2,): 1 where the frequency is kept (extrapolated)
+    powers = np.float32(theta) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim))
+    inv = (1 / (np.float32(factor) * powers)) * (1 - kept) + (1 / powers) * kept
+    return inv.astype(np.float32), float(attention_factor)
+
+
+def softmax_scale(settings: Keys, scale: float) -> float:
+    """MLA's softmax scale (transformers' yarn_apply_mscale): ``scale`` times mscale(factor,
+    mscale_all_dim) squared when the rope is scaled (not default) and mscale_all_dim is set,
+    so that the unrotated dimensions are scaled too (DeepSeek's reference code)."""
+    rope, where = _rope_keys(settings)
+    scaled = Keys(rope, f"{settings.source}: key '{where}'")
+    if scaled.text("rope_type", scaled.text("type", "default")) == "default":
+        return scale
+    mscale_all = _optional(scaled, "mscale_all_dim")
+    if not mscale_all:
+        return scale
+    mscale = yarn_mscale(scaled.number("factor"), mscale_all)
+    return scale * mscale * mscale
 
 
 # ---------------------------------------------------------------------------------------------
