@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ffncli.base import Frozen
 from ffncli.counting.parts import (
     attention_widths,
     latent_attention_matrices,
@@ -51,8 +52,10 @@ def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int
     return 2 * seq_len * (q_width + value_widths(d_model, att)[1])
 
 
-@dataclass(frozen=True)
-class Flops:
+@dataclass(frozen=True, eq=False, repr=False)
+class Flops(Frozen):
+    """Forward FLOPs per token: the FFN's, attention's projections' and its scores'."""
+
     ffn: int
     attention_projections: int
     attention_scores: int

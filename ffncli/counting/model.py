@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ffncli.base import Frozen
 from ffncli.counting.embeddings import (
     bottleneck_model_rows,
     embedding_rows,
@@ -58,8 +59,10 @@ BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
 BITS_PER_PARAM = {"float32": 32, "bfloat16": 16, "int8": 8, "int4": 4}
 
 
-@dataclass(frozen=True)
-class LayerCount:
+@dataclass(frozen=True, eq=False, repr=False)
+class LayerCount(Frozen):
+    """The parameters of the layers of one kind, each layer's: its FFN's and attention's rows."""
+
     kind: str  # "encoder", "decoder", or "ffn" for an FFN-only spec
     count: int
     ffn_rows: tuple[Row, ...]
@@ -96,8 +99,8 @@ class LayerCount:
         return self.ffn_active / self.active if self.active else 0.0
 
 
-@dataclass(frozen=True)
-class ActiveRange:
+@dataclass(frozen=True, eq=False, repr=False)
+class ActiveRange(Frozen):
     """Active parameters per token as a range: ``least`` when a token's choices fall on as
     many zero experts as they can, ``most`` (ModelCount.active) when on none; ``why``."""
 
@@ -106,8 +109,10 @@ class ActiveRange:
     why: str
 
 
-@dataclass(frozen=True)
-class ModelCount:
+@dataclass(frozen=True, eq=False, repr=False)
+class ModelCount(Frozen):
+    """A spec's count: its layers' kinds, the rows outside the layers and the totals by group."""
+
     spec: ModelSpec
     layers: tuple[LayerCount, ...]
     other_rows: tuple[Row, ...]  # embeddings, relative bias, final norms, head, pooler

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ffncli.base import Frozen
 from ffncli.specs.spec import AttentionSpec, FfnSpec, LayerKind, ModelSpec, NormSpec
 
 
-@dataclass(frozen=True)
-class Row:
+@dataclass(frozen=True, eq=False, repr=False)
+class Row(Frozen):
     """One line of a breakdown: a named weight, its shape and its parameter count."""
 
     name: str

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ffncli.base import Frozen
 from ffncli.counting.kv import KvCache
 from ffncli.counting.model import ModelCount, count
 from ffncli.specs.spec import ModelSpec, load_preset, preset_names
@@ -19,8 +20,8 @@ if TYPE_CHECKING:  # a file's count and a plan's: imported by what makes them, n
 # A spec against a checkpoint's header, and the built-in presets at a glance.
 
 
-@dataclass(frozen=True)
-class ParamsResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class ParamsResult(Frozen):
     """``params``: the spec's count and, with ``--weights``, the file's count beside it."""
 
     count: ModelCount
@@ -60,8 +61,8 @@ class ParamsResult:
         return not self.mismatches
 
 
-@dataclass(frozen=True)
-class FileOnlyResult:
+@dataclass(frozen=True, eq=False, repr=False)
+class FileOnlyResult(Frozen):
     """A checkpoint counted from its header alone: no config reader checked it."""
 
     file: FileCount
@@ -73,8 +74,8 @@ class FileOnlyResult:
         return True  # nothing to compare the file with: not a mismatch
 
 
-@dataclass(frozen=True)
-class PresetSummary:
+@dataclass(frozen=True, eq=False, repr=False)
+class PresetSummary(Frozen):
     """One built-in preset in one line (the fields of ``presets --json``)."""
 
     name: str

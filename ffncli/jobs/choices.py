@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ffncli.base import Frozen
 from ffncli.base.validate import fail, whole
 from ffncli.errors import InputError
 
@@ -17,8 +18,8 @@ if TYPE_CHECKING:  # imported when a plan is made: the counting modules stay off
     from ffncli.counting.training import Plan
 
 
-@dataclass(frozen=True)
-class ModelChoice:
+@dataclass(frozen=True, eq=False, repr=False)
+class ModelChoice(Frozen):
     """Which FFN a command runs: ``--preset`` or ``--config`` (or the config.json beside the
     weights), ``--weights`` or ``--model`` (else random weights from the spec's seed),
     ``--layer``, ``--dtype`` and ``--max-memory``."""
@@ -42,8 +43,8 @@ class ModelChoice:
         return whole("option --layer", self.layer if number is None else number, 0)
 
 
-@dataclass(frozen=True)
-class TokenChoice:
+@dataclass(frozen=True, eq=False, repr=False)
+class TokenChoice(Frozen):
     """Which tokens: ``--input`` a file, or ``--random N`` drawn with ``--seed``; NaN and
     infinity refused unless ``--allow-nonfinite``."""
 
@@ -53,8 +54,8 @@ class TokenChoice:
     allow_nonfinite: bool = False
 
 
-@dataclass(frozen=True)
-class TextChoice:
+@dataclass(frozen=True, eq=False, repr=False)
+class TextChoice(Frozen):
     """Real text through the whole model: ``--text`` (tokenised with the model's tokenizer)
     or ``--ids`` (token ids, no tokenizer)."""
 
@@ -119,8 +120,8 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-@dataclass(frozen=True)
-class ScaleChoice:
+@dataclass(frozen=True, eq=False, repr=False)
+class ScaleChoice(Frozen):
     """Where the work runs: this process (the default), ``--workers N`` local processes, or
     the Dask cluster at ``--scheduler ADDRESS``; ``--skip-bad`` goes on past a bad shard;
     ``--verbose`` lets Dask's own log lines through to stderr."""
@@ -170,8 +171,8 @@ TRAIN_OPTIONS = {"mode": "option --train", "optimizer": "option --optimizer",
                  "batch": "option --batch"}
 
 
-@dataclass(frozen=True)
-class TrainChoice:
+@dataclass(frozen=True, eq=False, repr=False)
+class TrainChoice(Frozen):
     """``params --train`` and its options, and ``--fit``/``--reserve``: a training plan
     (:class:`ffncli.counting.training.Plan`) and a memory budget, or None when not asked."""
 

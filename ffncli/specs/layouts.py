@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ffncli.base import Frozen
 
-@dataclass(frozen=True)
-class Layout:
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Layout(Frozen):
     """Where one family keeps a layer's FFN: tensor names (with {i} the layer, {e} an expert)
     and whether matrices are nn.Linear ([out, in], transposed on load) or Conv1D ([in, out])."""
 

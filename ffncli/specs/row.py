@@ -9,13 +9,16 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
+from ffncli.base import Frozen
 from ffncli.specs.hfconfig import Config
 from ffncli.specs.layouts import Layout
 from ffncli.specs.spec import ModelSpec
 
 
-@dataclass(frozen=True)
-class Arch:
+@dataclass(frozen=True, eq=False, repr=False)
+class Arch(Frozen):
+    """One model type's row: its reader, where its FFN lies, what runs it (see specs/table.py)."""
+
     reader: Callable[[Config], ModelSpec]
     ffn: Layout | None = None
     gated_ffn: Layout | None = None  # the layout when the spec's FFN is gated, if another

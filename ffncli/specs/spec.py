@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.base import validate
+from ffncli.base import Frozen, validate
 from ffncli.base.validate import suggest
 from ffncli.errors import SpecError
 from ffncli.specs.rules import ACTIVATIONS, GLU_VARIANTS, build
@@ -48,8 +48,8 @@ if TYPE_CHECKING:  # built by config readers only: off a preset's start-up
 MIXERS = ("full", "sliding", "chunked", "linear", "mamba", "conv", "none")
 
 
-@dataclass(frozen=True)
-class LayerKind:
+@dataclass(frozen=True, eq=False, repr=False)
+class LayerKind(Frozen):
     """One kind of decoder layer, as data: its token mixer and its FFN. ``ModelSpec.pattern``
     lists the kind of every decoder layer in order; layers of equal kinds are counted
     together, under ``name``."""
@@ -70,8 +70,10 @@ class LayerKind:
     shared: SharedBlockSpec | None = None  # issue 40, hybrids: Zamba's shared block, beside mixer
 
 
-@dataclass(frozen=True)
-class ModelSpec:
+@dataclass(frozen=True, eq=False, repr=False)
+class ModelSpec(Frozen):
+    """A model's architecture: its sections, the kind of each layer, what is not counted."""
+
     name: str
     d_model: int
     ffn: FfnSpec
@@ -331,8 +333,10 @@ def load_preset(name_or_path: str) -> ModelSpec:
 # What-if overrides, shared by every command.
 
 
-@dataclass(frozen=True)
-class Overrides:
+@dataclass(frozen=True, eq=False, repr=False)
+class Overrides(Frozen):
+    """The what-if values every command takes (None: the spec's own)."""
+
     d_model: int | None = None
     d_ff: int | None = None
     activation: str | None = None  # a plain activation keeps the gating; a GLU name sets it
