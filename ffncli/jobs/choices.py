@@ -164,6 +164,14 @@ def is_many(path: Path) -> bool:
     return any(c in str(path) for c in _GLOB_MAGIC) and not os.path.lexists(path)
 
 
+# How the errors about a model and the what-if name a command's options (a library call names
+# its parameters: ffncli.specs.spec.SPEC_PARAMETERS).
+SPEC_OPTIONS = {key: f"option --{key.replace('_', '-')}" for key in (
+    "d_model", "d_ff", "activation", "experts", "top_k", "capacity_factor", "beta",
+    "match_params", "multiple_of", "seq_len")} | {
+    "gating": "--activation swiglu (or geglu, reglu, glu, bilinear) or --gated",
+    "model": "--preset or --config"}
+
 # How params --train's errors name its options (a library call names its parameters).
 TRAIN_OPTIONS = {"mode": "option --train", "optimizer": "option --optimizer",
                  "precision": "option --precision", "lora_rank": "option --lora-rank",

@@ -6,7 +6,7 @@ a command reads or writes. Spec resolution and ``params`` never import NumPy."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ffncli.base import Frozen
 from ffncli.base.validate import Keys, Sizing
 from ffncli.errors import FfnError, InputError
-from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice, one_text
+from ffncli.jobs.choices import SPEC_OPTIONS, ModelChoice, TextChoice, TokenChoice, one_text
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
 
 if TYPE_CHECKING:  # the readers are imported when a file is read: off a preset's start-up
@@ -143,9 +143,11 @@ class Opened:
 
 
 def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
-          weights: Path | None, weights_describe: bool, gguf: GgufHeader | None = None
-          ) -> tuple[ModelSpec, Keys | None]:
-    """The spec and, when it comes from a config.json, that config's keys (read once)."""
+          weights: Path | None, weights_describe: bool, gguf: GgufHeader | None = None,
+          names: Mapping[str, str] = SPEC_OPTIONS) -> tuple[ModelSpec, Keys | None]:
+    """The spec and, when it comes from a config.json, that config's keys (read once);
+    ``names``: how the errors name the what-if and the model (the options, or a library call's
+    parameters)."""
     if preset is not None and config is not None:
         raise InputError("give --preset or --config, not both")
     if preset is None and config is None and _is_gguf(weights):  # a GGUF file describes itself
@@ -153,9 +155,10 @@ def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
 
         assert weights is not None  # a GGUF file's path
         header = gguf if gguf is not None else _read_gguf(weights)
-        return apply_overrides(spec_from_header(header), overrides or Overrides()), None
+        return apply_overrides(spec_from_header(header, names), overrides or Overrides(),
+                               names), None
     spec, keys = _described(preset, config, weights, weights_describe)
-    return apply_overrides(spec, overrides or Overrides()), keys
+    return apply_overrides(spec, overrides or Overrides(), names), keys
 
 
 def _is_gguf(weights: Path | None) -> bool:
@@ -223,12 +226,14 @@ def _config(path: Path, weights: Path | None) -> tuple[ModelSpec, Keys]:
 
 
 def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides | None = None,
-                 *, weights: Path | None = None, weights_describe: bool = False) -> ModelSpec:
-    """The spec of ``--preset`` or ``--config`` (never both), with ``overrides`` applied.
+                 *, weights: Path | None = None, weights_describe: bool = False,
+                 names: Mapping[str, str] = SPEC_OPTIONS) -> ModelSpec:
+    """The spec of ``--preset`` or ``--config`` (never both), with ``overrides`` applied (its
+    errors naming them as ``names`` says: the options, or a library call's parameters).
 
     With ``weights_describe`` (commands that run a checkpoint), the config.json beside a
     ``.safetensors`` file stands in for a missing ``--config``."""
-    return _spec(preset, config, overrides, weights, weights_describe)[0]
+    return _spec(preset, config, overrides, weights, weights_describe, names=names)[0]
 
 
 def open_model(choice: ModelChoice, overrides: Overrides) -> Opened:
