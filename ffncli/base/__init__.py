@@ -3,8 +3,16 @@ YAML. Imports nothing of ffncli but the errors, and never NumPy."""
 
 from __future__ import annotations
 
-from dataclasses import fields
-from typing import Any
+from dataclasses import FrozenInstanceError, dataclass, fields
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # typing has it from Python 3.11; a type checker's business alone
+    from typing_extensions import dataclass_transform
+else:
+    def dataclass_transform(**_: Any) -> Any:
+        return lambda decorator: decorator
+
+T = TypeVar("T")
 
 # How many of a text's first tokens calibrate a threshold (--target-sparsity, perplexity's
 # cuts): stated here, NumPy-free, so that the command line's help states it too;
@@ -12,34 +20,57 @@ from typing import Any
 CALIBRATION_TOKENS = 4096
 
 
-class Frozen:
-    """The ``__eq__``, ``__hash__`` and ``__repr__`` that ``@dataclass(frozen=True)`` writes,
-    written once: a record on ``params``' start-up is declared ``@dataclass(frozen=True,
-    eq=False, repr=False)`` and inherits them, with the same values. Dataclass compiles those
-    three from source for each class, about a third of the cost of defining one, which every
-    ``ffncli params`` paid at start-up (docs/measured.md, 2026-12-05)."""
-
-    __slots__ = ()
-
-    def _compared(self) -> tuple[Any, ...]:
-        names = _FIELDS.get(self.__class__)
-        if names is None:  # once a class
-            names = _FIELDS[self.__class__] = tuple(
-                f.name for f in fields(self))  # type: ignore[arg-type]
-        return tuple([getattr(self, name) for name in names])
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return self._compared() == other._compared()
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._compared())
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}"
-                          for f in fields(self))  # type: ignore[arg-type]
-        return f"{self.__class__.__qualname__}({shown})"
+@dataclass_transform(frozen_default=True)
+def record(cls: type[T]) -> type[T]:
+    """``@dataclass(frozen=True)``, as ffncli declares its records, for a sixth of the cost of
+    defining one: the same fields, ``__init__``, values compared, hashed and shown alike, and
+    assigning or deleting a field after ``__init__`` raises ``FrozenInstanceError``. Dataclass
+    compiles a frozen class's ``__eq__``, ``__hash__``, ``__repr__``, ``__setattr__`` and
+    ``__delattr__`` from source for each class (the last two with every field's name in them,
+    and its ``__init__`` setting each field through ``object.__setattr__``); these are written
+    once here, and every ``ffncli params`` paid that compiling at start-up
+    (docs/measured.md, 2026-12-05). Type checkers see a frozen dataclass."""
+    made = dataclass(eq=False, repr=False)(cls)
+    for name, method in _METHODS.items():
+        setattr(made, name, method)
+    return made
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}  # each Frozen class's fields, in order
+_FIELDS: dict[type, tuple[str, ...]] = {}  # each record class's field names, in order
+
+
+def _compared(self: Any) -> tuple[Any, ...]:
+    names = _FIELDS.get(self.__class__)
+    if names is None:  # once a class
+        names = _FIELDS[self.__class__] = tuple(f.name for f in fields(self))
+    return tuple([getattr(self, name) for name in names])
+
+
+def _eq(self: Any, other: object) -> bool:
+    if other.__class__ is self.__class__:
+        return _compared(self) == _compared(other)
+    return NotImplemented
+
+
+def _hash(self: Any) -> int:
+    return hash(_compared(self))
+
+
+def _repr(self: Any) -> str:
+    shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+    return f"{self.__class__.__qualname__}({shown})"
+
+
+def _setattr(self: Any, name: str, value: Any) -> None:
+    """Each field set once, by ``__init__``; nothing else set, ever."""
+    if name in self.__dict__ or name not in self.__dataclass_fields__:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+    object.__setattr__(self, name, value)
+
+
+def _delattr(self: Any, name: str) -> None:
+    raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+_METHODS = {"__eq__": _eq, "__hash__": _hash, "__repr__": _repr, "__setattr__": _setattr,
+            "__delattr__": _delattr}

@@ -3,10 +3,9 @@ they match), a checkpoint counted from its headers alone, every built-in preset 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ffncli.base import Frozen
+from ffncli.base import record
 from ffncli.counting.kv import KvCache
 from ffncli.counting.model import ModelCount, count
 from ffncli.specs.spec import ModelSpec, load_preset, preset_names
@@ -20,8 +19,8 @@ if TYPE_CHECKING:  # a file's count and a plan's: imported by what makes them, n
 # A spec against a checkpoint's header, and the built-in presets at a glance.
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ParamsResult(Frozen):
+@record
+class ParamsResult:
     """``params``: the spec's count and, with ``--weights``, the file's count beside it."""
 
     count: ModelCount
@@ -61,8 +60,8 @@ class ParamsResult(Frozen):
         return not self.mismatches
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class FileOnlyResult(Frozen):
+@record
+class FileOnlyResult:
     """A checkpoint counted from its header alone: no config reader checked it."""
 
     file: FileCount
@@ -74,8 +73,8 @@ class FileOnlyResult(Frozen):
         return True  # nothing to compare the file with: not a mismatch
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class PresetSummary(Frozen):
+@record
+class PresetSummary:
     """One built-in preset in one line (the fields of ``presets --json``)."""
 
     name: str

@@ -5,11 +5,10 @@ and the one grammar of ``--layer``. Nothing is read here."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.base import Frozen
+from ffncli.base import record
 from ffncli.base.validate import fail, whole
 from ffncli.errors import InputError
 
@@ -18,8 +17,8 @@ if TYPE_CHECKING:  # imported when a plan is made: the counting modules stay off
     from ffncli.counting.training import Plan
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ModelChoice(Frozen):
+@record
+class ModelChoice:
     """Which FFN a command runs: ``--preset`` or ``--config`` (or the config.json beside the
     weights), ``--weights`` or ``--model`` (else random weights from the spec's seed),
     ``--layer``, ``--dtype`` and ``--max-memory``."""
@@ -43,8 +42,8 @@ class ModelChoice(Frozen):
         return whole("option --layer", self.layer if number is None else number, 0)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class TokenChoice(Frozen):
+@record
+class TokenChoice:
     """Which tokens: ``--input`` a file, or ``--random N`` drawn with ``--seed``; NaN and
     infinity refused unless ``--allow-nonfinite``."""
 
@@ -54,8 +53,8 @@ class TokenChoice(Frozen):
     allow_nonfinite: bool = False
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class TextChoice(Frozen):
+@record
+class TextChoice:
     """Real text through the whole model: ``--text`` (tokenised with the model's tokenizer)
     or ``--ids`` (token ids, no tokenizer)."""
 
@@ -120,8 +119,8 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ScaleChoice(Frozen):
+@record
+class ScaleChoice:
     """Where the work runs: this process (the default), ``--workers N`` local processes, or
     the Dask cluster at ``--scheduler ADDRESS``; ``--skip-bad`` goes on past a bad shard;
     ``--verbose`` lets Dask's own log lines through to stderr."""
@@ -179,8 +178,8 @@ TRAIN_OPTIONS = {"mode": "option --train", "optimizer": "option --optimizer",
                  "batch": "option --batch"}
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class TrainChoice(Frozen):
+@record
+class TrainChoice:
     """``params --train`` and its options, and ``--fit``/``--reserve``: a training plan
     (:class:`ffncli.counting.training.Plan`) and a memory budget, or None when not asked."""
 

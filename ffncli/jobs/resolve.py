@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ffncli.base import Frozen
+from ffncli.base import record
 from ffncli.base.validate import Keys, Sizing
 from ffncli.errors import FfnError, InputError
 from ffncli.jobs.choices import SPEC_OPTIONS, ModelChoice, TextChoice, TokenChoice, one_text
@@ -76,8 +76,8 @@ def config_beside(weights: Path) -> Path | None:
     return safetensors.config_beside(weights)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Counted(Frozen):
+@record
+class Counted:
     """The weights ``params`` counts: ``path``, where the spec logic looks (the file or
     folder, or a Hub model's cache snapshot, its config.json beside); ``name``, how the result
     names them; and how their headers are read (from the file, or by range from the Hub)."""

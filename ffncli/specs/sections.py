@@ -5,18 +5,17 @@ together (``ModelSpec``) and names them too. No NumPy here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
-from ffncli.base import Frozen
+from ffncli.base import record
 from ffncli.specs.rules import GLU_VARIANTS
 
 NormKind = Literal["layernorm", "rmsnorm"]
 HeadKind = Literal["tied", "untied", "none"]
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class FfnSpec(Frozen):
+@record
+class FfnSpec:
     """The position-wise FFN of one layer: d_model -> d_ff -> d_model."""
 
     d_ff: int
@@ -66,8 +65,8 @@ class FfnSpec(Frozen):
         return f"gated {self.activation}"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class AttentionSpec(Frozen):
+@record
+class AttentionSpec:
     """The attention of one layer: its heads, their widths and the parts beside them."""
 
     heads: int
@@ -130,8 +129,8 @@ class AttentionSpec(Frozen):
     out_groups: int = 1  # W_O likewise
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class NormSpec(Frozen):
+@record
+class NormSpec:
     """The norms: their kind, how many in each layer, and which have weights and biases."""
 
     kind: NormKind = "layernorm"
@@ -146,8 +145,8 @@ class NormSpec(Frozen):
     final_width: int = 0  # the final norm's width when not d_model's (Reformer: 2 x d_model)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class LayersSpec(Frozen):
+@record
+class LayersSpec:
     """The layer stacks: encoder and decoder layers, dense ones, shared ones."""
 
     encoder: int = 0
@@ -159,8 +158,8 @@ class LayersSpec(Frozen):
     # projections (T5Gemma 2's merged attention): no cross-attention weights of its own
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class EmbeddingsSpec(Frozen):
+@record
+class EmbeddingsSpec:
     """The tables before the first layer and the head after the last."""
 
     vocab: int
@@ -197,8 +196,8 @@ class EmbeddingsSpec(Frozen):
     entity_dim: int = 0
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class InitSpec(Frozen):
+@record
+class InitSpec:
     """Random weights: numpy.random.default_rng(seed).normal(0, std), biases zero."""
 
     std: float = 0.02

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.base import Frozen, validate
+from ffncli.base import record, validate
 from ffncli.base.validate import suggest
 from ffncli.errors import SpecError
 from ffncli.specs.rules import ACTIVATIONS, GLU_VARIANTS, build
@@ -48,8 +48,8 @@ if TYPE_CHECKING:  # built by config readers only: off a preset's start-up
 MIXERS = ("full", "sliding", "chunked", "linear", "mamba", "conv", "none")
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class LayerKind(Frozen):
+@record
+class LayerKind:
     """One kind of decoder layer, as data: its token mixer and its FFN. ``ModelSpec.pattern``
     lists the kind of every decoder layer in order; layers of equal kinds are counted
     together, under ``name``."""
@@ -70,8 +70,8 @@ class LayerKind(Frozen):
     shared: SharedBlockSpec | None = None  # issue 40, hybrids: Zamba's shared block, beside mixer
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class ModelSpec(Frozen):
+@record
+class ModelSpec:
     """A model's architecture: its sections, the kind of each layer, what is not counted."""
 
     name: str
@@ -333,8 +333,8 @@ def load_preset(name_or_path: str) -> ModelSpec:
 # What-if overrides, shared by every command.
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Overrides(Frozen):
+@record
+class Overrides:
     """The what-if values every command takes (None: the spec's own)."""
 
     d_model: int | None = None
