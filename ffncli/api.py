@@ -48,7 +48,7 @@ from ffncli.errors import InputError, SpecError
 from ffncli.jobs.choices import ModelChoice, TextChoice, parse_layers
 from ffncli.jobs.params import count_spec_planned
 from ffncli.jobs.resolve import open_text, resolve_spec
-from ffncli.specs.spec import ModelSpec, Overrides
+from ffncli.specs.spec import SPEC_PARAMETERS, ModelSpec, Overrides
 
 if TYPE_CHECKING:
     import numpy as np
@@ -128,7 +128,8 @@ def load_spec(preset: str | Path | None = None, config: str | Path | None = None
         raise SpecError("load_spec: give preset=NAME|FILE or config=config.json")
     if preset is not None:
         preset = str(_path("preset", preset))
-    return resolve_spec(preset, _maybe_path("config", config), Overrides(**overrides))
+    return resolve_spec(preset, _maybe_path("config", config), Overrides(**overrides),
+                        names=SPEC_PARAMETERS)
 
 
 def count(spec: ModelSpec) -> ModelCount:

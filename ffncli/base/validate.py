@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from ffncli.base import record
 from ffncli.errors import ConfigError, FfnError, InputError
 
 MAX_INT = 2**53  # the largest whole number a preset, config or option may give (exact as a double)
 
 
-@dataclass(frozen=True)
+@record
 class Sizing:
     """How the errors about memory name what the caller can change: a library call's
     parameters by default; a command passes its options (ffncli.jobs.resolve.SIZING_OPTIONS)."""
@@ -32,7 +32,7 @@ class Sizing:
 LIBRARY_SIZING = Sizing()  # a library call's words
 
 
-@dataclass(frozen=True)
+@record
 class Words:
     """How an error or a hint names what the caller gave: a library call's parameters by
     default (``ctx: expected ...``, ``ids=FILE``); a command passes its options

@@ -5,10 +5,10 @@ and the one grammar of ``--layer``. Nothing is read here."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ffncli.base import record
 from ffncli.base.validate import Words, fail, whole
 from ffncli.errors import InputError
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # imported when a plan is made: the counting modules stay off
 OPTIONS = Words(options=True, renamed=(("fn", "--impl"),))
 
 
-@dataclass(frozen=True)
+@record
 class ModelChoice:
     """Which FFN a command runs: ``--preset`` or ``--config`` (or the config.json beside the
     weights), ``--weights`` or ``--model`` (else random weights from the spec's seed),
@@ -48,7 +48,7 @@ class ModelChoice:
         return whole("option --layer", self.layer if number is None else number, 0)
 
 
-@dataclass(frozen=True)
+@record
 class TokenChoice:
     """Which tokens: ``--input`` a file, or ``--random N`` drawn with ``--seed``; NaN and
     infinity refused unless ``--allow-nonfinite``."""
@@ -59,7 +59,7 @@ class TokenChoice:
     allow_nonfinite: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class TextChoice:
     """Real text through the whole model: ``--text`` (tokenised with the model's tokenizer)
     or ``--ids`` (token ids, no tokenizer)."""
@@ -126,7 +126,7 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-@dataclass(frozen=True)
+@record
 class ScaleChoice:
     """Where the work runs: this process (the default), ``--workers N`` local processes, or
     the Dask cluster at ``--scheduler ADDRESS``; ``--skip-bad`` goes on past a bad shard;
@@ -177,6 +177,14 @@ def not_shares(part: str) -> InputError:
                       f"{part.strip()!r}")
 
 
+# How the errors about a model and the what-if name a command's options (a library call names
+# its parameters: ffncli.specs.spec.SPEC_PARAMETERS).
+SPEC_OPTIONS = {key: f"option --{key.replace('_', '-')}" for key in (
+    "d_model", "d_ff", "activation", "experts", "top_k", "capacity_factor", "beta",
+    "match_params", "multiple_of", "seq_len")} | {
+    "gating": "--activation swiglu (or geglu, reglu, glu, bilinear) or --gated",
+    "model": "--preset or --config"}
+
 # How params --train's errors name its options (a library call names its parameters).
 TRAIN_OPTIONS = {"mode": "option --train", "optimizer": "option --optimizer",
                  "precision": "option --precision", "lora_rank": "option --lora-rank",
@@ -184,7 +192,7 @@ TRAIN_OPTIONS = {"mode": "option --train", "optimizer": "option --optimizer",
                  "batch": "option --batch"}
 
 
-@dataclass(frozen=True)
+@record
 class TrainChoice:
     """``params --train`` and its options, and ``--fit``/``--reserve``: a training plan
     (:class:`ffncli.counting.training.Plan`) and a memory budget, or None when not asked."""

@@ -6,14 +6,22 @@ a command reads or writes. Spec resolution and ``params`` never import NumPy."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ffncli.base import record
 from ffncli.base.validate import Keys, Sizing, Words
 from ffncli.errors import FfnError, InputError
-from ffncli.jobs.choices import OPTIONS, ModelChoice, TextChoice, TokenChoice, one_text
+from ffncli.jobs.choices import (
+    OPTIONS,
+    SPEC_OPTIONS,
+    ModelChoice,
+    TextChoice,
+    TokenChoice,
+    one_text,
+)
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
 
 if TYPE_CHECKING:  # the readers are imported when a file is read: off a preset's start-up
@@ -75,7 +83,7 @@ def config_beside(weights: Path) -> Path | None:
     return safetensors.config_beside(weights)
 
 
-@dataclass(frozen=True)
+@record
 class Counted:
     """The weights ``params`` counts: ``path``, where the spec logic looks (the file or
     folder, or a Hub model's cache snapshot, its config.json beside); ``name``, how the result
@@ -143,8 +151,11 @@ class Opened:
 
 def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
           weights: Path | None, weights_describe: bool, gguf: GgufHeader | None = None,
-          words: Words = OPTIONS) -> tuple[ModelSpec, Keys | None]:
-    """The spec and, when it comes from a config.json, that config's keys (read once)."""
+          words: Words = OPTIONS, names: Mapping[str, str] = SPEC_OPTIONS
+          ) -> tuple[ModelSpec, Keys | None]:
+    """The spec and, when it comes from a config.json, that config's keys (read once);
+    ``words`` and ``names``: how the errors name what was given and the what-if (the options,
+    or a library call's parameters)."""
     if preset is not None and config is not None:
         raise InputError("give --preset or --config, not both")
     if preset is None and config is None and _is_gguf(weights):  # a GGUF file describes itself
@@ -152,9 +163,10 @@ def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
 
         assert weights is not None  # a GGUF file's path
         header = gguf if gguf is not None else _read_gguf(weights)
-        return apply_overrides(spec_from_header(header), overrides or Overrides()), None
+        return apply_overrides(spec_from_header(header, names), overrides or Overrides(),
+                               names), None
     spec, keys = _described(preset, config, weights, weights_describe, words)
-    return apply_overrides(spec, overrides or Overrides()), keys
+    return apply_overrides(spec, overrides or Overrides(), names), keys
 
 
 def _is_gguf(weights: Path | None) -> bool:
@@ -223,12 +235,14 @@ def _config(path: Path, weights: Path | None, words: Words) -> tuple[ModelSpec, 
 
 
 def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides | None = None,
-                 *, weights: Path | None = None, weights_describe: bool = False) -> ModelSpec:
-    """The spec of ``--preset`` or ``--config`` (never both), with ``overrides`` applied.
+                 *, weights: Path | None = None, weights_describe: bool = False,
+                 names: Mapping[str, str] = SPEC_OPTIONS) -> ModelSpec:
+    """The spec of ``--preset`` or ``--config`` (never both), with ``overrides`` applied (its
+    errors naming them as ``names`` says: the options, or a library call's parameters).
 
     With ``weights_describe`` (commands that run a checkpoint), the config.json beside a
     ``.safetensors`` file stands in for a missing ``--config``."""
-    return _spec(preset, config, overrides, weights, weights_describe)[0]
+    return _spec(preset, config, overrides, weights, weights_describe, names=names)[0]
 
 
 def open_model(choice: ModelChoice, overrides: Overrides, words: Words = OPTIONS) -> Opened:

@@ -5,10 +5,10 @@ family. The table of architectures (:mod:`ffncli.specs.table`) names them per mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ffncli.base import record
 
 
-@dataclass(frozen=True)
+@record
 class Layout:
     """Where one family keeps a layer's FFN: tensor names (with {i} the layer, {e} an expert)
     and whether matrices are nn.Linear ([out, in], transposed on load) or Conv1D ([in, out])."""
