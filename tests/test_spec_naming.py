@@ -67,3 +67,18 @@ def test_an_unknown_gguf_architecture_names_the_callers_alternative(tmp_path):
         spec_from_header(header, SPEC_OPTIONS)
     assert str(command.value) == str(library.value).replace(
         "(or give config=config.json)", "(or give --preset or --config)")
+
+
+def test_a_config_given_as_a_preset_is_told_the_callers_words(tmp_path):
+    """load_preset names the way to give a config.json as its caller would: the library's
+    parameter, or the command's option."""
+    from ffncli.base.validate import Words
+    from ffncli.errors import SpecError
+    from ffncli.specs.spec import load_preset
+
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama"}')
+    with pytest.raises(SpecError, match=f"give it with config={path}$"):
+        load_preset(str(path))
+    with pytest.raises(SpecError, match=f"give it with --config {path}$"):
+        load_preset(str(path), Words(options=True))

@@ -186,7 +186,7 @@ def _described(preset: str | None, config: Path | None, weights: Path | None,
         return _config(config, weights, words)
     if preset is None:
         raise InputError(_NO_MODEL_OR_WEIGHTS if weights_describe else _NO_MODEL)
-    spec = load_preset(preset)
+    spec = load_preset(preset, words)
     if weights is None or _is_gguf(weights):
         return spec, None
     return spec, _settings_beside(weights, words)

@@ -301,8 +301,9 @@ def _parse_yaml(text: str, source: str) -> Any:
         raise SpecError(f"{source}: invalid YAML{exc.where}: {exc.problem}") from None
 
 
-def load_preset(name_or_path: str) -> ModelSpec:
-    """A built-in preset by name, or a YAML file by path."""
+def load_preset(name_or_path: str, words: validate.Words = validate.PARAMETERS) -> ModelSpec:
+    """A built-in preset by name, or a YAML file by path; ``words``: how a config.json given
+    in its place is told to be given (``config=...``, or a command's ``--config ...``)."""
     looks_like_path = name_or_path.endswith((".yaml", ".yml", ".json")) or "/" in name_or_path
     if not looks_like_path:
         names = preset_names()
@@ -325,7 +326,7 @@ def load_preset(name_or_path: str) -> ModelSpec:
     hf_keys = [k for k in ("model_type", "architectures") if isinstance(data, dict) and k in data]
     if hf_keys:  # a Hugging Face config.json given as a preset
         raise SpecError(f"{source}: a Hugging Face config (it has '{hf_keys[0]}'), not a spec: "
-                        f"give it with --config {name_or_path}")
+                        f"give it with {words.given('config', name_or_path)}")
     return spec_from_mapping(data, source, default_name)
 
 
