@@ -103,7 +103,7 @@ def test_every_config_ffncli_reads_is_counted_exactly(name, tmp_path):
 
 # The generated figure of issue 40: types of the three mappings counted exactly on their
 # defaults (total, active and each layer's FFN). A type added raises it; lower it never.
-EXACT_TYPES = 207
+EXACT_TYPES = 208
 
 
 def test_n_of_m_types_exact(capsys, tmp_path):
@@ -265,6 +265,24 @@ def test_gemma3n_parts_beside_attention_and_ffn(cli):
     assert [p["elements"] for p in doc["kv_cache"]["parts"] if p["kind"] == "shared"] == [0, 0]
 
 
+def test_jetmoe_routes_its_attention_heads_and_its_experts(cli):
+    """JetMoE's parts from transformers' shapes (JetMoeMoA, JetMoeMoE; hidden 2048, kv_channels
+    128 x 16 KV heads, intermediate 5632, 8 experts, top-2): W_Q and W_O each a (8, 2048, 2048)
+    tensor of experts, kv_proj 2048 -> 2 x 2048, routers (2048 -> 8) and biases of 2048 on the
+    summed outputs. A token uses 2 of the 8 banks of each: 6 x (2 x 2048 x 2048) attention and
+    6 x (3 x 2048 x 5632) FFN parameters a layer unused."""
+    doc = json.loads(cli("params", "--config", ZOO / "configs" / "jetmoe.config.json",
+                         "--json").out)
+    (layer,) = doc["layers"]
+    assert [(r["shape"], r["params"]) for r in layer["attention_rows"]] == [
+        ("8 x 2048 x 2048", 8 * 2048 * 2048), ("2048 x 4096", 2048 * 4096),
+        ("8 x 2048 x 2048", 8 * 2048 * 2048), ("2048 x 8", 2048 * 8), ("2048", 2048)]
+    assert layer["ffn"] == 8 * 3 * 2048 * 5632 + 2048 * 8 + 2048
+    assert layer["active"] == layer["total"] - 6 * 2 * 2048 * 2048 - 6 * 3 * 2048 * 5632
+    assert doc["active_params"] == doc["total_params"] - 12 * (layer["total"] - layer["active"])
+    assert doc["kv_cache"]["elements_per_token"] == 12 * 2 * 16 * 128
+
+
 def _config(model_type, **changes):
     return {**json.loads((ZOO / DOC["types"][model_type]["config"]).read_text()), **changes}
 
@@ -288,6 +306,8 @@ HOSTILE = [
     (_config("jamba", mamba_dt_rank="big"),
      "key 'mamba_dt_rank': expected a whole number >= 1, got 'big'"),
     (_config("gemma3", text_config=[1]), "key 'text_config': expected an object, got [1]"),
+    (_config("jetmoe", num_experts_per_tok=9),
+     "key 'num_experts_per_tok': expected at most num_local_experts (8), got 9"),
 ]
 
 

@@ -41,9 +41,6 @@ LACKS: dict[str, str] = {
     "inkling2_text":
         "attention residuals over earlier layers, dynamic short convolutions, sink"
         " projections and relative-position biases",
-    "jetmoe":
-        "a mixture of attention heads (routed Q and O projections: active attention) and the"
-        " bias on its experts' summed output",
     "lfm2_moe": "a model transformers itself cannot build from these defaults",
     "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",

@@ -47,6 +47,9 @@ class FfnSpec:
     # issue 40, hybrids: Inkling's router also scores the shared experts (shared_d_ff / d_ff of
     # them) and keeps one learned scale; config readers only
     router_shared: bool = False
+    # issue 40, s3-zookv: a bias of d_model on the experts' summed output (JetMoE); config
+    # readers only
+    output_bias: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -125,6 +128,12 @@ class AttentionSpec:
     qkv_groups: int = 1  # W_Q, W_K, W_V as grouped 1x1 convolutions (SqueezeBERT): / groups
     shared_qk: bool = False  # one projection for queries and keys, no W_K (Reformer's LSH)
     out_groups: int = 1  # W_O likewise
+    # issue 40, s3-zookv: a mixture of attention heads (JetMoE's MoA), when head_experts > 0:
+    # W_Q and W_O are head_experts banks of heads / head_top_k heads each, routed by a router
+    # of their own (d_model x head_experts) with a bias of d_model on the summed output; K and
+    # V are shared. A token uses head_top_k of the banks. Config readers only.
+    head_experts: int = 0
+    head_top_k: int = 0
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,8 @@ ENCODER_PARTS = frozenset({
     "position_dim", "decoder_positions", "decoder_vocab", "project", "extra_rows",
     "head_transform", "axial", "side_tables", "entities", "entity_dim",
     "final_bias", "final_width",
+    # s3-zookv: JetMoE's mixture of attention heads and its experts' output bias
+    "output_bias", "head_experts", "head_top_k",
 })
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
