@@ -464,6 +464,7 @@ ARCHS: dict[str, Arch] = {
                                                      "w2": "layer.{i}.ff.layer_2"})),
     # s3-zookv: refused types made exact
     "jetmoe": Arch(read("moa.jetmoe_spec"), not_run="a mixture of attention heads"),
+    "whisper": Arch(read("backbones.whisper_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
