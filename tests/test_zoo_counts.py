@@ -103,7 +103,7 @@ def test_every_config_ffncli_reads_is_counted_exactly(name, tmp_path):
 
 # The generated figure of issue 40: types of the three mappings counted exactly on their
 # defaults (total, active and each layer's FFN). A type added raises it; lower it never.
-EXACT_TYPES = 209
+EXACT_TYPES = 210
 
 
 def test_n_of_m_types_exact(capsys, tmp_path):
@@ -281,6 +281,20 @@ def test_jetmoe_routes_its_attention_heads_and_its_experts(cli):
     assert layer["active"] == layer["total"] - 6 * 2 * 2048 * 2048 - 6 * 3 * 2048 * 5632
     assert doc["active_params"] == doc["total_params"] - 12 * (layer["total"] - layer["active"])
     assert doc["kv_cache"]["elements_per_token"] == 12 * 2 * 16 * 128
+
+
+def test_cpmant_caches_its_prompt_tokens_in_every_layer(cli):
+    """CPM-Ant prepends prompt_length (32) learned prompt tokens: each of its 48 layers caches
+    K and V of 32 heads x 128 for them and for the sequence's 9 tokens; its word table holds
+    prompt_types x prompt_length (32 x 32) prompt rows beside the vocabulary's 30720, the head
+    the vocabulary alone."""
+    doc = json.loads(cli("params", "--config", ZOO / "configs" / "cpmant.config.json",
+                         "--seq-len", "9", "--json").out)
+    per_token = 2 * 32 * 128
+    assert doc["kv_cache"]["elements"] == 48 * per_token * (9 + 32)
+    assert doc["kv_cache"]["elements_per_token"] == 48 * per_token
+    assert doc["groups"]["embeddings"] == (30720 + 32 * 32 + 32) * 4096
+    assert doc["groups"]["head"] == 30720 * 4096
 
 
 def _config(model_type, **changes):

@@ -9,9 +9,6 @@ LACKS: dict[str, str] = {
     "audioflamingo3": "its vision or audio tower",
     "blt": "its vision or audio tower",
     "cohere_compass_text": "a model transformers itself cannot build from these defaults",
-    "cpmant":
-        "its prompt tokens (prompt_types x prompt_length embedding rows; prompt_length more"
-        " tokens in every layer's KV cache)",
     "dbrx": "a model transformers itself cannot build from these defaults",
     "deepseek_v4":
         "its hyper-connections (attn_hc, ffn_hc), compressed and indexed attention and"

@@ -134,6 +134,9 @@ class AttentionSpec:
     # V are shared. A token uses head_top_k of the banks. Config readers only.
     head_experts: int = 0
     head_top_k: int = 0
+    # issue 40, s3-zookv: learned prompt tokens every layer's KV cache holds before the
+    # sequence's (CPM-Ant's prompt_length). Config readers only.
+    prompt_tokens: int = 0
 
 
 @dataclass(frozen=True)

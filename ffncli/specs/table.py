@@ -465,6 +465,7 @@ ARCHS: dict[str, Arch] = {
     # s3-zookv: refused types made exact
     "jetmoe": Arch(read("moa.jetmoe_spec"), not_run="a mixture of attention heads"),
     "whisper": Arch(read("backbones.whisper_spec")),
+    "cpmant": Arch(read("backbones.cpmant_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

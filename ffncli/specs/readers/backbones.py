@@ -33,3 +33,29 @@ def whisper_spec(c: Config) -> ModelSpec:
         layers=LayersSpec(encoder=0, decoder=c.int("decoder_layers"), cross=True),
         embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), positions=seq, head=c.head(True)),
     )
+
+
+def cpmant_spec(c: Config) -> ModelSpec:
+    """CpmAntForCausalLM (CPM-Ant): RMS-normed pre-norm layers without biases, heads of
+    dim_head, a GELU-gated FFN of dim_ff; one word table holding the vocabulary and
+    prompt_types x prompt_length prompt rows, a segment table of segment_types rows, one
+    relative-position table (segment_types squared plus position_bias_num_buckets rows, a
+    column a head), a head of the vocabulary alone (not tied: the tables differ). The cache
+    also holds the prompt_length prompt tokens in every layer."""
+    c = _with_defaults(c, vocab_size=30720, hidden_size=4096, num_attention_heads=32,
+                       dim_head=128, dim_ff=10240, num_hidden_layers=48, prompt_types=32,
+                       prompt_length=32, segment_types=32, position_bias_num_buckets=512)
+    prompts, segments = c.int0("prompt_length"), c.int("segment_types")
+    return ModelSpec(
+        name=c.name("cpmant"), family="cpmant", description=f"from {c.source}",
+        d_model=c.int("hidden_size"), seq_len=1024,
+        ffn=FfnSpec(d_ff=c.int("dim_ff"), activation="gelu", gated=True, bias=False),
+        attention=AttentionSpec(
+            heads=c.int("num_attention_heads"), head_dim=c.int("dim_head"), qkv_bias=False,
+            out_bias=False, prompt_tokens=prompts,
+            relative_buckets=segments * segments + c.int("position_bias_num_buckets")),
+        norm=NormSpec(kind="rmsnorm", bias=False, final=True),
+        layers=LayersSpec(encoder=0, decoder=c.int("num_hidden_layers")),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), token_types=segments,
+                                  extra_rows=c.int0("prompt_types") * prompts, head="untied"),
+    )
