@@ -103,7 +103,7 @@ def test_every_config_ffncli_reads_is_counted_exactly(name, tmp_path):
 
 # The generated figure of issue 40: types of the three mappings counted exactly on their
 # defaults (total, active and each layer's FFN). A type added raises it; lower it never.
-EXACT_TYPES = 210
+EXACT_TYPES = 211
 
 
 def test_n_of_m_types_exact(capsys, tmp_path):
@@ -295,6 +295,22 @@ def test_cpmant_caches_its_prompt_tokens_in_every_layer(cli):
     assert doc["kv_cache"]["elements_per_token"] == 48 * per_token
     assert doc["groups"]["embeddings"] == (30720 + 32 * 32 + 32) * 4096
     assert doc["groups"]["head"] == 30720 * 4096
+
+
+def test_neomme_embeddings_and_layer_scalars_from_transformers_shapes(cli):
+    """NeoMMEModel's parts (hidden 1024, embedding_rank 256, 4 KV heads of 64, 16 heads,
+    patch_size 32): word table 131072 x 256 and its projection 256 -> 1024 without bias (none
+    out), value embeddings 131072 x 256, the patch embedder's LayerNorm (3072, with bias), up
+    3072 -> 2048 and down 2048 -> 1024 with bias; in each layer an alpha per head and two
+    lambdas; norms without weights."""
+    doc = json.loads(cli("params", "--config", ZOO / "configs" / "neomme.config.json",
+                         "--json").out)
+    assert doc["groups"]["embeddings"] == 131072 * 256 + 256 * 1024 + 131072 * 256 + (
+        2 * 3072 + 3072 * 2048 + 2048 * 1024 + 1024)
+    (layer,) = doc["layers"]
+    assert {"name": "learned scalars", "shape": "18", "params": 16 + 2} in \
+        layer["attention_rows"]
+    assert doc["groups"]["norms"] == 0 and doc["kv_cache"]["elements"] == 0
 
 
 def _config(model_type, **changes):

@@ -130,6 +130,8 @@ def attention_block_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, 
     if att.values_are_keys:  # Gemma 4's full layers: W_K's keys are the values too
         core = tuple(r for r in core if r.name != f"{prefix}W_V")
     mine = dynamic_mask_rows(d, att, prefix) + lambda_rows(d, att, prefix)
+    if att.learned_scalars:  # NeoMME's alpha per head and residual lambdas
+        mine += (Row(f"{prefix}learned scalars", f"{att.learned_scalars}", att.learned_scalars),)
     return extra + core + sinks + gate_rows(d, att, prefix) + mine
 
 

@@ -48,9 +48,6 @@ LACKS: dict[str, str] = {
     "musicgen": "a model transformers itself cannot build from these defaults",
     "musicgen_melody": "a model transformers itself cannot build from these defaults",
     "nemotron": "a model transformers itself cannot build from these defaults",
-    "neomme":
-        "its squared-ReLU FFN, value embeddings, gated output projection and image patch"
-        " embedder",
     "omniasr": "its vision or audio tower",
     "phi4_multimodal": "its vision or audio tower",
     "qwen2_audio": "its vision or audio tower",

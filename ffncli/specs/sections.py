@@ -135,8 +135,10 @@ class AttentionSpec:
     head_experts: int = 0
     head_top_k: int = 0
     # issue 40, s3-zookv: learned prompt tokens every layer's KV cache holds before the
-    # sequence's (CPM-Ant's prompt_length). Config readers only.
+    # sequence's (CPM-Ant's prompt_length); learned scalars in each layer beside attention
+    # (NeoMME: an alpha per head and two residual lambdas). Config readers only.
     prompt_tokens: int = 0
+    learned_scalars: int = 0
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,13 @@ class EmbeddingsSpec:
     # narrower), their own position and token-type tables and norm.
     entities: int = 0
     entity_dim: int = 0
+    # issue 40, s3-zookv (NeoMME): with dim, one dim -> d_model projection in without bias and
+    # none out (project_in_only); a table of value_dim a token beside the word table (value
+    # embeddings); an image patch embedder of patch_dim inputs (a LayerNorm with bias,
+    # patch_dim -> 2 d_model without bias, 2 d_model -> d_model with bias). Config readers only.
+    project_in_only: bool = False
+    value_dim: int = 0
+    patch_dim: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Text backbones of issue 40 counted as transformers' causal-LM class builds them: Whisper's
-decoder alone."""
+decoder alone, CPM-Ant."""
 
 from __future__ import annotations
 
@@ -59,3 +59,4 @@ def cpmant_spec(c: Config) -> ModelSpec:
         embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), token_types=segments,
                                   extra_rows=c.int0("prompt_types") * prompts, head="untied"),
     )
+
