@@ -177,9 +177,17 @@ DERIVED = {"olmo_hybrid": ("linear_num_key_heads", "linear_num_value_heads",
 def _kv_spec(model_type, tmp_path):
     config = json.loads((ZOO / DOC["types"][model_type]["config"]).read_text())
     path = tmp_path / "config.json"
-    derived = dict.fromkeys(DERIVED.get(model_type, ()))
-    path.write_text(json.dumps({**config, **derived, **KV["kv"][model_type]["config"]}))
+    path.write_text(json.dumps(_shrunk(config, KV["kv"][model_type]["config"])))
     return ffncli.load_spec(config=path)
+
+
+def _shrunk(config, small):
+    """The zoo's config with the small model's keys (a multimodal config's text_config
+    shrunk alike, key by key)."""
+    derived = dict.fromkeys(DERIVED.get(config.get("model_type"), ()))
+    text = {"text_config": _shrunk(config["text_config"], small["text_config"])} \
+        if "text_config" in small else {}
+    return {**config, **derived, **small, **text}
 
 
 def _per_layer(kv, length, layers=0):
@@ -212,11 +220,12 @@ def test_kv_cache_per_layer_is_what_transformers_holds(model_type, tmp_path):
 
 
 # The decoder types ffncli counts whose cache is not checked, and why (docs/commands/params.md
-# names them): a multimodal config (its language model's own type is checked), and GPT-1 and
-# XLNet, which transformers runs without a cache object.
+# names them): a multimodal config with a vision tower (its language model's own type is
+# checked), Gemma 4's assistant (it runs on its target model's KV alone), and GPT-1 and XLNet,
+# which transformers runs without a cache object.
 KV_UNCHECKED = {
-    **dict.fromkeys(("fuyu", "gemma3", "gemma4", "gemma4_unified", "gemma4_unified_assistant",
-                     "llama4", "qwen3_5", "qwen3_5_moe"), "multimodal"),
+    **dict.fromkeys(("gemma3", "llama4", "qwen3_5", "qwen3_5_moe"), "a vision tower"),
+    "gemma4_unified_assistant": "needs its target model's KV states to run",
     "openai-gpt": "no cache: transformers recomputes every token",
     "xlnet": "no cache: its memory (mems) is hidden states, not keys and values",
 }
@@ -230,7 +239,8 @@ def test_every_decoder_type_ffncli_counts_has_its_cache_checked():
                 and t not in DOC["mappings"]["seq2seq_lm"]}
     assert decoders - set(KV_TYPES) == set(KV_UNCHECKED)
     assert {"bamba", "granitemoehybrid", "kimi_linear", "bailing_hybrid", "recurrent_gemma",
-            "xlstm", "kolibri1_1", "gpt_oss", "gemma3_text", "deepseek_v3"} <= set(KV_TYPES)
+            "xlstm", "kolibri1_1", "gpt_oss", "gemma3_text", "deepseek_v3", "fuyu", "gemma4",
+            "jetmoe", "cpmant", "whisper"} <= set(KV_TYPES)
     text = (DATA.parent.parent / "docs" / "commands" / "params.md").read_text()
     assert all(f"`{t}`" in text for t in KV_UNCHECKED)
 
