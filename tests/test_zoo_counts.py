@@ -220,11 +220,11 @@ def test_kv_cache_per_layer_is_what_transformers_holds(model_type, tmp_path):
 
 
 # The decoder types ffncli counts whose cache is not checked, and why (docs/commands/params.md
-# names them): a multimodal config with a vision tower (its language model's own type is
-# checked), Gemma 4's assistant (it runs on its target model's KV alone), and GPT-1 and XLNet,
-# which transformers runs without a cache object.
+# names them): multimodal configs transformers cannot build as causal LMs from their defaults
+# (their language model's own type is checked), Gemma 4's assistant (it runs on its target
+# model's KV alone), and GPT-1 and XLNet, which transformers runs without a cache object.
 KV_UNCHECKED = {
-    **dict.fromkeys(("gemma3", "llama4", "qwen3_5", "qwen3_5_moe"), "a vision tower"),
+    **dict.fromkeys(("llama4", "qwen3_5", "qwen3_5_moe"), "not built from its defaults"),
     "gemma4_unified_assistant": "needs its target model's KV states to run",
     "openai-gpt": "no cache: transformers recomputes every token",
     "xlnet": "no cache: its memory (mems) is hidden states, not keys and values",
@@ -240,7 +240,7 @@ def test_every_decoder_type_ffncli_counts_has_its_cache_checked():
     assert decoders - set(KV_TYPES) == set(KV_UNCHECKED)
     assert {"bamba", "granitemoehybrid", "kimi_linear", "bailing_hybrid", "recurrent_gemma",
             "xlstm", "kolibri1_1", "gpt_oss", "gemma3_text", "deepseek_v3", "fuyu", "gemma4",
-            "jetmoe", "cpmant", "whisper"} <= set(KV_TYPES)
+            "jetmoe", "cpmant", "whisper", "gemma3"} <= set(KV_TYPES)
     text = (DATA.parent.parent / "docs" / "commands" / "params.md").read_text()
     assert all(f"`{t}`" in text for t in KV_UNCHECKED)
 
