@@ -466,7 +466,7 @@ ARCHS: dict[str, Arch] = {
     "jetmoe": Arch(read("moa.jetmoe_spec"), not_run="a mixture of attention heads"),
     "whisper": Arch(read("backbones.whisper_spec")),
     "cpmant": Arch(read("backbones.cpmant_spec")),
-    "neomme": Arch(read("neomme.neomme_spec"), not_run="squared ReLU"),
+    "neomme": Arch(read("backbones.neomme_spec"), not_run="squared ReLU"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
