@@ -348,6 +348,10 @@ HOSTILE = [
     (_config("gemma3", text_config=[1]), "key 'text_config': expected an object, got [1]"),
     (_config("jetmoe", num_experts_per_tok=9),
      "key 'num_experts_per_tok': expected at most num_local_experts (8), got 9"),
+    (_config("whisper", decoder_attention_heads=7),
+     "key 'decoder_attention_heads': expected a divisor of d_model (384), got 7"),
+    (_config("cpmant", dim_head=0), "key 'dim_head': expected a whole number >= 1, got 0"),
+    (_config("neomme", patch_size=-1), "key 'patch_size': expected a whole number >= 1, got -1"),
 ]
 
 

@@ -22,13 +22,16 @@ def whisper_spec(c: Config) -> ModelSpec:
     c = _with_defaults(c, vocab_size=51865, d_model=384, decoder_layers=4,
                        decoder_attention_heads=6, decoder_ffn_dim=1536,
                        max_target_positions=448)
-    seq = c.int("max_target_positions")
+    seq, d, heads = c.int("max_target_positions"), c.int("d_model"), \
+        c.int("decoder_attention_heads")
+    if d % heads:
+        raise c.fail("decoder_attention_heads", f"a divisor of d_model ({d:,})")
     return ModelSpec(
         name=c.name("whisper"), family="whisper", description=f"from {c.source}",
-        d_model=c.int("d_model"), seq_len=seq,
+        d_model=d, seq_len=seq,
         ffn=FfnSpec(d_ff=c.int("decoder_ffn_dim"),
                     activation=c.act("activation_function", "gelu")),
-        attention=AttentionSpec(heads=c.int("decoder_attention_heads"), key_bias=False),
+        attention=AttentionSpec(heads=heads, key_bias=False),
         norm=NormSpec(final=True),
         layers=LayersSpec(encoder=0, decoder=c.int("decoder_layers"), cross=True),
         embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), positions=seq, head=c.head(True)),
