@@ -124,6 +124,19 @@ def test_flagship_layer_ffn_matches_param_truth(name, kind, stack):
     assert (s["ffn"], s["params"]) == ([ffn] * n, [layer] * n)
 
 
+def test_jetmoe_active_leaves_out_the_unrouted_experts_of_both_banks():
+    """JetMoE routes its MLP's experts and its attention's (the Q and O projections): each
+    layer leaves 8 - 2 of both unused. Per expert, from the config (hidden 2048, intermediate
+    5632, kv_channels x kv heads 2048): the MLP's gated input (2 x 5632 x 2048) and output
+    (5632 x 2048); the attention's input and output (2048 x 2048 each). The biases and
+    routers beside them are active."""
+    mlp, attention = 3 * 5632 * 2048, 2 * 2048 * 2048
+    b = TYPES["jetmoe"]["builds"]["causal_lm"]
+    assert [(k["experts"], k["per_expert"], k["top_k"], k["count"])
+            for k in b["moe"]["kinds"]] == [(8, mlp, 2, 12), (8, attention, 2, 12)]
+    assert b["active"] == b["total"] - 12 * 6 * (mlp + attention) == 1_198_491_648
+
+
 # Supported types whose ffncli total differs from transformers' on the zoo's config
 # (strict: a fix makes the test fail until the entry is removed).
 DIFFERS: dict[str, str] = {}

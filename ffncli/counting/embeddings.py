@@ -38,9 +38,9 @@ def embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
     if emb.factorized:
         return tuple(rows + _factorized_rows(emb, d))
     if dim != d:
-        rows += [Row("project in", f"{dim} x {d}", dim * d),
-                 Row("project out", f"{d} x {dim}", d * dim)]
-    rows += _position_rows(spec, emb) + _more_rows(emb, d)
+        rows += [Row("project in", f"{dim} x {d}", dim * d)] + (
+            [] if emb.project_in_only else [Row("project out", f"{d} x {dim}", d * dim)])
+    rows += _position_rows(spec, emb) + _more_rows(emb, d) + value_patch_rows(emb, d)
     return tuple(rows) + side_table_rows(emb, d) + entity_rows(emb, d)
 
 
@@ -78,6 +78,20 @@ def _more_rows(emb: EmbeddingsSpec, d: int) -> list[Row]:
     if emb.extra_rows:
         rows.append(Row("extra embedding rows", f"{emb.extra_rows} x {d}",
                         emb.extra_rows * d))
+    return rows
+
+
+def value_patch_rows(emb: EmbeddingsSpec, d: int) -> list[Row]:
+    """NeoMME's value embeddings (a table of value_dim a token) and image patch embedder (its
+    LayerNorm, patch_dim -> 2 d without bias, 2 d -> d with bias)."""
+    rows = []
+    if emb.value_dim:
+        rows.append(Row("value embeddings", f"{emb.vocab} x {emb.value_dim}",
+                        emb.vocab * emb.value_dim))
+    if emb.patch_dim:
+        p = emb.patch_dim
+        rows.append(Row("image patch embedder", f"2 x {p} + {p} x {2 * d} + {2 * d} x {d}",
+                        2 * p + p * 2 * d + linear(2 * d, d, True)))
     return rows
 
 

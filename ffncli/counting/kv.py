@@ -78,6 +78,12 @@ def _beside_attention_state(kind: LayerKind) -> int:
     return linear_state_elements(kind.mixer_spec) if kind.mixer_spec is not None else 0
 
 
+def _prompt_state(att: AttentionSpec, per_token: int) -> int:
+    """The learned prompt tokens a layer's cache holds before the sequence's (CPM-Ant): a
+    fixed part of its cache, whatever the length."""
+    return att.prompt_tokens * per_token
+
+
 def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPart | None:
     """A kind of layer's cache: sliding and chunked layers keep the last window - 1 tokens
     (transformers' DynamicSlidingWindowLayer), a layer reading another's KV keeps none."""
@@ -92,7 +98,7 @@ def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPa
     if att is None:
         return None
     per_token = kv_elements_per_layer(spec.d_model, att)
-    state = _beside_attention_state(kind)
+    state = _beside_attention_state(kind) + _prompt_state(att, per_token)
     if kind.attentions > 1:  # a cache layer per attention sublayer, as transformers numbers them
         a = kind.attentions
         indices, n = tuple(i * a + j for i in indices for j in range(a)), n * a

@@ -39,6 +39,7 @@ from ffncli.counting.parts import (
     qk_norm_params,
     residual_scale_params,
     sub_norm_params,
+    unused_head_experts_params,
 )
 from ffncli.counting.rows import (
     attention_block_rows,
@@ -81,6 +82,7 @@ class LayerCount:
     other: int = 0
     repeats: int = 1  # times each of these layers runs per token (ALBERT's shared layers)
     norm_unused: int = 0  # norms of the experts a token does not use (Ergo's expert norms)
+    attention_unused: int = 0  # attention banks a token does not use (JetMoE's MoA)
 
     @property
     def total(self) -> int:
@@ -88,7 +90,8 @@ class LayerCount:
 
     @property
     def active(self) -> int:
-        return self.ffn_active + self.attention + self.norm - self.norm_unused + self.other
+        return self.ffn_active + self.attention - self.attention_unused + self.norm \
+            - self.norm_unused + self.other
 
     @property
     def ffn_share(self) -> float:
@@ -205,6 +208,7 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         else None,
         ffn_spec=ffn,
         norm_unused=experts_norms - used_norms,
+        attention_unused=unused_head_experts_params(d, att) if att is not None else 0,
     )
     return layer if kind.shared is None else _with_shared_block(spec, kind, layer)
 

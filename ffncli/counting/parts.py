@@ -107,16 +107,23 @@ def expert_norm_params(d_model: int, ffn: FfnSpec) -> tuple[int, int]:
     return ffn.experts * d_model + shared, ffn.top_k * d_model + shared
 
 
+def output_bias_params(d_model: int, ffn: FfnSpec) -> int:
+    """A bias of d_model on the experts' summed output (JetMoE's MoE)."""
+    return d_model if ffn.output_bias else 0
+
+
 def ffn_params(d_model: int, ffn: FfnSpec) -> int:
     return ffn.stack * (ffn.experts * expert_params(d_model, ffn) + router_params(d_model, ffn)
-                        + shared_expert_params(d_model, ffn)) + adapter_params(d_model, ffn)
+                        + shared_expert_params(d_model, ffn)) + adapter_params(d_model, ffn) \
+        + output_bias_params(d_model, ffn)
 
 
 def ffn_active_params(d_model: int, ffn: FfnSpec) -> int:
     """What one token uses: its top-k experts, the router and any shared expert (and every
     language adapter: the input, not a router, picks one, as transformers counts them)."""
     return ffn.stack * (ffn.top_k * expert_params(d_model, ffn) + router_params(d_model, ffn)
-                        + shared_expert_params(d_model, ffn)) + adapter_params(d_model, ffn)
+                        + shared_expert_params(d_model, ffn)) + adapter_params(d_model, ffn) \
+        + output_bias_params(d_model, ffn)
 
 
 def ffn_active_min_params(d_model: int, ffn: FfnSpec) -> int:
@@ -131,6 +138,21 @@ def attention_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:
     """(width of Q and of the output projection's input, width of K and of V)."""
     head_dim = att.head_dim or d_model // att.heads
     return att.heads * head_dim, (att.kv_heads or att.heads) * head_dim
+
+
+def head_expert_width(d_model: int, att: AttentionSpec) -> int:
+    """A mixture of attention heads (JetMoE): the width of one bank's queries and of its W_O's
+    input, the heads a token uses split among its head_top_k banks."""
+    return attention_widths(d_model, att)[0] // att.head_top_k
+
+
+def unused_head_experts_params(d_model: int, att: AttentionSpec) -> int:
+    """A mixture of attention heads: the W_Q and W_O of the banks a token does not use (their
+    router, output bias and the shared K and V are used)."""
+    if not att.head_experts:
+        return 0
+    unused = att.head_experts - att.head_top_k
+    return unused * 2 * d_model * head_expert_width(d_model, att)
 
 
 def value_widths(d_model: int, att: AttentionSpec) -> tuple[int, int]:

@@ -16,6 +16,7 @@ from ffncli.counting.parts import (
     dynamic_mask_params,
     expert_params,
     grouped,
+    head_expert_width,
     lambda_params,
     latent_attention_matrices,
     linear,
@@ -72,6 +73,8 @@ def ffn_block_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
     if ffn.stack > 1:
         rows.append(Row(f"x {ffn.stack} FFNs in sequence", f"{ffn.stack} x "
                         f"{expert_params(d, ffn):,}", ffn.stack * expert_params(d, ffn)))
+    if ffn.output_bias:  # JetMoE: on the experts' summed output
+        rows.append(Row("output bias", f"{d}", d))
     if ffn.adapters:
         a = ffn.adapter_d_ff
         rows.append(Row(f"x {ffn.adapters} language adapters", f"{d} x {a} x {d}",
@@ -100,6 +103,8 @@ def _experts_rows(d: int, ffn: FfnSpec, rows: list[Row]) -> list[Row]:
 
 
 def attention_block_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    if att.head_experts:
+        return head_expert_rows(d, att, prefix)
     sinks = (Row(f"{prefix}sinks", f"{att.heads}", sink_params(att)),) if att.sinks else ()
     if att.kv_lora_rank:  # its head gate one of its matrices
         return tuple(Row(f"{prefix}{name}", f"{n_in} x {n_out}", linear(n_in, n_out, bias))
@@ -125,7 +130,21 @@ def attention_block_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, 
     if att.values_are_keys:  # Gemma 4's full layers: W_K's keys are the values too
         core = tuple(r for r in core if r.name != f"{prefix}W_V")
     mine = dynamic_mask_rows(d, att, prefix) + lambda_rows(d, att, prefix)
+    if att.learned_scalars:  # NeoMME's alpha per head and residual lambdas
+        mine += (Row(f"{prefix}learned scalars", f"{att.learned_scalars}", att.learned_scalars),)
     return extra + core + sinks + gate_rows(d, att, prefix) + mine
+
+
+def head_expert_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    """A mixture of attention heads (JetMoE's MoA): W_Q and W_O in head_experts banks, K and V
+    shared (one projection), the banks' router and the bias on their summed output; no other
+    bias."""
+    e, w, kv = att.head_experts, head_expert_width(d, att), attention_widths(d, att)[1]
+    return (Row(f"{prefix}W_Q ({e} experts)", f"{e} x {d} x {w}", e * d * w),
+            Row(f"{prefix}W_K and W_V (shared)", f"{d} x {2 * kv}", 2 * d * kv),
+            Row(f"{prefix}W_O ({e} experts)", f"{e} x {w} x {d}", e * w * d),
+            Row(f"{prefix}router (top-{att.head_top_k})", f"{d} x {e}", d * e),
+            Row(f"{prefix}output bias", f"{d}", d))
 
 
 def dynamic_mask_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:

@@ -9,9 +9,6 @@ LACKS: dict[str, str] = {
     "audioflamingo3": "its vision or audio tower",
     "blt": "its vision or audio tower",
     "cohere_compass_text": "a model transformers itself cannot build from these defaults",
-    "cpmant":
-        "its prompt tokens (prompt_types x prompt_length embedding rows; prompt_length more"
-        " tokens in every layer's KV cache)",
     "dbrx": "a model transformers itself cannot build from these defaults",
     "deepseek_v4":
         "its hyper-connections (attn_hc, ffn_hc), compressed and indexed attention and"
@@ -41,9 +38,6 @@ LACKS: dict[str, str] = {
     "inkling2_text":
         "attention residuals over earlier layers, dynamic short convolutions, sink"
         " projections and relative-position biases",
-    "jetmoe":
-        "a mixture of attention heads (routed Q and O projections: active attention) and the"
-        " bias on its experts' summed output",
     "lfm2_moe": "a model transformers itself cannot build from these defaults",
     "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
@@ -54,9 +48,6 @@ LACKS: dict[str, str] = {
     "musicgen": "a model transformers itself cannot build from these defaults",
     "musicgen_melody": "a model transformers itself cannot build from these defaults",
     "nemotron": "a model transformers itself cannot build from these defaults",
-    "neomme":
-        "its squared-ReLU FFN, value embeddings, gated output projection and image patch"
-        " embedder",
     "omniasr": "its vision or audio tower",
     "phi4_multimodal": "its vision or audio tower",
     "qwen2_audio": "its vision or audio tower",
@@ -66,7 +57,6 @@ LACKS: dict[str, str] = {
     "ultravbert": "its vision or audio tower",
     "voxtral": "its vision or audio tower",
     "voxtral_realtime": "its vision or audio tower",
-    "whisper": "a reader for its encoder",
     "zaya":
         "a skip expert its router may pick (an active count that is a range), its attention's"
         " convolutions over Q and K (and delayed values), its router's MLP and residual"

@@ -47,6 +47,9 @@ class FfnSpec:
     # issue 40, hybrids: Inkling's router also scores the shared experts (shared_d_ff / d_ff of
     # them) and keeps one learned scale; config readers only
     router_shared: bool = False
+    # issue 40, s3-zookv: a bias of d_model on the experts' summed output (JetMoE); config
+    # readers only
+    output_bias: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -127,6 +130,17 @@ class AttentionSpec:
     qkv_groups: int = 1  # W_Q, W_K, W_V as grouped 1x1 convolutions (SqueezeBERT): / groups
     shared_qk: bool = False  # one projection for queries and keys, no W_K (Reformer's LSH)
     out_groups: int = 1  # W_O likewise
+    # issue 40, s3-zookv: a mixture of attention heads (JetMoE's MoA), when head_experts > 0:
+    # W_Q and W_O are head_experts banks of heads / head_top_k heads each, routed by a router
+    # of their own (d_model x head_experts) with a bias of d_model on the summed output; K and
+    # V are shared. A token uses head_top_k of the banks. Config readers only.
+    head_experts: int = 0
+    head_top_k: int = 0
+    # issue 40, s3-zookv: learned prompt tokens every layer's KV cache holds before the
+    # sequence's (CPM-Ant's prompt_length); learned scalars in each layer beside attention
+    # (NeoMME: an alpha per head and two residual lambdas). Config readers only.
+    prompt_tokens: int = 0
+    learned_scalars: int = 0
 
 
 @record
@@ -194,6 +208,13 @@ class EmbeddingsSpec:
     # narrower), their own position and token-type tables and norm.
     entities: int = 0
     entity_dim: int = 0
+    # issue 40, s3-zookv (NeoMME): with dim, one dim -> d_model projection in without bias and
+    # none out (project_in_only); a table of value_dim a token beside the word table (value
+    # embeddings); an image patch embedder of patch_dim inputs (a LayerNorm with bias,
+    # patch_dim -> 2 d_model without bias, 2 d_model -> d_model with bias). Config readers only.
+    project_in_only: bool = False
+    value_dim: int = 0
+    patch_dim: int = 0
 
 
 @record

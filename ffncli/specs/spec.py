@@ -141,6 +141,9 @@ ENCODER_PARTS = frozenset({
     "position_dim", "decoder_positions", "decoder_vocab", "project", "extra_rows",
     "head_transform", "axial", "side_tables", "entities", "entity_dim",
     "final_bias", "final_width",
+    # s3-zookv: JetMoE's mixture of attention heads and its experts' output bias
+    "output_bias", "head_experts", "head_top_k", "prompt_tokens", "learned_scalars",
+    "project_in_only", "value_dim", "patch_dim",
 })
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).

@@ -464,6 +464,11 @@ ARCHS: dict[str, Arch] = {
     "doge": Arch(read("classic.doge_spec"), LLAMA_FFN),
     "xlnet": Arch(read("classic.xlnet_spec"), Layout({"w1": "layer.{i}.ff.layer_1",
                                                      "w2": "layer.{i}.ff.layer_2"})),
+    # s3-zookv: refused types made exact
+    "jetmoe": Arch(read("moa.jetmoe_spec"), not_run="a mixture of attention heads"),
+    "whisper": Arch(read("backbones.whisper_spec")),
+    "cpmant": Arch(read("backbones.cpmant_spec")),
+    "neomme": Arch(read("backbones.neomme_spec"), not_run="squared ReLU"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
