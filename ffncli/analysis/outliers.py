@@ -8,10 +8,10 @@ kept as mergeable maxima (:class:`Peak`, :class:`LayerPart`); and the rules that
   |h| of that layer, the median over every token and every channel of the layer's residual
   stream (np.quantile's linear median, exact: :func:`ffncli.analysis.quantiles.quantile`);
 - super-weight candidates (Yu et al. 2024, "The super weight in large language models"): a
-  layer whose largest |hidden| (the down projection's input) and largest |FFN output| are
-  both spikes (each at least SPIKE x the median over the layers of that maximum) at the same
-  token: the candidate is the down projection's weight from that input unit to that output
-  channel;
+  layer whose largest |FFN output| is a spike (at least SPIKE x the median of the other
+  layers' largest |FFN output|) and whose largest |hidden| (the down projection's input) at
+  that same token is a spike too (against the other layers' largest |hidden|): the candidate
+  is the down projection's weight from that hidden unit to that output channel;
 - super experts (Su et al. 2025, "Unveiling super experts in mixture-of-experts large
   language models"): an expert whose largest |output| (its down projection's, before the
   router's weight) is above the 99.5th percentile (np.quantile, linear) of every expert's
@@ -32,7 +32,7 @@ from ffncli.analysis.quantiles import quantile
 
 MASSIVE_ABS = 100.0  # Sun et al.: |h| above this ...
 MASSIVE_RATIO = 1000.0  # ... and at least this many times the layer's median |h|
-SPIKE = 10.0  # Yu et al.'s spike: a layer's maximum >= SPIKE x the median over layers of it
+SPIKE = 10.0  # a spike: a layer's maximum >= SPIKE x its median over the other layers
 SUPER_EXPERT_Q = 0.995  # Su et al.: above the 99.5th percentile of all experts' maxima ...
 SUPER_EXPERT_SHARE = 0.1  # ... and above a tenth of the largest
 KINDS = ("ffn_input", "hidden", "ffn_output", "residual")
@@ -100,24 +100,34 @@ class LayerPart:
     peaks: dict[str, Peak]
     channels: Channels
     experts: dict[int, Peak] = field(default_factory=dict)
-    expert_of_hidden: int = 0  # the expert whose hidden layer holds the hidden peak
     held: list[tuple[int, np.ndarray]] = field(default_factory=list)
     tokens: int = 0
+    # each token's largest |hidden|: row offset, then per row the |h|, its signed value, its
+    # unit and its expert (0 but in a mixture)
+    rows: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = \
+        field(default_factory=list)
 
     @staticmethod
     def empty(d: int) -> LayerPart:
         return LayerPart({k: Peak() for k in KINDS}, Channels.empty(d))
 
     def add(self, other: LayerPart) -> None:
-        if other.peaks["hidden"].magnitude > self.peaks["hidden"].magnitude:
-            self.expert_of_hidden = other.expert_of_hidden
         for k in KINDS:
             self.peaks[k].add(other.peaks[k])
         self.channels.add(other.channels)
         for e, p in other.experts.items():
             self.experts.setdefault(e, Peak()).add(p)
         self.held += other.held
+        self.rows += other.rows
         self.tokens += other.tokens
+
+    def hidden_at(self, row: int) -> tuple[Peak, int]:
+        """The largest |hidden| of token ``row`` (its unit as the channel) and its expert."""
+        for start, mag, value, unit, expert in self.rows:
+            if start <= row < start + mag.size:
+                k = row - start
+                return Peak(float(mag[k]), float(value[k]), row, int(unit[k])), int(expert[k])
+        return Peak(), 0
 
 
 @dataclass(frozen=True)
@@ -145,7 +155,8 @@ class LayerOutliers:
     massive: tuple[Massive, ...]
     channel_max: np.ndarray
     experts: dict[int, Peak]
-    expert_of_hidden: int
+    hidden_at_output: Peak  # the largest |hidden| at the output peak's token, its unit
+    expert_at_output: int  # the expert that unit is of (a mixture: the largest there)
     tokens: int
 
 
@@ -155,9 +166,10 @@ def massive_threshold(median: float) -> float:
     return max(MASSIVE_ABS, MASSIVE_RATIO * median)
 
 
-def is_massive(magnitude: np.ndarray | float, median: float) -> np.ndarray | bool:
-    """Sun et al.'s rule: |h| > 100 and |h| >= 1000 x the layer's median |h|."""
-    return (np.asarray(magnitude) > MASSIVE_ABS) & (np.asarray(magnitude) >= MASSIVE_RATIO * median)
+def is_massive(magnitude: np.ndarray | float, median: float) -> np.ndarray:
+    """Sun et al.'s rule: |h| > 100 and |h| >= 1000 x the layer's median |h| (elementwise)."""
+    m = np.asarray(magnitude)
+    return np.asarray((m > MASSIVE_ABS) & (m >= MASSIVE_RATIO * median))
 
 
 def finish(layer: int, part: LayerPart) -> LayerOutliers:
@@ -167,9 +179,10 @@ def finish(layer: int, part: LayerPart) -> LayerOutliers:
     held = sorted(part.held, key=lambda rows: rows[0])
     values = np.concatenate([rows for _, rows in held]) if held else np.zeros((0, 1), np.float32)
     part.held = []
+    at, expert = part.hidden_at(part.peaks["ffn_output"].row)
     if values.size == 0:
         return LayerOutliers(layer, part.peaks, float("nan"), float("nan"), (),
-                             part.channels.magnitude, part.experts, part.expert_of_hidden, 0)
+                             part.channels.magnitude, part.experts, at, expert, 0)
     median = quantile(np.abs(values), 0.5)
     found = []
     for c in np.flatnonzero(is_massive(part.channels.magnitude, median)):
@@ -182,8 +195,7 @@ def finish(layer: int, part: LayerPart) -> LayerOutliers:
                              values[hit].astype(np.float64).mean(axis=0)))
     del values
     return LayerOutliers(layer, part.peaks, median, massive_threshold(median), tuple(found),
-                         part.channels.magnitude, part.experts, part.expert_of_hidden,
-                         part.tokens)
+                         part.channels.magnitude, part.experts, at, expert, part.tokens)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,21 +203,25 @@ def finish(layer: int, part: LayerPart) -> LayerOutliers:
 
 
 def spikes(values: list[float]) -> list[bool]:
-    """Which layers' maxima are spikes: at least SPIKE x the median of the maxima over the
-    layers (np.median)."""
-    if not values:
-        return []
-    median = float(np.median(values))
-    return [v >= SPIKE * median and v > 0 for v in values]
+    """Which layers' maxima are spikes: at least SPIKE x the median (np.median) of the other
+    layers' maxima (a model of one layer has none)."""
+    out = []
+    for i, v in enumerate(values):
+        others = values[:i] + values[i + 1:]
+        out.append(bool(others) and v > 0 and v >= SPIKE * float(np.median(others)))
+    return out
 
 
 def super_weight_layers(layers: list[LayerOutliers]) -> list[bool]:
-    """Yu et al.'s rule, per layer: the hidden peak and the output peak are both spikes, at
-    the same token."""
-    hidden = spikes([x.peaks["hidden"].magnitude for x in layers])
+    """Yu et al.'s rule, per layer: the output peak is a spike, and so is the largest |hidden|
+    at the output peak's token (against the other layers' hidden peaks)."""
     output = spikes([x.peaks["ffn_output"].magnitude for x in layers])
-    return [h and o and x.peaks["hidden"].row == x.peaks["ffn_output"].row
-            for x, h, o in zip(layers, hidden, output, strict=True)]
+    hidden = [x.peaks["hidden"].magnitude for x in layers]
+    out = []
+    for i, (x, o) in enumerate(zip(layers, output, strict=True)):
+        h = spikes([*hidden[:i], x.hidden_at_output.magnitude, *hidden[i + 1:]])[i]
+        out.append(o and h)
+    return out
 
 
 def persistence(layers: list[LayerOutliers], channel: int, start: int) -> list[int]:

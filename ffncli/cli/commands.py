@@ -394,6 +394,47 @@ def presets(as_json: JsonOpt = False) -> None:
     emit_presets(presets_summary(), as_json)
 
 
+# ---------------------------------------------------------------------------------------------
+# outliers (issue 43): massive activations, super weights and super experts over a text.
+
+EXAMPLES["outliers"] = (
+    "ffncli outliers --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt",
+    "ffncli outliers --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt --confirm --json")
+OUTLIERS_MODEL = {name: CAPTURE_MODEL[name] for name in ("config", "hub_model", "dtype",
+                                                          "weights")}
+
+
+@app.command(epilog=_examples("outliers"))
+@grouped(model=(ModelChoice, OUTLIERS_MODEL), text=(TextChoice, TEXT))
+def outliers(
+    confirm: Annotated[bool, typer.Option(
+        "--confirm", help="Also score each super-weight candidate zeroed and each massive "
+        "channel set to its mean, against the dense model (perplexity and KL; an encoder: "
+        "cosines), beside the same change made at random (the null), in one walk.")] = False,
+    repeats: Annotated[int, typer.Option(
+        "--repeats", help="With --confirm: the null's random draws per change (1 to 100).")
+    ] = 5,
+    seed: Annotated[int, typer.Option(
+        "--seed", help="With --confirm: the seed of the null's draws.")] = 0,
+    ctx: Annotated[Optional[int], typer.Option(
+        "--ctx", help="With --confirm on a decoder: tokens per chunk, scored as perplexity "
+        "scores them (llama.cpp's protocol; default 512).", show_default=False)] = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    *, model: ModelChoice, text: TextChoice,
+) -> None:
+    """Per layer, the largest |value| of the FFN's input, hidden layer and output and of the
+    residual stream, where each is; massive activations, super weights, super experts."""
+    from ffncli.jobs.outliers import run_outliers
+    from ffncli.present.outliers import emit_outliers
+    from ffncli.present.progress import Bar
+
+    with Bar(enabled=not quiet) as bar:
+        result = run_outliers(model, text, confirm_it=confirm, repeats=repeats, seed=seed,
+                              ctx=ctx, bar=bar)
+    emit_outliers(result, as_json)
+
+
 put_in_panels(app)  # last: after every command is registered
 parse_strictly(app)
 one_line_summaries(app)

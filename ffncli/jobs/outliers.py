@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ffncli.analysis.experts import expert_inputs
 from ffncli.analysis.outliers import (
     LayerOutliers,
     LayerPart,
@@ -24,13 +25,17 @@ from ffncli.analysis.outliers import (
     super_experts,
     super_weight_layers,
 )
+from ffncli.analysis.perplexity import Protocol, check_protocol
 from ffncli.base.validate import whole
 from ffncli.compute.engine import Engine, Hooks, Watch
 from ffncli.compute.ffn import GatedWeights, MoEWeights, as_activation, pre_activation
 from ffncli.compute.forward.walk import walk_variants
 from ffncli.errors import InputError
 from ffncli.formats.tensors import GgufTensors
+from ffncli.jobs.perplexity import plan
 from ffncli.jobs.progress import Callback, Progress
+from ffncli.jobs.resolve import load_document, model_tokenizer, open_text
+from ffncli.jobs.variants import walk_part
 from ffncli.specs.archs import ffn_layout
 from ffncli.specs.layouts import GGUF_FFN, GGUF_GATED_FFN, GGUF_MOE_FFN
 from ffncli.specs.spec import Overrides
@@ -65,10 +70,16 @@ class LayerWatch(Watch):
         self.moe = isinstance(self.engine.weights, MoEWeights)
         self.gated = isinstance(self.engine.weights, GatedWeights)
         self.found: list[Peak] = []
+        self.row_mag = self.row_value = self.row_unit = self.row_expert = np.zeros(0)
 
     def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
         peaks = self.part.peaks
         peaks["ffn_input"].see(x, self.base)
+        n = x.shape[0]
+        self.row_mag, self.row_value = np.full(n, -1.0), np.zeros(n)
+        self.row_unit, self.row_expert = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        self.part.rows.append((self.base, self.row_mag, self.row_value, self.row_unit,
+                               self.row_expert))
         if self.moe:
             self.engine(x, out)
             self._experts(x)
@@ -84,6 +95,7 @@ class LayerWatch(Watch):
             p = Peak()
             p.see(a, base + lo)
             self.found.append(p)
+            self._rows(base - self.base + lo, a, 0)
 
         def after(lo: int, hi: int, a: np.ndarray, u: np.ndarray | None) -> None:
             see(lo, hi, a)
@@ -100,12 +112,25 @@ class LayerWatch(Watch):
         self.found = []
         self.chunk += x.shape[0]
 
+    def _rows(self, first: int, h: np.ndarray, expert: int,
+              rows: np.ndarray | None = None) -> None:
+        """Each token's largest |hidden| (batch rows ``first`` .., or ``rows``), kept where it
+        is larger than one seen before (another expert's)."""
+        if h.shape[0] == 0:
+            return
+        unit = np.argmax(np.abs(h), axis=1)
+        value = h[np.arange(h.shape[0]), unit].astype(np.float64)
+        at = rows if rows is not None else np.arange(first, first + h.shape[0])
+        better = np.abs(value) > self.row_mag[at]
+        at = at[better]
+        self.row_mag[at], self.row_value[at] = np.abs(value[better]), value[better]
+        self.row_unit[at], self.row_expert[at] = unit[better], expert
+
     def _experts(self, x: np.ndarray) -> None:
         """Each expert's hidden layer and output on the tokens routed to it (plainly, from
         compute/ffn.py's formulas): the hidden peak (and its expert), each expert's peak."""
         p = self.engine.weights
         assert isinstance(p, MoEWeights)
-        from ffncli.analysis.experts import expert_inputs
 
         act = as_activation(self.engine.act)
         for e, w, rows in expert_inputs(self.engine, x):
@@ -116,9 +141,8 @@ class LayerWatch(Watch):
             hidden = Peak()
             hidden.see(h, 0)
             hidden.row = self.base + int(rows[hidden.row])
-            if hidden.magnitude > self.part.peaks["hidden"].magnitude:
-                self.part.expert_of_hidden = e
             self.part.peaks["hidden"].add(hidden)
+            self._rows(0, h, e, rows)
             out = Peak()
             out.see(y, 0)
             out.row = self.base + int(rows[out.row])
@@ -375,8 +399,8 @@ def build_result(model: Transformer, sequences: Sequences, layers: list[LayerOut
     for x, f in zip(layers, flagged, strict=True):
         if not f:
             continue
-        h, o = x.peaks["hidden"], x.peaks["ffn_output"]
-        expert = x.expert_of_hidden if moe else None
+        h, o = x.hidden_at_output, x.peaks["ffn_output"]
+        expert = x.expert_at_output if moe else None
         name, linear, stacked = down_tensor(model, x.layer, expert)
         w = down_matrix(model, x.layer, expert)[h.channel, o.channel]
         candidates.append(Candidate(x.layer, expert, name,
@@ -509,10 +533,6 @@ def confirm(model: Transformer, document: Sequences, bos: int | None, result: Ou
     """Every confirmed change and its nulls scored against the dense model in one walk of
     ``perplexity``'s pipeline: a decoder on ``document`` under llama.cpp's protocol (chunks of
     ``ctx``, the second half of each scored), an encoder on its lines (cosines)."""
-    from ffncli.analysis.perplexity import Protocol, check_protocol
-    from ffncli.jobs.perplexity import plan
-    from ffncli.jobs.variants import walk_part
-
     whole("option --repeats", repeats, 1, 100)
     protocol = None
     if model.has_head:
@@ -553,8 +573,6 @@ def run_outliers(choice: ModelChoice, text: TextChoice, *, confirm_it: bool = Fa
                  bar: Progress | None = None) -> OutliersResult:
     """``ffncli outliers``: the model opened once, the text read, the walk; with
     ``confirm_it``, the changes scored."""
-    from ffncli.jobs.resolve import load_document, model_tokenizer, open_text
-
     if not text.given:
         raise InputError("outliers: give the text with --text FILE or its token ids with "
                          "--ids FILE")

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 NONFINITE_LISTED = 10  # places of NaN or infinity named in a document's "nonfinite" note
 JSON_VERSION = 1  # of every --json document: what may change within it, docs/json.md
 JSON_NAMES = ("params", "params-file", "presets", "run", "run-shards", "permute-check",
-              "relu-stats", "relu-stats-sweep", "capture", "capture-shards", "perplexity")
+              "relu-stats", "relu-stats-sweep", "capture", "capture-shards", "perplexity",
+              "outliers")
 
 
 def json_format(name: str) -> str:
