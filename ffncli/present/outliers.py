@@ -103,8 +103,9 @@ def emit_outliers(result: OutliersResult, as_json: bool) -> None:
 
 
 def _token(f: dict[str, Any]) -> str:
-    text = f" {f['token']}" if f["token"] is not None else ""
-    return f"{f['sequence']}:{f['position']} #{f['token_id']}{text}"
+    """sequence:position and the token's text (its id without a tokenizer)."""
+    text = f['token'] if f["token"] is not None else f"#{f['token_id']}"
+    return f"{f['sequence']}:{f['position']} {text}"
 
 
 def _ranges(layers: list[int]) -> str:
@@ -129,11 +130,12 @@ def print_outliers(doc: dict[str, Any]) -> None:
     out = console()
     out.print(Text(f"outliers: {doc['model']} on {doc['source']}: {doc['tokens']:,} tokens in "
                    f"{doc['sequences']:,} sequences"))
-    table = new_table("largest |value| per layer (channel @ sequence:position #token)",
+    table = new_table("largest |value| per layer: |value| c<channel> <sequence>:<position> "
+                      "<token>",
                       ["layer", *(HEADERS[k] for k in KINDS), "median |h|", "massive"])
     for x in doc["layers"]:
         table.add_row(str(x["layer"]),
-                      *(Text(f"{x[k]['max_abs']:.4g} ch {x[k]['channel']} @ {_token(x[k])}")
+                      *(Text(f"{x[k]['max_abs']:.4g} c{x[k]['channel']} {_token(x[k])}")
                         for k in KINDS),
                       _figure(x["residual_median_abs"]),
                       Text(", ".join(map(str, x["massive_channels"])) or "-"))
