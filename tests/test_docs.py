@@ -219,6 +219,7 @@ def test_example(block, pages, cli, monkeypatch):
 COMMAND_PAGES = {"params": "params.md", "presets": "params.md", "run": "run.md",
                  "permute-check": "permute-check.md", "relu-stats": "relu-stats.md",
                  "capture": "capture.md", "perplexity": "perplexity.md"}  # under docs/commands/
+COMMAND_PAGES["outliers"] = "outliers.md"
 
 
 def _options(command: str) -> list[str]:

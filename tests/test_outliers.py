@@ -318,6 +318,10 @@ def test_json_lists_every_layer_and_expert(cli):
      "option --repeats: expected a whole number from 1 to 100, got 101"),
     (("--ids", "IDS", "--confirm", "--ctx", "1"), "option --ctx: expected a whole number >= 2, "
      "got 1"),
+    (("--ids", "IDS", "--confirm", "--ctx", "20"), "the text has 21 tokens; perplexity with "
+     "--ctx 20 needs at least 40 (two chunks)"),
+    (("--ids", "IDS", "--confirm", "--ctx", "65"), "option --ctx: 65 is more than the model's 64 "
+     "positions"),
 ])
 def test_bad_options_are_one_line(cli, args, message):
     ids = str(FORWARD / "llama" / "ids.txt")

@@ -28,20 +28,26 @@ from ffncli.analysis.outliers import (
 from ffncli.analysis.perplexity import Protocol, check_protocol
 from ffncli.base.validate import whole
 from ffncli.compute.engine import Engine, Hooks, Watch
-from ffncli.compute.ffn import GatedWeights, MoEWeights, as_activation, pre_activation
+from ffncli.compute.ffn import (
+    Activation,
+    GatedWeights,
+    MoEWeights,
+    as_activation,
+    pre_activation,
+)
 from ffncli.compute.forward.walk import walk_variants
 from ffncli.errors import InputError
 from ffncli.formats.tensors import GgufTensors
-from ffncli.jobs.perplexity import plan
+from ffncli.jobs.perplexity import Plan, plan
 from ffncli.jobs.progress import Callback, Progress
 from ffncli.jobs.resolve import load_document, model_tokenizer, open_text
-from ffncli.jobs.variants import walk_part
+from ffncli.jobs.variants import Change, walk_part
 from ffncli.specs.archs import ffn_layout
 from ffncli.specs.layouts import GGUF_FFN, GGUF_GATED_FFN, GGUF_MOE_FFN
 from ffncli.specs.spec import Overrides
 
 if TYPE_CHECKING:
-    from ffncli.compute.ffn import ExpertWeights
+    from ffncli.compute.ffn import ExpertWeights, Weights
     from ffncli.compute.forward.layer import Block, Ffn
     from ffncli.compute.forward.transformer import Transformer
     from ffncli.formats.text import Sequences
@@ -157,9 +163,9 @@ class LayerWatch(Watch):
         self.base += out.shape[0]
 
 
-def expert_hidden(x: np.ndarray, p: ExpertWeights, act: object) -> np.ndarray:
+def expert_hidden(x: np.ndarray, p: ExpertWeights, act: Activation | str) -> np.ndarray:
     """act(x W1 + b1), or act(x W + b) * (x V + c): one expert's hidden layer, plainly."""
-    h = as_activation(act)(pre_activation(x, p))  # type: ignore[arg-type]
+    h = as_activation(act)(pre_activation(x, p))
     if isinstance(p, GatedWeights):
         up = x @ p.v
         if p.c is not None:
@@ -443,10 +449,10 @@ class ZeroWeights:
             e = self.expert or 0
             experts = list(p.experts)
             experts[e] = self._zeroed(experts[e])
-            changed: object = replace(p, experts=tuple(experts))
+            changed: Weights = replace(p, experts=tuple(experts))
         else:
             changed = self._zeroed(p)
-        zeroed = Engine(changed, engine.act, engine.chunk_tokens)  # type: ignore[arg-type]
+        zeroed = Engine(changed, engine.act, engine.chunk_tokens)
 
         def run(x: np.ndarray, out: np.ndarray) -> None:
             zeroed(x, out=out)
@@ -499,10 +505,10 @@ def null_cells(w2: np.ndarray, cells: Sequence[tuple[int, int]], rng: np.random.
 
 
 def confirm_changes(model: Transformer, result: OutliersResult, repeats: int, seed: int
-                    ) -> list[tuple[str, str, list[object]]]:
+                    ) -> list[tuple[str, str, list[Change]]]:
     """Each confirmed change and its ``repeats`` nulls: (what, rule, [change, null...])."""
     rng = np.random.default_rng(seed)
-    plans: list[tuple[str, str, list[object]]] = []
+    plans: list[tuple[str, str, list[Change]]] = []
     for c in result.candidates[:CONFIRMED]:
         w2 = down_matrix(model, c.layer, c.expert)
         cells = [(c.unit, c.channel)]
@@ -527,12 +533,10 @@ def confirm_changes(model: Transformer, result: OutliersResult, repeats: int, se
     return plans
 
 
-def confirm(model: Transformer, document: Sequences, bos: int | None, result: OutliersResult,
-            *, ctx: int, repeats: int, seed: int, batch_tokens: int | None = None,
-            progress: Progress | None = None) -> ConfirmResult:
-    """Every confirmed change and its nulls scored against the dense model in one walk of
-    ``perplexity``'s pipeline: a decoder on ``document`` under llama.cpp's protocol (chunks of
-    ``ctx``, the second half of each scored), an encoder on its lines (cosines)."""
+def confirm_plan(model: Transformer, document: Sequences, bos: int | None, ctx: int,
+                 repeats: int) -> Plan:
+    """What ``--confirm`` scores, checked before the outliers' walk: a decoder's chunks of
+    ``ctx`` (llama.cpp's protocol), an encoder's lines."""
     whole("option --repeats", repeats, 1, 100)
     protocol = None
     if model.has_head:
@@ -541,14 +545,21 @@ def confirm(model: Transformer, document: Sequences, bos: int | None, result: Ou
     elif ctx != DEFAULT_CTX:
         raise InputError(f"option --ctx: {model.spec.name} is an encoder: --confirm scores its "
                          "lines, not chunks (give no --ctx)")
-    p = plan(model, document, protocol, bos=bos)
+    return plan(model, document, protocol, bos=bos)
+
+
+def confirm(model: Transformer, p: Plan, result: OutliersResult, *, repeats: int, seed: int,
+            batch_tokens: int | None = None, progress: Progress | None = None
+            ) -> ConfirmResult:
+    """Every confirmed change and its nulls scored against the dense model in one walk of
+    ``perplexity``'s pipeline, on the plan's windows (:func:`confirm_plan`)."""
     plans = confirm_changes(model, result, repeats, seed)
     changes = [c for _, _, cs in plans for c in cs]
     if progress is not None:
         progress.start(sum(len(s) for s in p.sequences) * model.n_layers * (1 + len(changes)),
                        "tokens x layers", per=model.n_layers * (1 + len(changes)))
     part = walk_part(model, model.head if p.decoder else None, p.sequences, p.firsts, (), (),
-                     batch_tokens=batch_tokens, changes=changes,  # type: ignore[arg-type]
+                     batch_tokens=batch_tokens, changes=changes,
                      progress=progress.update if progress is not None else None)
 
     def scored(k: int) -> Score:
@@ -563,7 +574,8 @@ def confirm(model: Transformer, document: Sequences, bos: int | None, result: Ou
         scores = [scored(k + n) for n in range(len(cs))]
         k += len(cs)
         items.append(Confirmation(what, rule, scores[0], tuple(scores[1:])))
-    name = protocol.describe() if protocol is not None else "each line of the text (cosines)"
+    name = p.protocol.describe() if p.protocol is not None else \
+        "each line of the text (cosines)"
     return ConfirmResult(name, part.nll.tokens, part.nll.perplexity if p.decoder else None,
                          repeats, seed, tuple(items))
 
@@ -581,6 +593,11 @@ def run_outliers(choice: ModelChoice, text: TextChoice, *, confirm_it: bool = Fa
     forward, sequences = open_text(choice, text, Overrides())
     with forward:
         whole("option --repeats", repeats, 1, 100)
+        scored = None
+        if confirm_it:  # checked before the walk
+            document, bos = load_document(text.text, text.ids, forward)
+            scored = confirm_plan(forward, document, bos, DEFAULT_CTX if ctx is None else ctx,
+                                  repeats)
         tokenizer = model_tokenizer(forward) if text.text is not None else None
         places = Places(sequences, tokenizer)
         if bar is not None:
@@ -588,9 +605,7 @@ def run_outliers(choice: ModelChoice, text: TextChoice, *, confirm_it: bool = Fa
                       per=forward.n_layers)
         result = find_outliers(forward, sequences, places,
                                progress=bar.update if bar is not None else None)
-        if confirm_it:
-            document, bos = load_document(text.text, text.ids, forward)
-            result = replace(result, confirm=confirm(
-                forward, document, bos, result, ctx=DEFAULT_CTX if ctx is None else ctx,
-                repeats=repeats, seed=seed, progress=bar))
+        if scored is not None:
+            result = replace(result, confirm=confirm(forward, scored, result, repeats=repeats,
+                                                     seed=seed, progress=bar))
     return result

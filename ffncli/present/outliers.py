@@ -26,11 +26,10 @@ RULES = {
     "massive": f"Sun et al. 2024: |h| > {MASSIVE_ABS:g} and |h| >= {MASSIVE_RATIO:g} x the "
                "layer's median |h| of the residual stream after the layer (over every token "
                "and channel, exact)",
-    "super_weight": f"Yu et al. 2024: the layer's largest |hidden| (down_proj input) and "
-                    f"largest |FFN output| are both >= {SPIKE:g} x their median over the other "
-                    "layers, "
-                    "at the same token; the candidate is down_proj's weight from that unit to "
-                    "that channel",
+    "super_weight": f"Yu et al. 2024: the layer's largest |FFN output| and, at that token, "
+                    f"the largest |hidden| (down_proj's input) are each >= {SPIKE:g} x the "
+                    "median of the other layers' largest; the candidate is down_proj's weight "
+                    "from that unit to that channel",
     "super_expert": f"Su et al. 2025: an expert's largest |output| above the "
                     f"{SUPER_EXPERT_Q * 100:g}th percentile of every expert's and above "
                     f"{SUPER_EXPERT_SHARE:g} x the largest",
