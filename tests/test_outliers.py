@@ -7,6 +7,7 @@ errors."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,13 +24,17 @@ from ffncli.analysis.outliers import (
     super_experts,
     super_weight_layers,
 )
-from ffncli.compute.build import parse_dtype
 from ffncli.compute.ffn import MoEWeights, as_activation, dispatch, ffn, route
-from ffncli.compute.forward.families import open_transformer
 from ffncli.jobs.choices import ModelChoice, TextChoice
 from ffncli.jobs.outliers import (
+    SetChannel,
+    ZeroWeights,
+    down_matrix,
+    down_tensor,
     expert_hidden,
+    file_index,
     merge_parts,
+    null_cells,
     outlier_parts,
     run_outliers,
 )
@@ -336,7 +341,67 @@ def test_an_encoder_takes_no_ctx(cli):
                                   "its lines, not chunks (give no --ctx)\n")
 
 
-def test_open_transformer_is_what_the_job_opens():
-    """The job opens the model as open_transformer does (one dtype, the family's layers)."""
-    assert parse_dtype("float32", "x") == np.dtype(np.float32)
-    assert callable(open_transformer)
+# ---------------------------------------------------------------------------------------------
+# The candidates' names, and --confirm's changes.
+
+
+@pytest.mark.parametrize("case, layer, expert, name, linear, stacked, index", [
+    ("llama", 1, None, "model.layers.1.mlp.down_proj.weight", True, False, (5, 7)),
+    ("gpt2", 0, None, "transformer.h.0.mlp.c_proj.weight", False, False, (7, 5)),
+    ("mixtral", 1, 3, "model.layers.1.block_sparse_moe.experts.3.w2.weight", True, False, (5, 7)),
+])
+def test_the_down_projection_is_named_as_the_file_names_it(case, layer, expert, name, linear,
+                                                          stacked, index):
+    """The tensor as the checkpoint names it, and the index of (unit 7, channel 5) in the
+    order of its axes: nn.Linear [out, in], GPT-2's Conv1D [in, out]; the matrix read is the
+    one the forward computes with ([in, out])."""
+    with _model(case) as model:
+        assert down_tensor(model, layer, expert) == (name, linear, stacked)
+        assert file_index(linear, stacked, expert, 7, 5) == index
+        p = model.layer(layer).engine.weights
+        w = p.experts[expert].w2 if isinstance(p, MoEWeights) else p.w2
+        assert np.array_equal(down_matrix(model, layer, expert), w.astype(np.float64))
+
+
+def test_a_zeroed_expert_weight_is_moe_ffn_with_it_zeroed():
+    """ZeroWeights on a mixture: the layer's FFN with expert 2's w2[7, 5] zeroed, against
+    compute/ffn.py's moe_ffn on weights zeroed by hand."""
+    x = expected("mixtral")["layer1"]
+    with _model("mixtral") as model:
+        block = model.layer(1)
+        p = block.engine.weights
+        change = ZeroWeights(1, 2, [(7, 5)])
+        assert change.ffn(0, block) is None  # another layer: its own FFN
+        zeroed = change.ffn(1, block)
+        assert zeroed is not None
+        out = np.empty_like(x)
+        zeroed(x, out)
+        w2 = p.experts[2].w2.copy()
+        w2[7, 5] = 0
+        experts = list(p.experts)
+        experts[2] = replace(experts[2], w2=w2)
+        want = ffn(x, replace(p, experts=tuple(experts)), block.engine.act)
+        assert np.allclose(out, want, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(out, ffn(x, p, block.engine.act), rtol=1e-5, atol=1e-6)
+        assert p.experts[2].w2[7, 5] != 0  # the layer's own weights are left alone
+
+
+def test_set_channel_changes_only_the_massive_rows():
+    change = SetChannel(3, channel=1, median=0.5, target=2, value=-7.0)
+    out = np.array([[0.0, 600.0, 1.0], [0.0, 400.0, 1.0], [0.0, -900.0, 1.0]])
+    change.after(2, out)  # another layer: nothing
+    assert out[:, 2].tolist() == [1.0, 1.0, 1.0]
+    change.after(3, out)  # |h| > 100 and >= 500: rows 0 and 2
+    assert out[:, 2].tolist() == [-7.0, 1.0, -7.0]
+    assert out[:, 1].tolist() == [600.0, 400.0, -900.0]
+
+
+def test_the_null_draws_weights_nearest_the_candidates_magnitude():
+    w2 = np.arange(1.0, 301.0).reshape(20, 15)
+    w2[4, 6] = 1000.0  # the candidate
+    cells = null_cells(w2, [(4, 6)], np.random.default_rng(0))
+    [(j, o)] = cells
+    # the 100 nearest |w| to 1000 are the largest 100 others: values 201..300
+    assert (j, o) != (4, 6) and w2[j, o] >= 200.0
+    drawn = {tuple(null_cells(w2, [(4, 6)], np.random.default_rng(s))[0]) for s in range(40)}
+    assert len(drawn) > 10 and all(w2[c] >= 200.0 for c in drawn)

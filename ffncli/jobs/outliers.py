@@ -374,8 +374,10 @@ def down_matrix(model: Transformer, layer: int, expert: int | None) -> np.ndarra
     return np.asarray(array.T if linear else array, dtype=np.float64)
 
 
-def _index(linear: bool, stacked: bool, expert: int | None, unit: int, channel: int
-           ) -> tuple[int, ...]:
+def file_index(linear: bool, stacked: bool, expert: int | None, unit: int, channel: int
+               ) -> tuple[int, ...]:
+    """The down projection's weight from ``unit`` to ``channel`` as the file indexes its
+    tensor: [out, in] (nn.Linear, GGUF), [in, out] (Conv1D), [expert, out, in] (stacked)."""
     cell = (channel, unit) if linear else (unit, channel)
     return (expert or 0, *cell) if stacked else cell
 
@@ -410,7 +412,7 @@ def build_result(model: Transformer, sequences: Sequences, layers: list[LayerOut
         name, linear, stacked = down_tensor(model, x.layer, expert)
         w = down_matrix(model, x.layer, expert)[h.channel, o.channel]
         candidates.append(Candidate(x.layer, expert, name,
-                                    _index(linear, stacked, expert, h.channel, o.channel),
+                                    file_index(linear, stacked, expert, h.channel, o.channel),
                                     h.channel, o.channel, float(w), found(h), found(o)))
     cut, chosen = super_experts(layers)
     experts = tuple(ExpertPeak(x.layer, e, p.magnitude, places(p.row), p.channel,
