@@ -27,6 +27,7 @@ from ffncli.analysis.outliers import (
 from ffncli.compute.ffn import MoEWeights, as_activation, dispatch, ffn, route
 from ffncli.jobs.choices import ModelChoice, TextChoice
 from ffncli.jobs.outliers import (
+    LayerWatch,
     SetChannel,
     ZeroWeights,
     down_matrix,
@@ -405,3 +406,15 @@ def test_the_null_draws_weights_nearest_the_candidates_magnitude():
     assert (j, o) != (4, 6) and w2[j, o] >= 200.0
     drawn = {tuple(null_cells(w2, [(4, 6)], np.random.default_rng(s))[0]) for s in range(40)}
     assert len(drawn) > 10 and all(w2[c] >= 200.0 for c in drawn)
+
+
+@pytest.mark.parametrize("case", ["llama", "gpt2", "bert", "mixtral"])
+def test_the_watched_ffn_has_the_engines_bits(case):
+    """The walk's FFN while it is watched is the engine's, bit for bit (the gate's product
+    done by the watch as the engine does it)."""
+    x = expected(case)["layer0"]
+    with _model(case) as model:
+        block = model.layer(0)
+        watched = np.empty_like(x)
+        LayerWatch(block, model.d_model, 0)(x, watched)
+        assert np.array_equal(watched, block.engine(x))
