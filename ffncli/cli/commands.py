@@ -400,8 +400,8 @@ def presets(as_json: JsonOpt = False) -> None:
 EXAMPLES["outliers"] = (
     "ffncli outliers --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt",
     "ffncli outliers --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt --confirm --json")
-OUTLIERS_MODEL = {name: CAPTURE_MODEL[name] for name in ("config", "hub_model", "dtype",
-                                                          "weights")}
+OUTLIERS_MODEL = {name: CAPTURE_MODEL[name] for name in ("weights", "hub_model", "config",
+                                                          "dtype")}
 
 
 @app.command(epilog=_examples("outliers"))
