@@ -56,6 +56,7 @@ def _invocations(f: dict[str, Path]) -> list[tuple[str, list[object]]]:
                             out / "caps", "--quiet"]),
         ("perplexity", ["perplexity", "--weights", GPT2, "--ids", IDS, "--ctx", "8",
                         "--quiet"]),
+        ("outliers", ["outliers", "--weights", GPT2, "--ids", IDS, "--quiet"]),
     ]
 
 
