@@ -27,6 +27,7 @@ from ffncli.analysis.outliers import (
 from ffncli.compute.ffn import MoEWeights, as_activation, dispatch, ffn, route
 from ffncli.jobs.choices import ModelChoice, TextChoice
 from ffncli.jobs.outliers import (
+    DenseStream,
     LayerWatch,
     SetChannel,
     ZeroWeights,
@@ -220,13 +221,13 @@ def test_super_experts_by_the_percentile_and_a_tenth_of_the_largest():
 
 def _planted(tmp_path: Path) -> tuple[Path, int, int]:
     """LLaMA's fixture with a super weight planted in layer 0: up_proj's row of unit 7
-    scaled 50 times and down_proj[9, 7] set to 40."""
+    scaled 50 times and down_proj[9, 7] set to 100."""
     st = pytest.importorskip("safetensors.numpy")
     w = st.load_file(str(FORWARD / "llama" / "model.safetensors"))
     up = w["model.layers.0.mlp.up_proj.weight"].copy()
     up[7] *= 50
     down = w["model.layers.0.mlp.down_proj.weight"].copy()
-    down[9, 7] = 40.0
+    down[9, 7] = 100.0
     return checkpoint(tmp_path, "llama", tensors={
         "model.layers.0.mlp.up_proj.weight": up,
         "model.layers.0.mlp.down_proj.weight": down}), 9, 7
@@ -240,7 +241,7 @@ def test_a_planted_super_weight_is_found_named_as_the_file_names_it(tmp_path, cl
     assert doc["format"] == "ffncli-outliers/1"
     [c] = doc["super_weights"]
     assert (c["tensor"], c["index"], c["weight"]) == \
-        ("model.layers.0.mlp.down_proj.weight", [channel, unit], 40.0)
+        ("model.layers.0.mlp.down_proj.weight", [channel, unit], 100.0)
     assert c["hidden"]["channel"] == unit and c["output"]["channel"] == channel
     assert c["hidden"]["sequence"] == c["output"]["sequence"]
     assert c["hidden"]["position"] == c["output"]["position"]
@@ -265,6 +266,7 @@ def test_confirm_scores_the_planted_weight_far_beyond_its_null(tmp_path):
     assert len(weight.null) == 4
     assert weight.changed.kl_mean > 10 * max(s.kl_mean for s in weight.null)
     assert mean.what.startswith(f"layer 0 channel {channel} = its mean")
+    assert mean.changed.kl_mean > 0  # the walk's after hook changed the stream
     # the same seed, the same nulls
     again = run_outliers(ModelChoice(weights=folder),
                          TextChoice(ids=FORWARD / "llama" / "ids.txt"), confirm_it=True, ctx=6,
@@ -388,12 +390,20 @@ def test_a_zeroed_expert_weight_is_moe_ffn_with_it_zeroed():
 
 
 def test_set_channel_changes_only_the_massive_rows():
-    change = SetChannel(3, channel=1, median=0.5, target=2, value=-7.0)
-    out = np.array([[0.0, 600.0, 1.0], [0.0, 400.0, 1.0], [0.0, -900.0, 1.0]])
+    """The rows where the channel meets Sun et al.'s rule against the exact median |h| of the
+    dense model's stream after the layer (what the walk's dense pass showed: the owner's)."""
+    stream = DenseStream(3)
+    dense = np.array([[0.0, 600.0, 1.0], [0.5, 400.0, 0.5], [0.0, -900.0, 0.5]])
+    change, other = SetChannel(stream, 1, 2, -7.0), SetChannel(stream, 1, 0, 3.0)
+    for c in (change, other):  # each change is told; the stream keeps its owner's
+        c.dense(2, dense * 100)  # another layer: not kept
+        c.dense(3, dense)
+    assert stream.median == 0.5  # np.median of the nine |h|
+    out = dense.copy()
     change.after(2, out)  # another layer: nothing
-    assert out[:, 2].tolist() == [1.0, 1.0, 1.0]
-    change.after(3, out)  # |h| > 100 and >= 500: rows 0 and 2
-    assert out[:, 2].tolist() == [-7.0, 1.0, -7.0]
+    assert np.array_equal(out, dense)
+    change.after(3, out)  # |h| > 100 and >= 1000 x 0.5: rows 0 and 2, not 400
+    assert out[:, 2].tolist() == [-7.0, 0.5, -7.0]
     assert out[:, 1].tolist() == [600.0, 400.0, -900.0]
 
 

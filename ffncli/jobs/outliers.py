@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from ffncli.analysis.outliers import (
     super_weight_layers,
 )
 from ffncli.analysis.perplexity import Protocol, check_protocol
+from ffncli.analysis.quantiles import quantile
 from ffncli.base.validate import whole
 from ffncli.compute.engine import Engine, Hooks, Watch
 from ffncli.compute.ffn import (
@@ -470,23 +471,52 @@ class ZeroWeights:
     def after(self, i: int, out: np.ndarray) -> None:
         return None
 
+    def dense(self, i: int, out: np.ndarray) -> None:
+        return None
+
+
+class DenseStream:
+    """The dense model's residual stream after ``layer`` in --confirm's walk, every value kept
+    as the dense pass goes (its owner's calls alone: the changes of one layer share it), and
+    its exact median |h| over every token and channel once the changed passes begin."""
+
+    def __init__(self, layer: int) -> None:
+        self.layer, self.owner = layer, cast(object, None)
+        self.held: list[np.ndarray] = []
+        self._median: float | None = None
+
+    def see(self, caller: object, i: int, out: np.ndarray) -> None:
+        self.owner = caller if self.owner is None else self.owner
+        if i == self.layer and caller is self.owner:
+            self.held.append(np.abs(out).astype(np.float32))
+
+    @property
+    def median(self) -> float:
+        if self._median is None:
+            self._median = quantile(np.concatenate(self.held), 0.5)
+            self.held = []
+        return self._median
+
 
 class SetChannel:
-    """After ``layer``, at the rows where ``channel`` is massive (its |h| meets the rule of
-    the detection's median), ``target`` set to ``value``."""
+    """After ``layer``, at the rows where ``channel`` is massive (Sun et al.'s rule against
+    the median of the dense model's stream there, on the text --confirm scores), ``target``
+    set to ``value``."""
 
-    def __init__(self, layer: int, channel: int, median: float, target: int, value: float
-                 ) -> None:
-        self.first, self.channel, self.median = layer, channel, median
-        self.target, self.value = target, value
+    def __init__(self, stream: DenseStream, channel: int, target: int, value: float) -> None:
+        self.stream, self.first = stream, stream.layer
+        self.channel, self.target, self.value = channel, target, value
 
     def ffn(self, i: int, block: Block) -> Ffn | None:
         return None
 
+    def dense(self, i: int, out: np.ndarray) -> None:
+        self.stream.see(self, i, out)
+
     def after(self, i: int, out: np.ndarray) -> None:
         if i == self.first:
-            hit = is_massive(np.abs(out[:, self.channel]), self.median)
-            out[np.asarray(hit), self.target] = self.value
+            hit = is_massive(np.abs(out[:, self.channel]), self.stream.median)
+            out[hit, self.target] = self.value
 
 
 def null_cells(w2: np.ndarray, cells: Sequence[tuple[int, int]], rng: np.random.Generator
@@ -524,14 +554,15 @@ def confirm_changes(model: Transformer, result: OutliersResult, repeats: int, se
         others = [c for c in range(model.d_model)
                   if c not in {x.channel for x in result.massive}]
         picks = rng.choice(others, size=min(repeats, len(others)), replace=False)
+        stream = DenseStream(m.layer)
         plans.append((f"layer {m.layer} channel {m.channel} = its mean "
                       f"({m.row_means[m.channel]:.4g})",
-                      "the channel set to its mean over the massive tokens after the layer; "
-                      "null: another channel, at the same tokens, set to its mean over them",
-                      [SetChannel(m.layer, m.channel, m.median, m.channel,
-                                  float(m.row_means[m.channel])),
-                       *(SetChannel(m.layer, m.channel, m.median, int(c),
-                                    float(m.row_means[int(c)])) for c in picks)]))
+                      "the channel set to its mean (over its massive entries in the outliers' "
+                      "walk) where it is massive after the layer; null: another channel, at the "
+                      "same tokens, set to its mean over the same entries",
+                      [SetChannel(stream, m.channel, m.channel, float(m.row_means[m.channel])),
+                       *(SetChannel(stream, m.channel, int(c), float(m.row_means[int(c)]))
+                         for c in picks)]))
     return plans
 
 

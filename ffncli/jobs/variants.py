@@ -143,13 +143,17 @@ def merge_parts(a: Part, b: Part) -> Part:
 class Change(Protocol):
     """A changed model scored beside the sparsified variants (``outliers --confirm``): from
     layer ``first`` on, its FFN in layer i is ``ffn(i, block)`` (None: the layer's own) and
-    ``after(i, output)`` may change layer i's output rows in place."""
+    ``after(i, output)`` may change layer i's output rows in place; ``dense(i, output)`` sees
+    the dense model's output of layer i, all of it before any changed model's pass of layer
+    i (the walk's order)."""
 
     first: int
 
     def ffn(self, i: int, block: Block) -> Ffn | None: ...
 
     def after(self, i: int, out: np.ndarray) -> None: ...
+
+    def dense(self, i: int, out: np.ndarray) -> None: ...
 
 
 def walk_part(model: Transformer, head: Callable[[], Head | None] | None,
@@ -207,6 +211,9 @@ def walk_part(model: Transformer, head: Callable[[], Head | None] | None,
     def after(i: int, v: int, block: Block, out: np.ndarray) -> None:
         if v > n:
             changes[v - 1 - n].after(i, out)
+        elif v == 0:
+            for c in changes:
+                c.dense(i, out)
 
     alike = [*selected] if variants else []
     walk_variants(model, sequences, 1 + scored, layers=layers, ffn=layer_ffn,
