@@ -484,10 +484,47 @@ def neurons_cmd(
 ) -> None:
     """What each FFN unit responds to and what it writes: activation statistics and
     top contexts over a text, and its output weights projected onto the vocabulary."""
-    from ffncli.cli.neurons import neurons_command
+    from ffncli.cli.units import neurons_command
 
     neurons_command(units, top_k, window, samples, seed, vocab, vocab_top, jsonl, report_dir,
                     as_json, quiet, model, text)
+
+
+# ---------------------------------------------------------------------------------------------
+# outliers (issue 43): massive activations, super weights and super experts over a text.
+
+EXAMPLES["outliers"] = (
+    "ffncli outliers --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt",
+    "ffncli outliers --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt --confirm --json")
+OUTLIERS_MODEL = {name: CAPTURE_MODEL[name] for name in ("weights", "hub_model", "config",
+                                                          "dtype")}
+
+
+@app.command(epilog=_examples("outliers"))
+@grouped(model=(ModelChoice, OUTLIERS_MODEL), text=(TextChoice, TEXT))
+def outliers(
+    confirm: Annotated[bool, typer.Option(
+        "--confirm", help="Also score each super-weight candidate zeroed and each massive "
+        "channel set to its mean, against the dense model (perplexity and KL; an encoder: "
+        "cosines), beside the same change made at random (the null), in one walk.")] = False,
+    repeats: Annotated[int, typer.Option(
+        "--repeats", help="With --confirm: the null's random draws per change (1 to 100).")
+    ] = 5,
+    seed: Annotated[int, typer.Option(
+        "--seed", help="With --confirm: the seed of the null's draws.")] = 0,
+    ctx: Annotated[Optional[int], typer.Option(
+        "--ctx", help="With --confirm on a decoder: tokens per chunk, scored as perplexity "
+        "scores them (llama.cpp's protocol; default 512).", show_default=False)] = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    *, model: ModelChoice, text: TextChoice,
+) -> None:
+    """Per layer, the largest |value| of the FFN's input, hidden layer and output and of the
+    residual stream, where each is; massive activations, super weights, super experts."""
+    from ffncli.cli.units import outliers_command
+
+    outliers_command(model, text, confirm=confirm, repeats=repeats, seed=seed, ctx=ctx,
+                     as_json=as_json, quiet=quiet)
 
 
 put_in_panels(app)  # last: after every command is registered

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -140,25 +140,46 @@ def merge_parts(a: Part, b: Part) -> Part:
     return a
 
 
+class Change(Protocol):
+    """A changed model scored beside the sparsified variants (``outliers --confirm``): from
+    layer ``first`` on, its FFN in layer i is ``ffn(i, block)`` (None: the layer's own) and
+    ``after(i, output)`` may change layer i's output rows in place; ``dense(i, output)`` sees
+    the dense model's output of layer i, all of it before any changed model's pass of layer
+    i (the walk's order)."""
+
+    first: int
+
+    def ffn(self, i: int, block: Block) -> Ffn | None: ...
+
+    def after(self, i: int, out: np.ndarray) -> None: ...
+
+    def dense(self, i: int, out: np.ndarray) -> None: ...
+
+
 def walk_part(model: Transformer, head: Callable[[], Head | None] | None,
               sequences: Sequence[np.ndarray], firsts: Sequence[int],
               variants: Sequence[Variant], layers: Sequence[int], *,
               calibrated: Cuts | None = None, batch_tokens: int | None = None,
-              progress: Callable[[int], None] | None = None) -> Part:
+              progress: Callable[[int], None] | None = None,
+              changes: Sequence[Change] = ()) -> Part:
     """The dense model and every variant over ``sequences`` in one walk: decoders scored by
     their LM head at the positions ``firsts[j]`` .. end-2 of sequence j (``head()`` reads it
     when the walk has left its layers, so that the two are never in memory together);
     encoders (no head) by the cosines of their final hidden states. Cuts not given are those
     ``calibrated`` found or, without, calibrated on variant 0's first FFN inputs of this
-    walk."""
+    walk. ``changes``: more changed models, scored after the variants (their agreements and
+    cosines follow the variants')."""
     cuts = calibrated if calibrated is not None else Cuts(variants)
     sparse: dict[tuple[int, int], SparseFfn] = {}
     selected = set(layers)
+    n = len(variants)
 
     def layer_ffn(i: int, v: int, block: Block) -> Ffn | None:
         for (j, _), done in sparse.items():
             if j < i:
                 done.release()  # the walk has left layer j: its weights can go
+        if v > n:
+            return changes[v - 1 - n].ffn(i, block)
         if i not in selected:
             return None
         if v == 0:  # the dense FFN, keeping what calibrates while it calibrates
@@ -166,7 +187,9 @@ def walk_part(model: Transformer, head: Callable[[], Head | None] | None,
         sparse[i, v] = SparseFfn(block.engine, cuts.cut(i, v - 1, block.engine.d_ff))
         return sparse[i, v]
 
-    part = Part(Nll(), [Agreement() for _ in variants], [Cosines() for _ in variants], [])
+    scored = len(variants) + len(changes)
+    part = Part(Nll(), [Agreement() for _ in range(scored)], [Cosines() for _ in range(scored)],
+                [])
     read: list[Head] = []  # the head, once the layers' weights are gone
 
     def final(bounds: Sequence[tuple[int, int]], first: int, states: list[np.ndarray]) -> None:
@@ -185,8 +208,17 @@ def walk_part(model: Transformer, head: Callable[[], Head | None] | None,
         score(read[0], states[0][rows], targets, part.nll, [s[rows] for s in states[1:]],
               part.agreements)
 
-    walk_variants(model, sequences, 1 + len(variants), layers=layers, ffn=layer_ffn,
-                  final=final, batch_tokens=batch_tokens, alike=min(selected, default=0),
-                  progress=progress)
+    def after(i: int, v: int, block: Block, out: np.ndarray) -> None:
+        if v > n:
+            changes[v - 1 - n].after(i, out)
+        elif v == 0:
+            for c in changes:
+                c.dense(i, out)
+
+    alike = [*selected] if variants else []
+    walk_variants(model, sequences, 1 + scored, layers=layers, ffn=layer_ffn,
+                  final=final, batch_tokens=batch_tokens,
+                  alike=min([*alike, *(c.first for c in changes)], default=0),
+                  progress=progress, after=after if changes else None)
     part.tallies = [[sparse[i, v + 1].tally() for i in layers] for v in range(len(variants))]
     return part

@@ -218,10 +218,12 @@ class _Walker:
         self.spill.close()
 
     def layer(self, i: int, block: Block, v: int, ffn: Ffn | None, visit: VariantVisit | None,
-              counts: int = 1) -> None:
+              counts: int = 1, after: VariantVisit | None = None) -> None:
         """Variant v's pass of layer i over every batch, its FFN ``ffn`` (None: the layer's
-        own); ``visit(i, v, block, ffn_input)`` sees each batch's FFN input; the progress
-        counts each row ``counts`` times (a pass that stands for several variants')."""
+        own); ``visit(i, v, block, ffn_input)`` sees each batch's FFN input and ``after(i, v,
+        block, output)`` its output (the residual stream after the layer, which it may change
+        in place before it is kept); the progress counts each row ``counts`` times (a pass
+        that stands for several variants')."""
         p = self.packing
         for a, b in p.batches:
             h = self.spill.read(v, a, self.buffer[:p.rows(a, b)])
@@ -230,6 +232,8 @@ class _Walker:
             if visit is not None:
                 _check_finite(self.model, f"layer {i}'s FFN input", ffn_input, bounds, a)
                 visit(i, v, block, ffn_input)
+            if after is not None:
+                after(i, v, block, out)
             self.spill.write(v, a, out)
             self.done += h.shape[0] * counts
             if self.progress is not None:
@@ -295,7 +299,8 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
                   visit: VariantVisit | None = None, *, layers: Collection[int] = (),
                   ffn: VariantFfn | None = None, final: Final | None = None,
                   batch_tokens: int | None = None, alike: int = 0,
-                  progress: Callable[[int], None] | None = None) -> None:
+                  progress: Callable[[int], None] | None = None,
+                  after: VariantVisit | None = None) -> None:
     """Run ``variants`` versions of the model over the same sequences in one walk, each layer's
     weights read once for all of them: variant ``v``'s FFN in layer ``i`` is ``ffn(i, v,
     block)`` (None: the layer's own engine). Layer-major; within a layer, variant by variant in
@@ -307,6 +312,8 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
     max(layers)). With ``final``, ``final(bounds, first, states)`` is called for each batch
     after the last layer: ``states[v]`` is variant v's final hidden state (``model.final``) of
     the batch's rows, whose sequences start at index ``first`` and lie at ``bounds``.
+    ``after(i, v, block, output)`` sees each pass's output of layer i (every computed layer),
+    batch by batch, and may change it in place before the next layer reads it.
 
     The hidden states of every variant live in one temporary spill file between layers: memory
     holds one layer's weights and one batch per variant. ``progress(done)`` counts tokens
@@ -327,7 +334,7 @@ def walk_variants(model: Transformer, sequences: Sequence[np.ndarray], variants:
             block = model.layer(i)
             for v in range(variants if i >= shared else 1):
                 w.layer(i, block, v, ffn(i, v, block) if ffn is not None else None,
-                        visit if i in chosen else None, 1 if i >= shared else variants)
+                        visit if i in chosen else None, 1 if i >= shared else variants, after)
             del block  # its weights go before the next layer's are read
         if shared > last:
             w.spill.spread(w.buffer)

@@ -1,5 +1,6 @@
-"""``neurons`` (one text, in this process): the job, its outputs written all or nothing.
-Imported only when the command runs."""
+"""The paths of ``neurons`` and ``outliers``, what single units and weights do (one text, in
+this process): the job, its progress, its outputs written all or nothing. Imported only when
+one of them runs."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from pathlib import Path
 from ffncli.base.files import Outputs
 from ffncli.jobs import neurons as job
 from ffncli.jobs.choices import ModelChoice, TextChoice, parse_layers
+from ffncli.jobs.outliers import run_outliers
 from ffncli.jobs.resolve import load_sequences, open_forward
 from ffncli.jobs.targets import output_target
 from ffncli.present import neurons as shown
+from ffncli.present.outliers import emit_outliers
 from ffncli.present.progress import Bar
 from ffncli.present.report import about
 from ffncli.specs.spec import Overrides
@@ -45,3 +48,12 @@ def neurons_command(units: str | None, top_k: int, window: int, samples: int, se
                 outputs.text(target, shown.jsonl_text(result))
             shown.save_report(outputs, report_dir, result, about(model, text=text))
     shown.emit_neurons(result, as_json)
+
+
+def outliers_command(model: ModelChoice, text: TextChoice, *, confirm: bool, repeats: int,
+                     seed: int, ctx: int | None, as_json: bool, quiet: bool) -> None:
+    """``outliers``: the walk (and ``--confirm``'s) under one progress bar, then the output."""
+    with Bar(enabled=not quiet) as bar:
+        result = run_outliers(model, text, confirm_it=confirm, repeats=repeats, seed=seed,
+                              ctx=ctx, bar=bar)
+    emit_outliers(result, as_json)
