@@ -43,6 +43,21 @@ def parse_dtype(name: str, where: str = "dtype") -> np.dtype:
 ROUTING: dict[str, Callable[[Keys], Routing]] = {
     family: lambda keys: Routing(renormalise=keys.flag("norm_topk_prob", False))
     for family in ("qwen2_moe", "qwen3_moe", "olmoe")}
+# gpt-oss: a softmax over the chosen logits; Llama 4: top-k sigmoid scores, not renormalised,
+# multiplying the expert's input
+ROUTING |= {"gpt_oss": lambda keys: Routing(over_chosen=True),
+            "llama4_text": lambda keys: Routing(score="sigmoid", renormalise=False,
+                                                scales_input=True)}
+
+
+def activation(spec: ModelSpec, settings: Keys | None = None) -> Activation:
+    """The spec's activation; gpt-oss's clamped SwiGLU (its swiglu_alpha as Swish's beta,
+    swiglu_limit; GptOssConfig's 1.702 and 7 when the config says nothing)."""
+    if spec.family != "gpt_oss":
+        return Activation(spec.ffn.activation, spec.ffn.beta)
+    keys = settings or Keys({}, spec.name)
+    return Activation("silu", keys.number("swiglu_alpha", 1.702),
+                      keys.number("swiglu_limit", 7.0))
 
 
 def routing_rule(spec: ModelSpec, settings: Keys | None = None) -> Routing:
@@ -117,8 +132,7 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
         raise InputError(f"{weights_name}: expected a .npz, .safetensors or .gguf file, an "
                          f"index (.json) or a model folder, got {weights}")
     rows = chunk_tokens or _fitting_chunk(spec, dtype, names)
-    act = Activation(spec.ffn.activation, spec.ffn.beta)
-    return Model(spec, Engine(params, act, rows), source)
+    return Model(spec, Engine(params, activation(spec, settings), rows), source)
 
 
 def _fitting_chunk(spec: ModelSpec, dtype: np.dtype, names: Sizing = LIBRARY_SIZING) -> int:

@@ -276,6 +276,9 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
         arrays = {ours: checked(source, stem + ".weight" if gguf_names else ours,
                                 stacks[ours][e].T, shape_of(ours, f), dtype)
                   for ours, stem in stacked_names.items()}
+        for ours, bias in biases.items():  # gpt-oss's, (experts, width) each
+            arrays[BIAS_OF[ours]] = checked(source, BIAS_OF[ours], bias[e],
+                                            (d if ours == "w2" else f,), dtype, finite)
         return assemble(source, spec, dtype, arrays.get, ffn=ffn)
 
     def stacked(name: str, rows: int, cols: int) -> np.ndarray:
@@ -294,7 +297,12 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
     assert router is not None  # required
     router = checked(source, router_name if gguf_names else "router", router, (d, ffn.experts),
                      dtype)
+    router_bias = read(layout.router.format(i=layer) + ".bias", required=False) \
+        if ffn.router_bias else None
+    if router_bias is not None:
+        router_bias = checked(source, "router_bias", router_bias, (ffn.experts,), dtype)
     stacked_names = {ours: stem.format(i=layer, e=0) for ours, stem in layout.names.items()}
+    biases: dict[str, np.ndarray] = {}
     if layout.stacked:  # GGUF: (experts, out, in) each
         stacks = {ours: stacked(stem + ".weight", *shape_of(ours, f)[::-1])
                   for ours, stem in stacked_names.items()}
@@ -302,7 +310,19 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
     elif layout.fused is not None and tensors.find(layout.fused["gate_up"].format(i=layer)):
         gate_up = stacked(layout.fused["gate_up"].format(i=layer), 2 * f, d)  # transformers 5
         down = stacked(layout.fused["w2"].format(i=layer), d, f)
-        stacks = {"w": gate_up[:, :f], "v": gate_up[:, f:], "w2": down}  # gate rows, up rows
+        if layout.fused_in_out:  # [experts, in, out]: as the others, [experts, out, in]
+            gate_up, down = gate_up.swapaxes(1, 2), down.swapaxes(1, 2)
+        gate, up = (slice(0, None, 2), slice(1, None, 2)) if layout.fused_interleaved else \
+            (slice(0, f), slice(f, None))
+        stacks = {"w": gate_up[:, gate], "v": gate_up[:, up], "w2": down}  # gate rows, up rows
+        for ours, key in (("w", "gate_up"), ("w2", "w2")):
+            name = tensors.find(layout.fused[key].format(i=layer) + "_bias")
+            if name is not None:  # (experts, width): read as stored
+                bias = tensors.read(name)
+                if ours == "w":
+                    biases["v"] = bias[:, up]
+                    bias = bias[:, gate]
+                biases[ours] = bias
         stacked_names = {ours: layout.fused["w2" if ours == "w2" else "gate_up"].format(i=layer)
                          for ours in stacks}
         experts = tuple(from_stacks(stacks, e) for e in range(ffn.experts))
@@ -317,7 +337,7 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
         assert gate is not None  # required
         shared_gate = checked(source, name if gguf_names else "shared_gate", gate, (d, 1),
                               dtype)[:, 0]
-    return MoEWeights(router, None, experts, ffn.top_k, ffn.capacity_factor,
+    return MoEWeights(router, router_bias, experts, ffn.top_k, ffn.capacity_factor,
                       rule=rule or Routing(), shared=shared, shared_gate=shared_gate)
 
 
