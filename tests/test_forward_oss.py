@@ -1,0 +1,302 @@
+"""gpt-oss and Llama 4's text model (issue 42) in the whole-model forward against transformers
+5.25: tests/data/forward/{gpt_oss,llama4_text} (made by tests/fixtures/make_forward.py, never
+importing torch here) hold every layer's FFN input, the final states and each MoE layer's router
+outputs (router{N} logits, chosen{N}, weights{N}); tests/data/perplexity/<case> the dense
+perplexity of every protocol (tests/fixtures/make_perplexity.py).
+
+- gpt-oss: sinks, a sliding layer (window 5 on a 13-token sequence) then a full one, YaRN,
+  the clamped SwiGLU (swiglu_limit 1.5: about a fifth of the gates and a third of the ups
+  clamped), gate and up interleaved, expert and router biases, a softmax over the chosen.
+- Llama 4: layers 0 and 1 rotated (interleaved, llama3 scaling), weightless Q/K norms after
+  the rotation, chunks of 4; layer 2 neither, with the temperature (floor_scale 4); a mixture
+  on layer 1 only (interleave_moe_layer_step 2): top-1 sigmoid scaling the expert's input,
+  the shared expert; dense layers of intermediate_size_mlp."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers.forward_cases import expected, ids_of
+from test_forward_moe import close
+
+from ffncli.analysis.perplexity import Protocol
+from ffncli.compute import ffn as F
+from ffncli.compute.build import activation
+from ffncli.compute.engine import Engine
+from ffncli.compute.forward.families import open_transformer
+from ffncli.compute.forward.walk import hidden_states
+from ffncli.compute.weights import layer_ffn
+from ffncli.formats.text import Sequences
+from ffncli.jobs.choices import ModelChoice
+from ffncli.jobs.perplexity import perplexity
+from ffncli.jobs.resolve import open_forward, resolve_spec
+from ffncli.specs.spec import Overrides
+
+DATA = Path(__file__).parent / "data"
+FORWARD = DATA / "forward"
+CASES = ["gpt_oss", "llama4_text"]
+LAYERS = {"gpt_oss": 2, "llama4_text": 3}
+MOE_LAYERS = {"gpt_oss": [0, 1], "llama4_text": [1]}
+EXPERTS = 4
+
+
+def load(case: str, folder: Path | None = None):
+    weights = (folder or FORWARD / case) / "model.safetensors"
+    spec = resolve_spec(None, None, weights=weights, weights_describe=True)
+    return open_transformer(spec, weights, np.dtype(np.float32))
+
+
+def sequences(case: str) -> list[np.ndarray]:
+    return [np.array(s, dtype=np.int64) for s in ids_of(case)]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_states_match_transformers(case):
+    want = expected(case)
+    n = LAYERS[case]
+    with load(case) as model:
+        got, final = hidden_states(model, sequences(case), range(n))
+    for i in range(n):
+        close(got[i], want[f"layer{i}"], f"{case} layer {i}")
+    close(final, want["final"], f"{case} final")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_router_outputs_match_transformers(case):
+    """On transformers' FFN input and on ours: the logits, the chosen experts in transformers'
+    order and their weights (gpt-oss's softmax over the chosen; Llama 4's sigmoid)."""
+    want = expected(case)
+    assert sorted(int(k[6:]) for k in want if k.startswith("router")) == MOE_LAYERS[case]
+    with load(case) as model:
+        ours, _ = hidden_states(model, sequences(case), MOE_LAYERS[case])
+        for i in MOE_LAYERS[case]:
+            p = model.layer(i).engine.weights
+            assert isinstance(p, F.MoEWeights)
+            for x in (want[f"layer{i}"], ours[i]):
+                close(F.router_logits(x, p), want[f"router{i}"], f"{case} router {i}")
+                order, weights = F.route(x, p)
+                np.testing.assert_array_equal(order, want[f"chosen{i}"])
+                close(weights, want[f"weights{i}"], f"{case} weights {i}")
+
+
+def test_the_layers_are_read_as_configured():
+    with load("gpt_oss") as model:
+        p = model.layer(0).engine.weights
+        assert isinstance(p, F.MoEWeights) and p.router_bias is not None
+        assert p.describe() == "softmax top-2, softmax over the chosen"
+        assert all(e.b is not None and e.c is not None and e.b2 is not None for e in p.experts)
+        assert model.layer(0).engine.act == F.Activation("silu", 1.702, 1.5)
+        assert [model.layer(i).attention.window for i in range(2)] == [5, None]
+    with load("llama4_text") as model:
+        kinds = [model.layer(i).engine.weights for i in range(3)]
+        assert [type(k) for k in kinds] == [F.GatedWeights, F.MoEWeights, F.GatedWeights]
+        assert kinds[0].w.shape == (64, 32) and kinds[1].shared is not None
+        assert kinds[1].describe() == "sigmoid top-1, on the expert's input"
+        att = [model.layer(i).attention for i in range(3)]
+        assert [a.chunk for a in att] == [4, 4, None]
+        assert [a.rope is not None for a in att] == [True, True, False]
+        assert [a.temperature for a in att] == [None, None, (4.0, 0.1)]
+
+
+def _gpt_oss_glu(gate: np.ndarray, up: np.ndarray, limit: float, alpha: float) -> np.ndarray:
+    """transformers' GptOssExperts._apply_gate, written out."""
+    gate = np.minimum(gate, limit)
+    up = np.clip(up, -limit, limit)
+    return (up + 1) * (gate * (1 / (1 + np.exp(-gate * alpha))))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_clamped_swiglu_is_gpt_oss_formula(dtype):
+    """The plain gated FFN and the engine (a block at a time, in place) against the formula,
+    on values on both sides of the limit."""
+    rng = np.random.default_rng(0)
+    d, f, limit = 8, 12, 1.5
+    p = F.GatedWeights(*(rng.normal(0, 1, s).astype(dtype) for s in
+                         ((d, f), (f,), (d, f), (f,), (f, d), (d,))))
+    x = rng.normal(0, 1, (40, d)).astype(dtype)
+    gate, up = x @ p.w + p.b, x @ p.v + p.c
+    assert (gate > limit).any() and (np.abs(up) > limit).any()
+    want = _gpt_oss_glu(gate, up, limit, 1.702) @ p.w2 + p.b2
+    act = F.Activation("silu", 1.702, limit)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(F.gated_ffn(x, p, act), want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(Engine(p, act, 16)(x), want, rtol=tol, atol=tol)
+    plain = _gpt_oss_glu(gate, up, np.inf, 1.702) @ p.w2 + p.b2  # the limit matters here
+    assert np.abs(plain - want).max() > 0.1
+
+
+def test_the_activation_defaults_to_gpt_oss_config_class():
+    spec = resolve_spec(None, FORWARD / "gpt_oss" / "config.json")
+    assert activation(spec) == F.Activation("silu", 1.702, 7.0)  # GptOssConfig's defaults
+
+
+@pytest.mark.parametrize("case,change", [
+    ("gpt_oss", "limit"), ("gpt_oss", "sinks"), ("llama4_text", "scales_input"),
+    ("llama4_text", "temperature")])
+def test_a_wrong_setting_is_seen(case, change):
+    """The comparison can fail: gpt-oss without its clamp or its sinks, Llama 4 with the
+    weight on the expert's output or without the temperature each move the final states
+    beyond the tolerance."""
+    want = expected(case)
+    with load(case) as model:
+        if change in ("limit", "scales_input"):
+            build = model._engine
+
+            def wrong(i: int) -> Engine:
+                engine = build(i)
+                if change == "limit":
+                    engine.act = replace(engine.act, limit=None)
+                elif isinstance(engine.weights, F.MoEWeights):
+                    engine.weights = replace(engine.weights, rule=replace(
+                        engine.weights.rule, scales_input=False))
+                return engine
+            model._engine = wrong
+        else:
+            kinds = model._kinds
+
+            def without(i: int) -> dict:
+                return {k: v for k, v in kinds(i).items() if k not in ("sinks", "temperature")}
+            model._kinds = without
+        _, final = hidden_states(model, sequences(case), [])
+    with pytest.raises(AssertionError):
+        close(final, want["final"], case)
+
+
+def test_moe_layers_default_to_the_interleave_step(tmp_path):
+    """Without moe_layers (published configs), the MoE layers are every
+    interleave_moe_layer_step-th (Llama4TextConfig's default): here layer 1 of 3."""
+    config = json.loads((FORWARD / "llama4_text" / "config.json").read_text())
+    del config["moe_layers"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    spec = resolve_spec(None, tmp_path / "config.json")
+    assert [layer_ffn(spec, i).is_moe for i in range(3)] == [False, True, False]
+
+
+# ---------------------------------------------------------------------------------------------
+# The commands on the fixtures.
+
+
+def _tensor(case: str, name: str) -> np.ndarray:
+    st = pytest.importorskip("safetensors.numpy")
+    return st.load_file(str(FORWARD / case / "model.safetensors"))[name].astype(np.float64)
+
+
+def _expert(case: str, layer: int, e: int) -> tuple[np.ndarray, ...]:
+    """(gate, up, down, gate bias, up bias, down bias), [in, out], of expert e."""
+    if case == "gpt_oss":
+        p = f"model.layers.{layer}.mlp.experts."
+        gu, gub = _tensor(case, p + "gate_up_proj")[e], _tensor(case, p + "gate_up_proj_bias")[e]
+        return (gu[:, ::2], gu[:, 1::2], _tensor(case, p + "down_proj")[e], gub[::2], gub[1::2],
+                _tensor(case, p + "down_proj_bias")[e])
+    p = f"model.layers.{layer}.feed_forward.experts."
+    gu, f = _tensor(case, p + "gate_up_proj")[e], 16
+    zero = np.zeros(64)
+    return gu[:, :f], gu[:, f:], _tensor(case, p + "down_proj")[e], zero[:f], zero[:f], zero
+
+
+def _oracle_ffn(case: str, layer: int) -> np.ndarray:
+    """The layer's FFN output from transformers' chosen experts and weights, in float64:
+    gpt-oss's clamped SwiGLU with biases, the weight on the output; Llama 4's SwiGLU on the
+    weighted input, plus its shared expert."""
+    want = expected(case)
+    x = want[f"layer{layer}"].astype(np.float64)
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        for e, w in zip(want[f"chosen{layer}"][t], want[f"weights{layer}"][t], strict=True):
+            g, u, d, bg, bu, bd = _expert(case, layer, e)
+            if case == "gpt_oss":
+                out[t] += w * (_gpt_oss_glu(x[t] @ g + bg, x[t] @ u + bu, 1.5, 1.702) @ d + bd)
+            else:
+                xe = w * x[t]
+                out[t] += (F.silu(xe @ g) * (xe @ u)) @ d
+    if case == "llama4_text":
+        g, u, d = (_tensor(case, f"model.layers.{layer}.feed_forward.shared_expert.{m}_proj"
+                           ".weight") for m in ("gate", "up", "down"))
+        out += (F.silu(x @ g.T) * (x @ u.T)) @ d.T
+    return out
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_run_a_layer_on_transformers_input(cli, tmp_path, case):
+    layer = MOE_LAYERS[case][-1]
+    np.save(tmp_path / "x.npy", expected(case)[f"layer{layer}"])
+    r = cli("run", "--weights", FORWARD / case, "--layer", str(layer), "--input",
+            tmp_path / "x.npy", "--json")
+    assert r.code == 0, r.err
+    close(np.array(r.json()["output"]), _oracle_ffn(case, layer), f"{case} run")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_capture_matches_transformers(cli, tmp_path, case):
+    want = expected(case)
+    folder = FORWARD / case
+    r = cli("capture", "--weights", folder, "--ids", folder / "ids.txt", "--out",
+            tmp_path / "out", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["layers"] == list(range(LAYERS[case]))
+    for i in range(LAYERS[case]):
+        close(np.load(tmp_path / "out" / f"layer{i}.npy"), want[f"layer{i}"], f"{case} {i}")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_relu_stats_counts_each_expert_on_the_tokens_routed_to_it(cli, case):
+    """Each expert's tokens are those transformers routed to it; its inactive units those whose
+    gate pre-activation (bias included) of transformers' FFN input is <= 0."""
+    want = expected(case)
+    folder = FORWARD / case
+    r = cli("relu-stats", "--weights", folder, "--ids", folder / "ids.txt", "--json")
+    assert r.code == 0, r.err
+    layers = {d["layer"]: d for d in r.json()["layers"]}
+    for i in MOE_LAYERS[case]:
+        x = want[f"layer{i}"].astype(np.float64)
+        per_expert = {d["expert"]: d for d in layers[i]["per_expert"]}
+        for e in range(EXPERTS):
+            rows = np.flatnonzero((want[f"chosen{i}"] == e).any(axis=1))
+            if rows.size == 0:
+                assert per_expert.get(e, {"tokens": 0})["tokens"] == 0
+                continue
+            g, _, _, bg, _, _ = _expert(case, i, e)
+            pre = x[rows] @ g + bg
+            assert per_expert[e]["tokens"] == rows.size
+            assert per_expert[e]["mean_inactive_fraction"] == pytest.approx(
+                float((pre <= 0).mean()), abs=1e-12)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_experts_equal_the_router_records(cli, case):
+    """The experts command's loads are counts of transformers' chosen experts."""
+    folder = FORWARD / case
+    r = cli("experts", "--weights", folder, "--ids", folder / "ids.txt", "--json", "--quiet")
+    assert r.code == 0, r.err
+    doc = r.json()
+    want = expected(case)
+    assert [x["layer"] for x in doc["layers"]] == MOE_LAYERS[case]
+    for x in doc["layers"]:
+        chosen = want[f"chosen{x['layer']}"]
+        assert x["load"] == np.bincount(chosen.ravel(), minlength=EXPERTS).tolist()
+        assert x["shared_experts"] == (1 if case == "llama4_text" else 0)
+
+
+PROTOCOLS = {"default": {}, "all": {"score": "all"}, "stride16": {"stride": 16},
+             "stride32": {"stride": 32}}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_dense_perplexity_is_pytorchs(case, protocol):
+    want = json.loads((DATA / "perplexity" / case / "expected.json").read_text())
+    want = want["float32"]["dense"][protocol]
+    ids = np.array((DATA / "perplexity" / case / "ids.txt").read_text().split(), dtype=np.int64)
+    if "stride" in want:  # the windows the fixture ran (its last full one ends the text)
+        ids = ids[:(want["windows"] - 1) * want["stride"] + 32]
+    doc = Sequences((ids,), (1,), case, "0" * 64)
+    with open_forward(ModelChoice(weights=FORWARD / case / "model.safetensors"),
+                      Overrides()) as m:
+        r = perplexity(m, doc, Protocol(32, **PROTOCOLS[protocol]))
+    assert r.tokens_scored == want["tokens_scored"]
+    assert r.perplexity == pytest.approx(want["perplexity"], rel=1e-4)
+    assert r.nll_mean == pytest.approx(want["nll_mean"], rel=1e-4)
