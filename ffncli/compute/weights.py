@@ -312,16 +312,16 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
         down = stacked(layout.fused["w2"].format(i=layer), d, f)
         if layout.fused_in_out:  # [experts, in, out]: as the others, [experts, out, in]
             gate_up, down = gate_up.swapaxes(1, 2), down.swapaxes(1, 2)
-        gate, up = (slice(0, None, 2), slice(1, None, 2)) if layout.fused_interleaved else \
+        gates, ups = (slice(0, None, 2), slice(1, None, 2)) if layout.fused_interleaved else \
             (slice(0, f), slice(f, None))
-        stacks = {"w": gate_up[:, gate], "v": gate_up[:, up], "w2": down}  # gate rows, up rows
+        stacks = {"w": gate_up[:, gates], "v": gate_up[:, ups], "w2": down}  # gate, up rows
         for ours, key in (("w", "gate_up"), ("w2", "w2")):
             name = tensors.find(layout.fused[key].format(i=layer) + "_bias")
             if name is not None:  # (experts, width): read as stored
                 bias = tensors.read(name)
                 if ours == "w":
-                    biases["v"] = bias[:, up]
-                    bias = bias[:, gate]
+                    biases["v"] = bias[:, ups]
+                    bias = bias[:, gates]
                 biases[ours] = bias
         stacked_names = {ours: layout.fused["w2" if ours == "w2" else "gate_up"].format(i=layer)
                          for ours in stacks}

@@ -348,11 +348,8 @@ class Olmoe(Mixture):
 FAMILIES: dict[str, type[Transformer]] = {"bert": BertLike, "distilbert": DistilBert,
                                           "electra": Electra, "gpt2": Gpt2, "llama": LlamaLike,
                                           "mixtral": Mixtral, "moe": Mixture, "olmoe": Olmoe}
-# gpt-oss and Llama 4 subclass Mixture in modules of their own, imported once it exists
-from ffncli.compute.forward.gpt_oss import GptOss  # noqa: E402
-from ffncli.compute.forward.llama4 import Llama4  # noqa: E402
-
-FAMILIES |= {"gpt_oss": GptOss, "llama4": Llama4}
+# gpt-oss and Llama 4 (ffncli.compute.forward.gpt_oss, .llama4) subclass Mixture in modules of
+# their own, which add themselves here; the package imports them.
 
 
 def _no_forward(source: str, what: str) -> SpecError:
