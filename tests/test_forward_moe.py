@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.forward_cases import expected, ids_of
+from helpers.forward_cases import check_routers, expected, ids_of
 
 from ffncli.compute import ffn as F
 from ffncli.compute.build import routing_rule
@@ -60,18 +60,8 @@ def test_states_match_transformers(case):
 def test_router_outputs_match_transformers(case):
     """On transformers' own FFN input, and on ours: the router logits, the chosen experts (in
     transformers' order, best first) and their weights; dense layers have no router."""
-    want = expected(case)
-    assert sorted(int(k[6:]) for k in want if k.startswith("router")) == MOE_LAYERS[case]
     with load(case) as model:
-        ours, _ = hidden_states(model, sequences(case), MOE_LAYERS[case])
-        for i in MOE_LAYERS[case]:
-            p = model.layer(i).engine.weights
-            assert isinstance(p, F.MoEWeights)
-            for x in (want[f"layer{i}"], ours[i]):
-                close(F.router_logits(x, p), want[f"router{i}"], f"{case} router {i}")
-                order, weights = F.route(x, p)
-                np.testing.assert_array_equal(order, want[f"chosen{i}"])
-                close(weights, want[f"weights{i}"], f"{case} weights {i}")
+        check_routers(model, case, MOE_LAYERS[case], close)
 
 
 @pytest.mark.parametrize("case,layer,kind", [

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.forward_cases import expected, ids_of
+from helpers.forward_cases import check_routers, expected, ids_of
 from test_forward_moe import close
 
 from ffncli.analysis.perplexity import Protocol
@@ -69,18 +69,8 @@ def test_states_match_transformers(case):
 def test_router_outputs_match_transformers(case):
     """On transformers' FFN input and on ours: the logits, the chosen experts in transformers'
     order and their weights (gpt-oss's softmax over the chosen; Llama 4's sigmoid)."""
-    want = expected(case)
-    assert sorted(int(k[6:]) for k in want if k.startswith("router")) == MOE_LAYERS[case]
     with load(case) as model:
-        ours, _ = hidden_states(model, sequences(case), MOE_LAYERS[case])
-        for i in MOE_LAYERS[case]:
-            p = model.layer(i).engine.weights
-            assert isinstance(p, F.MoEWeights)
-            for x in (want[f"layer{i}"], ours[i]):
-                close(F.router_logits(x, p), want[f"router{i}"], f"{case} router {i}")
-                order, weights = F.route(x, p)
-                np.testing.assert_array_equal(order, want[f"chosen{i}"])
-                close(weights, want[f"weights{i}"], f"{case} weights {i}")
+        check_routers(model, case, MOE_LAYERS[case], close)
 
 
 def test_the_layers_are_read_as_configured():

@@ -54,3 +54,23 @@ def assert_close(got: np.ndarray, want: np.ndarray, what: str, rel: float = 1e-4
     rms = np.sqrt(np.mean((got.astype(np.float64) - want) ** 2))
     assert worst <= rel * np.abs(want).max(), f"{what}: max error {worst:.3g}"
     assert rms <= rel * np.sqrt(np.mean(want.astype(np.float64) ** 2)), f"{what}: rms {rms:.3g}"
+
+
+def check_routers(model, case: str, layers: list[int], close) -> None:
+    """On transformers' own FFN input of each MoE layer, and on ours (``model``'s): the router
+    logits, the chosen experts (in transformers' order, best first) and their weights equal
+    the fixture's records, ``close`` comparing floats; the records are of those layers only."""
+    from ffncli.compute import ffn as F
+    from ffncli.compute.forward.walk import hidden_states
+
+    want = expected(case)
+    assert sorted(int(k[6:]) for k in want if k.startswith("router")) == layers
+    ours, _ = hidden_states(model, [np.array(s, dtype=np.int64) for s in ids_of(case)], layers)
+    for i in layers:
+        p = model.layer(i).engine.weights
+        assert isinstance(p, F.MoEWeights)
+        for x in (want[f"layer{i}"], ours[i]):
+            close(F.router_logits(x, p), want[f"router{i}"], f"{case} router {i}")
+            order, weights = F.route(x, p)
+            np.testing.assert_array_equal(order, want[f"chosen{i}"])
+            close(weights, want[f"weights{i}"], f"{case} weights {i}")
