@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.forward_cases import check_routers, expected, ids_of
+from helpers.forward_cases import check_capture, check_relu_stats, check_routers, expected, ids_of
 from test_forward_moe import close
 
 from ffncli.analysis.perplexity import Protocol
@@ -222,38 +222,17 @@ def test_run_a_layer_on_transformers_input(cli, tmp_path, case):
 
 @pytest.mark.parametrize("case", CASES)
 def test_capture_matches_transformers(cli, tmp_path, case):
-    want = expected(case)
-    folder = FORWARD / case
-    r = cli("capture", "--weights", folder, "--ids", folder / "ids.txt", "--out",
-            tmp_path / "out", "--json")
-    assert r.code == 0, r.err
-    assert r.json()["layers"] == list(range(LAYERS[case]))
-    for i in range(LAYERS[case]):
-        close(np.load(tmp_path / "out" / f"layer{i}.npy"), want[f"layer{i}"], f"{case} {i}")
+    check_capture(cli, tmp_path / "out", case, LAYERS[case], close)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_relu_stats_counts_each_expert_on_the_tokens_routed_to_it(cli, case):
     """Each expert's tokens are those transformers routed to it; its inactive units those whose
     gate pre-activation (bias included) of transformers' FFN input is <= 0."""
-    want = expected(case)
-    folder = FORWARD / case
-    r = cli("relu-stats", "--weights", folder, "--ids", folder / "ids.txt", "--json")
-    assert r.code == 0, r.err
-    layers = {d["layer"]: d for d in r.json()["layers"]}
-    for i in MOE_LAYERS[case]:
-        x = want[f"layer{i}"].astype(np.float64)
-        per_expert = {d["expert"]: d for d in layers[i]["per_expert"]}
-        for e in range(EXPERTS):
-            rows = np.flatnonzero((want[f"chosen{i}"] == e).any(axis=1))
-            if rows.size == 0:
-                assert per_expert.get(e, {"tokens": 0})["tokens"] == 0
-                continue
-            g, _, _, bg, _, _ = _expert(case, i, e)
-            pre = x[rows] @ g + bg
-            assert per_expert[e]["tokens"] == rows.size
-            assert per_expert[e]["mean_inactive_fraction"] == pytest.approx(
-                float((pre <= 0).mean()), abs=1e-12)
+    def pre(i: int, e: int, x: np.ndarray) -> np.ndarray:
+        g, _, _, bg, _, _ = _expert(case, i, e)
+        return x.astype(np.float64) @ g + bg
+    check_relu_stats(cli, case, MOE_LAYERS[case], EXPERTS, pre)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -74,3 +74,37 @@ def check_routers(model, case: str, layers: list[int], close) -> None:
             order, weights = F.route(x, p)
             np.testing.assert_array_equal(order, want[f"chosen{i}"])
             close(weights, want[f"weights{i}"], f"{case} weights {i}")
+
+
+def check_capture(cli, out: Path, case: str, layers: int, close) -> None:
+    """capture of the fixture's ids writes every layer's FFN input as transformers' records."""
+    want = expected(case)
+    folder = FORWARD / case
+    r = capture(cli, folder, folder / "ids.txt", out, "--json")
+    assert r.code == 0, r.err
+    assert r.json()["layers"] == list(range(layers))
+    for i in range(layers):
+        close(np.load(out / f"layer{i}.npy"), want[f"layer{i}"], f"{case} {i}")
+
+
+def check_relu_stats(cli, case: str, layers: list[int], experts: int, pre) -> None:
+    """relu-stats --ids on the fixture: each expert's tokens are those transformers routed to
+    it; its inactive units those whose gate pre-activation ``pre(layer, expert, x)`` of
+    transformers' FFN input rows x is <= 0."""
+    want = expected(case)
+    folder = FORWARD / case
+    r = cli("relu-stats", "--weights", folder, "--ids", folder / "ids.txt", "--json")
+    assert r.code == 0, r.err
+    found = {d["layer"]: d for d in r.json()["layers"]}
+    for i in layers:
+        x = want[f"layer{i}"]
+        per_expert = {d["expert"]: d for d in found[i]["per_expert"]}
+        for e in range(experts):
+            rows = np.flatnonzero((want[f"chosen{i}"] == e).any(axis=1))
+            if rows.size == 0:
+                assert per_expert.get(e, {"tokens": 0})["tokens"] == 0
+                continue
+            h = pre(i, e, x[rows])  # (tokens routed, d_ff)
+            assert per_expert[e]["tokens"] == rows.size
+            assert per_expert[e]["mean_inactive_fraction"] == pytest.approx(
+                float((h <= 0).mean()), abs=1e-12)
