@@ -39,8 +39,8 @@ from ffncli.specs.spec import Overrides
 DATA = Path(__file__).parent / "data"
 FORWARD = DATA / "forward"
 CASES = ["gpt_oss", "llama4_text"]
-LAYERS = {"gpt_oss": 2, "llama4_text": 3}
-MOE_LAYERS = {"gpt_oss": [0, 1], "llama4_text": [1]}
+LAYERS = {"gpt_oss": 2, "llama4_text": 3, "gpt_oss_mxfp4": 2}
+MOE_LAYERS = {"gpt_oss": [0, 1], "llama4_text": [1], "gpt_oss_mxfp4": [0, 1]}
 EXPERTS = 4
 
 
@@ -54,7 +54,7 @@ def sequences(case: str) -> list[np.ndarray]:
     return [np.array(s, dtype=np.int64) for s in ids_of(case)]
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [*CASES, "gpt_oss_mxfp4"])
 def test_states_match_transformers(case):
     want = expected(case)
     n = LAYERS[case]
@@ -65,7 +65,7 @@ def test_states_match_transformers(case):
     close(final, want["final"], f"{case} final")
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [*CASES, "gpt_oss_mxfp4"])
 def test_router_outputs_match_transformers(case):
     """On transformers' FFN input and on ours: the logits, the chosen experts in transformers'
     order and their weights (gpt-oss's softmax over the chosen; Llama 4's sigmoid)."""
@@ -269,3 +269,54 @@ def test_dense_perplexity_is_pytorchs(case, protocol):
     assert r.tokens_scored == want["tokens_scored"]
     assert r.perplexity == pytest.approx(want["perplexity"], rel=1e-4)
     assert r.nll_mean == pytest.approx(want["nll_mean"], rel=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# gpt-oss as published: MXFP4 experts (tests/data/forward/gpt_oss_mxfp4, quantised by the
+# fixture maker, its expected states those of transformers' own dequantisation; above).
+
+
+def test_mxfp4_codes_and_scales_are_the_formats():
+    """FP4 E2M1 codes, the low nibble first, times 2^(scale - 127): written out by hand."""
+    from ffncli.formats.mxfp4 import dequantise
+
+    blocks = np.zeros((1, 1, 16), dtype=np.uint8)
+    blocks[0, 0, :4] = [0x71, 0xF8, 0x2A, 0x5C]  # (0.5, 6), (-0, -6), (-1, 1), (-2, 3)
+    got = dequantise(blocks, np.array([[128]], dtype=np.uint8), "x")
+    assert got.shape == (1, 32) and got.dtype == np.float32
+    assert got[0, :8].tolist() == [1.0, 12.0, -0.0, -12.0, -2.0, 2.0, -4.0, 6.0]
+    assert not got[0, 8:].any()
+    small = dequantise(blocks, np.array([[120]], dtype=np.uint8), "x")  # 2^-7
+    np.testing.assert_array_equal(small, got / 256)
+
+
+def test_mxfp4_experts_are_read_dequantised(cli):
+    """The fixture holds only blocks and scales for its experts; params counts two values a
+    byte and matches the spec; the forward's experts are the dequantised values (each a
+    float32 exactly: FP4 times a power of two)."""
+    header = (FORWARD / "gpt_oss_mxfp4" / "model.safetensors").read_bytes()
+    names = json.loads(header[8:8 + int.from_bytes(header[:8], "little")])
+    assert names["model.layers.0.mlp.experts.gate_up_proj_blocks"]["dtype"] == "U8"
+    assert "model.layers.0.mlp.experts.gate_up_proj" not in names
+    r = cli("params", "--weights", FORWARD / "gpt_oss_mxfp4")
+    assert r.code == 0 and "matches the spec" in r.out, r.out + r.err
+    with load("gpt_oss_mxfp4") as model:
+        p = model.layer(0).engine.weights
+    assert isinstance(p, F.MoEWeights) and p.experts[0].w.shape == (64, 32)
+    values = np.abs(np.concatenate([e.w.ravel() for e in p.experts]))
+    mantissa, _ = np.frexp(values[values > 0])
+    assert set(np.round(mantissa * 4).tolist()) <= {2.0, 3.0, 4.0}  # 1, 1.5 (and 0.5) x 2^k
+
+
+def test_an_mxfp4_stack_of_the_wrong_shape_is_refused(tmp_path, cli):
+    st = pytest.importorskip("safetensors.numpy")
+    from helpers.forward_cases import checkpoint
+
+    name = "model.layers.0.mlp.experts.gate_up_proj_scales"
+    scales = st.load_file(str(FORWARD / "gpt_oss_mxfp4" / "model.safetensors"))[name]
+    folder = checkpoint(tmp_path, "gpt_oss_mxfp4", tensors={name: scales[:, :, :1].copy()})
+    r = cli("run", "--weights", folder, "--random", "2")
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (f"error: {folder}/model.safetensors: tensor 'model.layers.0.mlp.experts."
+                     "gate_up_proj_blocks': MXFP4 blocks of shape (4, 64, 2, 16) and scales of "
+                     "shape (4, 64, 1): expected (..., groups, 16) and (..., groups)\n")

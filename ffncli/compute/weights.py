@@ -290,6 +290,22 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
                                f"shape {(rows, cols)}, got shape {stack.shape}")
         return stack
 
+    def fused_stack(key: str, rows: int, cols: int) -> np.ndarray:
+        """A fused (experts, rows, cols) stack, [out, in] each: as stored, turned from
+        [experts, in, out] (gpt-oss, Llama 4), or dequantised from MXFP4 (gpt-oss as
+        published, whose blocks are [out, in])."""
+        stem = layout.fused[key].format(i=layer)  # type: ignore[index]  # fused: checked
+        packed = tensors.mxfp4(stem)
+        if packed is not None:
+            if packed.ndim != 3 or packed.shape[0] != ffn.experts:
+                raise WeightsError(f"{source}: '{stem}' (MXFP4): expected {ffn.experts} "
+                                   f"experts of shape {(rows, cols)}, got shape {packed.shape}")
+            if finite:
+                refuse_nonfinite(source, f"the MXFP4 tensor '{stem}', dequantised,", packed)
+            return packed
+        stack = stacked(stem, rows, cols)
+        return stack.swapaxes(1, 2) if layout.fused_in_out else stack
+
     if layout.router is None:
         return one(layout.names, 0, f, ffn)
     router_name = layout.router.format(i=layer) + ".weight"
@@ -307,11 +323,11 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
         stacks = {ours: stacked(stem + ".weight", *shape_of(ours, f)[::-1])
                   for ours, stem in stacked_names.items()}
         experts = tuple(from_stacks(stacks, e) for e in range(ffn.experts))
-    elif layout.fused is not None and tensors.find(layout.fused["gate_up"].format(i=layer)):
-        gate_up = stacked(layout.fused["gate_up"].format(i=layer), 2 * f, d)  # transformers 5
-        down = stacked(layout.fused["w2"].format(i=layer), d, f)
-        if layout.fused_in_out:  # [experts, in, out]: as the others, [experts, out, in]
-            gate_up, down = gate_up.swapaxes(1, 2), down.swapaxes(1, 2)
+    elif layout.fused is not None and (tensors.find(layout.fused["gate_up"].format(i=layer))
+                                       or tensors.find(layout.fused["gate_up"].format(i=layer)
+                                                       + "_blocks")):
+        gate_up = fused_stack("gate_up", 2 * f, d)  # transformers 5
+        down = fused_stack("w2", d, f)
         gates, ups = (slice(0, None, 2), slice(1, None, 2)) if layout.fused_interleaved else \
             (slice(0, f), slice(f, None))
         stacks = {"w": gate_up[:, gates], "v": gate_up[:, ups], "w2": down}  # gate, up rows
