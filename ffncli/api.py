@@ -27,7 +27,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.base.validate import brief, fail, flag, number, reserve, share, size, whole
+from ffncli.base.validate import (
+    PARAMETERS,
+    brief,
+    fail,
+    flag,
+    number,
+    reserve,
+    share,
+    size,
+    whole,
+)
 from ffncli.base.validate import name as named
 from ffncli.counting.fit import Budget
 from ffncli.counting.model import ModelCount
@@ -38,7 +48,7 @@ from ffncli.errors import InputError, SpecError
 from ffncli.jobs.choices import ModelChoice, TextChoice, parse_layers
 from ffncli.jobs.params import count_spec_planned
 from ffncli.jobs.resolve import open_text, resolve_spec
-from ffncli.specs.spec import ModelSpec, Overrides
+from ffncli.specs.spec import SPEC_PARAMETERS, ModelSpec, Overrides
 
 if TYPE_CHECKING:
     import numpy as np
@@ -118,7 +128,8 @@ def load_spec(preset: str | Path | None = None, config: str | Path | None = None
         raise SpecError("load_spec: give preset=NAME|FILE or config=config.json")
     if preset is not None:
         preset = str(_path("preset", preset))
-    return resolve_spec(preset, _maybe_path("config", config), Overrides(**overrides))
+    return resolve_spec(preset, _maybe_path("config", config), Overrides(**overrides),
+                        names=SPEC_PARAMETERS)
 
 
 def count(spec: ModelSpec) -> ModelCount:
@@ -266,7 +277,7 @@ def layer_stats(weights: str | Path, *, text: str | Path | None = None,
     forward, sequences = _text_run(weights, text, ids, config, dtype)
     with forward:
         return sweep(forward, sequences, parse_layers(asked, forward.n_layers, "layers"),
-                     threshold=threshold, target_sparsity=target_sparsity)
+                     threshold=threshold, target_sparsity=target_sparsity, words=PARAMETERS)
 
 
 def capture_inputs(weights: str | Path, out: str | Path, *,
@@ -322,7 +333,7 @@ def perplexity(weights: str | Path, *, text: str | Path | None = None,
                           score=named("score", score, ("half", "all")), rule=sparsify,
                           targets=targets,
                           calibration_text=_maybe_path("calibration_text", calibration_text),
-                          thresholds=_maybe_path("thresholds", thresholds))
+                          thresholds=_maybe_path("thresholds", thresholds), words=PARAMETERS)
 
 
 def _model(weights: str | Path, config: str | Path | None, dtype: str,
@@ -335,15 +346,14 @@ def _text(text: str | Path | None, ids: str | Path | None) -> TextChoice:
     choice = TextChoice(_maybe_path("text", text), _maybe_path("ids", ids))
     if not choice.given:
         raise InputError("give text=FILE or ids=FILE")
-    if text is not None and ids is not None:
-        raise InputError("give text=FILE or ids=FILE, not both")
+    choice.one(PARAMETERS)
     return choice
 
 
 def _text_run(weights: str | Path, text: str | Path | None, ids: str | Path | None,
               config: str | Path | None, dtype: str) -> tuple[Transformer, Sequences]:
     choice = _text(text, ids)
-    return open_text(_model(weights, config, dtype), choice, Overrides())
+    return open_text(_model(weights, config, dtype), choice, Overrides(), PARAMETERS)
 
 
 # ---------------------------------------------------------------------------------------------

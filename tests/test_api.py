@@ -14,6 +14,7 @@ import ffncli
 from ffncli.errors import (
     ConfigError,
     FfnError,
+    ImplError,
     InputError,
     MemoryBudgetError,
     SpecError,
@@ -155,9 +156,12 @@ HOSTILE = [  # id, call, error, message
     ("layer_stats-no-text", lambda: ffncli.layer_stats(GPT2), InputError,
      "give text=FILE or ids=FILE"),
     ("layer_stats-both", lambda: ffncli.layer_stats(GPT2, ids=IDS, text=IDS), InputError,
-     "give text=FILE or ids=FILE, not both"),
+     "give text or ids, not both"),
     ("layer_stats-missing", lambda: ffncli.layer_stats("missing", ids=IDS), WeightsError,
      "weights file not found: missing"),
+    ("layer_stats-no-config", lambda: ffncli.layer_stats("tests/data/forward", ids=IDS),
+     InputError, "no config.json in tests/data/forward, which the model's shape is read from: "
+                 "give it with config=config.json"),
     ("layer_stats-layers-past", lambda: ffncli.layer_stats(GPT2, ids=IDS, layers=5),
      InputError, "layers: expected layers of 0-1, got '5'"),
     ("layer_stats-layers-negative", lambda: ffncli.layer_stats(GPT2, ids=IDS, layers=-1),
@@ -204,6 +208,24 @@ HOSTILE = [  # id, call, error, message
     ("perplexity-thresholds-missing", lambda: ffncli.perplexity(GPT2, ids=IDS,
                                                                 thresholds="missing.json"),
      InputError, "thresholds file not found: missing.json"),
+    ("perplexity-ctx-2", lambda: ffncli.perplexity(GPT2, ids=IDS, ctx=2), InputError,
+     "ctx: 2 scores no token under llama.cpp's protocol (positions 1..0); expected a whole "
+     "number >= 3, or score=all"),
+    ("perplexity-stride-past-ctx", lambda: ffncli.perplexity(GPT2, ids=IDS, ctx=8, stride=9),
+     InputError, "stride: expected a whole number from 1 to ctx (8), got 9"),
+    ("perplexity-stride-score-all", lambda: ffncli.perplexity(GPT2, ids=IDS, ctx=8, stride=4,
+                                                              score="all"),
+     InputError, "stride and score=all: give one (a stride window scores what the previous one "
+                 "did not)"),
+    ("perplexity-text-short", lambda: ffncli.perplexity(GPT2, ids=IDS, ctx=16), InputError,
+     "the text has 21 tokens; perplexity with ctx=16 needs at least 32 (two chunks)"),
+    ("permute_check-factory-gives-class", lambda: ffncli.permute_check(lambda: int, X),
+     ImplError, "fn: <lambda> returned the class int, not a module or a function: return "
+                 "int(...)"),
+    ("permute_check-impl_args-function", lambda: ffncli.permute_check(np.tanh, X,
+                                                                      impl_args={"a": 1}),
+     ImplError, "impl_args: tanh is a function of the tokens, not a class or a factory; "
+                 "impl_args is for those"),
     ("render-None", lambda: ffncli.render(None), InputError,
      "result: expected what an ffncli function returns (count, params, presets, "
      "permute_check, relu_stats, layer_stats, capture_inputs, perplexity), got None"),

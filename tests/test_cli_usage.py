@@ -116,7 +116,8 @@ def test_a_json_name_given_as_a_preset_is_read_as_a_file(cli, tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("args, line", [
-    (("run", "--format", "csv"), "run has no option --format: params, relu-stats and experts take it"),
+    (("run", "--format", "csv"),
+     "run has no option --format: params, relu-stats and experts take it"),
     (("presets", "--preset", "base"), "presets has no option --preset: params, run, "
                                       "permute-check and relu-stats take it"),
     (("capture", "--impl", "m:f"), "capture has no option --impl: permute-check takes it"),

@@ -470,7 +470,7 @@ def test_an_architecture_without_a_forward(tmp_path):
     assert one_line(exc) == (
         f"{config}: model_type 't5' has no whole-model forward; these do: gpt2, bert, roberta, "
         "distilbert, llama, mistral, mixtral, qwen2, gemma, qwen3, qwen3_moe, qwen2_moe, "
-        "xlm-roberta, electra, llama4_text, olmoe, gpt_oss (GGUF: llama)")
+        "xlm-roberta, electra, llama4_text, olmoe, gpt_oss (GGUF: llama, qwen3moe, olmoe)")
 
 
 def test_a_missing_attention_tensor(tmp_path):
@@ -555,7 +555,7 @@ def test_weights_without_a_config(tmp_path):
     with pytest.raises(ConfigError) as exc:
         open_transformer(spec, folder, np.dtype(np.float32))
     assert one_line(exc) == (f"{folder}: the forward reads the model's config.json (norms, "
-                             "positions, rotary settings); none beside the weights: give --config")
+                             "positions, rotary settings); none beside the weights: give config")
 
 
 # ---------------------------------------------------------------------------------------------

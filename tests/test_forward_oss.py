@@ -1,8 +1,8 @@
 """gpt-oss and Llama 4's text model (issue 42) in the whole-model forward against transformers
 5.25: tests/data/forward/{gpt_oss,llama4_text} (made by tests/fixtures/make_forward.py, never
 importing torch here) hold every layer's FFN input, the final states and each MoE layer's router
-outputs (router{N} logits, chosen{N}, weights{N}); tests/data/perplexity/<case> the dense
-perplexity of every protocol (tests/fixtures/make_perplexity.py).
+outputs (router{N} logits, chosen{N}, weights{N}); their dense perplexity is
+tests/test_perplexity_torch.py's (tests/data/perplexity/<case>).
 
 - gpt-oss: sinks, a sliding layer (window 5 on a 13-token sequence) then a full one, YaRN,
   the clamped SwiGLU (swiglu_limit 1.5: about a fifth of the gates and a third of the ups
@@ -23,18 +23,13 @@ import pytest
 from helpers.forward_cases import check_capture, check_relu_stats, check_routers, expected, ids_of
 from test_forward_moe import close
 
-from ffncli.analysis.perplexity import Protocol
 from ffncli.compute import ffn as F
 from ffncli.compute.build import activation
 from ffncli.compute.engine import Engine
 from ffncli.compute.forward.families import open_transformer
 from ffncli.compute.forward.walk import hidden_states
 from ffncli.compute.weights import layer_ffn
-from ffncli.formats.text import Sequences
-from ffncli.jobs.choices import ModelChoice
-from ffncli.jobs.perplexity import perplexity
-from ffncli.jobs.resolve import open_forward, resolve_spec
-from ffncli.specs.spec import Overrides
+from ffncli.jobs.resolve import resolve_spec
 
 DATA = Path(__file__).parent / "data"
 FORWARD = DATA / "forward"
@@ -248,27 +243,6 @@ def test_experts_equal_the_router_records(cli, case):
         chosen = want[f"chosen{x['layer']}"]
         assert x["load"] == np.bincount(chosen.ravel(), minlength=EXPERTS).tolist()
         assert x["shared_experts"] == (1 if case == "llama4_text" else 0)
-
-
-PROTOCOLS = {"default": {}, "all": {"score": "all"}, "stride16": {"stride": 16},
-             "stride32": {"stride": 32}}
-
-
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
-def test_dense_perplexity_is_pytorchs(case, protocol):
-    want = json.loads((DATA / "perplexity" / case / "expected.json").read_text())
-    want = want["float32"]["dense"][protocol]
-    ids = np.array((DATA / "perplexity" / case / "ids.txt").read_text().split(), dtype=np.int64)
-    if "stride" in want:  # the windows the fixture ran (its last full one ends the text)
-        ids = ids[:(want["windows"] - 1) * want["stride"] + 32]
-    doc = Sequences((ids,), (1,), case, "0" * 64)
-    with open_forward(ModelChoice(weights=FORWARD / case / "model.safetensors"),
-                      Overrides()) as m:
-        r = perplexity(m, doc, Protocol(32, **PROTOCOLS[protocol]))
-    assert r.tokens_scored == want["tokens_scored"]
-    assert r.perplexity == pytest.approx(want["perplexity"], rel=1e-4)
-    assert r.nll_mean == pytest.approx(want["nll_mean"], rel=1e-4)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ def _invocations(f: dict[str, Path]) -> list[tuple[str, list[object]]]:
                         "--quiet"]),
         ("experts", ["experts", "--weights", GPT2.parent / "mixtral", "--ids",
                      GPT2.parent / "mixtral" / "ids.txt", "--quiet"]),
+        ("neurons", ["neurons", "--weights", GPT2, "--ids", IDS, "--units", "0-1", "--quiet"]),
     ]
 
 

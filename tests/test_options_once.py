@@ -101,9 +101,9 @@ def test_perplexity_checks_its_shares_once_a_call(cli, ids_file, monkeypatch):
 
     calls, check = [], job.check_targets
 
-    def counted(rule, targets):
+    def counted(rule, targets, *words):
         calls.append((rule, tuple(targets)))
-        return check(rule, targets)
+        return check(rule, targets, *words)
 
     monkeypatch.setattr(job, "check_targets", counted)
     r = _perplexity(cli, ids_file, "0,0.5")

@@ -92,23 +92,23 @@ def test_a_strides_last_window_is_the_short_one_llama_cpp_drops():
 
 
 @pytest.mark.parametrize("protocol, match", [
-    (P.Protocol(1), r"--ctx: expected a whole number >= 2, got 1"),
-    (P.Protocol(65), r"--ctx: 65 is more than the model's 64 positions"),
-    (P.Protocol(2), r"^option --ctx: 2 scores no token under llama.cpp's protocol \(positions "
-                    r"1..0\); expected a whole number >= 3, or --score all$"),
-    (P.Protocol(32, stride=33), r"--stride: expected a whole number from 1 to --ctx \(32\), "
-                                r"got 33"),
-    (P.Protocol(32, stride=0), r"--stride: .* got 0"),
-    (P.Protocol(32, score="most"), r"--score: expected half or all, got 'most'"),
-    (P.Protocol(32, stride=8, score="all"), r"--stride and --score all: give one"),
-])
+    (P.Protocol(1), r"^ctx: expected a whole number >= 2, got 1$"),
+    (P.Protocol(65), r"^ctx: 65 is more than the model's 64 positions$"),
+    (P.Protocol(2), r"^ctx: 2 scores no token under llama.cpp's protocol \(positions "
+                    r"1..0\); expected a whole number >= 3, or score=all$"),
+    (P.Protocol(32, stride=33), r"^stride: expected a whole number from 1 to ctx \(32\), "
+                                r"got 33$"),
+    (P.Protocol(32, stride=0), r"^stride: .* got 0$"),
+    (P.Protocol(32, score="most"), r"^score: expected half or all, got 'most'$"),
+    (P.Protocol(32, stride=8, score="all"), r"^stride and score=all: give one"),
+])  # the library's words (a command's: tests/test_option_words.py)
 def test_bad_protocols_are_refused(protocol, match):
     with pytest.raises(InputError, match=match):
         P.check_protocol(protocol, 64)
 
 
 def test_a_text_shorter_than_two_chunks_is_refused():
-    with pytest.raises(InputError, match=r"the text has 63 tokens; perplexity with --ctx 32 "
+    with pytest.raises(InputError, match=r"the text has 63 tokens; perplexity with ctx=32 "
                                          r"needs at least 64 \(two chunks\)"):
         P.windows(IDS[:63], P.Protocol(32), None)
 

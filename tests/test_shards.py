@@ -28,7 +28,7 @@ from ffncli.compute.forward import walk as walk_module
 from ffncli.compute.forward.walk import hidden_states
 from ffncli.errors import InputError, Interrupted, OutputError
 from ffncli.formats.tokens import open_input
-from ffncli.jobs.choices import ModelChoice, TextChoice, parse_layers
+from ffncli.jobs.choices import OPTIONS, ModelChoice, TextChoice, parse_layers
 from ffncli.jobs.progress import Progress
 from ffncli.jobs.resolve import load_model, load_sequences, open_forward
 from ffncli.jobs.shards import inputs
@@ -79,11 +79,13 @@ def write_shards(folder: Path, x: np.ndarray, cuts=CUTS) -> Path:
 
 
 def single_file(model, tmp_path: Path, x: np.ndarray, **options) -> dict:
-    """The statistics of one pass over all tokens in one file (no shards)."""
+    """The statistics of one pass over all tokens in one file (no shards), its rule's line
+    in the command's words, as the sharded job's."""
     path = tmp_path / "all.npy"
     np.save(path, x)
     engine = load_model(*model).engine
-    return render.stats_json(relu_stats(engine, open_input(path, x.shape[1]), **options))
+    return render.stats_json(relu_stats(engine, open_input(path, x.shape[1]), words=OPTIONS,
+                                        **options))
 
 
 def sharded(model, folder, pool, **options) -> dict:

@@ -123,6 +123,17 @@ PRESET_PARAMS = {
     "ffncli.present.tables", "ffncli.presets",
     "ffncli.specs", "ffncli.specs.rules", "ffncli.specs.sections", "ffncli.specs.spec",
 }
+# `params --config` of a LLaMA config.json: the preset's modules but the presets, and the
+# config's reading: the table of architectures (data) and the one reader module of its family.
+LLAMA_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "configs",
+                            "llama-2-7b.config.json")
+CONFIG_PARAMS = (PRESET_PARAMS - {"ffncli.presets"}) | {
+    "ffncli.formats", "ffncli.formats.quantised", "ffncli.formats.safetensors",
+    "ffncli.formats.sources", "ffncli.specs.archs", "ffncli.specs.config",
+    "ffncli.specs.hfconfig", "ffncli.specs.layouts", "ffncli.specs.readers",
+    "ffncli.specs.readers.llama_family", "ffncli.specs.refused", "ffncli.specs.renames",
+    "ffncli.specs.row", "ffncli.specs.table",
+}
 HELP = {"ffncli", "ffncli.base", "ffncli.base.blas", "ffncli.base.invocation",
         "ffncli.base.validate", "ffncli.base.version", "ffncli.cli", "ffncli.cli.commands",
         "ffncli.cli.main", "ffncli.cli.options", "ffncli.errors", "ffncli.jobs",
@@ -134,6 +145,7 @@ HELP = {"ffncli", "ffncli.base", "ffncli.base.blas", "ffncli.base.invocation",
 @pytest.mark.parametrize("argv, expected, rich", [
     (("params", "--preset", "base"), PRESET_PARAMS, True),
     (("params", "--preset", "base", "--json"), PRESET_PARAMS, False),
+    (("params", "--config", LLAMA_CONFIG, "--json"), CONFIG_PARAMS, False),
     (("--help",), HELP, True),
 ])
 def test_the_main_job_imports_exactly_these_modules(argv, expected, rich, tmp_path,

@@ -423,7 +423,7 @@ def error_of(call, *args) -> tuple[type, str]:
 def test_no_tokenizer_json_says_where_it_looked_and_about_ids(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     want = (WeightsError, f"no tokenizer.json beside the weights: looked for "
-            f"{tmp_path}/tokenizer.json; --ids FILE takes token ids without a tokenizer")
+            f"{tmp_path}/tokenizer.json; ids=FILE takes token ids without a tokenizer")
     assert error_of(load_tokenizer, tmp_path / "model.safetensors") == want
     assert error_of(load_tokenizer, tmp_path) == want
     os.symlink(tmp_path / "gone", tmp_path / "tokenizer.json")  # a blob never fetched
@@ -462,7 +462,7 @@ def test_tokenizer_file_not_utf8_directory_fifo_or_huge(tmp_path, monkeypatch):
 def test_the_tokenizers_package_missing(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # import raises ImportError
     assert error_of(load_tokenizer, tmp_path) == (
-        InputError, "--text needs the tokenizers package: pip install 'ffncli[text]'")
+        InputError, "text needs the tokenizers package: pip install 'ffncli[text]'")
 
 
 def test_gguf_tokenizers_that_cannot_be_built(tmp_path):
@@ -470,16 +470,16 @@ def test_gguf_tokenizers_that_cannot_be_built(tmp_path):
     write_tokenizer_gguf(path, model="llama")
     assert error_of(load_tokenizer, path) == (
         WeightsError, f"{path}: GGUF tokenizer 'llama' is not read (only 'gpt2', a byte-level "
-        "BPE); --ids FILE takes token ids without a tokenizer")
+        "BPE); ids=FILE takes token ids without a tokenizer")
     write_tokenizer_gguf(path, model=None)
     assert error_of(load_tokenizer, path) == (
         WeightsError, f"{path}: no tokenizer in the GGUF metadata (no key "
-        "'tokenizer.ggml.model'); --ids FILE takes token ids without one")
+        "'tokenizer.ggml.model'); ids=FILE takes token ids without one")
     write_tokenizer_gguf(path, pre="qwen9")
     known = ", ".join(gguf_tokenizer.GGUF_PRE_SPLITS)
     assert error_of(load_tokenizer, path) == (
         WeightsError, f"{path}: metadata key 'tokenizer.ggml.pre': GGUF pre-tokenizer 'qwen9' "
-        f"is not known; known: {known} (--ids FILE takes token ids without a tokenizer)")
+        f"is not known; known: {known} (ids=FILE takes token ids without a tokenizer)")
     write_tokenizer_gguf(path, add_bos=True, bos=999)
     assert error_of(load_tokenizer, path) == (
         WeightsError, f"{path}: metadata key 'tokenizer.ggml.bos_token_id': expected a token id "

@@ -16,22 +16,25 @@ import numpy as np
 from ffncli.analysis.frameworks import Adapted, adapt
 from ffncli.analysis.guard import _no_hard_exit, _what_it_raised, call_here, impl_sources, load_impl
 from ffncli.analysis.isolate import Ended, receive, send
+from ffncli.base.validate import Words
 from ffncli.errors import ImplError
 
 
 def _load(request: dict[str, Any]) -> Adapted:
-    target = request["target"]
-    obj = load_impl(target)
+    target, told = request["target"], request.get("words") or {}
+    words = Words(bool(told.get("options")), tuple(tuple(p) for p in told.get("renamed", ())))
+    obj = load_impl(target, words)
     try:
         with _no_hard_exit():
             return adapt(obj, target, dtype=np.dtype(request["dtype"]),
                          impl_args=request.get("impl_args"), seed=int(request.get("seed", 0)),
                          d_model=request.get("d_model"),
-                         train_mode=bool(request.get("train_mode")))
+                         train_mode=bool(request.get("train_mode")), words=words)
     except ImplError:
         raise
     except BaseException as exc:  # sys.exit or KeyboardInterrupt while building
-        raise ImplError(f"option --impl: building {target} {_what_it_raised(exc)}") from None
+        raise ImplError(f"{words.where('fn')}: building {target} {_what_it_raised(exc)}") \
+            from None
 
 
 def _reply(outcome: Any) -> tuple[dict[str, Any], np.ndarray | None]:

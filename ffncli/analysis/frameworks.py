@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ffncli.base.validate import PARAMETERS, Words
 from ffncli.errors import ImplError
 
 Fn = Callable[[np.ndarray], np.ndarray]
@@ -95,37 +96,41 @@ class Adapted:
 
 
 def adapt(obj: object, label: str, *, dtype: np.dtype, impl_args: dict[str, Any] | None = None,
-          seed: int = 0, d_model: int | None = None, train_mode: bool = False) -> Adapted:
+          seed: int = 0, d_model: int | None = None, train_mode: bool = False,
+          words: Words = PARAMETERS) -> Adapted:
     """``obj`` as a function of (rows, d_model) NumPy arrays of ``dtype``. A class or factory
     is called with ``impl_args`` (PyTorch seeded with ``seed``); a module is checked in eval
-    mode unless ``train_mode``, and cast to ``dtype`` on a copy."""
+    mode unless ``train_mode``, and cast to ``dtype`` on a copy. Errors and notes name these
+    (and ``fn``, the object) in ``words`` (a command's: ``option --impl``)."""
+    fn = words.where("fn")
     if _is_factory(obj):
-        obj = _build(obj, label, impl_args or {}, seed)
+        obj = _build(obj, label, impl_args or {}, seed, words)
         if inspect.isclass(obj):  # the class itself, where an instance was meant
-            raise ImplError(f"option --impl: {label} returned the class {obj.__name__}, not "
+            raise ImplError(f"{fn}: {label} returned the class {obj.__name__}, not "
                             f"a module or a function: return {obj.__name__}(...)")
     elif impl_args is not None:
         built = "a module already built" if _from(obj, "torch.nn", "flax.linen") else \
             "a function of the tokens"
-        raise ImplError(f"option --impl-args: {label} is {built}, not a class or a factory; "
-                        "--impl-args is for those")
+        raise ImplError(f"{words.where('impl_args')}: {label} is {built}, not a class or a "
+                        f"factory; {words.name('impl_args')} is for those")
     if not callable(obj):
-        raise ImplError(f"option --impl: {label} gave {type(obj).__name__}, which is not "
+        raise ImplError(f"{fn}: {label} gave {type(obj).__name__}, which is not "
                         "callable")
     if _from(obj, "keras", "tensorflow"):
-        raise ImplError(f"option --impl: {label} is a Keras layer; ffncli checks NumPy and JAX "
+        raise ImplError(f"{fn}: {label} is a Keras layer; ffncli checks NumPy and JAX "
                         "functions and PyTorch and Flax modules: wrap it in a function of a "
                         "NumPy array returning one")
     if _is_torch_module(obj):
-        return _torch(obj, label, dtype, train_mode)
+        return _torch(obj, label, dtype, train_mode, words)
     if _is_flax_module(obj):
-        return _flax(obj, label, dtype, seed, d_model)
+        return _flax(obj, label, dtype, seed, d_model, words)
     if _is_jax(obj):
         return Adapted(_jax_call(obj), "jax", None)
     return Adapted(_numpy_call(obj), "numpy", None)
 
 
-def _build(factory: Any, label: str, impl_args: dict[str, Any], seed: int) -> object:
+def _build(factory: Any, label: str, impl_args: dict[str, Any], seed: int, words: Words
+           ) -> object:
     """Call a class or factory with ``impl_args``; PyTorch's random numbers are seeded first
     (when the factory comes from a module that uses it), so its weights are the same each run,
     and put back as they were afterwards."""
@@ -140,12 +145,13 @@ def _build(factory: Any, label: str, impl_args: dict[str, Any], seed: int) -> ob
                 torch.manual_seed(seed)
             return factory(**impl_args)
     except TypeError as exc:  # a keyword it does not take, or one it needs
-        raise ImplError(f"option --impl-args: building {label}({shown}) raised TypeError: "
-                        f"{exc} (keyword arguments go in --impl-args as a JSON object)") from None
+        raise ImplError(f"{words.where('impl_args')}: building {label}({shown}) raised "
+                        f"TypeError: {exc} (keyword arguments go in {words.name('impl_args')} "
+                        f"{'as a JSON object' if words.options else 'as a dict'})") from None
     except ImplError:
         raise
     except Exception as exc:
-        raise ImplError(f"option --impl: building {label}({shown}) raised "
+        raise ImplError(f"{words.where('fn')}: building {label}({shown}) raised "
                         f"{type(exc).__name__}: {exc}") from None
 
 
@@ -195,7 +201,8 @@ def _numpy_call(fn: Callable[..., Any]) -> Callable[[np.ndarray], Any]:
 _TORCH_DTYPES = {"float16": "float16", "float32": "float32", "float64": "float64"}
 
 
-def _torch(module: Any, label: str, dtype: np.dtype, train_mode: bool) -> Adapted:
+def _torch(module: Any, label: str, dtype: np.dtype, train_mode: bool, words: Words
+           ) -> Adapted:
     import torch
 
     notes = []
@@ -206,13 +213,14 @@ def _torch(module: Any, label: str, dtype: np.dtype, train_mode: bool) -> Adapte
     floats = {p.dtype for p in [*module.parameters(), *module.buffers()] if p.is_floating_point()}
     if floats and floats != {want}:
         have = ", ".join(sorted(str(d).removeprefix("torch.") for d in floats))
-        module = _copy(module, label, have, np.dtype(dtype).name).to(want)
+        module = _copy(module, label, have, np.dtype(dtype).name, words).to(want)
         notes.append(f"a {have} module, cast to {np.dtype(dtype).name} on a copy")
     if not train_mode:
         module.eval()
     mode = "train" if module.training else "eval"
-    notes.append("checked in eval mode (--train-mode checks it as it is)" if not train_mode
-                 else f"checked as it is, in {mode} mode (--train-mode)")
+    train = words.given("train_mode", "True") if not words.options else words.name("train_mode")
+    notes.append(f"checked in eval mode ({train} checks it as it is)" if not train_mode
+                 else f"checked as it is, in {mode} mode ({train})")
 
     def call(x: np.ndarray) -> Any:
         with torch.inference_mode():
@@ -229,15 +237,17 @@ def _torch(module: Any, label: str, dtype: np.dtype, train_mode: bool) -> Adapte
     return Adapted(call, "torch", width, no_width, mode, notes, restore)
 
 
-def _copy(module: Any, label: str, have: str, want: str) -> Any:
+def _copy(module: Any, label: str, have: str, want: str, words: Words) -> Any:
     """A copy of ``module`` to cast (the caller's stays as it is), or the ImplError saying
     that it cannot be copied: the module did not fail, the copy ffncli makes did."""
     try:
         return copy.deepcopy(module)
     except Exception as exc:
-        instead = (f"check it in {have} (--dtype {have})" if have in ("float32", "float64")
-                   else "make it copyable")
-        raise ImplError(f"option --dtype {want}: {label} is a {have} module, which ffncli "
+        how = f"({words.given('dtype', have)})" if words.options else f"on {have} tokens"
+        instead = (f"check it in {have} {how}" if have in ("float32", "float64")
+                   else "make it copyable")  # a library call's dtype is its tokens'
+        where = f"{words.where('dtype')} {want}" if words.options else f"{want} tokens"
+        raise ImplError(f"{where}: {label} is a {have} module, which ffncli "
                         f"casts to {want} on a copy, and copy.deepcopy cannot copy it "
                         f"({type(exc).__name__}: {exc}); {instead}, or cast it to {want} "
                         "yourself") from None
@@ -271,20 +281,22 @@ def _jax_call(fn: Callable[..., Any]) -> Callable[[np.ndarray], Any]:
     return call
 
 
-def _flax(module: Any, label: str, dtype: np.dtype, seed: int, d_model: int | None) -> Adapted:
+def _flax(module: Any, label: str, dtype: np.dtype, seed: int, d_model: int | None,
+          words: Words) -> Adapted:
     import jax
 
     if d_model is None:
-        raise ImplError(f"option --impl: {label} is a Flax module, whose layers learn their "
-                        "input width when initialised: give --d-model N")
+        raise ImplError(f"{words.where('fn')}: {label} is a Flax module, whose layers learn "
+                        f"their input width when initialised: give {words.given('d_model', 'N')}")
     sample = np.zeros((1, d_model), dtype)
     try:
         variables = module.init(jax.random.PRNGKey(seed), sample)
     except Exception as exc:
-        raise ImplError(f"option --impl: initialising {label} on (1, {d_model}) tokens raised "
-                        f"{type(exc).__name__}: {exc}") from None
+        raise ImplError(f"{words.where('fn')}: initialising {label} on (1, {d_model}) tokens "
+                        f"raised {type(exc).__name__}: {exc}") from None
     call = _jax_call(lambda x: module.apply(variables, x))
-    return Adapted(call, "flax", d_model, "", None, [f"parameters initialised from --seed {seed}"])
+    return Adapted(call, "flax", d_model, "", None,
+                   [f"parameters initialised from {words.given('seed', seed)}"])
 
 
 @contextlib.contextmanager

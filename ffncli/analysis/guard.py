@@ -22,7 +22,7 @@ import numpy as np
 from ffncli.analysis.compare import first_overflow
 from ffncli.analysis.frameworks import as_numpy, came_as, describe
 from ffncli.base.signals import Alarm, time_limit
-from ffncli.base.validate import number
+from ffncli.base.validate import PARAMETERS, Words, number
 from ffncli.errors import ImplError, InputError, Interrupted
 
 # ---------------------------------------------------------------------------------------------
@@ -98,8 +98,8 @@ def _time_limit(seconds: float | None) -> contextlib.AbstractContextManager[Alar
     return time_limit(seconds, _TimedOut, repeat=True)
 
 
-def _late(what: str, timeout: float | None, during: str = "") -> str:
-    return f"{what} did not finish within the --timeout of {timeout:g} s{during}"
+def _late(what: str, timeout: float | None, during: str, words: Words) -> str:
+    return f"{what} did not finish within the {words.name('timeout')} of {timeout:g} s{during}"
 
 
 def _what_it_raised(exc: BaseException) -> str:
@@ -112,13 +112,15 @@ def _what_it_raised(exc: BaseException) -> str:
     return f"raised {type(exc).__name__}" + (f": {message}" if message else "")
 
 
-def load_impl(target: str) -> object:
+def load_impl(target: str, words: Words = PARAMETERS) -> object:
     """``package.module:NAME``, importable from the current directory: the object it names (a
     function, a class, a module instance: :mod:`ffncli.analysis.frameworks` adapts it).
     Whatever the import raises (even ``sys.exit``) is an ImplError, except ffncli's own
     :class:`Interrupted`. It runs in the child process, whose parent bounds it in time
-    (``--load-timeout``)."""
-    module_name, attr = split_target(target)
+    (``--load-timeout``). Errors name the object under test as ``words`` say (a command:
+    ``option --impl``)."""
+    fn = words.where("fn")
+    module_name, attr = split_target(target, words)
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
@@ -129,16 +131,16 @@ def load_impl(target: str) -> object:
         raise
     except BaseException as exc:  # the user's module failed (or exited) while importing
         if isinstance(exc, ModuleNotFoundError):
-            raise ImplError(f"option --impl: cannot import module {module_name!r} "
+            raise ImplError(f"{fn}: cannot import module {module_name!r} "
                             f"({exc}){_extra_for(exc.name)}") from None
-        raise ImplError(f"option --impl: importing {module_name!r} "
+        raise ImplError(f"{fn}: importing {module_name!r} "
                         f"{_what_it_raised(exc)}") from None
-    fn = getattr(module, attr, None)
-    if fn is None:
-        raise ImplError(f"option --impl: module {module_name!r} has no attribute {attr!r}")
-    if not callable(fn):
-        raise ImplError(f"option --impl: {target} is not callable")
-    return fn
+    obj = getattr(module, attr, None)
+    if obj is None:
+        raise ImplError(f"{fn}: module {module_name!r} has no attribute {attr!r}")
+    if not callable(obj):
+        raise ImplError(f"{fn}: {target} is not callable")
+    return obj
 
 
 EXTRAS = {"torch": "torch", "jax": "jax", "jaxlib": "jax", "flax": "jax"}
@@ -150,19 +152,19 @@ def _extra_for(missing: str | None) -> str:
     return f"; install it with: pip install 'ffncli[{extra}]'" if extra else ""
 
 
-def split_target(target: str) -> tuple[str, str]:
+def split_target(target: str, words: Words = PARAMETERS) -> tuple[str, str]:
     """``package.module:NAME`` as (module, name), refused in one line when it is not that:
     a file's path says the name to give instead."""
     module_name, sep, attr = target.partition(":")
     if "/" in module_name or os.sep in module_name or module_name.endswith(".py"):
-        raise ImplError(f"option --impl: expected package.module:NAME, got {target!r} "
-                        f"({_as_import(module_name, attr or 'NAME')})")
+        raise ImplError(f"{words.where('fn')}: expected package.module:NAME, got {target!r} "
+                        f"({_as_import(module_name, attr or 'NAME', words)})")
     if not sep or not module_name or not attr:
-        raise ImplError(f"option --impl: expected package.module:NAME, got {target!r}")
+        raise ImplError(f"{words.where('fn')}: expected package.module:NAME, got {target!r}")
     return module_name, attr
 
 
-def _as_import(path: str, attr: str) -> str:
+def _as_import(path: str, attr: str, words: Words) -> str:
     """How to name what the file at ``path`` defines: its import name, from the current
     directory when it lies below it, else from its own folder."""
     file = Path(path)
@@ -173,7 +175,7 @@ def _as_import(path: str, attr: str) -> str:
     stem = file.stem if file.suffix == ".py" else file.name
     if stem.isidentifier():
         return f"{kind}: give it as {stem}:{attr}, from the folder it is in"
-    return f"{kind}: --impl takes a module's import name, not its path"
+    return f"{kind}: {words.name('fn')} takes a module's import name, not its path"
 
 
 def impl_path() -> list[str]:
@@ -279,8 +281,10 @@ class Judge:
     input (tokens, d_model), which may want 3-D. NaN or infinity on a later call, for tokens
     it should handle like the first's, is left to the property that asked, which fails."""
 
-    def __init__(self, name: str, timeout: float | None = None, rows_only: bool = False) -> None:
+    def __init__(self, name: str, timeout: float | None = None, rows_only: bool = False,
+                 words: Words = PARAMETERS) -> None:
         self.name, self.timeout, self.rows_only = name, timeout, rows_only
+        self.words = words  # how its errors name timeout and the tokens (a command: options)
         self.width: int | None = None  # d_out of the first call
         self.came_as: str | None = None  # the dtype of the first call's output, if converted
 
@@ -307,12 +311,13 @@ class Judge:
         """The call returned in time, without raising, and left its input as it was."""
         name = self.name
         if done.timed_out:
-            raise ImplError(_late(name, self.timeout, f" ({calling})"))
+            raise ImplError(_late(name, self.timeout, f" ({calling})", self.words))
         if done.raised:
             if self.rows_only and done.raised == _UNPACKED_3D:
+                npy = f" (to {self.words.name('input')}, a .npy of that shape)" \
+                    if self.words.options else ""  # a library call gives the array itself
                 raise CallRaised(f"{name} {done.raised}, on 2-D input {x.shape}: it wants 3-D "
-                                 "input; give tokens of shape (batch, seq, d_model) (to "
-                                 "--input, a .npy of that shape)")
+                                 f"input; give tokens of shape (batch, seq, d_model){npy}")
             if done.exception:
                 raise CallRaised(f"{name} {done.raised}")
             instead = " instead of returning its output" if done.stopped else ""
@@ -352,12 +357,13 @@ class Guarded:
 
 
 def guarded(fn: Callable[[np.ndarray], object], name: str, dtype: np.dtype, *,
-            timeout: float | None = None, rows_only: bool = False) -> Guarded:
+            timeout: float | None = None, rows_only: bool = False,
+            words: Words = PARAMETERS) -> Guarded:
     """``fn`` as the checks may call it in this process: each call gets its own copy of the
     input, runs under ``timeout`` seconds (if given), and is judged by a :class:`Judge`. The
     output is copied, so a view of the input or a buffer ``fn`` reuses cannot change it."""
     check_timeout(timeout)
-    return Guarded(lambda x: call_here(fn, x, timeout), Judge(name, timeout, rows_only))
+    return Guarded(lambda x: call_here(fn, x, timeout), Judge(name, timeout, rows_only, words))
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ffncli.analysis.guard import Guarded, Judge, Outcome
+from ffncli.base.validate import PARAMETERS, Words
 from ffncli.errors import ImplError
 
 LOAD_LIMIT = 120.0  # seconds for importing and building, at least, when --timeout is given
@@ -184,10 +185,11 @@ class Child:
     process group on the way out."""
 
     def __init__(self, name: str, timeout: float | None, *, load_timeout: float | None = None,
-                 x64: bool = False) -> None:
+                 x64: bool = False, words: Words = PARAMETERS) -> None:
         """Start the child: each call limited to ``timeout`` seconds, importing and building
-        to :func:`load_limit`; ``x64`` turns on JAX's 64-bit mode in it (float64 checks)."""
-        self.name, self.timeout = name, timeout
+        to :func:`load_limit`; ``x64`` turns on JAX's 64-bit mode in it (float64 checks).
+        Errors, here and in the child, name the options as ``words`` say."""
+        self.name, self.timeout, self.words = name, timeout, words
         self.load_timeout = load_limit(timeout, load_timeout)
         env = {**os.environ, "JAX_ENABLE_X64": "1"} if x64 else None
         to_child, self._out = _pipe()
@@ -217,14 +219,17 @@ class Child:
         """Import and build the code under test; the child's account of it (``ok``, or the
         ``error`` line it gave)."""
         deadline = _deadline(self.load_timeout)
-        what = f"option --impl: importing and building {self.name}"
+        what = f"{self.words.where('fn')}: importing and building {self.name}"
+        words = {"options": self.words.options, "renamed": self.words.renamed}
         try:
-            send(self._out, {"op": "load", **request}, deadline=deadline, ended=self._gone)
+            send(self._out, {"op": "load", "words": words, **request}, deadline=deadline,
+                 ended=self._gone)
             reply, _ = receive(self._in, deadline, self._gone)
         except Late:
             self.close()
-            raise ImplError(f"{what} did not finish within the --load-timeout of "
-                            f"{self.load_timeout:g} s") from None
+            raise ImplError(f"{what} did not finish within the "
+                            f"{self.words.name('load_timeout')} of {self.load_timeout:g} s") \
+                from None
         except Ended:
             raise ImplError(f"{what}: {self._ending()}") from None
         except (ValueError, KeyError, TypeError) as exc:

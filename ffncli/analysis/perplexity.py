@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ffncli.base.validate import PARAMETERS, Words
 from ffncli.compute.forward.layer import Head
 from ffncli.compute.forward.ops import dot_sum
 from ffncli.errors import InputError
@@ -80,30 +81,34 @@ class Windows:
         return sum(len(w) - 1 - f for w, f in zip(self.ids, self.first, strict=True))
 
 
-def check_protocol(protocol: Protocol, max_positions: int | None) -> None:
-    """The protocol's options, each in its range and together one protocol."""
-    _check_ctx(protocol, max_positions)
+def check_protocol(protocol: Protocol, max_positions: int | None,
+                   words: Words = PARAMETERS) -> None:
+    """The protocol's ``ctx``, ``stride`` and ``score``, each in its range and together one
+    protocol; errors name them in ``words`` (a command's: ``option --ctx``)."""
+    _check_ctx(protocol, max_positions, words)
     n, s = protocol.ctx, protocol.stride
     if s is not None and (isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= n):
-        raise InputError(f"option --stride: expected a whole number from 1 to --ctx ({n}), "
-                         f"got {s!r}")
+        raise InputError(f"{words.where('stride')}: expected a whole number from 1 to "
+                         f"{words.name('ctx')} ({n}), got {s!r}")
     if protocol.score not in SCORES:
-        raise InputError(f"option --score: expected half or all, got {protocol.score!r}")
+        raise InputError(f"{words.where('score')}: expected half or all, got "
+                         f"{protocol.score!r}")
     if s is not None and protocol.score != "half":
-        raise InputError("options --stride and --score all: give one (a stride window scores "
-                         "what the previous one did not)")
+        both = f"{words.name('stride')} and {words.given('score', 'all')}"
+        raise InputError(f"{'options ' if words.options else ''}{both}: give one (a stride "
+                         "window scores what the previous one did not)")
 
 
-def _check_ctx(protocol: Protocol, max_positions: int | None) -> None:
-    n = protocol.ctx
+def _check_ctx(protocol: Protocol, max_positions: int | None, words: Words) -> None:
+    n, where = protocol.ctx, words.where("ctx")
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise InputError(f"option --ctx: expected a whole number >= 2, got {n!r}")
+        raise InputError(f"{where}: expected a whole number >= 2, got {n!r}")
     if n < 3 and protocol.score == "half" and protocol.stride is None:
-        raise InputError(f"option --ctx: {n} scores no token under llama.cpp's protocol "
+        raise InputError(f"{where}: {n} scores no token under llama.cpp's protocol "
                          f"(positions {n // 2}..{n - 2}); expected a whole number >= 3, or "
-                         "--score all")
+                         f"{words.given('score', 'all')}")
     if max_positions is not None and n > max_positions:
-        raise InputError(f"option --ctx: {n:,} is more than the model's {max_positions:,} "
+        raise InputError(f"{where}: {n:,} is more than the model's {max_positions:,} "
                          "positions")
 
 
@@ -119,13 +124,14 @@ def chunks(ids: Array, ctx: int, bos: int | None) -> list[Array]:
     return out
 
 
-def windows(ids: Array, protocol: Protocol, bos: int | None) -> Windows:
+def windows(ids: Array, protocol: Protocol, bos: int | None,
+            words: Words = PARAMETERS) -> Windows:
     """The windows ``protocol`` runs on the document ``ids``; a text shorter than two windows'
-    worth (2 ctx tokens, as llama-perplexity asks) is refused."""
+    worth (2 ctx tokens, as llama-perplexity asks) is refused, naming ``ctx`` in ``words``."""
     n, t = protocol.ctx, len(ids)
     if t < 2 * n:
-        raise InputError(f"the text has {t:,} tokens; perplexity with --ctx {n} needs at least "
-                         f"{2 * n:,} (two chunks)")
+        raise InputError(f"the text has {t:,} tokens; perplexity with "
+                         f"{words.given('ctx', n)} needs at least {2 * n:,} (two chunks)")
     if protocol.stride is None:
         parts = chunks(ids, n, bos)
         half = n // 2 if protocol.score == "half" else 0

@@ -18,7 +18,7 @@ import numpy as np
 
 from ffncli.analysis.calibration import calibrate_threshold, calibration_rows
 from ffncli.analysis.experts import expert_activation, expert_inputs
-from ffncli.base.validate import number, share
+from ffncli.base.validate import PARAMETERS, Words, number, share
 from ffncli.compute.engine import Engine
 from ffncli.compute.ffn import ExpertWeights, MoEWeights, pre_activation
 from ffncli.errors import InputError
@@ -358,15 +358,19 @@ def merge_partials(a: Partial | None, b: Partial | None) -> Partial | None:
                    np.concatenate([a.per_token, b.per_token])[:MAX_TOKENS_LISTED], masks)
 
 
-def describe_rule(activation: str, threshold: float | None, target: float | None) -> str:
+def describe_rule(activation: str, threshold: float | None, target: float | None,
+                  words: Words = PARAMETERS) -> str:
+    """The rule in a line, naming ``threshold`` and ``target_sparsity`` in ``words``."""
     if threshold is not None:
-        how = f"--target-sparsity {target + 0.0:g}: " if target is not None else ""  # -0 is 0
+        how = f"{words.name('target_sparsity')} {target + 0.0:g}: " if target is not None \
+            else ""  # -0 is 0
         return f"inactive: |act(pre-activation)| <= {threshold:.6g} ({how}threshold on the " \
                "activated value)"
     if activation == "relu":
         return "inactive: pre-activation <= 0 (ReLU outputs exactly 0)"
     return f"inactive: pre-activation <= 0 ({activation} is small but not 0 there; use " \
-           "--threshold or --target-sparsity for a cut on the activated value)"
+           f"{words.name('threshold')} or {words.name('target_sparsity')} for a cut on the " \
+           "activated value)"
 
 
 def pairwise_overlap(masks: np.ndarray, d_units: int) -> list[dict[str, float]]:
@@ -384,21 +388,25 @@ def pairwise_overlap(masks: np.ndarray, d_units: int) -> list[dict[str, float]]:
     return rows
 
 
-def check_rule(threshold: float | None, target_sparsity: float | None) -> None:
-    """``--threshold T`` (a number >= 0) or ``--target-sparsity S`` (a share), not both."""
+def check_rule(threshold: float | None, target_sparsity: float | None,
+               words: Words = PARAMETERS) -> None:
+    """``threshold`` T (a number >= 0) or ``target_sparsity`` S (a share), not both; errors
+    name them in ``words`` (a command's: ``--threshold``)."""
     if threshold is not None and target_sparsity is not None:
-        raise InputError("give --threshold or --target-sparsity, not both")
+        raise InputError(f"give {words.name('threshold')} or "
+                         f"{words.name('target_sparsity')}, not both")
     if threshold is not None:
-        number("option --threshold", threshold)
+        number(words.where("threshold"), threshold)
     if target_sparsity is not None:
-        share("option --target-sparsity", target_sparsity)
+        share(words.where("target_sparsity"), target_sparsity)
 
 
 def relu_stats(ffn: Engine, tokens, *, threshold: float | None = None,
                target_sparsity: float | None = None, allow_nonfinite: bool = False,
-               progress=None) -> SparsityResult:
-    """Stream ``tokens`` (a tokens.TokenInput) through the hidden layer and count."""
-    check_rule(threshold, target_sparsity)
+               progress=None, words: Words = PARAMETERS) -> SparsityResult:
+    """Stream ``tokens`` (a tokens.TokenInput) through the hidden layer and count; ``words``
+    name the cut's parameters in errors and in the rule's line."""
+    check_rule(threshold, target_sparsity, words)
     rows = ffn.chunk_tokens
     if target_sparsity is not None:
         calibration = tokens.chunks(calibration_rows(tokens.n_tokens), ffn.dtype,
@@ -407,7 +415,7 @@ def relu_stats(ffn: Engine, tokens, *, threshold: float | None = None,
         first = first.copy()
         calibration.close()
         threshold = calibrate_threshold(ffn, first, target_sparsity)
-    rule = Rule(threshold, describe_rule(ffn.act.name, threshold, target_sparsity))
+    rule = Rule(threshold, describe_rule(ffn.act.name, threshold, target_sparsity, words))
     acc = SparsityAccumulator(ffn, rule, keep_masks=tokens.n_tokens <= SMALL_OVERLAP)
     ffn.begin(tokens.n_tokens)  # an expert capacity is that of the whole input
     for start, x in tokens.chunks(rows, ffn.dtype, finite=not allow_nonfinite):

@@ -14,10 +14,10 @@ import io
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
+from ffncli.base import record
 from ffncli.base.signals import signals_held
 from ffncli.errors import FfnError, OutputError
 
@@ -233,7 +233,7 @@ def check_output_path(path: Path, inputs: Iterable[tuple[str, Path | None]],
     return target
 
 
-@dataclass(frozen=True)
+@record
 class Naming:
     """How the errors about an output folder name what the caller gave: a library call's
     parameters by default; a command passes its options (ffncli.jobs.targets.OUT_OPTIONS)."""

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from ffncli.base import record
 from ffncli.errors import ConfigError, FfnError, InputError
 
 MAX_INT = 2**53  # the largest whole number a preset, config or option may give (exact as a double)
 
 
-@dataclass(frozen=True)
+@record
 class Sizing:
     """How the errors about memory name what the caller can change: a library call's
     parameters by default; a command passes its options (ffncli.jobs.resolve.SIZING_OPTIONS)."""
@@ -30,6 +30,34 @@ class Sizing:
 
 
 LIBRARY_SIZING = Sizing()  # a library call's words
+
+
+@record
+class Words:
+    """How an error or a hint names what the caller gave: a library call's parameters by
+    default (``ctx: expected ...``, ``ids=FILE``); a command passes its options
+    (ffncli.jobs.choices.OPTIONS: ``option --ctx: expected ...``, ``--ids FILE``), each the
+    parameter's name with ``-`` for ``_``, bar those ``renamed`` ((parameter, option) pairs)."""
+
+    options: bool = False
+    renamed: tuple[tuple[str, str], ...] = ()
+
+    def name(self, parameter: str) -> str:
+        """``target_sparsity``, or the option ``--target-sparsity``."""
+        if not self.options:
+            return parameter
+        return dict(self.renamed).get(parameter) or "--" + parameter.replace("_", "-")
+
+    def where(self, parameter: str) -> str:
+        """What an error about its value begins with: ``ctx``, or ``option --ctx``."""
+        return f"option {self.name(parameter)}" if self.options else parameter
+
+    def given(self, parameter: str, value: object) -> str:
+        """The parameter given a value: ``ids=FILE``, or ``--ids FILE``."""
+        return f"{self.name(parameter)} {value}" if self.options else f"{parameter}={value}"
+
+
+PARAMETERS = Words()  # a library call's words
 
 
 def brief(value: object) -> str:

@@ -442,6 +442,52 @@ def experts_cmd(
         _path(scale, text=text).experts_command(model, text, scale, asked,
                                                 report_path=report_path, as_json=as_json,
                                                 quiet=quiet)
+# neurons (issue 43 §2): what each FFN unit responds to and what it writes
+
+EXAMPLES["neurons"] = (
+    "ffncli neurons --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt --layer 3 "
+    "--units 0-9 --report neurons/",
+    "ffncli neurons --weights SmolLM2-135M-Instruct.Q4_1.gguf --layer 3 --units 42")
+
+
+@app.command("neurons", epilog=_examples("neurons"))
+@grouped(model=(ModelChoice, CAPTURE_MODEL), text=(TextChoice, TEXT))
+def neurons_cmd(
+    units: Annotated[Optional[str], typer.Option(
+        "--units", metavar="all|N,A-B", help="The units of each --layer: all (the default), "
+        "or numbers and ranges separated by commas, e.g. 0-9,42.", show_default=False)
+    ] = None,
+    top_k: Annotated[int, typer.Option(
+        "--top-k", help="With --text or --ids: each unit's top-activating contexts kept.")] = 10,
+    window: Annotated[int, typer.Option(
+        "--window", help="Tokens shown each side of a context's token (within its sequence).")] = 4,
+    samples: Annotated[int, typer.Option(
+        "--samples", help="Random contexts per unit: token positions drawn once from the "
+        "whole text with --seed, the same for every unit.",)] = 10,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random contexts.")] = 0,
+    vocab: Annotated[bool, typer.Option(
+        "--vocab", help="Also project each unit's output weights onto the vocabulary (the "
+        "default without --text/--ids): the tokens it promotes and suppresses.")] = False,
+    vocab_top: Annotated[int, typer.Option(
+        "--vocab-top", help="Tokens listed each way by the vocabulary projection.")] = 10,
+    jsonl: Annotated[Optional[Path], typer.Option(
+        "--jsonl", metavar="FILE", help="Also write one JSON record per unit, a line each "
+        "(fields as OpenAI's NeuronRecord: docs/neurons.md), atomically.", show_default=False)
+    ] = None,
+    report_dir: Annotated[Optional[Path], typer.Option(
+        "--report", metavar="DIR", help="Also write one HTML page per layer into DIR (made if "
+        "missing; layer{N}.html replaced): the top contexts with their token highlighted, no "
+        "scripts.", show_default=False)] = None,
+    as_json: JsonOpt = False,
+    quiet: QuietOpt = False,
+    *, model: ModelChoice, text: TextChoice,
+) -> None:
+    """What each FFN unit responds to and what it writes: activation statistics and
+    top contexts over a text, and its output weights projected onto the vocabulary."""
+    from ffncli.cli.neurons import neurons_command
+
+    neurons_command(units, top_k, window, samples, seed, vocab, vocab_top, jsonl, report_dir,
+                    as_json, quiet, model, text)
 
 
 put_in_panels(app)  # last: after every command is registered

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 
-from ffncli.errors import InputError
+from ffncli.jobs.choices import not_shares
 from ffncli.specs.spec import ACTIVATIONS, GLU_VARIANTS
 
 # ---------------------------------------------------------------------------------------------
@@ -308,8 +308,7 @@ def shares(text: str) -> str:
     one the job's own reader gives (ffncli.jobs.perplexity.parse_targets), which then reads it."""
     for part in text.split(","):
         if not _DECIMAL.fullmatch(part.strip()):
-            raise InputError(f"option --target-sparsity: expected shares such as 0.5 or "
-                             f"0.25,0.5, got {part.strip()!r}")
+            raise not_shares(part)
     return text
 
 

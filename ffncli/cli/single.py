@@ -12,7 +12,14 @@ from ffncli.base.validate import whole
 from ffncli.jobs import experts as experts_job
 from ffncli.jobs import run as run_job
 from ffncli.jobs.capture import capture
-from ffncli.jobs.choices import ModelChoice, ScaleChoice, TextChoice, TokenChoice, parse_layers
+from ffncli.jobs.choices import (
+    OPTIONS,
+    ModelChoice,
+    ScaleChoice,
+    TextChoice,
+    TokenChoice,
+    parse_layers,
+)
 from ffncli.jobs.perplexity import Asked, PerplexityResult, run_asked
 from ffncli.jobs.resolve import captured_layer, load_model, load_tokens, open_text
 from ffncli.jobs.sweep import sweep
@@ -63,7 +70,8 @@ def relu_stats_command(model: ModelChoice, tokens: TokenChoice, text: TextChoice
         bar.start(inputs.n_tokens)
         result = relu_stats(loaded.engine, inputs, threshold=threshold,
                             target_sparsity=target_sparsity,
-                            allow_nonfinite=tokens.allow_nonfinite, progress=bar.update)
+                            allow_nonfinite=tokens.allow_nonfinite, progress=bar.update,
+                            words=OPTIONS)
     save_stats(target, result, about(model, tokens))
     emit_stats(result, as_json, loaded.source if model.weights or model.hub_model else None)
 

@@ -15,10 +15,13 @@ from ffncli.compute import memory
 from ffncli.compute import weights as W
 from ffncli.compute.engine import Engine, default_chunk_tokens
 from ffncli.compute.ffn import Activation, Routing
-from ffncli.errors import InputError, SpecError
-from ffncli.formats.tensors import Tensors, is_checkpoint, open_tensors
+from ffncli.errors import ConfigError, InputError, SpecError
+from ffncli.formats.safetensors import config_beside
+from ffncli.formats.tensors import GgufTensors, Tensors, is_checkpoint, open_tensors
 from ffncli.specs.archs import ffn_layout, not_run
+from ffncli.specs.layouts import GGUF_FIXED_KEYS
 from ffncli.specs.spec import ModelSpec
+from ffncli.specs.table import ARCHS
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -37,12 +40,40 @@ def parse_dtype(name: str, where: str = "dtype") -> np.dtype:
     return np.dtype(DTYPES[name])
 
 
+def _softmax_top_k(keys: Keys) -> Routing:
+    """Qwen2-MoE, Qwen3-MoE, OLMoE: softmax over all, renormalised with norm_topk_prob."""
+    return Routing(renormalise=keys.flag("norm_topk_prob", False))
+
+
+def _sigmoid_grouped(groups: int, top_groups: int, scale: float) -> Callable[[Keys], Routing]:
+    """DeepSeek-V3 and GLM-4.5: sigmoid scores (the score-correction bias added to choose),
+    n_group groups of which topk_group, renormalised with norm_topk_prob, times
+    routed_scaling_factor; the arguments are the config class's defaults."""
+    return lambda keys: Routing(
+        score="sigmoid", renormalise=keys.flag("norm_topk_prob", True),
+        groups=keys.whole("n_group", groups) or groups,
+        top_groups=keys.whole("topk_group", top_groups) or top_groups,
+        scale=keys.number("routed_scaling_factor", scale))
+
+
+def _deepseek_v2(keys: Keys) -> Routing:
+    """DeepSeek-V2: softmax; topk_method group_limited_greedy chooses within the topk_group
+    groups of best single score; times routed_scaling_factor, never renormalised (transformers
+    5.25's router does not read norm_topk_prob)."""
+    scale = keys.number("routed_scaling_factor", 1.0)
+    if keys.text("topk_method", "greedy") != "group_limited_greedy":
+        return Routing(renormalise=False, scale=scale)
+    return Routing(renormalise=False, scale=scale, groups=keys.whole("n_group", 1) or 1,
+                   top_groups=keys.whole("topk_group", 1) or 1, group_score="max")
+
+
 # How each family's router chooses, from its config's keys (missing keys: the defaults of its
-# transformers config class); a family not named routes as Mixtral (softmax top-k,
+# transformers 5.25 config class); a family not named routes as Mixtral (softmax top-k,
 # renormalised).
 ROUTING: dict[str, Callable[[Keys], Routing]] = {
-    family: lambda keys: Routing(renormalise=keys.flag("norm_topk_prob", False))
-    for family in ("qwen2_moe", "qwen3_moe", "olmoe")}
+    "qwen2_moe": _softmax_top_k, "qwen3_moe": _softmax_top_k, "olmoe": _softmax_top_k,
+    "deepseek_v3": _sigmoid_grouped(8, 4, 2.5), "glm4_moe": _sigmoid_grouped(1, 1, 1.0),
+    "deepseek_v2": _deepseek_v2}
 # gpt-oss: a softmax over the chosen logits; Llama 4: top-k sigmoid scores, not renormalised,
 # multiplying the expert's input
 ROUTING |= {"gpt_oss": lambda keys: Routing(over_chosen=True),
@@ -62,9 +93,20 @@ def activation(spec: ModelSpec, settings: Keys | None = None) -> Activation:
 
 def routing_rule(spec: ModelSpec, settings: Keys | None = None) -> Routing:
     """How the router of the spec's family chooses, from its config's keys ``settings``
-    (None: the config class's defaults)."""
+    (None: the config class's defaults); groups that do not divide the experts, or more
+    groups chosen than there are, are refused naming the keys."""
     read = ROUTING.get(spec.family)
-    return Routing() if read is None else read(settings or Keys({}, spec.name))
+    keys = settings or Keys({}, spec.name)
+    try:
+        rule = Routing() if read is None else read(keys)
+    except ValueError:
+        rule = None
+    if rule is None or spec.ffn.experts % rule.groups:
+        raise ConfigError(f"{keys.source}: keys 'n_group' and 'topk_group': expected groups "
+                          f"dividing the {spec.ffn.experts} experts, at most n_group of them "
+                          f"chosen, got {keys.data.get('n_group')!r} and "
+                          f"{keys.data.get('topk_group')!r}")
+    return rule
 
 
 def _uncomputed(spec: ModelSpec) -> str | None:
@@ -79,6 +121,29 @@ def _uncomputed(spec: ModelSpec) -> str | None:
     if dense and (layout is None or layout.dense is None):
         return "dense layers"
     return None
+
+
+GGUF_ARCHS = {family: row.gguf for family, row in ARCHS.items() if row.gguf}
+
+
+def _routing_keys(spec: ModelSpec, weights: Path | None, tensors: Tensors | None
+                  ) -> Keys | None:
+    """A caller that gave no config keys (the library's build_ffn): for a family whose router
+    reads them, the keys a GGUF architecture fixes, else those of the config.json beside the
+    weights."""
+    if spec.family not in ROUTING or weights is None or one_ffn(weights):
+        return None
+    if isinstance(tensors, GgufTensors) or weights.suffix.lower() == ".gguf":
+        arch = tensors.header.architecture if isinstance(tensors, GgufTensors) else \
+            GGUF_ARCHS.get(spec.family, "")
+        return Keys(dict(GGUF_FIXED_KEYS.get(arch, {})), f"{weights} (GGUF metadata)")
+    config = config_beside(weights)
+    if config is None:
+        return None
+    from ffncli.specs.hfconfig import read_config
+
+    data = read_config(config)
+    return Keys(data, str(config)) if isinstance(data, dict) else None
 
 
 def check_runnable(spec: ModelSpec, checkpoint: bool = True) -> None:
@@ -114,6 +179,7 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
         raise InputError(f"layer {layer}: random and .npz weights are one FFN (layer 0); a "
                          "layer picks one of a checkpoint")
     check_runnable(spec, not one_ffn(weights))
+    settings = settings or _routing_keys(spec, weights, tensors)
     rule = routing_rule(spec, settings)
     if weights is None:
         params = W.random_weights(spec, dtype, max_memory, names, rule)

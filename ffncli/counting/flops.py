@@ -3,8 +3,7 @@ softmax are left out, as in Kaplan et al. 2020)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ffncli.base import record
 from ffncli.counting.parts import (
     attention_widths,
     latent_attention_matrices,
@@ -51,8 +50,10 @@ def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int
     return 2 * seq_len * (q_width + value_widths(d_model, att)[1])
 
 
-@dataclass(frozen=True)
+@record
 class Flops:
+    """Forward FLOPs per token: the FFN's, attention's projections' and its scores'."""
+
     ffn: int
     attention_projections: int
     attention_scores: int

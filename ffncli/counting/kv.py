@@ -3,8 +3,7 @@ layer kind."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ffncli.base import record
 from ffncli.counting.mixers import linear_state_elements
 from ffncli.counting.parts import attention_of, attention_widths, value_widths
 from ffncli.specs.spec import AttentionSpec, LayerKind, ModelSpec
@@ -13,7 +12,7 @@ from ffncli.specs.spec import AttentionSpec, LayerKind, ModelSpec
 KV_BYTES = {"float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1}
 
 
-@dataclass(frozen=True)
+@record
 class KvPart:
     """The cache of the decoder layers of one kind, as transformers' cache holds it: each layer
     keeps ``per_token`` values for each of the last ``cap`` tokens (every token when cap is 0),
@@ -34,8 +33,10 @@ class KvPart:
         return self.layers * (self.per_token * tokens + self.state)
 
 
-@dataclass(frozen=True)
+@record
 class KvCache:
+    """The KV cache of a whole model at seq_len x batch tokens, by layer kind (``parts``)."""
+
     kind: str  # "mha", "gqa", "mqa", "mla" (latent), "state" (no attention), "none"
     layers: int  # decoder layers holding a cache (cross-attention counted as more layers)
     elements_per_token: int  # cached numbers per token, all layers, below every window

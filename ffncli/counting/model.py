@@ -8,8 +8,9 @@ weights are counted once, buffers never. FLOPs are 2 per multiply-add of the mat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from ffncli.base import record
 from ffncli.counting.embeddings import (
     bottleneck_model_rows,
     embedding_rows,
@@ -58,8 +59,10 @@ BYTES_PER_PARAM = {"float32": 4, "bfloat16": 2, "int8": 1}
 BITS_PER_PARAM = {"float32": 32, "bfloat16": 16, "int8": 8, "int4": 4}
 
 
-@dataclass(frozen=True)
+@record
 class LayerCount:
+    """The parameters of the layers of one kind, each layer's: its FFN's and attention's rows."""
+
     kind: str  # "encoder", "decoder", or "ffn" for an FFN-only spec
     count: int
     ffn_rows: tuple[Row, ...]
@@ -96,7 +99,7 @@ class LayerCount:
         return self.ffn_active / self.active if self.active else 0.0
 
 
-@dataclass(frozen=True)
+@record
 class ActiveRange:
     """Active parameters per token as a range: ``least`` when a token's choices fall on as
     many zero experts as they can, ``most`` (ModelCount.active) when on none; ``why``."""
@@ -106,8 +109,10 @@ class ActiveRange:
     why: str
 
 
-@dataclass(frozen=True)
+@record
 class ModelCount:
+    """A spec's count: its layers' kinds, the rows outside the layers and the totals by group."""
+
     spec: ModelSpec
     layers: tuple[LayerCount, ...]
     other_rows: tuple[Row, ...]  # embeddings, relative bias, final norms, head, pooler

@@ -7,12 +7,13 @@ weights are counted once, buffers never.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from ffncli.base import record
 from ffncli.specs.spec import AttentionSpec, FfnSpec, LayerKind, ModelSpec, NormSpec
 
 
-@dataclass(frozen=True)
+@record
 class Row:
     """One line of a breakdown: a named weight, its shape and its parameter count."""
 

@@ -3,9 +3,9 @@ they match), a checkpoint counted from its headers alone, every built-in preset 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ffncli.base import record
 from ffncli.counting.kv import KvCache
 from ffncli.counting.model import ModelCount, count
 from ffncli.specs.spec import ModelSpec, load_preset, preset_names
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # a file's count and a plan's: imported by what makes them, n
 # A spec against a checkpoint's header, and the built-in presets at a glance.
 
 
-@dataclass(frozen=True)
+@record
 class ParamsResult:
     """``params``: the spec's count and, with ``--weights``, the file's count beside it."""
 
@@ -60,7 +60,7 @@ class ParamsResult:
         return not self.mismatches
 
 
-@dataclass(frozen=True)
+@record
 class FileOnlyResult:
     """A checkpoint counted from its header alone: no config reader checked it."""
 
@@ -73,7 +73,7 @@ class FileOnlyResult:
         return True  # nothing to compare the file with: not a mismatch
 
 
-@dataclass(frozen=True)
+@record
 class PresetSummary:
     """One built-in preset in one line (the fields of ``presets --json``)."""
 

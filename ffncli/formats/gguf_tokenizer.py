@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ffncli.base.validate import brief
+from ffncli.base.validate import PARAMETERS, Words, brief
 from ffncli.errors import WeightsError
 from ffncli.formats.gguf import GgufHeader, metadata_arrays, read_header
 
@@ -43,7 +43,14 @@ def _byte_alphabet() -> dict[int, str]:
             **{b: chr(256 + i) for i, b in enumerate(shifted)}}
 
 
-def gguf_tokenizer(path: Path, tokenizers: Any, header: GgufHeader | None = None) -> Any:
+def ids_instead(words: Words, without: str = "a tokenizer") -> str:
+    """The way round a missing tokenizer, in the caller's ``words``: ``ids=FILE takes token
+    ids without a tokenizer`` (a command: ``--ids FILE``)."""
+    return f"{words.given('ids', 'FILE')} takes token ids without {without}"
+
+
+def gguf_tokenizer(path: Path, tokenizers: Any, header: GgufHeader | None = None,
+                   words: Words = PARAMETERS) -> Any:
     """The ``tokenizers.Tokenizer`` of a GGUF file: a byte-level BPE from
     ``tokenizer.ggml.tokens`` and ``.merges``, split per ``tokenizer.ggml.pre``, control tokens
     kept whole (as ``transformers`` and llama.cpp keep them), BOS/EOS added by their ids
@@ -52,7 +59,7 @@ def gguf_tokenizer(path: Path, tokenizers: Any, header: GgufHeader | None = None
     if header is None:
         header = read_header(path)
     meta = header.metadata
-    pre = _pre_tokenizer(path, meta)
+    pre = _pre_tokenizer(path, meta, words)
     tokens, merges, types = _arrays(path, header)
     alphabet = _byte_alphabet()
     spelled = set(alphabet.values())
@@ -82,20 +89,20 @@ def gguf_tokenizer(path: Path, tokenizers: Any, header: GgufHeader | None = None
     return backend
 
 
-def _pre_tokenizer(path: Path, meta: dict[str, Any]) -> str:
+def _pre_tokenizer(path: Path, meta: dict[str, Any], words: Words) -> str:
     """The file's ``tokenizer.ggml.pre``, checked: a byte-level BPE whose split is known."""
     model = meta.get("tokenizer.ggml.model")
     if model is None:
         raise WeightsError(f"{path}: no tokenizer in the GGUF metadata (no key "
-                           "'tokenizer.ggml.model'); --ids FILE takes token ids without one")
+                           f"'tokenizer.ggml.model'); {ids_instead(words, 'one')}")
     if model != "gpt2":
         raise WeightsError(f"{path}: GGUF tokenizer {brief(model)} is not read (only 'gpt2', "
-                           "a byte-level BPE); --ids FILE takes token ids without a tokenizer")
+                           f"a byte-level BPE); {ids_instead(words)}")
     pre = meta.get("tokenizer.ggml.pre")
     if pre not in GGUF_PRE_SPLITS:
         raise WeightsError(f"{path}: metadata key 'tokenizer.ggml.pre': GGUF pre-tokenizer "
                            f"{brief(pre)} is not known; known: {', '.join(GGUF_PRE_SPLITS)} "
-                           "(--ids FILE takes token ids without a tokenizer)")
+                           f"({ids_instead(words)})")
     return str(pre)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ffncli.base.files import reading
 from ffncli.base.textformats import read_text
+from ffncli.base.validate import PARAMETERS, Words
 from ffncli.errors import WeightsError
 from ffncli.formats.safetensors import INDEX_NAME, SINGLE_NAME, parse_index
 
@@ -47,35 +48,39 @@ def cached_models(cache: Path) -> list[str]:
                   if name.startswith("models--"))
 
 
-def _local_hint(model: str) -> str:
-    """The end of an error line when ``--model``'s value is also a local folder (a model
-    folder given to the wrong option, or an ORG/NAME that a clone of the repository shares)."""
-    return "; a local folder goes to --weights" if os.path.isdir(model) else ""
+def _local_hint(model: str, words: Words) -> str:
+    """The end of an error line when ``model`` is also a local folder (a model folder given to
+    the wrong option, or an ORG/NAME that a clone of the repository shares)."""
+    return f"; a local folder goes to {words.name('weights')}" if os.path.isdir(model) else ""
 
 
-def parse_model(model: str) -> tuple[str, str]:
-    """``ORG/NAME[@REVISION]`` as ``(ORG/NAME, REVISION)``, the revision ``main`` by default."""
+def parse_model(model: str, words: Words = PARAMETERS) -> tuple[str, str]:
+    """``ORG/NAME[@REVISION]`` as ``(ORG/NAME, REVISION)``, the revision ``main`` by default;
+    errors name ``model`` (and ``weights``) in ``words`` (a command's: ``option --model``)."""
+    where, name = words.where("model"), words.name("model")
     if os.path.isfile(model):  # never a model's id: a checkpoint or config the user has
-        raise WeightsError(f"option --model: '{model}' is a local file; give it as --weights "
-                           "(--model names a model in the Hugging Face cache or on the Hub, "
-                           "ORG/NAME[@REVISION])")
+        raise WeightsError(f"{where}: '{model}' is a local file; give it as "
+                           f"{words.name('weights')} ({name} names a model in the Hugging Face "
+                           "cache or on the Hub, ORG/NAME[@REVISION])")
     repo_id, _, revision = model.partition("@")
     if not _REPO_ID.fullmatch(repo_id) or (revision == "" and "@" in model):
-        raise WeightsError(f"option --model: expected ORG/NAME or ORG/NAME@REVISION, got "
-                           f"'{model}'{_local_hint(model)}")
+        raise WeightsError(f"{where}: expected ORG/NAME or ORG/NAME@REVISION, got "
+                           f"'{model}'{_local_hint(model, words)}")
     revision = revision or "main"
     if not _REVISION.fullmatch(revision) or ".." in revision.split("/"):
-        raise WeightsError(f"option --model: revision '{revision}' is not a branch, tag or "
+        raise WeightsError(f"{where}: revision '{revision}' is not a branch, tag or "
                            "commit name")
     return repo_id, revision
 
 
-def cached_weights(model: str, gguf_file: str | None = None) -> Path:
+def cached_weights(model: str, gguf_file: str | None = None, words: Words = PARAMETERS
+                   ) -> Path:
     """The weights of ``ORG/NAME[@REVISION]`` in the cache: its snapshot folder when that
     holds a ``model.safetensors``, or an index and every shard it names; else the .gguf file
     ``gguf_file`` names, or the folder's only one. A snapshot without them (huggingface_hub
-    keeps the config.json and index that ``params`` fetched from the Hub) is not cached."""
-    folder = snapshot(model)
+    keeps the config.json and index that ``params`` fetched from the Hub) is not cached.
+    ``words`` name ``model`` and ``weights`` in errors."""
+    folder = snapshot(model, words)
     if gguf_file is not None:
         if os.path.isfile(folder / gguf_file):
             return folder / gguf_file
@@ -92,10 +97,10 @@ def cached_weights(model: str, gguf_file: str | None = None) -> Path:
                     f"({SINGLE_NAME}, every shard of {INDEX_NAME}, or one .gguf file)")
 
 
-def snapshot(model: str) -> Path:
+def snapshot(model: str, words: Words = PARAMETERS) -> Path:
     """The snapshot folder of ``ORG/NAME[@REVISION]`` in the cache: the commit that
     ``refs/REVISION`` (default ``main``) names, or REVISION itself when it is a commit hash."""
-    repo_id, revision = parse_model(model)
+    repo_id, revision = parse_model(model, words)
     cache = cache_dir()
     if os.path.exists(cache) and not os.path.isdir(cache):
         raise WeightsError(f"the Hugging Face cache {cache} is not a folder (HF_HUB_CACHE "
@@ -105,7 +110,7 @@ def snapshot(model: str) -> Path:
         cached = folder.is_dir()
     if not cached:
         raise NotCached(f"{repo_id} is not in the Hugging Face cache at {cache} (ffncli "
-                        f"never downloads weights); {_listing(cache)}{_local_hint(repo_id)}")
+                        f"never downloads weights); {_listing(cache)}{_local_hint(repo_id, words)}")
     snapshots = folder / "snapshots"
     with reading(snapshots, "snapshots folder", WeightsError):
         commits = sorted(p.name for p in snapshots.iterdir()) if snapshots.is_dir() else []

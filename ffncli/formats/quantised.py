@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ffncli.base.files import kept_or_opened, read_at
-from ffncli.base.validate import brief
+from ffncli.base.validate import PARAMETERS, Words, brief
 from ffncli.errors import WeightsError
 from ffncli.formats.safetensors import Header, TensorInfo, read_tensor
 
@@ -38,13 +38,14 @@ class Linear:
 QUANT_METHODS = ("gptq", "awq", "bitsandbytes", "mxfp4")
 
 
-def check_quant_method(config: Any, source: str) -> None:
+def check_quant_method(config: Any, source: str, words: Words = PARAMETERS) -> None:
     """A checkpoint's config.json (its document, ``source`` its file) says how its weights
     are stored in ``quantization_config``: absent or null (plain tensors), or a method whose
     tensors are read here. Any other method (fp8, compressed-tensors, hqq, ...) stores tensors
     whose names and dtypes mean something else: counted by name they would be buffers and a
     mismatch, so they are refused. As transformers reads it: ``load_in_8bit``/``load_in_4bit``
-    without a method is bitsandbytes, a config without either is refused."""
+    without a method is bitsandbytes, a config without either is refused. ``words`` name
+    ``weights`` (a command's: ``--weights``)."""
     if not isinstance(config, dict) or config.get("quantization_config") is None:
         return
     quant = config["quantization_config"]
@@ -57,8 +58,8 @@ def check_quant_method(config: Any, source: str) -> None:
     if method not in QUANT_METHODS:
         told = "no quant_method" if method is None else f"quant_method {brief(method)}"
         raise WeightsError(f"{where}: {told} is not read; ffncli reads the weights of "
-                           f"{', '.join(repr(m) for m in QUANT_METHODS)} (without --weights, "
-                           "params counts the config's spec)")
+                           f"{', '.join(repr(m) for m in QUANT_METHODS)} (without "
+                           f"{words.name('weights')}, params counts the config's spec)")
 
 
 _MARKERS = (".qweight", ".qzeros", ".SCB", ".absmax", ".quant_map")

@@ -35,7 +35,7 @@ from urllib.parse import quote, urlsplit
 
 from ffncli.base.signals import signals_held, time_limit
 from ffncli.base.textformats import MAX_TEXT_BYTES, Malformed, parse_json
-from ffncli.base.validate import brief
+from ffncli.base.validate import PARAMETERS, Words, brief
 from ffncli.errors import WeightsError, shown
 from ffncli.formats.gguf import GgufHeader
 from ffncli.formats.gguf import parse_header as parse_gguf
@@ -320,7 +320,8 @@ class RangeReader:
         self.got += bytes(data[:want])
 
 
-def locate(repo_id: str, revision: str, gguf_file: str | None, why: str) -> HubWeights:
+def locate(repo_id: str, revision: str, gguf_file: str | None, why: str,
+           words: Words = PARAMETERS) -> HubWeights:
     """``ORG/NAME@REVISION`` on the Hub (``HF_ENDPOINT``): its commit and the weights file to
     count (``gguf_file``; else the safetensors index, else ``model.safetensors``, else the
     repository's only ``.gguf``), with its config.json and index fetched into the cache.
@@ -331,7 +332,7 @@ def locate(repo_id: str, revision: str, gguf_file: str | None, why: str) -> HubW
     hub = Conversation(_endpoint(os.environ.get("HF_ENDPOINT") or constants.ENDPOINT),
                        Deadline(DEADLINE, _silence()))
     commit, files = _model_info(hub, repo_id, revision)
-    file = _weights_file(repo_id, revision, files, gguf_file)
+    file = _weights_file(repo_id, revision, files, gguf_file, words)
     folder = cache_dir() / f"models--{repo_id.replace('/', '--')}"
     weights = HubWeights(repo_id, commit, file, folder / "snapshots" / commit, hub)
     wanted = [name for name in ("config.json", INDEX_NAME) if name in files
@@ -446,27 +447,30 @@ def _renamed(path: Path, make: Callable[[str], object]) -> None:
         raise
 
 
-def _weights_file(repo_id: str, revision: str, files: list[str], gguf_file: str | None) -> str:
+def _weights_file(repo_id: str, revision: str, files: list[str], gguf_file: str | None,
+                  words: Words) -> str:
     where = f"{repo_id}@{revision} on the Hub"
     ggufs = [f for f in files if f.endswith(".gguf")]
     if gguf_file is not None:
         if gguf_file not in files:
-            raise WeightsError(f"option --gguf-file: {where} has no file '{gguf_file}'; its "
-                               f".gguf files: {', '.join(ggufs) or 'none'}")
+            raise WeightsError(f"{words.where('gguf_file')}: {where} has no file "
+                               f"'{gguf_file}'; its .gguf files: {', '.join(ggufs) or 'none'}")
         return gguf_file
     name = next((n for n in (INDEX_NAME, SINGLE_NAME) if n in files), None)
     if name is None and len(ggufs) == 1:
         return ggufs[0]
     if name is None:
-        _no_weights_file(where, files, ggufs)
+        _no_weights_file(where, files, ggufs, words)
     return name
 
 
-def _no_weights_file(where: str, files: list[str], ggufs: list[str]) -> NoReturn:
+def _no_weights_file(where: str, files: list[str], ggufs: list[str], words: Words
+                     ) -> NoReturn:
     """No safetensors: several .gguf files to choose from, or none at all."""
     if ggufs:
         raise WeightsError(f"{where} has {len(ggufs)} .gguf files ({', '.join(ggufs[:5])}"
-                           f"{', ...' if len(ggufs) > 5 else ''}): name one with --gguf-file")
+                           f"{', ...' if len(ggufs) > 5 else ''}): name one with "
+                           f"{words.name('gguf_file')}")
     others = [f for f in files if PurePosixPath(f).suffix in (".bin", ".pt", ".pth")]
     hint = f" (it has {', '.join(others[:3])}: PyTorch pickles, never read)" if others else ""
     raise WeightsError(f"{where} has no {SINGLE_NAME}, {INDEX_NAME} or .gguf file{hint}")

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ffncli.base.files import check_file, kept_or_opened, open_file, read_at, reading
 from ffncli.base.textformats import Malformed, parse_json, read_json
-from ffncli.base.validate import brief
-from ffncli.errors import WeightsError
+from ffncli.base.validate import PARAMETERS, Words, brief
+from ffncli.errors import ConfigError, WeightsError
 from ffncli.formats.sources import ByteSource, LocalBytes
 
 if TYPE_CHECKING:
@@ -266,33 +266,34 @@ class Checkpoint:
                                f"maps to {other.name}")
 
 
-def open_checkpoint(path: Path) -> Checkpoint:
+def open_checkpoint(path: Path, words: Words = PARAMETERS) -> Checkpoint:
     """A ``.safetensors`` file, a ``model.safetensors.index.json``, or a folder holding one of
     them (a ``save_pretrained`` folder, a Hugging Face cache snapshot). An index is read and
     checked and every shard it names must exist; no shard is opened yet. A single file's
-    header is read at once."""
+    header is read at once. ``words`` name ``weights`` in errors."""
     with reading(path, "weights", WeightsError):
         folder = path.is_dir()
     if folder:
-        path = weights_in(path)
+        path = weights_in(path, words)
     if path.suffix.lower() == ".json":
         return Checkpoint(path, path, read_index(path))
     header = read_header(path)
     return Checkpoint(path, None, dict.fromkeys(header.tensors, path), {path: header})
 
 
-def read_checkpoint(path: Path) -> Header:
+def read_checkpoint(path: Path, words: Words = PARAMETERS) -> Header:
     """Every tensor of the checkpoint at ``path`` (file, index or folder), for counting."""
-    return open_checkpoint(path).merged()
+    return open_checkpoint(path, words).merged()
 
 
-def weights_in(folder: Path) -> Path:
-    """The weights of a model folder: its ``model.safetensors`` or its index, never both."""
+def weights_in(folder: Path, words: Words = PARAMETERS) -> Path:
+    """The weights of a model folder: its ``model.safetensors`` or its index, never both;
+    errors say how to give one file in ``words`` (a command's: ``--weights``)."""
     single, index = folder / SINGLE_NAME, folder / INDEX_NAME
     has_single, has_index = os.path.lexists(single), os.path.lexists(index)
     if has_single and has_index:
         raise WeightsError(f"{folder}: holds both {SINGLE_NAME} and {INDEX_NAME}; give one "
-                           "of them with --weights")
+                           f"of them with {words.name('weights')}")
     if has_single or has_index:
         return index if has_index else single
     with reading(folder, "weights folder", WeightsError):
@@ -302,7 +303,7 @@ def weights_in(folder: Path) -> Path:
     hint = ""
     if others:
         hint = f"; it has {', '.join(others[:5])}{', ...' if len(others) > 5 else ''}: give " \
-            "one with --weights"
+            f"one with {words.name('weights')}"
     elif pickles:
         hint = f"; it has {', '.join(pickles[:5])}{', ...' if len(pickles) > 5 else ''}: " \
             "PyTorch pickles, which ffncli does not read (never unpickled)"
@@ -431,6 +432,19 @@ def find_tensor(names: Iterable[str], stem: str) -> str | None:
     """The tensor named ``stem`` under any prefix (``transformer.``, ``model.``, ``bert.``)."""
     hits = [name for name in names if name == stem or name.endswith("." + stem)]
     return hits[0] if len(hits) == 1 else None
+
+
+class NoConfig(ConfigError):
+    """No config.json beside the weights, where one is needed: the line ends with how to give
+    one, in the caller's words (a library call's ``config``; the job that knows the command's
+    options says ``--config``: :meth:`worded`)."""
+
+    def __init__(self, what: str, words: Words = PARAMETERS) -> None:
+        super().__init__(f"{what}: give {words.name('config')}")
+        self.what = what
+
+    def worded(self, words: Words) -> NoConfig:
+        return NoConfig(self.what, words)
 
 
 def config_beside(weights: Path) -> Path | None:

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ffncli.base.files import open_file
+from ffncli.base.validate import PARAMETERS, Words
 from ffncli.errors import InputError, WeightsError
-from ffncli.formats.gguf_tokenizer import gguf_tokenizer
+from ffncli.formats.gguf_tokenizer import gguf_tokenizer, ids_instead
 
 if TYPE_CHECKING:
     from ffncli.formats.gguf import GgufHeader
@@ -39,7 +40,6 @@ CUT_CONTEXT = 256  # characters each side of a cut, tokenised whole and cut, to 
 CUT_TRIES = 4  # word boundaries, and characters, tried for a cut where there is no space
 _CUT = re.compile(r"\S \S")  # a cut point: one space (U+0020) between two words
 _WORD_EDGE = re.compile(r"\b")  # where there is no space: a word beside punctuation
-NO_TOKENIZERS = "--text needs the tokenizers package: pip install 'ffncli[text]'"
 
 _T = TypeVar("_T")
 
@@ -120,6 +120,11 @@ class Tokenizer:
         if len(special) > len(plain) and special[1:1 + len(plain)] == plain:
             return int(special[0])
         return None
+
+    def pieces(self, ids: list[int]) -> list[str]:
+        """Each id's text alone, as the tokenizer decodes it (a byte-level piece of a longer
+        character: U+FFFD); ``neurons`` shows its contexts with them."""
+        return [self._backend.decode([i], skip_special_tokens=False) for i in ids]
 
     def encode(self, lines: list[str]) -> list[list[int]]:
         """The ids of each line; a text the tokenizer fails on is an :class:`EncodeError`
@@ -279,32 +284,35 @@ def _bounded_cuts(cuts: list[list[int]], passed: list[int | None], end: int) -> 
     return kept
 
 
-def _tokenizers() -> Any:
+def _tokenizers(words: Words) -> Any:
     try:
         import tokenizers
     except ImportError:
-        raise InputError(NO_TOKENIZERS) from None
+        raise InputError(f"{words.name('text')} needs the tokenizers package: pip install "
+                         "'ffncli[text]'") from None
     return tokenizers
 
 
-def tokenizer_path(weights: Path) -> Path:
+def tokenizer_path(weights: Path, words: Words = PARAMETERS) -> Path:
     """Where the tokenizer of ``weights`` is: ``tokenizer.json`` in the model folder, or
     beside the weights file (a ``.safetensors`` file or index)."""
     folder = weights if weights.is_dir() else weights.parent
     path = folder / TOKENIZER_FILE
     if not path.exists():  # a dangling link (a cache blob never fetched) is missing too
         raise WeightsError(f"no {TOKENIZER_FILE} beside the weights: looked for {path}; "
-                           "--ids FILE takes token ids without a tokenizer")
+                           f"{ids_instead(words)}")
     return path
 
 
-def load_tokenizer(weights: Path, header: GgufHeader | None = None) -> Tokenizer:
+def load_tokenizer(weights: Path, header: GgufHeader | None = None,
+                   words: Words = PARAMETERS) -> Tokenizer:
     """The tokenizer of a model: its ``tokenizer.json``, or a GGUF file's own metadata
-    (``header``: the GGUF file's, when the caller has read it)."""
-    tokenizers = _tokenizers()
+    (``header``: the GGUF file's, when the caller has read it). Errors name ``text`` and
+    ``ids`` in ``words`` (a command's: ``--ids FILE takes token ids without a tokenizer``)."""
+    tokenizers = _tokenizers(words)
     if weights.suffix.lower() == ".gguf" and not weights.is_dir():
-        return Tokenizer(gguf_tokenizer(weights, tokenizers, header), str(weights))
-    path = tokenizer_path(weights)
+        return Tokenizer(gguf_tokenizer(weights, tokenizers, header, words), str(weights))
+    path = tokenizer_path(weights, words)
     with open_file(path, "tokenizer file", WeightsError, TOKENIZER_MAX_BYTES) as f:
         raw = f.read()
     try:

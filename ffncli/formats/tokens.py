@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ffncli.base.files import check_file, open_file
-from ffncli.base.validate import whole
+from ffncli.base.validate import PARAMETERS, Words, whole
 from ffncli.errors import InputError
 from ffncli.formats.npy import NpyHeader, excerpt, read_npy_header
 
@@ -239,13 +239,17 @@ class RandomTokens(TokenInput):
         return rng.normal(0.0, 1.0, (self.n_tokens, self.d_model)).astype(dtype, copy=False)
 
 
-def resolve_input(path: Path | None, random: int | None, d_model: int, seed: int) -> TokenInput:
+def resolve_input(path: Path | None, random: int | None, d_model: int, seed: int,
+                  words: Words = PARAMETERS) -> TokenInput:
+    """The tokens of a file (``path``) or ``random`` N drawn with ``seed``, named in errors as
+    ``words`` say (a command's: ``--input``, ``--random``)."""
     if (path is None) == (random is None):
-        raise InputError("give the tokens: --input FILE (.npy, .txt, .csv) or --random N")
+        raise InputError(f"give the tokens: {words.given('input', 'FILE')} (.npy, .txt, .csv) "
+                         f"or {words.given('random', 'N')}")
     if path is not None:
         return open_input(path, d_model)
-    random = whole("option --random", random, 1)  # at most 2**53: sizes stay exact
-    whole("option --seed", seed, 0)
+    random = whole(words.where("random"), random, 1)  # at most 2**53: sizes stay exact
+    whole(words.where("seed"), seed, 0)
     return RandomTokens(None, (random, d_model), np.dtype(np.float64), seed=seed)
 
 

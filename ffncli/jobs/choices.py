@@ -5,11 +5,11 @@ and the one grammar of ``--layer``. Nothing is read here."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.base.validate import fail, whole
+from ffncli.base import record
+from ffncli.base.validate import Words, fail, whole
 from ffncli.errors import InputError
 
 if TYPE_CHECKING:  # imported when a plan is made: the counting modules stay off start-up
@@ -17,7 +17,13 @@ if TYPE_CHECKING:  # imported when a plan is made: the counting modules stay off
     from ffncli.counting.training import Plan
 
 
-@dataclass(frozen=True)
+# How the lower layers' errors and hints name what a command was given: its options, each a
+# library parameter's name with - for _ (a library call names the parameters themselves:
+# ffncli.base.validate.PARAMETERS); the function checked by permute-check is --impl's.
+OPTIONS = Words(options=True, renamed=(("fn", "--impl"),))
+
+
+@record
 class ModelChoice:
     """Which FFN a command runs: ``--preset`` or ``--config`` (or the config.json beside the
     weights), ``--weights`` or ``--model`` (else random weights from the spec's seed),
@@ -42,7 +48,7 @@ class ModelChoice:
         return whole("option --layer", self.layer if number is None else number, 0)
 
 
-@dataclass(frozen=True)
+@record
 class TokenChoice:
     """Which tokens: ``--input`` a file, or ``--random N`` drawn with ``--seed``; NaN and
     infinity refused unless ``--allow-nonfinite``."""
@@ -53,7 +59,7 @@ class TokenChoice:
     allow_nonfinite: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class TextChoice:
     """Real text through the whole model: ``--text`` (tokenised with the model's tokenizer)
     or ``--ids`` (token ids, no tokenizer)."""
@@ -65,9 +71,9 @@ class TextChoice:
     def given(self) -> bool:
         return self.text is not None or self.ids is not None
 
-    def one(self) -> None:
+    def one(self, words: Words = OPTIONS) -> None:
         """``--text`` or ``--ids``, not both: checked where the text is read."""
-        one_text(self.text, self.ids)
+        one_text(self.text, self.ids, words)
 
     def refuse(self, tokens: TokenChoice) -> None:
         """Real text and token vectors are two ways to feed the FFN: not both."""
@@ -76,10 +82,11 @@ class TextChoice:
                              "--input/--random (tokens given to one layer's FFN), not both")
 
 
-def one_text(text: Path | None, ids: Path | None) -> None:
-    """A text is given as words (``--text``) or as token ids (``--ids``), not both."""
+def one_text(text: Path | None, ids: Path | None, words: Words = OPTIONS) -> None:
+    """A text is given as words (``--text``) or as token ids (``--ids``), not both: the one
+    check of it, for every command and the library (``words``: its parameters)."""
     if text is not None and ids is not None:
-        raise InputError("give --text or --ids, not both")
+        raise InputError(f"give {words.name('text')} or {words.name('ids')}, not both")
 
 
 def parse_layers(text: str | None, n_layers: int, where: str = "option --layer"
@@ -119,7 +126,7 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-@dataclass(frozen=True)
+@record
 class ScaleChoice:
     """Where the work runs: this process (the default), ``--workers N`` local processes, or
     the Dask cluster at ``--scheduler ADDRESS``; ``--skip-bad`` goes on past a bad shard;
@@ -163,6 +170,21 @@ def is_many(path: Path) -> bool:
     return any(c in str(path) for c in _GLOB_MAGIC) and not os.path.lexists(path)
 
 
+def not_shares(part: str) -> InputError:
+    """perplexity's ``--target-sparsity S[,S...]`` with a part that is not a number: the one
+    line of its parser (ffncli.cli.options.shares) and its reader (jobs.perplexity)."""
+    return InputError(f"option --target-sparsity: expected shares such as 0.5 or 0.25,0.5, got "
+                      f"{part.strip()!r}")
+
+
+# How the errors about a model and the what-if name a command's options (a library call names
+# its parameters: ffncli.specs.spec.SPEC_PARAMETERS).
+SPEC_OPTIONS = {key: f"option --{key.replace('_', '-')}" for key in (
+    "d_model", "d_ff", "activation", "experts", "top_k", "capacity_factor", "beta",
+    "match_params", "multiple_of", "seq_len")} | {
+    "gating": "--activation swiglu (or geglu, reglu, glu, bilinear) or --gated",
+    "model": "--preset or --config"}
+
 # How params --train's errors name its options (a library call names its parameters).
 TRAIN_OPTIONS = {"mode": "option --train", "optimizer": "option --optimizer",
                  "precision": "option --precision", "lora_rank": "option --lora-rank",
@@ -170,7 +192,7 @@ TRAIN_OPTIONS = {"mode": "option --train", "optimizer": "option --optimizer",
                  "batch": "option --batch"}
 
 
-@dataclass(frozen=True)
+@record
 class TrainChoice:
     """``params --train`` and its options, and ``--fit``/``--reserve``: a training plan
     (:class:`ffncli.counting.training.Plan`) and a memory budget, or None when not asked."""

@@ -13,7 +13,7 @@ from ffncli.counting.kv import kv_cache
 from ffncli.counting.model import count
 from ffncli.counting.results import FileOnlyResult, ParamsResult
 from ffncli.errors import InputError
-from ffncli.jobs.choices import TRAIN_OPTIONS
+from ffncli.jobs.choices import SPEC_OPTIONS, TRAIN_OPTIONS
 from ffncli.jobs.resolve import Counted, config_beside, resolve_spec
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides
 
@@ -139,7 +139,7 @@ def _count_gguf(preset: str | None, config: Path | None, overrides: Overrides, w
 
     def spec_of(ov: Overrides) -> ModelSpec:
         return (resolve_spec(preset, config, ov) if preset or config else
-                apply_overrides(spec_from_header(header), ov))
+                apply_overrides(spec_from_header(header, SPEC_OPTIONS), ov, SPEC_OPTIONS))
 
     try:
         spec = spec_of(overrides)

@@ -27,7 +27,7 @@ from ffncli.analysis.properties import CheckReport, permute_check
 from ffncli.base.files import check_output_path
 from ffncli.base.validate import number, whole
 from ffncli.errors import InputError
-from ffncli.jobs.choices import ModelChoice, TokenChoice
+from ffncli.jobs.choices import OPTIONS, ModelChoice, TokenChoice
 from ffncli.specs.spec import Overrides
 
 
@@ -117,13 +117,15 @@ def open_target(impl: str | None, choice: ModelChoice, overrides: Overrides,
                              "own FFN has neither")
         model = load_model(choice, overrides, allow_nonfinite=allow_nonfinite)
         engine, name = model.engine, model.spec.name
-        yield Target(lambda seq: guarded(engine, name, np_dtype, timeout=timeout), name,
+        yield Target(lambda seq: guarded(engine, name, np_dtype, timeout=timeout,
+                                         words=OPTIONS), name,
                      engine.d_model, np_dtype, timeout,
                      weights=weights_of(choice.weights, choice.hub_model))
         return
     width = _impl_width(impl, choice, overrides)
-    split_target(impl)  # refused before a process is started for it
-    with Child(impl, timeout, load_timeout=how.load_timeout, x64=np_dtype.itemsize == 8) as child:
+    split_target(impl, OPTIONS)  # refused before a process is started for it
+    with Child(impl, timeout, load_timeout=how.load_timeout, x64=np_dtype.itemsize == 8,
+               words=OPTIONS) as child:
         loaded = child.load({"target": impl, "path": impl_path(), "dtype": np_dtype.name,
                              "impl_args": how.impl_args, "seed": how.seed,
                              "train_mode": how.train_mode, "d_model": width})
@@ -138,7 +140,7 @@ def open_target(impl: str | None, choice: ModelChoice, overrides: Overrides,
 
         def caller(seq: int | None) -> Fn:
             rows_only = framework != "numpy" and seq is None  # a module given 2-D input
-            return isolated(child, Judge(impl, timeout, rows_only), seq)
+            return isolated(child, Judge(impl, timeout, rows_only, OPTIONS), seq)
 
         yield Target(caller, impl, whole("the --impl module's d_model", width), np_dtype,
                      timeout, tuple(Path(p) for p in loaded.get("sources", [])),

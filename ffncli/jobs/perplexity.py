@@ -24,10 +24,10 @@ from ffncli.analysis.perplexity import (
     chunks,
     windows,
 )
-from ffncli.base.validate import share
+from ffncli.base.validate import Words, share
 from ffncli.compute.sparse import RULES, Cut, Tally
 from ffncli.errors import InputError, SpecError
-from ffncli.jobs.choices import parse_layers
+from ffncli.jobs.choices import OPTIONS, not_shares, parse_layers
 from ffncli.jobs.progress import Progress
 from ffncli.jobs.resolve import load_document, open_forward
 from ffncli.jobs.thresholds import (
@@ -52,20 +52,23 @@ if TYPE_CHECKING:
 # What is asked.
 
 
-def check_targets(rule: str | None, targets: Sequence[float]) -> None:
+def check_targets(rule: str | None, targets: Sequence[float], words: Words = OPTIONS) -> None:
     """``--sparsify RULE --target-sparsity S[,S...]``: a rule and its shares, each or neither;
-    run once, when :class:`Asked` is made."""
+    run once, when :class:`Asked` is made; ``words`` name them (a library call: its
+    parameters, ``sparsify`` and ``target_sparsity``)."""
     if rule is None:
         if targets:
-            raise InputError("option --target-sparsity needs --sparsify cats, teal or topk")
+            raise InputError(f"{words.where('target_sparsity')} needs "
+                             f"{words.given('sparsify', 'cats')}, teal or topk")
         return
     if rule not in RULES:
-        raise InputError(f"option --sparsify: expected one of {', '.join(RULES)}, got "
+        raise InputError(f"{words.where('sparsify')}: expected one of {', '.join(RULES)}, got "
                          f"{rule!r}")
     if not targets:
-        raise InputError("option --sparsify needs --target-sparsity S[,S...], e.g. 0.5")
+        raise InputError(f"{words.where('sparsify')} needs "
+                         f"{words.given('target_sparsity', 'S[,S...]')}, e.g. 0.5")
     for s in targets:
-        share("option --target-sparsity", s)
+        share(words.where("target_sparsity"), s)
 
 
 def parse_targets(text: str | None) -> tuple[float, ...]:
@@ -77,8 +80,7 @@ def parse_targets(text: str | None) -> tuple[float, ...]:
         try:
             value = float(part)
         except ValueError:
-            raise InputError(f"option --target-sparsity: expected shares such as 0.5 or "
-                             f"0.25,0.5, got {part.strip()!r}") from None
+            raise not_shares(part) from None
         value += 0.0  # -0 is 0 (a NaN is refused with the others, by check_targets)
         if value not in out:
             out.append(value)
@@ -182,13 +184,13 @@ def _variant_result(variant: Variant, layers: Sequence[int], tallies: list[Tally
 
 
 def _check_sparsifiable(model: Transformer, variants: Sequence[Variant],
-                        layers: Sequence[int]) -> None:
+                        layers: Sequence[int], words: Words) -> None:
     if not variants:
         return
     experts = model.spec.ffn.experts
     if experts > 1:
         raise SpecError(f"{model.spec.name}: a mixture of experts ({experts} experts) is not "
-                        "sparsified; --sparsify computes dense and gated FFNs")
+                        f"sparsified; {words.name('sparsify')} computes dense and gated FFNs")
     for v in variants:
         if v.cuts is not None and set(v.cuts) != set(layers):
             raise InputError(f"{v.label}: its thresholds cut layers {layer_ranges(v.cuts)}, but "
@@ -241,41 +243,48 @@ class Plan:
 
 def plan(model: Transformer, document: Sequences, protocol: Protocol | None, *,
          variants: Sequence[Variant] = (), layers: Sequence[int] | None = None,
-         bos: int | None = None, calibration: Sequences | None = None) -> Plan:
+         bos: int | None = None, calibration: Sequences | None = None,
+         words: Words = OPTIONS) -> Plan:
     """The windows ``protocol`` makes of ``document`` (a decoder), or its lines (an encoder,
     ``protocol`` None), and what calibrates the variants: ``calibration``'s chunks, the
-    evaluated text's chunks under a stride, else the evaluated windows."""
+    evaluated text's chunks under a stride, else the evaluated windows. Errors name the
+    options in ``words``."""
     layers = tuple(range(model.n_layers)) if layers is None else tuple(layers)
-    _check_sparsifiable(model, variants, layers)
-    decoder = _scored_by_head(model, protocol)
+    _check_sparsifiable(model, variants, layers, words)
+    decoder = _scored_by_head(model, protocol, words)
     dropped = 0
     if protocol is not None:
-        run = windows(document.ids[0], protocol, bos)
+        run = windows(document.ids[0], protocol, bos, words)
         sequences, firsts, dropped = run.ids, run.first, run.dropped
     else:
         sequences, firsts = tuple(document.ids), ()
-    calib = _calibrating(document, protocol, bos, calibration) \
+    calib = _calibrating(document, protocol, bos, calibration, words) \
         if needs_calibration(variants) else None
     return Plan(model, document, protocol, layers, tuple(variants), bos, calibration, decoder,
                 tuple(sequences), tuple(firsts), dropped, calib)
 
 
-def _scored_by_head(model: Transformer, protocol: Protocol | None) -> bool:
+def _scored_by_head(model: Transformer, protocol: Protocol | None, words: Words) -> bool:
     """Whether the model is a decoder, scored by its LM head (checked, not read): then under a
     protocol; an encoder under none."""
     decoder = model.has_head and model.head_tensor() is not None
     if not decoder and protocol is not None:
         raise InputError(f"{model.weights}: {model.spec.name} is an encoder: it has no LM head "
                          "to predict the next token with; perplexity on it reports the "
-                         "fidelity of sparsified hidden states (give no --ctx, --stride or "
-                         "--score)")
+                         "fidelity of sparsified hidden states (give no "
+                         f"{_protocol_names(words)})")
     if decoder and protocol is None:
         raise ValueError("a decoder is scored under a protocol")
     return decoder
 
 
+def _protocol_names(words: Words) -> str:
+    return f"{words.name('ctx')}, {words.name('stride')} or {words.name('score')}"
+
+
 def _calibrating(document: Sequences, protocol: Protocol | None, bos: int | None,
-                 calibration: Sequences | None) -> tuple[np.ndarray, ...] | None:
+                 calibration: Sequences | None, words: Words
+                 ) -> tuple[np.ndarray, ...] | None:
     """The sequences walked to calibrate alone: ``calibration``'s chunks (an encoder: its
     lines), or the evaluated text's chunks under a stride; None: the evaluated windows."""
     if calibration is None and (protocol is None or not protocol.stride):
@@ -286,9 +295,9 @@ def _calibrating(document: Sequences, protocol: Protocol | None, bos: int | None
     calib = tuple(chunks(source[0], protocol.ctx, bos))
     if not calib:
         assert calibration is not None  # the evaluated text has 2 chunks
-        raise InputError(f"option --calibration-text: {calibration.source} has "
-                         f"{len(source[0]):,} tokens, not one chunk of --ctx "
-                         f"{protocol.ctx}: nothing to calibrate on")
+        raise InputError(f"{words.where('calibration_text')}: {calibration.source} has "
+                         f"{len(source[0]):,} tokens, not one chunk of "
+                         f"{words.given('ctx', protocol.ctx)}: nothing to calibrate on")
     return calib
 
 
@@ -329,24 +338,24 @@ def evaluate(p: Plan, *, batch_tokens: int | None = None, progress: Progress | N
 DEFAULT_CTX = 512
 
 
-def _protocol(forward: Transformer, ctx: int | None, stride: int | None, score: str
-              ) -> Protocol | None:
+def _protocol(forward: Transformer, ctx: int | None, stride: int | None, score: str,
+              words: Words) -> Protocol | None:
     """The protocol of a decoder (``--ctx`` default 512, at most the model's positions);
     None for an encoder, which refuses the protocol's options."""
     if not forward.has_head:
-        given = [name for name, value in (("--ctx", ctx), ("--stride", stride)) if value
-                 is not None] + (["--score"] if score != "half" else [])
+        given = [name for name, value in (("ctx", ctx), ("stride", stride)) if value
+                 is not None] + (["score"] if score != "half" else [])
         if given:
-            raise InputError(f"option {given[0]}: {forward.spec.name} is an encoder, with no "
-                             "LM head to predict the next token with: it has no perplexity "
-                             "protocol (perplexity reports an encoder's embedding fidelity "
-                             "under --sparsify)")
+            raise InputError(f"{words.where(given[0])}: {forward.spec.name} is an encoder, "
+                             "with no LM head to predict the next token with: it has no "
+                             "perplexity protocol (perplexity reports an encoder's embedding "
+                             f"fidelity under {words.name('sparsify')})")
         return None
     if ctx is None:
         ctx = DEFAULT_CTX if forward.max_positions is None else min(DEFAULT_CTX,
                                                                     forward.max_positions)
     protocol = Protocol(ctx, stride, score)
-    check_protocol(protocol, forward.max_positions)
+    check_protocol(protocol, forward.max_positions, words)
     return protocol
 
 
@@ -363,16 +372,18 @@ class Asked:
     calibration_text: Path | None = None
     thresholds: Path | None = None
     save: Path | None = None
+    words: Words = OPTIONS  # how errors name these (a library call: its parameters)
 
     def __post_init__(self) -> None:
-        check_targets(self.rule, self.targets)  # made checked: the one check of the shares
+        check_targets(self.rule, self.targets, self.words)  # made checked: the one check
 
 
 def plan_job(forward: Transformer, model: ModelChoice, text: TextChoice, asked: Asked
              ) -> Plan:
     """The options checked against the opened model, the text read, the thresholds file read:
     the job's :class:`Plan`."""
-    protocol = _protocol(forward, asked.ctx, asked.stride, asked.score)
+    words = asked.words
+    protocol = _protocol(forward, asked.ctx, asked.stride, asked.score, words)
     layers = parse_layers(model.layer, forward.n_layers)
     variants = [Variant(asked.rule, s) for s in asked.targets] if asked.rule is not None \
         else []
@@ -383,19 +394,20 @@ def plan_job(forward: Transformer, model: ModelChoice, text: TextChoice, asked: 
             layers = tuple(sorted(cuts))
         check_layers(asked.thresholds, cuts, layers, exact=True)
     if protocol is None and not variants:
+        give = f"{words.given('sparsify', 'RULE')}{' ' if words.options else ', '}" \
+            f"{words.given('target_sparsity', 'S')}"
         raise InputError(f"perplexity: {forward.spec.name} is an encoder, with no LM head: "
-                         "it has no perplexity; give --sparsify RULE --target-sparsity S "
-                         "(or --thresholds) for the fidelity of its sparsified hidden "
-                         "states")
-    document, bos = load_document(text.text, text.ids, forward)
+                         f"it has no perplexity; give {give} (or {words.name('thresholds')}) "
+                         "for the fidelity of its sparsified hidden states")
+    document, bos = load_document(text.text, text.ids, forward, words)
     calibration = None
     if asked.calibration_text is not None:
         if not needs_calibration(variants):
-            raise InputError("option --calibration-text: nothing is calibrated (it goes "
-                             "with --sparsify cats or teal)")
-        calibration, _ = load_document(asked.calibration_text, None, forward)
+            raise InputError(f"{words.where('calibration_text')}: nothing is calibrated (it "
+                             f"goes with {words.given('sparsify', 'cats')} or teal)")
+        calibration, _ = load_document(asked.calibration_text, None, forward, words)
     return plan(forward, document, protocol, variants=variants, layers=layers, bos=bos,
-                calibration=calibration)
+                calibration=calibration, words=words)
 
 
 def with_thresholds(save: bool, forward: Transformer, result: PerplexityResult
@@ -414,18 +426,19 @@ def run_perplexity(model: ModelChoice, text: TextChoice, *, ctx: int | None = No
                    stride: int | None = None, score: str = "half", rule: str | None = None,
                    targets: Sequence[float] = (), calibration_text: Path | None = None,
                    thresholds: Path | None = None, save: Path | None = None,
-                   bar: Progress | None = None) -> PerplexityResult:
+                   bar: Progress | None = None, words: Words = OPTIONS) -> PerplexityResult:
     """``ffncli perplexity``: the model opened once, the text read, the thresholds calibrated
     or read, the walk, and the thresholds' document made (``save``, written by the command)
-    when asked."""
-    asked = Asked(ctx, stride, score, rule, tuple(targets), calibration_text, thresholds, save)
+    when asked; ``words`` name the options in errors (a library call: its parameters)."""
+    asked = Asked(ctx, stride, score, rule, tuple(targets), calibration_text, thresholds, save,
+                  words)
     return run_asked(model, text, asked, bar=bar)
 
 
 def run_asked(model: ModelChoice, text: TextChoice, asked: Asked,
               bar: Progress | None = None) -> PerplexityResult:
     """:func:`run_perplexity` of the options already :class:`Asked` (and checked)."""
-    with open_forward(model, Overrides()) as forward:
+    with open_forward(model, Overrides(), asked.words) as forward:
         p = plan_job(forward, model, text, asked)
         result = evaluate(p, progress=bar)
         result = with_thresholds(asked.save is not None, forward, result)

@@ -6,14 +6,22 @@ a command reads or writes. Spec resolution and ``params`` never import NumPy."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ffncli.base.validate import Keys, Sizing
+from ffncli.base import record
+from ffncli.base.validate import Keys, Sizing, Words
 from ffncli.errors import FfnError, InputError
-from ffncli.jobs.choices import ModelChoice, TextChoice, TokenChoice, one_text
+from ffncli.jobs.choices import (
+    OPTIONS,
+    SPEC_OPTIONS,
+    ModelChoice,
+    TextChoice,
+    TokenChoice,
+    one_text,
+)
 from ffncli.specs.spec import ModelSpec, Overrides, apply_overrides, load_preset
 
 if TYPE_CHECKING:  # the readers are imported when a file is read: off a preset's start-up
@@ -48,7 +56,7 @@ def weights_of(weights: Path | None, hub_model: str | None,
     from ffncli.formats.hub import NotCached, cached_weights
 
     try:
-        return cached_weights(hub_model)
+        return cached_weights(hub_model, words=OPTIONS)
     except NotCached as exc:
         raise NotCached(f"{exc}; only ffncli params reads a model from the Hub (by its "
                         "headers)") from None
@@ -65,7 +73,7 @@ def _read_checkpoint(path: Path) -> Header:
     """A local checkpoint's headers (``formats.safetensors.read_checkpoint``)."""
     from ffncli.formats import safetensors
 
-    return safetensors.read_checkpoint(path)
+    return safetensors.read_checkpoint(path, OPTIONS)
 
 
 def config_beside(weights: Path) -> Path | None:
@@ -75,7 +83,7 @@ def config_beside(weights: Path) -> Path | None:
     return safetensors.config_beside(weights)
 
 
-@dataclass(frozen=True)
+@record
 class Counted:
     """The weights ``params`` counts: ``path``, where the spec logic looks (the file or
     folder, or a Hub model's cache snapshot, its config.json beside); ``name``, how the result
@@ -102,9 +110,9 @@ def weights_to_count(weights: Path | None, hub_model: str | None, gguf_file: str
     from ffncli.formats import remote
     from ffncli.formats.hub import NotCached, cached_weights, parse_model
 
-    repo_id, revision = parse_model(hub_model)
+    repo_id, revision = parse_model(hub_model, OPTIONS)
     try:
-        path = cached_weights(hub_model, gguf_file)
+        path = cached_weights(hub_model, gguf_file, OPTIONS)
         return Counted(path, str(path))
     except NotCached as exc:
         if offline or remote.offline():
@@ -112,7 +120,7 @@ def weights_to_count(weights: Path | None, hub_model: str | None, gguf_file: str
             raise NotCached(f"{exc}; {how} keeps ffncli off the Hub: without it, params "
                             "counts the model from the Hub by its headers") from None
         try:
-            hub = remote.locate(repo_id, revision, gguf_file, str(exc))
+            hub = remote.locate(repo_id, revision, gguf_file, str(exc), OPTIONS)
         except remote.Unreachable as failed:  # say both, and how not to wait for the Hub
             raise remote.Unreachable(f"{exc}; nor could it be counted from the Hub: {failed}; "
                                      "--offline keeps params to the cache") from None
@@ -142,9 +150,12 @@ class Opened:
 
 
 def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
-          weights: Path | None, weights_describe: bool, gguf: GgufHeader | None = None
+          weights: Path | None, weights_describe: bool, gguf: GgufHeader | None = None,
+          words: Words = OPTIONS, names: Mapping[str, str] = SPEC_OPTIONS
           ) -> tuple[ModelSpec, Keys | None]:
-    """The spec and, when it comes from a config.json, that config's keys (read once)."""
+    """The spec and, when it comes from a config.json, that config's keys (read once);
+    ``words`` and ``names``: how the errors name what was given and the what-if (the options,
+    or a library call's parameters)."""
     if preset is not None and config is not None:
         raise InputError("give --preset or --config, not both")
     if preset is None and config is None and _is_gguf(weights):  # a GGUF file describes itself
@@ -152,9 +163,10 @@ def _spec(preset: str | None, config: Path | None, overrides: Overrides | None,
 
         assert weights is not None  # a GGUF file's path
         header = gguf if gguf is not None else _read_gguf(weights)
-        return apply_overrides(spec_from_header(header), overrides or Overrides()), None
-    spec, keys = _described(preset, config, weights, weights_describe)
-    return apply_overrides(spec, overrides or Overrides()), keys
+        return apply_overrides(spec_from_header(header, names), overrides or Overrides(),
+                               names), None
+    spec, keys = _described(preset, config, weights, weights_describe, words)
+    return apply_overrides(spec, overrides or Overrides(), names), keys
 
 
 def _is_gguf(weights: Path | None) -> bool:
@@ -162,37 +174,38 @@ def _is_gguf(weights: Path | None) -> bool:
 
 
 def _described(preset: str | None, config: Path | None, weights: Path | None,
-               weights_describe: bool) -> tuple[ModelSpec, Keys | None]:
+               weights_describe: bool, words: Words) -> tuple[ModelSpec, Keys | None]:
     """The spec of ``--config`` (with ``weights_describe``, the config.json beside the weights
     when neither is given) and its keys, or of ``--preset`` and the keys of the config.json
     beside a checkpoint."""
     if weights_describe and config is None and preset is None and weights is not None:
         config = config_beside(weights)
         if config is None:  # say what is wrong with the weights, not "give a model"
-            _no_config_beside(weights)
+            _no_config_beside(weights, words)
     if config is not None:
-        return _config(config, weights)
+        return _config(config, weights, words)
     if preset is None:
         raise InputError(_NO_MODEL_OR_WEIGHTS if weights_describe else _NO_MODEL)
     spec = load_preset(preset)
     if weights is None or _is_gguf(weights):
         return spec, None
-    return spec, _settings_beside(weights)
+    return spec, _settings_beside(weights, words)
 
 
-def _no_config_beside(weights: Path) -> None:
+def _no_config_beside(weights: Path, words: Words) -> None:
     """Refuse ``--weights`` that do not describe their model: missing, or without the
-    config.json a checkpoint's spec comes from."""
+    config.json a checkpoint's spec comes from (a library call has no preset to offer)."""
     from ffncli.errors import WeightsError
 
     if not os.path.lexists(weights):
         raise WeightsError(f"weights file not found: {weights}")
     folder = weights if os.path.isdir(weights) else weights.parent
+    preset = f", or a {words.given('preset', 'NAME|FILE')}" if words.options else ""
     raise InputError(f"no config.json in {folder}, which the model's shape is read from: "
-                     "give it with --config config.json, or a --preset NAME|FILE")
+                     f"give it with {words.given('config', 'config.json')}{preset}")
 
 
-def _settings_beside(weights: Path) -> Keys | None:
+def _settings_beside(weights: Path, words: Words) -> Keys | None:
     """With a --preset's spec, the config.json beside a checkpoint, read once: the whole
     model's settings for the forward, and its quantization_config checked as
     :func:`_config` checks it (None when there is no config beside the weights)."""
@@ -203,11 +216,11 @@ def _settings_beside(weights: Path) -> Keys | None:
     if beside is None:
         return None
     data = read_config(beside)
-    check_quant_method(data, str(beside))
+    check_quant_method(data, str(beside), words)
     return Keys(data, str(beside))
 
 
-def _config(path: Path, weights: Path | None) -> tuple[ModelSpec, Keys]:
+def _config(path: Path, weights: Path | None, words: Words) -> tuple[ModelSpec, Keys]:
     """A config.json, read once: its spec and its keys. With the ``weights`` it describes (a
     checkpoint, not a GGUF file), its quantization_config names a method they are read by."""
     from ffncli.formats.quantised import check_quant_method
@@ -216,21 +229,23 @@ def _config(path: Path, weights: Path | None) -> tuple[ModelSpec, Keys]:
 
     data = read_config(path)
     if weights is not None and weights.suffix.lower() != ".gguf":
-        check_quant_method(data, str(path))
+        check_quant_method(data, str(path), words)
     spec = spec_from_config(data, str(path))  # refuses anything but a JSON object
     return spec, Keys(data, str(path))
 
 
 def resolve_spec(preset: str | None, config: Path | None, overrides: Overrides | None = None,
-                 *, weights: Path | None = None, weights_describe: bool = False) -> ModelSpec:
-    """The spec of ``--preset`` or ``--config`` (never both), with ``overrides`` applied.
+                 *, weights: Path | None = None, weights_describe: bool = False,
+                 names: Mapping[str, str] = SPEC_OPTIONS) -> ModelSpec:
+    """The spec of ``--preset`` or ``--config`` (never both), with ``overrides`` applied (its
+    errors naming them as ``names`` says: the options, or a library call's parameters).
 
     With ``weights_describe`` (commands that run a checkpoint), the config.json beside a
     ``.safetensors`` file stands in for a missing ``--config``."""
-    return _spec(preset, config, overrides, weights, weights_describe)[0]
+    return _spec(preset, config, overrides, weights, weights_describe, names=names)[0]
 
 
-def open_model(choice: ModelChoice, overrides: Overrides) -> Opened:
+def open_model(choice: ModelChoice, overrides: Overrides, words: Words = OPTIONS) -> Opened:
     """The model of ``choice``: the spec, the checkpoint of ``--weights``/``--model`` opened
     (a GGUF file's header read once, for both), and the keys of the config.json the whole
     model's settings come from (``--config``, else the one beside the weights)."""
@@ -241,14 +256,14 @@ def open_model(choice: ModelChoice, overrides: Overrides) -> Opened:
     gguf = weights is not None and weights.suffix.lower() == ".gguf"
     header = _read_gguf(weights) if weights is not None and gguf and choice.preset is None \
         and choice.config is None else None
-    spec, keys = _spec(choice.preset, choice.config, overrides, weights, True, header)
+    spec, keys = _spec(choice.preset, choice.config, overrides, weights, True, header, words)
     if weights is None or not is_checkpoint(weights):
         return Opened(spec, weights)
     tensors: Tensors
     if gguf:
         tensors = GgufTensors(header if header is not None else _read_gguf(weights))
     else:
-        tensors = SafetensorsTensors(open_checkpoint(weights))
+        tensors = SafetensorsTensors(open_checkpoint(weights, words))
     return Opened(spec, weights, tensors, keys)
 
 
@@ -311,65 +326,74 @@ def load_tokens(choice: TokenChoice, d_model: int) -> TokenInput:
     """The tokens of ``--input`` or ``--random N`` (streamed: nothing is read or drawn yet)."""
     from ffncli.formats.tokens import resolve_input
 
-    tokens = resolve_input(choice.input, choice.random, d_model, choice.seed)
+    tokens = resolve_input(choice.input, choice.random, d_model, choice.seed, OPTIONS)
     tokens.allow = ALLOW_OPTION
     return tokens
 
 
-def open_forward(choice: ModelChoice, overrides: Overrides) -> Transformer:
-    """The whole model of ``--weights`` or ``--model``, for ``--text`` and ``--ids``."""
+def open_forward(choice: ModelChoice, overrides: Overrides, words: Words = OPTIONS
+                 ) -> Transformer:
+    """The whole model of ``--weights`` or ``--model``, for ``--text`` and ``--ids``; errors
+    name what to give in ``words`` (a library call: its parameters)."""
     weights = weights_of(choice.weights, choice.hub_model)
     if weights is None:
         raise InputError("--text and --ids run the whole model: give its checkpoint with "
                          "--weights or --model")
     from ffncli.compute.build import parse_dtype
     from ffncli.compute.forward.families import open_transformer
+    from ffncli.formats.safetensors import NoConfig
 
     if overrides.capacity_factor is not None:
         raise InputError("option --capacity-factor: the whole-model forward runs the "
                          "checkpoint's own routing, which drops no tokens")
-    opened = open_model(choice, overrides)
+    opened = open_model(choice, overrides, words)
     try:
         return open_transformer(opened.spec, weights, parse_dtype(choice.dtype, "option --dtype"),
                                 config=choice.config, tensors=opened.tensors,
                                 settings=opened.settings)
+    except NoConfig as exc:
+        opened.close()
+        raise exc.worded(words) from None
     except BaseException:
         opened.close()
         raise
 
 
-def open_text(choice: ModelChoice, text: TextChoice, overrides: Overrides
-              ) -> tuple[Transformer, Sequences]:
+def open_text(choice: ModelChoice, text: TextChoice, overrides: Overrides,
+              words: Words = OPTIONS) -> tuple[Transformer, Sequences]:
     """``--text``/``--ids`` through the whole model: the forward (its checkpoint opened once)
-    and the sequences, read and checked against it. The caller closes the forward."""
-    forward = open_forward(choice, overrides)
+    and the sequences, read and checked against it; ``words`` name the text's options (a
+    library call: its parameters). The caller closes the forward."""
+    forward = open_forward(choice, overrides, words)
     try:
-        return forward, load_sequences(text, forward, forward.weights)
+        return forward, load_sequences(text, forward, forward.weights, words)
     except BaseException:
         forward.close()
         raise
 
 
-def load_sequences(choice: TextChoice, model: Transformer, weights: Path) -> Sequences:
+def load_sequences(choice: TextChoice, model: Transformer, weights: Path,
+                   words: Words = OPTIONS) -> Sequences:
     """The sequences of ``--text`` (the tokenizer beside ``weights``) or ``--ids``, each cut
     into windows of the model's maximum positions, every id checked against its vocabulary."""
     from ffncli.formats.text import read_ids
 
-    choice.one()
+    choice.one(words)
     if choice.ids is not None:
         return read_ids(choice.ids, model.vocab, model.max_positions)
     assert choice.text is not None
-    return read_model_text(model, model_tokenizer(model, weights), choice.text)
+    return read_model_text(model, model_tokenizer(model, weights, words), choice.text)
 
 
-def model_tokenizer(model: Transformer, weights: Path | None = None) -> Tokenizer:
+def model_tokenizer(model: Transformer, weights: Path | None = None,
+                    words: Words = OPTIONS) -> Tokenizer:
     """The whole model's tokenizer: the tokenizer.json beside ``weights`` (default: the
     model's), or a GGUF file's own, from the header the model's handle has read."""
     from ffncli.formats.tensors import GgufTensors
     from ffncli.formats.tokenizer import load_tokenizer
 
     header = model.tensors.header if isinstance(model.tensors, GgufTensors) else None
-    return load_tokenizer(model.weights if weights is None else weights, header)
+    return load_tokenizer(model.weights if weights is None else weights, header, words)
 
 
 def read_model_text(model: Transformer, tokenizer: Tokenizer, path: Path) -> Sequences:
@@ -390,8 +414,8 @@ def _check_vocabulary(model: Transformer, tokenizer: Tokenizer, sequences: Seque
                          f"vocabulary has {model.vocab} rows; is it the model's tokenizer?")
 
 
-def load_document(text: Path | None, ids: Path | None, model: Transformer
-                  ) -> tuple[Sequences, int | None]:
+def load_document(text: Path | None, ids: Path | None, model: Transformer,
+                  words: Words = OPTIONS) -> tuple[Sequences, int | None]:
     """``perplexity``'s text: for a decoder, one document (``--text`` tokenised whole, or
     ``--ids`` all sequences joined) and the BOS its tokenizer puts first (None with --ids or
     a tokenizer that adds none); for an encoder (no LM head), one sequence per line, as
@@ -400,10 +424,10 @@ def load_document(text: Path | None, ids: Path | None, model: Transformer
 
     from ffncli.formats.text import Sequences, read_document, read_ids
 
-    one_text(text, ids)
+    one_text(text, ids, words)
     if text is None and ids is None:
-        raise InputError("perplexity: give the text with --text FILE or its token ids with "
-                         "--ids FILE")
+        raise InputError(f"perplexity: give the text with {words.given('text', 'FILE')} or "
+                         f"its token ids with {words.given('ids', 'FILE')}")
     decoder = model.has_head
     if ids is not None:
         read = read_ids(ids, model.vocab, None if decoder else model.max_positions)
@@ -411,7 +435,7 @@ def load_document(text: Path | None, ids: Path | None, model: Transformer
             return read, None
         return Sequences((np.concatenate(read.ids),), (1,), read.source, read.sha256), None
     assert text is not None
-    tokenizer = model_tokenizer(model)
+    tokenizer = model_tokenizer(model, words=words)
     if not decoder:
         return read_model_text(model, tokenizer, text), None
     document = read_document(text, tokenizer)

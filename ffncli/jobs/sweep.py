@@ -27,9 +27,11 @@ from ffncli.analysis.sparsity import (
 from ffncli.compute.engine import Hooks, Watch
 from ffncli.compute.ffn import MoEWeights
 from ffncli.compute.forward.walk import walk_variants
+from ffncli.jobs.choices import OPTIONS
 from ffncli.jobs.progress import Callback
 
 if TYPE_CHECKING:
+    from ffncli.base.validate import Words
     from ffncli.compute.engine import Engine
     from ffncli.compute.forward.layer import Block
     from ffncli.compute.forward.transformer import Transformer
@@ -144,8 +146,9 @@ class LayerSweep(Watch):
 
     def __init__(self, block: Block, tokens: int, threshold: float | None,
                  target: float | None,
-                 calibration: tuple[float, float | None] | None = None) -> None:
-        self.engine, self.tokens = block.engine, tokens
+                 calibration: tuple[float, float | None] | None = None,
+                 words: Words = OPTIONS) -> None:  # the rule's line names the cut in words
+        self.engine, self.tokens, self.words = block.engine, tokens, words
         self.threshold, self.target = threshold, target
         self.fused = not isinstance(self.engine.weights, MoEWeights)
         self.held: list[np.ndarray] = []  # a mixture's first FFN inputs
@@ -168,7 +171,8 @@ class LayerSweep(Watch):
 
     def _start(self, cats: float, threshold: float | None) -> None:
         self.cats = cats
-        rule = Rule(threshold, describe_rule(self.engine.act.name, threshold, self.target))
+        rule = Rule(threshold, describe_rule(self.engine.act.name, threshold, self.target,
+                                                self.words))
         self.acc = SparsityAccumulator(self.engine, rule,
                                        keep_masks=self.tokens <= SMALL_OVERLAP)
 
@@ -294,17 +298,19 @@ def count_walk(model: Transformer, ids: Sequence[np.ndarray], layers: Sequence[i
 def sweep(model: Transformer, sequences: Sequences, layers: Sequence[int], *,
           threshold: float | None = None, target_sparsity: float | None = None,
           thresholds: Mapping[int, float] | None = None,
-          batch_tokens: int | None = None, progress: Callback | None = None) -> SweepResult:
+          batch_tokens: int | None = None, progress: Callback | None = None,
+          words: Words = OPTIONS) -> SweepResult:
     """The sparsity statistics of every selected layer's FFN on its real input; with
-    ``thresholds``, each layer's own threshold (a thresholds file's)."""
-    check_rule(threshold, target_sparsity)
+    ``thresholds``, each layer's own threshold (a thresholds file's); ``words`` name the cut
+    (a library call: its parameters)."""
+    check_rule(threshold, target_sparsity, words)
     if thresholds is not None and (threshold is not None or target_sparsity is not None):
         raise ValueError("per-layer thresholds replace threshold and target_sparsity")
     done: dict[int, LayerStats] = {}
 
     def open_layer(layer: int, block: Block) -> LayerSweep:
         cut = thresholds[layer] if thresholds is not None else threshold
-        return LayerSweep(block, sequences.tokens, cut, target_sparsity)
+        return LayerSweep(block, sequences.tokens, cut, target_sparsity, words=words)
 
     count_walk(model, sequences.ids, layers, open_layer,
                lambda layer, s: done.__setitem__(layer, s.result(layer)),

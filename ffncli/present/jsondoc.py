@@ -18,7 +18,7 @@ NONFINITE_LISTED = 10  # places of NaN or infinity named in a document's "nonfin
 JSON_VERSION = 1  # of every --json document: what may change within it, docs/json.md
 JSON_NAMES = ("params", "params-file", "presets", "run", "run-shards", "permute-check",
               "relu-stats", "relu-stats-sweep", "capture", "capture-shards", "perplexity",
-              "experts")
+              "experts", "neurons")
 
 
 def json_format(name: str) -> str:

@@ -13,6 +13,7 @@ from ffncli.base.validate import Keys, brief, whole
 from ffncli.errors import WeightsError
 from ffncli.formats.gguf import GgufArray, GgufHeader
 from ffncli.specs.archs import spec_from_config
+from ffncli.specs.spec import SPEC_PARAMETERS
 from ffncli.specs.table import GGUF_ARCHITECTURES
 
 if TYPE_CHECKING:
@@ -240,14 +241,17 @@ class UnsupportedArchitecture(WeightsError):
     """A GGUF architecture no spec reader knows: ``params`` still counts the file."""
 
 
-def spec_from_header(header: GgufHeader) -> ModelSpec:
+def spec_from_header(header: GgufHeader, names: Mapping[str, str] = SPEC_PARAMETERS
+                     ) -> ModelSpec:
     """``general.architecture`` and ``<arch>.embedding_length``, ``.feed_forward_length``,
     ``.block_count``, ``.attention.head_count(_kv)``, ``.expert_count`` ... as the keys of a
     config.json (READINGS), counted by that model type's reader. The vocabulary is the
     tokenizer's token list (else ``<arch>.vocab_size``, else the embedding's rows); the head is
-    tied when there is no ``output.weight``; biases are there when layer 0 has them."""
+    tied when there is no ``output.weight``; biases are there when layer 0 has them. An
+    architecture no reader knows is refused, naming what else describes the model as ``names``
+    says (its "model")."""
     path, meta, arch = header.path, header.metadata, header.architecture
-    model_type = _model_type(header)
+    model_type = _model_type(header, names["model"])
     reading = READINGS.get(arch, Reading())
     m = Metadata(header, arch)
     d, heads = _need(m, "embedding_length"), _need(m, "attention.head_count")
@@ -275,14 +279,14 @@ def spec_from_header(header: GgufHeader) -> ModelSpec:
     return spec_from_config(config, f"{path} (GGUF metadata)")
 
 
-def _model_type(header: GgufHeader) -> str:
+def _model_type(header: GgufHeader, other: str) -> str:
     """The config.json model type of the file's architecture; refused when none reads it."""
     arch = header.architecture
     model_type = GGUF_ARCHITECTURES.get(arch)
     if model_type is None:
         raise UnsupportedArchitecture(
             f"{header.path}: GGUF architecture {brief(arch)} has no spec reader; supported: "
-            f"{', '.join(GGUF_ARCHITECTURES)} (or give --preset or --config)")
+            f"{', '.join(GGUF_ARCHITECTURES)} (or give {other})")
     return model_type
 
 

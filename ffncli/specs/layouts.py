@@ -5,10 +5,10 @@ family. The table of architectures (:mod:`ffncli.specs.table`) names them per mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ffncli.base import record
 
 
-@dataclass(frozen=True)
+@record
 class Layout:
     """Where one family keeps a layer's FFN: tensor names (with {i} the layer, {e} an expert)
     and whether matrices are nn.Linear ([out, in], transposed on load) or Conv1D ([in, out])."""
@@ -99,6 +99,15 @@ GGUF_LLAMA_NAMES = {"embed": "token_embd.weight", "norm": "output_norm.weight",
                     "q": "blk.{i}.attn_q", "k": "blk.{i}.attn_k", "v": "blk.{i}.attn_v",
                     "o": "blk.{i}.attn_output", "q_norm": "blk.{i}.attn_q_norm.weight",
                     "k_norm": "blk.{i}.attn_k_norm.weight"}
+
+# GGUF files: the architectures whose Q and K rows llama.cpp's converter reorders (rotated
+# pairs as neighbours), and the config keys an architecture fixes where a config.json would
+# say them (llama.cpp's qwen3moe always renormalises the top-k weights, qwen2moe and olmoe
+# never).
+GGUF_PERMUTED = frozenset({"llama"})
+GGUF_FIXED_KEYS: dict[str, dict[str, object]] = {"qwen3moe": {"norm_topk_prob": True},
+                                                 "qwen2moe": {"norm_topk_prob": False},
+                                                 "olmoe": {"norm_topk_prob": False}}
 
 # The ways a model differs from its forward family.
 PADDED_POSITIONS = "positions after the padding index"  # RoBERTa

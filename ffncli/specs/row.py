@@ -5,17 +5,19 @@ and the readers it names: by string (:func:`read`), or a multimodal config's lan
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
+from ffncli.base import record
 from ffncli.specs.hfconfig import Config
 from ffncli.specs.layouts import Layout
 from ffncli.specs.spec import ModelSpec
 
 
-@dataclass(frozen=True)
+@record
 class Arch:
+    """One model type's row: its reader, where its FFN lies, what runs it (see specs/table.py)."""
+
     reader: Callable[[Config], ModelSpec]
     ffn: Layout | None = None
     gated_ffn: Layout | None = None  # the layout when the spec's FFN is gated, if another

@@ -5,16 +5,16 @@ together (``ModelSpec``) and names them too. No NumPy here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
+from ffncli.base import record
 from ffncli.specs.rules import GLU_VARIANTS
 
 NormKind = Literal["layernorm", "rmsnorm"]
 HeadKind = Literal["tied", "untied", "none"]
 
 
-@dataclass(frozen=True)
+@record
 class FfnSpec:
     """The position-wise FFN of one layer: d_model -> d_ff -> d_model."""
 
@@ -65,8 +65,10 @@ class FfnSpec:
         return f"gated {self.activation}"
 
 
-@dataclass(frozen=True)
+@record
 class AttentionSpec:
+    """The attention of one layer: its heads, their widths and the parts beside them."""
+
     heads: int
     kv_heads: int | None = None  # grouped-query attention; None means heads
     head_dim: int | None = None  # None means d_model // heads
@@ -127,8 +129,10 @@ class AttentionSpec:
     out_groups: int = 1  # W_O likewise
 
 
-@dataclass(frozen=True)
+@record
 class NormSpec:
+    """The norms: their kind, how many in each layer, and which have weights and biases."""
+
     kind: NormKind = "layernorm"
     bias: bool = True
     per_layer: int = 2  # norms in an encoder or decoder-only layer; cross-attention adds one
@@ -141,8 +145,10 @@ class NormSpec:
     final_width: int = 0  # the final norm's width when not d_model's (Reformer: 2 x d_model)
 
 
-@dataclass(frozen=True)
+@record
 class LayersSpec:
+    """The layer stacks: encoder and decoder layers, dense ones, shared ones."""
+
     encoder: int = 0
     decoder: int = 1  # with encoder > 0, decoder layers also have cross-attention
     dense: int = 0  # decoder layers whose FFN is ModelSpec.dense_ffn, not the MoE ffn (DeepSeek)
@@ -152,8 +158,10 @@ class LayersSpec:
     # projections (T5Gemma 2's merged attention): no cross-attention weights of its own
 
 
-@dataclass(frozen=True)
+@record
 class EmbeddingsSpec:
+    """The tables before the first layer and the head after the last."""
+
     vocab: int
     dim: int | None = None  # word-embedding width when it differs from d_model (OPT-350m)
     positions: int = 0  # learned position rows (0: sinusoidal or rotary, no parameters)
@@ -188,7 +196,7 @@ class EmbeddingsSpec:
     entity_dim: int = 0
 
 
-@dataclass(frozen=True)
+@record
 class InitSpec:
     """Random weights: numpy.random.default_rng(seed).normal(0, std), biases zero."""
 

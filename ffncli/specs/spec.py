@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ffncli.base import validate
+from ffncli.base import record, validate
 from ffncli.base.validate import suggest
 from ffncli.errors import SpecError
 from ffncli.specs.rules import ACTIVATIONS, GLU_VARIANTS, build
@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # built by config readers only: off a preset's start-up
 MIXERS = ("full", "sliding", "chunked", "linear", "mamba", "conv", "none")
 
 
-@dataclass(frozen=True)
+@record
 class LayerKind:
     """One kind of decoder layer, as data: its token mixer and its FFN. ``ModelSpec.pattern``
     lists the kind of every decoder layer in order; layers of equal kinds are counted
@@ -70,8 +70,10 @@ class LayerKind:
     shared: SharedBlockSpec | None = None  # issue 40, hybrids: Zamba's shared block, beside mixer
 
 
-@dataclass(frozen=True)
+@record
 class ModelSpec:
+    """A model's architecture: its sections, the kind of each layer, what is not counted."""
+
     name: str
     d_model: int
     ffn: FfnSpec
@@ -331,8 +333,10 @@ def load_preset(name_or_path: str) -> ModelSpec:
 # What-if overrides, shared by every command.
 
 
-@dataclass(frozen=True)
+@record
 class Overrides:
+    """The what-if values every command takes (None: the spec's own)."""
+
     d_model: int | None = None
     d_ff: int | None = None
     activation: str | None = None  # a plain activation keeps the gating; a GLU name sets it
@@ -344,6 +348,19 @@ class Overrides:
     match_params: bool = False
     multiple_of: int = 1
     seq_len: int | None = None  # attention-score FLOPs (params)
+
+
+# How the errors about what the caller gave name it: a library call's parameters (ffncli.load_spec's
+# keyword arguments); the commands pass their options (ffncli.jobs.choices.SPEC_OPTIONS).
+# "gating": what makes an FFN gated (--match-params' error); "model": what else describes a
+# model (a GGUF architecture no reader knows, ffncli.specs.gguf).
+SPEC_PARAMETERS = {
+    "d_model": "d_model", "d_ff": "d_ff", "activation": "activation", "experts": "experts",
+    "top_k": "top_k", "capacity_factor": "capacity_factor", "beta": "beta",
+    "match_params": "match_params", "multiple_of": "multiple_of", "seq_len": "seq_len",
+    "gating": "activation='swiglu' (or 'geglu', 'reglu', 'glu', 'bilinear') or gated=True",
+    "model": "config=config.json",
+}
 
 
 def match_gated_d_ff(d_model: int, d_ff: int, bias: bool, multiple_of: int = 1) -> int:
@@ -362,69 +379,66 @@ def match_gated_d_ff(d_model: int, d_ff: int, bias: bool, multiple_of: int = 1) 
     return max(g, 1)
 
 
-def apply_overrides(spec: ModelSpec, ov: Overrides) -> ModelSpec:
-    """A new spec with the what-if values applied, validated again."""
-    new_ffn = replace(spec.ffn, **_ffn_changes(spec.ffn, ov))
+def apply_overrides(spec: ModelSpec, ov: Overrides,
+                    names: Mapping[str, str] = SPEC_PARAMETERS) -> ModelSpec:
+    """A new spec with the what-if values applied, validated again; errors name each value as
+    ``names`` says."""
+    new_ffn = replace(spec.ffn, **_ffn_changes(spec.ffn, ov, names))
     d_model = spec.d_model
     if ov.d_model is not None:
-        d_model = validate.whole(_option("d_model"), ov.d_model, error=SpecError)
-    validate.whole(_option("multiple_of"), ov.multiple_of, error=SpecError)
+        d_model = validate.whole(names["d_model"], ov.d_model, error=SpecError)
+    validate.whole(names["multiple_of"], ov.multiple_of, error=SpecError)
     seq_len = spec.seq_len
     if ov.seq_len is not None:
-        seq_len = validate.whole(_option("seq_len"), ov.seq_len, error=SpecError)
+        seq_len = validate.whole(names["seq_len"], ov.seq_len, error=SpecError)
     if ov.match_params:
-        new_ffn = _matched(new_ffn, d_model, ov.multiple_of)
+        new_ffn = _matched(new_ffn, d_model, ov.multiple_of, names)
     attention = spec.attention
     if attention is not None and ov.d_model is not None and attention.head_dim is None:
         if d_model % attention.heads:
             raise SpecError(
-                f"option --d-model: {d_model} is not divisible by the {attention.heads} "
+                f"{names['d_model']}: {d_model} is not divisible by the {attention.heads} "
                 "attention heads"
             )
     new = replace(spec, d_model=d_model, ffn=new_ffn, seq_len=seq_len)
     return check_spec(new, "overrides")
 
 
-def _ffn_changes(ffn: FfnSpec, ov: Overrides) -> dict[str, Any]:
+def _ffn_changes(ffn: FfnSpec, ov: Overrides, names: Mapping[str, str]) -> dict[str, Any]:
     """The FFN's fields the what-if sets: its activation (a GLU name sets the gating too),
     gating, widths, experts and scalars, each checked; fewer experts than top-k lower it."""
     changes: dict[str, Any] = {}
     if ov.activation is not None:
-        changes.update(_activation(ov.activation))
+        changes.update(_activation(ov.activation, names["activation"]))
     if ov.gated is not None:
         changes["gated"] = ov.gated
     for key in ("d_ff", "experts", "top_k"):
         value = getattr(ov, key)
         if value is not None:
-            changes[key] = validate.whole(_option(key), value, error=SpecError)
+            changes[key] = validate.whole(names[key], value, error=SpecError)
     for key in ("beta", "capacity_factor"):
         value = getattr(ov, key)
         if value is not None:
-            changes[key] = validate.number(_option(key), value, positive=True, error=SpecError)
+            changes[key] = validate.number(names[key], value, positive=True, error=SpecError)
     if ov.experts is not None and ov.top_k is None and ffn.top_k > ov.experts:
         changes["top_k"] = ov.experts
     return changes
 
 
-def _activation(name: str) -> dict[str, Any]:
+def _activation(name: str, where: str) -> dict[str, Any]:
     """``--activation``: a GLU name (its activation, gated) or a plain activation."""
     if name in GLU_VARIANTS:
         return {"activation": GLU_VARIANTS[name], "gated": True}
     if name in ACTIVATIONS:
         return {"activation": name}
-    validate.name("option --activation", name, ACTIVATIONS + tuple(GLU_VARIANTS), SpecError)
+    validate.name(where, name, ACTIVATIONS + tuple(GLU_VARIANTS), SpecError)
     return {}  # not reached: validate.name refuses the name
 
 
-def _matched(ffn: FfnSpec, d_model: int, multiple_of: int) -> FfnSpec:
+def _matched(ffn: FfnSpec, d_model: int, multiple_of: int, names: Mapping[str, str]
+             ) -> FfnSpec:
     """``--match-params``: the gated FFN's width for the parameters of a two-matrix one."""
     if not ffn.gated:
-        raise SpecError(
-            "option --match-params: needs a gated FFN; add --activation swiglu (or geglu, "
-            "reglu, glu, bilinear) or --gated"
-        )
+        raise SpecError(f"{names['match_params']}: needs a gated FFN; add {names['gating']}")
     return replace(ffn, d_ff=match_gated_d_ff(d_model, ffn.d_ff, ffn.bias, multiple_of))
 
-
-def _option(key: str) -> str:
-    return f"option --{key.replace('_', '-')}"

@@ -26,10 +26,12 @@ from ffncli.compute.forward.ops import (
 )
 from ffncli.compute.forward.transformer import Transformer
 from ffncli.errors import ConfigError, InputError, SpecError, WeightsError
-from ffncli.formats.safetensors import config_beside
+from ffncli.formats.safetensors import NoConfig, config_beside
 from ffncli.formats.tensors import GgufTensors, Tensors, open_tensors
 from ffncli.specs.layouts import (
     GEMMA_NORMS,
+    GGUF_FIXED_KEYS,
+    GGUF_PERMUTED,
     PADDED_POSITIONS,
     QWEN_SLIDING_WINDOW,
     SLIDING_WINDOW,
@@ -390,9 +392,8 @@ def _open(spec: ModelSpec, weights: Path, dtype: np.dtype, config: Path | None,
     if settings is None:
         config = config or config_beside(weights)
         if config is None:
-            raise ConfigError(f"{weights}: the forward reads the model's config.json (norms, "
-                              "positions, rotary settings); none beside the weights: give "
-                              "--config")
+            raise NoConfig(f"{weights}: the forward reads the model's config.json (norms, "
+                           "positions, rotary settings); none beside the weights")
         settings = read_settings(config)
     model_type = settings.data.get("model_type")
     row = ARCHS.get(model_type) if isinstance(model_type, str) else None
@@ -419,12 +420,15 @@ def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype,
                            "not computed; the forward knows none and linear")
     data: dict[str, Any] = {"model_type": arch, "rms_norm_eps": key(
         "attention.layer_norm_rms_epsilon"), "rope_theta": key("rope.freq_base"),
-        "final_logit_softcapping": key("final_logit_softcapping")}
+        "final_logit_softcapping": key("final_logit_softcapping"),
+        "clip_qkv": key("attention.clamp_kqv"), **GGUF_FIXED_KEYS.get(arch, {})}
     if scaling == "linear":
         data["rope_scaling"] = {"rope_type": "linear", "factor": key("rope.scaling.factor")}
     settings = Keys(data, f"{weights} (GGUF metadata)")
-    transformer = LlamaLike(spec, weights, tensors, settings, dtype,
-                            row.gguf_names, row.quirks, permuted=True)
+    family = FAMILIES.get(row.forward or "", LlamaLike)
+    assert issubclass(family, LlamaLike), row.forward  # the table gives GGUF names to these
+    transformer = family(spec, weights, tensors, settings, dtype, row.gguf_names, row.quirks,
+                         permuted=arch in GGUF_PERMUTED)
     rotated = key("rope.dimension_count")
     if rotated is not None and rotated != transformer.head_dim:
         raise WeightsError(f"{weights}: metadata key '{arch}.rope.dimension_count': the "

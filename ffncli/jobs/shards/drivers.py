@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from ffncli.base.files import output_folder
 from ffncli.errors import FfnError, OutputError
-from ffncli.jobs.choices import ModelChoice, TextChoice, parse_layers
+from ffncli.jobs.choices import OPTIONS, ModelChoice, TextChoice, parse_layers
 from ffncli.jobs.progress import Progress
 from ffncli.jobs.shards import manifest as M
 from ffncli.jobs.shards.inputs import (
@@ -129,7 +129,7 @@ def relu_stats_shards(model: ModelChoice, overrides: Overrides, pattern: Path, p
         merge_partials,
     )
 
-    check_rule(threshold, target_sparsity)
+    check_rule(threshold, target_sparsity, OPTIONS)
     paths = shard_paths(pattern)
     job = Job(model, overrides, allow_nonfinite=allow_nonfinite)
     first = pool.call(describe, job, 0)
@@ -140,7 +140,7 @@ def relu_stats_shards(model: ModelChoice, overrides: Overrides, pattern: Path, p
     if target_sparsity is not None:
         threshold = pool.call(calibrate, job, shards, target_sparsity, allow_nonfinite,
                               skip_bad)
-    rule = Rule(threshold, describe_rule(info.activation, threshold, target_sparsity))
+    rule = Rule(threshold, describe_rule(info.activation, threshold, target_sparsity, OPTIONS))
     task = StatsTask(job, rule, total <= SMALL_OVERLAP, allow_nonfinite)
     shard_rooms = _rooms(pool, job, info, shards, skip_bad, allow_nonfinite)
     tree = TreeMerge(len(shards), merge_partials)
@@ -280,7 +280,7 @@ def sweep_shards(model: ModelChoice, overrides: Overrides, text: TextChoice, poo
     from ffncli.analysis.sparsity import check_rule
 
     if thresholds is None:  # else the file's cuts replace them (jobs.thresholds.sweep_cuts)
-        check_rule(threshold, target_sparsity)
+        check_rule(threshold, target_sparsity, OPTIONS)
     job = TextJob(model, overrides)
     with contextlib.ExitStack() as done:
         done.callback(release_forwards)  # the forward the client opens here is the job's
