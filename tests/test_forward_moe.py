@@ -14,7 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.forward_cases import check_capture, check_relu_stats, check_routers, expected, ids_of
+from helpers.forward_cases import (
+    check_capture,
+    check_relu_stats,
+    check_routers,
+    check_run,
+    expected,
+    ids_of,
+)
 
 from ffncli.compute import ffn as F
 from ffncli.compute.build import routing_rule
@@ -176,11 +183,7 @@ def test_run_a_layer_on_transformers_input(cli, tmp_path, case):
     """run --input (transformers' FFN input of the last MoE layer) --layer N: the output is
     the sum over transformers' chosen experts with transformers' weights."""
     i = MOE_LAYERS[case][-1]
-    np.save(tmp_path / "x.npy", expected(case)[f"layer{i}"])
-    r = cli("run", "--weights", FORWARD / case, "--layer", str(i), "--input",
-            tmp_path / "x.npy", "--json")
-    assert r.code == 0, r.err
-    close(np.array(r.json()["output"]), _oracle_ffn(case, i), f"{case} run")
+    check_run(cli, tmp_path, case, i, _oracle_ffn(case, i), close)
 
 
 @pytest.mark.parametrize("case", CASES)

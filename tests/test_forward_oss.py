@@ -20,7 +20,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.forward_cases import check_capture, check_relu_stats, check_routers, expected, ids_of
+from helpers.forward_cases import (
+    check_capture,
+    check_relu_stats,
+    check_routers,
+    check_run,
+    expected,
+    ids_of,
+)
 from test_forward_moe import close
 
 from ffncli.compute import ffn as F
@@ -208,11 +215,7 @@ def _oracle_ffn(case: str, layer: int) -> np.ndarray:
 @pytest.mark.parametrize("case", CASES)
 def test_run_a_layer_on_transformers_input(cli, tmp_path, case):
     layer = MOE_LAYERS[case][-1]
-    np.save(tmp_path / "x.npy", expected(case)[f"layer{layer}"])
-    r = cli("run", "--weights", FORWARD / case, "--layer", str(layer), "--input",
-            tmp_path / "x.npy", "--json")
-    assert r.code == 0, r.err
-    close(np.array(r.json()["output"]), _oracle_ffn(case, layer), f"{case} run")
+    check_run(cli, tmp_path, case, layer, _oracle_ffn(case, layer), close)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -108,3 +108,13 @@ def check_relu_stats(cli, case: str, layers: list[int], experts: int, pre) -> No
             assert per_expert[e]["tokens"] == rows.size
             assert per_expert[e]["mean_inactive_fraction"] == pytest.approx(
                 float((h <= 0).mean()), abs=1e-12)
+
+
+def check_run(cli, tmp_path: Path, case: str, layer: int, oracle, close) -> None:
+    """run --input (transformers' FFN input of ``layer``) --layer: the output is ``oracle``'s
+    (the sum over transformers' chosen experts with transformers' weights)."""
+    np.save(tmp_path / "x.npy", expected(case)[f"layer{layer}"])
+    r = cli("run", "--weights", FORWARD / case, "--layer", str(layer), "--input",
+            tmp_path / "x.npy", "--json")
+    assert r.code == 0, r.err
+    close(np.array(r.json()["output"]), oracle, f"{case} run")
