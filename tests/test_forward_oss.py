@@ -297,3 +297,18 @@ def test_an_mxfp4_stack_of_the_wrong_shape_is_refused(tmp_path, cli):
     assert r.err == (f"error: {folder}/model.safetensors: tensor 'model.layers.0.mlp.experts."
                      "gate_up_proj_blocks': MXFP4 blocks of shape (4, 64, 2, 16) and scales of "
                      "shape (4, 64, 1): expected (..., groups, 16) and (..., groups)\n")
+
+
+def test_calibration_sees_the_clamped_up():
+    """sparse.gate_and_up (what the sparsifying rules calibrate on) gives gpt-oss's activated
+    gate and its clamped up plus 1, as the FFN multiplies them."""
+    from ffncli.compute.sparse import gate_and_up
+
+    rng = np.random.default_rng(1)
+    p = F.GatedWeights(*(rng.normal(0, 1, s) for s in ((8, 12), (12,), (8, 12), (12,), (12, 8),
+                                                      (8,))))
+    x = rng.normal(0, 1, (30, 8))
+    act = F.Activation("silu", 1.702, 1.5)
+    a, u = gate_and_up(x, p, Engine(p, act, 16))
+    gate, up = x @ p.w + p.b, x @ p.v + p.c
+    np.testing.assert_allclose(a * u, _gpt_oss_glu(gate, up, 1.5, 1.702), rtol=1e-12)
