@@ -14,7 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.forward_cases import expected, ids_of
+from helpers.forward_cases import (
+    check_capture,
+    check_relu_stats,
+    check_routers,
+    check_run,
+    expected,
+    ids_of,
+)
 
 from ffncli.compute import ffn as F
 from ffncli.compute.build import routing_rule
@@ -63,18 +70,8 @@ def test_states_match_transformers(case):
 def test_router_outputs_match_transformers(case):
     """On transformers' own FFN input, and on ours: the router logits, the chosen experts (in
     transformers' order, best first) and their weights; dense layers have no router."""
-    want = expected(case)
-    assert sorted(int(k[6:]) for k in want if k.startswith("router")) == MOE_LAYERS[case]
     with load(case) as model:
-        ours, _ = hidden_states(model, sequences(case), MOE_LAYERS[case])
-        for i in MOE_LAYERS[case]:
-            p = model.layer(i).engine.weights
-            assert isinstance(p, F.MoEWeights)
-            for x in (want[f"layer{i}"], ours[i]):
-                close(F.router_logits(x, p), want[f"router{i}"], f"{case} router {i}")
-                order, weights = F.route(x, p)
-                np.testing.assert_array_equal(order, want[f"chosen{i}"])
-                close(weights, want[f"weights{i}"], f"{case} weights {i}")
+        check_routers(model, case, MOE_LAYERS[case], close)
 
 
 @pytest.mark.parametrize("case,layer,kind", [
@@ -186,47 +183,20 @@ def test_run_a_layer_on_transformers_input(cli, tmp_path, case):
     """run --input (transformers' FFN input of the last MoE layer) --layer N: the output is
     the sum over transformers' chosen experts with transformers' weights."""
     i = MOE_LAYERS[case][-1]
-    np.save(tmp_path / "x.npy", expected(case)[f"layer{i}"])
-    r = cli("run", "--weights", FORWARD / case, "--layer", str(i), "--input",
-            tmp_path / "x.npy", "--json")
-    assert r.code == 0, r.err
-    close(np.array(r.json()["output"]), _oracle_ffn(case, i), f"{case} run")
+    check_run(cli, tmp_path, case, i, _oracle_ffn(case, i), close)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_capture_matches_transformers(cli, tmp_path, case):
-    want = expected(case)
-    folder = FORWARD / case
-    r = cli("capture", "--weights", folder, "--ids", folder / "ids.txt", "--out",
-            tmp_path / "out", "--json")
-    assert r.code == 0, r.err
-    assert r.json()["layers"] == [0, 1, 2]
-    for i in range(3):
-        close(np.load(tmp_path / "out" / f"layer{i}.npy"), want[f"layer{i}"], f"{case} {i}")
+    check_capture(cli, tmp_path / "out", case, 3, close)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_relu_stats_counts_each_expert_on_the_tokens_routed_to_it(cli, case):
     """Each expert's tokens are the tokens transformers routed to it; its inactive units those
     whose gate pre-activation (of transformers' FFN input) is <= 0."""
-    want = expected(case)
-    folder = FORWARD / case
-    r = cli("relu-stats", "--weights", folder, "--ids", folder / "ids.txt", "--json")
-    assert r.code == 0, r.err
-    layers = {d["layer"]: d for d in r.json()["layers"]}
-    for i in MOE_LAYERS[case]:
-        x = want[f"layer{i}"]
-        experts = _experts_of(case, i)
-        per_expert = {d["expert"]: d for d in layers[i]["per_expert"]}
-        for e in range(8):
-            rows = np.flatnonzero((want[f"chosen{i}"] == e).any(axis=1))
-            if rows.size == 0:
-                assert per_expert.get(e, {"tokens": 0})["tokens"] == 0
-                continue
-            pre = x[rows] @ experts[e][0].T  # (tokens routed, d_ff)
-            assert per_expert[e]["tokens"] == rows.size
-            assert per_expert[e]["mean_inactive_fraction"] == pytest.approx(
-                float((pre <= 0).mean()), abs=1e-12)
+    check_relu_stats(cli, case, MOE_LAYERS[case], 8,
+                     lambda i, e, x: x @ _experts_of(case, i)[e][0].T)
 
 
 def test_the_fused_fixture_is_fused():

@@ -102,7 +102,8 @@ def _check_cuts(layers, sparse: dict, rtol: float) -> None:
 
 
 @pytest.mark.parametrize("case", ["gpt2", "llama",  # and the mixtures of experts (issue 42)
-                                  "qwen2_moe", "qwen3_moe", "olmoe"])
+                                  "qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss",
+                                  "llama4_text"])
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 def test_dense_perplexity_is_pytorchs(case, protocol):
     want = _expected(case)["float32"]["dense"][protocol]

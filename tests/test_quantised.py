@@ -327,8 +327,8 @@ def test_fuzz_dequantising_any_packed_shapes(tmp_path, awq, bits, n_in, out, gro
 # quantization_config in the config.json beside the weights (issue 20: an unknown method's
 # tensors were counted as buffers, a mismatch; exit 0 for a model type no reader knows)
 
-_READ = "ffncli reads the weights of 'gptq', 'awq', 'bitsandbytes' (without --weights, params " \
-    "counts the config's spec)"
+_READ = "ffncli reads the weights of 'gptq', 'awq', 'bitsandbytes', 'mxfp4' (without --weights, " \
+    "params counts the config's spec)"
 QUANT_CONFIGS = {
     "fp8": ({"quant_method": "fp8", "weight_block_size": [128, 128]},
             f"quant_method 'fp8' is not read; {_READ}"),

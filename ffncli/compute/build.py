@@ -74,6 +74,21 @@ ROUTING: dict[str, Callable[[Keys], Routing]] = {
     "qwen2_moe": _softmax_top_k, "qwen3_moe": _softmax_top_k, "olmoe": _softmax_top_k,
     "deepseek_v3": _sigmoid_grouped(8, 4, 2.5), "glm4_moe": _sigmoid_grouped(1, 1, 1.0),
     "deepseek_v2": _deepseek_v2}
+# gpt-oss: a softmax over the chosen logits; Llama 4: top-k sigmoid scores, not renormalised,
+# multiplying the expert's input
+ROUTING |= {"gpt_oss": lambda keys: Routing(over_chosen=True),
+            "llama4_text": lambda keys: Routing(score="sigmoid", renormalise=False,
+                                                scales_input=True)}
+
+
+def activation(spec: ModelSpec, settings: Keys | None = None) -> Activation:
+    """The spec's activation; gpt-oss's clamped SwiGLU (its swiglu_alpha as Swish's beta,
+    swiglu_limit; GptOssConfig's 1.702 and 7 when the config says nothing)."""
+    if spec.family != "gpt_oss":
+        return Activation(spec.ffn.activation, spec.ffn.beta)
+    keys = settings or Keys({}, spec.name)
+    return Activation("silu", keys.number("swiglu_alpha", 1.702),
+                      keys.number("swiglu_limit", 7.0))
 
 
 def routing_rule(spec: ModelSpec, settings: Keys | None = None) -> Routing:
@@ -164,7 +179,8 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
         raise InputError(f"layer {layer}: random and .npz weights are one FFN (layer 0); a "
                          "layer picks one of a checkpoint")
     check_runnable(spec, not one_ffn(weights))
-    rule = routing_rule(spec, settings or _routing_keys(spec, weights, tensors))
+    settings = settings or _routing_keys(spec, weights, tensors)
+    rule = routing_rule(spec, settings)
     if weights is None:
         params = W.random_weights(spec, dtype, max_memory, names, rule)
         source = f"random: normal(0, {spec.init.std:g}), seed {spec.init.seed}"
@@ -182,8 +198,7 @@ def build_model(spec: ModelSpec, weights: Path | None, layer: int, dtype: np.dty
         raise InputError(f"{weights_name}: expected a .npz, .safetensors or .gguf file, an "
                          f"index (.json) or a model folder, got {weights}")
     rows = chunk_tokens or _fitting_chunk(spec, dtype, names)
-    act = Activation(spec.ffn.activation, spec.ffn.beta)
-    return Model(spec, Engine(params, act, rows), source)
+    return Model(spec, Engine(params, activation(spec, settings), rows), source)
 
 
 def _fitting_chunk(spec: ModelSpec, dtype: np.dtype, names: Sizing = LIBRARY_SIZING) -> int:

@@ -125,6 +125,8 @@ def activate_inplace(h: Array, act: Activation | str) -> None:
     """The engine's activation on ``h``, overwriting it (scratch allocated here)."""
     act = as_activation(act)
     fn, scratch = _INPLACE[act.name]
+    if act.limit is not None:
+        np.minimum(h, act.limit, out=h)
     fn(h, [np.empty_like(h) for _ in range(scratch)], act.beta)
 
 # ---------------------------------------------------------------------------------------------
@@ -278,6 +280,7 @@ class Engine:
             up_out = self._buffer(f"up/{f}", rows, f)
         u = np.matmul(x, v, out=up_out) if v is not None else None
         before, after, gate = hooks.before, hooks.after, hooks.gate
+        limit = self.act.limit
 
         def part(lo: int, hi: int, worker: int) -> None:  # bias, activation, gate on a block
             hp = h[lo:hi]
@@ -285,10 +288,15 @@ class Engine:
                 np.add(hp, bias, out=hp)
             if before is not None:
                 before(lo, hi, hp, None)
+            if limit is not None:  # gpt-oss: the gate clamped above
+                np.minimum(hp, limit, out=hp)
             self._inplace(hp, self._scratch(worker, hi - lo, f), self.act.beta)
             up = u[lo:hi] if u is not None else None
             if up is not None and up_bias is not None:
                 np.add(up, up_bias, out=up)
+            if up is not None and limit is not None:  # and the up clamped, plus 1
+                np.clip(up, -limit, limit, out=up)
+                np.add(up, 1, out=up)
             if after is not None:
                 after(lo, hi, hp, up)
             if up is not None:

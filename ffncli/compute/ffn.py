@@ -74,17 +74,28 @@ assert tuple(_FORMULAS) == ACTIVATIONS, "spec.ACTIVATIONS and the formulas disag
 @dataclass(frozen=True)
 class Activation:
     """An activation resolved once: its name (one of ``spec.ACTIVATIONS``) and Swish's beta.
-    Calling it applies the plain formula; the engine looks up its in-place version by name."""
+    Calling it applies the plain formula; the engine looks up its in-place version by name.
+    ``limit``: gpt-oss's clamped SwiGLU (silu with beta = its alpha 1.702): the gate clamped
+    to at most ``limit`` before the activation, the up projection to [-limit, limit] and
+    then 1 added (:meth:`up`)."""
 
     name: str
     beta: float = 1.0
+    limit: float | None = None
 
     def __post_init__(self) -> None:
         if self.name not in _FORMULAS:
             raise ValueError(f"unknown activation {self.name!r}; known: {', '.join(ACTIVATIONS)}")
 
     def __call__(self, x: Array) -> Array:
+        if self.limit is not None:
+            x = np.minimum(x, self.limit)
         return _FORMULAS[self.name](x, self.beta)
+
+    def up(self, u: Array) -> Array:
+        """The up projection as the activated gate multiplies it: ``u``, or with ``limit``
+        clamp(u, -limit, limit) + 1 (gpt-oss)."""
+        return u if self.limit is None else np.clip(u, -self.limit, self.limit) + 1
 
 
 def as_activation(act: Activation | str) -> Activation:
@@ -248,7 +259,8 @@ def dense_ffn(x: Array, p: DenseWeights, act: Activation | str) -> Array:
 
 
 def gated_ffn(x: Array, p: GatedWeights, act: Activation | str) -> Array:
-    h = as_activation(act)(_affine(x, p.w, p.b)) * _affine(x, p.v, p.c)  # (n, d_ff)
+    act = as_activation(act)
+    h = act(_affine(x, p.w, p.b)) * act.up(_affine(x, p.v, p.c))  # (n, d_ff)
     return _affine(h, p.w2, p.b2)  # (n, d_ff) -> (n, d_model)
 
 

@@ -88,6 +88,7 @@ def gate_and_up(x: Array, p: DenseWeights | GatedWeights, engine: Engine, up: bo
         u = x @ p.v if up else None
         if u is not None and p.c is not None:
             u += p.c
+        u = None if u is None else engine.act.up(u)  # gpt-oss's clamp and + 1
     else:
         a, u = x @ p.w1, None
         if p.b1 is not None:

@@ -276,6 +276,9 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
         arrays = {ours: checked(source, stem + ".weight" if gguf_names else ours,
                                 stacks[ours][e].T, shape_of(ours, f), dtype)
                   for ours, stem in stacked_names.items()}
+        for ours, bias in biases.items():  # gpt-oss's, (experts, width) each
+            arrays[BIAS_OF[ours]] = checked(source, BIAS_OF[ours], bias[e],
+                                            (d if ours == "w2" else f,), dtype, finite)
         return assemble(source, spec, dtype, arrays.get, ffn=ffn)
 
     def stacked(name: str, rows: int, cols: int) -> np.ndarray:
@@ -287,6 +290,22 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
                                f"shape {(rows, cols)}, got shape {stack.shape}")
         return stack
 
+    def fused_stack(key: str, rows: int, cols: int) -> np.ndarray:
+        """A fused (experts, rows, cols) stack, [out, in] each: as stored, turned from
+        [experts, in, out] (gpt-oss, Llama 4), or dequantised from MXFP4 (gpt-oss as
+        published, whose blocks are [out, in])."""
+        stem = layout.fused[key].format(i=layer)  # type: ignore[index]  # fused: checked
+        packed = tensors.mxfp4(stem)
+        if packed is not None:
+            if packed.ndim != 3 or packed.shape[0] != ffn.experts:
+                raise WeightsError(f"{source}: '{stem}' (MXFP4): expected {ffn.experts} "
+                                   f"experts of shape {(rows, cols)}, got shape {packed.shape}")
+            if finite:
+                refuse_nonfinite(source, f"the MXFP4 tensor '{stem}', dequantised,", packed)
+            return packed
+        stack = stacked(stem, rows, cols)
+        return stack.swapaxes(1, 2) if layout.fused_in_out else stack
+
     if layout.router is None:
         return one(layout.names, 0, f, ffn)
     router_name = layout.router.format(i=layer) + ".weight"
@@ -294,15 +313,32 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
     assert router is not None  # required
     router = checked(source, router_name if gguf_names else "router", router, (d, ffn.experts),
                      dtype)
+    router_bias = read(layout.router.format(i=layer) + ".bias", required=False) \
+        if ffn.router_bias else None
+    if router_bias is not None:
+        router_bias = checked(source, "router_bias", router_bias, (ffn.experts,), dtype)
     stacked_names = {ours: stem.format(i=layer, e=0) for ours, stem in layout.names.items()}
+    biases: dict[str, np.ndarray] = {}
     if layout.stacked:  # GGUF: (experts, out, in) each
         stacks = {ours: stacked(stem + ".weight", *shape_of(ours, f)[::-1])
                   for ours, stem in stacked_names.items()}
         experts = tuple(from_stacks(stacks, e) for e in range(ffn.experts))
-    elif layout.fused is not None and tensors.find(layout.fused["gate_up"].format(i=layer)):
-        gate_up = stacked(layout.fused["gate_up"].format(i=layer), 2 * f, d)  # transformers 5
-        down = stacked(layout.fused["w2"].format(i=layer), d, f)
-        stacks = {"w": gate_up[:, :f], "v": gate_up[:, f:], "w2": down}  # gate rows, up rows
+    elif layout.fused is not None and (tensors.find(layout.fused["gate_up"].format(i=layer))
+                                       or tensors.find(layout.fused["gate_up"].format(i=layer)
+                                                       + "_blocks")):
+        gate_up = fused_stack("gate_up", 2 * f, d)  # transformers 5
+        down = fused_stack("w2", d, f)
+        gates, ups = (slice(0, None, 2), slice(1, None, 2)) if layout.fused_interleaved else \
+            (slice(0, f), slice(f, None))
+        stacks = {"w": gate_up[:, gates], "v": gate_up[:, ups], "w2": down}  # gate, up rows
+        for ours, key in (("w", "gate_up"), ("w2", "w2")):
+            name = tensors.find(layout.fused[key].format(i=layer) + "_bias")
+            if name is not None:  # (experts, width): read as stored
+                bias = tensors.read(name)
+                if ours == "w":
+                    biases["v"] = bias[:, ups]
+                    bias = bias[:, gates]
+                biases[ours] = bias
         stacked_names = {ours: layout.fused["w2" if ours == "w2" else "gate_up"].format(i=layer)
                          for ours in stacks}
         experts = tuple(from_stacks(stacks, e) for e in range(ffn.experts))
@@ -317,7 +353,7 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
         assert gate is not None  # required
         shared_gate = checked(source, name if gguf_names else "shared_gate", gate, (d, 1),
                               dtype)[:, 0]
-    return MoEWeights(router, None, experts, ffn.top_k, ffn.capacity_factor,
+    return MoEWeights(router, router_bias, experts, ffn.top_k, ffn.capacity_factor,
                       rule=rule or Routing(), shared=shared, shared_gate=shared_gate)
 
 

@@ -36,10 +36,16 @@ _HEAD_SEGMENTS = ("head", "lm_head", "embed_out", "cls", "vocab_transform", "voc
                   "discriminator_predictions")
 
 
+def mxfp4_params(info: TensorInfo) -> int:
+    """The parameters an MXFP4 ``*_blocks`` tensor (uint8, two 4-bit values a byte: gpt-oss's
+    experts) holds; 0 for any other tensor (its ``*_scales`` are a buffer)."""
+    return 2 * info.numel if info.dtype == "U8" and info.name.endswith("_blocks") else 0
+
+
 def is_buffer(info: TensorInfo) -> bool:
     """Integer tensors and known non-trainable buffers (causal masks, rotary frequencies)."""
     if info.dtype in INT_DTYPES:
-        return True
+        return not mxfp4_params(info)
     leaf = info.name.rsplit(".", 1)[-1]
     if leaf in _BUFFER_LEAVES:
         return ".moe_statics." not in info.name
@@ -136,11 +142,12 @@ def count_file(header: Header) -> FileCount:
             buffers.append(info)
             continue
         group = group_of(info.name)
-        groups[group] += info.numel
+        numel = mxfp4_params(info) or info.numel
+        groups[group] += numel
         if group == "other":
             unplaced.append(info.name)
         elif group == "ffn":
-            ffn.append((info.name, info.numel))
+            ffn.append((info.name, numel))
     return FileCount(groups, tuple(buffers), tuple(unplaced), _ffn_parts(ffn))
 
 

@@ -35,7 +35,7 @@ class Linear:
 
 
 # transformers' quantization_config.quant_method of the layouts read here (QuantizationMethod)
-QUANT_METHODS = ("gptq", "awq", "bitsandbytes")
+QUANT_METHODS = ("gptq", "awq", "bitsandbytes", "mxfp4")
 
 
 def check_quant_method(config: Any, source: str, words: Words = PARAMETERS) -> None:
@@ -160,13 +160,17 @@ def runnable(lin: Linear) -> bool:
     return (lin.scheme.startswith("GPTQ") and lin.bits in (2, 4, 8)) or lin.scheme == "AWQ 4-bit"
 
 
-def _ints(header: Header, info: TensorInfo, file: BinaryIO | None) -> np.ndarray:
-    """An int32 tensor's bytes, as unsigned 32-bit words in its shape."""
+def _ints(header: Header, info: TensorInfo, file: BinaryIO | None,
+          kind: str = "I32") -> np.ndarray:
+    """An int32 tensor's bytes, as unsigned 32-bit words in its shape (``kind`` U8: a uint8
+    tensor's bytes, MXFP4's)."""
     import numpy as np
 
-    if info.dtype != "I32":
-        raise WeightsError(f"{header.path}: tensor '{info.name}': expected dtype I32 (GPTQ and "
-                           f"AWQ store packed words and g_idx as int32), got {info.dtype}")
+    if info.dtype != kind:
+        stores = "GPTQ and AWQ store packed words and g_idx as int32" if kind == "I32" else \
+            "MXFP4 stores its blocks and scales as uint8"
+        raise WeightsError(f"{header.path}: tensor '{info.name}': expected dtype {kind} "
+                           f"({stores}), got {info.dtype}")
 
     data = bytearray(info.end - info.start)
     with kept_or_opened(file, header.path, "weights file", WeightsError) as f:
@@ -174,7 +178,12 @@ def _ints(header: Header, info: TensorInfo, file: BinaryIO | None) -> np.ndarray
     if got != len(data):
         raise WeightsError(f"{header.path}: tensor '{info.name}': the file ends inside its "
                            "bytes; was it cut short?")
-    return np.frombuffer(data, dtype="<u4").reshape(info.shape)
+    return np.frombuffer(data, dtype="<u4" if kind == "I32" else "u1").reshape(info.shape)
+
+
+def uint8s(header: Header, info: TensorInfo, file: BinaryIO | None = None) -> np.ndarray:
+    """A uint8 tensor's bytes in its shape (MXFP4's blocks and scales)."""
+    return _ints(header, info, file, "U8")
 
 
 def _unpack(words: np.ndarray, bits: int, axis: int) -> np.ndarray:

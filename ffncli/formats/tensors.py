@@ -62,6 +62,11 @@ class Tensors:
     def dequantised(self, linear: Linear) -> np.ndarray:
         raise NotImplementedError
 
+    def mxfp4(self, stem: str) -> np.ndarray | None:
+        """The tensor ``stem`` stored in MXFP4 (``stem_blocks``, ``stem_scales``: gpt-oss's
+        experts), dequantised to float32 in its logical shape; None when not stored so."""
+        return None
+
     def close(self) -> None:
         pass
 
@@ -169,6 +174,16 @@ class SafetensorsTensors(Tensors):
     def dequantised(self, linear: Linear) -> np.ndarray:
         return quantised.dequantised(self.checkpoint.header(self.path), linear,
                                      file=self._file(self.path))
+
+    def mxfp4(self, stem: str) -> np.ndarray | None:
+        blocks, scales = self.find(stem + "_blocks"), self.find(stem + "_scales")
+        if blocks is None or scales is None:
+            return None
+        from ffncli.formats.mxfp4 import dequantise
+
+        codes, powers = (quantised.uint8s(header, info, self._file(header.path))
+                         for header, info in map(self.checkpoint.tensor, (blocks, scales)))
+        return dequantise(codes, powers, f"{self.path}: tensor '{blocks}'")
 
     def close(self) -> None:
         """Close the files (a later read opens its file again, to be closed again)."""

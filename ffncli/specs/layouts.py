@@ -21,6 +21,10 @@ class Layout:
     # transformers 5's experts as it holds them, when a checkpoint has them so: "gate_up" ->
     # [experts, 2 d_ff, d_model] (gate rows, then up rows), "w2" -> [experts, d_model, d_ff]
     fused: dict[str, str] | None = None
+    # the fused stacks [experts, in, out] instead (gpt-oss, Llama 4), gate and up columns
+    # alternating (gpt-oss) rather than halves; biases, where stored, beside them ("<stem>_bias")
+    fused_in_out: bool = False
+    fused_interleaved: bool = False
     shared: dict[str, str] | None = None  # the shared experts, one FFN: w, v, w2 stems
     shared_gate: str | None = None  # Qwen2-MoE: sigmoid(x g) on the shared output, g [1, d_model]
     dense: Layout | None = None  # a mixture's dense layers (Qwen's mlp_only_layers, DeepSeek's)
@@ -110,3 +114,29 @@ PADDED_POSITIONS = "positions after the padding index"  # RoBERTa
 GEMMA_NORMS = "embeddings scaled by sqrt(d_model), norms by (1 + weight)"
 SLIDING_WINDOW = "a sliding window when the config sets one"  # Mistral, Mixtral
 QWEN_SLIDING_WINDOW = "sliding windows on the layers use_sliding_window names"  # Qwen2, Qwen3
+
+# gpt-oss: experts fused [experts, in, out] with gate and up columns alternating and biases,
+# a router with a bias (mlp.router). Llama 4's text model: under feed_forward, the experts
+# fused [experts, in, out] (gate half, up half), the router, one shared expert; dense layers
+# (off interleave_moe_layer_step) LLaMA's gated FFN.
+GPT_OSS_FFN = Layout({"w": "layers.{i}.mlp.experts.{e}.gate_proj",
+                      "v": "layers.{i}.mlp.experts.{e}.up_proj",
+                      "w2": "layers.{i}.mlp.experts.{e}.down_proj"},
+                     router="layers.{i}.mlp.router",
+                     fused={"gate_up": "layers.{i}.mlp.experts.gate_up_proj",
+                            "w2": "layers.{i}.mlp.experts.down_proj"},
+                     fused_in_out=True, fused_interleaved=True)
+LLAMA4_FFN = Layout({"w": "layers.{i}.feed_forward.experts.{e}.gate_proj",
+                     "v": "layers.{i}.feed_forward.experts.{e}.up_proj",
+                     "w2": "layers.{i}.feed_forward.experts.{e}.down_proj"},
+                    router="layers.{i}.feed_forward.router",
+                    fused={"gate_up": "layers.{i}.feed_forward.experts.gate_up_proj",
+                           "w2": "layers.{i}.feed_forward.experts.down_proj"},
+                    fused_in_out=True,
+                    shared={"w": "layers.{i}.feed_forward.shared_expert.gate_proj",
+                            "v": "layers.{i}.feed_forward.shared_expert.up_proj",
+                            "w2": "layers.{i}.feed_forward.shared_expert.down_proj"},
+                    dense=Layout({"w": "layers.{i}.feed_forward.gate_proj",
+                                  "v": "layers.{i}.feed_forward.up_proj",
+                                  "w2": "layers.{i}.feed_forward.down_proj"}))
+GPT_OSS_NAMES = {**LLAMA_NAMES, "sinks": "layers.{i}.self_attn.sinks"}

@@ -28,7 +28,10 @@ from ffncli.specs.layouts import (
     GEMMA_NORMS,
     GGUF_LLAMA_NAMES,
     GPT2_NAMES,
+    GPT_OSS_FFN,
+    GPT_OSS_NAMES,
     H_TO_4H_FFN,
+    LLAMA4_FFN,
     LLAMA_FFN,
     LLAMA_NAMES,
     MIXTRAL_FFN,
@@ -215,8 +218,8 @@ ARCHS: dict[str, Arch] = {
     "gemma3": Arch(multimodal("gemma3_text")),
     "glm4_moe": Arch(read("moe_family.glm4_moe_spec"), not_run="shared experts, a dense first "
                      "layer and grouped sigmoid routing", gguf="glm4moe"),
-    "llama4_text": Arch(read("moe_family.llama4_text_spec"),
-                        not_run="a shared expert and sigmoid routing", gguf="llama4"),
+    "llama4_text": Arch(read("moe_family.llama4_text_spec"), LLAMA4_FFN, forward="llama4",
+                        names=LLAMA_NAMES, gguf="llama4"),
     "llama4": Arch(multimodal("llama4_text")),
     "qwen3_next": Arch(read("ssm_family.qwen3_next_spec"), not_run="a gated shared expert",
                        gguf="qwen3next"),
@@ -289,8 +292,8 @@ ARCHS: dict[str, Arch] = {
     "minimax_m2": Arch(read("moe_family.minimax_m2_spec"), not_run="sigmoid routing with a "
                        "score-correction bias", gguf="minimax-m2"),
     "smollm3": Arch(read("llama_family.patterned", family="smollm3"), LLAMA_FFN, gguf="smollm3"),
-    "gpt_oss": Arch(read("moe_family.gpt_oss_spec"), not_run="experts with clamped SwiGLU "
-                    "(alpha 1.702, limit 7) and biases", gguf="gpt-oss"),
+    "gpt_oss": Arch(read("moe_family.gpt_oss_spec"), GPT_OSS_FFN, forward="gpt_oss",
+                    names=GPT_OSS_NAMES, gguf="gpt-oss"),
     # latent-attention variants (issue 40, readers/latent.py)
     "minicpm3": Arch(read("latent.dense_latent_spec", family="minicpm3"), LLAMA_FFN,
                      gguf="minicpm3"),

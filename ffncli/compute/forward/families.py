@@ -231,10 +231,15 @@ class LlamaLike(Transformer):
         self.eps = settings.number("rms_norm_eps", self.default_eps)
         self.vocab = self._table_rows(self.names["embed"])
         self.max_positions = spec.seq_len
-        self.rope = Rope(rope_frequencies(settings, self.head_dim, self.default_theta))
+        self.rope = self._rope()
         self.qk_norm = spec.attention is not None and spec.attention.qk_norm == "head"
         self.clip: float | None = None  # OLMoE's clip_qkv
         self.norm = self._norm(self.names["norm"])
+
+    def _rope(self) -> Rope:
+        """The rotation of every layer, whole heads unscaled (a family with YaRN or partial
+        rotation builds ops.rotary)."""
+        return Rope(rope_frequencies(self.settings, self.head_dim, self.default_theta))
 
     def _norm(self, name: str) -> Norm:
         w = self._need(name, (self.d_model,))
@@ -275,13 +280,17 @@ class LlamaLike(Transformer):
             k = (unpermute(k[0], nkv), None if k[1] is None else unpermute(k[1], nkv))
         wqkv, bqkv = self._fused([q, k, v])
         wo, bo = self._linear(self.names["o"].format(i=i), d, nq * hd, att.out_bias)
-        q_norm, k_norm = self._qk_norms(i)
         attention = Attention(wqkv, bqkv, wo.T, bo, nq, nkv, hd, 1 / math.sqrt(hd),
-                              causal=True, window=self.window(i), rope=self.rope,
-                              q_norm=q_norm, k_norm=k_norm, qk_eps=self.eps, clip=self.clip)
+                              causal=True, **self._kinds(i))
         norm1 = self._norm(self.names["attn_norm"].format(i=i))
         norm2 = self._norm(self.names["ffn_norm"].format(i=i))
         return Block(self._engine(i), attention, norm1, norm2, False, self.scratch)
+
+    def _kinds(self, i: int) -> dict[str, Any]:
+        """Layer i's attention's fields beyond the projections (:class:`Attention`'s kinds)."""
+        q_norm, k_norm = self._qk_norms(i)
+        return dict(window=self.window(i), rope=self.rope, q_norm=q_norm, k_norm=k_norm,
+                    qk_eps=self.eps, clip=self.clip)
 
     def _qk_norms(self, i: int) -> tuple[Array | None, Array | None]:
         """Qwen3's norms of each query and key head (head_dim each), when it has them."""
@@ -341,6 +350,8 @@ class Olmoe(Mixture):
 FAMILIES: dict[str, type[Transformer]] = {"bert": BertLike, "distilbert": DistilBert,
                                           "electra": Electra, "gpt2": Gpt2, "llama": LlamaLike,
                                           "mixtral": Mixtral, "moe": Mixture, "olmoe": Olmoe}
+# gpt-oss and Llama 4 (ffncli.compute.forward.gpt_oss, .llama4) subclass Mixture in modules of
+# their own, which add themselves here; the package imports them.
 
 
 def _no_forward(source: str, what: str) -> SpecError:

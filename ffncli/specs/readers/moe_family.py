@@ -135,7 +135,8 @@ def llama4_text_spec(c: Config) -> ModelSpec:
                        shared_d_ff=c.int("intermediate_size"))
     n = spec.layers.decoder
     dense = _dense_ffn(c, key="intermediate_size_mlp")
-    moe_layers = set(c.ints("moe_layers") or range(n))
+    step = c.int("interleave_moe_layer_step", 1)
+    moe_layers = set(c.ints("moe_layers") or range(step - 1, n, step))
     ffns = [experts if i in moe_layers else dense for i in range(n)]
     return with_pattern(replace(spec, ffn=experts), c, layer_mixers(c, n), ffns)
 
