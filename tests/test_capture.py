@@ -334,7 +334,7 @@ def test_an_architecture_without_a_forward(cli, tmp_path):
                                   "whole-model forward; these do: gpt2, bert, roberta, "
                                   "distilbert, llama, mistral, mixtral, qwen2, gemma, qwen3, "
                                   "qwen3_moe, qwen2_moe, xlm-roberta, electra, olmoe (GGUF: "
-                                  "llama)\n")
+                                  "llama, qwen3moe)\n")
     assert not (tmp_path / "o").exists()
 
 

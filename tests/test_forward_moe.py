@@ -1,7 +1,8 @@
 """The mixtures of experts of issue 42 in the whole-model forward against transformers 5.25:
 Qwen2-MoE (a shared expert behind a sigmoid gate, weights not renormalised, a dense first
-layer), Qwen3-MoE (renormalised, a dense first layer, experts saved fused as 3-D tensors) and
-OLMoE (Q and K norms over the whole projection, clip_qkv). tests/data/forward/<case>/expected.npz
+layer), Qwen3-MoE (renormalised, a dense first layer, experts saved fused as 3-D tensors; and
+with decoder_sparse_step 2, a dense layer after a sparse one) and OLMoE (Q and K norms over the
+whole projection, clip_qkv). tests/data/forward/<case>/expected.npz
 holds every layer's FFN input, the final states, and each MoE layer's router outputs as
 transformers' router module returned them (router{N} logits, chosen{N}, weights{N}); made by
 tests/fixtures/make_forward.py, never importing torch here."""
@@ -22,9 +23,11 @@ from ffncli.compute.forward.walk import hidden_states
 from ffncli.jobs.resolve import resolve_spec
 
 FORWARD = Path(__file__).parent / "data" / "forward"
-CASES = ["qwen2_moe", "qwen3_moe", "olmoe"]
+CASES = ["qwen2_moe", "qwen3_moe", "olmoe", "qwen3_moe-step", "qwen3_moe-all"]
+FAMILIES = CASES[:3]
 REL = 1e-4  # the tolerance the other families meet (test_forward.assert_close)
-MOE_LAYERS = {"qwen2_moe": [1, 2], "qwen3_moe": [1, 2], "olmoe": [0, 1, 2]}
+MOE_LAYERS = {"qwen2_moe": [1, 2], "qwen3_moe": [1, 2], "olmoe": [0, 1, 2],
+              "qwen3_moe-step": [1], "qwen3_moe-all": [0, 1, 2]}
 
 
 def load(case: str):
@@ -76,9 +79,12 @@ def test_router_outputs_match_transformers(case):
 
 @pytest.mark.parametrize("case,layer,kind", [
     ("qwen2_moe", 0, F.GatedWeights), ("qwen3_moe", 0, F.GatedWeights),
-    ("olmoe", 0, F.MoEWeights), ("qwen2_moe", 2, F.MoEWeights)])
+    ("olmoe", 0, F.MoEWeights), ("qwen2_moe", 2, F.MoEWeights),
+    ("qwen3_moe-step", 0, F.GatedWeights), ("qwen3_moe-step", 1, F.MoEWeights),
+    ("qwen3_moe-step", 2, F.GatedWeights)])
 def test_dense_layers_are_dense(case, layer, kind):
-    """mlp_only_layers [0]: layer 0 of the Qwen cases is a gated FFN of intermediate_size."""
+    """mlp_only_layers [0]: layer 0 of the Qwen cases is a gated FFN of intermediate_size;
+    decoder_sparse_step 2: layers 0 and 2 (a dense layer after a sparse one)."""
     with load(case) as model:
         p = model.layer(layer).engine.weights
     assert isinstance(p, kind)
@@ -90,7 +96,7 @@ def test_the_config_says_how_to_route():
     """norm_topk_prob, as the config says (Qwen3-MoE's fixture: true; the others false);
     Qwen2-MoE's shared expert and its gate are read, the others have none."""
     rules = {}
-    for case in CASES:
+    for case in FAMILIES:
         with load(case) as model:
             p = model.layer(2).engine.weights
             rules[case] = p.describe()
@@ -177,13 +183,14 @@ def _oracle_ffn(case: str, layer: int) -> np.ndarray:
 
 @pytest.mark.parametrize("case", CASES)
 def test_run_a_layer_on_transformers_input(cli, tmp_path, case):
-    """run --input (transformers' FFN input of the last layer) --layer 2: the output is the
-    sum over transformers' chosen experts with transformers' weights."""
-    np.save(tmp_path / "x.npy", expected(case)["layer2"])
-    r = cli("run", "--weights", FORWARD / case, "--layer", "2", "--input", tmp_path / "x.npy",
-            "--json")
+    """run --input (transformers' FFN input of the last MoE layer) --layer N: the output is
+    the sum over transformers' chosen experts with transformers' weights."""
+    i = MOE_LAYERS[case][-1]
+    np.save(tmp_path / "x.npy", expected(case)[f"layer{i}"])
+    r = cli("run", "--weights", FORWARD / case, "--layer", str(i), "--input",
+            tmp_path / "x.npy", "--json")
     assert r.code == 0, r.err
-    close(np.array(r.json()["output"]), _oracle_ffn(case, 2), f"{case} run")
+    close(np.array(r.json()["output"]), _oracle_ffn(case, i), f"{case} run")
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -229,3 +236,164 @@ def test_the_fused_fixture_is_fused():
     names = json.loads(header[8:8 + int.from_bytes(header[:8], "little")])
     assert "model.layers.1.mlp.experts.gate_up_proj" in names
     assert not any(".experts.0." in n for n in names)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad checkpoints and configs: one line, exit 2.
+
+
+def _edited(tmp_path: Path, case: str, config: dict | None = None, drop: str | None = None,
+            tensors: dict[str, np.ndarray] | None = None) -> Path:
+    st = pytest.importorskip("safetensors.numpy")
+    folder = tmp_path / case
+    folder.mkdir()
+    settings = json.loads((FORWARD / case / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**settings, **(config or {})}))
+    weights = st.load_file(str(FORWARD / case / "model.safetensors"))
+    weights = {k: v for k, v in weights.items() if k != drop}
+    st.save_file({**weights, **(tensors or {})}, str(folder / "model.safetensors"))
+    return folder
+
+
+L1 = "model.layers.1.mlp"
+HOSTILE = [
+    ("qwen3_moe", None, f"{L1}.experts.down_proj", None,
+     "{w}/model.safetensors: no tensor 'layers.1.mlp.experts.down_proj' for layer 1 (the file "
+     "has layers 0-2)"),
+    ("qwen3_moe", None, None, {f"{L1}.experts.gate_up_proj": np.zeros((7, 32, 32), np.float32)},
+     "{w}/model.safetensors: 'layers.1.mlp.experts.gate_up_proj': expected 8 experts of shape "
+     "(32, 32), got shape (7, 32, 32)"),
+    ("qwen2_moe", None, f"{L1}.shared_expert_gate.weight", None,
+     "{w}/model.safetensors: no tensor 'layers.1.mlp.shared_expert_gate.weight' for layer 1 "
+     "(the file has layers 0-2)"),
+    ("qwen2_moe", None, None, {f"{L1}.shared_expert_gate.weight": np.zeros((2, 32), np.float32)},
+     "{w}/model.safetensors: 'shared_gate': expected shape (32, 1), got (32, 2)"),
+    ("qwen3_moe", {"norm_topk_prob": "yes"}, None, None,
+     "{w}/config.json: key 'norm_topk_prob': expected true or false, got 'yes'"),
+    ("olmoe", {"clip_qkv": -1}, None, None,
+     "{w}/config.json: key 'clip_qkv': expected a positive number, got -1"),
+]
+
+
+@pytest.mark.parametrize("case,config,drop,tensors,message", HOSTILE)
+def test_bad_mixtures_are_one_line(cli, tmp_path, case, config, drop, tensors, message):
+    folder = _edited(tmp_path, case, config, drop, tensors)
+    (tmp_path / "ids.txt").write_text("1 2 3\n")
+    r = cli("capture", "--weights", folder, "--ids", tmp_path / "ids.txt", "--out",
+            tmp_path / "out", "--layer", "1")
+    assert (r.code, r.err) == (2, f"error: {message.format(w=folder)}\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# A GGUF file of qwen3moe, written with the gguf package from the all-MoE fixture.
+
+
+def qwen3moe_gguf(path: Path, case: str = "qwen3_moe-all") -> Path:
+    """The fixture's tensors under llama.cpp's names (convert_hf_to_gguf.py's Qwen3MoeModel: no
+    Q/K reordering, the experts stacked [experts, out, in]) and its metadata keys, float32."""
+    gguf = pytest.importorskip("gguf")
+    st = pytest.importorskip("safetensors.numpy")
+    c = json.loads((FORWARD / case / "config.json").read_text())
+    t = st.load_file(str(FORWARD / case / "model.safetensors"))
+    arch, n, e = "qwen3moe", c["num_hidden_layers"], c["num_local_experts"]  # as 5.25 writes it
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in {"block_count": n, "context_length": c["max_position_embeddings"],
+                       "embedding_length": c["hidden_size"],
+                       "feed_forward_length": c["intermediate_size"],
+                       "attention.head_count": c["num_attention_heads"],
+                       "attention.head_count_kv": c["num_key_value_heads"],
+                       "attention.key_length": c["head_dim"],
+                       "attention.value_length": c["head_dim"], "expert_count": e,
+                       "expert_used_count": c["num_experts_per_tok"],
+                       "expert_feed_forward_length": c["moe_intermediate_size"]}.items():
+        w.add_uint32(f"{arch}.{key}", value)
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", c["rms_norm_eps"])
+    w.add_float32(f"{arch}.rope.freq_base", c["rope_theta"])
+    w.add_token_list([f"t{i}" for i in range(c["vocab_size"])])
+    w.add_tensor("token_embd.weight", t["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", t["model.norm.weight"])
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+             "mlp.gate": "ffn_gate_inp"}
+    for i in range(n):
+        for ours, theirs in names.items():
+            w.add_tensor(f"blk.{i}.{theirs}.weight", t[f"model.layers.{i}.{ours}.weight"])
+        for m in ("gate", "up", "down"):
+            w.add_tensor(f"blk.{i}.ffn_{m}_exps.weight", np.stack([
+                t[f"model.layers.{i}.mlp.experts.{x}.{m}_proj.weight"] for x in range(e)]))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_a_qwen3moe_gguf_runs_as_transformers(tmp_path):
+    """llama.cpp's qwen3moe: its Q and K rows as transformers has them, the top-k weights
+    always renormalised (the architecture says so, not a key), the experts stacked."""
+    path = qwen3moe_gguf(tmp_path / "model.gguf")
+    case = "qwen3_moe-all"
+    want = expected(case)
+    spec = resolve_spec(None, None, weights=path, weights_describe=True)
+    with open_transformer(spec, path, np.dtype(np.float32)) as model:
+        got, final = hidden_states(model, sequences(case), [0, 1, 2])
+        for i in range(3):
+            close(got[i], want[f"layer{i}"], f"gguf layer {i}")
+            p = model.layer(i).engine.weights
+            assert p.describe() == "softmax top-2, renormalised"
+            np.testing.assert_array_equal(F.route(want[f"layer{i}"], p)[0], want[f"chosen{i}"])
+    close(final, want["final"], "gguf final")
+
+
+def test_a_qwen3moe_gguf_through_capture(cli, tmp_path):
+    path = qwen3moe_gguf(tmp_path / "model.gguf")
+    r = cli("capture", "--weights", path, "--ids", FORWARD / "qwen3_moe-all" / "ids.txt",
+            "--out", tmp_path / "out", "--layer", "2")
+    assert r.code == 0, r.err
+    close(np.load(tmp_path / "out" / "layer2.npy"), expected("qwen3_moe-all")["layer2"], "gguf")
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules of the families the forward does not run yet (their attention or their dense
+# layers), read from the config for who routes their inputs.
+
+
+def _rule_of(path: Path, **edits: object) -> F.Routing:
+    from ffncli.base.validate import Keys
+    from ffncli.specs.archs import spec_from_config
+
+    data = {**json.loads(path.read_text()), **edits}
+    return routing_rule(spec_from_config(data, str(path)), Keys(data, str(path)))
+
+
+ZOO = Path(__file__).parent / "data" / "zoo" / "configs"
+V3 = Path(__file__).parent / "data" / "configs" / "deepseek-v3.config.json"
+
+
+@pytest.mark.parametrize("path,edits,rule", [
+    (V3, {}, F.Routing(score="sigmoid", groups=8, top_groups=4, scale=2.5)),
+    (V3, {"norm_topk_prob": False, "routed_scaling_factor": 1.5},
+     F.Routing(score="sigmoid", renormalise=False, groups=8, top_groups=4, scale=1.5)),
+    (ZOO / "glm4_moe.config.json", {}, F.Routing(score="sigmoid")),
+    (ZOO / "deepseek_v2.config.json", {"num_experts_per_tok": 6}, F.Routing(renormalise=False)),
+    (ZOO / "deepseek_v2.config.json", {"num_experts_per_tok": 6, "n_group": 8,
+                                        "topk_group": 3, "topk_method": "group_limited_greedy",
+                                        "routed_scaling_factor": 16.0},
+     F.Routing(renormalise=False, groups=8, top_groups=3, group_score="max", scale=16.0)),
+])
+def test_the_routing_rules_of_deepseek_and_glm_from_their_configs(path, edits, rule):
+    assert _rule_of(path, **edits) == rule
+
+
+@pytest.mark.parametrize("edits,got", [({"n_group": 7}, "7 and 4"),
+                                       ({"topk_group": 9}, "8 and 9")])
+def test_groups_that_do_not_fit_are_refused(edits, got):
+    from ffncli.errors import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        _rule_of(V3, **edits)
+    assert str(exc.value) == (f"{V3}: keys 'n_group' and 'topk_group': expected groups "
+                              f"dividing the 256 experts, at most n_group of them chosen, got "
+                              f"{got}")

@@ -15,7 +15,7 @@ from ffncli.compute import memory
 from ffncli.compute import weights as W
 from ffncli.compute.engine import Engine, default_chunk_tokens
 from ffncli.compute.ffn import Activation, Routing
-from ffncli.errors import InputError, SpecError
+from ffncli.errors import ConfigError, InputError, SpecError
 from ffncli.formats.tensors import Tensors, is_checkpoint, open_tensors
 from ffncli.specs.archs import ffn_layout, not_run
 from ffncli.specs.spec import ModelSpec
@@ -37,19 +37,58 @@ def parse_dtype(name: str, where: str = "dtype") -> np.dtype:
     return np.dtype(DTYPES[name])
 
 
+def _softmax_top_k(keys: Keys) -> Routing:
+    """Qwen2-MoE, Qwen3-MoE, OLMoE: softmax over all, renormalised with norm_topk_prob."""
+    return Routing(renormalise=keys.flag("norm_topk_prob", False))
+
+
+def _sigmoid_grouped(groups: int, top_groups: int, scale: float) -> Callable[[Keys], Routing]:
+    """DeepSeek-V3 and GLM-4.5: sigmoid scores (the score-correction bias added to choose),
+    n_group groups of which topk_group, renormalised with norm_topk_prob, times
+    routed_scaling_factor; the arguments are the config class's defaults."""
+    return lambda keys: Routing(
+        score="sigmoid", renormalise=keys.flag("norm_topk_prob", True),
+        groups=keys.whole("n_group", groups) or groups,
+        top_groups=keys.whole("topk_group", top_groups) or top_groups,
+        scale=keys.number("routed_scaling_factor", scale))
+
+
+def _deepseek_v2(keys: Keys) -> Routing:
+    """DeepSeek-V2: softmax; topk_method group_limited_greedy chooses within the topk_group
+    groups of best single score; times routed_scaling_factor, never renormalised (transformers
+    5.25's router does not read norm_topk_prob)."""
+    scale = keys.number("routed_scaling_factor", 1.0)
+    if keys.text("topk_method", "greedy") != "group_limited_greedy":
+        return Routing(renormalise=False, scale=scale)
+    return Routing(renormalise=False, scale=scale, groups=keys.whole("n_group", 1) or 1,
+                   top_groups=keys.whole("topk_group", 1) or 1, group_score="max")
+
+
 # How each family's router chooses, from its config's keys (missing keys: the defaults of its
-# transformers config class); a family not named routes as Mixtral (softmax top-k,
+# transformers 5.25 config class); a family not named routes as Mixtral (softmax top-k,
 # renormalised).
 ROUTING: dict[str, Callable[[Keys], Routing]] = {
-    family: lambda keys: Routing(renormalise=keys.flag("norm_topk_prob", False))
-    for family in ("qwen2_moe", "qwen3_moe", "olmoe")}
+    "qwen2_moe": _softmax_top_k, "qwen3_moe": _softmax_top_k, "olmoe": _softmax_top_k,
+    "deepseek_v3": _sigmoid_grouped(8, 4, 2.5), "glm4_moe": _sigmoid_grouped(1, 1, 1.0),
+    "deepseek_v2": _deepseek_v2}
 
 
 def routing_rule(spec: ModelSpec, settings: Keys | None = None) -> Routing:
     """How the router of the spec's family chooses, from its config's keys ``settings``
-    (None: the config class's defaults)."""
+    (None: the config class's defaults); groups that do not divide the experts, or more
+    groups chosen than there are, are refused naming the keys."""
     read = ROUTING.get(spec.family)
-    return Routing() if read is None else read(settings or Keys({}, spec.name))
+    keys = settings or Keys({}, spec.name)
+    try:
+        rule = Routing() if read is None else read(keys)
+    except ValueError:
+        rule = None
+    if rule is None or spec.ffn.experts % rule.groups:
+        raise ConfigError(f"{keys.source}: keys 'n_group' and 'topk_group': expected groups "
+                          f"dividing the {spec.ffn.experts} experts, at most n_group of them "
+                          f"chosen, got {keys.data.get('n_group')!r} and "
+                          f"{keys.data.get('topk_group')!r}")
+    return rule
 
 
 def _uncomputed(spec: ModelSpec) -> str | None:

@@ -284,13 +284,19 @@ def qwen_moe(c: Config, layers: int, shared: bool) -> tuple[FfnSpec, int]:
     if shared:
         extra = dict(shared_d_ff=c.int("shared_expert_intermediate_size"), shared_gate=True)
     ffn = _experts(c, "num_experts", "moe_intermediate_size", **extra)
-    step = c.int("decoder_sparse_step", 1)
-    dense_only = set(c.ints("mlp_only_layers"))
-    sparse = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
+    sparse = sum(qwen_sparse_layers(c, layers))
     if sparse == 0:
         raise c.fail("mlp_only_layers", "at least one sparse layer (with decoder_sparse_step "
-                      f"{step}, {layers} layers)")
+                      f"{c.int('decoder_sparse_step', 1)}, {layers} layers)")
     return ffn, layers - sparse
+
+
+def qwen_sparse_layers(c: Config, layers: int) -> list[bool]:
+    """Whether each layer of a Qwen MoE is sparse: not in mlp_only_layers, (i + 1) a multiple of
+    decoder_sparse_step."""
+    step = c.int("decoder_sparse_step", 1)
+    dense_only = set(c.ints("mlp_only_layers"))
+    return [i not in dense_only and (i + 1) % step == 0 for i in range(layers)]
 
 
 def _deepseek_moe(c: Config, layers: int) -> tuple[FfnSpec, int]:

@@ -96,6 +96,13 @@ GGUF_LLAMA_NAMES = {"embed": "token_embd.weight", "norm": "output_norm.weight",
                     "o": "blk.{i}.attn_output", "q_norm": "blk.{i}.attn_q_norm.weight",
                     "k_norm": "blk.{i}.attn_k_norm.weight"}
 
+# GGUF files: the architectures whose Q and K rows llama.cpp's converter reorders (rotated
+# pairs as neighbours), and the config keys an architecture fixes where a config.json would
+# say them (llama.cpp's qwen3moe always renormalises the top-k weights, qwen2moe never).
+GGUF_PERMUTED = frozenset({"llama"})
+GGUF_FIXED_KEYS: dict[str, dict[str, object]] = {"qwen3moe": {"norm_topk_prob": True},
+                                                 "qwen2moe": {"norm_topk_prob": False}}
+
 # The ways a model differs from its forward family.
 PADDED_POSITIONS = "positions after the padding index"  # RoBERTa
 GEMMA_NORMS = "embeddings scaled by sqrt(d_model), norms by (1 + weight)"

@@ -86,7 +86,7 @@ ARCHS: dict[str, Arch] = {
                   gguf="qwen3"),
     "qwen3_moe": Arch(read("moe_family.qwen3_moe_spec", family="qwen3_moe"), QWEN_MOE_FFN,
                       forward="moe", names=LLAMA_NAMES, quirks=frozenset({QWEN_SLIDING_WINDOW}),
-                      gguf="qwen3moe"),
+                      gguf="qwen3moe", gguf_names=GGUF_LLAMA_NAMES),
     "qwen2_moe": Arch(read("moe_family.qwen2_moe_spec"), QWEN_MOE_FFN, forward="moe",
                       names=LLAMA_NAMES, quirks=frozenset({QWEN_SLIDING_WINDOW}),
                       gguf="qwen2moe"),

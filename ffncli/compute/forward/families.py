@@ -30,6 +30,8 @@ from ffncli.formats.safetensors import config_beside
 from ffncli.formats.tensors import GgufTensors, Tensors, open_tensors
 from ffncli.specs.layouts import (
     GEMMA_NORMS,
+    GGUF_FIXED_KEYS,
+    GGUF_PERMUTED,
     PADDED_POSITIONS,
     QWEN_SLIDING_WINDOW,
     SLIDING_WINDOW,
@@ -408,12 +410,15 @@ def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype,
                            "not computed; the forward knows none and linear")
     data: dict[str, Any] = {"model_type": arch, "rms_norm_eps": key(
         "attention.layer_norm_rms_epsilon"), "rope_theta": key("rope.freq_base"),
-        "final_logit_softcapping": key("final_logit_softcapping")}
+        "final_logit_softcapping": key("final_logit_softcapping"),
+        **GGUF_FIXED_KEYS.get(arch, {})}
     if scaling == "linear":
         data["rope_scaling"] = {"rope_type": "linear", "factor": key("rope.scaling.factor")}
     settings = Keys(data, f"{weights} (GGUF metadata)")
-    transformer = LlamaLike(spec, weights, tensors, settings, dtype,
-                            row.gguf_names, row.quirks, permuted=True)
+    family = FAMILIES.get(row.forward or "", LlamaLike)
+    assert issubclass(family, LlamaLike), row.forward  # the table gives GGUF names to these
+    transformer = family(spec, weights, tensors, settings, dtype, row.gguf_names, row.quirks,
+                         permuted=arch in GGUF_PERMUTED)
     rotated = key("rope.dimension_count")
     if rotated is not None and rotated != transformer.head_dim:
         raise WeightsError(f"{weights}: metadata key '{arch}.rope.dimension_count': the "

@@ -18,6 +18,7 @@ from ffncli.specs.hfconfig import (
     gated_decoder_spec,
     layer_mixers,
     qwen_moe,
+    qwen_sparse_layers,
     routed,
     windowed,
     with_pattern,
@@ -40,15 +41,28 @@ def mixtral_spec(c: Config) -> ModelSpec:
 def qwen3_moe_spec(c: Config, family: str) -> ModelSpec:
     """Qwen3MoeForCausalLM (and Mellum, built alike): a norm on Q and on K, Qwen's sparse layers
     without a shared expert."""
-    return gated_decoder_spec(c, family, qk_norm="head",
-                              moe=lambda c, n: qwen_moe(c, n, shared=False))
+    return _qwen_layers(gated_decoder_spec(c, family, qk_norm="head",
+                                           moe=lambda c, n: qwen_moe(c, n, shared=False)), c)
 
 
 def qwen2_moe_spec(c: Config) -> ModelSpec:
     """Qwen2MoeForCausalLM: biases on Q, K and V by qkv_bias (never O), Qwen's sparse layers
     with a gated shared expert."""
-    return gated_decoder_spec(c, "qwen2_moe", qkv_bias=c.bool("qkv_bias", True), out_bias=False,
-                              moe=lambda c, n: qwen_moe(c, n, shared=True))
+    return _qwen_layers(gated_decoder_spec(c, "qwen2_moe", qkv_bias=c.bool("qkv_bias", True),
+                                           out_bias=False,
+                                           moe=lambda c, n: qwen_moe(c, n, shared=True)), c)
+
+
+def _qwen_layers(spec: ModelSpec, c: Config) -> ModelSpec:
+    """Qwen's dense layers where the config puts them: the first ones are ``layers.dense``;
+    any other placement (mlp_only_layers past a sparse layer, decoder_sparse_step) a pattern of
+    layer kinds, so that the forward reads each layer's own FFN."""
+    n = spec.layers.decoder
+    sparse = qwen_sparse_layers(c, n)
+    if sparse == sorted(sparse) or spec.dense_ffn is None:  # dense first, then sparse
+        return spec
+    return with_pattern(spec, c, ["full"] * n, [spec.ffn if s else spec.dense_ffn
+                                                for s in sparse])
 
 
 def routed_decoder(c: Config, family: str, *, experts_key: str, top_k: int, experts: int,
