@@ -8,6 +8,7 @@ checkpoint the model holds open."""
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -231,10 +232,15 @@ class LlamaLike(Transformer):
         self.eps = settings.number("rms_norm_eps", self.default_eps)
         self.vocab = self._table_rows(self.names["embed"])
         self.max_positions = spec.seq_len
-        self.rope = Rope(rope_frequencies(settings, self.head_dim, self.default_theta))
+        self.rope = self._rope()
         self.qk_norm = spec.attention is not None and spec.attention.qk_norm == "head"
         self.clip: float | None = None  # OLMoE's clip_qkv
         self.norm = self._norm(self.names["norm"])
+
+    def _rope(self) -> Rope:
+        """The rotation of every layer, whole heads unscaled (a family with YaRN or partial
+        rotation builds ops.rotary)."""
+        return Rope(rope_frequencies(self.settings, self.head_dim, self.default_theta))
 
     def _norm(self, name: str) -> Norm:
         w = self._need(name, (self.d_model,))
@@ -389,7 +395,7 @@ def _open(spec: ModelSpec, weights: Path, dtype: np.dtype, config: Path | None,
     row = ARCHS.get(model_type) if isinstance(model_type, str) else None
     if row is None or row.forward is None or row.names is None:
         raise _no_forward(settings.source, f"model_type {brief(model_type)}")
-    return FAMILIES[row.forward](spec, weights, tensors, settings, dtype, row.names, row.quirks)
+    return family(row.forward)(spec, weights, tensors, settings, dtype, row.names, row.quirks)
 
 
 def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype,
@@ -435,3 +441,19 @@ def read_settings(path: Path) -> Keys:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {brief(data)}")
     return Keys(data, str(path))
+
+
+# Families in modules of their own, subclassing the ones above (s3-deepseek: DeepSeek-V2/V3 and
+# GLM-4.5): the table's forward name -> "module.Class" of this package, imported when a model
+# of it is first opened, as the table's readers are (imported here, they would close a cycle).
+ELSEWHERE = {"deepseek_v2": "deepseek.DeepseekV2", "deepseek_v3": "deepseek.DeepseekV3",
+             "glm4_moe": "deepseek.Glm4Moe"}
+
+
+def family(name: str) -> type[Transformer]:
+    """The forward family the architecture table names ``name``."""
+    if name in FAMILIES:
+        return FAMILIES[name]
+    module, cls = ELSEWHERE[name].rsplit(".", 1)
+    found: type[Transformer] = getattr(importlib.import_module(f"{__package__}.{module}"), cls)
+    return found
