@@ -104,22 +104,17 @@ GGUF_PERMUTED = frozenset({"llama"})
 GGUF_FIXED_KEYS: dict[str, dict[str, object]] = {"qwen3moe": {"norm_topk_prob": True},
                                                  "qwen2moe": {"norm_topk_prob": False}}
 
-# DeepSeek-V2/V3 and GLM-4.5 (the s3-deepseek block): experts under mlp.experts (one matrix
-# each, or fused as transformers 5 holds them), the router mlp.gate with the score-correction
-# bias beside it (V3, GLM-4.5), the shared experts (n_shared_experts of them, one FFN)
-# mlp.shared_experts, dense layers (first_k_dense_replace) LLaMA's. MLA's tensors: queries
-# through q_a_proj, q_a_layernorm and q_b_proj (q_proj when q_lora_rank is null), the latent
-# and the shared rotated key from kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj.
-DEEPSEEK_FFN = Layout({"w": "layers.{i}.mlp.experts.{e}.gate_proj",
-                       "v": "layers.{i}.mlp.experts.{e}.up_proj",
-                       "w2": "layers.{i}.mlp.experts.{e}.down_proj"},
-                      router="layers.{i}.mlp.gate",
-                      fused={"gate_up": "layers.{i}.mlp.experts.gate_up_proj",
-                             "w2": "layers.{i}.mlp.experts.down_proj"},
-                      shared={"w": "layers.{i}.mlp.shared_experts.gate_proj",
-                              "v": "layers.{i}.mlp.shared_experts.up_proj",
-                              "w2": "layers.{i}.mlp.shared_experts.down_proj"},
-                      dense=LLAMA_FFN, choice_bias="layers.{i}.mlp.gate.e_score_correction_bias")
+# DeepSeek-V2/V3 and GLM-4.5 (the s3-deepseek block): Qwen's experts and router (mlp.experts,
+# one matrix each or fused; mlp.gate) with the score-correction bias beside the router (V3,
+# GLM-4.5), the shared experts (n_shared_experts of them, one FFN) mlp.shared_experts without
+# a gate, dense layers (first_k_dense_replace) LLaMA's. MLA's tensors: queries through
+# q_a_proj, q_a_layernorm and q_b_proj (q_proj when q_lora_rank is null), the latent and the
+# shared rotated key from kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj.
+DEEPSEEK_FFN = replace(QWEN_MOE_FFN, shared={"w": "layers.{i}.mlp.shared_experts.gate_proj",
+                                              "v": "layers.{i}.mlp.shared_experts.up_proj",
+                                              "w2": "layers.{i}.mlp.shared_experts.down_proj"},
+                       shared_gate=None,
+                       choice_bias="layers.{i}.mlp.gate.e_score_correction_bias")
 DEEPSEEK_V2_FFN = replace(DEEPSEEK_FFN, choice_bias=None)  # a softmax router, no bias
 MLA_NAMES = {**LLAMA_NAMES, "q_a": "layers.{i}.self_attn.q_a_proj",
              "q_a_norm": "layers.{i}.self_attn.q_a_layernorm.weight",
