@@ -21,7 +21,9 @@ from test_forward_moe import DEEPSEEK, FORWARD, _tensor, close, load, sequences
 
 from ffncli.compute import ffn as F
 from ffncli.compute.forward import deepseek, ops
+from ffncli.compute.forward.families import open_transformer
 from ffncli.compute.forward.walk import hidden_states
+from ffncli.jobs.resolve import resolve_spec
 
 CASES = DEEPSEEK
 MOE_LAYERS = [1, 2]  # first_k_dense_replace 1
@@ -48,6 +50,11 @@ def test_the_layers_are_read_as_the_config_says(case):
             if p.choice_bias is not None:
                 bias = _tensor(case, f"model.layers.{i}.mlp.gate.e_score_correction_bias")
                 np.testing.assert_array_equal(p.choice_bias, bias)
+
+
+def load_from(weights):
+    spec = resolve_spec(None, None, weights=weights, weights_describe=True)
+    return open_transformer(spec, weights, np.dtype(np.float32))
 
 
 def _without_choice_bias(model) -> None:
@@ -90,6 +97,33 @@ def test_a_wrong_setting_is_seen(case, change, monkeypatch):
     with pytest.raises(AssertionError):
         close(got[2], want["layer2"], case)
         close(final, want["final"], case)
+
+
+@pytest.mark.parametrize("case", ["deepseek_v3", "glm4_moe"])
+def test_the_multi_token_prediction_layer_is_left_out(tmp_path, case):
+    """A checkpoint as DeepSeek-V3 and GLM-4.5 publish them: after the num_hidden_layers
+    layers, the multi-token-prediction layer (here layer 3: a copy of layer 2 with eh_proj,
+    enorm, hnorm, its own embed_tokens and shared_head's norm and head). The forward runs the
+    3 layers of the main model, ending in its own norm; its head is the main model's."""
+    st = pytest.importorskip("safetensors.numpy")
+    tensors = st.load_file(str(FORWARD / case / "model.safetensors"))
+    rng = np.random.default_rng(0)
+    extra = {k.replace("layers.2.", "layers.3."): v for k, v in tensors.items()
+             if k.startswith("model.layers.2.")}
+    extra |= {f"model.layers.3.{n}.weight": rng.normal(size=D).astype(np.float32)
+              for n in ("enorm", "hnorm", "shared_head.norm")}
+    extra |= {"model.layers.3.eh_proj.weight": rng.normal(size=(D, 2 * D)).astype(np.float32),
+              "model.layers.3.embed_tokens.weight": rng.normal(size=(128, D)).astype(np.float32),
+              "model.layers.3.shared_head.head.weight":
+                  rng.normal(size=(128, D)).astype(np.float32)}
+    st.save_file(tensors | extra, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_bytes((FORWARD / case / "config.json").read_bytes())
+    assert json.loads((tmp_path / "config.json").read_text())["num_nextn_predict_layers"] == 1
+    want = expected(case)
+    with load_from(tmp_path / "model.safetensors") as model:
+        assert model.n_layers == 3 and model.head_tensor() == "model.embed_tokens.weight"
+        _, final = hidden_states(model, sequences(case), [])
+    close(final, want["final"], f"{case} final")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -116,7 +116,12 @@ DEEPSEEK_FFN = replace(QWEN_MOE_FFN, shared={"w": "layers.{i}.mlp.shared_experts
                        shared_gate=None,
                        choice_bias="layers.{i}.mlp.gate.e_score_correction_bias")
 DEEPSEEK_V2_FFN = replace(DEEPSEEK_FFN, choice_bias=None)  # a softmax router, no bias
-MLA_NAMES = {**LLAMA_NAMES, "q_a": "layers.{i}.self_attn.q_a_proj",
+# The main model's embeddings and final norm named in full: the multi-token-prediction layer
+# (DeepSeek-V3's model.layers.61, GLM-4.5's last; not run) holds an embed_tokens and a
+# shared_head.norm of its own, which the short names would match as well.
+GLM4_MOE_NAMES = {**LLAMA_NAMES, "embed": "model.embed_tokens.weight",
+                  "norm": "model.norm.weight"}
+MLA_NAMES = {**GLM4_MOE_NAMES, "q_a": "layers.{i}.self_attn.q_a_proj",
              "q_a_norm": "layers.{i}.self_attn.q_a_layernorm.weight",
              "q_b": "layers.{i}.self_attn.q_b_proj",
              "kv_a": "layers.{i}.self_attn.kv_a_proj_with_mqa",

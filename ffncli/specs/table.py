@@ -29,6 +29,7 @@ from ffncli.specs.layouts import (
     DISTILBERT_NAMES,
     GEMMA_NORMS,
     GGUF_LLAMA_NAMES,
+    GLM4_MOE_NAMES,
     GPT2_NAMES,
     H_TO_4H_FFN,
     LLAMA_FFN,
@@ -216,7 +217,7 @@ ARCHS: dict[str, Arch] = {
     # 2025-26 decoders
     "gemma3": Arch(multimodal("gemma3_text")),
     "glm4_moe": Arch(read("moe_family.glm4_moe_spec"), DEEPSEEK_FFN, forward="glm4_moe",
-                     names=LLAMA_NAMES, gguf="glm4moe"),
+                     names=GLM4_MOE_NAMES, gguf="glm4moe"),
     "llama4_text": Arch(read("moe_family.llama4_text_spec"),
                         not_run="a shared expert and sigmoid routing", gguf="llama4"),
     "llama4": Arch(multimodal("llama4_text")),
