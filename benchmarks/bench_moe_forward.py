@@ -1,12 +1,12 @@
 """Tokens per second of the whole-model forward on the tiny MoE fixtures, ffncli against
 transformers with PyTorch on CPU (issue 42's closing note: each family's fixture).
 
-    PYTHONPATH=. /work/zoo-venv/bin/python benchmarks/bench_moe_forward.py [CASE ...]
-        [--sequences 16] [--reps 5]
+    PYTHONPATH=. python benchmarks/bench_moe_forward.py [CASE ...] [--sequences 16] [--reps 15]
 
-Run it with a Python that has torch and transformers besides ffncli's dependencies (ffncli
-from the checkout, on PYTHONPATH). For each case of tests/data/forward (default: DeepSeek-V2,
-DeepSeek-V3, GLM-4.5), ``--sequences`` random sequences of the model's 64 positions each:
+Run it with a Python that has torch and transformers besides ffncli's dependencies (numpy,
+threadpoolctl, typer, rich, pyyaml; ffncli itself from the checkout, on PYTHONPATH). For each
+case of tests/data/forward (default: DeepSeek-V2, DeepSeek-V3, GLM-4.5), ``--sequences``
+random sequences of the model's 64 positions each:
 
 - ffncli: ``forward.walk.hidden_states`` to the final states (every layer, packed batches,
   float32, NumPy's BLAS on every core);
@@ -16,7 +16,8 @@ DeepSeek-V3, GLM-4.5), ``--sequences`` random sequences of the model's 64 positi
   checked against ffncli's (max |difference|).
 
 One warm-up each, then ``--reps`` repetitions interleaved (ffncli, torch, ffncli, ...); the
-median tokens/s of each and their ratio, with the load average (the machine is shared).
+median and the best tokens/s of each and their ratios, with the load average. On a shared
+machine the median follows the other processes' load; the best run is the steadier figure.
 """
 
 from __future__ import annotations
@@ -65,17 +66,19 @@ def bench(case: str, sequences: int, reps: int) -> str:
             fn()
             times[name].append(time.perf_counter() - t0)
     ours.close()
-    rate = {k: tokens / statistics.median(v) for k, v in times.items()}
-    return (f"{case:12} {tokens:6,} tokens  ffncli {rate['ffncli']:9,.0f} tok/s  "
-            f"torch {rate['torch']:9,.0f} tok/s  ratio {rate['ffncli'] / rate['torch']:.2f}  "
-            f"(max |final diff| {diff:.1e})")
+    med = {k: tokens / statistics.median(v) for k, v in times.items()}
+    best = {k: tokens / min(v) for k, v in times.items()}
+    return (f"{case:12} {tokens:6,} tokens  median: ffncli {med['ffncli']:7,.0f} tok/s, torch "
+            f"{med['torch']:7,.0f} ({med['ffncli'] / med['torch']:.2f}x)  best: ffncli "
+            f"{best['ffncli']:7,.0f}, torch {best['torch']:7,.0f} "
+            f"({best['ffncli'] / best['torch']:.2f}x)  (max |final diff| {diff:.1e})")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("cases", nargs="*", default=list(CASES))
     p.add_argument("--sequences", type=int, default=16)
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, default=15)
     args = p.parse_args(argv)
     torch.set_num_threads(os.cpu_count() or 1)
     print(f"torch {torch.__version__}, {os.cpu_count()} cores, load average "
