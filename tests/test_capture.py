@@ -333,7 +333,8 @@ def test_an_architecture_without_a_forward(cli, tmp_path):
     assert (r.code, r.err) == (2, f"error: {folder}/config.json: model_type 't5' has no "
                                   "whole-model forward; these do: gpt2, bert, roberta, "
                                   "distilbert, llama, mistral, mixtral, qwen2, gemma, qwen3, "
-                                  "qwen3_moe, qwen2_moe, xlm-roberta, electra, olmoe (GGUF: "
+                                  "qwen3_moe, qwen2_moe, xlm-roberta, electra, deepseek_v3, "
+                                  "glm4_moe, olmoe, deepseek_v2 (GGUF: "
                                   "llama, qwen3moe)\n")
     assert not (tmp_path / "o").exists()
 
