@@ -333,8 +333,9 @@ def test_an_architecture_without_a_forward(cli, tmp_path):
     assert (r.code, r.err) == (2, f"error: {folder}/config.json: model_type 't5' has no "
                                   "whole-model forward; these do: gpt2, bert, roberta, "
                                   "distilbert, llama, mistral, mixtral, qwen2, gemma, qwen3, "
-                                  "qwen3_moe, qwen2_moe, xlm-roberta, electra, llama4_text, "
-                                  "olmoe, gpt_oss (GGUF: llama, qwen3moe, olmoe)\n")
+                                  "qwen3_moe, qwen2_moe, xlm-roberta, electra, deepseek_v3, "
+                                  "glm4_moe, llama4_text, olmoe, deepseek_v2, gpt_oss (GGUF: "
+                                  "llama, qwen3moe, olmoe)\n")
     assert not (tmp_path / "o").exists()
 
 

@@ -374,13 +374,12 @@ def test_many_experts_cost_what_their_tokens_cost(cli):
 
 
 @pytest.mark.parametrize("config, reason", [
-    ("deepseek-v3", "shared experts, dense first layers and grouped sigmoid routing"),
+    # (DeepSeek-V3 was here until the forward ran it: tests/test_forward_deepseek.py)
+    ("solar_open", "shared experts and grouped sigmoid routing"),
 ])
 def test_mixtures_the_engine_does_not_compute_are_refused(cli, config, reason):
     """params counts them; running them with Mixtral's router would leave parts out."""
-    from conftest import CONFIGS
-
-    path = CONFIGS / f"{config}.config.json"
+    path = Path(__file__).parent / "data" / "zoo" / "configs" / f"{config}.config.json"
     assert cli("params", "--config", path).code == 0
     r = cli("relu-stats", "--config", path, "--random", "2")
     assert r.code == 2 and r.err.endswith(f"run, permute-check and relu-stats do not compute "

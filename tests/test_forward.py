@@ -470,7 +470,8 @@ def test_an_architecture_without_a_forward(tmp_path):
     assert one_line(exc) == (
         f"{config}: model_type 't5' has no whole-model forward; these do: gpt2, bert, roberta, "
         "distilbert, llama, mistral, mixtral, qwen2, gemma, qwen3, qwen3_moe, qwen2_moe, "
-        "xlm-roberta, electra, llama4_text, olmoe, gpt_oss (GGUF: llama, qwen3moe, olmoe)")
+        "xlm-roberta, electra, deepseek_v3, glm4_moe, llama4_text, olmoe, deepseek_v2, gpt_oss "
+        "(GGUF: llama, qwen3moe, olmoe)")
 
 
 def test_a_missing_attention_tensor(tmp_path):

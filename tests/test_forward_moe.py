@@ -35,6 +35,11 @@ FAMILIES = CASES[:3]
 REL = 1e-4  # the tolerance the other families meet (test_forward.assert_close)
 MOE_LAYERS = {"qwen2_moe": [1, 2], "qwen3_moe": [1, 2], "olmoe": [0, 1, 2],
               "qwen3_moe-step": [1], "qwen3_moe-all": [0, 1, 2]}
+# DeepSeek-V2, DeepSeek-V3 (experts fused) and GLM-4.5, each with a shared expert of its own
+# (no gate) and a dense first layer (s3-deepseek; their own checks: test_forward_deepseek.py)
+DEEPSEEK = ["deepseek_v2", "deepseek_v3", "glm4_moe"]
+CASES += DEEPSEEK
+MOE_LAYERS |= dict.fromkeys(DEEPSEEK, [1, 2])
 
 
 def load(case: str):
@@ -148,7 +153,7 @@ def _tensor(case: str, name: str) -> np.ndarray:
 def _experts_of(case: str, layer: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(gate, up, down) of each expert, [out, in] as stored: one matrix each or fused."""
     prefix = f"model.layers.{layer}.mlp.experts"
-    if case == "qwen3_moe":
+    if case in ("qwen3_moe", "deepseek_v3"):  # saved fused
         gate_up, down = _tensor(case, prefix + ".gate_up_proj"), _tensor(case, prefix +
                                                                          ".down_proj")
         f = gate_up.shape[1] // 2
@@ -159,7 +164,8 @@ def _experts_of(case: str, layer: int) -> list[tuple[np.ndarray, np.ndarray, np.
 
 def _oracle_ffn(case: str, layer: int) -> np.ndarray:
     """The layer's FFN output from transformers' chosen experts and weights, token by token,
-    in float64, with the shared expert behind its gate (Qwen2-MoE)."""
+    in float64, with the shared expert behind its gate (Qwen2-MoE) or ungated (DeepSeek's,
+    GLM-4.5's)."""
     want = expected(case)
     x = want[f"layer{layer}"].astype(np.float64)
     experts = _experts_of(case, layer)
@@ -168,13 +174,15 @@ def _oracle_ffn(case: str, layer: int) -> np.ndarray:
         for e, w in zip(want[f"chosen{layer}"][t], want[f"weights{layer}"][t], strict=True):
             g, u, d = experts[e]
             out[t] += w * (d @ (F.silu(g @ x[t]) * (u @ x[t])))
-    if case == "qwen2_moe":
-        shared = [_tensor(case, f"model.layers.{layer}.mlp.shared_expert.{m}_proj.weight")
+    stem = {"qwen2_moe": "shared_expert", **dict.fromkeys(DEEPSEEK, "shared_experts")}.get(case)
+    if stem is not None:
+        shared = [_tensor(case, f"model.layers.{layer}.mlp.{stem}.{m}_proj.weight")
                   for m in ("gate", "up", "down")]
-        gate = _tensor(case, f"model.layers.{layer}.mlp.shared_expert_gate.weight")[0]
+        gate = _tensor(case, f"model.layers.{layer}.mlp.shared_expert_gate.weight")[0] \
+            if case == "qwen2_moe" else None
         for t in range(x.shape[0]):
             y = shared[2] @ (F.silu(shared[0] @ x[t]) * (shared[1] @ x[t]))
-            out[t] += y / (1 + np.exp(-(gate @ x[t])))
+            out[t] += y if gate is None else y / (1 + np.exp(-(gate @ x[t])))
     return out
 
 

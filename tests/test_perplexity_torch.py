@@ -3,8 +3,8 @@
 to torch. The tests do not import torch.
 
 - Dense perplexity under every protocol, float32: within 1e-5 relative on the tiny GPT-2,
-  LLaMA, Qwen2-MoE, Qwen3-MoE and OLMoE checkpoints and 1e-4 on SmolLM2-135M (the issue asks
-  1e-4).
+  LLaMA, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2, DeepSeek-V3 and GLM-4.5 checkpoints and
+  1e-4 on SmolLM2-135M (the issue asks 1e-4).
 - Thresholds calibrated on ffncli's own dense activations: within float32 rounding of numpy's
   quantile on PyTorch's (rtol 1e-4: a quantile at a small |a| carries the absolute rounding of
   the layer's larger values; OpenBLAS's Haswell kernel put one tiny GPT-2 threshold 1.1e-5
@@ -103,7 +103,7 @@ def _check_cuts(layers, sparse: dict, rtol: float) -> None:
 
 @pytest.mark.parametrize("case", ["gpt2", "llama",  # and the mixtures of experts (issue 42)
                                   "qwen2_moe", "qwen3_moe", "olmoe", "gpt_oss",
-                                  "llama4_text"])
+                                  "llama4_text", "deepseek_v2", "deepseek_v3", "glm4_moe"])
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 def test_dense_perplexity_is_pytorchs(case, protocol):
     want = _expected(case)["float32"]["dense"][protocol]

@@ -353,8 +353,16 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
         assert gate is not None  # required
         shared_gate = checked(source, name if gguf_names else "shared_gate", gate, (d, 1),
                               dtype)[:, 0]
+    choice_bias = None  # DeepSeek-V3's and GLM-4.5's e_score_correction_bias (s3-deepseek)
+    if layout.choice_bias is not None:
+        name = layout.choice_bias.format(i=layer)
+        correction = read(name)
+        assert correction is not None  # required
+        choice_bias = checked(source, name if gguf_names else "choice_bias", correction,
+                              (ffn.experts,), dtype)
     return MoEWeights(router, router_bias, experts, ffn.top_k, ffn.capacity_factor,
-                      rule=rule or Routing(), shared=shared, shared_gate=shared_gate)
+                      rule=rule or Routing(), shared=shared, shared_gate=shared_gate,
+                      choice_bias=choice_bias)
 
 
 def checkpoint_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype,

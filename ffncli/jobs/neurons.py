@@ -27,8 +27,12 @@ from ffncli.analysis.neurons import (
 from ffncli.base.validate import fail, whole
 from ffncli.compute.engine import Hooks, Watch
 from ffncli.compute.ffn import GatedWeights, MoEWeights
-from ffncli.errors import InputError
+from ffncli.compute.forward.layer import Norm
+from ffncli.compute.forward.walk import Packing, walk_variants
+from ffncli.errors import FfnError, InputError
+from ffncli.formats.tokenizer import Tokenizer
 from ffncli.jobs.progress import Callback
+from ffncli.jobs.resolve import model_tokenizer
 
 if TYPE_CHECKING:
     from ffncli.compute.engine import Engine
@@ -167,7 +171,6 @@ def text_stats(model: Transformer, ids: Sequence[np.ndarray], layers: Sequence[i
     """Each selected layer's (activation, :class:`UnitStats`) of ``units`` over the sequences
     ``ids``, whose first token is the text's ``first`` (a shard of a longer text: merge the
     shards' stats with :meth:`UnitStats.merge`). One walk of the model."""
-    from ffncli.compute.forward.walk import Packing, walk_variants
 
     packing = Packing.of([len(s) for s in ids], batch_tokens)
     starts = [first + int(s) for s in packing.starts]
@@ -195,7 +198,6 @@ def text_stats(model: Transformer, ids: Sequence[np.ndarray], layers: Sequence[i
 def final_gain(model: Transformer) -> np.ndarray:
     """The gain (weight) of the final norm before the LM head: GPT-2's ln_f, a LLaMA-like
     model's norm (Gemma's 1 + weight, as it multiplies)."""
-    from ffncli.compute.forward.layer import Norm
 
     for name in ("ln_f", "norm"):
         norm = getattr(model, name, None)
@@ -269,9 +271,6 @@ def with_pieces(result: NeuronsResult, model: Transformer, tokenizer: object | N
     """The result with the text of every token it shows (its contexts', its projection's),
     by ``tokenizer`` or the model's own; without one (``--ids`` and no tokenizer.json beside
     the weights), tokens are shown as ``#id``."""
-    from ffncli.errors import FfnError
-    from ffncli.formats.tokenizer import Tokenizer
-    from ffncli.jobs.resolve import model_tokenizer
 
     if not isinstance(tokenizer, Tokenizer):
         try:

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ffncli.analysis.neurons import EDGES, QUANTILES, Projection, UnitStats
+from ffncli.errors import OutputError
 from ffncli.present.console import Text, console
 from ffncli.present.jsondoc import emit_json
 from ffncli.present.svg import escape, page, section
+from ffncli.present.tables import new_table
 
 if TYPE_CHECKING:
     from ffncli.base.files import Outputs
@@ -179,7 +181,6 @@ def emit_neurons(result: NeuronsResult, as_json: bool) -> None:
     if as_json:
         emit_json(neurons_json(result), "neurons")
         return
-    from ffncli.present.tables import new_table
 
     out = console()
     where = f" on {result.source}: {result.tokens:,} tokens" if result.source else \
@@ -252,7 +253,6 @@ def reserve_report(outputs: Outputs, report: Path | None, layers: Sequence[int])
     """The pages' files, reserved before the work (the folder made if missing)."""
     if report is None:
         return
-    from ffncli.errors import OutputError
 
     try:
         report.mkdir(exist_ok=True)

@@ -5,6 +5,8 @@ family. The table of architectures (:mod:`ffncli.specs.table`) names them per mo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ffncli.base import record
 
 
@@ -28,6 +30,7 @@ class Layout:
     shared: dict[str, str] | None = None  # the shared experts, one FFN: w, v, w2 stems
     shared_gate: str | None = None  # Qwen2-MoE: sigmoid(x g) on the shared output, g [1, d_model]
     dense: Layout | None = None  # a mixture's dense layers (Qwen's mlp_only_layers, DeepSeek's)
+    choice_bias: str | None = None  # DeepSeek-V3's score-correction bias, added to choose
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,6 +111,30 @@ GGUF_PERMUTED = frozenset({"llama"})
 GGUF_FIXED_KEYS: dict[str, dict[str, object]] = {"qwen3moe": {"norm_topk_prob": True},
                                                  "qwen2moe": {"norm_topk_prob": False},
                                                  "olmoe": {"norm_topk_prob": False}}
+
+# DeepSeek-V2/V3 and GLM-4.5 (the s3-deepseek block): Qwen's experts and router (mlp.experts,
+# one matrix each or fused; mlp.gate) with the score-correction bias beside the router (V3,
+# GLM-4.5), the shared experts (n_shared_experts of them, one FFN) mlp.shared_experts without
+# a gate, dense layers (first_k_dense_replace) LLaMA's. MLA's tensors: queries through
+# q_a_proj, q_a_layernorm and q_b_proj (q_proj when q_lora_rank is null), the latent and the
+# shared rotated key from kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj.
+DEEPSEEK_FFN = replace(QWEN_MOE_FFN, shared={"w": "layers.{i}.mlp.shared_experts.gate_proj",
+                                              "v": "layers.{i}.mlp.shared_experts.up_proj",
+                                              "w2": "layers.{i}.mlp.shared_experts.down_proj"},
+                       shared_gate=None,
+                       choice_bias="layers.{i}.mlp.gate.e_score_correction_bias")
+DEEPSEEK_V2_FFN = replace(DEEPSEEK_FFN, choice_bias=None)  # a softmax router, no bias
+# The main model's embeddings and final norm named in full: the multi-token-prediction layer
+# (DeepSeek-V3's model.layers.61, GLM-4.5's last; not run) holds an embed_tokens and a
+# shared_head.norm of its own, which the short names would match as well.
+GLM4_MOE_NAMES = {**LLAMA_NAMES, "embed": "model.embed_tokens.weight",
+                  "norm": "model.norm.weight"}
+MLA_NAMES = {**GLM4_MOE_NAMES, "q_a": "layers.{i}.self_attn.q_a_proj",
+             "q_a_norm": "layers.{i}.self_attn.q_a_layernorm.weight",
+             "q_b": "layers.{i}.self_attn.q_b_proj",
+             "kv_a": "layers.{i}.self_attn.kv_a_proj_with_mqa",
+             "kv_a_norm": "layers.{i}.self_attn.kv_a_layernorm.weight",
+             "kv_b": "layers.{i}.self_attn.kv_b_proj"}
 
 # The ways a model differs from its forward family.
 PADDED_POSITIONS = "positions after the padding index"  # RoBERTa

@@ -24,9 +24,12 @@ from ffncli.specs import hfconfig as H
 from ffncli.specs.layouts import (
     BERT_FFN,
     BERT_NAMES,
+    DEEPSEEK_FFN,
+    DEEPSEEK_V2_FFN,
     DISTILBERT_NAMES,
     GEMMA_NORMS,
     GGUF_LLAMA_NAMES,
+    GLM4_MOE_NAMES,
     GPT2_NAMES,
     GPT_OSS_FFN,
     GPT_OSS_NAMES,
@@ -35,6 +38,7 @@ from ffncli.specs.layouts import (
     LLAMA_FFN,
     LLAMA_NAMES,
     MIXTRAL_FFN,
+    MLA_NAMES,
     PADDED_POSITIONS,
     QWEN_MOE_FFN,
     QWEN_SLIDING_WINDOW,
@@ -211,13 +215,12 @@ ARCHS: dict[str, Arch] = {
     "seamless_m4t": Arch(read("bart_family.seamless_text_spec", family="seamless_m4t")),
     "seamless_m4t_v2": Arch(read("bart_family.seamless_text_spec", family="seamless_m4t_v2")),
     "cohere": Arch(read("llama_family.cohere_spec"), LLAMA_FFN),
-    "deepseek_v3": Arch(read("moe_family.deepseek_v3_spec"),
-                        not_run="shared experts, dense first layers and grouped sigmoid "
-                                "routing", gguf="deepseek2"),
+    "deepseek_v3": Arch(read("moe_family.deepseek_v3_spec"), DEEPSEEK_FFN, forward="deepseek_v3",
+                        names=MLA_NAMES, gguf="deepseek2"),
     # 2025-26 decoders
     "gemma3": Arch(multimodal("gemma3_text")),
-    "glm4_moe": Arch(read("moe_family.glm4_moe_spec"), not_run="shared experts, a dense first "
-                     "layer and grouped sigmoid routing", gguf="glm4moe"),
+    "glm4_moe": Arch(read("moe_family.glm4_moe_spec"), DEEPSEEK_FFN, forward="glm4_moe",
+                     names=GLM4_MOE_NAMES, gguf="glm4moe"),
     "llama4_text": Arch(read("moe_family.llama4_text_spec"), LLAMA4_FFN, forward="llama4",
                         names=LLAMA_NAMES, gguf="llama4"),
     "llama4": Arch(multimodal("llama4_text")),
@@ -288,7 +291,7 @@ ARCHS: dict[str, Arch] = {
     "sarvam_mla": Arch(read("moe_family.deepseek_v3_spec", family="sarvam_mla"),
                        not_run="shared experts and latent attention"),
     "deepseek_v2": Arch(read("moe_family.deepseek_v3_spec", family="deepseek_v2"),
-                        not_run="shared experts and latent attention"),
+                        DEEPSEEK_V2_FFN, forward="deepseek_v2", names=MLA_NAMES),
     "minimax_m2": Arch(read("moe_family.minimax_m2_spec"), not_run="sigmoid routing with a "
                        "score-correction bias", gguf="minimax-m2"),
     "smollm3": Arch(read("llama_family.patterned", family="smollm3"), LLAMA_FFN, gguf="smollm3"),

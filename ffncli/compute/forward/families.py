@@ -8,6 +8,7 @@ checkpoint the model holds open."""
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -399,7 +400,7 @@ def _open(spec: ModelSpec, weights: Path, dtype: np.dtype, config: Path | None,
     row = ARCHS.get(model_type) if isinstance(model_type, str) else None
     if row is None or row.forward is None or row.names is None:
         raise _no_forward(settings.source, f"model_type {brief(model_type)}")
-    return FAMILIES[row.forward](spec, weights, tensors, settings, dtype, row.names, row.quirks)
+    return family(row.forward)(spec, weights, tensors, settings, dtype, row.names, row.quirks)
 
 
 def _open_gguf(spec: ModelSpec, weights: Path, dtype: np.dtype,
@@ -445,3 +446,21 @@ def read_settings(path: Path) -> Keys:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object, got {brief(data)}")
     return Keys(data, str(path))
+
+
+# Families in modules of their own, subclassing the ones above (DeepSeek-V2/V3 and GLM-4.5,
+# gpt-oss, Llama 4): the table's forward name -> "module.Class" of this package, imported when
+# a model of it is first opened, as the table's readers are (imported here, they would close a
+# cycle).
+ELSEWHERE = {"deepseek_v2": "deepseek.DeepseekV2", "deepseek_v3": "deepseek.DeepseekV3",
+             "glm4_moe": "deepseek.Glm4Moe", "gpt_oss": "gpt_oss.GptOss",
+             "llama4": "llama4.Llama4"}
+
+
+def family(name: str) -> type[Transformer]:
+    """The forward family the architecture table names ``name``."""
+    if name in FAMILIES:
+        return FAMILIES[name]
+    module, cls = ELSEWHERE[name].rsplit(".", 1)
+    found: type[Transformer] = getattr(importlib.import_module(f"{__package__}.{module}"), cls)
+    return found

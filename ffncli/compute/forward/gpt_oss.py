@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ffncli.compute.forward.families import FAMILIES, Mixture
+from ffncli.compute.forward.families import Mixture
 from ffncli.compute.forward.ops import Rope, rotary
 
 
@@ -31,6 +31,3 @@ class GptOss(Mixture):
     def _kinds(self, i: int) -> dict[str, Any]:
         sinks = self._need(self.names["sinks"].format(i=i), (self.heads,))
         return dict(super()._kinds(i), sinks=sinks)
-
-
-FAMILIES["gpt_oss"] = GptOss

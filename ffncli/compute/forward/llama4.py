@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ffncli.compute.forward.families import FAMILIES, Mixture
+from ffncli.compute.forward.families import Mixture
 from ffncli.compute.forward.ops import Rope, rotary
 
 
@@ -54,6 +54,3 @@ class Llama4(Mixture):
             kinds["temperature"] = (s.number("floor_scale", 8192.0),
                                     s.number("attn_scale", 0.1))
         return kinds
-
-
-FAMILIES["llama4"] = Llama4
