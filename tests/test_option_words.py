@@ -126,8 +126,8 @@ def _no_tokenizers(words: Words, monkeypatch) -> None:
 NO_TOK = "no tokenizer.json beside the weights: looked for {tmp}/tokenizer.json; "
 BPE = "{tmp}/m.gguf: GGUF tokenizer 'llama' is not read (only 'gpt2', a byte-level BPE); "
 QUANT = ("c.json: key 'quantization_config': quant_method 'hqq' is not read; ffncli reads the "
-         "weights of 'gptq', 'awq', 'bitsandbytes' (without {}, params counts the config's "
-         "spec)")
+         "weights of 'gptq', 'awq', 'bitsandbytes', 'mxfp4' (without {}, params counts the "
+         "config's spec)")
 MODEL = "expected ORG/NAME or ORG/NAME@REVISION, got '../etc'"
 
 PLACES = [  # id, call(words, tmp, monkeypatch), error, the library's line, the command's line

@@ -218,151 +218,194 @@ def layer_weights(tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype
     ``rule`` (default Mixtral's); its experts are read one matrix each, or from 3-D stacks
     (GGUF's, or transformers 5's fused ``gate_up_proj``/``down_proj``), with its shared
     experts."""
-    ffn = layer_ffn(spec, layer)
-    layout = _gguf_layout(tensors, spec, layer, ffn) if isinstance(tensors, GgufTensors) else \
-        _checkpoint_layout(tensors, spec, ffn)
-    gguf_names = isinstance(tensors, GgufTensors)  # errors name GGUF tensors, ours otherwise
-    linears = tensors.quantised_linears()
-    source, d, f = str(tensors.path), spec.d_model, ffn.d_ff
+    r = _LayerReader(tensors, spec, layer, dtype, finite)
+    ffn = r.ffn
+    if r.layout.router is None:
+        return r.one(r.layout.names, 0, ffn.d_ff, ffn)
+    router, router_bias = r.router()
+    shared, shared_gate = r.shared()
+    return MoEWeights(router, router_bias, r.experts(), ffn.top_k, ffn.capacity_factor,
+                      rule=rule or Routing(), shared=shared, shared_gate=shared_gate,
+                      choice_bias=r.choice_bias())
 
-    def read(stem: str, required: bool = True) -> np.ndarray | None:
+
+class _LayerReader:
+    """One layer's FFN tensors read from an open checkpoint by its layout (see
+    :func:`layer_weights`): each method reads one part (an FFN stored a matrix each, the
+    router, the experts in one of their layouts, the shared experts, the choice bias)."""
+
+    def __init__(self, tensors: Tensors, spec: ModelSpec, layer: int, dtype: np.dtype,
+                 finite: bool) -> None:
+        self.tensors, self.spec, self.layer, self.dtype, self.finite = \
+            tensors, spec, layer, dtype, finite
+        self.ffn = ffn = layer_ffn(spec, layer)
+        self.gguf_names = isinstance(tensors, GgufTensors)  # errors name GGUF tensors, or ours
+        self.layout = _gguf_layout(tensors, spec, layer, ffn) if isinstance(
+            tensors, GgufTensors) else _checkpoint_layout(tensors, spec, ffn)
+        self.linears = tensors.quantised_linears()
+        self.source, self.d, self.f = str(tensors.path), spec.d_model, ffn.d_ff
+
+    def read(self, stem: str, required: bool = True) -> np.ndarray | None:
         """A tensor, matrices as [in, out] (nn.Linear's [out, in] transposed)."""
-        prefix = stem.removesuffix(".weight")
-        if linears and stem.endswith(".weight"):
-            hits = [p for p in linears if p == prefix or p.endswith("." + prefix)]
+        tensors, prefix = self.tensors, stem.removesuffix(".weight")
+        if self.linears and stem.endswith(".weight"):
+            hits = [p for p in self.linears if p == prefix or p.endswith("." + prefix)]
             if len(hits) == 1:
-                dequantised = tensors.dequantised(linears[hits[0]])  # already [in, out]
-                if finite:
-                    refuse_nonfinite(source, f"the {linears[hits[0]].scheme} linear "
-                                     f"'{hits[0]}', dequantised,", dequantised)
+                linear = self.linears[hits[0]]
+                dequantised = tensors.dequantised(linear)  # already [in, out]
+                if self.finite:
+                    refuse_nonfinite(self.source, f"the {linear.scheme} linear '{hits[0]}', "
+                                     "dequantised,", dequantised)
                 return dequantised
         name = tensors.find(stem)
         if name is None:
             if not required:
                 return None
-            if linears:
+            if self.linears:
                 raise WeightsError(f"{tensors.path}: no tensor '{prefix}.qweight' or "
-                                   f"'{stem}' for layer {layer}")
-            raise WeightsError(f"{tensors.path}: no tensor '{stem}' for layer {layer} (the "
-                               f"file has {tensors.layers_present()})")
+                                   f"'{stem}' for layer {self.layer}")
+            raise WeightsError(f"{tensors.path}: no tensor '{stem}' for layer {self.layer} "
+                               f"(the file has {tensors.layers_present()})")
         array = tensors.read(name)
-        if finite:
+        if self.finite:
             # indices as stored; in the dtype computed with (float64 past float32's range too)
-            refuse_nonfinite(source, f"tensor '{name}'", array.astype(dtype, copy=False))
-        return array.T if layout.linear and array.ndim == 2 else array
+            refuse_nonfinite(self.source, f"tensor '{name}'", array.astype(self.dtype,
+                                                                           copy=False))
+        return array.T if self.layout.linear and array.ndim == 2 else array
 
-    def shape_of(ours: str, width: int) -> tuple[int, int]:
-        return (width, d) if ours == "w2" else (d, width)
+    def need(self, stem: str) -> np.ndarray:
+        array = self.read(stem)
+        assert array is not None  # required
+        return array
 
-    def one(names: dict[str, str], e: int, width: int, part: FfnSpec) -> ExpertWeights:
+    def shape_of(self, ours: str, width: int) -> tuple[int, int]:
+        return (width, self.d) if ours == "w2" else (self.d, width)
+
+    def one(self, names: dict[str, str], e: int, width: int, part: FfnSpec) -> ExpertWeights:
         """An FFN stored one matrix (and bias) each: the dense FFN, an expert, the shared."""
         arrays: dict[str, np.ndarray | None] = {}
+        source, d = self.source, self.d
         for ours, stem_format in names.items():
-            stem = stem_format.format(i=layer, e=e)
-            array = read(stem + ".weight")
-            assert array is not None  # required
-            label = stem + ".weight" if gguf_names else ours
-            arrays[ours] = checked(source, label, array, shape_of(ours, width), dtype)
-            bias = read(stem + ".bias", required=False)
-            label = stem + ".bias" if gguf_names else BIAS_OF[ours]
+            stem = stem_format.format(i=self.layer, e=e)
+            label = stem + ".weight" if self.gguf_names else ours
+            arrays[ours] = checked(source, label, self.need(stem + ".weight"),
+                                   self.shape_of(ours, width), self.dtype)
+            bias = self.read(stem + ".bias", required=False)
+            label = stem + ".bias" if self.gguf_names else BIAS_OF[ours]
             arrays[BIAS_OF[ours]] = None if bias is None else \
-                checked(source, label, bias, (d,) if ours == "w2" else (width,), dtype)
-        if layout.gate_up is not None:
-            arrays["w"], arrays["v"] = _gate_up(read, layout.gate_up.format(i=layer), spec,
-                                                source)
-        return assemble(source, spec, dtype, arrays.get, ffn=part)
+                checked(source, label, bias, (d,) if ours == "w2" else (width,), self.dtype)
+        if self.layout.gate_up is not None:
+            arrays["w"], arrays["v"] = _gate_up(self.read,
+                                                self.layout.gate_up.format(i=self.layer),
+                                                self.spec, source)
+        return assemble(source, self.spec, self.dtype, arrays.get, ffn=part)
 
-    def from_stacks(stacks: dict[str, np.ndarray], e: int) -> ExpertWeights:
-        arrays = {ours: checked(source, stem + ".weight" if gguf_names else ours,
-                                stacks[ours][e].T, shape_of(ours, f), dtype)
-                  for ours, stem in stacked_names.items()}
-        for ours, bias in biases.items():  # gpt-oss's, (experts, width) each
-            arrays[BIAS_OF[ours]] = checked(source, BIAS_OF[ours], bias[e],
-                                            (d if ours == "w2" else f,), dtype, finite)
-        return assemble(source, spec, dtype, arrays.get, ffn=ffn)
+    def router(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The router (d_model, experts), and its bias where the spec has one."""
+        ffn, stem = self.ffn, self.layout.router.format(i=self.layer)  # type: ignore[union-attr]
+        name = stem + ".weight"
+        router = checked(self.source, name if self.gguf_names else "router", self.need(name),
+                         (self.d, ffn.experts), self.dtype)
+        bias = self.read(stem + ".bias", required=False) if ffn.router_bias else None
+        if bias is not None:
+            bias = checked(self.source, "router_bias", bias, (ffn.experts,), self.dtype)
+        return router, bias
 
-    def stacked(name: str, rows: int, cols: int) -> np.ndarray:
-        """Every expert's matrix in one (experts, rows, cols) tensor, as stored."""
-        stack = read(name)
-        assert stack is not None  # required
-        if stack.ndim != 3 or stack.shape[0] != ffn.experts:
-            raise WeightsError(f"{source}: '{name}': expected {ffn.experts} experts of "
-                               f"shape {(rows, cols)}, got shape {stack.shape}")
-        return stack
+    def experts(self) -> tuple[ExpertWeights, ...]:
+        """The routed experts: GGUF's stacks, transformers 5's fused stacks, or a matrix each."""
+        layout, ffn, n = self.layout, self.ffn, self.ffn.experts
+        if layout.stacked:  # GGUF: (experts, out, in) each
+            names = {ours: stem.format(i=self.layer, e=0) for ours, stem in layout.names.items()}
+            stacks = {ours: self.stacked(stem + ".weight", *self.shape_of(ours, self.f)[::-1])
+                      for ours, stem in names.items()}
+            return tuple(self.from_stacks(stacks, names, {}, e) for e in range(n))
+        if layout.fused is not None:
+            fused = layout.fused["gate_up"].format(i=self.layer)
+            if self.tensors.find(fused) or self.tensors.find(fused + "_blocks"):
+                return self.fused_experts()
+        return tuple(self.one(layout.names, e, self.f, ffn) for e in range(n))
 
-    def fused_stack(key: str, rows: int, cols: int) -> np.ndarray:
-        """A fused (experts, rows, cols) stack, [out, in] each: as stored, turned from
-        [experts, in, out] (gpt-oss, Llama 4), or dequantised from MXFP4 (gpt-oss as
-        published, whose blocks are [out, in])."""
-        stem = layout.fused[key].format(i=layer)  # type: ignore[index]  # fused: checked
-        packed = tensors.mxfp4(stem)
-        if packed is not None:
-            if packed.ndim != 3 or packed.shape[0] != ffn.experts:
-                raise WeightsError(f"{source}: '{stem}' (MXFP4): expected {ffn.experts} "
-                                   f"experts of shape {(rows, cols)}, got shape {packed.shape}")
-            if finite:
-                refuse_nonfinite(source, f"the MXFP4 tensor '{stem}', dequantised,", packed)
-            return packed
-        stack = stacked(stem, rows, cols)
-        return stack.swapaxes(1, 2) if layout.fused_in_out else stack
-
-    if layout.router is None:
-        return one(layout.names, 0, f, ffn)
-    router_name = layout.router.format(i=layer) + ".weight"
-    router = read(router_name)
-    assert router is not None  # required
-    router = checked(source, router_name if gguf_names else "router", router, (d, ffn.experts),
-                     dtype)
-    router_bias = read(layout.router.format(i=layer) + ".bias", required=False) \
-        if ffn.router_bias else None
-    if router_bias is not None:
-        router_bias = checked(source, "router_bias", router_bias, (ffn.experts,), dtype)
-    stacked_names = {ours: stem.format(i=layer, e=0) for ours, stem in layout.names.items()}
-    biases: dict[str, np.ndarray] = {}
-    if layout.stacked:  # GGUF: (experts, out, in) each
-        stacks = {ours: stacked(stem + ".weight", *shape_of(ours, f)[::-1])
-                  for ours, stem in stacked_names.items()}
-        experts = tuple(from_stacks(stacks, e) for e in range(ffn.experts))
-    elif layout.fused is not None and (tensors.find(layout.fused["gate_up"].format(i=layer))
-                                       or tensors.find(layout.fused["gate_up"].format(i=layer)
-                                                       + "_blocks")):
-        gate_up = fused_stack("gate_up", 2 * f, d)  # transformers 5
-        down = fused_stack("w2", d, f)
+    def fused_experts(self) -> tuple[ExpertWeights, ...]:
+        """transformers 5's fused stacks: gate and up in one (halves, or interleaved as
+        gpt-oss's), the down projection in another, each with its (experts, width) bias."""
+        layout, f = self.layout, self.f
+        assert layout.fused is not None  # the caller found them
+        gate_up = self.fused_stack("gate_up", 2 * f, self.d)
+        down = self.fused_stack("w2", self.d, f)
         gates, ups = (slice(0, None, 2), slice(1, None, 2)) if layout.fused_interleaved else \
             (slice(0, f), slice(f, None))
         stacks = {"w": gate_up[:, gates], "v": gate_up[:, ups], "w2": down}  # gate, up rows
+        biases: dict[str, np.ndarray] = {}
         for ours, key in (("w", "gate_up"), ("w2", "w2")):
-            name = tensors.find(layout.fused[key].format(i=layer) + "_bias")
+            name = self.tensors.find(layout.fused[key].format(i=self.layer) + "_bias")
             if name is not None:  # (experts, width): read as stored
-                bias = tensors.read(name)
+                bias = self.tensors.read(name)
                 if ours == "w":
                     biases["v"] = bias[:, ups]
                     bias = bias[:, gates]
                 biases[ours] = bias
-        stacked_names = {ours: layout.fused["w2" if ours == "w2" else "gate_up"].format(i=layer)
-                         for ours in stacks}
-        experts = tuple(from_stacks(stacks, e) for e in range(ffn.experts))
-    else:
-        experts = tuple(one(layout.names, e, f, ffn) for e in range(ffn.experts))
-    shared = shared_gate = None
-    if layout.shared is not None and ffn.shared_d_ff:
-        shared = one(layout.shared, 0, ffn.shared_d_ff, replace(ffn, d_ff=ffn.shared_d_ff))
-    if layout.shared_gate is not None and ffn.shared_gate:
-        name = layout.shared_gate.format(i=layer) + ".weight"
-        gate = read(name)
-        assert gate is not None  # required
-        shared_gate = checked(source, name if gguf_names else "shared_gate", gate, (d, 1),
-                              dtype)[:, 0]
-    choice_bias = None  # DeepSeek-V3's and GLM-4.5's e_score_correction_bias (s3-deepseek)
-    if layout.choice_bias is not None:
-        name = layout.choice_bias.format(i=layer)
-        correction = read(name)
-        assert correction is not None  # required
-        choice_bias = checked(source, name if gguf_names else "choice_bias", correction,
-                              (ffn.experts,), dtype)
-    return MoEWeights(router, router_bias, experts, ffn.top_k, ffn.capacity_factor,
-                      rule=rule or Routing(), shared=shared, shared_gate=shared_gate,
-                      choice_bias=choice_bias)
+        names = {ours: layout.fused["w2" if ours == "w2" else "gate_up"].format(i=self.layer)
+                 for ours in stacks}
+        return tuple(self.from_stacks(stacks, names, biases, e)
+                     for e in range(self.ffn.experts))
+
+    def from_stacks(self, stacks: dict[str, np.ndarray], names: dict[str, str],
+                    biases: dict[str, np.ndarray], e: int) -> ExpertWeights:
+        source, dtype = self.source, self.dtype
+        arrays = {ours: checked(source, stem + ".weight" if self.gguf_names else ours,
+                                stacks[ours][e].T, self.shape_of(ours, self.f), dtype)
+                  for ours, stem in names.items()}
+        for ours, bias in biases.items():  # gpt-oss's, (experts, width) each
+            arrays[BIAS_OF[ours]] = checked(source, BIAS_OF[ours], bias[e],
+                                            (self.d if ours == "w2" else self.f,), dtype,
+                                            self.finite)
+        return assemble(source, self.spec, dtype, arrays.get, ffn=self.ffn)
+
+    def stacked(self, name: str, rows: int, cols: int) -> np.ndarray:
+        """Every expert's matrix in one (experts, rows, cols) tensor, as stored."""
+        stack, n = self.need(name), self.ffn.experts
+        if stack.ndim != 3 or stack.shape[0] != n:
+            raise WeightsError(f"{self.source}: '{name}': expected {n} experts of shape "
+                               f"{(rows, cols)}, got shape {stack.shape}")
+        return stack
+
+    def fused_stack(self, key: str, rows: int, cols: int) -> np.ndarray:
+        """A fused (experts, rows, cols) stack, [out, in] each: as stored, turned from
+        [experts, in, out] (gpt-oss, Llama 4), or dequantised from MXFP4 (gpt-oss as
+        published, whose blocks are [out, in])."""
+        stem = self.layout.fused[key].format(i=self.layer)  # type: ignore[index]  # checked
+        packed = self.tensors.mxfp4(stem)
+        if packed is not None:
+            n = self.ffn.experts
+            if packed.ndim != 3 or packed.shape[0] != n:
+                raise WeightsError(f"{self.source}: '{stem}' (MXFP4): expected {n} experts of "
+                                   f"shape {(rows, cols)}, got shape {packed.shape}")
+            if self.finite:
+                refuse_nonfinite(self.source, f"the MXFP4 tensor '{stem}', dequantised,", packed)
+            return packed
+        stack = self.stacked(stem, rows, cols)
+        return stack.swapaxes(1, 2) if self.layout.fused_in_out else stack
+
+    def shared(self) -> tuple[ExpertWeights | None, np.ndarray | None]:
+        """The shared experts (one FFN of the shared width) and Qwen2-MoE's sigmoid gate."""
+        layout, ffn = self.layout, self.ffn
+        shared = gate = None
+        if layout.shared is not None and ffn.shared_d_ff:
+            shared = self.one(layout.shared, 0, ffn.shared_d_ff,
+                              replace(ffn, d_ff=ffn.shared_d_ff))
+        if layout.shared_gate is not None and ffn.shared_gate:
+            name = layout.shared_gate.format(i=self.layer) + ".weight"
+            gate = checked(self.source, name if self.gguf_names else "shared_gate",
+                           self.need(name), (self.d, 1), self.dtype)[:, 0]
+        return shared, gate
+
+    def choice_bias(self) -> np.ndarray | None:
+        """DeepSeek-V3's and GLM-4.5's e_score_correction_bias, for choosing only."""
+        if self.layout.choice_bias is None:
+            return None
+        name = self.layout.choice_bias.format(i=self.layer)
+        return checked(self.source, name if self.gguf_names else "choice_bias", self.need(name),
+                       (self.ffn.experts,), self.dtype)
 
 
 def checkpoint_weights(path: Path, spec: ModelSpec, layer: int, dtype: np.dtype,
@@ -384,6 +427,19 @@ def _gate_up(read: Callable[..., np.ndarray | None], stem: str, spec: ModelSpec,
     return fused[:, :f], fused[:, f:]  # (d, 2f) -> gate, up
 
 
+def _check_quantised(tensors: Tensors, layout: Layout | None) -> None:
+    """Quantised linears are read only as GPTQ (2, 4, 8-bit) or AWQ 4-bit, in a dense FFN."""
+    linears = tensors.quantised_linears().values()
+    if not linears:
+        return
+    refused = sorted({lin.scheme for lin in linears if not runnable(lin)})
+    if refused or layout is None or layout.router is not None or layout.gate_up is not None:
+        schemes = ", ".join(refused or sorted({lin.scheme for lin in linears}))
+        raise WeightsError(f"{tensors.path}: {schemes} quantised weights are not dequantised; "
+                           "run, relu-stats and permute-check dequantise GPTQ (2, 4, 8-bit) and "
+                           "AWQ 4-bit dense FFNs (params counts this file)")
+
+
 def _checkpoint_layout(tensors: Tensors, spec: ModelSpec, ffn: FfnSpec) -> Layout:
     """The architecture table's layout of the spec's family for a layer whose FFN is ``ffn``
     (a mixture's dense layers have a layout of their own), refused where it cannot be read:
@@ -392,15 +448,7 @@ def _checkpoint_layout(tensors: Tensors, spec: ModelSpec, ffn: FfnSpec) -> Layou
     layout = ffn_layout(spec)
     if layout is not None and layout.dense is not None and not ffn.is_moe:
         layout = layout.dense
-    linears = tensors.quantised_linears().values()
-    if linears:
-        refused = sorted({lin.scheme for lin in linears if not runnable(lin)})
-        if refused or layout is None or layout.router is not None or layout.gate_up is not None:
-            schemes = ", ".join(refused or sorted({lin.scheme for lin in linears}))
-            raise WeightsError(f"{tensors.path}: {schemes} quantised weights are not "
-                               "dequantised; run, relu-stats and permute-check dequantise GPTQ "
-                               "(2, 4, 8-bit) and AWQ 4-bit dense FFNs (params counts this "
-                               "file)")
+    _check_quantised(tensors, layout)
     if layout is None:
         raise WeightsError(f"no checkpoint layout for family '{spec.family}'; known: "
                            f"{', '.join(with_ffn_layout())}")
