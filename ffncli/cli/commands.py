@@ -22,6 +22,7 @@ from ffncli.cli.options import (
     COUNTING,
     DOCUMENT,
     MODEL,
+    OUTLIERS_MODEL,
     PERPLEXITY_MODEL,
     RUNNING,
     SCALE,
@@ -37,12 +38,14 @@ from ffncli.cli.options import (
     PresetOpt,
     QuietOpt,
     ReportOpt,
+    epilog,
     grouped,
     one_line_summaries,
     parse_strictly,
     put_in_panels,
     shares,
 )
+from ffncli.cli.options import EXAMPLES as EXAMPLES  # re-exported: tests read them here
 from ffncli.errors import ExitCode, FfnError, InputError
 from ffncli.jobs.choices import (
     ModelChoice,
@@ -81,26 +84,8 @@ def _options(
 
 
 # ---------------------------------------------------------------------------------------------
-# The commands, each with one or two examples at the end of its --help (checked against its
-# options by tests/test_choices.py).
-
-EXAMPLES = {
-    "params": ("ffncli params --preset base",
-               "ffncli params --config config.json --seq-len 4096 --json"),
-    "presets": ("ffncli presets",),
-    "run": ("ffncli run --preset tiny --input the_cat_sat.txt",
-            "ffncli run --weights model.safetensors --layer 3 --input acts.npy --out out.npy"),
-    "permute-check": ("ffncli permute-check --preset base --random 64",
-                      "ffncli permute-check --impl mymodel.layers:feed_forward --d-model 512 "
-                      "--random 256 --junit-xml permute-check.xml"),
-    "relu-stats": ("ffncli relu-stats --preset gpt2 --random 500",
-                   "ffncli relu-stats --weights all-MiniLM-L6-v2/ --text alice.txt --report "
-                   "sparsity.html"),
-    "capture": ("ffncli capture --weights all-MiniLM-L6-v2/ --text alice.txt --out alice-acts",),
-    "perplexity": ("ffncli perplexity --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt",
-                   "ffncli perplexity --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt "
-                   "--sparsify cats --target-sparsity 0.25,0.5 --report cats.html"),
-}
+# The commands, each with one or two examples at the end of its --help (cli/options.py's
+# EXAMPLES, checked against its options by tests/test_commands.py).
 
 
 def _path(scale: ScaleChoice, tokens: TokenChoice | None = None,
@@ -113,12 +98,8 @@ def _path(scale: ScaleChoice, tokens: TokenChoice | None = None,
     return import_module(f"ffncli.cli.{name}")
 
 
-def _examples(command: str) -> str:
-    return "Examples:\n\n" + "\n\n".join(f"  $ {line}" for line in EXAMPLES[command])
 
-
-
-@app.command(epilog=_examples("params"))
+@app.command(epilog=epilog("params"))
 @grouped(overrides=(Overrides, COUNTING), plan=(TrainChoice, TRAINING))
 def params(
     preset: PresetOpt = None,
@@ -162,7 +143,7 @@ def params(
         raise typer.Exit(ExitCode.CHECK_FAILED)
 
 
-@app.command("run", epilog=_examples("run"))
+@app.command("run", epilog=epilog("run"))
 @grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), overrides=(Overrides, RUNNING),
          scale=(ScaleChoice, SCALE))
 def run_cmd(
@@ -182,7 +163,7 @@ def run_cmd(
                                      quiet=quiet)
 
 
-@app.command("permute-check", epilog=_examples("permute-check"))
+@app.command("permute-check", epilog=epilog("permute-check"))
 @grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), overrides=(Overrides, RUNNING))
 def permute_check_cmd(
     impl: Annotated[Optional[str], typer.Option(
@@ -247,7 +228,7 @@ def permute_check_cmd(
         raise typer.Exit(ExitCode.CHECK_FAILED)
 
 
-@app.command("relu-stats", epilog=_examples("relu-stats"))
+@app.command("relu-stats", epilog=epilog("relu-stats"))
 @grouped(model=(ModelChoice, MODEL), tokens=(TokenChoice, TOKENS), text=(TextChoice, TEXT),
          overrides=(Overrides, RUNNING), scale=(ScaleChoice, SCALE))
 def relu_stats_cmd(
@@ -294,7 +275,7 @@ def _relu_stats(threshold: float | None, target_sparsity: float | None,
         as_json=as_json, quiet=quiet)
 
 
-@app.command(epilog=_examples("capture"))
+@app.command(epilog=epilog("capture"))
 @grouped(model=(ModelChoice, CAPTURE_MODEL), text=(TextChoice, TEXT), scale=(ScaleChoice, SCALE))
 def capture(
     out: Annotated[Path, typer.Option(
@@ -316,7 +297,7 @@ def capture(
                                             as_json=as_json, quiet=quiet)
 
 
-@app.command(epilog=_examples("perplexity"))
+@app.command(epilog=epilog("perplexity"))
 @grouped(model=(ModelChoice, PERPLEXITY_MODEL), text=(TextChoice, DOCUMENT),
          scale=(ScaleChoice, SCALE))
 def perplexity(
@@ -385,7 +366,7 @@ def perplexity(
     emit_perplexity(result, as_json)
 
 
-@app.command(epilog=_examples("presets"))
+@app.command(epilog=epilog("presets"))
 def presets(as_json: JsonOpt = False) -> None:
     """List the built-in presets with their sizes."""
     from ffncli.counting.results import presets_summary
@@ -397,12 +378,7 @@ def presets(as_json: JsonOpt = False) -> None:
 # ---------------------------------------------------------------------------------------------
 # experts: the routing profile of a mixture of experts on a text, and the placement plan.
 
-EXAMPLES["experts"] = (
-    "ffncli experts --weights Qwen3-30B-A3B/ --text alice.txt --report routing.html",
-    "ffncli experts --weights gpt-oss-20b/ --text alice.txt --fit 16GB --coverage 0.95")
-
-
-@app.command("experts", epilog=_examples("experts"))
+@app.command("experts", epilog=epilog("experts"))
 @grouped(model=(ModelChoice, CAPTURE_MODEL), text=(TextChoice, TEXT), scale=(ScaleChoice, SCALE))
 def experts_cmd(
     fit: Annotated[Optional[str], typer.Option(
@@ -442,15 +418,12 @@ def experts_cmd(
         _path(scale, text=text).experts_command(model, text, scale, asked,
                                                 report_path=report_path, as_json=as_json,
                                                 quiet=quiet)
+
+
+# ---------------------------------------------------------------------------------------------
 # neurons (issue 43 §2): what each FFN unit responds to and what it writes
 
-EXAMPLES["neurons"] = (
-    "ffncli neurons --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt --layer 3 "
-    "--units 0-9 --report neurons/",
-    "ffncli neurons --weights SmolLM2-135M-Instruct.Q4_1.gguf --layer 3 --units 42")
-
-
-@app.command("neurons", epilog=_examples("neurons"))
+@app.command("neurons", epilog=epilog("neurons"))
 @grouped(model=(ModelChoice, CAPTURE_MODEL), text=(TextChoice, TEXT))
 def neurons_cmd(
     units: Annotated[Optional[str], typer.Option(
@@ -493,14 +466,7 @@ def neurons_cmd(
 # ---------------------------------------------------------------------------------------------
 # outliers (issue 43): massive activations, super weights and super experts over a text.
 
-EXAMPLES["outliers"] = (
-    "ffncli outliers --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt",
-    "ffncli outliers --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt --confirm --json")
-OUTLIERS_MODEL = {name: CAPTURE_MODEL[name] for name in ("weights", "hub_model", "config",
-                                                          "dtype")}
-
-
-@app.command(epilog=_examples("outliers"))
+@app.command(epilog=epilog("outliers"))
 @grouped(model=(ModelChoice, OUTLIERS_MODEL), text=(TextChoice, TEXT))
 def outliers(
     confirm: Annotated[bool, typer.Option(

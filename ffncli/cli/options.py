@@ -226,6 +226,45 @@ PERPLEXITY_MODEL = {**CAPTURE_MODEL, "layer": Annotated[Optional[str], typer.Opt
     "--layer", metavar="N", help="The layers whose FFN --sparsify sparsifies: N, A-B or all "
     "(the default); the model always runs whole.", show_default=False)]}
 
+OUTLIERS_MODEL = {name: CAPTURE_MODEL[name] for name in ("weights", "hub_model", "config",
+                                                          "dtype")}
+
+# Each command's one or two examples, at the end of its --help (checked against its options
+# by tests/test_commands.py); a new command's in a block of its own below.
+EXAMPLES = {
+    "params": ("ffncli params --preset base",
+               "ffncli params --config config.json --seq-len 4096 --json"),
+    "presets": ("ffncli presets",),
+    "run": ("ffncli run --preset tiny --input the_cat_sat.txt",
+            "ffncli run --weights model.safetensors --layer 3 --input acts.npy --out out.npy"),
+    "permute-check": ("ffncli permute-check --preset base --random 64",
+                      "ffncli permute-check --impl mymodel.layers:feed_forward --d-model 512 "
+                      "--random 256 --junit-xml permute-check.xml"),
+    "relu-stats": ("ffncli relu-stats --preset gpt2 --random 500",
+                   "ffncli relu-stats --weights all-MiniLM-L6-v2/ --text alice.txt --report "
+                   "sparsity.html"),
+    "capture": ("ffncli capture --weights all-MiniLM-L6-v2/ --text alice.txt --out alice-acts",),
+    "perplexity": ("ffncli perplexity --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt",
+                   "ffncli perplexity --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt "
+                   "--sparsify cats --target-sparsity 0.25,0.5 --report cats.html"),
+}
+EXAMPLES["experts"] = (
+    "ffncli experts --weights Qwen3-30B-A3B/ --text alice.txt --report routing.html",
+    "ffncli experts --weights gpt-oss-20b/ --text alice.txt --fit 16GB --coverage 0.95")
+EXAMPLES["neurons"] = (
+    "ffncli neurons --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt --layer 3 "
+    "--units 0-9 --report neurons/",
+    "ffncli neurons --weights SmolLM2-135M-Instruct.Q4_1.gguf --layer 3 --units 42")
+EXAMPLES["outliers"] = (
+    "ffncli outliers --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt",
+    "ffncli outliers --weights SmolLM2-135M-Instruct.Q4_1.gguf --text alice.txt --confirm --json")
+
+
+def epilog(command: str) -> str:
+    """The end of ``command``'s --help: its EXAMPLES."""
+    return "Examples:\n\n" + "\n\n".join(f"  $ {line}" for line in EXAMPLES[command])
+
+
 # Each option under its heading in --help (Typer's rich_help_panel), by its name; the options
 # of one command alone (--threshold, --trials, ...) stay under "Options".
 PANELS = {

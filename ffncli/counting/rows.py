@@ -109,13 +109,22 @@ def attention_block_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, 
     if att.kv_lora_rank:  # its head gate one of its matrices
         return tuple(Row(f"{prefix}{name}", f"{n_in} x {n_out}", linear(n_in, n_out, bias))
                      for name, n_in, n_out, bias in latent_attention_matrices(d, att)) + sinks
+    extra = extra_projection_rows(d, att, prefix) + span_conv_rows(d, att, prefix) \
+        + xl_relative_rows(d, att, prefix) + relative_projection_rows(d, att, prefix) \
+        + value_conv_rows(att, prefix)
+    mine = dynamic_mask_rows(d, att, prefix) + lambda_rows(d, att, prefix)
+    if att.learned_scalars:  # NeoMME's alpha per head and residual lambdas
+        mine += (Row(f"{prefix}learned scalars", f"{att.learned_scalars}", att.learned_scalars),)
+    return extra + projection_rows(d, att, prefix) + sinks + gate_rows(d, att, prefix) + mine
+
+
+def projection_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    """W_Q (with the output gate, as wide again), W_K, W_V and W_O, less the ones a layer
+    shares (Reformer's W_K, Gemma 4's W_V)."""
     q_width, kv_width = attention_widths(d, att)
     v_width, o_width = value_widths(d, att)
     q_out = q_width * (2 if att.output_gate else 1)  # the output gate: as wide again
     qkv = att.qkv_groups
-    extra = extra_projection_rows(d, att, prefix) + span_conv_rows(d, att, prefix) \
-        + xl_relative_rows(d, att, prefix) + relative_projection_rows(d, att, prefix) \
-        + value_conv_rows(att, prefix)
     core: tuple[Row, ...] = (
         Row(f"{prefix}W_Q" + (" (and output gate)" if att.output_gate else ""),
             f"{d} x {q_out}", grouped(d, q_out, att.qkv_bias and att.query_bias, qkv)),
@@ -129,10 +138,7 @@ def attention_block_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, 
         core = tuple(r for r in core if r.name != f"{prefix}W_K")
     if att.values_are_keys:  # Gemma 4's full layers: W_K's keys are the values too
         core = tuple(r for r in core if r.name != f"{prefix}W_V")
-    mine = dynamic_mask_rows(d, att, prefix) + lambda_rows(d, att, prefix)
-    if att.learned_scalars:  # NeoMME's alpha per head and residual lambdas
-        mine += (Row(f"{prefix}learned scalars", f"{att.learned_scalars}", att.learned_scalars),)
-    return extra + core + sinks + gate_rows(d, att, prefix) + mine
+    return core
 
 
 def head_expert_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:

@@ -14,6 +14,7 @@ from ffncli.present.tables import commas, new_table, pct
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
     from ffncli.jobs.experts import ExpertsLayer, ExpertsResult, Placement
 
@@ -64,6 +65,17 @@ def _maybe(value: float | None, fmt: str) -> str:
 def print_experts(doc: dict[str, Any]) -> None:
     """The profile, a row per MoE layer in three tables, then the plan."""
     out = console()
+    _print_header(out, doc)
+    layers = doc["layers"]
+    out.print(_load_table(layers))
+    out.print(_concentration_table(layers))
+    out.print(_locality_table(layers))
+    if doc["plan"] is not None:
+        print_plan(out, doc["plan"], doc)
+
+
+def _print_header(out: Console, doc: dict[str, Any]) -> None:
+    """What was profiled, the routing rule, the dense layers left out, the shared experts."""
     out.print(Text(f"experts: {doc['model']} on {doc['source']}: {doc['tokens']:,} tokens in "
                    f"{doc['sequences']:,} sequences (the figures hold for text like this one)"))
     layers = doc["layers"]
@@ -76,6 +88,9 @@ def print_experts(doc: dict[str, Any]) -> None:
         ", ".join(f"layer {x['layer']}: {x['shared_experts']}" for x in shared)
         + " (always active: they see every token, outside these figures)"
         if shared else "none")))
+
+
+def _load_table(layers: list[dict[str, Any]]) -> Table:
     load = new_table("load (each of a token's top-k choices counted)",
                      ("layer", "experts", "top-k", "routings", "CV", "MaxVio", "largest share",
                       "dead", "busiest (x even)", "idlest (x even)"))
@@ -87,7 +102,10 @@ def print_experts(doc: dict[str, Any]) -> None:
                      commas(len(x["dead_experts"])),
                      f"{ratios.index(max(ratios))} ({max(ratios):.2f})",
                      f"{ratios.index(min(ratios))} ({min(ratios):.2f})")
-    out.print(load)
+    return load
+
+
+def _concentration_table(layers: list[dict[str, Any]]) -> Table:
     percents = [c["percent"] for c in layers[0]["coverage"]] if layers else []
     conc = new_table("concentration (entropies over ln E; experts carrying a share)",
                      ("layer", "load entropy", "token entropy", "Switch balance",
@@ -96,7 +114,10 @@ def print_experts(doc: dict[str, Any]) -> None:
         conc.add_row(str(x["layer"]), f"{x['load_entropy']:.3f}",
                      _maybe(x["token_entropy"], ".3f"), _maybe(x["switch_balance"], ".3f"),
                      *(commas(c["experts"]) for c in x["coverage"]))
-    out.print(conc)
+    return conc
+
+
+def _locality_table(layers: list[dict[str, Any]]) -> Table:
     local = new_table("locality (neighbours, co-selection, next layer)",
                       ("layer", "Jaccard", "shared", "top pair P(b|a)", "next-layer hit",
                        "by busiest", "transition entropy"))
@@ -110,9 +131,7 @@ def print_experts(doc: dict[str, Any]) -> None:
                       "-" if t is None else pct(t["hit_rate"]),
                       "-" if t is None else pct(t["baseline"]),
                       "-" if t is None else f"{t['entropy']:.3f}")
-    out.print(local)
-    if doc["plan"] is not None:
-        print_plan(out, doc["plan"], doc)
+    return local
 
 
 def _gib(size: int) -> str:
