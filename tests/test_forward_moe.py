@@ -407,3 +407,25 @@ def test_the_library_reads_the_rule_beside_the_weights():
     spec = resolve_spec(None, FORWARD / "qwen3_moe" / "config.json")
     ffn = ffncli.build_ffn(spec, weights=FORWARD / "qwen3_moe", layer=1)
     assert ffn.weights.describe() == "softmax top-2, renormalised"
+
+
+QWEN_RULES = {"qwen2_moe": "softmax top-2", "qwen3_moe": "softmax top-2, renormalised",
+              "olmoe": "softmax top-2", "qwen3_moe-step": "softmax top-2, renormalised",
+              "qwen3_moe-all": "softmax top-2, renormalised"}
+
+
+@pytest.mark.parametrize("case", CASES[:5])
+def test_experts_equal_the_router_records(cli, case):
+    """The experts command profiles the MoE layers only (dense ones left out), its loads are
+    counts of transformers' chosen experts, its rule and shared experts the family's."""
+    folder = FORWARD / case
+    r = cli("experts", "--weights", folder, "--ids", folder / "ids.txt", "--json", "--quiet")
+    assert r.code == 0, r.err
+    doc = r.json()
+    want = expected(case)
+    assert [x["layer"] for x in doc["layers"]] == MOE_LAYERS[case]
+    for x in doc["layers"]:
+        chosen = want[f"chosen{x['layer']}"]
+        assert x["load"] == np.bincount(chosen.ravel(), minlength=8).tolist()
+        assert x["rule"] == QWEN_RULES[case]
+        assert x["shared_experts"] == (1 if case == "qwen2_moe" else 0)
