@@ -7,6 +7,8 @@ and compute/ffn.py's plain formulas written out token by token in float64."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from helpers.forward_cases import expected
@@ -145,11 +147,23 @@ def test_a_zero_top_k_target_is_the_dense_model(cli, case):
     assert all(c["ffn_relative_error"] == 0.0 for c in v["layers"])
 
 
-def test_thresholds_saved_on_a_mixture_are_applied_again(cli, tmp_path):
-    """--save-thresholds then --thresholds: the same variant again."""
+@pytest.mark.parametrize("rule", ["teal", "topk"])
+def test_thresholds_saved_on_a_mixture_are_applied_again(cli, tmp_path, rule):
+    """--save-thresholds then --thresholds: the same variant again. topk keeps 48 of the dense
+    layer 0's 64 units and 12 of an expert's 16 (each layer's width, not the spec's d_ff: the
+    file was refused before, 48 being past 16)."""
     saved = tmp_path / "t.json"
-    first = _perplexity(cli, "qwen2_moe", "--sparsify", "teal", "--target-sparsity", "0.5",
+    first = _perplexity(cli, "qwen2_moe", "--sparsify", rule, "--target-sparsity", "0.25",
                         "--save-thresholds", saved)
     again = _perplexity(cli, "qwen2_moe", "--thresholds", saved)
     assert again["variants"][0]["perplexity"] == first["variants"][0]["perplexity"]
     assert again["variants"][0]["sparsity"] == first["variants"][0]["sparsity"]
+    if rule == "topk":
+        doc = json.loads(saved.read_text())
+        assert [c["keep"] for c in doc["entries"][0]["layers"]] == [48, 12, 12]
+        doc["entries"][0]["layers"][1]["keep"] = 17
+        saved.write_text(json.dumps(doc))
+        r = cli("perplexity", "--weights", FORWARD / "qwen2_moe", "--ids",
+                FORWARD / "qwen2_moe" / "ids.txt", "--ctx", "8", "--thresholds", saved)
+        assert (r.code, r.err) == (2, f"error: {saved}: entry 1: layer entry 2: key 'keep': "
+                                      "expected a whole number from 0 to 16, got 17\n")
