@@ -167,3 +167,10 @@ def test_thresholds_saved_on_a_mixture_are_applied_again(cli, tmp_path, rule):
                 FORWARD / "qwen2_moe" / "ids.txt", "--ctx", "8", "--thresholds", saved)
         assert (r.code, r.err) == (2, f"error: {saved}: entry 1: layer entry 2: key 'keep': "
                                       "expected a whole number from 0 to 16, got 17\n")
+
+
+def test_a_sharded_run_equals_one_process(cli):
+    """Two workers (calibration sent with the tasks, sums merged) give one process's result."""
+    one, two = (_perplexity(cli, "qwen3_moe", "--sparsify", "cats", "--target-sparsity", "0.5",
+                            "--workers", w) for w in ("1", "2"))
+    assert two["variants"] == one["variants"] and two["perplexity"] == one["perplexity"]
