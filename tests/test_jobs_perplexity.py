@@ -341,11 +341,12 @@ def test_a_thresholds_file_for_another_model_is_refused(cli, tmp_path, ids_file)
                                             "JSON at line 1")
 
 
-def test_a_mixture_of_experts_is_not_sparsified(cli, tmp_path, ids_file):
+def test_a_mixture_of_experts_is_sparsified(cli, tmp_path, ids_file):
+    """Once refused; now each chosen expert's hidden layer is cut (tests/test_sparse_moe.py)."""
     r = cli("perplexity", "--weights", FORWARD / "mixtral" / "model.safetensors", "--ids",
-            ids_file, "--ctx", "32", "--sparsify", "topk", "--target-sparsity", "0.5")
-    assert r.code == 2 and r.err.endswith("is not sparsified; --sparsify computes dense and "
-                                          "gated FFNs\n")
+            ids_file, "--ctx", "32", "--sparsify", "topk", "--target-sparsity", "0.5", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["variants"][0]["sparsity"] == pytest.approx(0.5, abs=0.01)
 
 
 def test_save_thresholds_never_overwrites_an_input(cli, ids_file):

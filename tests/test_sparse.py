@@ -99,13 +99,19 @@ def test_smallest_marks_each_rows_smallest_magnitudes():
     assert smallest(a, 4).sum() == 0 and smallest(a, 0).all()
 
 
-def test_a_mixture_of_experts_is_refused():
+def test_a_mixture_of_experts_cut_nowhere_is_the_dense_mixture():
+    """Once refused; a cut below every |a| leaves each routed pair's units (its counts per
+    pair), the output the engine's (the oracle of a real cut: tests/test_sparse_moe.py)."""
     from ffncli.compute.ffn import MoEWeights
 
     rng = np.random.default_rng(1)
-    moe = MoEWeights(rng.normal(0, 1, (D, 2)), None, (_weights(True, rng),) * 2, 1)
-    with pytest.raises(ValueError, match="mixture of experts"):
-        SparseFfn(Engine(moe, "silu"), Cut("cats", threshold=0.1))
+    moe = MoEWeights(rng.normal(0, 1, (D, 3)), None,
+                     tuple(_weights(True, rng) for _ in range(3)), 2)
+    x = rng.normal(0, 1, (5, D))
+    ffn, out = SparseFfn(Engine(moe, "silu"), Cut("cats", threshold=-1.0)), np.empty((5, D))
+    ffn(x, out)
+    np.testing.assert_allclose(out, Engine(moe, "silu")(x), rtol=1e-12, atol=1e-12)
+    assert (ffn.counts.tokens, ffn.counts.zeroed) == (5 * 2, 0)
 
 
 @pytest.mark.parametrize("gated", [False, True])

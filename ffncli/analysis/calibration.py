@@ -20,8 +20,8 @@ from ffncli.analysis.experts import expert_activation, expert_inputs
 from ffncli.analysis.quantiles import quantile, quantiles
 from ffncli.base import CALIBRATION_TOKENS as CALIBRATION_TOKENS  # stated there, read here
 from ffncli.compute.engine import NO_HOOKS, Engine, Hooks, Visit, Watch
-from ffncli.compute.ffn import DenseWeights, MoEWeights, pre_activation
-from ffncli.compute.sparse import Cut, gate_and_up
+from ffncli.compute.ffn import DenseWeights, ExpertWeights, MoEWeights, pre_activation
+from ffncli.compute.sparse import Cut, gate_and_up, routed
 
 
 def calibration_rows(n_tokens: int) -> int:
@@ -114,12 +114,20 @@ def calibration_rules(wanted: Sequence[tuple[str, float]]) -> tuple[bool, bool]:
 
 def calibration_magnitudes(ffn: Engine, x: np.ndarray, wanted: Sequence[tuple[str, float]]
                            ) -> Magnitudes:
-    """The magnitudes of these tokens that the rules of ``wanted`` calibrate on."""
-    assert not isinstance(ffn.weights, MoEWeights)
+    """The magnitudes of these tokens that the rules of ``wanted`` calibrate on (a mixture:
+    :func:`routed_magnitudes` of all of them)."""
+    if isinstance(ffn.weights, MoEWeights):
+        return routed_magnitudes(ffn, x, x.shape[0], wanted)
+    return _magnitudes(ffn, ffn.weights, x, wanted)
+
+
+def _magnitudes(ffn: Engine, p: ExpertWeights, x: np.ndarray,
+                wanted: Sequence[tuple[str, float]]) -> Magnitudes:
+    """The magnitudes of the FFN ``p`` (the layer's, or an expert's) on these tokens."""
     cats, teal = calibration_rules(wanted)
     if not (cats or teal):
         return Magnitudes()
-    a, u = gate_and_up(x, ffn.weights, ffn, up=teal)  # cats needs no up projection
+    a, u = gate_and_up(x, p, ffn, up=teal)  # cats needs no up projection
     m = Magnitudes()
     if teal:
         m.inputs, m.hidden = np.abs(x), np.abs(a if u is None else a * u)
@@ -134,12 +142,14 @@ class Gathering(Watch):
     the engine's chunks (the same products, so the same bits), |a| and |h| read from the
     engine's own hidden layer (no second product of the gate, as
     :func:`calibration_magnitudes` makes). Another watch of the layer (the sweep's counting)
-    passes the visits of :meth:`keeper` to the engine in its own hooks instead."""
+    passes the visits of :meth:`keeper` to the engine in its own hooks instead.
+
+    A mixture of experts: one cut per layer, calibrated on the magnitudes of every routed
+    expert's hidden layer on the tokens routed to it (:func:`routed_magnitudes`), the shared
+    experts left out (they are not cut)."""
 
     def __init__(self, engine: Engine, wanted: Sequence[tuple[str, float]],
                  tokens: int | None = None) -> None:
-        if isinstance(engine.weights, MoEWeights):
-            raise ValueError("a mixture of experts is not calibrated per layer")
         self.engine: Engine | None = engine
         self.d_ff, self.dtype, self.wanted = engine.d_ff, engine.dtype, list(wanted)
         self.left = CALIBRATION_TOKENS if tokens is None else tokens  # rows still to keep
@@ -160,7 +170,14 @@ class Gathering(Watch):
     def __call__(self, x: np.ndarray, out: np.ndarray) -> None:
         if self.engine is None:
             raise ValueError("this layer's calibration was released")
-        self.engine(x, out, watch=self)
+        if not isinstance(self.engine.weights, MoEWeights):
+            self.engine(x, out, watch=self)
+            return
+        self.engine(x, out)
+        rows = min(self.left, x.shape[0])
+        if rows > 0 and (self.cats or self.teal):
+            self.left -= rows
+            self.parts.append(routed_magnitudes(self.engine, x, rows, self.wanted))
 
     def hooks(self, x: np.ndarray) -> Hooks:
         keep = self.keeper(x)
@@ -193,6 +210,22 @@ class Gathering(Watch):
                     np.abs(np.multiply(a, u[:end - lo], out=h), out=h)  # h = a * u, as the FFN
 
         return keep
+
+
+def routed_magnitudes(ffn: Engine, x: np.ndarray, rows: int,
+                      wanted: Sequence[tuple[str, float]]) -> Magnitudes:
+    """A mixture's magnitudes of its first ``rows`` tokens that ``wanted`` calibrates on:
+    every chosen expert's, on the tokens routed to it (routed as in the whole ``x``), one
+    (token, expert) pair a row, expert by expert."""
+    p = ffn.weights
+    assert isinstance(p, MoEWeights)
+    x = np.ascontiguousarray(x, dtype=ffn.dtype)
+    parts = []
+    for e, kept, xe, _ in routed(x, p, ffn.dtype):
+        first = kept < rows  # the pairs of the calibrating tokens
+        if first.any():
+            parts.append(_magnitudes(ffn, p.experts[e], xe[first], wanted))
+    return Magnitudes.join(parts)
 
 
 def calibrate_cuts(ffn: Engine, x: np.ndarray, wanted: Sequence[tuple[str, float]]

@@ -11,6 +11,10 @@ Zeroing an entry gives the product that skipping it would (a sum that leaves out
 the sum with a zero in its place), so the result is that of the sparse kernel, computed with
 the dense matrix multiply. :class:`SparseFfn` also measures what it cut and, on the same
 input, how far its output is from the dense FFN's.
+
+A mixture of experts: the routing is the dense one (computed on the layer's input as it
+comes), each chosen expert's hidden layer is cut by the layer's rule on the tokens routed to
+it, the shared experts are left dense. Its counts are per routed (token, expert) pair.
 """
 
 from __future__ import annotations
@@ -20,7 +24,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ffncli.compute.engine import Engine, Hooks, Watch, activate_inplace
-from ffncli.compute.ffn import Array, DenseWeights, GatedWeights, MoEWeights
+from ffncli.compute.ffn import (
+    Array,
+    DenseWeights,
+    GatedWeights,
+    MoEWeights,
+    dispatch,
+    route,
+    sigmoid,
+)
 from ffncli.compute.forward.ops import dot_sum
 
 RULES = ("cats", "teal", "topk")
@@ -120,14 +132,14 @@ class SparseFfn(Watch):
     once its output is in."""
 
     def __init__(self, engine: Engine, cut: Cut) -> None:
-        if isinstance(engine.weights, MoEWeights):
-            raise ValueError("a mixture of experts is not sparsified")
         if cut.rule not in RULES:
             raise ValueError(f"rule: expected one of {', '.join(RULES)}, got {cut.rule!r}")
         self.engine: Engine | None = engine
         self.cut, self.counts = cut, CutCounts()
         self.d_model, self.d_ff = engine.d_model, engine.d_ff
-        self.first = 2 if isinstance(engine.weights, GatedWeights) else 1  # matrices before h
+        p = engine.weights
+        expert = p.experts[0] if isinstance(p, MoEWeights) else p
+        self.first = 2 if isinstance(expert, GatedWeights) else 1  # matrices before h
         self._buffer: Array | None = None  # the zeroed part of the hidden layer, in a call
         self._zeroed: Array | None = None  # the current chunk's part of it (cats, topk)
         self._dense: Array | None = None  # teal: the dense FFN's output of the call's input
@@ -145,6 +157,9 @@ class SparseFfn(Watch):
         engine = self.engine
         if engine is None:
             raise ValueError("this layer's cut was released")
+        if isinstance(engine.weights, MoEWeights):
+            self._mixture(engine, engine.weights, x, out)
+            return
         try:
             if self.cut.rule == "teal":  # another input: the dense FFN on x, the sparse on x'
                 x = np.ascontiguousarray(x, dtype=engine.dtype)
@@ -156,6 +171,32 @@ class SparseFfn(Watch):
         finally:  # the zeroed part goes with the call: a sweep's variants hold none between
             # their passes (made again at the next call, cheap against the batch's FFN)
             self._buffer = self._zeroed = self._dense = None
+
+    def _mixture(self, engine: Engine, p: MoEWeights, x: Array, out: Array) -> None:
+        """A mixture under the cut: the dense routing, each chosen expert's hidden layer cut
+        (a :class:`SparseFfn` of the expert on its tokens), the shared experts dense; the
+        error against the dense mixture on the same input."""
+        x = np.ascontiguousarray(x, dtype=engine.dtype)
+        dense = engine(x)  # the reference of the error, its capacity that of the whole x
+        out[...] = 0
+        for e, rows, xe, w in routed(x, p, engine.dtype):
+            expert = SparseFfn(Engine(p.experts[e], engine.act, engine.chunk_tokens), self.cut)
+            y = np.empty((rows.size, self.d_model), dtype=engine.dtype)
+            expert(xe, y)
+            if not p.rule.scales_input:
+                np.multiply(y, w, out=y)
+            out[rows] += y  # rows are distinct: a plain scatter-add
+            self.counts.tokens += expert.counts.tokens
+            self.counts.zeroed += expert.counts.zeroed
+            self.counts.zeroed_in += expert.counts.zeroed_in
+        if p.shared is not None:  # left dense, as the engine computes it
+            shared = Engine(p.shared, engine.act, engine.chunk_tokens)(x)
+            if p.shared_gate is not None:
+                np.multiply(shared, sigmoid(x @ p.shared_gate)[:, None], out=shared)
+            np.add(out, shared, out=out)
+        self.counts.dense2 += dot_sum(dense, dense)
+        error = np.subtract(out, dense, out=dense)
+        self.counts.error2 += dot_sum(error, error)
 
     def hooks(self, x: Array) -> Hooks:
         """The cut of the chunk ``x``, made in the engine's blocks of its hidden layer."""
@@ -222,3 +263,22 @@ class SparseFfn(Watch):
         if buf is None or buf.shape[0] < rows:
             buf = self._buffer = np.empty((rows, self.d_ff), dtype=self.engine.dtype)
         return buf[:rows]
+
+
+def routed(x: Array, p: MoEWeights, dtype: np.dtype
+           ) -> list[tuple[int, Array, Array, Array]]:
+    """Each chosen expert of the tokens ``x`` (one input, its capacity that of all of it):
+    (expert, its token rows, their input as the expert takes it, the (rows, 1) weights its
+    output adds with). The input is scaled by the weight for Llama 4's rule (its output then
+    added as it is)."""
+    order, gate = route(x, p)
+    gate = gate.astype(dtype, copy=False)
+    groups = []
+    for e, rows, slot in dispatch(order, p):
+        if rows.size == 0:
+            continue
+        xe, w = np.take(x, rows, axis=0), gate[rows, slot, None]
+        if p.rule.scales_input:
+            np.multiply(xe, w, out=xe)
+        groups.append((e, rows, xe, w))
+    return groups

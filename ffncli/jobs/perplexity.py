@@ -26,7 +26,7 @@ from ffncli.analysis.perplexity import (
 )
 from ffncli.base.validate import Words, share
 from ffncli.compute.sparse import RULES, Cut, Tally
-from ffncli.errors import InputError, SpecError
+from ffncli.errors import InputError
 from ffncli.jobs.choices import OPTIONS, not_shares, parse_layers
 from ffncli.jobs.progress import Progress
 from ffncli.jobs.resolve import load_document, open_forward
@@ -183,14 +183,10 @@ def _variant_result(variant: Variant, layers: Sequence[int], tallies: list[Tally
 # What the job runs: the plan, its walk.
 
 
-def _check_sparsifiable(model: Transformer, variants: Sequence[Variant],
-                        layers: Sequence[int], words: Words) -> None:
-    if not variants:
-        return
-    experts = model.spec.ffn.experts
-    if experts > 1:
-        raise SpecError(f"{model.spec.name}: a mixture of experts ({experts} experts) is not "
-                        f"sparsified; {words.name('sparsify')} computes dense and gated FFNs")
+def _check_sparsifiable(variants: Sequence[Variant],
+                        layers: Sequence[int]) -> None:
+    """Variants from a thresholds file cut the layers selected (a mixture of experts is
+    sparsified too: each chosen expert's hidden layer, compute/sparse.py)."""
     for v in variants:
         if v.cuts is not None and set(v.cuts) != set(layers):
             raise InputError(f"{v.label}: its thresholds cut layers {layer_ranges(v.cuts)}, but "
@@ -250,7 +246,7 @@ def plan(model: Transformer, document: Sequences, protocol: Protocol | None, *,
     evaluated text's chunks under a stride, else the evaluated windows. Errors name the
     options in ``words``."""
     layers = tuple(range(model.n_layers)) if layers is None else tuple(layers)
-    _check_sparsifiable(model, variants, layers, words)
+    _check_sparsifiable(variants, layers)
     decoder = _scored_by_head(model, protocol, words)
     dropped = 0
     if protocol is not None:

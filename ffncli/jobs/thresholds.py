@@ -94,11 +94,12 @@ def _list(where: str, value: Any) -> list[Any]:
     return value
 
 
-def _cut(where: str, rule: str, item: Any, d_ff: int) -> tuple[int, Cut]:
+def _cut(where: str, rule: str, item: Any, widths: Sequence[int]) -> tuple[int, Cut]:
     item = _object(where, item, CUT_KEYS[rule])
     layer = whole(f"{where}: key 'layer'", item.get("layer"), minimum=0)
-    if rule == "topk":
-        keep = whole(f"{where}: key 'keep'", item.get("keep"), minimum=0, maximum=d_ff)
+    if rule == "topk":  # at most the layer's units (a layer past the model: checked after)
+        keep = whole(f"{where}: key 'keep'", item.get("keep"), minimum=0,
+                     maximum=widths[min(layer, len(widths) - 1)])
         return layer, Cut("topk", keep=keep)
     threshold = number(f"{where}: key 'threshold'", item.get("threshold"))
     down = number(f"{where}: key 'down'", item.get("down")) if rule == "teal" else 0.0
@@ -147,12 +148,22 @@ def load_thresholds(path: Path, model: Transformer) -> list[Variant]:
                              f"{brief(this[key])}")
     variants: list[Variant] = []
     for n, entry in enumerate(_list(f"{path}: key 'entries'", data.get("entries")), 1):
-        variants.append(_variant(f"{path}: entry {n}", entry, variants, model, this["d_ff"]))
+        variants.append(_variant(f"{path}: entry {n}", entry, variants, model,
+                                 layer_widths(model)))
     return variants
 
 
+def layer_widths(model: Transformer) -> list[int]:
+    """Each layer's hidden width as a cut sees it: its FFN's d_ff, an expert's in a mixture
+    (a mixture's dense layers, Qwen's mlp_only_layers or DeepSeek's first, their own)."""
+    kinds = model.spec.decoder_kinds()
+    if len(kinds) != model.n_layers:  # an encoder's layers: all alike
+        return [model.spec.d_ff] * model.n_layers
+    return [(k.ffn or model.spec.ffn).d_ff for k in kinds]
+
+
 def _variant(where: str, entry: Any, before: list[Variant], model: Transformer,
-             d_ff: Any) -> Variant:
+             widths: Sequence[int]) -> Variant:
     """One entry of a thresholds file: a rule, a target not given before, and the cuts of
     the layers every entry cuts."""
     entry = _object(where, entry, ENTRY_KEYS)
@@ -166,7 +177,7 @@ def _variant(where: str, entry: Any, before: list[Variant], model: Transformer,
         raise InputError(f"{where}: {rule} at target {target:g} is entry {twice[0]} already")
     cuts: dict[int, Cut] = {}
     for k, item in enumerate(_list(f"{where}: key 'layers'", entry.get("layers")), 1):
-        layer, cut = _cut(f"{where}: layer entry {k}", rule, item, d_ff)
+        layer, cut = _cut(f"{where}: layer entry {k}", rule, item, widths)
         if layer >= model.n_layers or layer in cuts:
             raise InputError(f"{where}: layer entry {k}: layer {layer} is "
                              + ("listed twice" if layer in cuts else
