@@ -88,7 +88,7 @@ def bench(case: str, sequences: int, reps: int) -> str:
     ours.close()
     rate = {k: [tokens / t for t in v] for k, v in times.items()}
     med = {k: statistics.median(v) for k, v in rate.items()}
-    ratio = statistics.median(t / o for o, t in zip(times["ffncli"], times["torch"]))
+    ratio = statistics.median(t / o for o, t in zip(times["ffncli"], times["torch"], strict=True))
     return (f"| {case} | {tokens:,} | {med['ffncli']:,.0f} ({min(rate['ffncli']):,.0f}-"
             f"{max(rate['ffncli']):,.0f}) | {med['torch']:,.0f} ({min(rate['torch']):,.0f}-"
             f"{max(rate['torch']):,.0f}) | {ratio:.2f}x | {diff:.1e} |")
