@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from helpers.forward_cases import (
     check_capture,
+    check_experts,
     check_relu_stats,
     check_routers,
     check_run,
@@ -418,14 +419,5 @@ QWEN_RULES = {"qwen2_moe": "softmax top-2", "qwen3_moe": "softmax top-2, renorma
 def test_experts_equal_the_router_records(cli, case):
     """The experts command profiles the MoE layers only (dense ones left out), its loads are
     counts of transformers' chosen experts, its rule and shared experts the family's."""
-    folder = FORWARD / case
-    r = cli("experts", "--weights", folder, "--ids", folder / "ids.txt", "--json", "--quiet")
-    assert r.code == 0, r.err
-    doc = r.json()
-    want = expected(case)
-    assert [x["layer"] for x in doc["layers"]] == MOE_LAYERS[case]
-    for x in doc["layers"]:
-        chosen = want[f"chosen{x['layer']}"]
-        assert x["load"] == np.bincount(chosen.ravel(), minlength=8).tolist()
-        assert x["rule"] == QWEN_RULES[case]
-        assert x["shared_experts"] == (1 if case == "qwen2_moe" else 0)
+    check_experts(cli, case, MOE_LAYERS[case], 8, 1 if case == "qwen2_moe" else 0,
+                  QWEN_RULES[case])

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from helpers.forward_cases import (
     check_capture,
+    check_experts,
     check_relu_stats,
     check_routers,
     check_run,
@@ -236,16 +237,7 @@ def test_relu_stats_counts_each_expert_on_the_tokens_routed_to_it(cli, case):
 @pytest.mark.parametrize("case", CASES)
 def test_experts_equal_the_router_records(cli, case):
     """The experts command's loads are counts of transformers' chosen experts."""
-    folder = FORWARD / case
-    r = cli("experts", "--weights", folder, "--ids", folder / "ids.txt", "--json", "--quiet")
-    assert r.code == 0, r.err
-    doc = r.json()
-    want = expected(case)
-    assert [x["layer"] for x in doc["layers"]] == MOE_LAYERS[case]
-    for x in doc["layers"]:
-        chosen = want[f"chosen{x['layer']}"]
-        assert x["load"] == np.bincount(chosen.ravel(), minlength=EXPERTS).tolist()
-        assert x["shared_experts"] == (1 if case == "llama4_text" else 0)
+    check_experts(cli, case, MOE_LAYERS[case], EXPERTS, 1 if case == "llama4_text" else 0)
 
 
 # ---------------------------------------------------------------------------------------------

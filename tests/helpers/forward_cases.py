@@ -118,3 +118,20 @@ def check_run(cli, tmp_path: Path, case: str, layer: int, oracle, close) -> None
             tmp_path / "x.npy", "--json")
     assert r.code == 0, r.err
     close(np.array(r.json()["output"]), oracle, f"{case} run")
+
+
+def check_experts(cli, case: str, layers: list[int], experts: int, shared: int,
+                  rule: str | None = None) -> None:
+    """The experts command profiles the MoE ``layers`` only (dense ones left out), its loads
+    are counts of transformers' chosen experts, its shared experts (and rule) the family's."""
+    folder = FORWARD / case
+    r = cli("experts", "--weights", folder, "--ids", folder / "ids.txt", "--json", "--quiet")
+    assert r.code == 0, r.err
+    doc = r.json()
+    want = expected(case)
+    assert [x["layer"] for x in doc["layers"]] == layers
+    for x in doc["layers"]:
+        chosen = want[f"chosen{x['layer']}"]
+        assert x["load"] == np.bincount(chosen.ravel(), minlength=experts).tolist()
+        assert x["shared_experts"] == shared
+        assert rule is None or x["rule"] == rule
