@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -431,3 +432,16 @@ def test_a_signal_as_the_bar_starts_still_clears_it(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         _bar_run(monkeypatch)
     assert stopped == [True]
+
+
+@pytest.mark.slow
+def test_experts_tables_fit_80_columns_by_leaving_out_optional_columns():
+    """At 80 columns the experts tables leave out their optional columns (and say so) rather
+    than run past the terminal; at 200 nothing is left out. Every figure stays whole."""
+    case = Path(__file__).parent / "data" / "forward" / "deepseek_v3"
+    argv = ["experts", "--weights", str(case), "--ids", str(case / "ids.txt"), "--quiet"]
+    code, text = in_terminal(argv, 80)
+    assert code == 0 and "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert _left_out(text) == {"idlest (x even)"}
+    assert not _left_out(in_terminal(argv, 200)[1])

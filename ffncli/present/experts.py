@@ -93,7 +93,8 @@ def _print_header(out: Console, doc: dict[str, Any]) -> None:
 def _load_table(layers: list[dict[str, Any]]) -> Table:
     load = new_table("load (each of a token's top-k choices counted)",
                      ("layer", "experts", "top-k", "routings", "CV", "MaxVio", "largest share",
-                      "dead", "busiest (x even)", "idlest (x even)"))
+                      "dead", "busiest (x even)", "idlest (x even)"),
+                     optional=("idlest (x even)", "routings", "top-k", "experts"))
     for x in layers:
         ratios = x["load_over_ideal"]
         load.add_row(str(x["layer"]), commas(x["experts"]), commas(x["top_k"]),
@@ -120,7 +121,8 @@ def _concentration_table(layers: list[dict[str, Any]]) -> Table:
 def _locality_table(layers: list[dict[str, Any]]) -> Table:
     local = new_table("locality (neighbours, co-selection, next layer)",
                       ("layer", "Jaccard", "shared", "top pair P(b|a)", "next-layer hit",
-                       "by busiest", "transition entropy"))
+                       "by busiest", "transition entropy"),
+                      optional=("transition entropy", "by busiest", "shared"))
     for x in layers:
         pair = x["co_selected"][0] if x["co_selected"] else None
         t = x["transition"]

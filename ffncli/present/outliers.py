@@ -131,7 +131,8 @@ def print_outliers(doc: dict[str, Any]) -> None:
                    f"{doc['sequences']:,} sequences"))
     table = new_table("largest |value| per layer: |value| c<channel> <sequence>:<position> "
                       "<token>",
-                      ["layer", *(HEADERS[k] for k in KINDS), "median |h|", "massive"])
+                      ["layer", *(HEADERS[k] for k in KINDS), "median |h|", "massive"],
+                      optional=("median |h|", "massive"))  # both also said under the table
     for x in doc["layers"]:
         table.add_row(str(x["layer"]),
                       *(Text(f"{x[k]['max_abs']:.4g} c{x[k]['channel']} {_token(x[k])}")
