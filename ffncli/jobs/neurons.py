@@ -27,7 +27,6 @@ from ffncli.analysis.neurons import (
 from ffncli.base.validate import fail, whole
 from ffncli.compute.engine import Hooks, Watch
 from ffncli.compute.ffn import GatedWeights, MoEWeights
-from ffncli.compute.forward.layer import Norm
 from ffncli.compute.forward.walk import Packing, walk_variants
 from ffncli.errors import FfnError, InputError
 from ffncli.formats.tokenizer import Tokenizer
@@ -198,12 +197,10 @@ def text_stats(model: Transformer, ids: Sequence[np.ndarray], layers: Sequence[i
 def final_gain(model: Transformer) -> np.ndarray:
     """The gain (weight) of the final norm before the LM head: GPT-2's ln_f, a LLaMA-like
     model's norm (Gemma's 1 + weight, as it multiplies)."""
-
-    for name in ("ln_f", "norm"):
-        norm = getattr(model, name, None)
-        if isinstance(norm, Norm):
-            return norm.weight
-    raise InputError(f"{model.weights}: no final norm before an LM head")  # pragma: no cover
+    gain = model.final_gain()
+    if gain is None:
+        raise InputError(f"{model.weights}: no final norm before an LM head")  # pragma: no cover
+    return gain
 
 
 def unembedding(model: Transformer) -> str:

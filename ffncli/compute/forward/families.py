@@ -202,6 +202,9 @@ class Gpt2(Transformer):
     def final_tensors(self) -> tuple[str, ...]:
         return self.names["norm"] + ".weight", self.names["norm"] + ".bias"
 
+    def final_gain(self) -> Array:
+        return self.ln_f.weight
+
     def _head_choice(self) -> tuple[str, bool | None]:
         return self.names["word"], self._tied()  # GPT-2's head is its wte
 
@@ -306,6 +309,9 @@ class LlamaLike(Transformer):
 
     def final_tensors(self) -> tuple[str, ...]:
         return (self.names["norm"],)
+
+    def final_gain(self) -> Array:
+        return self.norm.weight
 
     def _head_choice(self) -> tuple[str, bool | None]:
         if self.permuted:  # GGUF: output.weight, else the embeddings (as llama.cpp)

@@ -149,6 +149,11 @@ class Transformer:
         """The tensors ``final`` reads (the final norm's): none for an encoder."""
         return ()
 
+    def final_gain(self) -> Array | None:
+        """The gain the final norm multiplies by, as it multiplies (Gemma's 1 + weight): none
+        for an encoder."""
+        return None
+
     def check_final(self) -> None:
         """Refuse NaN or infinity in the tensors ``final`` reads, naming the first bad one and
         its first bad index; a walk calls it before it first computes the final state."""
