@@ -17,10 +17,8 @@ LACKS: dict[str, str] = {
         "its recurrent loops (n_recurrent_layers run n_recurrent_loops times, each loop with a"
         " KV cache of its own)",
     "dots1": "a model transformers itself cannot build from these defaults",
-    "dots3_note": "a model transformers itself cannot build from these defaults",
     "emu3": "a model transformers itself cannot build from these defaults",
     "esm": "a model transformers itself cannot build from these defaults",
-    "gemma3n": "a model transformers itself cannot build from these defaults",
     "gemma4_assistant": "a model transformers itself cannot build from these defaults",
     "git": "its vision or audio tower",
     "glmasr": "its vision or audio tower",
