@@ -6,7 +6,6 @@ counted since (a row of ffncli.specs.table.ARCHS) is read, whatever this says.""
 from __future__ import annotations
 
 LACKS: dict[str, str] = {
-    "audioflamingo3": "its vision or audio tower",
     "blt": "its vision or audio tower",
     "cohere_compass_text": "a model transformers itself cannot build from these defaults",
     "dbrx": "a model transformers itself cannot build from these defaults",
@@ -21,10 +20,6 @@ LACKS: dict[str, str] = {
     "esm": "a model transformers itself cannot build from these defaults",
     "gemma4_assistant": "a model transformers itself cannot build from these defaults",
     "git": "its vision or audio tower",
-    "glmasr": "its vision or audio tower",
-    "got_ocr2": "its vision or audio tower",
-    "granite_speech": "its vision or audio tower",
-    "granite_speech_plus": "its vision or audio tower",
     "hrm_text":
         "its two stacks run in cycles (the H and L modules' num_layers_per_stack layers each,"
         " H_cycles x (L_cycles + 1) layers of KV cache)",
@@ -39,21 +34,15 @@ LACKS: dict[str, str] = {
     "lfm2_moe": "a model transformers itself cannot build from these defaults",
     "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
-    "modernvbert": "its vision or audio tower",
     "moshi": "its vision or audio tower",
-    "moss_transcribe_diarize": "its vision or audio tower",
-    "musicflamingo": "its vision or audio tower",
+    "modernvbert": "its vision or audio tower",
     "musicgen": "a model transformers itself cannot build from these defaults",
     "musicgen_melody": "a model transformers itself cannot build from these defaults",
     "nemotron": "a model transformers itself cannot build from these defaults",
-    "omniasr": "its vision or audio tower",
     "phi4_multimodal": "its vision or audio tower",
-    "qwen2_audio": "its vision or audio tower",
-    "qwen3_asr": "its vision or audio tower",
     "qwen4_exp": "a model transformers itself cannot build from these defaults",
     "qwen4_exp_text": "a model transformers itself cannot build from these defaults",
     "ultravbert": "its vision or audio tower",
-    "voxtral": "its vision or audio tower",
     "voxtral_realtime": "its vision or audio tower",
     "zaya":
         "a skip expert its router may pick (an active count that is a range), its attention's"

@@ -232,6 +232,18 @@ ARCHS: dict[str, Arch] = {
                              not_run="a gated shared expert", gguf="qwen35moe"),
     "qwen3_5": Arch(multimodal("qwen3_5_text")),
     "qwen3_5_moe": Arch(multimodal("qwen3_5_moe_text")),
+    # speech and vision models around a text model of a known type: its language model
+    "audioflamingo3": Arch(multimodal("qwen2")),
+    "musicflamingo": Arch(multimodal("qwen2")),
+    "qwen2_audio": Arch(multimodal("qwen2")),
+    "got_ocr2": Arch(multimodal("qwen2")),
+    "qwen3_asr": Arch(multimodal("qwen3")),
+    "moss_transcribe_diarize": Arch(multimodal("qwen3")),
+    "glmasr": Arch(multimodal("llama")),
+    "omniasr": Arch(multimodal("llama")),
+    "voxtral": Arch(multimodal("llama")),
+    "granite_speech": Arch(multimodal("granite")),
+    "granite_speech_plus": Arch(multimodal("granite")),
     # LLaMA's shape with a twist: biases, norms, per-layer windows
     "exaone": Arch(read("llama_family.gated_decoder_spec", family="exaone"),
                    LLAMA_FFN, gguf="exaone"),  # built as LlamaForCausalLM
