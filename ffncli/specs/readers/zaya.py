@@ -39,8 +39,8 @@ def zaya_spec(c: Config) -> ModelSpec:
     assert att is not None and norm is not None and emb is not None  # always built
     kv_heads, head_dim = att.kv_heads or att.heads, att.head_dim or 0
     if kv_heads * head_dim % 2:
-        raise c.fail("head_dim", f"a width whose {kv_heads} KV heads' values split in two "
-                     "halves (current and delayed)")
+        raise c.fail("head_dim", f"values ({kv_heads} KV heads x head_dim) that split into "
+                     "two halves, the current token's and the previous one's")
     cca = CcaSpec(heads=att.heads, kv_heads=kv_heads, head_dim=head_dim,
                   depthwise=c.int("cca_time0"), grouped=c.int("cca_time1"))
     kinds = tuple(_kind(c, t, cca, experts if i else replace(experts, router_states=False),
