@@ -131,6 +131,8 @@ HOSTILE = [
     (_config(cca_time1=0), "key 'cca_time1': expected a whole number >= 1, got 0"),
     (_config(num_experts_per_tok=17),
      "key 'num_experts_per_tok': expected at most num_experts (16), got 17"),
+    (_config(num_experts_per_tok=2),
+     "key 'num_experts_per_tok': expected 1 (ZAYA routes a token to one expert), got 2"),
     (_config(num_key_value_heads=1, head_dim=127),
      "key 'head_dim': expected values (1 KV heads x head_dim) that split into two halves, "
      "the current token's and the previous one's, got 127"),
@@ -155,3 +157,10 @@ def test_fine_tuning_memory_is_refused_not_counted_wrongly(cli):
     assert r.err == ("error: zaya: option --train: the memory of fine-tuning it is not counted "
                      "yet (the tensor inventory lacks ffn.router_mlp, ffn.router_states, "
                      "norm.residual_affine); params counts its parameters exactly\n")
+
+
+def test_the_router_mlp_s_flops_by_hand(tmp_path):
+    """A token's FFN FLOPs (2 a multiply-add): its one expert (three 2048 x 2048 matrices) and
+    the router's down_proj, fc1, fc2 and out_proj (2048 x 256, 256 x 256 twice, 256 x 17)."""
+    layer = count(_load(tmp_path)).layers[1]
+    assert layer.flops.ffn == 2 * (3 * 2048 * 2048 + 2048 * 256 + 2 * 256 * 256 + 256 * 17)

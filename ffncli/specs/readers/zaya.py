@@ -26,13 +26,16 @@ def zaya_spec(c: Config) -> ModelSpec:
     tokens ("hybrid_sliding"), its Q, K and V from ZayaCCAProjection (W_Q, W_K, and W_V split
     into the current and the delayed halves; the convolutions over Q and K and the keys'
     temperature beside it: CcaSpec); a mixture of num_experts SwiGLU experts of
-    moe_intermediate_size, top num_experts_per_tok, whose router (an MLP of
-    router_hidden_size) also scores a skip expert that computes nothing (a zero expert: the
-    active count is a range); two RMSNorms and two affine residuals a layer, and an affine
-    scale on the embeddings. The first layer's router has no previous router state to scale."""
+    moe_intermediate_size, one a token (num_experts_per_tok 1, as ZayaConfig requires), whose
+    router (an MLP of router_hidden_size) also scores a skip expert that computes nothing (a
+    zero expert: the active count is a range); two RMSNorms and two affine residuals a layer,
+    and an affine scale on the embeddings. The first layer's router has no previous router
+    state to scale."""
     c = _with_defaults(c, **_DEFAULTS)
     experts = _experts(c, "num_experts", "moe_intermediate_size", zero_experts=1,
                        router_mlp=c.int("router_hidden_size"), router_states=True)
+    if experts.top_k != 1:  # as ZayaConfig refuses it
+        raise c.fail("num_experts_per_tok", "1 (ZAYA routes a token to one expert)")
     spec = gated_decoder_spec(c, "zaya", tie_default=True, seq_default=131072,
                               moe=lambda c, n: (experts, 0))
     att, norm, emb = spec.attention, spec.norm, spec.embeddings
