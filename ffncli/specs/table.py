@@ -489,6 +489,9 @@ ARCHS: dict[str, Arch] = {
     "whisper": Arch(read("backbones.whisper_spec")),
     "cpmant": Arch(read("backbones.cpmant_spec")),
     "neomme": Arch(read("backbones.neomme_spec"), not_run="squared ReLU"),
+    # s4-zaya
+    "zaya": Arch(read("zaya.zaya_spec"), not_run="convolutional attention, a router MLP and a "
+                 "skip expert"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
