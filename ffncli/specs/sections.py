@@ -50,10 +50,13 @@ class FfnSpec:
     # issue 40, s3-zookv: a bias of d_model on the experts' summed output (JetMoE); config
     # readers only
     output_bias: bool = False
+    # issue 40, s4-moe: a routed block even of one expert, its router scoring that one
+    # (HunYuan-MoE's default num_experts 1); config readers only
+    routed: bool = False
 
     @property
     def is_moe(self) -> bool:
-        return self.experts > 1
+        return self.experts > 1 or self.routed
 
     @property
     def label(self) -> str:

@@ -475,6 +475,14 @@ ARCHS: dict[str, Arch] = {
     "whisper": Arch(read("backbones.whisper_spec")),
     "cpmant": Arch(read("backbones.cpmant_spec")),
     "neomme": Arch(read("backbones.neomme_spec"), not_run="squared ReLU"),
+    # s4-moe: types transformers builds from their defaults completed by published values
+    "dbrx": Arch(read("moe.dbrx_spec"), fused_qkv=True,
+                 not_run="experts stored as one matrix a projection"),
+    "dots1": Arch(read("moe.dots1_spec"), not_run="shared experts and grouped sigmoid routing"),
+    "hunyuan_v1_dense": Arch(read("moe.hunyuan_spec", family="hunyuan_v1_dense")),
+    "hunyuan_v1_moe": Arch(read("moe.hunyuan_spec", family="hunyuan_v1_moe", moe=True),
+                           not_run="a shared expert"),
+    "lfm2_moe": Arch(read("moe.lfm2_moe_spec"), not_run="short convolutions and biased routing"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
