@@ -44,6 +44,9 @@ _DEFAULT_LAYER_TYPES: dict[str, Callable[[int, int, Config], str]] = {
     if (i + 1) % 6 == 0 or i == n - 1 else "sliding_attention",
     "ergo": lambda i, n, c: "full_attention"
     if (i + 1) % c.int("global_attention_every_n_layers", 4) == 0 else "sliding_attention",
+    "dots1": lambda i, n, c: "sliding_attention"
+    if c.data.get("sliding_window") is not None and i >= c.int0("max_window_layers")
+    else "full_attention",
 }
 
 
