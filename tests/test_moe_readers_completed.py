@@ -66,8 +66,8 @@ def test_hunyuan_top_k_of_each_layer(tmp_path):
     top-1 to top-4 by layer; each layer's active FFN its own, the total unchanged."""
     d, expert = 4096, 3 * 4096 * 11008
     count = _count(tmp_path, "hunyuan_v1_moe", num_experts=4, moe_topk=[1, 2, 3, 4] * 8)
-    assert [(layer.indices[:2], layer.ffn_active) for layer in count.layers] == [
-        ((k - 1, k + 3), k * expert + 4 * d + expert) for k in (1, 2, 3, 4)]
+    assert [(layer.kind, layer.indices[:2], layer.ffn_active) for layer in count.layers] == [
+        (f"top-{k} decoder", (k - 1, k + 3), k * expert + 4 * d + expert) for k in (1, 2, 3, 4)]
     assert {layer.ffn for layer in count.layers} == {4 * expert + 4 * d + expert}
 
 
@@ -107,7 +107,7 @@ def test_published_totals(tmp_path):
     """Known answers: databricks/dbrx-instruct, 132B total and 36B active (d_model 6144, 48
     heads, 40 layers, 8 KV heads, 16 experts of 10752, top-4, vocabulary 100352); dots.llm1,
     142B total and 14B active (the zoo's completion with hidden_size 4096, the first layer
-    dense, no sliding layers)."""
+    dense, no sliding layers); Hunyuan-A13B, 80B and 13B."""
     dbrx = _count(tmp_path, "dbrx", d_model=6144, n_heads=48, n_layers=40, vocab_size=100352,
                   attn_config={"kv_n_heads": 8, "clip_qkv": 8, "rope_theta": 500000},
                   ffn_config={"ffn_hidden_size": 10752, "moe_num_experts": 16,
@@ -116,6 +116,13 @@ def test_published_totals(tmp_path):
     dots1 = _count(tmp_path, "dots1", hidden_size=4096, first_k_dense_replace=1,
                    sliding_window=None, layer_types=None)
     assert (dots1.total // 10**9, dots1.active // 10**9) == (142, 14)
+    # Hunyuan-A13B: 80B total, 13B active (64 experts of 3072, top-8 written a layer, 8 KV
+    # heads, vocabulary 128167; its lists of moe_intermediate_size and num_shared_expert agree
+    # with what transformers builds)
+    a13b = _count(tmp_path, "hunyuan_v1_moe", num_experts=64, moe_topk=[8] * 32,
+                  intermediate_size=3072, num_key_value_heads=8, vocab_size=128167,
+                  moe_intermediate_size=[3072] * 32, num_shared_expert=[1] * 32)
+    assert (a13b.total // 10**9, round(a13b.active / 1e9)) == (80, 13)
 
 
 def test_dots1_layer_types_absent_slide_from_max_window_layers(tmp_path):

@@ -345,8 +345,13 @@ def hunyuan_spec(c: Config, family: str, moe: bool = False) -> ModelSpec:
     n, d_ff = spec.layers.decoder, c.int("intermediate_size")
     experts = FfnSpec(d_ff=d_ff, activation=spec.ffn.activation, gated=True, bias=False,
                       experts=c.int("num_experts", 1), shared_d_ff=d_ff, routed=True)
-    ffns = [replace(experts, top_k=k) for k in _per_layer_top_k(c, n, experts.experts)]
-    return with_pattern(replace(spec, ffn=ffns[0]), c, layer_mixers(c, n), ffns)
+    top_k = _per_layer_top_k(c, n, experts.experts)
+    ffns = [replace(experts, top_k=k) for k in top_k]
+    spec = with_pattern(replace(spec, ffn=ffns[0]), c, layer_mixers(c, n), ffns)
+    if len(set(top_k)) == 1:
+        return spec
+    return replace(spec, pattern=tuple(replace(kind, name=f"top-{k} {kind.name}")
+                                       for kind, k in zip(spec.pattern, top_k, strict=True)))
 
 
 def _per_layer_top_k(c: Config, layers: int, experts: int) -> list[int]:
