@@ -56,10 +56,13 @@ class FfnSpec:
     # router state, added to its own (every layer but the first). Config readers only.
     router_mlp: int = 0
     router_states: bool = False
+    # issue 40, s4-moe: a routed block even of one expert, its router scoring that one
+    # (HunYuan-MoE's default num_experts 1); config readers only
+    routed: bool = False
 
     @property
     def is_moe(self) -> bool:
-        return self.experts > 1
+        return self.experts > 1 or self.routed
 
     @property
     def label(self) -> str:

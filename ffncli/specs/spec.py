@@ -152,7 +152,8 @@ ENCODER_PARTS = frozenset({
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
 NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams",
                              "encoder_pattern", "latents", "bottleneck", "channel_mix",
-                             "router_shared", "head_transform_bias"}) | ENCODER_PARTS
+                             "router_shared", "head_transform_bias",
+                             "routed"}) | ENCODER_PARTS  # s4-moe: routed
 
 
 def check_spec(spec: ModelSpec, source: str) -> ModelSpec:

@@ -492,6 +492,14 @@ ARCHS: dict[str, Arch] = {
     # s4-zaya
     "zaya": Arch(read("zaya.zaya_spec"), not_run="convolutional attention, a router MLP and a "
                  "skip expert"),
+    # s4-moe: types transformers builds from their defaults completed by published values
+    "dbrx": Arch(read("moe.dbrx_spec"), fused_qkv=True,
+                 not_run="experts stored as one matrix a projection"),
+    "dots1": Arch(read("moe.dots1_spec"), not_run="shared experts and grouped sigmoid routing"),
+    "hunyuan_v1_dense": Arch(read("moe.hunyuan_spec", family="hunyuan_v1_dense")),
+    "hunyuan_v1_moe": Arch(read("moe.hunyuan_spec", family="hunyuan_v1_moe", moe=True),
+                           not_run="a shared expert"),
+    "lfm2_moe": Arch(read("moe.lfm2_moe_spec"), not_run="short convolutions and biased routing"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
