@@ -13,9 +13,6 @@ LACKS: dict[str, str] = {
     "deepseek_v4":
         "its hyper-connections (attn_hc, ffn_hc), compressed and indexed attention and"
         " hash-routed experts (hash_moe)",
-    "dory":
-        "its recurrent loops (n_recurrent_layers run n_recurrent_loops times, each loop with a"
-        " KV cache of its own)",
     "dots1": "a model transformers itself cannot build from these defaults",
     "dots3_note": "a model transformers itself cannot build from these defaults",
     "emu3": "a model transformers itself cannot build from these defaults",
@@ -27,9 +24,6 @@ LACKS: dict[str, str] = {
     "got_ocr2": "its vision or audio tower",
     "granite_speech": "its vision or audio tower",
     "granite_speech_plus": "its vision or audio tower",
-    "hrm_text":
-        "its two stacks run in cycles (the H and L modules' num_layers_per_stack layers each,"
-        " H_cycles x (L_cycles + 1) layers of KV cache)",
     "hunyuan_v1_dense": "a model transformers itself cannot build from these defaults",
     "hunyuan_v1_moe": "a model transformers itself cannot build from these defaults",
     "inkling2_loop_text":

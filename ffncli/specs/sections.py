@@ -50,6 +50,9 @@ class FfnSpec:
     # issue 40, s3-zookv: a bias of d_model on the experts' summed output (JetMoE); config
     # readers only
     output_bias: bool = False
+    # issue 40, s4-loops: learned vectors of d_ff scaling the hidden (Dory's suv_gate and suv_up:
+    # 2); config readers only
+    hidden_scales: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -215,6 +218,9 @@ class EmbeddingsSpec:
     project_in_only: bool = False
     value_dim: int = 0
     patch_dim: int = 0
+    # issue 40, s4-loops: a learned scale per vocabulary entry on the head's logits (Dory's
+    # logit_scale); config readers only
+    head_scale: bool = False
 
 
 @record

@@ -475,6 +475,10 @@ ARCHS: dict[str, Arch] = {
     "whisper": Arch(read("backbones.whisper_spec")),
     "cpmant": Arch(read("backbones.cpmant_spec")),
     "neomme": Arch(read("backbones.neomme_spec"), not_run="squared ReLU"),
+    # s4-loops: layers run several times a token, each run a KV cache layer of its own
+    "dory": Arch(read("loops.dory_spec"),
+                 not_run="per-channel scales and a norm inside its FFN (suv_gate, ffn_sub_norm)"),
+    "hrm_text": Arch(read("loops.hrm_text_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
