@@ -148,7 +148,7 @@ def _decoder_parts(spec: ModelSpec) -> tuple[KvPart, ...]:
     for i, k in enumerate(spec.decoder_kinds()):
         at.setdefault(k, []).extend(cache_layers(spec, i))
     return tuple(_looped(p, spec) for k, ix in at.items()
-                 if (p := _kv_part(spec, k, tuple(ix))) is not None)
+                 if (p := _kv_part(spec, k, tuple(sorted(ix)))) is not None)
 
 
 def cache_layers(spec: ModelSpec, i: int) -> tuple[int, ...]:

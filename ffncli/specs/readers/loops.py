@@ -23,28 +23,35 @@ def _loops(spec: ModelSpec, kinds: list[LayerKind], cache: list[tuple[int, ...]]
                    loops=LoopsSpec(tuple(cache), states))
 
 
-def _dory_layers(c: Config) -> tuple[Config, int]:
-    """Dory's config with its layers counted as DoryConfig does: a released config.json lists
-    each layer as an attention block and an "mlp" block (layer_types, and num_hidden_layers,
-    n_input_layers, n_recurrent_layers and n_output_layers, twice the layers); (the config in
-    layers, its layers)."""
-    data = dict(c.data)
-    types = data.get("layer_types")
-    if isinstance(types, list) and "mlp" in types:
-        if types[1::2] != ["mlp"] * (len(types) // 2) or len(types) % 2:
-            raise c.fail("layer_types", "attention and \"mlp\" blocks in turn")
-        data["layer_types"] = types[::2]
-        for key in ("num_hidden_layers", "n_input_layers", "n_recurrent_layers",
-                    "n_output_layers"):
-            if data.get(key) is not None:
-                data[key] = Config(data, c.source).int(key) // 2
-    data.setdefault("n_input_layers", 8)
-    data.setdefault("n_output_layers", 8)
-    layers = Config(data, c.source).int("num_hidden_layers")
-    if data.get("layer_types") is None:  # DoryConfig: every fourth layer attends fully
-        data["layer_types"] = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention"
-                               for i in range(layers)]
-    return Config(data, c.source), layers
+def _dory_sections(c: Config) -> tuple[Config, int, int, int]:
+    """Dory's layers as DoryConfig counts them: (the config with its layers' types, its
+    input, recurrent and output layers). A released config.json lists each layer as an
+    attention block then an "mlp" block (layer_types), its counts of layers twice the layers
+    (num_hidden_layers, n_input_layers, n_recurrent_layers, n_output_layers): halved, as
+    DoryConfig halves them. Errors name the keys as the file gives them."""
+    n, inputs, outputs = c.int("num_hidden_layers"), c.int0("n_input_layers", 8), \
+        c.int0("n_output_layers", 8)
+    given = c.data.get("n_recurrent_layers")
+    recurrent = c.int0("n_recurrent_layers") if given is not None else n - inputs - outputs
+    types = c.data.get("layer_types")
+    listed = types if isinstance(types, list) else []
+    blocks = 2 if "mlp" in listed else 1
+    if blocks == 2 and (len(listed) != n or listed[1::2] != ["mlp"] * (n // 2)
+                        or "mlp" in listed[::2]):
+        raise c.fail("layer_types", f"a list of {n} blocks, an attention block then an "
+                     "\"mlp\" block a layer")
+    if recurrent < 0 or inputs + recurrent + outputs != n:
+        key = "n_recurrent_layers" if given is not None else "n_input_layers"
+        raise c.fail(key, f"n_input_layers + n_recurrent_layers + n_output_layers equal to "
+                     f"num_hidden_layers ({n})")
+    layers = n // blocks
+    if types is None:  # DoryConfig: every fourth layer attends fully
+        types = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention"
+                 for i in range(layers)]
+    elif blocks == 2:
+        types = listed[::2]
+    data = {**c.data, "num_hidden_layers": layers, "layer_types": types}
+    return Config(data, c.source), inputs // blocks, recurrent // blocks, outputs // blocks
 
 
 def dory_spec(c: Config) -> ModelSpec:
@@ -55,7 +62,7 @@ def dory_spec(c: Config) -> ModelSpec:
     n_recurrent_layers n_recurrent_loops times ("per_loop": loops after the first write cache
     layers appended after every layer's, loop by loop; "last_loop": one cache layer each), then
     n_output_layers once."""
-    c, n = _dory_layers(c)
+    c, inputs, recurrent, _ = _dory_sections(c)
     if c.bool("attention_bias", False):
         raise c.fail("attention_bias", "false (Dory's output gate has no bias: not read)")
     spec = gated_decoder_spec(c, "dory", norm=_NO_WEIGHTS)
@@ -66,17 +73,11 @@ def dory_spec(c: Config) -> ModelSpec:
                    attention=replace(att, output_gate=True,
                                      learned_scalars=2 * width + 2 * spec.d_model),
                    embeddings=replace(emb, head_scale=True))
-    inputs, outputs = c.int0("n_input_layers"), c.int0("n_output_layers")
-    recurrent = c.int0("n_recurrent_layers") if c.data.get("n_recurrent_layers") is not None \
-        else n - inputs - outputs
-    if inputs + recurrent + outputs != n:
-        raise c.fail("n_recurrent_layers", f"num_hidden_layers ({n}) less n_input_layers "
-                     f"({inputs}) and n_output_layers ({outputs})")
     loops = c.int("n_recurrent_loops", 2)
     mode = c.data.get("recurrent_kv_cache_mode", "per_loop")
     if mode not in ("per_loop", "last_loop"):
         raise c.fail("recurrent_kv_cache_mode", "'per_loop' or 'last_loop'")
-    window = c.int("sliding_window")
+    n, window = spec.layers.decoder, c.int("sliding_window")
     kinds, cache = [], []
     for i, mixer in enumerate(layer_mixers(c, n)):
         looped = inputs <= i < inputs + recurrent
