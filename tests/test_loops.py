@@ -121,9 +121,9 @@ def test_hrm_text_parts_from_transformers_shapes(cli):
     GQA); HrmTextMLP 3 x 1536 x 4096; HrmTextRMSNorm has no weight; z_L_init (1536) beside
     the stacks; untied embeddings and head of 151808 x 1536."""
     doc = json.loads(cli("params", "--config", ZOO / "hrm_text.config.json", "--json").out)
-    assert [(x["kind"], x["count"], x["indices"]) for x in doc["layers"]] == [
-        ("L-module decoder", 16, list(range(16))), ("H-module decoder", 16,
-                                                    list(range(16, 32)))]
+    assert [(x["kind"], x["count"], x["runs"], x["indices"]) for x in doc["layers"]] == [
+        ("L-module decoder", 16, 6, list(range(16))),
+        ("H-module decoder", 16, 2, list(range(16, 32)))]
     layer = doc["layers"][0]
     assert [(r["name"], r["params"]) for r in layer["attention_rows"]] == [
         ("W_Q (and output gate)", 2 * 1536 * 1536), ("W_K", 1536 * 1536),

@@ -161,6 +161,6 @@ def _looped(part: KvPart, spec: ModelSpec) -> KvPart:
     """A part of looped layers says how many cache layers each of its layers keeps."""
     if spec.loops is None:
         return part
-    loops = spec.loops.cache_layers
-    weights = sum(1 for slots in loops if set(slots) & set(part.indices))
+    held = set(part.indices)
+    weights = sum(1 for slots in spec.loops.cache_layers if slots and slots[0] in held)
     return replace(part, runs=part.layers // weights) if weights else part

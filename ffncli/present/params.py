@@ -53,6 +53,7 @@ def _layer_json(layer: LayerCount) -> dict[str, Any]:
     return {
         "kind": layer.kind,
         "count": layer.count,
+        "runs": layer.repeats,
         "indices": list(layer.indices),
         "mixer": layer.mixer,
         "window": layer.window,
