@@ -77,7 +77,7 @@ def dory_spec(c: Config) -> ModelSpec:
     mode = c.data.get("recurrent_kv_cache_mode", "per_loop")
     if mode not in ("per_loop", "last_loop"):
         raise c.fail("recurrent_kv_cache_mode", "'per_loop' or 'last_loop'")
-    n, window = spec.layers.decoder, c.int("sliding_window")
+    n, window = spec.layers.decoder, c.int("sliding_window", 1024)
     kinds, cache = [], []
     for i, mixer in enumerate(layer_mixers(c, n)):
         looped = inputs <= i < inputs + recurrent
