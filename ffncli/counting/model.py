@@ -310,7 +310,8 @@ def _decoder_layers(spec: ModelSpec, cross: bool) -> list[LayerCount]:
     at: dict[LayerKind, list[int]] = {}
     for i, kind in enumerate(spec.decoder_kinds()):
         at.setdefault(kind, []).append(i)
-    return [_layer(spec, kind.name, len(ix), cross, kind, tuple(ix)) for kind, ix in at.items()]
+    return [replace(_layer(spec, kind.name, len(ix), cross, kind, tuple(ix)), repeats=kind.runs)
+            for kind, ix in at.items()]
 
 
 def _encoder_layers(spec: ModelSpec) -> list[LayerCount]:
@@ -350,6 +351,7 @@ def count(spec: ModelSpec) -> ModelCount:
         rows.append(Row("pooler", f"{d} x {d}", linear(d, d, True)))
         groups["pooler"] = linear(d, d, True)
     _added_parts(spec, layers, rows, groups)
+    _loop_states(spec, rows, groups)
     return ModelCount(spec, tuple(layers), tuple(rows), groups, head_flops)
 
 
@@ -427,6 +429,9 @@ def _head(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> int:
     label = "output head (tied to word embeddings)" if emb.head == "tied" else "output head"
     rows.append(Row(label, f"{dim} x {vocab}", weight + bias))
     groups["head"] = weight + bias
+    if emb.head_scale:
+        rows.append(head_scale_row(vocab))
+        groups["head"] += vocab
     if emb.head_transform and norm is not None:
         transform = linear(d, d, emb.head_transform_bias) + norm_params(d, norm)
         rows.append(Row("head transform (dense and norm)", f"{d} x {d}, {d}", transform))
@@ -459,3 +464,18 @@ def _added_parts(spec: ModelSpec, layers: list[LayerCount], rows: list[Row],
         rows += head
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in head)
+
+
+def head_scale_row(vocab: int) -> Row:
+    """A learned scale per vocabulary entry on the logits (Dory's logit_scale)."""
+    return Row("logit scale", f"{vocab}", vocab)
+
+
+def _loop_states(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> None:
+    """The learned d_model vectors looped layers start from (HRM-Text's z_L_init), to rows and
+    the group other."""
+    if spec.loops is None or not spec.loops.states:
+        return
+    n, d = spec.loops.states, spec.d_model
+    rows.append(Row("loop initial states", f"{n} x {d}", n * d))
+    groups["other"] = groups.get("other", 0) + n * d

@@ -11,16 +11,10 @@ LACKS: dict[str, str] = {
     "deepseek_v4":
         "its hyper-connections (attn_hc, ffn_hc), compressed and indexed attention and"
         " hash-routed experts (hash_moe)",
-    "dory":
-        "its recurrent loops (n_recurrent_layers run n_recurrent_loops times, each loop with a"
-        " KV cache of its own)",
     "emu3": "a model transformers itself cannot build from these defaults",
     "esm": "a model transformers itself cannot build from these defaults",
     "gemma4_assistant": "a model transformers itself cannot build from these defaults",
     "git": "its vision or audio tower",
-    "hrm_text":
-        "its two stacks run in cycles (the H and L modules' num_layers_per_stack layers each,"
-        " H_cycles x (L_cycles + 1) layers of KV cache)",
     "inkling2_loop_text":
         "attention residuals over earlier layers, message gates between loops, dynamic short"
         " convolutions and relative-position biases",

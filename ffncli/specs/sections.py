@@ -59,6 +59,9 @@ class FfnSpec:
     # issue 40, s4-moe: a routed block even of one expert, its router scoring that one
     # (HunYuan-MoE's default num_experts 1); config readers only
     routed: bool = False
+    # issue 40, s4-loops: learned vectors of d_ff scaling the hidden (Dory's suv_gate and suv_up:
+    # 2); config readers only
+    hidden_scales: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -228,6 +231,9 @@ class EmbeddingsSpec:
     project_in_only: bool = False
     value_dim: int = 0
     patch_dim: int = 0
+    # issue 40, s4-loops: a learned scale per vocabulary entry on the head's logits (Dory's
+    # logit_scale); config readers only
+    head_scale: bool = False
 
 
 @record

@@ -500,6 +500,10 @@ ARCHS: dict[str, Arch] = {
     "hunyuan_v1_moe": Arch(read("moe.hunyuan_spec", family="hunyuan_v1_moe", moe=True),
                            not_run="a shared expert"),
     "lfm2_moe": Arch(read("moe.lfm2_moe_spec"), not_run="short convolutions and biased routing"),
+    # s4-loops: layers run several times a token, each run a KV cache layer of its own
+    "dory": Arch(read("loops.dory_spec"),
+                 not_run="per-channel scales and a norm inside its FFN (suv_gate, ffn_sub_norm)"),
+    "hrm_text": Arch(read("loops.hrm_text_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
