@@ -215,6 +215,10 @@ class EmbeddingsSpec:
     project_in_only: bool = False
     value_dim: int = 0
     patch_dim: int = 0
+    # s4-odd (MusicGen): that many word tables of vocab + 1 rows (the pad / start token beside
+    # the codes), their vectors summed, and as many untied heads of vocab outputs, one a
+    # codebook; 0: one table and one head. Config readers only.
+    codebooks: int = 0
 
 
 @record

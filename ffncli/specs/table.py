@@ -475,6 +475,11 @@ ARCHS: dict[str, Arch] = {
     "whisper": Arch(read("backbones.whisper_spec")),
     "cpmant": Arch(read("backbones.cpmant_spec")),
     "neomme": Arch(read("backbones.neomme_spec"), not_run="squared ReLU"),
+    # s4-odd
+    "esm": Arch(read("bert_family.esm_spec")),
+    "musicgen": Arch(read("backbones.musicgen_spec", family="musicgen", cross=True)),
+    "musicgen_melody": Arch(read("backbones.musicgen_spec", family="musicgen_melody",
+                                 cross=False)),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
