@@ -28,6 +28,7 @@ from ffncli.counting.parts import (
     Row,
     attention_of,
     attention_widths,
+    contact_head_row,
     cross_attention,
     expert_norm_params,
     ffn_active_min_params,
@@ -352,6 +353,9 @@ def count(spec: ModelSpec) -> ModelCount:
         groups["pooler"] = linear(d, d, True)
     _added_parts(spec, layers, rows, groups)
     _loop_states(spec, rows, groups)
+    if spec.contact_head and spec.attention is not None:
+        rows.append(contact_head_row(spec.layers.encoder, spec.attention.heads))
+        groups["other"] = groups.get("other", 0) + rows[-1].params
     return ModelCount(spec, tuple(layers), tuple(rows), groups, head_flops)
 
 
@@ -424,10 +428,13 @@ def _head(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> int:
     if emb is None or emb.head == "none":
         return 0
     dim, vocab = emb.dim or d, emb.decoder_vocab or emb.vocab
-    weight = vocab * dim if emb.head == "untied" else 0
-    bias = vocab if emb.head_bias else 0
-    label = "output head (tied to word embeddings)" if emb.head == "tied" else "output head"
-    rows.append(Row(label, f"{dim} x {vocab}", weight + bias))
+    heads = emb.codebooks or 1  # MusicGen: a head a codebook
+    weight = heads * vocab * dim if emb.head == "untied" else 0
+    bias = heads * vocab if emb.head_bias else 0
+    label = "output head (tied to word embeddings)" if emb.head == "tied" else \
+        "output heads, one a codebook" if emb.codebooks else "output head"
+    shape = f"{heads} x {dim} x {vocab}" if emb.codebooks else f"{dim} x {vocab}"
+    rows.append(Row(label, shape, weight + bias))
     groups["head"] = weight + bias
     if emb.head_scale:
         rows.append(head_scale_row(vocab))
@@ -436,7 +443,7 @@ def _head(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> int:
         transform = linear(d, d, emb.head_transform_bias) + norm_params(d, norm)
         rows.append(Row("head transform (dense and norm)", f"{d} x {d}, {d}", transform))
         groups["head"] += transform
-    head_flops = 2 * dim * vocab
+    head_flops = 2 * dim * vocab * heads
     return head_flops
 
 

@@ -327,3 +327,10 @@ def attention_of(spec: ModelSpec, kind: LayerKind) -> AttentionSpec | None:
     if kind.mixer in ("linear", "mamba", "conv", "none"):
         return None
     return kind.attention or spec.attention
+
+
+def contact_head_row(layers: int, heads: int) -> Row:
+    """ESM's contact head: a logistic regression (with bias) on the attention maps of every
+    layer's every head, one feature each."""
+    return Row("contact head (with bias)", f"{layers * heads} x 1", linear(layers * heads, 1,
+                                                                           True))

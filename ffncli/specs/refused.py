@@ -12,7 +12,6 @@ LACKS: dict[str, str] = {
         "its hyper-connections (attn_hc, ffn_hc), compressed and indexed attention and"
         " hash-routed experts (hash_moe)",
     "emu3": "a model transformers itself cannot build from these defaults",
-    "esm": "a model transformers itself cannot build from these defaults",
     "gemma4_assistant": "a model transformers itself cannot build from these defaults",
     "git": "its vision or audio tower",
     "inkling2_loop_text":
@@ -23,10 +22,8 @@ LACKS: dict[str, str] = {
         " projections and relative-position biases",
     "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
-    "moshi": "its vision or audio tower",
     "modernvbert": "its vision or audio tower",
-    "musicgen": "a model transformers itself cannot build from these defaults",
-    "musicgen_melody": "a model transformers itself cannot build from these defaults",
+    "moshi": "its vision or audio tower",
     "nemotron": "a model transformers itself cannot build from these defaults",
     "phi4_multimodal": "its vision or audio tower",
     "qwen4_exp": "a model transformers itself cannot build from these defaults",

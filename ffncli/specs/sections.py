@@ -234,6 +234,10 @@ class EmbeddingsSpec:
     # issue 40, s4-loops: a learned scale per vocabulary entry on the head's logits (Dory's
     # logit_scale); config readers only
     head_scale: bool = False
+    # s4-odd (MusicGen): that many word tables of vocab + 1 rows (the pad / start token beside
+    # the codes), their vectors summed, and as many untied heads of vocab outputs, one a
+    # codebook; 0: one table and one head. Config readers only.
+    codebooks: int = 0
 
 
 @record

@@ -104,6 +104,9 @@ class ModelSpec:
     latents: LatentSpec | None = None  # Perceiver's latent array and its cross-attention
     bottleneck: BottleneckSpec | None = None  # MobileBERT's bottlenecks and embeddings
     loops: LoopsSpec | None = None  # issue 40, s4-loops: layers run several times (LayerKind.runs)
+    # s4-odd, ESM: a logistic regression on every layer's attention maps (layers x heads -> 1,
+    # with a bias), beside the pooler
+    contact_head: bool = False
 
     @property
     def ffn_only(self) -> bool:
@@ -154,13 +157,14 @@ ENCODER_PARTS = frozenset({
     "router_mlp", "router_states", "residual_affine",
     # s4-loops: Dory's scales on the FFN's hidden and on the logits
     "hidden_scales", "head_scale",
+    "codebooks",  # s4-odd: MusicGen's word tables and heads, one a codebook
 })
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
 NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams",
                              "encoder_pattern", "latents", "bottleneck", "channel_mix",
                              "router_shared", "head_transform_bias",
-                             "routed", "loops", "runs"}) | ENCODER_PARTS
+                             "routed", "loops", "runs", "contact_head"}) | ENCODER_PARTS
 
 
 def check_spec(spec: ModelSpec, source: str) -> ModelSpec:

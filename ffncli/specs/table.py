@@ -504,6 +504,11 @@ ARCHS: dict[str, Arch] = {
     "dory": Arch(read("loops.dory_spec"),
                  not_run="per-channel scales and a norm inside its FFN (suv_gate, ffn_sub_norm)"),
     "hrm_text": Arch(read("loops.hrm_text_spec")),
+    # s4-odd
+    "esm": Arch(read("bert_family.esm_spec")),
+    "musicgen": Arch(read("backbones.musicgen_spec", family="musicgen", cross=True)),
+    "musicgen_melody": Arch(read("backbones.musicgen_spec", family="musicgen_melody",
+                                 cross=False)),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
