@@ -10,9 +10,6 @@ LACKS: dict[str, str] = {
     "blt": "its vision or audio tower",
     "cohere_compass_text": "a model transformers itself cannot build from these defaults",
     "dbrx": "a model transformers itself cannot build from these defaults",
-    "deepseek_v4":
-        "its hyper-connections (attn_hc, ffn_hc), compressed and indexed attention and"
-        " hash-routed experts (hash_moe)",
     "dory":
         "its recurrent loops (n_recurrent_layers run n_recurrent_loops times, each loop with a"
         " KV cache of its own)",

@@ -31,6 +31,7 @@ from ffncli.specs.sections import (
 if TYPE_CHECKING:  # built by config readers only: off a preset's start-up
     from ffncli.specs.layers import (
         BottleneckSpec,
+        CompressorSpec,
         LatentSpec,
         LayerExtrasSpec,
         LinearMixerSpec,
@@ -59,7 +60,7 @@ class LayerKind:
     window: int = 0  # sliding: the window; chunked: the chunk (tokens)
     attention: AttentionSpec | None = None  # None: the spec's attention
     mixer_spec: (LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | ShortConvSpec
-                 | SideConvSpec | None) = None
+                 | SideConvSpec | CompressorSpec | None) = None  # s4-dsv4: CompressorSpec
     ffn: FfnSpec | None = None  # None: the spec's FFN
     has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
@@ -98,6 +99,9 @@ class ModelSpec:
     encoder_pattern: tuple[LayerKind, ...] = ()  # the kind of each encoder layer (as pattern)
     latents: LatentSpec | None = None  # Perceiver's latent array and its cross-attention
     bottleneck: BottleneckSpec | None = None  # MobileBERT's bottlenecks and embeddings
+    # s4-dsv4: DeepSeek-V4's hyper-connections also mix the streams (an n x n comb of each):
+    # fn ((2 + n) n x n d), base ((2 + n) n) and three scales, not HY-V4's 2n and two
+    hyper_mixing: bool = False
 
     @property
     def ffn_only(self) -> bool:
@@ -144,12 +148,15 @@ ENCODER_PARTS = frozenset({
     # s3-zookv: JetMoE's mixture of attention heads and its experts' output bias
     "output_bias", "head_experts", "head_top_k", "prompt_tokens", "learned_scalars",
     "project_in_only", "value_dim", "patch_dim",
+    # s4-dsv4: DeepSeek-V4's grouped low-rank output projection
+    "o_groups", "o_lora_rank",
 })
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
 NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams",
                              "encoder_pattern", "latents", "bottleneck", "channel_mix",
-                             "router_shared", "head_transform_bias"}) | ENCODER_PARTS
+                             "router_shared", "head_transform_bias",
+                             "hyper_mixing"}) | ENCODER_PARTS
 
 
 def check_spec(spec: ModelSpec, source: str) -> ModelSpec:
@@ -231,8 +238,8 @@ def _check_layers(spec: ModelSpec, source: str) -> None:
 
 def _check_latent(att: AttentionSpec, d_model: int, source: str) -> None:
     """Latent attention's keys: its head widths and ranks, and no latent keys without it."""
-    if not att.kv_lora_rank:
-        if att.q_lora_rank or att.rope_head_dim:
+    if not att.kv_lora_rank:  # DeepSeek-V4 (o_groups): W_Q through q_lora_rank, no latent
+        if (att.q_lora_rank and not att.o_groups) or att.rope_head_dim:
             raise SpecError(f"{source}: key 'attention.kv_lora_rank': q_lora_rank and "
                             "rope_head_dim belong to latent attention (kv_lora_rank > 0)")
         return

@@ -475,6 +475,10 @@ ARCHS: dict[str, Arch] = {
     "whisper": Arch(read("backbones.whisper_spec")),
     "cpmant": Arch(read("backbones.cpmant_spec")),
     "neomme": Arch(read("backbones.neomme_spec"), not_run="squared ReLU"),
+    # s4-dsv4
+    "deepseek_v4": Arch(read("deepseek_v4.deepseek_v4_spec"),
+                        not_run="compressed attention, hash-routed and clamped SwiGLU experts "
+                        "and hyper-connections"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
