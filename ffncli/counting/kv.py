@@ -100,9 +100,11 @@ def pooling_cache(rate: int, width: int, series: int) -> dict[str, int]:
 def compressor_cache(kind: LayerKind) -> dict[str, int]:
     """KvPart's compressed fields of a layer with a compressor beside its attention: its
     pooling's and its indexer's (compressed sparse attention), summed; none without one."""
-    from ffncli.specs.layers import CompressorSpec  # loaded: the spec holds one
-
     mix = kind.mixer_spec
+    if mix is None:  # no mixer beside attention: specs/layers.py stays unloaded
+        return {}
+    from ffncli.specs.layers import CompressorSpec  # loaded: the spec holds a mixer
+
     if not isinstance(mix, CompressorSpec):
         return {}
     parts = [pooling_cache(mix.rate, mix.head_dim, mix.series)]
