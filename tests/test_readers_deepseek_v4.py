@@ -157,3 +157,22 @@ def test_hostile_deepseek_v4_configs(cli, tmp_path, changes, message):
     r = cli("params", "--config", path)
     assert (r.code, r.out) == (2, "") and r.err.count("\n") == 1
     assert r.err.startswith(f"error: {path}: {message}"), r.err
+
+
+def test_fit_bounds_the_cache_by_its_most_on_the_way(tmp_path):
+    """A compressor drops its pending tokens when their window closes, so the cache shrinks at
+    times (HCA: 127 pending tokens, then one entry); --fit's longest sequence must never have
+    held more than the budget on the way. Oracle: a walk over every length, its running most;
+    ffncli's bound (each kind's most, summed) errs on the safe side, by less than a window."""
+    from ffncli.counting.fit import longest
+
+    kv = kv_cache(_spec(tmp_path), 16)
+    most, walk = 0, []
+    for n in range(3000):
+        most = max(most, kv.elements(n))
+        walk.append(most)
+    assert kv.elements(128) < kv.elements(127)  # it shrinks: a window closed
+    for free in (walk[200], walk[1000] + 1, walk[2500] - 1, 2 * walk[1700]):
+        got = longest(free, kv, 2)
+        fits = max(n for n, m in enumerate(walk) if 2 * m <= free)
+        assert got is not None and got <= fits < got + 128, free

@@ -47,6 +47,14 @@ class KvPart:
         tokens = min(seq_len, self.cap) if self.cap else seq_len
         return self.layers * (self.per_token * tokens + self.state + self.compressed(seq_len))
 
+    def peak(self, seq_len: int) -> int:
+        """The most values held on the way to seq_len tokens: elements, but a compressor drops
+        its pending tokens when their window closes, so its most may lie at the end of the last
+        closed window (s4-dsv4)."""
+        closed = seq_len // self.rate if self.rate else 0
+        before = self.elements(closed * self.rate - 1) if closed else 0
+        return max(self.elements(seq_len), before)
+
 
 @record
 class KvCache:
@@ -62,6 +70,11 @@ class KvCache:
     def elements(self, seq_len: int) -> int:
         """Values held for one sequence of seq_len tokens, all layers."""
         return sum(p.elements(seq_len) for p in self.parts)
+
+    def peak(self, seq_len: int) -> int:
+        """At most the values held for one sequence on the way to seq_len tokens (each part's
+        most, summed): elements, where the cache never shrinks (s4-dsv4)."""
+        return sum(p.peak(seq_len) for p in self.parts)
 
     @property
     def grows(self) -> bool:
