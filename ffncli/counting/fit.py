@@ -56,19 +56,21 @@ def fit_inference(c: ModelCount, kv: KvCache, budget: Budget) -> tuple[FitCell, 
         for cache, size in KV_BYTES.items():
             cells.append(FitCell(dtype, cache, weights, free,
                                  longest(free, kv, size * kv.batch),
-                                 largest(free, kv.elements(kv.seq_len) * size)))
+                                 largest(free, kv.peak(kv.seq_len) * size)))
     return tuple(cells)
 
 
 def longest(free: int, kv: KvCache, size: int) -> int | None:
     """The longest sequence whose cache, ``size`` bytes a value (all sequences of the batch),
     fits in ``free`` bytes: None when the cache stops growing (every layer capped at a window
-    or a fixed state) and still fits, else found by bisection (the cache never shrinks)."""
-    if free < kv.elements(0) * size:
+    or a fixed state) and still fits, else found by bisection (over the cache's peak, which
+    never shrinks: DeepSeek-V4's compressors drop their pending tokens)."""
+    if free < kv.peak(0) * size:
         return 0
     top = max(kv.seq_len, max((p.cap for p in kv.parts), default=0)) + 1
-    if kv.elements(top + 1) == kv.elements(top):
-        return None if kv.elements(top) * size <= free else _bisect(free, kv, size, top)
+    span = max((p.rate for p in kv.parts), default=0) + 1  # a compressor's window: it grows
+    if kv.peak(top + span) == kv.peak(top):
+        return None if kv.peak(top) * size <= free else _bisect(free, kv, size, top)
     return _bisect(free, kv, size, 2**62)
 
 
@@ -76,7 +78,7 @@ def _bisect(free: int, kv: KvCache, size: int, high: int) -> int:
     low = 0  # fits; high: may not
     while low < high:
         mid = (low + high + 1) // 2
-        low, high = (mid, high) if kv.elements(mid) * size <= free else (low, mid - 1)
+        low, high = (mid, high) if kv.peak(mid) * size <= free else (low, mid - 1)
     return low
 
 

@@ -7,6 +7,8 @@ from ffncli.base import record
 from ffncli.counting.parts import (
     attention_widths,
     latent_attention_matrices,
+    output_projections,
+    query_projections,
     shared_router_params,
     span_conv_matrices,
     value_widths,
@@ -46,8 +48,9 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
     extra = att.extra_projections * d_model * q_width
     conv = sum(weights for _, _, weights, _ in span_conv_matrices(d_model, att))
     no_v = 2 * d_model * v_width if att.values_are_keys else 0  # W_K is also W_V
-    return 2 * (d_model * (q_width + o_width) + d_model * (kv_width + v_width) + gate + extra
-                + conv) - no_v
+    q_and_o = sum(n_in * n_out for _, n_in, n_out, _ in query_projections(d_model, att, q_width)
+                  + output_projections(d_model, att, o_width))  # s4-dsv4: each maybe factored
+    return 2 * (q_and_o + d_model * (kv_width + v_width) + gate + extra + conv) - no_v
 
 
 def attention_score_flops(d_model: int, att: AttentionSpec, seq_len: int) -> int:

@@ -31,11 +31,34 @@ class KvPart:
     # cache layers per decoder layer: each run of a looped layer's weights keeps one (Dory's
     # recurrent loops, HRM-Text's cycles: LayerKind.runs); ``layers`` counts cache layers
     runs: int = 1
+    # s4-dsv4: DeepSeek-V4's compressed KV (a CompressorSpec beside attention): an entry of
+    # ``entry`` values every ``rate`` tokens; each token of the window not yet closed keeps
+    # ``pending`` values (its kv and gate), and once a window has closed, overlapping windows
+    # keep ``overlap`` values (the last window's half that the next entry pools)
+    rate: int = 0
+    entry: int = 0
+    pending: int = 0
+    overlap: int = 0
+
+    def compressed(self, seq_len: int) -> int:
+        """One layer's compressed values at seq_len tokens (0 without a compressor)."""
+        if not self.rate:
+            return 0
+        closed, left = divmod(seq_len, self.rate)
+        return closed * self.entry + left * self.pending + (self.overlap if closed else 0)
 
     def elements(self, seq_len: int) -> int:
         """Values held for one sequence of seq_len tokens, all layers of this kind."""
         tokens = min(seq_len, self.cap) if self.cap else seq_len
-        return self.layers * (self.per_token * tokens + self.state)
+        return self.layers * (self.per_token * tokens + self.state + self.compressed(seq_len))
+
+    def peak(self, seq_len: int) -> int:
+        """The most values held on the way to seq_len tokens: elements, but a compressor drops
+        its pending tokens when their window closes, so its most may lie at the end of the last
+        closed window (s4-dsv4)."""
+        closed = seq_len // self.rate if self.rate else 0
+        before = self.elements(closed * self.rate - 1) if closed else 0
+        return max(self.elements(seq_len), before)
 
 
 @record
@@ -52,6 +75,11 @@ class KvCache:
     def elements(self, seq_len: int) -> int:
         """Values held for one sequence of seq_len tokens, all layers."""
         return sum(p.elements(seq_len) for p in self.parts)
+
+    def peak(self, seq_len: int) -> int:
+        """At most the values held for one sequence on the way to seq_len tokens (each part's
+        most, summed): elements, where the cache never shrinks (s4-dsv4)."""
+        return sum(p.peak(seq_len) for p in self.parts)
 
     @property
     def grows(self) -> bool:
@@ -75,6 +103,32 @@ def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
         return att.kv_lora_rank + att.rope_head_dim + att.index_head_dim
     _, kv_width = attention_widths(d_model, att)
     return kv_width + value_widths(d_model, att)[0]
+
+
+# s4-dsv4
+def pooling_cache(rate: int, width: int, series: int) -> dict[str, int]:
+    """One DeepSeek-V4 compressor's cache (DeepseekV4HCACache, DeepseekV4CSACache): an entry of
+    width every rate tokens; a pending token's kv and gate (series x width each); with
+    overlapping windows (series 2) the last closed window's first half, kv and gate (2 x rate
+    x width)."""
+    return {"entry": width, "pending": 2 * series * width,
+            "overlap": 2 * rate * width if series > 1 else 0}
+
+
+def compressor_cache(kind: LayerKind) -> dict[str, int]:
+    """KvPart's compressed fields of a layer with a compressor beside its attention: its
+    pooling's and its indexer's (compressed sparse attention), summed; none without one."""
+    mix = kind.mixer_spec
+    if mix is None:  # no mixer beside attention: specs/layers.py stays unloaded
+        return {}
+    from ffncli.specs.layers import CompressorSpec  # loaded: the spec holds a mixer
+
+    if not isinstance(mix, CompressorSpec):
+        return {}
+    parts = [pooling_cache(mix.rate, mix.head_dim, mix.series)]
+    if mix.index_heads:
+        parts.append(pooling_cache(mix.rate, mix.index_head_dim, mix.series))
+    return {"rate": mix.rate, **{k: sum(p[k] for p in parts) for k in parts[0]}}
 
 
 def _beside_attention_state(kind: LayerKind) -> int:
@@ -107,11 +161,12 @@ def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPa
     if kind.attentions > 1:  # a cache layer per attention sublayer, as transformers numbers them
         a = kind.attentions
         indices, n = tuple(i * a + j for i in indices for j in range(a)), n * a
+    more = compressor_cache(kind)  # s4-dsv4
     if kind.mixer in ("sliding", "chunked"):
         return KvPart(kind.mixer, n, per_token, cap=max(kind.window - 1, 1), state=state,
-                      indices=indices)
+                      indices=indices, **more)
     return KvPart("mla" if att.kv_lora_rank else "full", n, per_token, state=state,
-                  indices=indices)
+                  indices=indices, **more)
 
 
 def kv_cache(spec: ModelSpec, seq_len: int, batch: int = 1) -> KvCache:

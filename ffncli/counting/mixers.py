@@ -11,6 +11,7 @@ from ffncli.counting.parts import Row, linear
 if TYPE_CHECKING:  # a config reader builds them (specs/layers.py): off a preset's start-up
     from ffncli.specs.layers import (
         CcaSpec,
+        CompressorSpec,
         LinearMixerSpec,
         Mamba2MixerSpec,
         MambaMixerSpec,
@@ -170,12 +171,14 @@ def lightning_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, s
 
 
 def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec
-                          | ShortConvSpec | SideConvSpec | CcaSpec) -> int:
+                          | ShortConvSpec | SideConvSpec | CcaSpec
+                          | CompressorSpec) -> int:
     """A fixed state: Gated DeltaNet's convolution's last conv_kernel inputs (Q, K and V) and
     one k_head_dim x v_head_dim matrix per value head; Mamba's convolution inputs and its
     d_inner x d_state SSM state; a short convolution's last kernel inputs."""
     from ffncli.specs.layers import (  # loaded: mix is one
         CcaSpec,
+        CompressorSpec,
         LinearMixerSpec,
         Mamba2MixerSpec,
         MambaMixerSpec,
@@ -185,6 +188,8 @@ def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpe
 
     if isinstance(mix, CcaSpec):  # ZAYA
         return cca_state_elements(mix)
+    if isinstance(mix, CompressorSpec):  # s4-dsv4: no fixed state (kv.py's compressed part)
+        return 0
     if isinstance(mix, ShortConvSpec):
         return mix.width * mix.kernel
     if isinstance(mix, SideConvSpec):  # Inkling: K, V and the stream's two convolutions
@@ -240,12 +245,38 @@ def mamba2_matrices(d_model: int, mix: Mamba2MixerSpec) -> tuple[tuple[str, str,
     )
 
 
+# s4-dsv4
+def pooling_matrices(d_model: int, name: str, rate: int, width: int, series: int
+                     ) -> tuple[tuple[str, str, int], ...]:
+    """One of DeepSeek-V4's compressors as (name, shape, params): kv_proj and gate_proj from x
+    to series x width (no bias), the position bias (rate x series x width) added to the gate
+    before the softmax over a window, the RMSNorm of width on each pooled entry."""
+    w = series * width
+    return ((f"{name} kv and gate", f"2 x {d_model} x {w}", 2 * d_model * w),
+            (f"{name} position bias and norm", f"{rate} x {w} + {width}", rate * w + width))
+
+
+def compressor_matrices(d_model: int, mix: CompressorSpec) -> tuple[tuple[str, str, int], ...]:
+    """DeepSeek-V4's compressor beside attention (CompressorSpec) as (name, shape, params): its
+    pooling at head_dim, and in compressed sparse attention the lightning indexer's pooling at
+    index_head_dim, its queries from the query latent (q_lora_rank -> index_heads x
+    index_head_dim) and its weight per head from x (d_model -> index_heads)."""
+    rows = pooling_matrices(d_model, "compressor", mix.rate, mix.head_dim, mix.series)
+    if not mix.index_heads:
+        return rows
+    ih, iw = mix.index_heads, mix.index_head_dim
+    return rows + pooling_matrices(d_model, "indexer", mix.rate, iw, mix.series) + (
+        ("indexer W_Q", f"{mix.q_lora_rank} x {ih * iw}", mix.q_lora_rank * ih * iw),
+        ("indexer head weights", f"{d_model} x {ih}", d_model * ih))
+
+
 def mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, ...]:
     mix = kind.mixer_spec
     if mix is None:
         return ()
     from ffncli.specs.layers import (  # loaded: mix is one
         CcaSpec,
+        CompressorSpec,
         Mamba2MixerSpec,
         MambaMixerSpec,
         ShortConvSpec,
@@ -253,6 +284,7 @@ def mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, ...]:
     )
 
     matrices = (cca_matrices(mix) if isinstance(mix, CcaSpec)
+                else compressor_matrices(d, mix) if isinstance(mix, CompressorSpec)
                 else short_conv_matrices(d, mix) if isinstance(mix, ShortConvSpec)
                 else side_conv_matrices(d, mix) if isinstance(mix, SideConvSpec)
                 else mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
@@ -269,7 +301,12 @@ def mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, ...]:
 def beside_prefix(mix: object) -> str:
     """How the rows of a mixer beside attention are named: linear or mamba, or plainly
     (Inkling's convolutions)."""
-    from ffncli.specs.layers import CcaSpec, LinearMixerSpec, SideConvSpec  # loaded: mix is one
+    from ffncli.specs.layers import (  # loaded: mix is one
+        CcaSpec,
+        CompressorSpec,
+        LinearMixerSpec,
+        SideConvSpec,
+    )
 
     return "linear " if isinstance(mix, LinearMixerSpec) else "" if isinstance(
-        mix, (SideConvSpec, CcaSpec)) else "mamba "
+        mix, SideConvSpec | CcaSpec | CompressorSpec) else "mamba "

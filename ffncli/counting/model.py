@@ -53,6 +53,7 @@ from ffncli.counting.rows import (
     hyper_rows,
     latent_rows,
     layer_extra_rows,
+    mixing_hyper_rows,
     norm_gate_rows,
     shared_block_rows,
 )
@@ -266,7 +267,8 @@ def _layer_other_rows(spec: ModelSpec, kind: LayerKind, att: AttentionSpec | Non
     hyper-connections, MobileBERT's bottlenecks."""
     d, norm = spec.d_model, spec.norm
     extra = (layer_extra_rows(d, spec.extras) if spec.extras else ()) + norm_gate_rows(d, kind) \
-        + hyper_rows(d, spec.hyper_streams)
+        + (mixing_hyper_rows(d, spec.hyper_streams) if spec.hyper_mixing  # s4-dsv4
+           else hyper_rows(d, spec.hyper_streams))
     if spec.bottleneck is not None and norm is not None:
         extra += bottleneck_layer_rows(d, spec.bottleneck, norm, att)
     return extra

@@ -224,18 +224,43 @@ def indexer_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[str, int, 
             ("indexer head weights", d_model, ih, False))
 
 
+# s4-dsv4
+def query_projections(d_model: int, att: AttentionSpec, q_out: int
+                      ) -> tuple[tuple[str, int, int, bool], ...]:
+    """W_Q as (name, n_in, n_out, bias): x -> q_out, or without a KV latent through
+    q_lora_rank (DeepSeek-V4's q_a_proj, then q_b_proj; a bias on the first alone)."""
+    bias = att.qkv_bias and att.query_bias
+    if att.q_lora_rank and not att.kv_lora_rank:
+        return (("W_Q_a", d_model, att.q_lora_rank, bias),
+                ("W_Q_b", att.q_lora_rank, q_out, False))
+    return (("W_Q", d_model, q_out, bias),)
+
+
+def output_projections(d_model: int, att: AttentionSpec, o_width: int
+                       ) -> tuple[tuple[str, int, int, bool], ...]:
+    """W_O as (name, n_in, n_out, bias): o_width -> d_model, or DeepSeek-V4's grouped low-rank
+    projection: o_groups blocks, each o_width / o_groups -> o_lora_rank (o_width x o_lora_rank
+    in all), then o_groups x o_lora_rank -> d_model."""
+    if att.o_groups:
+        return (("W_O_a", o_width, att.o_lora_rank, False),
+                ("W_O_b", att.o_groups * att.o_lora_rank, d_model, att.out_bias))
+    return (("W_O", o_width, d_model, att.out_bias),)
+
+
 def qk_norm_params(d_model: int, att: AttentionSpec) -> int:
     """Norms on queries and keys, and latent attention's norms on its two latents (and the
     indexer's LayerNorm, with bias, on its key; dots.llm3's on the rope key)."""
     if att.kv_lora_rank:
         rope_key = att.rope_head_dim if att.rope_key_norm else 0
         return att.kv_lora_rank + att.q_lora_rank + 2 * att.index_head_dim + rope_key
+    query_latent = att.q_lora_rank  # without a KV latent: DeepSeek-V4's q_a_norm (s4-dsv4)
     if att.qk_norm == "none":
-        return 0
+        return query_latent
     head_dim = att.head_dim or d_model // att.heads
     widths = ((head_dim, head_dim) if att.qk_norm == "head"
+              else (0, head_dim) if att.qk_norm == "key"  # DeepSeek-V4's kv_norm alone
               else attention_widths(d_model, att))
-    return sum(widths) * (2 if att.qk_norm_bias else 1)
+    return sum(widths) * (2 if att.qk_norm_bias else 1) + query_latent
 
 
 def k_norm_params(d_model: int, att: AttentionSpec) -> int:
@@ -243,7 +268,7 @@ def k_norm_params(d_model: int, att: AttentionSpec) -> int:
     if att.kv_lora_rank or att.qk_norm == "none":
         return 0
     head_dim = att.head_dim or d_model // att.heads
-    width = head_dim if att.qk_norm == "head" else attention_widths(d_model, att)[1]
+    width = head_dim if att.qk_norm in ("head", "key") else attention_widths(d_model, att)[1]
     return width * (2 if att.qk_norm_bias else 1)
 
 

@@ -22,6 +22,8 @@ from ffncli.counting.parts import (
     latent_attention_matrices,
     linear,
     norm_params,
+    output_projections,
+    query_projections,
     router_params,
     sink_params,
     span_conv_matrices,
@@ -141,11 +143,28 @@ def projection_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
         Row(f"{prefix}W_O", f"{o_width} x {d}", grouped(o_width, d, att.out_bias,
                                                         att.out_groups)),
     )
+    if att.q_lora_rank or att.o_groups:  # DeepSeek-V4: W_Q and W_O each through a rank
+        q_rows, o_rows = factored_rows(d, att, prefix, q_out, o_width)
+        core = q_rows + core[1:3] + o_rows
     if att.shared_qk:  # Reformer's LSH attention: W_Q is the keys' projection too
         core = tuple(r for r in core if r.name != f"{prefix}W_K")
     if att.values_are_keys:  # Gemma 4's full layers: W_K's keys are the values too
         core = tuple(r for r in core if r.name != f"{prefix}W_V")
     return core
+
+
+# s4-dsv4
+def factored_rows(d: int, att: AttentionSpec, prefix: str, q_out: int, o_width: int
+                  ) -> tuple[tuple[Row, ...], tuple[Row, ...]]:
+    """(W_Q's rows, W_O's rows): DeepSeek-V4's W_Q through q_lora_rank and its grouped
+    low-rank W_O (o_groups blocks of o_width / o_groups -> o_lora_rank, then d_model)."""
+    g = max(att.o_groups, 1)
+    shapes = {"W_O_a": f"{g} x {o_width // g} x {att.o_lora_rank}"}
+
+    def rows(matrices: tuple[tuple[str, int, int, bool], ...]) -> tuple[Row, ...]:
+        return tuple(Row(f"{prefix}{name}", shapes.get(name, f"{n_in} x {n_out}"),
+                         linear(n_in, n_out, bias)) for name, n_in, n_out, bias in matrices)
+    return rows(query_projections(d, att, q_out)), rows(output_projections(d, att, o_width))
 
 
 def head_expert_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
@@ -243,6 +262,17 @@ def hyper_rows(d: int, n: int) -> tuple[Row, ...]:
         return ()
     one = 2 * n * n * d + 2 * n + 2
     return (Row("hyper-connections", f"2 x ({2 * n} x {n * d} + {2 * n} + 2)", 2 * one),)
+
+
+# s4-dsv4
+def mixing_hyper_rows(d: int, n: int) -> tuple[Row, ...]:
+    """DeepSeek-V4's manifold-constrained hyper-connections (mHC) around attention and around
+    the FFN of each layer, over n copies of the stream: each projects the n streams to the
+    weights that collapse them (n), expand the output (n) and mix them (n x n): fn
+    ((2 + n) n x n d), base ((2 + n) n) and a scale for each of the three (3)."""
+    w = (2 + n) * n
+    one = w * n * d + w + 3
+    return (Row("hyper-connections", f"2 x ({w} x {n * d} + {w} + 3)", 2 * one),)
 
 
 def hyper_head_rows(d: int, n: int) -> tuple[Row, ...]:

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ffncli.counting.kv import KvCache
+from ffncli.counting.kv import KvCache, KvPart
 from ffncli.counting.model import LayerCount, ModelCount
 from ffncli.counting.parts import Row
 from ffncli.counting.results import FileOnlyResult, ParamsResult, PresetSummary
@@ -347,6 +347,7 @@ def kv_json(kv: KvCache) -> dict[str, Any]:
         "layers": kv.layers,
         "parts": [{"kind": p.kind, "layers": p.layers, "runs": p.runs, "indices": list(p.indices),
                    "per_token": p.per_token, "cap": p.cap, "state": p.state,
+                   **_compressed_json(p),
                    "elements": p.elements(kv.seq_len)} for p in kv.parts],
         "elements": kv.elements(kv.seq_len),
         "elements_per_token": kv.elements_per_token,
@@ -355,6 +356,12 @@ def kv_json(kv: KvCache) -> dict[str, Any]:
         "batch": kv.batch,
         "bytes": kv.bytes(),
     }
+
+
+def _compressed_json(p: KvPart) -> dict[str, int]:
+    """s4-dsv4: a part's compressed entries (DeepSeek-V4), when it has them."""
+    return {"rate": p.rate, "entry": p.entry, "pending": p.pending,
+            "overlap": p.overlap} if p.rate else {}
 
 
 _KV_KINDS = {"mha": "one K and V per head", "gqa": "grouped-query: K and V per kv head",
@@ -396,6 +403,7 @@ def _print_kv_parts(out: Console, kv: KvCache) -> None:
     for p in kv.parts:
         kept = f"last {p.cap:,}" if p.cap else "fixed state" if p.state else \
             "none" if p.kind == "shared" else "all"
+        kept += f" + an entry every {p.rate:,}" if p.rate else ""  # s4-dsv4
         count = f"{p.layers} ({p.layers // p.runs} x {p.runs} runs)" if p.runs > 1 \
             else str(p.layers)
         table.add_row(_KV_PARTS[p.kind], count, commas(p.per_token), kept,
@@ -407,8 +415,12 @@ def _print_kv_parts(out: Console, kv: KvCache) -> None:
         steps.append(f"then {rate:,} after {cap:,} tokens")
     fixed = sum(p.layers * p.state for p in kv.parts)
     start = f"{fixed:,} values of fixed state, then " if fixed else ""
+    compressed = [f"{p.layers} x {p.entry:,} values every {p.rate:,} tokens"
+                  for p in kv.parts if p.rate]  # s4-dsv4: DeepSeek-V4's compressed entries
     out.print(Text(f"grows by: {start}{kv.elements_per_token:,} values a token"
-                   + "".join(f", {s}" for s in steps)))
+                   + "".join(f", {s}" for s in steps)
+                   + (f"; and compressed entries, {', '.join(compressed)}" if compressed
+                      else "")))
 
 
 def file_only_json(result: FileOnlyResult) -> dict[str, Any]:

@@ -186,3 +186,22 @@ class LoopsSpec:
 
     cache_layers: tuple[tuple[int, ...], ...]
     states: int = 0
+# s4-dsv4
+@dataclass(frozen=True)
+class CompressorSpec:
+    """DeepSeek-V4's KV compressor beside a layer's sliding-window attention (a mixer_spec on
+    an attention layer): every ``rate`` tokens of the stream pooled into one entry of
+    ``head_dim`` the queries also attend to. kv_proj and gate_proj (d_model -> series x
+    head_dim each, no bias), a position bias (rate x series x head_dim), an RMSNorm of
+    head_dim; ``series`` 2 when windows overlap (compressed sparse attention, CSA: each entry
+    pools its window and the one before), 1 when they do not (heavily compressed, HCA). With
+    ``index_heads`` (CSA) the lightning indexer, a compressor of its own at
+    ``index_head_dim`` with queries from the query latent (q_lora_rank -> index_heads x
+    index_head_dim) and a weight per head from x (d_model -> index_heads)."""
+
+    rate: int
+    head_dim: int
+    series: int = 1
+    index_heads: int = 0
+    index_head_dim: int = 0
+    q_lora_rank: int = 0

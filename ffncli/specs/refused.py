@@ -8,9 +8,6 @@ from __future__ import annotations
 LACKS: dict[str, str] = {
     "blt": "its vision or audio tower",
     "cohere_compass_text": "a model transformers itself cannot build from these defaults",
-    "deepseek_v4":
-        "its hyper-connections (attn_hc, ffn_hc), compressed and indexed attention and"
-        " hash-routed experts (hash_moe)",
     "emu3": "a model transformers itself cannot build from these defaults",
     "gemma4_assistant": "a model transformers itself cannot build from these defaults",
     "git": "its vision or audio tower",

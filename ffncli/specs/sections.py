@@ -153,6 +153,12 @@ class AttentionSpec:
     # (NeoMME: an alpha per head and two residual lambdas). Config readers only.
     prompt_tokens: int = 0
     learned_scalars: int = 0
+    # issue 40, s4-dsv4: DeepSeek-V4's grouped low-rank output projection (o_groups > 0): the
+    # heads in o_groups groups, each group's heads x head_dim -> o_lora_rank (one block-diagonal
+    # o_a_proj), then o_groups x o_lora_rank -> d_model (o_b_proj); with it a q_lora_rank
+    # without a latent factors W_Q (q_a_proj, its norm, q_b_proj). Config readers only.
+    o_groups: int = 0
+    o_lora_rank: int = 0
 
 
 @record

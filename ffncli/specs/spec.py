@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # built by config readers only: off a preset's start-up
     from ffncli.specs.layers import (
         BottleneckSpec,
         CcaSpec,  # s4-zaya
+        CompressorSpec,
         LatentSpec,
         LayerExtrasSpec,
         LinearMixerSpec,
@@ -61,7 +62,7 @@ class LayerKind:
     window: int = 0  # sliding: the window; chunked: the chunk (tokens)
     attention: AttentionSpec | None = None  # None: the spec's attention
     mixer_spec: (LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | ShortConvSpec
-                 | SideConvSpec | CcaSpec | None) = None
+                 | SideConvSpec | CcaSpec | CompressorSpec | None) = None
     ffn: FfnSpec | None = None  # None: the spec's FFN
     has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
@@ -107,6 +108,9 @@ class ModelSpec:
     # s4-odd, ESM: a logistic regression on every layer's attention maps (layers x heads -> 1,
     # with a bias), beside the pooler
     contact_head: bool = False
+    # s4-dsv4: DeepSeek-V4's hyper-connections also mix the streams (an n x n comb of each):
+    # fn ((2 + n) n x n d), base ((2 + n) n) and three scales, not HY-V4's 2n and two
+    hyper_mixing: bool = False
 
     @property
     def ffn_only(self) -> bool:
@@ -158,13 +162,16 @@ ENCODER_PARTS = frozenset({
     # s4-loops: Dory's scales on the FFN's hidden and on the logits
     "hidden_scales", "head_scale",
     "codebooks",  # s4-odd: MusicGen's word tables and heads, one a codebook
+    # s4-dsv4: DeepSeek-V4's grouped low-rank output projection
+    "o_groups", "o_lora_rank",
 })
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
 NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams",
                              "encoder_pattern", "latents", "bottleneck", "channel_mix",
                              "router_shared", "head_transform_bias",
-                             "routed", "loops", "runs", "contact_head"}) | ENCODER_PARTS
+                             "routed", "loops", "runs", "contact_head",
+                             "hyper_mixing"}) | ENCODER_PARTS
 
 
 def check_spec(spec: ModelSpec, source: str) -> ModelSpec:
@@ -246,8 +253,8 @@ def _check_layers(spec: ModelSpec, source: str) -> None:
 
 def _check_latent(att: AttentionSpec, d_model: int, source: str) -> None:
     """Latent attention's keys: its head widths and ranks, and no latent keys without it."""
-    if not att.kv_lora_rank:
-        if att.q_lora_rank or att.rope_head_dim:
+    if not att.kv_lora_rank:  # DeepSeek-V4 (o_groups): W_Q through q_lora_rank, no latent
+        if (att.q_lora_rank and not att.o_groups) or att.rope_head_dim:
             raise SpecError(f"{source}: key 'attention.kv_lora_rank': q_lora_rank and "
                             "rope_head_dim belong to latent attention (kv_lora_rank > 0)")
         return

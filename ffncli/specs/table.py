@@ -509,6 +509,10 @@ ARCHS: dict[str, Arch] = {
     "musicgen": Arch(read("backbones.musicgen_spec", family="musicgen", cross=True)),
     "musicgen_melody": Arch(read("backbones.musicgen_spec", family="musicgen_melody",
                                  cross=False)),
+    # s4-dsv4
+    "deepseek_v4": Arch(read("deepseek_v4.deepseek_v4_spec"),
+                        not_run="compressed attention, hash-routed and clamped SwiGLU experts "
+                        "and hyper-connections"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
