@@ -87,6 +87,7 @@ def _prompt_state(att: AttentionSpec, per_token: int) -> int:
 def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPart | None:
     """A kind of layer's cache: sliding and chunked layers keep the last window - 1 tokens
     (transformers' DynamicSlidingWindowLayer), a layer reading another's KV keeps none."""
+    indices = pass_cache_layers(kind, indices)
     n = len(indices)
     if kind.shares_kv:
         return KvPart("shared", n, 0, indices=indices)
@@ -143,3 +144,18 @@ def _decoder_parts(spec: ModelSpec) -> tuple[KvPart, ...]:
     for i, k in enumerate(spec.decoder_kinds()):
         at.setdefault(k, []).append(i)
     return tuple(p for k, ix in at.items() if (p := _kv_part(spec, k, tuple(ix))) is not None)
+
+
+def pass_cache_layers(kind: LayerKind, indices: tuple[int, ...]) -> tuple[int, ...]:
+    """The cache layers of a kind's layers: their own, and where a loop runs them several
+    times (Inkling 2's, SideConvSpec.passes), one more a pass after the first, numbered after
+    the model's layers as transformers' cache_offset numbers them."""
+    mix = kind.mixer_spec
+    if mix is None:  # a preset's layer: the config readers' module is not loaded
+        return indices
+    from ffncli.specs.layers import SideConvSpec  # loaded: mix is one of its classes
+
+    if not isinstance(mix, SideConvSpec) or mix.passes == 1:
+        return indices
+    return indices + tuple(i + mix.cache_offset + p * mix.loop_layers
+                           for p in range(mix.passes - 1) for i in indices)

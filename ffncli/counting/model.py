@@ -23,7 +23,7 @@ from ffncli.counting.flops import (
     attention_score_flops,
     ffn_flops,
 )
-from ffncli.counting.mixers import beside_prefix, mixer_rows
+from ffncli.counting.mixers import beside_prefix, depth_rows, mixer_rows
 from ffncli.counting.parts import (
     Row,
     attention_of,
@@ -209,6 +209,7 @@ def _layer(spec: ModelSpec, name: str, count: int, cross: bool,
         ffn_spec=ffn,
         norm_unused=experts_norms - used_norms,
         attention_unused=unused_head_experts_params(d, att) if att is not None else 0,
+        repeats=loop_passes(kind),
     )
     return layer if kind.shared is None else _with_shared_block(spec, kind, layer)
 
@@ -260,7 +261,7 @@ def _layer_other_rows(spec: ModelSpec, kind: LayerKind, att: AttentionSpec | Non
     hyper-connections, MobileBERT's bottlenecks."""
     d, norm = spec.d_model, spec.norm
     extra = (layer_extra_rows(d, spec.extras) if spec.extras else ()) + norm_gate_rows(d, kind) \
-        + hyper_rows(d, spec.hyper_streams)
+        + hyper_rows(d, spec.hyper_streams) + depth_rows(d, kind)
     if spec.bottleneck is not None and norm is not None:
         extra += bottleneck_layer_rows(d, spec.bottleneck, norm, att)
     return extra
@@ -414,7 +415,7 @@ def _head(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> int:
     d, emb, norm = spec.d_model, spec.embeddings, spec.norm
     if emb is None or emb.head == "none":
         return 0
-    dim, vocab = emb.dim or d, emb.decoder_vocab or emb.vocab
+    dim, vocab = emb.dim or d, emb.decoder_vocab or emb.head_vocab or emb.vocab
     weight = vocab * dim if emb.head == "untied" else 0
     bias = vocab if emb.head_bias else 0
     label = "output head (tied to word embeddings)" if emb.head == "tied" else "output head"
@@ -448,7 +449,20 @@ def _added_parts(spec: ModelSpec, layers: list[LayerCount], rows: list[Row],
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in other)
     elif any(layer.other for layer in layers):  # A.X-K2's norm gates, hyper-connections
-        head = hyper_head_rows(d, spec.hyper_streams)
+        head = hyper_head_rows(d, spec.hyper_streams) + residual_query_rows(d, spec)
         rows += head
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in head)
+
+
+def residual_query_rows(d: int, spec: ModelSpec) -> tuple[Row, ...]:
+    """Learned queries of d_model outside the layers (Inkling 2: the last attention residual,
+    before the final norm, and its loop's message queries, four a looped layer)."""
+    n = spec.residual_queries
+    return (Row("block attention residual queries (outside the layers)", f"{n} x {d}", n * d),) \
+        if n else ()
+
+
+def loop_passes(kind: LayerKind) -> int:
+    """Times a layer of this kind runs a token: a loop's passes (Inkling 2), else once."""
+    return getattr(kind.mixer_spec, "passes", 1)

@@ -32,12 +32,6 @@ LACKS: dict[str, str] = {
         " H_cycles x (L_cycles + 1) layers of KV cache)",
     "hunyuan_v1_dense": "a model transformers itself cannot build from these defaults",
     "hunyuan_v1_moe": "a model transformers itself cannot build from these defaults",
-    "inkling2_loop_text":
-        "attention residuals over earlier layers, message gates between loops, dynamic short"
-        " convolutions and relative-position biases",
-    "inkling2_text":
-        "attention residuals over earlier layers, dynamic short convolutions, sink"
-        " projections and relative-position biases",
     "lfm2_moe": "a model transformers itself cannot build from these defaults",
     "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",

@@ -215,6 +215,9 @@ class EmbeddingsSpec:
     project_in_only: bool = False
     value_dim: int = 0
     patch_dim: int = 0
+    # issue 40, s4-inkling: the head's rows when fewer than the word table's (Inkling 2's
+    # unpadded_vocab_size; 0: the word table's). Config readers only.
+    head_vocab: int = 0
 
 
 @record

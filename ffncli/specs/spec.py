@@ -98,6 +98,9 @@ class ModelSpec:
     encoder_pattern: tuple[LayerKind, ...] = ()  # the kind of each encoder layer (as pattern)
     latents: LatentSpec | None = None  # Perceiver's latent array and its cross-attention
     bottleneck: BottleneckSpec | None = None  # MobileBERT's bottlenecks and embeddings
+    # issue 40, s4-inkling: learned query rows of d_model outside the layers (Inkling 2's last
+    # attention residual, its loop's message queries)
+    residual_queries: int = 0
 
     @property
     def ffn_only(self) -> bool:
@@ -144,12 +147,15 @@ ENCODER_PARTS = frozenset({
     # s3-zookv: JetMoE's mixture of attention heads and its experts' output bias
     "output_bias", "head_experts", "head_top_k", "prompt_tokens", "learned_scalars",
     "project_in_only", "value_dim", "patch_dim",
+    # s4-inkling: Inkling 2's unpadded head
+    "head_vocab",
 })
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
 NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams",
                              "encoder_pattern", "latents", "bottleneck", "channel_mix",
-                             "router_shared", "head_transform_bias"}) | ENCODER_PARTS
+                             "router_shared", "head_transform_bias",
+                             "residual_queries"}) | ENCODER_PARTS
 
 
 def check_spec(spec: ModelSpec, source: str) -> ModelSpec:

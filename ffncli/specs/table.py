@@ -475,6 +475,11 @@ ARCHS: dict[str, Arch] = {
     "whisper": Arch(read("backbones.whisper_spec")),
     "cpmant": Arch(read("backbones.cpmant_spec")),
     "neomme": Arch(read("backbones.neomme_spec"), not_run="squared ReLU"),
+    # s4-inkling: Inkling 2 and its looped variant
+    "inkling2_text": Arch(read("inkling.inkling2_text_spec"), not_run="softcapped SwiGLU "
+                          "experts"),
+    "inkling2_loop_text": Arch(read("inkling.inkling2_loop_text_spec"), not_run="softcapped "
+                               "SwiGLU experts"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
