@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ffncli.base import validate
+from ffncli.errors import ConfigError
 from ffncli.specs.config import Config
 from ffncli.specs.hfconfig import _experts, gated_decoder_spec
 from ffncli.specs.layers import SideConvSpec
@@ -132,7 +134,8 @@ def _loop_key(c: Config, short: str, key: str) -> int:
     if nested is not None and not isinstance(nested, dict):
         raise c.fail("loop_config", "an object")
     if nested and nested.get(short) is not None:
-        return Config(nested, f"{c.source}: key 'loop_config'").int(short)
+        return validate.whole(f"{c.where('loop_config')[:-1]}.{short}'", nested[short],
+                              error=ConfigError)
     return c.int(key)
 
 
