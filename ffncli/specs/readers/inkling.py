@@ -56,13 +56,8 @@ def inkling2_loop_text_spec(c: Config) -> ModelSpec:
     the layers, four message queries a looped layer."""
     c = _defaults(c, _LOOP)
     start, end, passes = _loop(c)
-    spec = _inkling2(c, "inkling2_loop_text", loop=range(start, end),
-                     gates=_loop_key(c, "gate_rank", "loop_gate_rank"))
-    n = spec.layers.decoder
-    return replace(spec, pattern=tuple(replace(k, mixer_spec=replace(
-        k.mixer_spec, passes=passes, loop_layers=end - start, cache_offset=n - start))
-        if start <= i < end and isinstance(k.mixer_spec, SideConvSpec) else k
-        for i, k in enumerate(spec.pattern)))
+    return _inkling2(c, "inkling2_loop_text", loop=range(start, end),
+                     gates=_loop_key(c, "gate_rank", "loop_gate_rank"), passes=passes)
 
 
 def _defaults(c: Config, defaults: dict[str, int]) -> Config:
@@ -73,7 +68,9 @@ def _defaults(c: Config, defaults: dict[str, int]) -> Config:
     return filled
 
 
-def _inkling2(c: Config, family: str, loop: range, gates: int) -> ModelSpec:
+def _inkling2(c: Config, family: str, loop: range, gates: int, passes: int = 1) -> ModelSpec:
+    """The layers of either class; ``loop``'s layers run ``passes`` times, with message gates
+    of rank ``gates``, each pass after the first with cache layers after the model's."""
     d, n = c.int("hidden_size"), c.int("num_hidden_layers")
     experts = _experts(c, "n_routed_experts", "moe_intermediate_size")
     spec = gated_decoder_spec(c, family, seq_default=1048576,
@@ -92,9 +89,10 @@ def _inkling2(c: Config, family: str, loop: range, gates: int) -> ModelSpec:
         side = _side(c, d, att, dynamic=not slides,
                      extent=window if slides else c.int("rel_extent"))
         inputs = (1 if slides else 3) if i else 0  # layer 0 reads the embeddings as they are
-        side = replace(side, residual_queries=inputs + 1,
-                       message_gates=_MESSAGES if i in loop else 0,
-                       gate_rank=gates if i in loop else 0)
+        side = replace(side, residual_queries=inputs + 1)
+        if i in loop:  # transformers' cache_offset: num_hidden_layers - loop_layer_index_start
+            side = replace(side, message_gates=_MESSAGES, gate_rank=gates, passes=passes,
+                           loop_layers=len(loop), cache_offset=n - loop.start)
         name = " ".join(p for p in ("looped" if i in loop else "first" if not i else "",
                                     "sliding" if slides else "", "decoder") if p)
         return LayerKind(name, mixer="sliding" if slides else "full",
