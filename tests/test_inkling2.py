@@ -8,6 +8,7 @@ import json
 
 import pytest
 from conftest import DATA
+from helpers.configs import assert_one_line
 
 ZOO = DATA / "zoo"
 TRUTHS = json.loads((ZOO / "truths.json").read_text())["types"]
@@ -133,7 +134,8 @@ def test_fine_tuning_memory_is_refused_not_miscounted(cli, tmp_path):
 
 HOSTILE = [
     (_config("inkling2_text", layer_types=["hybrid"] * 47),
-     "key 'layer_types': expected a list of 48 layer types (hybrid, hybrid_sliding), got"),
+     "key 'layer_types': expected a list of 48 layer types (hybrid, hybrid_sliding), got "
+     "['hybrid', 'hybrid', 'hybrid', 'hybrid', 'hybrid', 'hybrid', ...]"),
     (_config("inkling2_loop_text", loop_layer_index_start=5),
      "key 'loop_layer_index_start': expected a multiple of n_layers_per_attn_res_block (6), "
      "got 5"),
@@ -149,8 +151,4 @@ HOSTILE = [
 
 @pytest.mark.parametrize(("config", "message"), HOSTILE, ids=range(len(HOSTILE)))
 def test_hostile_inkling2_configs(cli, tmp_path, config, message):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    r = cli("params", "--config", path)
-    assert (r.code, r.out) == (2, "") and r.err.count("\n") == 1
-    assert r.err.startswith(f"error: {path}: {message}"), r.err
+    assert_one_line(cli, tmp_path, config, message)
