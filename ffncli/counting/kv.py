@@ -219,3 +219,4 @@ def _looped(part: KvPart, spec: ModelSpec) -> KvPart:
     held = set(part.indices)
     weights = sum(1 for slots in spec.loops.cache_layers if slots and slots[0] in held)
     return replace(part, runs=part.layers // weights) if weights else part
+

@@ -48,7 +48,50 @@ def side_conv_matrices(d_model: int, mix: SideConvSpec) -> tuple[tuple[str, str,
         ("stream short convolutions", f"2 x {mix.width} x {k}", 2 * mix.width * k),
         ("relative logits", f"{d_model} x {mix.heads * r} + {r} x {mix.rel_extent}",
          d_model * mix.heads * r + r * mix.rel_extent),
-    )
+    ) + dynamic_tap_matrices(d_model, mix) + side_scale_matrices(mix) \
+        + sink_projection_matrices(d_model, mix)
+
+
+def dynamic_tap_matrices(d_model: int, mix: SideConvSpec) -> tuple[tuple[str, str, int], ...]:
+    """Inkling 2's dynamic K and V convolutions: beside their static taps (counted as the
+    short convolutions), weight_proj from x to kernel taps for each of dynamic_heads KV heads,
+    one for K and one for V."""
+    w = mix.dynamic_heads * mix.kernel
+    return (("K, V taps from x", f"2 x {d_model} x {w}", 2 * d_model * w),) if w else ()
+
+
+def side_scale_matrices(mix: SideConvSpec) -> tuple[tuple[str, str, int], ...]:
+    """Inkling 2's learned scales before the L2 clips: on Q (query_scale: heads x head_dim)
+    and on the relative states (heads x rel_dim)."""
+    rel = mix.heads * mix.rel_dim if mix.rel_scale else 0
+    return (("Q and relative-state scales", f"{mix.query_scale} + {rel}",
+             mix.query_scale + rel),) if mix.query_scale or rel else ()
+
+
+def sink_projection_matrices(d_model: int, mix: SideConvSpec
+                             ) -> tuple[tuple[str, str, int], ...]:
+    """Inkling 2's attention sinks: a logit per head projected from each token's x (d_model ->
+    heads, no bias)."""
+    return (("sink projection", f"{d_model} x {mix.heads}", d_model * mix.heads),) \
+        if mix.sink_projection else ()
+
+
+def depth_residual_matrices(d_model: int, mix: SideConvSpec
+                            ) -> tuple[tuple[str, str, int], ...]:
+    """Inkling 2's attention residuals: each of residual_queries learned queries (d_model)
+    attends over the earlier blocks' sums to give a layer an input (Q, K, V or the FFN's)."""
+    n = mix.residual_queries
+    return (("block attention residual queries", f"{n} x {d_model}", n * d_model),) if n else ()
+
+
+def message_gate_matrices(d_model: int, mix: SideConvSpec) -> tuple[tuple[str, str, int], ...]:
+    """Inkling 2's message gates in a loop's layers (Q, K, V and the FFN's input): each a
+    down projection of the input and the message side by side (2 d_model -> gate_rank) and the
+    forget and message gates (gate_rank -> d_model each), without biases."""
+    g, r = mix.message_gates, mix.gate_rank
+    one = 2 * d_model * r + 2 * r * d_model
+    return (("message gates", f"{g} x ({2 * d_model} x {r} + 2 x {r} x {d_model})", g * one),) \
+        if g else ()
 
 
 def cca_channels(mix: CcaSpec) -> int:
@@ -296,6 +339,20 @@ def mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, ...]:
                 else lightning_matrices(d, mix) if mix.kind == "lightning"
                 else linear_mixer_matrices(d, mix))
     return tuple(Row(prefix + name, shape, n) for name, shape, n in matrices)
+
+
+def depth_rows(d: int, kind: LayerKind) -> tuple[Row, ...]:
+    """The rows of Inkling 2's parts between a layer's blocks (attention residuals, message
+    gates): neither attention, FFN nor norm."""
+    mix = kind.mixer_spec
+    if mix is None:  # a preset's layer: the config readers' module is not loaded
+        return ()
+    from ffncli.specs.layers import SideConvSpec  # loaded: mix is one of its classes
+
+    if not isinstance(mix, SideConvSpec):
+        return ()
+    return tuple(Row(name, shape, n) for name, shape, n in
+                 depth_residual_matrices(d, mix) + message_gate_matrices(d, mix))
 
 
 def beside_prefix(mix: object) -> str:

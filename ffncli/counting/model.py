@@ -23,7 +23,7 @@ from ffncli.counting.flops import (
     attention_score_flops,
     ffn_flops,
 )
-from ffncli.counting.mixers import beside_prefix, mixer_rows
+from ffncli.counting.mixers import beside_prefix, depth_rows, mixer_rows
 from ffncli.counting.parts import (
     Row,
     attention_of,
@@ -268,7 +268,7 @@ def _layer_other_rows(spec: ModelSpec, kind: LayerKind, att: AttentionSpec | Non
     d, norm = spec.d_model, spec.norm
     extra = (layer_extra_rows(d, spec.extras) if spec.extras else ()) + norm_gate_rows(d, kind) \
         + (mixing_hyper_rows(d, spec.hyper_streams) if spec.hyper_mixing  # s4-dsv4
-           else hyper_rows(d, spec.hyper_streams))
+           else hyper_rows(d, spec.hyper_streams)) + depth_rows(d, kind)
     if spec.bottleneck is not None and norm is not None:
         extra += bottleneck_layer_rows(d, spec.bottleneck, norm, att)
     return extra
@@ -429,7 +429,7 @@ def _head(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> int:
     d, emb, norm = spec.d_model, spec.embeddings, spec.norm
     if emb is None or emb.head == "none":
         return 0
-    dim, vocab = emb.dim or d, emb.decoder_vocab or emb.vocab
+    dim, vocab = emb.dim or d, emb.decoder_vocab or emb.head_vocab or emb.vocab
     heads = emb.codebooks or 1  # MusicGen: a head a codebook
     weight = heads * vocab * dim if emb.head == "untied" else 0
     bias = heads * vocab if emb.head_bias else 0
@@ -469,7 +469,7 @@ def _added_parts(spec: ModelSpec, layers: list[LayerCount], rows: list[Row],
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in other)
     elif any(layer.other for layer in layers):  # A.X-K2's norm gates, hyper-connections
-        head = hyper_head_rows(d, spec.hyper_streams)
+        head = hyper_head_rows(d, spec.hyper_streams) + residual_query_rows(d, spec)
         rows += head
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in head)
@@ -488,3 +488,12 @@ def _loop_states(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> No
     n, d = spec.loops.states, spec.d_model
     rows.append(Row("loop initial states", f"{n} x {d}", n * d))
     groups["other"] = groups.get("other", 0) + n * d
+
+
+def residual_query_rows(d: int, spec: ModelSpec) -> tuple[Row, ...]:
+    """Learned queries of d_model outside the layers (Inkling 2: the last attention residual,
+    before the final norm, and its loop's message queries, four a looped layer)."""
+    n = spec.residual_queries
+    return (Row("block attention residual queries (outside the layers)", f"{n} x {d}", n * d),) \
+        if n else ()
+

@@ -88,6 +88,19 @@ class SideConvSpec:
     heads: int
     rel_dim: int
     rel_extent: int
+    # issue 40, s4-inkling (Inkling 2): K's and V's taps also projected from x per token, one
+    # set for each of dynamic_heads KV heads (0: static taps alone); learned scales on Q
+    # (query_scale wide: heads x head_dim) and on the relative states (rel_scale: heads x
+    # rel_dim); a sink logit per head projected from x (sink_projection); the layer's inputs
+    # as attention over the earlier blocks, residual_queries learned queries of d_model; in a
+    # loop's layers message_gates gates of gate_rank mixing in the previous pass.
+    dynamic_heads: int = 0
+    query_scale: int = 0
+    rel_scale: bool = False
+    sink_projection: bool = False
+    residual_queries: int = 0
+    message_gates: int = 0
+    gate_rank: int = 0
 
 
 @dataclass(frozen=True)

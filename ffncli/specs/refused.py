@@ -11,12 +11,6 @@ LACKS: dict[str, str] = {
     "emu3": "a model transformers itself cannot build from these defaults",
     "gemma4_assistant": "a model transformers itself cannot build from these defaults",
     "git": "its vision or audio tower",
-    "inkling2_loop_text":
-        "attention residuals over earlier layers, message gates between loops, dynamic short"
-        " convolutions and relative-position biases",
-    "inkling2_text":
-        "attention residuals over earlier layers, dynamic short convolutions, sink"
-        " projections and relative-position biases",
     "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
     "modernvbert": "its vision or audio tower",

@@ -244,6 +244,9 @@ class EmbeddingsSpec:
     # the codes), their vectors summed, and as many untied heads of vocab outputs, one a
     # codebook; 0: one table and one head. Config readers only.
     codebooks: int = 0
+    # issue 40, s4-inkling: the head's rows when fewer than the word table's (Inkling 2's
+    # unpadded_vocab_size; 0: the word table's). Config readers only.
+    head_vocab: int = 0
 
 
 @record

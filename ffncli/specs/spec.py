@@ -111,6 +111,9 @@ class ModelSpec:
     # s4-dsv4: DeepSeek-V4's hyper-connections also mix the streams (an n x n comb of each):
     # fn ((2 + n) n x n d), base ((2 + n) n) and three scales, not HY-V4's 2n and two
     hyper_mixing: bool = False
+    # issue 40, s4-inkling: learned query rows of d_model outside the layers (Inkling 2's last
+    # attention residual, its loop's message queries)
+    residual_queries: int = 0
 
     @property
     def ffn_only(self) -> bool:
@@ -164,6 +167,8 @@ ENCODER_PARTS = frozenset({
     "codebooks",  # s4-odd: MusicGen's word tables and heads, one a codebook
     # s4-dsv4: DeepSeek-V4's grouped low-rank output projection
     "o_groups", "o_lora_rank",
+    # s4-inkling: Inkling 2's unpadded head
+    "head_vocab",
 })
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
@@ -171,7 +176,7 @@ NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams",
                              "encoder_pattern", "latents", "bottleneck", "channel_mix",
                              "router_shared", "head_transform_bias",
                              "routed", "loops", "runs", "contact_head",
-                             "hyper_mixing"}) | ENCODER_PARTS
+                             "hyper_mixing", "residual_queries"}) | ENCODER_PARTS
 
 
 def check_spec(spec: ModelSpec, source: str) -> ModelSpec:

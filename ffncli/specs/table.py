@@ -513,6 +513,11 @@ ARCHS: dict[str, Arch] = {
     "deepseek_v4": Arch(read("deepseek_v4.deepseek_v4_spec"),
                         not_run="compressed attention, hash-routed and clamped SwiGLU experts "
                         "and hyper-connections"),
+    # s4-inkling: Inkling 2 and its looped variant
+    "inkling2_text": Arch(read("inkling.inkling2_text_spec"), not_run="softcapped SwiGLU "
+                          "experts"),
+    "inkling2_loop_text": Arch(read("inkling.inkling2_loop_text_spec"), not_run="softcapped "
+                               "SwiGLU experts"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
