@@ -8,7 +8,6 @@ from __future__ import annotations
 LACKS: dict[str, str] = {
     "audioflamingo3": "its vision or audio tower",
     "blt": "its vision or audio tower",
-    "cohere_compass_text": "a model transformers itself cannot build from these defaults",
     "dbrx": "a model transformers itself cannot build from these defaults",
     "deepseek_v4":
         "its hyper-connections (attn_hc, ffn_hc), compressed and indexed attention and"
@@ -18,7 +17,6 @@ LACKS: dict[str, str] = {
         " KV cache of its own)",
     "dots1": "a model transformers itself cannot build from these defaults",
     "dots3_note": "a model transformers itself cannot build from these defaults",
-    "emu3": "a model transformers itself cannot build from these defaults",
     "esm": "a model transformers itself cannot build from these defaults",
     "gemma3n": "a model transformers itself cannot build from these defaults",
     "gemma4_assistant": "a model transformers itself cannot build from these defaults",
@@ -39,7 +37,6 @@ LACKS: dict[str, str] = {
         "attention residuals over earlier layers, dynamic short convolutions, sink"
         " projections and relative-position biases",
     "lfm2_moe": "a model transformers itself cannot build from these defaults",
-    "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
     "modernvbert": "its vision or audio tower",
     "moshi": "its vision or audio tower",
@@ -47,7 +44,6 @@ LACKS: dict[str, str] = {
     "musicflamingo": "its vision or audio tower",
     "musicgen": "a model transformers itself cannot build from these defaults",
     "musicgen_melody": "a model transformers itself cannot build from these defaults",
-    "nemotron": "a model transformers itself cannot build from these defaults",
     "omniasr": "its vision or audio tower",
     "phi4_multimodal": "its vision or audio tower",
     "qwen2_audio": "its vision or audio tower",

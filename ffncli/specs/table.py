@@ -475,6 +475,15 @@ ARCHS: dict[str, Arch] = {
     "whisper": Arch(read("backbones.whisper_spec")),
     "cpmant": Arch(read("backbones.cpmant_spec")),
     "neomme": Arch(read("backbones.neomme_spec"), not_run="squared ReLU"),
+    # s4-decoders: defaults completed by published values (make_zoo.py's COMPLETED)
+    "ministral": Arch(read("llama_family.windowed_decoder", family="ministral", qkv_bias=False,
+                           out_bias=False), LLAMA_FFN),
+    "nemotron": Arch(read("classic.up_down_spec", family="nemotron",
+                          norm=NormSpec(kind="layernorm", bias=True, final=True)),
+                     not_run="squared ReLU"),
+    "cohere_compass_text": Arch(read("llama_family.patterned", family="cohere_compass_text",
+                                     tie_default=True, norm=H.COHERE_NORM), LLAMA_FFN),
+    "emu3": Arch(read("llama_family.emu3_spec"), LLAMA_FFN),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

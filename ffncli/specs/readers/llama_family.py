@@ -76,3 +76,16 @@ def lfm2_spec(c: Config) -> ModelSpec:
                               seq_default=128000)
     spec = replace(spec, ffn=replace(spec.ffn, d_ff=lfm2_ffn_width(c)))
     return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))
+
+
+def emu3_spec(c: Config) -> ModelSpec:
+    """Emu3ForCausalLM: LLaMA's layers, read from the keys at the top of the config as
+    Emu3ForCausalLM reads them (BAAI/Emu3-Chat's config.json); a config holding them in its
+    text_config alone (transformers' Emu3Config) is read there, its VQ-VAE image tokenizer
+    named as not counted."""
+    text = c.mapping("text_config")
+    if "hidden_size" in c.data or text is None:
+        return gated_decoder_spec(c, "emu3")
+    spec = gated_decoder_spec(Config({**text, "model_type": "emu3"}, f"{c.source}: text_config"),
+                              "emu3")
+    return replace(spec, name=c.name("emu3"), uncounted=("VQ-VAE image tokenizer",))
