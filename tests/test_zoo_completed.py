@@ -45,3 +45,20 @@ def test_emu3_read_from_its_top_keys_or_its_text_config(tmp_path):
     path.write_text(json.dumps({**config, "text_config": {**config["text_config"],
                                                           "num_hidden_layers": 1}}))
     assert ffncli.load_spec(config=path).layers.decoder == 32
+
+
+def test_gemma4_assistant_counts_its_language_model_and_names_the_projections(cli):
+    """Gemma4AssistantForCausalLM (text_config completed without per-layer inputs, as its
+    validator demands): every one of its 30 layers reuses the target model's K and V (no W_K,
+    W_V, K norm, no cache); the projections pre (2 x 1536 -> 2304) and post (2304 -> 1536), both
+    without bias, are what transformers' total holds beside the language model."""
+    doc = json.loads(cli("params", "--config", ZOO / "configs" / "gemma4_assistant.config.json",
+                         "--json").out)
+    assert doc["uncounted"] == ["projections from and to the target model (3,072 -> 2,304, "
+                                "2,304 -> 1,536)"]
+    assert all(x["kind"].startswith("kv-sharing") for x in doc["layers"])
+    assert sum(x["count"] for x in doc["layers"]) == 30
+    assert doc["kv_cache"]["elements"] == 0
+    truth = json.loads((ZOO / "truths.json").read_text())["types"]["gemma4_assistant"]
+    assert doc["total_params"] + 2 * 1536 * 2304 + 2304 * 1536 == \
+        truth["builds"]["causal_lm"]["total"]

@@ -19,7 +19,6 @@ LACKS: dict[str, str] = {
     "dots3_note": "a model transformers itself cannot build from these defaults",
     "esm": "a model transformers itself cannot build from these defaults",
     "gemma3n": "a model transformers itself cannot build from these defaults",
-    "gemma4_assistant": "a model transformers itself cannot build from these defaults",
     "git": "its vision or audio tower",
     "glmasr": "its vision or audio tower",
     "got_ocr2": "its vision or audio tower",

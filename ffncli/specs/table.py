@@ -484,6 +484,7 @@ ARCHS: dict[str, Arch] = {
     "cohere_compass_text": Arch(read("llama_family.patterned", family="cohere_compass_text",
                                      tie_default=True, norm=H.COHERE_NORM), LLAMA_FFN),
     "emu3": Arch(read("llama_family.emu3_spec"), LLAMA_FFN),
+    "gemma4_assistant": Arch(read("gemma4.gemma4_assistant_spec")),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
