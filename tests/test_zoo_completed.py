@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import DATA
 
 import ffncli
@@ -62,3 +63,64 @@ def test_gemma4_assistant_counts_its_language_model_and_names_the_projections(cl
     truth = json.loads((ZOO / "truths.json").read_text())["types"]["gemma4_assistant"]
     assert doc["total_params"] + 2 * 1536 * 2304 + 2304 * 1536 == \
         truth["builds"]["causal_lm"]["total"]
+
+
+def test_gated_residual_rows_from_transformers_shapes():
+    """Qwen4ExpTextGatedResidual over n = 4 streams of d = 2048, rank 320: hc_norm (8192),
+    input_mix_weight_down (8192 -> 320), input_mix_weight_up (320 -> 8192), block_inject_weight
+    (8192 -> 4); two a layer. The head (hyper_connection_mixer) has no block_inject_weight."""
+    from ffncli.counting.rows import gated_residual_head_rows, gated_residual_rows
+
+    (row,) = gated_residual_rows(2048, 4, 320)
+    assert row.params == 2 * (8192 + 8192 * 320 + 320 * 8192 + 8192 * 4) == 10_567_680
+    (head,) = gated_residual_head_rows(2048, 4, 320)
+    assert head.params == 8192 + 2 * 8192 * 320 == 5_251_072
+
+
+def test_qsa_indexer_rows_and_cache_from_transformers_shapes():
+    """Qwen4ExpTextQSAIndexer (4 index heads and 1 key of 128, hidden 2048): index_qk_proj
+    2048 -> 5 x 128, q_layernorm and k_layernorm of 128; its cache the raw key, 128 a token,
+    beside K and V (2 KV heads of 256 each)."""
+    from ffncli.counting.kv import kv_elements_per_layer
+    from ffncli.counting.rows import qsa_indexer_rows
+    from ffncli.specs.spec import AttentionSpec
+
+    att = AttentionSpec(heads=16, kv_heads=2, head_dim=256, qsa_heads=4, qsa_head_dim=128)
+    assert [r.params for r in qsa_indexer_rows(2048, att, "")] == [2048 * 5 * 128, 2 * 128]
+    assert kv_elements_per_layer(2048, att) == 2 * 2 * 256 + 128
+
+
+def test_qwen4_exp_text_parts(cli):
+    """Qwen4ExpForCausalLM completed with Qwen4-Exp's QSA keys: 30 Gated DeltaNet layers and
+    10 indexed ones; no norm of d_model in a layer nor after the last (the gated residuals' own
+    norms instead); its KV cache at 9 tokens: 10 layers x 9 x (K and V of 2 x 256 and the QSA
+    key of 128) and 30 fixed states (conv 8192 x 4, recurrent 32 x 128 x 128)."""
+    doc = json.loads(cli("params", "--config", ZOO / "configs" / "qwen4_exp_text.config.json",
+                         "--seq-len", "9", "--json").out)
+    assert [(x["kind"], x["count"]) for x in doc["layers"]] == [("linear decoder", 30),
+                                                                 ("decoder", 10)]
+    assert doc["groups"]["norms"] == 10 * 2 * 256
+    assert doc["groups"]["other"] == 40 * 10_567_680 + 5_251_072
+    assert doc["kv_cache"]["elements"] == 10 * 9 * (2 * 2 * 256 + 128) + 30 * (
+        8192 * 4 + 32 * 128 * 128)
+
+
+def _qwen4(**changes):
+    return {**_config("qwen4_exp_text"), **changes}
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    (_qwen4(ple_layer_ids=[2]), "key 'ple_layer_ids': expected an empty list (Qwen4-Exp's "
+     "per-layer n-gram embeddings are not read), got [2]"),
+    (_qwen4(indexer_kv_heads=2), "key 'indexer_kv_heads': expected 1 (QSA's one key head), "
+     "got 2"),
+    (_qwen4(indexer_n_heads=None), "missing key 'indexer_n_heads'"),
+    (_qwen4(layer_types=["sliding_attention"] * 40), "key 'layer_types': expected a list of 40 "
+     "layer types (linear_attention, indexed_attention), got"),
+], ids=["ple", "key-heads", "no-indexer", "layer-types"])
+def test_hostile_qwen4_exp_text_configs(cli, tmp_path, config, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = cli("params", "--config", path)
+    assert (r.code, r.out) == (2, "") and r.err.count("\n") == 1
+    assert r.err.startswith(f"error: {path}: {message}"), r.err

@@ -45,6 +45,8 @@ from ffncli.counting.rows import (
     attention_block_rows,
     bottleneck_layer_rows,
     ffn_block_rows,
+    gated_residual_head_rows,
+    gated_residual_rows,
     hyper_head_rows,
     hyper_rows,
     latent_rows,
@@ -260,7 +262,8 @@ def _layer_other_rows(spec: ModelSpec, kind: LayerKind, att: AttentionSpec | Non
     hyper-connections, MobileBERT's bottlenecks."""
     d, norm = spec.d_model, spec.norm
     extra = (layer_extra_rows(d, spec.extras) if spec.extras else ()) + norm_gate_rows(d, kind) \
-        + hyper_rows(d, spec.hyper_streams)
+        + (gated_residual_rows(d, spec.hyper_streams, spec.hyper_rank) if spec.hyper_rank
+           else hyper_rows(d, spec.hyper_streams))
     if spec.bottleneck is not None and norm is not None:
         extra += bottleneck_layer_rows(d, spec.bottleneck, norm, att)
     return extra
@@ -448,7 +451,8 @@ def _added_parts(spec: ModelSpec, layers: list[LayerCount], rows: list[Row],
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in other)
     elif any(layer.other for layer in layers):  # A.X-K2's norm gates, hyper-connections
-        head = hyper_head_rows(d, spec.hyper_streams)
+        head = gated_residual_head_rows(d, spec.hyper_streams, spec.hyper_rank) \
+            if spec.hyper_rank else hyper_head_rows(d, spec.hyper_streams)
         rows += head
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in head)

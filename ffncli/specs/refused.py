@@ -48,7 +48,6 @@ LACKS: dict[str, str] = {
     "qwen2_audio": "its vision or audio tower",
     "qwen3_asr": "its vision or audio tower",
     "qwen4_exp": "a model transformers itself cannot build from these defaults",
-    "qwen4_exp_text": "a model transformers itself cannot build from these defaults",
     "ultravbert": "its vision or audio tower",
     "voxtral": "its vision or audio tower",
     "voxtral_realtime": "its vision or audio tower",

@@ -95,6 +95,7 @@ class ModelSpec:
     uncounted: tuple[str, ...] = ()
     extras: LayerExtrasSpec | None = None  # Gemma 3n's AltUp, LAuReL and per-layer inputs
     hyper_streams: int = 0  # hyper-connections over this many copies of the stream (HY-V4)
+    hyper_rank: int = 0  # s4-decoders: > 0, Qwen4-Exp's gated residuals of this rank instead
     encoder_pattern: tuple[LayerKind, ...] = ()  # the kind of each encoder layer (as pattern)
     latents: LatentSpec | None = None  # Perceiver's latent array and its cross-attention
     bottleneck: BottleneckSpec | None = None  # MobileBERT's bottlenecks and embeddings
@@ -144,12 +145,15 @@ ENCODER_PARTS = frozenset({
     # s3-zookv: JetMoE's mixture of attention heads and its experts' output bias
     "output_bias", "head_experts", "head_top_k", "prompt_tokens", "learned_scalars",
     "project_in_only", "value_dim", "patch_dim",
+    # s4-decoders: Qwen4-Exp's QSA indexer
+    "qsa_heads", "qsa_head_dim",
 })
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
 NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams",
                              "encoder_pattern", "latents", "bottleneck", "channel_mix",
-                             "router_shared", "head_transform_bias"}) | ENCODER_PARTS
+                             "router_shared", "head_transform_bias",
+                             "hyper_rank"}) | ENCODER_PARTS
 
 
 def check_spec(spec: ModelSpec, source: str) -> ModelSpec:

@@ -485,6 +485,8 @@ ARCHS: dict[str, Arch] = {
                                      tie_default=True, norm=H.COHERE_NORM), LLAMA_FFN),
     "emu3": Arch(read("llama_family.emu3_spec"), LLAMA_FFN),
     "gemma4_assistant": Arch(read("gemma4.gemma4_assistant_spec")),
+    "qwen4_exp_text": Arch(read("indexed.qwen4_exp_text_spec"),
+                           not_run="gated residuals, QSA and a gated shared expert"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)
