@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from conftest import DATA
 
 import ffncli
@@ -104,23 +103,3 @@ def test_qwen4_exp_text_parts(cli):
     assert doc["kv_cache"]["elements"] == 10 * 9 * (2 * 2 * 256 + 128) + 30 * (
         8192 * 4 + 32 * 128 * 128)
 
-
-def _qwen4(**changes):
-    return {**_config("qwen4_exp_text"), **changes}
-
-
-@pytest.mark.parametrize(("config", "message"), [
-    (_qwen4(ple_layer_ids=[2]), "key 'ple_layer_ids': expected an empty list (Qwen4-Exp's "
-     "per-layer n-gram embeddings are not read), got [2]"),
-    (_qwen4(indexer_kv_heads=2), "key 'indexer_kv_heads': expected 1 (QSA's one key head), "
-     "got 2"),
-    (_qwen4(indexer_n_heads=None), "missing key 'indexer_n_heads'"),
-    (_qwen4(layer_types=["sliding_attention"] * 40), "key 'layer_types': expected a list of 40 "
-     "layer types (linear_attention, indexed_attention), got"),
-], ids=["ple", "key-heads", "no-indexer", "layer-types"])
-def test_hostile_qwen4_exp_text_configs(cli, tmp_path, config, message):
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    r = cli("params", "--config", path)
-    assert (r.code, r.out) == (2, "") and r.err.count("\n") == 1
-    assert r.err.startswith(f"error: {path}: {message}"), r.err

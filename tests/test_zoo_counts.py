@@ -354,6 +354,15 @@ HOSTILE = [
      "key 'decoder_attention_heads': expected a divisor of d_model (384), got 7"),
     (_config("cpmant", dim_head=0), "key 'dim_head': expected a whole number >= 1, got 0"),
     (_config("neomme", patch_size=-1), "key 'patch_size': expected a whole number >= 1, got -1"),
+    # s4-decoders: Qwen4-Exp
+    (_config("qwen4_exp_text", ple_layer_ids=[2]), "key 'ple_layer_ids': expected an empty list "
+     "(Qwen4-Exp's per-layer n-gram embeddings are not read), got [2]"),
+    (_config("qwen4_exp_text", indexer_kv_heads=2),
+     "key 'indexer_kv_heads': expected 1 (QSA's one key head), got 2"),
+    (_config("qwen4_exp_text", indexer_n_heads=None), "missing key 'indexer_n_heads'"),
+    (_config("qwen4_exp_text", layer_types=["sliding_attention"] * 40),
+     "key 'layer_types': expected a list of 40 layer types (linear_attention, "
+     "indexed_attention), got"),
 ]
 
 
