@@ -29,23 +29,22 @@ def test_nemotron_layer_from_transformers_shapes(cli):
     assert doc["kv_cache"]["elements_per_token"] == 32 * 2 * 8 * 128
 
 
-def test_emu3_read_from_its_top_keys_or_its_text_config(tmp_path):
-    """Emu3ForCausalLM reads the keys at the top of its config (BAAI/Emu3-Chat's spelling);
-    a config with its text_config alone is read there, alike, the VQ-VAE named as not
-    counted."""
+def test_emu3_read_from_its_text_config_or_its_top_keys(tmp_path):
+    """transformers' Emu3Config: the text_config, as AutoModelForCausalLM builds it (the VQ-VAE
+    named as not counted); BAAI/Emu3-Chat's config.json spells the same keys at its top, where
+    Emu3ForCausalLM then reads them, the VQ-VAE not part of it."""
     config = _config("emu3")
+    text = ffncli.load_spec(config=ZOO / "configs" / "emu3.config.json")
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({k: config[k] for k in ("model_type", "text_config",
-                                                       "vq_config")}))
-    top = ffncli.load_spec(config=ZOO / "configs" / "emu3.config.json")
-    text = ffncli.load_spec(config=path)
+    path.write_text(json.dumps({**config["text_config"], "model_type": "emu3"}))
+    top = ffncli.load_spec(config=path)
     assert ffncli.count(top).total == ffncli.count(text).total == 8_492_011_520
     assert (top.uncounted, text.uncounted) == ((), ("VQ-VAE image tokenizer",))
     # both present: the top keys are what Emu3ForCausalLM builds
-    path.write_text(json.dumps({**config, "text_config": {**config["text_config"],
-                                                          "num_hidden_layers": 1}}))
+    path.write_text(json.dumps({**config["text_config"], "model_type": "emu3",
+                                "text_config": {**config["text_config"],
+                                                "num_hidden_layers": 1}}))
     assert ffncli.load_spec(config=path).layers.decoder == 32
-
 
 def test_gemma4_assistant_counts_its_language_model_and_names_the_projections(cli):
     """Gemma4AssistantForCausalLM (text_config completed without per-layer inputs, as its

@@ -221,11 +221,11 @@ def test_kv_cache_per_layer_is_what_transformers_holds(model_type, tmp_path):
 
 
 # The decoder types ffncli counts whose cache is not checked, and why (docs/commands/params.md
-# names them): multimodal configs transformers cannot build as causal LMs from their defaults
-# (their language model's own type is checked), Gemma 4's assistant (it runs on its target
-# model's KV alone), and GPT-1 and XLNet, which transformers runs without a cache object.
+# names them): Gemma 3n's whole model (its vision tower needs timm; its language model's
+# type is checked), Gemma 4's assistant (it runs on its target model's KV alone), and GPT-1
+# and XLNet, which transformers runs without a cache object.
 KV_UNCHECKED = {
-    **dict.fromkeys(("llama4", "qwen3_5", "qwen3_5_moe"), "not built from its defaults"),
+    "gemma3n": "its vision tower needs timm and Pillow to build",
     "gemma4_unified_assistant": "needs its target model's KV states to run",
     "gemma4_assistant": "needs its target model's KV states to run",  # s4-decoders
     "openai-gpt": "no cache: transformers recomputes every token",
@@ -397,9 +397,15 @@ def test_the_docs_name_the_transformers_checked_against_and_what_it_cannot_build
     assert f"transformers {DOC['transformers']} itself" in text
     unbuilt = [t for t in SUPPORTED_MODEL_TYPES
                if not any(b.get("status") == "built" for b in DOC["types"][t]["builds"].values())]
-    assert unbuilt == ["llama4", "qwen3_5", "qwen3_5_moe"]
-    for t in unbuilt:
-        assert f"`{t}_text`" in text and f"{t}_text" in SUPPORTED_MODEL_TYPES
+    assert unbuilt == ["gemma3n"]  # its vision tower needs timm: through gemma3n_text
+    assert "`gemma3n`" in text and "`gemma3n_text`" in text
+    on_text = [t for t in SUPPORTED_MODEL_TYPES if DOC["types"][t]["text"] is False
+               and DOC["types"][t]["builds"].get("causal_lm", {}).get("parts") is not None]
+    assert {"llama4", "qwen3_5", "qwen3_5_moe"} <= set(on_text)
+    for t in ("llama4", "qwen3_5", "qwen3_5_moe"):
+        assert f"`{t}`" in text and f"`{t}_text`" in text
+        assert DOC["types"][t]["builds"]["causal_lm"]["total"] == \
+            DOC["types"][f"{t}_text"]["builds"]["causal_lm"]["total"]
 
 
 def test_the_readme_gives_the_number_of_types():

@@ -101,15 +101,17 @@ def spec_from_config(data: Any, source: str) -> ModelSpec:
 
 # The sub-configs of a multimodal config that are not its language model.
 TOWERS = ("vision_config", "audio_config", "speech_config", "vision_encoder_config",
-          "audio_encoder_config")
+          "audio_encoder_config", "encoder_config")
 
 
 def _multimodal(c: Config, text_type: str) -> ModelSpec:
     """A multimodal config: its language model (``text_config``, read as ``text_type``)
-    counted with its FFN breakdown; its towers named as not counted."""
+    counted with its FFN breakdown; its towers named as not counted. The whole model's
+    ``tie_word_embeddings`` ties the head when it says (transformers builds GLM-ASR's head
+    tied and ModernVBERT's untied, whatever their text_config says)."""
     text = c.mapping("text_config") or {}
     tie = {"tie_word_embeddings": c.data["tie_word_embeddings"]} \
-        if "tie_word_embeddings" in c.data and "tie_word_embeddings" not in text else {}
+        if c.data.get("tie_word_embeddings") is not None else {}
     data = {**text, **tie, "model_type": text_type}
     spec = ARCHS[text_type].reader(Config(data, f"{c.source}: text_config"))
     towers = tuple(f"{key.removesuffix('_config').replace('_', ' ')} tower ({kind})"

@@ -6,7 +6,6 @@ counted since (a row of ffncli.specs.table.ARCHS) is read, whatever this says.""
 from __future__ import annotations
 
 LACKS: dict[str, str] = {
-    "audioflamingo3": "its vision or audio tower",
     "blt": "its vision or audio tower",
     "dbrx": "a model transformers itself cannot build from these defaults",
     "deepseek_v4":
@@ -16,14 +15,8 @@ LACKS: dict[str, str] = {
         "its recurrent loops (n_recurrent_layers run n_recurrent_loops times, each loop with a"
         " KV cache of its own)",
     "dots1": "a model transformers itself cannot build from these defaults",
-    "dots3_note": "a model transformers itself cannot build from these defaults",
     "esm": "a model transformers itself cannot build from these defaults",
-    "gemma3n": "a model transformers itself cannot build from these defaults",
     "git": "its vision or audio tower",
-    "glmasr": "its vision or audio tower",
-    "got_ocr2": "its vision or audio tower",
-    "granite_speech": "its vision or audio tower",
-    "granite_speech_plus": "its vision or audio tower",
     "hrm_text":
         "its two stacks run in cycles (the H and L modules' num_layers_per_stack layers each,"
         " H_cycles x (L_cycles + 1) layers of KV cache)",
@@ -37,19 +30,13 @@ LACKS: dict[str, str] = {
         " projections and relative-position biases",
     "lfm2_moe": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
-    "modernvbert": "its vision or audio tower",
     "moshi": "its vision or audio tower",
-    "moss_transcribe_diarize": "its vision or audio tower",
-    "musicflamingo": "its vision or audio tower",
+    "modernvbert": "its vision or audio tower",
     "musicgen": "a model transformers itself cannot build from these defaults",
     "musicgen_melody": "a model transformers itself cannot build from these defaults",
-    "omniasr": "its vision or audio tower",
     "phi4_multimodal": "its vision or audio tower",
-    "qwen2_audio": "its vision or audio tower",
-    "qwen3_asr": "its vision or audio tower",
     "qwen4_exp": "a model transformers itself cannot build from these defaults",
     "ultravbert": "its vision or audio tower",
-    "voxtral": "its vision or audio tower",
     "voxtral_realtime": "its vision or audio tower",
     "zaya":
         "a skip expert its router may pick (an active count that is a range), its attention's"

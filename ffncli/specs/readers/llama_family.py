@@ -79,10 +79,10 @@ def lfm2_spec(c: Config) -> ModelSpec:
 
 
 def emu3_spec(c: Config) -> ModelSpec:
-    """Emu3ForCausalLM: LLaMA's layers, read from the keys at the top of the config as
-    Emu3ForCausalLM reads them (BAAI/Emu3-Chat's config.json); a config holding them in its
-    text_config alone (transformers' Emu3Config) is read there, its VQ-VAE image tokenizer
-    named as not counted."""
+    """Emu3ForCausalLM: LLaMA's layers, from transformers' Emu3Config's text_config (as
+    AutoModelForCausalLM builds it), the VQ-VAE image tokenizer named as not counted; or from
+    the keys at the top of a config that has them (BAAI/Emu3-Chat's config.json spells them so,
+    and Emu3ForCausalLM reads them there)."""
     text = c.mapping("text_config")
     if "hidden_size" in c.data or text is None:
         return gated_decoder_spec(c, "emu3")
