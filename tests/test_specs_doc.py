@@ -40,7 +40,9 @@ def test_the_list_names_every_type_in_the_tables_order_with_the_version(tool):
     assert cells["t5"] == "T5ForConditionalGeneration | `t5_family` | yes"
     assert cells["gemma3"] == ("Gemma3ForConditionalGeneration | its `text_config` as "
                                "`gemma3_text` | no (its checkpoint layout is not known)")
-    assert cells["llama4"].startswith("Llama4ForCausalLM (not built from its defaults) |")
+    assert cells["llama4"].startswith("Llama4ForCausalLM |")  # built on its text_config
+    assert cells["gemma3n"].startswith(
+        "Gemma3nForConditionalGeneration (not built from its defaults) |")
     assert cells["qwen3_moe"].endswith("| `moe_family` | yes")
     assert cells["mellum"].endswith(
         "| `moe_family` | no: top-k weights renormalised only with norm_topk_prob")

@@ -19,11 +19,20 @@ def ffn_flops(d_model: int, ffn: FfnSpec) -> int:
     matrices = 3 if ffn.gated else 2
     per_expert = matrices * d_model * ffn.d_ff // ffn.groups
     router = d_model * ffn.experts + shared_router_params(d_model, ffn) if ffn.is_moe else 0
+    if ffn.is_moe and ffn.router_mlp:  # ZAYA's
+        router = router_mlp_macs(d_model, ffn)
     shared = matrices * d_model * ffn.shared_d_ff + (d_model if ffn.shared_gate else 0)
     adapter = 2 * d_model * ffn.adapter_d_ff if ffn.adapters else 0  # the token's language's
     receptance = d_model * d_model if ffn.channel_mix else 0  # RWKV
     return 2 * (ffn.stack * (ffn.top_k * (per_expert + receptance) + router + shared)
                 + adapter)
+
+
+def router_mlp_macs(d_model: int, ffn: FfnSpec) -> int:
+    """ZAYA's router MLP, one token: d_model -> r, r -> r twice, r -> experts + zero experts
+    (r = router_mlp)."""
+    r = ffn.router_mlp
+    return d_model * r + 2 * r * r + r * (ffn.experts + ffn.zero_experts)
 
 
 def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:

@@ -10,6 +10,7 @@ from ffncli.counting.parts import Row, linear
 
 if TYPE_CHECKING:  # a config reader builds them (specs/layers.py): off a preset's start-up
     from ffncli.specs.layers import (
+        CcaSpec,
         LinearMixerSpec,
         Mamba2MixerSpec,
         MambaMixerSpec,
@@ -47,6 +48,34 @@ def side_conv_matrices(d_model: int, mix: SideConvSpec) -> tuple[tuple[str, str,
         ("relative logits", f"{d_model} x {mix.heads * r} + {r} x {mix.rel_extent}",
          d_model * mix.heads * r + r * mix.rel_extent),
     )
+
+
+def cca_channels(mix: CcaSpec) -> int:
+    """The channels ZAYA's convolutions mix: every query and key head's, side by side."""
+    return (mix.heads + mix.kv_heads) * mix.head_dim
+
+
+def cca_matrices(mix: CcaSpec) -> tuple[tuple[str, str, int], ...]:
+    """ZAYA's compressed convolutional attention beside its attention (ZayaCCAProjection,
+    ZayaQKNorm) as (name, shape, params): the depthwise convolution over Q and K (a kernel and
+    a bias a channel), the grouped one (a group a head: each output channel reads its head's
+    head_dim channels over ``grouped`` taps, and a bias), the keys' temperature (one a KV
+    head)."""
+    c, k = cca_channels(mix), mix.kv_heads
+    return (
+        ("Q, K depthwise convolution", f"{c} x {mix.depthwise} + {c}", c * mix.depthwise + c),
+        ("Q, K grouped convolution", f"{c} x {mix.head_dim} x {mix.grouped} + {c}",
+         c * mix.head_dim * mix.grouped + c),
+        ("key temperature", f"{k}", k),
+    )
+
+
+def cca_state_elements(mix: CcaSpec) -> int:
+    """ZAYA's state beside its K and V: the convolutions' last (depthwise - 1) + (grouped - 1)
+    inputs (conv_states) and the previous token's delayed values, half a KV width
+    (recurrent_states)."""
+    taps = (mix.depthwise - 1) + (mix.grouped - 1)
+    return cca_channels(mix) * taps + mix.kv_heads * mix.head_dim // 2
 
 
 def short_conv_matrices(d_model: int, mix: ShortConvSpec) -> tuple[tuple[str, str, int], ...]:
@@ -141,11 +170,12 @@ def lightning_matrices(d_model: int, mix: LinearMixerSpec) -> tuple[tuple[str, s
 
 
 def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec
-                          | ShortConvSpec | SideConvSpec) -> int:
+                          | ShortConvSpec | SideConvSpec | CcaSpec) -> int:
     """A fixed state: Gated DeltaNet's convolution's last conv_kernel inputs (Q, K and V) and
     one k_head_dim x v_head_dim matrix per value head; Mamba's convolution inputs and its
     d_inner x d_state SSM state; a short convolution's last kernel inputs."""
     from ffncli.specs.layers import (  # loaded: mix is one
+        CcaSpec,
         LinearMixerSpec,
         Mamba2MixerSpec,
         MambaMixerSpec,
@@ -153,6 +183,8 @@ def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpe
         SideConvSpec,
     )
 
+    if isinstance(mix, CcaSpec):  # ZAYA
+        return cca_state_elements(mix)
     if isinstance(mix, ShortConvSpec):
         return mix.width * mix.kernel
     if isinstance(mix, SideConvSpec):  # Inkling: K, V and the stream's two convolutions
@@ -213,13 +245,15 @@ def mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, ...]:
     if mix is None:
         return ()
     from ffncli.specs.layers import (  # loaded: mix is one
+        CcaSpec,
         Mamba2MixerSpec,
         MambaMixerSpec,
         ShortConvSpec,
         SideConvSpec,
     )
 
-    matrices = (short_conv_matrices(d, mix) if isinstance(mix, ShortConvSpec)
+    matrices = (cca_matrices(mix) if isinstance(mix, CcaSpec)
+                else short_conv_matrices(d, mix) if isinstance(mix, ShortConvSpec)
                 else side_conv_matrices(d, mix) if isinstance(mix, SideConvSpec)
                 else mamba_matrices(d, mix) if isinstance(mix, MambaMixerSpec)
                 else mamba2_matrices(d, mix) if isinstance(mix, Mamba2MixerSpec)
@@ -235,7 +269,7 @@ def mixer_rows(d: int, kind: LayerKind, prefix: str = "") -> tuple[Row, ...]:
 def beside_prefix(mix: object) -> str:
     """How the rows of a mixer beside attention are named: linear or mamba, or plainly
     (Inkling's convolutions)."""
-    from ffncli.specs.layers import LinearMixerSpec, SideConvSpec  # loaded: mix is one
+    from ffncli.specs.layers import CcaSpec, LinearMixerSpec, SideConvSpec  # loaded: mix is one
 
     return "linear " if isinstance(mix, LinearMixerSpec) else "" if isinstance(
-        mix, SideConvSpec) else "mamba "
+        mix, (SideConvSpec, CcaSpec)) else "mamba "

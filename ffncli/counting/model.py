@@ -33,11 +33,14 @@ from ffncli.counting.parts import (
     ffn_active_min_params,
     ffn_active_params,
     ffn_params,
+    input_affine_params,
     k_norm_params,
     linear,
     norm_params,
     qk_norm_params,
+    residual_affine_params,
     residual_scale_params,
+    router_norm_params,
     sub_norm_params,
     unused_head_experts_params,
 )
@@ -248,6 +251,8 @@ def _layer_norms(spec: ModelSpec, kind: LayerKind, att: AttentionSpec | None, cr
     per_layer = (kind.norms if kind.norms is not None else norm.per_layer) if norm else 0
     norms = (per_layer + (norm.cross if cross else 0)) * norm_params(d, norm) if norm else 0
     norms += sub_norm_params(d, ffn, norm) + residual_scale_params(d, norm) if norm else 0
+    norms += residual_affine_params(d, norm) if norm else 0  # ZAYA's
+    norms += router_norm_params(ffn) if kind.has_ffn else 0  # ZAYA's router MLP's norm
     if att is not None:
         qk = qk_norm_params(d, att)
         norms += ((qk - k_norm_params(d, att) if kind.shares_kv else qk) * (2 if cross else 1)
@@ -384,6 +389,8 @@ def _embedding_norms(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -
         added.append(Row("entity embedding norm", f"{d}", norm_params(d, norm)))
     if emb.relative and emb.relative_norm:
         added.append(Row("relative embedding norm", f"{d}", norm_params(d, norm)))
+    if norm.residual_affine:  # ZAYA
+        added.append(Row("input scale and bias", f"2 x {d}", input_affine_params(d, norm)))
     rows += added
     groups["norms"] += sum(r.params for r in added)
 

@@ -65,9 +65,26 @@ def down_bias(ffn: FfnSpec) -> bool:
 def router_params(d_model: int, ffn: FfnSpec) -> int:
     """The router scores every expert, zero (identity) experts included, and with
     router_shared the shared experts too (Inkling); router_scales adds Gemma 4's scales."""
+    if ffn.is_moe and ffn.router_mlp:  # ZAYA's
+        return router_mlp_params(d_model, ffn)
     return linear(d_model, ffn.experts + ffn.zero_experts, ffn.router_bias) \
         + shared_router_params(d_model, ffn) + router_scale_params(d_model, ffn) \
         if ffn.is_moe else 0
+
+
+def router_mlp_params(d_model: int, ffn: FfnSpec) -> int:
+    """ZAYA's router (ZayaRouter, ZayaRouterMLP) through r = router_mlp channels: down_proj
+    d_model -> r with a bias, fc1 and fc2 r -> r with biases, out_proj r -> experts + zero
+    experts without; with router_states, the scale of r on the previous layer's router state.
+    Its RMSNorm of r is a norm (router_norm_params)."""
+    r = ffn.router_mlp
+    return linear(d_model, r, True) + 2 * linear(r, r, True) \
+        + linear(r, ffn.experts + ffn.zero_experts, False) + (r if ffn.router_states else 0)
+
+
+def router_norm_params(ffn: FfnSpec) -> int:
+    """The RMSNorm of router_mlp channels inside ZAYA's router MLP (counted with the norms)."""
+    return ffn.router_mlp if ffn.is_moe else 0
 
 
 def router_scale_params(d_model: int, ffn: FfnSpec) -> int:
@@ -255,6 +272,18 @@ def residual_scale_params(d_model: int, norm: NormSpec) -> int:
     """Doge's learned scales on the residual stream, one d_model vector before each of the
     layer's two residual additions (counted with the norms)."""
     return 2 * d_model if norm.residual_scales else 0
+
+
+def residual_affine_params(d_model: int, norm: NormSpec) -> int:
+    """ZAYA's affine residuals (ZayaResidualScaling after attention and after the FFN): each
+    a scale and a bias of d_model on the branch and on the residual (counted with the norms)."""
+    return 2 * 4 * d_model if norm.residual_affine else 0
+
+
+def input_affine_params(d_model: int, norm: NormSpec) -> int:
+    """ZAYA's scale and bias of d_model on the embeddings' output (input_hidden_states_scale,
+    input_hidden_states_bias): with its affine residuals."""
+    return 2 * d_model if norm.residual_affine else 0
 
 
 def sub_norm_params(d_model: int, ffn: FfnSpec, norm: NormSpec) -> int:

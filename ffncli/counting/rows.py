@@ -91,8 +91,12 @@ def _experts_rows(d: int, ffn: FfnSpec, rows: list[Row]) -> list[Row]:
                     ffn.experts * per_expert))
     over = f" + {d} x {ffn.shared_d_ff // ffn.d_ff} + 1" if ffn.router_shared else ""
     over += f" + {d} + {ffn.experts}" if ffn.router_scales else ""  # Gemma 4's scales
-    rows.append(Row("router", f"{d} x {ffn.experts + ffn.zero_experts}{over}",
-                    router_params(d, ffn)))
+    shape = f"{d} x {ffn.experts + ffn.zero_experts}{over}"
+    if ffn.router_mlp:  # ZAYA's MLP (its norm with the norms), and the previous state's scale
+        r = ffn.router_mlp
+        shape = f"{d} x {r} x {r} x {r} x {ffn.experts + ffn.zero_experts}" \
+            + (f" + {r}" if ffn.router_states else "")
+    rows.append(Row("router", shape, router_params(d, ffn)))
     if ffn.shared_d_ff:
         shared = expert_params(d, FfnSpec(d_ff=ffn.shared_d_ff, gated=ffn.gated,
                                           bias=ffn.bias))

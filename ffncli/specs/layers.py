@@ -91,6 +91,24 @@ class SideConvSpec:
 
 
 @dataclass(frozen=True)
+class CcaSpec:
+    """ZAYA's compressed convolutional attention, the parts beside its softmax attention (a
+    mixer_spec on an attention layer; issue 40, s4-zaya): the queries and keys, (heads +
+    kv_heads) x head_dim channels, convolved by a depthwise convolution of ``depthwise`` taps
+    then a grouped one of ``grouped`` taps, one group a head, both with biases; a learned
+    temperature per KV head on the keys. Its values are half the current token's, half the
+    previous token's (v_proj_current and v_proj_delayed: the attention's W_V, split). Its
+    state: the convolutions' last (depthwise - 1) + (grouped - 1) inputs and the previous
+    token's delayed values (half of kv_heads x head_dim)."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    depthwise: int
+    grouped: int
+
+
+@dataclass(frozen=True)
 class SharedBlockSpec:
     """Zamba's and Zamba2's shared transformer block, as one layer uses it: an attention (the
     layer kind's ``attention``) reading ``input_width`` channels (the stream and the input

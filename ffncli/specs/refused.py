@@ -38,8 +38,4 @@ LACKS: dict[str, str] = {
     "qwen4_exp": "a model transformers itself cannot build from these defaults",
     "ultravbert": "its vision or audio tower",
     "voxtral_realtime": "its vision or audio tower",
-    "zaya":
-        "a skip expert its router may pick (an active count that is a range), its attention's"
-        " convolutions over Q and K (and delayed values), its router's MLP and residual"
-        " scales",
 }

@@ -50,6 +50,12 @@ class FfnSpec:
     # issue 40, s3-zookv: a bias of d_model on the experts' summed output (JetMoE); config
     # readers only
     output_bias: bool = False
+    # issue 40, s4-zaya: ZAYA's router, an MLP through router_mlp channels (d_model -> r with a
+    # bias, an RMSNorm of r counted with the norms, r -> r twice with biases, r -> experts +
+    # zero_experts without); router_states: a learned scale of r on the previous layer's
+    # router state, added to its own (every layer but the first). Config readers only.
+    router_mlp: int = 0
+    router_states: bool = False
 
     @property
     def is_moe(self) -> bool:
@@ -162,6 +168,10 @@ class NormSpec:
     cross: int = 1  # norms a decoder layer's cross-attention adds (T5Gemma: 2, before and after)
     final_bias: bool | None = None  # the final norm's bias when it differs from ``bias`` (ESM C)
     final_width: int = 0  # the final norm's width when not d_model's (Reformer: 2 x d_model)
+    # issue 40, s4-zaya: ZAYA's affine residuals: at each of a layer's two residual additions a
+    # scale and a bias of d_model on the branch and on the residual (8 d_model a layer), and a
+    # scale and a bias on the embeddings' output (2 d_model). Config readers only.
+    residual_affine: bool = False
 
 
 @record

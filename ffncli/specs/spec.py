@@ -31,6 +31,7 @@ from ffncli.specs.sections import (
 if TYPE_CHECKING:  # built by config readers only: off a preset's start-up
     from ffncli.specs.layers import (
         BottleneckSpec,
+        CcaSpec,  # s4-zaya
         LatentSpec,
         LayerExtrasSpec,
         LinearMixerSpec,
@@ -59,7 +60,7 @@ class LayerKind:
     window: int = 0  # sliding: the window; chunked: the chunk (tokens)
     attention: AttentionSpec | None = None  # None: the spec's attention
     mixer_spec: (LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpec | ShortConvSpec
-                 | SideConvSpec | None) = None
+                 | SideConvSpec | CcaSpec | None) = None
     ffn: FfnSpec | None = None  # None: the spec's FFN
     has_ffn: bool = True  # False: no FFN in these layers (a mixer-only layer)
     shares_kv: bool = False  # reads another layer's KV cache and keeps none (Gemma 3n)
@@ -145,6 +146,8 @@ ENCODER_PARTS = frozenset({
     # s3-zookv: JetMoE's mixture of attention heads and its experts' output bias
     "output_bias", "head_experts", "head_top_k", "prompt_tokens", "learned_scalars",
     "project_in_only", "value_dim", "patch_dim",
+    # s4-zaya: ZAYA's router MLP and its state, its affine residuals
+    "router_mlp", "router_states", "residual_affine",
     # s4-decoders: Qwen4-Exp's QSA indexer
     "qsa_heads", "qsa_head_dim",
 })

@@ -489,6 +489,9 @@ ARCHS: dict[str, Arch] = {
     "whisper": Arch(read("backbones.whisper_spec")),
     "cpmant": Arch(read("backbones.cpmant_spec")),
     "neomme": Arch(read("backbones.neomme_spec"), not_run="squared ReLU"),
+    # s4-zaya
+    "zaya": Arch(read("zaya.zaya_spec"), not_run="convolutional attention, a router MLP and a "
+                 "skip expert"),
     # s4-decoders: defaults completed by published values (make_zoo.py's COMPLETED)
     "ministral": Arch(read("llama_family.windowed_decoder", family="ministral", qkv_bias=False,
                            out_bias=False), LLAMA_FFN),
