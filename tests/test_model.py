@@ -254,7 +254,8 @@ def test_params_json_keys_and_batch(cli):
     doc = r.json()
     assert doc["kv_cache"] == {
         "kind": "gqa", "layers": 32, "elements_per_token": 65_536,
-        "parts": [{"kind": "full", "layers": 32, "indices": list(range(32)), "per_token": 65_536
+        "parts": [{"kind": "full", "layers": 32, "runs": 1, "indices": list(range(32)),
+                   "per_token": 65_536
                    // 32, "cap": 0, "state": 0, "elements": 65_536 * 8192}],
         "elements": 65_536 * 8192,
         "bytes_per_token": {"float16": 131_072, "bfloat16": 131_072, "fp8": 65_536,

@@ -31,7 +31,8 @@ def embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
     if emb is None:
         return ()
     dim = emb.dim or d
-    rows = [Row("word embeddings", f"{emb.vocab} x {dim}", emb.vocab * dim)]
+    rows = [codebook_tables(emb, dim) if emb.codebooks else
+            Row("word embeddings", f"{emb.vocab} x {dim}", emb.vocab * dim)]
     if emb.decoder_vocab:
         rows.append(Row("decoder word embeddings", f"{emb.decoder_vocab} x {dim}",
                         emb.decoder_vocab * dim))
@@ -42,6 +43,13 @@ def embedding_rows(spec: ModelSpec) -> tuple[Row, ...]:
             [] if emb.project_in_only else [Row("project out", f"{d} x {dim}", d * dim)])
     rows += _position_rows(spec, emb) + _more_rows(emb, d) + value_patch_rows(emb, d)
     return tuple(rows) + side_table_rows(emb, d) + entity_rows(emb, d)
+
+
+def codebook_tables(emb: EmbeddingsSpec, dim: int) -> Row:
+    """MusicGen's word tables, one a codebook, each of the vocabulary and its pad / start
+    token (vocab + 1 rows)."""
+    k, rows = emb.codebooks, emb.vocab + 1
+    return Row("codebook word embeddings", f"{k} x {rows} x {dim}", k * rows * dim)
 
 
 def _position_rows(spec: ModelSpec, emb: EmbeddingsSpec) -> list[Row]:

@@ -3,6 +3,8 @@ layer kind."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ffncli.base import record
 from ffncli.counting.mixers import linear_state_elements
 from ffncli.counting.parts import attention_of, attention_widths, value_widths
@@ -26,6 +28,9 @@ class KvPart:
     # which cache layers (0-based; empty for every layer): the decoder layers, or each attention
     # sublayer where a layer has several (LongCat-Flash: layer i's are 2i and 2i + 1)
     indices: tuple[int, ...] = ()
+    # cache layers per decoder layer: each run of a looped layer's weights keeps one (Dory's
+    # recurrent loops, HRM-Text's cycles: LayerKind.runs); ``layers`` counts cache layers
+    runs: int = 1
 
     def elements(self, seq_len: int) -> int:
         """Values held for one sequence of seq_len tokens, all layers of this kind."""
@@ -141,5 +146,21 @@ def _decoder_parts(spec: ModelSpec) -> tuple[KvPart, ...]:
     appearance."""
     at: dict[LayerKind, list[int]] = {}
     for i, k in enumerate(spec.decoder_kinds()):
-        at.setdefault(k, []).append(i)
-    return tuple(p for k, ix in at.items() if (p := _kv_part(spec, k, tuple(ix))) is not None)
+        at.setdefault(k, []).extend(cache_layers(spec, i))
+    return tuple(_looped(p, spec) for k, ix in at.items()
+                 if (p := _kv_part(spec, k, tuple(sorted(ix)))) is not None)
+
+
+def cache_layers(spec: ModelSpec, i: int) -> tuple[int, ...]:
+    """The cache layers of decoder layer i: one per run of its weights, as transformers
+    numbers them (ModelSpec.loops: Dory's recurrent loops, HRM-Text's cycles), else its own."""
+    return spec.loops.cache_layers[i] if spec.loops is not None else (i,)
+
+
+def _looped(part: KvPart, spec: ModelSpec) -> KvPart:
+    """A part of looped layers says how many cache layers each of its layers keeps."""
+    if spec.loops is None:
+        return part
+    held = set(part.indices)
+    weights = sum(1 for slots in spec.loops.cache_layers if slots and slots[0] in held)
+    return replace(part, runs=part.layers // weights) if weights else part

@@ -28,6 +28,7 @@ from ffncli.counting.parts import (
     Row,
     attention_of,
     attention_widths,
+    contact_head_row,
     cross_attention,
     expert_norm_params,
     ffn_active_min_params,
@@ -313,7 +314,8 @@ def _decoder_layers(spec: ModelSpec, cross: bool) -> list[LayerCount]:
     at: dict[LayerKind, list[int]] = {}
     for i, kind in enumerate(spec.decoder_kinds()):
         at.setdefault(kind, []).append(i)
-    return [_layer(spec, kind.name, len(ix), cross, kind, tuple(ix)) for kind, ix in at.items()]
+    return [replace(_layer(spec, kind.name, len(ix), cross, kind, tuple(ix)), repeats=kind.runs)
+            for kind, ix in at.items()]
 
 
 def _encoder_layers(spec: ModelSpec) -> list[LayerCount]:
@@ -353,6 +355,10 @@ def count(spec: ModelSpec) -> ModelCount:
         rows.append(Row("pooler", f"{d} x {d}", linear(d, d, True)))
         groups["pooler"] = linear(d, d, True)
     _added_parts(spec, layers, rows, groups)
+    _loop_states(spec, rows, groups)
+    if spec.contact_head and spec.attention is not None:
+        rows.append(contact_head_row(spec.layers.encoder, spec.attention.heads))
+        groups["other"] = groups.get("other", 0) + rows[-1].params
     return ModelCount(spec, tuple(layers), tuple(rows), groups, head_flops)
 
 
@@ -425,16 +431,22 @@ def _head(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> int:
     if emb is None or emb.head == "none":
         return 0
     dim, vocab = emb.dim or d, emb.decoder_vocab or emb.vocab
-    weight = vocab * dim if emb.head == "untied" else 0
-    bias = vocab if emb.head_bias else 0
-    label = "output head (tied to word embeddings)" if emb.head == "tied" else "output head"
-    rows.append(Row(label, f"{dim} x {vocab}", weight + bias))
+    heads = emb.codebooks or 1  # MusicGen: a head a codebook
+    weight = heads * vocab * dim if emb.head == "untied" else 0
+    bias = heads * vocab if emb.head_bias else 0
+    label = "output head (tied to word embeddings)" if emb.head == "tied" else \
+        "output heads, one a codebook" if emb.codebooks else "output head"
+    shape = f"{heads} x {dim} x {vocab}" if emb.codebooks else f"{dim} x {vocab}"
+    rows.append(Row(label, shape, weight + bias))
     groups["head"] = weight + bias
+    if emb.head_scale:
+        rows.append(head_scale_row(vocab))
+        groups["head"] += vocab
     if emb.head_transform and norm is not None:
         transform = linear(d, d, emb.head_transform_bias) + norm_params(d, norm)
         rows.append(Row("head transform (dense and norm)", f"{d} x {d}, {d}", transform))
         groups["head"] += transform
-    head_flops = 2 * dim * vocab
+    head_flops = 2 * dim * vocab * heads
     return head_flops
 
 
@@ -463,3 +475,18 @@ def _added_parts(spec: ModelSpec, layers: list[LayerCount], rows: list[Row],
         rows += head
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in head)
+
+
+def head_scale_row(vocab: int) -> Row:
+    """A learned scale per vocabulary entry on the logits (Dory's logit_scale)."""
+    return Row("logit scale", f"{vocab}", vocab)
+
+
+def _loop_states(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> None:
+    """The learned d_model vectors looped layers start from (HRM-Text's z_L_init), to rows and
+    the group other."""
+    if spec.loops is None or not spec.loops.states:
+        return
+    n, d = spec.loops.states, spec.d_model
+    rows.append(Row("loop initial states", f"{n} x {d}", n * d))
+    groups["other"] = groups.get("other", 0) + n * d

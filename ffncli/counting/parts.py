@@ -48,7 +48,13 @@ def expert_params(d_model: int, ffn: FfnSpec) -> int:
     up = grouped(d_model, ffn.d_ff, ffn.bias, ffn.groups)
     down = grouped(ffn.d_ff, d_model, down_bias(ffn), ffn.groups)
     return (2 * up if ffn.gated else up) + down + channel_mix_params(d_model, ffn) \
-        + activation_params(ffn)
+        + activation_params(ffn) + hidden_scale_params(ffn)
+
+
+def hidden_scale_params(ffn: FfnSpec) -> int:
+    """Learned vectors of d_ff scaling the FFN's hidden (Dory's suv_gate and suv_up, one on
+    each of x W and x V)."""
+    return ffn.hidden_scales * ffn.d_ff
 
 
 def channel_mix_params(d_model: int, ffn: FfnSpec) -> int:
@@ -321,3 +327,10 @@ def attention_of(spec: ModelSpec, kind: LayerKind) -> AttentionSpec | None:
     if kind.mixer in ("linear", "mamba", "conv", "none"):
         return None
     return kind.attention or spec.attention
+
+
+def contact_head_row(layers: int, heads: int) -> Row:
+    """ESM's contact head: a logistic regression (with bias) on the attention maps of every
+    layer's every head, one feature each."""
+    return Row("contact head (with bias)", f"{layers * heads} x 1", linear(layers * heads, 1,
+                                                                           True))

@@ -17,6 +17,7 @@ from ffncli.counting.parts import (
     expert_params,
     grouped,
     head_expert_width,
+    hidden_scale_params,
     lambda_params,
     latent_attention_matrices,
     linear,
@@ -68,6 +69,8 @@ def ffn_block_rows(d: int, ffn: FfnSpec) -> tuple[Row, ...]:
     if activation_params(ffn):
         rows += [Row(f"{ffn.activation} scalars", f"{activation_params(ffn)}",
                      activation_params(ffn))]
+    if ffn.hidden_scales:  # Dory's suv_gate and suv_up
+        rows += [Row("hidden scales", f"{ffn.hidden_scales} x {f}", hidden_scale_params(ffn))]
     if ffn.is_moe:
         rows = _experts_rows(d, ffn, rows)
     if ffn.stack > 1:

@@ -222,6 +222,7 @@ def unitemised(spec: ModelSpec) -> tuple[str, ...]:
     found = {f"{label}.{f.name}" for label, section in sections if section is not None
              for f in fields(section)
              if f.name in ENCODER_PARTS and getattr(section, f.name) != f.default}
-    found |= {name for name in ("encoder_pattern", "latents", "bottleneck")
+    found |= {name for name in ("encoder_pattern", "latents", "bottleneck", "loops",
+                                "contact_head")
               if getattr(spec, name)}
     return tuple(sorted(found))

@@ -53,6 +53,7 @@ def _layer_json(layer: LayerCount) -> dict[str, Any]:
     return {
         "kind": layer.kind,
         "count": layer.count,
+        "runs": layer.repeats,
         "indices": list(layer.indices),
         "mixer": layer.mixer,
         "window": layer.window,
@@ -163,7 +164,9 @@ _MIXER_NOTES = {"sliding": "attention over a sliding window of {} tokens",
 def _layer_note(layer: LayerCount) -> str:
     """Which layers are of this kind and how they mix tokens (a per-layer pattern only)."""
     mixer = _MIXER_NOTES.get(layer.mixer, "").format(layer.window)
-    return f"layers {_ranges(layer.indices)}" + (f"; {mixer}" if mixer else "")
+    runs = f"; each run {layer.repeats} times a token" if layer.repeats > 1 and layer.indices \
+        else ""  # looped decoder layers (Dory, HRM-Text), not ALBERT's shared encoder
+    return f"layers {_ranges(layer.indices)}" + (f"; {mixer}" if mixer else "") + runs
 
 
 def print_params(result: ParamsResult) -> None:
@@ -342,7 +345,7 @@ def kv_json(kv: KvCache) -> dict[str, Any]:
     return {
         "kind": kv.kind,
         "layers": kv.layers,
-        "parts": [{"kind": p.kind, "layers": p.layers, "indices": list(p.indices),
+        "parts": [{"kind": p.kind, "layers": p.layers, "runs": p.runs, "indices": list(p.indices),
                    "per_token": p.per_token, "cap": p.cap, "state": p.state,
                    "elements": p.elements(kv.seq_len)} for p in kv.parts],
         "elements": kv.elements(kv.seq_len),
@@ -364,14 +367,16 @@ def print_kv(out: Console, kv: KvCache) -> None:
     if kv.kind == "none":
         out.print("KV cache: none (no decoder layers)")
         return
-    table = new_table(f"KV cache ({_KV_KINDS[kv.kind]}; {kv.layers} layers, "
+    looped = any(p.runs > 1 for p in kv.parts)  # a cache layer a run of a looped layer
+    table = new_table(f"KV cache ({_KV_KINDS[kv.kind]}; {kv.layers} "
+                      f"{'cache layers' if looped else 'layers'}, "
                    f"{kv.elements_per_token:,} values per token)",
                    ("cache dtype", "bytes per token", f"x {kv.seq_len:,} x {kv.batch:,}", "GiB"))
     total = kv.bytes()
     for dtype, size in kv.bytes_per_token().items():
         table.add_row(dtype, commas(size), commas(total[dtype]), f"{total[dtype] / 2**30:,.2f}")
     out.print(table)
-    if any(p.cap or p.state or p.kind == "shared" for p in kv.parts):
+    if looped or any(p.cap or p.state or p.kind == "shared" for p in kv.parts):
         _print_kv_parts(out, kv)
 
 
@@ -391,7 +396,9 @@ def _print_kv_parts(out: Console, kv: KvCache) -> None:
     for p in kv.parts:
         kept = f"last {p.cap:,}" if p.cap else "fixed state" if p.state else \
             "none" if p.kind == "shared" else "all"
-        table.add_row(_KV_PARTS[p.kind], str(p.layers), commas(p.per_token), kept,
+        count = f"{p.layers} ({p.layers // p.runs} x {p.runs} runs)" if p.runs > 1 \
+            else str(p.layers)
+        table.add_row(_KV_PARTS[p.kind], count, commas(p.per_token), kept,
                       commas(p.elements(kv.seq_len)))
     out.print(table)
     steps, rate = [], kv.elements_per_token

@@ -174,3 +174,15 @@ class BottleneckSpec:
     positions: int
     token_types: int
     pooler: bool
+
+
+@dataclass(frozen=True)
+class LoopsSpec:
+    """issue 40, s4-loops: decoder layers whose weights run several times a token
+    (``LayerKind.runs``: Dory's recurrent section, run n_recurrent_loops times; HRM-Text's L and
+    H stacks, run in cycles), each run with a KV cache layer of its own. ``cache_layers``: for
+    each decoder layer, the cache layers of its runs, as transformers numbers them; ``states``:
+    learned d_model vectors a loop starts from (HRM-Text's z_L_init)."""
+
+    cache_layers: tuple[tuple[int, ...], ...]
+    states: int = 0

@@ -7,33 +7,19 @@ from __future__ import annotations
 
 LACKS: dict[str, str] = {
     "blt": "its vision or audio tower",
-    "dbrx": "a model transformers itself cannot build from these defaults",
     "deepseek_v4":
         "its hyper-connections (attn_hc, ffn_hc), compressed and indexed attention and"
         " hash-routed experts (hash_moe)",
-    "dory":
-        "its recurrent loops (n_recurrent_layers run n_recurrent_loops times, each loop with a"
-        " KV cache of its own)",
-    "dots1": "a model transformers itself cannot build from these defaults",
-    "esm": "a model transformers itself cannot build from these defaults",
     "git": "its vision or audio tower",
-    "hrm_text":
-        "its two stacks run in cycles (the H and L modules' num_layers_per_stack layers each,"
-        " H_cycles x (L_cycles + 1) layers of KV cache)",
-    "hunyuan_v1_dense": "a model transformers itself cannot build from these defaults",
-    "hunyuan_v1_moe": "a model transformers itself cannot build from these defaults",
     "inkling2_loop_text":
         "attention residuals over earlier layers, message gates between loops, dynamic short"
         " convolutions and relative-position biases",
     "inkling2_text":
         "attention residuals over earlier layers, dynamic short convolutions, sink"
         " projections and relative-position biases",
-    "lfm2_moe": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
-    "moshi": "its vision or audio tower",
     "modernvbert": "its vision or audio tower",
-    "musicgen": "a model transformers itself cannot build from these defaults",
-    "musicgen_melody": "a model transformers itself cannot build from these defaults",
+    "moshi": "its vision or audio tower",
     "phi4_multimodal": "its vision or audio tower",
     "qwen4_exp": "a model transformers itself cannot build from these defaults",
     "ultravbert": "its vision or audio tower",

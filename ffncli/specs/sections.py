@@ -56,10 +56,16 @@ class FfnSpec:
     # router state, added to its own (every layer but the first). Config readers only.
     router_mlp: int = 0
     router_states: bool = False
+    # issue 40, s4-moe: a routed block even of one expert, its router scoring that one
+    # (HunYuan-MoE's default num_experts 1); config readers only
+    routed: bool = False
+    # issue 40, s4-loops: learned vectors of d_ff scaling the hidden (Dory's suv_gate and suv_up:
+    # 2); config readers only
+    hidden_scales: int = 0
 
     @property
     def is_moe(self) -> bool:
-        return self.experts > 1
+        return self.experts > 1 or self.routed
 
     @property
     def label(self) -> str:
@@ -230,6 +236,13 @@ class EmbeddingsSpec:
     project_in_only: bool = False
     value_dim: int = 0
     patch_dim: int = 0
+    # issue 40, s4-loops: a learned scale per vocabulary entry on the head's logits (Dory's
+    # logit_scale); config readers only
+    head_scale: bool = False
+    # s4-odd (MusicGen): that many word tables of vocab + 1 rows (the pad / start token beside
+    # the codes), their vectors summed, and as many untied heads of vocab outputs, one a
+    # codebook; 0: one table and one head. Config readers only.
+    codebooks: int = 0
 
 
 @record

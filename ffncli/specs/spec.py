@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # built by config readers only: off a preset's start-up
         LatentSpec,
         LayerExtrasSpec,
         LinearMixerSpec,
+        LoopsSpec,
         Mamba2MixerSpec,
         MambaMixerSpec,
         SharedBlockSpec,
@@ -69,6 +70,9 @@ class LayerKind:
     gated_norms: int = 0  # of those, how many gate their output by x -> norm_gate_rank -> x
     norm_gate_rank: int = 0  # (A.X-K2's GatedRMSNorm: two bias-free projections, d x rank x d)
     shared: SharedBlockSpec | None = None  # issue 40, hybrids: Zamba's shared block, beside mixer
+    # issue 40, s4-loops: times each of these layers' weights run a token (Dory's recurrent
+    # loops, HRM-Text's cycles), each run a KV cache layer of its own (ModelSpec.loops numbers them)
+    runs: int = 1
 
 
 @record
@@ -100,6 +104,10 @@ class ModelSpec:
     encoder_pattern: tuple[LayerKind, ...] = ()  # the kind of each encoder layer (as pattern)
     latents: LatentSpec | None = None  # Perceiver's latent array and its cross-attention
     bottleneck: BottleneckSpec | None = None  # MobileBERT's bottlenecks and embeddings
+    loops: LoopsSpec | None = None  # issue 40, s4-loops: layers run several times (LayerKind.runs)
+    # s4-odd, ESM: a logistic regression on every layer's attention maps (layers x heads -> 1,
+    # with a bias), beside the pooler
+    contact_head: bool = False
 
     @property
     def ffn_only(self) -> bool:
@@ -148,6 +156,9 @@ ENCODER_PARTS = frozenset({
     "project_in_only", "value_dim", "patch_dim",
     # s4-zaya: ZAYA's router MLP and its state, its affine residuals
     "router_mlp", "router_states", "residual_affine",
+    # s4-loops: Dory's scales on the FFN's hidden and on the logits
+    "hidden_scales", "head_scale",
+    "codebooks",  # s4-odd: MusicGen's word tables and heads, one a codebook
     # s4-decoders: Qwen4-Exp's QSA indexer
     "qsa_heads", "qsa_head_dim",
 })
@@ -156,6 +167,7 @@ ENCODER_PARTS = frozenset({
 NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams",
                              "encoder_pattern", "latents", "bottleneck", "channel_mix",
                              "router_shared", "head_transform_bias",
+                             "routed", "loops", "runs", "contact_head",
                              "hyper_rank"}) | ENCODER_PARTS
 
 

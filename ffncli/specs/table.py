@@ -492,6 +492,23 @@ ARCHS: dict[str, Arch] = {
     # s4-zaya
     "zaya": Arch(read("zaya.zaya_spec"), not_run="convolutional attention, a router MLP and a "
                  "skip expert"),
+    # s4-moe: types transformers builds from their defaults completed by published values
+    "dbrx": Arch(read("moe.dbrx_spec"), fused_qkv=True,
+                 not_run="experts stored as one matrix a projection"),
+    "dots1": Arch(read("moe.dots1_spec"), not_run="shared experts and grouped sigmoid routing"),
+    "hunyuan_v1_dense": Arch(read("moe.hunyuan_spec", family="hunyuan_v1_dense")),
+    "hunyuan_v1_moe": Arch(read("moe.hunyuan_spec", family="hunyuan_v1_moe", moe=True),
+                           not_run="a shared expert"),
+    "lfm2_moe": Arch(read("moe.lfm2_moe_spec"), not_run="short convolutions and biased routing"),
+    # s4-loops: layers run several times a token, each run a KV cache layer of its own
+    "dory": Arch(read("loops.dory_spec"),
+                 not_run="per-channel scales and a norm inside its FFN (suv_gate, ffn_sub_norm)"),
+    "hrm_text": Arch(read("loops.hrm_text_spec")),
+    # s4-odd
+    "esm": Arch(read("bert_family.esm_spec")),
+    "musicgen": Arch(read("backbones.musicgen_spec", family="musicgen", cross=True)),
+    "musicgen_melody": Arch(read("backbones.musicgen_spec", family="musicgen_melody",
+                                 cross=False)),
     # s4-decoders: defaults completed by published values (make_zoo.py's COMPLETED)
     "ministral": Arch(read("llama_family.windowed_decoder", family="ministral", qkv_bias=False,
                            out_bias=False), LLAMA_FFN),

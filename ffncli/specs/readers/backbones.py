@@ -1,5 +1,5 @@
 """Text backbones of issue 40 counted as transformers' class builds them: Whisper's decoder
-alone, CPM-Ant, NeoMME's bare model."""
+alone, CPM-Ant, NeoMME's bare model, MusicGen's decoder."""
 
 from __future__ import annotations
 
@@ -94,3 +94,43 @@ def _activation(c: Config) -> str:
     """Its squared ReLU (transformers' ``relu2``, counted, not computed), or an activation
     hfconfig maps."""
     return "relu2" if c.data.get("hidden_act", "relu2") == "relu2" else c.act("hidden_act", "")
+
+
+# MusicgenDecoderConfig's defaults (facebook/musicgen-small's decoder; MusicGen Melody's are
+# the same)
+MUSICGEN_DECODER = dict(vocab_size=2048, num_codebooks=4, max_position_embeddings=2048,
+                        hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                        ffn_dim=4096)
+
+
+def musicgen_spec(c: Config, family: str, cross: bool) -> ModelSpec:
+    """MusicgenForCausalLM, MusicgenMelodyForCausalLM: the audio-token decoder without its text
+    and audio encoders. Pre-norm layers (LayerNorms with bias) whose attention and FFN carry
+    no biases, with cross (MusicGen, not Melody, which joins its conditions to the input)
+    cross-attention to an encoder outside the model; sinusoidal positions (no parameters), a
+    final LayerNorm; num_codebooks word tables (vocab_size + 1 rows) and as many heads."""
+    c = _with_defaults(_decoder_keys(c), **MUSICGEN_DECODER)
+    d = c.int("hidden_size")
+    return ModelSpec(
+        name=c.name(family), family=family, description=f"from {c.source}", d_model=d,
+        seq_len=c.int("max_position_embeddings"),
+        ffn=FfnSpec(d_ff=c.int("ffn_dim"), activation=c.act("activation_function", "gelu"),
+                    bias=False),
+        attention=AttentionSpec(heads=c.heads(d, kv_key=None)[0], qkv_bias=False,
+                                out_bias=False),
+        norm=NormSpec(final=True),
+        layers=LayersSpec(encoder=0, decoder=c.int("num_hidden_layers"), cross=cross),
+        embeddings=EmbeddingsSpec(vocab=c.int("vocab_size"), codebooks=c.int("num_codebooks"),
+                                  head="untied"),
+    )
+
+
+def _decoder_keys(c: Config) -> Config:
+    """Where MusicGen's decoder keys are: the config's own when it holds them (a decoder's
+    config, or the composite as its causal LM is given it: that class reads the top keys),
+    else the composite's "decoder"."""
+    decoder = c.mapping("decoder")
+    if "hidden_size" in c.data or decoder is None:
+        return c
+    return Config(decoder, f"{c.source}: decoder")
+

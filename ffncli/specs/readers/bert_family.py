@@ -231,3 +231,23 @@ def xlm_spec(c: Config, family: str) -> ModelSpec:
             token_types=langs if langs > 1 and c.bool("use_lang_emb", True) else 0, norm=True,
             head="none"),
     )
+
+
+def esm_spec(c: Config) -> ModelSpec:
+    """EsmModel (ESM-1b, ESM-2; counted as the bare model, as BERT is): BERT's layers with
+    their norms before attention and FFN (alike in parameters), a LayerNorm after the last
+    (emb_layer_norm_after), one on the embeddings only with emb_layer_norm_before; no token
+    types; a position table only with position_embedding_type "absolute" (ESM-2's "rotary"
+    has none); BERT's pooler and a contact head on every layer's attention maps. vocab_size has
+    no default (EsmConfig's is null)."""
+    kind = c.data.get("position_embedding_type", "absolute")
+    if kind not in ("absolute", "rotary"):
+        raise c.fail("position_embedding_type", "'absolute' or 'rotary'")
+    c.int("vocab_size")  # required
+    spec = bert_relative_spec(c, "esm", embedding_norm=c.bool("emb_layer_norm_before", False),
+                              final_norm=True, max_position_embeddings=1026)
+    assert spec.embeddings is not None
+    positions = spec.embeddings.positions if kind == "absolute" else 0
+    return replace(spec, contact_head=True, embeddings=replace(
+        spec.embeddings, token_types=0, positions=positions))
+

@@ -18,11 +18,12 @@ from ffncli.specs.hfconfig import (
     Config,
     _dense_ffn,
     _experts,
+    _kind_name,
     gated_decoder_spec,
     layer_mixers,
     with_pattern,
 )
-from ffncli.specs.layers import LinearMixerSpec
+from ffncli.specs.layers import LinearMixerSpec, ShortConvSpec
 from ffncli.specs.spec import AttentionSpec, FfnSpec, ModelSpec, NormSpec
 
 _MLP_TYPES = ("sparse", "dense")
@@ -43,6 +44,9 @@ _DEFAULT_LAYER_TYPES: dict[str, Callable[[int, int, Config], str]] = {
     if (i + 1) % 6 == 0 or i == n - 1 else "sliding_attention",
     "ergo": lambda i, n, c: "full_attention"
     if (i + 1) % c.int("global_attention_every_n_layers", 4) == 0 else "sliding_attention",
+    "dots1": lambda i, n, c: "sliding_attention"
+    if c.data.get("sliding_window") is not None and i >= c.int0("max_window_layers")
+    else "full_attention",
 }
 
 
@@ -311,3 +315,117 @@ def ergo_spec(c: Config) -> ModelSpec:
     return replace(spec, ffn=relu2(spec.ffn),
                    pattern=tuple(replace(k, ffn=k.ffn and relu2(k.ffn)) for k in spec.pattern),
                    embeddings=replace(spec.embeddings, head="untied"))
+
+
+# --- s4-moe: DBRX, dots.llm1, HunYuan dense and MoE, LFM2-MoE --------------------------------
+
+def dots1_spec(c: Config) -> ModelSpec:
+    """Dots1ForCausalLM (dots.llm1): norms on Q and K, biases on Q, K, V and O by
+    attention_bias; DeepSeek-V3's experts (n_routed_experts of moe_intermediate_size, top
+    num_experts_per_tok, n_shared_experts run as one FFN that much wider, the score-correction
+    bias a buffer), the first first_k_dense_replace layers dense (default none). Its class
+    has no default for the three sizes of the mixture: a config must give them."""
+    if c.data.get("n_shared_experts") is None:
+        raise c.missing("n_shared_experts")
+    c = Config({"sliding_window": 4096, "max_window_layers": 62, **c.data}, c.source)
+    return moe_spec(c, "dots1", experts_key="n_routed_experts",
+                    shared_count=("n_shared_experts", 0), qk_norm="head")
+
+
+def hunyuan_spec(c: Config, family: str, moe: bool = False) -> ModelSpec:
+    """HunYuanDenseV1ForCausalLM and HunYuanMoEV1ForCausalLM: LLaMA's layers with a norm on
+    each head's Q and K (query_layernorm, key_layernorm); the MoE's every FFN routed experts
+    of intermediate_size (num_experts, default 1, still routed: its router scores the one)
+    and a shared expert as wide, top moe_topk (one number, or one a layer). As transformers
+    5.25 builds it: the original checkpoints' moe_intermediate_size and num_shared_expert
+    are not read."""
+    spec = gated_decoder_spec(c, family, qk_norm="head")
+    if not moe:
+        return spec
+    n, d_ff = spec.layers.decoder, c.int("intermediate_size")
+    experts = FfnSpec(d_ff=d_ff, activation=spec.ffn.activation, gated=True, bias=False,
+                      experts=c.int("num_experts", 1), shared_d_ff=d_ff, routed=True)
+    top_k = _per_layer_top_k(c, n, experts.experts)
+    ffns = [replace(experts, top_k=k) for k in top_k]
+    spec = with_pattern(replace(spec, ffn=ffns[0]), c, layer_mixers(c, n), ffns)
+    if len(set(top_k)) == 1:
+        return spec
+    return replace(spec, pattern=tuple(replace(kind, name=f"top-{k} {kind.name}")
+                                       for kind, k in zip(spec.pattern, top_k, strict=True)))
+
+
+def _per_layer_top_k(c: Config, layers: int, experts: int) -> list[int]:
+    """HunYuan-MoE's moe_topk: one top-k for every layer, or a list of one a layer."""
+    value = c.data.get("moe_topk")
+    if not isinstance(value, list):
+        return [c.at_most("moe_topk", c.int("moe_topk", 1), "num_experts", experts)] * layers
+    if len(value) != layers or not all(isinstance(k, int) and not isinstance(k, bool)
+                                       and 1 <= k <= experts for k in value):
+        raise c.fail("moe_topk", f"a top-k, or a list of {layers} (each 1 to num_experts, "
+                     f"{experts})")
+    return value
+
+
+# LFM2-MoE's layer_types -> our mixers
+_LFM2_MOE_LAYERS = {"conv": "conv", "full_attention": "full"}
+
+
+def lfm2_moe_spec(c: Config) -> ModelSpec:
+    """Lfm2MoeForCausalLM: short-convolution layers (conv_L_cache taps, biases by conv_bias)
+    or attention with norms on Q and K, by layer_types (required: its class has none); the
+    first num_dense_layers (default 2) a SwiGLU of intermediate_size, the others experts of
+    moe_intermediate_size (the routing's expert bias a buffer); two norms a layer and one
+    after the last; the head tied by default."""
+    n = c.int("num_hidden_layers")
+    types = c.data.get("layer_types")
+    if types is None:
+        raise c.missing("layer_types")
+    if not isinstance(types, list) or len(types) != n or not all(
+            isinstance(t, str) and t in _LFM2_MOE_LAYERS for t in types):
+        raise c.fail("layer_types", f"a list of {n} layer types ({', '.join(_LFM2_MOE_LAYERS)})")
+    spec = moe_spec(Config({**c.data, "layer_types": None}, c.source), "lfm2_moe",
+                    first_key="num_dense_layers", first_default=2, qk_norm="head",
+                    qkv_bias=False, out_bias=False, tie_default=True, seq_default=128000)
+    conv = ShortConvSpec(width=spec.d_model, kernel=c.int("conv_L_cache", 3),
+                         bias=c.bool("conv_bias", False))
+    kinds = spec.decoder_kinds()
+    moe = any((k.ffn or spec.ffn).is_moe for k in kinds)
+    pattern = tuple(replace(k, name=_kind_name(m, moe and not (k.ffn or spec.ffn).is_moe),
+                            mixer=m, mixer_spec=conv if m == "conv" else None)
+                    for k, m in zip(kinds, (_LFM2_MOE_LAYERS[t] for t in types), strict=True))
+    return replace(spec, pattern=pattern, layers=replace(spec.layers, dense=0), dense_ffn=None)
+
+
+# DBRX's LayerNorms: two a layer and one after the last, without biases
+_DBRX_NORM = NormSpec(kind="layernorm", bias=False, final=True)
+
+
+def dbrx_spec(c: Config) -> ModelSpec:
+    """DbrxForCausalLM: d_model, n_heads, n_layers, max_seq_len; attention (attn_config) with
+    kv_n_heads key-value heads, Q, K and V in one projection (Wqkv) and no biases; every FFN
+    (ffn_config) moe_num_experts SwiGLU experts of ffn_hidden_size, top moe_top_k, by a
+    router without bias, the activation ffn_act_fn's name; LayerNorms without biases; the
+    head never tied."""
+    attn = Config(c.mapping("attn_config") or {}, f"{c.source}: attn_config")
+    ffn = Config(c.mapping("ffn_config") or {}, f"{c.source}: ffn_config")
+    act = Config(ffn.mapping("ffn_act_fn") or {}, f"{ffn.source}: ffn_act_fn")
+    if c.bool("tie_word_embeddings", False):
+        raise c.fail("tie_word_embeddings", "false (DBRX never ties its head)")
+    d, heads = c.int("d_model", 2048), c.int("n_heads", 16)
+    if d % heads:
+        raise c.fail("n_heads", f"a divisor of d_model ({d:,})")
+    kv = attn.int("kv_n_heads", 1)
+    if heads % kv:
+        raise attn.fail("kv_n_heads", f"a divisor of n_heads ({heads})")
+    e = ffn.int("moe_num_experts", 4)
+    experts = FfnSpec(d_ff=ffn.int("ffn_hidden_size", 3584), activation=act.act("name", "silu"),
+                      gated=True, bias=False, experts=e, routed=True,
+                      top_k=ffn.at_most("moe_top_k", ffn.int("moe_top_k", 1), "moe_num_experts",
+                                        e))
+    flat = Config({"hidden_size": d, "num_attention_heads": heads, "num_key_value_heads": kv,
+                   "num_hidden_layers": c.int("n_layers", 24),
+                   "max_position_embeddings": c.int("max_seq_len", 2048),
+                   "vocab_size": c.int("vocab_size", 32000)}, c.source)
+    spec = gated_decoder_spec(flat, "dbrx", qkv_bias=False, out_bias=False, norm=_DBRX_NORM,
+                              moe=lambda c, n: (experts, 0))
+    return replace(spec, name=c.name("dbrx"))
