@@ -107,7 +107,7 @@ def test_every_config_ffncli_reads_is_counted_exactly(name, tmp_path):
 
 # The generated figure of issue 40: types of the three mappings counted exactly on their
 # defaults (total, active and each layer's FFN). A type added raises it; lower it never.
-EXACT_TYPES = 225
+EXACT_TYPES = 231
 
 
 def test_n_of_m_types_exact(capsys, tmp_path):
@@ -231,6 +231,7 @@ def test_kv_cache_per_layer_is_what_transformers_holds(model_type, tmp_path):
 KV_UNCHECKED = {
     "gemma3n": "its vision tower needs timm and Pillow to build",
     "gemma4_unified_assistant": "needs its target model's KV states to run",
+    "gemma4_assistant": "needs its target model's KV states to run",  # s4-decoders
     "openai-gpt": "no cache: transformers recomputes every token",
     "xlnet": "no cache: its memory (mems) is hidden states, not keys and values",
 }
@@ -357,6 +358,15 @@ HOSTILE = [
      "key 'decoder_attention_heads': expected a divisor of d_model (384), got 7"),
     (_config("cpmant", dim_head=0), "key 'dim_head': expected a whole number >= 1, got 0"),
     (_config("neomme", patch_size=-1), "key 'patch_size': expected a whole number >= 1, got -1"),
+    # s4-decoders: Qwen4-Exp
+    (_config("qwen4_exp_text", ple_layer_ids=[2]), "key 'ple_layer_ids': expected an empty list "
+     "(Qwen4-Exp's per-layer n-gram embeddings are not read), got [2]"),
+    (_config("qwen4_exp_text", indexer_kv_heads=2),
+     "key 'indexer_kv_heads': expected 1 (QSA's one key head), got 2"),
+    (_config("qwen4_exp_text", indexer_n_heads=None), "missing key 'indexer_n_heads'"),
+    (_config("qwen4_exp_text", layer_types=["sliding_attention"] * 40),
+     "key 'layer_types': expected a list of 40 layer types (linear_attention, "
+     "indexed_attention), got"),
 ]
 
 

@@ -46,6 +46,7 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
     gate = d_model * q_width if att.output_gate else 0
     gate += d_model * att.heads if att.head_gate else 0  # a gate a head (LFM3, Laguna)
     extra = att.extra_projections * d_model * q_width
+    extra += d_model * (att.qsa_heads + 1) * att.qsa_head_dim if att.qsa_heads else 0  # QSA
     conv = sum(weights for _, _, weights, _ in span_conv_matrices(d_model, att))
     no_v = 2 * d_model * v_width if att.values_are_keys else 0  # W_K is also W_V
     q_and_o = sum(n_in * n_out for _, n_in, n_out, _ in query_projections(d_model, att, q_width)

@@ -102,7 +102,7 @@ def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     if att.kv_lora_rank:
         return att.kv_lora_rank + att.rope_head_dim + att.index_head_dim
     _, kv_width = attention_widths(d_model, att)
-    return kv_width + value_widths(d_model, att)[0]
+    return kv_width + value_widths(d_model, att)[0] + att.qsa_head_dim  # QSA's raw key
 
 
 # s4-dsv4

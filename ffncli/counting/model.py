@@ -49,6 +49,8 @@ from ffncli.counting.rows import (
     attention_block_rows,
     bottleneck_layer_rows,
     ffn_block_rows,
+    gated_residual_head_rows,
+    gated_residual_rows,
     hyper_head_rows,
     hyper_rows,
     latent_rows,
@@ -267,8 +269,7 @@ def _layer_other_rows(spec: ModelSpec, kind: LayerKind, att: AttentionSpec | Non
     hyper-connections, MobileBERT's bottlenecks."""
     d, norm = spec.d_model, spec.norm
     extra = (layer_extra_rows(d, spec.extras) if spec.extras else ()) + norm_gate_rows(d, kind) \
-        + (mixing_hyper_rows(d, spec.hyper_streams) if spec.hyper_mixing  # s4-dsv4
-           else hyper_rows(d, spec.hyper_streams)) + depth_rows(d, kind)
+        + _hyper_rows(d, spec) + depth_rows(d, kind)
     if spec.bottleneck is not None and norm is not None:
         extra += bottleneck_layer_rows(d, spec.bottleneck, norm, att)
     return extra
@@ -469,7 +470,9 @@ def _added_parts(spec: ModelSpec, layers: list[LayerCount], rows: list[Row],
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in other)
     elif any(layer.other for layer in layers):  # A.X-K2's norm gates, hyper-connections
-        head = hyper_head_rows(d, spec.hyper_streams) + residual_query_rows(d, spec)
+        head = (gated_residual_head_rows(d, spec.hyper_streams, spec.hyper_rank)
+                if spec.hyper_rank else hyper_head_rows(d, spec.hyper_streams)) \
+            + residual_query_rows(d, spec)
         rows += head
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in head)
@@ -489,6 +492,16 @@ def _loop_states(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> No
     rows.append(Row("loop initial states", f"{n} x {d}", n * d))
     groups["other"] = groups.get("other", 0) + n * d
 
+
+def _hyper_rows(d: int, spec: ModelSpec) -> tuple[Row, ...]:
+    """The rows around each layer's two blocks over spec.hyper_streams copies of the stream:
+    DeepSeek-V4's mixing hyper-connections, Qwen4-Exp's gated residuals, else HY-V4's
+    hyper-connections (none with no streams)."""
+    if spec.hyper_mixing:
+        return mixing_hyper_rows(d, spec.hyper_streams)
+    if spec.hyper_rank:
+        return gated_residual_rows(d, spec.hyper_streams, spec.hyper_rank)
+    return hyper_rows(d, spec.hyper_streams)
 
 def residual_query_rows(d: int, spec: ModelSpec) -> tuple[Row, ...]:
     """Learned queries of d_model outside the layers (Inkling 2: the last attention residual,

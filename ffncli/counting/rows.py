@@ -124,6 +124,7 @@ def attention_block_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, 
     mine = dynamic_mask_rows(d, att, prefix) + lambda_rows(d, att, prefix)
     if att.learned_scalars:  # NeoMME's alpha per head and residual lambdas
         mine += (Row(f"{prefix}learned scalars", f"{att.learned_scalars}", att.learned_scalars),)
+    mine += qsa_indexer_rows(d, att, prefix)
     return extra + projection_rows(d, att, prefix) + sinks + gate_rows(d, att, prefix) + mine
 
 
@@ -273,6 +274,33 @@ def mixing_hyper_rows(d: int, n: int) -> tuple[Row, ...]:
     w = (2 + n) * n
     one = w * n * d + w + 3
     return (Row("hyper-connections", f"2 x ({w} x {n * d} + {w} + 3)", 2 * one),)
+
+
+def qsa_indexer_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
+    """Qwen4-Exp's QSA indexer (Qwen4ExpTextQSAIndexer): index_qk_proj from x to qsa_heads
+    queries and one key of qsa_head_dim, no bias; q_layernorm and k_layernorm, an RMSNorm of
+    qsa_head_dim each."""
+    h, dim = att.qsa_heads, att.qsa_head_dim
+    if not h:
+        return ()
+    return (Row(f"{prefix}QSA indexer W_Q and W_K", f"{d} x {(h + 1) * dim}", d * (h + 1) * dim),
+            Row(f"{prefix}QSA indexer norms (Q, K)", f"2 x {dim}", 2 * dim))
+
+
+def gated_residual_rows(d: int, n: int, rank: int) -> tuple[Row, ...]:
+    """Qwen4-Exp's gated residuals (Qwen4ExpTextGatedResidual) around attention and around the
+    FFN of each layer, over n copies of the stream: each an RMSNorm of n d, input_mix_weight_down
+    (n d -> rank) and up (rank -> n d) and block_inject_weight (n d -> n), no biases."""
+    one = n * d + 2 * n * d * rank + n * d * n
+    return (Row("gated residuals", f"2 x ({n * d} + {n * d} x {rank} x 2 + {n * d} x {n})",
+                2 * one),)
+
+
+def gated_residual_head_rows(d: int, n: int, rank: int) -> tuple[Row, ...]:
+    """Qwen4-Exp's hyper_connection_mixer, merging the n streams after the last layer: a gated
+    residual without block_inject_weight (and no final norm beside it)."""
+    return (Row("gated residual head", f"{n * d} + {n * d} x {rank} x 2",
+                n * d + 2 * n * d * rank),)
 
 
 def hyper_head_rows(d: int, n: int) -> tuple[Row, ...]:

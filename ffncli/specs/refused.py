@@ -7,18 +7,12 @@ from __future__ import annotations
 
 LACKS: dict[str, str] = {
     "blt": "its vision or audio tower",
-    "cohere_compass_text": "a model transformers itself cannot build from these defaults",
-    "emu3": "a model transformers itself cannot build from these defaults",
-    "gemma4_assistant": "a model transformers itself cannot build from these defaults",
     "git": "its vision or audio tower",
-    "ministral": "a model transformers itself cannot build from these defaults",
     "mllama": "its vision or audio tower",
     "modernvbert": "its vision or audio tower",
     "moshi": "its vision or audio tower",
-    "nemotron": "a model transformers itself cannot build from these defaults",
     "phi4_multimodal": "its vision or audio tower",
     "qwen4_exp": "a model transformers itself cannot build from these defaults",
-    "qwen4_exp_text": "a model transformers itself cannot build from these defaults",
     "ultravbert": "its vision or audio tower",
     "voxtral_realtime": "its vision or audio tower",
 }

@@ -116,6 +116,11 @@ class AttentionSpec:
     # with bias) and a weight per head from x; it caches its key per token.
     index_heads: int = 0
     index_head_dim: int = 0
+    # s4-decoders: Qwen4-Exp's QSA indexer beside grouped-query attention (qsa_heads > 0): one
+    # projection from x to qsa_heads queries and one key of qsa_head_dim, an RMSNorm of
+    # qsa_head_dim on the queries and one on the pooled keys; it caches its raw key per token.
+    qsa_heads: int = 0
+    qsa_head_dim: int = 0
     # a gate per head from x, d_model x heads: sigmoid (dots.llm3, latent; LFM3) or softplus
     # (Laguna)
     head_gate: bool = False

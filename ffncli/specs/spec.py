@@ -101,6 +101,7 @@ class ModelSpec:
     uncounted: tuple[str, ...] = ()
     extras: LayerExtrasSpec | None = None  # Gemma 3n's AltUp, LAuReL and per-layer inputs
     hyper_streams: int = 0  # hyper-connections over this many copies of the stream (HY-V4)
+    hyper_rank: int = 0  # s4-decoders: > 0, Qwen4-Exp's gated residuals of this rank instead
     encoder_pattern: tuple[LayerKind, ...] = ()  # the kind of each encoder layer (as pattern)
     latents: LatentSpec | None = None  # Perceiver's latent array and its cross-attention
     bottleneck: BottleneckSpec | None = None  # MobileBERT's bottlenecks and embeddings
@@ -169,6 +170,8 @@ ENCODER_PARTS = frozenset({
     "o_groups", "o_lora_rank",
     # s4-inkling: Inkling 2's unpadded head
     "head_vocab",
+    # s4-decoders: Qwen4-Exp's QSA indexer
+    "qsa_heads", "qsa_head_dim",
 })
 
 # Spec fields only the config readers fill (per-layer kinds, what a config leaves uncounted).
@@ -176,7 +179,7 @@ NOT_PRESET_KEYS = frozenset({"pattern", "uncounted", "extras", "hyper_streams",
                              "encoder_pattern", "latents", "bottleneck", "channel_mix",
                              "router_shared", "head_transform_bias",
                              "routed", "loops", "runs", "contact_head",
-                             "hyper_mixing", "residual_queries"}) | ENCODER_PARTS
+                             "hyper_mixing", "residual_queries", "hyper_rank"}) | ENCODER_PARTS
 
 
 def check_spec(spec: ModelSpec, source: str) -> ModelSpec:

@@ -518,6 +518,18 @@ ARCHS: dict[str, Arch] = {
                           "experts"),
     "inkling2_loop_text": Arch(read("inkling.inkling2_loop_text_spec"), not_run="softcapped "
                                "SwiGLU experts"),
+    # s4-decoders: defaults completed by published values (make_zoo.py's COMPLETED)
+    "ministral": Arch(read("llama_family.windowed_decoder", family="ministral", qkv_bias=False,
+                           out_bias=False), LLAMA_FFN),
+    "nemotron": Arch(read("classic.up_down_spec", family="nemotron",
+                          norm=NormSpec(kind="layernorm", bias=True, final=True)),
+                     not_run="squared ReLU"),
+    "cohere_compass_text": Arch(read("llama_family.patterned", family="cohere_compass_text",
+                                     tie_default=True, norm=H.COHERE_NORM), LLAMA_FFN),
+    "emu3": Arch(read("llama_family.emu3_spec"), LLAMA_FFN),
+    "gemma4_assistant": Arch(read("gemma4.gemma4_assistant_spec")),
+    "qwen4_exp_text": Arch(read("indexed.qwen4_exp_text_spec"),
+                           not_run="gated residuals, QSA and a gated shared expert"),
 }
 
 SUPPORTED_MODEL_TYPES = tuple(ARCHS)

@@ -134,15 +134,21 @@ def _per_layer_attention(c: Config, att: AttentionSpec, mixers: list[str]
     return layers
 
 
-def gemma4_unified_assistant_spec(c: Config) -> ModelSpec:
-    """Gemma4UnifiedAssistantForCausalLM: a Gemma 4 unified language model (text_config; its
-    layers reuse the target model's K and V) counted as gemma4_unified_text; the projections
-    from and to the target's backbone_hidden_size (and, with use_ordered_embeddings, the
-    centroid table) named as not counted."""
-    spec = _multimodal(c, "gemma4_unified_text")
-    d, backbone = spec.d_model, c.int("backbone_hidden_size", 3840)
+def gemma4_assistant_spec(c: Config, text_type: str = "gemma4_text",
+                          backbone_default: int = 1536) -> ModelSpec:
+    """Gemma4AssistantForCausalLM (and the unified one): a Gemma 4 language model (text_config;
+    its layers reuse the target model's K and V) counted as ``text_type``; the projections from
+    and to the target's backbone_hidden_size (and, with use_ordered_embeddings, the centroid
+    table) named as not counted."""
+    spec = _multimodal(c, text_type)
+    d, backbone = spec.d_model, c.int("backbone_hidden_size", backbone_default)
     centroids = (f"centroids ({d:,} -> {c.int('num_centroids', 2048):,})",) \
         if c.bool("use_ordered_embeddings", False) else ()
     return replace(spec, uncounted=(
         f"projections from and to the target model ({2 * backbone:,} -> {d:,}, "
         f"{d:,} -> {backbone:,})",) + centroids)
+
+
+def gemma4_unified_assistant_spec(c: Config) -> ModelSpec:
+    """Gemma4UnifiedAssistantForCausalLM: gemma4_assistant_spec on gemma4_unified_text."""
+    return gemma4_assistant_spec(c, "gemma4_unified_text", 3840)

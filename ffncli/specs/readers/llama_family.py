@@ -76,3 +76,16 @@ def lfm2_spec(c: Config) -> ModelSpec:
                               seq_default=128000)
     spec = replace(spec, ffn=replace(spec.ffn, d_ff=lfm2_ffn_width(c)))
     return with_pattern(spec, c, layer_mixers(c, spec.layers.decoder))
+
+
+def emu3_spec(c: Config) -> ModelSpec:
+    """Emu3ForCausalLM: LLaMA's layers, from transformers' Emu3Config's text_config (as
+    AutoModelForCausalLM builds it), the VQ-VAE image tokenizer named as not counted; or from
+    the keys at the top of a config that has them (BAAI/Emu3-Chat's config.json spells them so,
+    and Emu3ForCausalLM reads them there)."""
+    text = c.mapping("text_config")
+    if "hidden_size" in c.data or text is None:
+        return gated_decoder_spec(c, "emu3")
+    spec = gated_decoder_spec(Config({**text, "model_type": "emu3"}, f"{c.source}: text_config"),
+                              "emu3")
+    return replace(spec, name=c.name("emu3"), uncounted=("VQ-VAE image tokenizer",))
