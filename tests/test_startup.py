@@ -119,8 +119,8 @@ PRESET_PARAMS = {
     "ffncli.counting.mixers", "ffncli.counting.parts", "ffncli.counting.rows",
     "ffncli.counting.results", "ffncli.errors", "ffncli.jobs", "ffncli.jobs.choices",
     "ffncli.jobs.params", "ffncli.jobs.resolve", "ffncli.jobs.targets", "ffncli.present",
-    "ffncli.present.console", "ffncli.present.jsondoc", "ffncli.present.params",
-    "ffncli.present.tables", "ffncli.presets",
+    "ffncli.present.console", "ffncli.present.jsondoc", "ffncli.present.kv",
+    "ffncli.present.params", "ffncli.present.tables", "ffncli.presets",
     "ffncli.specs", "ffncli.specs.rules", "ffncli.specs.sections", "ffncli.specs.spec",
 }
 # `params --config` of a LLaMA config.json: the preset's modules but the presets, and the
@@ -132,7 +132,7 @@ CONFIG_PARAMS = (PRESET_PARAMS - {"ffncli.presets"}) | {
     "ffncli.formats.sources", "ffncli.specs.archs", "ffncli.specs.config",
     "ffncli.specs.hfconfig", "ffncli.specs.layouts", "ffncli.specs.readers",
     "ffncli.specs.readers.llama_family", "ffncli.specs.refused", "ffncli.specs.renames",
-    "ffncli.specs.row", "ffncli.specs.table",
+    "ffncli.specs.row", "ffncli.specs.table", "ffncli.specs.table_zoo",
 }
 HELP = {"ffncli", "ffncli.base", "ffncli.base.blas", "ffncli.base.invocation",
         "ffncli.base.validate", "ffncli.base.version", "ffncli.cli", "ffncli.cli.commands",

@@ -49,15 +49,13 @@ from ffncli.counting.rows import (
     attention_block_rows,
     bottleneck_layer_rows,
     ffn_block_rows,
-    gated_residual_head_rows,
-    gated_residual_rows,
-    hyper_head_rows,
-    hyper_rows,
+    head_scale_row,
     latent_rows,
     layer_extra_rows,
-    mixing_hyper_rows,
     norm_gate_rows,
     shared_block_rows,
+    stream_head_rows,
+    stream_rows,
 )
 from ffncli.specs.spec import AttentionSpec, FfnSpec, LayerKind, ModelSpec
 
@@ -269,7 +267,7 @@ def _layer_other_rows(spec: ModelSpec, kind: LayerKind, att: AttentionSpec | Non
     hyper-connections, MobileBERT's bottlenecks."""
     d, norm = spec.d_model, spec.norm
     extra = (layer_extra_rows(d, spec.extras) if spec.extras else ()) + norm_gate_rows(d, kind) \
-        + _hyper_rows(d, spec) + depth_rows(d, kind)
+        + stream_rows(d, spec) + depth_rows(d, kind)
     if spec.bottleneck is not None and norm is not None:
         extra += bottleneck_layer_rows(d, spec.bottleneck, norm, att)
     return extra
@@ -470,17 +468,11 @@ def _added_parts(spec: ModelSpec, layers: list[LayerCount], rows: list[Row],
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in other)
     elif any(layer.other for layer in layers):  # A.X-K2's norm gates, hyper-connections
-        head = (gated_residual_head_rows(d, spec.hyper_streams, spec.hyper_rank)
-                if spec.hyper_rank else hyper_head_rows(d, spec.hyper_streams)) \
-            + residual_query_rows(d, spec)
+        head = stream_head_rows(d, spec)
         rows += head
         groups["other"] = sum(layer.count * layer.other for layer in layers) + sum(
             r.params for r in head)
 
-
-def head_scale_row(vocab: int) -> Row:
-    """A learned scale per vocabulary entry on the logits (Dory's logit_scale)."""
-    return Row("logit scale", f"{vocab}", vocab)
 
 
 def _loop_states(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> None:
@@ -491,22 +483,3 @@ def _loop_states(spec: ModelSpec, rows: list[Row], groups: dict[str, int]) -> No
     n, d = spec.loops.states, spec.d_model
     rows.append(Row("loop initial states", f"{n} x {d}", n * d))
     groups["other"] = groups.get("other", 0) + n * d
-
-
-def _hyper_rows(d: int, spec: ModelSpec) -> tuple[Row, ...]:
-    """The rows around each layer's two blocks over spec.hyper_streams copies of the stream:
-    DeepSeek-V4's mixing hyper-connections, Qwen4-Exp's gated residuals, else HY-V4's
-    hyper-connections (none with no streams)."""
-    if spec.hyper_mixing:
-        return mixing_hyper_rows(d, spec.hyper_streams)
-    if spec.hyper_rank:
-        return gated_residual_rows(d, spec.hyper_streams, spec.hyper_rank)
-    return hyper_rows(d, spec.hyper_streams)
-
-def residual_query_rows(d: int, spec: ModelSpec) -> tuple[Row, ...]:
-    """Learned queries of d_model outside the layers (Inkling 2: the last attention residual,
-    before the final norm, and its loop's message queries, four a looped layer)."""
-    n = spec.residual_queries
-    return (Row("block attention residual queries (outside the layers)", f"{n} x {d}", n * d),) \
-        if n else ()
-

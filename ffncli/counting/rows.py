@@ -29,7 +29,7 @@ from ffncli.counting.parts import (
     span_conv_matrices,
     value_widths,
 )
-from ffncli.specs.spec import AttentionSpec, FfnSpec, LayerKind, NormSpec
+from ffncli.specs.spec import AttentionSpec, FfnSpec, LayerKind, ModelSpec, NormSpec
 
 if TYPE_CHECKING:  # a config reader builds them (specs/layers.py): off a preset's start-up
     from ffncli.specs.layers import BottleneckSpec, LatentSpec, LayerExtrasSpec, SharedBlockSpec
@@ -367,3 +367,31 @@ def bottleneck_layer_rows(d: int, b: BottleneckSpec, norm: NormSpec,
     rows.append(Row("bottleneck out (and norm)", f"{d} x {o}",
                     linear(d, o, True) + norm_params(o, norm)))
     return tuple(rows)
+
+
+def head_scale_row(vocab: int) -> Row:
+    """A learned scale per vocabulary entry on the logits (Dory's logit_scale)."""
+    return Row("logit scale", f"{vocab}", vocab)
+
+
+def stream_rows(d: int, spec: ModelSpec) -> tuple[Row, ...]:
+    """The rows around each layer's two blocks over spec.hyper_streams copies of the stream:
+    DeepSeek-V4's mixing hyper-connections, Qwen4-Exp's gated residuals, else HY-V4's
+    hyper-connections (none with no streams)."""
+    if spec.hyper_mixing:
+        return mixing_hyper_rows(d, spec.hyper_streams)
+    if spec.hyper_rank:
+        return gated_residual_rows(d, spec.hyper_streams, spec.hyper_rank)
+    return hyper_rows(d, spec.hyper_streams)
+
+
+def stream_head_rows(d: int, spec: ModelSpec) -> tuple[Row, ...]:
+    """The parts that merge the streams after the last layer (Qwen4-Exp's gated residual head,
+    else HY-V4's and DeepSeek-V4's hyper-connection head), and Inkling 2's learned queries of
+    d_model outside the layers (its last attention residual and its loop's message queries,
+    four a looped layer)."""
+    n, rank = spec.hyper_streams, spec.hyper_rank
+    head = gated_residual_head_rows(d, n, rank) if rank else hyper_head_rows(d, n)
+    q = spec.residual_queries
+    return head + ((Row("block attention residual queries (outside the layers)", f"{q} x {d}",
+                        q * d),) if q else ())

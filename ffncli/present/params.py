@@ -9,13 +9,13 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ffncli.counting.kv import KvCache, KvPart
 from ffncli.counting.model import LayerCount, ModelCount
 from ffncli.counting.parts import Row
 from ffncli.counting.results import FileOnlyResult, ParamsResult, PresetSummary
 from ffncli.present.console import Text, console
 from ffncli.present.console import table_format as table_format_of
 from ffncli.present.jsondoc import emit_json
+from ffncli.present.kv import kv_json, print_kv
 from ffncli.present.tables import bar_table, commas, new_table, pct, share_bar_line
 
 if TYPE_CHECKING:  # a file's count: imported with it (a preset's params reads no file)
@@ -339,88 +339,6 @@ def _print_file(out: Console, result: ParamsResult) -> None:
     for b in result.file.buffers:
         out.print(Text(f"buffer (not a parameter): {b.name} {b.dtype} {list(b.shape)}"))
     out.print("matches the spec" if result.matches else "does NOT match the spec")
-
-
-def kv_json(kv: KvCache) -> dict[str, Any]:
-    return {
-        "kind": kv.kind,
-        "layers": kv.layers,
-        "parts": [{"kind": p.kind, "layers": p.layers, "runs": p.runs, "indices": list(p.indices),
-                   "per_token": p.per_token, "cap": p.cap, "state": p.state,
-                   **_compressed_json(p),
-                   "elements": p.elements(kv.seq_len)} for p in kv.parts],
-        "elements": kv.elements(kv.seq_len),
-        "elements_per_token": kv.elements_per_token,
-        "bytes_per_token": kv.bytes_per_token(),
-        "seq_len": kv.seq_len,
-        "batch": kv.batch,
-        "bytes": kv.bytes(),
-    }
-
-
-def _compressed_json(p: KvPart) -> dict[str, int]:
-    """s4-dsv4: a part's compressed entries (DeepSeek-V4), when it has them."""
-    return {"rate": p.rate, "entry": p.entry, "pending": p.pending,
-            "overlap": p.overlap} if p.rate else {}
-
-
-_KV_KINDS = {"mha": "one K and V per head", "gqa": "grouped-query: K and V per kv head",
-             "mqa": "multi-query: one K and V head", "mla": "latent: kv_lora_rank + rope key",
-             "state": "fixed states, no attention"}
-
-
-def print_kv(out: Console, kv: KvCache) -> None:
-    out.print()
-    if kv.kind == "none":
-        out.print("KV cache: none (no decoder layers)")
-        return
-    looped = any(p.runs > 1 for p in kv.parts)  # a cache layer a run of a looped layer
-    table = new_table(f"KV cache ({_KV_KINDS[kv.kind]}; {kv.layers} "
-                      f"{'cache layers' if looped else 'layers'}, "
-                   f"{kv.elements_per_token:,} values per token)",
-                   ("cache dtype", "bytes per token", f"x {kv.seq_len:,} x {kv.batch:,}", "GiB"))
-    total = kv.bytes()
-    for dtype, size in kv.bytes_per_token().items():
-        table.add_row(dtype, commas(size), commas(total[dtype]), f"{total[dtype] / 2**30:,.2f}")
-    out.print(table)
-    if looped or any(p.cap or p.state or p.kind == "shared" for p in kv.parts):
-        _print_kv_parts(out, kv)
-
-
-_KV_PARTS = {"full": "full attention", "mla": "latent attention",
-             "sliding": "sliding window", "chunked": "chunked attention",
-             "linear": "linear attention (state)", "mamba": "mamba (state)",
-             "conv": "short convolution (state)",
-             "shared": "shares another layer's KV"}
-
-
-def _print_kv_parts(out: Console, kv: KvCache) -> None:
-    """The cache by layer kind, and how it grows: by every layer's values a token up to the
-    first window, then by the uncapped layers' alone."""
-    out.print()
-    table = new_table(f"KV cache by layer kind, at {kv.seq_len:,} tokens (one sequence)",
-                      ("layers", "count", "values per token", "tokens kept", "values"))
-    for p in kv.parts:
-        kept = f"last {p.cap:,}" if p.cap else "fixed state" if p.state else \
-            "none" if p.kind == "shared" else "all"
-        kept += f" + an entry every {p.rate:,}" if p.rate else ""  # s4-dsv4
-        count = f"{p.layers} ({p.layers // p.runs} x {p.runs} runs)" if p.runs > 1 \
-            else str(p.layers)
-        table.add_row(_KV_PARTS[p.kind], count, commas(p.per_token), kept,
-                      commas(p.elements(kv.seq_len)))
-    out.print(table)
-    steps, rate = [], kv.elements_per_token
-    for cap in sorted({p.cap for p in kv.parts if p.cap}):
-        rate -= sum(p.layers * p.per_token for p in kv.parts if p.cap == cap)
-        steps.append(f"then {rate:,} after {cap:,} tokens")
-    fixed = sum(p.layers * p.state for p in kv.parts)
-    start = f"{fixed:,} values of fixed state, then " if fixed else ""
-    compressed = [f"{p.layers} x {p.entry:,} values every {p.rate:,} tokens"
-                  for p in kv.parts if p.rate]  # s4-dsv4: DeepSeek-V4's compressed entries
-    out.print(Text(f"grows by: {start}{kv.elements_per_token:,} values a token"
-                   + "".join(f", {s}" for s in steps)
-                   + (f"; and compressed entries, {', '.join(compressed)}" if compressed
-                      else "")))
 
 
 def file_only_json(result: FileOnlyResult) -> dict[str, Any]:
