@@ -149,7 +149,11 @@ class ModelCount:
         assert ffn is not None  # _layer sets it beside ffn_active_least
         k, z = ffn.top_k, ffn.zero_experts
         why = (f"up to {min(k, z)} of a token's top-{k} expert choices can fall on one of {z} "
-               "zero (identity) experts, which use no parameters")
+               "zero (identity) experts, which use no parameters" if z > 1 else
+               f"a token's top-{k} expert choice can fall on the skip (zero) expert, which "
+               "uses no parameters" if k == 1 else
+               f"up to 1 of a token's top-{k} expert choices can fall on the skip (zero) "
+               "expert, which uses no parameters")
         return ActiveRange(self.active - fewer, self.active, why)
 
     def decoder_ffn(self) -> tuple[int, ...]:
