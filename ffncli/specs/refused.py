@@ -12,7 +12,6 @@ LACKS: dict[str, str] = {
     "modernvbert": "its vision or audio tower",
     "moshi": "its vision or audio tower",
     "phi4_multimodal": "its vision or audio tower",
-    "qwen4_exp": "a model transformers itself cannot build from these defaults",
     "ultravbert": "its vision or audio tower",
     "voxtral_realtime": "its vision or audio tower",
 }

@@ -236,4 +236,5 @@ ZOO_ROWS: dict[str, Arch] = {
     "gemma4_assistant": Arch(read("gemma4.gemma4_assistant_spec")),
     "qwen4_exp_text": Arch(read("indexed.qwen4_exp_text_spec"),
                            not_run="gated residuals, QSA and a gated shared expert"),
+    "qwen4_exp": Arch(multimodal("qwen4_exp_text")),
 }
