@@ -63,14 +63,16 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("ffncli.specs."))
      ["ffncli.specs.archs", "ffncli.specs.config", "ffncli.specs.hfconfig",
       "ffncli.specs.layouts", "ffncli.specs.readers", "ffncli.specs.readers.llama_family",
       "ffncli.specs.refused", "ffncli.specs.renames", "ffncli.specs.row", "ffncli.specs.rules",
-      "ffncli.specs.sections", "ffncli.specs.spec", "ffncli.specs.table"]),
+      "ffncli.specs.sections", "ffncli.specs.spec", "ffncli.specs.table",
+      "ffncli.specs.table_zoo"]),
     # a Mamba config: the mixer classes, with its family's reader
     (("params", "--config", "tests/data/zoo/configs/mamba.config.json", "--json"),
      ["ffncli.specs.archs", "ffncli.specs.config", "ffncli.specs.hfconfig",
       "ffncli.specs.layers", "ffncli.specs.layouts", "ffncli.specs.readers",
       "ffncli.specs.readers.ssm_family",
       "ffncli.specs.refused", "ffncli.specs.renames", "ffncli.specs.row", "ffncli.specs.rules",
-      "ffncli.specs.sections", "ffncli.specs.spec", "ffncli.specs.table"]),
+      "ffncli.specs.sections", "ffncli.specs.spec", "ffncli.specs.table",
+      "ffncli.specs.table_zoo"]),
 ])
 def test_a_count_imports_the_specs_modules_it_needs_only(argv, expected):
     assert _run(SPECS_LOADED, *argv) == expected
