@@ -237,8 +237,8 @@ def test_bad_inputs_exact_lines(cli, tmp_path):
 
 BAD_CONFIGS = [
     # a type of transformers ffncli refuses says what it lacks for it (issue 40)
-    ('{"model_type": "mllama"}', "unsupported model_type 'mllama': ffncli lacks its vision or "
-     "audio tower"),
+    ('{"model_type": "mllama"}', "unsupported model_type 'mllama': ffncli lacks its language "
+     "model's cross-attention layers (mllama_text_model) and its vision tower"),
     # the table's first eight, and how many more: one readable line, not two hundred names
     ('{"model_type": "qwen9"}', "unsupported model_type 'qwen9'; supported: gpt2, bert, "
      f"roberta, distilbert, t5, opt, gpt_neox, llama and {len(SUPPORTED_MODEL_TYPES) - 8} more "
