@@ -37,7 +37,7 @@ REL = 1e-4  # the tolerance the other families meet (test_forward.assert_close)
 MOE_LAYERS = {"qwen2_moe": [1, 2], "qwen3_moe": [1, 2], "olmoe": [0, 1, 2],
               "qwen3_moe-step": [1], "qwen3_moe-all": [0, 1, 2]}
 # DeepSeek-V2, DeepSeek-V3 (experts fused) and GLM-4.5, each with a shared expert of its own
-# (no gate) and a dense first layer (s3-deepseek; their own checks: test_forward_deepseek.py)
+# (no gate) and a dense first layer (their own checks: test_forward_deepseek.py)
 DEEPSEEK = ["deepseek_v2", "deepseek_v3", "glm4_moe"]
 CASES += DEEPSEEK
 MOE_LAYERS |= dict.fromkeys(DEEPSEEK, [1, 2])

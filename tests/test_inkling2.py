@@ -1,4 +1,4 @@
-"""Inkling 2 and its looped variant (issue 40, s4-inkling): each new part counted from the
+"""Inkling 2 and its looped variant (issue 40): each new part counted from the
 shapes transformers 5.25 gives it (modeling_inkling2.py, modular_inkling2_loop.py), the loop's
 cache layers and FLOPs, the loop_config spelling of a checkpoint, and hostile configs."""
 

@@ -1,4 +1,4 @@
-"""DBRX, dots.llm1, HunYuan (dense and MoE) and LFM2-MoE (readers/moe.py, issue 40, s4-moe):
+"""DBRX, dots.llm1, HunYuan (dense and MoE) and LFM2-MoE (readers/moe.py, issue 40):
 types whose defaults transformers 5.25 cannot build, checked in the zoo on their defaults
 completed by published values (tests/fixtures/make_zoo.py's COMPLETED). Here: their layers
 computed by hand from transformers' shapes, the published checkpoints' totals, the router of a

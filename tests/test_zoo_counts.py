@@ -57,7 +57,7 @@ def _decoder_stack(build, spec):
     n = spec.layers.decoder
     stacks = {p: s for p, s in build["stacks"].items() if len(s["ffn"]) == n}
     if not stacks and sum(len(s["ffn"]) for s in build["stacks"].values()) == n:
-        # s4-loops: one decoder in several stacks (HRM-Text's L and H modules), in order
+        # one decoder in several stacks (HRM-Text's L and H modules), in order
         return {key: [x for s in build["stacks"].values() for x in s[key]]
                 for key in ("params", "ffn")}
     text = [p for p in stacks if "language_model" in p or "text" in p]
@@ -200,7 +200,7 @@ def _per_layer(kv, length, layers=0):
     for p in kv.parts:
         for i in p.indices or range(p.layers):
             at[i] = p.per_token * (min(length, p.cap) if p.cap else length) + p.state \
-                + p.compressed(length)  # s4-dsv4: DeepSeek-V4's compressed entries
+                + p.compressed(length)  # DeepSeek-V4's compressed entries
     return [at.get(i, 0) for i in range(max(max(at) + 1, layers))]
 
 
@@ -231,7 +231,7 @@ def test_kv_cache_per_layer_is_what_transformers_holds(model_type, tmp_path):
 KV_UNCHECKED = {
     "gemma3n": "its vision tower needs timm and Pillow to build",
     "gemma4_unified_assistant": "needs its target model's KV states to run",
-    "gemma4_assistant": "needs its target model's KV states to run",  # s4-decoders
+    "gemma4_assistant": "needs its target model's KV states to run",
     "openai-gpt": "no cache: transformers recomputes every token",
     "xlnet": "no cache: its memory (mems) is hidden states, not keys and values",
 }
@@ -358,7 +358,7 @@ HOSTILE = [
      "key 'decoder_attention_heads': expected a divisor of d_model (384), got 7"),
     (_config("cpmant", dim_head=0), "key 'dim_head': expected a whole number >= 1, got 0"),
     (_config("neomme", patch_size=-1), "key 'patch_size': expected a whole number >= 1, got -1"),
-    # s4-decoders: Qwen4-Exp
+    # Qwen4-Exp
     (_config("qwen4_exp_text", ple_layer_ids=[2]), "key 'ple_layer_ids': expected an empty list "
      "(Qwen4-Exp's per-layer n-gram embeddings are not read), got [2]"),
     (_config("qwen4_exp_text", indexer_kv_heads=2),

@@ -165,7 +165,7 @@ def test_n_of_m_types_of_the_two_mappings_exact():
     # list: albert (the zoo's FFN rule takes ffn.* but not ffn_output.*), mobilebert (it takes
     # the output bottleneck's dense layer, counted here with the bottlenecks), switch_transformers
     # and nllb-moe (layers listed by kind, not in order), t5gemma2 (a vision tower).
-    assert figures == {"masked_lm": (47, 49), "seq2seq_lm": (22, 26)}  # s3: neomme; s4-odd: esm
+    assert figures == {"masked_lm": (47, 49), "seq2seq_lm": (22, 26)}  # neomme, esm
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""ESM and MusicGen's decoders (issue 40, s4-odd): their new counting parts against figures
+"""ESM and MusicGen's decoders (issue 40): their new counting parts against figures
 computed by hand from transformers 5.25's shapes, their published configs' layouts, and the
 config errors of their readers."""
 

@@ -50,7 +50,7 @@ def attention_projection_flops(d_model: int, att: AttentionSpec) -> int:
     conv = sum(weights for _, _, weights, _ in span_conv_matrices(d_model, att))
     no_v = 2 * d_model * v_width if att.values_are_keys else 0  # W_K is also W_V
     q_and_o = sum(n_in * n_out for _, n_in, n_out, _ in query_projections(d_model, att, q_width)
-                  + output_projections(d_model, att, o_width))  # s4-dsv4: each maybe factored
+                  + output_projections(d_model, att, o_width))  # each maybe factored
     return 2 * (q_and_o + d_model * (kv_width + v_width) + gate + extra + conv) - no_v
 
 

@@ -31,7 +31,7 @@ class KvPart:
     # cache layers per decoder layer: each run of a looped layer's weights keeps one (Dory's
     # recurrent loops, HRM-Text's cycles: LayerKind.runs); ``layers`` counts cache layers
     runs: int = 1
-    # s4-dsv4: DeepSeek-V4's compressed KV (a CompressorSpec beside attention): an entry of
+    # DeepSeek-V4's compressed KV (a CompressorSpec beside attention): an entry of
     # ``entry`` values every ``rate`` tokens; each token of the window not yet closed keeps
     # ``pending`` values (its kv and gate), and once a window has closed, overlapping windows
     # keep ``overlap`` values (the last window's half that the next entry pools)
@@ -55,7 +55,7 @@ class KvPart:
     def peak(self, seq_len: int) -> int:
         """The most values held on the way to seq_len tokens: elements, but a compressor drops
         its pending tokens when their window closes, so its most may lie at the end of the last
-        closed window (s4-dsv4)."""
+        closed window."""
         closed = seq_len // self.rate if self.rate else 0
         before = self.elements(closed * self.rate - 1) if closed else 0
         return max(self.elements(seq_len), before)
@@ -78,7 +78,7 @@ class KvCache:
 
     def peak(self, seq_len: int) -> int:
         """At most the values held for one sequence on the way to seq_len tokens (each part's
-        most, summed): elements, where the cache never shrinks (s4-dsv4)."""
+        most, summed): elements, where the cache never shrinks."""
         return sum(p.peak(seq_len) for p in self.parts)
 
     @property
@@ -105,7 +105,7 @@ def kv_elements_per_layer(d_model: int, att: AttentionSpec) -> int:
     return kv_width + value_widths(d_model, att)[0] + att.qsa_head_dim  # QSA's raw key
 
 
-# s4-dsv4
+# DeepSeek-V4
 def pooling_cache(rate: int, width: int, series: int) -> dict[str, int]:
     """One DeepSeek-V4 compressor's cache (DeepseekV4HCACache, DeepseekV4CSACache): an entry of
     width every rate tokens; a pending token's kv and gate (series x width each); with
@@ -161,7 +161,7 @@ def _kv_part(spec: ModelSpec, kind: LayerKind, indices: tuple[int, ...]) -> KvPa
     if kind.attentions > 1:  # a cache layer per attention sublayer, as transformers numbers them
         a = kind.attentions
         indices, n = tuple(i * a + j for i in indices for j in range(a)), n * a
-    more = compressor_cache(kind)  # s4-dsv4
+    more = compressor_cache(kind)
     if kind.mixer in ("sliding", "chunked"):
         return KvPart(kind.mixer, n, per_token, cap=max(kind.window - 1, 1), state=state,
                       indices=indices, **more)

@@ -231,7 +231,7 @@ def linear_state_elements(mix: LinearMixerSpec | MambaMixerSpec | Mamba2MixerSpe
 
     if isinstance(mix, CcaSpec):  # ZAYA
         return cca_state_elements(mix)
-    if isinstance(mix, CompressorSpec):  # s4-dsv4: no fixed state (kv.py's compressed part)
+    if isinstance(mix, CompressorSpec):  # no fixed state (kv.py's compressed part)
         return 0
     if isinstance(mix, ShortConvSpec):
         return mix.width * mix.kernel
@@ -288,7 +288,7 @@ def mamba2_matrices(d_model: int, mix: Mamba2MixerSpec) -> tuple[tuple[str, str,
     )
 
 
-# s4-dsv4
+# DeepSeek-V4
 def pooling_matrices(d_model: int, name: str, rate: int, width: int, series: int
                      ) -> tuple[tuple[str, str, int], ...]:
     """One of DeepSeek-V4's compressors as (name, shape, params): kv_proj and gate_proj from x

@@ -224,7 +224,7 @@ def indexer_matrices(d_model: int, att: AttentionSpec) -> tuple[tuple[str, int, 
             ("indexer head weights", d_model, ih, False))
 
 
-# s4-dsv4
+# DeepSeek-V4
 def query_projections(d_model: int, att: AttentionSpec, q_out: int
                       ) -> tuple[tuple[str, int, int, bool], ...]:
     """W_Q as (name, n_in, n_out, bias): x -> q_out, or without a KV latent through
@@ -253,7 +253,7 @@ def qk_norm_params(d_model: int, att: AttentionSpec) -> int:
     if att.kv_lora_rank:
         rope_key = att.rope_head_dim if att.rope_key_norm else 0
         return att.kv_lora_rank + att.q_lora_rank + 2 * att.index_head_dim + rope_key
-    query_latent = att.q_lora_rank  # without a KV latent: DeepSeek-V4's q_a_norm (s4-dsv4)
+    query_latent = att.q_lora_rank  # without a KV latent: DeepSeek-V4's q_a_norm
     if att.qk_norm == "none":
         return query_latent
     head_dim = att.head_dim or d_model // att.heads

@@ -154,7 +154,7 @@ def projection_rows(d: int, att: AttentionSpec, prefix: str) -> tuple[Row, ...]:
     return core
 
 
-# s4-dsv4
+# DeepSeek-V4
 def factored_rows(d: int, att: AttentionSpec, prefix: str, q_out: int, o_width: int
                   ) -> tuple[tuple[Row, ...], tuple[Row, ...]]:
     """(W_Q's rows, W_O's rows): DeepSeek-V4's W_Q through q_lora_rank and its grouped
@@ -265,7 +265,7 @@ def hyper_rows(d: int, n: int) -> tuple[Row, ...]:
     return (Row("hyper-connections", f"2 x ({2 * n} x {n * d} + {2 * n} + 2)", 2 * one),)
 
 
-# s4-dsv4
+# DeepSeek-V4
 def mixing_hyper_rows(d: int, n: int) -> tuple[Row, ...]:
     """DeepSeek-V4's manifold-constrained hyper-connections (mHC) around attention and around
     the FFN of each layer, over n copies of the stream: each projects the n streams to the

@@ -88,7 +88,7 @@ class SideConvSpec:
     heads: int
     rel_dim: int
     rel_extent: int
-    # issue 40, s4-inkling (Inkling 2): K's and V's taps also projected from x per token, one
+    # issue 40 (Inkling 2): K's and V's taps also projected from x per token, one
     # set for each of dynamic_heads KV heads (0: static taps alone); learned scales on Q
     # (query_scale wide: heads x head_dim) and on the relative states (rel_scale: heads x
     # rel_dim); a sink logit per head projected from x (sink_projection); the layer's inputs
@@ -106,7 +106,7 @@ class SideConvSpec:
 @dataclass(frozen=True)
 class CcaSpec:
     """ZAYA's compressed convolutional attention, the parts beside its softmax attention (a
-    mixer_spec on an attention layer; issue 40, s4-zaya): the queries and keys, (heads +
+    mixer_spec on an attention layer; ZAYA): the queries and keys, (heads +
     kv_heads) x head_dim channels, convolved by a depthwise convolution of ``depthwise`` taps
     then a grouped one of ``grouped`` taps, one group a head, both with biases; a learned
     temperature per KV head on the keys. Its values are half the current token's, half the
@@ -191,7 +191,7 @@ class BottleneckSpec:
 
 @dataclass(frozen=True)
 class LoopsSpec:
-    """issue 40, s4-loops: decoder layers whose weights run several times a token
+    """issue 40: decoder layers whose weights run several times a token
     (``LayerKind.runs``: Dory's recurrent section, run n_recurrent_loops times; HRM-Text's L and
     H stacks, run in cycles), each run with a KV cache layer of its own. ``cache_layers``: for
     each decoder layer, the cache layers of its runs, as transformers numbers them; ``states``:
@@ -199,7 +199,7 @@ class LoopsSpec:
 
     cache_layers: tuple[tuple[int, ...], ...]
     states: int = 0
-# s4-dsv4
+# DeepSeek-V4
 @dataclass(frozen=True)
 class CompressorSpec:
     """DeepSeek-V4's KV compressor beside a layer's sliding-window attention (a mixer_spec on

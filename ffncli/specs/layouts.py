@@ -112,7 +112,7 @@ GGUF_FIXED_KEYS: dict[str, dict[str, object]] = {"qwen3moe": {"norm_topk_prob": 
                                                  "qwen2moe": {"norm_topk_prob": False},
                                                  "olmoe": {"norm_topk_prob": False}}
 
-# DeepSeek-V2/V3 and GLM-4.5 (the s3-deepseek block): Qwen's experts and router (mlp.experts,
+# DeepSeek-V2/V3 and GLM-4.5: Qwen's experts and router (mlp.experts,
 # one matrix each or fused; mlp.gate) with the score-correction bias beside the router (V3,
 # GLM-4.5), the shared experts (n_shared_experts of them, one FFN) mlp.shared_experts without
 # a gate, dense layers (first_k_dense_replace) LLaMA's. MLA's tensors: queries through

@@ -47,19 +47,19 @@ class FfnSpec:
     # issue 40, hybrids: Inkling's router also scores the shared experts (shared_d_ff / d_ff of
     # them) and keeps one learned scale; config readers only
     router_shared: bool = False
-    # issue 40, s3-zookv: a bias of d_model on the experts' summed output (JetMoE); config
+    # issue 40: a bias of d_model on the experts' summed output (JetMoE); config
     # readers only
     output_bias: bool = False
-    # issue 40, s4-zaya: ZAYA's router, an MLP through router_mlp channels (d_model -> r with a
+    # issue 40: ZAYA's router, an MLP through router_mlp channels (d_model -> r with a
     # bias, an RMSNorm of r counted with the norms, r -> r twice with biases, r -> experts +
     # zero_experts without); router_states: a learned scale of r on the previous layer's
     # router state, added to its own (every layer but the first). Config readers only.
     router_mlp: int = 0
     router_states: bool = False
-    # issue 40, s4-moe: a routed block even of one expert, its router scoring that one
+    # issue 40: a routed block even of one expert, its router scoring that one
     # (HunYuan-MoE's default num_experts 1); config readers only
     routed: bool = False
-    # issue 40, s4-loops: learned vectors of d_ff scaling the hidden (Dory's suv_gate and suv_up:
+    # issue 40: learned vectors of d_ff scaling the hidden (Dory's suv_gate and suv_up:
     # 2); config readers only
     hidden_scales: int = 0
 
@@ -116,7 +116,7 @@ class AttentionSpec:
     # with bias) and a weight per head from x; it caches its key per token.
     index_heads: int = 0
     index_head_dim: int = 0
-    # s4-decoders: Qwen4-Exp's QSA indexer beside grouped-query attention (qsa_heads > 0): one
+    # Qwen4-Exp's QSA indexer beside grouped-query attention (qsa_heads > 0): one
     # projection from x to qsa_heads queries and one key of qsa_head_dim, an RMSNorm of
     # qsa_head_dim on the queries and one on the pooled keys; it caches its raw key per token.
     qsa_heads: int = 0
@@ -147,18 +147,18 @@ class AttentionSpec:
     qkv_groups: int = 1  # W_Q, W_K, W_V as grouped 1x1 convolutions (SqueezeBERT): / groups
     shared_qk: bool = False  # one projection for queries and keys, no W_K (Reformer's LSH)
     out_groups: int = 1  # W_O likewise
-    # issue 40, s3-zookv: a mixture of attention heads (JetMoE's MoA), when head_experts > 0:
+    # issue 40: a mixture of attention heads (JetMoE's MoA), when head_experts > 0:
     # W_Q and W_O are head_experts banks of heads / head_top_k heads each, routed by a router
     # of their own (d_model x head_experts) with a bias of d_model on the summed output; K and
     # V are shared. A token uses head_top_k of the banks. Config readers only.
     head_experts: int = 0
     head_top_k: int = 0
-    # issue 40, s3-zookv: learned prompt tokens every layer's KV cache holds before the
+    # issue 40: learned prompt tokens every layer's KV cache holds before the
     # sequence's (CPM-Ant's prompt_length); learned scalars in each layer beside attention
     # (NeoMME: an alpha per head and two residual lambdas). Config readers only.
     prompt_tokens: int = 0
     learned_scalars: int = 0
-    # issue 40, s4-dsv4: DeepSeek-V4's grouped low-rank output projection (o_groups > 0): the
+    # issue 40: DeepSeek-V4's grouped low-rank output projection (o_groups > 0): the
     # heads in o_groups groups, each group's heads x head_dim -> o_lora_rank (one block-diagonal
     # o_a_proj), then o_groups x o_lora_rank -> d_model (o_b_proj); with it a q_lora_rank
     # without a latent factors W_Q (q_a_proj, its norm, q_b_proj). Config readers only.
@@ -180,7 +180,7 @@ class NormSpec:
     cross: int = 1  # norms a decoder layer's cross-attention adds (T5Gemma: 2, before and after)
     final_bias: bool | None = None  # the final norm's bias when it differs from ``bias`` (ESM C)
     final_width: int = 0  # the final norm's width when not d_model's (Reformer: 2 x d_model)
-    # issue 40, s4-zaya: ZAYA's affine residuals: at each of a layer's two residual additions a
+    # issue 40: ZAYA's affine residuals: at each of a layer's two residual additions a
     # scale and a bias of d_model on the branch and on the residual (8 d_model a layer), and a
     # scale and a bias on the embeddings' output (2 d_model). Config readers only.
     residual_affine: bool = False
@@ -235,21 +235,21 @@ class EmbeddingsSpec:
     # narrower), their own position and token-type tables and norm.
     entities: int = 0
     entity_dim: int = 0
-    # issue 40, s3-zookv (NeoMME): with dim, one dim -> d_model projection in without bias and
+    # issue 40 (NeoMME): with dim, one dim -> d_model projection in without bias and
     # none out (project_in_only); a table of value_dim a token beside the word table (value
     # embeddings); an image patch embedder of patch_dim inputs (a LayerNorm with bias,
     # patch_dim -> 2 d_model without bias, 2 d_model -> d_model with bias). Config readers only.
     project_in_only: bool = False
     value_dim: int = 0
     patch_dim: int = 0
-    # issue 40, s4-loops: a learned scale per vocabulary entry on the head's logits (Dory's
+    # issue 40: a learned scale per vocabulary entry on the head's logits (Dory's
     # logit_scale); config readers only
     head_scale: bool = False
-    # s4-odd (MusicGen): that many word tables of vocab + 1 rows (the pad / start token beside
+    # MusicGen: that many word tables of vocab + 1 rows (the pad / start token beside
     # the codes), their vectors summed, and as many untied heads of vocab outputs, one a
     # codebook; 0: one table and one head. Config readers only.
     codebooks: int = 0
-    # issue 40, s4-inkling: the head's rows when fewer than the word table's (Inkling 2's
+    # issue 40: the head's rows when fewer than the word table's (Inkling 2's
     # unpadded_vocab_size; 0: the word table's). Config readers only.
     head_vocab: int = 0
 

@@ -31,7 +31,7 @@ from ffncli.specs.sections import (
 if TYPE_CHECKING:  # built by config readers only: off a preset's start-up
     from ffncli.specs.layers import (
         BottleneckSpec,
-        CcaSpec,  # s4-zaya
+        CcaSpec,
         CompressorSpec,
         LatentSpec,
         LayerExtrasSpec,
@@ -71,7 +71,7 @@ class LayerKind:
     gated_norms: int = 0  # of those, how many gate their output by x -> norm_gate_rank -> x
     norm_gate_rank: int = 0  # (A.X-K2's GatedRMSNorm: two bias-free projections, d x rank x d)
     shared: SharedBlockSpec | None = None  # issue 40, hybrids: Zamba's shared block, beside mixer
-    # issue 40, s4-loops: times each of these layers' weights run a token (Dory's recurrent
+    # issue 40: times each of these layers' weights run a token (Dory's recurrent
     # loops, HRM-Text's cycles), each run a KV cache layer of its own (ModelSpec.loops numbers them)
     runs: int = 1
 
@@ -101,18 +101,18 @@ class ModelSpec:
     uncounted: tuple[str, ...] = ()
     extras: LayerExtrasSpec | None = None  # Gemma 3n's AltUp, LAuReL and per-layer inputs
     hyper_streams: int = 0  # hyper-connections over this many copies of the stream (HY-V4)
-    hyper_rank: int = 0  # s4-decoders: > 0, Qwen4-Exp's gated residuals of this rank instead
+    hyper_rank: int = 0  # > 0, Qwen4-Exp's gated residuals of this rank instead
     encoder_pattern: tuple[LayerKind, ...] = ()  # the kind of each encoder layer (as pattern)
     latents: LatentSpec | None = None  # Perceiver's latent array and its cross-attention
     bottleneck: BottleneckSpec | None = None  # MobileBERT's bottlenecks and embeddings
-    loops: LoopsSpec | None = None  # issue 40, s4-loops: layers run several times (LayerKind.runs)
-    # s4-odd, ESM: a logistic regression on every layer's attention maps (layers x heads -> 1,
+    loops: LoopsSpec | None = None  # issue 40: layers run several times (LayerKind.runs)
+    # ESM: a logistic regression on every layer's attention maps (layers x heads -> 1,
     # with a bias), beside the pooler
     contact_head: bool = False
-    # s4-dsv4: DeepSeek-V4's hyper-connections also mix the streams (an n x n comb of each):
+    # DeepSeek-V4's hyper-connections also mix the streams (an n x n comb of each):
     # fn ((2 + n) n x n d), base ((2 + n) n) and three scales, not HY-V4's 2n and two
     hyper_mixing: bool = False
-    # issue 40, s4-inkling: learned query rows of d_model outside the layers (Inkling 2's last
+    # issue 40: learned query rows of d_model outside the layers (Inkling 2's last
     # attention residual, its loop's message queries)
     residual_queries: int = 0
 
@@ -158,19 +158,19 @@ ENCODER_PARTS = frozenset({
     "position_dim", "decoder_positions", "decoder_vocab", "project", "extra_rows",
     "head_transform", "axial", "side_tables", "entities", "entity_dim",
     "final_bias", "final_width",
-    # s3-zookv: JetMoE's mixture of attention heads and its experts' output bias
+    # JetMoE's mixture of attention heads and its experts' output bias
     "output_bias", "head_experts", "head_top_k", "prompt_tokens", "learned_scalars",
     "project_in_only", "value_dim", "patch_dim",
-    # s4-zaya: ZAYA's router MLP and its state, its affine residuals
+    # ZAYA's router MLP and its state, its affine residuals
     "router_mlp", "router_states", "residual_affine",
-    # s4-loops: Dory's scales on the FFN's hidden and on the logits
+    # Dory's scales on the FFN's hidden and on the logits
     "hidden_scales", "head_scale",
-    "codebooks",  # s4-odd: MusicGen's word tables and heads, one a codebook
-    # s4-dsv4: DeepSeek-V4's grouped low-rank output projection
+    "codebooks",  # MusicGen's word tables and heads, one a codebook
+    # DeepSeek-V4's grouped low-rank output projection
     "o_groups", "o_lora_rank",
-    # s4-inkling: Inkling 2's unpadded head
+    # Inkling 2's unpadded head
     "head_vocab",
-    # s4-decoders: Qwen4-Exp's QSA indexer
+    # Qwen4-Exp's QSA indexer
     "qsa_heads", "qsa_head_dim",
 })
 
