@@ -300,9 +300,8 @@ def reformer_spec(c: Config) -> ModelSpec:
     position tables (axial_pos_shape x axial_pos_embds_dim) or a learned table; the final norm
     over both reversible streams (2 x hidden_size); no head."""
     d = c.int("hidden_size", 256)
-    kinds = c.data.get("attn_layers") or ["local", "lsh", "local", "lsh", "local", "lsh"]
-    if not isinstance(kinds, list) or not set(kinds) <= {"local", "lsh"}:
-        raise c.fail("attn_layers", "a list of layer types (local, lsh)")
+    kinds = c.names("attn_layers", None, ("local", "lsh")) or [
+        "local", "lsh", "local", "lsh", "local", "lsh"]
     attention = AttentionSpec(heads=c.int("num_attention_heads", 12),
                               head_dim=c.int("attention_head_size", 64), qkv_bias=False,
                               out_bias=False)
