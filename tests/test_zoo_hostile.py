@@ -50,6 +50,26 @@ NAMES = [
     (_config("kolibri1_1", layer_types=[[1]] * 50),
      "key 'layer_types': expected a list of 50 layer types (indexed_attention, "
      "sliding_attention), " + _LIST),
+    # the older readers' lists, the same cause
+    (_config("deepseek_v32", mlp_layer_types=[[1]] * 61),
+     "key 'mlp_layer_types': expected a list of 61 layer types (sparse, dense), " + _LIST),
+    (_config("kimi_linear", mlp_layer_types=[[1]] * 27),
+     "key 'mlp_layer_types': expected a list of 27 layer types (sparse, dense), " + _LIST),
+    (_config("cohere2_moe", mlp_layer_types=[[1]] * 40),
+     "key 'mlp_layer_types': expected a list of 40 layer types (sparse, dense), " + _LIST),
+    (_config("inkling_text", layer_types=[[1]] * 66),
+     "key 'layer_types': expected a list of 66 layer types (hybrid, hybrid_sliding), " + _LIST),
+    (_config("inkling_text", mlp_layer_types=5),
+     "key 'mlp_layer_types': expected a list of 66 layer types (sparse, dense), got 5"),
+    (_config("dots3_note_text", layer_types=[[1]] * 46),
+     "key 'layer_types': expected a list of 46 layer types (indexed_attention, full_attention, "
+     "sliding_attention), " + _LIST),
+    (_config("glm_moe_dsa", indexer_types=[[1]] * 78),
+     "key 'indexer_types': expected a list of 78 indexer types (full, shared), " + _LIST),
+    (_config("recurrent_gemma", block_types=[[1]]),
+     "key 'block_types': expected a list of block types (recurrent, attention), got [[1]]"),
+    (_config("reformer", attn_layers=[[1]]),
+     "key 'attn_layers': expected a list of layer types (local, lsh), got [[1]]"),
 ]
 
 # Counts of layers and of looped layers' runs past what a reader lays out (MemoryError, or
@@ -59,6 +79,8 @@ LAYERS = [
      "key 'num_hidden_layers': expected at most 65,536 layers, got 65537"),
     (_config("llama", num_hidden_layers=BIG),
      f"key 'num_hidden_layers': expected at most 65,536 layers, got {BIG}"),
+    (_config("xlstm", num_blocks=BIG),
+     f"key 'num_blocks': expected at most 65,536 layers, got {BIG}"),
     (_config("dbrx", n_layers=BIG), f"key 'n_layers': expected at most 65,536 layers, got {BIG}"),
     (_config("hunyuan_v1_moe", num_hidden_layers=10**6),
      "key 'num_hidden_layers': expected at most 65,536 layers, got 1000000"),
