@@ -10,6 +10,8 @@ traceback, each fixed once in ffncli/specs/config.py's Config, and now one error
   layer (a cache layer a run), so memory ran out (MemoryError) or the count ran for minutes.
   A count of layers (Config's LAYER_KEYS) stops at MAX_LAYERS (65,536), and looped layers'
   cache layers in all (Config.cache_layers) too.
+
+The same mutations over every type of the zoo found two more (OTHER), each a reader's own.
 """
 
 from __future__ import annotations
@@ -106,7 +108,18 @@ LAYERS = [
 ]
 
 
-@pytest.mark.parametrize(("config", "message"), NAMES + LAYERS)
+# Two older readers' own (the whole zoo mutated the same way): a number for Reformer's axial
+# shape (its length was taken), a list for T5Gemma 2's encoder text_config (spread as an
+# object; now read by Config.mapping).
+OTHER = [
+    (_config("reformer", axial_pos_shape=5),
+     "key 'axial_pos_shape': expected a list of sizes, got 5"),
+    (_config("t5gemma2", encoder__text_config=[1]),
+     "encoder: key 'text_config': expected an object, got [1]"),
+]
+
+
+@pytest.mark.parametrize(("config", "message"), NAMES + LAYERS + OTHER)
 def test_hostile_config_is_one_error_line(cli, tmp_path, config, message):
     assert_one_line(cli, tmp_path, config, message)
 

@@ -287,7 +287,9 @@ def _pairs(c: Config, rows_key: str, widths_key: str, default: tuple[list[int], 
     for key, value in zip((rows_key, widths_key), values, strict=True):
         if not isinstance(value, list) or len(value) != len(values[0]) or not all(
                 isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in value):
-            raise c.fail(key, f"a list of {len(values[0])} sizes")
+            rows = values[0]  # checked first: a list when the widths are checked
+            raise c.fail(key, f"a list of {len(rows)} sizes" if isinstance(rows, list)
+                         else "a list of sizes")
     if sum(values[1]) != total:
         raise c.fail(widths_key, f"widths summing to hidden_size ({total:,})")
     return tuple(zip(values[0], values[1], strict=True))
