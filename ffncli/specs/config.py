@@ -6,6 +6,7 @@ building blocks are in :mod:`ffncli.specs.hfconfig`, which names these too.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,16 @@ ACTIVATIONS = {
     "sigmoid": "sigmoid",
     "linear": "identity",
 }
+
+# The keys that say how many layers a reader lays out (a list a layer, a cache layer a run of
+# looped layers): a config's count stops at MAX_LAYERS, so 10**12 layers are one error line,
+# not the memory of a list that long.
+MAX_LAYERS = 2**16
+LAYER_KEYS = frozenset({
+    "num_hidden_layers", "n_layers", "n_layer", "num_layers", "num_decoder_layers",
+    "num_encoder_layers", "encoder_layers", "decoder_layers", "num_layers_per_stack",
+    "n_recurrent_layers", "n_input_layers", "n_output_layers", "num_blocks",
+})
 
 
 class Config(Keys):
@@ -56,6 +67,17 @@ class Config(Keys):
         other = f" (or '{self.other[key]}')" if key in self.other else ""
         return ConfigError(f"{self.source}: missing key '{key}'{other}")
 
+    def whole(self, key: str, default: builtins.int | None = None,
+              minimum: builtins.int = 1) -> builtins.int | None:
+        """Keys.whole's, a count of layers (LAYER_KEYS) at most MAX_LAYERS."""
+        value = super().whole(key, default, minimum)
+        return value if value is None else self._layers(key, value)
+
+    def _layers(self, key: str, value: builtins.int) -> builtins.int:
+        if key in LAYER_KEYS and value > MAX_LAYERS:
+            raise self.fail(key, f"at most {MAX_LAYERS:,} layers")
+        return value
+
     def int(self, key: str, default: int | None = None) -> int:
         """A whole number >= 1, required unless there is a ``default``."""
         return self.required(key) if default is None else self.whole(key) or default
@@ -80,8 +102,8 @@ class Config(Keys):
         """A whole number that may be 0 (or null, meaning 0 when the key is present)."""
         if key in self.data and self.data[key] is None:
             return 0
-        return validate.whole(self.where(key), self.data.get(key, default), 0,
-                              error=ConfigError)
+        return self._layers(key, validate.whole(self.where(key), self.data.get(key, default),
+                                                0, error=ConfigError))
 
     def alias(self, keys: tuple[str, ...], default: builtins.int | None = None) -> builtins.int:
         """The first of several names a config may use for one size (``n_layer`` is also
@@ -101,6 +123,31 @@ class Config(Keys):
                 for v in value):
             raise self.fail(key, "a list of layer numbers")
         return value
+
+    def names(self, key: str, n: builtins.int | None, choices: Sequence[str],
+              shown: Sequence[str] | None = None, what: str = "layer types"
+              ) -> list[str] | None:
+        """A list of n names (any length but 0 when n is None), each one of ``choices`` (the error
+        lists ``shown``, by default the choices); None when the key is absent or null. A
+        list may hold anything (``[[1]]``): each element is compared, never hashed."""
+        value = self.data.get(key)
+        if value is None:
+            return None
+        listed = isinstance(value, list) and (bool(value) if n is None else len(value) == n)
+        if not listed or not all(isinstance(v, str) and v in choices for v in value):
+            count = "" if n is None else f"{n} "
+            raise self.fail(key, f"a list of {count}{what} ({', '.join(shown or choices)})")
+        return value
+
+    def cache_layers(self, key: str, runs: builtins.int, total: builtins.int,
+                     where: str | None = None) -> None:
+        """Looped layers' cache layers (one a run), ``key`` their ``runs`` (``where``: where
+        the file gives it, when not the key itself): at most MAX_LAYERS in all, as the layers
+        are."""
+        if total > MAX_LAYERS:
+            raise ConfigError(f"{where or self.where(key)}: expected at most "
+                              f"{MAX_LAYERS:,} cache layers in all (the layers and their "
+                              f"runs), got {runs} ({total:,} cache layers)")
 
     def at_most(self, key: str, value: builtins.int, limit_key: str,
                 limit: builtins.int) -> builtins.int:

@@ -40,21 +40,10 @@ def v4_attention(c: Config) -> AttentionSpec:
         o_groups=groups, o_lora_rank=c.int("o_lora_rank"))
 
 
-def _list(c: Config, key: str, n: int, allowed: tuple[str, ...]) -> list[str] | None:
-    """A per-layer list of names (None when the key is absent or null)."""
-    value = c.data.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, list) or len(value) != n or not all(
-            isinstance(v, str) and v in allowed for v in value):
-        raise c.fail(key, f"a list of {n} layer types ({', '.join(allowed)})")
-    return value
-
-
 def layer_types(c: Config, n: int) -> list[str]:
     """Each layer's attention: layer_types, else the older compress_ratios (0, 4 or 128
     each), else DeepseekV4Config's: two HCA layers, then HCA and CSA in turn."""
-    types = _list(c, "layer_types", n, tuple(_NAMES))
+    types = c.names("layer_types", n, tuple(_NAMES))
     if types is not None:
         return types
     ratios = c.data.get("compress_ratios")
@@ -69,7 +58,7 @@ def layer_types(c: Config, n: int) -> list[str]:
 def hash_layers(c: Config, n: int) -> list[bool]:
     """Which layers route by token (hash_moe): mlp_layer_types, else the first num_hash_layers
     (default 3)."""
-    kinds = _list(c, "mlp_layer_types", n, ("hash_moe", "moe"))
+    kinds = c.names("mlp_layer_types", n, ("hash_moe", "moe"))
     if kinds is not None:
         return [k == "hash_moe" for k in kinds]
     first = c.int0("num_hash_layers", 3)

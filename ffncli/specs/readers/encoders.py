@@ -287,7 +287,9 @@ def _pairs(c: Config, rows_key: str, widths_key: str, default: tuple[list[int], 
     for key, value in zip((rows_key, widths_key), values, strict=True):
         if not isinstance(value, list) or len(value) != len(values[0]) or not all(
                 isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in value):
-            raise c.fail(key, f"a list of {len(values[0])} sizes")
+            rows = values[0]  # checked first: a list when the widths are checked
+            raise c.fail(key, f"a list of {len(rows)} sizes" if isinstance(rows, list)
+                         else "a list of sizes")
     if sum(values[1]) != total:
         raise c.fail(widths_key, f"widths summing to hidden_size ({total:,})")
     return tuple(zip(values[0], values[1], strict=True))
@@ -300,9 +302,8 @@ def reformer_spec(c: Config) -> ModelSpec:
     position tables (axial_pos_shape x axial_pos_embds_dim) or a learned table; the final norm
     over both reversible streams (2 x hidden_size); no head."""
     d = c.int("hidden_size", 256)
-    kinds = c.data.get("attn_layers") or ["local", "lsh", "local", "lsh", "local", "lsh"]
-    if not isinstance(kinds, list) or not set(kinds) <= {"local", "lsh"}:
-        raise c.fail("attn_layers", "a list of layer types (local, lsh)")
+    kinds = c.names("attn_layers", None, ("local", "lsh")) or [
+        "local", "lsh", "local", "lsh", "local", "lsh"]
     attention = AttentionSpec(heads=c.int("num_attention_heads", 12),
                               head_dim=c.int("attention_head_size", 64), qkv_bias=False,
                               out_bias=False)

@@ -373,10 +373,8 @@ def _kda_model(c: Config, family: str, mixers: list[str], mixer: LinearMixerSpec
         shared_d_ff=c.int0("num_shared_experts", 1) * width)
     c.at_most("num_experts_per_token", experts.top_k, "num_experts", experts.experts)
     first = c.int0("first_k_dense_replace", dense_first)
-    kinds = c.data.get("mlp_layer_types") or ["dense" if i < first else "sparse"
-                                              for i in range(n)]
-    if not isinstance(kinds, list) or len(kinds) != n or not set(kinds) <= {"sparse", "dense"}:
-        raise c.fail("mlp_layer_types", f"a list of {n} layer types (sparse, dense)")
+    kinds = c.names("mlp_layer_types", n, ("sparse", "dense")) or [
+        "dense" if i < first else "sparse" for i in range(n)]
     spec = gated_decoder_spec(c, family, seq_default=seq_default,
                               moe=lambda c, n: (experts, 0))
     nope, rope = c.int("qk_nope_head_dim", 128), c.int("qk_rope_head_dim", 64)
@@ -454,11 +452,8 @@ def inkling_text_spec(c: Config) -> ModelSpec:
     n_routed_experts SwiGLU experts of moe_intermediate_size and n_shared_experts shared ones
     as wide, the router scoring both (with a learned scale); a norm after the embeddings."""
     d, n = c.int("hidden_size", 6144), c.int("num_hidden_layers", 66)
-    types = c.data.get("layer_types") or ["hybrid_sliding"] * n
-    if not isinstance(types, list) or len(types) != n or not set(types) <= {
-            "hybrid", "hybrid_sliding"}:
-        raise c.fail("layer_types", f"a list of {n} layer types (hybrid, hybrid_sliding)")
-    if set(c.data.get("mlp_layer_types") or ["sparse"]) != {"sparse"}:
+    types = c.names("layer_types", n, ("hybrid", "hybrid_sliding")) or ["hybrid_sliding"] * n
+    if "dense" in (c.names("mlp_layer_types", n, ("sparse", "dense")) or ()):
         raise c.fail("mlp_layer_types", "every layer sparse (the dense layers' scale is not "
                      "read)")
     width = c.int("moe_intermediate_size", 3072)

@@ -16,9 +16,8 @@ def recurrent_gemma_spec(c: Config) -> ModelSpec:
     a bias); every layer a GeGLU of intermediate_size / 2 with biases and two norms; the head
     tied."""
     d, n = c.int("hidden_size", 2560), c.int("num_hidden_layers", 26)
-    types = c.data.get("block_types", ["recurrent", "recurrent", "attention"])
-    if not isinstance(types, list) or not types or not set(types) <= {"recurrent", "attention"}:
-        raise c.fail("block_types", "a list of block types (recurrent, attention)")
+    types = c.names("block_types", None, ("recurrent", "attention"), what="block types") \
+        or ["recurrent", "recurrent", "attention"]
     heads, kv = c.heads(d, head_dim=c.int("head_dim", 256))
     width = c.int("lru_width", d)
     if width % heads:

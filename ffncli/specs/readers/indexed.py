@@ -41,13 +41,11 @@ def _layer_types(c: Config) -> list[str]:
     """transformers' layer_types with indexed_attention as full_attention (its parameters and
     cache are full attention's, with the indexer's)."""
     n = c.int("num_hidden_layers")
-    types = c.data.get("layer_types")
+    types = c.names("layer_types", n, ("linear_attention", "indexed_attention",
+                                        "full_attention"), shown=("linear_attention",
+                                                                  "indexed_attention"))
     if types is None:
         every = c.int("full_attention_interval", 4)
         return ["full_attention" if (i + 1) % every == 0 else "linear_attention"
                 for i in range(n)]
-    if not isinstance(types, list) or len(types) != n or not set(types) <= {
-            "linear_attention", "indexed_attention", "full_attention"}:
-        raise c.fail("layer_types", f"a list of {n} layer types (linear_attention, "
-                     "indexed_attention)")
     return ["linear_attention" if t == "linear_attention" else "full_attention" for t in types]

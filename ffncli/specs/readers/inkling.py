@@ -137,13 +137,20 @@ def _layer_types(c: Config, n: int) -> list[str]:
 
 def _loop_key(c: Config, short: str, key: str) -> int:
     """A loop key: loop_config's ``short`` (a checkpoint's spelling) over ``key``."""
+    where = _loop_where(c, short, key)
+    if where != c.where(key):
+        return validate.whole(where, c.data["loop_config"][short], error=ConfigError)
+    return c.int(key)
+
+
+def _loop_where(c: Config, short: str, key: str) -> str:
+    """Where a loop key is: ``<source>: key 'loop_config.short'`` or ``... key 'key'``."""
     nested = c.data.get("loop_config")
     if nested is not None and not isinstance(nested, dict):
         raise c.fail("loop_config", "an object")
     if nested and nested.get(short) is not None:
-        return validate.whole(f"{c.where('loop_config')[:-1]}.{short}'", nested[short],
-                              error=ConfigError)
-    return c.int(key)
+        return f"{c.where('loop_config')[:-1]}.{short}'"
+    return c.where(key)
 
 
 def _loop(c: Config) -> tuple[int, int, int]:
@@ -159,4 +166,6 @@ def _loop(c: Config) -> tuple[int, int, int]:
     if not start < end <= n:
         raise c.fail("loop_layer_index_end", f"more than loop_layer_index_start ({start}) "
                      f"and at most num_hidden_layers ({n})")
+    c.cache_layers("loop_num_passes", passes, n + (passes - 1) * (end - start),
+                   _loop_where(c, "num_passes", "loop_num_passes"))
     return start, end, passes

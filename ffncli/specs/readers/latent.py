@@ -59,7 +59,7 @@ def _mlp_types(c: Config, n: int, dense_first: int, family: str) -> list[bool]:
     """Which layers are a mixture of experts: ``mlp_layer_types`` ("dense", "sparse"), else as
     the family's class derives it: first_k_dense_replace (default ``dense_first``) dense
     layers, then, of the others, those moe_layer_freq divides (or a list says) sparse."""
-    kinds = c.data.get("mlp_layer_types")
+    kinds = c.names("mlp_layer_types", n, ("sparse", "dense"))
     keys = _DENSE_KEYS.get(family, _FIRST_AND_FREQ)
     if kinds is None:
         dense = dense_first
@@ -71,8 +71,6 @@ def _mlp_types(c: Config, n: int, dense_first: int, family: str) -> list[bool]:
             return [i >= dense and bool(f) for i, f in enumerate(freq)]
         step = c.int("moe_layer_freq", 1) if freq is not None else 1
         return [i >= dense and i % step == 0 for i in range(n)]
-    if not isinstance(kinds, list) or len(kinds) != n or not set(kinds) <= {"sparse", "dense"}:
-        raise c.fail("mlp_layer_types", f"a list of {n} layer types (sparse, dense)")
     return [k == "sparse" for k in kinds]
 
 
@@ -89,7 +87,8 @@ def _indexer_layers(c: Config, n: int, family: str) -> list[bool]:
             if isinstance(pattern, str) else pattern
     elif kinds is None:
         return _default_indexers(c, n, family)
-    if not isinstance(kinds, list) or len(kinds) != n or not set(kinds) <= {"full", "shared"}:
+    if not isinstance(kinds, list) or len(kinds) != n or not all(
+            k in ("full", "shared") for k in kinds):
         raise c.fail("indexer_types", f"a list of {n} indexer types (full, shared)")
     return [k == "full" for k in kinds]
 
@@ -169,13 +168,8 @@ def _dots3_layers(c: Config, n: int) -> tuple[list[str], dict[int, dict[str, Any
 
 def _dots3_types(c: Config, n: int) -> list[str]:
     """layer_types, else layers 0, 1 and every 4th from 1 indexed, the others sliding."""
-    types = c.data.get("layer_types")
-    if types is None:
-        types = ["indexed_attention" if i < 2 or i % 4 == 1 else "sliding_attention"
-                 for i in range(n)]
-    if not isinstance(types, list) or len(types) != n or not set(types) <= set(_DOTS3_LAYERS):
-        raise c.fail("layer_types", f"a list of {n} layer types ({', '.join(_DOTS3_LAYERS)})")
-    return types
+    return c.names("layer_types", n, tuple(_DOTS3_LAYERS)) or [
+        "indexed_attention" if i < 2 or i % 4 == 1 else "sliding_attention" for i in range(n)]
 
 
 def _dots3_swa(c: Config, types: list[str]) -> tuple[list[str], dict[str, dict[str, Any]]]:

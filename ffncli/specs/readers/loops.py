@@ -74,6 +74,7 @@ def dory_spec(c: Config) -> ModelSpec:
                                      learned_scalars=2 * width + 2 * spec.d_model),
                    embeddings=replace(emb, head_scale=True))
     loops = c.int("n_recurrent_loops", 2)
+    c.cache_layers("n_recurrent_loops", loops, spec.layers.decoder + (loops - 1) * recurrent)
     mode = c.data.get("recurrent_kv_cache_mode", "per_loop")
     if mode not in ("per_loop", "last_loop"):
         raise c.fail("recurrent_kv_cache_mode", "'per_loop' or 'last_loop'")
@@ -102,6 +103,8 @@ def hrm_text_spec(c: Config) -> ModelSpec:
     per_stack = c.int("num_layers_per_stack") if c.data.get("num_layers_per_stack") \
         is not None else c.int("num_hidden_layers")
     high, low = c.int("H_cycles", 2), c.int("L_cycles", 3)
+    c.cache_layers(*(("H_cycles", high) if high > low else ("L_cycles", low)),
+                   per_stack * high * (low + 1))
     spec = gated_decoder_spec(Config({**c.data, "num_hidden_layers": 2 * per_stack,
                                       "num_key_value_heads": None}, c.source),
                               "hrm_text", norm=_NO_WEIGHTS)

@@ -254,15 +254,8 @@ def kolibri1_1_spec(c: Config) -> ModelSpec:
 
 def _kolibri_types(c: Config, n: int) -> list[str]:
     """layer_types, else every fifth layer indexed, the others sliding."""
-    types = c.data.get("layer_types")
-    if types is None:
-        types = ["indexed_attention" if (i + 1) % 5 == 0 else "sliding_attention"
-                 for i in range(n)]
-    if not isinstance(types, list) or len(types) != n or not set(types) <= {
-            "indexed_attention", "sliding_attention"}:
-        raise c.fail("layer_types", f"a list of {n} layer types (indexed_attention, "
-                     "sliding_attention)")
-    return types
+    return c.names("layer_types", n, ("indexed_attention", "sliding_attention")) or [
+        "indexed_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(n)]
 
 
 def _kolibri_sources(c: Config, n: int, types: list[str]) -> list[int]:

@@ -180,9 +180,7 @@ def cohere2_moe_spec(c: Config) -> ModelSpec:
     spec = gated_decoder_spec(c, "cohere2_moe", tie_default=True, norm=COHERE_NORM,
                               moe=routed("num_experts", 2, 8))
     n = spec.layers.decoder
-    kinds = c.data.get("mlp_layer_types") or ["sparse"] * n
-    if not isinstance(kinds, list) or len(kinds) != n or not set(kinds) <= {"sparse", "dense"}:
-        raise c.fail("mlp_layer_types", f"a list of {n} layer types (sparse, dense)")
+    kinds = c.names("mlp_layer_types", n, ("sparse", "dense")) or ["sparse"] * n
     ffns = [spec.ffn if k == "sparse" else _dense_ffn(c) for k in kinds]
     return with_pattern(spec, c, layer_mixers(c, n), ffns)
 

@@ -210,8 +210,8 @@ def t5gemma2_spec(c: Config) -> ModelSpec:
     attends to the encoder with its self-attention's projections; one word table for both
     stacks and the head, and its end-of-image row; final norms. The encoder's vision tower
     and projector are named, not counted. Stacks of different shapes are refused."""
-    encoder = c.mapping("encoder") or {}
-    text = Config({"model_type": "t5gemma2_text", **(encoder.get("text_config") or {})},
+    encoder = Config(c.mapping("encoder") or {}, f"{c.source}: encoder")
+    text = Config({"model_type": "t5gemma2_text", **(encoder.mapping("text_config") or {})},
                   f"{c.source}: encoder: text_config")
     decoder = Config({"model_type": "t5gemma2_decoder", **(c.mapping("decoder") or {})},
                      f"{c.source}: decoder")
@@ -219,7 +219,7 @@ def t5gemma2_spec(c: Config) -> ModelSpec:
                    for x in (text, decoder))
     _same_shape(c, spec, other)
     _, embeddings, norm = built(spec)
-    vision = encoder.get("vision_config")
+    vision = encoder.data.get("vision_config")
     kind = str(vision.get("model_type", "?"))[:40] if isinstance(vision, dict) else ""
     return replace(spec, name=c.name("t5gemma2"),
                    layers=LayersSpec(encoder=spec.layers.decoder, decoder=other.layers.decoder,

@@ -54,10 +54,7 @@ def zaya_spec(c: Config) -> ModelSpec:
 
 def _layer_types(c: Config, n: int) -> list[str]:
     """layer_types (every layer "hybrid" without it), checked."""
-    types = c.data.get("layer_types") or ["hybrid"] * n
-    if not isinstance(types, list) or len(types) != n or not set(types) <= set(_MIXERS):
-        raise c.fail("layer_types", f"a list of {n} layer types ({', '.join(_MIXERS)})")
-    return types
+    return c.names("layer_types", n, tuple(_MIXERS)) or ["hybrid"] * n
 
 
 def _kind(c: Config, layer_type: str, cca: CcaSpec, ffn: FfnSpec, common: FfnSpec) -> LayerKind:
