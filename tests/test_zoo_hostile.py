@@ -135,3 +135,18 @@ def test_layers_up_to_the_cap_are_counted():
 
     one, two = total(1), total(2)
     assert total(MAX_LAYERS) == one + (MAX_LAYERS - 1) * (two - one)
+
+
+@pytest.mark.parametrize("key", ["decoder", "encoder", "dense"])
+def test_a_preset_of_too_many_layers_is_one_error_line(cli, tmp_path, key):
+    """A YAML spec's layers stop at MAX_LAYERS as a config's do (10**12 decoder layers were a
+    MemoryError: the spec lays out a kind a layer)."""
+    text = (DATA.parent.parent / "presets" / "llama2-7b.yaml").read_text()
+    path = tmp_path / "big.yaml"
+    path.write_text(text.replace("layers: {decoder: 32}", f"layers: {{decoder: 32, {key}: "
+                                 f"{10**12}}}" if key != "decoder" else
+                                 f"layers: {{decoder: {10**12}}}"))
+    r = cli("params", "--preset", path)
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (f"error: {path}: key 'layers.{key}': expected a whole number from 0 to "
+                     f"{MAX_LAYERS}, got {10**12}\n")

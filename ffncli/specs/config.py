@@ -15,6 +15,7 @@ from ffncli.base.textformats import read_json
 from ffncli.base.validate import MAX_INT, Keys
 from ffncli.errors import ConfigError
 from ffncli.specs.renames import ATTRIBUTE_MAPS
+from ffncli.specs.rules import MAX_LAYERS
 from ffncli.specs.sections import HeadKind
 
 # Hugging Face activation names -> ours.
@@ -31,9 +32,8 @@ ACTIVATIONS = {
 }
 
 # The keys that say how many layers a reader lays out (a list a layer, a cache layer a run of
-# looped layers): a config's count stops at MAX_LAYERS, so 10**12 layers are one error line,
-# not the memory of a list that long.
-MAX_LAYERS = 2**16
+# looped layers): a config's count stops at MAX_LAYERS (a preset's too, rules.py), so 10**12
+# layers are one error line, not the memory of a list that long.
 LAYER_KEYS = frozenset({
     "num_hidden_layers", "n_layers", "n_layer", "num_layers", "num_decoder_layers",
     "num_encoder_layers", "encoder_layers", "decoder_layers", "num_layers_per_stack",

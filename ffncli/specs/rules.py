@@ -58,6 +58,12 @@ _MINIMUM: dict[str, int] = {  # keys whose integers may be 0; every other intege
 }
 
 
+# The most layers a spec lays out, a list a layer (a config's count, specs/config.py, stops
+# there too): 10**12 layers are one error line, not the memory of a list that long.
+MAX_LAYERS = 2**16
+_LAYERS = ("layers.encoder", "layers.decoder", "layers.dense")
+
+
 def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
     """One key's value, checked by ``validate`` (never coerced)."""
     where = f"{source}: key '{key}'"
@@ -68,7 +74,8 @@ def _check_value(source: str, key: str, value: Any, annotation: str) -> Any:
     if annotation.startswith("bool"):
         return validate.flag(where, value, SpecError)
     if annotation.startswith("int"):
-        return validate.whole(where, value, _MINIMUM.get(key, 1), error=SpecError)
+        return validate.whole(where, value, _MINIMUM.get(key, 1),
+                              MAX_LAYERS if key in _LAYERS else validate.MAX_INT, SpecError)
     if annotation.startswith("float"):
         return validate.number(where, value, positive=True, error=SpecError)
     return validate.name(where, value, _CHOICES.get(key), SpecError)
