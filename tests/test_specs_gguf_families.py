@@ -7,9 +7,11 @@ builds under llama.cpp's names, data a hole in a sparse file."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import DATA
-from helpers.zoo_checkpoints import ffn_parts, truth
+from helpers.zoo_checkpoints import decoder_stack, ffn_parts, truth
 from helpers.zoo_gguf import ARCHS, config, write_zoo_gguf
 
 import ffncli
@@ -24,7 +26,7 @@ def test_the_metadata_counts_as_transformers_builds_it(tmp_path, model_type):
     write_zoo_gguf(path, model_type)
     counted = ffncli.count(spec_from_header(read_header(path)))
     want = truth(model_type)
-    stack = next(s for p, s in want["stacks"].items() if "layers" in p)
+    stack = decoder_stack(model_type)
     assert (counted.total, counted.active, counted.decoder_ffn()) == \
         (want["total"], want["active"] or counted.active, tuple(stack["ffn"]))
 
@@ -89,3 +91,40 @@ def test_a_key_the_architecture_needs_missing_is_one_line(tmp_path, cli, model_t
         f.write(b"_")
     r = cli("params", "--weights", path)
     assert (r.code, r.out, r.err) == (2, "", f"error: {path}: missing metadata key '{key}'\n")
+
+
+# s5-gguf-a: the zoo's configs are their readers' defaults, so a key read wrong could go unseen
+# above: here the metadata says other shapes (real models' where there is one), and the spec is
+# the one the same config.json gives.
+RESHAPED = {
+    "gpt2": ({"n_embd": 1024, "n_layer": 24, "n_head": 16, "n_positions": 2048}, {}),
+    "gpt_bigcode": ({"n_embd": 2048, "n_layer": 24, "n_head": 16, "n_positions": 2048}, {}),
+    "gptj": ({"n_embd": 2048, "n_layer": 8, "n_head": 16, "n_positions": 1024}, {}),
+    "mpt": ({"d_model": 4096, "n_layers": 32, "n_heads": 32, "max_seq_len": 4096}, {}),
+    "gpt_neox": ({"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 8,
+                  "num_hidden_layers": 16}, {}),
+    "phi": ({"hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 32,
+             "num_key_value_heads": 32}, {}),
+    # stabilityai/stablelm-2-1_6b: biased q, k and v
+    "stablelm": ({"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+                  "use_qkv_bias": True}, {"blk.0.attn_q.bias": (2048,)}),
+    # tiiuae/falcon-40b: the new decoder, grouped key-value heads, two attention norms
+    "falcon": ({"hidden_size": 8192, "num_attention_heads": 128, "num_kv_heads": 8,
+                "num_hidden_layers": 60, "new_decoder_architecture": True,
+                "ffn_hidden_size": 32768}, {"blk.0.attn_norm_2.weight": (8192,)}),
+    "nemotron": ({"hidden_size": 3072, "intermediate_size": 9216, "num_attention_heads": 24,
+                  "num_hidden_layers": 32}, {}),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(RESHAPED))
+def test_the_metadata_is_read_not_the_reader_s_defaults(tmp_path, model_type):
+    reshaped, more = RESHAPED[model_type]
+    path = tmp_path / "model.gguf"
+    write_zoo_gguf(path, model_type, reshaped, more)
+    data = json.loads((DATA / "zoo" / "configs" / f"{model_type}.config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**data, **reshaped}))
+    mine = ffncli.count(spec_from_header(read_header(path)))
+    want = ffncli.count(ffncli.load_spec(config=tmp_path / "config.json"))
+    assert (mine.total, mine.decoder_ffn()) == (want.total, want.decoder_ffn())
+    assert mine.total != truth(model_type)["total"]  # not the defaults'

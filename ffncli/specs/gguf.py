@@ -165,6 +165,16 @@ _DELTANET_DERIVED = {
 _DELTANET_REQUIRED = ("ssm.group_count", "ssm.time_step_rank", "ssm.state_size",
                       "ssm.inner_size")
 
+def _has(tensor: str, present: bool = True) -> Derive:
+    """True when the file holds ``tensor`` (false, when ``present`` is false)."""
+    return lambda m, layers: (tensor in m.header.tensors) == present
+
+
+def _one_kv(m: Metadata, layers: int) -> bool:
+    """Multi-query attention: one key-value head."""
+    return m.get("attention.head_count_kv") == 1
+
+
 READINGS: dict[str, Reading] = {
     "llama": Reading(keys=_MIXTRAL),
     "deepseek2": Reading(keys={**_MLA, **_DEEPSEEK_MOE}, absent={"q_lora_rank": None},
@@ -231,6 +241,35 @@ READINGS: dict[str, Reading] = {
     "starcoder2": Reading(tensors={"use_bias": "blk.0.attn_q.bias"}),
     "ernie4_5": Reading(tensors={"use_bias": "blk.0.attn_q.bias"}),
     "seed_oss": Reading(tensors={"attention_out_bias": "blk.0.attn_output.bias"}),
+    # s5-gguf-a: dense decoders (GPT-2's, GPT-J's and MPT's n_* keys are their configs'
+    # renames of hidden_size ...). StarCoder (GPT-BigCode) with one key-value head is
+    # multi-query; GPT-NeoX's and Falcon's biases are on the fused attn_qkv; StableLM's and
+    # Falcon's parallel block has no ffn_norm; Falcon's new decoder (40B, 180B) has a second
+    # attention norm or grouped key-value heads.
+    "gpt2": Reading(),
+    "starcoder": Reading(derived={"multi_query": _one_kv}),
+    "gptj": Reading(),
+    "gptneox": Reading(tensors={"attention_bias": "blk.0.attn_qkv.bias"}),
+    "phi2": Reading(),
+    "stablelm": Reading(tensors={"use_qkv_bias": "blk.0.attn_q.bias",
+                                 "qk_layernorm": "blk.0.attn_q_norm.weight"},
+                        derived={"use_parallel_residual": _has("blk.0.ffn_norm.weight", False)}),
+    "falcon": Reading(keys={"ffn_hidden_size": ("feed_forward_length",),
+                            "num_kv_heads": ("attention.head_count_kv",)},
+                      tensors={"bias": "blk.0.attn_qkv.bias"},
+                      derived={"multi_query": _one_kv,
+                               "new_decoder_architecture": lambda m, layers:
+                               "blk.0.attn_norm_2.weight" in m.header.tensors
+                               or (m.get("attention.head_count_kv") or 1) > 1,
+                               "num_ln_in_parallel_attn": lambda m, layers:
+                               2 if "blk.0.attn_norm_2.weight" in m.header.tensors else 1,
+                               "parallel_attn": _has("blk.0.ffn_norm.weight", False)}),
+    "mpt": Reading(),
+    "exaone4": Reading(keys=_SLIDING),
+    "nemotron": Reading(),
+    "hunyuan-dense": Reading(),
+    "arcee": Reading(),
+    "jais2": Reading(),
 }
 
 
