@@ -112,6 +112,10 @@ RESHAPED = {
     "falcon": ({"hidden_size": 8192, "num_attention_heads": 128, "num_kv_heads": 8,
                 "num_hidden_layers": 60, "new_decoder_architecture": True,
                 "ffn_hidden_size": 32768}, {"blk.0.attn_norm_2.weight": (8192,)}),
+    # CohereForAI/c4ai-command-r-plus: q and k norms, one a head
+    "cohere": ({"hidden_size": 12288, "intermediate_size": 33792, "num_attention_heads": 96,
+                "num_key_value_heads": 8, "num_hidden_layers": 64, "use_qk_norm": True},
+               {"blk.0.attn_q_norm.weight": (96, 128)}),
     "nemotron": ({"hidden_size": 3072, "intermediate_size": 9216, "num_attention_heads": 24,
                   "num_hidden_layers": 32}, {}),
 }

@@ -270,6 +270,7 @@ READINGS: dict[str, Reading] = {
     "hunyuan-dense": Reading(),
     "arcee": Reading(),
     "jais2": Reading(),
+    "command-r": Reading(tensors={"use_qk_norm": "blk.0.attn_q_norm.weight"}),
 }
 
 

@@ -215,7 +215,7 @@ ARCHS: dict[str, Arch] = {
     "bigbird_pegasus": Arch(read("bart_family.bigbird_pegasus_spec")),
     "seamless_m4t": Arch(read("bart_family.seamless_text_spec", family="seamless_m4t")),
     "seamless_m4t_v2": Arch(read("bart_family.seamless_text_spec", family="seamless_m4t_v2")),
-    "cohere": Arch(read("llama_family.cohere_spec"), LLAMA_FFN),
+    "cohere": Arch(read("llama_family.cohere_spec"), LLAMA_FFN, gguf="command-r"),
     "deepseek_v3": Arch(read("moe_family.deepseek_v3_spec"), DEEPSEEK_FFN, forward="deepseek_v3",
                         names=MLA_NAMES, gguf="deepseek2"),
     # 2025-26 decoders

@@ -32,7 +32,7 @@ ARCHS.update({"gpt2": "GPT2", "gpt_neox": "GPTNEOX", "stablelm": "STABLELM",
               "gpt_bigcode": "STARCODER", "phi": "PHI2", "exaone4": "EXAONE4",
               "falcon": "FALCON", "mpt": "MPT", "gptj": "GPTJ",
               "nemotron": "NEMOTRON", "hunyuan_v1_dense": "HUNYUAN_DENSE",
-              "arcee": "ARCEE", "jais2": "JAIS2"})
+              "arcee": "ARCEE", "jais2": "JAIS2", "cohere": "COMMAND_R"})
 # s5-gguf-a: the shape keys these types' converter classes write, as the config's keys (GPT-2,
 # StarCoder, GPT-J, MPT and Falcon write 4 * d as the FFN width; StarCoder one key-value head;
 # Falcon num_kv_heads, else n_head_kv, else 1: its Hub configs' multi-query 7B has neither)
