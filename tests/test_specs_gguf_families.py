@@ -54,13 +54,14 @@ MIXERS = {"full_attention": "full", "sliding_attention": "sliding",
 
 
 @pytest.mark.parametrize("model_type", ["gpt_oss", "gemma3_text", "llama4_text", "qwen3_next",
-                                        "cohere2", "gemma3n_text", "qwen3_5_text"])
+                                        "cohere2", "gemma3n_text", "qwen3_5_text",
+                                        "exaone4"])  # s5-gguf-a
 def test_the_layer_pattern_is_the_config_s(tmp_path, model_type):
     """The pattern llama.cpp fixes per architecture (gpt-oss: sliding and full attention
     alternating; Gemma 3: five sliding layers to one full; Llama 4: three chunked to one full;
     Qwen3-Next: full attention every full_attention_interval-th layer; Command R7B: three
-    sliding to one full; Gemma 3n: the file's sliding_window_pattern, one flag a layer) is the
-    config's
+    sliding to one full; Gemma 3n and EXAONE 4: the file's sliding_window_pattern, one flag a
+    layer) is the config's
     layer_types, and so is the KV cache."""
     path = tmp_path / "model.gguf"
     write_zoo_gguf(path, model_type)

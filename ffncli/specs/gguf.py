@@ -170,6 +170,15 @@ def _has(tensor: str, present: bool = True) -> Derive:
     return lambda m, layers: (tensor in m.header.tensors) == present
 
 
+def _window_flags(m: Metadata, layers: int) -> list[str] | None:
+    """``layer_types`` from a file's ``attention.sliding_window_pattern`` array (true: a
+    sliding layer), when it has one for every layer."""
+    sliding = m.values("attention.sliding_window_pattern")
+    if sliding is None or len(sliding) != layers:
+        return None
+    return ["sliding_attention" if v else "full_attention" for v in sliding]
+
+
 def _one_kv(m: Metadata, layers: int) -> bool:
     """Multi-query attention: one key-value head."""
     return m.get("attention.head_count_kv") == 1
@@ -265,7 +274,7 @@ READINGS: dict[str, Reading] = {
                                2 if "blk.0.attn_norm_2.weight" in m.header.tensors else 1,
                                "parallel_attn": _has("blk.0.ffn_norm.weight", False)}),
     "mpt": Reading(),
-    "exaone4": Reading(keys=_SLIDING),
+    "exaone4": Reading(keys=_SLIDING, derived={"layer_types": _window_flags}),
     "nemotron": Reading(),
     "hunyuan-dense": Reading(),
     "arcee": Reading(),

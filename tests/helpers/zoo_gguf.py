@@ -166,6 +166,8 @@ def _metadata(w, model_type: str, c: dict) -> None:
         nextn = c.get("num_nextn_predict_layers", 0)
         w.add_nextn_predict_layers(nextn)
         layers += nextn
+    if model_type == "exaone4":  # s5-gguf-a: from its layer_types
+        w.add_sliding_window_pattern([t == "sliding_attention" for t in c["layer_types"]])
     if model_type == "gemma3n_text":
         w.add_altup_num_inputs(c["altup_num_inputs"])
         w.add_embedding_length_per_layer_input(c["hidden_size_per_layer_input"])
