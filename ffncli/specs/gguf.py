@@ -141,6 +141,26 @@ def _gating(m: Metadata, layers: int) -> str | None:
     return {1: "softmax", 2: "sigmoid"}.get(m.get("expert_gating_func") or 0)
 
 
+# s5-gguf-a
+def _has(tensor: str, present: bool = True) -> Derive:
+    """True when the file holds ``tensor`` (false, when ``present`` is false)."""
+    return lambda m, layers: (tensor in m.header.tensors) == present
+
+
+def _window_flags(m: Metadata, layers: int) -> list[str] | None:
+    """``layer_types`` from a file's ``attention.sliding_window_pattern`` array (true: a
+    sliding layer), when it has one for every layer."""
+    sliding = m.values("attention.sliding_window_pattern")
+    if sliding is None or len(sliding) != layers:
+        return None
+    return ["sliding_attention" if v else "full_attention" for v in sliding]
+
+
+def _one_kv(m: Metadata, layers: int) -> bool:
+    """Multi-query attention: one key-value head."""
+    return m.get("attention.head_count_kv") == 1
+
+
 _SLIDING = {"sliding_window": ("attention.sliding_window",)}
 # Latent attention (DeepSeek-V2/V3, MiniCPM3): llama.cpp writes key_length_mla and
 # value_length_mla (key_length and value_length then describe its compressed heads); files
@@ -164,25 +184,6 @@ _DELTANET_DERIVED = {
     "layer_types": _every("full_attention_interval", "linear_attention", "full_attention")}
 _DELTANET_REQUIRED = ("ssm.group_count", "ssm.time_step_rank", "ssm.state_size",
                       "ssm.inner_size")
-
-def _has(tensor: str, present: bool = True) -> Derive:
-    """True when the file holds ``tensor`` (false, when ``present`` is false)."""
-    return lambda m, layers: (tensor in m.header.tensors) == present
-
-
-def _window_flags(m: Metadata, layers: int) -> list[str] | None:
-    """``layer_types`` from a file's ``attention.sliding_window_pattern`` array (true: a
-    sliding layer), when it has one for every layer."""
-    sliding = m.values("attention.sliding_window_pattern")
-    if sliding is None or len(sliding) != layers:
-        return None
-    return ["sliding_attention" if v else "full_attention" for v in sliding]
-
-
-def _one_kv(m: Metadata, layers: int) -> bool:
-    """Multi-query attention: one key-value head."""
-    return m.get("attention.head_count_kv") == 1
-
 
 READINGS: dict[str, Reading] = {
     "llama": Reading(keys=_MIXTRAL),
