@@ -7,9 +7,11 @@ builds under llama.cpp's names, data a hole in a sparse file."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import DATA
-from helpers.zoo_checkpoints import ffn_parts, truth
+from helpers.zoo_checkpoints import decoder_stack, ffn_parts, truth
 from helpers.zoo_gguf import ARCHS, config, write_zoo_gguf
 
 import ffncli
@@ -24,7 +26,7 @@ def test_the_metadata_counts_as_transformers_builds_it(tmp_path, model_type):
     write_zoo_gguf(path, model_type)
     counted = ffncli.count(spec_from_header(read_header(path)))
     want = truth(model_type)
-    stack = next(s for p, s in want["stacks"].items() if "layers" in p)
+    stack = decoder_stack(model_type)
     assert (counted.total, counted.active, counted.decoder_ffn()) == \
         (want["total"], want["active"] or counted.active, tuple(stack["ffn"]))
 
@@ -52,13 +54,14 @@ MIXERS = {"full_attention": "full", "sliding_attention": "sliding",
 
 
 @pytest.mark.parametrize("model_type", ["gpt_oss", "gemma3_text", "llama4_text", "qwen3_next",
-                                        "cohere2", "gemma3n_text", "qwen3_5_text"])
+                                        "cohere2", "gemma3n_text", "qwen3_5_text",
+                                        "exaone4"])  # s5-gguf-a
 def test_the_layer_pattern_is_the_config_s(tmp_path, model_type):
     """The pattern llama.cpp fixes per architecture (gpt-oss: sliding and full attention
     alternating; Gemma 3: five sliding layers to one full; Llama 4: three chunked to one full;
     Qwen3-Next: full attention every full_attention_interval-th layer; Command R7B: three
-    sliding to one full; Gemma 3n: the file's sliding_window_pattern, one flag a layer) is the
-    config's
+    sliding to one full; Gemma 3n and EXAONE 4: the file's sliding_window_pattern, one flag a
+    layer) is the config's
     layer_types, and so is the KV cache."""
     path = tmp_path / "model.gguf"
     write_zoo_gguf(path, model_type)
@@ -89,3 +92,44 @@ def test_a_key_the_architecture_needs_missing_is_one_line(tmp_path, cli, model_t
         f.write(b"_")
     r = cli("params", "--weights", path)
     assert (r.code, r.out, r.err) == (2, "", f"error: {path}: missing metadata key '{key}'\n")
+
+
+# s5-gguf-a: the zoo's configs are their readers' defaults, so a key read wrong could go unseen
+# above: here the metadata says other shapes (real models' where there is one), and the spec is
+# the one the same config.json gives.
+RESHAPED = {
+    "gpt2": ({"n_embd": 1024, "n_layer": 24, "n_head": 16, "n_positions": 2048}, {}),
+    "gpt_bigcode": ({"n_embd": 2048, "n_layer": 24, "n_head": 16, "n_positions": 2048}, {}),
+    "gptj": ({"n_embd": 2048, "n_layer": 8, "n_head": 16, "n_positions": 1024}, {}),
+    "mpt": ({"d_model": 4096, "n_layers": 32, "n_heads": 32, "max_seq_len": 4096}, {}),
+    "gpt_neox": ({"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 8,
+                  "num_hidden_layers": 16}, {}),
+    "phi": ({"hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 32,
+             "num_key_value_heads": 32}, {}),
+    # stabilityai/stablelm-2-1_6b: biased q, k and v
+    "stablelm": ({"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+                  "use_qkv_bias": True}, {"blk.0.attn_q.bias": (2048,)}),
+    # tiiuae/falcon-40b: the new decoder, grouped key-value heads, two attention norms
+    "falcon": ({"hidden_size": 8192, "num_attention_heads": 128, "num_kv_heads": 8,
+                "num_hidden_layers": 60, "new_decoder_architecture": True,
+                "ffn_hidden_size": 32768}, {"blk.0.attn_norm_2.weight": (8192,)}),
+    # CohereForAI/c4ai-command-r-plus: q and k norms, one a head
+    "cohere": ({"hidden_size": 12288, "intermediate_size": 33792, "num_attention_heads": 96,
+                "num_key_value_heads": 8, "num_hidden_layers": 64, "use_qk_norm": True},
+               {"blk.0.attn_q_norm.weight": (96, 128)}),
+    "nemotron": ({"hidden_size": 3072, "intermediate_size": 9216, "num_attention_heads": 24,
+                  "num_hidden_layers": 32}, {}),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(RESHAPED))
+def test_the_metadata_is_read_not_the_reader_s_defaults(tmp_path, model_type):
+    reshaped, more = RESHAPED[model_type]
+    path = tmp_path / "model.gguf"
+    write_zoo_gguf(path, model_type, reshaped, more)
+    data = json.loads((DATA / "zoo" / "configs" / f"{model_type}.config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**data, **reshaped}))
+    mine = ffncli.count(spec_from_header(read_header(path)))
+    want = ffncli.count(ffncli.load_spec(config=tmp_path / "config.json"))
+    assert (mine.total, mine.decoder_ffn()) == (want.total, want.decoder_ffn())
+    assert mine.total != truth(model_type)["total"]  # not the defaults'

@@ -227,7 +227,7 @@ def gguf_group_of(name: str) -> str:
     leaf = stem.rsplit(".", 1)[-1]
     if leaf.startswith("ssm_"):
         return "attention"
-    if leaf in ("token_embd", "pos_embd", "token_types", "per_layer_token_embd"):
+    if leaf in ("token_embd", "position_embd", "token_types", "per_layer_token_embd"):
         return "embeddings"
     if leaf.startswith(("altup", "laurel", "per_layer")) or leaf in ("inp_gate", "proj",
                                                                      "post_norm"):

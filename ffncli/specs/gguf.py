@@ -141,6 +141,26 @@ def _gating(m: Metadata, layers: int) -> str | None:
     return {1: "softmax", 2: "sigmoid"}.get(m.get("expert_gating_func") or 0)
 
 
+# s5-gguf-a
+def _has(tensor: str, present: bool = True) -> Derive:
+    """True when the file holds ``tensor`` (false, when ``present`` is false)."""
+    return lambda m, layers: (tensor in m.header.tensors) == present
+
+
+def _window_flags(m: Metadata, layers: int) -> list[str] | None:
+    """``layer_types`` from a file's ``attention.sliding_window_pattern`` array (true: a
+    sliding layer), when it has one for every layer."""
+    sliding = m.values("attention.sliding_window_pattern")
+    if sliding is None or len(sliding) != layers:
+        return None
+    return ["sliding_attention" if v else "full_attention" for v in sliding]
+
+
+def _one_kv(m: Metadata, layers: int) -> bool:
+    """Multi-query attention: one key-value head."""
+    return m.get("attention.head_count_kv") == 1
+
+
 _SLIDING = {"sliding_window": ("attention.sliding_window",)}
 # Latent attention (DeepSeek-V2/V3, MiniCPM3): llama.cpp writes key_length_mla and
 # value_length_mla (key_length and value_length then describe its compressed heads); files
@@ -231,6 +251,36 @@ READINGS: dict[str, Reading] = {
     "starcoder2": Reading(tensors={"use_bias": "blk.0.attn_q.bias"}),
     "ernie4_5": Reading(tensors={"use_bias": "blk.0.attn_q.bias"}),
     "seed_oss": Reading(tensors={"attention_out_bias": "blk.0.attn_output.bias"}),
+    # s5-gguf-a: dense decoders (GPT-2's, GPT-J's and MPT's n_* keys are their configs'
+    # renames of hidden_size ...). StarCoder (GPT-BigCode) with one key-value head is
+    # multi-query; GPT-NeoX's and Falcon's biases are on the fused attn_qkv; StableLM's and
+    # Falcon's parallel block has no ffn_norm; Falcon's new decoder (40B, 180B) has a second
+    # attention norm or grouped key-value heads.
+    "gpt2": Reading(),
+    "starcoder": Reading(derived={"multi_query": _one_kv}),
+    "gptj": Reading(),
+    "gptneox": Reading(tensors={"attention_bias": "blk.0.attn_qkv.bias"}),
+    "phi2": Reading(),
+    "stablelm": Reading(tensors={"use_qkv_bias": "blk.0.attn_q.bias",
+                                 "qk_layernorm": "blk.0.attn_q_norm.weight"},
+                        derived={"use_parallel_residual": _has("blk.0.ffn_norm.weight", False)}),
+    "falcon": Reading(keys={"ffn_hidden_size": ("feed_forward_length",),
+                            "num_kv_heads": ("attention.head_count_kv",)},
+                      tensors={"bias": "blk.0.attn_qkv.bias"},
+                      derived={"multi_query": _one_kv,
+                               "new_decoder_architecture": lambda m, layers:
+                               "blk.0.attn_norm_2.weight" in m.header.tensors
+                               or (m.get("attention.head_count_kv") or 1) > 1,
+                               "num_ln_in_parallel_attn": lambda m, layers:
+                               2 if "blk.0.attn_norm_2.weight" in m.header.tensors else 1,
+                               "parallel_attn": _has("blk.0.ffn_norm.weight", False)}),
+    "mpt": Reading(),
+    "exaone4": Reading(keys=_SLIDING, derived={"layer_types": _window_flags}),
+    "nemotron": Reading(),
+    "hunyuan-dense": Reading(),
+    "arcee": Reading(),
+    "jais2": Reading(),
+    "command-r": Reading(tensors={"use_qk_norm": "blk.0.attn_q_norm.weight"}),
 }
 
 

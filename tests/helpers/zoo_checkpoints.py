@@ -25,11 +25,15 @@ def shapes(model_type: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
+STACKS = ("layers", "h", "blocks")  # the decoder's stack: model.layers, GPT-2's h, MPT's blocks
+
+
 def layer_of(name: str) -> int | None:
-    """The decoder layer a full name is in (``model.layers.3.mlp...`` -> 3), else None."""
+    """The decoder layer a full name is in (``model.layers.3.mlp...``, ``transformer.h.3...``
+    -> 3), else None."""
     parts = name.split(".")
     for a, b in zip(parts, parts[1:], strict=False):
-        if a == "layers" and b.isdigit():
+        if a in STACKS and b.isdigit():
             return int(b)
     return None
 
@@ -53,6 +57,12 @@ def write_safetensors(path: Path, tensors: dict[str, tuple[int, ...]], dtype: st
 
 def truth(model_type: str) -> dict:
     return ZOO[model_type]["builds"]["causal_lm"]
+
+
+def decoder_stack(model_type: str) -> dict:
+    """The truth's decoder stack (its per-layer params and FFN)."""
+    return next(s for p, s in truth(model_type)["stacks"].items()
+                if p.rsplit(".", 1)[-1] in STACKS)
 
 
 def ffn_parts(count) -> dict[str, int]:

@@ -27,6 +27,29 @@ ARCHS = {"mixtral": "LLAMA", "qwen2_moe": "QWEN2MOE", "qwen3_moe": "QWEN3MOE",
          "exaone": "EXAONE", "seed_oss": "SEED_OSS", "cohere2": "COHERE2",
          "ernie4_5": "ERNIE4_5", "starcoder2": "STARCODER2", "gemma3n_text": "GEMMA3N",
          "qwen3_5_text": "QWEN35", "qwen3_5_moe_text": "QWEN35MOE"}
+# s5-gguf-a: dense decoders
+ARCHS.update({"gpt2": "GPT2", "gpt_neox": "GPTNEOX", "stablelm": "STABLELM",
+              "gpt_bigcode": "STARCODER", "phi": "PHI2", "exaone4": "EXAONE4",
+              "falcon": "FALCON", "mpt": "MPT", "gptj": "GPTJ",
+              "nemotron": "NEMOTRON", "hunyuan_v1_dense": "HUNYUAN_DENSE",
+              "arcee": "ARCEE", "jais2": "JAIS2", "cohere": "COMMAND_R"})
+# s5-gguf-a: the shape keys these types' converter classes write, as the config's keys (GPT-2,
+# StarCoder, GPT-J, MPT and Falcon write 4 * d as the FFN width; StarCoder one key-value head;
+# Falcon num_kv_heads, else n_head_kv, else 1: its Hub configs' multi-query 7B has neither)
+_WIDE = {"n_layer": "num_hidden_layers", "n_layers": "num_hidden_layers",
+         "n_embd": "hidden_size", "d_model": "hidden_size", "n_head": "num_attention_heads",
+         "n_heads": "num_attention_heads", "n_positions": "max_position_embeddings",
+         "max_seq_len": "max_position_embeddings"}
+CONVERTED = {"gpt2": lambda c: {"intermediate_size": 4 * c["n_embd"]},
+             "gpt_bigcode": lambda c: {"intermediate_size": 4 * c["n_embd"],
+                                       "num_key_value_heads": 1},
+             "gptj": lambda c: {"intermediate_size": 4 * c["n_embd"]},
+             "mpt": lambda c: {"intermediate_size": 4 * c["d_model"]},
+             "falcon": lambda c: {"intermediate_size": 4 * c["hidden_size"],
+                                  "num_key_value_heads": c["num_kv_heads"]
+                                  if c["new_decoder_architecture"]
+                                  else 1 if c["multi_query"] else c["num_attention_heads"]}}
+TRANSPOSED = {"gpt2": (".c_attn.weight", ".c_proj.weight", ".c_fc.weight")}  # Conv1D
 COMPLETED = {"deepseek_v2": {"num_experts_per_tok": 6}}
 # DeepSeek's latent attention as llama.cpp converts it since 2025 (K and V up-projections apart,
 # key_length_mla); DeepSeek-V2 (and MiniCPM3) as files made before that (one kv_b, key_length
@@ -34,9 +57,13 @@ COMPLETED = {"deepseek_v2": {"num_experts_per_tok": 6}}
 MLA_SPLIT = ("deepseek_v3",)
 
 
-def config(model_type: str) -> dict:
+def config(model_type: str, reshaped: dict | None = None) -> dict:
+    """The zoo's config of the type (``reshaped``: some of its keys changed)."""
     data = json.loads((DATA / "zoo" / "configs" / f"{model_type}.config.json").read_text())
-    return {**data, **COMPLETED.get(model_type, {})}
+    data = {**data, **COMPLETED.get(model_type, {}), **(reshaped or {})}
+    # s5-gguf-a
+    wide = {_WIDE[k]: v for k, v in data.items() if k in _WIDE and _WIDE[k] not in data}
+    return {**data, **wide, **CONVERTED.get(model_type, lambda c: {})(data)}
 
 
 def _tensors(model_type: str, c: dict) -> dict[str, tuple[int, ...]]:
@@ -67,6 +94,8 @@ def _tensors(model_type: str, c: dict) -> dict[str, tuple[int, ...]]:
             out[f"blk.{i}.attn_k_b.weight"] = (heads, shape[1], nope)
             out[f"blk.{i}.attn_v_b.weight"] = (heads, v, shape[1])
         else:
+            if name.endswith(TRANSPOSED.get(model_type, ())):  # s5-gguf-a
+                shape = shape[::-1]
             mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
             assert mapped is not None, name
             out[mapped] = shape
@@ -137,6 +166,8 @@ def _metadata(w, model_type: str, c: dict) -> None:
         nextn = c.get("num_nextn_predict_layers", 0)
         w.add_nextn_predict_layers(nextn)
         layers += nextn
+    if model_type == "exaone4":  # s5-gguf-a: from its layer_types
+        w.add_sliding_window_pattern([t == "sliding_attention" for t in c["layer_types"]])
     if model_type == "gemma3n_text":
         w.add_altup_num_inputs(c["altup_num_inputs"])
         w.add_embedding_length_per_layer_input(c["hidden_size_per_layer_input"])
@@ -152,13 +183,17 @@ def _metadata(w, model_type: str, c: dict) -> None:
     w.add_block_count(layers)
 
 
-def write_zoo_gguf(path: Path, model_type: str) -> dict[str, tuple[int, ...]]:
-    """The type's GGUF header, every tensor BF16, its data a hole; returns the tensors."""
-    c = config(model_type)
+def write_zoo_gguf(path: Path, model_type: str, reshaped: dict | None = None,
+                   more: dict[str, tuple[int, ...]] | None = None
+                   ) -> dict[str, tuple[int, ...]]:
+    """The type's GGUF header, every tensor BF16, its data a hole; returns the tensors.
+    ``reshaped``: config keys the metadata says otherwise (the tensors stay the defaults'),
+    ``more``: tensors besides."""
+    c = config(model_type, reshaped)
     arch = gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH[ARCHS[model_type]]]
     w = gguf.GGUFWriter(str(path), arch)
     _metadata(w, model_type, c)
-    tensors = _tensors(model_type, c)
+    tensors = {**_tensors(model_type, config(model_type)), **(more or {})}
     write_header_only(w, path, {n: (s, gguf.GGMLQuantizationType.BF16)
                                 for n, s in tensors.items()})
     return tensors
