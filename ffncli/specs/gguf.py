@@ -231,7 +231,29 @@ READINGS: dict[str, Reading] = {
     "starcoder2": Reading(tensors={"use_bias": "blk.0.attn_q.bias"}),
     "ernie4_5": Reading(tensors={"use_bias": "blk.0.attn_q.bias"}),
     "seed_oss": Reading(tensors={"attention_out_bias": "blk.0.attn_output.bias"}),
+    # s5-gguf-b
+    # ERNIE 4.5 MoE: dense layers first, then experts every interleave_moe_layer_step-th layer
+    # to the last (llama.cpp has no end index); its shared experts counted as Ernie's.
+    "ernie4_5-moe": Reading(
+        keys={"moe_num_experts": ("expert_count",), "moe_k": ("expert_used_count",),
+              "moe_intermediate_size": ("expert_feed_forward_length",),
+              "moe_num_shared_experts": ("expert_shared_count",),
+              "moe_layer_start_index": ("leading_dense_block_count",),
+              "moe_layer_interval": ("interleave_moe_layer_step",)},
+        tensors={"use_bias": "blk.0.attn_q.bias"},
+        required=(*_MOE, "expert_feed_forward_length", "feed_forward_length"), moe_type=None),
+    # Arcee's AFMoE: llama.cpp fixes its pattern, three sliding layers to one full.
+    "afmoe": Reading(
+        keys={**_QWEN_MOE, **_SLIDING, "num_shared_experts": ("expert_shared_count",),
+              "num_dense_layers": ("leading_dense_block_count",)},
+        derived={"layer_types": _every(4, "sliding_attention", "full_attention")},
+        required=(*_MOE, "expert_feed_forward_length", "attention.sliding_window"),
+        moe_type=None),
 }
+# s5-gguf-b
+# Architectures whose router score-correction bias (llama.cpp's exp_probs_b) transformers
+# builds as a parameter (counted as the router's bias), not as a buffer (DeepSeek-V3's).
+ROUTER_BIAS_PARAMETERS = frozenset({"ernie4_5-moe", "afmoe"})
 
 
 # ---------------------------------------------------------------------------------------------

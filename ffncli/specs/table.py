@@ -294,8 +294,9 @@ ARCHS: dict[str, Arch] = {
                          not_run="AltUp, LAuReL and per-layer inputs", gguf="gemma3n"),
     "gemma3n": Arch(multimodal("gemma3n_text")),
     "ernie4_5_moe": Arch(read("moe_family.ernie4_5_moe_spec"),
-                         not_run="shared experts and biased routing"),
-    "afmoe": Arch(read("moe_family.afmoe_spec"), not_run="shared experts and biased routing"),
+                         not_run="shared experts and biased routing", gguf="ernie4_5-moe"),
+    "afmoe": Arch(read("moe_family.afmoe_spec"), not_run="shared experts and biased routing",
+                  gguf="afmoe"),
     # state-space mixers
     "mamba": Arch(read("ssm_family.mamba_spec", family="mamba")),
     "falcon_mamba": Arch(read("ssm_family.mamba_spec", family="falcon_mamba")),

@@ -27,6 +27,8 @@ ARCHS = {"mixtral": "LLAMA", "qwen2_moe": "QWEN2MOE", "qwen3_moe": "QWEN3MOE",
          "exaone": "EXAONE", "seed_oss": "SEED_OSS", "cohere2": "COHERE2",
          "ernie4_5": "ERNIE4_5", "starcoder2": "STARCODER2", "gemma3n_text": "GEMMA3N",
          "qwen3_5_text": "QWEN35", "qwen3_5_moe_text": "QWEN35MOE"}
+# s5-gguf-b
+ARCHS |= {"ernie4_5_moe": "ERNIE4_5_MOE", "afmoe": "AFMOE"}
 COMPLETED = {"deepseek_v2": {"num_experts_per_tok": 6}}
 # DeepSeek's latent attention as llama.cpp converts it since 2025 (K and V up-projections apart,
 # key_length_mla); DeepSeek-V2 (and MiniCPM3) as files made before that (one kv_b, key_length
@@ -67,6 +69,8 @@ def _tensors(model_type: str, c: dict) -> dict[str, tuple[int, ...]]:
             out[f"blk.{i}.attn_k_b.weight"] = (heads, shape[1], nope)
             out[f"blk.{i}.attn_v_b.weight"] = (heads, v, shape[1])
         else:
+            for a, b in CHECKPOINT_NAMES:
+                name = name.replace(a, b)
             mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
             assert mapped is not None, name
             out[mapped] = shape
@@ -149,7 +153,40 @@ def _metadata(w, model_type: str, c: dict) -> None:
         w.add_ssm_time_step_rank(c["linear_num_value_heads"])
         w.add_ssm_inner_size(c["linear_value_head_dim"] * c["linear_num_value_heads"])
         w.add_full_attention_interval(c.get("full_attention_interval", 4))
+    for extra in (S5_GGUF_B,):
+        if model_type in extra:
+            extra[model_type](w, c)
     w.add_block_count(layers)
+
+
+# s5-gguf-b
+# transformers' names -> the checkpoint's, as the converter reads them (its TensorNameMap's
+# names; its filter_tensors makes every e_score_correction_bias a bias, AFMoE's expert_bias too)
+CHECKPOINT_NAMES = (("mlp.gate.moe_statics.", "mlp.moe_statics."),
+                    ("e_score_correction_bias", "e_score_correction.bias"),
+                    (".expert_bias", ".expert_bias.bias"))
+
+
+def _ernie4_5_moe(w, c: dict) -> None:
+    """Ernie4_5MoeModel: the experts' keys under Ernie's names; its shared experts' width as the
+    converter computes it (intermediate_size over the KV heads)."""
+    w.add_expert_count(c["moe_num_experts"])
+    w.add_expert_used_count(c["moe_k"])
+    w.add_interleave_moe_layer_step(c["moe_layer_interval"])
+    w.add_leading_dense_block_count(c["moe_layer_start_index"])
+    w.add_expert_shared_count(c["moe_num_shared_experts"])
+    if c["moe_num_shared_experts"] > 0:
+        w.add_expert_shared_feed_forward_length(c["intermediate_size"]
+                                                // c["num_key_value_heads"])
+
+
+def _afmoe(w, c: dict) -> None:
+    """AfmoeModel: its shared experts and leading dense layers (the window is the base's)."""
+    w.add_expert_shared_count(c["num_shared_experts"])
+    w.add_leading_dense_block_count(c["num_dense_layers"])
+
+
+S5_GGUF_B = {"ernie4_5_moe": _ernie4_5_moe, "afmoe": _afmoe}
 
 
 def write_zoo_gguf(path: Path, model_type: str) -> dict[str, tuple[int, ...]]:
