@@ -89,3 +89,11 @@ def test_a_key_the_architecture_needs_missing_is_one_line(tmp_path, cli, model_t
         f.write(b"_")
     r = cli("params", "--weights", path)
     assert (r.code, r.out, r.err) == (2, "", f"error: {path}: missing metadata key '{key}'\n")
+
+
+# s5-gguf-b
+@pytest.mark.parametrize("model_type", ["afmoe", "exaone_moe"])
+def test_the_layer_pattern_of_more_architectures_is_the_config_s(tmp_path, model_type):
+    """AFMoE: the three sliding layers to one full llama.cpp fixes; EXAONE MoE: the file's
+    sliding_window_pattern, one flag a layer."""
+    test_the_layer_pattern_is_the_config_s(tmp_path, model_type)

@@ -165,6 +165,14 @@ _DELTANET_DERIVED = {
 _DELTANET_REQUIRED = ("ssm.group_count", "ssm.time_step_rank", "ssm.state_size",
                       "ssm.inner_size")
 
+# s5-gguf-b
+def _less_nextn(derive: Derive) -> Derive:
+    """``derive`` over the model's layers: the file's blocks less its nextn_predict_layers."""
+    def value(m: Metadata, layers: int) -> Any:
+        return derive(m, layers - (m.get("nextn_predict_layers") or 0))
+    return value
+
+
 READINGS: dict[str, Reading] = {
     "llama": Reading(keys=_MIXTRAL),
     "deepseek2": Reading(keys={**_MLA, **_DEEPSEEK_MOE}, absent={"q_lora_rank": None},
@@ -249,6 +257,18 @@ READINGS: dict[str, Reading] = {
         derived={"layer_types": _every(4, "sliding_attention", "full_attention")},
         required=(*_MOE, "expert_feed_forward_length", "attention.sliding_window"),
         moe_type=None),
+    # dots.llm1: DeepSeek-V3's experts under Qwen2-MoE's keys.
+    "dots1": Reading(keys={**_DEEPSEEK_MOE, "n_group": (), "topk_group": ()},
+                     required=(*_MOE, "expert_feed_forward_length", "expert_shared_count"),
+                     moe_type=None),
+    # EXAONE MoE: the window layer by layer (sliding_window_pattern, else three sliding layers
+    # to one full), its multi-token-prediction blocks left out as GLM-4.5's.
+    "exaone-moe": Reading(
+        keys={**_QWEN_MOE, **_SLIDING, "num_shared_experts": ("expert_shared_count",),
+              "first_k_dense_replace": ("leading_dense_block_count",)},
+        derived={"num_hidden_layers": _less_nextn(lambda m, layers: layers),
+                 "layer_types": _less_nextn(_every(4, "sliding_attention", "full_attention"))},
+        required=(*_MOE, "expert_feed_forward_length"), moe_type=None),
 }
 # s5-gguf-b
 # Architectures whose router score-correction bias (llama.cpp's exp_probs_b) transformers

@@ -28,7 +28,8 @@ ARCHS = {"mixtral": "LLAMA", "qwen2_moe": "QWEN2MOE", "qwen3_moe": "QWEN3MOE",
          "ernie4_5": "ERNIE4_5", "starcoder2": "STARCODER2", "gemma3n_text": "GEMMA3N",
          "qwen3_5_text": "QWEN35", "qwen3_5_moe_text": "QWEN35MOE"}
 # s5-gguf-b
-ARCHS |= {"ernie4_5_moe": "ERNIE4_5_MOE", "afmoe": "AFMOE"}
+ARCHS |= {"ernie4_5_moe": "ERNIE4_5_MOE", "afmoe": "AFMOE", "dots1": "DOTS1",
+          "exaone_moe": "EXAONE_MOE"}
 COMPLETED = {"deepseek_v2": {"num_experts_per_tok": 6}}
 # DeepSeek's latent attention as llama.cpp converts it since 2025 (K and V up-projections apart,
 # key_length_mla); DeepSeek-V2 (and MiniCPM3) as files made before that (one kv_b, key_length
@@ -186,7 +187,17 @@ def _afmoe(w, c: dict) -> None:
     w.add_leading_dense_block_count(c["num_dense_layers"])
 
 
-S5_GGUF_B = {"ernie4_5_moe": _ernie4_5_moe, "afmoe": _afmoe}
+def _exaone_moe(w, c: dict) -> None:
+    """ExaoneMoEModel (over Exaone4Model): the window layer by layer from layer_types, its
+    shared experts' width, its multi-token-prediction layers (counted as blocks by the caller
+    when there are any; the zoo's config has none)."""
+    w.add_sliding_window_pattern([t == "sliding_attention" for t in c["layer_types"]])
+    w.add_expert_shared_count(c["num_shared_experts"])
+    w.add_expert_shared_feed_forward_length(c["moe_intermediate_size"] * c["num_shared_experts"])
+    w.add_nextn_predict_layers(c.get("num_nextn_predict_layers", 0))
+
+
+S5_GGUF_B = {"ernie4_5_moe": _ernie4_5_moe, "afmoe": _afmoe, "exaone_moe": _exaone_moe}
 
 
 def write_zoo_gguf(path: Path, model_type: str) -> dict[str, tuple[int, ...]]:
