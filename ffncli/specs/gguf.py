@@ -58,7 +58,8 @@ class Reading:
     ``derived``: config keys computed from others (the layer pattern llama.cpp fixes per
     architecture). ``required``: metadata keys the architecture cannot be counted without.
     ``moe_type``: the model type a file of this architecture with more than one expert is read
-    as (LLaMA's GGUF is Mixtral's too)."""
+    as (LLaMA's GGUF is Mixtral's too). ``attention``: false for an architecture without
+    attention, whose head counts are not read."""
 
     keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     absent: Mapping[str, Any] = field(default_factory=dict)
@@ -66,6 +67,7 @@ class Reading:
     derived: Mapping[str, Derive] = field(default_factory=dict)
     required: tuple[str, ...] = ("feed_forward_length",)
     moe_type: str | None = "mixtral"
+    attention: bool = True  # False: no attention; llama.cpp writes its head_count 0 (Mamba)
 
 
 BASE_KEYS: dict[str, tuple[str, ...]] = {
@@ -173,6 +175,12 @@ def _less_nextn(derive: Derive) -> Derive:
     return value
 
 
+_SSM = {"max_position_embeddings": (), "intermediate_size": ("ssm.inner_size",),
+        "state_size": ("ssm.state_size",), "conv_kernel": ("ssm.conv_kernel",)}
+_SSM_TENSORS = {"use_conv_bias": "blk.0.ssm_conv1d.bias", "use_bias": "blk.0.ssm_in.bias"}
+_SSM_REQUIRED = ("ssm.inner_size", "ssm.state_size", "ssm.conv_kernel", "ssm.time_step_rank")
+
+
 READINGS: dict[str, Reading] = {
     "llama": Reading(keys=_MIXTRAL),
     "deepseek2": Reading(keys={**_MLA, **_DEEPSEEK_MOE}, absent={"q_lora_rank": None},
@@ -269,6 +277,18 @@ READINGS: dict[str, Reading] = {
         derived={"num_hidden_layers": _less_nextn(lambda m, layers: layers),
                  "layer_types": _less_nextn(_every(4, "sliding_attention", "full_attention"))},
         required=(*_MOE, "expert_feed_forward_length"), moe_type=None),
+    # Mamba and Mamba-2: no attention, no FFN (llama.cpp writes both widths 0 and a context
+    # of 2**20, not the model's); the mixer's sizes in the ssm.* keys, Mamba-2's heads as the
+    # time-step rank.
+    "mamba": Reading(keys={**_SSM, "time_step_rank": ("ssm.time_step_rank",)},
+                     tensors=_SSM_TENSORS, required=_SSM_REQUIRED, moe_type=None,
+                     attention=False),
+    "mamba2": Reading(keys={**_SSM, "intermediate_size": (), "num_heads": ("ssm.time_step_rank",),
+                            "n_groups": ("ssm.group_count",)},
+                      tensors=_SSM_TENSORS,
+                      derived={"expand": _ratio("ssm.inner_size", "embedding_length")},
+                      required=(*_SSM_REQUIRED, "ssm.group_count"), moe_type=None,
+                      attention=False),
 }
 # s5-gguf-b
 # Architectures whose router score-correction bias (llama.cpp's exp_probs_b) transformers
@@ -296,9 +316,9 @@ def spec_from_header(header: GgufHeader, names: Mapping[str, str] = SPEC_PARAMET
     model_type = _model_type(header, names["model"])
     reading = READINGS.get(arch, Reading())
     m = Metadata(header, arch)
-    d, heads = _need(m, "embedding_length"), _need(m, "attention.head_count")
-    layers = _need(m, "block_count")
-    kv = _kv_heads(m, heads)
+    d, layers = _need(m, "embedding_length"), _need(m, "block_count")
+    heads = _need(m, "attention.head_count") if reading.attention else 0
+    kv = _kv_heads(m, heads) if reading.attention else 0
     for key in reading.required:
         _need(m, key)
     config: dict[str, Any] = {
@@ -308,7 +328,7 @@ def spec_from_header(header: GgufHeader, names: Mapping[str, str] = SPEC_PARAMET
         "tie_word_embeddings": "output.weight" not in header.tensors,
     }
     config.update(_read(m, reading, layers))
-    if "head_dim" not in config and "kv_lora_rank" not in config and d % heads:
+    if heads and "head_dim" not in config and "kv_lora_rank" not in config and d % heads:
         raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count': expected a "
                            f"divisor of {arch}.embedding_length ({d:,}), got {heads}")
     experts = m.get("expert_count")

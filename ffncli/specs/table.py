@@ -298,9 +298,9 @@ ARCHS: dict[str, Arch] = {
     "afmoe": Arch(read("moe_family.afmoe_spec"), not_run="shared experts and biased routing",
                   gguf="afmoe"),
     # state-space mixers
-    "mamba": Arch(read("ssm_family.mamba_spec", family="mamba")),
+    "mamba": Arch(read("ssm_family.mamba_spec", family="mamba"), gguf="mamba"),
     "falcon_mamba": Arch(read("ssm_family.mamba_spec", family="falcon_mamba")),
-    "mamba2": Arch(read("ssm_family.mamba2_spec")),
+    "mamba2": Arch(read("ssm_family.mamba2_spec"), gguf="mamba2"),
     "jamba": Arch(read("ssm_family.jamba_spec"), not_run="Mamba layers and a mixture of experts"),
     "sarvam_mla": Arch(read("moe_family.deepseek_v3_spec", family="sarvam_mla"),
                        not_run="shared experts and latent attention"),

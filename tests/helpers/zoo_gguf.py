@@ -29,7 +29,7 @@ ARCHS = {"mixtral": "LLAMA", "qwen2_moe": "QWEN2MOE", "qwen3_moe": "QWEN3MOE",
          "qwen3_5_text": "QWEN35", "qwen3_5_moe_text": "QWEN35MOE"}
 # s5-gguf-b
 ARCHS |= {"ernie4_5_moe": "ERNIE4_5_MOE", "afmoe": "AFMOE", "dots1": "DOTS1",
-          "exaone_moe": "EXAONE_MOE"}
+          "exaone_moe": "EXAONE_MOE", "mamba": "MAMBA", "mamba2": "MAMBA2"}
 COMPLETED = {"deepseek_v2": {"num_experts_per_tok": 6}}
 # DeepSeek's latent attention as llama.cpp converts it since 2025 (K and V up-projections apart,
 # key_length_mla); DeepSeek-V2 (and MiniCPM3) as files made before that (one kv_b, key_length
@@ -84,6 +84,8 @@ def _metadata(w, model_type: str, c: dict) -> None:
     def some(key: str):
         return c.get(key)
 
+    if model_type in S5_GGUF_B_ALONE:
+        return S5_GGUF_B_ALONE[model_type](w, c)
     layers = c["num_hidden_layers"]
     w.add_context_length(c["max_position_embeddings"])
     w.add_embedding_length(c["hidden_size"])
@@ -198,6 +200,29 @@ def _exaone_moe(w, c: dict) -> None:
 
 
 S5_GGUF_B = {"ernie4_5_moe": _ernie4_5_moe, "afmoe": _afmoe, "exaone_moe": _exaone_moe}
+
+
+def _mamba(w, c: dict) -> None:
+    """MambaModel and Mamba2Model write these keys alone: no attention, no FFN (both 0), an
+    arbitrary context; Mamba-2's heads as the time-step rank (d_inner over head_dim)."""
+    d = c["hidden_size"]
+    inner = c.get("intermediate_size") or c["expand"] * d
+    w.add_context_length(2**20)
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(0)
+    w.add_head_count(0)
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_ssm_conv_kernel(c["conv_kernel"])
+    w.add_ssm_inner_size(inner)
+    w.add_ssm_state_size(c["state_size"])
+    if c["model_type"] == "mamba":
+        w.add_ssm_time_step_rank(c["time_step_rank"])
+    else:
+        w.add_ssm_time_step_rank(inner // c["head_dim"])
+        w.add_ssm_group_count(c["n_groups"])
+
+
+S5_GGUF_B_ALONE = {"mamba": _mamba, "mamba2": _mamba}
 
 
 def write_zoo_gguf(path: Path, model_type: str) -> dict[str, tuple[int, ...]]:
