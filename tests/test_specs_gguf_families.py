@@ -97,3 +97,19 @@ def test_the_layer_pattern_of_more_architectures_is_the_config_s(tmp_path, model
     """AFMoE: the three sliding layers to one full llama.cpp fixes; EXAONE MoE: the file's
     sliding_window_pattern, one flag a layer."""
     test_the_layer_pattern_is_the_config_s(tmp_path, model_type)
+
+
+def test_jamba_s_attention_layers_not_a_pattern_are_one_line(tmp_path, cli, monkeypatch):
+    """Jamba's attention layers are the ones with KV heads (llama.cpp writes no pattern key):
+    layers 4, 12 and 28 are no i % period == offset, which is all Jamba's config can say."""
+    from helpers import zoo_gguf
+
+    monkeypatch.setattr(zoo_gguf.gguf.GGUFWriter, "add_head_count_kv",
+                        lambda w, value, real=zoo_gguf.gguf.GGUFWriter.add_head_count_kv:
+                        real(w, [8 if i in (4, 12, 28) else 0 for i in range(32)]))
+    path = tmp_path / "model.gguf"
+    write_zoo_gguf(path, "jamba")
+    r = cli("params", "--weights", path)
+    assert (r.code, r.out, r.err) == (
+        2, "", f"error: {path}: the layers with metadata key 'attention.head_count_kv' > 0: "
+        "expected every n-th layer from one, got layers [4, 12, 28]\n")

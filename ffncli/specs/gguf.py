@@ -181,6 +181,35 @@ _SSM_TENSORS = {"use_conv_bias": "blk.0.ssm_conv1d.bias", "use_bias": "blk.0.ssm
 _SSM_REQUIRED = ("ssm.inner_size", "ssm.state_size", "ssm.conv_kernel", "ssm.time_step_rank")
 
 
+def _periodic(layers_of: Callable[[Metadata, int], list[int]], key: str, which: int) -> Derive:
+    """Jamba's layer pattern (a layer is of a kind when i % period == offset) from the layers
+    ``layers_of`` gives: (period, offset)[which]; refused when they are not such a pattern."""
+    def value(m: Metadata, layers: int) -> int:
+        found = layers_of(m, layers)
+        period = found[1] - found[0] if len(found) > 1 else layers
+        offset = found[0] % period if found else 0
+        if found != [i for i in range(layers) if i % period == offset]:
+            raise WeightsError(f"{m.header.path}: {key}: expected every n-th layer from one, "
+                               f"got layers {found}")
+        return (period, offset)[which]
+    return value
+
+
+def _attention_layers(m: Metadata, layers: int) -> list[int]:
+    """The layers with key-value heads (head_count_kv one a layer), else every layer."""
+    kv = m.values("attention.head_count_kv")
+    return [i for i, v in enumerate(kv) if v] if kv is not None else list(range(layers))
+
+
+def _expert_layers(m: Metadata, layers: int) -> list[int]:
+    """The layers with a router (llama.cpp tells Jamba's mixtures of experts by it)."""
+    return [i for i in range(layers) if f"blk.{i}.ffn_gate_inp.weight" in m.header.tensors]
+
+
+_ATTENTION_LAYERS = "the layers with metadata key 'attention.head_count_kv' > 0"
+_EXPERT_LAYERS = "the layers with tensor 'ffn_gate_inp'"
+
+
 READINGS: dict[str, Reading] = {
     "llama": Reading(keys=_MIXTRAL),
     "deepseek2": Reading(keys={**_MLA, **_DEEPSEEK_MOE}, absent={"q_lora_rank": None},
@@ -289,6 +318,19 @@ READINGS: dict[str, Reading] = {
                       derived={"expand": _ratio("ssm.inner_size", "embedding_length")},
                       required=(*_SSM_REQUIRED, "ssm.group_count"), moe_type=None,
                       attention=False),
+    # Jamba: attention on the layers with KV heads, experts on those with a router (llama.cpp
+    # has no pattern keys), Mamba and a dense FFN elsewhere.
+    "jamba": Reading(
+        keys={"num_experts": ("expert_count",), **_EXPERTS, "mamba_d_conv": ("ssm.conv_kernel",),
+              "mamba_d_state": ("ssm.state_size",), "mamba_dt_rank": ("ssm.time_step_rank",)},
+        tensors={"mamba_conv_bias": "blk.0.ssm_conv1d.bias",
+                 "mamba_proj_bias": "blk.0.ssm_in.bias"},
+        derived={"mamba_expand": _ratio("ssm.inner_size", "embedding_length"),
+                 "attn_layer_period": _periodic(_attention_layers, _ATTENTION_LAYERS, 0),
+                 "attn_layer_offset": _periodic(_attention_layers, _ATTENTION_LAYERS, 1),
+                 "expert_layer_period": _periodic(_expert_layers, _EXPERT_LAYERS, 0),
+                 "expert_layer_offset": _periodic(_expert_layers, _EXPERT_LAYERS, 1)},
+        required=(*_MOE, *_SSM_REQUIRED, "feed_forward_length"), moe_type=None),
 }
 # s5-gguf-b
 # Architectures whose router score-correction bias (llama.cpp's exp_probs_b) transformers
@@ -360,9 +402,13 @@ def _need(m: Metadata, key: str) -> int:
 
 
 def _kv_heads(m: Metadata, heads: int) -> int:
-    """The key-value heads (the query heads when absent), a divisor of the query heads."""
+    """The key-value heads (the query heads when absent), a divisor of the query heads; an
+    array of them, one a layer (Jamba's, 0 on its Mamba layers), gives its attention layers'."""
     arch, keys = m.arch, m.keys
-    kv = keys.whole(f"{arch}.attention.head_count_kv") or heads
+    per_layer = m.values("attention.head_count_kv")
+    kv = (max(whole(f"{m.header.path}: metadata key '{arch}.attention.head_count_kv'", v,
+                    minimum=0, error=WeightsError) for v in per_layer)
+          if per_layer is not None else keys.whole(f"{arch}.attention.head_count_kv")) or heads
     if kv > heads or heads % kv:
         raise WeightsError(f"{m.header.path}: metadata key '{arch}.attention.head_count_kv': "
                            f"expected a divisor of {arch}.attention.head_count ({heads}), "

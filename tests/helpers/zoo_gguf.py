@@ -29,7 +29,7 @@ ARCHS = {"mixtral": "LLAMA", "qwen2_moe": "QWEN2MOE", "qwen3_moe": "QWEN3MOE",
          "qwen3_5_text": "QWEN35", "qwen3_5_moe_text": "QWEN35MOE"}
 # s5-gguf-b
 ARCHS |= {"ernie4_5_moe": "ERNIE4_5_MOE", "afmoe": "AFMOE", "dots1": "DOTS1",
-          "exaone_moe": "EXAONE_MOE", "mamba": "MAMBA", "mamba2": "MAMBA2"}
+          "exaone_moe": "EXAONE_MOE", "mamba": "MAMBA", "mamba2": "MAMBA2", "jamba": "JAMBA"}
 COMPLETED = {"deepseek_v2": {"num_experts_per_tok": 6}}
 # DeepSeek's latent attention as llama.cpp converts it since 2025 (K and V up-projections apart,
 # key_length_mla); DeepSeek-V2 (and MiniCPM3) as files made before that (one kv_b, key_length
@@ -222,7 +222,26 @@ def _mamba(w, c: dict) -> None:
         w.add_ssm_group_count(c["n_groups"])
 
 
-S5_GGUF_B_ALONE = {"mamba": _mamba, "mamba2": _mamba}
+def _jamba(w, c: dict) -> None:
+    """JambaModel: KV heads one a layer (0 on the Mamba layers), Mamba's ssm.* keys, the
+    experts' count; no pattern keys."""
+    d, n, offset = c["hidden_size"], c["num_hidden_layers"], c["attn_layer_offset"]
+    w.add_block_count(n)
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(c["num_attention_heads"])
+    w.add_head_count_kv([c["num_key_value_heads"] if i >= offset
+                         and (i - offset) % c["attn_layer_period"] == 0 else 0 for i in range(n)])
+    w.add_ssm_conv_kernel(c["mamba_d_conv"])
+    w.add_ssm_inner_size(c["mamba_expand"] * d)
+    w.add_ssm_state_size(c["mamba_d_state"])
+    w.add_ssm_time_step_rank(c["mamba_dt_rank"])
+    w.add_expert_count(c["num_experts"])
+    w.add_expert_used_count(c["num_experts_per_tok"])
+
+
+S5_GGUF_B_ALONE = {"mamba": _mamba, "mamba2": _mamba, "jamba": _jamba}
 
 
 def write_zoo_gguf(path: Path, model_type: str) -> dict[str, tuple[int, ...]]:
