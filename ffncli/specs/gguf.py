@@ -331,6 +331,15 @@ READINGS: dict[str, Reading] = {
                  "expert_layer_period": _periodic(_expert_layers, _EXPERT_LAYERS, 0),
                  "expert_layer_offset": _periodic(_expert_layers, _EXPERT_LAYERS, 1)},
         required=(*_MOE, *_SSM_REQUIRED, "feed_forward_length"), moe_type=None),
+    # Falcon-H1: attention and a Mamba-2 side by side in every layer (its heads the time-step
+    # rank, its gated norm there when the file has it), then a gated FFN.
+    "falcon-h1": Reading(
+        keys={"mamba_d_ssm": ("ssm.inner_size",), "mamba_n_heads": ("ssm.time_step_rank",),
+              "mamba_n_groups": ("ssm.group_count",), "mamba_d_state": ("ssm.state_size",),
+              "mamba_d_conv": ("ssm.conv_kernel",)},
+        tensors={"mamba_conv_bias": "blk.0.ssm_conv1d.bias", "mamba_proj_bias": "blk.0.ssm_in.bias",
+                 "projectors_bias": "blk.0.ssm_in.bias", "mamba_rms_norm": "blk.0.ssm_norm.weight"},
+        required=("feed_forward_length", *_SSM_REQUIRED, "ssm.group_count")),
 }
 # s5-gguf-b
 # Architectures whose router score-correction bias (llama.cpp's exp_probs_b) transformers

@@ -74,7 +74,8 @@ ZOO_ROWS: dict[str, Arch] = {
     "prophetnet": Arch(read("seq2seq.prophetnet_spec")),
     "encoder-decoder": Arch(read("seq2seq.encoder_decoder_spec")),
     # hybrid: state-space, linear-attention, short-convolution and recurrent hybrids (issue 40)
-    "falcon_h1": Arch(read("hybrid.falcon_h1_spec"), not_run="Mamba-2 beside attention"),
+    "falcon_h1": Arch(read("hybrid.falcon_h1_spec"), not_run="Mamba-2 beside attention",
+                      gguf="falcon-h1"),
     "nemotron_h": Arch(read("hybrid.nemotron_h_spec"), not_run="Mamba-2 layers and squared-ReLU "
                        "experts"),
     "granitemoehybrid": Arch(read("hybrid.granitemoehybrid_spec"), not_run="Mamba-2 layers and "

@@ -29,7 +29,8 @@ ARCHS = {"mixtral": "LLAMA", "qwen2_moe": "QWEN2MOE", "qwen3_moe": "QWEN3MOE",
          "qwen3_5_text": "QWEN35", "qwen3_5_moe_text": "QWEN35MOE"}
 # s5-gguf-b
 ARCHS |= {"ernie4_5_moe": "ERNIE4_5_MOE", "afmoe": "AFMOE", "dots1": "DOTS1",
-          "exaone_moe": "EXAONE_MOE", "mamba": "MAMBA", "mamba2": "MAMBA2", "jamba": "JAMBA"}
+          "exaone_moe": "EXAONE_MOE", "mamba": "MAMBA", "mamba2": "MAMBA2", "jamba": "JAMBA",
+          "falcon_h1": "FALCON_H1"}
 COMPLETED = {"deepseek_v2": {"num_experts_per_tok": 6}}
 # DeepSeek's latent attention as llama.cpp converts it since 2025 (K and V up-projections apart,
 # key_length_mla); DeepSeek-V2 (and MiniCPM3) as files made before that (one kv_b, key_length
@@ -241,7 +242,27 @@ def _jamba(w, c: dict) -> None:
     w.add_expert_used_count(c["num_experts_per_tok"])
 
 
-S5_GGUF_B_ALONE = {"mamba": _mamba, "mamba2": _mamba, "jamba": _jamba}
+def _falcon_h1(w, c: dict) -> None:
+    """FalconH1Model (over Mamba2Model, its mamba_* keys): attention's keys over the 0s Mamba-2
+    writes (head_dim hidden // heads when the config has none), the FFN's width."""
+    d, heads = c["hidden_size"], c["num_attention_heads"]
+    head_dim = c.get("head_dim") or d // heads
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(c["num_key_value_heads"])
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_ssm_conv_kernel(c["mamba_d_conv"])
+    w.add_ssm_inner_size(c["mamba_d_ssm"])
+    w.add_ssm_state_size(c["mamba_d_state"])
+    w.add_ssm_time_step_rank(c["mamba_d_ssm"] // c["mamba_d_head"])
+    w.add_ssm_group_count(c["mamba_n_groups"])
+
+
+S5_GGUF_B_ALONE = {"mamba": _mamba, "mamba2": _mamba, "jamba": _jamba, "falcon_h1": _falcon_h1}
 
 
 def write_zoo_gguf(path: Path, model_type: str) -> dict[str, tuple[int, ...]]:
