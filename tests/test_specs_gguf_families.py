@@ -113,3 +113,26 @@ def test_jamba_s_attention_layers_not_a_pattern_are_one_line(tmp_path, cli, monk
     assert (r.code, r.out, r.err) == (
         2, "", f"error: {path}: the layers with metadata key 'attention.head_count_kv' > 0: "
         "expected every n-th layer from one, got layers [4, 12, 28]\n")
+
+
+@pytest.mark.parametrize(("model_type", "buffer"), [("deepseek_v3", True),
+                                                    ("ernie4_5_moe", False)])
+def test_a_router_bias_is_a_parameter_where_transformers_builds_one(
+        tmp_path, cli, monkeypatch, model_type, buffer):
+    """exp_probs_b (the converter's e_score_correction bias): DeepSeek-V3's is a buffer in
+    transformers, ERNIE 4.5 MoE's (moe_statics) a parameter of its router; each file still
+    matches its spec, the bias where transformers has it."""
+    from helpers import zoo_gguf
+
+    tensors = zoo_gguf._tensors
+
+    def with_bias(mt, c):
+        out = tensors(mt, c)
+        bias = {f"blk.{i}.exp_probs_b.bias": (1, 64) for i in range(1, c["num_hidden_layers"])}
+        return {**out, **bias}
+    monkeypatch.setattr(zoo_gguf, "_tensors", with_bias)
+    path = tmp_path / "model.gguf"
+    write_zoo_gguf(path, model_type)
+    doc = cli("params", "--weights", path, "--json").json()
+    buffers = [b for b in doc["buffers"] if ".exp_probs_b." in b["name"]]
+    assert (doc["matches"], bool(buffers)) == (True, buffer)
