@@ -133,3 +133,50 @@ def test_the_metadata_is_read_not_the_reader_s_defaults(tmp_path, model_type):
     want = ffncli.count(ffncli.load_spec(config=tmp_path / "config.json"))
     assert (mine.total, mine.decoder_ffn()) == (want.total, want.decoder_ffn())
     assert mine.total != truth(model_type)["total"]  # not the defaults'
+
+
+# s5-gguf-b
+@pytest.mark.parametrize("model_type", ["afmoe", "exaone_moe"])
+def test_the_layer_pattern_of_more_architectures_is_the_config_s(tmp_path, model_type):
+    """AFMoE: the three sliding layers to one full llama.cpp fixes; EXAONE MoE: the file's
+    sliding_window_pattern, one flag a layer."""
+    test_the_layer_pattern_is_the_config_s(tmp_path, model_type)
+
+
+def test_jamba_s_attention_layers_not_a_pattern_are_one_line(tmp_path, cli, monkeypatch):
+    """Jamba's attention layers are the ones with KV heads (llama.cpp writes no pattern key):
+    layers 4, 12 and 28 are no i % period == offset, which is all Jamba's config can say."""
+    from helpers import zoo_gguf
+
+    monkeypatch.setattr(zoo_gguf.gguf.GGUFWriter, "add_head_count_kv",
+                        lambda w, value, real=zoo_gguf.gguf.GGUFWriter.add_head_count_kv:
+                        real(w, [8 if i in (4, 12, 28) else 0 for i in range(32)]))
+    path = tmp_path / "model.gguf"
+    write_zoo_gguf(path, "jamba")
+    r = cli("params", "--weights", path)
+    assert (r.code, r.out, r.err) == (
+        2, "", f"error: {path}: the layers with metadata key 'attention.head_count_kv' > 0: "
+        "expected every n-th layer from one, got layers [4, 12, 28]\n")
+
+
+@pytest.mark.parametrize(("model_type", "buffer"), [("deepseek_v3", True),
+                                                    ("ernie4_5_moe", False)])
+def test_a_router_bias_is_a_parameter_where_transformers_builds_one(
+        tmp_path, cli, monkeypatch, model_type, buffer):
+    """exp_probs_b (the converter's e_score_correction bias): DeepSeek-V3's is a buffer in
+    transformers, ERNIE 4.5 MoE's (moe_statics) a parameter of its router; each file still
+    matches its spec, the bias where transformers has it."""
+    from helpers import zoo_gguf
+
+    tensors = zoo_gguf._tensors
+
+    def with_bias(mt, c):
+        out = tensors(mt, c)
+        bias = {f"blk.{i}.exp_probs_b.bias": (1, 64) for i in range(1, c["num_hidden_layers"])}
+        return {**out, **bias}
+    monkeypatch.setattr(zoo_gguf, "_tensors", with_bias)
+    path = tmp_path / "model.gguf"
+    write_zoo_gguf(path, model_type)
+    doc = cli("params", "--weights", path, "--json").json()
+    buffers = [b for b in doc["buffers"] if ".exp_probs_b." in b["name"]]
+    assert (doc["matches"], bool(buffers)) == (True, buffer)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ffncli.formats.gguf import INTEGER_TYPES, GgufHeader, GgufTensor
 from ffncli.formats.quantised import Linear, quantised_linears, recognise
 from ffncli.formats.safetensors import FLOAT_DTYPES, INT_DTYPES, Header, TensorInfo
+from ffncli.specs.gguf import ROUTER_BIAS_PARAMETERS
 
 GROUPS = ("embeddings", "attention", "ffn", "norms", "head", "pooler", "other")
 # Parts of the FFN group: a mixture of experts' routed experts, its shared experts (and their
@@ -96,14 +97,15 @@ def _first_group(n: str, segments: list[str]) -> str | None:
 def ffn_part_of(name: str) -> str:
     """Where an FFN tensor is in a mixture of experts: "shared experts" (shared_expert(s), and
     the shared expert's gate; llama.cpp's *_shexp), "experts" (routed: experts, llama.cpp's
-    *_exps), "router" (gate or router beside the experts, ERNIE 4.5's moe_statics; llama.cpp's
-    ffn_gate_inp), else "ffn" (a dense FFN)."""
+    *_exps), "router" (gate or router beside the experts, ERNIE 4.5's moe_statics, AFMoE's
+    expert_bias; llama.cpp's ffn_gate_inp and exp_probs_b), else "ffn" (a dense FFN)."""
     segments = name.lower().split(".")
     if any(s.startswith("shared_expert") or "shexp" in s for s in segments):
         return "shared experts"
     if "experts" in segments or any(s.endswith("_exps") for s in segments):
         return "experts"
-    if any(s in ("gate", "router", "moe_statics", "ffn_gate_inp") for s in segments):
+    if any(s in ("gate", "router", "moe_statics", "expert_bias", "ffn_gate_inp", "exp_probs_b")
+           for s in segments):
         return "router"
     return "ffn"
 
@@ -238,17 +240,17 @@ def gguf_group_of(name: str) -> str:
         return "head"
     if leaf.startswith("attn"):
         return "attention"
-    if leaf.startswith("ffn"):
+    if leaf.startswith("ffn") or leaf == "exp_probs_b":
         return "ffn"
     return "other"
 
 
-def gguf_is_buffer(tensor: GgufTensor) -> bool:
+def gguf_is_buffer(tensor: GgufTensor, arch: str) -> bool:
     """Integer tensors, rotary tables (``rope_freqs``) and a router's score-correction bias
-    (``exp_probs_b``: DeepSeek-V3's e_score_correction_bias, a buffer in transformers) are not
-    parameters."""
+    (``exp_probs_b``: DeepSeek-V3's e_score_correction_bias, a buffer in transformers; a
+    parameter in the architectures ROUTER_BIAS_PARAMETERS names) are not parameters."""
     return tensor.type_name in INTEGER_TYPES or tensor.name.startswith("rope_") \
-        or ".exp_probs_b." in tensor.name
+        or (".exp_probs_b." in tensor.name and arch not in ROUTER_BIAS_PARAMETERS)
 
 
 def count_gguf(header: GgufHeader) -> QuantisedCount:
@@ -258,7 +260,7 @@ def count_gguf(header: GgufHeader) -> QuantisedCount:
     stored: dict[str, list[int]] = {}
     ffn: list[tuple[str, int]] = []
     for t in header.tensors.values():
-        if gguf_is_buffer(t):
+        if gguf_is_buffer(t, header.architecture):
             buffers.append(TensorInfo(t.name, t.type_name, t.shape, t.start, t.start + t.nbytes))
             continue
         group = gguf_group_of(t.name)

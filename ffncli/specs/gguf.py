@@ -58,7 +58,8 @@ class Reading:
     ``derived``: config keys computed from others (the layer pattern llama.cpp fixes per
     architecture). ``required``: metadata keys the architecture cannot be counted without.
     ``moe_type``: the model type a file of this architecture with more than one expert is read
-    as (LLaMA's GGUF is Mixtral's too)."""
+    as (LLaMA's GGUF is Mixtral's too). ``attention``: false for an architecture without
+    attention, whose head counts are not read."""
 
     keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     absent: Mapping[str, Any] = field(default_factory=dict)
@@ -66,6 +67,7 @@ class Reading:
     derived: Mapping[str, Derive] = field(default_factory=dict)
     required: tuple[str, ...] = ("feed_forward_length",)
     moe_type: str | None = "mixtral"
+    attention: bool = True  # False: no attention; llama.cpp writes its head_count 0 (Mamba)
 
 
 BASE_KEYS: dict[str, tuple[str, ...]] = {
@@ -185,6 +187,49 @@ _DELTANET_DERIVED = {
 _DELTANET_REQUIRED = ("ssm.group_count", "ssm.time_step_rank", "ssm.state_size",
                       "ssm.inner_size")
 
+# s5-gguf-b
+def _less_nextn(derive: Derive) -> Derive:
+    """``derive`` over the model's layers: the file's blocks less its nextn_predict_layers."""
+    def value(m: Metadata, layers: int) -> Any:
+        return derive(m, layers - (m.get("nextn_predict_layers") or 0))
+    return value
+
+
+_SSM = {"max_position_embeddings": (), "intermediate_size": ("ssm.inner_size",),
+        "state_size": ("ssm.state_size",), "conv_kernel": ("ssm.conv_kernel",)}
+_SSM_TENSORS = {"use_conv_bias": "blk.0.ssm_conv1d.bias", "use_bias": "blk.0.ssm_in.bias"}
+_SSM_REQUIRED = ("ssm.inner_size", "ssm.state_size", "ssm.conv_kernel", "ssm.time_step_rank")
+
+
+def _periodic(layers_of: Callable[[Metadata, int], list[int]], key: str, which: int) -> Derive:
+    """Jamba's layer pattern (a layer is of a kind when i % period == offset) from the layers
+    ``layers_of`` gives: (period, offset)[which]; refused when they are not such a pattern."""
+    def value(m: Metadata, layers: int) -> int:
+        found = layers_of(m, layers)
+        period = found[1] - found[0] if len(found) > 1 else layers
+        offset = found[0] % period if found else 0
+        if found != [i for i in range(layers) if i % period == offset]:
+            raise WeightsError(f"{m.header.path}: {key}: expected every n-th layer from one, "
+                               f"got layers {found}")
+        return (period, offset)[which]
+    return value
+
+
+def _attention_layers(m: Metadata, layers: int) -> list[int]:
+    """The layers with key-value heads (head_count_kv one a layer), else every layer."""
+    kv = m.values("attention.head_count_kv")
+    return [i for i, v in enumerate(kv) if v] if kv is not None else list(range(layers))
+
+
+def _expert_layers(m: Metadata, layers: int) -> list[int]:
+    """The layers with a router (llama.cpp tells Jamba's mixtures of experts by it)."""
+    return [i for i in range(layers) if f"blk.{i}.ffn_gate_inp.weight" in m.header.tensors]
+
+
+_ATTENTION_LAYERS = "the layers with metadata key 'attention.head_count_kv' > 0"
+_EXPERT_LAYERS = "the layers with tensor 'ffn_gate_inp'"
+
+
 READINGS: dict[str, Reading] = {
     "llama": Reading(keys=_MIXTRAL),
     "deepseek2": Reading(keys={**_MLA, **_DEEPSEEK_MOE}, absent={"q_lora_rank": None},
@@ -281,7 +326,75 @@ READINGS: dict[str, Reading] = {
     "arcee": Reading(),
     "jais2": Reading(),
     "command-r": Reading(tensors={"use_qk_norm": "blk.0.attn_q_norm.weight"}),
+    # s5-gguf-b
+    # ERNIE 4.5 MoE: dense layers first, then experts every interleave_moe_layer_step-th layer
+    # to the last (llama.cpp has no end index); its shared experts counted as Ernie's.
+    "ernie4_5-moe": Reading(
+        keys={"moe_num_experts": ("expert_count",), "moe_k": ("expert_used_count",),
+              "moe_intermediate_size": ("expert_feed_forward_length",),
+              "moe_num_shared_experts": ("expert_shared_count",),
+              "moe_layer_start_index": ("leading_dense_block_count",),
+              "moe_layer_interval": ("interleave_moe_layer_step",)},
+        tensors={"use_bias": "blk.0.attn_q.bias"},
+        required=(*_MOE, "expert_feed_forward_length", "feed_forward_length"), moe_type=None),
+    # Arcee's AFMoE: llama.cpp fixes its pattern, three sliding layers to one full.
+    "afmoe": Reading(
+        keys={**_QWEN_MOE, **_SLIDING, "num_shared_experts": ("expert_shared_count",),
+              "num_dense_layers": ("leading_dense_block_count",)},
+        derived={"layer_types": _every(4, "sliding_attention", "full_attention")},
+        required=(*_MOE, "expert_feed_forward_length", "attention.sliding_window"),
+        moe_type=None),
+    # dots.llm1: DeepSeek-V3's experts under Qwen2-MoE's keys.
+    "dots1": Reading(keys={**_DEEPSEEK_MOE, "n_group": (), "topk_group": ()},
+                     required=(*_MOE, "expert_feed_forward_length", "expert_shared_count"),
+                     moe_type=None),
+    # EXAONE MoE: the window layer by layer (sliding_window_pattern, else three sliding layers
+    # to one full), its multi-token-prediction blocks left out as GLM-4.5's.
+    "exaone-moe": Reading(
+        keys={**_QWEN_MOE, **_SLIDING, "num_shared_experts": ("expert_shared_count",),
+              "first_k_dense_replace": ("leading_dense_block_count",)},
+        derived={"num_hidden_layers": _less_nextn(lambda m, layers: layers),
+                 "layer_types": _less_nextn(_every(4, "sliding_attention", "full_attention"))},
+        required=(*_MOE, "expert_feed_forward_length"), moe_type=None),
+    # Mamba and Mamba-2: no attention, no FFN (llama.cpp writes both widths 0 and a context
+    # of 2**20, not the model's); the mixer's sizes in the ssm.* keys, Mamba-2's heads as the
+    # time-step rank.
+    "mamba": Reading(keys={**_SSM, "time_step_rank": ("ssm.time_step_rank",)},
+                     tensors=_SSM_TENSORS, required=_SSM_REQUIRED, moe_type=None,
+                     attention=False),
+    "mamba2": Reading(keys={**_SSM, "intermediate_size": (), "num_heads": ("ssm.time_step_rank",),
+                            "n_groups": ("ssm.group_count",)},
+                      tensors=_SSM_TENSORS,
+                      derived={"expand": _ratio("ssm.inner_size", "embedding_length")},
+                      required=(*_SSM_REQUIRED, "ssm.group_count"), moe_type=None,
+                      attention=False),
+    # Jamba: attention on the layers with KV heads, experts on those with a router (llama.cpp
+    # has no pattern keys), Mamba and a dense FFN elsewhere.
+    "jamba": Reading(
+        keys={"num_experts": ("expert_count",), **_EXPERTS, "mamba_d_conv": ("ssm.conv_kernel",),
+              "mamba_d_state": ("ssm.state_size",), "mamba_dt_rank": ("ssm.time_step_rank",)},
+        tensors={"mamba_conv_bias": "blk.0.ssm_conv1d.bias",
+                 "mamba_proj_bias": "blk.0.ssm_in.bias"},
+        derived={"mamba_expand": _ratio("ssm.inner_size", "embedding_length"),
+                 "attn_layer_period": _periodic(_attention_layers, _ATTENTION_LAYERS, 0),
+                 "attn_layer_offset": _periodic(_attention_layers, _ATTENTION_LAYERS, 1),
+                 "expert_layer_period": _periodic(_expert_layers, _EXPERT_LAYERS, 0),
+                 "expert_layer_offset": _periodic(_expert_layers, _EXPERT_LAYERS, 1)},
+        required=(*_MOE, *_SSM_REQUIRED, "feed_forward_length"), moe_type=None),
+    # Falcon-H1: attention and a Mamba-2 side by side in every layer (its heads the time-step
+    # rank, its gated norm there when the file has it), then a gated FFN.
+    "falcon-h1": Reading(
+        keys={"mamba_d_ssm": ("ssm.inner_size",), "mamba_n_heads": ("ssm.time_step_rank",),
+              "mamba_n_groups": ("ssm.group_count",), "mamba_d_state": ("ssm.state_size",),
+              "mamba_d_conv": ("ssm.conv_kernel",)},
+        tensors={"mamba_conv_bias": "blk.0.ssm_conv1d.bias", "mamba_proj_bias": "blk.0.ssm_in.bias",
+                 "projectors_bias": "blk.0.ssm_in.bias", "mamba_rms_norm": "blk.0.ssm_norm.weight"},
+        required=("feed_forward_length", *_SSM_REQUIRED, "ssm.group_count")),
 }
+# s5-gguf-b
+# Architectures whose router score-correction bias (llama.cpp's exp_probs_b) transformers
+# builds as a parameter (counted as the router's bias), not as a buffer (DeepSeek-V3's).
+ROUTER_BIAS_PARAMETERS = frozenset({"ernie4_5-moe", "afmoe"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,9 +417,9 @@ def spec_from_header(header: GgufHeader, names: Mapping[str, str] = SPEC_PARAMET
     model_type = _model_type(header, names["model"])
     reading = READINGS.get(arch, Reading())
     m = Metadata(header, arch)
-    d, heads = _need(m, "embedding_length"), _need(m, "attention.head_count")
-    layers = _need(m, "block_count")
-    kv = _kv_heads(m, heads)
+    d, layers = _need(m, "embedding_length"), _need(m, "block_count")
+    heads = _need(m, "attention.head_count") if reading.attention else 0
+    kv = _kv_heads(m, heads) if reading.attention else 0
     for key in reading.required:
         _need(m, key)
     config: dict[str, Any] = {
@@ -316,7 +429,7 @@ def spec_from_header(header: GgufHeader, names: Mapping[str, str] = SPEC_PARAMET
         "tie_word_embeddings": "output.weight" not in header.tensors,
     }
     config.update(_read(m, reading, layers))
-    if "head_dim" not in config and "kv_lora_rank" not in config and d % heads:
+    if heads and "head_dim" not in config and "kv_lora_rank" not in config and d % heads:
         raise WeightsError(f"{path}: metadata key '{arch}.attention.head_count': expected a "
                            f"divisor of {arch}.embedding_length ({d:,}), got {heads}")
     experts = m.get("expert_count")
@@ -348,9 +461,13 @@ def _need(m: Metadata, key: str) -> int:
 
 
 def _kv_heads(m: Metadata, heads: int) -> int:
-    """The key-value heads (the query heads when absent), a divisor of the query heads."""
+    """The key-value heads (the query heads when absent), a divisor of the query heads; an
+    array of them, one a layer (Jamba's, 0 on its Mamba layers), gives its attention layers'."""
     arch, keys = m.arch, m.keys
-    kv = keys.whole(f"{arch}.attention.head_count_kv") or heads
+    per_layer = m.values("attention.head_count_kv")
+    kv = (max(whole(f"{m.header.path}: metadata key '{arch}.attention.head_count_kv'", v,
+                    minimum=0, error=WeightsError) for v in per_layer)
+          if per_layer is not None else keys.whole(f"{arch}.attention.head_count_kv")) or heads
     if kv > heads or heads % kv:
         raise WeightsError(f"{m.header.path}: metadata key '{arch}.attention.head_count_kv': "
                            f"expected a divisor of {arch}.attention.head_count ({heads}), "

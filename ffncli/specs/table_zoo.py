@@ -74,7 +74,8 @@ ZOO_ROWS: dict[str, Arch] = {
     "prophetnet": Arch(read("seq2seq.prophetnet_spec")),
     "encoder-decoder": Arch(read("seq2seq.encoder_decoder_spec")),
     # hybrid: state-space, linear-attention, short-convolution and recurrent hybrids (issue 40)
-    "falcon_h1": Arch(read("hybrid.falcon_h1_spec"), not_run="Mamba-2 beside attention"),
+    "falcon_h1": Arch(read("hybrid.falcon_h1_spec"), not_run="Mamba-2 beside attention",
+                      gguf="falcon-h1"),
     "nemotron_h": Arch(read("hybrid.nemotron_h_spec"), not_run="Mamba-2 layers and squared-ReLU "
                        "experts"),
     "granitemoehybrid": Arch(read("hybrid.granitemoehybrid_spec"), not_run="Mamba-2 layers and "
@@ -114,7 +115,8 @@ ZOO_ROWS: dict[str, Arch] = {
     "exaone_moe": Arch(read("moe.moe_spec", family="exaone_moe",
                             shared_count=("num_shared_experts", 1), first_default=1,
                             qk_norm="head", qkv_bias=False, out_bias=False),
-                       not_run="shared experts, a dense first layer and grouped sigmoid routing"),
+                       not_run="shared experts, a dense first layer and grouped sigmoid routing",
+                       gguf="exaone-moe"),
     "hy_v3": Arch(read("moe.moe_spec", family="hy_v3", shared_count=("num_shared_experts", 1),
                        first_key=None, first_default=1, qk_norm="head", shared_mlp_bias=True),
                   not_run="shared experts, a dense first layer and sigmoid routing"),
@@ -202,7 +204,8 @@ ZOO_ROWS: dict[str, Arch] = {
     # types transformers builds from their defaults completed by published values
     "dbrx": Arch(read("moe.dbrx_spec"), fused_qkv=True,
                  not_run="experts stored as one matrix a projection"),
-    "dots1": Arch(read("moe.dots1_spec"), not_run="shared experts and grouped sigmoid routing"),
+    "dots1": Arch(read("moe.dots1_spec"), not_run="shared experts and grouped sigmoid routing",
+                  gguf="dots1"),
     "hunyuan_v1_dense": Arch(read("moe.hunyuan_spec", family="hunyuan_v1_dense"),
                              gguf="hunyuan-dense"),
     "hunyuan_v1_moe": Arch(read("moe.hunyuan_spec", family="hunyuan_v1_moe", moe=True),

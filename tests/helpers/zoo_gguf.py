@@ -50,6 +50,10 @@ CONVERTED = {"gpt2": lambda c: {"intermediate_size": 4 * c["n_embd"]},
                                   if c["new_decoder_architecture"]
                                   else 1 if c["multi_query"] else c["num_attention_heads"]}}
 TRANSPOSED = {"gpt2": (".c_attn.weight", ".c_proj.weight", ".c_fc.weight")}  # Conv1D
+# s5-gguf-b
+ARCHS |= {"ernie4_5_moe": "ERNIE4_5_MOE", "afmoe": "AFMOE", "dots1": "DOTS1",
+          "exaone_moe": "EXAONE_MOE", "mamba": "MAMBA", "mamba2": "MAMBA2", "jamba": "JAMBA",
+          "falcon_h1": "FALCON_H1"}
 COMPLETED = {"deepseek_v2": {"num_experts_per_tok": 6}}
 # DeepSeek's latent attention as llama.cpp converts it since 2025 (K and V up-projections apart,
 # key_length_mla); DeepSeek-V2 (and MiniCPM3) as files made before that (one kv_b, key_length
@@ -94,6 +98,8 @@ def _tensors(model_type: str, c: dict) -> dict[str, tuple[int, ...]]:
             out[f"blk.{i}.attn_k_b.weight"] = (heads, shape[1], nope)
             out[f"blk.{i}.attn_v_b.weight"] = (heads, v, shape[1])
         else:
+            for a, b in CHECKPOINT_NAMES:
+                name = name.replace(a, b)
             if name.endswith(TRANSPOSED.get(model_type, ())):  # s5-gguf-a
                 shape = shape[::-1]
             mapped = names.get_name(name, try_suffixes=(".weight", ".bias"))
@@ -108,6 +114,8 @@ def _metadata(w, model_type: str, c: dict) -> None:
     def some(key: str):
         return c.get(key)
 
+    if model_type in S5_GGUF_B_ALONE:
+        return S5_GGUF_B_ALONE[model_type](w, c)
     layers = c["num_hidden_layers"]
     w.add_context_length(c["max_position_embeddings"])
     w.add_embedding_length(c["hidden_size"])
@@ -180,7 +188,112 @@ def _metadata(w, model_type: str, c: dict) -> None:
         w.add_ssm_time_step_rank(c["linear_num_value_heads"])
         w.add_ssm_inner_size(c["linear_value_head_dim"] * c["linear_num_value_heads"])
         w.add_full_attention_interval(c.get("full_attention_interval", 4))
+    for extra in (S5_GGUF_B,):
+        if model_type in extra:
+            extra[model_type](w, c)
     w.add_block_count(layers)
+
+
+# s5-gguf-b
+# transformers' names -> the checkpoint's, as the converter reads them (its TensorNameMap's
+# names; its filter_tensors makes every e_score_correction_bias a bias, AFMoE's expert_bias too)
+CHECKPOINT_NAMES = (("mlp.gate.moe_statics.", "mlp.moe_statics."),
+                    ("e_score_correction_bias", "e_score_correction.bias"),
+                    (".expert_bias", ".expert_bias.bias"))
+
+
+def _ernie4_5_moe(w, c: dict) -> None:
+    """Ernie4_5MoeModel: the experts' keys under Ernie's names; its shared experts' width as the
+    converter computes it (intermediate_size over the KV heads)."""
+    w.add_expert_count(c["moe_num_experts"])
+    w.add_expert_used_count(c["moe_k"])
+    w.add_interleave_moe_layer_step(c["moe_layer_interval"])
+    w.add_leading_dense_block_count(c["moe_layer_start_index"])
+    w.add_expert_shared_count(c["moe_num_shared_experts"])
+    if c["moe_num_shared_experts"] > 0:
+        w.add_expert_shared_feed_forward_length(c["intermediate_size"]
+                                                // c["num_key_value_heads"])
+
+
+def _afmoe(w, c: dict) -> None:
+    """AfmoeModel: its shared experts and leading dense layers (the window is the base's)."""
+    w.add_expert_shared_count(c["num_shared_experts"])
+    w.add_leading_dense_block_count(c["num_dense_layers"])
+
+
+def _exaone_moe(w, c: dict) -> None:
+    """ExaoneMoEModel (over Exaone4Model): the window layer by layer from layer_types, its
+    shared experts' width, its multi-token-prediction layers (counted as blocks by the caller
+    when there are any; the zoo's config has none)."""
+    w.add_sliding_window_pattern([t == "sliding_attention" for t in c["layer_types"]])
+    w.add_expert_shared_count(c["num_shared_experts"])
+    w.add_expert_shared_feed_forward_length(c["moe_intermediate_size"] * c["num_shared_experts"])
+    w.add_nextn_predict_layers(c.get("num_nextn_predict_layers", 0))
+
+
+S5_GGUF_B = {"ernie4_5_moe": _ernie4_5_moe, "afmoe": _afmoe, "exaone_moe": _exaone_moe}
+
+
+def _mamba(w, c: dict) -> None:
+    """MambaModel and Mamba2Model write these keys alone: no attention, no FFN (both 0), an
+    arbitrary context; Mamba-2's heads as the time-step rank (d_inner over head_dim)."""
+    d = c["hidden_size"]
+    inner = c.get("intermediate_size") or c["expand"] * d
+    w.add_context_length(2**20)
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(0)
+    w.add_head_count(0)
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_ssm_conv_kernel(c["conv_kernel"])
+    w.add_ssm_inner_size(inner)
+    w.add_ssm_state_size(c["state_size"])
+    if c["model_type"] == "mamba":
+        w.add_ssm_time_step_rank(c["time_step_rank"])
+    else:
+        w.add_ssm_time_step_rank(inner // c["head_dim"])
+        w.add_ssm_group_count(c["n_groups"])
+
+
+def _jamba(w, c: dict) -> None:
+    """JambaModel: KV heads one a layer (0 on the Mamba layers), Mamba's ssm.* keys, the
+    experts' count; no pattern keys."""
+    d, n, offset = c["hidden_size"], c["num_hidden_layers"], c["attn_layer_offset"]
+    w.add_block_count(n)
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(c["num_attention_heads"])
+    w.add_head_count_kv([c["num_key_value_heads"] if i >= offset
+                         and (i - offset) % c["attn_layer_period"] == 0 else 0 for i in range(n)])
+    w.add_ssm_conv_kernel(c["mamba_d_conv"])
+    w.add_ssm_inner_size(c["mamba_expand"] * d)
+    w.add_ssm_state_size(c["mamba_d_state"])
+    w.add_ssm_time_step_rank(c["mamba_dt_rank"])
+    w.add_expert_count(c["num_experts"])
+    w.add_expert_used_count(c["num_experts_per_tok"])
+
+
+def _falcon_h1(w, c: dict) -> None:
+    """FalconH1Model (over Mamba2Model, its mamba_* keys): attention's keys over the 0s Mamba-2
+    writes (head_dim hidden // heads when the config has none), the FFN's width."""
+    d, heads = c["hidden_size"], c["num_attention_heads"]
+    head_dim = c.get("head_dim") or d // heads
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(c["num_key_value_heads"])
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_ssm_conv_kernel(c["mamba_d_conv"])
+    w.add_ssm_inner_size(c["mamba_d_ssm"])
+    w.add_ssm_state_size(c["mamba_d_state"])
+    w.add_ssm_time_step_rank(c["mamba_d_ssm"] // c["mamba_d_head"])
+    w.add_ssm_group_count(c["mamba_n_groups"])
+
+
+S5_GGUF_B_ALONE = {"mamba": _mamba, "mamba2": _mamba, "jamba": _jamba, "falcon_h1": _falcon_h1}
 
 
 def write_zoo_gguf(path: Path, model_type: str, reshaped: dict | None = None,
