@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ffncli.formats.gguf import INTEGER_TYPES, GgufHeader, GgufTensor
 from ffncli.formats.quantised import Linear, quantised_linears, recognise
 from ffncli.formats.safetensors import FLOAT_DTYPES, INT_DTYPES, Header, TensorInfo
-from ffncli.specs.gguf import ROUTER_BIAS_PARAMETERS
+from ffncli.specs.gguf_readings import ROUTER_BIAS_PARAMETERS
 
 GROUPS = ("embeddings", "attention", "ffn", "norms", "head", "pooler", "other")
 # Parts of the FFN group: a mixture of experts' routed experts, its shared experts (and their
