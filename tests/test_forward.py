@@ -745,15 +745,37 @@ def _gguf_claiming(tmp_path: Path, layers: int) -> Path:
 
 
 LAYER_CLAIMS = [  # (id, make(tmp_path) -> weights, the config named, layers claimed, held)
-    ("llama-2**31", lambda t: checkpoint(t, "llama", config={"num_hidden_layers": 2**31}),
-     "{w}/config.json", 2**31, "{w}/model.safetensors", "layers 0-1"),
-    ("gpt2-2**40", lambda t: checkpoint(t, "gpt2", config={"n_layer": 2**40}),
-     "{w}/config.json", 2**40, "{w}/model.safetensors", "layers 0-1"),
+    ("llama-2**16", lambda t: checkpoint(t, "llama", config={"num_hidden_layers": 2**16}),
+     "{w}/config.json", 2**16, "{w}/model.safetensors", "layers 0-1"),
+    ("gpt2-2**16", lambda t: checkpoint(t, "gpt2", config={"n_layer": 2**16}),
+     "{w}/config.json", 2**16, "{w}/model.safetensors", "layers 0-1"),
     ("bert-3", lambda t: checkpoint(t, "bert", config={"num_hidden_layers": 3}),
      "{w}/config.json", 3, "{w}/model.safetensors", "layers 0-1"),
-    ("gguf-2**32-1", lambda t: _gguf_claiming(t, 2**32 - 1), "{w} (GGUF metadata)", 2**32 - 1,
+    ("gguf-2**16", lambda t: _gguf_claiming(t, 2**16), "{w} (GGUF metadata)", 2**16,
      "{w}", "layers 0-1"),
 ]
+# Past the most a spec lays out (65,536 layers), the count itself is the error, named as the
+# file spells it.
+PAST_THE_CAP = [
+    ("llama-2**31", lambda t: checkpoint(t, "llama", config={"num_hidden_layers": 2**31}),
+     "{w}/config.json: key 'num_hidden_layers'", 2**31),
+    ("gpt2-2**40", lambda t: checkpoint(t, "gpt2", config={"n_layer": 2**40}),
+     "{w}/config.json: key 'n_layer'", 2**40),
+    ("gguf-2**32-1", lambda t: _gguf_claiming(t, 2**32 - 1),
+     "{w}: metadata key 'llama.block_count'", 2**32 - 1),
+]
+
+
+@pytest.mark.parametrize("make,where,claimed", [c[1:] for c in PAST_THE_CAP],
+                         ids=[c[0] for c in PAST_THE_CAP])
+def test_a_layer_count_past_the_cap_is_one_line(cli, tmp_path, make, where, claimed):
+    weights = make(tmp_path)
+    ids = tmp_path / "ids.txt"
+    ids.write_text("1 2 3\n4 5\n")
+    r = cli("relu-stats", "--weights", weights, "--ids", ids)
+    assert (r.code, r.out, r.err) == (
+        2, "", f"error: {where.format(w=weights)}: expected at most 65,536 layers, got "
+        f"{claimed}\n")
 
 
 @pytest.mark.parametrize("make,config,claimed,path,held", [c[1:] for c in LAYER_CLAIMS],
@@ -761,8 +783,9 @@ LAYER_CLAIMS = [  # (id, make(tmp_path) -> weights, the config named, layers cla
 def test_a_layer_count_past_the_weights_is_one_line_before_anything_scales(
         cli, tmp_path, make, config, claimed, path, held):
     """2**31 layers made --layer all build a list of every one (MemoryError, or the
-    out-of-memory killer); fewer, a walk ran to the first missing layer. The count is checked
-    against the tensors when the forward opens."""
+    out-of-memory killer); fewer, a walk ran to the first missing layer. Past 65,536 the count
+    is refused as it is read (above); up to it, it is checked against the tensors when the
+    forward opens."""
     weights = make(tmp_path)
     ids = tmp_path / "ids.txt"
     ids.write_text("1 2 3\n4 5\n")

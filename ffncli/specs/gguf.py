@@ -14,6 +14,7 @@ from ffncli.errors import WeightsError
 from ffncli.formats.gguf import GgufArray, GgufHeader
 from ffncli.specs.archs import spec_from_config
 from ffncli.specs.gguf_readings import BASE_KEYS, BASE_TENSORS, READINGS, Metadata, Reading
+from ffncli.specs.rules import MAX_LAYERS
 from ffncli.specs.spec import SPEC_PARAMETERS
 from ffncli.specs.table import GGUF_ARCHITECTURES
 
@@ -41,6 +42,9 @@ def spec_from_header(header: GgufHeader, names: Mapping[str, str] = SPEC_PARAMET
     reading = READINGS.get(arch, Reading())
     m = Metadata(header, arch)
     d, layers = _need(m, "embedding_length"), _need(m, "block_count")
+    if layers > MAX_LAYERS:  # as a config's count (specs/rules.py), named as the file has it
+        raise WeightsError(f"{path}: metadata key '{arch}.block_count': expected at most "
+                           f"{MAX_LAYERS:,} layers, got {layers}")
     heads = _need(m, "attention.head_count") if reading.attention else 0
     kv = _kv_heads(m, heads) if reading.attention else 0
     for key in reading.required:
