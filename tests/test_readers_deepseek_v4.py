@@ -43,7 +43,7 @@ def test_attention_by_hand(tmp_path):
     """q_a_proj 4096 -> 1024, q_b_proj 1024 -> 64 x 512, kv_proj 4096 -> 512 (K and V alike),
     o_a_proj 8 blocks of (64 x 512 / 8) -> 1024, o_b_proj 8 x 1024 -> 4096, a sink a head; no
     biases. Norms: input and post-attention (4096 each), q_a_norm (1024), kv_norm (512)."""
-    layer = _layer(count(_spec(tmp_path)), "heavily compressed decoder")
+    layer = _layer(count(_spec(tmp_path)), "HCA decoder")
     rows = _rows(layer.attention_rows)
     assert {k: rows[k] for k in ("W_Q_a", "W_Q_b", "W_K", "W_O_a", "W_O_b", "sinks")} == {
         "W_Q_a": 4096 * 1024, "W_Q_b": 1024 * 64 * 512, "W_K": 4096 * 512,
@@ -58,11 +58,11 @@ def test_compressors_and_indexer_by_hand(tmp_path):
     gate_proj 4096 -> 2 x 128, position_bias 4 x 256, kv_norm 128, q_b_proj 1024 -> 64 x 128,
     weights_proj 4096 -> 64."""
     c = count(_spec(tmp_path))
-    hca = _rows(_layer(c, "heavily compressed decoder").attention_rows)
+    hca = _rows(_layer(c, "HCA decoder").attention_rows)
     assert hca["compressor kv and gate"] == 2 * 4096 * 512
     assert hca["compressor position bias and norm"] == 128 * 512 + 512
     assert not any(name.startswith("indexer") for name in hca)
-    csa = _rows(_layer(c, "compressed sparse decoder").attention_rows)
+    csa = _rows(_layer(c, "CSA decoder").attention_rows)
     assert {k: v for k, v in csa.items() if k.startswith(("compressor", "indexer"))} == {
         "compressor kv and gate": 2 * 4096 * 1024,
         "compressor position bias and norm": 4 * 1024 + 512,
@@ -87,8 +87,8 @@ def test_hash_routed_layers_use_as_many_experts_as_routed_ones(tmp_path):
     experts a token, its gate weight (256 x 4096) weighs them: the FFN and a token's share of it
     as in a top-k layer. A token leaves 256 - 6 experts of 3 x 4096 x 2048 unused."""
     c = count(_spec(tmp_path))
-    hashed = _layer(c, "heavily compressed decoder (hash-routed)")
-    routed = _layer(c, "heavily compressed decoder")
+    hashed = _layer(c, "hash-routed HCA decoder")
+    routed = _layer(c, "HCA decoder")
     assert hashed.indices == (0, 1, 2)
     assert (hashed.ffn, hashed.ffn_active) == (routed.ffn, routed.ffn_active)
     assert hashed.ffn == 256 * 3 * 4096 * 2048 + 256 * 4096 + 3 * 4096 * 2048

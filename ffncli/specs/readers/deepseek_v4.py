@@ -18,8 +18,8 @@ _CSA, _HCA, _SLIDING = ("compressed_sparse_attention", "heavily_compressed_atten
                         "sliding_attention")
 # The layer types of DeepseekV4Config, what each layer is called, and the per-layer
 # compress_ratios older configs give instead (0: sliding alone)
-_NAMES = {_SLIDING: "sliding decoder", _CSA: "compressed sparse decoder",
-          _HCA: "heavily compressed decoder"}
+# CSA: compressed sparse attention (overlapping windows, the indexer); HCA: heavily compressed
+_NAMES = {_SLIDING: "sliding decoder", _CSA: "CSA decoder", _HCA: "HCA decoder"}
 _RATIOS = {0: _SLIDING, 4: _CSA, 128: _HCA}
 _RATES = {_CSA: 4, _HCA: 128}  # compress_rates' defaults
 
@@ -106,7 +106,7 @@ def deepseek_v4_spec(c: Config) -> ModelSpec:
     experts = _experts(c, "n_routed_experts", "moe_intermediate_size", shared_d_ff=width)
     spec = gated_decoder_spec(c, "deepseek_v4", moe=lambda c, n: (experts, 0))
     n, rates, window = spec.layers.decoder, compress_rates(c), c.int("sliding_window")
-    kinds = tuple(LayerKind(name=_NAMES[t] + (" (hash-routed)" if hashed else ""),
+    kinds = tuple(LayerKind(name=("hash-routed " if hashed else "") + _NAMES[t],
                             mixer="sliding", window=window, mixer_spec=compressor(c, t, rates))
                   for t, hashed in zip(layer_types(c, n), hash_layers(c, n), strict=True))
     return replace(spec, attention=v4_attention(c), pattern=kinds,
