@@ -291,16 +291,14 @@ def gated_residual_rows(d: int, n: int, rank: int) -> tuple[Row, ...]:
     """Qwen4-Exp's gated residuals (Qwen4ExpTextGatedResidual) around attention and around the
     FFN of each layer, over n copies of the stream: each an RMSNorm of n d, input_mix_weight_down
     (n d -> rank) and up (rank -> n d) and block_inject_weight (n d -> n), no biases."""
-    one = n * d + 2 * n * d * rank + n * d * n
-    return (Row("gated residuals", f"2 x ({n * d} + {n * d} x {rank} x 2 + {n * d} x {n})",
-                2 * one),)
+    per = 1 + 2 * rank + n  # the norm, down and up, the inject weight: n d x this
+    return (Row("gated residuals", f"2 x {n * d} x {per}", 2 * n * d * per),)
 
 
 def gated_residual_head_rows(d: int, n: int, rank: int) -> tuple[Row, ...]:
     """Qwen4-Exp's hyper_connection_mixer, merging the n streams after the last layer: a gated
     residual without block_inject_weight (and no final norm beside it)."""
-    return (Row("gated residual head", f"{n * d} + {n * d} x {rank} x 2",
-                n * d + 2 * n * d * rank),)
+    return (Row("gated residual head", f"{n * d} x {1 + 2 * rank}", n * d * (1 + 2 * rank)),)
 
 
 def hyper_head_rows(d: int, n: int) -> tuple[Row, ...]:
