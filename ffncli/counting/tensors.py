@@ -65,7 +65,8 @@ def _attention(spec: ModelSpec, att: AttentionSpec, n: int, kind: str) -> list[T
         targets = {"W_Q": "q", "W_Q_a": "q", "W_Q_b": "q", "W_KV_a": "kv", "W_KV_b": "kv",
                    "W_O": "o"}
         return [t for name, n_in, n_out, bias in latent_attention_matrices(d, att)
-                for t in _linear("attention", targets[name], n_in, n_out, bias, n, kind)]
+                for t in _linear("attention", targets.get(name, ""), n_in, n_out, bias, n,
+                                 kind)]  # "": a matrix no LoRA target names (an indexer's)
     q_width, kv_width = attention_widths(d, att)
     if "qkv" in fused(spec):
         qkv = _linear("attention", "qkv", d, q_width + 2 * kv_width, att.qkv_bias, n, kind)

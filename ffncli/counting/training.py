@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ffncli.base.validate import suggest, whole
+from ffncli.counting.model import count
 from ffncli.counting.parts import attention_widths
 from ffncli.counting.tensors import HEAD, Tensor, tensors, unitemised
 from ffncli.errors import InputError, SpecError
@@ -410,6 +411,11 @@ def training(spec: ModelSpec, plan: Plan, names: Mapping[str, str] = PLAN_PARAME
                         f"counted yet (the tensor inventory lacks {', '.join(parts)}); params "
                         "counts its parameters exactly")
     every = tensors(spec)
+    itemised, total = sum(t.numel * t.count for t in every), count(spec).total
+    if itemised != total:  # a part the inventory misses: refused, never counted short
+        raise SpecError(f"{spec.name}: {names['mode']}: the memory of fine-tuning it is not "
+                        f"counted yet (the tensor inventory holds {itemised:,} of its "
+                        f"{total:,} parameters); params counts its parameters exactly")
     lora = adapters(spec, plan, names)
     size = dtypes(plan.precision, plan.lora)
     trained = [t for a in lora for t in a.tensors()] if plan.lora else list(every)
