@@ -1,8 +1,8 @@
 """--train against the exact count: the tensor inventory fine-tuning memory is built from must
-hold every parameter ``params`` counts, or the plan is refused in one line. 60 of the zoo's
-types had an inventory short of or past their count (gpt-oss's sinks, Qwen3-Next's linear
-attention, Gemma 4's per-layer inputs, ...), so --train answered a wrong memory silently; 8
-more (DeepSeek-V3.2's indexer, gated attention) raised a KeyError."""
+hold every parameter ``params`` counts, or the plan is refused in one line. 64 of the 249 types
+ffncli reads had an inventory short of or past their count (gpt-oss's sinks, Qwen3-Next's linear
+attention, Gemma 4's per-layer inputs, ...), so --train answered a wrong memory silently (8 of
+them, DeepSeek-V3.2's indexer and gated attention, raised a KeyError instead)."""
 
 from __future__ import annotations
 
