@@ -150,3 +150,15 @@ def test_a_preset_of_too_many_layers_is_one_error_line(cli, tmp_path, key):
     assert (r.code, r.out) == (2, "")
     assert r.err == (f"error: {path}: key 'layers.{key}': expected a whole number from 0 to "
                      f"{MAX_LAYERS}, got {10**12}\n")
+
+
+def test_a_multimodal_config_s_own_tie_flag_is_named_as_its_own(cli, tmp_path):
+    """The whole model's tie_word_embeddings ties its language model's head: a bad value is
+    the file's top-level key, not its text_config's."""
+    config = json.loads((DATA / "zoo" / "configs" / "voxtral.config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "tie_word_embeddings": "yes"}))
+    r = cli("params", "--config", path)
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (f"error: {path}: key 'tie_word_embeddings': expected true or false, "
+                     "got 'yes'\n")

@@ -110,8 +110,8 @@ def _multimodal(c: Config, text_type: str) -> ModelSpec:
     ``tie_word_embeddings`` ties the head when it says (transformers builds GLM-ASR's head
     tied and ModernVBERT's untied, whatever their text_config says)."""
     text = c.mapping("text_config") or {}
-    tie = {"tie_word_embeddings": c.data["tie_word_embeddings"]} \
-        if c.data.get("tie_word_embeddings") is not None else {}
+    tie = {"tie_word_embeddings": c.bool("tie_word_embeddings", False)} \
+        if c.data.get("tie_word_embeddings") is not None else {}  # checked as the file's key
     data = {**text, **tie, "model_type": text_type}
     spec = ARCHS[text_type].reader(Config(data, f"{c.source}: text_config"))
     towers = tuple(f"{key.removesuffix('_config').replace('_', ' ')} tower ({kind})"
